@@ -1,0 +1,60 @@
+// DType: the element/block types a tensor can have, numbered as in GGUF
+// (ggml_type), plus their block geometry.
+//
+// A row of n elements of a block type takes (n / block_size) * block_bytes bytes;
+// n must be a multiple of block_size. Layouts (see quant/blocks.h):
+//
+//   type   block_size  block_bytes  bits/weight
+//   F32        1           4          32
+//   F16        1           2          16
+//   BF16       1           2          16
+//   Q8_0      32          34           8.5   [f16 d][32 x int8 q]
+//   Q4_0      32          18           4.5   [f16 d][16 bytes: q[i] | q[i+16] << 4]
+//   Q4_K     256         144           4.5   super-block of 8 x 32, 6-bit scales/mins
+//   Q6_K     256         210           6.5625 super-block of 16 x 16, 8-bit scales
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+enum class DType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ6_K = 14,
+  kBF16 = 30,
+};
+
+struct DTypeTraits {
+  DType type;
+  const char* name;   // as llama.cpp prints it: "f32", "q4_K", ...
+  int64_t block_size;  // elements per block
+  int64_t block_bytes; // bytes per block
+};
+
+// Traits of a supported type.
+const DTypeTraits& dtype_traits(DType type);
+inline const char* dtype_name(DType type) { return dtype_traits(type).name; }
+
+// Maps a raw GGUF type id to a supported DType; nullopt for types sluice does not
+// support (the caller reports them by name via ggml_type_name()).
+std::optional<DType> dtype_from_ggml(uint32_t ggml_type);
+// Name of any ggml type id, supported or not ("q5_K", "iq2_xxs", ... or "type#N").
+std::string ggml_type_name(uint32_t ggml_type);
+// Parses "f32", "F16", "q8_0", "Q4_K", ... (case-insensitive).
+std::optional<DType> dtype_from_name(std::string_view name);
+
+// Bytes of a row of n elements; n must be a multiple of the block size.
+inline size_t row_bytes(DType type, int64_t n) {
+  const DTypeTraits& t = dtype_traits(type);
+  return static_cast<size_t>(n / t.block_size * t.block_bytes);
+}
+
+}  // namespace sluice
