@@ -1,11 +1,7 @@
 #include "format/model_file.h"
 
-#include <sys/stat.h>
-
 #include <fmt/format.h>
 
-#include "format/gguf_reader.h"
-#include "format/safetensors.h"
 
 namespace sluice {
 
@@ -37,13 +33,6 @@ uint64_t ModelFile::total_tensor_bytes() const {
   uint64_t n = 0;
   for (const auto& t : tensors) n += t.n_bytes;
   return n;
-}
-
-StatusOr<ModelFile> open_model_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return not_found("{}: no such file or folder", path);
-  if (S_ISDIR(st.st_mode)) return read_hf_model(path);
-  return read_gguf(path);
 }
 
 }  // namespace sluice

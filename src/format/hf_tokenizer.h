@@ -1,0 +1,18 @@
+// HF tokenizer import: tokenizer.json (+ tokenizer_config.json) -> "tokenizer.ggml.*"
+// metadata keys, so an HF folder's tokenizer is loaded by the same code as a GGUF's.
+#pragma once
+
+#include <string>
+
+#include "format/metadata.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+// Reads `dir`/tokenizer.json and, if present, `dir`/tokenizer_config.json, and sets
+// tokenizer.ggml.{model, pre, tokens, scores, token_type, merges, bos_token_id,
+// eos_token_id, unknown_token_id, padding_token_id, add_bos_token, add_eos_token}
+// and tokenizer.chat_template in `md`. Errors name the file and the problem.
+Status import_hf_tokenizer(const std::string& dir, Metadata* md);
+
+}  // namespace sluice
