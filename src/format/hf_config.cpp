@@ -1,0 +1,175 @@
+#include "format/hf_config.h"
+
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kDefaultRopeTheta = 10000.0;
+constexpr double kDefaultRmsEps = 1e-6;  // transformers' LlamaConfig default
+
+// Typed, non-throwing access to config fields; errors name the file and field.
+class ConfigReader {
+ public:
+  ConfigReader(const json& j, const std::string& name) : j_(j), name_(name) {}
+
+  // A positive integer that fits u32; nullopt if absent or null.
+  Status count(const json& obj, const std::string& key, bool required,
+               std::optional<int64_t>* out) const {
+    out->reset();
+    const auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) {
+      if (required) return data_loss("{}: missing '{}'", name_, key);
+      return Status::ok_status();
+    }
+    if (!it->is_number_integer()) {
+      return data_loss("{}: '{}' must be an integer, not {}", name_, key, it->type_name());
+    }
+    const int64_t v = it->get<int64_t>();
+    if (v <= 0 || v > 0xffffffffLL) {
+      return data_loss("{}: '{}' is {}, expected a positive 32-bit count", name_, key, v);
+    }
+    *out = v;
+    return Status::ok_status();
+  }
+
+  Status number(const json& obj, const std::string& key, std::optional<double>* out) const {
+    out->reset();
+    const auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return Status::ok_status();
+    if (!it->is_number()) {
+      return data_loss("{}: '{}' must be a number, not {}", name_, key, it->type_name());
+    }
+    *out = it->get<double>();
+    return Status::ok_status();
+  }
+
+  const json& root() const { return j_; }
+
+ private:
+  const json& j_;
+  const std::string& name_;
+};
+
+Status set_rope_scaling(const ConfigReader& r, const json& rs, const std::string& name,
+                        const std::string& arch, Metadata* md) {
+  if (rs.is_null()) return Status::ok_status();
+  if (!rs.is_object()) return data_loss("{}: 'rope_scaling' must be an object or null", name);
+  std::string type;
+  for (const char* k : {"rope_type", "type"}) {
+    const auto it = rs.find(k);
+    if (it != rs.end() && it->is_string()) {
+      type = it->get<std::string>();
+      break;
+    }
+  }
+  if (type.empty() || type == "default") return Status::ok_status();
+  if (type != "linear" && type != "llama3") {
+    return unimplemented("{}: rope_scaling type '{}' is not supported (linear, llama3 are)", name,
+                         type);
+  }
+  std::optional<double> factor;
+  RETURN_IF_ERROR(r.number(rs, "factor", &factor));
+  if (!factor || *factor <= 0) return data_loss("{}: rope_scaling needs a positive 'factor'", name);
+  const std::string p = arch + ".rope.scaling.";
+  md->set(p + "type", MetaValue::str(type));
+  md->set(p + "factor", MetaValue::f32(static_cast<float>(*factor)));
+  if (type == "llama3") {
+    std::optional<double> low, high;
+    std::optional<int64_t> original;
+    RETURN_IF_ERROR(r.number(rs, "low_freq_factor", &low));
+    RETURN_IF_ERROR(r.number(rs, "high_freq_factor", &high));
+    RETURN_IF_ERROR(r.count(rs, "original_max_position_embeddings", true, &original));
+    if (!low || !high) {
+      return data_loss("{}: llama3 rope_scaling needs low_freq_factor and high_freq_factor", name);
+    }
+    md->set(p + "low_freq_factor", MetaValue::f32(static_cast<float>(*low)));
+    md->set(p + "high_freq_factor", MetaValue::f32(static_cast<float>(*high)));
+    md->set(p + "original_context_length", MetaValue::u32(static_cast<uint32_t>(*original)));
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::string& name,
+                                   const std::string& model_name) {
+  const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return data_loss("{}: not valid JSON", name);
+  if (!j.is_object()) return data_loss("{}: not a JSON object", name);
+  const ConfigReader r(j, name);
+
+  HfConfig cfg;
+  const auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string()) return data_loss("{}: missing 'model_type'", name);
+  cfg.model_type = mt->get<std::string>();
+  if (cfg.model_type == "llama" || cfg.model_type == "mistral") {
+    cfg.arch = "llama";
+    cfg.permute_qk = true;
+  } else if (cfg.model_type == "qwen2") {
+    cfg.arch = "qwen2";
+  } else {
+    return unimplemented("{}: model_type '{}' is not supported (llama, mistral, qwen2 are)", name,
+                         cfg.model_type);
+  }
+
+  std::optional<int64_t> n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, n_vocab;
+  RETURN_IF_ERROR(r.count(j, "max_position_embeddings", true, &n_ctx));
+  RETURN_IF_ERROR(r.count(j, "hidden_size", true, &n_embd));
+  RETURN_IF_ERROR(r.count(j, "num_hidden_layers", true, &n_layer));
+  RETURN_IF_ERROR(r.count(j, "intermediate_size", true, &n_ff));
+  RETURN_IF_ERROR(r.count(j, "num_attention_heads", true, &n_head));
+  RETURN_IF_ERROR(r.count(j, "num_key_value_heads", false, &n_head_kv));
+  RETURN_IF_ERROR(r.count(j, "head_dim", false, &head_dim));
+  RETURN_IF_ERROR(r.count(j, "vocab_size", true, &n_vocab));
+  if (!n_head_kv) n_head_kv = n_head;
+  if (*n_head % *n_head_kv != 0) {
+    return data_loss("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                     name, *n_head, *n_head_kv);
+  }
+  if (!head_dim && *n_embd % *n_head != 0) {
+    return data_loss("{}: hidden_size {} is not a multiple of num_attention_heads {}", name,
+                     *n_embd, *n_head);
+  }
+  const int64_t n_rot = head_dim ? *head_dim : *n_embd / *n_head;
+  std::optional<double> eps, theta;
+  RETURN_IF_ERROR(r.number(j, "rms_norm_eps", &eps));
+  RETURN_IF_ERROR(r.number(j, "rope_theta", &theta));
+  if (const auto tie = j.find("tie_word_embeddings"); tie != j.end() && !tie->is_null()) {
+    if (!tie->is_boolean()) return data_loss("{}: 'tie_word_embeddings' must be a bool", name);
+    cfg.tie_word_embeddings = tie->get<bool>();
+  }
+  cfg.n_head = *n_head;
+  cfg.n_head_kv = *n_head_kv;
+
+  Metadata& md = cfg.metadata;
+  const std::string& a = cfg.arch;
+  auto u32 = [](int64_t v) { return MetaValue::u32(static_cast<uint32_t>(v)); };
+  md.set("general.architecture", MetaValue::str(a));
+  md.set("general.name", MetaValue::str(model_name));
+  md.set(a + ".context_length", u32(*n_ctx));
+  md.set(a + ".embedding_length", u32(*n_embd));
+  md.set(a + ".block_count", u32(*n_layer));
+  md.set(a + ".feed_forward_length", u32(*n_ff));
+  md.set(a + ".attention.head_count", u32(*n_head));
+  md.set(a + ".attention.head_count_kv", u32(*n_head_kv));
+  md.set(a + ".attention.layer_norm_rms_epsilon",
+         MetaValue::f32(static_cast<float>(eps.value_or(kDefaultRmsEps))));
+  md.set(a + ".rope.freq_base", MetaValue::f32(static_cast<float>(theta.value_or(kDefaultRopeTheta))));
+  md.set(a + ".rope.dimension_count", u32(n_rot));
+  if (head_dim) {
+    md.set(a + ".attention.key_length", u32(*head_dim));
+    md.set(a + ".attention.value_length", u32(*head_dim));
+  }
+  md.set(a + ".vocab_size", u32(*n_vocab));
+  if (const auto rs = j.find("rope_scaling"); rs != j.end()) {
+    RETURN_IF_ERROR(set_rope_scaling(r, *rs, name, a, &md));
+  }
+  return cfg;
+}
+
+}  // namespace sluice

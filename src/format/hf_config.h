@@ -1,0 +1,48 @@
+// HF config.json -> GGUF-convention hyper-parameter metadata.
+//
+// Translates the Hugging Face transformers config of a supported architecture
+// into the keys a GGUF file of the same model would carry, with the exact GGUF
+// value types (u32 counts and lengths, f32 floats, strings):
+//
+//   model_type llama | mistral -> general.architecture "llama"  (q/k un-permuted)
+//   model_type qwen2           -> general.architecture "qwen2"  (kept as is)
+//
+//   max_position_embeddings -> {arch}.context_length
+//   hidden_size             -> {arch}.embedding_length
+//   num_hidden_layers       -> {arch}.block_count
+//   intermediate_size       -> {arch}.feed_forward_length
+//   num_attention_heads     -> {arch}.attention.head_count
+//   num_key_value_heads     -> {arch}.attention.head_count_kv (default: head_count)
+//   rms_norm_eps            -> {arch}.attention.layer_norm_rms_epsilon
+//   rope_theta              -> {arch}.rope.freq_base (default 10000)
+//   head_dim | hidden/heads -> {arch}.rope.dimension_count (+ key/value_length if given)
+//   vocab_size              -> {arch}.vocab_size
+//   rope_scaling            -> {arch}.rope.scaling.* (linear, llama3)
+// Pure function of its input; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "format/metadata.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+struct HfConfig {
+  std::string model_type;      // as written in config.json
+  std::string arch;            // GGUF architecture name
+  bool permute_qk = false;     // q/k rows must be un-permuted (llama family)
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  bool tie_word_embeddings = false;
+  Metadata metadata;           // general.architecture, general.name, {arch}.*
+};
+
+// Parses config.json text. `name` (the file, for messages) and `model_name`
+// (general.name). Unknown model_type -> kUnimplemented naming it; missing or
+// malformed fields -> kDataLoss naming the field.
+StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::string& name,
+                                   const std::string& model_name);
+
+}  // namespace sluice

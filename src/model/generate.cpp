@@ -1,0 +1,57 @@
+#include "model/generate.h"
+
+#include <algorithm>
+
+#include "base/timer.h"
+
+namespace sluice {
+
+StatusOr<GenerateResult> generate(LlamaModel& model, KvCache& kv, const std::vector<int32_t>& prompt,
+                                  Sampler& sampler, const GenerateParams& params,
+                                  const TokenCallback& on_token) {
+  if (prompt.empty()) return invalid_argument("the prompt is empty (no tokens to condition on)");
+  if (static_cast<int64_t>(prompt.size()) > kv.n_ctx()) {
+    return invalid_argument("prompt of {} tokens does not fit the context of {}", prompt.size(), kv.n_ctx());
+  }
+  GenerateResult result;
+  result.n_prompt = static_cast<int64_t>(prompt.size());
+  result.finish_reason = "length";
+  const int64_t n_vocab = model.hparams().n_vocab;
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  kv.clear();
+  for (int32_t t : prompt) sampler.accept(t);
+
+  Stopwatch sw;
+  RETURN_IF_ERROR(model.forward(prompt, kv, logits.data(), /*all_logits=*/false));
+  bool first = true;
+  for (int32_t i = 0; i < params.n_predict; ++i) {
+    const int32_t tok = sampler.sample(logits.data());
+    sampler.accept(tok);
+    if (first) {
+      result.prompt_seconds = sw.seconds();
+      sw.reset();
+      first = false;
+    }
+    result.tokens.push_back(tok);
+    if (on_token && !on_token(tok)) {
+      result.finish_reason = "callback";
+      break;
+    }
+    if (std::find(params.stop_tokens.begin(), params.stop_tokens.end(), tok) != params.stop_tokens.end()) {
+      result.finish_reason = "stop";
+      break;
+    }
+    if (i + 1 == params.n_predict) break;
+    if (kv.n_past() >= kv.n_ctx()) {
+      result.finish_reason = "context";
+      break;
+    }
+    const int32_t next[1] = {tok};
+    RETURN_IF_ERROR(model.forward(next, kv, logits.data(), /*all_logits=*/false));
+  }
+  result.decode_seconds = first ? 0.0 : sw.seconds();
+  if (first) result.prompt_seconds = sw.seconds();
+  return result;
+}
+
+}  // namespace sluice

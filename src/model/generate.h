@@ -1,0 +1,41 @@
+// generate(): prompt prefill followed by token-by-token decode of one sequence.
+//
+// The single-sequence generation loop used by `sluice run`, the demo and the
+// golden tests (the serving engine generalizes it to many sequences). Logits
+// buffers are allocated once per call, never per token.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/llama_model.h"
+#include "sample/sampler.h"
+
+namespace sluice {
+
+struct GenerateParams {
+  int32_t n_predict = 128;               // tokens to generate at most
+  std::vector<int32_t> stop_tokens;      // generation ends after emitting one of these
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated tokens only (no prompt)
+  std::string finish_reason;    // "length", "stop" (stop token), "callback", "context"
+  int64_t n_prompt = 0;
+  double prompt_seconds = 0;    // prefill time = time to first token
+  double decode_seconds = 0;    // time for the remaining tokens
+};
+
+// Called for each generated token in order; returning false ends generation.
+using TokenCallback = std::function<bool(int32_t token)>;
+
+// Clears `kv`, prefills `prompt` (must be non-empty) and generates up to
+// n_predict tokens with `sampler`, which also sees the prompt as history.
+StatusOr<GenerateResult> generate(LlamaModel& model, KvCache& kv, const std::vector<int32_t>& prompt,
+                                  Sampler& sampler, const GenerateParams& params,
+                                  const TokenCallback& on_token = {});
+
+}  // namespace sluice

@@ -1,0 +1,83 @@
+#include "model/hparams.h"
+
+#include <fmt/format.h>
+
+namespace sluice {
+namespace {
+
+StatusOr<int64_t> required_int(const Metadata& md, const std::string& key) {
+  auto v = md.get_int(key);
+  if (!v) return data_loss("missing metadata key '{}'", key);
+  if (*v <= 0 || *v > (int64_t{1} << 40)) return data_loss("metadata '{}' = {} is out of range", key, *v);
+  return *v;
+}
+
+}  // namespace
+
+StatusOr<ModelHparams> hparams_from_metadata(const Metadata& md) {
+  ModelHparams hp;
+  auto arch = md.get_string("general.architecture");
+  if (!arch) return data_loss("missing metadata key 'general.architecture'");
+  if (*arch != "llama" && *arch != "qwen2") {
+    return unimplemented("architecture '{}' is not supported (supported: llama, qwen2)", *arch);
+  }
+  hp.arch = *arch;
+  const std::string a = hp.arch + ".";
+  ASSIGN_OR_RETURN(hp.n_embd, required_int(md, a + "embedding_length"));
+  ASSIGN_OR_RETURN(hp.n_layer, required_int(md, a + "block_count"));
+  ASSIGN_OR_RETURN(hp.n_ff, required_int(md, a + "feed_forward_length"));
+  ASSIGN_OR_RETURN(hp.n_head, required_int(md, a + "attention.head_count"));
+  hp.n_head_kv = md.get_int(a + "attention.head_count_kv").value_or(hp.n_head);
+  hp.n_ctx_train = md.get_int(a + "context_length").value_or(2048);
+  hp.head_dim = md.get_int(a + "attention.key_length").value_or(hp.n_embd / hp.n_head);
+  hp.n_rot = md.get_int(a + "rope.dimension_count").value_or(hp.head_dim);
+  hp.rms_eps = static_cast<float>(md.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  hp.rope_freq_base = static_cast<float>(md.get_float(a + "rope.freq_base").value_or(10000.0));
+  hp.rope_neox = hp.arch == "qwen2";
+  if (auto vs = md.get_int(a + "vocab_size")) hp.n_vocab = *vs;
+  if (const MetaArray* toks = md.get_array("tokenizer.ggml.tokens")) hp.n_vocab = static_cast<int64_t>(toks->size());
+
+  if (auto vl = md.get_int(a + "attention.value_length"); vl && *vl != hp.head_dim) {
+    return unimplemented("attention.value_length {} != key_length {} is not supported", *vl, hp.head_dim);
+  }
+  if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
+    return data_loss("head_count {} is not a multiple of head_count_kv {}", hp.n_head, hp.n_head_kv);
+  }
+  if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
+    return data_loss("rope.dimension_count {} invalid for head dim {}", hp.n_rot, hp.head_dim);
+  }
+  if (!(hp.rms_eps > 0.0f) || !(hp.rope_freq_base > 0.0f)) {
+    return data_loss("rms epsilon {} and rope.freq_base {} must be positive", hp.rms_eps, hp.rope_freq_base);
+  }
+
+  const std::string scaling = md.get_string(a + "rope.scaling.type").value_or("none");
+  if (scaling == "linear") {
+    hp.rope_scaling = RopeScaling::kLinear;
+  } else if (scaling == "llama3") {
+    hp.rope_scaling = RopeScaling::kLlama3;
+    hp.rope_low_freq_factor = static_cast<float>(md.get_float(a + "rope.scaling.low_freq_factor").value_or(1.0));
+    hp.rope_high_freq_factor = static_cast<float>(md.get_float(a + "rope.scaling.high_freq_factor").value_or(4.0));
+    hp.rope_orig_ctx = md.get_int(a + "rope.scaling.original_context_length").value_or(8192);
+  } else if (scaling != "none" && scaling != "") {
+    return unimplemented("rope scaling type '{}' is not supported (none, linear, llama3)", scaling);
+  }
+  if (hp.rope_scaling != RopeScaling::kNone) {
+    hp.rope_scale_factor = static_cast<float>(md.get_float(a + "rope.scaling.factor").value_or(1.0));
+    if (!(hp.rope_scale_factor > 0.0f)) return data_loss("rope.scaling.factor must be positive");
+  }
+  return hp;
+}
+
+std::string hparams_summary(const ModelHparams& hp) {
+  const char* scaling = hp.rope_scaling == RopeScaling::kLinear   ? "linear"
+                        : hp.rope_scaling == RopeScaling::kLlama3 ? "llama3"
+                                                                  : "none";
+  return fmt::format(
+      "arch {} | vocab {} | ctx_train {} | embd {} | layers {} | ff {} | heads {} (kv {}) | head_dim {} | "
+      "rope {} dims, base {:g}, {} pairs, scaling {} x{:g} | rms_eps {:g}",
+      hp.arch, hp.n_vocab, hp.n_ctx_train, hp.n_embd, hp.n_layer, hp.n_ff, hp.n_head, hp.n_head_kv,
+      hp.head_dim, hp.n_rot, hp.rope_freq_base, hp.rope_neox ? "neox" : "adjacent", scaling,
+      hp.rope_scale_factor, hp.rms_eps);
+}
+
+}  // namespace sluice

@@ -1,0 +1,21 @@
+// Q4_K rows (super-blocks of 8 x 32 elements, 4-bit quants with 6-bit
+// scales and mins): the typed reference
+// quantizer, dequantizer and dot product behind quant/quant.h. Layout and value
+// formula in quant/blocks.h; summation order as documented for dot_row().
+// Pure functions, thread-safe, no allocation; n is a multiple of the block size.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/blocks.h"
+
+namespace sluice {
+
+// blocks: [n / block size]; dst: [n].
+void dequantize_row_q4_k(const BlockQ4_K* blocks, float* dst, int64_t n);
+// src: [n]; blocks: [n / block size].
+void quantize_row_q4_k(const float* src, BlockQ4_K* blocks, int64_t n);
+// blocks: [n / block size]; x: [n].
+float dot_row_q4_k(const BlockQ4_K* blocks, const float* x, int64_t n);
+
+}  // namespace sluice

@@ -1,0 +1,21 @@
+// Q6_K rows (super-blocks of 16 x 16 elements, 6-bit quants with 8-bit
+// scales): the typed reference
+// quantizer, dequantizer and dot product behind quant/quant.h. Layout and value
+// formula in quant/blocks.h; summation order as documented for dot_row().
+// Pure functions, thread-safe, no allocation; n is a multiple of the block size.
+#pragma once
+
+#include <cstdint>
+
+#include "quant/blocks.h"
+
+namespace sluice {
+
+// blocks: [n / block size]; dst: [n].
+void dequantize_row_q6_k(const BlockQ6_K* blocks, float* dst, int64_t n);
+// src: [n]; blocks: [n / block size].
+void quantize_row_q6_k(const float* src, BlockQ6_K* blocks, int64_t n);
+// blocks: [n / block size]; x: [n].
+float dot_row_q6_k(const BlockQ6_K* blocks, const float* x, int64_t n);
+
+}  // namespace sluice

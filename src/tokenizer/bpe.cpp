@@ -1,0 +1,119 @@
+#include "tokenizer/bpe.h"
+
+#include <queue>
+#include <string>
+
+#include "tokenizer/unicode.h"
+
+namespace sluice {
+
+namespace {
+
+struct Symbol {
+  int prev = -1;
+  int next = -1;
+  size_t offset = 0;  // into the byte-level text
+  size_t n = 0;       // bytes; 0 once merged into its left neighbour
+};
+
+struct Bigram {
+  int left = 0;
+  int right = 0;
+  int32_t rank = 0;
+  size_t size = 0;
+};
+
+// Lowest rank first; equal ranks: leftmost first.
+struct BigramGreater {
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  }
+};
+
+class BpeSession {
+ public:
+  BpeSession(const Vocab& vocab, std::string text) : vocab_(vocab), text_(std::move(text)) {}
+
+  void encode(std::vector<int32_t>* out) {
+    const std::string_view text(text_);
+    if (vocab_.ignore_merges()) {
+      const int32_t id = vocab_.find(text);
+      if (id >= 0) {
+        out->push_back(id);
+        return;
+      }
+    }
+    for (size_t off = 0; off < text.size();) {
+      const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(text[off])), text.size() - off);
+      Symbol s;
+      s.offset = off;
+      s.n = n;
+      s.prev = static_cast<int>(symbols_.size()) - 1;
+      s.next = off + n < text.size() ? static_cast<int>(symbols_.size()) + 1 : -1;
+      symbols_.push_back(s);
+      off += n;
+    }
+    for (size_t i = 1; i < symbols_.size(); ++i) try_add_bigram(static_cast<int>(i) - 1, static_cast<int>(i));
+
+    while (!queue_.empty()) {
+      const Bigram b = queue_.top();
+      queue_.pop();
+      Symbol& left = symbols_[b.left];
+      Symbol& right = symbols_[b.right];
+      if (left.n == 0 || right.n == 0 || left.n + right.n != b.size) continue;  // stale
+      left.n += right.n;
+      right.n = 0;
+      left.next = right.next;
+      if (right.next >= 0) symbols_[right.next].prev = b.left;
+      try_add_bigram(left.prev, b.left);
+      try_add_bigram(b.left, left.next);
+    }
+
+    for (int i = symbols_.empty() ? -1 : 0; i >= 0; i = symbols_[i].next) {
+      emit(text.substr(symbols_[i].offset, symbols_[i].n), out);
+    }
+  }
+
+ private:
+  void try_add_bigram(int left, int right) {
+    if (left < 0 || right < 0) return;
+    const Symbol& l = symbols_[left];
+    const Symbol& r = symbols_[right];
+    const std::string_view text(text_);
+    const int32_t rank = vocab_.merge_rank(text.substr(l.offset, l.n), text.substr(r.offset, r.n));
+    if (rank < 0) return;
+    queue_.push(Bigram{left, right, rank, l.n + r.n});
+  }
+
+  void emit(std::string_view piece, std::vector<int32_t>* out) const {
+    const int32_t id = vocab_.find(piece);
+    if (id >= 0) {
+      out->push_back(id);
+      return;
+    }
+    for (size_t off = 0; off < piece.size();) {
+      const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(piece[off])), piece.size() - off);
+      const int32_t c = vocab_.find(piece.substr(off, n));
+      if (c >= 0) {
+        out->push_back(c);
+      } else if (vocab_.unk_id() >= 0) {
+        out->push_back(vocab_.unk_id());
+      }
+      off += n;
+    }
+  }
+
+  const Vocab& vocab_;
+  std::string text_;  // the word in the byte-level alphabet
+  std::vector<Symbol> symbols_;
+  std::priority_queue<Bigram, std::vector<Bigram>, BigramGreater> queue_;
+};
+
+}  // namespace
+
+void bpe_encode_word(const Vocab& vocab, std::string_view word, std::vector<int32_t>* out) {
+  if (word.empty()) return;
+  BpeSession(vocab, byte_level_encode(word)).encode(out);
+}
+
+}  // namespace sluice

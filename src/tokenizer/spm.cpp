@@ -1,0 +1,134 @@
+#include "tokenizer/spm.h"
+
+#include <queue>
+#include <unordered_map>
+#include <utility>
+
+#include "tokenizer/unicode.h"
+
+namespace sluice {
+
+namespace {
+
+// One piece of the text in a doubly linked list; n == 0 marks a piece merged away.
+struct Symbol {
+  int prev = -1;
+  int next = -1;
+  size_t offset = 0;  // into the text
+  size_t n = 0;       // bytes
+};
+
+struct Bigram {
+  int left = 0;
+  int right = 0;
+  float score = 0.0f;
+  size_t size = 0;  // bytes of the merged piece when it was queued
+};
+
+// Highest score first; equal scores: leftmost first.
+struct BigramLess {
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  }
+};
+
+class SpmSession {
+ public:
+  SpmSession(const Vocab& vocab, std::string_view text) : vocab_(vocab), text_(text) {}
+
+  void encode(std::vector<int32_t>* out) {
+    for (size_t off = 0; off < text_.size();) {
+      const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(text_[off])), text_.size() - off);
+      Symbol s;
+      s.offset = off;
+      s.n = n;
+      s.prev = static_cast<int>(symbols_.size()) - 1;
+      s.next = off + n < text_.size() ? static_cast<int>(symbols_.size()) + 1 : -1;
+      symbols_.push_back(s);
+      off += n;
+    }
+    for (size_t i = 1; i < symbols_.size(); ++i) try_add_bigram(static_cast<int>(i) - 1, static_cast<int>(i));
+
+    while (!queue_.empty()) {
+      const Bigram b = queue_.top();
+      queue_.pop();
+      Symbol& left = symbols_[b.left];
+      Symbol& right = symbols_[b.right];
+      // Skip pairs that changed since they were queued (one side merged elsewhere).
+      if (left.n == 0 || right.n == 0 || left.n + right.n != b.size) continue;
+      left.n += right.n;
+      right.n = 0;
+      left.next = right.next;
+      if (right.next >= 0) symbols_[right.next].prev = b.left;
+      try_add_bigram(left.prev, b.left);
+      try_add_bigram(b.left, left.next);
+    }
+
+    for (int i = symbols_.empty() ? -1 : 0; i >= 0; i = symbols_[i].next) {
+      resegment(text_.substr(symbols_[i].offset, symbols_[i].n), out);
+    }
+  }
+
+ private:
+  void try_add_bigram(int left, int right) {
+    if (left < 0 || right < 0) return;
+    const size_t size = symbols_[left].n + symbols_[right].n;
+    const std::string_view piece = text_.substr(symbols_[left].offset, size);
+    const int32_t id = vocab_.find(piece);
+    if (id < 0) return;
+    queue_.push(Bigram{left, right, vocab_.score(id), size});
+    rev_merge_.emplace(piece, std::make_pair(left, right));
+  }
+
+  // Emits `piece` as one token if it is one; otherwise undoes the merge that made
+  // it, or falls back to bytes for a single character.
+  void resegment(std::string_view piece, std::vector<int32_t>* out) {
+    const int32_t id = vocab_.find(piece);
+    if (id >= 0) {
+      out->push_back(id);
+      return;
+    }
+    const auto it = rev_merge_.find(piece);
+    if (it == rev_merge_.end()) {
+      for (char c : piece) {
+        const int32_t b = vocab_.byte_token(static_cast<uint8_t>(c));
+        if (b >= 0) out->push_back(b);
+      }
+      return;
+    }
+    const Symbol& l = symbols_[it->second.first];
+    const Symbol& r = symbols_[it->second.second];
+    // The pieces as they were when merged: left starts the piece, right follows it.
+    const size_t left_n = r.offset - l.offset;
+    resegment(piece.substr(0, left_n), out);
+    resegment(piece.substr(left_n), out);
+  }
+
+  const Vocab& vocab_;
+  std::string_view text_;
+  std::vector<Symbol> symbols_;
+  std::priority_queue<Bigram, std::vector<Bigram>, BigramLess> queue_;
+  std::unordered_map<std::string_view, std::pair<int, int>> rev_merge_;
+};
+
+}  // namespace
+
+void spm_encode(const Vocab& vocab, std::string_view text, std::vector<int32_t>* out) {
+  if (text.empty()) return;
+  SpmSession(vocab, text).encode(out);
+}
+
+std::string spm_escape_spaces(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 8);
+  for (char c : text) {
+    if (c == ' ') {
+      out += "\xE2\x96\x81";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace sluice

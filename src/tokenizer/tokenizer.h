@@ -1,0 +1,79 @@
+// Tokenizer: text <-> token ids for the model and the CLI.
+//
+// Built from GGUF-convention metadata ("tokenizer.ggml.*", also what the HF importer
+// produces). Two models are supported:
+//   "llama" - SentencePiece-style scored merges with byte fallback (spm.h)
+//   "gpt2"  - byte-level BPE with ranked merges and a regex pre-tokenizer chosen by
+//             tokenizer.ggml.pre (bpe.h, pre_tokenizer.h)
+// Others ("bert", "rwkv", "t5", ...) are refused by name. Encoding follows llama.cpp
+// so ids match its golden test files. Immutable after creation: every method is
+// const and safe to call from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/metadata.h"
+#include "sluice/status.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/vocab.h"
+
+namespace sluice {
+
+class Tokenizer {
+ public:
+  // Loads tokenizer.ggml.{model, pre, tokens, scores, token_type, merges, *_token_id,
+  // add_bos_token, add_eos_token, add_space_prefix}. Unsupported models and
+  // pre-tokenizers are kUnimplemented naming them; malformed arrays are kDataLoss.
+  static StatusOr<std::unique_ptr<Tokenizer>> from_metadata(const Metadata& md);
+
+  // Text -> ids. add_special: BOS first / EOS last as add_bos()/add_eos() say.
+  // parse_special: control-token texts ("<s>", "<|im_start|>") in the text become
+  // their single id; user-defined tokens are always split out (as in HF/llama.cpp).
+  // SPM: a space is prepended to the text and after every special token when the
+  // model has add_space_prefix. Empty text gives no ids besides BOS/EOS.
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const;
+
+  // The bytes one token contributes to text: SPM U+2581 -> ' ', <0xHH> -> that byte,
+  // GPT-2 byte-level characters -> their bytes, user-defined tokens verbatim. Control
+  // and unused tokens give "" and the unknown token U+2585, unless render_special
+  // (then their text). Out-of-range ids give "".
+  std::string token_to_piece(int32_t id, bool render_special = false) const;
+
+  // Like token_to_piece, but as decode() renders `id` right after `prev_id` (-1 at
+  // the start): for SPM with add_space_prefix, the piece following BOS loses its
+  // leading space. The view stays valid for the Tokenizer's lifetime.
+  std::string_view piece_after(int32_t prev_id, int32_t id, bool render_special = false) const;
+
+  // Ids -> bytes (concatenated piece_after; may end inside a UTF-8 character).
+  std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
+
+  int32_t n_vocab() const { return vocab_.n_vocab(); }
+  int32_t bos_id() const { return vocab_.bos_id(); }  // -1 if none
+  int32_t eos_id() const { return vocab_.eos_id(); }  // -1 if none
+  bool add_bos() const { return vocab_.add_bos(); }
+  bool add_eos() const { return vocab_.add_eos(); }
+  // End of generation: eos, eot, eom and known end-of-turn tokens (<|eot_id|>, ...).
+  bool is_eog(int32_t id) const;
+  bool is_control(int32_t id) const;
+  // Raw vocab string ("" for out-of-range ids).
+  const std::string& token_text(int32_t id) const;
+  // Id of the token spelled exactly `text`.
+  std::optional<int32_t> token_id(std::string_view text) const;
+  const Vocab& vocab() const { return vocab_; }
+
+ private:
+  explicit Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
+  void build_pieces();
+  void encode_text(std::string_view text, bool after_special, std::vector<int32_t>* out) const;
+
+  Vocab vocab_;
+  std::unique_ptr<PreTokenizer> pre_;  // gpt2 only
+  std::vector<std::string> pieces_;    // [n_vocab] token_to_piece(id, false)
+};
+
+}  // namespace sluice

@@ -1,0 +1,45 @@
+// UTF-8 helpers and the GPT-2 byte-level alphabet, shared by the tokenizers.
+//
+// Pure functions over bytes; no state, thread-safe. Nothing here allocates except
+// functions that return a std::string.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+// Byte length of the UTF-8 sequence that `lead` starts, judged by its high bits
+// alone (1 for ASCII and for stray continuation bytes, 2..4 otherwise). Used to cut
+// text into characters the way SentencePiece-style tokenizers do, even if invalid.
+size_t utf8_seq_len(uint8_t lead);
+
+// Length of the valid UTF-8 character at the start of `s` (1..4), or 0 if `s` does
+// not start with a complete, valid one (overlong forms, surrogates and code points
+// above U+10FFFF are invalid).
+size_t utf8_valid_char_len(std::string_view s);
+
+// True if the bytes of `s` are a proper prefix of some valid UTF-8 character, i.e.
+// more bytes could still complete it.
+bool utf8_is_incomplete_prefix(std::string_view s);
+
+// Appends the UTF-8 encoding of code point `cp` (must be <= U+10FFFF).
+void utf8_append(uint32_t cp, std::string* out);
+
+// Decodes the valid character at the start of `s` (see utf8_valid_char_len).
+uint32_t utf8_decode(std::string_view s, size_t len);
+
+// GPT-2 byte-level alphabet: every byte maps to one printable code point
+// (printable Latin-1 bytes map to themselves, the rest to U+0100 + n).
+uint32_t byte_to_unicode(uint8_t b);
+// Inverse of byte_to_unicode; -1 if `cp` is not in the alphabet.
+int byte_from_unicode(uint32_t cp);
+
+// Bytes -> their byte-level spelling (each byte becomes one code point, UTF-8 encoded).
+std::string byte_level_encode(std::string_view bytes);
+// Byte-level spelling -> bytes. Characters outside the alphabet are copied unchanged.
+std::string byte_level_decode(std::string_view text);
+
+}  // namespace sluice

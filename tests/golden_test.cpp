@@ -1,0 +1,114 @@
+// Golden tests: the real stories260K model in all three formats reproduces the
+// reference greedy tokens exactly and the reference logits within 1e-4.
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "base/test_data.h"
+#include "format/gguf_reader.h"
+#include "format/gguf_writer.h"
+#include "format/llama2c.h"
+#include "model/generate.h"
+#include "model/llama_model.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice {
+namespace {
+
+using testing::model_path;
+
+nlohmann::json load_reference() {
+  std::ifstream in(model_path("stories260K/reference.json"));
+  return nlohmann::json::parse(in);
+}
+
+std::shared_ptr<const ModelFile> open_format(const std::string& format) {
+  if (format == "gguf") {
+    auto mf = open_model_file(model_path("stories260K/stories260K.gguf"));
+    EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+    return std::make_shared<const ModelFile>(std::move(*mf));
+  }
+  if (format == "hf") {
+    auto mf = open_model_file(model_path("stories260K/hf"));
+    EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+    return std::make_shared<const ModelFile>(std::move(*mf));
+  }
+  // llama2.c checkpoint -> GGUF (as `sluice convert` does) -> read back.
+  auto imported = import_llama2c(model_path("stories260K/stories260K.bin"), model_path("stories260K/tok512.bin"));
+  EXPECT_TRUE(imported.ok()) << imported.status().to_string();
+  const std::string out = ::testing::TempDir() + "/stories260K_from_llama2c.gguf";
+  Status st = write_gguf(*imported, out);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  auto mf = read_gguf(out);
+  EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+  return std::make_shared<const ModelFile>(std::move(*mf));
+}
+
+class GoldenTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
+    ref_ = load_reference();
+    file_ = open_format(GetParam());
+    ASSERT_TRUE(file_);
+    auto m = LlamaModel::load(file_, ModelOptions{.n_threads = 2});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    model_ = std::move(*m);
+    auto tok = Tokenizer::from_metadata(file_->metadata);
+    ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+    tok_ = std::move(*tok);
+  }
+  nlohmann::json ref_;
+  std::shared_ptr<const ModelFile> file_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Tokenizer> tok_;
+};
+
+TEST_P(GoldenTest, GreedyTokensMatchReference) {
+  for (const auto& g : ref_["generation"]) {
+    const std::vector<int32_t> prompt = g["prompt_tokens"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> all = g["tokens"].get<std::vector<int32_t>>();
+    // The prompt tokenizes to the reference prompt ids.
+    EXPECT_EQ(tok_->encode(g["prompt"].get<std::string>(), true), prompt) << g["prompt"];
+    const std::vector<int32_t> expected(all.begin() + static_cast<long>(prompt.size()), all.end());
+    Sampler greedy(SamplingParams{.temperature = 0.0f}, static_cast<int32_t>(model_->hparams().n_vocab));
+    KvCache kv = model_->make_kv_cache(static_cast<int64_t>(all.size()));
+    auto r = generate(*model_, kv, prompt, greedy, GenerateParams{.n_predict = static_cast<int32_t>(expected.size())});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->tokens, expected) << "prompt: " << g["prompt"];
+  }
+}
+
+TEST_P(GoldenTest, LogitsMatchReference) {
+  for (const auto& g : ref_["generation"]) {
+    const std::vector<int32_t> all = g["tokens"].get<std::vector<int32_t>>();
+    const auto& ref_logits = g["logits_first_positions"];
+    const int64_t n_pos = static_cast<int64_t>(ref_logits.size());
+    const int64_t n_vocab = model_->hparams().n_vocab;
+    std::vector<float> logits(static_cast<size_t>(n_pos * n_vocab));
+    KvCache kv = model_->make_kv_cache(n_pos);
+    ASSERT_TRUE(model_->forward(std::span(all.data(), static_cast<size_t>(n_pos)), kv, logits.data(), true).ok());
+    double max_err = 0;
+    for (int64_t p = 0; p < n_pos; ++p) {
+      ASSERT_EQ(static_cast<int64_t>(ref_logits[p].size()), n_vocab);
+      for (int64_t v = 0; v < n_vocab; ++v) {
+        max_err = std::max(max_err, std::abs(static_cast<double>(logits[p * n_vocab + v]) - ref_logits[p][v].get<double>()));
+      }
+    }
+    EXPECT_LT(max_err, 1e-4) << "prompt: " << g["prompt"];
+  }
+}
+
+TEST_P(GoldenTest, TextMatchesReference) {
+  const auto& g = ref_["generation"][0];
+  const std::vector<int32_t> all = g["tokens"].get<std::vector<int32_t>>();
+  EXPECT_EQ(tok_->decode(all), g["generated_text"].get<std::string>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, GoldenTest, ::testing::Values("gguf", "hf", "llama2c"));
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,46 @@
+// Shared pieces of the sluice CLI subcommands: registration and model loading.
+// Each subcommand lives in tools/cmd_<name>.cpp and only parses flags and calls
+// the library; errors are printed as "error: ..." with a non-zero exit code.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "format/model_file.h"
+#include "model/llama_model.h"
+#include "sluice/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice::cli {
+
+// Each subcommand registers itself on the app and returns the function that runs
+// it after parsing (exit code).
+using Runner = std::function<int()>;
+Runner add_run(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+Runner add_info(CLI::App& app);
+Runner add_convert(CLI::App& app);
+Runner add_synth(CLI::App& app);
+
+// Prints "error: <message>" to stderr and returns 1.
+int fail(const Status& status);
+
+struct LoadedModel {
+  std::shared_ptr<const ModelFile> file;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  double load_seconds = 0;
+};
+
+// Opens a GGUF file or HF folder, builds the model and its tokenizer.
+StatusOr<LoadedModel> load_model(const std::string& path, const ModelOptions& options);
+
+// Tokenizer only (no weights bound), for `sluice tokenize`.
+StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path);
+
+// "1.23 GiB", "512 KiB", ...
+std::string human_bytes(uint64_t n);
+
+}  // namespace sluice::cli

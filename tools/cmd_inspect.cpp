@@ -1,0 +1,71 @@
+// sluice tokenize / sluice info: look inside a model without running it.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "model/hparams.h"
+
+namespace sluice::cli {
+
+Runner add_tokenize(CLI::App& app) {
+  struct Args {
+    std::string model, prompt;
+    bool special = false, no_bos = false, pieces = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* c = app.add_subcommand("tokenize", "print the token ids of a text as a JSON array");
+  c->add_option("-m,--model", a->model, "GGUF file or HF folder")->required();
+  c->add_option("-p,--prompt", a->prompt, "text to tokenize")->required();
+  c->add_flag("--special", a->special, "parse special-token text in the input");
+  c->add_flag("--no-bos", a->no_bos, "do not add BOS/EOS even if the model asks for them");
+  c->add_flag("--pieces", a->pieces, "print [[id, \"piece\"], ...] instead of ids");
+  return [a] {
+    auto tok = load_tokenizer(a->model);
+    if (!tok.ok()) return fail(tok.status());
+    const std::vector<int32_t> ids = (*tok)->encode(a->prompt, !a->no_bos, a->special);
+    nlohmann::json j = nlohmann::json::array();
+    for (int32_t id : ids) {
+      if (a->pieces) j.push_back({id, (*tok)->token_text(id)});
+      else j.push_back(id);
+    }
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    return 0;
+  };
+}
+
+Runner add_info(CLI::App& app) {
+  struct Args {
+    std::string model;
+    bool no_tensors = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* c = app.add_subcommand("info", "print a model's metadata and tensor table");
+  c->add_option("model", a->model, "GGUF file or HF folder")->required();
+  c->add_flag("--no-tensors", a->no_tensors, "metadata only");
+  return [a] {
+    auto mf_or = open_model_file(a->model);
+    if (!mf_or.ok()) return fail(mf_or.status());
+    const ModelFile& mf = *mf_or;
+    fmt::print("file: {} ({}{})\n", mf.source_path, mf.format,
+               mf.format == "gguf" ? fmt::format(" v{}, alignment {}", mf.gguf_version, mf.alignment) : "");
+    fmt::print("metadata: {} keys\n", mf.metadata.size());
+    for (const std::string& k : mf.metadata.keys()) {
+      const MetaValue* v = mf.metadata.find(k);
+      fmt::print("  {:<44} {:<4} {}\n", k, gguf_type_name(v->type), meta_value_summary(*v));
+    }
+    auto hp = hparams_from_metadata(mf.metadata);
+    if (hp.ok()) fmt::print("model: {}\n", hparams_summary(*hp));
+    else fmt::print("model: not loadable: {}\n", hp.status().message());
+    fmt::print("tensors: {} totalling {}\n", mf.tensors.size(), human_bytes(mf.total_tensor_bytes()));
+    if (!a->no_tensors) {
+      fmt::print("  {:<36} {:<6} {:<22} {:>12} {:>14}\n", "name", "type", "shape", "bytes", "offset");
+      for (const TensorInfo& t : mf.tensors) {
+        fmt::print("  {:<36} {:<6} {:<22} {:>12} {:>14}\n", t.name, dtype_name(t.type), t.shape_string(),
+                   t.n_bytes, t.file_offset >= 0 ? std::to_string(t.file_offset) : "(memory)");
+      }
+    }
+    return 0;
+  };
+}
+
+}  // namespace sluice::cli

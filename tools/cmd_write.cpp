@@ -1,0 +1,139 @@
+// sluice convert / sluice synth: write GGUF files.
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "base/thread_pool.h"
+#include "base/timer.h"
+#include "cli.h"
+#include "format/gguf_reader.h"
+#include "format/gguf_writer.h"
+#include "format/llama2c.h"
+#include "model/synth.h"
+#include "quant/quant.h"
+
+namespace sluice::cli {
+namespace {
+
+// Progress on stderr, at most once per percent.
+GgufWriter::ProgressFn progress_printer(const std::string& what) {
+  auto last = std::make_shared<int>(-1);
+  auto sw = std::make_shared<Stopwatch>();
+  return [=](uint64_t done, uint64_t total) {
+    const int pct = total ? static_cast<int>(done * 100 / total) : 100;
+    if (pct == *last) return;
+    *last = pct;
+    fmt::print(stderr, "\r[sluice] {}: {:3d}% of {} ({:.1f} s)", what, pct, human_bytes(total), sw->seconds());
+    if (done == total) fmt::print(stderr, "\n");
+  };
+}
+
+bool has_gguf_magic(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+struct ConvertArgs {
+  std::string input, output, tokenizer, type;
+  int n_threads = 0;
+};
+
+int convert(const ConvertArgs& a) {
+  StatusOr<ModelFile> mf_or = Status(StatusCode::kInternal, "unset");
+  struct stat st {};
+  if (::stat(a.input.c_str(), &st) != 0) return fail(not_found("{}: no such file or folder", a.input));
+  if (S_ISDIR(st.st_mode) || has_gguf_magic(a.input)) {
+    mf_or = open_model_file(a.input);
+  } else {
+    if (a.tokenizer.empty()) {
+      return fail(invalid_argument("{} looks like a llama2.c checkpoint: pass its tokenizer with --tokenizer", a.input));
+    }
+    mf_or = import_llama2c(a.input, a.tokenizer);
+  }
+  if (!mf_or.ok()) return fail(mf_or.status());
+  const ModelFile& mf = *mf_or;
+
+  std::optional<DType> to;
+  if (!a.type.empty()) {
+    to = dtype_from_name(a.type);
+    if (!to) return fail(invalid_argument("unknown --type '{}' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", a.type));
+  }
+  GgufWriter w;
+  w.set_metadata(mf.metadata);
+  ThreadPool pool(a.n_threads);
+  int n_converted = 0;
+  for (const TensorInfo& t : mf.tensors) {
+    const bool matrix = t.ne.size() == 2 && t.name.size() > 7 && t.name.ends_with(".weight");
+    if (to && matrix && *to != t.type && t.ne[0] % dtype_traits(*to).block_size == 0) {
+      const TensorInfo* src = &t;
+      const DType dst_type = *to;
+      Status st = w.add_tensor(t.name, dst_type, t.ne, [src, dst_type, &pool](uint8_t* dst, size_t) {
+        const int64_t n = src->ne[0];
+        const size_t in_rb = row_bytes(src->type, n), out_rb = row_bytes(dst_type, n);
+        pool.run_on_all([&](int ti, int nt) {
+          std::vector<float> row(static_cast<size_t>(n));
+          for (int64_t r = ti; r < src->n_rows(); r += nt) {
+            dequantize_row(src->type, src->data + r * in_rb, row.data(), n);
+            quantize_row(dst_type, row.data(), dst + r * out_rb, n);
+          }
+        });
+      });
+      if (!st.ok()) return fail(st);
+      ++n_converted;
+    } else if (Status st = w.add_tensor(t.name, t.type, t.ne, t.data); !st.ok()) {
+      return fail(st);
+    }
+  }
+  if (to) w.metadata().erase("general.file_type");
+  if (Status st = w.write(a.output, progress_printer("writing " + a.output)); !st.ok()) return fail(st);
+  fmt::print(stderr, "[sluice] wrote {} ({} tensors, {} converted to {}, {})\n", a.output, mf.tensors.size(),
+             n_converted, to ? dtype_name(*to) : "-", human_bytes(w.total_tensor_bytes()));
+  return 0;
+}
+
+}  // namespace
+
+Runner add_convert(CLI::App& app) {
+  auto a = std::make_shared<ConvertArgs>();
+  CLI::App* c = app.add_subcommand("convert", "write a GGUF from an HF folder, a llama2.c checkpoint or a GGUF");
+  c->add_option("input", a->input, "HF folder, llama2.c .bin, or GGUF file")->required();
+  c->add_option("-o,--output", a->output, "output .gguf path")->required();
+  c->add_option("--tokenizer", a->tokenizer, "llama2.c tokenizer .bin (for llama2.c checkpoints)");
+  c->add_option("--type", a->type, "re-quantize weight matrices to this type (f16, q8_0, q4_0, q4_k, ...)");
+  c->add_option("-t,--threads", a->n_threads, "threads for re-quantization");
+  return [a] { return convert(*a); };
+}
+
+Runner add_synth(CLI::App& app) {
+  struct Args {
+    std::string preset = "tiny", type = "f16", output;
+    int64_t layers = 0;
+    uint64_t seed = 1;
+    int n_threads = 0;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* c = app.add_subcommand("synth", "write a random-weight GGUF at a real model shape");
+  c->add_option("--preset", a->preset, "shape: tiny, 110m, 1b, 8b, 70b-slice")->capture_default_str();
+  c->add_option("--type", a->type, "weights: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m")->capture_default_str();
+  c->add_option("--layers", a->layers, "override the layer count (e.g. for 70b-slice)");
+  c->add_option("--seed", a->seed, "RNG seed (same seed -> identical file)")->capture_default_str();
+  c->add_option("-t,--threads", a->n_threads, "threads");
+  c->add_option("-o,--output", a->output, "output .gguf path")->required();
+  return [a] {
+    auto shape = synth_preset(a->preset, a->layers);
+    if (!shape.ok()) return fail(shape.status());
+    SynthOptions o{.shape = *shape, .type = a->type, .seed = a->seed, .n_threads = a->n_threads,
+                   .progress = progress_printer("synth " + a->preset + " " + a->type)};
+    auto n = write_synth_model(o, a->output);
+    if (!n.ok()) return fail(n.status());
+    fmt::print(stderr, "[sluice] wrote {} ({} of weights)\n", a->output, human_bytes(*n));
+    return 0;
+  };
+}
+
+}  // namespace sluice::cli
