@@ -145,9 +145,9 @@ TEST(Cli, BadInputFailsCleanly) {
   EXPECT_NE(preset.err.find("unknown synth preset"), std::string::npos);
 
   if (testing::path_exists(model_path("stories260K/stories260K.gguf"))) {
-    Result temp = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p hi --temp -1 --top-p 7");
+    Result temp = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p hi --min-p 2");
     EXPECT_EQ(temp.exit_code, 1);
-    EXPECT_NE(temp.err.find("top_p"), std::string::npos) << temp.err;
+    EXPECT_NE(temp.err.find("min_p"), std::string::npos) << temp.err;
   }
 }
 

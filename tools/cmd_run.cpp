@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "model/generate.h"
 #include "sample/sampler.h"
+#include "tokenizer/stream_decoder.h"
 
 namespace sluice::cli {
 namespace {

@@ -96,9 +96,9 @@ std::string meta_value_summary(const MetaValue& v, size_t max_items) {
   if (auto* b = std::get_if<bool>(&v.value)) return *b ? "true" : "false";
   if (auto* s = std::get_if<std::string>(&v.value)) {
     std::string out = *s;
-    if (out.size() > 80) out = out.substr(0, 77) + "...";
+    if (out.size() > 80) out = fmt::format("{}...", out.substr(0, 77));
     for (char& c : out) if (c == '\n') c = ' ';
-    return "\"" + out + "\"";
+    return fmt::format("\"{}\"", out);
   }
   const auto& a = std::get<MetaArray>(v.value);
   const size_t n = a.size();
@@ -106,9 +106,9 @@ std::string meta_value_summary(const MetaValue& v, size_t max_items) {
   if (n <= max_items) {
     out += ":";
     for (size_t k = 0; k < n; ++k) {
-      if (!a.ints.empty()) out += " " + std::to_string(a.ints[k]);
+      if (!a.ints.empty()) out += fmt::format(" {}", a.ints[k]);
       else if (!a.floats.empty()) out += fmt::format(" {:g}", a.floats[k]);
-      else if (!a.strings.empty()) out += " \"" + a.strings[k] + "\"";
+      else if (!a.strings.empty()) out += fmt::format(" \"{}\"", a.strings[k]);
     }
   }
   return out + "]";

@@ -6,6 +6,7 @@
 // caller running the forward pass). Allocated once at construction.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

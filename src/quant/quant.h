@@ -25,9 +25,9 @@ namespace sluice {
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
 // Quantizes n floats into row_bytes(type, n) bytes at dst (reference quantizers):
-//   Q8_0  d = amax / 127, q = round(x / d)
+//   Q8_0  d = amax / 127, q = roundf(x * (1 / d))   (ties away from zero)
 //   Q4_0  d = max / -8 (max: the signed value of largest magnitude),
-//         q = min(15, trunc(x / d + 8.5))
+//         q = min(15, trunc(x * (1 / d) + 8.5))
 //   Q4_K  per sub-block weighted (scale, min) search, then 6-bit scales/mins
 //         against f16 super-block scales, then quants re-fitted to those
 //   Q6_K  per sub-block weighted scale search, 8-bit scales against an f16 d,

@@ -267,6 +267,13 @@ TEST(QuantTest, DotRowCheckedOnHandBuiltQ8_0) {
   EXPECT_EQ(dot_row(DType::kQ8_0, &b, x.data(), 32), -8.0f);
 }
 
+TEST(QuantDeathTest, LengthNotAMultipleOfTheBlockIsABug) {
+  std::vector<float> x(64, 1.0f);
+  std::vector<uint8_t> q(256);
+  EXPECT_DEATH(quantize_row(DType::kQ8_0, x.data(), q.data(), 33), "CHECK failed");
+  EXPECT_DEATH(dequantize_row(DType::kQ4_K, q.data(), x.data(), 32), "CHECK failed");
+}
+
 TEST(QuantTest, QuantizeTensorIsRowByRow) {
   const int64_t n_rows = 3, n_per_row = 512;
   const std::vector<float> m = gaussian(n_rows * n_per_row, 41);

@@ -20,6 +20,15 @@ void Rng::seed_with(uint64_t seed) {
   for (uint64_t& s : state_) s = splitmix64(&sm);
 }
 
+Rng Rng::from_state(uint64_t s0, uint64_t s1, uint64_t s2, uint64_t s3) {
+  Rng rng;
+  rng.state_[0] = s0;
+  rng.state_[1] = s1;
+  rng.state_[2] = s2;
+  rng.state_[3] = s3;
+  return rng;
+}
+
 uint64_t Rng::next() {
   // xoshiro256**: output = rotl(s1 * 5, 7) * 9, then the linear state update.
   const uint64_t result = rotl(state_[1] * 5, 7) * 9;

@@ -12,6 +12,9 @@ namespace sluice {
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0) { seed_with(seed); }
+  // A generator with this raw xoshiro256** state (not all zero), for checking
+  // against published test vectors.
+  static Rng from_state(uint64_t s0, uint64_t s1, uint64_t s2, uint64_t s3);
 
   // Restarts the stream: the same seed always yields the same sequence.
   void seed_with(uint64_t seed);

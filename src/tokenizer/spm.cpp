@@ -1,5 +1,6 @@
 #include "tokenizer/spm.h"
 
+#include <algorithm>
 #include <queue>
 #include <unordered_map>
 #include <utility>
@@ -90,9 +91,14 @@ class SpmSession {
     }
     const auto it = rev_merge_.find(piece);
     if (it == rev_merge_.end()) {
-      for (char c : piece) {
-        const int32_t b = vocab_.byte_token(static_cast<uint8_t>(c));
-        if (b >= 0) out->push_back(b);
+      // An unknown character: its bytes as byte tokens, or one unknown token.
+      const bool all_bytes = std::all_of(piece.begin(), piece.end(), [&](char c) {
+        return vocab_.byte_token(static_cast<uint8_t>(c)) >= 0;
+      });
+      if (all_bytes) {
+        for (char c : piece) out->push_back(vocab_.byte_token(static_cast<uint8_t>(c)));
+      } else if (vocab_.unk_id() >= 0) {
+        out->push_back(vocab_.unk_id());
       }
       return;
     }

@@ -4,7 +4,7 @@
 // concatenation is a vocab token with the highest score is merged (ties go to the
 // leftmost pair). Finally every piece that is not a token is split back along its
 // merge history, and characters that are not tokens become byte tokens <0xHH>
-// (or the unknown token when the vocab has no byte tokens).
+// (or one unknown token per character when the vocab lacks those byte tokens).
 //
 //   text   "▁hello"      symbols  ▁ h e l l o
 //   merge  "l"+"l"  ->   ▁ h e ll o      (highest-scoring token among the pairs)

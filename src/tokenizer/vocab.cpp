@@ -188,7 +188,7 @@ void Vocab::build_byte_tokens() {
     } else {
       id = find(byte_level_encode(std::string(1, static_cast<char>(b))));
     }
-    byte_tokens_[b] = id >= 0 ? id : unk_id_;
+    byte_tokens_[b] = id;
   }
 }
 

@@ -62,7 +62,7 @@ class Vocab {
   // Rank of the BPE merge (left, right), or -1 if there is none.
   int32_t merge_rank(std::string_view left, std::string_view right) const;
   // Token for a raw byte: SPM "<0xHH>" (or the one-byte token), BPE the byte-level
-  // character; falls back to the unknown token; -1 if neither exists.
+  // character; -1 if the vocab has none.
   int32_t byte_token(uint8_t b) const { return byte_tokens_[b]; }
   // The raw byte of a byte-type token "<0xHH>", or -1.
   int byte_value(int32_t id) const;

@@ -1,0 +1,242 @@
+#include "format/safetensors.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "base/mapped_file.h"
+#include "format/hf_config.h"
+#include "format/safetensors_header.h"
+
+namespace sluice {
+namespace {
+
+// "model.layers.N.<suffix>" -> "blk.N.<gguf suffix>".
+constexpr std::pair<const char*, const char*> kLayerNames[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+constexpr std::pair<const char*, const char*> kGlobalNames[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+};
+
+// GGUF name of an HF tensor; "" for tensors that carry no weights (inv_freq
+// buffers), nullopt for names with no mapping.
+std::optional<std::string> gguf_name(const std::string& hf) {
+  for (const auto& [from, to] : kGlobalNames) {
+    if (hf == from) return std::string(to);
+  }
+  const std::string prefix = "model.layers.";
+  if (hf.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  size_t pos = prefix.size();
+  size_t digits = 0;
+  while (pos + digits < hf.size() && hf[pos + digits] >= '0' && hf[pos + digits] <= '9') ++digits;
+  if (digits == 0 || digits > 6 || pos + digits >= hf.size() || hf[pos + digits] != '.') {
+    return std::nullopt;
+  }
+  const std::string layer = hf.substr(pos, digits);
+  if (layer.size() > 1 && layer[0] == '0') return std::nullopt;
+  const std::string suffix = hf.substr(pos + digits + 1);
+  if (suffix == "self_attn.rotary_emb.inv_freq") return std::string();
+  for (const auto& [from, to] : kLayerNames) {
+    if (suffix == from) return "blk." + layer + "." + to;
+  }
+  return std::nullopt;
+}
+
+// Sort key putting tensors in the order GGUF converters write them.
+std::pair<int64_t, int> gguf_order(const std::string& name) {
+  for (int i = 0; i < 3; ++i) {
+    if (name == kGlobalNames[i].second) return {-1, i};
+  }
+  const size_t dot = name.find('.', 4);
+  int64_t layer = 0;  // names come from gguf_name(): "blk.<digits>.<suffix>"
+  std::from_chars(name.data() + 4, name.data() + dot, layer);
+  const std::string suffix = name.substr(dot + 1);
+  for (int i = 0; i < static_cast<int>(std::size(kLayerNames)); ++i) {
+    if (suffix == kLayerNames[i].second) return {layer, i};
+  }
+  return {layer, 99};
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::optional<DType> dtype_from_safetensors(const std::string& dtype) {
+  if (dtype == "F32") return DType::kF32;
+  if (dtype == "F16") return DType::kF16;
+  if (dtype == "BF16") return DType::kBF16;
+  return std::nullopt;
+}
+
+// Undoes HF's rotate_half row permutation of a q or k projection (weight
+// [n_rows, row_bytes] or bias [n_rows]). Per head of head_dim rows, HF stores the
+// even (real) rows first, then the odd (imaginary) ones; GGUF llama interleaves:
+//
+//   HF   row h*hd + p*(hd/2) + i      p in {0, 1}, i in [0, hd/2)
+//   GGUF row h*hd + 2*i + p
+std::vector<uint8_t> unpermute_rows(const uint8_t* src, uint64_t n_rows, uint64_t row_bytes,
+                                    uint64_t n_heads) {
+  std::vector<uint8_t> dst(n_rows * row_bytes);
+  const uint64_t head_dim = n_rows / n_heads;
+  const uint64_t half = head_dim / 2;
+  for (uint64_t h = 0; h < n_heads; ++h) {
+    for (uint64_t p = 0; p < 2; ++p) {
+      for (uint64_t i = 0; i < half; ++i) {
+        const uint64_t from = h * head_dim + p * half + i;
+        const uint64_t to = h * head_dim + 2 * i + p;
+        std::memcpy(dst.data() + to * row_bytes, src + from * row_bytes, row_bytes);
+      }
+    }
+  }
+  return dst;
+}
+
+std::string base_name(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const size_t slash = dir.rfind('/');
+  return slash == std::string::npos ? dir : dir.substr(slash + 1);
+}
+
+// Lists the shard files (relative names) and, for sharded checkpoints, which
+// shard each tensor must be in.
+Status list_shards(const std::string& dir, std::vector<std::string>* shards,
+                   std::map<std::string, std::string>* weight_map) {
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  if (!file_exists(index_path)) {
+    if (!file_exists(dir + "/model.safetensors")) {
+      return not_found("{}: no model.safetensors or model.safetensors.index.json", dir);
+    }
+    shards->push_back("model.safetensors");
+    return Status::ok_status();
+  }
+  ASSIGN_OR_RETURN(const std::string text, read_text_file(index_path));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return data_loss("{}: not a JSON object", index_path);
+  const auto wm = j.find("weight_map");
+  if (wm == j.end() || !wm->is_object()) return data_loss("{}: no 'weight_map' object", index_path);
+  std::set<std::string> seen;
+  for (const auto& [tensor, file] : wm->items()) {
+    if (!file.is_string()) {
+      return data_loss("{}: weight_map entry '{}' is not a file name", index_path, tensor);
+    }
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..") {
+      return data_loss("{}: weight_map entry '{}' names an invalid file '{}'", index_path, tensor,
+                       f);
+    }
+    (*weight_map)[tensor] = f;
+    if (seen.insert(f).second) shards->push_back(f);
+  }
+  if (shards->empty()) return data_loss("{}: weight_map is empty", index_path);
+  std::sort(shards->begin(), shards->end());
+  return Status::ok_status();
+}
+
+}  // namespace
+
+StatusOr<ModelFile> read_hf_model(const std::string& dir) {
+  const std::string config_path = dir + "/config.json";
+  if (!file_exists(config_path)) return not_found("{}: no config.json", dir);
+  ASSIGN_OR_RETURN(const std::string config_text, read_text_file(config_path));
+  ASSIGN_OR_RETURN(HfConfig cfg, parse_hf_config(config_text, config_path, base_name(dir)));
+
+  std::vector<std::string> shards;
+  std::map<std::string, std::string> weight_map;
+  RETURN_IF_ERROR(list_shards(dir, &shards, &weight_map));
+
+  ModelFile mf;
+  mf.source_path = dir;
+  mf.format = "safetensors";
+  mf.metadata = std::move(cfg.metadata);
+  std::set<std::string> hf_seen;
+  for (const std::string& shard : shards) {
+    const std::string path = dir + "/" + shard;
+    ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::open(path));
+    auto mapping = std::make_shared<MappedFile>(std::move(mapped));
+    ASSIGN_OR_RETURN(std::vector<SafetensorsEntry> entries,
+                     parse_safetensors_header(mapping->data(), mapping->size(), path));
+    for (const SafetensorsEntry& e : entries) {
+      if (!weight_map.empty()) {
+        const auto it = weight_map.find(e.name);
+        if (it == weight_map.end() || it->second != shard) continue;  // index is authoritative
+      }
+      if (!hf_seen.insert(e.name).second) {
+        return data_loss("{}: tensor '{}' appears in more than one shard", path, e.name);
+      }
+      const std::optional<std::string> name = gguf_name(e.name);
+      if (!name) return unimplemented("{}: tensor '{}' has no GGUF equivalent", path, e.name);
+      if (name->empty()) continue;
+      if (cfg.tie_word_embeddings && *name == "output.weight") continue;
+      const std::optional<DType> type = dtype_from_safetensors(e.dtype);
+      if (!type) {
+        return unimplemented("{}: tensor '{}' has dtype {}, which is not supported (F32, F16, "
+                             "BF16 are)",
+                             path, e.name, e.dtype);
+      }
+      if (e.shape.empty() || e.shape.size() > 4) {
+        return unimplemented("{}: tensor '{}' has {} dimensions (1..4 supported)", path, e.name,
+                             e.shape.size());
+      }
+      TensorInfo t;
+      t.name = *name;
+      t.type = *type;
+      t.ne.assign(e.shape.rbegin(), e.shape.rend());
+      t.n_bytes = e.n_bytes;
+      t.data = mapping->data() + e.offset;
+      t.file_offset = shards.size() == 1 ? static_cast<int64_t>(e.offset) : -1;
+
+      const bool is_q = name->find(".attn_q.") != std::string::npos;
+      const bool is_k = name->find(".attn_k.") != std::string::npos;
+      if (cfg.permute_qk && (is_q || is_k)) {
+        const uint64_t n_heads = static_cast<uint64_t>(is_q ? cfg.n_head : cfg.n_head_kv);
+        const uint64_t n_rows = static_cast<uint64_t>(e.shape[0]);
+        if (n_rows % (2 * n_heads) != 0 || n_rows == 0) {
+          return data_loss("{}: tensor '{}' has {} rows, not a multiple of 2 x {} heads", path,
+                           e.name, n_rows, n_heads);
+        }
+        t.data = mf.own(unpermute_rows(t.data, n_rows, e.n_bytes / n_rows, n_heads));
+        t.file_offset = -1;
+      }
+      mf.tensors.push_back(std::move(t));
+    }
+    mf.hold(std::move(mapping));
+  }
+  for (const auto& [tensor, file] : weight_map) {
+    if (!hf_seen.count(tensor)) {
+      return data_loss("{}: tensor '{}' listed in the index is missing from {}", dir, tensor, file);
+    }
+  }
+  if (!mf.find("token_embd.weight")) return data_loss("{}: no model.embed_tokens.weight", dir);
+  if (!cfg.tie_word_embeddings && !mf.find("output.weight")) {
+    return data_loss("{}: tie_word_embeddings is false but there is no lm_head.weight", dir);
+  }
+  std::stable_sort(mf.tensors.begin(), mf.tensors.end(),
+                   [](const TensorInfo& a, const TensorInfo& b) {
+                     return gguf_order(a.name) < gguf_order(b.name);
+                   });
+  return mf;
+}
+
+}  // namespace sluice
