@@ -1,6 +1,7 @@
 // End-to-end tests of the sluice CLI binary: the commands the README documents,
 // their outputs against the reference, and clean failures on bad input.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -23,7 +24,7 @@ struct Result {
 };
 
 Result run_cli(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "/cli_stderr.txt";
+  const std::string err_path = ::testing::TempDir() + "/cli_stderr_" + std::to_string(::getpid()) + ".txt";
   const std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>" + err_path;
   Result r{};
   FILE* p = popen(cmd.c_str(), "r");
@@ -140,7 +141,7 @@ TEST(Cli, BadInputFailsCleanly) {
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("error:"), std::string::npos) << bad.err;
 
-  Result preset = run_cli("synth --preset 3t -o /tmp/x.gguf");
+  Result preset = run_cli("synth --preset 3t -o " + ::testing::TempDir() + "/never.gguf");
   EXPECT_EQ(preset.exit_code, 1);
   EXPECT_NE(preset.err.find("unknown synth preset"), std::string::npos);
 

@@ -1,5 +1,6 @@
 // sluice convert / sluice synth: write GGUF files.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
@@ -18,16 +19,20 @@
 namespace sluice::cli {
 namespace {
 
-// Progress on stderr, at most once per percent.
+// Progress on stderr: a line rewritten in place on a terminal (each percent),
+// otherwise one line per 25%.
 GgufWriter::ProgressFn progress_printer(const std::string& what) {
   auto last = std::make_shared<int>(-1);
   auto sw = std::make_shared<Stopwatch>();
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  const int step = tty ? 1 : 25;
   return [=](uint64_t done, uint64_t total) {
     const int pct = total ? static_cast<int>(done * 100 / total) : 100;
+    if (pct / step == *last / step && done != total) return;
     if (pct == *last) return;
     *last = pct;
-    fmt::print(stderr, "\r[sluice] {}: {:3d}% of {} ({:.1f} s)", what, pct, human_bytes(total), sw->seconds());
-    if (done == total) fmt::print(stderr, "\n");
+    fmt::print(stderr, "{}[sluice] {}: {:3d}% of {} ({:.1f} s){}", tty ? "\r" : "", what, pct, human_bytes(total),
+               sw->seconds(), tty && done != total ? "" : "\n");
   };
 }
 

@@ -65,7 +65,10 @@ inline std::vector<GoldenCase> read_golden(const std::string& inp_path, const st
 
 inline std::string ids_string(const std::vector<int32_t>& ids) {
   std::string s;
-  for (int32_t id : ids) s += " " + std::to_string(id);
+  for (int32_t id : ids) {
+    s += ' ';
+    s += std::to_string(id);
+  }
   return s;
 }
 
