@@ -23,6 +23,7 @@ Runner add_tokenize(CLI::App& app);
 Runner add_info(CLI::App& app);
 Runner add_convert(CLI::App& app);
 Runner add_synth(CLI::App& app);
+Runner add_plan(CLI::App& app);
 
 // Prints "error: <message>" to stderr and returns 1.
 int fail(const Status& status);

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   runners["info"] = sluice::cli::add_info(app);
   runners["convert"] = sluice::cli::add_convert(app);
   runners["synth"] = sluice::cli::add_synth(app);
+  runners["plan"] = sluice::cli::add_plan(app);
   CLI11_PARSE(app, argc, argv);
   for (const CLI::App* sub : app.get_subcommands()) return runners.at(sub->get_name())();
   return 1;

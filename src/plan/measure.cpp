@@ -1,0 +1,97 @@
+#include "plan/measure.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/timer.h"
+#include "format/model_file.h"
+#include "model/llama_model.h"
+#include "plan/weight_bytes.h"
+
+namespace sluice::plan {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+StatusOr<MeasureResult> measure_model(const MeasureOptions& o, const Calibration& cal) {
+  if (o.n_prompt < 1 || o.n_decode < 1) return invalid_argument("measure needs at least one prompt and one decode token");
+  if (!(cal.mem_read_gbps > 0) || !(cal.matmul_tflops > 0)) return invalid_argument("measure needs a calibration of this machine");
+  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(o.model_path));
+  auto file = std::make_shared<const ModelFile>(std::move(mf));
+  MeasureResult r;
+  ASSIGN_OR_RETURN(r.shape, shape_from_metadata(file->metadata));
+  ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
+                   LlamaModel::load(file, {.n_threads = o.n_threads > 0 ? o.n_threads : cal.n_threads, .n_batch = o.n_prompt}));
+  r.shape.n_vocab = model->hparams().n_vocab;
+  const WeightBytes wb = weight_bytes_of_file(*file, r.shape);
+  const WeightFormat kv_f32 = format_of(DType::kF32);
+  const ModelCost cost = model_cost(r.shape, wb, kv_f32);
+  r.engine_weight_bytes = model->weight_bytes();
+  r.plan_weight_bytes = wb.matrix_read_bytes(1);
+  r.kv_bytes_per_token = cost.kv_bytes_per_token;
+  r.hw = cal.as_hardware();
+
+  std::vector<int32_t> prompt(static_cast<size_t>(o.n_prompt));
+  const int64_t n_vocab = model->hparams().n_vocab;
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(n_vocab));
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  KvCache kv = model->make_kv_cache(o.n_prompt + o.n_decode + 1);
+
+  // A first pass pages the weights in; the second is the timed prefill.
+  RETURN_IF_ERROR(model->forward(prompt, kv, logits.data(), false));
+  kv.clear();
+  Stopwatch sw;
+  RETURN_IF_ERROR(model->forward(prompt, kv, logits.data(), false));
+  const double prefill_s = sw.seconds();
+  r.prefill_measured_tps = static_cast<double>(o.n_prompt) / prefill_s;
+  r.prefill_predicted = prefill_step(cost, r.hw, o.n_prompt);
+  r.prefill_achieved_tflops = r.prefill_predicted.flops / prefill_s / 1e12;
+
+  std::vector<double> step_s;
+  int32_t token = prompt.back();
+  for (int64_t i = 0; i < o.n_decode; ++i) {
+    sw.reset();
+    RETURN_IF_ERROR(model->forward(std::span<const int32_t>(&token, 1), kv, logits.data(), false));
+    step_s.push_back(sw.seconds());
+    token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  r.decode_measured_tps = 1.0 / median(step_s);
+  r.decode_ctx = o.n_prompt + o.n_decode / 2;
+  r.decode_predicted = decode_step(cost, r.hw, 1, r.decode_ctx);
+  r.decode_bandwidth_tps = 1.0 / r.decode_predicted.memory_s;
+  r.decode_achieved_gbps = (r.decode_predicted.weight_bytes + r.decode_predicted.kv_bytes) * r.decode_measured_tps / 1e9;
+
+  if (o.stream_budget_bytes > 0) {
+    if (!(cal.disk_read_gbps > 0)) {
+      r.stream_note = "no disk bandwidth was probed, so streaming cannot be planned";
+    } else {
+      const double layer_params = static_cast<double>(r.shape.n_layer > 0
+                                                          ? (cost.params.attention + cost.params.ffn + cost.params.experts_active) /
+                                                                r.shape.n_layer
+                                                          : 0);
+      ASSIGN_OR_RETURN(StreamPlan sp, plan_stream({.n_layer = r.shape.n_layer,
+                                                   .layer_bytes = wb.layer_bytes(),
+                                                   .layer_flops = 2.0 * layer_params,
+                                                   // A resident layer's time: the predicted decode step's rate.
+                                                   .compute_tflops = r.decode_predicted.flops / r.decode_predicted.step_s / 1e12,
+                                                   .link_gbps = 0,
+                                                   .disk_gbps = cal.disk_read_gbps,
+                                                   .host_budget_bytes = o.stream_budget_bytes,
+                                                   .device_budget_bytes = o.stream_budget_bytes}));
+      r.stream = sp;
+      r.stream_note = "predicted only: the engine cannot stream weights yet (no weight store), so there is no measured figure";
+    }
+  }
+  return r;
+}
+
+}  // namespace sluice::plan

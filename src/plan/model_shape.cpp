@@ -1,0 +1,183 @@
+#include "plan/model_shape.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace sluice::plan {
+namespace {
+
+ModelShape dense(std::string name, int64_t n_vocab, int64_t n_embd, int64_t n_layer, int64_t n_head,
+                 int64_t n_head_kv, int64_t n_ff, int64_t n_ctx_train) {
+  return ModelShape{.name = std::move(name), .n_vocab = n_vocab, .n_embd = n_embd, .n_layer = n_layer,
+                    .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = n_embd / n_head, .n_ff = n_ff,
+                    .n_ctx_train = n_ctx_train};
+}
+
+std::vector<ModelShape> presets() {
+  std::vector<ModelShape> p = {
+      dense("llama-2-7b", 32000, 4096, 32, 32, 32, 11008, 4096),
+      dense("llama-2-13b", 32000, 5120, 40, 40, 40, 13824, 4096),
+      dense("llama-2-70b", 32000, 8192, 80, 64, 8, 28672, 4096),
+      dense("llama-3-8b", 128256, 4096, 32, 32, 8, 14336, 8192),
+      dense("llama-3-70b", 128256, 8192, 80, 64, 8, 28672, 8192),
+      dense("llama-3.1-405b", 128256, 16384, 126, 128, 8, 53248, 131072),
+  };
+  // GLM-4.7 (355B total, ~32B active): 92 blocks, the first 3 dense; 160 routed
+  // experts of width 1536 with 8 used per token, plus one shared expert.
+  ModelShape glm = dense("glm-4.7", 151552, 5120, 92, 96, 8, 12288, 131072);
+  glm.head_dim = 128;
+  glm.n_expert = 160;
+  glm.n_expert_used = 8;
+  glm.n_ff_expert = 1536;
+  glm.n_ff_shared = 1536;
+  glm.n_layer_dense = 3;
+  p.push_back(glm);
+  return p;
+}
+
+// Reads a positive integer key; `what` names it in messages.
+StatusOr<int64_t> need_int(const Metadata& md, const std::string& key) {
+  std::optional<int64_t> v = md.get_int(key);
+  if (!v) return data_loss("metadata key {} is missing or not an integer", key);
+  if (*v <= 0) return data_loss("metadata key {} = {} must be positive", key, *v);
+  return *v;
+}
+
+int64_t opt_int(const Metadata& md, const std::string& key, int64_t fallback) {
+  std::optional<int64_t> v = md.get_int(key);
+  return v ? *v : fallback;
+}
+
+StatusOr<int64_t> json_int(const nlohmann::json& j, const char* key, const std::string& name) {
+  if (!j.contains(key) || !j[key].is_number_integer()) return data_loss("{}: field {} is missing or not an integer", name, key);
+  return j[key].get<int64_t>();
+}
+
+int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t fallback) {
+  if (j.contains(key) && j[key].is_number_integer()) return j[key].get<int64_t>();
+  return fallback;
+}
+
+}  // namespace
+
+Status validate_shape(const ModelShape& s) {
+  if (s.n_vocab <= 0 || s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_head_kv <= 0)
+    return invalid_argument("{}: vocab, dim, layers, heads and KV heads must be positive", s.name);
+  if (s.head_dim < 0 || (s.head_dim == 0 && s.n_embd % s.n_head != 0))
+    return invalid_argument("{}: dim {} is not a multiple of {} heads", s.name, s.n_embd, s.n_head);
+  if (s.n_head % s.n_head_kv != 0)
+    return invalid_argument("{}: {} heads are not a multiple of {} KV heads", s.name, s.n_head, s.n_head_kv);
+  if (s.n_ff < 0 || s.n_ff_expert < 0 || s.n_ff_shared < 0) return invalid_argument("{}: negative FFN width", s.name);
+  if (s.is_moe()) {
+    if (s.n_expert_used <= 0 || s.n_expert_used > s.n_expert)
+      return invalid_argument("{}: {} experts used of {}", s.name, s.n_expert_used, s.n_expert);
+    if (s.n_ff_expert <= 0) return invalid_argument("{}: MoE without an expert FFN width", s.name);
+    if (s.n_layer_dense < 0 || s.n_layer_dense > s.n_layer)
+      return invalid_argument("{}: {} dense blocks of {}", s.name, s.n_layer_dense, s.n_layer);
+  } else if (s.n_ff <= 0) {
+    return invalid_argument("{}: dense model needs a positive FFN width", s.name);
+  }
+  if (s.n_layer_dense > 0 && s.n_ff <= 0) return invalid_argument("{}: dense blocks need an FFN width", s.name);
+  return Status::ok_status();
+}
+
+ParamCount count_params(const ModelShape& s) {
+  ParamCount c;
+  c.embedding = s.n_vocab * s.n_embd;
+  c.output = s.tied_embeddings ? 0 : s.n_vocab * s.n_embd;
+  const int64_t attn_per_layer = s.n_embd * (s.n_embd_q() + 2 * s.n_embd_kv()) + s.n_embd_q() * s.n_embd;
+  c.attention = attn_per_layer * s.n_layer;
+  const int64_t n_dense = s.is_moe() ? s.n_layer_dense : s.n_layer;
+  const int64_t n_moe = s.n_layer_moe();
+  c.ffn = 3 * s.n_embd * s.n_ff * n_dense + 3 * s.n_embd * s.n_ff_shared * n_moe;
+  c.experts = 3 * s.n_embd * s.n_ff_expert * s.n_expert * n_moe;
+  c.experts_active = 3 * s.n_embd * s.n_ff_expert * s.n_expert_used * n_moe;
+  c.router = s.n_embd * s.n_expert * n_moe;
+  c.norm = 2 * s.n_embd * s.n_layer + s.n_embd;
+  return c;
+}
+
+StatusOr<ModelShape> preset_shape(const std::string& name) {
+  const std::string want = name == "405b" ? "llama-3.1-405b" : name;
+  for (const ModelShape& s : presets())
+    if (s.name == want) return s;
+  std::string names;
+  for (const std::string& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+  return not_found("unknown model preset '{}' (presets: {})", name, names);
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const ModelShape& s : presets()) names.push_back(s.name);
+  return names;
+}
+
+StatusOr<ModelShape> shape_from_metadata(const Metadata& md) {
+  std::optional<std::string> arch = md.get_string("general.architecture");
+  if (!arch) return data_loss("metadata has no general.architecture");
+  const std::string a = *arch + ".";
+  ModelShape s;
+  s.name = md.get_string("general.name").value_or(*arch);
+  ASSIGN_OR_RETURN(s.n_embd, need_int(md, a + "embedding_length"));
+  ASSIGN_OR_RETURN(s.n_layer, need_int(md, a + "block_count"));
+  ASSIGN_OR_RETURN(s.n_head, need_int(md, a + "attention.head_count"));
+  s.n_head_kv = opt_int(md, a + "attention.head_count_kv", s.n_head);
+  s.head_dim = opt_int(md, a + "attention.key_length", s.n_embd / s.n_head);
+  s.n_ff = opt_int(md, a + "feed_forward_length", 0);
+  s.n_ctx_train = opt_int(md, a + "context_length", 0);
+  s.n_vocab = opt_int(md, a + "vocab_size", 0);
+  if (s.n_vocab == 0) {
+    if (const MetaArray* toks = md.get_array("tokenizer.ggml.tokens")) s.n_vocab = static_cast<int64_t>(toks->size());
+  }
+  s.n_expert = opt_int(md, a + "expert_count", 0);
+  if (s.n_expert > 0) {
+    ASSIGN_OR_RETURN(s.n_expert_used, need_int(md, a + "expert_used_count"));
+    s.n_ff_expert = opt_int(md, a + "expert_feed_forward_length", s.n_ff);
+    s.n_ff_shared = opt_int(md, a + "expert_shared_count", 0) *
+                    opt_int(md, a + "expert_shared_feed_forward_length", s.n_ff_expert);
+    s.n_layer_dense = opt_int(md, a + "leading_dense_block_count", 0);
+  }
+  RETURN_IF_ERROR(validate_shape(s));
+  return s;
+}
+
+StatusOr<ModelShape> shape_from_hf_config(const std::string& json_text, const std::string& name) {
+  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return data_loss("{}: not a JSON object", name);
+  // Multimodal configs nest the language model.
+  if (j.contains("text_config") && j["text_config"].is_object()) j = j["text_config"];
+  ModelShape s;
+  s.name = j.value("model_type", std::string("hf"));
+  ASSIGN_OR_RETURN(s.n_embd, json_int(j, "hidden_size", name));
+  ASSIGN_OR_RETURN(s.n_layer, json_int(j, "num_hidden_layers", name));
+  ASSIGN_OR_RETURN(s.n_head, json_int(j, "num_attention_heads", name));
+  ASSIGN_OR_RETURN(s.n_vocab, json_int(j, "vocab_size", name));
+  if (s.n_head <= 0) return data_loss("{}: num_attention_heads must be positive", name);
+  s.n_head_kv = json_int_or(j, "num_key_value_heads", s.n_head);
+  s.head_dim = json_int_or(j, "head_dim", s.n_embd / s.n_head);
+  s.n_ff = json_int_or(j, "intermediate_size", 0);
+  s.n_ctx_train = json_int_or(j, "max_position_embeddings", 0);
+  s.tied_embeddings = j.value("tie_word_embeddings", false);
+  const int64_t n_expert = json_int_or(j, "num_local_experts", json_int_or(j, "n_routed_experts", json_int_or(j, "num_experts", 0)));
+  if (n_expert > 0) {
+    s.n_expert = n_expert;
+    s.n_expert_used = json_int_or(j, "num_experts_per_tok", 0);
+    s.n_ff_expert = json_int_or(j, "moe_intermediate_size", s.n_ff);
+    const int64_t n_shared = json_int_or(j, "n_shared_experts", 0);
+    s.n_ff_shared = n_shared > 0 ? n_shared * s.n_ff_expert : json_int_or(j, "shared_expert_intermediate_size", 0);
+    s.n_layer_dense = json_int_or(j, "first_k_dense_replace", 0);
+  }
+  RETURN_IF_ERROR(validate_shape(s).with_context(name));
+  return s;
+}
+
+std::string shape_summary(const ModelShape& s) {
+  std::string out = fmt::format("{}: {} layers, dim {}, {} heads ({} KV, head dim {}), ffn {}, vocab {}", s.name, s.n_layer,
+                                s.n_embd, s.n_head, s.n_head_kv, s.head_dim_or_default(), s.n_ff, s.n_vocab);
+  if (s.is_moe())
+    out += fmt::format(", MoE {} experts ({} used) of ffn {}, shared ffn {}, {} dense blocks", s.n_expert,
+                       s.n_expert_used, s.n_ff_expert, s.n_ff_shared, s.n_layer_dense);
+  return out;
+}
+
+}  // namespace sluice::plan

@@ -1,0 +1,101 @@
+// ModelShape: the dimensions of a decoder-only transformer that the performance
+// model needs, and the parameter count by tensor class.
+//
+// A shape comes from a named preset (the models the essays work through), from a
+// GGUF file's metadata, or from an HF config.json. Dense and mixture-of-experts
+// models share one struct: n_expert == 0 means dense; otherwise each MoE block has
+// n_expert routed experts (n_expert_used per token) of width n_ff_expert, plus
+// optional always-on shared experts of total width n_ff_shared, and the first
+// n_layer_dense blocks keep a dense FFN of width n_ff.
+//
+// Parameter classes (what a weight format and a placement decision act on):
+//   embedding  token_embd        [n_vocab, n_embd]
+//   output     lm head           [n_vocab, n_embd]  (0 when tied to the embedding)
+//   attention  q, k, v, o        n_embd x (n_embd_q + 2 n_embd_kv) + n_embd_q x n_embd
+//   ffn        dense SwiGLU      3 n_embd n_ff  (+ shared experts in MoE blocks)
+//   experts    routed experts    3 n_embd n_ff_expert x n_expert   (per MoE block)
+//   router     gate              n_embd x n_expert                  (per MoE block)
+//   norm       RMSNorm vectors   2 n_embd per block + n_embd
+// Plain values; all functions are pure and thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/metadata.h"
+#include "sluice/status.h"
+
+namespace sluice::plan {
+
+struct ModelShape {
+  std::string name;
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;      // 0: n_embd / n_head
+  int64_t n_ff = 0;          // dense FFN width
+  int64_t n_ctx_train = 0;
+  bool tied_embeddings = false;
+  // Mixture of experts (all zero for a dense model).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_expert = 0;
+  int64_t n_ff_shared = 0;   // total width of the shared (always active) experts
+  int64_t n_layer_dense = 0; // leading blocks with a dense FFN
+
+  int64_t head_dim_or_default() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
+  int64_t n_embd_q() const { return n_head * head_dim_or_default(); }
+  int64_t n_embd_kv() const { return n_head_kv * head_dim_or_default(); }
+  bool is_moe() const { return n_expert > 0; }
+  int64_t n_layer_moe() const { return is_moe() ? n_layer - n_layer_dense : 0; }
+};
+
+// Parameter counts by class (see the table above).
+struct ParamCount {
+  int64_t embedding = 0;
+  int64_t output = 0;
+  int64_t attention = 0;
+  int64_t ffn = 0;           // dense FFNs and shared experts
+  int64_t experts = 0;       // all routed experts
+  int64_t experts_active = 0;// routed experts one token uses
+  int64_t router = 0;
+  int64_t norm = 0;
+
+  // Everything stored.
+  int64_t total() const { return embedding + output + attention + ffn + experts + router + norm; }
+  // Weight matrices only (no norm vectors): the count the CS336 lecture uses.
+  int64_t matrices() const { return total() - norm; }
+  // Parameters one token multiplies with (embedding lookup excluded: it is a copy).
+  int64_t active_matmul() const {
+    return (output > 0 ? output : embedding) + attention + ffn + experts_active + router;
+  }
+  // Total with routed experts counted at their active share (the "active" figure
+  // MoE model cards quote).
+  int64_t active() const { return total() - experts + experts_active; }
+};
+
+// Validates a shape (positive sizes, heads dividing evenly, MoE fields coherent).
+Status validate_shape(const ModelShape& shape);
+
+ParamCount count_params(const ModelShape& shape);
+
+// Named presets: llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, llama-3-70b,
+// llama-3.1-405b (alias 405b), glm-4.7 (the MoE of the QLoRA streaming essay).
+StatusOr<ModelShape> preset_shape(const std::string& name);
+std::vector<std::string> preset_names();
+
+// From GGUF-convention metadata ({arch}.embedding_length, ...; any architecture
+// that uses those keys). n_vocab falls back to the token list length.
+StatusOr<ModelShape> shape_from_metadata(const Metadata& md);
+
+// From the text of an HF config.json (llama, mistral, qwen2, mixtral, qwen2_moe,
+// deepseek/glm-style MoE keys). `name` labels messages.
+StatusOr<ModelShape> shape_from_hf_config(const std::string& json_text, const std::string& name);
+
+// One line: "llama-3-70b: 80 layers, dim 8192, 64 heads (8 KV), ffn 28672, vocab 128256".
+std::string shape_summary(const ModelShape& shape);
+
+}  // namespace sluice::plan
