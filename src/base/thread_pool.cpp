@@ -1,8 +1,16 @@
 #include "base/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 
 namespace sluice {
+namespace {
+
+// Pause-loop iterations a worker spins before sleeping (~100-300 us).
+constexpr int kSpinIterations = 20000;
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -12,30 +20,35 @@ ThreadPool::ThreadPool(int n_threads) {
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
   }
-  cv_start_.notify_all();
+  cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int, int)>* job;
-    {
+    // Spin briefly for the next job, then sleep until one arrives.
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen) {
+      if (++spins < kSpinIterations) {
+        _mm_pause();
+        continue;
+      }
       std::unique_lock<std::mutex> lock(mu_);
-      cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
+      n_sleeping_.fetch_add(1);
+      cv_.wait(lock, [&] { return generation_.load() != seen; });
+      n_sleeping_.fetch_sub(1);
+      break;
     }
-    (*job)(index, n_threads_);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--n_pending_ == 0) cv_done_.notify_one();
-    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    (*job_)(index, n_threads_);
+    n_done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
@@ -44,17 +57,16 @@ void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
-  {
+  job_ = &fn;
+  n_done_.store(0, std::memory_order_relaxed);
+  generation_.fetch_add(1);  // seq_cst: ordered before the sleeper check below
+  if (n_sleeping_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    n_pending_ = n_threads_ - 1;
-    ++generation_;
+    cv_.notify_all();
   }
-  cv_start_.notify_all();
   fn(0, n_threads_);
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_done_.wait(lock, [&] { return n_pending_ == 0; });
-  job_ = nullptr;
+  const int others = n_threads_ - 1;
+  while (n_done_.load(std::memory_order_acquire) != others) _mm_pause();
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {

@@ -115,9 +115,15 @@ SynthVocab synth_vocab(int64_t n_vocab) {
   for (char a : letters)
     for (char b : letters)
       for (char c : letters) add(kSpace + std::string{a, b, c}, 1);
-  for (int64_t i = 0; static_cast<int64_t>(v.tokens.size()) < n_vocab; ++i) {
-    add(fmt::format("<|reserved_{}|>", i), 5);
-  }
+  // Large vocabularies (128k) are filled with word-start 4-grams, reachable by
+  // merging a word-start trigram with a letter, so every token is real text.
+  for (char a : letters)
+    for (char b : letters)
+      for (char c : letters)
+        for (char d : letters) {
+          if (static_cast<int64_t>(v.tokens.size()) >= n_vocab) return v;
+          add(kSpace + std::string{a, b, c, d}, 1);
+        }
   return v;
 }
 

@@ -1,0 +1,53 @@
+// Matrix multiplication with dequantization fused into the inner loop.
+//
+//   y[t][r] = sum_i W[r][i] * x[t][i]     W: [n_out, n_in] of w.type (GGUF rows)
+//
+// Two steps, so activations are converted once per matmul, not once per row:
+//   1. convert_act(): each token's f32 activations -> the "activation format"
+//      the kernel for (w.type, isa) consumes: f32, bf16, or 8-bit blocks with
+//      scales (and block sums) for integer dot products on quantized weights.
+//   2. rows(): y for output rows [r0, r1) and all n_tok tokens. A thread pool
+//      calls it with disjoint row ranges.
+//
+// Contract every kernel keeps (the per-op tests check it bit for bit):
+//   - y[t][r] depends only on row r and token t: the same bits whatever n_tok,
+//     whatever r0/r1 split, whatever tile the token falls in. So decoding token by
+//     token equals one prefill, and the thread count does not change results.
+//   - rows() reads only rows [r0, r1) of W and writes only y[t][r0..r1).
+//   - No allocation, no locks: scratch lives on the stack or in the act buffer.
+// Each (type, isa) has a scalar reference (quant/quant.h dot_row) it is tested
+// against by normalized error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/ops.h"
+#include "quant/dtype.h"
+
+namespace sluice::cpu {
+
+struct MatmulKernel {
+  // Bytes of one token's converted activations for rows of n_in elements.
+  size_t (*act_row_bytes)(int64_t n_in) = nullptr;
+  // x: [n_in] f32 -> dst: act_row_bytes(n_in) bytes.
+  void (*convert_act)(const float* x, void* dst, int64_t n_in) = nullptr;
+  //   w:  [n_out rows of w_row_bytes]    (only rows r0..r1 are read)
+  //   xa: [n_tok, xa_stride bytes]       converted activations
+  //   y:  [n_tok, y_stride floats]       writes y[t * y_stride + r] for r in [r0, r1)
+  void (*rows)(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+               int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) = nullptr;
+  const char* name = "";  // e.g. "q4_K/avx512-vnni"
+};
+
+// The kernel for a weight type at an instruction-set level (falls back to the
+// best lower level that has one; every type has a scalar kernel).
+const MatmulKernel& matmul_kernel(DType type, Isa isa);
+
+// Implemented by the kernel families; return a kernel with rows == nullptr if
+// they have none for that exact (type, isa).
+MatmulKernel float_matmul_kernel(DType type, Isa isa);  // F32, F16, BF16
+MatmulKernel quant_matmul_kernel(DType type, Isa isa);  // Q8_0, Q4_0, Q4_K, Q6_K
+
+}  // namespace sluice::cpu
