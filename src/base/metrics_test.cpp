@@ -1,0 +1,55 @@
+#include "base/metrics.h"
+
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace sluice {
+namespace {
+
+TEST(Metrics, CountersAndGaugesByLabel) {
+  MetricRegistry r;
+  Counter* disk = r.counter("sluice_weight_bytes_read_total", "Weight bytes read", "tier=\"disk\"");
+  Counter* host = r.counter("sluice_weight_bytes_read_total", "Weight bytes read", "tier=\"host\"");
+  EXPECT_EQ(disk, r.counter("sluice_weight_bytes_read_total", "Weight bytes read", "tier=\"disk\""));
+  disk->add(100);
+  host->add(5);
+  r.gauge("sluice_running", "Running sequences")->set(3);
+  EXPECT_EQ(r.value("sluice_weight_bytes_read_total", "tier=\"disk\""), 100);
+  EXPECT_EQ(r.value("sluice_running"), 3);
+  EXPECT_EQ(r.value("missing"), 0);
+  const std::string text = r.render_prometheus();
+  EXPECT_NE(text.find("# TYPE sluice_weight_bytes_read_total counter"), std::string::npos);
+  EXPECT_NE(text.find("sluice_weight_bytes_read_total{tier=\"disk\"} 100"), std::string::npos);
+  EXPECT_NE(text.find("sluice_running 3"), std::string::npos);
+}
+
+TEST(Metrics, HistogramBucketsAreCumulativeAndQuantilesInterpolate) {
+  MetricRegistry r;
+  Histogram* h = r.histogram("sluice_ttft_seconds", "Time to first token", {0.1, 0.2, 0.4});
+  for (double v : {0.05, 0.15, 0.15, 0.3, 1.0}) h->observe(v);
+  EXPECT_EQ(h->count(), 5u);
+  EXPECT_DOUBLE_EQ(h->sum(), 1.65);
+  EXPECT_EQ(h->cumulative_count(0), 1u);
+  EXPECT_EQ(h->cumulative_count(1), 3u);
+  EXPECT_EQ(h->cumulative_count(2), 4u);
+  EXPECT_GT(h->quantile(0.5), 0.1);
+  EXPECT_LE(h->quantile(0.5), 0.2);
+  const std::string text = r.render_prometheus();
+  EXPECT_NE(text.find("sluice_ttft_seconds_bucket{le=\"0.2\"} 3"), std::string::npos);
+  EXPECT_NE(text.find("sluice_ttft_seconds_bucket{le=\"+Inf\"} 5"), std::string::npos);
+  EXPECT_NE(text.find("sluice_ttft_seconds_count 5"), std::string::npos);
+}
+
+TEST(Metrics, ConcurrentUpdatesAreNotLost) {
+  MetricRegistry r;
+  Counter* c = r.counter("c_total", "c");
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i) ts.emplace_back([&] { for (int k = 0; k < 10000; ++k) c->add(1); });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(c->value(), 40000);
+}
+
+}  // namespace
+}  // namespace sluice
