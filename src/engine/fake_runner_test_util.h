@@ -1,0 +1,171 @@
+// Test helpers for the scheduler: a fake model over a simulated paged KV cache.
+//
+// Each KV "row" of the simulation is a cell {token, pos}. The fake runner executes
+// a StepPlan exactly as a real runner must (swap out, swap in, copies, forward):
+// the forward writes the cell of every computed position through the block table,
+// and to sample it reads the cells of positions 0 .. end - 1 back through the
+// block table (its "attention") and returns next_token(seq, those tokens). So a
+// wrong table, a missed copy-on-write, a lost swap or a stale prefix hit changes
+// the tokens produced, and the outputs stop matching an unbatched reference run.
+// Not thread-safe (test-only).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "engine/scheduler.h"
+
+namespace sluice::testing {
+
+// The fake model: next token = f(sequence id, all tokens so far), in [0, vocab).
+inline int32_t fake_next_token(SeqId id, std::span<const int32_t> tokens, int32_t vocab) {
+  return static_cast<int32_t>(XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), static_cast<uint64_t>(id)) %
+                              static_cast<uint64_t>(vocab));
+}
+
+// What generation gives for one sequence alone: the reference outputs.
+inline std::vector<int32_t> reference_generate(SeqId id, std::vector<int32_t> tokens, int64_t max_tokens,
+                                               const std::vector<int32_t>& stop_tokens, int32_t vocab) {
+  std::vector<int32_t> out;
+  while (static_cast<int64_t>(out.size()) < max_tokens) {
+    const int32_t t = fake_next_token(id, tokens, vocab);
+    out.push_back(t);
+    tokens.push_back(t);
+    bool stop = false;
+    for (const int32_t s : stop_tokens) stop |= s == t;
+    if (stop) break;
+  }
+  return out;
+}
+
+struct Cell {
+  int32_t token = -1;
+  int64_t pos = -1;
+};
+
+class FakeRunner {
+ public:
+  FakeRunner(int64_t n_blocks, int64_t n_host_blocks, int64_t block_size, int32_t vocab)
+      : block_size_(block_size),
+        vocab_(vocab),
+        device_(static_cast<size_t>(n_blocks * block_size)),
+        host_(static_cast<size_t>(n_host_blocks * block_size)) {}
+
+  // Executes `plan`; `blocks` is the scheduler's manager right after schedule(),
+  // used to check that no write lands in a shared or registered block.
+  StepOutput run(const StepPlan& plan, const BlockManager& blocks) {
+    EXPECT_TRUE(plan.swap_out.empty() || plan.swap_in.empty()) << "swaps in both directions in one step";
+    for (const BlockSwap& m : plan.swap_out) copy_block(device_, m.device_block, &host_, m.host_slot);
+    for (const BlockSwap& m : plan.swap_in) copy_block(host_, m.host_slot, &device_, m.device_block);
+    for (const BlockCopy& c : plan.copies) copy_block(device_, c.src, &device_, c.dst);
+    StepOutput out;
+    std::set<std::pair<int32_t, int64_t>> written;
+    for (const ScheduledSeq& s : plan.seqs) {
+      const int64_t end = s.pos0 + static_cast<int64_t>(s.tokens.size());
+      EXPECT_LE(end, static_cast<int64_t>(s.block_table.size()) * block_size_) << "seq " << s.id;
+      for (size_t i = 0; i < s.tokens.size(); ++i) {
+        const int64_t pos = s.pos0 + static_cast<int64_t>(i);
+        const int32_t block = s.block_table[static_cast<size_t>(pos / block_size_)];
+        EXPECT_TRUE(written.insert({block, pos % block_size_}).second)
+            << "two writes to block " << block << " slot " << pos % block_size_;
+        EXPECT_EQ(blocks.pool().ref_count(block), 1) << "seq " << s.id << " writes shared block " << block;
+        EXPECT_FALSE(blocks.pool().has_hash(block)) << "seq " << s.id << " writes registered block " << block;
+        device_[static_cast<size_t>(block * block_size_ + pos % block_size_)] = Cell{s.tokens[i], pos};
+      }
+      if (!s.sample) continue;
+      std::vector<int32_t> seen;
+      seen.reserve(static_cast<size_t>(end));
+      for (int64_t pos = 0; pos < end; ++pos) {
+        const int32_t block = s.block_table[static_cast<size_t>(pos / block_size_)];
+        const Cell& c = device_[static_cast<size_t>(block * block_size_ + pos % block_size_)];
+        EXPECT_EQ(c.pos, pos) << "seq " << s.id << " reads a row of another position in block " << block;
+        seen.push_back(c.token);
+      }
+      out.seqs.push_back(SeqOutput{.id = s.id, .tokens = {fake_next_token(s.id, seen, vocab_)}});
+    }
+    return out;
+  }
+
+ private:
+  void copy_block(const std::vector<Cell>& from, int32_t src, std::vector<Cell>* to, int32_t dst) {
+    for (int64_t i = 0; i < block_size_; ++i) {
+      (*to)[static_cast<size_t>(dst * block_size_ + i)] = from[static_cast<size_t>(src * block_size_ + i)];
+    }
+  }
+
+  int64_t block_size_;
+  int32_t vocab_;
+  std::vector<Cell> device_;  // [n_blocks * block_size]
+  std::vector<Cell> host_;    // [n_host_blocks * block_size]
+};
+
+// Checks a plan against the scheduler's limits.
+inline void expect_plan_within_limits(const StepPlan& plan, const SchedulerConfig& config) {
+  int64_t n = 0;
+  std::set<SeqId> ids;
+  for (const ScheduledSeq& s : plan.seqs) {
+    EXPECT_FALSE(s.tokens.empty());
+    EXPECT_TRUE(ids.insert(s.id).second) << "seq " << s.id << " twice in one step";
+    if (config.long_prefill_token_threshold > 0) {
+      EXPECT_LE(static_cast<int64_t>(s.tokens.size()), config.long_prefill_token_threshold);
+    }
+    n += static_cast<int64_t>(s.tokens.size());
+  }
+  EXPECT_EQ(n, plan.n_batch_tokens);
+  EXPECT_LE(n, config.max_batch_tokens);
+  EXPECT_LE(static_cast<int64_t>(plan.seqs.size()), config.max_seqs);
+}
+
+// Drives a Scheduler with a FakeRunner, checking the scheduler's invariants and
+// limits after every schedule() and every update().
+class Driver {
+ public:
+  Driver(const SchedulerConfig& config, const BlockManagerConfig& blocks, int32_t vocab)
+      : sched(config, blocks), runner(blocks.n_blocks, blocks.n_host_blocks, blocks.block_size, vocab) {}
+
+  // One step: schedule, run, update. Returns the plan it ran.
+  StepPlan step() {
+    StepPlan plan = sched.schedule();
+    check("after schedule");
+    expect_plan_within_limits(plan, sched.config());
+    StepOutput out = runner.run(plan, sched.blocks());
+    const Status st = sched.update(out);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    check("after update");
+    collect();
+    return plan;
+  }
+
+  // Steps until nothing is left; false if that takes more than max_steps or a
+  // step plans nothing while sequences are unfinished.
+  bool run_to_completion(int max_steps) {
+    for (int i = 0; i < max_steps && sched.has_unfinished(); ++i) {
+      if (step().empty()) return false;
+    }
+    return !sched.has_unfinished();
+  }
+
+  void collect() {
+    for (Sequence& s : sched.take_finished()) finished.emplace(s.id, std::move(s));
+  }
+
+  void check(const char* when) {
+    const Status st = sched.check_invariants();
+    EXPECT_TRUE(st.ok()) << when << ": " << st.to_string();
+    if (!st.ok()) ++n_invariant_failures;
+  }
+
+  Scheduler sched;
+  FakeRunner runner;
+  std::map<SeqId, Sequence> finished;
+  int n_invariant_failures = 0;
+};
+
+}  // namespace sluice::testing

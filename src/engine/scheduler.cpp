@@ -1,0 +1,349 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "base/check.h"
+
+namespace sluice {
+
+Status validate_scheduler_config(const SchedulerConfig& config, const BlockManagerConfig& blocks) {
+  if (config.max_batch_tokens < 1) {
+    return invalid_argument("scheduler: max_batch_tokens must be at least 1, got {}", config.max_batch_tokens);
+  }
+  if (config.max_seqs < 1) return invalid_argument("scheduler: max_seqs must be at least 1, got {}", config.max_seqs);
+  if (config.long_prefill_token_threshold < 0) {
+    return invalid_argument("scheduler: long_prefill_token_threshold must not be negative, got {}",
+                            config.long_prefill_token_threshold);
+  }
+  if (config.watermark_blocks < 0) {
+    return invalid_argument("scheduler: watermark_blocks must not be negative, got {}", config.watermark_blocks);
+  }
+  if (blocks.n_blocks < 1 || blocks.block_size < 1 || blocks.n_host_blocks < 0) {
+    return invalid_argument("scheduler: {} blocks of {} tokens and {} host slots is not a KV pool", blocks.n_blocks,
+                            blocks.block_size, blocks.n_host_blocks);
+  }
+  return Status::ok_status();
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, const BlockManagerConfig& blocks)
+    : config_(config), blocks_(blocks) {
+  CHECK(validate_scheduler_config(config, blocks).ok());
+}
+
+Sequence& Scheduler::seq(SeqId id) {
+  auto it = seqs_.find(id);
+  CHECK(it != seqs_.end());
+  return it->second;
+}
+
+const Sequence* Scheduler::find(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : &it->second;
+}
+
+void Scheduler::insert_sorted(std::vector<SeqId>* queue, SeqId id) {
+  auto pos = std::upper_bound(queue->begin(), queue->end(), id,
+                              [&](SeqId a, SeqId b) { return schedules_before(seq(a), seq(b)); });
+  queue->insert(pos, id);
+}
+
+void Scheduler::erase_from(std::vector<SeqId>* queue, SeqId id) {
+  auto it = std::find(queue->begin(), queue->end(), id);
+  CHECK(it != queue->end());
+  queue->erase(it);
+}
+
+Status Scheduler::add(SeqId id, SequenceParams params) {
+  RETURN_IF_ERROR(validate_sequence_params(params));
+  if (seqs_.count(id)) return invalid_argument("scheduler: sequence id {} is in use", id);
+  // The most slots a sequence reserves is prompt + max_tokens - 1 (its last token
+  // is sampled, never computed); it must fit the whole pool, or it could never run.
+  const int64_t n_capacity = blocks_.pool().n_total() * blocks_.block_size();
+  const int64_t n_prompt = static_cast<int64_t>(params.prompt.size());
+  if (n_prompt > n_capacity || params.max_tokens - 1 > n_capacity - n_prompt) {
+    return resource_exhausted("scheduler: sequence {} needs up to {} + {} - 1 token slots, the pool has {}", id,
+                              n_prompt, params.max_tokens, n_capacity);
+  }
+  seqs_.emplace(id, Sequence::from_params(id, std::move(params), next_arrival_++));
+  insert_sorted(&waiting_, id);
+  return Status::ok_status();
+}
+
+void Scheduler::reserve_slots(Sequence& s, StepPlan* plan) {
+  const int64_t n_reserved = blocks_.n_tokens(s.id);
+  CHECK(n_reserved <= s.n_total());
+  if (n_reserved == s.n_total()) return;
+  StatusOr<std::vector<BlockCopy>> copies =
+      blocks_.append(s.id, std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(n_reserved)));
+  CHECK(copies.ok());  // the caller checked can_append
+  plan->copies.insert(plan->copies.end(), copies->begin(), copies->end());
+}
+
+void Scheduler::schedule_chunk(const Sequence& s, int64_t* budget, StepPlan* plan) {
+  CHECK(s.n_uncomputed() > 0 && *budget > 0);
+  int64_t n = std::min(s.n_uncomputed(), *budget);
+  if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
+  const std::span<const int32_t> chunk =
+      std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.n_computed), static_cast<size_t>(n));
+  const std::span<const int32_t> table = blocks_.block_table(s.id);
+  const bool sample = s.n_computed + n == s.n_total();
+  plan->seqs.push_back(ScheduledSeq{
+      .id = s.id,
+      .tokens = std::vector<int32_t>(chunk.begin(), chunk.end()),
+      .pos0 = s.n_computed,
+      .block_table = std::vector<int32_t>(table.begin(), table.end()),
+      .sample = sample,
+  });
+  plan->n_batch_tokens += n;
+  in_flight_.push_back({.id = s.id, .n_tokens = n, .sample = sample});
+  *budget -= n;
+}
+
+void Scheduler::preempt(SeqId id, StepPlan* plan) {
+  Sequence& s = seq(id);
+  ++s.n_preemptions;
+  plan->preempted.push_back(id);
+  if (config_.preemption_mode == PreemptionMode::kSwap && blocks_.can_swap_out(id)) {
+    StatusOr<std::vector<BlockSwap>> moves = blocks_.swap_out(id);
+    CHECK(moves.ok());
+    plan->swap_out.insert(plan->swap_out.end(), moves->begin(), moves->end());
+    s.state = SeqState::kSwapped;
+    insert_sorted(&swapped_, id);
+    ++stats_.n_preempted_swap;
+    return;
+  }
+  CHECK(blocks_.free(id).ok());
+  s.n_computed = 0;
+  s.state = SeqState::kWaiting;
+  insert_sorted(&waiting_, id);
+  ++stats_.n_preempted_recompute;
+}
+
+StepPlan Scheduler::schedule() {
+  CHECK(in_flight_.empty());
+  StepPlan plan;
+  int64_t budget = config_.max_batch_tokens;
+
+  // 1. Running sequences, in queue order.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence& s = seq(running_[i]);
+    const int64_t n_new = s.n_total() - blocks_.n_tokens(s.id);
+    bool self_preempted = false;
+    while (!blocks_.can_append(s.id, n_new)) {
+      if (running_.size() - 1 > i) {
+        const SeqId victim = running_.back();
+        running_.pop_back();
+        preempt(victim, &plan);
+      } else {
+        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+        preempt(s.id, &plan);
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;  // it was the last one
+    reserve_slots(s, &plan);
+    schedule_chunk(s, &budget, &plan);
+    ++i;
+  }
+  const bool preempted_any = !plan.preempted.empty();
+
+  // 2. Swapped sequences come back while they fit.
+  while (!preempted_any && !swapped_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_seqs) {
+    Sequence& s = seq(swapped_.front());
+    if (!blocks_.can_swap_in(s.id, s.n_total() - blocks_.n_tokens(s.id))) break;
+    StatusOr<std::vector<BlockSwap>> moves = blocks_.swap_in(s.id);
+    CHECK(moves.ok());
+    plan.swap_in.insert(plan.swap_in.end(), moves->begin(), moves->end());
+    swapped_.erase(swapped_.begin());
+    s.state = SeqState::kRunning;
+    insert_sorted(&running_, s.id);
+    ++stats_.n_swapped_in;
+    reserve_slots(s, &plan);
+    schedule_chunk(s, &budget, &plan);
+  }
+
+  // 3. Waiting sequences are admitted while they fit, strictly in order.
+  while (!preempted_any && swapped_.empty() && !waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_seqs) {
+    Sequence& s = seq(waiting_.front());
+    const int64_t reserve = running_.empty() ? 0 : config_.watermark_blocks;
+    if (!blocks_.can_allocate(s.tokens, reserve)) break;
+    StatusOr<int64_t> n_cached = blocks_.allocate(s.id, s.tokens);
+    CHECK(n_cached.ok());
+    s.n_computed = *n_cached;
+    waiting_.erase(waiting_.begin());
+    s.state = SeqState::kRunning;
+    insert_sorted(&running_, s.id);
+    schedule_chunk(s, &budget, &plan);
+  }
+
+  if (!plan.seqs.empty()) ++stats_.n_steps;
+  stats_.n_scheduled_tokens += plan.n_batch_tokens;
+  return plan;
+}
+
+Status Scheduler::update(const StepOutput& output) {
+  if (in_flight_.empty()) {
+    if (output.seqs.empty()) return Status::ok_status();
+    return invalid_argument("scheduler update: {} outputs but no step in flight", output.seqs.size());
+  }
+  auto is_aborted = [&](SeqId id) {
+    return std::find(pending_aborts_.begin(), pending_aborts_.end(), id) != pending_aborts_.end();
+  };
+  // Validate everything before changing anything.
+  std::vector<const SeqOutput*> out_of(in_flight_.size(), nullptr);
+  for (const SeqOutput& o : output.seqs) {
+    auto it = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const InFlight& f) { return f.id == o.id; });
+    if (it == in_flight_.end() || !it->sample) {
+      return invalid_argument("scheduler update: sequence {} was not scheduled to sample", o.id);
+    }
+    const size_t k = static_cast<size_t>(it - in_flight_.begin());
+    if (out_of[k]) return invalid_argument("scheduler update: two outputs for sequence {}", o.id);
+    if (o.tokens.empty()) return invalid_argument("scheduler update: no token for sequence {}", o.id);
+    out_of[k] = &o;
+  }
+  for (size_t k = 0; k < in_flight_.size(); ++k) {
+    if (in_flight_[k].sample && !out_of[k] && !is_aborted(in_flight_[k].id)) {
+      return invalid_argument("scheduler update: no output for sequence {}", in_flight_[k].id);
+    }
+  }
+  for (size_t k = 0; k < in_flight_.size(); ++k) {
+    const InFlight& f = in_flight_[k];
+    Sequence& s = seq(f.id);
+    s.n_computed += f.n_tokens;
+    if (is_aborted(f.id)) {
+      finish(f.id, FinishReason::kAbort);
+      continue;
+    }
+    FinishReason reason = FinishReason::kNone;
+    if (f.sample) reason = s.append_generated(out_of[k]->tokens);
+    CHECK(blocks_.mark_computed(f.id, s.n_computed).ok());
+    if (reason != FinishReason::kNone) finish(f.id, reason);
+  }
+  in_flight_.clear();
+  pending_aborts_.clear();
+  return Status::ok_status();
+}
+
+void Scheduler::finish(SeqId id, FinishReason reason) {
+  Sequence& s = seq(id);
+  switch (s.state) {
+    case SeqState::kWaiting: erase_from(&waiting_, id); break;
+    case SeqState::kRunning: erase_from(&running_, id); break;
+    case SeqState::kSwapped: erase_from(&swapped_, id); break;
+    case SeqState::kFinished: CHECK(false); break;
+  }
+  if (blocks_.has_seq(id)) CHECK(blocks_.free(id).ok());
+  s.state = SeqState::kFinished;
+  s.finish_reason = reason;
+  ++stats_.n_finished;
+  if (reason == FinishReason::kAbort) ++stats_.n_aborted;
+  finished_.push_back(std::move(s));
+  seqs_.erase(id);
+}
+
+Status Scheduler::abort(SeqId id) {
+  if (!seqs_.count(id)) return not_found("scheduler abort: no unfinished sequence {}", id);
+  const bool in_step =
+      std::any_of(in_flight_.begin(), in_flight_.end(), [&](const InFlight& f) { return f.id == id; });
+  if (in_step) {
+    // Its rows may be being written right now; release them at update.
+    if (std::find(pending_aborts_.begin(), pending_aborts_.end(), id) == pending_aborts_.end()) {
+      pending_aborts_.push_back(id);
+    }
+    return Status::ok_status();
+  }
+  finish(id, FinishReason::kAbort);
+  return Status::ok_status();
+}
+
+Status Scheduler::fork(SeqId parent, SeqId child) {
+  if (!in_flight_.empty()) return invalid_argument("scheduler fork: only between steps");
+  auto it = seqs_.find(parent);
+  if (it == seqs_.end()) return not_found("scheduler fork: no unfinished sequence {}", parent);
+  if (seqs_.count(child)) return invalid_argument("scheduler fork: sequence id {} is in use", child);
+  const Sequence& p = it->second;
+  if (p.state == SeqState::kSwapped) return invalid_argument("scheduler fork: sequence {} is swapped out", parent);
+  if (p.state == SeqState::kRunning) {
+    if (blocks_.n_tokens(parent) != p.n_computed) {
+      return invalid_argument("scheduler fork: sequence {} is still in prefill", parent);
+    }
+    if (static_cast<int64_t>(running_.size()) >= config_.max_seqs) {
+      return resource_exhausted("scheduler fork: {} sequences already run", running_.size());
+    }
+  }
+  Sequence c = p;
+  c.id = child;
+  c.arrival = next_arrival_++;
+  c.n_preemptions = 0;
+  if (c.state == SeqState::kRunning) RETURN_IF_ERROR(blocks_.fork(parent, child));
+  const SeqState state = c.state;
+  seqs_.emplace(child, std::move(c));
+  insert_sorted(state == SeqState::kRunning ? &running_ : &waiting_, child);
+  return Status::ok_status();
+}
+
+std::vector<Sequence> Scheduler::take_finished() {
+  std::vector<Sequence> out = std::move(finished_);
+  finished_.clear();
+  return out;
+}
+
+Status Scheduler::check_invariants() const {
+  RETURN_IF_ERROR(blocks_.check_invariants());
+  const std::pair<const std::vector<SeqId>*, SeqState> queues[] = {
+      {&waiting_, SeqState::kWaiting}, {&running_, SeqState::kRunning}, {&swapped_, SeqState::kSwapped}};
+  size_t n_queued = 0;
+  for (const auto& [queue, state] : queues) {
+    n_queued += queue->size();
+    for (size_t i = 0; i < queue->size(); ++i) {
+      const SeqId id = (*queue)[i];
+      auto it = seqs_.find(id);
+      if (it == seqs_.end()) return internal_error("scheduler: queued sequence {} is unknown", id);
+      const Sequence& s = it->second;
+      if (s.state != state) {
+        return internal_error("scheduler: sequence {} is {} in the {} queue", id, seq_state_name(s.state),
+                              seq_state_name(state));
+      }
+      if (i > 0 && !schedules_before(seqs_.at((*queue)[i - 1]), s)) {
+        return internal_error("scheduler: {} queue out of order at sequence {}", seq_state_name(state), id);
+      }
+      const int64_t n_reserved = blocks_.n_tokens(id);
+      const bool resident = state != SeqState::kWaiting;
+      if (blocks_.has_seq(id) != resident || blocks_.is_swapped(id) != (state == SeqState::kSwapped)) {
+        return internal_error("scheduler: {} sequence {} has the wrong kind of blocks", seq_state_name(state), id);
+      }
+      if (resident) {
+        const std::span<const int32_t> reserved = blocks_.tokens(id);
+        if (n_reserved > s.n_total() || !std::equal(reserved.begin(), reserved.end(), s.tokens.begin())) {
+          return internal_error("scheduler: sequence {} reserved tokens are not a prefix of its tokens", id);
+        }
+      }
+      const int64_t n_computed_max = state == SeqState::kWaiting ? 0 : n_reserved;
+      if (s.n_computed < 0 || s.n_computed > n_computed_max || (in_flight_.empty() && s.n_uncomputed() < 1)) {
+        return internal_error("scheduler: sequence {} has {} computed of {} reserved, {} total", id, s.n_computed,
+                              n_reserved, s.n_total());
+      }
+      if (s.n_generated() >= s.max_tokens || s.n_prompt < 1) {
+        return internal_error("scheduler: sequence {} has {} generated of {} allowed", id, s.n_generated(),
+                              s.max_tokens);
+      }
+    }
+  }
+  if (n_queued != seqs_.size()) {
+    return internal_error("scheduler: {} sequences queued, {} unfinished", n_queued, seqs_.size());
+  }
+  if (static_cast<int64_t>(running_.size()) > config_.max_seqs) {
+    return internal_error("scheduler: {} running over max_seqs {}", running_.size(), config_.max_seqs);
+  }
+  if (blocks_.n_seqs() != n_running() + n_swapped()) {
+    return internal_error("scheduler: block manager has {} sequences, {} running + swapped", blocks_.n_seqs(),
+                          n_running() + n_swapped());
+  }
+  return Status::ok_status();
+}
+
+}  // namespace sluice

@@ -1,0 +1,85 @@
+// Sequence: one request's tokens and its progress through the scheduler.
+//
+// The scheduler's single rule is stated in two numbers:
+//
+//   tokens:     [ prompt ............ | generated ...... ]
+//                0                    n_prompt            n_total
+//   n_computed: leading tokens whose K/V rows exist in the cache
+//
+// Each step gives a sequence tokens n_computed .. n_computed + k - 1 to compute;
+// when the chunk reaches n_total the step samples a token, which is appended, so
+// n_total grows by one and the sequence again has one token to compute (decode).
+// A prefix-cache hit starts n_computed above 0; preemption by recompute resets it
+// to 0 (the generated tokens stay and are recomputed like prompt tokens).
+//
+// State moves:
+//
+//   waiting --admit--> running --finish/abort--> finished
+//      ^                |   ^
+//      +--recompute-----+   +--swap in-- swapped <--swap out-- running
+//
+// Plain data, owned by the Scheduler; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kv/block_manager.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+enum class SeqState { kWaiting, kRunning, kSwapped, kFinished };
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+
+const char* seq_state_name(SeqState state);
+const char* finish_reason_name(FinishReason reason);
+
+// What a caller submits.
+struct SequenceParams {
+  std::vector<int32_t> prompt;       // token ids, at least one
+  int64_t max_tokens = 256;          // generated tokens at most, at least 1
+  std::vector<int32_t> stop_tokens;  // generation ends after emitting any of these
+  int32_t priority = 0;              // higher is scheduled first; FCFS within one
+};
+
+// Errors: empty prompt, max_tokens < 1.
+Status validate_sequence_params(const SequenceParams& params);
+
+struct Sequence {
+  SeqId id = 0;
+  std::vector<int32_t> tokens;  // prompt then generated
+  int64_t n_prompt = 0;
+  int64_t n_computed = 0;       // leading tokens with K/V in the cache
+  int64_t max_tokens = 0;
+  std::vector<int32_t> stop_tokens;
+  int32_t priority = 0;
+  uint64_t arrival = 0;         // order of submission (forks get a new one)
+  SeqState state = SeqState::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  int64_t n_preemptions = 0;
+
+  static Sequence from_params(SeqId id, SequenceParams params, uint64_t arrival);
+
+  int64_t n_total() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t n_generated() const { return n_total() - n_prompt; }
+  // Tokens still to compute before the next sample.
+  int64_t n_uncomputed() const { return n_total() - n_computed; }
+  std::span<const int32_t> prompt() const { return std::span<const int32_t>(tokens).first(n_prompt); }
+  std::span<const int32_t> generated() const {
+    return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(n_prompt));
+  }
+  bool is_finished() const { return state == SeqState::kFinished; }
+
+  // Appends sampled tokens in order, stopping after the first stop token or when
+  // max_tokens are generated (the rest are dropped). Returns why the sequence is
+  // now finished, or kNone. The caller sets state.
+  FinishReason append_generated(std::span<const int32_t> new_tokens);
+};
+
+// Queue order: higher priority first, then earlier arrival. The last sequence in
+// this order is the first to be preempted.
+bool schedules_before(const Sequence& a, const Sequence& b);
+
+}  // namespace sluice
