@@ -1,7 +1,7 @@
 #include "backend/cpu/matmul.h"
 
+#include <algorithm>
 #include <array>
-#include <mutex>
 
 #include "base/check.h"
 
@@ -40,6 +40,76 @@ const MatmulKernel& matmul_kernel(DType type, Isa isa) {
   }
   CHECK(false && "matmul_kernel: unsupported type");
   return table[0][0];
+}
+
+size_t matmul_scratch_bytes(int64_t n_tok, int64_t n_in) {
+  // The widest activation format is f32 (4 bytes per element); 64 bytes of slack
+  // per row cover block headers and alignment.
+  return 2 * static_cast<size_t>(n_tok) * (static_cast<size_t>(n_in) * 4 + 64);
+}
+
+void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in, int64_t n_tok,
+                  uint8_t* scratch, ThreadPool& pool, Isa isa) {
+  CHECK(!jobs.empty() && jobs.size() <= 4);
+  // Activation buffers: one per distinct weight type (at most two).
+  struct Act {
+    DType type;
+    const MatmulKernel* k;
+    uint8_t* data;
+    size_t stride;
+  };
+  Act acts[2];
+  int n_acts = 0;
+  int act_of[4];
+  uint8_t* next = scratch;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    CHECK(jobs[j].w.n_in == n_in);
+    int found = -1;
+    for (int a = 0; a < n_acts; ++a)
+      if (acts[a].type == jobs[j].w.type) found = a;
+    if (found < 0) {
+      CHECK(n_acts < 2);
+      const MatmulKernel& k = matmul_kernel(jobs[j].w.type, isa);
+      const size_t stride = (k.act_row_bytes(n_in) + 63) & ~size_t{63};
+      acts[n_acts] = Act{jobs[j].w.type, &k, next, stride};
+      next += stride * static_cast<size_t>(n_tok);
+      found = n_acts++;
+    }
+    act_of[j] = found;
+  }
+
+  // Total rows over all jobs, split into contiguous ranges aligned to 16 rows.
+  int64_t total = 0;
+  for (const MatmulJob& j : jobs) total += j.w.n_out;
+  const int n_jobs = static_cast<int>(jobs.size());
+
+  auto convert = [&](int64_t t0, int64_t t1) {
+    for (int a = 0; a < n_acts; ++a)
+      for (int64_t t = t0; t < t1; ++t)
+        acts[a].k->convert_act(x + t * n_in, acts[a].data + static_cast<size_t>(t) * acts[a].stride, n_in);
+  };
+  const bool convert_inside = n_tok >= 4;  // small batches: convert on this thread
+  if (!convert_inside) convert(0, n_tok);
+  if (convert_inside) pool.parallel_for(n_tok, convert);
+
+  pool.run_on_all([&](int ti, int nt) {
+    auto split = [&](int i) {
+      const int64_t r = total * i / nt;
+      return i == nt ? total : std::min(total, (r + 8) / 16 * 16);
+    };
+    int64_t begin = split(ti), end = split(ti + 1);
+    int64_t base = 0;
+    for (int j = 0; j < n_jobs && begin < end; ++j) {
+      const WeightView& w = jobs[static_cast<size_t>(j)].w;
+      const int64_t lo = std::max(begin, base), hi = std::min(end, base + w.n_out);
+      if (lo < hi) {
+        const Act& a = acts[act_of[j]];
+        a.k->rows(w.data, row_bytes(w.type, n_in), n_in, a.data, a.stride, n_tok, jobs[static_cast<size_t>(j)].y,
+                  w.n_out, lo - base, hi - base);
+      }
+      base += w.n_out;
+    }
+  });
 }
 
 }  // namespace sluice::cpu

@@ -21,9 +21,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/ops.h"
+#include "base/thread_pool.h"
 #include "quant/dtype.h"
 
 namespace sluice::cpu {
@@ -49,5 +51,22 @@ const MatmulKernel& matmul_kernel(DType type, Isa isa);
 // they have none for that exact (type, isa).
 MatmulKernel float_matmul_kernel(DType type, Isa isa);  // F32, F16, BF16
 MatmulKernel quant_matmul_kernel(DType type, Isa isa);  // Q8_0, Q4_0, Q4_K, Q6_K
+
+// One output of a matmul group: y = w x, y: [n_tok, w.n_out].
+struct MatmulJob {
+  WeightView w;
+  float* y;
+};
+
+// Bytes of scratch matmul_group needs for n_tok tokens of n_in activations
+// (room for two activation formats, for groups mixing weight types).
+size_t matmul_scratch_bytes(int64_t n_tok, int64_t n_in);
+
+// Runs several matmuls that share one input (q/k/v; gate/up) as one parallel
+// step: activations are converted once per weight type, then the rows of all
+// jobs are split across the pool's threads.
+//   x: [n_tok, n_in];  scratch: matmul_scratch_bytes(n_tok, n_in) bytes
+void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in, int64_t n_tok,
+                  uint8_t* scratch, ThreadPool& pool, Isa isa);
 
 }  // namespace sluice::cpu

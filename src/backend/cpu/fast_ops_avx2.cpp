@@ -1,0 +1,206 @@
+// AVX2 + FMA fast ops (compiled with -mavx2 -mfma -mf16c; called only when the
+// CPU has them). Every helper has internal linkage; tails use vmaskmovps.
+#include <immintrin.h>
+
+#include "backend/cpu/fast_ops_isa.h"
+
+namespace sluice::cpu::fast {
+namespace {
+
+// Positions per online-softmax block (one vector of scores).
+constexpr int64_t kPosBlock = 8;
+
+// Lane masks for the first k < 8 lanes: load 8 ints at kTailMask + 8 - k.
+alignas(32) const int32_t kTailMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+
+__m256i tail_mask(int64_t k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTailMask + 8 - k)); }
+
+float hsum(__m256 v) {
+  __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_add_ss(b, _mm_movehdup_ps(b));
+  return _mm_cvtss_f32(b);
+}
+
+float hmax(__m256 v) {
+  __m128 b = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  b = _mm_max_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_max_ss(b, _mm_movehdup_ps(b));
+  return _mm_cvtss_f32(b);
+}
+
+// e^x, relative error ~2 ulp: x = n ln2 + r, |r| <= ln2/2, e^r by its degree-7
+// Taylor polynomial, times 2^n built in the exponent field. x is clamped to
+// [-87.3, 88.3] so 2^n stays a normal float; results below -87.3 are 0.
+// NaN propagates.
+__m256 exp_ps(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_max_ps(lo, x);  // max(c, NaN) = NaN
+  x = _mm256_min_ps(_mm256_set1_ps(88.3f), x);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+float exp_scalar(float x) { return _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(x))); }
+
+// dot(a, b) over n floats with one accumulator.
+float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  if (i < n) {
+    const __m256i m = tail_mask(n - i);
+    acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), acc);
+  }
+  return hsum(acc);
+}
+
+}  // namespace
+
+void rmsnorm_avx2(const float* x, const float* weight, float* out, int64_t n_tokens, int64_t n, float eps) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * n;
+    float* ot = out + t * n;
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m256 a = _mm256_loadu_ps(xt + i), b = _mm256_loadu_ps(xt + i + 8);
+      s0 = _mm256_fmadd_ps(a, a, s0);
+      s1 = _mm256_fmadd_ps(b, b, s1);
+    }
+    for (; i < n; i += 8) {
+      const __m256 a = _mm256_maskload_ps(xt + i, tail_mask(n - i < 8 ? n - i : 8));
+      s0 = _mm256_fmadd_ps(a, a, s0);
+    }
+    const float ss = hsum(_mm256_add_ps(s0, s1)) / static_cast<float>(n);
+    const __m256 inv = _mm256_set1_ps(1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(ss + eps))));
+    for (i = 0; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(ot + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xt + i), inv), _mm256_loadu_ps(weight + i)));
+    if (i < n) {
+      const __m256i m = tail_mask(n - i);
+      _mm256_maskstore_ps(ot + i, m, _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(xt + i, m), inv),
+                                                   _mm256_maskload_ps(weight + i, m)));
+    }
+  }
+}
+
+void rope_avx2(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_sin, bool neox) {
+  const int64_t half = n_rot / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* xh = x + h * head_dim;
+    if (!neox) {
+      // x = [a0 b0 a1 b1 ...], cos_sin = [c0 s0 c1 s1 ...]: even lanes a c - b s, odd lanes b c + a s.
+      for (int64_t e = 0; e < n_rot; e += 8) {
+        const __m256i m = tail_mask(n_rot - e < 8 ? n_rot - e : 8);
+        const __m256 v = _mm256_maskload_ps(xh + e, m);
+        const __m256 cs = _mm256_maskload_ps(cos_sin + e, m);
+        const __m256 c = _mm256_moveldup_ps(cs), s = _mm256_movehdup_ps(cs);
+        const __m256 swapped = _mm256_permute_ps(v, 0xB1);
+        _mm256_maskstore_ps(xh + e, m, _mm256_fmaddsub_ps(v, c, _mm256_mul_ps(swapped, s)));
+      }
+    } else {
+      // a = x[i], b = x[i + half]: a c - b s, a s + b c.
+      for (int64_t i = 0; i < half; i += 8) {
+        const int64_t k = half - i < 8 ? half - i : 8;
+        const __m256i m = tail_mask(k);
+        const __m256 lo = _mm256_maskload_ps(cos_sin + 2 * i, tail_mask(2 * k < 8 ? 2 * k : 8));
+        const __m256 hi = _mm256_maskload_ps(cos_sin + 2 * i + 8, tail_mask(2 * k > 8 ? 2 * k - 8 : 0));
+        // shuffle: [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6]; permute 64-bit pairs 0,2,1,3 -> c0..c7.
+        const __m256 c = _mm256_castpd_ps(
+            _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+        const __m256 s = _mm256_castpd_ps(
+            _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+        const __m256 a = _mm256_maskload_ps(xh + i, m), b = _mm256_maskload_ps(xh + i + half, m);
+        _mm256_maskstore_ps(xh + i, m, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
+        _mm256_maskstore_ps(xh + i + half, m, _mm256_fmadd_ps(a, s, _mm256_mul_ps(b, c)));
+      }
+    }
+  }
+}
+
+void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = tail_mask(n - i < 8 ? n - i : 8);
+    const __m256 g = _mm256_maskload_ps(gate + i, m);
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    _mm256_maskstore_ps(out + i, m, _mm256_mul_ps(silu, _mm256_maskload_ps(up + i, m)));
+  }
+}
+
+void add_avx2(const float* a, const float* b, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  if (i < n) {
+    const __m256i m = tail_mask(n - i);
+    _mm256_maskstore_ps(out + i, m, _mm256_add_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m)));
+  }
+}
+
+// Blocks of 8 positions; per block and head: a vector of 8 scores, the new
+// max, one rescale of (l, acc) when it grew, then l += sum p and acc += p_j v_j
+// in position order (see fast_ops.cpp for the scalar statement).
+void attn_chunk_avx2(const AttnChunk& c) {
+  const int64_t hd = c.head_dim;
+  const float neg_inf = -__builtin_inff();
+  for (int64_t g = 0; g < c.n_q; ++g) {
+    float* st = c.state + g * c.state_stride;
+    st[0] = neg_inf;
+    st[1] = 0.0f;
+    for (int64_t d = 0; d < hd; ++d) st[2 + d] = 0.0f;
+  }
+  alignas(32) float s[kPosBlock];
+  alignas(32) float p[kPosBlock];
+  for (int64_t jb = c.j0; jb < c.j1; jb += kPosBlock) {
+    const int64_t nb = c.j1 - jb < kPosBlock ? c.j1 - jb : kPosBlock;
+    const float* kb = c.k + jb * c.kv_stride;
+    const float* vb = c.v + jb * c.kv_stride;
+    for (int64_t g = 0; g < c.n_q; ++g) {
+      const float* q = c.q + g * c.q_stride;
+      float* st = c.state + g * c.state_stride;
+      for (int64_t j = 0; j < kPosBlock; ++j) s[j] = j < nb ? dot(q, kb + j * c.kv_stride, hd) : neg_inf;
+      const __m256 sv = _mm256_mul_ps(_mm256_load_ps(s), _mm256_set1_ps(c.scale));
+      const float bm = hmax(sv);
+      float alpha = 1.0f;
+      if (bm > st[0]) {
+        alpha = exp_scalar(st[0] - bm);
+        st[0] = bm;
+      }
+      // Lanes past nb hold -inf scores: exp gives 0.
+      const __m256 pv = exp_ps(_mm256_sub_ps(sv, _mm256_set1_ps(st[0])));
+      _mm256_store_ps(p, pv);
+      st[1] = st[1] * alpha + hsum(pv);
+      const __m256 av = _mm256_set1_ps(alpha);
+      float* acc = st + 2;
+      int64_t d = 0;
+      for (; d + 8 <= hd; d += 8) {
+        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + d), av);
+        for (int64_t j = 0; j < nb; ++j)
+          a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(vb + j * c.kv_stride + d), a);
+        _mm256_storeu_ps(acc + d, a);
+      }
+      if (d < hd) {
+        const __m256i m = tail_mask(hd - d);
+        __m256 a = _mm256_mul_ps(_mm256_maskload_ps(acc + d, m), av);
+        for (int64_t j = 0; j < nb; ++j)
+          a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_maskload_ps(vb + j * c.kv_stride + d, m), a);
+        _mm256_maskstore_ps(acc + d, m, a);
+      }
+    }
+  }
+}
+
+}  // namespace sluice::cpu::fast

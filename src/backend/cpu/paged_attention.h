@@ -1,0 +1,67 @@
+// Paged attention: causal GQA attention for many sequences in one step, reading
+// K/V rows through each sequence's block table (no gather into a contiguous copy).
+//
+//   position p of a sequence -> row block_table[p / block_size] * block_size + p % block_size
+//   of the layer's K (and V) rows; rows are f32, f16 or q8_0 (GGUF Q8_0 blocks).
+//
+// Online softmax in fixed chunks of kPagedKvChunk positions, folded left to right
+// (m = running max, l = sum exp(s - m), acc = sum exp(s - m) v):
+//
+//   query at position P:  chunks [0,256) [256,512) ... [c*256, P+1)
+//   each chunk starts from (m=-inf, l=0, acc=0); states merge in chunk order.
+//
+// Because chunking and fold order depend only on a query's position, its output
+// has the same bits whether it is decoded alone or inside a prefill batch, and
+// whatever the thread count. Work items are (sequence, token, kv head): all query
+// heads of one KV head are handled together so each K/V row is converted once per
+// group. With few items (decode), chunks of one item are spread over threads
+// (split-KV) and folded in a second pass. No allocation: callers pass `partials`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "backend/cpu/cpu_features.h"
+#include "base/thread_pool.h"
+
+namespace sluice::cpu {
+
+constexpr int64_t kPagedKvChunk = 256;
+
+enum class KvRowType { kF32, kF16, kQ8_0 };
+
+struct PagedKv {
+  const uint8_t* k = nullptr;  // layer's K rows: [n_blocks * block_size, row_bytes]
+  const uint8_t* v = nullptr;  // layer's V rows
+  size_t row_bytes = 0;
+  int64_t block_size = 16;
+  KvRowType type = KvRowType::kF32;
+};
+
+struct PagedSeq {
+  const float* q = nullptr;  // [n_tokens, n_head, head_dim]
+  float* out = nullptr;      // [n_tokens, n_head, head_dim]
+  int64_t n_tokens = 0;      // query tokens at positions pos0 .. pos0 + n_tokens - 1
+  int64_t pos0 = 0;
+  const int32_t* block_table = nullptr;  // covers positions 0 .. pos0 + n_tokens - 1
+};
+
+struct PagedAttentionArgs {
+  std::span<const PagedSeq> seqs;
+  PagedKv kv;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;
+};
+
+// Floats of `partials` needed for any call with at most max_items (token, kv head)
+// items over contexts of at most max_ctx positions, on n_threads threads.
+size_t paged_attention_partials_floats(int64_t max_items, int64_t max_ctx, int64_t n_head, int64_t n_head_kv,
+                                       int64_t head_dim, int n_threads);
+
+void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_partials, ThreadPool& pool,
+                     Isa isa = active_isa());
+
+}  // namespace sluice::cpu

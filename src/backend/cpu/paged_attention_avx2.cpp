@@ -1,0 +1,49 @@
+// Paged-attention vector helpers for avx2 (this file is compiled for avx2).
+#include <immintrin.h>
+
+#include "backend/cpu/paged_attention_simd.h"
+
+namespace sluice::cpu {
+namespace {
+
+float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = hsum(acc);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void scale_add(float* acc, float s, const float* v, int64_t n) {
+  const __m256 sv = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(sv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(acc + i)));
+  for (; i < n; ++i) acc[i] += s * v[i];
+}
+
+void scale(float* acc, float s, int64_t n) {
+  const __m256 sv = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_mul_ps(_mm256_loadu_ps(acc + i), sv));
+  for (; i < n; ++i) acc[i] *= s;
+}
+
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+
+}  // namespace
+
+PagedVecOps paged_vec_ops_avx2() { return PagedVecOps{dot, scale_add, scale, f16_to_f32}; }
+
+}  // namespace sluice::cpu

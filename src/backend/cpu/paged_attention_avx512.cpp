@@ -1,0 +1,54 @@
+// Paged-attention vector helpers for avx512 (this file is compiled for avx512).
+#include <immintrin.h>
+
+#include "backend/cpu/paged_attention_simd.h"
+
+namespace sluice::cpu {
+namespace {
+
+float hsum(__m512 v) {
+  // Sum of 16 lanes by halving (avoids the reduce intrinsic's spurious warnings).
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  float s = hsum(acc);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void scale_add(float* acc, float s, const float* v, int64_t n) {
+  const __m512 sv = _mm512_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(sv, _mm512_loadu_ps(v + i), _mm512_loadu_ps(acc + i)));
+  for (; i < n; ++i) acc[i] += s * v[i];
+}
+
+void scale(float* acc, float s, int64_t n) {
+  const __m512 sv = _mm512_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(acc + i, _mm512_mul_ps(_mm512_loadu_ps(acc + i), sv));
+  for (; i < n; ++i) acc[i] *= s;
+}
+
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+
+}  // namespace
+
+PagedVecOps paged_vec_ops_avx512() { return PagedVecOps{dot, scale_add, scale, f16_to_f32}; }
+
+}  // namespace sluice::cpu

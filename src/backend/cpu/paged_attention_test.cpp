@@ -1,0 +1,168 @@
+// Paged attention against the contiguous scalar reference (ops.h attention).
+#include "backend/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/op_test_util.h"
+#include "backend/cpu/ops.h"
+#include "base/half.h"
+
+namespace sluice::cpu {
+namespace {
+
+using testing::GuardedFloats;
+using testing::nmse;
+using testing::random_floats;
+
+struct Shape {
+  int64_t n_head, n_head_kv, hd, n_ctx, bs = 16;
+  KvRowType type = KvRowType::kF32;
+};
+
+// Builds paged K/V rows from contiguous floats with a shuffled block table, and
+// the contiguous floats as the store would give them back (f16/q8 rounding).
+struct PagedData {
+  std::vector<uint8_t> k, v;
+  std::vector<float> k_ref, v_ref;  // [n_ctx, n_embd_kv] after storage rounding
+  std::vector<int32_t> table;
+  size_t row_bytes;
+};
+
+PagedData make_paged(const Shape& s, uint32_t seed) {
+  const int64_t n_kv = s.n_head_kv * s.hd;
+  const int64_t n_blocks = (s.n_ctx + s.bs - 1) / s.bs;
+  PagedData d;
+  d.row_bytes = s.type == KvRowType::kF32 ? n_kv * 4 : s.type == KvRowType::kF16 ? n_kv * 2 : n_kv / 32 * 34;
+  d.table.resize(static_cast<size_t>(n_blocks));
+  std::iota(d.table.begin(), d.table.end(), 0);
+  std::mt19937 rng(seed);
+  std::shuffle(d.table.begin(), d.table.end(), rng);
+  const auto kf = random_floats(static_cast<size_t>(s.n_ctx * n_kv), seed + 1);
+  const auto vf = random_floats(static_cast<size_t>(s.n_ctx * n_kv), seed + 2);
+  d.k.assign(static_cast<size_t>(n_blocks * s.bs) * d.row_bytes, 0);
+  d.v = d.k;
+  d.k_ref.resize(kf.size());
+  d.v_ref.resize(vf.size());
+  auto store = [&](const float* src, uint8_t* dst, float* back) {
+    if (s.type == KvRowType::kF32) {
+      std::memcpy(dst, src, static_cast<size_t>(n_kv) * 4);
+      std::memcpy(back, src, static_cast<size_t>(n_kv) * 4);
+    } else if (s.type == KvRowType::kF16) {
+      for (int64_t i = 0; i < n_kv; ++i) {
+        const uint16_t h = f32_to_f16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+        back[i] = f16_to_f32(h);
+      }
+    } else {
+      for (int64_t b = 0; b < n_kv / 32; ++b) {
+        float amax = 0;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(src[b * 32 + i]));
+        const uint16_t dh = f32_to_f16(amax / 127.0f);
+        const float dd = f16_to_f32(dh), id = amax > 0 ? 127.0f / amax : 0.0f;
+        std::memcpy(dst + b * 34, &dh, 2);
+        for (int i = 0; i < 32; ++i) {
+          const auto q = static_cast<int8_t>(std::lround(src[b * 32 + i] * id));
+          dst[b * 34 + 2 + i] = static_cast<uint8_t>(q);
+          back[b * 32 + i] = dd * q;
+        }
+      }
+    }
+  };
+  for (int64_t p = 0; p < s.n_ctx; ++p) {
+    const size_t row = static_cast<size_t>(d.table[p / s.bs] * s.bs + p % s.bs);
+    store(kf.data() + p * n_kv, d.k.data() + row * d.row_bytes, d.k_ref.data() + p * n_kv);
+    store(vf.data() + p * n_kv, d.v.data() + row * d.row_bytes, d.v_ref.data() + p * n_kv);
+  }
+  return d;
+}
+
+// Runs paged attention for queries at positions pos0 .. pos0 + n - 1 of one sequence.
+std::vector<float> run_paged(const Shape& s, const PagedData& d, const std::vector<float>& q, int64_t pos0,
+                             int64_t n, int threads, Isa isa) {
+  ThreadPool pool(threads);
+  GuardedFloats out(static_cast<size_t>(n * s.n_head * s.hd));
+  PagedSeq seq{.q = q.data(), .out = out.data(), .n_tokens = n, .pos0 = pos0, .block_table = d.table.data()};
+  PagedAttentionArgs a{.seqs = std::span(&seq, 1),
+                       .kv = {.k = d.k.data(), .v = d.v.data(), .row_bytes = d.row_bytes, .block_size = s.bs, .type = s.type},
+                       .n_head = s.n_head, .n_head_kv = s.n_head_kv, .head_dim = s.hd,
+                       .scale = 1.0f / std::sqrt(static_cast<float>(s.hd))};
+  const size_t np = paged_attention_partials_floats(n * s.n_head_kv, s.n_ctx, s.n_head, s.n_head_kv, s.hd, threads);
+  std::vector<float> partials(np);
+  paged_attention(a, partials.data(), np, pool, isa);
+  EXPECT_TRUE(out.guards_intact());
+  return std::vector<float>(out.data(), out.data() + out.size());
+}
+
+TEST(PagedAttention, MatchesContiguousReferenceForEveryRowTypeAndIsa) {
+  for (KvRowType type : {KvRowType::kF32, KvRowType::kF16, KvRowType::kQ8_0}) {
+    for (Shape s : {Shape{8, 2, 64, 300}, Shape{4, 4, 32, 40}, Shape{8, 1, 64, 600}}) {
+      s.type = type;
+      const PagedData d = make_paged(s, 11);
+      const int64_t pos0 = s.n_ctx - 5, n = 5;
+      const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 3);
+      std::vector<float> ref(q.size());
+      ThreadPool one(1);
+      std::vector<float> scratch(static_cast<size_t>(s.hd));
+      attention(AttentionArgs{.q = q.data(), .k = d.k_ref.data(), .v = d.v_ref.data(), .out = ref.data(),
+                              .n_tokens = n, .pos0 = pos0, .n_head = s.n_head, .n_head_kv = s.n_head_kv,
+                              .head_dim = s.hd, .scale = 1.0f / std::sqrt(static_cast<float>(s.hd))},
+                scratch.data(), one);
+      for (int isa = 0; isa <= static_cast<int>(max_supported_isa()); ++isa) {
+        const auto out = run_paged(s, d, q, pos0, n, 2, static_cast<Isa>(isa));
+        EXPECT_LT(nmse(out.data(), ref.data(), out.size()), 1e-10) << "type " << static_cast<int>(type) << " isa " << isa;
+      }
+    }
+  }
+}
+
+TEST(PagedAttention, DecodeEqualsPrefillBitForBitAcrossThreadCounts) {
+  Shape s{8, 2, 64, 700};
+  s.type = KvRowType::kF16;
+  const PagedData d = make_paged(s, 5);
+  const int64_t n = 40, pos0 = s.n_ctx - n;
+  const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 9);
+  const auto batch = run_paged(s, d, q, pos0, n, 3, active_isa());
+  const int64_t per_tok = s.n_head * s.hd;
+  for (int threads : {1, 2, 3}) {
+    for (int64_t t = 0; t < n; t += 13) {
+      std::vector<float> q1(q.begin() + t * per_tok, q.begin() + (t + 1) * per_tok);
+      const auto one = run_paged(s, d, q1, pos0 + t, 1, threads, active_isa());  // split-KV path
+      for (int64_t i = 0; i < per_tok; ++i) ASSERT_EQ(one[i], batch[t * per_tok + i]) << "token " << t;
+    }
+  }
+}
+
+TEST(PagedAttention, ManySequencesOfDifferentLengthsInOneCall) {
+  Shape s{4, 2, 32, 520};
+  const PagedData d = make_paged(s, 21);
+  // Three sequences sharing the same physical rows but different lengths/positions.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{0, 7}, {260, 1}, {500, 20}};
+  std::vector<std::vector<float>> qs, outs;
+  std::vector<PagedSeq> seqs;
+  for (auto [pos0, n] : shapes) {
+    qs.push_back(random_floats(static_cast<size_t>(n * s.n_head * s.hd), static_cast<uint32_t>(pos0 + 1)));
+    outs.emplace_back(qs.back().size());
+  }
+  for (size_t i = 0; i < shapes.size(); ++i)
+    seqs.push_back(PagedSeq{.q = qs[i].data(), .out = outs[i].data(), .n_tokens = shapes[i].second,
+                            .pos0 = shapes[i].first, .block_table = d.table.data()});
+  ThreadPool pool(2);
+  PagedAttentionArgs a{.seqs = seqs, .kv = {.k = d.k.data(), .v = d.v.data(), .row_bytes = d.row_bytes, .block_size = s.bs},
+                       .n_head = s.n_head, .n_head_kv = s.n_head_kv, .head_dim = s.hd,
+                       .scale = 1.0f / std::sqrt(static_cast<float>(s.hd))};
+  const size_t np = paged_attention_partials_floats(28 * s.n_head_kv, s.n_ctx, s.n_head, s.n_head_kv, s.hd, 2);
+  std::vector<float> partials(np);
+  paged_attention(a, partials.data(), np, pool);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto alone = run_paged(s, d, qs[i], shapes[i].first, shapes[i].second, 2, active_isa());
+    EXPECT_EQ(alone, outs[i]) << "sequence " << i;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::cpu

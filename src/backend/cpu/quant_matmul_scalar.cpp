@@ -1,0 +1,125 @@
+// Portable integer-dot-product kernels: the algorithm of the SIMD levels in plain
+// C++ (exact integer dot per block, then one float update per block), one
+// (row, token) at a time. The fallback on CPUs without AVX2 and the first thing
+// the tests check against dequantize_row.
+#include <cstring>
+
+#include "backend/cpu/act_quant.h"
+#include "backend/cpu/quant_matmul.h"
+#include "base/half.h"
+#include "quant/blocks.h"
+
+namespace sluice::cpu {
+namespace {
+
+// Q8_0 row . activations: per block total += float(sum w * q) * (wd * ad).
+float dot_q8_0(const BlockQ8_0* wb, const ActQ8x64* a, int64_t n_blocks) {
+  float total = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int8_t* q = a[b / 2].q + 32 * (b % 2);
+    int32_t isum = 0;
+    for (int i = 0; i < 32; ++i) isum += wb[b].qs[i] * q[i];
+    total += static_cast<float>(isum) * (f16_to_f32(wb[b].d) * a[b / 2].d[8 * (b % 2)]);
+  }
+  return total;
+}
+
+// Q4_0: element i < 16 is the low nibble of qs[i], element 16 + i the high one.
+float dot_q4_0(const BlockQ4_0* wb, const ActQ8x64* a, int64_t n_blocks) {
+  float total = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int8_t* q = a[b / 2].q + 32 * (b % 2);
+    int32_t isum = 0;
+    for (int i = 0; i < 16; ++i) {
+      isum += ((wb[b].qs[i] & 15) - 8) * q[i];
+      isum += ((wb[b].qs[i] >> 4) - 8) * q[i + 16];
+    }
+    total += static_cast<float>(isum) * (f16_to_f32(wb[b].d) * a[b / 2].d[8 * (b % 2)]);
+  }
+  return total;
+}
+
+// Q4_K: isum = sum_s sc_s * sum(n * q), msum = sum_s m_s * (qsum of sub-block s).
+float dot_q4_k(const BlockQ4_K* wb, const ActQ8x256* a, int64_t n_blocks) {
+  float total = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    int32_t isum = 0, msum = 0;
+    for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c (low nibbles), 2c+1 (high)
+      uint8_t sc_lo, m_lo, sc_hi, m_hi;
+      q4_k_scale_min(wb[b].scales, 2 * c, &sc_lo, &m_lo);
+      q4_k_scale_min(wb[b].scales, 2 * c + 1, &sc_hi, &m_hi);
+      const uint8_t* qs = wb[b].qs + 32 * c;
+      const int8_t* q = a[b].q + 64 * c;
+      int32_t lo = 0, hi = 0;
+      for (int l = 0; l < 32; ++l) {
+        lo += (qs[l] & 15) * q[l];
+        hi += (qs[l] >> 4) * q[l + 32];
+      }
+      isum += sc_lo * lo + sc_hi * hi;
+      msum += m_lo * (a[b].bsum[4 * c] + a[b].bsum[4 * c + 1]) +
+              m_hi * (a[b].bsum[4 * c + 2] + a[b].bsum[4 * c + 3]);
+    }
+    total += static_cast<float>(isum) * (f16_to_f32(wb[b].d) * a[b].d) -
+             static_cast<float>(msum) * (f16_to_f32(wb[b].dmin) * a[b].d);
+  }
+  return total;
+}
+
+// Q6_K: isum = sum_s sc_s * (sum(u * q) - 32 * qsum_s), u the 6-bit quant 0..63.
+float dot_q6_k(const BlockQ6_K* wb, const ActQ8x256* a, int64_t n_blocks) {
+  float total = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    int32_t isum = 0;
+    for (int s = 0; s < 16; ++s) {
+      int32_t dot = 0;
+      for (int l = 0; l < 16; ++l) dot += q6_k_quant(wb[b], 16 * s + l) * a[b].q[16 * s + l];
+      isum += wb[b].scales[s] * (dot - 32 * a[b].bsum[s]);
+    }
+    total += static_cast<float>(isum) * (f16_to_f32(wb[b].d) * a[b].d);
+  }
+  return total;
+}
+
+}  // namespace
+
+void quant_rows_q8_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                            int64_t r1) {
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
+    for (int64_t r = r0; r < r1; ++r)
+      y[t * y_stride + r] = dot_q8_0(reinterpret_cast<const BlockQ8_0*>(w + r * w_row_bytes), a, n_in / 32);
+  }
+}
+
+void quant_rows_q4_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                            int64_t r1) {
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
+    for (int64_t r = r0; r < r1; ++r)
+      y[t * y_stride + r] = dot_q4_0(reinterpret_cast<const BlockQ4_0*>(w + r * w_row_bytes), a, n_in / 32);
+  }
+}
+
+void quant_rows_q4_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                            int64_t r1) {
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const ActQ8x256*>(xa + t * xa_stride);
+    for (int64_t r = r0; r < r1; ++r)
+      y[t * y_stride + r] = dot_q4_k(reinterpret_cast<const BlockQ4_K*>(w + r * w_row_bytes), a, n_in / 256);
+  }
+}
+
+void quant_rows_q6_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                            int64_t r1) {
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const ActQ8x256*>(xa + t * xa_stride);
+    for (int64_t r = r0; r < r1; ++r)
+      y[t * y_stride + r] = dot_q6_k(reinterpret_cast<const BlockQ6_K*>(w + r * w_row_bytes), a, n_in / 256);
+  }
+}
+
+}  // namespace sluice::cpu

@@ -1,0 +1,383 @@
+// Integer-dot-product kernels for quantized weights (quant_matmul.h) against a
+// double-precision reference on the dequantized weights and the original f32
+// activations, at every instruction-set level the machine supports.
+//
+// Error bounds. The weights enter the reference exactly (dequantize_row), so the
+// error is that of rounding the activations to int8 (act_quant.h): per element
+// uniform in +-d/2 with d = amax / 127 of its activation block, so a dot product
+// is off by a near-Gaussian amount of standard deviation
+//   sigma = sqrt(sum_i w_i^2 * d_i^2 / 12),
+// which the reference computes per (row, token). Checked two ways:
+//   - every output: |y - ref| <= 6 sigma (worst seen over ~2e5 outputs: 4.3);
+//   - shapes with >= 64 outputs: nmse < 1e-4 (blocks of 32: Q8_0, Q4_0; worst
+//     seen 4.2e-5) or 1.5e-4 (one scale per 256: Q4_K, Q6_K; worst seen 7.6e-5).
+// So 8-bit activations give nmse of a few 1e-5 on Gaussian data, not below 1e-5.
+// Levels agree far more tightly (1e-10): their activations are byte-identical
+// and their integer sums equal, only float summation order differs.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/act_quant.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/op_test_util.h"
+#include "quant/quant.h"
+
+namespace sluice::cpu {
+namespace {
+
+using testing::GuardedFloats;
+using testing::nmse;
+using testing::random_floats;
+
+constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+constexpr double kNmseBound32 = 1e-4;    // Q8_0, Q4_0: activation blocks of 32
+constexpr double kNmseBound256 = 1.5e-4; // Q4_K, Q6_K: activation blocks of 256
+constexpr double kIsaAgreeBound = 1e-10; // levels differ only in float summation order
+
+bool is_k_quant(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+double nmse_bound(DType t) { return is_k_quant(t) ? kNmseBound256 : kNmseBound32; }
+
+std::vector<Isa> isas() {
+  std::vector<Isa> v;
+  for (int i = 0; i <= static_cast<int>(max_supported_isa()); ++i) v.push_back(static_cast<Isa>(i));
+  return v;
+}
+
+std::vector<int64_t> n_ins(DType t) {
+  if (is_k_quant(t)) return {256, 512, 2816};
+  return {32, 96, 256, 512, 2816};  // one block, an odd block count, several
+}
+
+// Weights, activations and the double reference of one (type, n_in) at the
+// largest shape; smaller shapes use the leading rows / tokens.
+struct Problem {
+  DType type;
+  int64_t n_in, n_out, n_tok;
+  size_t w_row;                 // bytes per weight row
+  std::vector<uint8_t> w;       // [n_out, w_row]
+  std::vector<float> x;         // [n_tok, n_in]
+  std::vector<double> ref;      // [n_tok, n_out]
+  // [n_tok, n_out] standard deviation of the error int8 activations cause:
+  // sqrt(sum_i w_i^2 * d_i^2 / 12), d_i = (max |x| of i's activation block) / 127.
+  std::vector<double> err_sigma;
+
+  Problem(DType t, int64_t in, int64_t out, int64_t tok, uint32_t seed)
+      : type(t), n_in(in), n_out(out), n_tok(tok), w_row(row_bytes(t, in)) {
+    const auto wf = random_floats(static_cast<size_t>(in * out), seed, 0.05f);
+    w.resize(w_row * out);
+    quantize_tensor(t, wf.data(), w.data(), out, in);
+    x = random_floats(static_cast<size_t>(in * tok), seed + 1);
+    const int64_t act_block = is_k_quant(t) ? 256 : 32;
+    std::vector<double> step2(static_cast<size_t>(in * tok));  // d_i^2 / 12
+    for (int64_t k = 0; k < tok; ++k)
+      for (int64_t b = 0; b < in; b += act_block) {
+        float amax = 0;
+        for (int64_t i = b; i < b + act_block; ++i) amax = std::max(amax, std::fabs(x[k * in + i]));
+        for (int64_t i = b; i < b + act_block; ++i) step2[k * in + i] = std::pow(amax / 127.0, 2) / 12;
+      }
+    std::vector<float> wd(static_cast<size_t>(in));
+    ref.resize(static_cast<size_t>(out * tok));
+    err_sigma.resize(static_cast<size_t>(out * tok));
+    for (int64_t r = 0; r < out; ++r) {
+      dequantize_row(t, w.data() + r * w_row, wd.data(), in);
+      for (int64_t k = 0; k < tok; ++k) {
+        double s = 0, v = 0;
+        for (int64_t i = 0; i < in; ++i) {
+          s += static_cast<double>(wd[i]) * x[k * in + i];
+          v += static_cast<double>(wd[i]) * wd[i] * step2[k * in + i];
+        }
+        ref[k * out + r] = s;
+        err_sigma[k * out + r] = std::sqrt(v);
+      }
+    }
+  }
+};
+
+// Converted activations of n_tok tokens at a deliberately unaligned address and
+// stride, so kernels may not assume alignment.
+struct Acts {
+  std::vector<uint8_t> buf;
+  size_t stride;
+  const uint8_t* data() const { return buf.data() + 4; }
+};
+
+Acts convert(const MatmulKernel& k, const float* x, int64_t n_in, int64_t n_tok) {
+  Acts a;
+  a.stride = k.act_row_bytes(n_in) + 8;
+  a.buf.assign(a.stride * n_tok + 4, 0xCD);
+  for (int64_t t = 0; t < n_tok; ++t) k.convert_act(x + t * n_in, a.buf.data() + 4 + t * a.stride, n_in);
+  return a;
+}
+
+// Runs rows() over [r0, r1) into y with row stride y_stride.
+void run(const MatmulKernel& k, const Problem& p, const Acts& a, int64_t n_out, int64_t n_tok, float* y,
+         int64_t y_stride, int64_t r0, int64_t r1) {
+  k.rows(p.w.data(), p.w_row, p.n_in, a.data(), a.stride, n_tok, y, y_stride, r0, r1);
+}
+
+TEST(QuantMatmul, EveryTypeHasAKernelAtEveryLevel) {
+  for (DType t : kTypes) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      const MatmulKernel k = quant_matmul_kernel(t, isa);
+      EXPECT_NE(k.rows, nullptr) << dtype_name(t) << " " << isa_name(isa);
+      EXPECT_NE(k.convert_act, nullptr);
+      EXPECT_NE(k.act_row_bytes, nullptr);
+    }
+  }
+  EXPECT_EQ(quant_matmul_kernel(DType::kF32, Isa::kScalar).rows, nullptr);
+}
+
+TEST(QuantMatmul, MatchesDoubleReferenceForEveryShapeAndLevel) {
+  const int64_t kOuts[] = {1, 7, 33, 64, 129};
+  const int64_t kToks[] = {1, 2, 3, 5, 16, 33};
+  uint32_t seed = 100;
+  for (DType type : kTypes) {
+    double worst = 0, worst_z = 0;
+    for (int64_t n_in : n_ins(type)) {
+      const Problem p(type, n_in, 129, 33, seed += 7);
+      for (Isa isa : isas()) {
+        const MatmulKernel k = quant_matmul_kernel(type, isa);
+        const Acts a = convert(k, p.x.data(), n_in, 33);
+        for (int64_t n_out : kOuts) {
+          for (int64_t n_tok : kToks) {
+            GuardedFloats y(static_cast<size_t>(n_out * n_tok));
+            run(k, p, a, n_out, n_tok, y.data(), n_out, 0, n_out);
+            ASSERT_TRUE(y.guards_intact()) << k.name << " n_in " << n_in << " n_out " << n_out;
+            std::vector<float> ref(static_cast<size_t>(n_out * n_tok));
+            for (int64_t t = 0; t < n_tok; ++t) {
+              for (int64_t r = 0; r < n_out; ++r) {
+                const size_t at = static_cast<size_t>(t * 129 + r);
+                ref[t * n_out + r] = static_cast<float>(p.ref[at]);
+                // Every element: within 6 standard deviations of the expected error.
+                worst_z = std::max(worst_z, std::fabs(y.data()[t * n_out + r] - p.ref[at]) / p.err_sigma[at]);
+                ASSERT_LE(std::fabs(y.data()[t * n_out + r] - p.ref[at]), 6 * p.err_sigma[at] + 1e-6)
+                    << k.name << " n_in " << n_in << " n_out " << n_out << " n_tok " << n_tok << " (" << t
+                    << ", " << r << ")";
+              }
+            }
+            // In aggregate (enough outputs for the mean square to be stable): nmse.
+            if (n_out * n_tok >= 64) {
+              const double e = nmse(y.data(), ref.data(), ref.size());
+              worst = std::max(worst, e);
+              EXPECT_LT(e, nmse_bound(type))
+                  << k.name << " n_in " << n_in << " n_out " << n_out << " n_tok " << n_tok;
+            }
+          }
+        }
+      }
+    }
+    std::printf("%-5s worst nmse vs f32 reference: %.3g (bound %.3g); worst |error| / sigma: %.2f (bound 6)\n",
+                dtype_name(type), worst, nmse_bound(type), worst_z);
+  }
+}
+
+TEST(QuantMatmul, OneTokenAloneEqualsTheSameTokenInABatchBitForBit) {
+  uint32_t seed = 300;
+  for (DType type : kTypes) {
+    const int64_t n_in = is_k_quant(type) ? 512 : 288;  // 288: 9 blocks, odd
+    const int64_t n_out = 37, n_tok = 33;
+    const Problem p(type, n_in, n_out, n_tok, seed += 11);
+    for (Isa isa : isas()) {
+      const MatmulKernel k = quant_matmul_kernel(type, isa);
+      const Acts a = convert(k, p.x.data(), n_in, n_tok);
+      std::vector<float> batch(static_cast<size_t>(n_out * n_tok));
+      run(k, p, a, n_out, n_tok, batch.data(), n_out, 0, n_out);
+      for (int64_t t = 0; t < n_tok; ++t) {
+        GuardedFloats one(static_cast<size_t>(n_out));
+        k.rows(p.w.data(), p.w_row, n_in, a.data() + t * a.stride, a.stride, 1, one.data(), n_out, 0, n_out);
+        ASSERT_TRUE(one.guards_intact());
+        for (int64_t r = 0; r < n_out; ++r)
+          ASSERT_EQ(std::memcmp(&one.data()[r], &batch[t * n_out + r], 4), 0)
+              << k.name << " token " << t << " row " << r;
+      }
+      // A batch starting at an odd token (other tile positions) gives the same bits.
+      std::vector<float> tail(static_cast<size_t>(n_out * (n_tok - 3)));
+      k.rows(p.w.data(), p.w_row, n_in, a.data() + 3 * a.stride, a.stride, n_tok - 3, tail.data(), n_out, 0, n_out);
+      EXPECT_EQ(std::memcmp(tail.data(), batch.data() + 3 * n_out, tail.size() * 4), 0) << k.name;
+    }
+  }
+}
+
+TEST(QuantMatmul, RowSplitsGiveTheSameBitsAndWriteOnlyTheirRows) {
+  uint32_t seed = 500;
+  for (DType type : kTypes) {
+    const int64_t n_in = is_k_quant(type) ? 256 : 160, n_out = 41, y_stride = 45;
+    for (int64_t n_tok : {1, 6}) {
+      const Problem p(type, n_in, n_out, n_tok, seed += 13);
+      for (Isa isa : isas()) {
+        const MatmulKernel k = quant_matmul_kernel(type, isa);
+        const Acts a = convert(k, p.x.data(), n_in, n_tok);
+        GuardedFloats whole(static_cast<size_t>(y_stride * n_tok));
+        run(k, p, a, n_out, n_tok, whole.data(), y_stride, 0, n_out);
+        for (const auto& cuts : std::vector<std::vector<int64_t>>{{0, 1, 41}, {0, 5, 6, 19, 41}, {0, 3, 7, 11, 40, 41}}) {
+          GuardedFloats split(static_cast<size_t>(y_stride * n_tok));
+          for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+            run(k, p, a, n_out, n_tok, split.data(), y_stride, cuts[c], cuts[c + 1]);
+            // Rows past this range are still the NaN poison.
+            for (int64_t t = 0; t < n_tok; ++t)
+              for (int64_t r = cuts[c + 1]; r < y_stride; ++r) ASSERT_TRUE(std::isnan(split.data()[t * y_stride + r]));
+          }
+          ASSERT_TRUE(split.guards_intact()) << k.name;
+          for (int64_t t = 0; t < n_tok; ++t)
+            ASSERT_EQ(std::memcmp(split.data() + t * y_stride, whole.data() + t * y_stride, n_out * 4), 0)
+                << k.name << " n_tok " << n_tok;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantMatmul, LevelsAgreeAndWriteIdenticalActivations) {
+  uint32_t seed = 700;
+  for (DType type : kTypes) {
+    const int64_t n_in = is_k_quant(type) ? 2816 : 2848, n_out = 29, n_tok = 7;  // 2848: 89 blocks
+    const Problem p(type, n_in, n_out, n_tok, seed += 17);
+    const MatmulKernel ks = quant_matmul_kernel(type, Isa::kScalar);
+    const Acts as = convert(ks, p.x.data(), n_in, n_tok);
+    std::vector<float> ys(static_cast<size_t>(n_out * n_tok));
+    run(ks, p, as, n_out, n_tok, ys.data(), n_out, 0, n_out);
+    for (Isa isa : isas()) {
+      const MatmulKernel k = quant_matmul_kernel(type, isa);
+      const Acts a = convert(k, p.x.data(), n_in, n_tok);
+      EXPECT_EQ(a.buf, as.buf) << k.name << ": activations differ from the scalar ones";
+      GuardedFloats y(static_cast<size_t>(n_out * n_tok));
+      run(k, p, a, n_out, n_tok, y.data(), n_out, 0, n_out);
+      EXPECT_LT(nmse(y.data(), ys.data(), ys.size()), kIsaAgreeBound) << k.name;
+    }
+  }
+}
+
+// Dequantizes converted activations (d * q) for the round-trip test.
+std::vector<float> dequantize_act(DType type, const uint8_t* act, int64_t n_in) {
+  std::vector<float> out(static_cast<size_t>(n_in));
+  if (is_k_quant(type)) {
+    const auto* b = reinterpret_cast<const ActQ8x256*>(act);
+    for (int64_t i = 0; i < n_in; ++i) out[i] = b[i / 256].d * b[i / 256].q[i % 256];
+  } else {
+    const auto* g = reinterpret_cast<const ActQ8x64*>(act);
+    for (int64_t i = 0; i < n_in; ++i) out[i] = g[i / 64].d[(i % 64) / 32 * 8] * g[i / 64].q[i % 64];
+  }
+  return out;
+}
+
+TEST(QuantMatmul, ActivationRoundTripAndSums) {
+  uint32_t seed = 900;
+  for (DType type : kTypes) {
+    const int32_t off = type == DType::kQ8_0 ? 128 : 8;
+    for (int64_t n_in : n_ins(type)) {
+      auto x = random_floats(static_cast<size_t>(n_in), seed += 3, 2.0f);
+      if (n_in >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block
+      for (Isa isa : isas()) {
+        const MatmulKernel k = quant_matmul_kernel(type, isa);
+        std::vector<uint8_t> act(k.act_row_bytes(n_in) + 64, 0xCD);
+        k.convert_act(x.data(), act.data(), n_in);
+        for (size_t i = k.act_row_bytes(n_in); i < act.size(); ++i) ASSERT_EQ(act[i], 0xCD) << k.name;
+        const auto back = dequantize_act(type, act.data(), n_in);
+        // Each element is within half a step (d / 2) of its block's scale.
+        const int64_t blk = is_k_quant(type) ? 256 : 32;
+        for (int64_t b0 = 0; b0 < n_in; b0 += blk) {
+          float amax = 0;
+          for (int64_t i = b0; i < b0 + blk; ++i) amax = std::max(amax, std::fabs(x[i]));
+          for (int64_t i = b0; i < b0 + blk; ++i)
+            ASSERT_NEAR(back[i], x[i], amax / 127 * 0.5001f + 1e-30f) << k.name << " element " << i;
+        }
+        EXPECT_LT(nmse(back.data(), x.data(), x.size()), is_k_quant(type) ? 1e-4 : 5e-5) << k.name;
+        // Block sums / lane corrections match the quants.
+        if (is_k_quant(type)) {
+          const auto* b = reinterpret_cast<const ActQ8x256*>(act.data());
+          for (int64_t i = 0; i < n_in / 256; ++i)
+            for (int s = 0; s < 16; ++s) {
+              int sum = 0;
+              for (int l = 0; l < 16; ++l) sum += b[i].q[16 * s + l];
+              ASSERT_EQ(b[i].bsum[s], sum) << k.name;
+            }
+        } else {
+          const auto* g = reinterpret_cast<const ActQ8x64*>(act.data());
+          for (int64_t i = 0; i < (n_in + 63) / 64; ++i)
+            for (int j = 0; j < 16; ++j) {
+              const int8_t* q = g[i].q + 4 * j;
+              ASSERT_EQ(g[i].corr[j], -off * (q[0] + q[1] + q[2] + q[3])) << k.name;
+            }
+          if (n_in % 64 == 32) {  // the padding block is zero
+            const ActQ8x64& last = g[n_in / 64];
+            for (int l = 32; l < 64; ++l) ASSERT_EQ(last.q[l], 0);
+            for (int l = 8; l < 16; ++l) ASSERT_EQ(last.d[l], 0.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ timing --
+// Not a test of correctness: prints single-thread GEMV GB/s (weights streamed
+// from DRAM: copies of the matrix, 256 MiB in all, used in turn) and GEMM
+// GFLOP/s, timed in thread CPU time, medians. Run with
+//   test_backend --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_Throughput*'
+// SLUICE_ISA=avx2|scalar caps the level.
+
+// CPU time of this thread, so other processes on a shared machine do not count.
+double seconds_now() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+TEST(QuantMatmul, DISABLED_Throughput) {
+  const Isa isa = active_isa();
+  struct Shape { int64_t n_out, n_in; };
+  for (DType type : kTypes) {
+    const MatmulKernel k = quant_matmul_kernel(type, isa);
+    for (Shape s : {Shape{4096, 4096}, Shape{2048, 5632}}) {
+      const size_t w_row = row_bytes(type, s.n_in), w_bytes = w_row * s.n_out;
+      const int n_copies = static_cast<int>(std::max<size_t>(2, (256u << 20) / w_bytes));
+      std::vector<uint8_t> w(w_bytes * n_copies);
+      {
+        const auto wf = random_floats(static_cast<size_t>(s.n_in * s.n_out), 1, 0.05f);
+        quantize_tensor(type, wf.data(), w.data(), s.n_out, s.n_in);
+        for (int c = 1; c < n_copies; ++c) std::memcpy(w.data() + c * w_bytes, w.data(), w_bytes);
+      }
+      const int64_t max_tok = 256;
+      const auto x = random_floats(static_cast<size_t>(s.n_in * max_tok), 2);
+      const size_t stride = k.act_row_bytes(s.n_in);
+      std::vector<uint8_t> act(stride * max_tok);
+      const double c0 = seconds_now();
+      for (int64_t t = 0; t < max_tok; ++t) k.convert_act(x.data() + t * s.n_in, act.data() + t * stride, s.n_in);
+      const double convert_us = (seconds_now() - c0) / max_tok * 1e6;
+      std::vector<float> y(static_cast<size_t>(s.n_out * max_tok));
+      // GEMV: median of several passes over all copies.
+      std::vector<double> gbs;
+      for (int pass = 0; pass < 7; ++pass) {
+        const double t0 = seconds_now();
+        for (int c = 0; c < n_copies; ++c)
+          k.rows(w.data() + c * w_bytes, w_row, s.n_in, act.data(), stride, 1, y.data(), s.n_out, 0, s.n_out);
+        gbs.push_back(static_cast<double>(w_bytes) * n_copies / (seconds_now() - t0) / 1e9);
+      }
+      std::sort(gbs.begin(), gbs.end());
+      std::printf("%-22s %5lld x %-5lld GEMV %6.1f GB/s (median of 7; min %.1f max %.1f)  convert_act %.1f us/token\n",
+                  k.name, static_cast<long long>(s.n_out), static_cast<long long>(s.n_in), gbs[3], gbs[0], gbs[6],
+                  convert_us);
+      for (int64_t n_tok : {64, 256}) {
+        std::vector<double> gf;
+        for (int pass = 0; pass < 3; ++pass) {
+          const double t0 = seconds_now();
+          k.rows(w.data(), w_row, s.n_in, act.data(), stride, n_tok, y.data(), s.n_out, 0, s.n_out);
+          gf.push_back(2.0 * s.n_out * s.n_in * n_tok / (seconds_now() - t0) / 1e9);
+        }
+        std::sort(gf.begin(), gf.end());
+        std::printf("%-22s %5lld x %-5lld GEMM n_tok %3lld: %6.1f GFLOP/s (median of 3)\n", k.name,
+                    static_cast<long long>(s.n_out), static_cast<long long>(s.n_in), static_cast<long long>(n_tok),
+                    gf[1]);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice::cpu
