@@ -1,11 +1,19 @@
 #include "kv/kv_cache.h"
 
+#include <numeric>
+
 namespace sluice {
 
-KvCache::KvCache(int64_t n_layer, int64_t n_ctx, int64_t n_embd_kv)
-    : n_ctx_(n_ctx),
-      n_embd_kv_(n_embd_kv),
-      k_(static_cast<size_t>(n_layer * n_ctx * n_embd_kv)),
-      v_(static_cast<size_t>(n_layer * n_ctx * n_embd_kv)) {}
+StatusOr<KvCache> KvCache::create(const KvLayout& layout, int64_t n_ctx) {
+  if (n_ctx <= 0) return invalid_argument("context size must be positive, got {}", n_ctx);
+  const int64_t n_blocks = (n_ctx + layout.block_size - 1) / layout.block_size;
+  ASSIGN_OR_RETURN(KvStore store, KvStore::create(layout, n_blocks));
+  KvCache c;
+  c.store_ = std::move(store);
+  c.table_.resize(static_cast<size_t>(n_blocks));
+  std::iota(c.table_.begin(), c.table_.end(), 0);
+  c.n_ctx_ = n_ctx;
+  return c;
+}
 
 }  // namespace sluice

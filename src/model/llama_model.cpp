@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
+#include "backend/cpu/fast_ops.h"
+#include "backend/cpu/matmul.h"
 #include "base/check.h"
 #include "quant/quant.h"
 
@@ -51,20 +54,30 @@ LlamaModel::LlamaModel(std::shared_ptr<const ModelFile> file, const ModelHparams
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const ModelFile> file,
                                                        const ModelOptions& options) {
   ASSIGN_OR_RETURN(ModelHparams hp, hparams_from_metadata(file->metadata));
+  if (options.max_seqs <= 0) return invalid_argument("max_seqs must be positive, got {}", options.max_seqs);
   std::unique_ptr<LlamaModel> m(new LlamaModel(std::move(file), hp, options));
   RETURN_IF_ERROR(m->bind_weights());
   const ModelHparams& h = m->hp_;
   const int64_t nb = m->n_batch_;
-  m->x_.resize(static_cast<size_t>(nb * h.n_embd));
-  m->xn_.resize(static_cast<size_t>(nb * h.n_embd));
-  m->q_.resize(static_cast<size_t>(nb * h.n_embd_q()));
-  m->att_.resize(static_cast<size_t>(nb * h.n_embd_q()));
-  m->proj_.resize(static_cast<size_t>(nb * h.n_embd));
-  m->gate_.resize(static_cast<size_t>(nb * h.n_ff));
-  m->up_.resize(static_cast<size_t>(nb * h.n_ff));
-  m->cos_sin_.resize(static_cast<size_t>(nb * h.n_rot));
-  const int64_t widest = std::max({h.n_embd, h.n_ff, h.n_embd_q(), h.head_dim});
-  m->scratch_.resize(static_cast<size_t>(m->pool_.n_threads() * widest));
+  const auto sz = [](int64_t n) { return static_cast<size_t>(n); };
+  m->x_.resize(sz(nb * h.n_embd));
+  m->xn_.resize(sz(nb * h.n_embd));
+  m->q_.resize(sz(nb * h.n_embd_q()));
+  m->k_.resize(sz(nb * h.n_embd_kv()));
+  m->v_.resize(sz(nb * h.n_embd_kv()));
+  m->att_.resize(sz(nb * h.n_embd_q()));
+  m->proj_.resize(sz(nb * h.n_embd));
+  m->gate_.resize(sz(nb * h.n_ff));
+  m->up_.resize(sz(nb * h.n_ff));
+  m->cos_sin_.resize(sz(nb * h.n_rot));
+  const int64_t widest = std::max({h.n_embd, h.n_ff, h.n_embd_q()});
+  m->act_.resize(cpu::matmul_scratch_bytes(nb, widest));
+  m->isa_ = cpu::active_isa();
+  m->max_seqs_ = options.max_seqs;
+  m->n_ctx_max_ = options.n_ctx_max > 0 ? options.n_ctx_max : h.n_ctx_train;
+  m->attn_partials_.resize(cpu::paged_attention_partials_floats(nb * h.n_head_kv, m->n_ctx_max_, h.n_head,
+                                                                h.n_head_kv, h.head_dim, m->pool_.n_threads()));
+  m->attn_seqs_.resize(sz(options.max_seqs));
   return m;
 }
 
@@ -135,109 +148,224 @@ Status LlamaModel::bind_weights() {
   return Status();
 }
 
-KvCache LlamaModel::make_kv_cache(int64_t n_ctx) const { return KvCache(hp_.n_layer, n_ctx, hp_.n_embd_kv()); }
+KvDtype LlamaModel::default_kv_dtype() const {
+  return token_embd_.type == DType::kF32 ? KvDtype::kF32 : KvDtype::kF16;
+}
+
+KvLayout LlamaModel::kv_layout(KvDtype dtype, int64_t block_size) const {
+  return KvLayout{.n_layer = hp_.n_layer, .n_embd_kv = hp_.n_embd_kv(), .block_size = block_size, .dtype = dtype};
+}
+
+KvCache LlamaModel::make_kv_cache(int64_t n_ctx) const {
+  auto c = make_kv_cache(n_ctx, default_kv_dtype());
+  CHECK(c.ok());  // f32/f16 layouts of a loaded model are always valid
+  return std::move(c).value();
+}
+
+StatusOr<KvCache> LlamaModel::make_kv_cache(int64_t n_ctx, KvDtype dtype) const {
+  if (n_ctx > n_ctx_max_) {
+    return invalid_argument("context {} exceeds the model's planned maximum {} (raise n_ctx_max)", n_ctx, n_ctx_max_);
+  }
+  return KvCache::create(kv_layout(dtype), n_ctx);
+}
 
 Status LlamaModel::forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return invalid_argument("forward() needs at least one token");
-  if (kv.n_embd_kv() != hp_.n_embd_kv()) return invalid_argument("KV cache does not belong to this model");
   if (kv.n_past() + n > kv.n_ctx()) {
     return resource_exhausted("context full: {} cached + {} new tokens > context size {}", kv.n_past(), n, kv.n_ctx());
-  }
-  for (int32_t t : tokens) {
-    if (t < 0 || t >= hp_.n_vocab) return invalid_argument("token id {} out of range [0, {})", t, hp_.n_vocab);
   }
   for (int64_t start = 0; start < n; start += n_batch_) {
     const int64_t len = std::min(n_batch_, n - start);
     const bool last_chunk = start + len == n;
-    float* out = nullptr;
-    if (all_logits) out = logits + start * hp_.n_vocab;
-    else if (last_chunk) out = logits;
-    forward_chunk(tokens.data() + start, len, kv, out, all_logits);
+    ForwardSeq seq{.tokens = tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)),
+                   .pos0 = kv.n_past(), .block_table = kv.block_table(),
+                   .n_logits = all_logits ? len : (last_chunk ? 1 : 0)};
+    float* out = all_logits ? logits + start * hp_.n_vocab : logits;
+    RETURN_IF_ERROR(forward(std::span(&seq, 1), kv.store(), out));
+    kv.set_n_past(kv.n_past() + len);
   }
   return Status();
 }
 
-void LlamaModel::rope_tables(int64_t pos0, int64_t n) {
+Status LlamaModel::validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const {
+  if (seqs.empty()) return invalid_argument("forward() needs at least one sequence");
+  if (static_cast<int64_t>(seqs.size()) > max_seqs_) {
+    return invalid_argument("{} sequences in one step exceed max_seqs {}", seqs.size(), max_seqs_);
+  }
+  const KvLayout& l = kv.layout();
+  if (l.n_layer != hp_.n_layer || l.n_embd_kv != hp_.n_embd_kv()) {
+    return invalid_argument("KV store ({} layers x {}) does not belong to this model ({} x {})", l.n_layer,
+                            l.n_embd_kv, hp_.n_layer, hp_.n_embd_kv());
+  }
+  int64_t n = 0;
+  for (const ForwardSeq& s : seqs) {
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    if (len == 0) return invalid_argument("a sequence in the step has no tokens");
+    if (s.n_logits < 0 || s.n_logits > len) return invalid_argument("n_logits {} outside [0, {}]", s.n_logits, len);
+    if (s.pos0 < 0 || s.pos0 + len > n_ctx_max_) {
+      return resource_exhausted("positions {}..{} exceed the maximum context {}", s.pos0, s.pos0 + len - 1, n_ctx_max_);
+    }
+    const int64_t blocks_needed = (s.pos0 + len + l.block_size - 1) / l.block_size;
+    if (static_cast<int64_t>(s.block_table.size()) < blocks_needed) {
+      return invalid_argument("block table of {} blocks does not cover position {}", s.block_table.size(), s.pos0 + len - 1);
+    }
+    for (int64_t b = 0; b < blocks_needed; ++b) {
+      const int32_t id = s.block_table[static_cast<size_t>(b)];
+      if (id < 0 || id >= kv.n_blocks()) return invalid_argument("block id {} out of range [0, {})", id, kv.n_blocks());
+    }
+    for (int32_t t : s.tokens) {
+      if (t < 0 || t >= hp_.n_vocab) return invalid_argument("token id {} out of range [0, {})", t, hp_.n_vocab);
+    }
+    n += len;
+  }
+  if (n > n_batch_) return invalid_argument("{} tokens in one step exceed n_batch {}", n, n_batch_);
+  return Status();
+}
+
+void LlamaModel::rope_tables(std::span<const ForwardSeq> seqs) {
   const int64_t half = hp_.n_rot / 2;
-  for (int64_t t = 0; t < n; ++t) {
-    const double pos = static_cast<double>(pos0 + t);
-    float* cs = cos_sin_.data() + t * hp_.n_rot;
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = pos * inv_freq_[static_cast<size_t>(i)];
-      cs[2 * i] = static_cast<float>(std::cos(angle));
-      cs[2 * i + 1] = static_cast<float>(std::sin(angle));
+  int64_t t = 0;
+  for (const ForwardSeq& s : seqs) {
+    for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
+      const double pos = static_cast<double>(s.pos0 + static_cast<int64_t>(i));
+      float* cs = cos_sin_.data() + t * hp_.n_rot;
+      for (int64_t k = 0; k < half; ++k) {
+        const double angle = pos * inv_freq_[static_cast<size_t>(k)];
+        cs[2 * k] = static_cast<float>(std::cos(angle));
+        cs[2 * k + 1] = static_cast<float>(std::sin(angle));
+      }
     }
   }
 }
 
-void LlamaModel::forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, float* logits, bool all_logits) {
+Status LlamaModel::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits) {
+  RETURN_IF_ERROR(validate(seqs, kv));
+  int64_t n = 0;
+  for (const ForwardSeq& s : seqs) n += static_cast<int64_t>(s.tokens.size());
   const ModelHparams& h = hp_;
-  const int64_t pos0 = kv.n_past();
-  const int64_t n_kv = h.n_embd_kv();
   float* x = x_.data();
-  float* xn = xn_.data();
-  float* scratch = scratch_.data();
-  const auto layout = h.rope_neox ? cpu::RopeLayout::kNeox : cpu::RopeLayout::kAdjacent;
 
-  for (int64_t t = 0; t < n; ++t) {
-    const uint8_t* row = token_embd_.data + static_cast<size_t>(tokens[t]) * row_bytes(token_embd_.type, h.n_embd);
-    dequantize_row(token_embd_.type, row, x + t * h.n_embd, h.n_embd);
+  int64_t t = 0;
+  for (const ForwardSeq& s : seqs) {
+    for (int32_t tok : s.tokens) {
+      const uint8_t* row = token_embd_.data + static_cast<size_t>(tok) * row_bytes(token_embd_.type, h.n_embd);
+      dequantize_row(token_embd_.type, row, x + t++ * h.n_embd, h.n_embd);
+    }
   }
   emit("embd", -1, x, n, h.n_embd);
-  rope_tables(pos0, n);
+  rope_tables(seqs);
+  run_layers(seqs, n, kv);
+
+  // Logits for each sequence's trailing n_logits tokens, gathered into xn.
+  int64_t n_out = 0;
+  t = 0;
+  for (const ForwardSeq& s : seqs) {
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    for (int64_t i = len - s.n_logits; i < len; ++i) {
+      std::copy_n(x + (t + i) * h.n_embd, h.n_embd, xn_.data() + n_out++ * h.n_embd);
+    }
+    t += len;
+  }
+  if (n_out == 0) return Status();
+  cpu::fast::rmsnorm(xn_.data(), output_norm_.data(), xn_.data(), n_out, h.n_embd, h.rms_eps, isa_);
+  const cpu::MatmulJob out[1] = {{output_, logits}};
+  cpu::matmul_group(out, xn_.data(), h.n_embd, n_out, act_.data(), pool_, isa_);
+  emit("logits", -1, logits, n_out, h.n_vocab);
+  return Status();
+}
+
+void LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv) {
+  const ModelHparams& h = hp_;
+  const int64_t n_kv = h.n_embd_kv();
+  const int64_t bs = kv.layout().block_size;
+  const size_t rb = kv.row_bytes();
+  float* x = x_.data();
+  float* xn = xn_.data();
+  const auto layout = h.rope_neox ? cpu::RopeLayout::kNeox : cpu::RopeLayout::kAdjacent;
+  const cpu::KvRowType row_type = kv.layout().dtype == KvDtype::kF32   ? cpu::KvRowType::kF32
+                                  : kv.layout().dtype == KvDtype::kF16 ? cpu::KvRowType::kF16
+                                                                       : cpu::KvRowType::kQ8_0;
+  // Token ranges are split over threads only when there is enough work.
+  auto per_token = [&](const std::function<void(int64_t, int64_t)>& fn) {
+    if (n >= 4) pool_.parallel_for(n, fn);
+    else fn(0, n);
+  };
+  // Where each token's K/V row lives: (sequence, position) -> store row.
+  auto kv_row = [&](const ForwardSeq& s, int64_t pos) {
+    return static_cast<size_t>(s.block_table[static_cast<size_t>(pos / bs)] * bs + pos % bs);
+  };
 
   for (int64_t l = 0; l < h.n_layer; ++l) {
     const LayerWeights& w = layers_[static_cast<size_t>(l)];
-    float* k_cache = kv.k(l);  // [n_ctx, n_kv]
-    float* v_cache = kv.v(l);
-    float* k_new = k_cache + pos0 * n_kv;  // [n, n_kv]
-    float* v_new = v_cache + pos0 * n_kv;
 
-    // Attention block.
-    cpu::rmsnorm(x, w.attn_norm.data(), xn, n, h.n_embd, h.rms_eps);
+    // Attention block: norm, q/k/v projections (one dispatch), bias, RoPE,
+    // K/V rows into the paged store, paged attention, output projection.
+    per_token([&](int64_t t0, int64_t t1) {
+      cpu::fast::rmsnorm(x + t0 * h.n_embd, w.attn_norm.data(), xn + t0 * h.n_embd, t1 - t0, h.n_embd, h.rms_eps, isa_);
+    });
     emit("attn_norm", l, xn, n, h.n_embd);
-    cpu::matmul(w.wq, xn, q_.data(), n, scratch, pool_);
-    cpu::matmul(w.wk, xn, k_new, n, scratch, pool_);
-    cpu::matmul(w.wv, xn, v_new, n, scratch, pool_);
-    if (!w.bq.empty()) add_rows(q_.data(), w.bq.data(), n, h.n_embd_q());
-    if (!w.bk.empty()) add_rows(k_new, w.bk.data(), n, n_kv);
-    if (!w.bv.empty()) add_rows(v_new, w.bv.data(), n, n_kv);
-    for (int64_t t = 0; t < n; ++t) {
-      const float* cs = cos_sin_.data() + t * h.n_rot;
-      cpu::rope(q_.data() + t * h.n_embd_q(), h.n_head, h.head_dim, h.n_rot, cs, layout);
-      cpu::rope(k_new + t * n_kv, h.n_head_kv, h.head_dim, h.n_rot, cs, layout);
-    }
+    const cpu::MatmulJob qkv[3] = {{w.wq, q_.data()}, {w.wk, k_.data()}, {w.wv, v_.data()}};
+    cpu::matmul_group(qkv, xn, h.n_embd, n, act_.data(), pool_, isa_);
+    per_token([&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* q = q_.data() + t * h.n_embd_q();
+        float* k = k_.data() + t * n_kv;
+        if (!w.bq.empty()) cpu::fast::add(q, w.bq.data(), q, h.n_embd_q(), isa_);
+        if (!w.bk.empty()) cpu::fast::add(k, w.bk.data(), k, n_kv, isa_);
+        if (!w.bv.empty()) cpu::fast::add(v_.data() + t * n_kv, w.bv.data(), v_.data() + t * n_kv, n_kv, isa_);
+        const float* cs = cos_sin_.data() + t * h.n_rot;
+        cpu::fast::rope(q, h.n_head, h.head_dim, h.n_rot, cs, layout, isa_);
+        cpu::fast::rope(k, h.n_head_kv, h.head_dim, h.n_rot, cs, layout, isa_);
+      }
+    });
     emit("q", l, q_.data(), n, h.n_embd_q());
-    emit("k", l, k_new, n, n_kv);
-    emit("v", l, v_new, n, n_kv);
-    cpu::attention(cpu::AttentionArgs{.q = q_.data(), .k = k_cache, .v = v_cache, .out = att_.data(),
-                                      .n_tokens = n, .pos0 = pos0, .n_head = h.n_head,
-                                      .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
-                                      .scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim))},
-                   scratch, pool_);
+    emit("k", l, k_.data(), n, n_kv);
+    emit("v", l, v_.data(), n, n_kv);
+    uint8_t* k_rows = kv.k_layer(l);
+    uint8_t* v_rows = kv.v_layer(l);
+    int64_t t = 0;
+    for (const ForwardSeq& s : seqs) {
+      for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
+        const size_t row = kv_row(s, s.pos0 + static_cast<int64_t>(i));
+        kv.store_row(k_.data() + t * n_kv, k_rows + row * rb);
+        kv.store_row(v_.data() + t * n_kv, v_rows + row * rb);
+      }
+    }
+    t = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const ForwardSeq& s = seqs[i];
+      attn_seqs_[i] = cpu::PagedSeq{.q = q_.data() + t * h.n_embd_q(), .out = att_.data() + t * h.n_embd_q(),
+                                    .n_tokens = static_cast<int64_t>(s.tokens.size()), .pos0 = s.pos0,
+                                    .block_table = s.block_table.data()};
+      t += static_cast<int64_t>(s.tokens.size());
+    }
+    cpu::paged_attention(
+        cpu::PagedAttentionArgs{.seqs = std::span(attn_seqs_.data(), seqs.size()),
+                                .kv = {.k = k_rows, .v = v_rows, .row_bytes = rb, .block_size = bs, .type = row_type},
+                                .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
+                                .scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim))},
+        attn_partials_.data(), attn_partials_.size(), pool_, isa_);
     emit("attn_out", l, att_.data(), n, h.n_embd_q());
-    cpu::matmul(w.wo, att_.data(), proj_.data(), n, scratch, pool_);
-    for (int64_t i = 0; i < n * h.n_embd; ++i) x[i] += proj_[static_cast<size_t>(i)];
+    const cpu::MatmulJob wo[1] = {{w.wo, proj_.data()}};
+    cpu::matmul_group(wo, att_.data(), h.n_embd_q(), n, act_.data(), pool_, isa_);
+    cpu::fast::add(x, proj_.data(), x, n * h.n_embd, isa_);
 
-    // Feed-forward block.
-    cpu::rmsnorm(x, w.ffn_norm.data(), xn, n, h.n_embd, h.rms_eps);
-    cpu::matmul(w.ffn_gate, xn, gate_.data(), n, scratch, pool_);
-    cpu::matmul(w.ffn_up, xn, up_.data(), n, scratch, pool_);
-    cpu::swiglu(gate_.data(), up_.data(), gate_.data(), n * h.n_ff);
-    cpu::matmul(w.ffn_down, gate_.data(), proj_.data(), n, scratch, pool_);
-    for (int64_t i = 0; i < n * h.n_embd; ++i) x[i] += proj_[static_cast<size_t>(i)];
+    // Feed-forward block: norm, gate and up (one dispatch), SwiGLU, down.
+    per_token([&](int64_t t0, int64_t t1) {
+      cpu::fast::rmsnorm(x + t0 * h.n_embd, w.ffn_norm.data(), xn + t0 * h.n_embd, t1 - t0, h.n_embd, h.rms_eps, isa_);
+    });
+    const cpu::MatmulJob gate_up[2] = {{w.ffn_gate, gate_.data()}, {w.ffn_up, up_.data()}};
+    cpu::matmul_group(gate_up, xn, h.n_embd, n, act_.data(), pool_, isa_);
+    per_token([&](int64_t t0, int64_t t1) {
+      cpu::fast::swiglu(gate_.data() + t0 * h.n_ff, up_.data() + t0 * h.n_ff, gate_.data() + t0 * h.n_ff,
+                        (t1 - t0) * h.n_ff, isa_);
+    });
+    const cpu::MatmulJob down[1] = {{w.ffn_down, proj_.data()}};
+    cpu::matmul_group(down, gate_.data(), h.n_ff, n, act_.data(), pool_, isa_);
+    cpu::fast::add(x, proj_.data(), x, n * h.n_embd, isa_);
     emit("l_out", l, x, n, h.n_embd);
   }
-  kv.set_n_past(pos0 + n);
-  if (!logits) return;
-
-  // Logits for every token or only the last one.
-  const int64_t first = all_logits ? 0 : n - 1;
-  const int64_t n_out = n - first;
-  cpu::rmsnorm(x + first * h.n_embd, output_norm_.data(), xn, n_out, h.n_embd, h.rms_eps);
-  cpu::matmul(output_, xn, logits, n_out, scratch, pool_);
-  emit("logits", -1, logits, n_out, h.n_vocab);
 }
 
 }  // namespace sluice

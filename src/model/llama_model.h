@@ -18,7 +18,9 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/paged_attention.h"
 #include "base/thread_pool.h"
 #include "format/model_file.h"
 #include "kv/kv_cache.h"
@@ -43,7 +45,17 @@ struct LayerWeights {
 
 struct ModelOptions {
   int n_threads = 0;      // <= 0: one per core
-  int64_t n_batch = 256;  // most tokens per internal forward chunk
+  int64_t n_batch = 256;  // most tokens in one forward pass (all sequences together)
+  int64_t n_ctx_max = 0;  // longest context a sequence may reach (sizes attention scratch); 0: trained context
+  int64_t max_seqs = 64;  // most sequences in one forward pass
+};
+
+// One sequence's part of a batched forward pass.
+struct ForwardSeq {
+  std::span<const int32_t> tokens;       // tokens to compute, at positions pos0 ..
+  int64_t pos0 = 0;
+  std::span<const int32_t> block_table;  // the sequence's KV blocks, covering pos0 + tokens.size()
+  int64_t n_logits = 1;                  // logits for this many trailing tokens (0 = none)
 };
 
 // Called (when set) with each named activation of a forward chunk, so a pass can
@@ -64,13 +76,25 @@ class LlamaModel {
   // Bytes of weights one forward pass reads (all matrices + embeddings row).
   uint64_t weight_bytes() const { return weight_bytes_; }
 
-  // A KV cache for up to n_ctx positions of one sequence.
+  // The KV dtype used when none is asked for: f32 for F32 models (full
+  // precision end to end), f16 otherwise.
+  KvDtype default_kv_dtype() const;
+  KvLayout kv_layout(KvDtype dtype, int64_t block_size = 16) const;
+  // A single-sequence KV cache for up to n_ctx positions (default dtype).
   KvCache make_kv_cache(int64_t n_ctx) const;
+  StatusOr<KvCache> make_kv_cache(int64_t n_ctx, KvDtype dtype) const;
 
-  // Runs `tokens` at positions kv.n_past() .. kv.n_past() + n - 1, stores their
-  // K/V in `kv` and advances kv.n_past().
+  // One step over many sequences: all their tokens go through the weight
+  // matmuls together (each weight byte read once per step); attention is per
+  // sequence over its own blocks. K/V of the new tokens are written to `kv`.
+  //   logits: [sum of n_logits, n_vocab], sequences in order
+  // Errors: more than n_batch tokens or max_seqs sequences, token ids out of
+  // range, a block table too short, a KV store of another model.
+  Status forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits);
+
+  // Single-sequence convenience: runs `tokens` at positions kv.n_past() .. in
+  // chunks of n_batch, and advances kv.n_past().
   //   logits: [n, n_vocab] if all_logits, else [1, n_vocab] (last token only)
-  // Errors: token id out of range, context full.
   Status forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits);
 
   void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
@@ -78,8 +102,9 @@ class LlamaModel {
  private:
   LlamaModel(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, const ModelOptions& options);
   Status bind_weights();
-  void forward_chunk(const int32_t* tokens, int64_t n, KvCache& kv, float* logits, bool all_logits);
-  void rope_tables(int64_t pos0, int64_t n);
+  Status validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const;
+  void run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv);
+  void rope_tables(std::span<const ForwardSeq> seqs);
   void emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const {
     if (hook_) hook_(name, layer, data, n_tokens, n);
   }
@@ -100,12 +125,19 @@ class LlamaModel {
   std::vector<float> x_;        // [n_batch, n_embd]   residual stream
   std::vector<float> xn_;       // [n_batch, n_embd]   normed
   std::vector<float> q_;        // [n_batch, n_embd_q]
+  std::vector<float> k_;        // [n_batch, n_embd_kv]  new keys, before storage in the KV store
+  std::vector<float> v_;        // [n_batch, n_embd_kv]
   std::vector<float> att_;      // [n_batch, n_embd_q]
   std::vector<float> proj_;     // [n_batch, n_embd]   attention/ffn output before residual add
   std::vector<float> gate_;     // [n_batch, n_ff]
   std::vector<float> up_;       // [n_batch, n_ff]
   std::vector<float> cos_sin_;  // [n_batch, n_rot / 2, 2]
-  std::vector<float> scratch_;  // [n_threads, max row]
+  std::vector<float> attn_partials_;  // paged attention scratch
+  std::vector<cpu::PagedSeq> attn_seqs_;  // [max_seqs]
+  std::vector<uint8_t> act_;    // converted matmul activations, matmul_scratch_bytes(n_batch, widest)
+  cpu::Isa isa_ = cpu::Isa::kScalar;
+  int64_t max_seqs_ = 0;
+  int64_t n_ctx_max_ = 0;
 
   ActivationHook hook_;
 };

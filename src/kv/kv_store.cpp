@@ -1,0 +1,97 @@
+#include "kv/kv_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/half.h"
+
+namespace sluice {
+
+StatusOr<KvStore> KvStore::create(const KvLayout& layout, int64_t n_blocks) {
+  if (n_blocks <= 0) return invalid_argument("KV store needs at least one block, got {}", n_blocks);
+  ASSIGN_OR_RETURN(int64_t row, kv_row_bytes(layout.dtype, layout.n_embd_kv));
+  KvStore s;
+  s.layout_ = layout;
+  s.n_blocks_ = n_blocks;
+  s.row_bytes_ = static_cast<size_t>(row);
+  s.block_bytes_ = s.row_bytes_ * static_cast<size_t>(layout.block_size);
+  s.layer_bytes_ = s.block_bytes_ * static_cast<size_t>(n_blocks);
+  const size_t total = s.layer_bytes_ * static_cast<size_t>(layout.n_layer);
+  s.k_.assign(total, 0);
+  s.v_.assign(total, 0);
+  return s;
+}
+
+void KvStore::store_row(const float* src, uint8_t* dst) const {
+  const int64_t n = layout_.n_embd_kv;
+  switch (layout_.dtype) {
+    case KvDtype::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case KvDtype::kF16: {
+      auto* h = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) h[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case KvDtype::kQ8_0:
+      // [f16 d][32 x int8 q] per 32 values, d = max|x| / 127, q = round(x / d).
+      for (int64_t b = 0; b < n / 32; ++b) {
+        const float* x = src + b * 32;
+        uint8_t* blk = dst + b * 34;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float d = amax / 127.0f;
+        const float id = d > 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t dh = f32_to_f16(d);
+        std::memcpy(blk, &dh, 2);
+        auto* q = reinterpret_cast<int8_t*>(blk + 2);
+        for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(std::lround(x[i] * id));
+      }
+      return;
+  }
+}
+
+void KvStore::load_row(const uint8_t* src, float* dst) const {
+  const int64_t n = layout_.n_embd_kv;
+  switch (layout_.dtype) {
+    case KvDtype::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case KvDtype::kF16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
+      return;
+    }
+    case KvDtype::kQ8_0:
+      for (int64_t b = 0; b < n / 32; ++b) {
+        const uint8_t* blk = src + b * 34;
+        uint16_t dh;
+        std::memcpy(&dh, blk, 2);
+        const float d = f16_to_f32(dh);
+        const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
+        for (int i = 0; i < 32; ++i) dst[b * 32 + i] = d * q[i];
+      }
+      return;
+  }
+}
+
+void KvStore::copy_block(int32_t src, int32_t dst) {
+  CHECK(src >= 0 && src < n_blocks_ && dst >= 0 && dst < n_blocks_);
+  for (int64_t l = 0; l < layout_.n_layer; ++l) {
+    std::memcpy(k_layer(l) + dst * block_bytes_, k_layer(l) + src * block_bytes_, block_bytes_);
+    std::memcpy(v_layer(l) + dst * block_bytes_, v_layer(l) + src * block_bytes_, block_bytes_);
+  }
+}
+
+void KvStore::move_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst) {
+  CHECK(from.block_bytes_ == to.block_bytes_ && from.layout_.n_layer == to.layout_.n_layer);
+  CHECK(src >= 0 && src < from.n_blocks_ && dst >= 0 && dst < to.n_blocks_);
+  for (int64_t l = 0; l < from.layout_.n_layer; ++l) {
+    std::memcpy(to.k_layer(l) + dst * to.block_bytes_, from.k_layer(l) + src * from.block_bytes_, from.block_bytes_);
+    std::memcpy(to.v_layer(l) + dst * to.block_bytes_, from.v_layer(l) + src * from.block_bytes_, from.block_bytes_);
+  }
+}
+
+}  // namespace sluice

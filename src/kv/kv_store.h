@@ -1,0 +1,63 @@
+// KvStore: the bytes of the paged KV cache.
+//
+// The block manager decides which block holds which positions; this class holds
+// the rows. Layout, per layer, for K and for V separately:
+//
+//   layer l:  [n_blocks][block_size][row]      row = n_embd_kv values of `dtype`
+//             row of position p of a sequence = block_table[p / block_size], slot p % block_size
+//
+//   dtype f32:  4 bytes per value          f16: 2 bytes per value
+//   dtype q8_0: per 32 values [f16 scale][32 x int8]  (34 bytes; GGUF Q8_0 blocks)
+//
+// A block id names the same block in every layer, so copying or swapping a block
+// moves its rows in all layers. A host-side KvStore with the same layout is the
+// swap target. Allocated once; not thread-safe for writes to the same rows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kv/block_pool.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+class KvStore {
+ public:
+  // Errors: invalid layout (see kv_block_bytes), n_blocks <= 0.
+  static StatusOr<KvStore> create(const KvLayout& layout, int64_t n_blocks);
+
+  const KvLayout& layout() const { return layout_; }
+  int64_t n_blocks() const { return n_blocks_; }
+  size_t row_bytes() const { return row_bytes_; }
+  uint64_t bytes() const { return static_cast<uint64_t>(k_.size() + v_.size()); }
+
+  // Base of layer l's K (or V) rows: [n_blocks * block_size, row_bytes].
+  uint8_t* k_layer(int64_t l) { return k_.data() + static_cast<size_t>(l) * layer_bytes_; }
+  uint8_t* v_layer(int64_t l) { return v_.data() + static_cast<size_t>(l) * layer_bytes_; }
+  const uint8_t* k_layer(int64_t l) const { return k_.data() + static_cast<size_t>(l) * layer_bytes_; }
+  const uint8_t* v_layer(int64_t l) const { return v_.data() + static_cast<size_t>(l) * layer_bytes_; }
+
+  // Stores n_embd_kv floats as one row (converted to the store's dtype).
+  //   dst: a row inside k_layer()/v_layer()
+  void store_row(const float* src, uint8_t* dst) const;
+  // Loads one row back to floats.
+  void load_row(const uint8_t* src, float* dst) const;
+
+  // Copies every layer's K and V rows of block src to block dst (copy-on-write).
+  void copy_block(int32_t src, int32_t dst);
+  // Copies block `src` of `from` into block `dst` of `to` (swap out / swap in).
+  // Both stores must have the same layout.
+  static void move_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst);
+
+ private:
+  KvLayout layout_;
+  int64_t n_blocks_ = 0;
+  size_t row_bytes_ = 0;
+  size_t block_bytes_ = 0;  // one layer's K (or V) rows of one block
+  size_t layer_bytes_ = 0;  // one layer's K (or V) rows of every block
+  std::vector<uint8_t> k_;  // [n_layer][n_blocks][block_size][row]
+  std::vector<uint8_t> v_;
+};
+
+}  // namespace sluice
