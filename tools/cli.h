@@ -24,6 +24,8 @@ Runner add_info(CLI::App& app);
 Runner add_convert(CLI::App& app);
 Runner add_synth(CLI::App& app);
 Runner add_plan(CLI::App& app);
+Runner add_bench(CLI::App& app);
+Runner add_stream_bench(CLI::App& app);
 
 // Prints "error: <message>" to stderr and returns 1.
 int fail(const Status& status);

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   runners["convert"] = sluice::cli::add_convert(app);
   runners["synth"] = sluice::cli::add_synth(app);
   runners["plan"] = sluice::cli::add_plan(app);
+  runners["bench"] = sluice::cli::add_bench(app);
+  runners["stream-bench"] = sluice::cli::add_stream_bench(app);
   CLI11_PARSE(app, argc, argv);
   for (const CLI::App* sub : app.get_subcommands()) return runners.at(sub->get_name())();
   return 1;

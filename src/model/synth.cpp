@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -90,8 +91,9 @@ StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_overr
 
 SynthVocab synth_vocab(int64_t n_vocab) {
   SynthVocab v;
+  std::unordered_set<std::string> seen;  // pieces must be unique (other readers assert it)
   auto add = [&](std::string piece, int64_t type) {
-    if (static_cast<int64_t>(v.tokens.size()) >= n_vocab) return;
+    if (static_cast<int64_t>(v.tokens.size()) >= n_vocab || !seen.insert(piece).second) return;
     v.scores.push_back(type == 1 ? -static_cast<double>(v.tokens.size()) : 0.0);
     v.tokens.push_back(std::move(piece));
     v.types.push_back(type);

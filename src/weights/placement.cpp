@@ -1,0 +1,268 @@
+#include "weights/placement.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "weights/io_engine.h"
+
+namespace sluice::weights {
+namespace {
+
+std::string mb(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+  if (bytes >= 1e3) return fmt::format("{:.1f} kB", bytes / 1e3);
+  return fmt::format("{:.0f} B", bytes);
+}
+
+std::string ms(double s) { return s >= 1 ? fmt::format("{:.2f} s", s) : fmt::format("{:.1f} ms", s * 1e3); }
+
+}  // namespace
+
+bool is_essential_tensor(const TensorPlacement& t, const TensorInfo& info) {
+  return t.layer < 0 || info.ne.size() <= 1 || !t.from_file;
+}
+
+const char* tier_name(Tier t) {
+  switch (t) {
+    case Tier::kDisk: return "disk";
+    case Tier::kHost: return "host";
+    case Tier::kDevice: return "device";
+  }
+  return "?";
+}
+
+std::pair<int64_t, std::string> split_layer_name(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return {-1, name};
+  size_t i = 4;
+  int64_t layer = 0;
+  bool digits = false;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
+    layer = layer * 10 + (name[i] - '0');
+    digits = true;
+    ++i;
+  }
+  if (!digits || i >= name.size() || name[i] != '.' || i + 1 >= name.size()) return {-1, name};
+  return {layer, name.substr(i + 1)};
+}
+
+StatusOr<uint64_t> parse_byte_size(const std::string& text) {
+  std::string s;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += c;
+  if (s.empty()) return invalid_argument("empty byte size");
+  size_t end = 0;
+  while (end < s.size() && (std::isdigit(static_cast<unsigned char>(s[end])) || s[end] == '.')) ++end;
+  if (end == 0) return invalid_argument("byte size '{}' does not start with a number", text);
+  char* parse_end = nullptr;
+  const std::string number = s.substr(0, end);
+  const double v = std::strtod(number.c_str(), &parse_end);
+  if (parse_end != number.c_str() + number.size()) return invalid_argument("byte size '{}' is not a number", text);
+  std::string unit = s.substr(end);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  double mult = 0;
+  if (unit.empty()) mult = 1;
+  else if (unit == "K") mult = 1e3;
+  else if (unit == "M") mult = 1e6;
+  else if (unit == "G") mult = 1e9;
+  else if (unit == "T") mult = 1e12;
+  else if (unit == "KI") mult = 1024.0;
+  else if (unit == "MI") mult = 1024.0 * 1024;
+  else if (unit == "GI") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "TI") mult = 1024.0 * 1024 * 1024 * 1024;
+  else return invalid_argument("byte size '{}': unknown unit (K, M, G, T, Ki, Mi, Gi, Ti)", text);
+  return static_cast<uint64_t>(std::llround(v * mult));
+}
+
+StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInputs& in) {
+  if (in.device_budget_bytes > 0)
+    return unimplemented("the device tier has no backend in this build; use --mem-budget for host memory");
+  PlacementPlan p;
+  p.budget_bytes = in.mem_budget_bytes;
+  p.disk_gbps = in.disk_gbps;
+  p.layer_compute_s = in.layer_compute_s;
+  p.tokens_per_step = std::max<int64_t>(1, in.tokens_per_step);
+  const bool single_file = file.format == "gguf";
+
+  for (size_t i = 0; i < file.tensors.size(); ++i) {
+    const TensorInfo& info = file.tensors[i];
+    auto [layer, suffix] = split_layer_name(info.name);
+    p.tensors.push_back({.index = i, .suffix = suffix, .layer = layer, .tier = Tier::kHost,
+                         .from_file = single_file && info.file_offset >= 0, .n_bytes = info.n_bytes});
+    p.n_layer = std::max(p.n_layer, layer + 1);
+    p.total_tensor_bytes += info.n_bytes;
+  }
+  if (p.n_layer == 0) return invalid_argument("the model has no blocks (blk.N.*) to place");
+  p.layers.resize(static_cast<size_t>(p.n_layer));
+
+  // Essentials: one aligned buffer of everything from the file, plus in-memory tensors.
+  std::vector<TensorRange> essential_ranges;
+  std::vector<std::vector<TensorRange>> layer_ranges(static_cast<size_t>(p.n_layer));
+  uint64_t in_memory_bytes = 0;
+  for (const TensorPlacement& t : p.tensors) {
+    const TensorInfo& info = file.tensors[t.index];
+    if (is_essential_tensor(t, info)) {
+      if (t.from_file) essential_ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
+      else in_memory_bytes += info.n_bytes;
+    } else {
+      layer_ranges[static_cast<size_t>(t.layer)].push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
+    }
+  }
+  p.essentials_bytes = layout_extents(essential_ranges, kDirectAlign, in.max_gap).buffer_bytes + in_memory_bytes;
+  uint64_t all_layers_bytes = 0;
+  for (int64_t l = 0; l < p.n_layer; ++l) {
+    const ExtentLayout lay = layout_extents(layer_ranges[static_cast<size_t>(l)], kDirectAlign, in.max_gap);
+    LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
+    lp.matrix_bytes = lay.tensor_bytes;
+    lp.extent_bytes = lay.buffer_bytes;
+    all_layers_bytes += lay.buffer_bytes;
+    p.slot_bytes = std::max(p.slot_bytes, lay.buffer_bytes);
+  }
+
+  auto finish_resident = [&] {
+    p.resident_layer_bytes = all_layers_bytes;
+    p.resident_bytes = p.essentials_bytes + all_layers_bytes;
+    p.host_bytes = p.resident_bytes;
+    p.slot_bytes = 0;
+    p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
+    return p;
+  };
+  if (!in.stream_all &&
+      (in.mem_budget_bytes == 0 || p.essentials_bytes + all_layers_bytes <= in.mem_budget_bytes))
+    return finish_resident();
+
+  bool any_in_memory_matrix = false;
+  for (const TensorPlacement& t : p.tensors)
+    if (!t.from_file && t.layer >= 0 && file.tensors[t.index].ne.size() > 1) any_in_memory_matrix = true;
+  if (!single_file || any_in_memory_matrix) {
+    return resource_exhausted(
+        "--mem-budget {} is below the model's {} and this model cannot stream ({}); use --mem-budget {} or more",
+        mb(static_cast<double>(in.mem_budget_bytes)), mb(static_cast<double>(p.essentials_bytes + all_layers_bytes)),
+        single_file ? "some block matrices were transformed at import" : "only single GGUF files stream",
+        p.essentials_bytes + all_layers_bytes);
+  }
+  if (p.slot_bytes == 0) return invalid_argument("no block tensor of this model can be read from the file by offset");
+  if (!(in.disk_gbps > 0) || !(in.layer_compute_s > 0))
+    return invalid_argument("streaming needs the disk read rate and the compute time per layer (both > 0)");
+
+  p.transfer_s = static_cast<double>(p.slot_bytes) / (in.disk_gbps * 1e9);
+  // plan_stream takes FLOPs and TFLOP/s; a layer of compute_s seconds is
+  // compute_s x 1e12 FLOPs at 1 TFLOP/s.
+  plan::StreamInputs si{.n_layer = p.n_layer,
+                        .layer_bytes = static_cast<double>(p.slot_bytes),
+                        .layer_flops = in.layer_compute_s * 1e12,
+                        .compute_tflops = 1.0,
+                        .link_gbps = 0,
+                        .disk_gbps = in.disk_gbps};
+  ASSIGN_OR_RETURN(plan::StreamPlan full, plan::plan_stream(si));
+  p.n_ring_slots_planned = full.n_ring_slots;
+  p.min_budget_bytes = p.essentials_bytes + 2 * p.slot_bytes;
+  p.full_ring_budget_bytes = p.essentials_bytes + static_cast<uint64_t>(full.n_ring_slots) * p.slot_bytes;
+  const uint64_t budget = in.stream_all ? p.full_ring_budget_bytes : in.mem_budget_bytes;
+  p.budget_bytes = budget;
+  if (budget < p.min_budget_bytes) {
+    return resource_exhausted(
+        "--mem-budget {} cannot work: resident essentials {} + a ring of 2 slots x {} = {}; the smallest budget "
+        "that works is {} bytes ({}); hiding every transfer needs K={} slots: {} bytes",
+        mb(static_cast<double>(in.mem_budget_bytes)), mb(static_cast<double>(p.essentials_bytes)),
+        mb(static_cast<double>(p.slot_bytes)), mb(static_cast<double>(p.min_budget_bytes)), p.min_budget_bytes,
+        mb(static_cast<double>(p.min_budget_bytes)), full.n_ring_slots, p.full_ring_budget_bytes);
+  }
+  const int64_t slots_fit = static_cast<int64_t>((budget - p.essentials_bytes) / p.slot_bytes);
+  p.n_ring_slots = std::min(full.n_ring_slots, slots_fit);
+  if (p.n_ring_slots < full.n_ring_slots) {
+    p.note = fmt::format(
+        "ring trimmed to {} of the planned {} slots by the budget: a transfer ({}) outlasts a layer's compute "
+        "({}), so the step is disk-bound with any ring of 2 or more; {} bytes would hold all {}",
+        p.n_ring_slots, full.n_ring_slots, ms(p.transfer_s), ms(in.layer_compute_s), p.full_ring_budget_bytes,
+        full.n_ring_slots);
+  }
+
+  // Whole layers fill what the ring leaves; at least one layer streams.
+  uint64_t left = budget - p.essentials_bytes - static_cast<uint64_t>(p.n_ring_slots) * p.slot_bytes;
+  int64_t n_resident = std::min<int64_t>(p.n_layer - 1, static_cast<int64_t>(left / p.slot_bytes));
+  const int64_t n_streamed = p.n_layer - n_resident;
+  p.n_ring_slots = std::min(p.n_ring_slots, n_streamed);
+  // Streamed layers spread evenly: layer l streams when floor((l+1) m / n) > floor(l m / n).
+  for (int64_t l = 0; l < p.n_layer; ++l) {
+    const bool streamed = (l + 1) * n_streamed / p.n_layer > l * n_streamed / p.n_layer;
+    LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
+    lp.streamed = streamed;
+    if (streamed) {
+      ++p.n_streamed;
+      p.streamed_bytes += lp.matrix_bytes;
+    } else {
+      p.resident_layer_bytes += lp.extent_bytes;
+    }
+  }
+  for (TensorPlacement& t : p.tensors) {
+    if (t.layer >= 0 && p.layers[static_cast<size_t>(t.layer)].streamed && !is_essential_tensor(t, file.tensors[t.index]))
+      t.tier = Tier::kDisk;
+  }
+  p.resident_bytes = p.essentials_bytes + p.resident_layer_bytes;
+  p.ring_bytes = static_cast<uint64_t>(p.n_ring_slots) * p.slot_bytes;
+  p.host_bytes = p.resident_bytes + p.ring_bytes;
+
+  si.n_layer = p.n_streamed;
+  ASSIGN_OR_RETURN(p.stream, plan::plan_stream(si));
+  p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
+  p.predicted_disk_s = static_cast<double>(p.n_streamed) * p.transfer_s;
+  p.predicted_stall_s = std::max(0.0, p.predicted_disk_s - p.predicted_compute_s);
+  return p;
+}
+
+std::string placement_map(const PlacementPlan& p) {
+  int64_t n_host = 0, n_disk = 0;
+  uint64_t host_tensor_bytes = 0, disk_tensor_bytes = 0;
+  for (const TensorPlacement& t : p.tensors) {
+    if (t.tier == Tier::kDisk) {
+      ++n_disk;
+      disk_tensor_bytes += t.n_bytes;
+    } else {
+      ++n_host;
+      host_tensor_bytes += t.n_bytes;
+    }
+  }
+  std::string s;
+  s += fmt::format("placement map: {} layers, {} of tensors; compute tier = host RAM, budget {}\n", p.n_layer,
+                   mb(static_cast<double>(p.total_tensor_bytes)),
+                   p.budget_bytes ? mb(static_cast<double>(p.budget_bytes)) : std::string("unlimited"));
+  s += fmt::format("  {:<7} {:>10} {:>8}  {}\n", "tier", "bytes", "tensors", "holds");
+  s += fmt::format("  {:<7} {:>10} {:>8}  {}\n", "device", "0 B", 0, "none (no device backend in this build)");
+  s += fmt::format("  {:<7} {:>10} {:>8}  essentials {} + {} resident layers {}", "host",
+                   mb(static_cast<double>(p.host_bytes)), n_host, mb(static_cast<double>(p.essentials_bytes)),
+                   p.n_layer - p.n_streamed, mb(static_cast<double>(p.resident_layer_bytes)));
+  if (p.n_ring_slots > 0)
+    s += fmt::format(" + ring {} slots x {} = {}", p.n_ring_slots, mb(static_cast<double>(p.slot_bytes)),
+                     mb(static_cast<double>(p.ring_bytes)));
+  s += "\n";
+  s += fmt::format("  {:<7} {:>10} {:>8}  {} streamed layers\n", "disk", mb(static_cast<double>(disk_tensor_bytes)),
+                   n_disk, p.n_streamed);
+  if (p.n_streamed > 0) {
+    std::string row;
+    for (const LayerPlacement& l : p.layers) row += l.streamed ? 'S' : 'R';
+    s += fmt::format("  layers: {}   (R resident, S streamed)\n", row);
+    s += fmt::format("  ring: K = {} (plan_stream: transfer {}/layer at {:.2f} GB/s, compute {}/layer at {} "
+                     "tokens/step -> K = {})\n",
+                     p.n_ring_slots, ms(p.transfer_s), p.disk_gbps, ms(p.layer_compute_s), p.tokens_per_step,
+                     p.n_ring_slots_planned);
+    if (!p.note.empty()) s += "  note: " + p.note + "\n";
+    s += fmt::format("  predicted per step: compute {}, disk {}, stall {} ({}); smallest workable budget {} bytes\n",
+                     ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_stall_s),
+                     p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden", p.min_budget_bytes);
+  } else {
+    s += "  everything resident: no ring, no stall\n";
+  }
+  s += fmt::format("  resident fraction {:.1f}%\n",
+                   100.0 * static_cast<double>(host_tensor_bytes) /
+                       static_cast<double>(std::max<uint64_t>(1, p.total_tensor_bytes)));
+  if (!p.io_note.empty()) s += "  io: " + p.io_note + "\n";
+  return s;
+}
+
+}  // namespace sluice::weights

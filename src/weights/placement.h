@@ -1,0 +1,124 @@
+// Placement: which tensors stay resident in the compute tier and which stream
+// from disk through a ring of K layer slots, from a memory budget, the model
+// layout and two measured rates (disk read GB/s, compute seconds per layer).
+//
+// Tiers, slowest first: disk (the model file, read with O_DIRECT), host RAM,
+// device. On a CPU-only machine host RAM is the compute tier and the budget
+// (--mem-budget) limits it; the device tier exists in the interface only.
+//
+// Rules, in order:
+//   1. Resident always: every tensor outside the blocks (token_embd, output,
+//      output_norm, rope_freqs) and every 1-D block tensor (norms, biases):
+//      the "essentials". Tensors the file cannot serve by offset (transformed
+//      at import) are resident too.
+//   2. Budget 0, or enough for everything: all resident, no ring.
+//   3. Otherwise the block matrices of a layer stream as one unit into a slot
+//      of slot_bytes (the largest streamed layer, extents aligned). The ring
+//      size K comes from plan::plan_stream (transfer = slot / disk rate):
+//      K = max(2, ceil(transfer / compute) + 1). K > 2 only when a transfer
+//      outlasts a layer's compute, i.e. when the step is disk-bound anyway; a
+//      budget that holds 2 slots but not K trims the ring (and the map says so),
+//      because more slots would not make a disk-bound step faster.
+//   4. A budget below essentials + 2 slots cannot work and is refused with the
+//      smallest budget that would.
+//   5. Whole layers fill what is left after the ring; resident layers are spread
+//      evenly between streamed ones, so each run of streamed layers has
+//      resident compute around it to hide transfers behind.
+// Predicted per step: compute = n_layer x compute_s, disk = n_streamed x
+// transfer_s, step = max of the two, stall = step - compute. This assumes the
+// ring lets the disk run ahead across resident layers.
+//
+// Pure functions over plain data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/model_file.h"
+#include "plan/stream_plan.h"
+#include "sluice/status.h"
+#include "weights/extent_layout.h"
+
+namespace sluice::weights {
+
+enum class Tier { kDisk, kHost, kDevice };
+const char* tier_name(Tier t);
+
+struct PlacementInputs {
+  uint64_t mem_budget_bytes = 0;     // compute tier (host RAM here); 0: unlimited
+  uint64_t device_budget_bytes = 0;  // device tier; interface only: must be 0 in a CPU build
+  double disk_gbps = 0;              // measured O_DIRECT read rate; needed when streaming
+  double layer_compute_s = 0;        // compute per layer per step; needed when streaming
+  int64_t tokens_per_step = 1;       // what layer_compute_s was measured for (shown in the map)
+  uint64_t max_gap = kDefaultMaxGap; // extent merging (extent_layout.h)
+  bool stream_all = false;           // benchmarks: stream every layer through the full planned
+                                     // ring; the budget is ignored
+};
+
+struct TensorPlacement {
+  size_t index = 0;        // in ModelFile::tensors
+  std::string suffix;      // "attn_q.weight" in a block, else the full name
+  int64_t layer = -1;      // -1 outside the blocks
+  Tier tier = Tier::kHost; // kHost: resident; kDisk: streamed through the ring
+  bool from_file = true;   // false: bytes only in memory (file_offset < 0)
+  uint64_t n_bytes = 0;
+};
+
+struct LayerPlacement {
+  bool streamed = false;
+  uint64_t matrix_bytes = 0;  // the streamable tensors' own bytes
+  uint64_t extent_bytes = 0;  // their aligned buffer size (what a slot or resident copy takes)
+};
+
+struct PlacementPlan {
+  int64_t n_layer = 0;
+  std::vector<TensorPlacement> tensors;  // one per ModelFile tensor, same order
+  std::vector<LayerPlacement> layers;    // [n_layer]
+  int64_t n_streamed = 0;
+  uint64_t budget_bytes = 0;             // 0: unlimited
+  uint64_t essentials_bytes = 0;         // aligned, as loaded
+  uint64_t resident_layer_bytes = 0;     // aligned, as loaded
+  uint64_t resident_bytes = 0;           // essentials + resident layers
+  uint64_t streamed_bytes = 0;           // tensor bytes of streamed layers
+  uint64_t slot_bytes = 0;
+  int64_t n_ring_slots = 0;              // K in use; 0 when nothing streams
+  int64_t n_ring_slots_planned = 0;      // plan_stream's K
+  uint64_t ring_bytes = 0;
+  uint64_t host_bytes = 0;               // resident + ring: what the budget holds
+  uint64_t total_tensor_bytes = 0;
+  uint64_t min_budget_bytes = 0;         // essentials + 2 slots (streaming at all)
+  uint64_t full_ring_budget_bytes = 0;   // essentials + K planned slots
+  double disk_gbps = 0;
+  double layer_compute_s = 0;
+  int64_t tokens_per_step = 1;
+  double transfer_s = 0;                 // per streamed layer
+  double predicted_compute_s = 0;        // per step
+  double predicted_disk_s = 0;           // per step
+  double predicted_stall_s = 0;          // per step (one token in decode)
+  plan::StreamPlan stream;               // plan_stream over the streamed layers
+  std::string note;                      // why the ring was trimmed, or empty
+  std::string io_note;                   // filled by whoever opens the store (io backend)
+};
+
+// Errors: a budget that cannot work (resource exhausted, naming the smallest
+// that would); a device budget (unimplemented); missing rates when streaming;
+// a model without blocks.
+StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInputs& in);
+
+// The placement map printed at start: per tier bytes, tensors, ring slots and
+// the predicted stall per step.
+std::string placement_map(const PlacementPlan& plan);
+
+// "600M" -> 600e6, "2G", "1.5GB", "512MiB" -> 512 * 2^20, "123" -> bytes.
+// K/M/G/T are decimal, Ki/Mi/Gi/Ti binary; a trailing "B" is optional.
+StatusOr<uint64_t> parse_byte_size(const std::string& text);
+
+// True for tensors that stay resident whatever the budget (rule 1 above).
+bool is_essential_tensor(const TensorPlacement& t, const TensorInfo& info);
+
+// Splits "blk.12.attn_q.weight" into (12, "attn_q.weight"); -1 and the whole
+// name for anything else.
+std::pair<int64_t, std::string> split_layer_name(const std::string& name);
+
+}  // namespace sluice::weights

@@ -1,0 +1,187 @@
+// Placement: the ring size comes from plan_stream, budgets that cannot work are
+// refused with the smallest that would, resident layers spread evenly.
+#include <gtest/gtest.h>
+
+#include "weights/io_engine.h"
+#include "weights/placement.h"
+
+namespace sluice::weights {
+namespace {
+
+constexpr uint64_t kMatrix = 50'000'000;  // bytes of each of a layer's two matrices
+
+// A GGUF-like layout without bytes: token_embd, n_layer x (attn_norm, two
+// matrices), output_norm, output; offsets packed with 32-byte alignment.
+ModelFile fake_model(int64_t n_layer, const std::string& format = "gguf") {
+  ModelFile f;
+  f.format = format;
+  uint64_t off = 4096;
+  auto add = [&](const std::string& name, std::vector<int64_t> ne, uint64_t n_bytes) {
+    TensorInfo t;
+    t.name = name;
+    t.type = DType::kF16;
+    t.ne = std::move(ne);
+    t.n_bytes = n_bytes;
+    t.file_offset = static_cast<int64_t>(off);
+    off = align_up(off + n_bytes, 32);
+    f.tensors.push_back(t);
+  };
+  add("token_embd.weight", {1000, 5000}, 10'000'000);
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {1000}, 4000);
+    add(p + "attn_q.weight", {5000, 5000}, kMatrix);
+    add(p + "ffn_up.weight", {5000, 5000}, kMatrix);
+  }
+  add("output_norm.weight", {1000}, 4000);
+  add("output.weight", {1000, 5000}, 10'000'000);
+  return f;
+}
+
+PlacementInputs streaming(uint64_t budget, double compute_s) {
+  return {.mem_budget_bytes = budget, .disk_gbps = 1.0, .layer_compute_s = compute_s};
+}
+
+TEST(Placement, EverythingResidentWhenTheBudgetAllows) {
+  const ModelFile f = fake_model(4);
+  for (uint64_t budget : {uint64_t{0}, uint64_t{1'000'000'000}}) {
+    const PlacementPlan p = plan_placement(f, {.mem_budget_bytes = budget}).value();
+    EXPECT_EQ(p.n_streamed, 0);
+    EXPECT_EQ(p.n_ring_slots, 0);
+    EXPECT_EQ(p.resident_bytes, p.host_bytes);
+    for (const TensorPlacement& t : p.tensors) EXPECT_EQ(t.tier, Tier::kHost) << t.suffix;
+    EXPECT_NE(placement_map(p).find("everything resident"), std::string::npos);
+  }
+}
+
+TEST(Placement, RingSizeComesFromPlanStream) {
+  const ModelFile f = fake_model(10);
+  // Slot ~100 MB at 1 GB/s: transfer 0.1 s; compute 0.04 s -> K = ceil(2.5) + 1 = 4.
+  const PlacementPlan big = plan_placement(f, streaming(900'000'000, 0.04)).value();
+  const plan::StreamPlan direct = plan::plan_stream({.n_layer = 10,
+                                                     .layer_bytes = static_cast<double>(big.slot_bytes),
+                                                     .layer_flops = 0.04e12,
+                                                     .compute_tflops = 1,
+                                                     .disk_gbps = 1.0})
+                                      .value();
+  EXPECT_EQ(direct.n_ring_slots, 4);
+  EXPECT_EQ(big.n_ring_slots_planned, 4);
+  EXPECT_EQ(big.n_ring_slots, 4);
+  EXPECT_TRUE(big.note.empty()) << big.note;
+  EXPECT_GE(big.slot_bytes, 2 * kMatrix);
+  EXPECT_EQ(big.slot_bytes % kDirectAlign, 0u);
+  // 900 MB - essentials (~20 MB) - 4 slots (~400 MB): 4 whole layers stay resident.
+  EXPECT_EQ(big.n_streamed, 6);
+  EXPECT_LE(big.host_bytes, 900'000'000u);
+  EXPECT_EQ(big.ring_bytes, 4 * big.slot_bytes);
+  EXPECT_EQ(big.resident_bytes, big.essentials_bytes + big.resident_layer_bytes);
+  // Predicted: disk 6 x 0.1 s against compute 10 x 0.04 s.
+  EXPECT_NEAR(big.predicted_disk_s, 6 * big.transfer_s, 1e-12);
+  EXPECT_NEAR(big.predicted_compute_s, 0.4, 1e-12);
+  EXPECT_NEAR(big.predicted_stall_s, 6 * big.transfer_s - 0.4, 1e-9);
+  // Norms stay resident in streamed layers; matrices of streamed layers go to disk.
+  for (const TensorPlacement& t : big.tensors) {
+    if (t.layer < 0 || t.suffix == "attn_norm.weight") EXPECT_EQ(t.tier, Tier::kHost) << t.suffix;
+    else EXPECT_EQ(t.tier, big.layers[static_cast<size_t>(t.layer)].streamed ? Tier::kDisk : Tier::kHost);
+  }
+}
+
+TEST(Placement, ComputeBoundNeedsTwoSlotsAndPredictsNoStall) {
+  const ModelFile f = fake_model(10);
+  const PlacementPlan p = plan_placement(f, streaming(500'000'000, 0.5)).value();
+  EXPECT_EQ(p.n_ring_slots, 2);
+  EXPECT_EQ(p.predicted_stall_s, 0.0);
+  EXPECT_NE(placement_map(p).find("transfers hidden"), std::string::npos) << placement_map(p);
+}
+
+TEST(Placement, RefusesABudgetBelowTwoSlotsNamingTheMinimum) {
+  const ModelFile f = fake_model(10);
+  const PlacementPlan ok = plan_placement(f, streaming(900'000'000, 0.04)).value();
+  const uint64_t min = ok.min_budget_bytes;
+  EXPECT_EQ(min, ok.essentials_bytes + 2 * ok.slot_bytes);
+  const auto refused = plan_placement(f, streaming(min - 1, 0.04));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find(std::to_string(min)), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find(std::to_string(ok.full_ring_budget_bytes)), std::string::npos);
+  // The named minimum works: a trimmed ring of 2, disk-bound, and the map says why.
+  const PlacementPlan at_min = plan_placement(f, streaming(min, 0.04)).value();
+  EXPECT_EQ(at_min.n_ring_slots, 2);
+  EXPECT_EQ(at_min.n_ring_slots_planned, 4);
+  EXPECT_EQ(at_min.n_streamed, 10);
+  EXPECT_FALSE(at_min.note.empty());
+  EXPECT_NE(placement_map(at_min).find("trimmed"), std::string::npos);
+}
+
+TEST(Placement, ResidentLayersAreSpreadEvenly) {
+  const ModelFile f = fake_model(8);
+  const PlacementPlan probe = plan_placement(f, streaming(2'000'000'000, 0.5)).value();
+  ASSERT_EQ(probe.n_streamed, 0);
+  // Room for essentials + 2 slots + 4 layers.
+  const uint64_t slot = probe.layers[0].extent_bytes;
+  const PlacementPlan p = plan_placement(f, streaming(probe.essentials_bytes + 6 * slot + 1000, 0.5)).value();
+  ASSERT_EQ(p.n_ring_slots, 2);
+  ASSERT_EQ(p.n_streamed, 4);
+  std::string row;
+  for (const LayerPlacement& l : p.layers) row += l.streamed ? 'S' : 'R';
+  EXPECT_EQ(row, "RSRSRSRS");
+  EXPECT_NE(placement_map(p).find("RSRSRSRS"), std::string::npos);
+}
+
+TEST(Placement, StreamAllUsesTheFullPlannedRing) {
+  const ModelFile f = fake_model(10);
+  PlacementInputs in = streaming(0, 0.04);
+  in.stream_all = true;
+  const PlacementPlan p = plan_placement(f, in).value();
+  EXPECT_EQ(p.n_streamed, 10);
+  EXPECT_EQ(p.n_ring_slots, 4);
+  EXPECT_EQ(p.budget_bytes, p.full_ring_budget_bytes);
+  EXPECT_EQ(p.host_bytes, p.essentials_bytes + 4 * p.slot_bytes);
+  EXPECT_TRUE(p.note.empty());
+}
+
+TEST(Placement, MapNamesEveryTier) {
+  const ModelFile f = fake_model(10);
+  PlacementPlan p = plan_placement(f, streaming(600'000'000, 0.04)).value();
+  p.io_note = "io_uring, queue depth 16, O_DIRECT";
+  const std::string map = placement_map(p);
+  for (const char* word : {"device", "host", "disk", "ring", "stall", "io_uring", "resident fraction"})
+    EXPECT_NE(map.find(word), std::string::npos) << word << "\n" << map;
+}
+
+TEST(Placement, BadRequests) {
+  const ModelFile f = fake_model(4);
+  EXPECT_EQ(plan_placement(f, {.device_budget_bytes = 1}).status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(plan_placement(f, {.mem_budget_bytes = 300'000'000}).status().code(), StatusCode::kInvalidArgument);
+  // Formats that cannot be read by offset stream nothing; a small budget is refused.
+  const ModelFile hf = fake_model(4, "safetensors");
+  EXPECT_EQ(plan_placement(hf, streaming(300'000'000, 0.1)).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(plan_placement(hf, {}).ok());
+  ModelFile none;
+  none.format = "gguf";
+  EXPECT_FALSE(plan_placement(none, {}).ok());
+}
+
+TEST(Placement, ParsesByteSizes) {
+  EXPECT_EQ(*parse_byte_size("600M"), 600'000'000u);
+  EXPECT_EQ(*parse_byte_size("600MB"), 600'000'000u);
+  EXPECT_EQ(*parse_byte_size("1.5G"), 1'500'000'000u);
+  EXPECT_EQ(*parse_byte_size("512MiB"), 512ull << 20);
+  EXPECT_EQ(*parse_byte_size("2Gi"), 2ull << 30);
+  EXPECT_EQ(*parse_byte_size("4096"), 4096u);
+  EXPECT_EQ(*parse_byte_size("10k"), 10'000u);
+  EXPECT_FALSE(parse_byte_size("").ok());
+  EXPECT_FALSE(parse_byte_size("M").ok());
+  EXPECT_FALSE(parse_byte_size("12X").ok());
+  EXPECT_FALSE(parse_byte_size("1.2.3M").ok());
+}
+
+TEST(Placement, SplitsLayerNames) {
+  EXPECT_EQ(split_layer_name("blk.12.attn_q.weight"), (std::pair<int64_t, std::string>{12, "attn_q.weight"}));
+  EXPECT_EQ(split_layer_name("token_embd.weight").first, -1);
+  EXPECT_EQ(split_layer_name("blk.x.attn").first, -1);
+  EXPECT_EQ(split_layer_name("blk.3").first, -1);
+}
+
+}  // namespace
+}  // namespace sluice::weights

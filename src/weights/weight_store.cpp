@@ -1,0 +1,417 @@
+#include "weights/weight_store.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "base/check.h"
+#include "base/timer.h"
+
+namespace sluice::weights {
+
+const uint8_t* LayerView::find(std::string_view suffix) const {
+  for (const LayerTensor& t : tensors)
+    if (t.suffix == suffix) return t.data;
+  return nullptr;
+}
+
+const char* layer_state_name(LayerState s) {
+  switch (s) {
+    case LayerState::kResident: return "resident";
+    case LayerState::kAbsent: return "absent";
+    case LayerState::kLoading: return "loading";
+    case LayerState::kLanded: return "landed";
+    case LayerState::kAcquired: return "acquired";
+  }
+  return "?";
+}
+
+WeightStore::WeightStore(std::shared_ptr<const ModelFile> file, PlacementPlan plan, const WeightStoreOptions& options)
+    : file_(std::move(file)), plan_(std::move(plan)), auto_prefetch_(options.auto_prefetch) {}
+
+StatusOr<std::unique_ptr<WeightStore>> WeightStore::open(std::shared_ptr<const ModelFile> file, PlacementPlan plan,
+                                                         const WeightStoreOptions& options) {
+  if (plan.tensors.size() != file->tensors.size() || plan.layers.size() != static_cast<size_t>(plan.n_layer))
+    return invalid_argument("the placement plan was made for another model file");
+  std::unique_ptr<WeightStore> store(new WeightStore(std::move(file), std::move(plan), options));
+  RETURN_IF_ERROR(store->load(options));
+  return store;
+}
+
+WeightStore::~WeightStore() {
+  if (!arbiter_) return;
+  for (Slot& s : slots_)
+    if (s.transfer) arbiter_->cancel(s.transfer);
+}
+
+Status WeightStore::load(const WeightStoreOptions& options) {
+  const ModelFile& f = *file_;
+  const int64_t n = plan_.n_layer;
+  const int64_t k = plan_.n_ring_slots;
+  const bool streams = plan_.n_streamed > 0;
+
+  // The disk tier: needed to stream, and to read the resident set with O_DIRECT.
+  if (streams || options.direct) {
+    StatusOr<std::unique_ptr<IoEngine>> engine =
+        f.format == "gguf" ? IoEngine::open({.path = f.source_path,
+                                             .backend = options.io,
+                                             .queue_depth = options.queue_depth,
+                                             .direct = options.direct})
+                           : StatusOr<std::unique_ptr<IoEngine>>(
+                                 unimplemented("only single GGUF files are read by offset (this is {})", f.format));
+    if (engine.ok()) {
+      engine_ = std::move(*engine);
+      arbiter_ = std::make_unique<BandwidthArbiter>(
+          *engine_, ArbiterOptions{.max_transfers = static_cast<int>(std::max<int64_t>(64, k + n + 8)),
+                                   .chunk_bytes = options.chunk_bytes,
+                                   .cap_bytes_per_s = options.cap_bytes_per_s});
+      plan_.io_note = engine_->describe();
+    } else if (streams) {
+      return engine.status().with_context("cannot stream weights");
+    } else {
+      plan_.io_note = "resident tensors served from the model file's memory map (" + engine.status().message() + ")";
+    }
+  } else {
+    plan_.io_note = "resident tensors served from the model file's memory map (O_DIRECT not requested)";
+  }
+  if (streams && plan_.n_ring_slots < 1) return invalid_argument("the placement streams layers but has no ring slots");
+
+  // Resident reads: group 0 the essentials, group 1 + l resident layer l.
+  struct Group {
+    std::vector<size_t> tensors;  // plan_.tensors indices
+    ExtentLayout layout;
+    TransferId transfer = 0;
+  };
+  std::vector<Group> groups(static_cast<size_t>(n + 1));
+  layers_.resize(static_cast<size_t>(n));
+  for (size_t i = 0; i < plan_.tensors.size(); ++i) {
+    const TensorPlacement& t = plan_.tensors[i];
+    const TensorInfo& info = f.tensors[t.index];
+    if (t.layer >= 0 && !is_essential_tensor(t, info)) layers_[static_cast<size_t>(t.layer)].matrix_bytes += t.n_bytes;
+    if (t.tier != Tier::kHost) continue;
+    if (!arbiter_ || !t.from_file) {
+      resident_[info.name] = info.data;  // the ModelFile's own memory
+      continue;
+    }
+    groups[is_essential_tensor(t, info) ? 0 : static_cast<size_t>(t.layer + 1)].tensors.push_back(i);
+  }
+  uint64_t load_bytes = 0;
+  for (Group& g : groups) {
+    if (g.tensors.empty()) continue;
+    std::vector<TensorRange> ranges;
+    for (size_t i : g.tensors) {
+      const TensorInfo& info = f.tensors[plan_.tensors[i].index];
+      ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
+    }
+    g.layout = layout_extents(ranges, kDirectAlign);
+    ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(g.layout.buffer_bytes));
+    for (size_t j = 0; j < g.tensors.size(); ++j)
+      resident_[f.tensors[plan_.tensors[g.tensors[j]].index].name] = buf.data() + g.layout.tensor_offsets[j];
+    ASSIGN_OR_RETURN(g.transfer, arbiter_->submit(TransferClass::kCritical, g.layout.extents, buf.data()));
+    resident_bufs_.push_back(std::move(buf));
+  }
+  Status load_status;
+  for (Group& g : groups) {
+    if (!g.transfer) continue;
+    TransferResult r = arbiter_->wait(g.transfer);
+    if (!r.status.ok() && load_status.ok()) load_status = r.status.with_context("loading resident weights");
+    load_bytes += r.bytes;
+  }
+  RETURN_IF_ERROR(load_status);
+  counters_.add_load(load_bytes);
+
+  // View tables: resident layers once; streamed layers once per slot.
+  streamed_pos_.assign(static_cast<size_t>(n), -1);
+  layer_slot_.assign(static_cast<size_t>(n), -1);
+  resident_acquired_s_.assign(static_cast<size_t>(n), 0.0);
+  slots_.resize(static_cast<size_t>(streams ? k : 0));
+  for (Slot& slot : slots_) {
+    ASSIGN_OR_RETURN(slot.buf, AlignedBuffer::allocate(plan_.slot_bytes));
+  }
+  slot_tables_.resize(slots_.size() * static_cast<size_t>(n));
+  for (int64_t l = 0; l < n; ++l) {
+    LayerInfo& li = layers_[static_cast<size_t>(l)];
+    li.streamed = plan_.layers[static_cast<size_t>(l)].streamed;
+    std::vector<size_t> members;
+    std::vector<TensorRange> ranges;
+    for (size_t i = 0; i < plan_.tensors.size(); ++i) {
+      const TensorPlacement& t = plan_.tensors[i];
+      if (t.layer != l) continue;
+      members.push_back(i);
+      if (t.tier == Tier::kDisk) {
+        const TensorInfo& info = f.tensors[t.index];
+        ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
+      }
+    }
+    if (!li.streamed) {
+      for (size_t i : members) {
+        const TensorPlacement& t = plan_.tensors[i];
+        li.resident.push_back({.suffix = t.suffix, .data = resident_.at(f.tensors[t.index].name), .n_bytes = t.n_bytes});
+      }
+      continue;
+    }
+    li.layout = layout_extents(ranges, kDirectAlign);
+    if (li.layout.buffer_bytes > plan_.slot_bytes)
+      return invalid_argument("layer {} needs {} bytes but the plan's slots hold {}", l, li.layout.buffer_bytes,
+                              plan_.slot_bytes);
+    streamed_pos_[static_cast<size_t>(l)] = static_cast<int64_t>(streamed_.size());
+    streamed_.push_back(l);
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      std::vector<LayerTensor>& table = slot_tables_[s * static_cast<size_t>(n) + static_cast<size_t>(l)];
+      size_t streamed_index = 0;
+      for (size_t i : members) {
+        const TensorPlacement& t = plan_.tensors[i];
+        if (t.tier == Tier::kDisk) {
+          table.push_back({.suffix = t.suffix,
+                           .data = slots_[s].buf.data() + li.layout.tensor_offsets[streamed_index++],
+                           .n_bytes = t.n_bytes,
+                           .streamed = true});
+        } else {
+          table.push_back({.suffix = t.suffix, .data = resident_.at(f.tensors[t.index].name), .n_bytes = t.n_bytes});
+        }
+      }
+    }
+  }
+  uint64_t resident_tensor_bytes = 0;
+  for (const TensorPlacement& t : plan_.tensors)
+    if (t.tier == Tier::kHost) resident_tensor_bytes += t.n_bytes;
+  counters_.set_placement(resident_tensor_bytes, plan_.streamed_bytes);
+  desired_.reserve(slots_.size());
+  reusable_.reserve(slots_.size());
+  if (streams && auto_prefetch_) RETURN_IF_ERROR(fill(0));
+  return Status();
+}
+
+LayerView WeightStore::view(int slot, int64_t layer) const {
+  const auto& table = slot_tables_[static_cast<size_t>(slot) * static_cast<size_t>(plan_.n_layer) +
+                                   static_cast<size_t>(layer)];
+  return LayerView{.layer = layer, .streamed = true, .tensors = table};
+}
+
+Status WeightStore::start(int s, int64_t layer, TransferClass cls) {
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  ASSIGN_OR_RETURN(slot.transfer, arbiter_->submit(cls, layers_[static_cast<size_t>(layer)].layout.extents,
+                                                   slot.buf.data()));
+  slot.layer = layer;
+  slot.cls = cls;
+  layer_slot_[static_cast<size_t>(layer)] = s;
+  return Status();
+}
+
+void WeightStore::drop(int s) {
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  CHECK(!slot.acquired);
+  if (slot.transfer) {
+    uint64_t bytes = 0;
+    arbiter_->cancel(slot.transfer, &bytes);
+    counters_.add_disk_read(bytes);
+    slot.transfer = 0;
+  }
+  if (slot.layer >= 0) layer_slot_[static_cast<size_t>(slot.layer)] = -1;
+  slot.layer = -1;
+}
+
+Status WeightStore::fill(int64_t from) {
+  if (streamed_.empty()) return Status();
+  const size_t m = streamed_.size();
+  const size_t want = slots_.size() - static_cast<size_t>(n_acquired_);
+  // The next streamed layers from `from` on, cyclically, skipping held ones.
+  const int64_t start_layer = ((from % plan_.n_layer) + plan_.n_layer) % plan_.n_layer;
+  size_t first = static_cast<size_t>(std::lower_bound(streamed_.begin(), streamed_.end(), start_layer) - streamed_.begin());
+  if (first == m) first = 0;
+  desired_.clear();
+  for (size_t j = 0; j < m && desired_.size() < want; ++j) {
+    const int64_t l = streamed_[(first + j) % m];
+    const int s = layer_slot_[static_cast<size_t>(l)];
+    if (s >= 0 && slots_[static_cast<size_t>(s)].acquired) continue;
+    desired_.push_back(l);
+  }
+  // Slots free to take: empty ones last (taken first), then those holding layers not wanted soon.
+  reusable_.clear();
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    const Slot& slot = slots_[s];
+    if (slot.acquired || slot.layer < 0) continue;
+    if (std::find(desired_.begin(), desired_.end(), slot.layer) == desired_.end()) reusable_.push_back(static_cast<int>(s));
+  }
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (!slots_[s].acquired && slots_[s].layer < 0) reusable_.push_back(static_cast<int>(s));
+  for (size_t j = 0; j < desired_.size(); ++j) {
+    const int64_t l = desired_[j];
+    const TransferClass cls = j == 0 ? TransferClass::kCritical : TransferClass::kPrefetch;
+    const int s = layer_slot_[static_cast<size_t>(l)];
+    if (s >= 0) {
+      Slot& slot = slots_[static_cast<size_t>(s)];
+      if (slot.transfer && cls < slot.cls) {
+        arbiter_->reprioritize(slot.transfer, cls);
+        slot.cls = cls;
+      }
+      continue;
+    }
+    CHECK(!reusable_.empty());  // |desired| <= free slots by construction
+    const int take = reusable_.back();
+    reusable_.pop_back();
+    drop(take);
+    RETURN_IF_ERROR(start(take, l, cls));
+  }
+  return Status();
+}
+
+StatusOr<LayerView> WeightStore::acquire(int64_t layer) {
+  CHECK(layer >= 0 && layer < plan_.n_layer);
+  counters_.add_acquire();
+  const LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  if (!li.streamed) {
+    counters_.add_host_read(li.matrix_bytes);
+    cursor_ = layer;
+    if (auto_prefetch_) RETURN_IF_ERROR(fill(layer + 1));
+    resident_acquired_s_[static_cast<size_t>(layer)] = now_seconds();
+    return LayerView{.layer = layer, .streamed = false, .tensors = li.resident};
+  }
+  int s = layer_slot_[static_cast<size_t>(layer)];
+  CHECK(s < 0 || !slots_[static_cast<size_t>(s)].acquired);  // acquired twice without release
+  if (auto_prefetch_) {
+    RETURN_IF_ERROR(fill(layer));  // this layer first, then the ones after it
+  } else if (s < 0) {
+    // Only this layer: an empty slot, else any slot not held.
+    int take = -1;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].acquired) continue;
+      if (take < 0 || slots_[i].layer < 0) take = static_cast<int>(i);
+    }
+    if (take >= 0) {
+      drop(take);
+      RETURN_IF_ERROR(start(take, layer, TransferClass::kCritical));
+    }
+  }
+  s = layer_slot_[static_cast<size_t>(layer)];
+  if (s < 0) {
+    return resource_exhausted("all {} ring slots are held; release a layer before acquiring layer {}", slots_.size(),
+                              layer);
+  }
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  slot.acquired = true;
+  ++n_acquired_;
+  cursor_ = layer;
+  if (slot.transfer) {
+    if (slot.cls != TransferClass::kCritical) {
+      arbiter_->reprioritize(slot.transfer, TransferClass::kCritical);
+      slot.cls = TransferClass::kCritical;
+    }
+    const bool landed = arbiter_->landed(slot.transfer);
+    TransferResult r = arbiter_->wait(slot.transfer);
+    slot.transfer = 0;
+    if (!landed) counters_.add_stall(r.wait_s);
+    counters_.add_disk_read(r.bytes);
+    if (!r.status.ok()) {
+      slot.acquired = false;
+      --n_acquired_;
+      layer_slot_[static_cast<size_t>(layer)] = -1;
+      slot.layer = -1;
+      return r.status.with_context(fmt::format("streaming layer {}", layer));
+    }
+  }
+  slot.acquired_s = now_seconds();
+  return view(s, layer);
+}
+
+void WeightStore::release(int64_t layer) {
+  CHECK(layer >= 0 && layer < plan_.n_layer);
+  const double now = now_seconds();
+  if (!layers_[static_cast<size_t>(layer)].streamed) {
+    counters_.add_compute(now - resident_acquired_s_[static_cast<size_t>(layer)]);
+    return;
+  }
+  const int s = layer_slot_[static_cast<size_t>(layer)];
+  CHECK(s >= 0 && slots_[static_cast<size_t>(s)].acquired);  // release without acquire
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  counters_.add_compute(now - slot.acquired_s);
+  slot.acquired = false;
+  --n_acquired_;
+  if (auto_prefetch_) {
+    const Status st = fill(cursor_ + 1);
+    CHECK(st.ok());  // submit fails only when transfer records run out, which the sizing rules out
+  }
+}
+
+bool WeightStore::prefetch(int64_t layer, TransferClass priority) {
+  CHECK(layer >= 0 && layer < plan_.n_layer);
+  if (!layers_[static_cast<size_t>(layer)].streamed) return true;
+  const int s = layer_slot_[static_cast<size_t>(layer)];
+  if (s >= 0) {
+    Slot& slot = slots_[static_cast<size_t>(s)];
+    if (slot.transfer && priority < slot.cls) {
+      arbiter_->reprioritize(slot.transfer, priority);
+      slot.cls = priority;
+    }
+    return true;
+  }
+  // A slot the automatic read-ahead does not need for the coming layers.
+  const size_t want = slots_.size() - static_cast<size_t>(n_acquired_);
+  desired_.clear();
+  if (auto_prefetch_ && !streamed_.empty()) {
+    const size_t m = streamed_.size();
+    const int64_t from = ((cursor_ + 1) % plan_.n_layer + plan_.n_layer) % plan_.n_layer;
+    size_t first = static_cast<size_t>(std::lower_bound(streamed_.begin(), streamed_.end(), from) - streamed_.begin());
+    if (first == m) first = 0;
+    for (size_t j = 0; j < m && desired_.size() < want; ++j) {
+      const int64_t l = streamed_[(first + j) % m];
+      const int ls = layer_slot_[static_cast<size_t>(l)];
+      if (ls >= 0 && slots_[static_cast<size_t>(ls)].acquired) continue;
+      desired_.push_back(l);
+    }
+  }
+  int take = -1;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    if (slot.acquired) continue;
+    if (slot.layer >= 0 && std::find(desired_.begin(), desired_.end(), slot.layer) != desired_.end()) continue;
+    if (take < 0 || slot.layer < 0) take = static_cast<int>(i);
+  }
+  if (take < 0) return false;
+  drop(take);
+  return start(take, layer, priority).ok();
+}
+
+bool WeightStore::cancel(int64_t layer) {
+  CHECK(layer >= 0 && layer < plan_.n_layer);
+  const int s = layer_slot_[static_cast<size_t>(layer)];
+  if (s < 0 || slots_[static_cast<size_t>(s)].acquired) return false;
+  drop(s);
+  return true;
+}
+
+void WeightStore::cancel_all() {
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (!slots_[s].acquired && slots_[s].layer >= 0) drop(static_cast<int>(s));
+}
+
+bool WeightStore::reprioritize(int64_t layer, TransferClass priority) {
+  CHECK(layer >= 0 && layer < plan_.n_layer);
+  const int s = layer_slot_[static_cast<size_t>(layer)];
+  if (s < 0) return false;
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  if (!slot.transfer || arbiter_->landed(slot.transfer)) return false;
+  arbiter_->reprioritize(slot.transfer, priority);
+  slot.cls = priority;
+  return true;
+}
+
+const uint8_t* WeightStore::resident_tensor(const std::string& name) const {
+  auto it = resident_.find(name);
+  return it == resident_.end() ? nullptr : it->second;
+}
+
+LayerState WeightStore::state(int64_t layer) const {
+  CHECK(layer >= 0 && layer < plan_.n_layer);
+  if (!layers_[static_cast<size_t>(layer)].streamed) return LayerState::kResident;
+  const int s = layer_slot_[static_cast<size_t>(layer)];
+  if (s < 0) return LayerState::kAbsent;
+  const Slot& slot = slots_[static_cast<size_t>(s)];
+  if (slot.acquired) return LayerState::kAcquired;
+  if (slot.transfer && !arbiter_->landed(slot.transfer)) return LayerState::kLoading;
+  return LayerState::kLanded;
+}
+
+ArbiterStats WeightStore::arbiter_stats() const { return arbiter_ ? arbiter_->stats() : ArbiterStats{}; }
+
+}  // namespace sluice::weights

@@ -1,0 +1,173 @@
+// WeightStore: hands the forward pass each layer's weights, resident or
+// streamed from disk through a ring of K slots, per a PlacementPlan.
+//
+// Built from a ModelFile (GGUF) and a PlacementPlan. At open:
+//   - essentials (embeddings, output, norms) and resident layers are read once
+//     into aligned host buffers with O_DIRECT, so a resident run does not lean
+//     on the page cache either. With options.direct = false they are not read
+//     at all: pointers go into the ModelFile's mmap (and the page cache).
+//   - K slots of slot_bytes are allocated; the first K streamed layers start
+//     loading at once.
+// Per layer of a step:
+//
+//   acquire(i) -> LayerView   blocks only if layer i has not landed (stall time)
+//   ...compute layer i...
+//   release(i)                the slot may now take another layer
+//
+// After acquire(i) (and again after release(i)) the store keeps the next
+// streamed layers after i in flight, as many as free slots allow: with layer i
+// held that is i+1 .. i+K-1, wrapping modulo n_layer into the next step. The
+// first of them goes to the arbiter as kCritical, the rest as kPrefetch. A layer
+// stays in its slot until a later fill reuses the slot, so acquiring it again
+// soon costs no read.
+//
+//   ring (K = 3), streamed layers 0..5, computing layer 2:
+//     slot 0: [layer 2 acquired]  slot 1: [layer 3 landed]  slot 2: [layer 4 loading]
+//     release(2) -> slot 0 starts layer 5; acquire(5) later wraps: slots take 0, 1 ...
+//
+// Threads: the layer calls (acquire, release, prefetch, cancel, reprioritize,
+// end_step) come from one thread, the forward pass; counters() and
+// arbiter_stats() may be read from any thread. Transfers run on the arbiter's
+// IO thread. acquire/release take the arbiter's lock once per layer; they never
+// allocate.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "format/model_file.h"
+#include "sluice/status.h"
+#include "weights/arbiter.h"
+#include "weights/extent_layout.h"
+#include "weights/io_engine.h"
+#include "weights/placement.h"
+#include "weights/weight_counters.h"
+
+namespace sluice::weights {
+
+// One tensor of a layer as the compute tier sees it.
+struct LayerTensor {
+  std::string suffix;            // "attn_q.weight"
+  const uint8_t* data = nullptr; // valid from acquire() until release()
+  uint64_t n_bytes = 0;
+  bool streamed = false;         // lives in a ring slot
+};
+
+struct LayerView {
+  int64_t layer = -1;
+  bool streamed = false;
+  std::span<const LayerTensor> tensors;
+  // Bytes of the tensor with this suffix, or nullptr.
+  const uint8_t* find(std::string_view suffix) const;
+};
+
+enum class LayerState {
+  kResident,  // in host memory for the whole run
+  kAbsent,    // streamed, not in a slot
+  kLoading,   // streamed, transfer in flight
+  kLanded,    // streamed, in a slot, not acquired
+  kAcquired,  // streamed, held by the caller
+};
+const char* layer_state_name(LayerState s);
+
+struct WeightStoreOptions {
+  IoBackend io = IoBackend::kAuto;
+  int queue_depth = 16;
+  bool direct = true;               // O_DIRECT for streamed and resident reads
+  uint64_t chunk_bytes = 1u << 20;  // largest single read
+  double cap_bytes_per_s = 0;       // bandwidth cap of the arbiter; 0: none
+  bool auto_prefetch = true;        // keep the next layers in flight (off: only explicit prefetch)
+};
+
+class WeightStore {
+ public:
+  // Reads the resident set and starts the ring. Errors: the file cannot be
+  // opened or read; the plan does not match the file.
+  static StatusOr<std::unique_ptr<WeightStore>> open(std::shared_ptr<const ModelFile> file, PlacementPlan plan,
+                                                     const WeightStoreOptions& options = {});
+  // Cancels transfers in flight before freeing the slots.
+  ~WeightStore();
+  WeightStore(const WeightStore&) = delete;
+  WeightStore& operator=(const WeightStore&) = delete;
+
+  // Layer i's tensors; blocks until a streamed layer has landed. Errors: every
+  // slot is held by the caller (resource exhausted), or the read failed.
+  StatusOr<LayerView> acquire(int64_t layer);
+  // Ends the caller's use of layer i (its pointers may be reused from now on).
+  void release(int64_t layer);
+  // Starts loading layer i at `priority` into a slot not needed by the next
+  // layers; true if it is resident, in a slot, or now loading.
+  bool prefetch(int64_t layer, TransferClass priority);
+  // Drops layer i from its slot, stopping its transfer; false if it was not in
+  // a slot or is acquired.
+  bool cancel(int64_t layer);
+  // Cancels every slot not held by the caller (e.g. when a step is abandoned).
+  void cancel_all();
+  // Changes the priority of layer i's transfer; false if it is not loading.
+  bool reprioritize(int64_t layer, TransferClass priority);
+  // Counts the tokens of the step just computed (bytes per token, ...).
+  void end_step(int64_t n_tokens) { counters_.add_tokens(static_cast<uint64_t>(n_tokens)); }
+
+  // A resident tensor by full name ("token_embd.weight", "blk.3.attn_norm.weight",
+  // or any tensor of a resident layer); nullptr for streamed or unknown names.
+  const uint8_t* resident_tensor(const std::string& name) const;
+  LayerState state(int64_t layer) const;
+  int64_t n_layer() const { return plan_.n_layer; }
+  const PlacementPlan& plan() const { return plan_; }
+  std::string placement_map() const { return weights::placement_map(plan_); }
+  std::string io_description() const { return plan_.io_note; }
+  WeightCountersSnapshot counters() const { return counters_.snapshot(); }
+  ArbiterStats arbiter_stats() const;
+
+ private:
+  struct Slot {
+    AlignedBuffer buf;
+    int64_t layer = -1;       // layer whose bytes are (or are becoming) here
+    TransferId transfer = 0;  // unretired transfer, or 0 once landed
+    TransferClass cls = TransferClass::kPrefetch;
+    bool acquired = false;
+    double acquired_s = 0;
+  };
+  // Per layer: its tensors, and for a streamed layer where each lands in a slot.
+  struct LayerInfo {
+    bool streamed = false;
+    ExtentLayout layout;                // streamed matrices (streamed layers only)
+    std::vector<LayerTensor> resident;  // view table of a resident layer
+    uint64_t matrix_bytes = 0;
+  };
+
+  WeightStore(std::shared_ptr<const ModelFile> file, PlacementPlan plan, const WeightStoreOptions& options);
+  Status load(const WeightStoreOptions& options);
+  // Keeps the next streamed layers from `from` on (cyclic) in the free slots.
+  Status fill(int64_t from);
+  Status start(int slot, int64_t layer, TransferClass cls);
+  void drop(int slot);
+  LayerView view(int slot, int64_t layer) const;
+
+  std::shared_ptr<const ModelFile> file_;
+  PlacementPlan plan_;
+  bool auto_prefetch_ = true;
+  std::unique_ptr<IoEngine> engine_;
+  std::vector<AlignedBuffer> resident_bufs_;
+  std::unordered_map<std::string, const uint8_t*> resident_;  // by full tensor name
+  std::vector<LayerInfo> layers_;
+  std::vector<int64_t> streamed_;          // streamed layer ids, ascending
+  std::vector<int64_t> streamed_pos_;      // [n_layer] index in streamed_, or -1
+  std::vector<Slot> slots_;
+  std::vector<int> layer_slot_;            // [n_layer] slot index or -1
+  std::vector<std::vector<LayerTensor>> slot_tables_;  // [slot * n_layer + layer]
+  std::vector<double> resident_acquired_s_;            // [n_layer]
+  std::vector<int64_t> desired_;           // fill() scratch, capacity K
+  std::vector<int> reusable_;              // fill() scratch, capacity K
+  int64_t cursor_ = -1;                    // last acquired layer
+  int n_acquired_ = 0;
+  WeightCounters counters_;
+  std::unique_ptr<BandwidthArbiter> arbiter_;  // last: destroyed first, before the buffers
+};
+
+}  // namespace sluice::weights

@@ -1,0 +1,304 @@
+// WeightStore on a small synthetic model: streamed layers equal the file's bytes
+// for every layer over several passes (K = 2 and 3, both IO backends, mixed
+// quant types, resident + streamed mixes), the acquire/release/prefetch/cancel/
+// reprioritize semantics, and the counters.
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "model/synth.h"
+#include "weights/weight_store.h"
+#include "weights/weights_test_util.h"
+
+namespace sluice::weights {
+namespace {
+
+constexpr int64_t kLayers = 6;
+
+std::shared_ptr<const ModelFile> synth_file(const std::string& type) {
+  static std::map<std::string, std::shared_ptr<const ModelFile>> cache;
+  auto it = cache.find(type);
+  if (it != cache.end()) return it->second;
+  const std::string path = testing::scratch_dir() + "/weights_store_" + type + ".gguf";
+  SynthShape shape = synth_preset("tiny", kLayers).value();
+  auto written = write_synth_model({.shape = shape, .type = type, .seed = 5, .n_threads = 2}, path);
+  EXPECT_TRUE(written.ok()) << written.status().to_string();
+  auto mf = open_model_file(path);
+  EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  cache[type] = file;
+  return file;
+}
+
+uint64_t largest_layer(const PlacementPlan& all_resident) {
+  uint64_t m = 0;
+  for (const LayerPlacement& l : all_resident.layers) m = std::max(m, l.extent_bytes);
+  return m;
+}
+
+// A plan with exactly `k` ring slots and `n_resident` resident layers: the
+// compute time is chosen so that plan_stream asks for k slots at 1 GB/s.
+PlacementPlan plan_with_ring(const ModelFile& f, int64_t k, int64_t n_resident) {
+  const PlacementPlan probe = plan_placement(f, {}).value();
+  const uint64_t slot = largest_layer(probe);
+  const double transfer_s = static_cast<double>(slot) / 1e9;
+  const double compute_s = transfer_s / static_cast<double>(std::max<int64_t>(1, k - 1)) * 1.0001;
+  const uint64_t budget = probe.essentials_bytes + static_cast<uint64_t>(k + n_resident) * slot + 100;
+  PlacementPlan p = plan_placement(f, {.mem_budget_bytes = budget, .disk_gbps = 1.0, .layer_compute_s = compute_s}).value();
+  EXPECT_EQ(p.n_ring_slots, k);
+  EXPECT_EQ(p.n_streamed, kLayers - n_resident);
+  return p;
+}
+
+// Every tensor of the layer view equals the file's bytes (read through the mmap).
+void expect_layer_matches(const ModelFile& f, const LayerView& v, int64_t layer) {
+  ASSERT_EQ(v.layer, layer);
+  size_t n_in_file = 0;
+  for (const TensorInfo& t : f.tensors)
+    if (t.name.rfind("blk." + std::to_string(layer) + ".", 0) == 0) ++n_in_file;
+  ASSERT_EQ(v.tensors.size(), n_in_file);
+  for (const LayerTensor& t : v.tensors) {
+    const TensorInfo* info = f.find("blk." + std::to_string(layer) + "." + t.suffix);
+    ASSERT_NE(info, nullptr) << t.suffix;
+    ASSERT_EQ(t.n_bytes, info->n_bytes);
+    ASSERT_EQ(std::memcmp(t.data, info->data, info->n_bytes), 0) << "layer " << layer << " " << t.suffix;
+    EXPECT_EQ(v.find(t.suffix), t.data);
+  }
+}
+
+struct StreamCase {
+  int64_t k;
+  int64_t n_resident;
+  IoBackend io;
+  std::string type;
+};
+
+void PrintTo(const StreamCase& c, std::ostream* os) {
+  *os << "K=" << c.k << " resident=" << c.n_resident << " io=" << io_backend_name(c.io) << " " << c.type;
+}
+
+class StreamingEqualsFile : public ::testing::TestWithParam<StreamCase> {};
+
+TEST_P(StreamingEqualsFile, EveryLayerEveryPass) {
+  const StreamCase& c = GetParam();
+  auto file = synth_file(c.type);
+  PlacementPlan plan = plan_with_ring(*file, c.k, c.n_resident);
+  auto store = WeightStore::open(file, plan, {.io = c.io, .queue_depth = 4, .chunk_bytes = 64u << 10});
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  WeightStore& ws = **store;
+  EXPECT_NE(ws.io_description().find(c.io == IoBackend::kUring ? "io_uring" : "pread"), std::string::npos)
+      << ws.io_description();
+  uint64_t streamed_extent_bytes = 0;
+  for (const LayerPlacement& l : ws.plan().layers)
+    if (l.streamed) streamed_extent_bytes += l.extent_bytes;
+  const int n_passes = 4;
+  for (int pass = 0; pass < n_passes; ++pass) {
+    for (int64_t l = 0; l < kLayers; ++l) {
+      auto v = ws.acquire(l);
+      ASSERT_TRUE(v.ok()) << v.status().to_string();
+      EXPECT_EQ(v->streamed, ws.plan().layers[static_cast<size_t>(l)].streamed);
+      expect_layer_matches(*file, *v, l);
+      ws.release(l);
+    }
+    ws.end_step(1);
+  }
+  // Resident tensors (globals, norms) equal the file too.
+  for (const char* name : {"token_embd.weight", "output_norm.weight", "blk.0.attn_norm.weight"}) {
+    const uint8_t* p = ws.resident_tensor(name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_EQ(std::memcmp(p, file->find(name)->data, file->find(name)->n_bytes), 0) << name;
+  }
+  const WeightCountersSnapshot s = ws.counters();
+  EXPECT_EQ(s.n_acquires, static_cast<uint64_t>(n_passes * kLayers));
+  EXPECT_EQ(s.n_tokens, static_cast<uint64_t>(n_passes));
+  // Each pass reads every streamed layer once; a slot's extents may end past EOF only for the last tensor.
+  EXPECT_LE(s.disk_read_bytes, n_passes * streamed_extent_bytes);
+  EXPECT_GE(s.disk_read_bytes, n_passes * (streamed_extent_bytes - kDirectAlign));
+  uint64_t resident_matrix = 0;
+  for (const LayerPlacement& l : ws.plan().layers)
+    if (!l.streamed) resident_matrix += l.matrix_bytes;
+  EXPECT_EQ(s.host_read_bytes, n_passes * resident_matrix);
+  EXPECT_GT(s.load_bytes, 0u);
+  EXPECT_GT(s.compute_s, 0.0);
+  EXPECT_NEAR(s.resident_fraction(),
+              static_cast<double>(s.resident_bytes) / static_cast<double>(s.resident_bytes + s.streamed_bytes), 1e-12);
+  EXPECT_LT(s.resident_fraction(), 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rings, StreamingEqualsFile,
+    ::testing::Values(StreamCase{2, 0, IoBackend::kUring, "f16"}, StreamCase{3, 0, IoBackend::kUring, "f16"},
+                      StreamCase{2, 0, IoBackend::kPread, "f16"}, StreamCase{3, 0, IoBackend::kPread, "f16"},
+                      StreamCase{3, 2, IoBackend::kUring, "f16"}, StreamCase{2, 3, IoBackend::kPread, "q8_0"},
+                      StreamCase{3, 0, IoBackend::kUring, "q4_k_m"}, StreamCase{2, 1, IoBackend::kUring, "q4_k_m"}),
+    [](const auto& info) {
+      const StreamCase& c = info.param;
+      return fmt::format("K{}_res{}_{}_{}", c.k, c.n_resident, c.io == IoBackend::kUring ? "uring" : "pread", c.type);
+    });
+
+TEST(WeightStore, ReadAheadKeepsTheNextLayersInFlightAndWraps) {
+  auto file = synth_file("f16");
+  auto store = WeightStore::open(file, plan_with_ring(*file, 3, 0), {.queue_depth = 4});
+  ASSERT_TRUE(store.ok());
+  WeightStore& ws = **store;
+  auto in_ring = [&](int64_t l) {
+    const LayerState s = ws.state(l);
+    return s == LayerState::kLoading || s == LayerState::kLanded;
+  };
+  // At open the first K layers start loading.
+  EXPECT_TRUE(in_ring(0) && in_ring(1) && in_ring(2));
+  EXPECT_EQ(ws.state(3), LayerState::kAbsent);
+  ASSERT_TRUE(ws.acquire(0).ok());
+  EXPECT_EQ(ws.state(0), LayerState::kAcquired);
+  EXPECT_TRUE(in_ring(1) && in_ring(2));  // i+1 .. i+K-1
+  EXPECT_EQ(ws.state(3), LayerState::kAbsent);
+  ws.release(0);
+  EXPECT_TRUE(in_ring(3));  // the freed slot takes i+K
+  EXPECT_EQ(ws.state(0), LayerState::kAbsent);
+  for (int64_t l = 1; l < kLayers; ++l) {
+    ASSERT_TRUE(ws.acquire(l).ok());
+    ws.release(l);
+  }
+  // After the last layer the ring holds the next step's first layers.
+  EXPECT_TRUE(in_ring(0) && in_ring(1) && in_ring(2));
+  EXPECT_EQ(ws.state(5), LayerState::kAbsent);
+}
+
+TEST(WeightStore, ExplicitPrefetchCancelReprioritize) {
+  auto file = synth_file("f16");
+  // No automatic read-ahead, and a slow cap so transfers stay in flight long enough to observe.
+  auto store = WeightStore::open(file, plan_with_ring(*file, 2, 0),
+                                 {.queue_depth = 1, .chunk_bytes = 64u << 10, .cap_bytes_per_s = 4e6,
+                                  .auto_prefetch = false});
+  ASSERT_TRUE(store.ok());
+  WeightStore& ws = **store;
+  for (int64_t l = 0; l < kLayers; ++l) EXPECT_EQ(ws.state(l), LayerState::kAbsent);
+  EXPECT_FALSE(ws.cancel(4));
+  EXPECT_FALSE(ws.reprioritize(4, TransferClass::kCritical));
+
+  EXPECT_TRUE(ws.prefetch(4, TransferClass::kPrefetch));
+  EXPECT_EQ(ws.state(4), LayerState::kLoading);
+  EXPECT_TRUE(ws.reprioritize(4, TransferClass::kCritical));
+  EXPECT_TRUE(ws.cancel(4));
+  EXPECT_EQ(ws.state(4), LayerState::kAbsent);
+  EXPECT_FALSE(ws.cancel(4));
+
+  // Lift the cap for the rest.
+  store = WeightStore::open(file, plan_with_ring(*file, 2, 0), {.queue_depth = 2, .auto_prefetch = false});
+  ASSERT_TRUE(store.ok());
+  WeightStore& w2 = **store;
+  EXPECT_TRUE(w2.prefetch(3, TransferClass::kPrefetch));
+  while (w2.state(3) != LayerState::kLanded) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(w2.reprioritize(3, TransferClass::kCritical));  // landed: nothing to move
+  auto v3 = w2.acquire(3);
+  ASSERT_TRUE(v3.ok());
+  expect_layer_matches(*file, *v3, 3);
+  EXPECT_EQ(w2.counters().n_stalls, 0u);  // it had landed
+  // Both slots held: a third streamed layer cannot be acquired or prefetched.
+  auto v1 = w2.acquire(1);
+  ASSERT_TRUE(v1.ok());
+  expect_layer_matches(*file, *v1, 1);
+  EXPECT_FALSE(w2.prefetch(5, TransferClass::kPrefetch));
+  const auto v5 = w2.acquire(5);
+  EXPECT_EQ(v5.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(w2.cancel(1));  // acquired layers are not cancelled
+  w2.release(3);
+  // Layer 3 stays in its slot until the slot is needed: acquiring it again reads nothing.
+  const uint64_t before = w2.counters().disk_read_bytes;
+  ASSERT_TRUE(w2.acquire(3).ok());
+  EXPECT_EQ(w2.counters().disk_read_bytes, before);
+  w2.release(3);
+  w2.release(1);
+  w2.cancel_all();
+  for (int64_t l = 0; l < kLayers; ++l) EXPECT_EQ(w2.state(l), LayerState::kAbsent);
+  auto v5b = w2.acquire(5);  // an absent layer is read on demand
+  ASSERT_TRUE(v5b.ok());
+  expect_layer_matches(*file, *v5b, 5);
+  w2.release(5);
+}
+
+TEST(WeightStore, CountsStallsWhenTransfersAreSlowAndNotWhenHidden) {
+  auto file = synth_file("f16");
+  const PlacementPlan plan = plan_with_ring(*file, 2, 0);
+  {
+    // Capped at 20 MB/s, a ~1.5 MB layer takes ~75 ms: every acquire waits.
+    auto store = WeightStore::open(file, plan, {.queue_depth = 2, .chunk_bytes = 256u << 10, .cap_bytes_per_s = 20e6});
+    ASSERT_TRUE(store.ok());
+    for (int64_t l = 0; l < kLayers; ++l) {
+      ASSERT_TRUE((*store)->acquire(l).ok());
+      (*store)->release(l);
+    }
+    const WeightCountersSnapshot s = (*store)->counters();
+    EXPECT_GE(s.n_stalls, static_cast<uint64_t>(kLayers - 2));
+    EXPECT_GT(s.stall_s, 0.1);
+    EXPECT_LT(s.overlap_efficiency(), 0.5);
+  }
+  {
+    // Uncapped, with 40 ms of "compute" per layer: the next layer lands in the meantime.
+    auto store = WeightStore::open(file, plan, {.queue_depth = 4});
+    ASSERT_TRUE(store.ok());
+    WeightStore& ws = **store;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // first layers land
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int64_t l = 0; l < kLayers; ++l) {
+        ASSERT_TRUE(ws.acquire(l).ok());
+        std::this_thread::sleep_for(std::chrono::milliseconds(40));
+        ws.release(l);
+      }
+      ws.end_step(1);
+    }
+    const WeightCountersSnapshot s = ws.counters();
+    EXPECT_LT(s.stall_s, 0.05 * s.compute_s) << s.summary();
+    EXPECT_GT(s.overlap_efficiency(), 0.95);
+    EXPECT_GT(s.compute_s, 2 * kLayers * 0.035);
+    EXPECT_GT(s.disk_bytes_per_token(), 0.0);
+    EXPECT_NE(s.prometheus().find("sluice_weights_read_bytes_total{tier=\"disk\"}"), std::string::npos);
+    const WeightCountersSnapshot d = s - s;
+    EXPECT_EQ(d.n_acquires, 0u);
+    EXPECT_EQ(d.resident_bytes, s.resident_bytes);
+  }
+}
+
+TEST(WeightStore, ResidentModes) {
+  auto file = synth_file("f16");
+  const PlacementPlan plan = plan_placement(*file, {}).value();
+  // O_DIRECT into own buffers: same bytes, not the mmap's pointers.
+  auto direct = WeightStore::open(file, plan, {.direct = true});
+  ASSERT_TRUE(direct.ok());
+  // mmap mode: pointers are the ModelFile's own.
+  auto mapped = WeightStore::open(file, plan, {.direct = false});
+  ASSERT_TRUE(mapped.ok());
+  EXPECT_NE((*mapped)->io_description().find("memory map"), std::string::npos);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    EXPECT_EQ((*direct)->state(l), LayerState::kResident);
+    auto a = (*direct)->acquire(l);
+    auto b = (*mapped)->acquire(l);
+    ASSERT_TRUE(a.ok() && b.ok());
+    expect_layer_matches(*file, *a, l);
+    expect_layer_matches(*file, *b, l);
+    const TensorInfo* q = file->find("blk." + std::to_string(l) + ".attn_q.weight");
+    EXPECT_EQ(b->find("attn_q.weight"), q->data);
+    EXPECT_NE(a->find("attn_q.weight"), q->data);
+    (*direct)->release(l);
+    (*mapped)->release(l);
+  }
+  EXPECT_EQ((*direct)->counters().disk_read_bytes, 0u);
+  EXPECT_GE((*direct)->counters().load_bytes, file->total_tensor_bytes());
+  EXPECT_EQ((*mapped)->counters().load_bytes, 0u);
+  EXPECT_DOUBLE_EQ((*direct)->counters().resident_fraction(), 1.0);
+}
+
+TEST(WeightStore, RefusesAPlanForAnotherFile) {
+  auto a = synth_file("f16");
+  auto b = synth_file("q8_0");
+  PlacementPlan plan = plan_placement(*a, {}).value();
+  plan.tensors.pop_back();
+  EXPECT_EQ(WeightStore::open(b, plan).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sluice::weights

@@ -1,0 +1,143 @@
+// End-to-end tests of `sluice bench`: the JSON it prints has every documented
+// key, positive figures that agree with each other, and bad arguments fail
+// cleanly. Speed itself is never asserted (it depends on the machine).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace sluice {
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/bench_cli_" + std::to_string(::getpid()) + "_" + name;
+}
+
+Result run_cli(const std::string& args) {
+  const std::string err_path = temp_path("stderr.txt");
+  const std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>" + err_path;
+  Result r{};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "", "popen failed"};
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  std::remove(err_path.c_str());
+  return r;
+}
+
+class BenchCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = new std::string(temp_path("tiny_q8_0.gguf"));
+    const Result s = run_cli("synth --preset tiny --type q8_0 --layers 1 -o " + *model_);
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+  }
+  static void TearDownTestSuite() {
+    std::remove(model_->c_str());
+    delete model_;
+    model_ = nullptr;
+  }
+  static std::string* model_;
+};
+std::string* BenchCli::model_ = nullptr;
+
+void expect_close(double a, double b, const char* what) {
+  EXPECT_NEAR(a, b, 1e-9 * std::max(std::fabs(a), std::fabs(b))) << what;
+}
+
+TEST_F(BenchCli, JsonHasConsistentFigures) {
+  const Result r = run_cli("bench -m " + *model_ + " -p 16 -n 8 -r 2 -t 1 --json --no-probe");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);  // exactly one object
+  for (const char* key : {"model", "n_threads", "pp_tokens", "tg_tokens", "reps", "pp_tps", "tg_tps", "pp_tps_all",
+                          "tg_tps_all", "bytes_per_token", "achieved_gbps", "machine_read_gbps",
+                          "machine_matmul_gflops", "bw_fraction", "isa", "weight_bytes", "pp_gflops"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["model"], *model_);
+  EXPECT_EQ(j["n_threads"], 1);
+  EXPECT_EQ(j["pp_tokens"], 16);
+  EXPECT_EQ(j["tg_tokens"], 8);
+  EXPECT_EQ(j["reps"], 2);
+  EXPECT_FALSE(j["isa"].get<std::string>().empty());
+
+  // Every repetition is reported and the medians lie within them.
+  for (const char* test : {"pp", "tg"}) {
+    const auto all = j[std::string(test) + "_tps_all"].get<std::vector<double>>();
+    ASSERT_EQ(all.size(), 2u) << test;
+    for (double v : all) EXPECT_GT(v, 0) << test;
+    const double median = j[std::string(test) + "_tps"].get<double>();
+    EXPECT_GE(median, *std::min_element(all.begin(), all.end())) << test;
+    EXPECT_LE(median, *std::max_element(all.begin(), all.end())) << test;
+  }
+
+  // Bytes per token: the weights plus the f32 KV rows at the mean context (8 + 1) / 2.
+  const double weight_bytes = j["weight_bytes"].get<double>();
+  const double bytes_per_token = j["bytes_per_token"].get<double>();
+  EXPECT_GT(weight_bytes, 0);
+  const double kv = 2.0 * 1 /*layer*/ * 128 /*4 KV heads x 32*/ * sizeof(float) * 4.5;
+  expect_close(bytes_per_token, weight_bytes + kv, "bytes_per_token");
+  expect_close(j["achieved_gbps"].get<double>(), bytes_per_token * j["tg_tps"].get<double>() / 1e9, "achieved_gbps");
+  EXPECT_GT(j["pp_gflops"].get<double>(), 0);
+
+  // --no-probe: no machine figures, so no fractions.
+  EXPECT_TRUE(j["machine_read_gbps"].is_null());
+  EXPECT_TRUE(j["machine_matmul_gflops"].is_null());
+  EXPECT_TRUE(j["bw_fraction"].is_null());
+}
+
+TEST_F(BenchCli, ProbesGiveFractions) {
+  const Result r = run_cli("bench -m " + *model_ + " -p 8 -n 4 -r 1 -t 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const double gbps = j["machine_read_gbps"].get<double>();
+  const double gflops = j["machine_matmul_gflops"].get<double>();
+  EXPECT_GT(gbps, 0);
+  EXPECT_GT(gflops, 0);
+  expect_close(j["bw_fraction"].get<double>(), j["achieved_gbps"].get<double>() / gbps, "bw_fraction");
+  expect_close(j["flops_fraction"].get<double>(), j["pp_gflops"].get<double>() / gflops, "flops_fraction");
+}
+
+TEST_F(BenchCli, TableNamesBothTests) {
+  const Result r = run_cli("bench -m " + *model_ + " -p 8 -n 4 -r 1 -t 1 --no-probe");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" pp8 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" tg4 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GB/s"), std::string::npos) << r.out;
+}
+
+TEST_F(BenchCli, BadArgumentsFailCleanly) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bench -m /nonexistent/model.gguf --no-probe", "error:"},
+      {"bench -m " + *model_ + " -p 0 --no-probe", "-p must be > 0"},
+      {"bench -m " + *model_ + " -n -1 --no-probe", "-n must be >= 0"},
+      {"bench -m " + *model_ + " -p 2000 -n 100 --no-probe", "exceeds the model's context"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << args;
+  }
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,293 @@
+// sluice bench: prompt-processing (pp) and token-generation (tg) speed of one
+// model on this machine, in llama-bench's terms, with the bytes each generated
+// token reads and the fraction of this machine's measured bandwidth it achieves.
+//
+//   ppP  one forward pass over P tokens into an empty KV cache (logits of the
+//        last token only), timed; P / seconds
+//   tgN  N forward passes of one token each at positions 0 .. N-1 of an empty
+//        KV cache, all timed; N / seconds (generation from an empty context)
+// Token ids are pseudo-random in [0, n_vocab) from a fixed seed, so every run
+// feeds the same ids. One untimed warm-up of each test, then -r repetitions;
+// the median is the headline figure, min / max / stddev show the spread.
+//
+// Bytes read per generated token (decode is memory-bound):
+//   LlamaModel::weight_bytes()                          every matrix + one embedding row
+//   + 2 * n_layer * n_embd_kv * sizeof(float) * avg_ctx  f32 K and V rows read
+//   avg_ctx = (N + 1) / 2: the step at position i attends to i + 1 rows.
+// Prefill FLOPs of one prompt:
+//   2 * P * n_layer * (layer matrix params)              q, k, v, o, gate, up, down
+//   + 2 * n_vocab * n_embd                               output matrix, last token only
+//   + 4 * n_layer * n_head * head_dim * P (P + 1) / 2    causal QK^T and AV
+// The machine probes are plan/calibrate.h's (memory read GB/s, the engine's f32
+// matmul FLOP/s) run on the same thread count as the benchmark.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_features.h"
+#include "base/timer.h"
+#include "cli.h"
+#include "plan/calibrate.h"
+
+namespace sluice::cli {
+namespace {
+
+using nlohmann::ordered_json;
+
+struct BenchArgs {
+  std::string model;
+  int64_t n_prompt = 512;
+  int64_t n_gen = 128;
+  int64_t n_ubatch = 512;
+  int n_threads = 0;
+  int n_reps = 5;
+  uint64_t seed = 42;
+  bool json = false;
+  bool no_probe = false;
+};
+
+// Spread of one test's tokens/s over the repetitions.
+struct Stats {
+  std::vector<double> all;
+  double median = 0, min = 0, max = 0, mean = 0, stddev = 0;
+};
+
+Stats stats_of(std::vector<double> v) {
+  Stats s;
+  s.all = v;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  s.min = v.front();
+  s.max = v.back();
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(n);
+  double ss = 0;
+  for (double x : v) ss += (x - s.mean) * (x - s.mean);
+  s.stddev = n > 1 ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
+  return s;
+}
+
+std::vector<int32_t> bench_tokens(int64_t n, int64_t n_vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);  // output sequence fixed by the standard
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab));
+  return ids;
+}
+
+// Seconds of one prefill of `prompt` into an emptied cache.
+StatusOr<double> time_prefill(LlamaModel& model, KvCache& kv, std::span<const int32_t> prompt, float* logits) {
+  kv.clear();
+  Stopwatch sw;
+  RETURN_IF_ERROR(model.forward(prompt, kv, logits, /*all_logits=*/false));
+  return sw.seconds();
+}
+
+// Seconds of ids.size() single-token steps from an emptied cache.
+StatusOr<double> time_generate(LlamaModel& model, KvCache& kv, std::span<const int32_t> ids, float* logits) {
+  kv.clear();
+  Stopwatch sw;
+  for (const int32_t& id : ids) RETURN_IF_ERROR(model.forward(std::span<const int32_t>(&id, 1), kv, logits, false));
+  return sw.seconds();
+}
+
+// llama.cpp's label for general.file_type, so the table reads like llama-bench's.
+std::string type_label(const ModelFile& f) {
+  if (auto ft = f.metadata.get_int("general.file_type")) {
+    switch (*ft) {
+      case 0: return "all F32";
+      case 1: return "F16";
+      case 2: return "Q4_0";
+      case 7: return "Q8_0";
+      case 14: return "Q4_K - Small";
+      case 15: return "Q4_K - Medium";
+      case 18: return "Q6_K";
+      case 32: return "BF16";
+      default: break;
+    }
+  }
+  // Otherwise the type holding the most bytes.
+  std::vector<std::pair<uint64_t, DType>> by_type;
+  for (const TensorInfo& t : f.tensors) {
+    auto it = std::find_if(by_type.begin(), by_type.end(), [&](const auto& p) { return p.second == t.type; });
+    if (it == by_type.end()) by_type.push_back({t.n_bytes, t.type});
+    else it->first += t.n_bytes;
+  }
+  if (by_type.empty()) return "?";
+  return dtype_name(std::max_element(by_type.begin(), by_type.end())->second);
+}
+
+std::string human_count(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f} M", n / 1e6);
+  return fmt::format("{:.0f}", n);
+}
+
+ordered_json or_null(bool present, double v) { return present ? ordered_json(v) : ordered_json(nullptr); }
+
+int run(const BenchArgs& a) {
+  if (a.n_prompt <= 0) return fail(invalid_argument("-p must be > 0 (got {})", a.n_prompt));
+  if (a.n_gen < 0) return fail(invalid_argument("-n must be >= 0 (got {})", a.n_gen));
+  if (a.n_reps < 1) return fail(invalid_argument("-r must be >= 1 (got {})", a.n_reps));
+  if (a.n_ubatch < 1) return fail(invalid_argument("--ubatch must be >= 1 (got {})", a.n_ubatch));
+
+  Stopwatch load_sw;
+  auto mf = open_model_file(a.model);
+  if (!mf.ok()) return fail(mf.status());
+  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  auto model_or = LlamaModel::load(file, {.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch)});
+  if (!model_or.ok()) return fail(model_or.status());
+  LlamaModel& model = **model_or;
+  const double load_s = load_sw.seconds();
+  const ModelHparams& hp = model.hparams();
+  const int64_t n_ctx = a.n_prompt + a.n_gen;
+  if (hp.n_ctx_train > 0 && n_ctx > hp.n_ctx_train) {
+    return fail(invalid_argument("-p {} + -n {} = {} tokens exceeds the model's context of {}", a.n_prompt, a.n_gen,
+                                 n_ctx, hp.n_ctx_train));
+  }
+
+  KvCache kv = model.make_kv_cache(n_ctx);
+  std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
+  const std::vector<int32_t> prompt = bench_tokens(a.n_prompt, hp.n_vocab, a.seed);
+  const std::vector<int32_t> gen = bench_tokens(a.n_gen, hp.n_vocab, a.seed + 1);
+  fmt::print(stderr, "[sluice] bench {}: loaded in {:.2f} s, {} threads, isa {}; pp{} tg{} x {} reps\n", a.model, load_s,
+             model.n_threads(), cpu::isa_name(cpu::active_isa()), a.n_prompt, a.n_gen, a.n_reps);
+
+  // Warm-up (pages the weights in, settles the thread pool), then the timed repetitions.
+  std::vector<double> pp_tps, tg_tps;
+  for (int r = -1; r < a.n_reps; ++r) {
+    auto pp_s = time_prefill(model, kv, prompt, logits.data());
+    if (!pp_s.ok()) return fail(pp_s.status());
+    if (r >= 0) pp_tps.push_back(static_cast<double>(a.n_prompt) / *pp_s);
+    if (a.n_gen > 0) {
+      auto tg_s = time_generate(model, kv, gen, logits.data());
+      if (!tg_s.ok()) return fail(tg_s.status());
+      if (r >= 0) tg_tps.push_back(static_cast<double>(a.n_gen) / *tg_s);
+    }
+  }
+  const Stats pp = stats_of(pp_tps);
+  const Stats tg = stats_of(tg_tps);
+  const bool has_tg = a.n_gen > 0;
+
+  // Bytes per generated token and prefill FLOPs (see the top of this file).
+  const double avg_ctx = has_tg ? 0.5 * static_cast<double>(a.n_gen + 1) : 0.0;
+  const double kv_row_bytes = 2.0 * static_cast<double>(hp.n_layer * hp.n_embd_kv()) * sizeof(float);
+  const double weight_bytes = static_cast<double>(model.weight_bytes());
+  const double bytes_per_token = weight_bytes + kv_row_bytes * avg_ctx;
+  const double achieved_gbps = bytes_per_token * tg.median / 1e9;
+  const double layer_params = static_cast<double>(hp.n_embd * hp.n_embd_q() + 2 * hp.n_embd * hp.n_embd_kv() +
+                                                  hp.n_embd_q() * hp.n_embd + 3 * hp.n_embd * hp.n_ff);
+  const double matmul_params = static_cast<double>(hp.n_layer) * layer_params;
+  const double p = static_cast<double>(a.n_prompt);
+  const double pp_matmul_flops = 2.0 * p * matmul_params + 2.0 * static_cast<double>(hp.n_vocab * hp.n_embd);
+  const double pp_attn_flops = 4.0 * static_cast<double>(hp.n_layer * hp.n_head * hp.head_dim) * p * (p + 1) / 2;
+  const double pp_flops = pp_matmul_flops + pp_attn_flops;
+  const double pp_gflops = pp_flops * pp.median / p / 1e9;
+
+  std::optional<plan::Calibration> cal;
+  if (!a.no_probe) {
+    auto c = plan::calibrate({.n_threads = model.n_threads(), .probe_disk = false});
+    if (!c.ok()) return fail(c.status());
+    cal = *c;
+  }
+  const double machine_gbps = cal ? cal->mem_read_gbps : 0;
+  const double machine_gflops = cal ? cal->matmul_tflops * 1e3 : 0;
+
+  uint64_t n_params = 0;
+  for (const TensorInfo& t : file->tensors) n_params += static_cast<uint64_t>(t.n_elements());
+  const std::string name = file->metadata.get_string("general.name").value_or(a.model);
+  const std::string type = type_label(*file);
+  const char* isa = cpu::isa_name(cpu::active_isa());
+
+  if (a.json) {
+    ordered_json j;
+    j["model"] = a.model;
+    j["model_name"] = name;
+    j["model_type"] = type;
+    j["model_size"] = file->total_tensor_bytes();
+    j["model_n_params"] = n_params;
+    j["n_threads"] = model.n_threads();
+    j["isa"] = isa;
+    j["pp_tokens"] = a.n_prompt;
+    j["tg_tokens"] = a.n_gen;
+    j["n_ubatch"] = std::min(a.n_prompt, a.n_ubatch);
+    j["reps"] = a.n_reps;
+    j["pp_tps"] = pp.median;
+    j["pp_tps_min"] = pp.min;
+    j["pp_tps_max"] = pp.max;
+    j["pp_tps_stddev"] = pp.stddev;
+    j["pp_tps_all"] = pp.all;
+    j["tg_tps"] = or_null(has_tg, tg.median);
+    j["tg_tps_min"] = or_null(has_tg, tg.min);
+    j["tg_tps_max"] = or_null(has_tg, tg.max);
+    j["tg_tps_stddev"] = or_null(has_tg, tg.stddev);
+    j["tg_tps_all"] = tg.all;
+    j["weight_bytes"] = model.weight_bytes();
+    j["kv_avg_ctx"] = avg_ctx;
+    j["bytes_per_token"] = bytes_per_token;
+    j["achieved_gbps"] = or_null(has_tg, achieved_gbps);
+    j["pp_flops"] = pp_flops;
+    j["pp_matmul_flops"] = pp_matmul_flops;
+    j["pp_gflops"] = pp_gflops;
+    j["machine_read_gbps"] = or_null(cal.has_value(), machine_gbps);
+    j["machine_matmul_gflops"] = or_null(cal.has_value(), machine_gflops);
+    j["bw_fraction"] = or_null(cal.has_value() && has_tg, achieved_gbps / machine_gbps);
+    j["flops_fraction"] = or_null(cal.has_value(), pp_gflops / machine_gflops);
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+
+  const std::string size = human_bytes(file->total_tensor_bytes());
+  const std::string params = human_count(static_cast<double>(n_params));
+  fmt::print("| {:<24} | {:>10} | {:>9} | {:<13} | {:>7} | {:>6} | {:>10} | {:>8} | {:>10} | {:>10} |\n", "model", "size",
+             "params", "type", "threads", "test", "t/s", "± sd", "min", "max");
+  fmt::print("| {:-<24} | {:->10} | {:->9} | {:-<13} | {:->7} | {:->6} | {:->10} | {:->8} | {:->10} | {:->10} |\n", "", "",
+             "", "", "", "", "", "", "", "");
+  auto row = [&](const std::string& test, const Stats& s) {
+    fmt::print("| {:<24} | {:>10} | {:>9} | {:<13} | {:>7} | {:>6} | {:>10.2f} | {:>8.2f} | {:>10.2f} | {:>10.2f} |\n",
+               name, size, params, type, model.n_threads(), test, s.median, s.stddev, s.min, s.max);
+  };
+  row(fmt::format("pp{}", a.n_prompt), pp);
+  if (has_tg) row(fmt::format("tg{}", a.n_gen), tg);
+  fmt::print("\nt/s: median of {} repetitions after one warm-up; isa {}\n", a.n_reps, isa);
+  if (has_tg) {
+    fmt::print("tg: {:.1f} MB read per token ({:.1f} MB weights + {:.2f} MB KV at avg context {:.1f}) -> {:.2f} GB/s",
+               bytes_per_token / 1e6, weight_bytes / 1e6, kv_row_bytes * avg_ctx / 1e6, avg_ctx, achieved_gbps);
+    if (cal) fmt::print(" = {:.1f}% of the measured {:.2f} GB/s read bandwidth", 100 * achieved_gbps / machine_gbps, machine_gbps);
+    fmt::print("\n");
+  }
+  fmt::print("pp: {:.2f} GFLOP per prompt ({:.1f}% attention) -> {:.2f} GFLOP/s", pp_flops / 1e9,
+             100 * pp_attn_flops / pp_flops, pp_gflops);
+  if (cal) fmt::print(" = {:.1f}% of the measured {:.2f} GFLOP/s f32 matmul", 100 * pp_gflops / machine_gflops, machine_gflops);
+  fmt::print("\n");
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* c = app.add_subcommand("bench", "measure prompt (pp) and generation (tg) tokens/s, bytes per token, GB/s");
+  c->add_option("-m,--model", a->model, "GGUF file or HF folder")->required();
+  c->add_option("-p,--n-prompt", a->n_prompt, "prompt tokens of the pp test")->capture_default_str();
+  c->add_option("-n,--n-gen", a->n_gen, "generated tokens of the tg test (0: no tg test)")->capture_default_str();
+  c->add_option("-t,--threads", a->n_threads, "threads (default: all cores)");
+  c->add_option("-r,--repetitions", a->n_reps, "timed repetitions of each test")->capture_default_str();
+  c->add_option("-u,--ubatch", a->n_ubatch, "most prompt tokens per forward chunk (llama-bench's n_ubatch)")
+      ->capture_default_str();
+  c->add_option("--seed", a->seed, "seed of the pseudo-random token ids")->capture_default_str();
+  c->add_flag("--json", a->json, "print one JSON object instead of the table");
+  c->add_flag("--no-probe", a->no_probe, "skip the machine probes (read GB/s, matmul FLOP/s)");
+  return [a] { return run(*a); };
+}
+
+}  // namespace sluice::cli
