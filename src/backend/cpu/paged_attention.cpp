@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "backend/cpu/paged_attention_simd.h"
 #include "base/check.h"
@@ -14,16 +16,19 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-float dot_scalar(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+void scores_scalar(const float* q, const float* k, int64_t n, int64_t hd, float scale, float* s) {
+  for (int64_t j = 0; j < n; ++j) {
+    float d = 0.0f;
+    for (int64_t i = 0; i < hd; ++i) d += q[i] * k[j * hd + i];
+    s[j] = d * scale;
+  }
 }
-void scale_add_scalar(float* acc, float s, const float* v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += s * v[i];
-}
-void scale_scalar(float* acc, float s, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] *= s;
+void accumulate_scalar(float* acc, float r, const float* p, const float* v, int64_t n, int64_t hd) {
+  for (int64_t i = 0; i < hd; ++i) {
+    float a = acc[i] * r;
+    for (int64_t j = 0; j < n; ++j) a += p[j] * v[j * hd + i];
+    acc[i] = a;
+  }
 }
 void f16_to_f32_scalar(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = sluice::f16_to_f32(src[i]);
@@ -32,26 +37,25 @@ void f16_to_f32_scalar(const uint16_t* src, float* dst, int64_t n) {
 PagedVecOps vec_ops(Isa isa) {
   if (isa == Isa::kAvx512) return paged_vec_ops_avx512();
   if (isa == Isa::kAvx2) return paged_vec_ops_avx2();
-  return PagedVecOps{dot_scalar, scale_add_scalar, scale_scalar, f16_to_f32_scalar};
+  return PagedVecOps{scores_scalar, accumulate_scalar, f16_to_f32_scalar};
 }
 
-// One (sequence, token, kv head) unit of work.
+// K/V positions converted together (and the unit of a softmax rescale).
+constexpr int64_t kKvTile = 16;
+// Query tokens of one sequence that share each converted K/V tile.
+constexpr int64_t kQueryTile = 8;
+
+// One unit of work: up to kQueryTile consecutive query tokens of a sequence,
+// for one kv head (all its query heads).
 struct Item {
   int32_t seq;
-  int32_t tok;
+  int32_t tok0;
+  int32_t n_tok;
   int32_t kvh;
 };
 
-// Online-softmax state of the `group` query heads of one kv head:
-//   [group] m, [group] l, [group][head_dim] acc
-struct State {
-  float* m;
-  float* l;
-  float* acc;
-};
-
-State state_at(float* base, int64_t group, int64_t hd) { return State{base, base + group, base + 2 * group}; }
-size_t state_floats(int64_t group, int64_t hd) { return static_cast<size_t>(group * (hd + 2)); }
+// Online-softmax state of one query head: [m, l, acc[head_dim]].
+size_t state_floats(int64_t hd) { return static_cast<size_t>(hd + 2); }
 
 class Runner {
  public:
@@ -59,96 +63,127 @@ class Runner {
       : a_(a), ops_(vec_ops(isa)), group_(a.n_head / a.n_head_kv), hd_(a.head_dim) {}
 
   int64_t group() const { return group_; }
-  int64_t n_pos(const Item& it) const { return a_.seqs[it.seq].pos0 + it.tok + 1; }
+  // States of one item: [n_tok][group] query heads.
+  size_t item_state_floats() const { return static_cast<size_t>(kQueryTile * group_) * state_floats(hd_); }
+  // Scratch of one thread: running + chunk states, K/V tile, scores.
+  size_t thread_floats() const { return 2 * item_state_floats() + 2 * kKvTile * hd_ + 2 * kKvTile; }
+  // Positions the last query of the item attends to.
+  int64_t n_pos(const Item& it) const { return a_.seqs[it.seq].pos0 + it.tok0 + it.n_tok; }
   int64_t n_chunks(const Item& it) const { return (n_pos(it) + kPagedKvChunk - 1) / kPagedKvChunk; }
 
-  // Pointer to head `kvh`'s slice of the row of position p, as floats (converted
-  // into buf unless the rows are f32).
-  const float* row(const uint8_t* base, const int32_t* table, int64_t p, int64_t kvh, float* buf) const {
+  // Head `kvh`'s slice of rows [j0, j1) as floats, [j1 - j0, head_dim], in dst.
+  void load_rows(const uint8_t* base, const int32_t* table, int64_t j0, int64_t j1, int64_t kvh, float* dst) const {
     const int64_t bs = a_.kv.block_size;
-    const uint8_t* r = base + static_cast<size_t>(table[p / bs] * bs + p % bs) * a_.kv.row_bytes;
-    switch (a_.kv.type) {
-      case KvRowType::kF32:
-        return reinterpret_cast<const float*>(r) + kvh * hd_;
-      case KvRowType::kF16:
-        ops_.f16_to_f32(reinterpret_cast<const uint16_t*>(r) + kvh * hd_, buf, hd_);
-        return buf;
-      case KvRowType::kQ8_0:
-        for (int64_t i = 0; i < hd_; ++i) {
-          const int64_t e = kvh * hd_ + i;
-          const uint8_t* blk = r + (e / 32) * 34;
-          uint16_t dh;
-          std::memcpy(&dh, blk, 2);
-          buf[i] = sluice::f16_to_f32(dh) * static_cast<float>(reinterpret_cast<const int8_t*>(blk + 2)[e % 32]);
-        }
-        return buf;
-    }
-    return buf;
-  }
-
-  // Fresh state over positions [j0, j1) of item `it`. kbuf, vbuf: [head_dim].
-  void chunk(const Item& it, int64_t j0, int64_t j1, State st, float* kbuf, float* vbuf) const {
-    const PagedSeq& s = a_.seqs[it.seq];
-    for (int64_t g = 0; g < group_; ++g) {
-      st.m[g] = kNegInf;
-      st.l[g] = 0.0f;
-    }
-    std::fill(st.acc, st.acc + group_ * hd_, 0.0f);
-    const float* q0 = s.q + (static_cast<int64_t>(it.tok) * a_.n_head + it.kvh * group_) * hd_;
     for (int64_t j = j0; j < j1; ++j) {
-      const float* k = row(a_.kv.k, s.block_table, j, it.kvh, kbuf);
-      const float* v = row(a_.kv.v, s.block_table, j, it.kvh, vbuf);
-      for (int64_t g = 0; g < group_; ++g) {
-        const float sc = ops_.dot(q0 + g * hd_, k, hd_) * a_.scale;
-        float* acc = st.acc + g * hd_;
-        if (sc > st.m[g]) {
-          const float r = std::exp(st.m[g] - sc);  // 0 on the first position
-          ops_.scale(acc, r, hd_);
-          st.l[g] *= r;
-          st.m[g] = sc;
-        }
-        const float p = std::exp(sc - st.m[g]);
-        ops_.scale_add(acc, p, v, hd_);
-        st.l[g] += p;
+      const uint8_t* r = base + static_cast<size_t>(table[j / bs] * bs + j % bs) * a_.kv.row_bytes;
+      float* out = dst + (j - j0) * hd_;
+      switch (a_.kv.type) {
+        case KvRowType::kF32:
+          std::memcpy(out, reinterpret_cast<const float*>(r) + kvh * hd_, static_cast<size_t>(hd_) * 4);
+          break;
+        case KvRowType::kF16:
+          ops_.f16_to_f32(reinterpret_cast<const uint16_t*>(r) + kvh * hd_, out, hd_);
+          break;
+        case KvRowType::kQ8_0:
+          for (int64_t i = 0; i < hd_; ++i) {
+            const int64_t e = kvh * hd_ + i;
+            const uint8_t* blk = r + (e / 32) * 34;
+            uint16_t dh;
+            std::memcpy(&dh, blk, 2);
+            out[i] = sluice::f16_to_f32(dh) * static_cast<float>(reinterpret_cast<const int8_t*>(blk + 2)[e % 32]);
+          }
+          break;
       }
     }
   }
 
-  // into = fold(into, part), per query head.
-  void merge(State into, State part) const {
-    for (int64_t g = 0; g < group_; ++g) {
-      const float m = std::max(into.m[g], part.m[g]);
-      const float a1 = into.m[g] == kNegInf ? 0.0f : std::exp(into.m[g] - m);
-      const float a2 = part.m[g] == kNegInf ? 0.0f : std::exp(part.m[g] - m);
-      into.l[g] = into.l[g] * a1 + part.l[g] * a2;
-      float* acc = into.acc + g * hd_;
-      ops_.scale(acc, a1, hd_);
-      ops_.scale_add(acc, a2, part.acc + g * hd_, hd_);
-      into.m[g] = m;
+  // Fresh states over positions [j0, j1) (one chunk) for every query of the item.
+  //   st: item_state_floats();  work: K tile, V tile, scores, probabilities
+  void chunk(const Item& it, int64_t j0, int64_t j1, float* st, float* work) const {
+    const PagedSeq& s = a_.seqs[it.seq];
+    const size_t sf = state_floats(hd_);
+    for (int64_t k = 0; k < it.n_tok * group_; ++k) {
+      float* x = st + static_cast<size_t>(k) * sf;
+      x[0] = kNegInf;
+      std::fill(x + 1, x + sf, 0.0f);
+    }
+    float* kt = work;
+    float* vt = kt + kKvTile * hd_;
+    float* sc = vt + kKvTile * hd_;
+    float* pr = sc + kKvTile;
+    for (int64_t b = j0; b < j1; b += kKvTile) {
+      const int64_t b1 = std::min(j1, b + kKvTile);
+      load_rows(a_.kv.k, s.block_table, b, b1, it.kvh, kt);
+      load_rows(a_.kv.v, s.block_table, b, b1, it.kvh, vt);
+      for (int32_t qi = 0; qi < it.n_tok; ++qi) {
+        const int64_t limit = s.pos0 + it.tok0 + qi + 1;  // causal: positions < limit
+        const int64_t n = std::min(b1, limit) - b;
+        if (n <= 0) continue;
+        const float* q0 = s.q + ((static_cast<int64_t>(it.tok0) + qi) * a_.n_head + it.kvh * group_) * hd_;
+        for (int64_t g = 0; g < group_; ++g) {
+          float* x = st + static_cast<size_t>(qi * group_ + g) * sf;  // [m, l, acc]
+          ops_.scores(q0 + g * hd_, kt, n, hd_, a_.scale, sc);
+          float mb = sc[0];
+          for (int64_t j = 1; j < n; ++j) mb = std::max(mb, sc[j]);
+          float r = 1.0f;
+          if (mb > x[0]) {
+            r = x[0] == kNegInf ? 0.0f : std::exp(x[0] - mb);
+            x[0] = mb;
+          }
+          float sum = 0.0f;
+          for (int64_t j = 0; j < n; ++j) sum += (pr[j] = std::exp(sc[j] - x[0]));
+          x[1] = x[1] * r + sum;
+          ops_.accumulate(x + 2, r, pr, vt, n, hd_);
+        }
+      }
     }
   }
 
-  void write_out(const Item& it, State st) const {
-    const PagedSeq& s = a_.seqs[it.seq];
-    for (int64_t g = 0; g < group_; ++g) {
-      float* o = s.out + (static_cast<int64_t>(it.tok) * a_.n_head + it.kvh * group_ + g) * hd_;
-      const float inv = 1.0f / st.l[g];
-      for (int64_t d = 0; d < hd_; ++d) o[d] = st.acc[g * hd_ + d] * inv;
+  // into = fold(into, part) for every query head of the item.
+  void merge(const Item& it, float* into, const float* part) const {
+    const size_t sf = state_floats(hd_);
+    for (int64_t k = 0; k < it.n_tok * group_; ++k) {
+      float* x = into + static_cast<size_t>(k) * sf;
+      const float* y = part + static_cast<size_t>(k) * sf;
+      if (y[0] == kNegInf) continue;  // this query saw no position of the chunk
+      const float m = std::max(x[0], y[0]);
+      const float a1 = x[0] == kNegInf ? 0.0f : std::exp(x[0] - m);
+      const float a2 = std::exp(y[0] - m);
+      x[1] = x[1] * a1 + y[1] * a2;
+      ops_.accumulate(x + 2, a1, &a2, y + 2, 1, hd_);
+      x[0] = m;
     }
+  }
+
+  void write_out(const Item& it, const float* st) const {
+    const PagedSeq& s = a_.seqs[it.seq];
+    const size_t sf = state_floats(hd_);
+    for (int32_t qi = 0; qi < it.n_tok; ++qi) {
+      for (int64_t g = 0; g < group_; ++g) {
+        const float* x = st + static_cast<size_t>(qi * group_ + g) * sf;
+        float* o = s.out + ((static_cast<int64_t>(it.tok0) + qi) * a_.n_head + it.kvh * group_ + g) * hd_;
+        const float inv = 1.0f / x[1];
+        for (int64_t d = 0; d < hd_; ++d) o[d] = x[2 + d] * inv;
+      }
+    }
+  }
+
+  // Chunk range of chunk c for the item (the last query's causal limit).
+  std::pair<int64_t, int64_t> chunk_range(const Item& it, int64_t c) const {
+    return {c * kPagedKvChunk, std::min(n_pos(it), (c + 1) * kPagedKvChunk)};
   }
 
   // The whole item on one thread: chunk 0, then fold chunks 1.. in order.
-  // scratch: 2 states + 2 rows.
   void whole(const Item& it, float* scratch) const {
-    const size_t sf = state_floats(group_, hd_);
-    State run = state_at(scratch, group_, hd_), part = state_at(scratch + sf, group_, hd_);
-    float* kbuf = scratch + 2 * sf;
-    float* vbuf = kbuf + hd_;
-    const int64_t n = n_pos(it);
-    chunk(it, 0, std::min(n, kPagedKvChunk), run, kbuf, vbuf);
-    for (int64_t j0 = kPagedKvChunk; j0 < n; j0 += kPagedKvChunk) {
-      chunk(it, j0, std::min(n, j0 + kPagedKvChunk), part, kbuf, vbuf);
-      merge(run, part);
+    float* run = scratch;
+    float* part = scratch + item_state_floats();
+    float* work = part + item_state_floats();
+    auto [j0, j1] = chunk_range(it, 0);
+    chunk(it, j0, j1, run, work);
+    for (int64_t c = 1; c < n_chunks(it); ++c) {
+      std::tie(j0, j1) = chunk_range(it, c);
+      chunk(it, j0, j1, part, work);
+      merge(it, run, part);
     }
     write_out(it, run);
   }
@@ -160,8 +195,6 @@ class Runner {
   int64_t hd_;
 };
 
-size_t thread_scratch_floats(int64_t group, int64_t hd) { return 2 * state_floats(group, hd) + 2 * hd; }
-
 // Most items that take the split-KV path (decode-like steps).
 int64_t split_max_items(int n_threads) { return 2 * static_cast<int64_t>(n_threads); }
 
@@ -169,38 +202,47 @@ int64_t split_max_items(int n_threads) { return 2 * static_cast<int64_t>(n_threa
 
 size_t paged_attention_partials_floats(int64_t max_items, int64_t max_ctx, int64_t n_head, int64_t n_head_kv,
                                        int64_t head_dim, int n_threads) {
-  const int64_t group = n_head / n_head_kv;
+  PagedAttentionArgs a{.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim};
+  Runner run(a, Isa::kScalar);
   const int64_t max_chunks = (max_ctx + kPagedKvChunk - 1) / kPagedKvChunk;
   const int64_t split_items = std::min(max_items, split_max_items(n_threads));
-  return static_cast<size_t>(n_threads) * thread_scratch_floats(group, head_dim) +
-         static_cast<size_t>(split_items * max_chunks) * state_floats(group, head_dim);
+  return static_cast<size_t>(n_threads) * run.thread_floats() +
+         static_cast<size_t>(split_items * max_chunks) * run.item_state_floats();
 }
 
 void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_partials, ThreadPool& pool, Isa isa) {
   CHECK(a.n_head % a.n_head_kv == 0);
   Runner run(a, isa);
-  const int64_t group = run.group(), hd = a.head_dim;
   const int nt = pool.n_threads();
-  const size_t tsf = thread_scratch_floats(group, hd);
+  const size_t tsf = run.thread_floats();
   CHECK(n_partials >= static_cast<size_t>(nt) * tsf);
 
-  // Items in (sequence, token, kv head) order; at most a few thousand per step,
-  // enumerated arithmetically instead of stored.
+  // Items: per sequence, query tiles of kQueryTile tokens x kv heads.
   int64_t n_items = 0;
   int64_t max_chunks = 0;
   for (const PagedSeq& s : a.seqs) {
-    n_items += s.n_tokens * a.n_head_kv;
+    n_items += (s.n_tokens + kQueryTile - 1) / kQueryTile * a.n_head_kv;
     max_chunks = std::max(max_chunks, (s.pos0 + s.n_tokens + kPagedKvChunk - 1) / kPagedKvChunk);
   }
   auto item_at = [&](int64_t idx) {
     int32_t si = 0;
-    while (idx >= a.seqs[si].n_tokens * a.n_head_kv) idx -= a.seqs[si++].n_tokens * a.n_head_kv;
-    return Item{si, static_cast<int32_t>(idx / a.n_head_kv), static_cast<int32_t>(idx % a.n_head_kv)};
+    for (;;) {
+      const int64_t tiles = (a.seqs[si].n_tokens + kQueryTile - 1) / kQueryTile;
+      if (idx < tiles * a.n_head_kv) {
+        const int64_t tile = idx / a.n_head_kv;
+        const int64_t tok0 = tile * kQueryTile;
+        return Item{si, static_cast<int32_t>(tok0),
+                    static_cast<int32_t>(std::min(kQueryTile, a.seqs[si].n_tokens - tok0)),
+                    static_cast<int32_t>(idx % a.n_head_kv)};
+      }
+      idx -= tiles * a.n_head_kv;
+      ++si;
+    }
   };
 
-  const size_t sf = state_floats(group, hd);
+  const size_t isf = run.item_state_floats();
   float* split_buf = partials + static_cast<size_t>(nt) * tsf;
-  const size_t split_need = static_cast<size_t>(n_items * max_chunks) * sf;
+  const size_t split_need = static_cast<size_t>(n_items * max_chunks) * isf;
   const bool split = nt > 1 && max_chunks > 1 && n_items <= split_max_items(nt) &&
                      n_partials - static_cast<size_t>(nt) * tsf >= split_need;
 
@@ -211,26 +253,24 @@ void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_part
     });
     return;
   }
-  // Split-KV: (item, chunk) units over threads, each a fresh partial state...
+  // Split-KV: (item, chunk) units over threads, each a fresh chunk state...
   const int64_t n_units = n_items * max_chunks;
   pool.run_on_all([&](int ti, int n) {
-    float* kbuf = partials + static_cast<size_t>(ti) * tsf + 2 * sf;
-    float* vbuf = kbuf + hd;
+    float* work = partials + static_cast<size_t>(ti) * tsf + 2 * isf;
     for (int64_t u = ti; u < n_units; u += n) {
       const Item it = item_at(u / max_chunks);
       const int64_t c = u % max_chunks;
-      const int64_t j0 = c * kPagedKvChunk, j1 = std::min(run.n_pos(it), j0 + kPagedKvChunk);
-      if (j0 >= j1) continue;
-      run.chunk(it, j0, j1, state_at(split_buf + static_cast<size_t>(u) * sf, group, hd), kbuf, vbuf);
+      if (c >= run.n_chunks(it)) continue;
+      auto [j0, j1] = run.chunk_range(it, c);
+      run.chunk(it, j0, j1, split_buf + static_cast<size_t>(u) * isf, work);
     }
   });
   // ...then folded per item in chunk order, exactly as whole() does.
   pool.run_on_all([&](int ti, int n) {
     for (int64_t i = ti; i < n_items; i += n) {
       const Item it = item_at(i);
-      State acc = state_at(split_buf + static_cast<size_t>(i * max_chunks) * sf, group, hd);
-      for (int64_t c = 1; c < run.n_chunks(it); ++c)
-        run.merge(acc, state_at(split_buf + static_cast<size_t>(i * max_chunks + c) * sf, group, hd));
+      float* acc = split_buf + static_cast<size_t>(i * max_chunks) * isf;
+      for (int64_t c = 1; c < run.n_chunks(it); ++c) run.merge(it, acc, split_buf + static_cast<size_t>(i * max_chunks + c) * isf);
       run.write_out(it, acc);
     }
   });

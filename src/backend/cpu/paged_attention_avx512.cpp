@@ -27,18 +27,23 @@ float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-void scale_add(float* acc, float s, const float* v, int64_t n) {
-  const __m512 sv = _mm512_set1_ps(s);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(sv, _mm512_loadu_ps(v + i), _mm512_loadu_ps(acc + i)));
-  for (; i < n; ++i) acc[i] += s * v[i];
+void scores(const float* q, const float* k, int64_t n, int64_t hd, float scale, float* s) {
+  for (int64_t j = 0; j < n; ++j) s[j] = dot(q, k + j * hd, hd) * scale;
 }
 
-void scale(float* acc, float s, int64_t n) {
-  const __m512 sv = _mm512_set1_ps(s);
+void accumulate(float* acc, float r, const float* p, const float* v, int64_t n, int64_t hd) {
+  const __m512 rv = _mm512_set1_ps(r);
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(acc + i, _mm512_mul_ps(_mm512_loadu_ps(acc + i), sv));
-  for (; i < n; ++i) acc[i] *= s;
+  for (; i + 16 <= hd; i += 16) {
+    __m512 a = _mm512_mul_ps(_mm512_loadu_ps(acc + i), rv);
+    for (int64_t j = 0; j < n; ++j) a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_loadu_ps(v + j * hd + i), a);
+    _mm512_storeu_ps(acc + i, a);
+  }
+  for (; i < hd; ++i) {
+    float a = acc[i] * r;
+    for (int64_t j = 0; j < n; ++j) a += p[j] * v[j * hd + i];
+    acc[i] = a;
+  }
 }
 
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
@@ -49,6 +54,6 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 
 }  // namespace
 
-PagedVecOps paged_vec_ops_avx512() { return PagedVecOps{dot, scale_add, scale, f16_to_f32}; }
+PagedVecOps paged_vec_ops_avx512() { return PagedVecOps{scores, accumulate, f16_to_f32}; }
 
 }  // namespace sluice::cpu

@@ -8,9 +8,10 @@
 namespace sluice::cpu {
 
 struct PagedVecOps {
-  float (*dot)(const float* a, const float* b, int64_t n);         // sum a[i] b[i]
-  void (*scale_add)(float* acc, float s, const float* v, int64_t n);  // acc = acc + s v
-  void (*scale)(float* acc, float s, int64_t n);                   // acc = acc * s
+  // s[j] = scale * sum_i q[i] k[j][i]            k: [n, hd] rows, s: [n]
+  void (*scores)(const float* q, const float* k, int64_t n, int64_t hd, float scale, float* s);
+  // acc[i] = acc[i] * r + sum_j p[j] v[j][i]      v: [n, hd] rows
+  void (*accumulate)(float* acc, float r, const float* p, const float* v, int64_t n, int64_t hd);
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
 };
 
