@@ -215,20 +215,20 @@ Status Scheduler::update(const StepOutput& output) {
     Sequence& s = seq(f.id);
     s.n_computed += f.n_tokens;
     if (is_aborted(f.id)) {
-      finish(f.id, FinishReason::kAbort);
+      finish(f.id, SeqFinish::kAbort);
       continue;
     }
-    FinishReason reason = FinishReason::kNone;
+    SeqFinish reason = SeqFinish::kNone;
     if (f.sample) reason = s.append_generated(out_of[k]->tokens);
     CHECK(blocks_.mark_computed(f.id, s.n_computed).ok());
-    if (reason != FinishReason::kNone) finish(f.id, reason);
+    if (reason != SeqFinish::kNone) finish(f.id, reason);
   }
   in_flight_.clear();
   pending_aborts_.clear();
   return Status::ok_status();
 }
 
-void Scheduler::finish(SeqId id, FinishReason reason) {
+void Scheduler::finish(SeqId id, SeqFinish reason) {
   Sequence& s = seq(id);
   switch (s.state) {
     case SeqState::kWaiting: erase_from(&waiting_, id); break;
@@ -240,7 +240,7 @@ void Scheduler::finish(SeqId id, FinishReason reason) {
   s.state = SeqState::kFinished;
   s.finish_reason = reason;
   ++stats_.n_finished;
-  if (reason == FinishReason::kAbort) ++stats_.n_aborted;
+  if (reason == SeqFinish::kAbort) ++stats_.n_aborted;
   finished_.push_back(std::move(s));
   seqs_.erase(id);
 }
@@ -256,11 +256,11 @@ Status Scheduler::abort(SeqId id) {
     }
     return Status::ok_status();
   }
-  finish(id, FinishReason::kAbort);
+  finish(id, SeqFinish::kAbort);
   return Status::ok_status();
 }
 
-Status Scheduler::fork(SeqId parent, SeqId child) {
+Status Scheduler::fork(SeqId parent, SeqId child, std::optional<int32_t> child_last_token) {
   if (!in_flight_.empty()) return invalid_argument("scheduler fork: only between steps");
   auto it = seqs_.find(parent);
   if (it == seqs_.end()) return not_found("scheduler fork: no unfinished sequence {}", parent);
@@ -275,8 +275,12 @@ Status Scheduler::fork(SeqId parent, SeqId child) {
       return resource_exhausted("scheduler fork: {} sequences already run", running_.size());
     }
   }
+  if (child_last_token && p.n_generated() == 0) {
+    return invalid_argument("scheduler fork: sequence {} has no generated token to replace", parent);
+  }
   Sequence c = p;
   c.id = child;
+  if (child_last_token) c.tokens.back() = *child_last_token;
   c.arrival = next_arrival_++;
   c.n_preemptions = 0;
   if (c.state == SeqState::kRunning) RETURN_IF_ERROR(blocks_.fork(parent, child));

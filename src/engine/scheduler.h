@@ -85,7 +85,10 @@ class Scheduler {
   // Starts `child` as a copy of `parent` (same tokens, sharing its blocks; the
   // first write into the shared partial block copies it). Allowed between steps
   // for a waiting parent or a running one whose reserved tokens are all computed.
-  Status fork(SeqId parent, SeqId child);
+  // With child_last_token, the child's last generated token (not yet computed)
+  // is replaced: parallel samples share the prompt's blocks but draw their own
+  // first token from the same logits.
+  Status fork(SeqId parent, SeqId child, std::optional<int32_t> child_last_token = std::nullopt);
 
   // The unfinished sequence `id`, or nullptr.
   const Sequence* find(SeqId id) const;
@@ -127,7 +130,7 @@ class Scheduler {
   // Moves a running sequence (already out of running_) to swapped or waiting.
   void preempt(SeqId id, StepPlan* plan);
   // Retires a sequence from whatever queue holds it.
-  void finish(SeqId id, FinishReason reason);
+  void finish(SeqId id, SeqFinish reason);
 
   SchedulerConfig config_;
   BlockManager blocks_;

@@ -161,7 +161,7 @@ void run_workload(uint64_t seed, Totals* totals) {
         reference_generate(id, e.start, e.max_tokens - static_cast<int64_t>(e.before.size()), e.stop_tokens, kVocab);
     want.insert(want.end(), rest.begin(), rest.end());
     const std::vector<int32_t> got(s.generated().begin(), s.generated().end());
-    if (s.finish_reason == FinishReason::kAbort) {
+    if (s.finish_reason == SeqFinish::kAbort) {
       ASSERT_LE(got.size(), want.size()) << "seq " << id;
       EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "aborted seq " << id;
     } else {

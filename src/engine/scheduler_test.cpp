@@ -37,11 +37,11 @@ void expect_reference_outputs(const Driver& d, const std::map<SeqId, SequencePar
 TEST(SequenceTest, AppendGeneratedStopsAtStopTokenOrLength) {
   Sequence s = Sequence::from_params(1, {.prompt = {1, 2}, .max_tokens = 3, .stop_tokens = {9}}, 0);
   EXPECT_EQ(s.n_total(), 2);
-  EXPECT_EQ(s.append_generated(std::vector<int32_t>{4}), FinishReason::kNone);
-  EXPECT_EQ(s.append_generated(std::vector<int32_t>{9, 5}), FinishReason::kStop);
+  EXPECT_EQ(s.append_generated(std::vector<int32_t>{4}), SeqFinish::kNone);
+  EXPECT_EQ(s.append_generated(std::vector<int32_t>{9, 5}), SeqFinish::kStop);
   EXPECT_EQ(generated_of(s), (std::vector<int32_t>{4, 9}));
   Sequence t = Sequence::from_params(2, {.prompt = {1}, .max_tokens = 2}, 1);
-  EXPECT_EQ(t.append_generated(std::vector<int32_t>{3, 4, 5}), FinishReason::kLength);
+  EXPECT_EQ(t.append_generated(std::vector<int32_t>{3, 4, 5}), SeqFinish::kLength);
   EXPECT_EQ(generated_of(t), (std::vector<int32_t>{3, 4}));
   EXPECT_TRUE(schedules_before(s, t));
   t.priority = 1;
@@ -269,7 +269,7 @@ TEST(SchedulerTest, AbortReleasesBlocksInEveryState) {
   EXPECT_FALSE(d.sched.blocks().has_seq(2));
   for (const SeqId id : {1, 2, 4}) {
     ASSERT_TRUE(d.finished.count(id));
-    EXPECT_EQ(d.finished.at(id).finish_reason, FinishReason::kAbort);
+    EXPECT_EQ(d.finished.at(id).finish_reason, SeqFinish::kAbort);
   }
   EXPECT_EQ(d.finished.at(2).n_generated(), 1) << "the aborted step's token is not appended";
   ASSERT_TRUE(d.sched.abort(3).ok());
@@ -318,10 +318,10 @@ TEST(SchedulerTest, StopTokenAndMaxTokensFinish) {
   ASSERT_TRUE(d.sched.add(2, {.prompt = prompt, .max_tokens = 2}).ok());
   ASSERT_TRUE(d.run_to_completion(50));
   const Sequence& s1 = d.finished.at(1);
-  EXPECT_EQ(s1.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(s1.finish_reason, SeqFinish::kStop);
   EXPECT_LE(s1.n_generated(), 3);
   EXPECT_EQ(s1.generated().back(), ref[2]);
-  EXPECT_EQ(d.finished.at(2).finish_reason, FinishReason::kLength);
+  EXPECT_EQ(d.finished.at(2).finish_reason, SeqFinish::kLength);
   EXPECT_EQ(d.finished.at(2).n_generated(), 2);
 }
 

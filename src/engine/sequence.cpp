@@ -16,12 +16,12 @@ const char* seq_state_name(SeqState state) {
   return "?";
 }
 
-const char* finish_reason_name(FinishReason reason) {
+const char* finish_reason_name(SeqFinish reason) {
   switch (reason) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
+    case SeqFinish::kNone: return "none";
+    case SeqFinish::kStop: return "stop";
+    case SeqFinish::kLength: return "length";
+    case SeqFinish::kAbort: return "abort";
   }
   return "?";
 }
@@ -47,14 +47,14 @@ Sequence Sequence::from_params(SeqId id, SequenceParams params, uint64_t arrival
   return s;
 }
 
-FinishReason Sequence::append_generated(std::span<const int32_t> new_tokens) {
+SeqFinish Sequence::append_generated(std::span<const int32_t> new_tokens) {
   CHECK(!is_finished());
   for (const int32_t t : new_tokens) {
     tokens.push_back(t);
-    if (std::find(stop_tokens.begin(), stop_tokens.end(), t) != stop_tokens.end()) return FinishReason::kStop;
-    if (n_generated() >= max_tokens) return FinishReason::kLength;
+    if (std::find(stop_tokens.begin(), stop_tokens.end(), t) != stop_tokens.end()) return SeqFinish::kStop;
+    if (n_generated() >= max_tokens) return SeqFinish::kLength;
   }
-  return FinishReason::kNone;
+  return SeqFinish::kNone;
 }
 
 bool schedules_before(const Sequence& a, const Sequence& b) {

@@ -31,10 +31,10 @@
 namespace sluice {
 
 enum class SeqState { kWaiting, kRunning, kSwapped, kFinished };
-enum class FinishReason { kNone, kStop, kLength, kAbort };
+enum class SeqFinish { kNone, kStop, kLength, kAbort };
 
 const char* seq_state_name(SeqState state);
-const char* finish_reason_name(FinishReason reason);
+const char* finish_reason_name(SeqFinish reason);
 
 // What a caller submits.
 struct SequenceParams {
@@ -57,7 +57,7 @@ struct Sequence {
   int32_t priority = 0;
   uint64_t arrival = 0;         // order of submission (forks get a new one)
   SeqState state = SeqState::kWaiting;
-  FinishReason finish_reason = FinishReason::kNone;
+  SeqFinish finish_reason = SeqFinish::kNone;
   int64_t n_preemptions = 0;
 
   static Sequence from_params(SeqId id, SequenceParams params, uint64_t arrival);
@@ -75,7 +75,7 @@ struct Sequence {
   // Appends sampled tokens in order, stopping after the first stop token or when
   // max_tokens are generated (the rest are dropped). Returns why the sequence is
   // now finished, or kNone. The caller sets state.
-  FinishReason append_generated(std::span<const int32_t> new_tokens);
+  SeqFinish append_generated(std::span<const int32_t> new_tokens);
 };
 
 // Queue order: higher priority first, then earlier arrival. The last sequence in

@@ -37,21 +37,13 @@
 #include <vector>
 
 #include "sample/rng.h"
+#include "sluice/sampling.h"
 #include "sluice/status.h"
 
 namespace sluice {
 
-struct SamplingParams {
-  float temperature = 0.8f;        // <= 0: greedy (argmax, ties -> lowest id)
-  int32_t top_k = 40;              // <= 0: off
-  float top_p = 0.95f;             // >= 1: off; must be > 0
-  float min_p = 0.05f;             // <= 0: off; must be <= 1
-  float repeat_penalty = 1.0f;     // 1: off; must be > 0
-  int32_t repeat_last_n = 64;      // window for all penalties; -1 = whole history, 0 = off
-  float frequency_penalty = 0.0f;  // logit -= count * frequency_penalty
-  float presence_penalty = 0.0f;   // logit -= (count > 0) * presence_penalty
-  uint64_t seed = 0;
-};
+// SamplingParams is part of the public API: include/sluice/sampling.h.
+
 
 // OK, or invalid_argument naming the first bad field (e.g. "top_p must be > 0, got -1").
 Status validate_sampling_params(const SamplingParams& params);

@@ -1,0 +1,138 @@
+// Engine: the serving engine's public API.
+//
+// One model, many requests. submit() and abort() are thread-safe and may be
+// called from any thread; a single engine thread runs steps: the scheduler
+// picks tokens for every running sequence under a per-step token budget
+// (continuous batching, chunked prefill), one batched forward pass computes
+// them over the paged KV cache, samplers draw next tokens, and each request's
+// callback receives its new tokens and text. Finished requests report timings.
+//
+// Callbacks run on the engine thread: they must be quick (copy, enqueue,
+// notify) and must not block; they may call abort().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sluice/sampling.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+class Tokenizer;
+
+using RequestId = int64_t;
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+// "stop", "length", "abort", "error" ("" for kNone).
+const char* finish_reason_name(FinishReason reason);
+
+struct Request {
+  std::vector<int32_t> prompt;           // token ids, at least one (see Engine::tokenizer())
+  int32_t max_tokens = 128;              // per output
+  int32_t n = 1;                         // outputs sampled in parallel; they share the prompt's KV
+  SamplingParams sampling;               // output i > 0 uses seed + i
+  std::vector<int32_t> stop_tokens;      // in addition to the model's end-of-generation tokens
+  std::vector<std::string> stop_strings; // output text ends before the first match
+  bool ignore_eos = false;               // do not stop at end-of-generation tokens
+  int32_t priority = 0;                  // higher is scheduled first
+  int32_t top_logprobs = -1;             // -1: no logprobs; 0..20: sampled token's + this many alternatives
+};
+
+struct RequestTimings {
+  double queue_s = 0;  // submit -> first scheduled
+  double ttft_s = 0;   // submit -> first token
+  double tpot_s = 0;   // mean time per output token after the first
+  double e2e_s = 0;    // submit -> finished
+  int64_t n_prompt = 0;
+  int64_t n_cached_prompt = 0;  // prompt tokens served by the prefix cache
+  int64_t n_generated = 0;      // over all outputs
+  int64_t n_preemptions = 0;
+};
+
+struct TokenEvent {
+  RequestId request = 0;
+  int32_t index = 0;       // which of the n outputs
+  int32_t token = -1;      // the new token, or -1 on a final event that carries none
+  std::string text;        // new text: whole UTF-8 characters; text that may start a stop string is held back
+  float logprob = 0;       // log p(token) under the model (temperature 1), when logprobs were asked
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+  bool finished = false;   // last event of this output
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;       // for kError
+  // On the last event of the whole request (all outputs finished):
+  std::optional<RequestTimings> timings;
+};
+
+using EventCallback = std::function<void(const TokenEvent&)>;
+
+struct EngineConfig {
+  std::string model_path;          // GGUF file or HF folder
+  int n_threads = 0;               // 0: one per core
+  int64_t max_batch_tokens = 512;  // tokens per step over all sequences
+  int64_t max_seqs = 64;           // sequences running at once
+  int64_t ctx_size = 0;            // positions per sequence; 0: min(trained context, 4096)
+  uint64_t kv_budget_bytes = 0;    // KV pool; 0: enough for max_seqs / 4 full contexts, at most 4 GiB
+  std::string kv_dtype = "auto";   // auto (f32 for F32 models, else f16), f32, f16, q8_0
+  int64_t kv_block_size = 16;
+  bool prefix_caching = true;
+  bool preempt_swap = false;       // preempt by swapping KV to host (else recompute)
+  uint64_t swap_budget_bytes = 0;  // host swap pool when preempt_swap; 0: same as kv_budget
+  int64_t max_queued = 1024;       // submit() refuses more waiting requests (resource exhausted)
+  bool check_invariants = false;   // verify KV block accounting after every step (tests; slow)
+};
+
+struct EngineStats {
+  int64_t running = 0;
+  int64_t waiting = 0;      // submitted, not yet running (including preempted)
+  int64_t swapped = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;
+  int64_t kv_blocks_free = 0;
+  int64_t kv_blocks_cached = 0;  // free but holding a reusable prefix
+  double prefix_hit_rate = 0;    // prompt tokens served from cache / prompt tokens looked up
+  int64_t preemptions = 0;
+  int64_t steps = 0;
+  int64_t generated_tokens = 0;
+  int64_t finished_requests = 0;
+};
+
+class Engine {
+ public:
+  // Loads the model, sizes the KV pool and starts the engine thread.
+  static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  // Aborts unfinished requests (their callbacks get kAbort) and joins the thread.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Errors: invalid parameters, prompt + max_tokens beyond the
+  // context, too many queued requests (kResourceExhausted), engine draining.
+  StatusOr<RequestId> submit(Request request, EventCallback on_event);
+  // Ends a request early; its outputs finish with kAbort. Unknown ids are ignored.
+  void abort(RequestId id);
+  // Stops accepting requests and waits up to timeout_s for running ones to finish;
+  // the rest are aborted. Returns true if all finished in time.
+  bool drain(double timeout_s);
+
+  EngineStats stats() const;
+  const Tokenizer& tokenizer() const;
+  const std::string& model_name() const;
+  int64_t ctx_size() const;  // positions per sequence
+  int64_t n_vocab() const;
+  // The KV pool and batching limits, for the startup log.
+  std::string summary() const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,599 @@
+// Engine: request bookkeeping around the scheduler and the batched forward pass.
+//
+//   submit() --(incoming queue, mutex)--> engine thread:
+//     admit -> Scheduler::schedule() -> swaps/copies on the KV store ->
+//     LlamaModel::forward(all scheduled sequences) -> samplers -> Scheduler::update()
+//     -> per-output text (stop strings) -> events -> finished requests retired
+//
+// Everything after the incoming queue runs on the engine thread only.
+#include "sluice/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "base/metrics.h"
+#include "base/timer.h"
+#include "engine/engine_metrics.h"
+#include "engine/output_text.h"
+#include "engine/scheduler.h"
+#include "format/model_file.h"
+#include "kv/kv_store.h"
+#include "model/llama_model.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: return "";
+  }
+  return "";
+}
+
+namespace {
+
+struct Pending {
+  RequestId id;
+  Request request;
+  EventCallback callback;
+  double t_submit;
+};
+
+StatusOr<KvDtype> parse_kv_dtype(const std::string& s, KvDtype automatic) {
+  if (s == "auto" || s.empty()) return automatic;
+  if (s == "f32") return KvDtype::kF32;
+  if (s == "f16") return KvDtype::kF16;
+  if (s == "q8_0") return KvDtype::kQ8_0;
+  return invalid_argument("unknown KV dtype '{}' (auto, f32, f16, q8_0)", s);
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  // One of a request's n outputs.
+  struct Output {
+    int32_t index = 0;
+    SeqId seq = -1;  // -1 once finished
+    std::unique_ptr<Sampler> sampler;
+    OutputText text;
+    int64_t n_generated = 0;
+    int64_t gen_offset = 0;  // tokens generated before this sequence was (re)added
+    bool done = false;
+    bool stopped_by_string = false;
+    double t_first = -1, t_last = -1;
+  };
+  struct Req {
+    RequestId id = 0;
+    Request r;
+    EventCallback cb;
+    double t_submit = 0, t_scheduled = -1, t_first_token = -1;
+    std::vector<Output> outs;
+    int n_done = 0;
+    int64_t n_cached = 0;
+    int64_t n_preemptions = 0;
+    bool children_started = false;
+  };
+
+  EngineConfig cfg;
+  std::shared_ptr<const ModelFile> file;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tok;
+  std::string name;
+  int64_t ctx = 0;
+  KvStore kv;
+  std::unique_ptr<KvStore> host_kv;
+  std::unique_ptr<Scheduler> sched;
+  std::vector<int32_t> eog;
+  EngineMetrics metrics;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Pending> incoming;
+  std::vector<RequestId> aborts;
+  bool stop = false;
+  bool accepting = true;
+  RequestId next_id = 1;
+  std::atomic<int64_t> n_unfinished{0};
+  mutable std::mutex stats_mu;
+  EngineStats snapshot;
+  std::thread loop;
+
+  // Engine thread only.
+  std::unordered_map<RequestId, Req> reqs;
+  std::unordered_map<SeqId, std::pair<RequestId, int32_t>> owner;
+  SeqId next_seq = 1;
+  std::vector<float> logits;
+  std::vector<ForwardSeq> fseqs;
+  std::vector<float> logprob_buf;
+
+  void run();
+  void admit(Pending p);
+  Status add_sequence(Req& rq, Output& o, std::vector<int32_t> prompt, int64_t max_tokens);
+  void step();
+  void sample_step(const StepPlan& plan, StepOutput* out, std::vector<std::pair<Output*, int32_t>>* sampled);
+  void start_children(Req& rq, const float* lg);
+  void emit_token(Req& rq, Output& o, int32_t token, const float* lg);
+  void finish_output(Req& rq, Output& o, FinishReason reason, const std::string& error = "");
+  void abort_request(RequestId id);
+  void publish_stats();
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+  auto impl = std::make_unique<Impl>();
+  Impl& e = *impl;
+  e.cfg = config;
+  if (config.max_batch_tokens <= 0 || config.max_seqs <= 0) {
+    return invalid_argument("max_batch_tokens ({}) and max_seqs ({}) must be positive", config.max_batch_tokens,
+                            config.max_seqs);
+  }
+  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(config.model_path));
+  e.file = std::make_shared<const ModelFile>(std::move(mf));
+  ASSIGN_OR_RETURN(e.tok, Tokenizer::from_metadata(e.file->metadata));
+  ASSIGN_OR_RETURN(ModelHparams hp, hparams_from_metadata(e.file->metadata));
+  e.ctx = config.ctx_size > 0 ? config.ctx_size : std::min<int64_t>(hp.n_ctx_train, 4096);
+  ASSIGN_OR_RETURN(e.model, LlamaModel::load(e.file, ModelOptions{.n_threads = config.n_threads,
+                                                                   .n_batch = config.max_batch_tokens,
+                                                                   .n_ctx_max = e.ctx,
+                                                                   .max_seqs = config.max_seqs}));
+  e.name = e.file->metadata.get_string("general.name").value_or(config.model_path);
+  ASSIGN_OR_RETURN(KvDtype dtype, parse_kv_dtype(config.kv_dtype, e.model->default_kv_dtype()));
+  const KvLayout layout = e.model->kv_layout(dtype, config.kv_block_size);
+  ASSIGN_OR_RETURN(int64_t block_bytes, kv_block_bytes(layout));
+  const int64_t blocks_per_ctx = (e.ctx + layout.block_size - 1) / layout.block_size;
+  int64_t n_blocks;
+  if (config.kv_budget_bytes > 0) {
+    ASSIGN_OR_RETURN(n_blocks, kv_blocks_for_budget(config.kv_budget_bytes, layout));
+  } else {
+    const int64_t want = blocks_per_ctx * std::max<int64_t>(1, config.max_seqs / 4);
+    const int64_t cap = std::max<int64_t>(blocks_per_ctx, (int64_t{4} << 30) / block_bytes);
+    n_blocks = std::min(want, cap);
+  }
+  if (n_blocks < 1) return resource_exhausted("KV budget holds no block of {} bytes", block_bytes);
+  ASSIGN_OR_RETURN(e.kv, KvStore::create(layout, n_blocks));
+  int64_t n_host_blocks = 0;
+  if (config.preempt_swap) {
+    n_host_blocks = config.swap_budget_bytes > 0 ? config.swap_budget_bytes / block_bytes : n_blocks;
+    ASSIGN_OR_RETURN(KvStore host, KvStore::create(layout, std::max<int64_t>(1, n_host_blocks)));
+    e.host_kv = std::make_unique<KvStore>(std::move(host));
+  }
+  e.sched = std::make_unique<Scheduler>(
+      SchedulerConfig{.max_batch_tokens = config.max_batch_tokens, .max_seqs = config.max_seqs,
+                      .preemption_mode = config.preempt_swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute},
+      BlockManagerConfig{.n_blocks = n_blocks, .block_size = layout.block_size, .n_host_blocks = n_host_blocks,
+                         .enable_prefix_caching = config.prefix_caching});
+  for (int32_t id = 0; id < e.tok->n_vocab(); ++id)
+    if (e.tok->is_eog(id)) e.eog.push_back(id);
+  e.logits.resize(static_cast<size_t>(config.max_seqs * e.model->hparams().n_vocab));
+  e.logprob_buf.resize(static_cast<size_t>(e.model->hparams().n_vocab));
+  e.fseqs.reserve(static_cast<size_t>(config.max_seqs));
+  e.metrics.kv_blocks_total->set(static_cast<double>(n_blocks));
+  e.publish_stats();
+  e.loop = std::thread([p = impl.get()] { p->run(); });
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->loop.joinable()) impl_->loop.join();
+}
+
+StatusOr<RequestId> Engine::submit(Request r, EventCallback on_event) {
+  Impl& e = *impl_;
+  if (r.prompt.empty()) return invalid_argument("the prompt is empty");
+  for (int32_t t : r.prompt) {
+    if (t < 0 || t >= e.model->hparams().n_vocab) return invalid_argument("prompt token id {} out of range", t);
+  }
+  if (r.max_tokens < 1) return invalid_argument("max_tokens must be at least 1, got {}", r.max_tokens);
+  if (r.n < 1 || r.n > 16) return invalid_argument("n must be in [1, 16], got {}", r.n);
+  if (r.top_logprobs > 20) return invalid_argument("top_logprobs must be at most 20, got {}", r.top_logprobs);
+  if (static_cast<int64_t>(r.prompt.size()) + r.max_tokens > e.ctx) {
+    return invalid_argument("prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens", r.prompt.size(),
+                            r.max_tokens, e.ctx);
+  }
+  RETURN_IF_ERROR(validate_sampling_params(r.sampling));
+  for (const std::string& s : r.stop_strings)
+    if (s.empty()) return invalid_argument("stop strings must not be empty");
+  if (e.n_unfinished.load() >= e.cfg.max_seqs + e.cfg.max_queued) {
+    return resource_exhausted("too many requests in flight ({}); try again later", e.n_unfinished.load());
+  }
+  RequestId id;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    if (!e.accepting || e.stop) return Status(StatusCode::kResourceExhausted, "the engine is shutting down");
+    id = e.next_id++;
+    e.incoming.push_back(Pending{id, std::move(r), std::move(on_event), now_seconds()});
+    e.n_unfinished.fetch_add(1);
+  }
+  e.cv.notify_one();
+  return id;
+}
+
+void Engine::abort(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->aborts.push_back(id);
+  }
+  impl_->cv.notify_one();
+}
+
+bool Engine::drain(double timeout_s) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->accepting = false;
+  }
+  const double deadline = now_seconds() + timeout_s;
+  while (impl_->n_unfinished.load() > 0 && now_seconds() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const bool all = impl_->n_unfinished.load() == 0;
+  if (!all) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      for (RequestId id = 1; id < impl_->next_id; ++id) impl_->aborts.push_back(id);
+    }
+    impl_->cv.notify_one();
+    const double hard = now_seconds() + 5.0;
+    while (impl_->n_unfinished.load() > 0 && now_seconds() < hard) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return all;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mu);
+  return impl_->snapshot;
+}
+const Tokenizer& Engine::tokenizer() const { return *impl_->tok; }
+const std::string& Engine::model_name() const { return impl_->name; }
+int64_t Engine::ctx_size() const { return impl_->ctx; }
+int64_t Engine::n_vocab() const { return impl_->model->hparams().n_vocab; }
+
+std::string Engine::summary() const {
+  const Impl& e = *impl_;
+  const KvLayout& l = e.kv.layout();
+  return fmt::format(
+      "model {} | context {} per sequence | KV {} in {} blocks of {} tokens ({} tokens, {:.1f} MiB){} | "
+      "batch {} tokens, {} sequences | prefix caching {} | threads {}",
+      e.name, e.ctx, kv_dtype_name(l.dtype), e.kv.n_blocks(), l.block_size, e.kv.n_blocks() * l.block_size,
+      static_cast<double>(e.kv.bytes()) / (1 << 20),
+      e.host_kv ? fmt::format(", swap pool {} blocks", e.host_kv->n_blocks()) : "", e.cfg.max_batch_tokens,
+      e.cfg.max_seqs, e.cfg.prefix_caching ? "on" : "off", e.model->n_threads());
+}
+
+void Engine::Impl::run() {
+  for (;;) {
+    std::deque<Pending> in;
+    std::vector<RequestId> ab;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stop || !incoming.empty() || !aborts.empty() || sched->has_unfinished(); });
+      in.swap(incoming);
+      ab.swap(aborts);
+      if (stop) {
+        for (auto& p : in) ab.push_back(p.id), reqs.emplace(p.id, Req{.id = p.id, .r = std::move(p.request), .cb = std::move(p.callback)});
+        in.clear();
+      }
+    }
+    for (Pending& p : in) admit(std::move(p));
+    for (RequestId id : ab) abort_request(id);
+    if (stop) {
+      std::vector<RequestId> left;
+      for (auto& [id, rq] : reqs) left.push_back(id);
+      for (RequestId id : left) abort_request(id);
+      publish_stats();
+      return;
+    }
+    if (sched->has_unfinished()) step();
+    publish_stats();
+  }
+}
+
+Status Engine::Impl::add_sequence(Req& rq, Output& o, std::vector<int32_t> prompt, int64_t max_tokens) {
+  SequenceParams sp{.prompt = std::move(prompt), .max_tokens = max_tokens, .stop_tokens = rq.r.stop_tokens,
+                    .priority = rq.r.priority};
+  if (!rq.r.ignore_eos) sp.stop_tokens.insert(sp.stop_tokens.end(), eog.begin(), eog.end());
+  const SeqId seq = next_seq++;
+  RETURN_IF_ERROR(sched->add(seq, std::move(sp)));
+  o.seq = seq;
+  owner[seq] = {rq.id, o.index};
+  return Status();
+}
+
+void Engine::Impl::admit(Pending p) {
+  Req& rq = reqs.emplace(p.id, Req{.id = p.id, .r = std::move(p.request), .cb = std::move(p.callback),
+                                   .t_submit = p.t_submit}).first->second;
+  rq.outs.resize(static_cast<size_t>(rq.r.n));
+  for (int32_t i = 0; i < rq.r.n; ++i) {
+    Output& o = rq.outs[static_cast<size_t>(i)];
+    o.index = i;
+    SamplingParams sp = rq.r.sampling;
+    sp.seed += static_cast<uint64_t>(i);
+    o.sampler = std::make_unique<Sampler>(sp, static_cast<int32_t>(model->hparams().n_vocab));
+    for (int32_t t : rq.r.prompt) o.sampler->accept(t);
+    o.text = OutputText(*tok, rq.r.stop_strings);
+  }
+  // Output 0 runs the prompt; the others fork from it once it has logits.
+  if (Status st = add_sequence(rq, rq.outs[0], rq.r.prompt, rq.r.max_tokens); !st.ok()) {
+    for (Output& o : rq.outs) finish_output(rq, o, FinishReason::kError, st.message());
+  }
+}
+
+void Engine::Impl::step() {
+  StepPlan plan = sched->schedule();
+  if (plan.empty()) {
+    // Nothing fits this step (e.g. waiting for blocks held by a step in flight).
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    return;
+  }
+  for (const BlockSwap& s : plan.swap_out) KvStore::move_block(kv, s.device_block, *host_kv, s.host_slot);
+  for (const BlockSwap& s : plan.swap_in) KvStore::move_block(*host_kv, s.host_slot, kv, s.device_block);
+  for (const BlockCopy& c : plan.copies) kv.copy_block(c.src, c.dst);
+  metrics.preemptions->add(static_cast<double>(plan.preempted.size()));
+
+  const double now = now_seconds();
+  fseqs.clear();
+  for (const ScheduledSeq& s : plan.seqs) {
+    fseqs.push_back(ForwardSeq{.tokens = s.tokens, .pos0 = s.pos0, .block_table = s.block_table,
+                               .n_logits = s.sample ? 1 : 0});
+    auto it = owner.find(s.id);
+    if (it != owner.end()) {
+      Req& rq = reqs.at(it->second.first);
+      if (rq.t_scheduled < 0) rq.t_scheduled = now;
+    }
+  }
+  if (Status st = model->forward(fseqs, kv, logits.data()); !st.ok()) {
+    // A bug or an impossible plan: fail the requests of this step, keep serving.
+    for (const ScheduledSeq& s : plan.seqs) {
+      auto it = owner.find(s.id);
+      if (it != owner.end()) abort_request(it->second.first);
+    }
+    return;
+  }
+  StepOutput out;
+  std::vector<std::pair<Output*, int32_t>> sampled;
+  sample_step(plan, &out, &sampled);
+  if (Status st = sched->update(out); !st.ok()) fmt::print(stderr, "[sluice] scheduler update failed: {}\n", st.message());
+  if (cfg.check_invariants) {
+    Status inv = sched->check_invariants();
+    if (!inv.ok()) {
+      fmt::print(stderr, "[sluice] KV accounting broken: {}\n", inv.message());
+      std::abort();
+    }
+  }
+
+  // Parallel samples: fork the other outputs from output 0 after its first token.
+  for (const ScheduledSeq& s : plan.seqs) {
+    if (!s.sample) continue;
+    auto it = owner.find(s.id);
+    if (it == owner.end()) continue;
+    Req& rq = reqs.at(it->second.first);
+    if (rq.r.n > 1 && !rq.children_started && it->second.second == 0) {
+      int64_t row = 0;
+      for (const ScheduledSeq& t : plan.seqs) {
+        if (&t == &s) break;
+        row += t.sample ? 1 : 0;
+      }
+      start_children(rq, logits.data() + row * model->hparams().n_vocab);
+    }
+  }
+  for (auto& [o, token] : sampled) {
+    auto it = owner.find(o->seq);
+    if (it == owner.end()) continue;
+    Req& rq = reqs.at(it->second.first);
+    int64_t row = 0;
+    for (const ScheduledSeq& t : plan.seqs) {
+      if (t.id == o->seq) break;
+      row += t.sample ? 1 : 0;
+    }
+    emit_token(rq, *o, token, logits.data() + row * model->hparams().n_vocab);
+  }
+  for (Sequence& f : sched->take_finished()) {
+    auto it = owner.find(f.id);
+    if (it == owner.end()) continue;
+    Req& rq = reqs.at(it->second.first);
+    Output& o = rq.outs[static_cast<size_t>(it->second.second)];
+    rq.n_preemptions += f.n_preemptions;
+    const FinishReason reason = o.stopped_by_string ? FinishReason::kStop
+                                : f.finish_reason == SeqFinish::kLength ? FinishReason::kLength
+                                : f.finish_reason == SeqFinish::kAbort  ? FinishReason::kAbort
+                                                                                    : FinishReason::kStop;
+    owner.erase(it);
+    o.seq = -1;
+    finish_output(rq, o, reason);
+  }
+}
+
+void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vector<std::pair<Output*, int32_t>>* sampled) {
+  const int64_t n_vocab = model->hparams().n_vocab;
+  int64_t row = 0;
+  for (const ScheduledSeq& s : plan.seqs) {
+    if (!s.sample) continue;
+    const float* lg = logits.data() + row++ * n_vocab;
+    auto it = owner.find(s.id);
+    if (it == owner.end()) continue;
+    Output& o = reqs.at(it->second.first).outs[static_cast<size_t>(it->second.second)];
+    const int32_t token = o.sampler->sample(lg);
+    o.sampler->accept(token);
+    out->seqs.push_back(SeqOutput{s.id, {token}});
+    sampled->push_back({&o, token});
+  }
+}
+
+void Engine::Impl::start_children(Req& rq, const float* lg) {
+  rq.children_started = true;
+  const Output& parent = rq.outs[0];
+  for (size_t i = 1; i < rq.outs.size(); ++i) {
+    Output& o = rq.outs[i];
+    const int32_t first = o.sampler->sample(lg);
+    o.sampler->accept(first);
+    const SeqId child = next_seq++;
+    Status st = parent.seq >= 0 ? sched->fork(parent.seq, child, first)
+                                : Status(StatusCode::kNotFound, "parent finished");
+    if (st.ok()) {
+      o.seq = child;
+      owner[child] = {rq.id, o.index};
+    } else {
+      // The parent already finished (or no room to fork): run the child as its
+      // own sequence; the prefix cache still shares the prompt's full blocks.
+      std::vector<int32_t> prompt = rq.r.prompt;
+      prompt.push_back(first);
+      o.gen_offset = 1;
+      const bool done_now = rq.r.max_tokens == 1 ||
+                            std::find(rq.r.stop_tokens.begin(), rq.r.stop_tokens.end(), first) != rq.r.stop_tokens.end() ||
+                            (!rq.r.ignore_eos && std::find(eog.begin(), eog.end(), first) != eog.end());
+      emit_token(rq, o, first, lg);
+      if (done_now || o.done) {
+        if (!o.done) finish_output(rq, o, rq.r.max_tokens == 1 ? FinishReason::kLength : FinishReason::kStop);
+        continue;
+      }
+      if (Status add = add_sequence(rq, o, std::move(prompt), rq.r.max_tokens - 1); !add.ok()) {
+        finish_output(rq, o, FinishReason::kError, add.message());
+      }
+      continue;
+    }
+    emit_token(rq, o, first, lg);
+  }
+}
+
+void Engine::Impl::emit_token(Req& rq, Output& o, int32_t token, const float* lg) {
+  if (o.done) return;
+  const double now = now_seconds();
+  if (o.t_first < 0) o.t_first = now;
+  o.t_last = now;
+  if (rq.t_first_token < 0) {
+    rq.t_first_token = now;
+    metrics.ttft->observe(now - rq.t_submit);
+  }
+  ++o.n_generated;
+  metrics.generated_tokens->add(1);
+  TokenEvent ev{.request = rq.id, .index = o.index, .token = token};
+  const bool is_stop_token = std::find(rq.r.stop_tokens.begin(), rq.r.stop_tokens.end(), token) != rq.r.stop_tokens.end() ||
+                             (!rq.r.ignore_eos && std::find(eog.begin(), eog.end(), token) != eog.end());
+  if (!is_stop_token) {
+    const bool hit = o.text.push(token, &ev.text);
+    if (hit && !o.stopped_by_string) {
+      o.stopped_by_string = true;
+      if (o.seq >= 0) (void)sched->abort(o.seq);
+    }
+  }
+  if (rq.r.top_logprobs >= 0) {
+    // log-softmax of the model's logits (temperature 1).
+    const int64_t n = model->hparams().n_vocab;
+    float mx = lg[0];
+    for (int64_t i = 1; i < n; ++i) mx = std::max(mx, lg[i]);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(lg[i] - mx));
+    const float lse = mx + static_cast<float>(std::log(sum));
+    ev.logprob = lg[token] - lse;
+    for (int32_t k = 0; k < rq.r.top_logprobs; ++k) {
+      int32_t best = -1;
+      for (int32_t i = 0; i < n; ++i) {
+        bool taken = false;
+        for (auto& [id, lp] : ev.top_logprobs) taken |= id == i;
+        if (!taken && (best < 0 || lg[i] > lg[best])) best = i;
+      }
+      ev.top_logprobs.emplace_back(best, lg[best] - lse);
+    }
+  }
+  if (rq.cb) rq.cb(ev);
+}
+
+void Engine::Impl::finish_output(Req& rq, Output& o, FinishReason reason, const std::string& error) {
+  if (o.done) return;
+  o.done = true;
+  if (o.seq >= 0) {
+    owner.erase(o.seq);
+    o.seq = -1;
+  }
+  TokenEvent ev{.request = rq.id, .index = o.index, .finished = true, .finish_reason = reason, .error = error};
+  ev.text = o.text.finish(reason != FinishReason::kStop || !o.stopped_by_string);
+  if (++rq.n_done == static_cast<int>(rq.outs.size())) {
+    const double now = now_seconds();
+    RequestTimings t;
+    t.queue_s = rq.t_scheduled >= 0 ? rq.t_scheduled - rq.t_submit : now - rq.t_submit;
+    t.ttft_s = rq.t_first_token >= 0 ? rq.t_first_token - rq.t_submit : 0.0;
+    t.e2e_s = now - rq.t_submit;
+    t.n_prompt = static_cast<int64_t>(rq.r.prompt.size());
+    int64_t n_tpot = 0;
+    double tpot_sum = 0;
+    for (const Output& x : rq.outs) {
+      t.n_generated += x.n_generated;
+      if (x.n_generated > 1) {
+        tpot_sum += (x.t_last - x.t_first);
+        n_tpot += x.n_generated - 1;
+      }
+    }
+    t.tpot_s = n_tpot > 0 ? tpot_sum / static_cast<double>(n_tpot) : 0.0;
+    t.n_preemptions = rq.n_preemptions;
+    ev.timings = t;
+    metrics.observe_finished(t, reason);
+    RequestId id = rq.id;
+    EventCallback cb = std::move(rq.cb);
+    reqs.erase(id);
+    n_unfinished.fetch_sub(1);
+    if (cb) cb(ev);
+    return;
+  }
+  if (rq.cb) rq.cb(ev);
+}
+
+void Engine::Impl::abort_request(RequestId id) {
+  auto it = reqs.find(id);
+  if (it == reqs.end()) return;
+  Req& rq = it->second;
+  for (Output& o : rq.outs) {
+    if (o.seq >= 0) (void)sched->abort(o.seq);
+  }
+  // Finish every output now; the scheduler frees the blocks of aborted sequences
+  // (immediately, or at the end of a step in flight).
+  const size_t n = rq.outs.size();
+  for (size_t i = 0; i < n; ++i) {
+    auto again = reqs.find(id);
+    if (again == reqs.end()) break;
+    finish_output(again->second, again->second.outs[i], FinishReason::kAbort);
+  }
+  for (Sequence& f : sched->take_finished()) owner.erase(f.id);
+}
+
+void Engine::Impl::publish_stats() {
+  const BlockStats b = sched->blocks().stats();
+  const SchedulerStats s = sched->stats();
+  EngineStats st;
+  st.running = sched->n_running();
+  st.waiting = sched->n_waiting();
+  st.swapped = sched->n_swapped();
+  st.kv_blocks_total = b.n_total;
+  st.kv_blocks_used = b.n_used;
+  st.kv_blocks_free = b.n_free;
+  st.kv_blocks_cached = b.n_cached;
+  st.prefix_hit_rate = b.n_prefix_queried_tokens > 0
+                           ? static_cast<double>(b.n_prefix_hit_tokens) / static_cast<double>(b.n_prefix_queried_tokens)
+                           : 0.0;
+  st.preemptions = s.n_preempted_recompute + s.n_preempted_swap;
+  st.steps = s.n_steps;
+  st.generated_tokens = static_cast<int64_t>(metrics.generated_tokens->value());
+  st.finished_requests = s.n_finished;
+  metrics.publish(st);
+  std::lock_guard<std::mutex> lock(stats_mu);
+  snapshot = st;
+}
+
+}  // namespace sluice

@@ -1,0 +1,50 @@
+#include "engine/engine_metrics.h"
+
+namespace sluice {
+
+EngineMetrics::EngineMetrics() {
+  MetricRegistry& r = global_metrics();
+  const char* help = "Requests finished, by outcome";
+  requests[static_cast<int>(FinishReason::kNone)] = r.counter("sluice_requests_total", help, "outcome=\"none\"");
+  requests[static_cast<int>(FinishReason::kStop)] = r.counter("sluice_requests_total", help, "outcome=\"stop\"");
+  requests[static_cast<int>(FinishReason::kLength)] = r.counter("sluice_requests_total", help, "outcome=\"length\"");
+  requests[static_cast<int>(FinishReason::kAbort)] = r.counter("sluice_requests_total", help, "outcome=\"abort\"");
+  requests[static_cast<int>(FinishReason::kError)] = r.counter("sluice_requests_total", help, "outcome=\"error\"");
+  generated_tokens = r.counter("sluice_generated_tokens_total", "Tokens generated");
+  preemptions = r.counter("sluice_preemptions_total", "Sequences preempted (recompute or swap)");
+  const auto secs = exponential_buckets(0.001, 2.0, 18);
+  const auto toks = exponential_buckets(1, 2.0, 18);
+  ttft = r.histogram("sluice_ttft_seconds", "Time to first token", secs);
+  tpot = r.histogram("sluice_tpot_seconds", "Mean time per output token after the first", secs);
+  e2e = r.histogram("sluice_e2e_seconds", "Request latency, submit to finish", secs);
+  prompt_tokens = r.histogram("sluice_prompt_tokens", "Prompt tokens per request", toks);
+  generation_tokens = r.histogram("sluice_generation_tokens", "Generated tokens per request", toks);
+  running = r.gauge("sluice_requests_running", "Sequences running");
+  waiting = r.gauge("sluice_requests_waiting", "Sequences waiting (including preempted)");
+  swapped = r.gauge("sluice_requests_swapped", "Sequences swapped out to host memory");
+  kv_blocks_used = r.gauge("sluice_kv_blocks_used", "KV blocks in use");
+  kv_blocks_total = r.gauge("sluice_kv_blocks_total", "KV blocks in the pool");
+  kv_blocks_cached = r.gauge("sluice_kv_blocks_cached", "Free KV blocks keeping a reusable prefix");
+  prefix_hit_ratio = r.gauge("sluice_prefix_cache_hit_ratio", "Prompt tokens served by the prefix cache / looked up");
+}
+
+void EngineMetrics::observe_finished(const RequestTimings& t, FinishReason reason) {
+  requests[static_cast<int>(reason)]->add(1);
+  if (t.n_generated > 0) ttft->observe(t.ttft_s);
+  if (t.n_generated > 1) tpot->observe(t.tpot_s);
+  e2e->observe(t.e2e_s);
+  prompt_tokens->observe(static_cast<double>(t.n_prompt));
+  generation_tokens->observe(static_cast<double>(t.n_generated));
+}
+
+void EngineMetrics::publish(const EngineStats& s) {
+  running->set(static_cast<double>(s.running));
+  waiting->set(static_cast<double>(s.waiting));
+  swapped->set(static_cast<double>(s.swapped));
+  kv_blocks_used->set(static_cast<double>(s.kv_blocks_used));
+  kv_blocks_total->set(static_cast<double>(s.kv_blocks_total));
+  kv_blocks_cached->set(static_cast<double>(s.kv_blocks_cached));
+  prefix_hit_ratio->set(s.prefix_hit_rate);
+}
+
+}  // namespace sluice

@@ -1,0 +1,40 @@
+// EngineMetrics: the serving engine's entries in the global metric registry.
+//
+//   sluice_requests_total{outcome="stop|length|abort|error"}   counter
+//   sluice_generated_tokens_total, sluice_preemptions_total     counters
+//   sluice_ttft_seconds, sluice_tpot_seconds, sluice_e2e_seconds histograms
+//   sluice_prompt_tokens, sluice_generation_tokens              histograms (per request)
+//   sluice_requests_running, sluice_requests_waiting, sluice_requests_swapped,
+//   sluice_kv_blocks_used, sluice_kv_blocks_total, sluice_kv_blocks_cached,
+//   sluice_prefix_cache_hit_ratio                               gauges
+// Several engines in one process share these series.
+#pragma once
+
+#include "base/metrics.h"
+#include "sluice/engine.h"
+
+namespace sluice {
+
+struct EngineMetrics {
+  EngineMetrics();
+  void observe_finished(const RequestTimings& t, FinishReason reason);
+  void publish(const EngineStats& s);
+
+  Counter* requests[5];  // by FinishReason
+  Counter* generated_tokens;
+  Counter* preemptions;
+  Histogram* ttft;
+  Histogram* tpot;
+  Histogram* e2e;
+  Histogram* prompt_tokens;
+  Histogram* generation_tokens;
+  Gauge* running;
+  Gauge* waiting;
+  Gauge* swapped;
+  Gauge* kv_blocks_used;
+  Gauge* kv_blocks_total;
+  Gauge* kv_blocks_cached;
+  Gauge* prefix_hit_ratio;
+};
+
+}  // namespace sluice

@@ -1,0 +1,196 @@
+// The serving engine end to end on the real stories260K model.
+#include "sluice/engine.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "base/test_data.h"
+#include "model/generate.h"
+#include "model/llama_model.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice {
+namespace {
+
+using testing::model_path;
+
+// Collects events of many requests; wait() blocks until all have finished.
+class Collector {
+ public:
+  EventCallback callback() {
+    return [this](const TokenEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& r = results_[ev.request];
+      if (ev.token >= 0) r.tokens[ev.index].push_back(ev.token);
+      r.text[ev.index] += ev.text;
+      if (ev.finished) r.reason[ev.index] = ev.finish_reason;
+      if (ev.timings) {
+        r.timings = *ev.timings;
+        ++n_done_;
+        cv_.notify_all();
+      }
+    };
+  }
+  void wait(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    ASSERT_TRUE(cv_.wait_for(lock, std::chrono::seconds(120), [&] { return n_done_ >= n; }));
+  }
+  struct Result {
+    std::map<int, std::vector<int32_t>> tokens;
+    std::map<int, std::string> text;
+    std::map<int, FinishReason> reason;
+    RequestTimings timings;
+  };
+  std::map<RequestId, Result> results_;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_done_ = 0;
+};
+
+std::vector<int32_t> prompt_of(const Tokenizer& tok, int i) {
+  static const char* kPrompts[] = {"Once upon a time", "Lily and Tim went to the park.", "The cat",
+                                   "One day, a little boy named Tom found a big red ball in the garden. He", "Hello"};
+  std::string p = kPrompts[i % 5];
+  for (int k = 0; k < i % 3; ++k) p += " and then";
+  return tok.encode(p, true);
+}
+
+// Greedy reference: each request alone through the single-sequence path.
+std::vector<int32_t> alone(LlamaModel& m, const Tokenizer& tok, const std::vector<int32_t>& prompt, int max_tokens) {
+  KvCache kv = m.make_kv_cache(static_cast<int64_t>(prompt.size()) + max_tokens);
+  Sampler greedy(SamplingParams{.temperature = 0}, static_cast<int32_t>(m.hparams().n_vocab));
+  GenerateParams gp{.n_predict = max_tokens};
+  for (int32_t id = 0; id < tok.n_vocab(); ++id)
+    if (tok.is_eog(id)) gp.stop_tokens.push_back(id);
+  auto r = generate(m, kv, prompt, greedy, gp);
+  EXPECT_TRUE(r.ok());
+  return r->tokens;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf")); }
+  std::unique_ptr<Engine> make(EngineConfig cfg) {
+    cfg.model_path = model_path("stories260K/stories260K.gguf");
+    cfg.n_threads = 2;
+    cfg.check_invariants = true;
+    auto e = Engine::create(cfg);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return std::move(*e);
+  }
+};
+
+void expect_batched_equals_alone(Engine& engine, int n_requests) {
+  auto mf = open_model_file(model_path("stories260K/stories260K.gguf"));
+  ASSERT_TRUE(mf.ok());
+  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  auto model = LlamaModel::load(file, ModelOptions{.n_threads = 2});
+  ASSERT_TRUE(model.ok());
+  const Tokenizer& tok = engine.tokenizer();
+  Collector c;
+  std::map<RequestId, std::pair<std::vector<int32_t>, int>> sent;
+  for (int i = 0; i < n_requests; ++i) {
+    Request r{.prompt = prompt_of(tok, i), .max_tokens = 8 + (i * 7) % 40, .sampling = {.temperature = 0}};
+    auto id = engine.submit(r, c.callback());
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+    sent[*id] = {r.prompt, r.max_tokens};
+  }
+  c.wait(n_requests);
+  for (auto& [id, pm] : sent) {
+    EXPECT_EQ(c.results_[id].tokens[0], alone(**model, tok, pm.first, pm.second)) << "request " << id;
+  }
+}
+
+TEST_F(EngineTest, ThirtyTwoConcurrentRequestsMatchRunningEachAlone) {
+  auto e = make(EngineConfig{.max_batch_tokens = 64, .max_seqs = 32});
+  expect_batched_equals_alone(*e, 32);
+  const EngineStats s = e->stats();
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.running + s.waiting, 0);
+  EXPECT_GT(s.prefix_hit_rate, 0.0);  // the prompts share prefixes
+}
+
+TEST_F(EngineTest, MatchesAloneUnderPreemptionWithASmallKvBudget) {
+  // 24 blocks of 16 tokens: far less than 32 requests need, so sequences are preempted.
+  auto e = make(EngineConfig{.max_batch_tokens = 48, .max_seqs = 16, .ctx_size = 128,
+                             .kv_budget_bytes = 24 * 2 * 5 * 16 * 32 * 4});
+  expect_batched_equals_alone(*e, 32);
+  EXPECT_GT(e->stats().preemptions, 0);
+  EXPECT_EQ(e->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, MatchesAloneWithSwapPreemption) {
+  auto e = make(EngineConfig{.max_batch_tokens = 48, .max_seqs = 16, .ctx_size = 128,
+                             .kv_budget_bytes = 24 * 2 * 5 * 16 * 32 * 4, .preempt_swap = true});
+  expect_batched_equals_alone(*e, 24);
+  EXPECT_EQ(e->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, ParallelSamplesShareThePromptAndAreReproducible) {
+  auto e = make(EngineConfig{});
+  Request r{.prompt = prompt_of(e->tokenizer(), 0), .max_tokens = 20, .n = 4,
+            .sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 7}};
+  Collector c1, c2;
+  auto a = e->submit(r, c1.callback());
+  ASSERT_TRUE(a.ok());
+  c1.wait(1);
+  auto b = e->submit(r, c2.callback());
+  ASSERT_TRUE(b.ok());
+  c2.wait(1);
+  auto& ra = c1.results_[*a];
+  ASSERT_EQ(ra.tokens.size(), 4u);
+  EXPECT_EQ(ra.tokens, c2.results_[*b].tokens);  // same seeds, same outputs
+  EXPECT_NE(ra.tokens[0], ra.tokens[1]);         // different seeds per output
+  EXPECT_EQ(e->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, StopStringsCutTheTextAndEndTheOutput) {
+  auto e = make(EngineConfig{});
+  Collector c;
+  Request r{.prompt = prompt_of(e->tokenizer(), 0), .max_tokens = 60, .sampling = {.temperature = 0},
+            .stop_strings = {"Lily"}};
+  auto id = e->submit(r, c.callback());
+  ASSERT_TRUE(id.ok());
+  c.wait(1);
+  const auto& res = c.results_[*id];
+  EXPECT_EQ(res.reason.at(0), FinishReason::kStop);
+  EXPECT_EQ(res.text.at(0), ", there was a little girl named ");  // the reference story, cut before "Lily"
+}
+
+TEST_F(EngineTest, AbortFreesBlocksAndOtherRequestsFinish) {
+  auto e = make(EngineConfig{});
+  Collector c;
+  Request longr{.prompt = prompt_of(e->tokenizer(), 1), .max_tokens = 400, .sampling = {.temperature = 0}, .ignore_eos = true};
+  Request shortr{.prompt = prompt_of(e->tokenizer(), 2), .max_tokens = 10, .sampling = {.temperature = 0}};
+  auto a = e->submit(longr, c.callback());
+  auto b = e->submit(shortr, c.callback());
+  ASSERT_TRUE(a.ok() && b.ok());
+  e->abort(*a);
+  c.wait(2);
+  EXPECT_EQ(c.results_[*a].reason.at(0), FinishReason::kAbort);
+  EXPECT_EQ(c.results_[*b].tokens.at(0).size(), 10u);
+  EXPECT_EQ(e->stats().kv_blocks_used, 0);
+}
+
+TEST_F(EngineTest, RefusesBadRequestsAndTooManyQueued) {
+  auto e = make(EngineConfig{.max_seqs = 1, .ctx_size = 64, .max_queued = 1});
+  EXPECT_EQ(e->submit(Request{}, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->submit(Request{.prompt = {1, 2}, .max_tokens = 100}, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->submit(Request{.prompt = {1, 99999}}, {}).status().code(), StatusCode::kInvalidArgument);
+  Request slow{.prompt = {1}, .max_tokens = 60, .sampling = {.temperature = 0}, .ignore_eos = true};
+  Collector c;
+  ASSERT_TRUE(e->submit(slow, c.callback()).ok());
+  ASSERT_TRUE(e->submit(slow, c.callback()).ok());
+  EXPECT_EQ(e->submit(slow, c.callback()).status().code(), StatusCode::kResourceExhausted);
+  c.wait(2);
+}
+
+}  // namespace
+}  // namespace sluice
