@@ -11,12 +11,21 @@ int fail(const Status& status) {
   return 1;
 }
 
-StatusOr<LoadedModel> load_model(const std::string& path, const ModelOptions& options) {
+StatusOr<LoadedModel> load_model(const std::string& path, ModelOptions options, uint64_t mem_budget,
+                                 int64_t tokens_per_step) {
   Stopwatch sw;
   LoadedModel lm;
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
   lm.file = std::make_shared<const ModelFile>(std::move(mf));
   ASSIGN_OR_RETURN(lm.tokenizer, Tokenizer::from_metadata(lm.file->metadata));
+  if (mem_budget > 0) {
+    ASSIGN_OR_RETURN(weights::StreamingSetup setup,
+                     weights::open_streaming(lm.file, {.mem_budget_bytes = mem_budget, .n_threads = options.n_threads,
+                                                       .tokens_per_step = tokens_per_step}));
+    fmt::print(stderr, "{}", setup.report);
+    lm.stream = setup.source;
+    options.weights = setup.source;
+  }
   ASSIGN_OR_RETURN(lm.model, LlamaModel::load(lm.file, options));
   lm.load_seconds = sw.seconds();
   return lm;
@@ -25,6 +34,17 @@ StatusOr<LoadedModel> load_model(const std::string& path, const ModelOptions& op
 StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
   return Tokenizer::from_metadata(mf.metadata);
+}
+
+void add_mem_budget_option(CLI::App* c, uint64_t* bytes) {
+  c->add_option_function<std::string>(
+       "--mem-budget",
+       [bytes](const std::string& v) {
+         auto n = weights::parse_byte_size(v);
+         if (!n.ok()) throw CLI::ValidationError("--mem-budget", n.status().message());
+         *bytes = *n;
+       },
+       "memory for weights (e.g. 600M, 2G): layers beyond it stream from disk through the weight store");
 }
 
 std::string human_bytes(uint64_t n) {

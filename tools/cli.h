@@ -12,6 +12,7 @@
 #include "model/llama_model.h"
 #include "sluice/status.h"
 #include "tokenizer/tokenizer.h"
+#include "weights/store_source.h"
 
 namespace sluice::cli {
 
@@ -26,19 +27,27 @@ Runner add_synth(CLI::App& app);
 Runner add_plan(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_stream_bench(CLI::App& app);
+Runner add_bench_serve(CLI::App& app);
 
 // Prints "error: <message>" to stderr and returns 1.
 int fail(const Status& status);
 
 struct LoadedModel {
   std::shared_ptr<const ModelFile> file;
+  std::shared_ptr<weights::StoreWeightSource> stream;  // set when weights stream under a budget
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
   double load_seconds = 0;
 };
 
-// Opens a GGUF file or HF folder, builds the model and its tokenizer.
-StatusOr<LoadedModel> load_model(const std::string& path, const ModelOptions& options);
+// Opens a GGUF file or HF folder, builds the model and its tokenizer. With a
+// memory budget (bytes, 0 = all resident) weights stream through the weight
+// store; its placement map is printed to stderr.
+StatusOr<LoadedModel> load_model(const std::string& path, ModelOptions options, uint64_t mem_budget = 0,
+                                 int64_t tokens_per_step = 1);
+
+// Adds --mem-budget (e.g. 600M, 2G) to a subcommand, parsed into *bytes.
+void add_mem_budget_option(CLI::App* c, uint64_t* bytes);
 
 // Tokenizer only (no weights bound), for `sluice tokenize`.
 StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path);

@@ -52,6 +52,7 @@ struct BenchArgs {
   uint64_t seed = 42;
   bool json = false;
   bool no_probe = false;
+  uint64_t mem_budget = 0;
 };
 
 // Spread of one test's tokens/s over the repetitions.
@@ -144,7 +145,16 @@ int run(const BenchArgs& a) {
   auto mf = open_model_file(a.model);
   if (!mf.ok()) return fail(mf.status());
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
-  auto model_or = LlamaModel::load(file, {.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch)});
+  ModelOptions mo{.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch)};
+  std::shared_ptr<weights::StoreWeightSource> stream;
+  if (a.mem_budget > 0) {
+    auto setup = weights::open_streaming(file, {.mem_budget_bytes = a.mem_budget, .n_threads = a.n_threads});
+    if (!setup.ok()) return fail(setup.status());
+    if (!a.json) fmt::print(stderr, "{}", setup->report);
+    stream = setup->source;
+    mo.weights = stream;
+  }
+  auto model_or = LlamaModel::load(file, mo);
   if (!model_or.ok()) return fail(model_or.status());
   LlamaModel& model = **model_or;
   const double load_s = load_sw.seconds();
@@ -217,6 +227,15 @@ int run(const BenchArgs& a) {
     j["model_n_params"] = n_params;
     j["n_threads"] = model.n_threads();
     j["isa"] = isa;
+    if (stream) {
+      const weights::WeightCountersSnapshot w = stream->store().counters();
+      j["mem_budget_bytes"] = a.mem_budget;
+      j["weights_disk_bytes_per_token"] = w.disk_bytes_per_token();
+      j["weights_host_bytes_per_token"] = w.host_bytes_per_token();
+      j["weights_stall_s"] = w.stall_s;
+      j["weights_overlap_efficiency"] = w.overlap_efficiency();
+      j["weights_resident_fraction"] = w.resident_fraction();
+    }
     j["pp_tokens"] = a.n_prompt;
     j["tg_tokens"] = a.n_gen;
     j["n_ubatch"] = std::min(a.n_prompt, a.n_ubatch);
@@ -287,6 +306,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--seed", a->seed, "seed of the pseudo-random token ids")->capture_default_str();
   c->add_flag("--json", a->json, "print one JSON object instead of the table");
   c->add_flag("--no-probe", a->no_probe, "skip the machine probes (read GB/s, matmul FLOP/s)");
+  add_mem_budget_option(c, &a->mem_budget);
   return [a] { return run(*a); };
 }
 

@@ -23,12 +23,13 @@ struct RunArgs {
   bool special = false;
   bool ignore_eos = false;
   int64_t seed = -1;
+  uint64_t mem_budget = 0;
   SamplingParams sampling;
 };
 
 int run(const RunArgs& a) {
   ModelOptions mo{.n_threads = a.n_threads};
-  auto lm_or = load_model(a.model, mo);
+  auto lm_or = load_model(a.model, mo, a.mem_budget);
   if (!lm_or.ok()) return fail(lm_or.status());
   LoadedModel& lm = *lm_or;
   const Tokenizer& tok = *lm.tokenizer;
@@ -87,6 +88,7 @@ int run(const RunArgs& a) {
              a.model, lm.load_seconds, lm.model->n_threads(), sp.seed, r.n_prompt, r.prompt_seconds * 1e3,
              r.n_prompt / std::max(r.prompt_seconds, 1e-9), r.tokens.size(),
              n_gen > 1 ? (n_gen - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, r.finish_reason);
+  if (lm.stream) fmt::print(stderr, "[sluice] weights: {}\n", lm.stream->store().counters().summary());
   return 0;
 }
 
@@ -112,6 +114,7 @@ Runner add_run(CLI::App& app) {
   c->add_flag("--json", a->json, "print one JSON object {\"tokens\": [...], \"text\": ...} instead of streaming");
   c->add_flag("--special", a->special, "parse special-token text (e.g. <|im_start|>) in the prompt");
   c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
+  add_mem_budget_option(c, &a->mem_budget);
   return [a] { return run(*a); };
 }
 

@@ -49,7 +49,11 @@ void add_rows(float* x, const float* b, int64_t n_tokens, int64_t n) {
 
 LlamaModel::LlamaModel(std::shared_ptr<const ModelFile> file, const ModelHparams& hp,
                        const ModelOptions& options)
-    : file_(std::move(file)), hp_(hp), n_batch_(std::max<int64_t>(1, options.n_batch)), pool_(options.n_threads) {}
+    : file_(std::move(file)),
+      hp_(hp),
+      n_batch_(std::max<int64_t>(1, options.n_batch)),
+      pool_(options.n_threads),
+      source_(options.weights) {}
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const ModelFile> file,
                                                        const ModelOptions& options) {
@@ -83,6 +87,14 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Mod
 
 Status LlamaModel::bind_weights() {
   const ModelFile& f = *file_;
+  // With a weight source, resident tensors come from it and layer matrices are
+  // bound at acquire(); the mapping's bytes are never touched.
+  auto bytes_of = [&](const TensorInfo* t) -> StatusOr<const uint8_t*> {
+    if (!source_) return t->data;
+    const uint8_t* p = source_->resident(t->name);
+    if (!p) return internal_error("weight source has no resident copy of '{}'", t->name);
+    return p;
+  };
   auto matrix = [&](const std::string& name, int64_t n_in, int64_t n_out) -> StatusOr<cpu::WeightView> {
     const TensorInfo* t = f.find(name);
     if (!t) return data_loss("tensor '{}' is missing", name);
@@ -90,7 +102,14 @@ Status LlamaModel::bind_weights() {
       return data_loss("tensor '{}' has shape {}, expected [{}, {}]", name, t->shape_string(), n_in, n_out);
     }
     weight_bytes_ += t->n_bytes;
-    return cpu::WeightView{.type = t->type, .data = t->data, .n_in = n_in, .n_out = n_out};
+    const bool layer_matrix = name.rfind("blk.", 0) == 0;
+    const uint8_t* data = t->data;
+    if (source_ && !layer_matrix) {
+      ASSIGN_OR_RETURN(data, bytes_of(t));
+    } else if (source_) {
+      data = nullptr;  // bound per layer at acquire()
+    }
+    return cpu::WeightView{.type = t->type, .data = data, .n_in = n_in, .n_out = n_out};
   };
   auto vec = [&](const std::string& name, int64_t n, bool optional) -> StatusOr<std::vector<float>> {
     const TensorInfo* t = f.find(name);
@@ -102,7 +121,8 @@ Status LlamaModel::bind_weights() {
       return data_loss("tensor '{}' has shape {}, expected [{}]", name, t->shape_string(), n);
     }
     std::vector<float> out(static_cast<size_t>(n));
-    dequantize_row(t->type, t->data, out.data(), n);
+    ASSIGN_OR_RETURN(const uint8_t* data, bytes_of(t));
+    dequantize_row(t->type, data, out.data(), n);
     return out;
   };
 
@@ -115,7 +135,8 @@ Status LlamaModel::bind_weights() {
     return data_loss("tokenizer has {} tokens but token_embd.weight only {} rows", hp_.n_vocab, embd->ne[1]);
   }
   hp_.n_vocab = embd->ne[1];
-  token_embd_ = cpu::WeightView{.type = embd->type, .data = embd->data, .n_in = hp_.n_embd, .n_out = hp_.n_vocab};
+  ASSIGN_OR_RETURN(const uint8_t* embd_data, bytes_of(embd));
+  token_embd_ = cpu::WeightView{.type = embd->type, .data = embd_data, .n_in = hp_.n_embd, .n_out = hp_.n_vocab};
   weight_bytes_ += row_bytes(embd->type, hp_.n_embd);  // one row per token
   ASSIGN_OR_RETURN(output_norm_, vec("output_norm.weight", hp_.n_embd, false));
   if (f.find("output.weight")) {
@@ -255,7 +276,7 @@ Status LlamaModel::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float*
   }
   emit("embd", -1, x, n, h.n_embd);
   rope_tables(seqs);
-  run_layers(seqs, n, kv);
+  RETURN_IF_ERROR(run_layers(seqs, n, kv));
 
   // Logits for each sequence's trailing n_logits tokens, gathered into xn.
   int64_t n_out = 0;
@@ -275,7 +296,7 @@ Status LlamaModel::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float*
   return Status();
 }
 
-void LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv) {
+Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv) {
   const ModelHparams& h = hp_;
   const int64_t n_kv = h.n_embd_kv();
   const int64_t bs = kv.layout().block_size;
@@ -297,7 +318,18 @@ void LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore
   };
 
   for (int64_t l = 0; l < h.n_layer; ++l) {
-    const LayerWeights& w = layers_[static_cast<size_t>(l)];
+    LayerWeights& w = layers_[static_cast<size_t>(l)];
+    if (source_) {
+      LayerWeightPointers p;
+      if (Status st = source_->acquire(l, &p); !st.ok()) return st;
+      w.wq.data = p.attn_q;
+      w.wk.data = p.attn_k;
+      w.wv.data = p.attn_v;
+      w.wo.data = p.attn_output;
+      w.ffn_gate.data = p.ffn_gate;
+      w.ffn_up.data = p.ffn_up;
+      w.ffn_down.data = p.ffn_down;
+    }
 
     // Attention block: norm, q/k/v projections (one dispatch), bias, RoPE,
     // K/V rows into the paged store, paged attention, output projection.
@@ -365,7 +397,10 @@ void LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore
     cpu::matmul_group(down, gate_.data(), h.n_ff, n, act_.data(), pool_, isa_);
     cpu::fast::add(x, proj_.data(), x, n * h.n_embd, isa_);
     emit("l_out", l, x, n, h.n_embd);
+    if (source_) source_->release(l);
   }
+  if (source_) source_->end_step(n);
+  return Status();
 }
 
 }  // namespace sluice

@@ -25,6 +25,7 @@
 #include "format/model_file.h"
 #include "kv/kv_cache.h"
 #include "model/hparams.h"
+#include "model/weight_source.h"
 
 namespace sluice {
 
@@ -48,6 +49,9 @@ struct ModelOptions {
   int64_t n_batch = 256;  // most tokens in one forward pass (all sequences together)
   int64_t n_ctx_max = 0;  // longest context a sequence may reach (sizes attention scratch); 0: trained context
   int64_t max_seqs = 64;  // most sequences in one forward pass
+  // Where layer matrices come from; null: resident in the ModelFile's mapping.
+  // With a source, weight bytes are read only through it (never the mapping).
+  std::shared_ptr<LayerWeightSource> weights;
 };
 
 // One sequence's part of a batched forward pass.
@@ -103,7 +107,7 @@ class LlamaModel {
   LlamaModel(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, const ModelOptions& options);
   Status bind_weights();
   Status validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const;
-  void run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv);
+  Status run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv);
   void rope_tables(std::span<const ForwardSeq> seqs);
   void emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const {
     if (hook_) hook_(name, layer, data, n_tokens, n);
@@ -119,6 +123,7 @@ class LlamaModel {
   std::vector<float> output_norm_; // [n_embd]
   cpu::WeightView output_;         // [n_vocab, n_embd] (token_embd_ when tied)
   std::vector<LayerWeights> layers_;
+  std::shared_ptr<LayerWeightSource> source_;
   std::vector<double> inv_freq_;   // [n_rot / 2] after scaling
 
   // Activations, [n_batch, ...] each, planned at load.

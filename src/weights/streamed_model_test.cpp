@@ -1,0 +1,67 @@
+// The model computes the same tokens with weights streamed through the weight
+// store as with every weight resident.
+#include <gtest/gtest.h>
+
+#include "model/generate.h"
+#include "model/llama_model.h"
+#include "model/synth.h"
+#include "sample/sampler.h"
+#include "weights/store_source.h"
+#include "weights/weights_test_util.h"
+
+namespace sluice::weights {
+namespace {
+
+std::vector<int32_t> greedy(const std::shared_ptr<const ModelFile>& file, std::shared_ptr<LayerWeightSource> source,
+                            const std::vector<int32_t>& prompt, int n) {
+  auto m = LlamaModel::load(file, ModelOptions{.n_threads = 2, .weights = std::move(source)});
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + n);
+  Sampler s(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));
+  auto r = generate(**m, kv, prompt, s, GenerateParams{.n_predict = n});
+  EXPECT_TRUE(r.ok());
+  return r->tokens;
+}
+
+TEST(StreamedModel, SameTokensAsResidentAndCountsBytes) {
+  const std::string path = testing::scratch_dir() + "/streamed_model.gguf";
+  SynthShape shape{.name = "s", .n_vocab = 1024, .n_embd = 256, .n_layer = 8, .n_head = 8, .n_head_kv = 4,
+                   .n_ff = 768, .n_ctx = 256};
+  ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 3, .n_threads = 2}, path).ok());
+  auto mf = open_model_file(path);
+  ASSERT_TRUE(mf.ok());
+  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
+  const auto resident = greedy(file, nullptr, prompt, 24);
+
+  auto layout = plan_placement(*file, {});
+  ASSERT_TRUE(layout.ok());
+  // Essentials plus three layer slots: most layers must stream.
+  uint64_t slot = 0;
+  for (const LayerPlacement& l : layout->layers) slot = std::max(slot, l.extent_bytes);
+  const uint64_t budget = layout->essentials_bytes + 3 * slot + 4096;
+  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = budget, .n_threads = 2,
+                                                      .direct = testing::dir_supports_direct(testing::scratch_dir())});
+  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+  EXPECT_GT(setup->source->store().plan().n_streamed, 0);
+  EXPECT_EQ(greedy(file, setup->source, prompt, 24), resident);
+  const WeightCountersSnapshot c = setup->source->store().counters();
+  EXPECT_GT(c.disk_read_bytes, 0u);
+  EXPECT_GT(c.n_tokens, 0u);
+  EXPECT_LT(c.resident_fraction(), 1.0);
+}
+
+TEST(StreamedModel, RefusesABudgetThatCannotHoldTheRing) {
+  const std::string path = testing::scratch_dir() + "/streamed_model_small.gguf";
+  SynthShape shape{.name = "s", .n_vocab = 1024, .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4,
+                   .n_ff = 768, .n_ctx = 256};
+  ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 3, .n_threads = 2}, path).ok());
+  auto mf = open_model_file(path);
+  ASSERT_TRUE(mf.ok());
+  auto r = open_streaming(std::make_shared<const ModelFile>(std::move(*mf)), StreamingOptions{.mem_budget_bytes = 1000});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("budget"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace sluice::weights
