@@ -52,7 +52,7 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
-void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
+void ThreadPool::run_on_all(FunctionRef<void(int, int)> fn) {
   if (n_threads_ == 1) {
     fn(0, 1);
     return;
@@ -69,7 +69,7 @@ void ThreadPool::run_on_all(const std::function<void(int, int)>& fn) {
   while (n_done_.load(std::memory_order_acquire) != others) _mm_pause();
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   run_on_all([&](int ti, int nt) {
     const int64_t chunk = (n + nt - 1) / nt;

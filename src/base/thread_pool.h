@@ -14,10 +14,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "base/function_ref.h"
 
 namespace sluice {
 
@@ -33,17 +34,17 @@ class ThreadPool {
 
   // Runs fn(thread_index, n_threads) once on every thread (caller is index 0).
   // fn must split the work itself.
-  void run_on_all(const std::function<void(int, int)>& fn);
+  void run_on_all(FunctionRef<void(int, int)> fn);
 
   // Runs fn(begin, end) over [0, n) split into contiguous chunks, one per thread.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+  void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn);
 
  private:
   void worker_loop(int index);
 
   int n_threads_;
   std::vector<std::thread> workers_;
-  const std::function<void(int, int)>* job_ = nullptr;
+  const FunctionRef<void(int, int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> n_done_{0};
   std::atomic<int> n_sleeping_{0};

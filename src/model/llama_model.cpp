@@ -308,7 +308,7 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
                                   : kv.layout().dtype == KvDtype::kF16 ? cpu::KvRowType::kF16
                                                                        : cpu::KvRowType::kQ8_0;
   // Token ranges are split over threads only when there is enough work.
-  auto per_token = [&](const std::function<void(int64_t, int64_t)>& fn) {
+  auto per_token = [&](FunctionRef<void(int64_t, int64_t)> fn) {
     if (n >= 4) pool_.parallel_for(n, fn);
     else fn(0, n);
   };

@@ -1,0 +1,80 @@
+// The per-token hot path allocates nothing: a decode step (forward pass of one
+// token, and of a small batch of sequences) performs no heap allocation once
+// the model and its KV cache exist.
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include <gtest/gtest.h>
+
+#include "model/llama_model.h"
+#include "model/synth.h"
+#include "sample/sampler.h"
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  return std::malloc(n ? n : 1);
+}
+void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace sluice {
+namespace {
+
+TEST(NoAllocation, DecodeStepsAndBatchedStepsDoNotAllocate) {
+  const std::string path = ::testing::TempDir() + "/no_alloc_model.gguf";
+  SynthShape shape{.name = "s", .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 8, .n_head_kv = 4,
+                   .n_ff = 512, .n_ctx = 512};
+  for (const std::string type : {"q8_0", "f16", "q4_k"}) {
+    ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = type, .seed = 1, .n_threads = 2}, path).ok());
+    auto mf = open_model_file(path);
+    ASSERT_TRUE(mf.ok());
+    auto m = LlamaModel::load(std::make_shared<const ModelFile>(std::move(*mf)),
+                              ModelOptions{.n_threads = 2, .n_batch = 64, .n_ctx_max = 512, .max_seqs = 4});
+    ASSERT_TRUE(m.ok());
+    LlamaModel& model = **m;
+    KvCache kv = model.make_kv_cache(400);
+    std::vector<float> logits(static_cast<size_t>(4 * model.hparams().n_vocab));
+    Sampler sampler(SamplingParams{.temperature = 0.7f, .seed = 3}, static_cast<int32_t>(model.hparams().n_vocab));
+    const std::vector<int32_t> prompt(300, 7);  // long enough for split-KV attention
+    ASSERT_TRUE(model.forward(prompt, kv, logits.data(), false).ok());
+
+    // Four sequences in one step over a shared block table.
+    const std::vector<int32_t> toks = {5, 6, 7, 8};
+    std::vector<ForwardSeq> seqs;
+    for (int i = 0; i < 4; ++i)
+      seqs.push_back(ForwardSeq{.tokens = std::span(&toks[static_cast<size_t>(i)], 1), .pos0 = 300 + i,
+                                .block_table = kv.block_table(), .n_logits = 1});
+
+    g_allocations = 0;
+    g_counting = true;
+    int32_t tok = 9;
+    for (int i = 0; i < 8; ++i) {
+      const int32_t one[1] = {tok};
+      if (!model.forward(one, kv, logits.data(), false).ok()) break;
+      tok = sampler.sample(logits.data());
+      sampler.accept(tok);
+    }
+    const bool batched_ok = model.forward(seqs, kv.store(), logits.data()).ok();
+    g_counting = false;
+    EXPECT_TRUE(batched_ok);
+    EXPECT_EQ(g_allocations.load(), 0) << "heap allocations in the decode hot path (" << type << ")";
+  }
+}
+
+}  // namespace
+}  // namespace sluice
