@@ -205,7 +205,9 @@ int run(const BenchArgs& a) {
 
   std::optional<plan::Calibration> cal;
   if (!a.no_probe) {
-    auto c = plan::calibrate({.n_threads = model.n_threads(), .probe_disk = false});
+    const TensorInfo* up = file->find("blk.0.ffn_up.weight");
+    auto c = plan::calibrate({.n_threads = model.n_threads(), .probe_disk = false,
+                              .matmul_type = up ? up->type : DType::kQ8_0});
     if (!c.ok()) return fail(c.status());
     cal = *c;
   }
@@ -286,7 +288,10 @@ int run(const BenchArgs& a) {
   }
   fmt::print("pp: {:.2f} GFLOP per prompt ({:.1f}% attention) -> {:.2f} GFLOP/s", pp_flops / 1e9,
              100 * pp_attn_flops / pp_flops, pp_gflops);
-  if (cal) fmt::print(" = {:.1f}% of the measured {:.2f} GFLOP/s f32 matmul", 100 * pp_gflops / machine_gflops, machine_gflops);
+  if (cal) {
+    fmt::print(" = {:.1f}% of the measured {:.2f} GFLOP/s {} matmul", 100 * pp_gflops / machine_gflops, machine_gflops,
+               dtype_name(cal->matmul_type));
+  }
   fmt::print("\n");
   return 0;
 }

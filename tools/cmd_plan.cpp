@@ -362,9 +362,10 @@ json calibration_json(const pl::Calibration& c) {
 
 std::string calibration_text(const pl::Calibration& c) {
   return fmt::format(
-      "calibration ({} threads): memory read {:.2f} GB/s, f32 matmul {:.2f} GFLOP/s, disk read {:.2f} GB/s ({}), "
+      "calibration ({} threads): memory read {:.2f} GB/s, {} matmul {:.2f} GFLOP/s, disk read {:.2f} GB/s ({}), "
       "{:.1f} GB RAM\n",
-      c.n_threads, c.mem_read_gbps, c.matmul_tflops * 1e3, c.disk_read_gbps, c.disk_note, c.mem_capacity_gb);
+      c.n_threads, c.mem_read_gbps, dtype_name(c.matmul_type), c.matmul_tflops * 1e3, c.disk_read_gbps, c.disk_note,
+      c.mem_capacity_gb);
 }
 
 int run_measure(const PlanArgs& a, const pl::Calibration& cal) {
@@ -471,7 +472,14 @@ Runner add_plan(CLI::App& app) {
   return [a, p, decode, kv, stream, spec, cost]() {
     std::optional<pl::Calibration> cal;
     if (a->calibrate || !a->measure.empty()) {
-      auto c = pl::calibrate({.n_threads = a->n_threads});
+      // The matmul probe runs the model's own weight type when measuring one.
+      DType probe_type = DType::kQ8_0;
+      if (!a->measure.empty()) {
+        if (auto mf = open_model_file(a->measure); mf.ok()) {
+          if (const TensorInfo* t = mf->find("blk.0.ffn_up.weight")) probe_type = t->type;
+        }
+      }
+      auto c = pl::calibrate({.n_threads = a->n_threads, .matmul_type = probe_type});
       if (!c.ok()) return fail(c.status());
       cal = *c;
       const bool more = !a->measure.empty() || decode->parsed() || kv->parsed() || stream->parsed() || cost->parsed();

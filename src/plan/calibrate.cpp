@@ -14,7 +14,9 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "quant/quant.h"
 #include "base/timer.h"
 
 namespace sluice::plan {
@@ -104,22 +106,26 @@ double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats) {
   return total == 0 ? 0.0 : median(gbps);
 }
 
-double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_t n_tokens, int n_repeats) {
-  std::vector<float> w(static_cast<size_t>(n_in * n_out));
+double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_t n_tokens, int n_repeats,
+                           DType type) {
+  std::vector<float> wf(static_cast<size_t>(n_in * n_out));
   std::vector<float> x(static_cast<size_t>(n_in * n_tokens));
   std::vector<float> y(static_cast<size_t>(n_out * n_tokens));
-  std::vector<float> scratch(static_cast<size_t>(pool.n_threads() * n_in));
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (float& v : w) v = dist(rng);
+  for (float& v : wf) v = dist(rng);
   for (float& v : x) v = dist(rng);
-  const cpu::WeightView view{.type = DType::kF32, .data = reinterpret_cast<const uint8_t*>(w.data()), .n_in = n_in, .n_out = n_out};
-  cpu::matmul(view, x.data(), y.data(), n_tokens, scratch.data(), pool);  // warm-up
+  std::vector<uint8_t> w(row_bytes(type, n_in) * static_cast<size_t>(n_out));
+  quantize_tensor(type, wf.data(), w.data(), n_out, n_in);
+  std::vector<uint8_t> act(cpu::matmul_scratch_bytes(n_tokens, n_in));
+  const cpu::MatmulJob job[1] = {{cpu::WeightView{.type = type, .data = w.data(), .n_in = n_in, .n_out = n_out}, y.data()}};
+  const cpu::Isa isa = cpu::active_isa();
+  cpu::matmul_group(job, x.data(), n_in, n_tokens, act.data(), pool, isa);  // warm-up
   std::vector<double> tflops;
   const double flops = 2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * static_cast<double>(n_tokens);
   for (int r = 0; r < std::max(1, n_repeats); ++r) {
     Stopwatch sw;
-    cpu::matmul(view, x.data(), y.data(), n_tokens, scratch.data(), pool);
+    cpu::matmul_group(job, x.data(), n_in, n_tokens, act.data(), pool, isa);
     tflops.push_back(flops / sw.seconds() / 1e12);
   }
   return median(tflops);
@@ -178,7 +184,9 @@ StatusOr<Calibration> calibrate(const CalibrateOptions& o) {
   Calibration c;
   c.n_threads = pool.n_threads();
   c.mem_read_gbps = probe_memory_read_gbps(pool, o.mem_bytes, o.n_repeats);
-  c.matmul_tflops = probe_matmul_tflops(pool, o.matmul_n_in, o.matmul_n_out, o.matmul_n_tokens, std::max(1, o.n_repeats / 2));
+  c.matmul_tflops = probe_matmul_tflops(pool, o.matmul_n_in, o.matmul_n_out, o.matmul_n_tokens,
+                                        std::max(1, o.n_repeats / 2), o.matmul_type);
+  c.matmul_type = o.matmul_type;
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page_size > 0) c.mem_capacity_gb = static_cast<double>(pages) * static_cast<double>(page_size) / 1e9;

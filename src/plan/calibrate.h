@@ -18,6 +18,7 @@
 
 #include "base/thread_pool.h"
 #include "plan/hardware.h"
+#include "quant/dtype.h"
 #include "sluice/status.h"
 
 namespace sluice::plan {
@@ -33,12 +34,14 @@ struct CalibrateOptions {
   std::string disk_path;                      // file to read; empty: a temp file in temp_dir
   std::string temp_dir = "/tmp";
   uint64_t disk_bytes = 256ull << 20;         // bytes to read (at most the file's size)
+  DType matmul_type = DType::kQ8_0;           // weight type the matmul probe runs (the engine's kernels)
 };
 
 struct Calibration {
   int n_threads = 0;
   double mem_read_gbps = 0;
-  double matmul_tflops = 0;
+  double matmul_tflops = 0;                   // of the engine's kernels on matmul_type weights
+  DType matmul_type = DType::kQ8_0;
   double disk_read_gbps = 0;                  // 0 when not probed
   bool disk_direct = false;                   // O_DIRECT was honoured
   std::string disk_note;                      // what was read, and how
@@ -49,7 +52,10 @@ struct Calibration {
 };
 
 double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats);
-double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_t n_tokens, int n_repeats);
+// The engine's own matmul (cpu::matmul_group at the active instruction set) on
+// weights of `type`, so the figure predicts what a prefill of such a model gets.
+double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_t n_tokens, int n_repeats,
+                           DType type = DType::kQ8_0);
 struct DiskProbe {
   double gbps = 0;
   bool direct = false;
