@@ -28,6 +28,7 @@ Runner add_plan(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_stream_bench(CLI::App& app);
 Runner add_bench_serve(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 // Prints "error: <message>" to stderr and returns 1.
 int fail(const Status& status);

@@ -1,0 +1,55 @@
+// ChatTemplate: turns OpenAI chat messages into the prompt text a model was
+// trained on, by rendering the model's Jinja chat template (from the GGUF key
+// `tokenizer.chat_template`, or a file given with --chat-template).
+//
+// create() parses the template and renders a one-message conversation, so a
+// template that uses something the renderer does not support fails at startup
+// with kUnimplemented naming the construct, not on the first request.
+// Immutable after creation; apply() is safe from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/jinja.h"
+#include "sluice/status.h"
+
+namespace sluice {
+class Tokenizer;
+}
+
+namespace sluice::server {
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant", "tool", ...
+  std::string content;  // text parts already joined
+};
+
+class ChatTemplate {
+ public:
+  // `bos_token` and `eos_token` are the texts the template sees as variables.
+  static StatusOr<ChatTemplate> create(std::string source, std::string bos_token, std::string eos_token);
+  // Reads a template file (a raw Jinja template, as in tokenizer_config.json).
+  static StatusOr<ChatTemplate> from_file(const std::string& path, std::string bos_token, std::string eos_token);
+
+  // The prompt text. A template's raise_exception (e.g. roles that do not
+  // alternate) is kInvalidArgument with the template's message.
+  StatusOr<std::string> apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  const std::string& source() const { return source_; }
+
+ private:
+  ChatTemplate(std::string source, JinjaTemplate tmpl, std::string bos, std::string eos)
+      : source_(std::move(source)), tmpl_(std::move(tmpl)), bos_(std::move(bos)), eos_(std::move(eos)) {}
+
+  std::string source_;
+  JinjaTemplate tmpl_;
+  std::string bos_;
+  std::string eos_;
+};
+
+// Token ids of a rendered chat prompt: special-token texts become their ids, and
+// BOS is prepended when the tokenizer adds one and the text did not start with it.
+std::vector<int32_t> tokenize_chat_prompt(const Tokenizer& tokenizer, const std::string& text);
+
+}  // namespace sluice::server

@@ -1,0 +1,119 @@
+// The five shipped chat templates (the tokenizer_config.json texts of Llama 2,
+// Llama 3, Mistral, Qwen2 and Gemma) against hand-written expected prompts, and
+// the Jinja renderer's semantics and refusals.
+#include "server/chat_template.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+namespace sluice::server {
+namespace {
+
+std::string template_text(const std::string& name) {
+  std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/src/server/templates/" + name);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ChatTemplate load(const std::string& name, const std::string& bos, const std::string& eos) {
+  const std::string text = template_text(name);
+  EXPECT_FALSE(text.empty()) << name;
+  auto t = ChatTemplate::create(text, bos, eos);
+  EXPECT_TRUE(t.ok()) << name << ": " << t.status().to_string();
+  return std::move(t).value();
+}
+
+const std::vector<ChatMessage> kWithSystem = {
+    {.role = "system", .content = "You are a helpful assistant."},
+    {.role = "user", .content = "Hello"},
+    {.role = "assistant", .content = "Hi there"},
+    {.role = "user", .content = "How are you?"},
+};
+const std::vector<ChatMessage> kNoSystem(kWithSystem.begin() + 1, kWithSystem.end());
+
+TEST(ChatTemplate, Llama2) {
+  ChatTemplate t = load("llama2.jinja", "<s>", "</s>");
+  EXPECT_EQ(*t.apply(kWithSystem, true),
+            "<s>[INST] <<SYS>>\nYou are a helpful assistant.\n<</SYS>>\n\nHello [/INST] Hi there </s>"
+            "<s>[INST] How are you? [/INST]");
+  EXPECT_EQ(*t.apply(kNoSystem, true), "<s>[INST] Hello [/INST] Hi there </s><s>[INST] How are you? [/INST]");
+}
+
+TEST(ChatTemplate, Llama3) {
+  ChatTemplate t = load("llama3.jinja", "<|begin_of_text|>", "<|end_of_text|>");
+  EXPECT_EQ(*t.apply(kWithSystem, true),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHi there<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHow are you?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  // Without the generation prompt the text ends after the last turn; contents are trimmed.
+  EXPECT_EQ(*t.apply({{.role = "user", .content = "  hi \n"}}, false),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
+}
+
+TEST(ChatTemplate, Mistral) {
+  ChatTemplate t = load("mistral.jinja", "<s>", "</s>");
+  EXPECT_EQ(*t.apply(kNoSystem, true), "<s>[INST] Hello [/INST]Hi there</s>[INST] How are you? [/INST]");
+  auto bad = t.apply(kWithSystem, true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("Conversation roles must alternate"), std::string::npos) << bad.status().message();
+}
+
+TEST(ChatTemplate, Qwen2ChatMl) {
+  ChatTemplate t = load("qwen2.jinja", "", "<|im_end|>");
+  EXPECT_EQ(*t.apply(kWithSystem, true),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+            "<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nHow are you?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // No system message: the template supplies its default one.
+  EXPECT_EQ(*t.apply({{.role = "user", .content = "Hello"}}, true),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, Gemma) {
+  ChatTemplate t = load("gemma.jinja", "<bos>", "<eos>");
+  EXPECT_EQ(*t.apply(kNoSystem, true),
+            "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi there<end_of_turn>\n"
+            "<start_of_turn>user\nHow are you?<end_of_turn>\n<start_of_turn>model\n");
+  auto bad = t.apply(kWithSystem, true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("System role not supported"), std::string::npos);
+}
+
+TEST(ChatTemplate, UnsupportedConstructsFailAtCreationByName) {
+  auto macro = ChatTemplate::create("{% macro f() %}x{% endmacro %}{{ f() }}", "", "");
+  ASSERT_FALSE(macro.ok());
+  EXPECT_EQ(macro.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(macro.status().message().find("macro"), std::string::npos) << macro.status().message();
+
+  auto filter = ChatTemplate::create("{{ messages | selectattr('role', 'equalto', 'user') | list }}", "", "");
+  ASSERT_FALSE(filter.ok());
+  EXPECT_EQ(filter.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(filter.status().message().find("selectattr"), std::string::npos);
+
+  // Methods are only known at render time: the trial render at creation finds them.
+  auto method = ChatTemplate::create("{{ messages[0].content.zfill(3) }}", "", "");
+  ASSERT_FALSE(method.ok());
+  EXPECT_EQ(method.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(method.status().message().find("zfill"), std::string::npos);
+
+  auto syntax = ChatTemplate::create("{% if x %}never closed", "", "");
+  ASSERT_FALSE(syntax.ok());
+  EXPECT_EQ(syntax.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(syntax.status().message().find("endif"), std::string::npos);
+}
+
+TEST(ChatTemplate, MissingFileIsNotFound) {
+  auto t = ChatTemplate::from_file("/nonexistent/template.jinja", "", "");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace sluice::server

@@ -1,0 +1,101 @@
+// HttpServer: the OpenAI-compatible HTTP front of an Engine (cpp-httplib).
+//
+//   POST /v1/completions, /v1/chat/completions  (stream: true -> Server-Sent Events)
+//   GET  /v1/models, /v1/models/{id}
+//   GET  /health    200 {"status":"ok"} once the engine is set; 503 while loading or draining
+//   GET  /metrics   Prometheus text: the whole metric registry
+//
+// Lifecycle: bind() -> start() (serves /health as "loading" at once) ->
+// set_engine() (ready) -> shutdown() (new requests get 503, in-flight ones
+// finish within the timeout, the listener stops). Every error is an OpenAI-style
+// {"error": {...}} body with the matching status: 400 bad JSON/types/values or a
+// prompt beyond the context, 401 API key, 404 unknown model or route, 413 body
+// too large, 429 engine queue full, 503 loading or draining.
+//
+// A streaming client that disconnects is noticed on the next write (tokens, or
+// a keep-alive comment while it waits), and its request is aborted so its KV
+// blocks return to the pool. Each HTTP connection is served by a worker thread
+// from a pool of `http_threads`. All public methods are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "server/chat_template.h"
+#include "server/server_metrics.h"
+#include "sluice/engine.h"
+#include "sluice/status.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace sluice::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  // 0: any free port (see HttpServer::port())
+  std::string api_key;              // "": no authentication
+  std::string served_model_name;    // "": the engine's model_name()
+  size_t max_body_bytes = 1 << 20;  // larger bodies get 413
+  int http_threads = 128;           // connections served at once
+  double stream_keepalive_s = 2.0;  // a ": keep-alive" comment after this long without tokens
+};
+
+class HttpServer {
+ public:
+  HttpServer(ServerConfig config, MetricRegistry& metrics);
+  ~HttpServer();  // shutdown(0) if still running
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the listening socket. kIoError if the address cannot be bound.
+  Status bind();
+  // The bound port (after bind()).
+  int port() const { return port_; }
+  // Serves in a background thread.
+  void start();
+  // Hands over the loaded engine and, if the model has one, its chat template.
+  void set_engine(std::shared_ptr<Engine> engine, std::optional<ChatTemplate> chat_template);
+  // Refuses new work, drains the engine (timeout_s), waits for responses in
+  // flight to be written, stops the listener. Returns true if nothing had to be
+  // cut off. Idempotent.
+  bool shutdown(double timeout_s);
+
+ private:
+  struct Ctx;  // one generation request while it is handled
+  void route();
+  void handle_generation(int endpoint, const httplib::Request& req, httplib::Response& res);
+  void handle_models(const httplib::Request& req, httplib::Response& res);
+  bool authorized(const httplib::Request& req) const;
+  std::string model_id() const;
+
+  ServerConfig config_;
+  ServerMetrics metrics_;
+  MetricRegistry& registry_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread listener_;
+  int port_ = 0;
+  std::shared_ptr<Engine> engine_;
+  std::optional<ChatTemplate> chat_;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<int64_t> next_id_{1};
+  std::mutex shutdown_mu_;
+  bool stopped_ = false;
+};
+
+// Loads the chat template for a model: the file when `override_path` is set,
+// else the model's `tokenizer.chat_template`; nullopt if it has none.
+StatusOr<std::optional<ChatTemplate>> load_chat_template(const std::string& model_path, const std::string& override_path,
+                                                        const Tokenizer& tokenizer);
+
+}  // namespace sluice::server

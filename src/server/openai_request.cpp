@@ -1,0 +1,276 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace sluice::server {
+
+nlohmann::json ApiError::body() const {
+  nlohmann::json e = {{"message", message}, {"type", type}};
+  e["param"] = param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param);
+  e["code"] = code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code);
+  return {{"error", e}};
+}
+
+ApiError invalid_request(std::string param, std::string message, std::string code) {
+  return ApiError{.http_status = 400,
+                  .type = "invalid_request_error",
+                  .code = std::move(code),
+                  .param = std::move(param),
+                  .message = std::move(message)};
+}
+
+const char* endpoint_name(Endpoint e) { return e == Endpoint::kChat ? "chat.completions" : "completions"; }
+
+namespace {
+
+using json = nlohmann::json;
+
+// Thrown by the field readers below, caught in parse_generation_request.
+struct FieldError {
+  ApiError error;
+};
+
+[[noreturn]] void bad(const std::string& param, const std::string& message, const std::string& code = "invalid_value") {
+  throw FieldError{invalid_request(param, message, code)};
+}
+
+const char* json_type(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "integer";
+    case json::value_t::number_float: return "number";
+    case json::value_t::string: return "string";
+    case json::value_t::array: return "array";
+    case json::value_t::object: return "object";
+    default: return "value";
+  }
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const char* expected, const json& got) {
+  bad(param, fmt::format("'{}' must be {}, got {}", param, expected, json_type(got)), "invalid_type");
+}
+
+// The field, or nullptr when absent or null (OpenAI treats null as "not given").
+const json* field(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool read_bool(const json& obj, const char* name, bool dflt) {
+  const json* v = field(obj, name);
+  if (!v) return dflt;
+  if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
+  return v->get<bool>();
+}
+
+std::optional<int64_t> read_int(const json& obj, const char* name, int64_t lo, int64_t hi) {
+  const json* v = field(obj, name);
+  if (!v) return std::nullopt;
+  int64_t x;
+  if (v->is_number_integer()) {
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      bad(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
+    x = v->get<int64_t>();
+  } else if (v->is_number_float() && std::isfinite(v->get<double>()) && v->get<double>() == std::floor(v->get<double>()) &&
+             std::fabs(v->get<double>()) < 9e18) {
+    x = static_cast<int64_t>(v->get<double>());  // 16.0 is accepted, as Python's int() would
+  } else {
+    wrong_type(name, "an integer", *v);
+  }
+  if (x < lo || x > hi) bad(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+  return x;
+}
+
+float read_float(const json& obj, const char* name, float dflt, double lo, double hi) {
+  const json* v = field(obj, name);
+  if (!v) return dflt;
+  if (!v->is_number()) wrong_type(name, "a number", *v);
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) bad(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+  return static_cast<float>(x);
+}
+
+std::string read_string(const json& obj, const char* name) {
+  const json* v = field(obj, name);
+  if (!v) return "";
+  if (!v->is_string()) wrong_type(name, "a string", *v);
+  return v->get<std::string>();
+}
+
+std::vector<std::string> read_stop(const json& obj) {
+  const json* v = field(obj, "stop");
+  std::vector<std::string> out;
+  if (!v) return out;
+  if (v->is_string()) {
+    out.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > static_cast<size_t>(kMaxStopStrings))
+      bad("stop", fmt::format("'stop' takes at most {} strings, got {}", kMaxStopStrings, v->size()));
+    for (const auto& s : *v) {
+      if (!s.is_string()) wrong_type("stop", "a string or an array of strings", s);
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    wrong_type("stop", "a string or an array of strings", *v);
+  }
+  for (const auto& s : out)
+    if (s.empty()) bad("stop", "stop strings must not be empty");
+  return out;
+}
+
+std::string message_content(const json& m, size_t i, const std::string& role) {
+  const std::string param = fmt::format("messages[{}].content", i);
+  auto it = m.find("content");
+  if (it == m.end() || it->is_null()) {
+    if (role == "assistant") return "";
+    bad(param, fmt::format("'{}' is required for role '{}'", param, role), "missing_required_parameter");
+  }
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) wrong_type(param, "a string or an array of content parts", *it);
+  std::string text;
+  for (size_t p = 0; p < it->size(); ++p) {
+    const json& part = (*it)[p];
+    const std::string pp = fmt::format("{}[{}]", param, p);
+    if (!part.is_object()) wrong_type(pp, "an object", part);
+    const std::string type = read_string(part, "type");
+    if (type != "text") bad(pp + ".type", fmt::format("content part type '{}' is not supported (only 'text')", type));
+    const json* t = field(part, "text");
+    if (!t || !t->is_string()) bad(pp + ".text", "a text content part needs a string 'text'", "invalid_type");
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+void parse_messages(const json& body, GenerationRequest* r) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) bad("messages", "'messages' is required", "missing_required_parameter");
+  if (!it->is_array()) wrong_type("messages", "an array", *it);
+  if (it->empty()) bad("messages", "'messages' must contain at least one message");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    if (!m.is_object()) wrong_type(fmt::format("messages[{}]", i), "an object", m);
+    const json* role = field(m, "role");
+    const std::string rp = fmt::format("messages[{}].role", i);
+    if (!role) bad(rp, fmt::format("'{}' is required", rp), "missing_required_parameter");
+    if (!role->is_string()) wrong_type(rp, "a string", *role);
+    std::string r_name = role->get<std::string>();
+    if (r_name == "developer") r_name = "system";
+    if (r_name != "system" && r_name != "user" && r_name != "assistant" && r_name != "tool")
+      bad(rp, fmt::format("unknown role '{}' (expected system, developer, user, assistant or tool)", r_name));
+    if (const json* calls = field(m, "tool_calls"); calls && !(calls->is_array() && calls->empty()))
+      bad(fmt::format("messages[{}].tool_calls", i), "tool calls are not supported");
+    r->messages.push_back(ChatMessage{.role = r_name, .content = message_content(m, i, r_name)});
+  }
+}
+
+void parse_prompt(const json& body, GenerationRequest* r) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) bad("prompt", "'prompt' is required", "missing_required_parameter");
+  const json& p = *it;
+  if (p.is_string()) {
+    r->prompt = p.get<std::string>();
+    return;
+  }
+  if (!p.is_array()) wrong_type("prompt", "a string, an array of one string, or an array of token ids", p);
+  if (p.empty()) bad("prompt", "'prompt' must not be empty");
+  if (p[0].is_string() || p[0].is_array()) {
+    if (p.size() != 1) bad("prompt", "only one prompt per request is supported; send one request per prompt");
+    if (p[0].is_string()) {
+      r->prompt = p[0].get<std::string>();
+      return;
+    }
+    parse_prompt(json{{"prompt", p[0]}}, r);
+    return;
+  }
+  for (const auto& t : p) {
+    if (!t.is_number_integer()) wrong_type("prompt", "a string or an array of integer token ids", t);
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) bad("prompt", fmt::format("token id {} is out of range", id));
+    r->prompt_ids.push_back(static_cast<int32_t>(id));
+  }
+  r->prompt_is_ids = true;
+}
+
+void refuse_unsupported(const json& body, int32_t n) {
+  if (read_bool(body, "echo", false)) bad("echo", "'echo' is not supported");
+  if (!read_string(body, "suffix").empty()) bad("suffix", "'suffix' is not supported");
+  if (auto best_of = read_int(body, "best_of", 1, kMaxChoices); best_of && *best_of != 1 && *best_of != n)
+    bad("best_of", "'best_of' other than n is not supported");
+  if (const json* lb = field(body, "logit_bias")) {
+    if (!lb->is_object()) wrong_type("logit_bias", "an object", *lb);
+    if (!lb->empty()) bad("logit_bias", "'logit_bias' is not supported");
+  }
+  for (const char* f : {"tools", "functions"}) {
+    if (const json* t = field(body, f); t && !(t->is_array() && t->empty())) bad(f, fmt::format("'{}' is not supported", f));
+  }
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
+    if (read_string(*rf, "type") != "text" && !read_string(*rf, "type").empty())
+      bad("response_format", "only response_format {\"type\": \"text\"} is supported");
+  }
+}
+
+}  // namespace
+
+std::variant<GenerationRequest, ApiError> parse_generation_request(Endpoint endpoint, std::string_view body_text) {
+  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    return ApiError{.http_status = 400,
+                    .type = "invalid_request_error",
+                    .code = "invalid_json",
+                    .message = "the request body is not valid JSON"};
+  }
+  if (!body.is_object()) return invalid_request("", "the request body must be a JSON object", "invalid_type");
+  GenerationRequest r;
+  r.endpoint = endpoint;
+  try {
+    r.model = read_string(body, "model");
+    if (endpoint == Endpoint::kChat) parse_messages(body, &r);
+    else parse_prompt(body, &r);
+    r.stream = read_bool(body, "stream", false);
+    if (const json* so = field(body, "stream_options")) {
+      if (!so->is_object()) wrong_type("stream_options", "an object", *so);
+      if (!r.stream) bad("stream_options", "'stream_options' is only allowed with stream: true");
+      r.include_usage = read_bool(*so, "include_usage", false);
+    }
+    r.n = static_cast<int32_t>(read_int(body, "n", 1, kMaxChoices).value_or(1));
+    constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+    r.max_tokens = read_int(body, "max_tokens", 1, kIntMax);
+    if (endpoint == Endpoint::kChat) {
+      if (auto mct = read_int(body, "max_completion_tokens", 1, kIntMax)) r.max_tokens = mct;
+    }
+    r.temperature = read_float(body, "temperature", 1.0f, 0.0, 2.0);
+    r.top_p = read_float(body, "top_p", 1.0f, 0.0, 1.0);
+    if (r.top_p <= 0.0f) bad("top_p", "'top_p' must be greater than 0");
+    r.presence_penalty = read_float(body, "presence_penalty", 0.0f, -2.0, 2.0);
+    r.frequency_penalty = read_float(body, "frequency_penalty", 0.0f, -2.0, 2.0);
+    r.seed = read_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+    r.stop = read_stop(body);
+    if (endpoint == Endpoint::kChat) {
+      const bool lp = read_bool(body, "logprobs", false);
+      auto top = read_int(body, "top_logprobs", 0, kMaxChatTopLogprobs);
+      if (top && !lp) bad("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+      if (lp) r.top_logprobs = static_cast<int32_t>(top.value_or(0));
+    } else {
+      if (const json* lp = field(body, "logprobs"); lp && lp->is_boolean()) wrong_type("logprobs", "an integer", *lp);
+      if (auto lp = read_int(body, "logprobs", 0, kMaxCompletionLogprobs)) r.top_logprobs = static_cast<int32_t>(*lp);
+    }
+    r.ignore_eos = read_bool(body, "ignore_eos", false);
+    r.return_token_ids = read_bool(body, "return_token_ids", false);
+    refuse_unsupported(body, r.n);
+    (void)read_string(body, "user");
+  } catch (const FieldError& e) {
+    return e.error;
+  } catch (const json::exception& e) {
+    return invalid_request("", std::string("malformed request: ") + e.what(), "invalid_type");
+  }
+  return r;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,78 @@
+// OpenAI request schemas: parse and validate the JSON bodies of
+// POST /v1/completions and POST /v1/chat/completions, and the OpenAI error body.
+//
+// Validation here is everything that can be judged from the body alone: JSON
+// syntax, field types, ranges (n, temperature, top_p, penalties, logprobs,
+// stop), and features sluice refuses (echo, suffix, best_of > n, logit_bias,
+// tools, image content). Checks that need the model (model name, prompt length
+// against the context, max_tokens against what is left) are the server's.
+// Plain functions of their inputs; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/chat_template.h"
+
+namespace sluice::server {
+
+// An OpenAI-style error: the HTTP status and the {"error": {...}} body.
+struct ApiError {
+  int http_status = 400;
+  std::string type = "invalid_request_error";  // invalid_request_error, authentication_error, not_found_error, ...
+  std::string code;                            // machine-readable: invalid_type, context_length_exceeded, ...
+  std::string param;                           // the offending field, or "" (null in JSON)
+  std::string message;
+
+  // {"error": {"message", "type", "param", "code"}}
+  nlohmann::json body() const;
+};
+
+// 400 invalid_request_error.
+ApiError invalid_request(std::string param, std::string message, std::string code = "invalid_value");
+
+enum class Endpoint { kCompletions, kChat };
+const char* endpoint_name(Endpoint e);  // "completions", "chat.completions"
+
+constexpr int32_t kMaxChoices = 16;       // n
+constexpr int32_t kMaxStopStrings = 4;
+constexpr int32_t kMaxCompletionLogprobs = 5;
+constexpr int32_t kMaxChatTopLogprobs = 20;
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                   // as sent; "" if absent
+  // Completions: the prompt as text, or as token ids.
+  std::string prompt;
+  std::vector<int32_t> prompt_ids;
+  bool prompt_is_ids = false;
+  // Chat: the conversation.
+  std::vector<ChatMessage> messages;
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  int32_t n = 1;
+  std::optional<int64_t> max_tokens;    // absent: the endpoint's default
+  float temperature = 1.0f;             // 0: greedy
+  float top_p = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::optional<int64_t> seed;
+  std::vector<std::string> stop;
+  int32_t top_logprobs = -1;            // -1: no logprobs; else alternatives per token
+  // Extensions (not in the OpenAI schema, as in vLLM): keep going past
+  // end-of-generation tokens; return the generated token ids per choice.
+  bool ignore_eos = false;
+  bool return_token_ids = false;
+};
+
+// Parses a request body. Malformed JSON, wrong types and out-of-range values
+// give a 400 ApiError naming the field.
+std::variant<GenerationRequest, ApiError> parse_generation_request(Endpoint endpoint, std::string_view body);
+
+}  // namespace sluice::server

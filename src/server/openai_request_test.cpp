@@ -1,0 +1,170 @@
+// Request validation: every malformed or out-of-range body is a 400 naming the
+// field; valid bodies map onto GenerationRequest. Also the response shapes.
+#include "server/openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include "server/openai_response.h"
+
+namespace sluice::server {
+namespace {
+
+ApiError error_of(Endpoint ep, const std::string& body) {
+  auto r = parse_generation_request(ep, body);
+  if (auto* e = std::get_if<ApiError>(&r)) return *e;
+  ADD_FAILURE() << "accepted: " << body;
+  return {};
+}
+
+GenerationRequest ok_of(Endpoint ep, const std::string& body) {
+  auto r = parse_generation_request(ep, body);
+  if (auto* e = std::get_if<ApiError>(&r)) {
+    ADD_FAILURE() << "refused: " << body << ": " << e->message;
+    return {};
+  }
+  return std::get<GenerationRequest>(r);
+}
+
+TEST(OpenAiRequest, ParsesACompletionRequest) {
+  GenerationRequest r = ok_of(Endpoint::kCompletions,
+                              R"({"model":"m","prompt":"Once","max_tokens":8,"temperature":0,"top_p":0.5,"n":2,
+                                  "stop":["\n","."],"seed":-3,"presence_penalty":1.5,"frequency_penalty":-1,
+                                  "logprobs":2,"stream":true,"stream_options":{"include_usage":true}})");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.prompt, "Once");
+  EXPECT_FALSE(r.prompt_is_ids);
+  EXPECT_EQ(r.max_tokens, 8);
+  EXPECT_EQ(r.temperature, 0.0f);
+  EXPECT_EQ(r.top_p, 0.5f);
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "."}));
+  EXPECT_EQ(r.seed, -3);
+  EXPECT_EQ(r.presence_penalty, 1.5f);
+  EXPECT_EQ(r.frequency_penalty, -1.0f);
+  EXPECT_EQ(r.top_logprobs, 2);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+
+  GenerationRequest ids = ok_of(Endpoint::kCompletions, R"({"model":"m","prompt":[1, 2, 3],"max_tokens":null})");
+  EXPECT_TRUE(ids.prompt_is_ids);
+  EXPECT_EQ(ids.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_FALSE(ids.max_tokens.has_value());
+  EXPECT_EQ(ids.top_logprobs, -1);
+}
+
+TEST(OpenAiRequest, ParsesAChatRequest) {
+  GenerationRequest r = ok_of(Endpoint::kChat,
+                              R"({"model":"m","messages":[{"role":"developer","content":"be brief"},
+                                  {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+                                  {"role":"assistant","content":null}],
+                                  "logprobs":true,"top_logprobs":3,"max_completion_tokens":5})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.top_logprobs, 3);
+  EXPECT_EQ(r.max_tokens, 5);
+}
+
+TEST(OpenAiRequest, RefusesBadBodiesWith400NamingTheField) {
+  struct Case {
+    Endpoint ep;
+    const char* body;
+    const char* param;
+    const char* code;
+  };
+  const Case cases[] = {
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x")", "", "invalid_json"},
+      {Endpoint::kCompletions, R"([1,2])", "", "invalid_type"},
+      {Endpoint::kCompletions, R"({"model":"m"})", "prompt", "missing_required_parameter"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":5})", "prompt", "invalid_type"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":["a","b"]})", "prompt", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","max_tokens":"10"})", "max_tokens", "invalid_type"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","max_tokens":0})", "max_tokens", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","max_tokens":1e300})", "max_tokens", "invalid_type"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","max_tokens":99999999999})", "max_tokens", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","temperature":3})", "temperature", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","temperature":"hot"})", "temperature", "invalid_type"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","top_p":0})", "top_p", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","n":0})", "n", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","n":1000})", "n", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop":["a","b","c","d","e"]})", "stop", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop":[1]})", "stop", "invalid_type"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop":""})", "stop", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","logprobs":6})", "logprobs", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","logprobs":true})", "logprobs", "invalid_type"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stream":"yes"})", "stream", "invalid_type"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stream_options":{"include_usage":true}})", "stream_options", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","echo":true})", "echo", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","logit_bias":{"1":5}})", "logit_bias", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","presence_penalty":-2.5})", "presence_penalty", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":[1,-2]})", "prompt", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":7,"prompt":"x"})", "model", "invalid_type"},
+      {Endpoint::kChat, R"({"model":"m"})", "messages", "missing_required_parameter"},
+      {Endpoint::kChat, R"({"model":"m","messages":[]})", "messages", "invalid_value"},
+      {Endpoint::kChat, R"({"model":"m","messages":"hi"})", "messages", "invalid_type"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"content":"x"}]})", "messages[0].role", "missing_required_parameter"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", "messages[0].role", "invalid_value"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":7}]})", "messages[0].content", "invalid_type"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content", "missing_required_parameter"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+       "messages[0].content[0].type", "invalid_value"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})", "top_logprobs",
+       "invalid_value"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
+       "top_logprobs", "invalid_value"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools",
+       "invalid_value"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = error_of(c.ep, c.body);
+    EXPECT_EQ(e.http_status, 400) << c.body;
+    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_EQ(e.code, c.code) << c.body << ": " << e.message;
+    EXPECT_FALSE(e.message.empty());
+  }
+}
+
+TEST(OpenAiRequest, ErrorBodyHasTheOpenAiShape) {
+  ApiError e = invalid_request("max_tokens", "too many", "context_length_exceeded");
+  const nlohmann::json j = e.body();
+  EXPECT_EQ(j["error"]["message"], "too many");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["param"], "max_tokens");
+  EXPECT_EQ(j["error"]["code"], "context_length_exceeded");
+  EXPECT_TRUE(invalid_request("", "x", "").body()["error"]["param"].is_null());
+}
+
+TEST(OpenAiResponse, CompletionAndChatShapes) {
+  ResponseInfo info{.endpoint = Endpoint::kCompletions, .id = "cmpl-1", .created = 7, .model = "m", .logprobs = true};
+  ChoiceOutput c{.index = 0, .text = "ab", .finish_reason = "length", .token_ids = {5, 6},
+                 .logprobs = {{.token = "a", .logprob = -0.5f, .top = {{"a", -0.5f}}}, {.token = "b", .logprob = -1.0f}}};
+  nlohmann::json r = response_json(info, {c}, usage_json(3, 2));
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["text"], "ab");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["choices"][0]["logprobs"]["tokens"], nlohmann::json({"a", "b"}));
+  EXPECT_EQ(r["choices"][0]["logprobs"]["text_offset"], nlohmann::json({0, 1}));
+  EXPECT_EQ(r["usage"]["total_tokens"], 5);
+  EXPECT_FALSE(r["choices"][0].contains("token_ids"));
+
+  info.endpoint = Endpoint::kChat;
+  info.token_ids = true;
+  nlohmann::json chunk = chunk_json(info, ChoiceOutput{.index = 1, .text = "x", .token_ids = {9}}, true, 0);
+  EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunk["choices"][0]["index"], 1);
+  EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunk["choices"][0]["delta"]["content"], "x");
+  EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(chunk["choices"][0]["token_ids"], nlohmann::json({9}));
+  nlohmann::json last = chunk_json(info, ChoiceOutput{.index = 1, .finish_reason = "stop"}, false, 1);
+  EXPECT_EQ(last["choices"][0]["delta"], nlohmann::json::object());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  nlohmann::json usage = usage_chunk_json(info, usage_json(1, 2));
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 2);
+}
+
+}  // namespace
+}  // namespace sluice::server

@@ -1,0 +1,78 @@
+#include "server/request_stream.h"
+
+#include "tokenizer/tokenizer.h"
+
+namespace sluice::server {
+
+void EventQueue::push(const TokenEvent& e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(e);
+    if (e.timings) finished_ = true;
+  }
+  cv_.notify_one();
+}
+
+std::vector<TokenEvent> EventQueue::take(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return !events_.empty(); });
+  std::vector<TokenEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+bool EventQueue::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
+}
+
+std::string openai_finish_reason(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: return "";
+  }
+  return "";
+}
+
+ChoiceAccumulator::ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, bool ignore_eos)
+    : tok_(tokenizer), with_logprobs_(with_logprobs), ignore_eos_(ignore_eos) {
+  totals_.resize(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) totals_[static_cast<size_t>(i)].index = i;
+  before_.assign(static_cast<size_t>(n), 0);
+  finished_.assign(static_cast<size_t>(n), false);
+}
+
+ChoiceOutput ChoiceAccumulator::apply(const TokenEvent& e) {
+  ChoiceOutput d;
+  d.index = e.index;
+  if (e.timings) timings_ = e.timings;
+  if (e.index < 0 || e.index >= static_cast<int32_t>(totals_.size())) return d;
+  ChoiceOutput& total = totals_[static_cast<size_t>(e.index)];
+  before_[static_cast<size_t>(e.index)] = total.text.size();
+  if (e.token >= 0 && (ignore_eos_ || !tok_.is_eog(e.token))) {
+    d.token_ids.push_back(e.token);
+    ++n_tokens_;
+    if (with_logprobs_) {
+      TokenLogprob lp{.token = tok_.token_to_piece(e.token, /*render_special=*/true), .logprob = e.logprob};
+      for (const auto& [id, l] : e.top_logprobs) lp.top.emplace_back(tok_.token_to_piece(id, true), l);
+      d.logprobs.push_back(std::move(lp));
+    }
+  }
+  d.text = e.text;
+  if (e.finished && !finished_[static_cast<size_t>(e.index)]) {
+    finished_[static_cast<size_t>(e.index)] = true;
+    ++n_finished_;
+    d.finish_reason = openai_finish_reason(e.finish_reason);
+    if (e.finish_reason == FinishReason::kError) error_ = e.error.empty() ? "generation failed" : e.error;
+  }
+  total.text += d.text;
+  total.token_ids.insert(total.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+  total.logprobs.insert(total.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+  if (!d.finish_reason.empty()) total.finish_reason = d.finish_reason;
+  return d;
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,85 @@
+// The bridge between one HTTP request and its engine request.
+//
+//   engine thread                      HTTP worker thread
+//   on_event(TokenEvent) --push-->  EventQueue  --take(timeout)--> ChoiceAccumulator
+//                                                                    -> per-choice deltas (stream chunks)
+//                                                                    -> totals (the whole response)
+//
+// The engine callback only copies the event into the queue and notifies, so it
+// never blocks the engine; token texts and logprob pieces are looked up on the
+// HTTP thread. EventQueue is shared (shared_ptr) by the callback and the handler,
+// so either may outlive the other. EventQueue is thread-safe; ChoiceAccumulator
+// belongs to the HTTP thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/openai_response.h"
+#include "sluice/engine.h"
+
+namespace sluice {
+class Tokenizer;
+}
+
+namespace sluice::server {
+
+class EventQueue {
+ public:
+  // Engine side: queue a copy and wake the reader. The event that carries
+  // timings (the request's last) marks the queue finished.
+  void push(const TokenEvent& e);
+  // Reader side: waits up to `timeout` for events, then takes all queued ones.
+  std::vector<TokenEvent> take(std::chrono::milliseconds timeout);
+  // True once the last event was pushed (it may not have been taken yet).
+  bool finished() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<TokenEvent> events_;
+  bool finished_ = false;
+};
+
+// Turns engine events into OpenAI choices.
+class ChoiceAccumulator {
+ public:
+  // with_logprobs: collect logprobs; ignore_eos: keep end-of-generation tokens
+  // in the output (otherwise they end a choice without appearing in it).
+  ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, bool ignore_eos);
+
+  // Applies one event; returns what it added to its choice (index set).
+  ChoiceOutput apply(const TokenEvent& e);
+
+  const std::vector<ChoiceOutput>& totals() const { return totals_; }
+  // Length of choice i's text before the last apply() to it (for text_offset).
+  size_t text_before_last(int32_t i) const { return before_[static_cast<size_t>(i)]; }
+  int64_t completion_tokens() const { return n_tokens_; }
+  bool all_finished() const { return n_finished_ == static_cast<int32_t>(totals_.size()); }
+  // The engine's error text if an output finished with kError.
+  const std::optional<std::string>& error() const { return error_; }
+  const std::optional<RequestTimings>& timings() const { return timings_; }
+
+ private:
+  const Tokenizer& tok_;
+  bool with_logprobs_;
+  bool ignore_eos_;
+  std::vector<ChoiceOutput> totals_;
+  std::vector<size_t> before_;
+  std::vector<bool> finished_;
+  int32_t n_finished_ = 0;
+  int64_t n_tokens_ = 0;
+  std::optional<std::string> error_;
+  std::optional<RequestTimings> timings_;
+};
+
+// "stop", "length", "abort" ("error" for kError).
+std::string openai_finish_reason(FinishReason r);
+
+}  // namespace sluice::server

@@ -1,0 +1,256 @@
+// End-to-end tests of `sluice serve` on a loopback port with stories260K:
+//   ServerE2e.RawHttp...     C++ client (cpp-httplib): greedy == `sluice run`, the
+//                            error table, still serving after it, SIGTERM exit 0
+//   ServerE2e.OpenAiNodeSdk  tests/server_e2e/e2e.mjs with the official `openai`
+//                            package (npm install; skipped, saying why, without
+//                            npm or the registry): streaming, chat, burst of 64,
+//                            disconnects, drain, 429, and the README's curl examples
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <chrono>
+#include <cstdio>
+#include <regex>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "base/test_data.h"
+
+extern char** environ;
+
+namespace sluice {
+namespace {
+
+using json = nlohmann::json;
+using testing::model_path;
+
+const std::string kModel = model_path("stories260K/stories260K.gguf");
+const std::string kTemplate = std::string(SLUICE_SOURCE_DIR) + "/src/server/templates/qwen2.jinja";
+const std::string kE2eDir = std::string(SLUICE_SOURCE_DIR) + "/tests/server_e2e";
+
+// Runs a shell command; returns exit code and output (stderr too, unless the
+// command redirects it).
+std::pair<int, std::string> shell(const std::string& cmd, bool with_stderr = true) {
+  std::string out;
+  FILE* p = popen((with_stderr ? cmd + " 2>&1" : cmd).c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// `sluice run --json` greedy reference: {"tokens", "text", "finish_reason"}.
+json greedy_reference(int n) {
+  auto [code, out] = shell(std::string(SLUICE_BINARY) + " run -m " + kModel + " -p 'Once upon a time' -n " +
+                           std::to_string(n) + " --temp 0 --json 2>/dev/null", /*with_stderr=*/false);
+  EXPECT_EQ(code, 0) << out;
+  return json::parse(out.substr(0, out.find('\n')));
+}
+
+// A `sluice serve` child process on an OS-chosen loopback port.
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::vector<std::string>& extra) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    std::vector<std::string> args = {SLUICE_BINARY, "serve", "-m", kModel, "--host", "127.0.0.1", "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDERR_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    err_fd_ = fds[0];
+    fcntl(err_fd_, F_SETFL, O_NONBLOCK);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    const std::regex listening(R"(listening on http://127\.0\.0\.1:(\d+))");
+    std::smatch m;
+    while (pid_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      read_stderr();
+      if (port_ == 0 && std::regex_search(stderr_, m, listening)) port_ = std::stoi(m[1]);
+      if (port_ != 0) {
+        httplib::Client c("127.0.0.1", port_);
+        auto r = c.Get("/health");
+        if (r && r->status == 200) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    port_ = 0;
+  }
+  ~ServerProcess() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (err_fd_ >= 0) close(err_fd_);
+  }
+  int port() const { return port_; }
+  // Sends `sig` and waits (bounded) for the exit code; -1 if it did not exit.
+  int stop(int sig) {
+    kill(pid_, sig);
+    for (int i = 0; i < 600; ++i) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        reaped_ = true;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -1;
+  }
+  const std::string& log() {
+    read_stderr();
+    return stderr_;
+  }
+
+ private:
+  void read_stderr() {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(err_fd_, buf, sizeof buf)) > 0) stderr_.append(buf, static_cast<size_t>(n));
+  }
+  pid_t pid_ = -1;
+  int err_fd_ = -1;
+  int port_ = 0;
+  bool reaped_ = false;
+  std::string stderr_;
+};
+
+httplib::Result post(httplib::Client& c, const std::string& path, const std::string& body, const std::string& key = "") {
+  httplib::Headers h;
+  if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+  return c.Post(path.c_str(), h, body, "application/json");
+}
+
+void expect_error(const httplib::Result& r, int status, const std::string& code, const std::string& what) {
+  ASSERT_TRUE(r) << what << ": no response";
+  EXPECT_EQ(r->status, status) << what << ": " << r->body;
+  const json j = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << what << ": " << r->body;
+  EXPECT_FALSE(j["error"]["message"].get<std::string>().empty()) << what;
+  EXPECT_EQ(j["error"]["code"], code) << what << ": " << r->body;
+}
+
+TEST(ServerE2e, RawHttpGreedyMatchesRunAndErrorsHoldTheirStatus) {
+  SKIP_UNLESS_EXISTS(kModel);
+  const json ref = greedy_reference(48);
+  ServerProcess srv({"--api-key", "k", "--chat-template", kTemplate, "--max-body-bytes", "32768"});
+  ASSERT_NE(srv.port(), 0) << srv.log();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+
+  auto models = c.Get("/v1/models", {{"Authorization", "Bearer k"}});
+  ASSERT_TRUE(models && models->status == 200);
+  const std::string id = json::parse(models->body)["data"][0]["id"];
+  const json greedy = {{"model", id}, {"prompt", "Once upon a time"}, {"max_tokens", 48}, {"temperature", 0},
+                       {"return_token_ids", true}};
+  auto check_greedy = [&](const std::string& when) {
+    auto r = post(c, "/v1/completions", greedy.dump(), "k");
+    ASSERT_TRUE(r && r->status == 200) << when << ": " << (r ? r->body : "no response");
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["choices"][0]["token_ids"], ref["tokens"]) << when;
+    EXPECT_EQ(j["choices"][0]["text"], ref["text"]) << when;
+  };
+  check_greedy("first request");
+
+  json wrong_type = greedy;
+  wrong_type["max_tokens"] = "many";
+  json unknown = greedy;
+  unknown["model"] = "no-such-model";
+  json long_prompt = greedy;
+  std::string text;
+  for (int i = 0; i < 700; ++i) text += "Once upon a time ";
+  long_prompt["prompt"] = text;
+  json absurd = greedy;
+  absurd["max_tokens"] = 2000000000;
+  json oversized = greedy;
+  oversized["prompt"] = std::string(40000, 'x');
+  expect_error(post(c, "/v1/completions", "{\"model\": ", "k"), 400, "invalid_json", "malformed JSON");
+  expect_error(post(c, "/v1/completions", wrong_type.dump(), "k"), 400, "invalid_type", "wrong type");
+  expect_error(post(c, "/v1/completions", unknown.dump(), "k"), 404, "model_not_found", "unknown model");
+  expect_error(post(c, "/v1/completions", long_prompt.dump(), "k"), 400, "context_length_exceeded", "long prompt");
+  expect_error(post(c, "/v1/completions", absurd.dump(), "k"), 400, "context_length_exceeded", "absurd max_tokens");
+  expect_error(post(c, "/v1/completions", oversized.dump(), "k"), 413, "request_too_large", "oversized body");
+  expect_error(post(c, "/v1/completions", greedy.dump()), 401, "invalid_api_key", "missing key");
+  expect_error(post(c, "/v1/completions", greedy.dump(), "wrong"), 401, "invalid_api_key", "wrong key");
+  expect_error(c.Get("/v1/unknown"), 404, "unknown_url", "unknown route");
+  check_greedy("after the hostile requests");
+
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics && metrics->status == 200);
+  EXPECT_NE(metrics->body.find("sluice_server_requests_total{endpoint=\"completions\",outcome=\"too_large\"} 1"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.log();
+}
+
+TEST(ServerE2e, TooManyQueuedRequestsGet429AndServingContinues) {
+  SKIP_UNLESS_EXISTS(kModel);
+  ServerProcess srv({"--max-seqs", "1", "--max-queued", "1"});
+  ASSERT_NE(srv.port(), 0) << srv.log();
+  const json body = {{"model", "llama"}, {"prompt", "Once"}, {"max_tokens", 150}, {"temperature", 0}, {"ignore_eos", true}};
+  std::vector<std::thread> threads;
+  std::vector<int> status(6, 0);
+  for (size_t i = 0; i < status.size(); ++i) {
+    threads.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", srv.port());
+      c.set_read_timeout(60);
+      auto r = post(c, "/v1/completions", body.dump());
+      status[i] = r ? r->status : -1;
+      if (r && r->status == 429) expect_error(r, 429, "rate_limit_exceeded", "queue full");
+    });
+  }
+  for (auto& t : threads) t.join();
+  const long n429 = std::count(status.begin(), status.end(), 429), n200 = std::count(status.begin(), status.end(), 200);
+  EXPECT_GE(n429, 1);
+  EXPECT_GE(n200, 1);
+  EXPECT_EQ(n429 + n200, static_cast<long>(status.size()));
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  auto r = post(c, "/v1/completions", body.dump());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(srv.stop(SIGINT), 0) << srv.log();
+}
+
+TEST(ServerE2e, OpenAiNodeSdk) {
+  SKIP_UNLESS_EXISTS(kModel);
+  if (shell("command -v node").first != 0 || shell("command -v npm").first != 0)
+    GTEST_SKIP() << "node or npm is not installed: the OpenAI SDK end-to-end test cannot run";
+  auto [npm_code, npm_out] =
+      shell("cd " + kE2eDir + " && timeout 300 npm install --no-audit --no-fund --no-package-lock --loglevel=error");
+  if (npm_code != 0) {
+    if (shell("test -f " + kE2eDir + "/node_modules/openai/package.json").first != 0)
+      GTEST_SKIP() << "npm install of the openai package failed (registry unreachable?); output:\n" << npm_out;
+  }
+  const json ref = greedy_reference(64);
+  ASSERT_EQ(ref["finish_reason"], "length");
+  const std::string ref_path = ::testing::TempDir() + "/sluice_e2e_ref_" + std::to_string(getpid()) + ".json";
+  std::ofstream(ref_path) << ref.dump();
+  const std::string cmd = "cd " + kE2eDir + " && SLUICE_BINARY='" + SLUICE_BINARY + "' SLUICE_MODEL='" + kModel +
+                          "' SLUICE_TEMPLATE='" + kTemplate + "' SLUICE_README='" + kE2eDir +
+                          "/readme_examples.sh' SLUICE_REF_FILE='" + ref_path + "' timeout 330 node e2e.mjs";
+  auto [code, out] = shell(cmd);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("E2E PASSED"), std::string::npos) << out;
+  std::printf("%s", out.substr(out.find_last_of('\n', out.size() - 2) + 1).c_str());
+}
+
+}  // namespace
+}  // namespace sluice
