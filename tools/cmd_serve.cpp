@@ -76,7 +76,9 @@ int serve(ServeArgs a) {
   std::thread loader([&] {
     engine_or = Engine::create(a.engine);
     if (engine_or.ok()) {
-      auto t = server::load_chat_template(a.model, a.chat_template, (*engine_or)->tokenizer());
+      const std::string placement = (*engine_or)->placement_report();
+      if (!placement.empty()) fmt::print(stderr, "{}", placement);
+      auto t = server::load_chat_template(**engine_or, a.chat_template);
       if (t.ok()) chat = std::move(t).value();
       else load_status = t.status();
     } else {
@@ -156,6 +158,7 @@ Runner add_serve(CLI::App& app) {
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "disable prefix caching");
   c->add_flag("--preempt-swap", a->engine.preempt_swap, "preempt by swapping KV to host memory (else recompute)");
   c->add_option("--swap-budget-mib", a->swap_budget_mib, "host swap pool in MiB (default: the KV budget)");
+  add_mem_budget_option(c, &a->engine.mem_budget_bytes);
   return [a] { return serve(*a); };
 }
 

@@ -84,6 +84,7 @@ struct EngineConfig {
   bool preempt_swap = false;       // preempt by swapping KV to host (else recompute)
   uint64_t swap_budget_bytes = 0;  // host swap pool when preempt_swap; 0: same as kv_budget
   int64_t max_queued = 1024;       // submit() refuses more waiting requests (resource exhausted)
+  uint64_t mem_budget_bytes = 0;   // weights beyond it stream from disk through the weight store; 0: all resident
   bool check_invariants = false;   // verify KV block accounting after every step (tests; slow)
 };
 
@@ -124,6 +125,10 @@ class Engine {
   const Tokenizer& tokenizer() const;
   const std::string& model_name() const;
   int64_t ctx_size() const;  // positions per sequence
+  // The model's tokenizer.chat_template ("" if it has none).
+  std::string chat_template() const;
+  // The weight placement map when weights stream (else "").
+  std::string placement_report() const;
   int64_t n_vocab() const;
   // The KV pool and batching limits, for the startup log.
   std::string summary() const;

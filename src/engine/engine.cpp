@@ -29,6 +29,7 @@
 #include "model/llama_model.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
+#include "weights/store_source.h"
 
 namespace sluice {
 
@@ -98,6 +99,8 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> sched;
   std::vector<int32_t> eog;
   EngineMetrics metrics;
+  std::shared_ptr<weights::StoreWeightSource> stream;
+  std::string placement;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -146,10 +149,19 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   ASSIGN_OR_RETURN(e.tok, Tokenizer::from_metadata(e.file->metadata));
   ASSIGN_OR_RETURN(ModelHparams hp, hparams_from_metadata(e.file->metadata));
   e.ctx = config.ctx_size > 0 ? config.ctx_size : std::min<int64_t>(hp.n_ctx_train, 4096);
+  if (config.mem_budget_bytes > 0) {
+    ASSIGN_OR_RETURN(weights::StreamingSetup setup,
+                     weights::open_streaming(e.file, {.mem_budget_bytes = config.mem_budget_bytes,
+                                                      .n_threads = config.n_threads,
+                                                      .tokens_per_step = config.max_seqs}));
+    e.stream = setup.source;
+    e.placement = setup.report;
+  }
   ASSIGN_OR_RETURN(e.model, LlamaModel::load(e.file, ModelOptions{.n_threads = config.n_threads,
                                                                    .n_batch = config.max_batch_tokens,
                                                                    .n_ctx_max = e.ctx,
-                                                                   .max_seqs = config.max_seqs}));
+                                                                   .max_seqs = config.max_seqs,
+                                                                   .weights = e.stream}));
   e.name = e.file->metadata.get_string("general.name").value_or(config.model_path);
   ASSIGN_OR_RETURN(KvDtype dtype, parse_kv_dtype(config.kv_dtype, e.model->default_kv_dtype()));
   const KvLayout layout = e.model->kv_layout(dtype, config.kv_block_size);
@@ -264,6 +276,10 @@ EngineStats Engine::stats() const {
 const Tokenizer& Engine::tokenizer() const { return *impl_->tok; }
 const std::string& Engine::model_name() const { return impl_->name; }
 int64_t Engine::ctx_size() const { return impl_->ctx; }
+std::string Engine::chat_template() const {
+  return impl_->file->metadata.get_string("tokenizer.chat_template").value_or("");
+}
+std::string Engine::placement_report() const { return impl_->placement; }
 int64_t Engine::n_vocab() const { return impl_->model->hparams().n_vocab; }
 
 std::string Engine::summary() const {
@@ -592,6 +608,7 @@ void Engine::Impl::publish_stats() {
   st.generated_tokens = static_cast<int64_t>(metrics.generated_tokens->value());
   st.finished_requests = s.n_finished;
   metrics.publish(st);
+  if (stream) metrics.publish_weights(stream->store().counters());
   std::lock_guard<std::mutex> lock(stats_mu);
   snapshot = st;
 }

@@ -26,6 +26,12 @@ EngineMetrics::EngineMetrics() {
   kv_blocks_total = r.gauge("sluice_kv_blocks_total", "KV blocks in the pool");
   kv_blocks_cached = r.gauge("sluice_kv_blocks_cached", "Free KV blocks keeping a reusable prefix");
   prefix_hit_ratio = r.gauge("sluice_prefix_cache_hit_ratio", "Prompt tokens served by the prefix cache / looked up");
+  const char* wb = "Weight bytes read, by tier, since start";
+  weight_disk_bytes = r.gauge("sluice_weight_read_bytes", wb, "tier=\"disk\"");
+  weight_host_bytes = r.gauge("sluice_weight_read_bytes", wb, "tier=\"host\"");
+  weight_stall_s = r.gauge("sluice_weight_stall_seconds", "Seconds the forward pass waited for weight transfers");
+  weight_overlap = r.gauge("sluice_weight_overlap_efficiency", "1 - stall / compute time of the forward pass");
+  weight_resident_fraction = r.gauge("sluice_weight_resident_fraction", "Fraction of weight bytes resident in memory");
 }
 
 void EngineMetrics::observe_finished(const RequestTimings& t, FinishReason reason) {
@@ -45,6 +51,14 @@ void EngineMetrics::publish(const EngineStats& s) {
   kv_blocks_total->set(static_cast<double>(s.kv_blocks_total));
   kv_blocks_cached->set(static_cast<double>(s.kv_blocks_cached));
   prefix_hit_ratio->set(s.prefix_hit_rate);
+}
+
+void EngineMetrics::publish_weights(const weights::WeightCountersSnapshot& w) {
+  weight_disk_bytes->set(static_cast<double>(w.disk_read_bytes));
+  weight_host_bytes->set(static_cast<double>(w.host_read_bytes));
+  weight_stall_s->set(w.stall_s);
+  weight_overlap->set(w.overlap_efficiency());
+  weight_resident_fraction->set(w.resident_fraction());
 }
 
 }  // namespace sluice

@@ -7,11 +7,15 @@
 //   sluice_requests_running, sluice_requests_waiting, sluice_requests_swapped,
 //   sluice_kv_blocks_used, sluice_kv_blocks_total, sluice_kv_blocks_cached,
 //   sluice_prefix_cache_hit_ratio                               gauges
+//   sluice_weight_read_bytes{tier="disk|host"}, sluice_weight_stall_seconds,
+//   sluice_weight_overlap_efficiency, sluice_weight_resident_fraction
+//                                   gauges mirroring the weight store's counters
 // Several engines in one process share these series.
 #pragma once
 
 #include "base/metrics.h"
 #include "sluice/engine.h"
+#include "weights/weight_counters.h"
 
 namespace sluice {
 
@@ -19,6 +23,7 @@ struct EngineMetrics {
   EngineMetrics();
   void observe_finished(const RequestTimings& t, FinishReason reason);
   void publish(const EngineStats& s);
+  void publish_weights(const weights::WeightCountersSnapshot& w);
 
   Counter* requests[5];  // by FinishReason
   Counter* generated_tokens;
@@ -35,6 +40,11 @@ struct EngineMetrics {
   Gauge* kv_blocks_total;
   Gauge* kv_blocks_cached;
   Gauge* prefix_hit_ratio;
+  Gauge* weight_disk_bytes;
+  Gauge* weight_host_bytes;
+  Gauge* weight_stall_s;
+  Gauge* weight_overlap;
+  Gauge* weight_resident_fraction;
 };
 
 }  // namespace sluice

@@ -375,22 +375,17 @@ void HttpServer::handle_generation(int endpoint_int, const httplib::Request& req
       });
 }
 
-StatusOr<std::optional<ChatTemplate>> load_chat_template(const std::string& model_path, const std::string& override_path,
-                                                        const Tokenizer& tokenizer) {
+StatusOr<std::optional<ChatTemplate>> load_chat_template(const Engine& engine, const std::string& override_path) {
+  const Tokenizer& tokenizer = engine.tokenizer();
   const std::string bos = tokenizer.bos_id() >= 0 ? tokenizer.token_text(tokenizer.bos_id()) : "";
   const std::string eos = tokenizer.eos_id() >= 0 ? tokenizer.token_text(tokenizer.eos_id()) : "";
   if (!override_path.empty()) {
     ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::from_file(override_path, bos, eos));
     return std::optional<ChatTemplate>(std::move(t));
   }
-  std::optional<std::string> source;
-  {
-    auto file = open_model_file(model_path);
-    if (!file.ok()) return file.status();
-    source = file->metadata.get_string("tokenizer.chat_template");
-  }
-  if (!source) return std::optional<ChatTemplate>();
-  auto t = ChatTemplate::create(*source, bos, eos);
+  const std::string source = engine.chat_template();
+  if (source.empty()) return std::optional<ChatTemplate>();
+  auto t = ChatTemplate::create(source, bos, eos);
   if (!t.ok()) return t.status().with_context("the model's tokenizer.chat_template (override it with --chat-template FILE)");
   return std::optional<ChatTemplate>(std::move(t).value());
 }

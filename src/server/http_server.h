@@ -95,7 +95,6 @@ class HttpServer {
 
 // Loads the chat template for a model: the file when `override_path` is set,
 // else the model's `tokenizer.chat_template`; nullopt if it has none.
-StatusOr<std::optional<ChatTemplate>> load_chat_template(const std::string& model_path, const std::string& override_path,
-                                                        const Tokenizer& tokenizer);
+StatusOr<std::optional<ChatTemplate>> load_chat_template(const Engine& engine, const std::string& override_path);
 
 }  // namespace sluice::server
