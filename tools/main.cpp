@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   runners["plan"] = sluice::cli::add_plan(app);
   runners["bench"] = sluice::cli::add_bench(app);
   runners["stream-bench"] = sluice::cli::add_stream_bench(app);
+  runners["bench-serve"] = sluice::cli::add_bench_serve(app);
   runners["serve"] = sluice::cli::add_serve(app);
   CLI11_PARSE(app, argc, argv);
   for (const CLI::App* sub : app.get_subcommands()) return runners.at(sub->get_name())();

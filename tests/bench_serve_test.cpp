@@ -1,0 +1,178 @@
+// End-to-end tests of `sluice bench-serve` on the real stories260K model: the JSON
+// has every documented key, figures that agree with each other, a shared prefix
+// shows up as prefix-cache hits, the dumped workload is what was asked for, and
+// bad arguments fail cleanly. Speed itself is never asserted.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "base/test_data.h"
+
+namespace sluice {
+namespace {
+
+using testing::model_path;
+
+struct Result {
+  int exit_code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/bench_serve_" + std::to_string(::getpid()) + "_" + name;
+}
+
+Result run_cli(const std::string& args) {
+  const std::string err_path = temp_path("stderr.txt");
+  const std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>" + err_path;
+  Result r{};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "", "popen failed"};
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  std::remove(err_path.c_str());
+  return r;
+}
+
+class BenchServe : public ::testing::Test {
+ protected:
+  void SetUp() override { SKIP_UNLESS_EXISTS(model()); }
+  static std::string model() { return model_path("stories260K/stories260K.gguf"); }
+  static std::string common(const std::string& prompt_len = "uniform:4:40", const std::string& output_len = "16") {
+    return "bench-serve -m " + model() + " -t 2 --requests 12 --seed 7 --prompt-len " + prompt_len + " --output-len " +
+           output_len;
+  }
+};
+
+TEST_F(BenchServe, JsonHasConsistentFigures) {
+  const Result r = run_cli(common() + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("KV"), std::string::npos) << "the engine summary goes to stderr: " << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);  // exactly one object
+  for (const char* key :
+       {"output_tps", "total_tps", "req_per_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
+        "tpot_p99_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s", "kv_util_peak", "kv_util_mean", "prefix_hit_rate",
+        "preemptions", "n_requests", "wall_s", "n_prompt_tokens", "n_output_tokens", "engine", "config"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["n_requests"], 12);
+  EXPECT_EQ(j["n_output_tokens"], 12 * 16);
+  EXPECT_EQ(j["config"]["requests"], 12);
+  EXPECT_EQ(j["config"]["prompt_len"], "uniform:4:40");
+  EXPECT_EQ(j["config"]["max_seqs"], 16);
+  const int64_t n_prompt = j["n_prompt_tokens"];
+  EXPECT_GE(n_prompt, 12 * 4);
+  EXPECT_LE(n_prompt, 12 * 40);
+
+  const double wall = j["wall_s"];
+  ASSERT_GT(wall, 0);
+  for (const char* key : {"output_tps", "total_tps", "req_per_s", "ttft_p50_s", "tpot_p50_s", "e2e_p50_s"}) {
+    EXPECT_GT(j[key].get<double>(), 0) << key;
+  }
+  // Throughputs are token counts over the one wall time.
+  EXPECT_NEAR(j["output_tps"].get<double>(), 12 * 16 / wall, 1e-9 * j["output_tps"].get<double>());
+  EXPECT_NEAR(j["total_tps"].get<double>(), (12 * 16 + n_prompt) / wall, 1e-9 * j["total_tps"].get<double>());
+  EXPECT_NEAR(j["req_per_s"].get<double>(), 12 / wall, 1e-9 * j["req_per_s"].get<double>());
+  // Percentiles are ordered, and no request outlives the run.
+  for (const char* m : {"ttft", "tpot", "e2e"}) {
+    const std::string p = m;
+    EXPECT_LE(j[p + "_p50_s"].get<double>(), j[p + "_p90_s"].get<double>()) << m;
+    EXPECT_LE(j[p + "_p90_s"].get<double>(), j[p + "_p99_s"].get<double>()) << m;
+  }
+  EXPECT_LE(j["e2e_p99_s"].get<double>(), wall + 1e-6);
+  EXPECT_LE(j["ttft_p50_s"].get<double>(), j["e2e_p50_s"].get<double>());
+  // KV use: a fraction, the mean at most the peak. (A run this small can finish
+  // between two samples, so the peak may be 0.)
+  const double peak = j["kv_util_peak"], mean = j["kv_util_mean"];
+  EXPECT_GE(j["kv_samples"].get<int64_t>(), 1);
+  EXPECT_GE(mean, 0);
+  EXPECT_LE(peak, 1);
+  EXPECT_LE(mean, peak);
+  EXPECT_GE(j["prefix_hit_rate"].get<double>(), 0);
+  EXPECT_GE(j["preemptions"].get<int64_t>(), 0);
+}
+
+TEST_F(BenchServe, SharedPrefixHitsThePrefixCache) {
+  const Result r = run_cli(common() + " --shared-prefix 48 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["prefix_hit_rate"].get<double>(), 0);
+  EXPECT_LE(j["prefix_hit_rate"].get<double>(), 1);
+  EXPECT_GE(j["n_prompt_tokens"].get<int64_t>(), 12 * (48 + 4));
+}
+
+TEST_F(BenchServe, TableRunsWithPoissonArrivals) {
+  const Result r = run_cli(common() + " --arrival poisson:200 --max-seqs 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s : {"output", "tok/s", "TTFT", "TPOT", "E2E", "prefix cache"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << " in\n" << r.out;
+  }
+}
+
+TEST_F(BenchServe, DumpedWorkloadFollowsTheSeedAndLengths) {
+  const std::string a = temp_path("a.json"), b = temp_path("b.json");
+  const std::string args = "bench-serve -m " + model() +
+                           " --requests 20 --prompt-len uniform:4:40 --output-len normal:10:3 --shared-prefix 5 "
+                           "--arrival poisson:50 --seed 3 --dump-only --dump-workload ";
+  ASSERT_EQ(run_cli(args + a).exit_code, 0);
+  ASSERT_EQ(run_cli(args + b).exit_code, 0);
+  std::ifstream fa(a), fb(b);
+  const nlohmann::json ja = nlohmann::json::parse(fa), jb = nlohmann::json::parse(fb);
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+  EXPECT_EQ(ja, jb);  // same seed, same workload
+  ASSERT_EQ(ja.size(), 20u);
+  const auto prefix = ja[0]["prompt_tokens"].get<std::vector<int32_t>>();
+  double last_arrival = -1;
+  for (const auto& w : ja) {
+    const auto prompt = w["prompt_tokens"].get<std::vector<int32_t>>();
+    ASSERT_GE(prompt.size(), 5u + 4);
+    EXPECT_LE(prompt.size(), 5u + 40);
+    EXPECT_TRUE(std::equal(prompt.begin(), prompt.begin() + 5, prefix.begin())) << "shared prefix";
+    EXPECT_EQ(prompt[0], 1) << "BOS first";  // stories260K: <s> = 1
+    for (size_t i = 1; i < prompt.size(); ++i) {
+      EXPECT_GT(prompt[i], 2) << "no control or end tokens";  // <unk> 0, <s> 1, </s> 2
+      EXPECT_LT(prompt[i], 512);
+    }
+    EXPECT_GE(w["max_tokens"].get<int>(), 1);
+    EXPECT_GE(w["arrival_s"].get<double>(), last_arrival);
+    last_arrival = w["arrival_s"];
+  }
+  EXPECT_EQ(ja[0]["arrival_s"].get<double>(), 0.0);
+  EXPECT_GT(last_arrival, 0.0);
+}
+
+TEST_F(BenchServe, BadArgumentsFailCleanly) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {common("uniform:9:3"), "--prompt-len: bad distribution 'uniform:9:3'"},
+      {common("uniform:4:40", "gauss:4"), "--output-len: bad distribution 'gauss:4'"},
+      {common("0"), "--prompt-len: bad distribution '0'"},
+      {common("normal:20:-1"), "--prompt-len: bad distribution 'normal:20:-1'"},
+      {common() + " --arrival poisson:-1", "--arrival: bad value"},
+      {common() + " --ctx-size 32", "exceed the context of 32"},
+      {"bench-serve -m /nonexistent/model.gguf", "error:"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run_cli(args + " --json");
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << args;
+  }
+}
+
+}  // namespace
+}  // namespace sluice
