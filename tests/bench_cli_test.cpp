@@ -1,53 +1,28 @@
 // End-to-end tests of `sluice bench`: the JSON it prints has every documented
 // key, positive figures that agree with each other, and bad arguments fail
 // cleanly. Speed itself is never asserted (it depends on the machine).
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <array>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_runner.h"
+
 namespace sluice {
 namespace {
 
-struct Result {
-  int exit_code;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using ::sluice::testing::CliResult;
+using ::sluice::testing::cli_temp_path;
+using ::sluice::testing::run_cli;
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/bench_cli_" + std::to_string(::getpid()) + "_" + name;
-}
 
-Result run_cli(const std::string& args) {
-  const std::string err_path = temp_path("stderr.txt");
-  const std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>" + err_path;
-  Result r{};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "", "popen failed"};
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  std::remove(err_path.c_str());
-  return r;
-}
 
 class BenchCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = new std::string(temp_path("tiny_q8_0.gguf"));
-    const Result s = run_cli("synth --preset tiny --type q8_0 --layers 1 -o " + *model_);
+    model_ = new std::string(cli_temp_path("tiny_q8_0.gguf"));
+    const CliResult s = run_cli("synth --preset tiny --type q8_0 --layers 1 -o " + *model_);
     ASSERT_EQ(s.exit_code, 0) << s.err;
   }
   static void TearDownTestSuite() {
@@ -64,7 +39,7 @@ void expect_close(double a, double b, const char* what) {
 }
 
 TEST_F(BenchCli, JsonHasConsistentFigures) {
-  const Result r = run_cli("bench -m " + *model_ + " -p 16 -n 8 -r 2 -t 1 --json --no-probe");
+  const CliResult r = run_cli("bench -m " + *model_ + " -p 16 -n 8 -r 2 -t 1 --json --no-probe");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);  // exactly one object
   for (const char* key : {"model", "n_threads", "pp_tokens", "tg_tokens", "reps", "pp_tps", "tg_tps", "pp_tps_all",
@@ -105,7 +80,7 @@ TEST_F(BenchCli, JsonHasConsistentFigures) {
 }
 
 TEST_F(BenchCli, ProbesGiveFractions) {
-  const Result r = run_cli("bench -m " + *model_ + " -p 8 -n 4 -r 1 -t 1 --json");
+  const CliResult r = run_cli("bench -m " + *model_ + " -p 8 -n 4 -r 1 -t 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   const double gbps = j["machine_read_gbps"].get<double>();
@@ -117,7 +92,7 @@ TEST_F(BenchCli, ProbesGiveFractions) {
 }
 
 TEST_F(BenchCli, TableNamesBothTests) {
-  const Result r = run_cli("bench -m " + *model_ + " -p 8 -n 4 -r 1 -t 1 --no-probe");
+  const CliResult r = run_cli("bench -m " + *model_ + " -p 8 -n 4 -r 1 -t 1 --no-probe");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(" pp8 |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" tg4 |"), std::string::npos) << r.out;
@@ -132,7 +107,7 @@ TEST_F(BenchCli, BadArgumentsFailCleanly) {
       {"bench -m " + *model_ + " -p 2000 -n 100 --no-probe", "exceeds the model's context"},
   };
   for (const auto& [args, message] : cases) {
-    const Result r = run_cli(args);
+    const CliResult r = run_cli(args);
     EXPECT_EQ(r.exit_code, 1) << args;
     EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args;
@@ -141,3 +116,4 @@ TEST_F(BenchCli, BadArgumentsFailCleanly) {
 
 }  // namespace
 }  // namespace sluice
+#include "cli_runner.h"

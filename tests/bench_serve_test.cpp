@@ -15,38 +15,18 @@
 #include <nlohmann/json.hpp>
 
 #include "base/test_data.h"
+#include "cli_runner.h"
 
 namespace sluice {
 namespace {
 
+using ::sluice::testing::CliResult;
+using ::sluice::testing::cli_temp_path;
+using ::sluice::testing::run_cli;
+
 using testing::model_path;
 
-struct Result {
-  int exit_code;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/bench_serve_" + std::to_string(::getpid()) + "_" + name;
-}
-
-Result run_cli(const std::string& args) {
-  const std::string err_path = temp_path("stderr.txt");
-  const std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>" + err_path;
-  Result r{};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "", "popen failed"};
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  std::remove(err_path.c_str());
-  return r;
-}
 
 class BenchServe : public ::testing::Test {
  protected:
@@ -59,7 +39,7 @@ class BenchServe : public ::testing::Test {
 };
 
 TEST_F(BenchServe, JsonHasConsistentFigures) {
-  const Result r = run_cli(common() + " --json");
+  const CliResult r = run_cli(common() + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("KV"), std::string::npos) << "the engine summary goes to stderr: " << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);  // exactly one object
@@ -107,7 +87,7 @@ TEST_F(BenchServe, JsonHasConsistentFigures) {
 }
 
 TEST_F(BenchServe, SharedPrefixHitsThePrefixCache) {
-  const Result r = run_cli(common() + " --shared-prefix 48 --json");
+  const CliResult r = run_cli(common() + " --shared-prefix 48 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["prefix_hit_rate"].get<double>(), 0);
@@ -116,7 +96,7 @@ TEST_F(BenchServe, SharedPrefixHitsThePrefixCache) {
 }
 
 TEST_F(BenchServe, TableRunsWithPoissonArrivals) {
-  const Result r = run_cli(common() + " --arrival poisson:200 --max-seqs 4");
+  const CliResult r = run_cli(common() + " --arrival poisson:200 --max-seqs 4");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"output", "tok/s", "TTFT", "TPOT", "E2E", "prefix cache"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s << " in\n" << r.out;
@@ -124,7 +104,7 @@ TEST_F(BenchServe, TableRunsWithPoissonArrivals) {
 }
 
 TEST_F(BenchServe, DumpedWorkloadFollowsTheSeedAndLengths) {
-  const std::string a = temp_path("a.json"), b = temp_path("b.json");
+  const std::string a = cli_temp_path("a.json"), b = cli_temp_path("b.json");
   const std::string args = "bench-serve -m " + model() +
                            " --requests 20 --prompt-len uniform:4:40 --output-len normal:10:3 --shared-prefix 5 "
                            "--arrival poisson:50 --seed 3 --dump-only --dump-workload ";
@@ -167,7 +147,7 @@ TEST_F(BenchServe, BadArgumentsFailCleanly) {
       {"bench-serve -m /nonexistent/model.gguf", "error:"},
   };
   for (const auto& [args, message] : cases) {
-    const Result r = run_cli(args + " --json");
+    const CliResult r = run_cli(args + " --json");
     EXPECT_EQ(r.exit_code, 1) << args;
     EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
     EXPECT_TRUE(r.out.empty()) << args;

@@ -11,33 +11,16 @@
 #include <nlohmann/json.hpp>
 
 #include "base/test_data.h"
+#include "cli_runner.h"
 
 namespace sluice {
 namespace {
 
+using ::sluice::testing::CliResult;
+using ::sluice::testing::run_cli;
+
 using testing::model_path;
 
-struct Result {
-  int exit_code;
-  std::string out;  // stdout (stderr goes to err)
-  std::string err;
-};
-
-Result run_cli(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "/cli_stderr_" + std::to_string(::getpid()) + ".txt";
-  const std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>" + err_path;
-  Result r{};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "", "popen failed"};
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  return r;
-}
 
 nlohmann::json reference() {
   std::ifstream in(model_path("stories260K/reference.json"));
@@ -52,7 +35,7 @@ TEST(Cli, RunJsonGivesReferenceGreedyTokens) {
   const size_t n_prompt = g["prompt_tokens"].size();
   const std::vector<int32_t> expected(all.begin() + static_cast<long>(n_prompt), all.end());
   for (const std::string m : {"stories260K/stories260K.gguf", "stories260K/hf"}) {
-    Result r = run_cli("run -m " + model_path(m) + " -p 'Once upon a time' -n " + std::to_string(expected.size()) +
+    CliResult r = run_cli("run -m " + model_path(m) + " -p 'Once upon a time' -n " + std::to_string(expected.size()) +
                        " --temp 0 --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto j = nlohmann::json::parse(r.out);
@@ -63,7 +46,7 @@ TEST(Cli, RunJsonGivesReferenceGreedyTokens) {
 
 TEST(Cli, RunStreamsOnlyTheContinuation) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
-  Result r = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n 20 --temp 0");
+  CliResult r = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n 20 --temp 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("Once upon a time"), std::string::npos) << "prompt must not be echoed: " << r.out;
   EXPECT_FALSE(r.out.empty());
@@ -75,7 +58,7 @@ TEST(Cli, SeededSamplingIsReproducible) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   const std::string cmd = "run -m " + model_path("stories260K/stories260K.gguf") +
                           " -p 'Lily' -n 40 --temp 1.0 --top-k 40 --top-p 0.9 --seed 1234 --json";
-  Result a = run_cli(cmd), b = run_cli(cmd);
+  CliResult a = run_cli(cmd), b = run_cli(cmd);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(a.out, b.out);
 }
@@ -84,7 +67,7 @@ TEST(Cli, TokenizeMatchesReference) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
   const auto ref = reference();
   const auto& t = ref["tokenization"][0];
-  Result r = run_cli("tokenize -m " + model_path("stories260K/stories260K.gguf") + " -p '" +
+  CliResult r = run_cli("tokenize -m " + model_path("stories260K/stories260K.gguf") + " -p '" +
                      t["text"].get<std::string>() + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<int32_t> expected = {1};  // add_bos
@@ -94,7 +77,7 @@ TEST(Cli, TokenizeMatchesReference) {
 
 TEST(Cli, InfoPrintsMetadataAndTensors) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
-  Result r = run_cli("info " + model_path("stories260K/stories260K.gguf"));
+  CliResult r = run_cli("info " + model_path("stories260K/stories260K.gguf"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("general.architecture"), std::string::npos);
   EXPECT_NE(r.out.find("blk.4.ffn_down.weight"), std::string::npos);
@@ -104,10 +87,10 @@ TEST(Cli, InfoPrintsMetadataAndTensors) {
 TEST(Cli, ConvertLlama2cThenRun) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.bin"));
   const std::string out = ::testing::TempDir() + "/cli_llama2c.gguf";
-  Result c = run_cli("convert " + model_path("stories260K/stories260K.bin") + " --tokenizer " +
+  CliResult c = run_cli("convert " + model_path("stories260K/stories260K.bin") + " --tokenizer " +
                      model_path("stories260K/tok512.bin") + " -o " + out);
   ASSERT_EQ(c.exit_code, 0) << c.err;
-  Result r = run_cli("run -m " + out + " -n 16 --temp 0 --json");
+  CliResult r = run_cli("run -m " + out + " -n 16 --temp 0 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto ref = reference();
   auto all = ref["generation"][0]["tokens"].get<std::vector<int32_t>>();
@@ -117,9 +100,9 @@ TEST(Cli, ConvertLlama2cThenRun) {
 
 TEST(Cli, SynthWritesALoadableModel) {
   const std::string out = ::testing::TempDir() + "/cli_synth_tiny.gguf";
-  Result s = run_cli("synth --preset tiny --type q4_0 --layers 1 -o " + out);
+  CliResult s = run_cli("synth --preset tiny --type q4_0 --layers 1 -o " + out);
   ASSERT_EQ(s.exit_code, 0) << s.err;
-  Result r = run_cli("run -m " + out + " -p 'hello world' -n 8 --seed 3 --json");
+  CliResult r = run_cli("run -m " + out + " -p 'hello world' -n 8 --seed 3 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].size(), 8u);
   // Deterministic for a seed: the same command writes the same bytes.
@@ -131,22 +114,22 @@ TEST(Cli, SynthWritesALoadableModel) {
 }
 
 TEST(Cli, BadInputFailsCleanly) {
-  Result missing = run_cli("run -m /nonexistent/model.gguf -p hi");
+  CliResult missing = run_cli("run -m /nonexistent/model.gguf -p hi");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("error:"), std::string::npos);
 
   const std::string junk = ::testing::TempDir() + "/junk.gguf";
   std::ofstream(junk) << "GGUF\x03\x00\x00\x00 this is not a model";
-  Result bad = run_cli("run -m " + junk + " -p hi");
+  CliResult bad = run_cli("run -m " + junk + " -p hi");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("error:"), std::string::npos) << bad.err;
 
-  Result preset = run_cli("synth --preset 3t -o " + ::testing::TempDir() + "/never.gguf");
+  CliResult preset = run_cli("synth --preset 3t -o " + ::testing::TempDir() + "/never.gguf");
   EXPECT_EQ(preset.exit_code, 1);
   EXPECT_NE(preset.err.find("unknown synth preset"), std::string::npos);
 
   if (testing::path_exists(model_path("stories260K/stories260K.gguf"))) {
-    Result temp = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p hi --min-p 2");
+    CliResult temp = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p hi --min-p 2");
     EXPECT_EQ(temp.exit_code, 1);
     EXPECT_NE(temp.err.find("min_p"), std::string::npos) << temp.err;
   }
