@@ -565,6 +565,8 @@ void Engine::Impl::finish_output(Req& rq, Output& o, FinishReason reason, const 
     EventCallback cb = std::move(rq.cb);
     reqs.erase(id);
     n_unfinished.fetch_sub(1);
+    // A caller that reads stats() after the last event sees this request gone.
+    publish_stats();
     if (cb) cb(ev);
     return;
   }
