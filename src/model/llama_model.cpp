@@ -40,11 +40,6 @@ std::vector<double> rope_inv_freq(const ModelHparams& hp, const std::vector<floa
   return inv;
 }
 
-void add_rows(float* x, const float* b, int64_t n_tokens, int64_t n) {
-  for (int64_t t = 0; t < n_tokens; ++t)
-    for (int64_t i = 0; i < n; ++i) x[t * n + i] += b[i];
-}
-
 }  // namespace
 
 LlamaModel::LlamaModel(std::shared_ptr<const ModelFile> file, const ModelHparams& hp,

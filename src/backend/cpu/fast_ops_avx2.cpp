@@ -7,9 +7,6 @@
 namespace sluice::cpu::fast {
 namespace {
 
-// Positions per online-softmax block (one vector of scores).
-constexpr int64_t kPosBlock = 8;
-
 // Lane masks for the first k < 8 lanes: load 8 ints at kTailMask + 8 - k.
 alignas(32) const int32_t kTailMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
 
@@ -19,13 +16,6 @@ float hsum(__m256 v) {
   __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   b = _mm_add_ps(b, _mm_movehl_ps(b, b));
   b = _mm_add_ss(b, _mm_movehdup_ps(b));
-  return _mm_cvtss_f32(b);
-}
-
-float hmax(__m256 v) {
-  __m128 b = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  b = _mm_max_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_max_ss(b, _mm_movehdup_ps(b));
   return _mm_cvtss_f32(b);
 }
 
@@ -52,20 +42,6 @@ __m256 exp_ps(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
-}
-
-float exp_scalar(float x) { return _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(x))); }
-
-// dot(a, b) over n floats with one accumulator.
-float dot(const float* a, const float* b, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  if (i < n) {
-    const __m256i m = tail_mask(n - i);
-    acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), acc);
-  }
-  return hsum(acc);
 }
 
 }  // namespace
@@ -147,59 +123,6 @@ void add_avx2(const float* a, const float* b, float* out, int64_t n) {
   if (i < n) {
     const __m256i m = tail_mask(n - i);
     _mm256_maskstore_ps(out + i, m, _mm256_add_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m)));
-  }
-}
-
-// Blocks of 8 positions; per block and head: a vector of 8 scores, the new
-// max, one rescale of (l, acc) when it grew, then l += sum p and acc += p_j v_j
-// in position order (see fast_ops.cpp for the scalar statement).
-void attn_chunk_avx2(const AttnChunk& c) {
-  const int64_t hd = c.head_dim;
-  const float neg_inf = -__builtin_inff();
-  for (int64_t g = 0; g < c.n_q; ++g) {
-    float* st = c.state + g * c.state_stride;
-    st[0] = neg_inf;
-    st[1] = 0.0f;
-    for (int64_t d = 0; d < hd; ++d) st[2 + d] = 0.0f;
-  }
-  alignas(32) float s[kPosBlock];
-  alignas(32) float p[kPosBlock];
-  for (int64_t jb = c.j0; jb < c.j1; jb += kPosBlock) {
-    const int64_t nb = c.j1 - jb < kPosBlock ? c.j1 - jb : kPosBlock;
-    const float* kb = c.k + jb * c.kv_stride;
-    const float* vb = c.v + jb * c.kv_stride;
-    for (int64_t g = 0; g < c.n_q; ++g) {
-      const float* q = c.q + g * c.q_stride;
-      float* st = c.state + g * c.state_stride;
-      for (int64_t j = 0; j < kPosBlock; ++j) s[j] = j < nb ? dot(q, kb + j * c.kv_stride, hd) : neg_inf;
-      const __m256 sv = _mm256_mul_ps(_mm256_load_ps(s), _mm256_set1_ps(c.scale));
-      const float bm = hmax(sv);
-      float alpha = 1.0f;
-      if (bm > st[0]) {
-        alpha = exp_scalar(st[0] - bm);
-        st[0] = bm;
-      }
-      // Lanes past nb hold -inf scores: exp gives 0.
-      const __m256 pv = exp_ps(_mm256_sub_ps(sv, _mm256_set1_ps(st[0])));
-      _mm256_store_ps(p, pv);
-      st[1] = st[1] * alpha + hsum(pv);
-      const __m256 av = _mm256_set1_ps(alpha);
-      float* acc = st + 2;
-      int64_t d = 0;
-      for (; d + 8 <= hd; d += 8) {
-        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + d), av);
-        for (int64_t j = 0; j < nb; ++j)
-          a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(vb + j * c.kv_stride + d), a);
-        _mm256_storeu_ps(acc + d, a);
-      }
-      if (d < hd) {
-        const __m256i m = tail_mask(hd - d);
-        __m256 a = _mm256_mul_ps(_mm256_maskload_ps(acc + d, m), av);
-        for (int64_t j = 0; j < nb; ++j)
-          a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_maskload_ps(vb + j * c.kv_stride + d, m), a);
-        _mm256_maskstore_ps(acc + d, m, a);
-      }
-    }
   }
 }
 
