@@ -126,7 +126,14 @@ struct Engine::Impl {
   void admit(Pending p);
   Status add_sequence(Req& rq, Output& o, std::vector<int32_t> prompt, int64_t max_tokens);
   void step();
-  void sample_step(const StepPlan& plan, StepOutput* out, std::vector<std::pair<Output*, int32_t>>* sampled);
+  // A token drawn this step, with the logits row it came from.
+  struct Sampled {
+    RequestId request;
+    Output* output;
+    int32_t token;
+    const float* logits;
+  };
+  void sample_step(const StepPlan& plan, StepOutput* out, std::vector<Sampled>* sampled);
   void start_children(Req& rq, const float* lg);
   void emit_token(Req& rq, Output& o, int32_t token, const float* lg);
   void finish_output(Req& rq, Output& o, FinishReason reason, const std::string& error = "");
@@ -384,7 +391,7 @@ void Engine::Impl::step() {
     return;
   }
   StepOutput out;
-  std::vector<std::pair<Output*, int32_t>> sampled;
+  std::vector<Sampled> sampled;
   sample_step(plan, &out, &sampled);
   if (Status st = sched->update(out); !st.ok()) fmt::print(stderr, "[sluice] scheduler update failed: {}\n", st.message());
   if (cfg.check_invariants) {
@@ -395,31 +402,17 @@ void Engine::Impl::step() {
     }
   }
 
-  // Parallel samples: fork the other outputs from output 0 after its first token.
-  for (const ScheduledSeq& s : plan.seqs) {
-    if (!s.sample) continue;
-    auto it = owner.find(s.id);
-    if (it == owner.end()) continue;
-    Req& rq = reqs.at(it->second.first);
-    if (rq.r.n > 1 && !rq.children_started && it->second.second == 0) {
-      int64_t row = 0;
-      for (const ScheduledSeq& t : plan.seqs) {
-        if (&t == &s) break;
-        row += t.sample ? 1 : 0;
-      }
-      start_children(rq, logits.data() + row * model->hparams().n_vocab);
-    }
+  // Parallel samples: fork the other outputs from output 0 after its first
+  // token, from the same logits; then stream every sampled token.
+  for (const Sampled& x : sampled) {
+    auto it = reqs.find(x.request);
+    if (it == reqs.end()) continue;
+    Req& rq = it->second;
+    if (rq.r.n > 1 && !rq.children_started && x.output->index == 0) start_children(rq, x.logits);
   }
-  for (auto& [o, token] : sampled) {
-    auto it = owner.find(o->seq);
-    if (it == owner.end()) continue;
-    Req& rq = reqs.at(it->second.first);
-    int64_t row = 0;
-    for (const ScheduledSeq& t : plan.seqs) {
-      if (t.id == o->seq) break;
-      row += t.sample ? 1 : 0;
-    }
-    emit_token(rq, *o, token, logits.data() + row * model->hparams().n_vocab);
+  for (const Sampled& x : sampled) {
+    auto it = reqs.find(x.request);
+    if (it != reqs.end()) emit_token(it->second, *x.output, x.token, x.logits);
   }
   for (Sequence& f : sched->take_finished()) {
     auto it = owner.find(f.id);
@@ -437,7 +430,7 @@ void Engine::Impl::step() {
   }
 }
 
-void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vector<std::pair<Output*, int32_t>>* sampled) {
+void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vector<Sampled>* sampled) {
   const int64_t n_vocab = model->hparams().n_vocab;
   int64_t row = 0;
   for (const ScheduledSeq& s : plan.seqs) {
@@ -449,7 +442,7 @@ void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vecto
     const int32_t token = o.sampler->sample(lg);
     o.sampler->accept(token);
     out->seqs.push_back(SeqOutput{s.id, {token}});
-    sampled->push_back({&o, token});
+    sampled->push_back(Sampled{it->second.first, &o, token, lg});
   }
 }
 
