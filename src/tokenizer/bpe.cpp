@@ -9,12 +9,7 @@ namespace sluice {
 
 namespace {
 
-struct Symbol {
-  int prev = -1;
-  int next = -1;
-  size_t offset = 0;  // into the byte-level text
-  size_t n = 0;       // bytes; 0 once merged into its left neighbour
-};
+using Symbol = MergeSymbol;
 
 struct Bigram {
   int left = 0;
@@ -43,16 +38,7 @@ class BpeSession {
         return;
       }
     }
-    for (size_t off = 0; off < text.size();) {
-      const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(text[off])), text.size() - off);
-      Symbol s;
-      s.offset = off;
-      s.n = n;
-      s.prev = static_cast<int>(symbols_.size()) - 1;
-      s.next = off + n < text.size() ? static_cast<int>(symbols_.size()) + 1 : -1;
-      symbols_.push_back(s);
-      off += n;
-    }
+    split_merge_symbols(text, &symbols_);
     for (size_t i = 1; i < symbols_.size(); ++i) try_add_bigram(static_cast<int>(i) - 1, static_cast<int>(i));
 
     while (!queue_.empty()) {

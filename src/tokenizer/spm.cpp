@@ -12,12 +12,7 @@ namespace sluice {
 namespace {
 
 // One piece of the text in a doubly linked list; n == 0 marks a piece merged away.
-struct Symbol {
-  int prev = -1;
-  int next = -1;
-  size_t offset = 0;  // into the text
-  size_t n = 0;       // bytes
-};
+using Symbol = MergeSymbol;
 
 struct Bigram {
   int left = 0;
@@ -38,16 +33,7 @@ class SpmSession {
   SpmSession(const Vocab& vocab, std::string_view text) : vocab_(vocab), text_(text) {}
 
   void encode(std::vector<int32_t>* out) {
-    for (size_t off = 0; off < text_.size();) {
-      const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(text_[off])), text_.size() - off);
-      Symbol s;
-      s.offset = off;
-      s.n = n;
-      s.prev = static_cast<int>(symbols_.size()) - 1;
-      s.next = off + n < text_.size() ? static_cast<int>(symbols_.size()) + 1 : -1;
-      symbols_.push_back(s);
-      off += n;
-    }
+    split_merge_symbols(text_, &symbols_);
     for (size_t i = 1; i < symbols_.size(); ++i) try_add_bigram(static_cast<int>(i) - 1, static_cast<int>(i));
 
     while (!queue_.empty()) {

@@ -1,5 +1,6 @@
 #include "tokenizer/unicode.h"
 
+#include <algorithm>
 #include <array>
 
 namespace sluice {
@@ -146,6 +147,20 @@ std::string byte_level_decode(std::string_view text) {
     i += len;
   }
   return out;
+}
+
+void split_merge_symbols(std::string_view text, std::vector<MergeSymbol>* out) {
+  out->clear();
+  for (size_t off = 0; off < text.size();) {
+    const size_t n = std::min(utf8_seq_len(static_cast<uint8_t>(text[off])), text.size() - off);
+    MergeSymbol s;
+    s.offset = off;
+    s.n = n;
+    s.prev = static_cast<int>(out->size()) - 1;
+    s.next = off + n < text.size() ? static_cast<int>(out->size()) + 1 : -1;
+    out->push_back(s);
+    off += n;
+  }
 }
 
 }  // namespace sluice

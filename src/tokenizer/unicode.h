@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -15,6 +16,19 @@ namespace sluice {
 // alone (1 for ASCII and for stray continuation bytes, 2..4 otherwise). Used to cut
 // text into characters the way SentencePiece-style tokenizers do, even if invalid.
 size_t utf8_seq_len(uint8_t lead);
+
+// One character of a text being merged pairwise (SPM and BPE): a doubly linked
+// list over the text's UTF-8 characters; merging grows a symbol and unlinks its
+// right neighbour.
+struct MergeSymbol {
+  int prev = -1;
+  int next = -1;
+  size_t offset = 0;  // into the text
+  size_t n = 0;       // bytes; 0 once merged into its left neighbour
+};
+
+// Appends one linked symbol per UTF-8 character of `text` to *out (cleared first).
+void split_merge_symbols(std::string_view text, std::vector<MergeSymbol>* out);
 
 // Length of the valid UTF-8 character at the start of `s` (1..4), or 0 if `s` does
 // not start with a complete, valid one (overlong forms, surrogates and code points
