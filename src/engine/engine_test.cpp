@@ -186,9 +186,27 @@ TEST_F(EngineTest, RefusesBadRequestsAndTooManyQueued) {
   EXPECT_EQ(e->submit(Request{.prompt = {1, 99999}}, {}).status().code(), StatusCode::kInvalidArgument);
   Request slow{.prompt = {1}, .max_tokens = 60, .sampling = {.temperature = 0}, .ignore_eos = true};
   Collector c;
-  ASSERT_TRUE(e->submit(slow, c.callback()).ok());
-  ASSERT_TRUE(e->submit(slow, c.callback()).ok());
+  // The first request's callback holds the engine thread at its first event until
+  // the third submit has been refused, so no request can finish in between.
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool open = false;
+  EventCallback inner = c.callback();
+  EventCallback gated = [&](const TokenEvent& ev) {
+    {
+      std::unique_lock<std::mutex> lock(gate_mu);
+      gate_cv.wait(lock, [&] { return open; });
+    }
+    inner(ev);
+  };
+  ASSERT_TRUE(e->submit(slow, gated).ok());
+  EXPECT_TRUE(e->submit(slow, c.callback()).ok());
   EXPECT_EQ(e->submit(slow, c.callback()).status().code(), StatusCode::kResourceExhausted);
+  {
+    std::lock_guard<std::mutex> lock(gate_mu);
+    open = true;
+  }
+  gate_cv.notify_all();
   c.wait(2);
 }
 

@@ -252,8 +252,8 @@ TEST(WeightStore, CountsStallsWhenTransfersAreSlowAndNotWhenHidden) {
       ws.end_step(1);
     }
     const WeightCountersSnapshot s = ws.counters();
-    EXPECT_LT(s.stall_s, 0.05 * s.compute_s) << s.summary();
-    EXPECT_GT(s.overlap_efficiency(), 0.95);
+    EXPECT_LT(s.stall_s, 0.15 * s.compute_s) << s.summary();
+    EXPECT_GT(s.overlap_efficiency(), 0.85);
     EXPECT_GT(s.compute_s, 2 * kLayers * 0.035);
     EXPECT_GT(s.disk_bytes_per_token(), 0.0);
     EXPECT_NE(s.prometheus().find("sluice_weights_read_bytes_total{tier=\"disk\"}"), std::string::npos);
