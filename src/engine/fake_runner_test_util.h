@@ -30,6 +30,22 @@ inline int32_t fake_next_token(SeqId id, std::span<const int32_t> tokens, int32_
                               static_cast<uint64_t>(vocab));
 }
 
+// A draft of k tokens for a decoding sequence: the fake model's own continuation
+// of `committed`, each token wrong (replaced) with probability wrong_percent / 100.
+template <typename Rand>
+std::vector<int32_t> fake_draft(SeqId id, std::span<const int32_t> committed, int k, int wrong_percent,
+                                int32_t vocab, Rand& r) {
+  std::vector<int32_t> tokens(committed.begin(), committed.end());
+  std::vector<int32_t> draft;
+  for (int i = 0; i < k; ++i) {
+    int32_t t = fake_next_token(id, tokens, vocab);
+    if (r.chance(wrong_percent)) t = (t + 1) % vocab;
+    draft.push_back(t);
+    tokens.push_back(t);
+  }
+  return draft;
+}
+
 // What generation gives for one sequence alone: the reference outputs.
 inline std::vector<int32_t> reference_generate(SeqId id, std::vector<int32_t> tokens, int64_t max_tokens,
                                                const std::vector<int32_t>& stop_tokens, int32_t vocab) {
@@ -88,10 +104,24 @@ class FakeRunner {
         EXPECT_EQ(c.pos, pos) << "seq " << s.id << " reads a row of another position in block " << block;
         seen.push_back(c.token);
       }
-      out.seqs.push_back(SeqOutput{.id = s.id, .tokens = {fake_next_token(s.id, seen, vocab_)}});
+      // Greedy verification of drafts: the model's token after each prefix, up to
+      // the first one that differs from the draft (or one past the last draft).
+      const size_t n_before = seen.size() - static_cast<size_t>(s.n_draft);
+      const std::span<const int32_t> draft = std::span<const int32_t>(s.tokens).last(static_cast<size_t>(s.n_draft));
+      SeqOutput o{.id = s.id};
+      for (size_t i = 0;; ++i) {
+        o.tokens.push_back(fake_next_token(s.id, std::span<const int32_t>(seen).first(n_before + i), vocab_));
+        if (i == draft.size() || o.tokens.back() != draft[i]) break;
+      }
+      n_drafted += s.n_draft;
+      n_accepted += static_cast<int64_t>(o.tokens.size()) - 1;
+      out.seqs.push_back(std::move(o));
     }
     return out;
   }
+
+  int64_t n_drafted = 0;   // draft tokens verified
+  int64_t n_accepted = 0;  // of them, accepted
 
  private:
   void copy_block(const std::vector<Cell>& from, int32_t src, std::vector<Cell>* to, int32_t dst) {

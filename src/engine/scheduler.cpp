@@ -80,10 +80,20 @@ void Scheduler::reserve_slots(Sequence& s, StepPlan* plan) {
   plan->copies.insert(plan->copies.end(), copies->begin(), copies->end());
 }
 
+void Scheduler::fit_draft(Sequence& s, int64_t budget) {
+  if (s.n_draft == 0) return;
+  if (config_.long_prefill_token_threshold > 0) budget = std::min(budget, config_.long_prefill_token_threshold);
+  if (s.n_uncomputed() <= budget) return;
+  const int64_t keep = std::max<int64_t>(0, budget - 1);
+  s.tokens.resize(static_cast<size_t>(s.n_committed() + keep));
+  s.n_draft = keep;
+}
+
 void Scheduler::schedule_chunk(const Sequence& s, int64_t* budget, StepPlan* plan) {
   CHECK(s.n_uncomputed() > 0 && *budget > 0);
   int64_t n = std::min(s.n_uncomputed(), *budget);
   if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
+  CHECK(s.n_draft == 0 || n == s.n_uncomputed());  // fit_draft ran
   const std::span<const int32_t> chunk =
       std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.n_computed), static_cast<size_t>(n));
   const std::span<const int32_t> table = blocks_.block_table(s.id);
@@ -94,9 +104,10 @@ void Scheduler::schedule_chunk(const Sequence& s, int64_t* budget, StepPlan* pla
       .pos0 = s.n_computed,
       .block_table = std::vector<int32_t>(table.begin(), table.end()),
       .sample = sample,
+      .n_draft = s.n_draft,
   });
   plan->n_batch_tokens += n;
-  in_flight_.push_back({.id = s.id, .n_tokens = n, .sample = sample});
+  in_flight_.push_back({.id = s.id, .n_tokens = n, .sample = sample, .n_draft = s.n_draft});
   *budget -= n;
 }
 
@@ -104,6 +115,9 @@ void Scheduler::preempt(SeqId id, StepPlan* plan) {
   Sequence& s = seq(id);
   ++s.n_preemptions;
   plan->preempted.push_back(id);
+  // Drafts were never reserved for a sequence preempted before its chunk.
+  CHECK(blocks_.n_tokens(id) <= s.n_committed());
+  s.drop_draft();
   if (config_.preemption_mode == PreemptionMode::kSwap && blocks_.can_swap_out(id)) {
     StatusOr<std::vector<BlockSwap>> moves = blocks_.swap_out(id);
     CHECK(moves.ok());
@@ -128,6 +142,7 @@ StepPlan Scheduler::schedule() {
   // 1. Running sequences, in queue order.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& s = seq(running_[i]);
+    fit_draft(s, budget);
     const int64_t n_new = s.n_total() - blocks_.n_tokens(s.id);
     bool self_preempted = false;
     while (!blocks_.can_append(s.id, n_new)) {
@@ -212,6 +227,21 @@ Status Scheduler::update(const StepOutput& output) {
   }
   for (size_t k = 0; k < in_flight_.size(); ++k) {
     const InFlight& f = in_flight_[k];
+    const SeqOutput* o = out_of[k];
+    if (f.n_draft > 0 && o && !is_aborted(f.id)) {
+      const std::span<const int32_t> draft = seq(f.id).draft();
+      const size_t m = o->tokens.size() - 1;
+      if (m > draft.size() || !std::equal(o->tokens.begin(), o->tokens.begin() + static_cast<std::ptrdiff_t>(m),
+                                          draft.begin())) {
+        return invalid_argument("scheduler update: sequence {} output is not accepted drafts then one token", f.id);
+      }
+    } else if (o && o->tokens.size() != 1 && !is_aborted(f.id)) {
+      return invalid_argument("scheduler update: sequence {} had no drafts but got {} tokens", f.id,
+                              o->tokens.size());
+    }
+  }
+  for (size_t k = 0; k < in_flight_.size(); ++k) {
+    const InFlight& f = in_flight_[k];
     Sequence& s = seq(f.id);
     s.n_computed += f.n_tokens;
     if (is_aborted(f.id)) {
@@ -219,7 +249,15 @@ Status Scheduler::update(const StepOutput& output) {
       continue;
     }
     SeqFinish reason = SeqFinish::kNone;
+    if (f.n_draft > 0) {
+      // Keep the K/V rows of the accepted drafts only.
+      const int64_t n_rejected = f.n_draft - static_cast<int64_t>(out_of[k]->tokens.size() - 1);
+      s.n_computed -= n_rejected;
+      s.drop_draft();
+      CHECK(blocks_.truncate(f.id, s.n_computed).ok());
+    }
     if (f.sample) reason = s.append_generated(out_of[k]->tokens);
+    s.n_computed = std::min(s.n_computed, s.n_total());  // a stop token among the accepted ones
     CHECK(blocks_.mark_computed(f.id, s.n_computed).ok());
     if (reason != SeqFinish::kNone) finish(f.id, reason);
   }
@@ -275,6 +313,7 @@ Status Scheduler::fork(SeqId parent, SeqId child, std::optional<int32_t> child_l
       return resource_exhausted("scheduler fork: {} sequences already run", running_.size());
     }
   }
+  if (p.n_draft > 0) return invalid_argument("scheduler fork: sequence {} has drafts pending", parent);
   if (child_last_token && p.n_generated() == 0) {
     return invalid_argument("scheduler fork: sequence {} has no generated token to replace", parent);
   }
@@ -288,6 +327,25 @@ Status Scheduler::fork(SeqId parent, SeqId child, std::optional<int32_t> child_l
   seqs_.emplace(child, std::move(c));
   insert_sorted(state == SeqState::kRunning ? &running_ : &waiting_, child);
   return Status::ok_status();
+}
+
+StatusOr<int64_t> Scheduler::set_draft(SeqId id, std::span<const int32_t> draft) {
+  if (!in_flight_.empty()) return invalid_argument("scheduler set_draft: only between steps");
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.state != SeqState::kRunning) {
+    return not_found("scheduler set_draft: no running sequence {}", id);
+  }
+  Sequence& s = it->second;
+  if (s.n_committed() - s.n_computed != 1) {
+    return invalid_argument("scheduler set_draft: sequence {} is not decoding ({} of {} tokens computed)", id,
+                            s.n_computed, s.n_committed());
+  }
+  s.drop_draft();
+  const int64_t room = std::max<int64_t>(0, s.max_tokens - s.n_generated() - 1);
+  const int64_t keep = std::min(room, static_cast<int64_t>(draft.size()));
+  s.tokens.insert(s.tokens.end(), draft.begin(), draft.begin() + keep);
+  s.n_draft = keep;
+  return keep;
 }
 
 std::vector<Sequence> Scheduler::take_finished() {
@@ -331,7 +389,11 @@ Status Scheduler::check_invariants() const {
         return internal_error("scheduler: sequence {} has {} computed of {} reserved, {} total", id, s.n_computed,
                               n_reserved, s.n_total());
       }
-      if (s.n_generated() >= s.max_tokens || s.n_prompt < 1) {
+      if (s.n_draft < 0 || (s.n_draft > 0 && (state != SeqState::kRunning || s.n_committed() - s.n_computed != 1))) {
+        return internal_error("scheduler: {} sequence {} has {} drafts with {} of {} committed computed",
+                              seq_state_name(state), id, s.n_draft, s.n_computed, s.n_committed());
+      }
+      if (s.n_generated() + s.n_draft >= s.max_tokens || s.n_prompt < 1) {
         return internal_error("scheduler: sequence {} has {} generated of {} allowed", id, s.n_generated(),
                               s.max_tokens);
       }

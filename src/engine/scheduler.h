@@ -21,6 +21,12 @@
 //        the cached length.
 //   update(output): advances n_computed by what was scheduled, appends sampled
 //     tokens, registers newly full blocks for prefix reuse, retires finished ones.
+//     For a sequence with drafts: n_computed advances only past the accepted
+//     ones, the drafts are replaced by the output, and the slots of rejected
+//     drafts are released (block table truncated).
+//   set_draft(id, draft): between steps, gives a decoding sequence draft tokens;
+//     its next chunk computes them with its last token, all in one step (drafts
+//     are trimmed to the step budget, dropped on preemption).
 //
 // Queue order everywhere: higher priority first, then earlier arrival.
 // A sequence that fits the pool alone is always admitted eventually (add()
@@ -80,6 +86,12 @@ class Scheduler {
   // one token, per scheduled sequence with sample = true (aborted ones may be
   // missing). Errors leave the state unchanged.
   Status update(const StepOutput& output);
+  // Sets the draft tokens of a running sequence whose committed tokens are all
+  // computed but the last (it decodes next step), replacing drafts not yet
+  // scheduled. Drafts beyond max_tokens - n_generated - 1 are dropped (the output
+  // appends at most n_draft + 1 tokens). Returns the drafts kept. Errors: no
+  // such running sequence, one in prefill, a step in flight.
+  StatusOr<int64_t> set_draft(SeqId id, std::span<const int32_t> draft);
   // Finishes a sequence with kAbort and frees its blocks; inside a step, at update.
   Status abort(SeqId id);
   // Starts `child` as a copy of `parent` (same tokens, sharing its blocks; the
@@ -118,6 +130,7 @@ class Scheduler {
     SeqId id;
     int64_t n_tokens;
     bool sample;
+    int64_t n_draft;
   };
 
   Sequence& seq(SeqId id);
@@ -125,6 +138,8 @@ class Scheduler {
   static void erase_from(std::vector<SeqId>* queue, SeqId id);
   // Reserves slots for tokens n_reserved .. n_total of a resident sequence.
   void reserve_slots(Sequence& s, StepPlan* plan);
+  // Trims s's drafts so that its decode chunk fits `budget` tokens.
+  void fit_draft(Sequence& s, int64_t budget);
   // Adds s's next chunk to the plan and takes it from the budget.
   void schedule_chunk(const Sequence& s, int64_t* budget, StepPlan* plan);
   // Moves a running sequence (already out of running_) to swapped or waiting.

@@ -1,6 +1,7 @@
 // Randomized workloads: many sequences of mixed lengths under small block
 // budgets, with shared prefixes, priorities, aborts (between and inside steps),
-// forks, recompute and swap preemption. After every schedule() and update() the
+// forks, recompute and swap preemption, and speculative drafts (partly wrong,
+// verified greedily, rejected slots rolled back). After every schedule() and update() the
 // scheduler's and block manager's invariants must hold; at the end nothing may be
 // held, and every sequence's tokens must equal what it generates alone.
 #include <gtest/gtest.h>
@@ -43,7 +44,7 @@ struct Expected {
 
 struct Totals {
   int64_t preempt_recompute = 0, preempt_swap = 0, swap_ins = 0, prefix_hits = 0, cow = 0, evictions = 0;
-  int64_t aborts = 0, forks = 0, finished = 0, chunked = 0;
+  int64_t aborts = 0, forks = 0, finished = 0, chunked = 0, drafted = 0, accepted = 0;
 };
 
 void run_workload(uint64_t seed, Totals* totals) {
@@ -123,6 +124,14 @@ void run_workload(uint64_t seed, Totals* totals) {
         ++totals->forks;
       }
     }
+    // Drafts for some decoding sequences.
+    const bool drafting = seed % 2 == 0;
+    for (const SeqId id : sched.running()) {
+      const Sequence& s = *sched.find(id);
+      if (!drafting || s.n_committed() - s.n_computed != 1 || !r.chance(60)) continue;
+      const std::vector<int32_t> draft = testing::fake_draft(id, s.committed(), r.range(1, 6), 25, kVocab, r);
+      ASSERT_TRUE(sched.set_draft(id, draft).ok());
+    }
     check("before schedule");
     const StepPlan plan = sched.schedule();
     check("after schedule");
@@ -176,6 +185,8 @@ void run_workload(uint64_t seed, Totals* totals) {
   totals->cow += bs.n_cow_copies;
   totals->evictions += bs.n_evictions;
   totals->finished += ss.n_finished;
+  totals->drafted += runner.n_drafted;
+  totals->accepted += runner.n_accepted;
 }
 
 TEST(SchedulerRandomTest, WorkloadsMatchUnbatchedRunsWithInvariantsAfterEveryStep) {
@@ -194,13 +205,17 @@ TEST(SchedulerRandomTest, WorkloadsMatchUnbatchedRunsWithInvariantsAfterEverySte
   EXPECT_GT(totals.aborts, 0);
   EXPECT_GT(totals.forks, 0);
   EXPECT_GT(totals.chunked, 0);
+  EXPECT_GT(totals.accepted, 0);
+  EXPECT_LT(totals.accepted, totals.drafted);
   std::printf("60 workloads: %lld finished, %lld recompute + %lld swap preemptions, %lld swap-ins, "
-              "%lld prefix-hit tokens, %lld CoW copies, %lld evictions, %lld aborts, %lld forks\n",
+              "%lld prefix-hit tokens, %lld CoW copies, %lld evictions, %lld aborts, %lld forks, "
+              "%lld of %lld drafts accepted\n",
               static_cast<long long>(totals.finished), static_cast<long long>(totals.preempt_recompute),
               static_cast<long long>(totals.preempt_swap), static_cast<long long>(totals.swap_ins),
               static_cast<long long>(totals.prefix_hits), static_cast<long long>(totals.cow),
               static_cast<long long>(totals.evictions), static_cast<long long>(totals.aborts),
-              static_cast<long long>(totals.forks));
+              static_cast<long long>(totals.forks), static_cast<long long>(totals.accepted),
+              static_cast<long long>(totals.drafted));
 }
 
 }  // namespace

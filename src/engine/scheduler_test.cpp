@@ -365,5 +365,80 @@ TEST(SchedulerTest, AddRefusesBadRequests) {
   EXPECT_TRUE(validate_scheduler_config({}, {.n_blocks = 4}).ok());
 }
 
+TEST(SchedulerTest, DraftsAreComputedInOneChunkAndRejectedSlotsReleased) {
+  Driver d({.max_batch_tokens = 16}, {.n_blocks = 16, .block_size = 4}, kVocab);
+  const SequenceParams p{.prompt = make_prompt(5, 3), .max_tokens = 12};
+  ASSERT_TRUE(d.sched.add(1, p).ok());
+  // Not running yet, then in prefill: no drafts.
+  EXPECT_EQ(d.sched.set_draft(1, std::vector<int32_t>{1}).status().code(), StatusCode::kNotFound);
+  d.step();  // prefill; first token sampled
+  const Sequence& s = *d.sched.find(1);
+  ASSERT_EQ(s.n_generated(), 1);
+  EXPECT_EQ(d.sched.blocks().n_tokens(1), 5);
+  // Two right drafts then a wrong one: two accepted, the third replaced.
+  struct AlwaysWrongAfter2 {
+    int n = 0;
+    bool chance(int) { return ++n > 2; }
+  } r;
+  const std::vector<int32_t> draft = testing::fake_draft(1, s.committed(), 3, 0, kVocab, r);
+  ASSERT_EQ(d.sched.set_draft(1, draft).value(), 3);
+  EXPECT_EQ(s.n_draft, 3);
+  EXPECT_EQ(s.n_generated(), 1);
+  StepPlan plan = d.step();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  EXPECT_EQ(plan.seqs[0].tokens.size(), 4u);  // the last token + 3 drafts
+  EXPECT_EQ(plan.seqs[0].n_draft, 3);
+  EXPECT_EQ(d.runner.n_accepted, 2);
+  EXPECT_EQ(s.n_draft, 0);
+  EXPECT_EQ(s.n_generated(), 4);                  // 1 + 2 accepted + 1 of the target's own
+  EXPECT_EQ(s.n_computed, 8);                     // prompt + first token + 2 accepted drafts
+  EXPECT_EQ(d.sched.blocks().n_tokens(1), 8);     // the rejected draft's slot is released
+  EXPECT_EQ(d.sched.blocks().block_table(1).size(), 2u);
+  // Drafts past max_tokens are dropped: 4 generated of 12, so at most 7 drafts.
+  EXPECT_EQ(d.sched.set_draft(1, std::vector<int32_t>(20, 1)).value(), 7);
+  // A budget of 16 keeps them; a new draft replaces the pending one.
+  EXPECT_EQ(d.sched.set_draft(1, std::vector<int32_t>{1, 2}).value(), 2);
+  EXPECT_EQ(s.n_total(), s.n_committed() + 2);
+  d.run_to_completion(20);
+  ASSERT_EQ(d.finished.count(1), 1u);
+  EXPECT_EQ(generated_of(d.finished.at(1)), reference_generate(1, p.prompt, p.max_tokens, {}, kVocab));
+  EXPECT_EQ(d.sched.blocks().stats().n_used, 0);
+}
+
+TEST(SchedulerTest, DraftsAreTrimmedToTheBudgetAndDroppedOnPreemption) {
+  Driver d({.max_batch_tokens = 3}, {.n_blocks = 16, .block_size = 2}, kVocab);
+  ASSERT_TRUE(d.sched.add(1, {.prompt = make_prompt(2, 1), .max_tokens = 10}).ok());
+  d.step();
+  ASSERT_EQ(d.sched.set_draft(1, std::vector<int32_t>{1, 2, 3, 4}).value(), 4);
+  StepPlan plan = d.step();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  EXPECT_EQ(plan.seqs[0].n_draft, 2);  // 1 + 2 tokens fill the budget of 3
+  EXPECT_EQ(plan.seqs[0].tokens.size(), 3u);
+  // In flight: no drafts, no forks of a sequence with drafts pending.
+  ASSERT_TRUE(d.sched.set_draft(1, std::vector<int32_t>{5}).ok());
+  EXPECT_FALSE(d.sched.fork(1, 2).ok());
+  StepPlan p2 = d.sched.schedule();
+  EXPECT_EQ(d.sched.set_draft(1, std::vector<int32_t>{5}).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(d.sched.update(d.runner.run(p2, d.sched.blocks())).ok());
+  d.check("after update");
+
+  // A 2-block pool: the second sequence's drafts go when it is preempted.
+  Driver e({.max_batch_tokens = 16}, {.n_blocks = 4, .block_size = 2}, kVocab);
+  ASSERT_TRUE(e.sched.add(1, {.prompt = make_prompt(3, 1), .max_tokens = 5}).ok());
+  ASSERT_TRUE(e.sched.add(2, {.prompt = make_prompt(3, 2), .max_tokens = 5}).ok());
+  e.step();
+  ASSERT_EQ(e.sched.n_running(), 2);
+  ASSERT_TRUE(e.sched.set_draft(2, std::vector<int32_t>{7, 7}).ok());
+  ASSERT_TRUE(e.sched.set_draft(1, std::vector<int32_t>{7, 7}).ok());
+  StepPlan p = e.step();
+  ASSERT_EQ(p.preempted.size(), 1u);
+  const Sequence* two = e.sched.find(2);
+  ASSERT_NE(two, nullptr);
+  EXPECT_EQ(two->n_draft, 0);
+  EXPECT_EQ(two->n_generated(), 1);
+  EXPECT_TRUE(e.run_to_completion(40));
+  EXPECT_EQ(e.n_invariant_failures, 0);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -48,7 +48,7 @@ Sequence Sequence::from_params(SeqId id, SequenceParams params, uint64_t arrival
 }
 
 SeqFinish Sequence::append_generated(std::span<const int32_t> new_tokens) {
-  CHECK(!is_finished());
+  CHECK(!is_finished() && n_draft == 0);
   for (const int32_t t : new_tokens) {
     tokens.push_back(t);
     if (std::find(stop_tokens.begin(), stop_tokens.end(), t) != stop_tokens.end()) return SeqFinish::kStop;

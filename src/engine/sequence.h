@@ -12,6 +12,14 @@
 // A prefix-cache hit starts n_computed above 0; preemption by recompute resets it
 // to 0 (the generated tokens stay and are recomputed like prompt tokens).
 //
+// Speculative decoding adds draft tokens after the committed ones; they are
+// computed like any other token, and the verifier's result replaces them:
+//
+//   tokens:     [ prompt ...... | generated .. t | d1 d2 d3 ]   n_draft = 3
+//                                  n_computed ---^             n_total = committed + 3
+//   verified:   [ prompt ...... | generated .. t  d1 d2 x ]    d1, d2 accepted, x new
+//   n_computed advances past t, d1, d2; d3's K/V row is garbage, overwritten later.
+//
 // State moves:
 //
 //   waiting --admit--> running --finish/abort--> finished
@@ -59,20 +67,35 @@ struct Sequence {
   SeqState state = SeqState::kWaiting;
   SeqFinish finish_reason = SeqFinish::kNone;
   int64_t n_preemptions = 0;
+  int64_t n_draft = 0;          // trailing speculative tokens, not yet verified
 
   static Sequence from_params(SeqId id, SequenceParams params, uint64_t arrival);
 
   int64_t n_total() const { return static_cast<int64_t>(tokens.size()); }
-  int64_t n_generated() const { return n_total() - n_prompt; }
+  // Prompt and generated tokens: all but the drafts.
+  int64_t n_committed() const { return n_total() - n_draft; }
+  int64_t n_generated() const { return n_committed() - n_prompt; }
   // Tokens still to compute before the next sample.
   int64_t n_uncomputed() const { return n_total() - n_computed; }
   std::span<const int32_t> prompt() const { return std::span<const int32_t>(tokens).first(n_prompt); }
   std::span<const int32_t> generated() const {
-    return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(n_prompt));
+    return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(n_prompt),
+                                                     static_cast<size_t>(n_generated()));
+  }
+  std::span<const int32_t> committed() const {
+    return std::span<const int32_t>(tokens).first(static_cast<size_t>(n_committed()));
+  }
+  std::span<const int32_t> draft() const {
+    return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(n_committed()));
+  }
+  // Removes the drafts (tokens back to the committed ones).
+  void drop_draft() {
+    tokens.resize(static_cast<size_t>(n_committed()));
+    n_draft = 0;
   }
   bool is_finished() const { return state == SeqState::kFinished; }
 
-  // Appends sampled tokens in order, stopping after the first stop token or when
+  // Appends sampled tokens in order (no drafts may be pending), stopping after the first stop token or when
   // max_tokens are generated (the rest are dropped). Returns why the sequence is
   // now finished, or kNone. The caller sets state.
   SeqFinish append_generated(std::span<const int32_t> new_tokens);

@@ -11,7 +11,10 @@
 //   4. forward:  for each ScheduledSeq, compute K/V of its tokens at positions
 //                pos0 .. pos0 + n - 1 (rows written through its block table),
 //                attending to positions 0 .. pos0 + n - 1; if `sample`, produce
-//                the next token from the last position's logits.
+//                the next token from the last position's logits. With n_draft > 0
+//                the last n_draft tokens are drafts: produce logits for the last
+//                n_draft + 1 positions and verify (SeqOutput: accepted drafts, then
+//                one token of the target's own).
 // A plan never holds both swap_out and swap_in moves.
 //
 // Index math for one scheduled sequence (block_size = 4):
@@ -37,6 +40,7 @@ struct ScheduledSeq {
   int64_t pos0 = 0;                  // position of tokens[0] (= n_computed before the step)
   std::vector<int32_t> block_table;  // snapshot: every block of the sequence, position order
   bool sample = false;               // this chunk reaches n_total: produce a next token
+  int64_t n_draft = 0;               // trailing draft tokens to verify (sample is then true)
 };
 
 struct StepPlan {
@@ -52,7 +56,7 @@ struct StepPlan {
 };
 
 // What a step produced for one sequence that was scheduled with sample = true.
-// Usually one token; more when a verifier accepts several at once.
+// One token; with drafts, the accepted drafts (a prefix of them) then one more.
 struct SeqOutput {
   SeqId id = 0;
   std::vector<int32_t> tokens;
