@@ -70,6 +70,11 @@ class Sampler {
   // logits: [n_vocab]; probs: [n_vocab].
   void distribution(const float* logits, float* probs);
 
+  // One uniform draw in [0, 1) from this sampler's RNG (speculative verification).
+  double uniform() { return rng_.uniform_double(); }
+  // temperature <= 0: sample() is the argmax and draws nothing.
+  bool is_greedy() const { return greedy(); }
+
   // Draws a token id from probs (non-negative, not all zero; need not sum to 1)
   // with this sampler's RNG: one uniform draw, scanned in id order.
   // probs: [n_vocab].

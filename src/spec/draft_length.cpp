@@ -1,0 +1,59 @@
+#include "spec/draft_length.h"
+
+#include <algorithm>
+
+#include "plan/speculative.h"
+
+namespace sluice::spec {
+
+double DraftLength::acceptance() const {
+  return (config_.prior_accepted + accepted_) /
+         (config_.prior_accepted + config_.prior_rejected + accepted_ + rejected_);
+}
+
+void DraftLength::observe(int32_t k, int32_t m) {
+  if (k <= 0) return;
+  accepted_ = accepted_ * config_.decay + m;
+  rejected_ = rejected_ * config_.decay + (m < k ? 1 : 0);
+}
+
+int32_t DraftLength::next(double cost_ratio) {
+  if (config_.max_k < 1) return 0;
+  if (!config_.adaptive) return config_.max_k;
+  const double a = std::clamp(acceptance(), 0.0, 1.0);
+  StatusOr<plan::BestDraft> best = plan::best_draft_length(a, std::max(0.0, cost_ratio), config_.max_k);
+  if (!best.ok()) return 1;
+  if (best->best.speedup < 1.0) {
+    if (++idle_rounds_ < config_.probe_every) return 0;
+    idle_rounds_ = 0;
+    return 1;
+  }
+  idle_rounds_ = 0;
+  return static_cast<int32_t>(best->best.draft_len);
+}
+
+void StepCost::observe(double n_tokens, double seconds) {
+  w_ = w_ * decay_ + 1;
+  sx_ = sx_ * decay_ + n_tokens;
+  sy_ = sy_ * decay_ + seconds;
+  sxx_ = sxx_ * decay_ + n_tokens * n_tokens;
+  sxy_ = sxy_ * decay_ + n_tokens * seconds;
+}
+
+double StepCost::per_token() const {
+  if (w_ <= 0) return 0;
+  const double var = sxx_ / w_ - (sx_ / w_) * (sx_ / w_);
+  const double mean_x = sx_ / w_;
+  // Sizes must spread by more than a token or so before a slope means anything.
+  if (var < 0.25 + 1e-9 * mean_x * mean_x) return 0;
+  const double cov = sxy_ / w_ - mean_x * (sy_ / w_);
+  return std::max(0.0, cov / var);
+}
+
+double StepCost::seconds(double n_tokens) const {
+  if (w_ <= 0) return 0;
+  const double b = per_token();
+  return std::max(1e-9, sy_ / w_ + b * (n_tokens - sx_ / w_));
+}
+
+}  // namespace sluice::spec
