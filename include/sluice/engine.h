@@ -86,6 +86,13 @@ struct EngineConfig {
   int64_t max_queued = 1024;       // submit() refuses more waiting requests (resource exhausted)
   uint64_t mem_budget_bytes = 0;   // weights beyond it stream from disk through the weight store; 0: all resident
   bool check_invariants = false;   // verify KV block accounting after every step (tests; slow)
+  // Speculative decoding (lossless): "off", "lookup" (n-gram prompt lookup) or
+  // "draft" (draft_model_path, a model with the same vocabulary, kept resident).
+  std::string speculative = "off";
+  std::string draft_model_path;
+  int32_t spec_max_draft = 5;      // longest draft per sequence and step (1 .. 16)
+  bool spec_adaptive = true;       // draft length from each sequence's acceptance (else always the max)
+  int32_t spec_ngram_max = 3;      // prompt lookup: longest n-gram matched (down to 1)
 };
 
 struct EngineStats {
@@ -101,6 +108,17 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t generated_tokens = 0;
   int64_t finished_requests = 0;
+  // Speculative decoding, since start.
+  int64_t spec_drafted = 0;    // draft tokens verified
+  int64_t spec_accepted = 0;   // of them, accepted
+  int64_t spec_passes = 0;     // sequence steps that verified drafts
+  int64_t spec_emitted = 0;    // tokens those steps emitted (accepted + one each)
+  double spec_acceptance_rate() const {
+    return spec_drafted > 0 ? static_cast<double>(spec_accepted) / static_cast<double>(spec_drafted) : 0.0;
+  }
+  double spec_tokens_per_pass() const {
+    return spec_passes > 0 ? static_cast<double>(spec_emitted) / static_cast<double>(spec_passes) : 0.0;
+  }
 };
 
 class Engine {
@@ -130,6 +148,8 @@ class Engine {
   // The weight placement map when weights stream (else "").
   std::string placement_report() const;
   int64_t n_vocab() const;
+  // The speculative decoding setup ("" when off), for the startup log.
+  std::string speculative_summary() const;
   // The KV pool and batching limits, for the startup log.
   std::string summary() const;
 

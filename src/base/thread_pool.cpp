@@ -3,12 +3,25 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace sluice {
 namespace {
 
-// Pause-loop iterations a worker spins before sleeping (~100-300 us).
-constexpr int kSpinIterations = 20000;
+// Waiting first spins with pause; past kPauseSpins it yields the core on every
+// try, so that on an oversubscribed machine (more runnable threads than cores)
+// the thread being waited for gets to run instead of losing a whole time slice
+// to a spinning peer. An idle worker sleeps after kIdleSpinSeconds.
+constexpr int kPauseSpins = 2048;
+constexpr double kIdleSpinSeconds = 200e-6;
+
+void backoff(int* spins) {
+  if (++*spins < kPauseSpins) {
+    _mm_pause();
+  } else {
+    std::this_thread::yield();
+  }
+}
 
 }  // namespace
 
@@ -34,11 +47,16 @@ void ThreadPool::worker_loop(int index) {
   for (;;) {
     // Spin briefly for the next job, then sleep until one arrives.
     int spins = 0;
+    std::chrono::steady_clock::time_point idle_until{};
     while (generation_.load(std::memory_order_acquire) == seen) {
-      if (++spins < kSpinIterations) {
-        _mm_pause();
-        continue;
+      backoff(&spins);
+      if (spins < kPauseSpins || (spins & 15) != 0) continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (idle_until == std::chrono::steady_clock::time_point{}) {
+        idle_until = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               std::chrono::duration<double>(kIdleSpinSeconds));
       }
+      if (now < idle_until) continue;
       std::unique_lock<std::mutex> lock(mu_);
       n_sleeping_.fetch_add(1);
       cv_.wait(lock, [&] { return generation_.load() != seen; });
@@ -66,7 +84,8 @@ void ThreadPool::run_on_all(FunctionRef<void(int, int)> fn) {
   }
   fn(0, n_threads_);
   const int others = n_threads_ - 1;
-  while (n_done_.load(std::memory_order_acquire) != others) _mm_pause();
+  int spins = 0;
+  while (n_done_.load(std::memory_order_acquire) != others) backoff(&spins);
 }
 
 void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {

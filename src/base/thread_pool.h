@@ -3,9 +3,11 @@
 // Threads are created once in the constructor and live until destruction; the
 // hot path (run_on_all / parallel_for) neither creates threads nor allocates nor
 // takes a lock while workers are awake. Dispatch is an atomic generation counter:
-// workers spin on it (with pause) for a short while after each job, so the
-// ~hundred operator dispatches of one decode step cost about a microsecond each;
-// idle workers then sleep on a condition variable and are woken by the next job.
+// workers spin on it (with pause, then yielding the core) for a short while
+// after each job, so the ~hundred operator dispatches of one decode step cost
+// about a microsecond each; idle workers then sleep on a condition variable and
+// are woken by the next job. Yielding keeps an oversubscribed machine (several
+// pools, or other processes) from losing whole time slices to spinning.
 // run_on_all is meant to be called from one thread at a time (the engine's step
 // thread) and blocks until every thread has finished. The calling thread takes
 // part as thread 0, so a pool of n threads has n - 1 workers.

@@ -5,6 +5,11 @@
 //     LlamaModel::forward(all scheduled sequences) -> samplers -> Scheduler::update()
 //     -> per-output text (stop strings) -> events -> finished requests retired
 //
+// With speculative decoding, each step first asks the proposer for drafts for
+// every decoding sequence (Scheduler::set_draft); the forward pass then returns
+// logits for the last token and each draft, and the verifier replaces the
+// sampler for those sequences (accepted drafts + one token, spec/verifier.h).
+//
 // Everything after the incoming queue runs on the engine thread only.
 #include "sluice/engine.h"
 
@@ -28,6 +33,10 @@
 #include "kv/kv_store.h"
 #include "model/llama_model.h"
 #include "sample/sampler.h"
+#include "spec/draft_length.h"
+#include "spec/draft_model.h"
+#include "spec/prompt_lookup.h"
+#include "spec/verifier.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/store_source.h"
 
@@ -75,6 +84,11 @@ struct Engine::Impl {
     bool done = false;
     bool stopped_by_string = false;
     double t_first = -1, t_last = -1;
+    // Speculative decoding.
+    spec::DraftLength draft_len;
+    std::unique_ptr<Sampler> draft_sampler;  // draws drafts for sampled requests (no penalties)
+    std::vector<int32_t> draft;              // the drafts last proposed
+    std::vector<float> draft_probs;          // [max_draft, n_vocab] their distributions, if drawn
   };
   struct Req {
     RequestId id = 0;
@@ -101,6 +115,7 @@ struct Engine::Impl {
   EngineMetrics metrics;
   std::shared_ptr<weights::StoreWeightSource> stream;
   std::string placement;
+  std::unique_ptr<spec::Proposer> proposer;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -121,16 +136,27 @@ struct Engine::Impl {
   std::vector<float> logits;
   std::vector<ForwardSeq> fseqs;
   std::vector<float> logprob_buf;
+  std::vector<spec::DraftTask> tasks;
+  std::vector<float> verify_scratch;  // [n_vocab]
+  spec::StepCost step_cost;           // target forward seconds against batch tokens
+  double draft_s_per_token = 0;       // proposer seconds per draft position (EMA)
+  int64_t spec_drafted = 0, spec_accepted = 0, spec_passes = 0, spec_emitted = 0;
 
   void run();
   void admit(Pending p);
   Status add_sequence(Req& rq, Output& o, std::vector<int32_t> prompt, int64_t max_tokens);
   void step();
-  // A token drawn this step, with the logits row it came from.
+  // Gives every decoding sequence a draft (speculative decoding).
+  void propose_drafts();
+  // The cost of one draft token relative to a plain decode step.
+  double spec_cost_ratio() const;
+  bool is_stop_token(const Req& rq, int32_t token) const;
+  // Tokens emitted for one output this step (one, or accepted drafts + one),
+  // logits row i for token i.
   struct Sampled {
     RequestId request;
     Output* output;
-    int32_t token;
+    std::vector<int32_t> tokens;
     const float* logits;
   };
   void sample_step(const StepPlan& plan, StepOutput* out, std::vector<Sampled>* sampled);
@@ -170,6 +196,30 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                                                    .max_seqs = config.max_seqs,
                                                                    .weights = e.stream}));
   e.name = e.file->metadata.get_string("general.name").value_or(config.model_path);
+  if (config.speculative != "off" && config.speculative != "lookup" && config.speculative != "draft") {
+    return invalid_argument("unknown speculative mode '{}' (off, lookup, draft)", config.speculative);
+  }
+  if (config.speculative != "off" && (config.spec_max_draft < 1 || config.spec_max_draft > 16)) {
+    return invalid_argument("the longest draft must be in [1, 16], got {}", config.spec_max_draft);
+  }
+  if (config.speculative == "lookup") {
+    const spec::PromptLookupConfig plc{.ngram_min = 1, .ngram_max = config.spec_ngram_max};
+    RETURN_IF_ERROR(spec::validate_prompt_lookup_config(plc));
+    e.proposer = std::make_unique<spec::PromptLookup>(plc);
+  } else if (config.speculative == "draft") {
+    if (config.draft_model_path.empty()) return invalid_argument("speculative mode 'draft' needs a draft model");
+    ASSIGN_OR_RETURN(std::unique_ptr<spec::DraftModel> dm,
+                     spec::DraftModel::create({.path = config.draft_model_path,
+                                               .n_threads = config.n_threads,
+                                               .pool = e.model->thread_pool(),
+                                               .n_batch = config.max_batch_tokens,
+                                               .max_seqs = config.max_seqs,
+                                               .n_ctx = e.ctx + config.spec_max_draft},
+                                              *e.tok));
+    e.proposer = std::move(dm);
+  } else if (!config.draft_model_path.empty()) {
+    return invalid_argument("a draft model was given but speculative decoding is off");
+  }
   ASSIGN_OR_RETURN(KvDtype dtype, parse_kv_dtype(config.kv_dtype, e.model->default_kv_dtype()));
   const KvLayout layout = e.model->kv_layout(dtype, config.kv_block_size);
   ASSIGN_OR_RETURN(int64_t block_bytes, kv_block_bytes(layout));
@@ -197,7 +247,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                          .enable_prefix_caching = config.prefix_caching});
   for (int32_t id = 0; id < e.tok->n_vocab(); ++id)
     if (e.tok->is_eog(id)) e.eog.push_back(id);
-  e.logits.resize(static_cast<size_t>(config.max_seqs * e.model->hparams().n_vocab));
+  // Logits rows: one per sampling sequence, plus one per draft token verified.
+  const int64_t n_rows = e.proposer ? std::max(config.max_seqs, std::min(config.max_batch_tokens,
+                                                                         config.max_seqs * (1 + config.spec_max_draft)))
+                                    : config.max_seqs;
+  e.logits.resize(static_cast<size_t>(n_rows * e.model->hparams().n_vocab));
+  e.verify_scratch.resize(static_cast<size_t>(e.model->hparams().n_vocab));
+  e.tasks.reserve(static_cast<size_t>(config.max_seqs));
   e.logprob_buf.resize(static_cast<size_t>(e.model->hparams().n_vocab));
   e.fseqs.reserve(static_cast<size_t>(config.max_seqs));
   e.metrics.kv_blocks_total->set(static_cast<double>(n_blocks));
@@ -287,6 +343,12 @@ std::string Engine::chat_template() const {
   return impl_->file->metadata.get_string("tokenizer.chat_template").value_or("");
 }
 std::string Engine::placement_report() const { return impl_->placement; }
+std::string Engine::speculative_summary() const {
+  const Impl& e = *impl_;
+  if (!e.proposer) return "";
+  return fmt::format("speculative decoding: {}, drafts of up to {} tokens{}", e.proposer->describe(),
+                     e.cfg.spec_max_draft, e.cfg.spec_adaptive ? ", length adapted to acceptance" : "");
+}
 int64_t Engine::n_vocab() const { return impl_->model->hparams().n_vocab; }
 
 std::string Engine::summary() const {
@@ -352,6 +414,21 @@ void Engine::Impl::admit(Pending p) {
     o.sampler = std::make_unique<Sampler>(sp, static_cast<int32_t>(model->hparams().n_vocab));
     for (int32_t t : rq.r.prompt) o.sampler->accept(t);
     o.text = OutputText(*tok, rq.r.stop_strings);
+    if (proposer) {
+      o.draft_len = spec::DraftLength({.max_k = cfg.spec_max_draft, .adaptive = cfg.spec_adaptive});
+      o.draft.reserve(static_cast<size_t>(cfg.spec_max_draft));
+      if (sp.temperature > 0 && proposer->draws_from_sampler()) {
+        // Drafts are drawn with the request's filters but no penalties: any
+        // draft distribution is exact as long as the verifier sees it.
+        SamplingParams dp = sp;
+        dp.repeat_penalty = 1.0f;
+        dp.frequency_penalty = 0.0f;
+        dp.presence_penalty = 0.0f;
+        dp.seed = sp.seed ^ 0x5bd1e995u;
+        o.draft_sampler = std::make_unique<Sampler>(dp, static_cast<int32_t>(model->hparams().n_vocab));
+        o.draft_probs.resize(static_cast<size_t>(cfg.spec_max_draft * model->hparams().n_vocab));
+      }
+    }
   }
   // Output 0 runs the prompt; the others fork from it once it has logits.
   if (Status st = add_sequence(rq, rq.outs[0], rq.r.prompt, rq.r.max_tokens); !st.ok()) {
@@ -360,6 +437,7 @@ void Engine::Impl::admit(Pending p) {
 }
 
 void Engine::Impl::step() {
+  if (proposer) propose_drafts();
   StepPlan plan = sched->schedule();
   if (plan.empty()) {
     // Nothing fits this step (e.g. waiting for blocks held by a step in flight).
@@ -375,14 +453,17 @@ void Engine::Impl::step() {
   fseqs.clear();
   for (const ScheduledSeq& s : plan.seqs) {
     fseqs.push_back(ForwardSeq{.tokens = s.tokens, .pos0 = s.pos0, .block_table = s.block_table,
-                               .n_logits = s.sample ? 1 : 0});
+                               .n_logits = s.sample ? 1 + s.n_draft : 0});
     auto it = owner.find(s.id);
     if (it != owner.end()) {
       Req& rq = reqs.at(it->second.first);
       if (rq.t_scheduled < 0) rq.t_scheduled = now;
     }
   }
-  if (Status st = model->forward(fseqs, kv, logits.data()); !st.ok()) {
+  const double t_forward = now_seconds();
+  const Status forward_status = model->forward(fseqs, kv, logits.data());
+  step_cost.observe(static_cast<double>(plan.n_batch_tokens), now_seconds() - t_forward);
+  if (Status st = forward_status; !st.ok()) {
     // A bug or an impossible plan: fail the requests of this step, keep serving.
     for (const ScheduledSeq& s : plan.seqs) {
       auto it = owner.find(s.id);
@@ -410,11 +491,18 @@ void Engine::Impl::step() {
     Req& rq = it->second;
     if (rq.r.n > 1 && !rq.children_started && x.output->index == 0) start_children(rq, x.logits);
   }
+  const int64_t n_vocab = model->hparams().n_vocab;
   for (const Sampled& x : sampled) {
-    auto it = reqs.find(x.request);
-    if (it != reqs.end()) emit_token(it->second, *x.output, x.token, x.logits);
+    for (size_t i = 0; i < x.tokens.size(); ++i) {
+      auto it = reqs.find(x.request);
+      if (it == reqs.end() || x.output->done) break;
+      emit_token(it->second, *x.output, x.tokens[i], x.logits + static_cast<int64_t>(i) * n_vocab);
+      // The scheduler dropped what follows a stop token; a stop string ends it too.
+      if (x.output->stopped_by_string || is_stop_token(it->second, x.tokens[i])) break;
+    }
   }
   for (Sequence& f : sched->take_finished()) {
+    if (proposer) proposer->release(f.id);
     auto it = owner.find(f.id);
     if (it == owner.end()) continue;
     Req& rq = reqs.at(it->second.first);
@@ -435,14 +523,83 @@ void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vecto
   int64_t row = 0;
   for (const ScheduledSeq& s : plan.seqs) {
     if (!s.sample) continue;
-    const float* lg = logits.data() + row++ * n_vocab;
+    const float* lg = logits.data() + row * n_vocab;
+    row += 1 + s.n_draft;
     auto it = owner.find(s.id);
     if (it == owner.end()) continue;
     Output& o = reqs.at(it->second.first).outs[static_cast<size_t>(it->second.second)];
-    const int32_t token = o.sampler->sample(lg);
-    o.sampler->accept(token);
-    out->seqs.push_back(SeqOutput{s.id, {token}});
-    sampled->push_back(Sampled{it->second.first, &o, token, lg});
+    SeqOutput so{.id = s.id};
+    if (s.n_draft > 0) {
+      const std::span<const int32_t> draft = std::span<const int32_t>(s.tokens).last(static_cast<size_t>(s.n_draft));
+      const float* probs = o.draft_sampler ? o.draft_probs.data() : nullptr;
+      const spec::Verdict v = spec::verify(*o.sampler, lg, draft, probs, verify_scratch.data());
+      so.tokens.assign(draft.begin(), draft.begin() + v.n_accepted);
+      so.tokens.push_back(v.token);
+      o.draft_len.observe(static_cast<int32_t>(s.n_draft), v.n_accepted);
+      spec_drafted += s.n_draft;
+      spec_accepted += v.n_accepted;
+      spec_passes += 1;
+      spec_emitted += v.n_accepted + 1;
+      metrics.spec_drafted->add(static_cast<double>(s.n_draft));
+      metrics.spec_accepted->add(v.n_accepted);
+      metrics.spec_passes->add(1);
+      metrics.spec_emitted->add(v.n_accepted + 1);
+    } else {
+      const int32_t token = o.sampler->sample(lg);
+      o.sampler->accept(token);
+      so.tokens.push_back(token);
+    }
+    sampled->push_back(Sampled{it->second.first, &o, so.tokens, lg});
+    out->seqs.push_back(std::move(so));
+  }
+}
+
+bool Engine::Impl::is_stop_token(const Req& rq, int32_t token) const {
+  return std::find(rq.r.stop_tokens.begin(), rq.r.stop_tokens.end(), token) != rq.r.stop_tokens.end() ||
+         (!rq.r.ignore_eos && std::find(eog.begin(), eog.end(), token) != eog.end());
+}
+
+double Engine::Impl::spec_cost_ratio() const {
+  // A plain decode step of the running sequences, and what a draft token adds:
+  // the proposer's time per draft position plus the target's time per token.
+  const double base = step_cost.seconds(static_cast<double>(std::max<int64_t>(1, sched->n_running())));
+  if (base <= 0) return 0.0;
+  return (draft_s_per_token + step_cost.per_token()) / base;
+}
+
+void Engine::Impl::propose_drafts() {
+  tasks.clear();
+  const double r = spec_cost_ratio();
+  int32_t k_max = 0;
+  for (const SeqId id : sched->running()) {
+    const Sequence* s = sched->find(id);
+    if (!s || s->n_committed() - s->n_computed != 1) continue;  // prefill, or waiting for a step
+    auto it = owner.find(id);
+    if (it == owner.end()) continue;
+    Output& o = reqs.at(it->second.first).outs[static_cast<size_t>(it->second.second)];
+    const int64_t room = s->max_tokens - s->n_generated() - 1;
+    const int32_t k = static_cast<int32_t>(std::min<int64_t>(o.draft_len.next(r), room));
+    if (k < 1) continue;
+    k_max = std::max(k_max, k);
+    tasks.push_back(spec::DraftTask{.seq = id,
+                                    .tokens = s->committed(),
+                                    .max_draft = k,
+                                    .sampler = o.draft_sampler.get(),
+                                    .draft = &o.draft,
+                                    .probs = o.draft_sampler ? o.draft_probs.data() : nullptr});
+  }
+  if (tasks.empty()) return;
+  const double t0 = now_seconds();
+  if (Status st = proposer->propose(tasks); !st.ok()) {
+    fmt::print(stderr, "[sluice] drafting failed, decoding without drafts this step: {}\n", st.message());
+    return;
+  }
+  const double per_token = (now_seconds() - t0) / k_max;
+  draft_s_per_token = draft_s_per_token > 0 ? 0.9 * draft_s_per_token + 0.1 * per_token : per_token;
+  for (const spec::DraftTask& t : tasks) {
+    if (t.draft->empty()) continue;
+    StatusOr<int64_t> kept = sched->set_draft(t.seq, *t.draft);
+    if (!kept.ok()) fmt::print(stderr, "[sluice] draft refused: {}\n", kept.status().message());
   }
 }
 
@@ -494,9 +651,7 @@ void Engine::Impl::emit_token(Req& rq, Output& o, int32_t token, const float* lg
   ++o.n_generated;
   metrics.generated_tokens->add(1);
   TokenEvent ev{.request = rq.id, .index = o.index, .token = token};
-  const bool is_stop_token = std::find(rq.r.stop_tokens.begin(), rq.r.stop_tokens.end(), token) != rq.r.stop_tokens.end() ||
-                             (!rq.r.ignore_eos && std::find(eog.begin(), eog.end(), token) != eog.end());
-  if (!is_stop_token) {
+  if (!is_stop_token(rq, token)) {
     const bool hit = o.text.push(token, &ev.text);
     if (hit && !o.stopped_by_string) {
       o.stopped_by_string = true;
@@ -581,7 +736,10 @@ void Engine::Impl::abort_request(RequestId id) {
     if (again == reqs.end()) break;
     finish_output(again->second, again->second.outs[i], FinishReason::kAbort);
   }
-  for (Sequence& f : sched->take_finished()) owner.erase(f.id);
+  for (Sequence& f : sched->take_finished()) {
+    owner.erase(f.id);
+    if (proposer) proposer->release(f.id);
+  }
 }
 
 void Engine::Impl::publish_stats() {
@@ -602,6 +760,10 @@ void Engine::Impl::publish_stats() {
   st.steps = s.n_steps;
   st.generated_tokens = static_cast<int64_t>(metrics.generated_tokens->value());
   st.finished_requests = s.n_finished;
+  st.spec_drafted = spec_drafted;
+  st.spec_accepted = spec_accepted;
+  st.spec_passes = spec_passes;
+  st.spec_emitted = spec_emitted;
   metrics.publish(st);
   if (stream) metrics.publish_weights(stream->store().counters());
   std::lock_guard<std::mutex> lock(stats_mu);

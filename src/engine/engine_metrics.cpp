@@ -32,6 +32,13 @@ EngineMetrics::EngineMetrics() {
   weight_stall_s = r.gauge("sluice_weight_stall_seconds", "Seconds the forward pass waited for weight transfers");
   weight_overlap = r.gauge("sluice_weight_overlap_efficiency", "1 - stall / compute time of the forward pass");
   weight_resident_fraction = r.gauge("sluice_weight_resident_fraction", "Fraction of weight bytes resident in memory");
+  spec_drafted = r.counter("sluice_spec_draft_tokens_total", "Draft tokens verified by the target");
+  spec_accepted = r.counter("sluice_spec_accepted_tokens_total", "Draft tokens accepted");
+  spec_passes = r.counter("sluice_spec_verify_passes_total", "Sequence steps that verified drafts");
+  spec_emitted = r.counter("sluice_spec_emitted_tokens_total", "Tokens emitted by steps that verified drafts");
+  spec_acceptance = r.gauge("sluice_spec_acceptance_rate", "Accepted / drafted tokens since start");
+  spec_tokens_per_pass =
+      r.gauge("sluice_spec_tokens_per_pass", "Tokens emitted per target pass of a sequence that verified drafts");
 }
 
 void EngineMetrics::observe_finished(const RequestTimings& t, FinishReason reason) {
@@ -51,6 +58,8 @@ void EngineMetrics::publish(const EngineStats& s) {
   kv_blocks_total->set(static_cast<double>(s.kv_blocks_total));
   kv_blocks_cached->set(static_cast<double>(s.kv_blocks_cached));
   prefix_hit_ratio->set(s.prefix_hit_rate);
+  spec_acceptance->set(s.spec_acceptance_rate());
+  spec_tokens_per_pass->set(s.spec_tokens_per_pass());
 }
 
 void EngineMetrics::publish_weights(const weights::WeightCountersSnapshot& w) {

@@ -10,6 +10,9 @@
 //   sluice_weight_read_bytes{tier="disk|host"}, sluice_weight_stall_seconds,
 //   sluice_weight_overlap_efficiency, sluice_weight_resident_fraction
 //                                   gauges mirroring the weight store's counters
+//   sluice_spec_draft_tokens_total, sluice_spec_accepted_tokens_total,
+//   sluice_spec_verify_passes_total, sluice_spec_emitted_tokens_total   counters
+//   sluice_spec_acceptance_rate, sluice_spec_tokens_per_pass            gauges
 // Several engines in one process share these series.
 #pragma once
 
@@ -45,6 +48,12 @@ struct EngineMetrics {
   Gauge* weight_stall_s;
   Gauge* weight_overlap;
   Gauge* weight_resident_fraction;
+  Counter* spec_drafted;
+  Counter* spec_accepted;
+  Counter* spec_passes;
+  Counter* spec_emitted;
+  Gauge* spec_acceptance;
+  Gauge* spec_tokens_per_pass;
 };
 
 }  // namespace sluice

@@ -47,7 +47,7 @@ LlamaModel::LlamaModel(std::shared_ptr<const ModelFile> file, const ModelHparams
     : file_(std::move(file)),
       hp_(hp),
       n_batch_(std::max<int64_t>(1, options.n_batch)),
-      pool_(options.n_threads),
+      pool_(options.pool ? options.pool : std::make_shared<ThreadPool>(options.n_threads)),
       source_(options.weights) {}
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const ModelFile> file,
@@ -75,7 +75,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Mod
   m->max_seqs_ = options.max_seqs;
   m->n_ctx_max_ = options.n_ctx_max > 0 ? options.n_ctx_max : h.n_ctx_train;
   m->attn_partials_.resize(cpu::paged_attention_partials_floats(nb * h.n_head_kv, m->n_ctx_max_, h.n_head,
-                                                                h.n_head_kv, h.head_dim, m->pool_.n_threads()));
+                                                                h.n_head_kv, h.head_dim, m->pool_->n_threads()));
   m->attn_seqs_.resize(sz(options.max_seqs));
   return m;
 }
@@ -286,7 +286,7 @@ Status LlamaModel::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float*
   if (n_out == 0) return Status();
   cpu::fast::rmsnorm(xn_.data(), output_norm_.data(), xn_.data(), n_out, h.n_embd, h.rms_eps, isa_);
   const cpu::MatmulJob out[1] = {{output_, logits}};
-  cpu::matmul_group(out, xn_.data(), h.n_embd, n_out, act_.data(), pool_, isa_);
+  cpu::matmul_group(out, xn_.data(), h.n_embd, n_out, act_.data(), *pool_, isa_);
   emit("logits", -1, logits, n_out, h.n_vocab);
   return Status();
 }
@@ -304,7 +304,7 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
                                                                        : cpu::KvRowType::kQ8_0;
   // Token ranges are split over threads only when there is enough work.
   auto per_token = [&](FunctionRef<void(int64_t, int64_t)> fn) {
-    if (n >= 4) pool_.parallel_for(n, fn);
+    if (n >= 4) pool_->parallel_for(n, fn);
     else fn(0, n);
   };
   // Where each token's K/V row lives: (sequence, position) -> store row.
@@ -333,7 +333,7 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
     });
     emit("attn_norm", l, xn, n, h.n_embd);
     const cpu::MatmulJob qkv[3] = {{w.wq, q_.data()}, {w.wk, k_.data()}, {w.wv, v_.data()}};
-    cpu::matmul_group(qkv, xn, h.n_embd, n, act_.data(), pool_, isa_);
+    cpu::matmul_group(qkv, xn, h.n_embd, n, act_.data(), *pool_, isa_);
     per_token([&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         float* q = q_.data() + t * h.n_embd_q();
@@ -372,10 +372,10 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
                                 .kv = {.k = k_rows, .v = v_rows, .row_bytes = rb, .block_size = bs, .type = row_type},
                                 .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
                                 .scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim))},
-        attn_partials_.data(), attn_partials_.size(), pool_, isa_);
+        attn_partials_.data(), attn_partials_.size(), *pool_, isa_);
     emit("attn_out", l, att_.data(), n, h.n_embd_q());
     const cpu::MatmulJob wo[1] = {{w.wo, proj_.data()}};
-    cpu::matmul_group(wo, att_.data(), h.n_embd_q(), n, act_.data(), pool_, isa_);
+    cpu::matmul_group(wo, att_.data(), h.n_embd_q(), n, act_.data(), *pool_, isa_);
     cpu::fast::add(x, proj_.data(), x, n * h.n_embd, isa_);
 
     // Feed-forward block: norm, gate and up (one dispatch), SwiGLU, down.
@@ -383,13 +383,13 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
       cpu::fast::rmsnorm(x + t0 * h.n_embd, w.ffn_norm.data(), xn + t0 * h.n_embd, t1 - t0, h.n_embd, h.rms_eps, isa_);
     });
     const cpu::MatmulJob gate_up[2] = {{w.ffn_gate, gate_.data()}, {w.ffn_up, up_.data()}};
-    cpu::matmul_group(gate_up, xn, h.n_embd, n, act_.data(), pool_, isa_);
+    cpu::matmul_group(gate_up, xn, h.n_embd, n, act_.data(), *pool_, isa_);
     per_token([&](int64_t t0, int64_t t1) {
       cpu::fast::swiglu(gate_.data() + t0 * h.n_ff, up_.data() + t0 * h.n_ff, gate_.data() + t0 * h.n_ff,
                         (t1 - t0) * h.n_ff, isa_);
     });
     const cpu::MatmulJob down[1] = {{w.ffn_down, proj_.data()}};
-    cpu::matmul_group(down, gate_.data(), h.n_ff, n, act_.data(), pool_, isa_);
+    cpu::matmul_group(down, gate_.data(), h.n_ff, n, act_.data(), *pool_, isa_);
     cpu::fast::add(x, proj_.data(), x, n * h.n_embd, isa_);
     emit("l_out", l, x, n, h.n_embd);
     if (source_) source_->release(l);

@@ -52,6 +52,9 @@ struct ModelOptions {
   // Where layer matrices come from; null: resident in the ModelFile's mapping.
   // With a source, weight bytes are read only through it (never the mapping).
   std::shared_ptr<LayerWeightSource> weights;
+  // Threads to run on, shared with another model (a draft model runs between the
+  // target's passes); null: a pool of n_threads of its own.
+  std::shared_ptr<ThreadPool> pool;
 };
 
 // One sequence's part of a batched forward pass.
@@ -76,7 +79,9 @@ class LlamaModel {
 
   const ModelHparams& hparams() const { return hp_; }
   const ModelFile& file() const { return *file_; }
-  int n_threads() const { return pool_.n_threads(); }
+  int n_threads() const { return pool_->n_threads(); }
+  // The pool forward() runs on (shareable with a draft model).
+  const std::shared_ptr<ThreadPool>& thread_pool() const { return pool_; }
   // Bytes of weights one forward pass reads (all matrices + embeddings row).
   uint64_t weight_bytes() const { return weight_bytes_; }
 
@@ -116,7 +121,7 @@ class LlamaModel {
   std::shared_ptr<const ModelFile> file_;
   ModelHparams hp_;
   int64_t n_batch_;
-  ThreadPool pool_;
+  std::shared_ptr<ThreadPool> pool_;
   uint64_t weight_bytes_ = 0;
 
   cpu::WeightView token_embd_;     // [n_vocab, n_embd]

@@ -42,7 +42,8 @@ StatusOr<std::unique_ptr<DraftModel>> DraftModel::create(const DraftModelConfig&
   ASSIGN_OR_RETURN(d->model_, LlamaModel::load(file, ModelOptions{.n_threads = config.n_threads,
                                                                   .n_batch = config.n_batch,
                                                                   .n_ctx_max = config.n_ctx,
-                                                                  .max_seqs = config.max_seqs}));
+                                                                  .max_seqs = config.max_seqs,
+                                                                  .pool = config.pool}));
   if (d->model_->hparams().n_vocab != target_vocab.n_vocab()) {
     return invalid_argument("draft model {}: {} logits per token for a vocabulary of {}", config.path,
                             d->model_->hparams().n_vocab, target_vocab.n_vocab());

@@ -32,7 +32,8 @@ namespace sluice::spec {
 
 struct DraftModelConfig {
   std::string path;           // GGUF file or HF folder
-  int n_threads = 0;          // <= 0: one per core
+  int n_threads = 0;          // <= 0: one per core (unused with a pool)
+  std::shared_ptr<ThreadPool> pool;  // the target's threads, shared (null: a pool of its own)
   int64_t n_batch = 512;      // tokens per forward pass
   int64_t max_seqs = 64;      // sequences per forward pass
   int64_t n_ctx = 4096;       // longest sequence
