@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "base/test_data.h"
 #include "cli_runner.h"
@@ -263,6 +264,40 @@ TEST_F(SpeculativeTest, RefusesBadConfigurations) {
   auto off = Engine::create(c);
   ASSERT_FALSE(off.ok());
   EXPECT_NE(off.status().message().find("speculative decoding is off"), std::string::npos);
+}
+
+TEST_F(SpeculativeTest, CliRunAndBenchSpec) {
+  const std::string prompt = " -p 'Lily and Tim went to the park. Lily and Tim went to the park. Lily and Tim'";
+  const testing::CliResult plain = testing::run_cli("run -m " + target_ + prompt + " -n 24 --temp 0 --json");
+  const testing::CliResult spec =
+      testing::run_cli("run -m " + target_ + prompt + " -n 24 --temp 0 --json --spec lookup --draft-max 4");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["tokens"], nlohmann::json::parse(spec.out)["tokens"]);
+  EXPECT_NE(spec.err.find("prompt lookup"), std::string::npos) << spec.err;
+  EXPECT_NE(spec.err.find("speculative:"), std::string::npos) << spec.err;
+
+  const testing::CliResult draft =
+      testing::run_cli("run -m " + target_ + prompt + " -n 24 --temp 0 --json --draft-model " + target_);
+  ASSERT_EQ(draft.exit_code, 0) << draft.err;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["tokens"], nlohmann::json::parse(draft.out)["tokens"]);
+
+  const testing::CliResult b =
+      testing::run_cli("bench-spec -m " + target_ + " --spec lookup -n 24 -r 2 -t 1 --json");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const nlohmann::json j = nlohmann::json::parse(b.out);
+  for (const char* key : {"plain_tps", "spec_tps", "ratio", "acceptance", "tokens_per_pass", "drafted_per_run"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_GT(j["plain_tps"].get<double>(), 0.0);
+  EXPECT_GT(j["spec_tps"].get<double>(), 0.0);
+  EXPECT_EQ(j["greedy_identical"], true);
+
+  const testing::CliResult none = testing::run_cli("bench-spec -m " + target_ + " -n 8");
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("--spec lookup or --draft-model"), std::string::npos) << none.err;
+  const testing::CliResult bad = testing::run_cli("run -m " + target_ + " -p hi --spec maybe");
+  EXPECT_NE(bad.exit_code, 0);
 }
 
 }  // namespace

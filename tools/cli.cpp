@@ -47,6 +47,30 @@ void add_mem_budget_option(CLI::App* c, uint64_t* bytes) {
        "memory for weights (e.g. 600M, 2G): layers beyond it stream from disk through the weight store");
 }
 
+void add_speculative_options(CLI::App* c, EngineConfig* config) {
+  c->add_option("--spec", config->speculative, "speculative decoding: off, lookup (n-gram prompt lookup), draft")
+      ->check(CLI::IsMember({"off", "lookup", "draft"}))
+      ->capture_default_str();
+  c->add_option("--draft-model", config->draft_model_path,
+                "draft model with the target's vocabulary (implies --spec draft), kept resident");
+  c->add_option("--draft-max", config->spec_max_draft, "longest draft per sequence and step (1..16)")
+      ->capture_default_str();
+  c->add_flag("--no-spec-adapt", [config](int64_t) { config->spec_adaptive = false; },
+              "always draft --draft-max tokens (default: adapt the length to each sequence's acceptance)");
+  c->add_option("--spec-ngram", config->spec_ngram_max, "prompt lookup: longest n-gram matched")->capture_default_str();
+}
+
+void finish_speculative_options(EngineConfig* config) {
+  if (!config->draft_model_path.empty() && config->speculative == "off") config->speculative = "draft";
+}
+
+std::string speculative_line(const EngineStats& s) {
+  if (s.spec_passes == 0) return "";
+  return fmt::format("speculative: {} drafted, {} accepted ({:.1f}%), {:.2f} tokens per target pass over {} passes",
+                     s.spec_drafted, s.spec_accepted, 100.0 * s.spec_acceptance_rate(), s.spec_tokens_per_pass(),
+                     s.spec_passes);
+}
+
 std::string human_bytes(uint64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(n);

@@ -10,6 +10,7 @@
 
 #include "format/model_file.h"
 #include "model/llama_model.h"
+#include "sluice/engine.h"
 #include "sluice/status.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/store_source.h"
@@ -28,6 +29,7 @@ Runner add_plan(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_stream_bench(CLI::App& app);
 Runner add_bench_serve(CLI::App& app);
+Runner add_bench_spec(CLI::App& app);
 Runner add_serve(CLI::App& app);
 
 // Prints "error: <message>" to stderr and returns 1.
@@ -49,6 +51,14 @@ StatusOr<LoadedModel> load_model(const std::string& path, ModelOptions options, 
 
 // Adds --mem-budget (e.g. 600M, 2G) to a subcommand, parsed into *bytes.
 void add_mem_budget_option(CLI::App* c, uint64_t* bytes);
+
+// Adds the speculative decoding flags (--spec, --draft-model, --draft-max,
+// --no-spec-adapt, --spec-ngram) to a subcommand that runs the engine.
+void add_speculative_options(CLI::App* c, EngineConfig* config);
+// After parsing: --draft-model alone means --spec draft.
+void finish_speculative_options(EngineConfig* config);
+// One line of speculative decoding counters ("" when none were drafted).
+std::string speculative_line(const EngineStats& s);
 
 // Tokenizer only (no weights bound), for `sluice tokenize`.
 StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path);

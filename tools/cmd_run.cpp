@@ -1,10 +1,13 @@
 // sluice run: generate a continuation of a prompt.
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/timer.h"
 #include "cli.h"
 #include "model/generate.h"
 #include "sample/sampler.h"
@@ -25,9 +28,92 @@ struct RunArgs {
   int64_t seed = -1;
   uint64_t mem_budget = 0;
   SamplingParams sampling;
+  EngineConfig spec;  // speculative decoding flags only
 };
 
-int run(const RunArgs& a) {
+// With speculative decoding: one request through the engine, which drafts and
+// verifies (the plain path below has no proposer).
+int run_speculative(const RunArgs& a, SamplingParams sp) {
+  EngineConfig cfg = a.spec;
+  cfg.model_path = a.model;
+  cfg.n_threads = a.n_threads;
+  cfg.max_seqs = 1;
+  cfg.mem_budget_bytes = a.mem_budget;
+  const double t0 = now_seconds();
+  auto engine_or = Engine::create(cfg);
+  if (!engine_or.ok()) return fail(engine_or.status());
+  Engine& engine = **engine_or;
+  const double load_s = now_seconds() - t0;
+  if (const std::string placement = engine.placement_report(); !placement.empty()) fmt::print(stderr, "{}", placement);
+  fmt::print(stderr, "[sluice] {}\n", engine.speculative_summary());
+  const Tokenizer& tok = engine.tokenizer();
+  std::vector<int32_t> prompt = tok.encode(a.prompt, /*add_special=*/true, a.special);
+  if (prompt.empty()) return fail(invalid_argument("the prompt is empty and the model adds no BOS token"));
+  if (a.n_predict < 1) return fail(invalid_argument("-n must be >= 1 with speculative decoding"));
+  if (static_cast<int64_t>(prompt.size()) + a.n_predict > engine.ctx_size()) {
+    return fail(invalid_argument("prompt ({} tokens) + -n {} exceeds the context of {} (raise -c)", prompt.size(),
+                                 a.n_predict, engine.ctx_size()));
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::vector<int32_t> tokens;
+  std::string text, error;
+  FinishReason reason = FinishReason::kNone;
+  RequestTimings timings;
+  Request req{.prompt = prompt, .max_tokens = a.n_predict, .sampling = sp, .ignore_eos = a.ignore_eos};
+  auto id = engine.submit(req, [&](const TokenEvent& ev) {
+    if (ev.token >= 0) tokens.push_back(ev.token);
+    text += ev.text;
+    if (!a.json && !ev.text.empty()) {
+      std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
+      std::fflush(stdout);
+    }
+    if (ev.finished) reason = ev.finish_reason, error = ev.error;
+    if (ev.timings) {
+      std::lock_guard<std::mutex> lock(mu);
+      timings = *ev.timings;
+      done = true;
+      cv.notify_all();
+    }
+  });
+  if (!id.ok()) return fail(id.status());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+  if (reason == FinishReason::kError) return fail(internal_error("generation failed: {}", error));
+  if (a.json) {
+    nlohmann::json j;
+    j["tokens"] = tokens;
+    j["text"] = text;
+    j["finish_reason"] = finish_reason_name(reason);
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else {
+    std::fputc('\n', stdout);
+  }
+  const EngineStats st = engine.stats();
+  const double decode_s = timings.e2e_s - timings.ttft_s;
+  fmt::print(stderr,
+             "\n[sluice] model {} | load {:.2f} s | threads {} | seed {}\n"
+             "[sluice] prompt {} tokens, TTFT {:.1f} ms | generated {} tokens, {:.1f} tok/s | finish: {}\n"
+             "[sluice] {}\n",
+             a.model, load_s, a.n_threads, sp.seed, prompt.size(), timings.ttft_s * 1e3, tokens.size(),
+             tokens.size() > 1 ? static_cast<double>(tokens.size() - 1) / std::max(decode_s, 1e-9) : 0.0,
+             finish_reason_name(reason), speculative_line(st).empty() ? "speculative: nothing drafted" : speculative_line(st));
+  return 0;
+}
+
+int run(RunArgs a) {
+  finish_speculative_options(&a.spec);
+  if (a.spec.speculative != "off") {
+    SamplingParams sp = a.sampling;
+    sp.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed)
+                          : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    if (Status st = validate_sampling_params(sp); !st.ok()) return fail(st);
+    if (a.n_ctx > 0) a.spec.ctx_size = a.n_ctx;
+    return run_speculative(a, sp);
+  }
   ModelOptions mo{.n_threads = a.n_threads};
   auto lm_or = load_model(a.model, mo, a.mem_budget);
   if (!lm_or.ok()) return fail(lm_or.status());
@@ -115,6 +201,7 @@ Runner add_run(CLI::App& app) {
   c->add_flag("--special", a->special, "parse special-token text (e.g. <|im_start|>) in the prompt");
   c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
   add_mem_budget_option(c, &a->mem_budget);
+  add_speculative_options(c, &a->spec);
   return [a] { return run(*a); };
 }
 

@@ -53,6 +53,7 @@ int serve(ServeArgs a) {
   a.engine.kv_budget_bytes = static_cast<uint64_t>(a.kv_budget_mib * 1024 * 1024);
   a.engine.swap_budget_bytes = static_cast<uint64_t>(a.swap_budget_mib * 1024 * 1024);
   a.engine.prefix_caching = !a.no_prefix_cache;
+  finish_speculative_options(&a.engine);
   if (a.server.http_threads <= 0) a.server.http_threads = static_cast<int>(std::max<int64_t>(16, 2 * a.engine.max_seqs));
 
   server::HttpServer http(a.server, global_metrics());
@@ -109,6 +110,7 @@ int serve(ServeArgs a) {
     return fail(load_status);
   }
   std::shared_ptr<Engine> engine(std::move(engine_or).value());
+  if (const std::string spec = engine->speculative_summary(); !spec.empty()) fmt::print(stderr, "[sluice] {}\n", spec);
   if (!chat) fmt::print(stderr, "[sluice] the model has no chat template: /v1/chat/completions needs --chat-template FILE\n");
   http.set_engine(engine, std::move(chat));
   fmt::print(stderr, "[sluice] ready: model '{}' | ctx {} | {}\n",
@@ -156,6 +158,7 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--kv-dtype", a->engine.kv_dtype, "auto, f32, f16, q8_0")->capture_default_str();
   c->add_option("--kv-block-size", a->engine.kv_block_size, "positions per KV block")->capture_default_str();
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "disable prefix caching");
+  add_speculative_options(c, &a->engine);
   c->add_flag("--preempt-swap", a->engine.preempt_swap, "preempt by swapping KV to host memory (else recompute)");
   c->add_option("--swap-budget-mib", a->swap_budget_mib, "host swap pool in MiB (default: the KV budget)");
   add_mem_budget_option(c, &a->engine.mem_budget_bytes);
