@@ -139,6 +139,7 @@ struct Engine::Impl {
   std::vector<spec::DraftTask> tasks;
   std::vector<float> verify_scratch;  // [n_vocab]
   spec::StepCost step_cost;           // target forward seconds against batch tokens
+  spec::DraftLength all_seqs_len{{.decay = 0.98}};  // acceptance over every sequence: the prior of new ones
   double draft_s_per_token = 0;       // proposer seconds per draft position (EMA)
   int64_t spec_drafted = 0, spec_accepted = 0, spec_passes = 0, spec_emitted = 0;
 
@@ -415,7 +416,9 @@ void Engine::Impl::admit(Pending p) {
     for (int32_t t : rq.r.prompt) o.sampler->accept(t);
     o.text = OutputText(*tok, rq.r.stop_strings);
     if (proposer) {
-      o.draft_len = spec::DraftLength({.max_k = cfg.spec_max_draft, .adaptive = cfg.spec_adaptive});
+      o.draft_len = spec::DraftLength({.max_k = cfg.spec_max_draft,
+                                       .adaptive = cfg.spec_adaptive,
+                                       .prior_acceptance = all_seqs_len.acceptance()});
       o.draft.reserve(static_cast<size_t>(cfg.spec_max_draft));
       if (sp.temperature > 0 && proposer->draws_from_sampler()) {
         // Drafts are drawn with the request's filters but no penalties: any
@@ -536,6 +539,7 @@ void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vecto
       so.tokens.assign(draft.begin(), draft.begin() + v.n_accepted);
       so.tokens.push_back(v.token);
       o.draft_len.observe(static_cast<int32_t>(s.n_draft), v.n_accepted);
+      all_seqs_len.observe(static_cast<int32_t>(s.n_draft), v.n_accepted);
       spec_drafted += s.n_draft;
       spec_accepted += v.n_accepted;
       spec_passes += 1;

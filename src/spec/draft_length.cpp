@@ -7,8 +7,11 @@
 namespace sluice::spec {
 
 double DraftLength::acceptance() const {
-  return (config_.prior_accepted + accepted_) /
-         (config_.prior_accepted + config_.prior_rejected + accepted_ + rejected_);
+  // The prior as pseudo-counts: prior_weight rounds' worth of survivals and failures.
+  const double a0 = std::clamp(config_.prior_acceptance, 0.01, 0.99);
+  const double s0 = config_.prior_weight * a0;
+  const double f0 = config_.prior_weight * (1 - a0);
+  return (s0 + accepted_) / (s0 + f0 + accepted_ + rejected_);
 }
 
 void DraftLength::observe(int32_t k, int32_t m) {
@@ -24,11 +27,14 @@ int32_t DraftLength::next(double cost_ratio) {
   StatusOr<plan::BestDraft> best = plan::best_draft_length(a, std::max(0.0, cost_ratio), config_.max_k);
   if (!best.ok()) return 1;
   if (best->best.speedup < 1.0) {
-    if (++idle_rounds_ < config_.probe_every) return 0;
+    if (probe_wait_ == 0) probe_wait_ = config_.probe_every;
+    if (++idle_rounds_ < probe_wait_) return 0;
     idle_rounds_ = 0;
+    probe_wait_ = std::min(config_.max_probe_every, 2 * probe_wait_);
     return 1;
   }
   idle_rounds_ = 0;
+  probe_wait_ = 0;
   return static_cast<int32_t>(best->best.draft_len);
 }
 

@@ -9,11 +9,14 @@
 //   a = (prior_accepted + sum decay^age x accepted) /
 //       (prior_accepted + prior_rejected + sum decay^age x (accepted + rejected))
 //
+// The prior is the engine's running acceptance over all sequences (a new
+// sequence starts from what the proposer has achieved so far, not from scratch).
 // The next length is the planner's best_draft_length(a, r, max_k) for the
 // measured cost ratio r (draft and verification time per draft token / target
 // step time). When even the best length is expected to be slower than plain
-// decoding, the sequence drafts nothing, but one token every probe_every rounds
-// keeps the estimate alive.
+// decoding, the sequence drafts nothing, but probes one token after probe_every
+// idle rounds, doubling the wait after each probe that does not change the
+// verdict (up to max_probe_every).
 // Plain data, one per sequence.
 #pragma once
 
@@ -25,9 +28,10 @@ struct DraftLengthConfig {
   int32_t max_k = 8;              // longest draft
   bool adaptive = true;           // false: always max_k
   double decay = 0.9;             // weight of a round's counts after each later round
-  double prior_accepted = 2.0;    // pseudo-counts: a starts at 2/3
-  double prior_rejected = 1.0;
-  int32_t probe_every = 8;        // rounds without drafting between probes
+  double prior_acceptance = 2.0 / 3.0;  // a before any observation
+  double prior_weight = 3.0;            // in rounds: how fast observations override the prior
+  int32_t probe_every = 8;              // rounds without drafting before the first probe
+  int32_t max_probe_every = 128;
 };
 
 class DraftLength {
@@ -46,6 +50,7 @@ class DraftLength {
   double accepted_ = 0;  // decayed survivals
   double rejected_ = 0;  // decayed failures
   int32_t idle_rounds_ = 0;
+  int32_t probe_wait_ = 0;  // idle rounds before the next probe (0: probe_every)
 };
 
 // Online estimate of the target's step time as a + b x tokens (least squares

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace sluice::spec {
 namespace {
 
@@ -16,9 +18,11 @@ TEST(DraftLength, LongerDraftsWhenAcceptedShorterOrNoneWhenRejected) {
   EXPECT_LT(poor.acceptance(), 0.2);
   // A cheap proposer still tries one token; an expensive one stops, then probes.
   EXPECT_EQ(poor.next(0.05), 1);
-  int n_drafting = 0;
-  for (int i = 0; i < 16; ++i) n_drafting += poor.next(0.5) > 0 ? 1 : 0;
-  EXPECT_EQ(n_drafting, 2);  // one probe every 8 rounds
+  // Probes after 8 idle rounds, then 16, 32, ... up to 128.
+  std::vector<int> probes;
+  for (int i = 1; i <= 300; ++i)
+    if (poor.next(0.5) > 0) probes.push_back(i);
+  EXPECT_EQ(probes, (std::vector<int>{8, 24, 56, 120, 248}));
 
   // Half accepted per token: the planner's best length for a = 0.5 is short.
   DraftLength mid({.max_k = 8});
@@ -27,6 +31,11 @@ TEST(DraftLength, LongerDraftsWhenAcceptedShorterOrNoneWhenRejected) {
   const int32_t k = mid.next(0.1);
   EXPECT_GE(k, 2);
   EXPECT_LE(k, 5);
+
+  // A prior from what the proposer achieved on other sequences.
+  EXPECT_NEAR(DraftLength({.prior_acceptance = 0.9}).acceptance(), 0.9, 1e-9);
+  EXPECT_EQ(DraftLength({.max_k = 8, .prior_acceptance = 0.95}).next(0.05), 8);
+  EXPECT_EQ(DraftLength({.max_k = 8, .prior_acceptance = 0.2}).next(0.5), 0);
 
   DraftLength fixed({.max_k = 5, .adaptive = false});
   for (int i = 0; i < 30; ++i) fixed.observe(5, 0);
