@@ -204,7 +204,8 @@ TEST(ServerE2e, TooManyQueuedRequestsGet429AndServingContinues) {
   SKIP_UNLESS_EXISTS(kModel);
   ServerProcess srv({"--max-seqs", "1", "--max-queued", "1"});
   ASSERT_NE(srv.port(), 0) << srv.log();
-  const json body = {{"model", "llama"}, {"prompt", "Once"}, {"max_tokens", 150}, {"temperature", 0}, {"ignore_eos", true}};
+  // Long enough that the first request is still running when the others arrive.
+  const json body = {{"model", "llama"}, {"prompt", "Once"}, {"max_tokens", 450}, {"temperature", 0}, {"ignore_eos", true}};
   std::vector<std::thread> threads;
   std::vector<int> status(6, 0);
   for (size_t i = 0; i < status.size(); ++i) {
@@ -227,6 +228,28 @@ TEST(ServerE2e, TooManyQueuedRequestsGet429AndServingContinues) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(srv.stop(SIGINT), 0) << srv.log();
+}
+
+TEST(ServerE2e, SpeculativeServingKeepsGreedyOutputAndCountsDrafts) {
+  SKIP_UNLESS_EXISTS(kModel);
+  const json ref = greedy_reference(48);
+  ServerProcess srv({"--spec", "lookup", "--draft-max", "4"});
+  ASSERT_NE(srv.port(), 0) << srv.log();
+  EXPECT_NE(srv.log().find("speculative decoding: prompt lookup"), std::string::npos) << srv.log();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  const json greedy = {{"model", "llama"}, {"prompt", "Once upon a time"}, {"max_tokens", 48}, {"temperature", 0},
+                       {"return_token_ids", true}};
+  auto r = post(c, "/v1/completions", greedy.dump());
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["token_ids"], ref["tokens"]);
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics && metrics->status == 200);
+  for (const char* name : {"sluice_spec_draft_tokens_total", "sluice_spec_accepted_tokens_total",
+                           "sluice_spec_acceptance_rate", "sluice_spec_tokens_per_pass"}) {
+    EXPECT_NE(metrics->body.find(name), std::string::npos) << name;
+  }
+  EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.log();
 }
 
 TEST(ServerE2e, OpenAiNodeSdk) {
