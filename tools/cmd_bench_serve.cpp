@@ -75,6 +75,7 @@ struct BenchServeArgs {
   std::string dump_workload;
   bool dump_only = false;
   bool json = false;
+  EngineConfig spec;  // speculative flags only
 };
 
 // A length distribution: N, uniform:A:B or normal:MEAN:SD (rounded, clamped to >= 1).
@@ -400,19 +401,27 @@ int run(const BenchServeArgs& a) {
     return 0;
   }
 
-  EngineConfig cfg{.model_path = a.model,
+  EngineConfig cfg = a.spec;  // speculative flags
+  finish_speculative_options(&cfg);
+  cfg = EngineConfig{.model_path = a.model,
                    .n_threads = a.n_threads,
                    .max_batch_tokens = a.max_batch_tokens,
                    .max_seqs = a.max_seqs,
                    .ctx_size = a.ctx_size,
                    .kv_budget_bytes = a.kv_budget_bytes,
-                   .max_queued = std::max<int64_t>(1024, a.n_requests)};
+                   .max_queued = std::max<int64_t>(1024, a.n_requests),
+                   .speculative = cfg.speculative,
+                   .draft_model_path = cfg.draft_model_path,
+                   .spec_max_draft = cfg.spec_max_draft,
+                   .spec_adaptive = cfg.spec_adaptive,
+                   .spec_ngram_max = cfg.spec_ngram_max};
   Stopwatch load_sw;
   auto engine_or = Engine::create(cfg);
   if (!engine_or.ok()) return fail(engine_or.status());
   Engine& engine = **engine_or;
   const double load_s = load_sw.seconds();
   fmt::print(stderr, "[sluice] bench-serve {}: loaded in {:.2f} s\n[sluice] {}\n", a.model, load_s, engine.summary());
+  if (const std::string spec = engine.speculative_summary(); !spec.empty()) fmt::print(stderr, "[sluice] {}\n", spec);
 
   auto items_or = make_workload(a, engine.tokenizer());
   if (!items_or.ok()) return fail(items_or.status());
@@ -476,6 +485,11 @@ int run(const BenchServeArgs& a) {
     j["preemptions"] = n_preemptions;
     j["load_s"] = load_s;
     j["engine"] = engine.summary();
+    const EngineStats es = engine.stats();
+    j["spec_drafted"] = es.spec_drafted;
+    j["spec_accepted"] = es.spec_accepted;
+    j["spec_acceptance_rate"] = es.spec_acceptance_rate();
+    j["spec_tokens_per_pass"] = es.spec_tokens_per_pass();
     j["config"] = {{"model", a.model},
                    {"requests", a.n_requests},
                    {"prompt_len", a.prompt_len},
@@ -506,6 +520,7 @@ int run(const BenchServeArgs& a) {
   }
   fmt::print("KV blocks used: peak {:.1f}%, mean {:.1f}% ({} samples) | prefix cache hits {:.1f}% | preemptions {}\n",
              100 * fig.kv_util_peak, 100 * fig.kv_util_mean, fig.n_kv_samples, 100 * prefix_hit_rate, n_preemptions);
+  if (const std::string spec = speculative_line(engine.stats()); !spec.empty()) fmt::print("{}\n", spec);
   return 0;
 }
 
@@ -537,6 +552,7 @@ Runner add_bench_serve(CLI::App& app) {
   c->add_option("--dump-workload", a->dump_workload,
                 "write the workload as JSON [{prompt_tokens, max_tokens, arrival_s}, ...]");
   c->add_flag("--dump-only", a->dump_only, "write --dump-workload and exit (loads only the tokenizer)");
+  add_speculative_options(c, &a->spec);
   c->add_flag("--json", a->json, "print one JSON object instead of the table");
   return [a] { return run(*a); };
 }
