@@ -598,8 +598,22 @@ void Engine::Impl::propose_drafts() {
     fmt::print(stderr, "[sluice] drafting failed, decoding without drafts this step: {}\n", st.message());
     return;
   }
-  const double per_token = (now_seconds() - t0) / k_max;
-  draft_s_per_token = draft_s_per_token > 0 ? 0.9 * draft_s_per_token + 0.1 * per_token : per_token;
+  // The price of one draft position in steady drafting: a round is a short
+  // catch-up (last round's accepted tokens) plus k - 1 single-token passes. A
+  // long catch-up (a sequence's first round, or after drafting paused) is a
+  // one-off, not the price of drafting, so it is left out when steps exist.
+  const spec::ProposeCost c = proposer->last_cost();
+  double per_token = -1;
+  if (c.n_steps == 0 && c.catch_up_s == 0) {
+    per_token = (now_seconds() - t0) / k_max;  // no passes (prompt lookup)
+  } else if (c.catch_up_tokens <= k_max + 1) {
+    per_token = (c.catch_up_s + c.steps_s) / (1 + c.n_steps);
+  } else if (c.n_steps > 0) {
+    per_token = c.steps_s / c.n_steps;
+  }
+  if (per_token >= 0) {
+    draft_s_per_token = draft_s_per_token > 0 ? 0.9 * draft_s_per_token + 0.1 * per_token : per_token;
+  }
   for (const spec::DraftTask& t : tasks) {
     if (t.draft->empty()) continue;
     StatusOr<int64_t> kept = sched->set_draft(t.seq, *t.draft);

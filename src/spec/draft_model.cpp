@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/timer.h"
 
 namespace sluice::spec {
 namespace {
@@ -130,6 +131,14 @@ Status DraftModel::propose(std::span<DraftTask> tasks) {
     from[ti] = keep;
   }
 
+  cost_ = ProposeCost{};
+  const double t_catch_up = now_seconds();
+  for (size_t ti = 0; ti < tasks.size(); ++ti) {
+    if (from[ti] >= 0) {
+      cost_.catch_up_tokens =
+          std::max<int64_t>(cost_.catch_up_tokens, static_cast<int64_t>(tasks[ti].tokens.size()) - from[ti]);
+    }
+  }
   // 2. Catch up: tokens from[ti] .. len - 1 of every task, in passes of at most
   // n_batch tokens and max_seqs pieces (a long piece is split; only the piece
   // that ends at the last token asks for logits, which give d1).
@@ -170,8 +179,10 @@ Status DraftModel::propose(std::span<DraftTask> tasks) {
     }
   }
   RETURN_IF_ERROR(run_pass());
+  cost_.catch_up_s = now_seconds() - t_catch_up;
 
   // 3. Single-token steps: feed d_r, draw d_{r+1}.
+  const double t_steps = now_seconds();
   for (int32_t r = 1;; ++r) {
     fseqs_.clear();
     owner_.clear();
@@ -199,7 +210,9 @@ Status DraftModel::propose(std::span<DraftTask> tasks) {
       DraftTask& t = tasks[static_cast<size_t>(owner_[i])];
       t.draft->push_back(pick(t, r, logits_.data() + static_cast<int64_t>(i) * n_vocab));
     }
+    ++cost_.n_steps;
   }
+  cost_.steps_s = now_seconds() - t_steps;
   return Status::ok_status();
 }
 

@@ -50,6 +50,7 @@ class DraftModel : public Proposer {
   bool draws_from_sampler() const override { return true; }
   Status propose(std::span<DraftTask> tasks) override;
   void release(SeqId seq) override;
+  ProposeCost last_cost() const override { return cost_; }
 
   const LlamaModel& model() const { return *model_; }
 
@@ -73,6 +74,7 @@ class DraftModel : public Proposer {
   std::vector<ForwardSeq> fseqs_;
   std::vector<int32_t> owner_;    // task index of each fseq
   std::vector<int32_t> one_;      // [max_seqs] the single token each task feeds in a step
+  ProposeCost cost_;
 };
 
 }  // namespace sluice::spec

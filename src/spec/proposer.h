@@ -45,6 +45,17 @@ struct DraftTask {
   float* probs = nullptr;
 };
 
+// What the last propose() call cost, so the engine can price a draft token.
+// A round is a catch-up pass (tokens a sequence's drafter has not seen yet: in
+// steady drafting just the tokens accepted last round) then n_steps passes of one
+// token per sequence.
+struct ProposeCost {
+  double catch_up_s = 0;
+  int64_t catch_up_tokens = 0;  // most tokens any one sequence caught up
+  double steps_s = 0;
+  int32_t n_steps = 0;
+};
+
 class Proposer {
  public:
   virtual ~Proposer() = default;
@@ -57,6 +68,8 @@ class Proposer {
   virtual Status propose(std::span<DraftTask> tasks) = 0;
   // The sequence finished: drop whatever is kept for it.
   virtual void release(SeqId /*seq*/) {}
+  // The cost of the last propose() (zeros for proposers without passes).
+  virtual ProposeCost last_cost() const { return {}; }
 };
 
 }  // namespace sluice::spec
