@@ -24,9 +24,17 @@ int32_t DraftLength::next(double cost_ratio) {
   if (config_.max_k < 1) return 0;
   if (!config_.adaptive) return config_.max_k;
   const double a = std::clamp(acceptance(), 0.0, 1.0);
-  StatusOr<plan::BestDraft> best = plan::best_draft_length(a, std::max(0.0, cost_ratio), config_.max_k);
-  if (!best.ok()) return 1;
-  if (best->best.speedup < 1.0) {
+  // The planner's best_draft_length, without building its curve (no allocation
+  // per sequence per step): the k in 1..max_k with the highest expected speedup.
+  double best_speedup = 0;
+  int32_t best_k = 1;
+  for (int32_t k = 1; k <= config_.max_k; ++k) {
+    StatusOr<plan::SpecEstimate> e =
+        plan::spec_estimate({.acceptance = a, .draft_len = k, .cost_ratio = std::max(0.0, cost_ratio)});
+    if (!e.ok()) return 1;
+    if (e->speedup > best_speedup) best_speedup = e->speedup, best_k = k;
+  }
+  if (best_speedup < 1.0) {
     if (probe_wait_ == 0) probe_wait_ = config_.probe_every;
     if (++idle_rounds_ < probe_wait_) return 0;
     idle_rounds_ = 0;
@@ -35,7 +43,7 @@ int32_t DraftLength::next(double cost_ratio) {
   }
   idle_rounds_ = 0;
   probe_wait_ = 0;
-  return static_cast<int32_t>(best->best.draft_len);
+  return best_k;
 }
 
 void StepCost::observe(double n_tokens, double seconds) {

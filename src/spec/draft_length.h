@@ -11,7 +11,8 @@
 //
 // The prior is the engine's running acceptance over all sequences (a new
 // sequence starts from what the proposer has achieved so far, not from scratch).
-// The next length is the planner's best_draft_length(a, r, max_k) for the
+// The next length is the planner's best length (plan::spec_estimate over
+// k = 1 .. max_k, as best_draft_length does) for the
 // measured cost ratio r (draft and verification time per draft token / target
 // step time). When even the best length is expected to be slower than plain
 // decoding, the sequence drafts nothing, but probes one token after probe_every

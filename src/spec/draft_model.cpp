@@ -101,7 +101,8 @@ Status DraftModel::propose(std::span<DraftTask> tasks) {
   const int64_t n_vocab = model_->hparams().n_vocab;
   const int64_t bs = blocks_->block_size();
   // 1. Per task: keep the common prefix of the cache, reserve the rest.
-  std::vector<int64_t> from(tasks.size(), -1);  // first token to compute; -1: no draft for this task
+  std::vector<int64_t>& from = from_;  // first token to compute; -1: no draft for this task
+  from.assign(tasks.size(), -1);
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     DraftTask& t = tasks[ti];
     t.draft->clear();

@@ -75,6 +75,7 @@ class DraftModel : public Proposer {
   std::vector<int32_t> owner_;    // task index of each fseq
   std::vector<int32_t> one_;      // [max_seqs] the single token each task feeds in a step
   ProposeCost cost_;
+  std::vector<int64_t> from_;     // [tasks] per-call scratch: first token each task computes
 };
 
 }  // namespace sluice::spec
