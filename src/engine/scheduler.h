@@ -26,7 +26,8 @@
 //     drafts are released (block table truncated).
 //   set_draft(id, draft): between steps, gives a decoding sequence draft tokens;
 //     its next chunk computes them with its last token, all in one step (drafts
-//     are trimmed to the step budget, dropped on preemption).
+//     are trimmed to the step budget, dropped when their slots would need a
+//     preemption or when the sequence is preempted).
 //
 // Queue order everywhere: higher priority first, then earlier arrival.
 // A sequence that fits the pool alone is always admitted eventually (add()

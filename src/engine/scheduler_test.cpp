@@ -422,16 +422,32 @@ TEST(SchedulerTest, DraftsAreTrimmedToTheBudgetAndDroppedOnPreemption) {
   ASSERT_TRUE(d.sched.update(d.runner.run(p2, d.sched.blocks())).ok());
   d.check("after update");
 
-  // A 2-block pool: the second sequence's drafts go when it is preempted.
+  // Drafts that would need another sequence's blocks are dropped, not paid for
+  // by preempting it: 3 blocks of 2; sequence 1 has a full block and needs one
+  // more for its next token, sequence 2 has room in its own block.
+  Driver f({.max_batch_tokens = 16}, {.n_blocks = 3, .block_size = 2}, kVocab);
+  ASSERT_TRUE(f.sched.add(1, {.prompt = make_prompt(2, 1), .max_tokens = 5}).ok());
+  ASSERT_TRUE(f.sched.add(2, {.prompt = make_prompt(1, 2), .max_tokens = 5}).ok());
+  f.step();
+  ASSERT_EQ(f.sched.n_running(), 2);
+  ASSERT_EQ(f.sched.set_draft(1, std::vector<int32_t>{7, 7}).value(), 2);  // would need 2 new blocks, 1 is free
+  StepPlan q = f.step();
+  EXPECT_TRUE(q.preempted.empty());
+  ASSERT_EQ(q.seqs.size(), 2u);
+  EXPECT_EQ(q.seqs[0].n_draft, 0);
+  EXPECT_TRUE(f.run_to_completion(20));
+
+  // A preemption that happens anyway (sequence 1's next token needs the last
+  // block, held by sequence 2) drops the victim's drafts with it.
   Driver e({.max_batch_tokens = 16}, {.n_blocks = 4, .block_size = 2}, kVocab);
-  ASSERT_TRUE(e.sched.add(1, {.prompt = make_prompt(3, 1), .max_tokens = 5}).ok());
+  ASSERT_TRUE(e.sched.add(1, {.prompt = make_prompt(4, 1), .max_tokens = 5}).ok());
   ASSERT_TRUE(e.sched.add(2, {.prompt = make_prompt(3, 2), .max_tokens = 5}).ok());
   e.step();
   ASSERT_EQ(e.sched.n_running(), 2);
   ASSERT_TRUE(e.sched.set_draft(2, std::vector<int32_t>{7, 7}).ok());
-  ASSERT_TRUE(e.sched.set_draft(1, std::vector<int32_t>{7, 7}).ok());
   StepPlan p = e.step();
   ASSERT_EQ(p.preempted.size(), 1u);
+  EXPECT_EQ(p.preempted[0], 2);
   const Sequence* two = e.sched.find(2);
   ASSERT_NE(two, nullptr);
   EXPECT_EQ(two->n_draft, 0);
