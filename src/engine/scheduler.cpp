@@ -143,8 +143,13 @@ StepPlan Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& s = seq(running_[i]);
     fit_draft(s, budget);
-    // Drafts are a bet: they never cost another sequence its blocks.
-    if (s.n_draft > 0 && !blocks_.can_append(s.id, s.n_total() - blocks_.n_tokens(s.id))) s.drop_draft();
+    // Drafts are a bet: they never cost another sequence its blocks. Each
+    // sequence after this one may need one fresh block for its own tokens.
+    if (s.n_draft > 0) {
+      const int64_t n_later = static_cast<int64_t>(running_.size() - 1 - i);
+      const int64_t need = blocks_.blocks_needed_to_append(s.id, s.n_total() - blocks_.n_tokens(s.id));
+      if (need > blocks_.pool().n_available() - n_later) s.drop_draft();
+    }
     const int64_t n_new = s.n_total() - blocks_.n_tokens(s.id);
     bool self_preempted = false;
     while (!blocks_.can_append(s.id, n_new)) {
