@@ -147,6 +147,13 @@ TEST_F(SpeculativeTest, GreedyIsTokenIdenticalWithPromptLookupAloneAndBatched) {
   EXPECT_GT(s.spec_tokens_per_pass(), 1.0);
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_EQ(plain->stats().spec_drafted, 0);
+
+  // A request may opt out: the same engine then drafts nothing for it.
+  std::vector<Request> opted = {reqs[0]};
+  opted[0].speculative = false;
+  const int64_t drafted = spec->stats().spec_drafted;
+  expect_greedy_identical(opted, run_all(*plain, opted), run_all(*spec, opted));
+  EXPECT_EQ(spec->stats().spec_drafted, drafted);
 }
 
 TEST_F(SpeculativeTest, GreedyIsTokenIdenticalWithDraftModels) {

@@ -1,18 +1,20 @@
 // sluice bench-spec: decode speed with and without speculative decoding, side by
 // side in one run, on one prompt.
 //
-//   engines   two in-process engines on the same target (same threads, same
-//             --mem-budget): "plain" (no drafts) and "spec" (--spec lookup, or
-//             --draft-model for a draft model kept resident), one sequence each.
-//   runs      one warm-up each, then -r repetitions of the same request on both,
-//             the order alternating (plain first on even repetitions) so drift of
-//             the machine's speed hits both alike. Requests ignore EOS, so every
-//             run generates exactly -n tokens.
+//   engine    one in-process engine on the target with speculation on (--spec
+//             lookup, or --draft-model for a draft model kept resident), one
+//             sequence at a time; "plain" runs are requests with speculative =
+//             false, so both modes share the weights, the weight store (under
+//             --mem-budget) and the threads.
+//   runs      one warm-up each, then -r repetitions of the same request in both
+//             modes, the order alternating (plain first on even repetitions) so
+//             drift of the machine's speed hits both alike. Requests ignore EOS,
+//             so every run generates exactly -n tokens.
 //   figures   decode tok/s = (n - 1) / (finish - first token), median over the
 //             repetitions; ratio = spec / plain medians; acceptance, tokens per
 //             target pass and drafted tokens per run from the engine's counters.
-//   check     greedy runs (the default) must produce the same tokens on both
-//             engines; a difference is reported and fails the command.
+//   check     greedy runs (the default) must produce the same tokens in both
+//             modes; a difference is reported and fails the command.
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
@@ -98,34 +100,33 @@ int run(BenchSpecArgs a) {
   finish_speculative_options(&a.spec);
   if (a.spec.speculative == "off") return fail(invalid_argument("give --spec lookup or --draft-model PATH"));
   if (a.n_gen < 2 || a.n_reps < 1) return fail(invalid_argument("-n must be >= 2 and -r >= 1"));
-  EngineConfig base{.model_path = a.model, .n_threads = a.n_threads, .max_seqs = 1, .mem_budget_bytes = a.mem_budget};
   EngineConfig spec = a.spec;
   spec.model_path = a.model;
   spec.n_threads = a.n_threads;
   spec.max_seqs = 1;
   spec.mem_budget_bytes = a.mem_budget;
-  fmt::print(stderr, "[sluice] bench-spec: loading {} twice{}\n", a.model,
+  fmt::print(stderr, "[sluice] bench-spec: loading {}{}\n", a.model,
              a.mem_budget ? fmt::format(" (weights beyond {} stream)", human_bytes(a.mem_budget)) : "");
-  auto plain_or = Engine::create(base);
-  if (!plain_or.ok()) return fail(plain_or.status());
-  auto spec_or = Engine::create(spec);
-  if (!spec_or.ok()) return fail(spec_or.status());
-  Engine& plain = **plain_or;
-  Engine& specd = **spec_or;
-  const std::string spec_desc = specd.speculative_summary();
+  auto engine_or = Engine::create(spec);
+  if (!engine_or.ok()) return fail(engine_or.status());
+  Engine& engine = **engine_or;
+  if (const std::string placement = engine.placement_report(); !placement.empty()) fmt::print(stderr, "{}", placement);
+  const std::string spec_desc = engine.speculative_summary();
   fmt::print(stderr, "[sluice] {}\n", spec_desc);
 
-  Request r{.prompt = plain.tokenizer().encode(a.prompt, true), .max_tokens = a.n_gen, .ignore_eos = true};
+  Request r{.prompt = engine.tokenizer().encode(a.prompt, true), .max_tokens = a.n_gen, .ignore_eos = true};
   r.sampling = SamplingParams{.temperature = a.temp, .seed = 1};
   if (r.prompt.empty()) return fail(invalid_argument("the prompt is empty"));
-  if (static_cast<int64_t>(r.prompt.size()) + a.n_gen > plain.ctx_size()) {
+  if (static_cast<int64_t>(r.prompt.size()) + a.n_gen > engine.ctx_size()) {
     return fail(invalid_argument("prompt ({} tokens) + -n {} exceeds the context of {}", r.prompt.size(), a.n_gen,
-                                 plain.ctx_size()));
+                                 engine.ctx_size()));
   }
-  Request warm = r;
-  warm.max_tokens = std::min(8, a.n_gen);
-  for (Engine* e : {&plain, &specd}) {
-    auto w = generate_once(*e, warm);
+  Request plain_r = r;
+  plain_r.speculative = false;
+  for (const Request* q : {&plain_r, &r}) {
+    Request warm = *q;
+    warm.max_tokens = std::min(8, a.n_gen);
+    auto w = generate_once(engine, warm);
     if (!w.ok()) return fail(w.status());
   }
   std::vector<double> plain_tps, spec_tps;
@@ -134,11 +135,11 @@ int run(BenchSpecArgs a) {
   for (int rep = 0; rep < a.n_reps; ++rep) {
     StatusOr<RunResult> p = internal_error("unset"), s = internal_error("unset");
     if (rep % 2 == 0) {
-      p = generate_once(plain, r);
-      s = generate_once(specd, r);
+      p = generate_once(engine, plain_r);
+      s = generate_once(engine, r);
     } else {
-      s = generate_once(specd, r);
-      p = generate_once(plain, r);
+      s = generate_once(engine, r);
+      p = generate_once(engine, plain_r);
     }
     if (!p.ok()) return fail(p.status());
     if (!s.ok()) return fail(s.status());

@@ -42,6 +42,7 @@ struct Request {
   bool ignore_eos = false;               // do not stop at end-of-generation tokens
   int32_t priority = 0;                  // higher is scheduled first
   int32_t top_logprobs = -1;             // -1: no logprobs; 0..20: sampled token's + this many alternatives
+  bool speculative = true;               // false: never draft for this request (when the engine speculates)
 };
 
 struct RequestTimings {

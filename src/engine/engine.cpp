@@ -580,7 +580,9 @@ void Engine::Impl::propose_drafts() {
     if (!s || s->n_committed() - s->n_computed != 1) continue;  // prefill, or waiting for a step
     auto it = owner.find(id);
     if (it == owner.end()) continue;
-    Output& o = reqs.at(it->second.first).outs[static_cast<size_t>(it->second.second)];
+    Req& rq = reqs.at(it->second.first);
+    if (!rq.r.speculative) continue;
+    Output& o = rq.outs[static_cast<size_t>(it->second.second)];
     const int64_t room = s->max_tokens - s->n_generated() - 1;
     const int32_t k = static_cast<int32_t>(std::min<int64_t>(o.draft_len.next(r), room));
     if (k < 1) continue;
