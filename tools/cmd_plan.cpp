@@ -359,17 +359,23 @@ int run_cost(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
 }
 
 json calibration_json(const pl::Calibration& c) {
-  return {{"n_threads", c.n_threads}, {"mem_read_gbps", c.mem_read_gbps}, {"matmul_tflops", c.matmul_tflops},
+  return {{"n_threads", c.n_threads}, {"mem_read_gbps", c.mem_read_gbps}, {"weight_read_gbps", c.weight_read_gbps},
+          {"decode_read_gbps", c.decode_read_gbps()}, {"matmul_type", dtype_name(c.matmul_type)},
+          {"matmul_tflops", c.matmul_tflops},
           {"disk_read_gbps", c.disk_read_gbps}, {"disk_direct", c.disk_direct}, {"disk_note", c.disk_note},
           {"mem_capacity_gb", c.mem_capacity_gb}};
 }
 
 std::string calibration_text(const pl::Calibration& c) {
+  const std::string roof = c.weight_read_gbps > 0
+                               ? "decode roof = the weight read: the rate decode's own matmuls stream weights at"
+                               : "decode roof = the memory read (no weight read probed)";
   return fmt::format(
-      "calibration ({} threads): memory read {:.2f} GB/s, {} matmul {:.2f} GFLOP/s, disk read {:.2f} GB/s ({}), "
-      "{:.1f} GB RAM\n",
-      c.n_threads, c.mem_read_gbps, dtype_name(c.matmul_type), c.matmul_tflops * 1e3, c.disk_read_gbps, c.disk_note,
-      c.mem_capacity_gb);
+      "calibration ({} threads): memory read {:.2f} GB/s (streaming sum), weight read {:.2f} GB/s (engine's batch-1 "
+      "matmuls in decode's dispatches), {} matmul {:.2f} GFLOP/s, disk read {:.2f} GB/s ({}), {:.1f} GB RAM\n"
+      "            {}\n",
+      c.n_threads, c.mem_read_gbps, c.weight_read_gbps, dtype_name(c.matmul_type), c.matmul_tflops * 1e3,
+      c.disk_read_gbps, c.disk_note, c.mem_capacity_gb, roof);
 }
 
 // Decode tokens/s with weights streamed under a.budget_gb (median per token).
@@ -411,8 +417,11 @@ int run_measure(const PlanArgs& a, const pl::Calibration& cal) {
   row("decode tokens/s (roofline)", r->decode_predicted.tokens_per_s, r->decode_measured_tps);
   row("decode tokens/s (bandwidth bound)", r->decode_bandwidth_tps, r->decode_measured_tps);
   row(fmt::format("prefill tokens/s ({} tokens)", a.measure_prompt), r->prefill_predicted.tokens_per_s, r->prefill_measured_tps);
-  t += fmt::format("\ndecode achieves {:.2f} GB/s of {:.2f} GB/s measured read bandwidth; prefill {:.2f} of {:.2f} GFLOP/s\n",
-                   r->decode_achieved_gbps, cal.mem_read_gbps, r->prefill_achieved_tflops * 1e3, cal.matmul_tflops * 1e3);
+  t += fmt::format("\ndecode achieves {:.2f} GB/s of the {:.2f} GB/s roof ({}; memory read {:.2f}); prefill {:.2f} of "
+                   "{:.2f} GFLOP/s\n",
+                   r->decode_achieved_gbps, cal.decode_read_gbps(),
+                   cal.weight_read_gbps > 0 ? "weight read" : "memory read",
+                   cal.mem_read_gbps, r->prefill_achieved_tflops * 1e3, cal.matmul_tflops * 1e3);
   json j = {{"calibration", calibration_json(cal)},
             {"decode", {{"predicted_tokens_per_s", r->decode_predicted.tokens_per_s},
                         {"bandwidth_bound_tokens_per_s", r->decode_bandwidth_tps},
@@ -505,14 +514,13 @@ Runner add_plan(CLI::App& app) {
   return [a, p, decode, kv, stream, spec, cost]() {
     std::optional<pl::Calibration> cal;
     if (a->calibrate || !a->measure.empty()) {
-      // The matmul probe runs the model's own weight type when measuring one.
-      DType probe_type = DType::kQ8_0;
+      // The matmul and weight-read probes run the model's own layer and weight
+      // type when measuring one.
+      pl::CalibrateOptions co{.n_threads = a->n_threads};
       if (!a->measure.empty()) {
-        if (auto mf = open_model_file(a->measure); mf.ok()) {
-          if (const TensorInfo* t = mf->find("blk.0.ffn_up.weight")) probe_type = t->type;
-        }
+        if (auto mf = open_model_file(a->measure); mf.ok()) co = pl::with_model_weights(co, *mf);
       }
-      auto c = pl::calibrate({.n_threads = a->n_threads, .matmul_type = probe_type});
+      auto c = pl::calibrate(co);
       if (!c.ok()) return fail(c.status());
       cal = *c;
       const bool more = !a->measure.empty() || decode->parsed() || kv->parsed() || stream->parsed() || cost->parsed();

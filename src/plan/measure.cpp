@@ -24,7 +24,7 @@ double median(std::vector<double> v) {
 
 StatusOr<MeasureResult> measure_model(const MeasureOptions& o, const Calibration& cal) {
   if (o.n_prompt < 1 || o.n_decode < 1) return invalid_argument("measure needs at least one prompt and one decode token");
-  if (!(cal.mem_read_gbps > 0) || !(cal.matmul_tflops > 0)) return invalid_argument("measure needs a calibration of this machine");
+  if (!(cal.decode_read_gbps() > 0) || !(cal.matmul_tflops > 0)) return invalid_argument("measure needs a calibration of this machine");
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(o.model_path));
   auto file = std::make_shared<const ModelFile>(std::move(mf));
   MeasureResult r;

@@ -28,10 +28,13 @@ Status StoreWeightSource::acquire(int64_t layer, LayerWeightPointers* out) {
 
 StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, const StreamingOptions& o) {
   if (o.mem_budget_bytes == 0) return invalid_argument("open_streaming needs a memory budget");
+  // The probes run the model's own layer and weight type, as `sluice plan
+  // --measure` does, so placement and planner share one figure per machine.
   ASSIGN_OR_RETURN(plan::Calibration cal,
-                   plan::calibrate(plan::CalibrateOptions{.n_threads = o.n_threads, .n_repeats = 3,
-                                                          .probe_disk = true, .disk_path = file->source_path,
-                                                          .disk_bytes = 256ull << 20}));
+                   plan::calibrate(plan::with_model_weights(
+                       {.n_threads = o.n_threads, .n_repeats = 3, .probe_disk = true, .disk_path = file->source_path,
+                        .disk_bytes = 256ull << 20},
+                       *file)));
   // Compute per layer (roofline): the larger of reading the layer's weights at
   // memory bandwidth and its matmul FLOPs at the measured rate.
   auto layout = plan_placement(*file, {});
@@ -41,7 +44,7 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
   int64_t layer_params = 0;
   for (const TensorInfo& t : file->tensors)
     if (t.name.rfind("blk.0.", 0) == 0 && t.ne.size() == 2) layer_params += t.n_elements();
-  const double mem_s = static_cast<double>(layer_bytes) / (cal.mem_read_gbps * 1e9);
+  const double mem_s = static_cast<double>(layer_bytes) / (cal.decode_read_gbps() * 1e9);
   const double flop_s = 2.0 * static_cast<double>(layer_params) * static_cast<double>(o.tokens_per_step) /
                         (cal.matmul_tflops * 1e12);
   const double compute_s = std::max(mem_s, flop_s);
@@ -51,9 +54,10 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
                                                                .tokens_per_step = o.tokens_per_step}));
   StreamingSetup setup;
   setup.report = fmt::format(
-      "[sluice] machine: memory read {:.1f} GB/s, matmul {:.1f} GFLOP/s, disk read {:.2f} GB/s ({})\n"
+      "[sluice] machine: decode roof {:.1f} GB/s ({}), matmul {:.1f} GFLOP/s, disk read {:.2f} GB/s ({})\n"
       "[sluice] compute per layer at {} token(s)/step: {:.2f} ms (estimate)\n{}",
-      cal.mem_read_gbps, cal.matmul_tflops * 1e3, cal.disk_read_gbps, cal.disk_note, o.tokens_per_step,
+      cal.decode_read_gbps(), cal.weight_read_gbps > 0 ? "weight read" : "memory read", cal.matmul_tflops * 1e3,
+      cal.disk_read_gbps, cal.disk_note, o.tokens_per_step,
       compute_s * 1e3, placement_map(plan));
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store,
                    WeightStore::open(file, std::move(plan), WeightStoreOptions{.direct = o.direct}));

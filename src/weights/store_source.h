@@ -1,8 +1,8 @@
 // StoreWeightSource: the weight store as the model's LayerWeightSource, and the
 // one-call setup `sluice run/bench --mem-budget` use.
 //
-// open_streaming() measures this machine with the planner's probes (memory read
-// bandwidth, matmul FLOP/s, O_DIRECT read rate of the model file itself),
+// open_streaming() measures this machine with the planner's probes (the decode
+// roof, matmul FLOP/s, O_DIRECT read rate of the model file itself),
 // estimates compute per layer for the expected tokens per step with the same
 // roofline the planner uses, plans the placement (ring size from plan_stream)
 // and opens the store. A budget that cannot work is refused with the smallest
