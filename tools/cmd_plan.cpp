@@ -378,13 +378,22 @@ std::string calibration_text(const pl::Calibration& c) {
       c.disk_read_gbps, c.disk_note, c.mem_capacity_gb, roof);
 }
 
-// Decode tokens/s with weights streamed under a.budget_gb (median per token).
-StatusOr<double> measure_streamed_decode(const PlanArgs& a) {
+// Decode with weights streamed under a.budget_gb through the weight store,
+// planned from the same calibration as the resident prediction.
+struct StreamedDecode {
+  weights::PlacementPlan plan;   // the store's placement: its prediction
+  double measured_tps = 0;       // median per token
+};
+
+StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, const pl::Calibration& cal) {
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(a.measure));
   auto file = std::make_shared<const ModelFile>(std::move(mf));
   ASSIGN_OR_RETURN(weights::StreamingSetup setup,
                    weights::open_streaming(file, {.mem_budget_bytes = static_cast<uint64_t>(a.budget_gb * 1e9),
-                                                  .n_threads = a.n_threads}));
+                                                  .n_threads = a.n_threads,
+                                                  .calibration = &cal}));
+  if (!a.json) fmt::print(stderr, "{}", setup.report);
+  StreamedDecode out{.plan = setup.source->store().plan()};
   ASSIGN_OR_RETURN(auto model, LlamaModel::load(file, ModelOptions{.n_threads = a.n_threads, .weights = setup.source}));
   const int64_t n = std::max<int64_t>(4, a.measure_decode / 4);
   KvCache kv = model->make_kv_cache(n + 2);
@@ -399,12 +408,13 @@ StatusOr<double> measure_streamed_decode(const PlanArgs& a) {
     per_token.push_back(sw.seconds());
   }
   std::sort(per_token.begin(), per_token.end());
-  return 1.0 / per_token[per_token.size() / 2];
+  out.measured_tps = 1.0 / per_token[per_token.size() / 2];
+  return out;
 }
 
 int run_measure(const PlanArgs& a, const pl::Calibration& cal) {
   auto r = pl::measure_model({.model_path = a.measure, .n_threads = a.n_threads, .n_prompt = a.measure_prompt,
-                              .n_decode = a.measure_decode, .stream_budget_bytes = a.budget_gb * 1e9},
+                              .n_decode = a.measure_decode},
                              cal);
   if (!r.ok()) return fail(r.status());
   std::string t = fmt::format("model     {}\n", pl::shape_summary(r->shape));
@@ -431,21 +441,25 @@ int run_measure(const PlanArgs& a, const pl::Calibration& cal) {
             {"prefill", {{"predicted_tokens_per_s", r->prefill_predicted.tokens_per_s},
                          {"measured_tokens_per_s", r->prefill_measured_tps},
                          {"ratio", r->prefill_measured_tps / r->prefill_predicted.tokens_per_s}}}};
-  if (r->stream) {
-    const pl::StreamPlan& s = *r->stream;
-    t += fmt::format("stream    budget {:.2f} GB: {} ring slots ({:.2f} GB), step {:.3f} s = {:.2f} tokens/s predicted; {}\n"
-                     "          {}\n",
-                     a.budget_gb, s.n_ring_slots, s.ring_bytes / 1e9, s.step_s, 1.0 / s.step_s, s.verdict, r->stream_note);
-    // Measured: decode with the weights streaming through the weight store
-    // under the same budget.
-    auto measured = measure_streamed_decode(a);
-    if (!measured.ok()) return fail(measured.status());
-    row("stream decode tokens/s (budget)", 1.0 / s.step_s, *measured);
-    j["stream"] = {{"n_ring_slots", s.n_ring_slots}, {"ring_bytes", s.ring_bytes}, {"step_s", s.step_s},
-                   {"predicted_tokens_per_s", 1.0 / s.step_s}, {"verdict", s.verdict},
-                   {"measured_tokens_per_s", *measured}, {"ratio", *measured * s.step_s}, {"note", r->stream_note}};
-  } else if (!r->stream_note.empty()) {
-    t += "stream    " + r->stream_note + "\n";
+  if (a.budget_gb > 0) {
+    // Predicted by the store's own placement (the engine runs exactly that
+    // plan): per step, compute of every layer at the calibrated rates, or the
+    // streamed layers' reads at the model file's disk rate, whichever is longer.
+    auto s = measure_streamed_decode(a, cal);
+    if (!s.ok()) return fail(s.status());
+    const weights::PlacementPlan& p = s->plan;
+    const double predicted = 1.0 / p.predicted_step_s();
+    row(fmt::format("stream decode tokens/s ({:.2f} GB)", a.budget_gb), predicted, s->measured_tps);
+    t += fmt::format("stream    placement: {} of {} layers streamed through a ring of {} x {:.1f} MB; per step "
+                     "compute {:.1f} ms, disk {:.1f} ms at {:.2f} GB/s ({})\n",
+                     p.n_streamed, p.n_layer, p.n_ring_slots, p.slot_bytes / 1e6, p.predicted_compute_s * 1e3,
+                     p.predicted_disk_s * 1e3, p.disk_gbps, p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden");
+    j["stream"] = {{"budget_gb", a.budget_gb}, {"n_layer", p.n_layer}, {"n_streamed", p.n_streamed},
+                   {"n_ring_slots", p.n_ring_slots}, {"slot_bytes", p.slot_bytes},
+                   {"predicted_compute_s", p.predicted_compute_s}, {"predicted_disk_s", p.predicted_disk_s},
+                   {"predicted_step_s", p.predicted_step_s()}, {"disk_gbps", p.disk_gbps},
+                   {"predicted_tokens_per_s", predicted}, {"measured_tokens_per_s", s->measured_tps},
+                   {"ratio", s->measured_tps / predicted}};
   }
   emit(a, j, t);
   return 0;
@@ -472,7 +486,8 @@ Runner add_plan(CLI::App& app) {
   p->add_flag("--json", a->json, "print JSON");
   p->add_flag("--calibrate", a->calibrate, "probe this machine and use it as the hardware");
   p->add_option("--measure", a->measure, "run MODEL here: predicted vs measured decode, prefill, streaming");
-  p->add_option("--budget-gb", a->budget_gb, "host memory budget for the streaming prediction of --measure");
+  p->add_option("--budget-gb", a->budget_gb,
+                "weight memory budget: --measure also predicts (the store's placement) and measures streamed decode");
   p->add_option("-t,--threads", a->n_threads, "threads for probes and --measure");
   p->add_option("--prompt", a->prompt, "prompt tokens for TTFT")->capture_default_str();
   p->add_option("--measure-prompt", a->measure_prompt, "prompt tokens --measure prefills")->capture_default_str();
@@ -514,13 +529,17 @@ Runner add_plan(CLI::App& app) {
   return [a, p, decode, kv, stream, spec, cost]() {
     std::optional<pl::Calibration> cal;
     if (a->calibrate || !a->measure.empty()) {
-      // The matmul and weight-read probes run the model's own layer and weight
-      // type when measuring one.
-      pl::CalibrateOptions co{.n_threads = a->n_threads};
+      // Measuring a model: calibrate as the weight store does (the model's own
+      // layer and weight type; the disk rate of the store's reads of the file),
+      // so the predictions and the store's placement share one set of figures.
+      StatusOr<pl::Calibration> c = invalid_argument("not calibrated");
       if (!a->measure.empty()) {
-        if (auto mf = open_model_file(a->measure); mf.ok()) co = pl::with_model_weights(co, *mf);
+        auto mf = open_model_file(a->measure);
+        if (!mf.ok()) return fail(mf.status());
+        c = weights::calibrate_for_model(*mf, a->n_threads);
+      } else {
+        c = pl::calibrate({.n_threads = a->n_threads});
       }
-      auto c = pl::calibrate(co);
       if (!c.ok()) return fail(c.status());
       cal = *c;
       const bool more = !a->measure.empty() || decode->parsed() || kv->parsed() || stream->parsed() || cost->parsed();

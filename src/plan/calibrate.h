@@ -15,7 +15,9 @@
 //   disk read    sequential O_DIRECT reads of the model file, or of a temporary
 //                file written for the purpose; when the filesystem refuses
 //                O_DIRECT, a buffered read after dropping the file's cached
-//                pages, and the result says so (`disk_direct` = false)
+//                pages, and the result says so (`disk_direct` = false). The
+//                weight store measures its own reads instead
+//                (weights::calibrate_for_model).
 //
 // Why the decode roof is the weight read and not the memory read: decode at
 // batch 1 is the matmul kernels streaming every weight once, so what bounds it
