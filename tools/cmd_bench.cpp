@@ -18,8 +18,9 @@
 //   2 * P * n_layer * (layer matrix params)              q, k, v, o, gate, up, down
 //   + 2 * n_vocab * n_embd                               output matrix, last token only
 //   + 4 * n_layer * n_head * head_dim * P (P + 1) / 2    causal QK^T and AV
-// The machine probes are plan/calibrate.h's (memory read GB/s, the engine's f32
-// matmul FLOP/s) run on the same thread count as the benchmark.
+// The machine probes are plan/calibrate.h's (the decode roof: the GB/s the
+// engine's batch-1 matmuls stream the model's layers at; the engine's matmul
+// FLOP/s on the model's weight type) run on the same thread count as the benchmark.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -205,13 +206,11 @@ int run(const BenchArgs& a) {
 
   std::optional<plan::Calibration> cal;
   if (!a.no_probe) {
-    const TensorInfo* up = file->find("blk.0.ffn_up.weight");
-    auto c = plan::calibrate({.n_threads = model.n_threads(), .probe_disk = false,
-                              .matmul_type = up ? up->type : DType::kQ8_0});
+    auto c = plan::calibrate(plan::with_model_weights({.n_threads = model.n_threads(), .probe_disk = false}, *file));
     if (!c.ok()) return fail(c.status());
     cal = *c;
   }
-  const double machine_gbps = cal ? cal->mem_read_gbps : 0;
+  const double machine_gbps = cal ? cal->decode_read_gbps() : 0;
   const double machine_gflops = cal ? cal->matmul_tflops * 1e3 : 0;
 
   uint64_t n_params = 0;
@@ -283,7 +282,9 @@ int run(const BenchArgs& a) {
   if (has_tg) {
     fmt::print("tg: {:.1f} MB read per token ({:.1f} MB weights + {:.2f} MB KV at avg context {:.1f}) -> {:.2f} GB/s",
                bytes_per_token / 1e6, weight_bytes / 1e6, kv_row_bytes * avg_ctx / 1e6, avg_ctx, achieved_gbps);
-    if (cal) fmt::print(" = {:.1f}% of the measured {:.2f} GB/s read bandwidth", 100 * achieved_gbps / machine_gbps, machine_gbps);
+    if (cal)
+      fmt::print(" = {:.1f}% of the measured {:.2f} GB/s weight read (the decode roof)", 100 * achieved_gbps / machine_gbps,
+                 machine_gbps);
     fmt::print("\n");
   }
   fmt::print("pp: {:.2f} GFLOP per prompt ({:.1f}% attention) -> {:.2f} GFLOP/s", pp_flops / 1e9,

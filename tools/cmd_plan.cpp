@@ -359,26 +359,41 @@ int run_cost(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
 }
 
 json calibration_json(const pl::Calibration& c) {
-  return {{"n_threads", c.n_threads}, {"mem_read_gbps", c.mem_read_gbps}, {"matmul_tflops", c.matmul_tflops},
+  return {{"n_threads", c.n_threads}, {"mem_read_gbps", c.mem_read_gbps}, {"weight_read_gbps", c.weight_read_gbps},
+          {"decode_read_gbps", c.decode_read_gbps()}, {"matmul_type", dtype_name(c.matmul_type)},
+          {"matmul_tflops", c.matmul_tflops},
           {"disk_read_gbps", c.disk_read_gbps}, {"disk_direct", c.disk_direct}, {"disk_note", c.disk_note},
           {"mem_capacity_gb", c.mem_capacity_gb}};
 }
 
 std::string calibration_text(const pl::Calibration& c) {
+  const std::string roof = c.weight_read_gbps > 0
+                               ? "decode roof = the weight read: the rate decode's own matmuls stream weights at"
+                               : "decode roof = the memory read (no weight read probed)";
   return fmt::format(
-      "calibration ({} threads): memory read {:.2f} GB/s, {} matmul {:.2f} GFLOP/s, disk read {:.2f} GB/s ({}), "
-      "{:.1f} GB RAM\n",
-      c.n_threads, c.mem_read_gbps, dtype_name(c.matmul_type), c.matmul_tflops * 1e3, c.disk_read_gbps, c.disk_note,
-      c.mem_capacity_gb);
+      "calibration ({} threads): memory read {:.2f} GB/s (streaming sum), weight read {:.2f} GB/s (engine's batch-1 "
+      "matmuls in decode's dispatches), {} matmul {:.2f} GFLOP/s, disk read {:.2f} GB/s ({}), {:.1f} GB RAM\n"
+      "            {}\n",
+      c.n_threads, c.mem_read_gbps, c.weight_read_gbps, dtype_name(c.matmul_type), c.matmul_tflops * 1e3,
+      c.disk_read_gbps, c.disk_note, c.mem_capacity_gb, roof);
 }
 
-// Decode tokens/s with weights streamed under a.budget_gb (median per token).
-StatusOr<double> measure_streamed_decode(const PlanArgs& a) {
+// Decode with weights streamed under a.budget_gb through the weight store,
+// planned from the same calibration as the resident prediction.
+struct StreamedDecode {
+  weights::PlacementPlan plan;   // the store's placement: its prediction
+  double measured_tps = 0;       // median per token
+};
+
+StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, const pl::Calibration& cal) {
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(a.measure));
   auto file = std::make_shared<const ModelFile>(std::move(mf));
   ASSIGN_OR_RETURN(weights::StreamingSetup setup,
                    weights::open_streaming(file, {.mem_budget_bytes = static_cast<uint64_t>(a.budget_gb * 1e9),
-                                                  .n_threads = a.n_threads}));
+                                                  .n_threads = a.n_threads,
+                                                  .calibration = &cal}));
+  if (!a.json) fmt::print(stderr, "{}", setup.report);
+  StreamedDecode out{.plan = setup.source->store().plan()};
   ASSIGN_OR_RETURN(auto model, LlamaModel::load(file, ModelOptions{.n_threads = a.n_threads, .weights = setup.source}));
   const int64_t n = std::max<int64_t>(4, a.measure_decode / 4);
   KvCache kv = model->make_kv_cache(n + 2);
@@ -393,12 +408,13 @@ StatusOr<double> measure_streamed_decode(const PlanArgs& a) {
     per_token.push_back(sw.seconds());
   }
   std::sort(per_token.begin(), per_token.end());
-  return 1.0 / per_token[per_token.size() / 2];
+  out.measured_tps = 1.0 / per_token[per_token.size() / 2];
+  return out;
 }
 
 int run_measure(const PlanArgs& a, const pl::Calibration& cal) {
   auto r = pl::measure_model({.model_path = a.measure, .n_threads = a.n_threads, .n_prompt = a.measure_prompt,
-                              .n_decode = a.measure_decode, .stream_budget_bytes = a.budget_gb * 1e9},
+                              .n_decode = a.measure_decode},
                              cal);
   if (!r.ok()) return fail(r.status());
   std::string t = fmt::format("model     {}\n", pl::shape_summary(r->shape));
@@ -411,8 +427,11 @@ int run_measure(const PlanArgs& a, const pl::Calibration& cal) {
   row("decode tokens/s (roofline)", r->decode_predicted.tokens_per_s, r->decode_measured_tps);
   row("decode tokens/s (bandwidth bound)", r->decode_bandwidth_tps, r->decode_measured_tps);
   row(fmt::format("prefill tokens/s ({} tokens)", a.measure_prompt), r->prefill_predicted.tokens_per_s, r->prefill_measured_tps);
-  t += fmt::format("\ndecode achieves {:.2f} GB/s of {:.2f} GB/s measured read bandwidth; prefill {:.2f} of {:.2f} GFLOP/s\n",
-                   r->decode_achieved_gbps, cal.mem_read_gbps, r->prefill_achieved_tflops * 1e3, cal.matmul_tflops * 1e3);
+  t += fmt::format("\ndecode achieves {:.2f} GB/s of the {:.2f} GB/s roof ({}; memory read {:.2f}); prefill {:.2f} of "
+                   "{:.2f} GFLOP/s\n",
+                   r->decode_achieved_gbps, cal.decode_read_gbps(),
+                   cal.weight_read_gbps > 0 ? "weight read" : "memory read",
+                   cal.mem_read_gbps, r->prefill_achieved_tflops * 1e3, cal.matmul_tflops * 1e3);
   json j = {{"calibration", calibration_json(cal)},
             {"decode", {{"predicted_tokens_per_s", r->decode_predicted.tokens_per_s},
                         {"bandwidth_bound_tokens_per_s", r->decode_bandwidth_tps},
@@ -422,21 +441,25 @@ int run_measure(const PlanArgs& a, const pl::Calibration& cal) {
             {"prefill", {{"predicted_tokens_per_s", r->prefill_predicted.tokens_per_s},
                          {"measured_tokens_per_s", r->prefill_measured_tps},
                          {"ratio", r->prefill_measured_tps / r->prefill_predicted.tokens_per_s}}}};
-  if (r->stream) {
-    const pl::StreamPlan& s = *r->stream;
-    t += fmt::format("stream    budget {:.2f} GB: {} ring slots ({:.2f} GB), step {:.3f} s = {:.2f} tokens/s predicted; {}\n"
-                     "          {}\n",
-                     a.budget_gb, s.n_ring_slots, s.ring_bytes / 1e9, s.step_s, 1.0 / s.step_s, s.verdict, r->stream_note);
-    // Measured: decode with the weights streaming through the weight store
-    // under the same budget.
-    auto measured = measure_streamed_decode(a);
-    if (!measured.ok()) return fail(measured.status());
-    row("stream decode tokens/s (budget)", 1.0 / s.step_s, *measured);
-    j["stream"] = {{"n_ring_slots", s.n_ring_slots}, {"ring_bytes", s.ring_bytes}, {"step_s", s.step_s},
-                   {"predicted_tokens_per_s", 1.0 / s.step_s}, {"verdict", s.verdict},
-                   {"measured_tokens_per_s", *measured}, {"ratio", *measured * s.step_s}, {"note", r->stream_note}};
-  } else if (!r->stream_note.empty()) {
-    t += "stream    " + r->stream_note + "\n";
+  if (a.budget_gb > 0) {
+    // Predicted by the store's own placement (the engine runs exactly that
+    // plan): per step, compute of every layer at the calibrated rates, or the
+    // streamed layers' reads at the model file's disk rate, whichever is longer.
+    auto s = measure_streamed_decode(a, cal);
+    if (!s.ok()) return fail(s.status());
+    const weights::PlacementPlan& p = s->plan;
+    const double predicted = 1.0 / p.predicted_step_s();
+    row(fmt::format("stream decode tokens/s ({:.2f} GB)", a.budget_gb), predicted, s->measured_tps);
+    t += fmt::format("stream    placement: {} of {} layers streamed through a ring of {} x {:.1f} MB; per step "
+                     "compute {:.1f} ms, disk {:.1f} ms at {:.2f} GB/s ({})\n",
+                     p.n_streamed, p.n_layer, p.n_ring_slots, p.slot_bytes / 1e6, p.predicted_compute_s * 1e3,
+                     p.predicted_disk_s * 1e3, p.disk_gbps, p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden");
+    j["stream"] = {{"budget_gb", a.budget_gb}, {"n_layer", p.n_layer}, {"n_streamed", p.n_streamed},
+                   {"n_ring_slots", p.n_ring_slots}, {"slot_bytes", p.slot_bytes},
+                   {"predicted_compute_s", p.predicted_compute_s}, {"predicted_disk_s", p.predicted_disk_s},
+                   {"predicted_step_s", p.predicted_step_s()}, {"disk_gbps", p.disk_gbps},
+                   {"predicted_tokens_per_s", predicted}, {"measured_tokens_per_s", s->measured_tps},
+                   {"ratio", s->measured_tps / predicted}};
   }
   emit(a, j, t);
   return 0;
@@ -463,7 +486,8 @@ Runner add_plan(CLI::App& app) {
   p->add_flag("--json", a->json, "print JSON");
   p->add_flag("--calibrate", a->calibrate, "probe this machine and use it as the hardware");
   p->add_option("--measure", a->measure, "run MODEL here: predicted vs measured decode, prefill, streaming");
-  p->add_option("--budget-gb", a->budget_gb, "host memory budget for the streaming prediction of --measure");
+  p->add_option("--budget-gb", a->budget_gb,
+                "weight memory budget: --measure also predicts (the store's placement) and measures streamed decode");
   p->add_option("-t,--threads", a->n_threads, "threads for probes and --measure");
   p->add_option("--prompt", a->prompt, "prompt tokens for TTFT")->capture_default_str();
   p->add_option("--measure-prompt", a->measure_prompt, "prompt tokens --measure prefills")->capture_default_str();
@@ -505,14 +529,17 @@ Runner add_plan(CLI::App& app) {
   return [a, p, decode, kv, stream, spec, cost]() {
     std::optional<pl::Calibration> cal;
     if (a->calibrate || !a->measure.empty()) {
-      // The matmul probe runs the model's own weight type when measuring one.
-      DType probe_type = DType::kQ8_0;
+      // Measuring a model: calibrate as the weight store does (the model's own
+      // layer and weight type; the disk rate of the store's reads of the file),
+      // so the predictions and the store's placement share one set of figures.
+      StatusOr<pl::Calibration> c = invalid_argument("not calibrated");
       if (!a->measure.empty()) {
-        if (auto mf = open_model_file(a->measure); mf.ok()) {
-          if (const TensorInfo* t = mf->find("blk.0.ffn_up.weight")) probe_type = t->type;
-        }
+        auto mf = open_model_file(a->measure);
+        if (!mf.ok()) return fail(mf.status());
+        c = weights::calibrate_for_model(*mf, a->n_threads);
+      } else {
+        c = pl::calibrate({.n_threads = a->n_threads});
       }
-      auto c = pl::calibrate({.n_threads = a->n_threads, .matmul_type = probe_type});
       if (!c.ok()) return fail(c.status());
       cal = *c;
       const bool more = !a->measure.empty() || decode->parsed() || kv->parsed() || stream->parsed() || cost->parsed();

@@ -84,29 +84,7 @@ std::string ms(double s) { return fmt::format("{:.2f} ms", s * 1e3); }
 StatusOr<double> disk_gbps(const std::string& path, w::IoBackend io, bool direct, uint64_t block, int depth,
                            uint64_t offset, uint64_t bytes) {
   ASSIGN_OR_RETURN(auto engine, w::IoEngine::open({.path = path, .backend = io, .queue_depth = depth, .direct = direct}));
-  ASSIGN_OR_RETURN(w::AlignedBuffer buf, w::AlignedBuffer::allocate(block * static_cast<uint64_t>(depth)));
-  std::vector<int> free_slots;
-  for (int i = 0; i < depth; ++i) free_slots.push_back(i);
-  std::vector<w::IoCompletion> done;
-  uint64_t issued = 0, landed = 0;
-  Stopwatch sw;
-  while (landed < bytes) {
-    while (issued < bytes && !free_slots.empty()) {
-      const int slot = free_slots.back();
-      free_slots.pop_back();
-      engine->submit({.offset = offset + issued, .length = block, .dst = buf.data() + static_cast<uint64_t>(slot) * block,
-                      .tag = static_cast<uint64_t>(slot)});
-      issued += block;
-    }
-    done.clear();
-    engine->wait(done, -1);
-    for (const w::IoCompletion& c : done) {
-      if (!c.status.ok()) return c.status;
-      landed += block;
-      free_slots.push_back(static_cast<int>(c.tag));
-    }
-  }
-  return static_cast<double>(bytes) / sw.seconds() / 1e9;
+  return w::probe_read_gbps(*engine, block, offset, bytes);
 }
 
 // The matrices of one layer, in the order of the layer's tensors in the file

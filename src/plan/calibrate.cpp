@@ -16,6 +16,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "base/check.h"
 #include "quant/quant.h"
 #include "base/timer.h"
 
@@ -26,6 +27,21 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Runs `pass` (which returns the rate of one pass) at least n_repeats times and
+// until min_seconds have gone by, and returns the median rate. A window of a
+// few hundred milliseconds, not a handful of passes, so a probe sees the same
+// mix of quiet and busy moments on a shared machine as a measured run does.
+template <typename Pass>
+double median_rate(int n_repeats, double min_seconds, Pass&& pass) {
+  std::vector<double> rates;
+  Stopwatch total;
+  constexpr int kMaxPasses = 1000;
+  while (static_cast<int>(rates.size()) < std::max(1, n_repeats) ||
+         (total.seconds() < min_seconds && static_cast<int>(rates.size()) < kMaxPasses))
+    rates.push_back(pass());
+  return median(std::move(rates));
 }
 
 struct FreeDeleter {
@@ -72,15 +88,20 @@ Status write_temp_file(const std::string& path, uint64_t bytes) {
 
 }  // namespace
 
+double Calibration::decode_read_gbps() const { return weight_read_gbps > 0 ? weight_read_gbps : mem_read_gbps; }
+
 Hardware Calibration::as_hardware() const {
   return Hardware{.name = "this machine (calibrated)",
-                  .mem_gbps = mem_read_gbps,
+                  .mem_gbps = decode_read_gbps(),
                   .peak_tflops = matmul_tflops,
                   .mem_capacity_gb = mem_capacity_gb,
-                  .source = fmt::format("probes: {} threads", n_threads)};
+                  .source = fmt::format("probes: {} threads; memory roof from the {}", n_threads,
+                                        weight_read_gbps > 0
+                                            ? fmt::format("engine's batch-1 {} matmul", dtype_name(matmul_type))
+                                            : std::string("streaming-sum probe"))};
 }
 
-double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats) {
+double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats, double min_seconds) {
   const size_t n = static_cast<size_t>(bytes / sizeof(uint64_t));
   std::vector<uint64_t> data(n);
   // Touch every page from the threads that will read it.
@@ -88,8 +109,7 @@ double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats) {
     for (int64_t i = b; i < e; ++i) data[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
   });
   std::vector<uint64_t> sums(static_cast<size_t>(pool.n_threads()) * 8, 0);  // padded per thread
-  std::vector<double> gbps;
-  for (int r = 0; r < std::max(1, n_repeats); ++r) {
+  const double gbps = median_rate(n_repeats, min_seconds, [&] {
     Stopwatch sw;
     pool.run_on_all([&](int t, int nt) {
       const size_t b = n * static_cast<size_t>(t) / static_cast<size_t>(nt);
@@ -98,16 +118,16 @@ double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats) {
       for (size_t i = b; i < e; ++i) s += data[i];
       sums[static_cast<size_t>(t) * 8] += s;
     });
-    gbps.push_back(static_cast<double>(n * sizeof(uint64_t)) / sw.seconds() / 1e9);
-  }
+    return static_cast<double>(n * sizeof(uint64_t)) / sw.seconds() / 1e9;
+  });
   uint64_t total = 0;
   for (uint64_t s : sums) total += s;
   // The sum is consumed so the loop cannot be dropped; it is never zero.
-  return total == 0 ? 0.0 : median(gbps);
+  return total == 0 ? 0.0 : gbps;
 }
 
 double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_t n_tokens, int n_repeats,
-                           DType type) {
+                           DType type, double min_seconds) {
   std::vector<float> wf(static_cast<size_t>(n_in * n_out));
   std::vector<float> x(static_cast<size_t>(n_in * n_tokens));
   std::vector<float> y(static_cast<size_t>(n_out * n_tokens));
@@ -121,14 +141,101 @@ double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_
   const cpu::MatmulJob job[1] = {{cpu::WeightView{.type = type, .data = w.data(), .n_in = n_in, .n_out = n_out}, y.data()}};
   const cpu::Isa isa = cpu::active_isa();
   cpu::matmul_group(job, x.data(), n_in, n_tokens, act.data(), pool, isa);  // warm-up
-  std::vector<double> tflops;
   const double flops = 2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * static_cast<double>(n_tokens);
-  for (int r = 0; r < std::max(1, n_repeats); ++r) {
+  return median_rate(n_repeats, min_seconds, [&] {
     Stopwatch sw;
     cpu::matmul_group(job, x.data(), n_in, n_tokens, act.data(), pool, isa);
-    tflops.push_back(flops / sw.seconds() / 1e12);
+    return flops / sw.seconds() / 1e12;
+  });
+}
+
+std::vector<MatmulGroup> default_layer(DType type) {
+  auto m = [type](int64_t n_in, int64_t n_out) { return MatmulShape{.type = type, .n_in = n_in, .n_out = n_out}; };
+  return {{m(2048, 2048), m(2048, 256), m(2048, 256)}, {m(2048, 2048)}, {m(2048, 5632), m(2048, 5632)}, {m(5632, 2048)}};
+}
+
+double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> layer, uint64_t bytes, int n_repeats,
+                              double min_seconds) {
+  CHECK(!layer.empty());
+  // One layer's matrices, laid out one after another (64-byte aligned), then
+  // as many layers as it takes to reach `bytes`.
+  struct Matrix {
+    MatmulShape shape;
+    size_t offset = 0;  // in a layer
+    size_t n_bytes = 0;
+  };
+  std::vector<Matrix> mats;
+  size_t layer_bytes = 0;
+  int64_t max_in = 0, max_out = 0;
+  for (const MatmulGroup& g : layer) {
+    CHECK(!g.empty() && g.size() <= 4);
+    for (const MatmulShape& m : g) {
+      CHECK(m.n_in == g.front().n_in && m.n_in > 0 && m.n_out > 0);
+      const size_t n = row_bytes(m.type, m.n_in) * static_cast<size_t>(m.n_out);
+      mats.push_back({m, layer_bytes, n});
+      layer_bytes += (n + 63) / 64 * 64;
+      max_in = std::max(max_in, m.n_in);
+      max_out = std::max(max_out, m.n_out);
+    }
   }
-  return median(tflops);
+  const size_t n_layers = std::max<size_t>(1, (bytes + layer_bytes - 1) / layer_bytes);
+  std::unique_ptr<uint8_t, FreeDeleter> w(static_cast<uint8_t*>(std::aligned_alloc(64, n_layers * layer_bytes)));
+  if (!w) return 0;
+
+  // Random values quantized once per matrix shape into a tile of rows, copied
+  // down every matrix: the kernels take their usual path, and what matters
+  // here is the bytes read. Each thread first touches the pages it copies.
+  constexpr int64_t kTileRows = 64;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<std::vector<uint8_t>> tiles(mats.size());
+  for (size_t k = 0; k < mats.size(); ++k) {
+    const MatmulShape& m = mats[k].shape;
+    std::vector<float> f(static_cast<size_t>(m.n_in * kTileRows));
+    for (float& v : f) v = dist(rng);
+    tiles[k].resize(row_bytes(m.type, m.n_in) * kTileRows);
+    quantize_tensor(m.type, f.data(), tiles[k].data(), kTileRows, m.n_in);
+  }
+  pool.parallel_for(static_cast<int64_t>(n_layers * mats.size()), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const size_t l = static_cast<size_t>(i) / mats.size(), k = static_cast<size_t>(i) % mats.size();
+      uint8_t* dst = w.get() + l * layer_bytes + mats[k].offset;
+      for (size_t done = 0; done < mats[k].n_bytes; done += tiles[k].size())
+        std::memcpy(dst + done, tiles[k].data(), std::min(tiles[k].size(), mats[k].n_bytes - done));
+    }
+  });
+
+  std::vector<float> x(static_cast<size_t>(max_in));
+  for (float& v : x) v = dist(rng);
+  std::vector<float> y(static_cast<size_t>(4 * max_out));
+  std::vector<uint8_t> act(cpu::matmul_scratch_bytes(1, max_in));
+  // Every dispatch of every layer, built once: [n_layers x layer.size()] groups.
+  std::vector<std::vector<cpu::MatmulJob>> dispatches;
+  for (size_t l = 0; l < n_layers; ++l) {
+    size_t k = 0;
+    for (const MatmulGroup& g : layer) {
+      std::vector<cpu::MatmulJob> jobs;
+      for (size_t j = 0; j < g.size(); ++j, ++k) {
+        const MatmulShape& m = mats[k].shape;
+        jobs.push_back({cpu::WeightView{.type = m.type, .data = w.get() + l * layer_bytes + mats[k].offset,
+                                        .n_in = m.n_in, .n_out = m.n_out},
+                        y.data() + j * static_cast<size_t>(max_out)});
+      }
+      dispatches.push_back(std::move(jobs));
+    }
+  }
+  size_t read_bytes = 0;
+  for (const Matrix& m : mats) read_bytes += m.n_bytes;
+  read_bytes *= n_layers;
+  const cpu::Isa isa = cpu::active_isa();
+  auto pass = [&] {
+    Stopwatch sw;
+    for (const std::vector<cpu::MatmulJob>& jobs : dispatches)
+      cpu::matmul_group(jobs, x.data(), jobs.front().w.n_in, 1, act.data(), pool, isa);
+    return static_cast<double>(read_bytes) / sw.seconds() / 1e9;
+  };
+  pass();  // warm-up
+  return median_rate(n_repeats, min_seconds, pass);
 }
 
 StatusOr<DiskProbe> probe_disk_read(const std::string& path, const std::string& temp_dir, uint64_t bytes) {
@@ -179,13 +286,38 @@ StatusOr<DiskProbe> probe_disk_read(const std::string& path, const std::string& 
   return probe;
 }
 
+CalibrateOptions with_model_weights(CalibrateOptions o, const ModelFile& file) {
+  if (const TensorInfo* up = file.find("blk.0.ffn_up.weight")) o.matmul_type = up->type;
+  // Layer 0's matrices in the dispatches the forward pass makes (llama_model.cpp).
+  static constexpr const char* kDispatches[][3] = {
+      {"attn_q", "attn_k", "attn_v"}, {"attn_output", nullptr, nullptr}, {"ffn_gate", "ffn_up", nullptr},
+      {"ffn_down", nullptr, nullptr}};
+  std::vector<MatmulGroup> layer;
+  for (const auto& names : kDispatches) {
+    MatmulGroup g;
+    for (const char* name : names) {
+      if (!name) break;
+      const TensorInfo* t = file.find(fmt::format("blk.0.{}.weight", name));
+      if (!t || t->ne.size() != 2 || (!g.empty() && g.front().n_in != t->ne[0])) return o;  // not a llama layer
+      g.push_back({.type = t->type, .n_in = t->ne[0], .n_out = t->ne[1]});
+    }
+    layer.push_back(std::move(g));
+  }
+  o.weight_read_layer = std::move(layer);
+  return o;
+}
+
 StatusOr<Calibration> calibrate(const CalibrateOptions& o) {
   ThreadPool pool(o.n_threads);
   Calibration c;
   c.n_threads = pool.n_threads();
-  c.mem_read_gbps = probe_memory_read_gbps(pool, o.mem_bytes, o.n_repeats);
+  c.mem_read_gbps = probe_memory_read_gbps(pool, o.mem_bytes, o.n_repeats, o.min_probe_seconds);
+  if (o.weight_read_bytes > 0) {
+    const std::vector<MatmulGroup> layer = o.weight_read_layer.empty() ? default_layer(o.matmul_type) : o.weight_read_layer;
+    c.weight_read_gbps = probe_weight_read_gbps(pool, layer, o.weight_read_bytes, o.n_repeats, o.min_probe_seconds);
+  }
   c.matmul_tflops = probe_matmul_tflops(pool, o.matmul_n_in, o.matmul_n_out, o.matmul_n_tokens,
-                                        std::max(1, o.n_repeats / 2), o.matmul_type);
+                                        std::max(1, o.n_repeats / 2), o.matmul_type, o.min_probe_seconds);
   c.matmul_type = o.matmul_type;
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGESIZE);

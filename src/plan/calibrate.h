@@ -1,27 +1,77 @@
 // Calibration probes: measure this machine so the performance model predicts
 // the engine here, not a datasheet.
 //
-//   memory read  a large buffer summed by every thread, median of repeats (GB/s)
-//   matmul       the engine's own cpu::matmul on f32 at a prefill-like shape
-//                ([n_out, n_in] x n_tokens), median of repeats (TFLOP/s)
+//   memory read  a large buffer summed by every thread (GB/s): the machine's
+//                plain figure, printed beside the weight read; the memory roof
+//                only when no weight read was probed
+//   weight read  the engine's own batch-1 matmuls (cpu::matmul_group, one
+//                token) dispatched as decode dispatches them: a layer's groups
+//                (q/k/v, o, gate/up, down) with the model's weight types and
+//                shapes, over synthetic layers totalling 8x the last-level
+//                cache or more: weight bytes read per second (GB/s). This is
+//                the memory roof of the roofline (as_hardware()).
+//   matmul       the engine's own cpu::matmul_group on the model's weight type
+//                at a prefill-like shape ([n_out, n_in] x n_tokens) (TFLOP/s)
 //   disk read    sequential O_DIRECT reads of the model file, or of a temporary
 //                file written for the purpose; when the filesystem refuses
 //                O_DIRECT, a buffered read after dropping the file's cached
-//                pages, and the result says so (`disk_direct` = false)
-// Each probe takes well under a second at the default sizes. Probes use the
-// ThreadPool they are given, so pass the thread count the engine will use.
-// Not for the per-token path; call once at start.
+//                pages, and the result says so (`disk_direct` = false). The
+//                weight store measures its own reads instead
+//                (weights::calibrate_for_model).
+//
+// Why the decode roof is the weight read and not the memory read: decode at
+// batch 1 is the matmul kernels streaming every weight once, so what bounds it
+// is the rate those kernels stream at, dispatched the way the forward pass
+// dispatches them. That is not the rate of one sequential sum per thread: a
+// kernel walks several rows at once and dequantizes as it goes, the pool
+// splits each matrix's rows in 16-row steps, and every dispatch starts cold
+// (prefetchers ramp up again, threads meet at a barrier; a k or v matrix is
+// only a few hundred kB). Measuring the kernels themselves takes all of that in
+// without a model of any of it, and stays right where a weight type's
+// dequantization, not memory, is the limit. Tuning the plain sum towards the
+// kernels (more streams, prefetch, non-temporal loads) would be guessing at
+// what they do. Measured here (2 threads, AVX-512, a quiet moment, each probe
+// interleaved with 32 decode tokens of synth 1b q8_0 in one process, medians
+// of 8-10 pairs): decode read 0.75x the plain sum and 0.83x one large matrix,
+// but 0.98-1.0x the layer-shaped dispatches.
+// What the roof leaves out is per-token work outside the layer matmuls
+// (attention, norms, the output matrix, embedding); on a model as small as
+// 110m it is ~15% of a token, and decode lands that much below the prediction.
+//
+// Every probe takes the median pass over a window of at least
+// min_probe_seconds, not a fixed handful of passes: on a machine shared with
+// other work the memory rate moves on a scale of 100 ms to seconds, and a
+// measured decode (tens of tokens) sees a window that long too. The probes
+// take about a second together. Probes use the ThreadPool they are given, so
+// pass the thread count the engine will use. Not for the per-token path; call
+// once at start.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "base/thread_pool.h"
+#include "format/model_file.h"
 #include "plan/hardware.h"
 #include "quant/dtype.h"
 #include "sluice/status.h"
 
 namespace sluice::plan {
+
+// One weight matrix as decode multiplies it: [n_out, n_in] of `type`.
+struct MatmulShape {
+  DType type = DType::kQ8_0;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+};
+// Matrices the forward pass multiplies in one cpu::matmul_group dispatch: they
+// share one input (q/k/v; gate/up), so the same n_in; at most 4.
+using MatmulGroup = std::vector<MatmulShape>;
+// A llama layer at n_embd 2048 (q/k/v 2048 -> 2048/256/256; o; gate/up 2048 ->
+// 5632; down 5632 -> 2048) of `type`: the probe's layer when no model is given.
+std::vector<MatmulGroup> default_layer(DType type);
 
 struct CalibrateOptions {
   int n_threads = 0;                          // <= 0: one per core
@@ -34,12 +84,16 @@ struct CalibrateOptions {
   std::string disk_path;                      // file to read; empty: a temp file in temp_dir
   std::string temp_dir = "/tmp";
   uint64_t disk_bytes = 256ull << 20;         // bytes to read (at most the file's size)
-  DType matmul_type = DType::kQ8_0;           // weight type the matmul probe runs (the engine's kernels)
+  DType matmul_type = DType::kQ8_0;           // weight type the matmul probe runs (and the default layer's)
+  uint64_t weight_read_bytes = 256ull << 20;  // weight-read probe: at least this many bytes of layers; 0: skip it
+  std::vector<MatmulGroup> weight_read_layer; // one layer's dispatches; empty: default_layer(matmul_type)
+  double min_probe_seconds = 0.25;            // each probe's window (see above)
 };
 
 struct Calibration {
   int n_threads = 0;
-  double mem_read_gbps = 0;
+  double mem_read_gbps = 0;                   // streaming sum
+  double weight_read_gbps = 0;                // engine's batch-1 matmuls in decode's dispatches; 0 when not probed
   double matmul_tflops = 0;                   // of the engine's kernels on matmul_type weights
   DType matmul_type = DType::kQ8_0;
   double disk_read_gbps = 0;                  // 0 when not probed
@@ -47,15 +101,30 @@ struct Calibration {
   std::string disk_note;                      // what was read, and how
   double mem_capacity_gb = 0;                 // physical memory
 
-  // This machine as a compute device for the roofline.
+  // The memory roof decode is predicted with: weight_read_gbps when probed,
+  // else mem_read_gbps.
+  double decode_read_gbps() const;
+  // This machine as a compute device for the roofline (memory roof:
+  // decode_read_gbps()).
   Hardware as_hardware() const;
 };
 
-double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats);
+// Each probe returns the median pass of at least n_repeats passes lasting at
+// least min_seconds together.
+//
+// Every thread sums its share of a `bytes` buffer (GB/s).
+double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats, double min_seconds = 0);
+// The engine's batch-1 matmul (cpu::matmul_group, one token, at the active
+// instruction set) dispatched as decode dispatches it: `layer`'s groups in
+// order, over as many copies of the layer as make `bytes` or more (synthetic
+// weights, each n_in a multiple of its type's block size): weight bytes read
+// per second (GB/s).
+double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> layer, uint64_t bytes, int n_repeats,
+                              double min_seconds = 0);
 // The engine's own matmul (cpu::matmul_group at the active instruction set) on
 // weights of `type`, so the figure predicts what a prefill of such a model gets.
 double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_t n_tokens, int n_repeats,
-                           DType type = DType::kQ8_0);
+                           DType type = DType::kQ8_0, double min_seconds = 0);
 struct DiskProbe {
   double gbps = 0;
   bool direct = false;
@@ -63,6 +132,13 @@ struct DiskProbe {
 };
 // Errors: the file cannot be created, opened or read.
 StatusOr<DiskProbe> probe_disk_read(const std::string& path, const std::string& temp_dir, uint64_t bytes);
+
+// `options` with the probes set to the model's own weights, so every caller
+// probes a model the same way: the matmul probe on blk.0.ffn_up.weight's type,
+// the weight-read probe on layer 0's matrices (types and shapes) in the
+// forward pass's dispatches (q/k/v, o, gate/up, down). A file without those
+// tensors leaves the weight-read layer at the default.
+CalibrateOptions with_model_weights(CalibrateOptions options, const ModelFile& file);
 
 // Runs every probe.
 StatusOr<Calibration> calibrate(const CalibrateOptions& options);

@@ -24,7 +24,7 @@ double median(std::vector<double> v) {
 
 StatusOr<MeasureResult> measure_model(const MeasureOptions& o, const Calibration& cal) {
   if (o.n_prompt < 1 || o.n_decode < 1) return invalid_argument("measure needs at least one prompt and one decode token");
-  if (!(cal.mem_read_gbps > 0) || !(cal.matmul_tflops > 0)) return invalid_argument("measure needs a calibration of this machine");
+  if (!(cal.decode_read_gbps() > 0) || !(cal.matmul_tflops > 0)) return invalid_argument("measure needs a calibration of this machine");
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(o.model_path));
   auto file = std::make_shared<const ModelFile>(std::move(mf));
   MeasureResult r;
@@ -70,27 +70,6 @@ StatusOr<MeasureResult> measure_model(const MeasureOptions& o, const Calibration
   r.decode_bandwidth_tps = 1.0 / r.decode_predicted.memory_s;
   r.decode_achieved_gbps = (r.decode_predicted.weight_bytes + r.decode_predicted.kv_bytes) * r.decode_measured_tps / 1e9;
 
-  if (o.stream_budget_bytes > 0) {
-    if (!(cal.disk_read_gbps > 0)) {
-      r.stream_note = "no disk bandwidth was probed, so streaming cannot be planned";
-    } else {
-      const double layer_params = static_cast<double>(r.shape.n_layer > 0
-                                                          ? (cost.params.attention + cost.params.ffn + cost.params.experts_active) /
-                                                                r.shape.n_layer
-                                                          : 0);
-      ASSIGN_OR_RETURN(StreamPlan sp, plan_stream({.n_layer = r.shape.n_layer,
-                                                   .layer_bytes = wb.layer_bytes(),
-                                                   .layer_flops = 2.0 * layer_params,
-                                                   // A resident layer's time: the predicted decode step's rate.
-                                                   .compute_tflops = r.decode_predicted.flops / r.decode_predicted.step_s / 1e12,
-                                                   .link_gbps = 0,
-                                                   .disk_gbps = cal.disk_read_gbps,
-                                                   .host_budget_bytes = o.stream_budget_bytes,
-                                                   .device_budget_bytes = o.stream_budget_bytes}));
-      r.stream = sp;
-      r.stream_note = "predicted only: the engine cannot stream weights yet (no weight store), so there is no measured figure";
-    }
-  }
   return r;
 }
 

@@ -6,22 +6,20 @@
 //            machine (memory read bandwidth x bytes per token, and the matmul
 //            FLOP/s), and by the bandwidth bound alone
 //   prefill  one warm forward pass over n_prompt tokens
-//   stream   under a host memory budget: the plan_stream() figures for filling
-//            a ring from disk at the calibrated disk bandwidth (predicted only
-//            until the weight store runs streamed decode)
+// Streaming under a memory budget is predicted by the weight store's own
+// placement (weights/placement.h, from the same calibration) and measured by
+// running the store: `sluice plan --measure --budget-gb` does both.
 // The bytes per token come from the model file through the planner and are
 // checked against the engine's own count (LlamaModel::weight_bytes()).
 // Loads the model; takes seconds to minutes for large files. Not thread-safe.
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "plan/calibrate.h"
 #include "plan/model_shape.h"
 #include "plan/roofline.h"
-#include "plan/stream_plan.h"
 #include "sluice/status.h"
 
 namespace sluice::plan {
@@ -31,7 +29,6 @@ struct MeasureOptions {
   int n_threads = 0;                // <= 0: one per core (use the calibration's count)
   int64_t n_prompt = 128;
   int64_t n_decode = 32;
-  double stream_budget_bytes = 0;   // > 0: plan streaming under this host budget
 };
 
 struct MeasureResult {
@@ -48,8 +45,6 @@ struct MeasureResult {
   StepEstimate prefill_predicted;
   double prefill_measured_tps = 0;
   double prefill_achieved_tflops = 0;
-  std::optional<StreamPlan> stream; // when a budget was given and a disk was probed
-  std::string stream_note;
 };
 
 StatusOr<MeasureResult> measure_model(const MeasureOptions& options, const Calibration& calibration);

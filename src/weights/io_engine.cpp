@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/timer.h"
 
 namespace sluice::weights {
 
@@ -175,6 +176,36 @@ Status read_exact(IoEngine& engine, uint64_t offset, uint64_t length, uint8_t* d
     }
   }
   return status;
+}
+
+StatusOr<double> probe_read_gbps(IoEngine& engine, uint64_t block, uint64_t offset, uint64_t bytes) {
+  CHECK(block > 0 && block % kDirectAlign == 0 && offset % kDirectAlign == 0);
+  bytes = bytes / block * block;
+  if (bytes == 0) return invalid_argument("read probe: fewer bytes than one {}-byte read", block);
+  const int depth = engine.queue_depth();
+  ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(block * static_cast<uint64_t>(depth)));
+  std::vector<int> free_slots;
+  for (int i = 0; i < depth; ++i) free_slots.push_back(i);
+  std::vector<IoCompletion> done;
+  uint64_t issued = 0, landed = 0;
+  Stopwatch sw;
+  while (landed < bytes) {
+    while (issued < bytes && !free_slots.empty()) {
+      const int slot = free_slots.back();
+      free_slots.pop_back();
+      engine.submit({.offset = offset + issued, .length = block, .dst = buf.data() + static_cast<uint64_t>(slot) * block,
+                     .tag = static_cast<uint64_t>(slot)});
+      issued += block;
+    }
+    done.clear();
+    engine.wait(done, -1);
+    for (const IoCompletion& c : done) {
+      if (!c.status.ok()) return c.status;
+      landed += block;
+      free_slots.push_back(static_cast<int>(c.tag));
+    }
+  }
+  return static_cast<double>(bytes) / sw.seconds() / 1e9;
 }
 
 }  // namespace sluice::weights

@@ -138,4 +138,11 @@ std::unique_ptr<IoEngine> make_pread_engine(int fd, const std::string& path, boo
 Status read_exact(IoEngine& engine, uint64_t offset, uint64_t length, uint8_t* dst,
                   uint64_t chunk_bytes = 1u << 20);
 
+// Read rate of the engine's file (GB/s): `bytes` from `offset` in sequential
+// reads of `block` bytes, keeping queue_depth() in flight, as the weight store
+// reads its layers. offset and block multiples of kDirectAlign; bytes is
+// rounded down to whole blocks. Call only while no one else uses the engine.
+// Errors: I/O failure, fewer bytes than one block.
+StatusOr<double> probe_read_gbps(IoEngine& engine, uint64_t block, uint64_t offset, uint64_t bytes);
+
 }  // namespace sluice::weights

@@ -2,6 +2,7 @@
 // queue depth, O_DIRECT fallback reporting.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -95,6 +96,16 @@ TEST_P(IoEngineTest, KeepsManyReadsInFlightAndInterruptWakesAWait) {
   done.clear();
   EXPECT_EQ(engine->wait(done, -1), 0);
   EXPECT_EQ(engine->wait(done, 0.01), 0);  // a timeout also returns
+}
+
+TEST_P(IoEngineTest, ReadProbeGivesAPositiveRateAndLeavesNothingInFlight) {
+  auto engine = open_engine(4);
+  const auto gbps = probe_read_gbps(*engine, 64 << 10, 4096, 2u << 20);
+  ASSERT_TRUE(gbps.ok()) << gbps.status().to_string();
+  EXPECT_GT(*gbps, 0);
+  EXPECT_TRUE(std::isfinite(*gbps));
+  EXPECT_EQ(engine->in_flight(), 0);
+  EXPECT_FALSE(probe_read_gbps(*engine, 1 << 20, 0, 4096).ok());  // less than one read
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, IoEngineTest, ::testing::Values(IoBackend::kUring, IoBackend::kPread),

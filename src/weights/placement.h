@@ -96,6 +96,7 @@ struct PlacementPlan {
   double predicted_compute_s = 0;        // per step
   double predicted_disk_s = 0;           // per step
   double predicted_stall_s = 0;          // per step (one token in decode)
+  double predicted_step_s() const { return predicted_compute_s + predicted_stall_s; }
   plan::StreamPlan stream;               // plan_stream over the streamed layers
   std::string note;                      // why the ring was trimmed, or empty
   std::string io_note;                   // filled by whoever opens the store (io backend)

@@ -1,10 +1,11 @@
 #include "weights/store_source.h"
 
 #include <algorithm>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include "plan/calibrate.h"
+#include "base/timer.h"
 #include "weights/placement.h"
 
 namespace sluice::weights {
@@ -26,12 +27,41 @@ Status StoreWeightSource::acquire(int64_t layer, LayerWeightPointers* out) {
   return Status();
 }
 
+StatusOr<plan::Calibration> calibrate_for_model(const ModelFile& file, int n_threads, bool direct) {
+  ASSIGN_OR_RETURN(plan::Calibration cal,
+                   plan::calibrate(plan::with_model_weights({.n_threads = n_threads, .probe_disk = false}, file)));
+  const WeightStoreOptions store;  // the store's defaults: read size and queue depth
+  ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> io, IoEngine::open({.path = file.source_path, .backend = store.io,
+                                                                 .queue_depth = store.queue_depth, .direct = direct}));
+  // Passes of 64 MiB over successive regions of the file, at least 3 and half
+  // a second of them, and the median: a virtual disk's rate swings from one
+  // second to the next, and one short read would catch a single moment.
+  const uint64_t pass_bytes = std::min<uint64_t>(64ull << 20, io->file_size()) / store.chunk_bytes * store.chunk_bytes;
+  if (pass_bytes == 0) return invalid_argument("{}: too small for the disk probe", file.source_path);
+  const uint64_t n_regions = std::max<uint64_t>(1, io->file_size() / pass_bytes);
+  std::vector<double> rates;
+  Stopwatch window;
+  while (rates.size() < 3 || (window.seconds() < 0.5 && rates.size() < 64)) {
+    const uint64_t offset = rates.size() % n_regions * pass_bytes;
+    ASSIGN_OR_RETURN(double gbps, probe_read_gbps(*io, store.chunk_bytes, offset, pass_bytes));
+    rates.push_back(gbps);
+  }
+  std::sort(rates.begin(), rates.end());
+  cal.disk_read_gbps = rates[rates.size() / 2];
+  cal.disk_direct = io->direct();
+  cal.disk_note = fmt::format("median of {} reads of {} MiB of {} as the weight store reads it: {} KiB reads, {}",
+                              rates.size(), pass_bytes >> 20, file.source_path, store.chunk_bytes >> 10,
+                              io->describe());
+  return cal;
+}
+
 StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, const StreamingOptions& o) {
   if (o.mem_budget_bytes == 0) return invalid_argument("open_streaming needs a memory budget");
-  ASSIGN_OR_RETURN(plan::Calibration cal,
-                   plan::calibrate(plan::CalibrateOptions{.n_threads = o.n_threads, .n_repeats = 3,
-                                                          .probe_disk = true, .disk_path = file->source_path,
-                                                          .disk_bytes = 256ull << 20}));
+  plan::Calibration probed;
+  if (!o.calibration) {
+    ASSIGN_OR_RETURN(probed, calibrate_for_model(*file, o.n_threads, o.direct));
+  }
+  const plan::Calibration& cal = o.calibration ? *o.calibration : probed;
   // Compute per layer (roofline): the larger of reading the layer's weights at
   // memory bandwidth and its matmul FLOPs at the measured rate.
   auto layout = plan_placement(*file, {});
@@ -41,7 +71,7 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
   int64_t layer_params = 0;
   for (const TensorInfo& t : file->tensors)
     if (t.name.rfind("blk.0.", 0) == 0 && t.ne.size() == 2) layer_params += t.n_elements();
-  const double mem_s = static_cast<double>(layer_bytes) / (cal.mem_read_gbps * 1e9);
+  const double mem_s = static_cast<double>(layer_bytes) / (cal.decode_read_gbps() * 1e9);
   const double flop_s = 2.0 * static_cast<double>(layer_params) * static_cast<double>(o.tokens_per_step) /
                         (cal.matmul_tflops * 1e12);
   const double compute_s = std::max(mem_s, flop_s);
@@ -51,9 +81,10 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
                                                                .tokens_per_step = o.tokens_per_step}));
   StreamingSetup setup;
   setup.report = fmt::format(
-      "[sluice] machine: memory read {:.1f} GB/s, matmul {:.1f} GFLOP/s, disk read {:.2f} GB/s ({})\n"
+      "[sluice] machine: decode roof {:.1f} GB/s ({}), matmul {:.1f} GFLOP/s, disk read {:.2f} GB/s ({})\n"
       "[sluice] compute per layer at {} token(s)/step: {:.2f} ms (estimate)\n{}",
-      cal.mem_read_gbps, cal.matmul_tflops * 1e3, cal.disk_read_gbps, cal.disk_note, o.tokens_per_step,
+      cal.decode_read_gbps(), cal.weight_read_gbps > 0 ? "weight read" : "memory read", cal.matmul_tflops * 1e3, cal.disk_read_gbps, cal.disk_note,
+      o.tokens_per_step,
       compute_s * 1e3, placement_map(plan));
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store,
                    WeightStore::open(file, std::move(plan), WeightStoreOptions{.direct = o.direct}));

@@ -1,8 +1,9 @@
 // StoreWeightSource: the weight store as the model's LayerWeightSource, and the
 // one-call setup `sluice run/bench --mem-budget` use.
 //
-// open_streaming() measures this machine with the planner's probes (memory read
-// bandwidth, matmul FLOP/s, O_DIRECT read rate of the model file itself),
+// open_streaming() measures this machine with the planner's probes (the decode
+// roof, matmul FLOP/s, O_DIRECT read rate of the model file itself), or takes
+// a calibration the caller already has,
 // estimates compute per layer for the expected tokens per step with the same
 // roofline the planner uses, plans the placement (ring size from plan_stream)
 // and opens the store. A budget that cannot work is refused with the smallest
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "model/weight_source.h"
+#include "plan/calibrate.h"
 #include "weights/weight_store.h"
 
 namespace sluice::weights {
@@ -36,12 +38,24 @@ struct StreamingOptions {
   int n_threads = 0;
   int64_t tokens_per_step = 1;    // what the compute estimate is for (1 = decode)
   bool direct = true;             // O_DIRECT (false: buffered reads, for filesystems without it)
+  // Figures to plan with (from calibrate_for_model on this file); null: probe
+  // here. Not owned; read during the call.
+  const plan::Calibration* calibration = nullptr;
 };
 
 struct StreamingSetup {
   std::shared_ptr<StoreWeightSource> source;
   std::string report;  // measured rates, estimate and the placement map
 };
+
+// This machine measured for streaming `file`: the planner's probes on the
+// model's own layer and weight type (plan::with_model_weights), and as the
+// disk rate what the weight store's own reads get from the model file (its IO
+// engine, read size and queue depth; a sequential O_DIRECT read at queue depth
+// 1 gets much less than the store does). `sluice plan --measure` and
+// open_streaming both calibrate through here, so the prediction and the
+// placement use one set of figures. Errors: the file cannot be read.
+StatusOr<plan::Calibration> calibrate_for_model(const ModelFile& file, int n_threads, bool direct = true);
 
 StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, const StreamingOptions& options);
 
