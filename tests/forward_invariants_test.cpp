@@ -59,13 +59,16 @@ TEST_P(SynthInvariants, DecodeEqualsPrefill) {
 INSTANTIATE_TEST_SUITE_P(Types, SynthInvariants,
                          ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m"));
 
-// Q4_0 matrices repacked at load (backend/cpu/repack.h) give the same logits, bit
-// for bit, as the same model on GGUF rows, for a prefill and for decode steps.
-TEST(ForwardInvariants, RepackedWeightsGiveIdenticalLogits) {
+// Q4_0 and Q8_0 matrices repacked at load (backend/cpu/repack.h) give the same
+// logits, bit for bit, as the same model on GGUF rows, for a prefill and for
+// decode steps.
+class RepackInvariants : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RepackInvariants, RepackedWeightsGiveIdenticalLogits) {
   SynthShape shape{.name = "mini", .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 4,
                    .n_head_kv = 2, .n_ff = 512, .n_ctx = 128};
-  const std::string path = ::testing::TempDir() + "/synth_mini_repack_q4_0.gguf";
-  ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = "q4_0", .seed = 9, .n_threads = 2}, path).ok());
+  const std::string path = ::testing::TempDir() + "/synth_mini_repack_" + GetParam() + ".gguf";
+  ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = GetParam(), .seed = 9, .n_threads = 2}, path).ok());
   auto mf = open_model_file(path);
   ASSERT_TRUE(mf.ok()) << mf.status().to_string();
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
@@ -91,6 +94,8 @@ TEST(ForwardInvariants, RepackedWeightsGiveIdenticalLogits) {
     ASSERT_EQ(std::memcmp(a.data(), b.data(), n_vocab * 4), 0) << "decode step " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, RepackInvariants, ::testing::Values("q4_0", "q8_0"));
 
 TEST(ForwardErrors, RejectsOutOfRangeTokensAndFullContext) {
   const std::string path = testing::model_path("stories260K/stories260K.gguf");

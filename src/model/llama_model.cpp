@@ -94,12 +94,13 @@ void LlamaModel::repack_weights() {
     const size_t bytes = row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out);
     std::unique_ptr<uint8_t[], FreeDeleter> buf(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     CHECK(buf != nullptr);
-    const int64_t n_groups = w.n_out / cpu::kQ4_0x4Rows;
+    const cpu::WeightLayout layout = cpu::repack_layout(w.type, w.n_out, w.n_in);
+    const int64_t n_groups = w.n_out / cpu::kX4Rows;
     pool_.parallel_for(n_groups, [&](int64_t g0, int64_t g1) {
-      cpu::repack_q4_0x4(w.data, buf.get(), w.n_in, g0 * cpu::kQ4_0x4Rows, g1 * cpu::kQ4_0x4Rows);
+      cpu::repack_rows(layout, w.data, buf.get(), w.n_in, g0 * cpu::kX4Rows, g1 * cpu::kX4Rows);
     });
     w.data = buf.get();
-    w.layout = cpu::WeightLayout::kQ4_0x4;
+    w.layout = layout;
     repacked_.push_back(std::move(buf));
     repacked_bytes_ += bytes;
     ++n_repacked_;
@@ -124,7 +125,7 @@ void LlamaModel::repack_weights() {
 
 std::string LlamaModel::repack_summary() const {
   if (n_repacked_ == 0) return "";
-  return fmt::format("{} q4_0 matrices repacked to 4-row interleave at load ({:.1f} MiB in memory)", n_repacked_,
+  return fmt::format("{} matrices repacked to 4-row interleave at load ({:.1f} MiB in memory)", n_repacked_,
                      static_cast<double>(repacked_bytes_) / (1 << 20));
 }
 

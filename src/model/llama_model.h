@@ -55,7 +55,7 @@ struct ModelOptions {
   // With a source, weight bytes are read only through it (never the mapping).
   std::shared_ptr<LayerWeightSource> weights;
   // Resident matrices whose type has a faster interleaved layout
-  // (backend/cpu/repack.h: Q4_0 -> Q4_0x4) are copied into it at load, when
+  // (backend/cpu/repack.h: Q4_0 -> Q4_0x4, Q8_0 -> Q8_0x4) are copied into it at load, when
   // the instruction-set level is above scalar and no `weights` source is set.
   // Results are bit-identical either way; the copy costs memory (the mapping's
   // pages of those matrices are not read again and may be dropped by the OS).

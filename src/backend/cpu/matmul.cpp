@@ -25,21 +25,28 @@ MatmulKernel lookup(DType type, Isa isa, WeightLayout layout) {
 }  // namespace
 
 const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout) {
-  // [isa][type index], filled once; Q4_0x4 has its own row.
+  // [isa][type index], filled once; the repacked layouts have their own table.
   static const auto table = [] {
     std::array<std::array<MatmulKernel, kTypes.size()>, 3> t{};
     for (int i = 0; i < 3; ++i)
       for (size_t j = 0; j < kTypes.size(); ++j) t[i][j] = lookup(kTypes[j], static_cast<Isa>(i), WeightLayout::kRows);
     return t;
   }();
-  static const auto q4_0x4 = [] {
-    std::array<MatmulKernel, 3> t{};
-    for (int i = 0; i < 3; ++i) t[i] = lookup(DType::kQ4_0, static_cast<Isa>(i), WeightLayout::kQ4_0x4);
+  static const auto x4 = [] {  // [isa][0: Q4_0x4, 1: Q8_0x4]
+    std::array<std::array<MatmulKernel, 2>, 3> t{};
+    for (int i = 0; i < 3; ++i) {
+      t[i][0] = lookup(DType::kQ4_0, static_cast<Isa>(i), WeightLayout::kQ4_0x4);
+      t[i][1] = lookup(DType::kQ8_0, static_cast<Isa>(i), WeightLayout::kQ8_0x4);
+    }
     return t;
   }();
   if (layout == WeightLayout::kQ4_0x4) {
     CHECK(type == DType::kQ4_0);
-    return q4_0x4[static_cast<size_t>(isa)];
+    return x4[static_cast<size_t>(isa)][0];
+  }
+  if (layout == WeightLayout::kQ8_0x4) {
+    CHECK(type == DType::kQ8_0);
+    return x4[static_cast<size_t>(isa)][1];
   }
   for (size_t j = 0; j < kTypes.size(); ++j) {
     if (kTypes[j] == type) {

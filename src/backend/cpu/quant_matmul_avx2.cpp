@@ -184,6 +184,46 @@ struct KernelQ4_0x4 {
   }
 };
 
+// Q8_0 repacked in groups of 4 rows (repack.h): the biased bytes are flipped
+// back to signed (one xor) and go through KernelQ8_0's operations per block.
+struct KernelQ8_0x4 {
+  template <int NT>
+  static void tile(const Args& a, int64_t r, int64_t t) {
+    const int64_t n_pairs = a.n_in / 64;
+    const uint8_t* rec = a.w + r * a.w_row_bytes;
+    const ActQ8x64* xt[NT];
+    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
+    __m256 acc[4][NT];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ8_0x4RecordBytes) {
+      const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+      for (int h = 0; h < 2; ++h) {  // block 2p + h
+        __m256i wv[4], wabs[4];
+        __m256 ws[4];
+        for (int i = 0; i < 4; ++i) {
+          wv[i] = _mm256_xor_si256(loadu256(rec + 16 + 64 * i + 32 * h), bias);
+          wabs[i] = _mm256_abs_epi8(wv[i]);
+          ws[i] = _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(2 * i + h));
+        }
+        for (int j = 0; j < NT; ++j) {
+          const ActQ8x64& x = xt[j][p];
+          const __m256i aq = loadu256(x.q + 32 * h);
+          const __m256 ad = _mm256_loadu_ps(x.d + 8 * h);
+          for (int i = 0; i < 4; ++i) {
+            const __m256i pr = _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(aq, wv[i]));
+            const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pr, ones));
+            acc[i][j] = _mm256_fmadd_ps(lanes, _mm256_mul_ps(ws[i], ad), acc[i][j]);
+          }
+        }
+      }
+    }
+    store_acc8<4, NT>(a, r, t, acc);
+  }
+};
+
 // ------------------------------------------------------------------------ Q4_K --
 
 struct KernelQ4_K {
@@ -398,6 +438,15 @@ void quant_rows_q4_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
                             int64_t r1) {
   CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
   rows_x4<KernelQ4_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
+                             .y = y, .y_stride = y_stride},
+                        n_tok, r0, r1);
+}
+
+void quant_rows_q8_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                            int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
+  rows_x4<KernelQ8_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
                              .y = y, .y_stride = y_stride},
                         n_tok, r0, r1);
 }

@@ -253,6 +253,36 @@ struct KernelQ4_0x4 {
   }
 };
 
+// Q8_0 repacked in groups of 4 rows (repack.h): per record the 4 rows' biased
+// bytes are loaded as they are (no insert, no xor) and the scales converted once.
+// Same wv, ws and pair_step as KernelQ8_0, so the same bits.
+struct KernelQ8_0x4 {
+  template <int NT>
+  static void tile(const Args& a, int64_t r, int64_t t) {
+    const int64_t n_pairs = a.n_in / 64;
+    const uint8_t* rec = a.w + r * a.w_row_bytes;
+    const ActQ8x64* xt[NT];
+    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
+    __m512 acc[4][NT];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+    __m512i pick[4];
+    for (int i = 0; i < 4; ++i) pick[i] = _mm512_inserti64x4(_mm512_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1), 1);
+    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ8_0x4RecordBytes) {
+      for (int c = 0; c < 5; ++c) prefetch_ahead(rec + 64 * c);
+      const __m512 sc = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec))));
+      __m512i wv[4];
+      __m512 ws[4];
+      for (int i = 0; i < 4; ++i) {
+        wv[i] = _mm512_loadu_si512(rec + 16 + 64 * i);
+        ws[i] = _mm512_permutexvar_ps(pick[i], sc);
+      }
+      pair_step<4, NT>(acc, wv, ws, xt, p);
+    }
+    store_acc16<4, NT>(a, r, t, acc);
+  }
+};
+
 // ------------------------------------------------------------------------ Q4_K --
 
 struct KernelQ4_K {
@@ -485,6 +515,15 @@ void quant_rows_q4_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in
                               int64_t r1) {
   CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
   rows_x4<KernelQ4_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
+                             .y = y, .y_stride = y_stride},
+                        n_tok, r0, r1);
+}
+
+void quant_rows_q8_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                              int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
+  rows_x4<KernelQ8_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
                              .y = y, .y_stride = y_stride},
                         n_tok, r0, r1);
 }

@@ -260,20 +260,26 @@ TEST(Repack, LayoutRuleAndRoundTripOfEveryRow) {
   EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 128), WeightLayout::kQ4_0x4);
   EXPECT_EQ(repack_layout(DType::kQ4_0, 6, 128), WeightLayout::kRows);   // rows not a multiple of 4
   EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 96), WeightLayout::kRows);    // odd block count
-  EXPECT_EQ(repack_layout(DType::kQ8_0, 8, 128), WeightLayout::kRows);
-  for (int64_t n_in : {64, 192, 2816}) {
-    const int64_t n_out = 12;
-    const Problem p(DType::kQ4_0, n_in, n_out, 1, 1200 + static_cast<uint32_t>(n_in));
-    testing::GuardedBytes whole(p.w.size()), split(p.w.size());
-    repack_q4_0x4(p.w.data(), whole.data(), n_in, 0, n_out);
-    repack_q4_0x4(p.w.data(), split.data(), n_in, 4, n_out);  // ranges by different threads
-    repack_q4_0x4(p.w.data(), split.data(), n_in, 0, 4);
-    ASSERT_TRUE(whole.guards_intact() && split.guards_intact());
-    ASSERT_EQ(std::memcmp(whole.data(), split.data(), p.w.size()), 0);
-    std::vector<uint8_t> row(p.w_row);
-    for (int64_t r = 0; r < n_out; ++r) {
-      unpack_q4_0x4_row(whole.data(), row.data(), n_in, r);
-      ASSERT_EQ(std::memcmp(row.data(), p.w.data() + r * p.w_row, p.w_row), 0) << "n_in " << n_in << " row " << r;
+  EXPECT_EQ(repack_layout(DType::kQ8_0, 8, 128), WeightLayout::kQ8_0x4);
+  EXPECT_EQ(repack_layout(DType::kQ4_K, 8, 256), WeightLayout::kRows);
+  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
+    const WeightLayout layout = repack_layout(type, 12, 64);
+    for (int64_t n_in : {64, 192, 2816}) {
+      const int64_t n_out = 12;
+      const Problem p(type, n_in, n_out, 1, 1200 + static_cast<uint32_t>(n_in));
+      testing::GuardedBytes whole(p.w.size()), split(p.w.size());
+      repack_rows(layout, p.w.data(), whole.data(), n_in, 0, n_out);
+      repack_rows(layout, p.w.data(), split.data(), n_in, 4, n_out);  // ranges by different threads
+      repack_rows(layout, p.w.data(), split.data(), n_in, 0, 4);
+      ASSERT_TRUE(whole.guards_intact() && split.guards_intact());
+      ASSERT_EQ(std::memcmp(whole.data(), split.data(), p.w.size()), 0);
+      std::vector<uint8_t> row(p.w_row);
+      for (int64_t r = 0; r < n_out; ++r) {
+        if (type == DType::kQ4_0) unpack_q4_0x4_row(whole.data(), row.data(), n_in, r);
+        else unpack_q8_0x4_row(whole.data(), row.data(), n_in, r);
+        ASSERT_EQ(std::memcmp(row.data(), p.w.data() + r * p.w_row, p.w_row), 0)
+            << dtype_name(type) << " n_in " << n_in << " row " << r;
+      }
     }
   }
 }
@@ -282,17 +288,19 @@ TEST(Repack, LayoutRuleAndRoundTripOfEveryRow) {
 // kernel of their level, so they must give the same bits for every token count,
 // tile position and row split (which is what lets resident repacked weights and
 // streamed GGUF weights produce identical tokens).
-TEST(QuantMatmul, Q4_0x4EqualsGgufRowsBitForBitAtEveryLevel) {
-  const int64_t kToks[] = {1, 2, 3, 4, 5, 9, 33};
+TEST(QuantMatmul, RepackedLayoutsEqualGgufRowsBitForBitAtEveryLevel) {
+  const int64_t kToks[] = {1, 2, 3, 4, 5, 9, 16, 33};
   uint32_t seed = 1300;
+  for (DType type : {DType::kQ4_0, DType::kQ8_0})
   for (int64_t n_in : {64, 192, 2816}) {
     const int64_t n_out = 36, y_stride = 39;
-    const Problem p(DType::kQ4_0, n_in, n_out, 33, seed += 3);
+    const Problem p(type, n_in, n_out, 33, seed += 3);
+    const WeightLayout layout = repack_layout(type, n_out, n_in);
     std::vector<uint8_t> packed(p.w.size());
-    repack_q4_0x4(p.w.data(), packed.data(), n_in, 0, n_out);
+    repack_rows(layout, p.w.data(), packed.data(), n_in, 0, n_out);
     for (Isa isa : isas()) {
-      const MatmulKernel rows = quant_matmul_kernel(DType::kQ4_0, isa);
-      const MatmulKernel x4 = quant_matmul_kernel(DType::kQ4_0, isa, WeightLayout::kQ4_0x4);
+      const MatmulKernel rows = quant_matmul_kernel(type, isa);
+      const MatmulKernel x4 = quant_matmul_kernel(type, isa, layout);
       ASSERT_NE(x4.rows, nullptr);
       EXPECT_EQ(x4.act_row_bytes, rows.act_row_bytes);
       const Acts a = convert(x4, p.x.data(), n_in, 33);

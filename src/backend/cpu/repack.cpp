@@ -8,8 +8,19 @@
 namespace sluice::cpu {
 
 WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in) {
-  if (type == DType::kQ4_0 && n_in % 64 == 0 && n_out % kQ4_0x4Rows == 0 && n_out > 0) return WeightLayout::kQ4_0x4;
+  if (n_in % 64 != 0 || n_out % kX4Rows != 0 || n_out <= 0) return WeightLayout::kRows;
+  if (type == DType::kQ4_0) return WeightLayout::kQ4_0x4;
+  if (type == DType::kQ8_0) return WeightLayout::kQ8_0x4;
   return WeightLayout::kRows;
+}
+
+void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
+  switch (layout) {
+    case WeightLayout::kQ4_0x4: repack_q4_0x4(src, dst, n_in, r0, r1); return;
+    case WeightLayout::kQ8_0x4: repack_q8_0x4(src, dst, n_in, r0, r1); return;
+    case WeightLayout::kRows: break;
+  }
+  CHECK(false && "repack_rows: not a repacked layout");
 }
 
 void repack_q4_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
@@ -51,6 +62,40 @@ void unpack_q4_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r
     for (int k = 0; k < 16; ++k) {
       b0.qs[k] = static_cast<uint8_t>((nib[k] & 0x0F) | (nib[16 + k] << 4));
       b1.qs[k] = static_cast<uint8_t>((nib[k] >> 4) | (nib[16 + k] & 0xF0));
+    }
+  }
+}
+
+void repack_q8_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % kX4Rows == 0 && r1 % kX4Rows == 0);
+  const size_t rb = row_bytes(DType::kQ8_0, n_in);
+  for (int64_t g = r0 / kX4Rows; g < r1 / kX4Rows; ++g) {
+    uint8_t* rec = dst + static_cast<size_t>(g) * kX4Rows * rb;
+    for (int64_t p = 0; p < n_in / 64; ++p, rec += kQ8_0x4RecordBytes) {
+      for (int i = 0; i < kX4Rows; ++i) {
+        const auto* row = reinterpret_cast<const BlockQ8_0*>(src + static_cast<size_t>(4 * g + i) * rb);
+        uint8_t* u = rec + 16 + 64 * i;
+        for (int h = 0; h < 2; ++h) {
+          const BlockQ8_0& b = row[2 * p + h];
+          std::memcpy(rec + 4 * i + 2 * h, &b.d, 2);
+          for (int k = 0; k < 32; ++k) u[32 * h + k] = static_cast<uint8_t>(b.qs[k]) ^ 0x80;
+        }
+      }
+    }
+  }
+}
+
+void unpack_q8_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r) {
+  CHECK(n_in % 64 == 0);
+  const size_t rb = row_bytes(DType::kQ8_0, n_in);
+  const int i = static_cast<int>(r % kX4Rows);
+  const uint8_t* rec = src + static_cast<size_t>(r / kX4Rows) * kX4Rows * rb;
+  auto* out = reinterpret_cast<BlockQ8_0*>(dst);
+  for (int64_t p = 0; p < n_in / 64; ++p, rec += kQ8_0x4RecordBytes) {
+    for (int h = 0; h < 2; ++h) {
+      BlockQ8_0& b = out[2 * p + h];
+      std::memcpy(&b.d, rec + 4 * i + 2 * h, 2);
+      for (int k = 0; k < 32; ++k) b.qs[k] = static_cast<int8_t>(rec[16 + 64 * i + 32 * h + k] ^ 0x80);
     }
   }
 }

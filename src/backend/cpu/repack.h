@@ -26,6 +26,17 @@
 // A group of 4 rows is n_in / 64 records, 4 * row_bytes bytes, so row group g
 // starts at byte 4 * g * row_bytes as in the GGUF matrix.
 //
+// Q8_0x4: the same grouping for Q8_0, a record of 272 bytes per block pair:
+//
+//   byte 0                    16        80        144       208       272
+//        +--------------------+---------+---------+---------+---------+
+//        | d[4][2] f16        | u r0    | u r1    | u r2    | u r3    |
+//        +--------------------+---------+---------+---------+---------+
+//
+//   u byte k (0..63) of row i = q ^ 0x80 (= q + 128) of element k of the pair
+//   (block 2p then 2p + 1): the unsigned operand vpdpbusd takes, without the
+//   per-load xor the GGUF-row kernel needs; the scales as in Q4_0x4.
+//
 // Repacking needs n_in % 64 == 0 (whole block pairs) and n_out % 4 == 0;
 // other matrices keep GGUF rows. Functions are pure and thread-safe.
 #pragma once
@@ -38,8 +49,10 @@
 
 namespace sluice::cpu {
 
-constexpr int64_t kQ4_0x4Rows = 4;           // rows per interleaved group
+constexpr int64_t kX4Rows = 4;               // rows per interleaved group
+constexpr int64_t kQ4_0x4Rows = kX4Rows;
 constexpr size_t kQ4_0x4RecordBytes = 144;  // one block pair of 4 rows
+constexpr size_t kQ8_0x4RecordBytes = 272;
 
 // The layout a matrix of (type, n_out, n_in) is repacked to; kRows if none.
 WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in);
@@ -53,5 +66,12 @@ void repack_q4_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, i
 // Inverse of repack_q4_0x4 for one row: writes row r's GGUF bytes
 // (row_bytes(kQ4_0, n_in)) to dst. For tests and the scalar kernel.
 void unpack_q4_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
+
+// The same pair for Q8_0x4.
+void repack_q8_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
+void unpack_q8_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
+
+// Repacks rows [r0, r1) of a matrix into `layout` (not kRows), as above.
+void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
 
 }  // namespace sluice::cpu
