@@ -52,6 +52,7 @@ struct BenchArgs {
   int n_reps = 5;
   uint64_t seed = 42;
   bool json = false;
+  bool no_repack = false;
   bool no_probe = false;
   uint64_t mem_budget = 0;
 };
@@ -146,7 +147,7 @@ int run(const BenchArgs& a) {
   auto mf = open_model_file(a.model);
   if (!mf.ok()) return fail(mf.status());
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
-  ModelOptions mo{.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch)};
+  ModelOptions mo{.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch), .repack = !a.no_repack};
   std::shared_ptr<weights::StoreWeightSource> stream;
   if (a.mem_budget > 0) {
     auto setup = weights::open_streaming(file, {.mem_budget_bytes = a.mem_budget, .n_threads = a.n_threads});
@@ -172,6 +173,7 @@ int run(const BenchArgs& a) {
   const std::vector<int32_t> gen = bench_tokens(a.n_gen, hp.n_vocab, a.seed + 1);
   fmt::print(stderr, "[sluice] bench {}: loaded in {:.2f} s, {} threads, isa {}; pp{} tg{} x {} reps\n", a.model, load_s,
              model.n_threads(), cpu::isa_name(cpu::active_isa()), a.n_prompt, a.n_gen, a.n_reps);
+  if (!model.repack_summary().empty()) fmt::print(stderr, "[sluice] weights: {}\n", model.repack_summary());
 
   // Warm-up (pages the weights in, settles the thread pool), then the timed repetitions.
   std::vector<double> pp_tps, tg_tps;
@@ -228,6 +230,7 @@ int run(const BenchArgs& a) {
     j["model_n_params"] = n_params;
     j["n_threads"] = model.n_threads();
     j["isa"] = isa;
+    j["repacked_bytes"] = model.repacked_bytes();
     if (stream) {
       const weights::WeightCountersSnapshot w = stream->store().counters();
       j["mem_budget_bytes"] = a.mem_budget;
@@ -312,6 +315,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--seed", a->seed, "seed of the pseudo-random token ids")->capture_default_str();
   c->add_flag("--json", a->json, "print one JSON object instead of the table");
   c->add_flag("--no-probe", a->no_probe, "skip the machine probes (read GB/s, matmul FLOP/s)");
+  c->add_flag("--no-repack", a->no_repack, "keep Q4_0/Q8_0 matrices in GGUF row order (no 4-row interleave at load)");
   add_mem_budget_option(c, &a->mem_budget);
   return [a] { return run(*a); };
 }

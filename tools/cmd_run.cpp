@@ -175,6 +175,7 @@ int run(RunArgs a) {
              r.n_prompt / std::max(r.prompt_seconds, 1e-9), r.tokens.size(),
              n_gen > 1 ? (n_gen - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, r.finish_reason);
   if (lm.stream) fmt::print(stderr, "[sluice] weights: {}\n", lm.stream->store().counters().summary());
+  if (!lm.model->repack_summary().empty()) fmt::print(stderr, "[sluice] weights: {}\n", lm.model->repack_summary());
   return 0;
 }
 

@@ -357,11 +357,12 @@ std::string Engine::summary() const {
   const KvLayout& l = e.kv.layout();
   return fmt::format(
       "model {} | context {} per sequence | KV {} in {} blocks of {} tokens ({} tokens, {:.1f} MiB){} | "
-      "batch {} tokens, {} sequences | prefix caching {} | threads {}",
+      "batch {} tokens, {} sequences | prefix caching {} | threads {}{}",
       e.name, e.ctx, kv_dtype_name(l.dtype), e.kv.n_blocks(), l.block_size, e.kv.n_blocks() * l.block_size,
       static_cast<double>(e.kv.bytes()) / (1 << 20),
       e.host_kv ? fmt::format(", swap pool {} blocks", e.host_kv->n_blocks()) : "", e.cfg.max_batch_tokens,
-      e.cfg.max_seqs, e.cfg.prefix_caching ? "on" : "off", e.model->n_threads());
+      e.cfg.max_seqs, e.cfg.prefix_caching ? "on" : "off", e.model->n_threads(),
+      e.model->repack_summary().empty() ? "" : " | " + e.model->repack_summary());
 }
 
 void Engine::Impl::run() {

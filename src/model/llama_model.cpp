@@ -4,8 +4,11 @@
 #include <cmath>
 #include <functional>
 
+#include <fmt/format.h>
+
 #include "backend/cpu/fast_ops.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/repack.h"
 #include "base/check.h"
 #include "quant/quant.h"
 
@@ -77,7 +80,53 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Mod
   m->attn_partials_.resize(cpu::paged_attention_partials_floats(nb * h.n_head_kv, m->n_ctx_max_, h.n_head,
                                                                 h.n_head_kv, h.head_dim, m->pool_->n_threads()));
   m->attn_seqs_.resize(sz(options.max_seqs));
+  if (options.repack && !m->source_ && m->isa_ != cpu::Isa::kScalar) m->repack_weights();
   return m;
+}
+
+void LlamaModel::repack_weights() {
+  auto eligible = [](std::initializer_list<const cpu::WeightView*> group) {
+    for (const cpu::WeightView* w : group)
+      if (cpu::repack_layout(w->type, w->n_out, w->n_in) == cpu::WeightLayout::kRows) return false;
+    return true;
+  };
+  auto repack = [&](cpu::WeightView& w) {
+    const size_t bytes = row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out);
+    std::unique_ptr<uint8_t[], FreeDeleter> buf(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    CHECK(buf != nullptr);
+    const cpu::WeightLayout layout = cpu::repack_layout(w.type, w.n_out, w.n_in);
+    const int64_t n_groups = w.n_out / cpu::kX4Rows;
+    pool_.parallel_for(n_groups, [&](int64_t g0, int64_t g1) {
+      cpu::repack_rows(layout, w.data, buf.get(), w.n_in, g0 * cpu::kX4Rows, g1 * cpu::kX4Rows);
+    });
+    w.data = buf.get();
+    w.layout = layout;
+    repacked_.push_back(std::move(buf));
+    repacked_bytes_ += bytes;
+    ++n_repacked_;
+  };
+  // Matrices sharing a matmul_group dispatch are repacked together or not at
+  // all, so every repacked job starts on a 4-row boundary of the dispatch.
+  for (LayerWeights& w : layers_) {
+    if (eligible({&w.wq, &w.wk, &w.wv})) {
+      repack(w.wq);
+      repack(w.wk);
+      repack(w.wv);
+    }
+    if (eligible({&w.wo})) repack(w.wo);
+    if (eligible({&w.ffn_gate, &w.ffn_up})) {
+      repack(w.ffn_gate);
+      repack(w.ffn_up);
+    }
+    if (eligible({&w.ffn_down})) repack(w.ffn_down);
+  }
+  if (eligible({&output_})) repack(output_);  // token_embd_ keeps GGUF rows (row lookups)
+}
+
+std::string LlamaModel::repack_summary() const {
+  if (n_repacked_ == 0) return "";
+  return fmt::format("{} matrices repacked to 4-row interleave at load ({:.1f} MiB in memory)", n_repacked_,
+                     static_cast<double>(repacked_bytes_) / (1 << 20));
 }
 
 Status LlamaModel::bind_weights() {

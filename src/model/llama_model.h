@@ -12,9 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -55,6 +57,12 @@ struct ModelOptions {
   // Threads to run on, shared with another model (a draft model runs between the
   // target's passes); null: a pool of n_threads of its own.
   std::shared_ptr<ThreadPool> pool;
+  // Resident matrices whose type has a faster interleaved layout
+  // (backend/cpu/repack.h: Q4_0 -> Q4_0x4, Q8_0 -> Q8_0x4) are copied into it at load, when
+  // the instruction-set level is above scalar and no `weights` source is set.
+  // Results are bit-identical either way; the copy costs memory (the mapping's
+  // pages of those matrices are not read again and may be dropped by the OS).
+  bool repack = true;
 };
 
 // One sequence's part of a batched forward pass.
@@ -84,6 +92,10 @@ class LlamaModel {
   const std::shared_ptr<ThreadPool>& thread_pool() const { return pool_; }
   // Bytes of weights one forward pass reads (all matrices + embeddings row).
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes of matrices copied into a repacked layout at load (0 if none), and a
+  // one-line description for load summaries ("" if none).
+  uint64_t repacked_bytes() const { return repacked_bytes_; }
+  std::string repack_summary() const;
 
   // The KV dtype used when none is asked for: f32 for F32 models (full
   // precision end to end), f16 otherwise.
@@ -111,6 +123,7 @@ class LlamaModel {
  private:
   LlamaModel(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, const ModelOptions& options);
   Status bind_weights();
+  void repack_weights();
   Status validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const;
   Status run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv);
   void rope_tables(std::span<const ForwardSeq> seqs);
@@ -123,6 +136,12 @@ class LlamaModel {
   int64_t n_batch_;
   std::shared_ptr<ThreadPool> pool_;
   uint64_t weight_bytes_ = 0;
+  uint64_t repacked_bytes_ = 0;
+  int64_t n_repacked_ = 0;  // matrices
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> repacked_;  // owns the repacked matrices' bytes
 
   cpu::WeightView token_embd_;     // [n_vocab, n_embd]
   std::vector<float> output_norm_; // [n_embd]

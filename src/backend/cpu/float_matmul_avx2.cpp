@@ -17,7 +17,9 @@
 // Register tiles of R rows x T tokens run R*T chains side by side; tiles change
 // which chains run together, never the operations inside one, so results do not
 // depend on the tiling (16 ymm registers):
-//   GEMV (n_tok == 1): 8 rows x 1 token.
+//   GEMV (n_tok == 1): 1 row x 1 token, one sequential stream per thread (as
+//                      in the AVX-512 file: 8 interleaved rows were up to 2x
+//                      slower at n_in = 768).
 //   GEMM:              2 rows x 6 tokens (12 accumulators + 2 weights + 1 x).
 #include <immintrin.h>
 
@@ -26,7 +28,6 @@
 namespace sluice::cpu {
 namespace {
 
-constexpr int kGemvRows = 8;
 constexpr int kTileRows = 2;
 constexpr int kTileTokens = 6;
 // Elements per partial sum: each chain sums kBlock elements into a fresh
@@ -157,14 +158,12 @@ void sweep_tokens(const TileSet& set, const uint8_t* w, size_t w_row_bytes, int6
 }
 
 // Runs the tiles over rows [r0, r1) x all tokens.
-//   gemv: the 8-row x 1-token tile;  multi: 2-row tiles;  single: 1-row tiles.
-void drive(TileFn gemv, const TileSet& multi, const TileSet& single, size_t act_bytes_per_token,
+//   multi: 2-row tiles;  single: 1-row tiles (also the GEMV).
+void drive(const TileSet& multi, const TileSet& single, size_t act_bytes_per_token,
            const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride, int64_t n_tok,
            float* y, int64_t y_stride, int64_t r0, int64_t r1) {
   if (n_tok == 1) {
-    int64_t r = r0;
-    for (; r + kGemvRows <= r1; r += kGemvRows) gemv(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, 0);
-    for (; r < r1; ++r) single.by_tokens[1](w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, 0);
+    for (int64_t r = r0; r < r1; ++r) single.by_tokens[1](w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, 0);
     return;
   }
   int64_t block = kActBlockBytes / static_cast<int64_t>(act_bytes_per_token);
@@ -188,19 +187,19 @@ constexpr TileSet kBF16Single = f32_tiles<LoadBF16, 1>();
 
 void float_rows_f32_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  drive(tile_f32<LoadF32, kGemvRows, 1>, kF32Multi, kF32Single, float_act_row_bytes_f32(n_in), w, w_row_bytes, n_in, xa,
+  drive(kF32Multi, kF32Single, float_act_row_bytes_f32(n_in), w, w_row_bytes, n_in, xa,
         xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
 void float_rows_f16_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  drive(tile_f32<LoadF16, kGemvRows, 1>, kF16Multi, kF16Single, float_act_row_bytes_f32(n_in), w, w_row_bytes, n_in, xa,
+  drive(kF16Multi, kF16Single, float_act_row_bytes_f32(n_in), w, w_row_bytes, n_in, xa,
         xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
 void float_rows_bf16_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                             size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  drive(tile_f32<LoadBF16, kGemvRows, 1>, kBF16Multi, kBF16Single, float_act_row_bytes_f32(n_in), w, w_row_bytes, n_in, xa,
+  drive(kBF16Multi, kBF16Single, float_act_row_bytes_f32(n_in), w, w_row_bytes, n_in, xa,
         xa_stride, n_tok, y, y_stride, r0, r1);
 }
 

@@ -11,11 +11,12 @@ namespace {
 constexpr std::array<DType, 7> kTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
                                          DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
 
-MatmulKernel lookup(DType type, Isa isa) {
+MatmulKernel lookup(DType type, Isa isa, WeightLayout layout) {
   for (int level = static_cast<int>(isa); level >= 0; --level) {
     const Isa at = static_cast<Isa>(level);
     const bool is_float = type == DType::kF32 || type == DType::kF16 || type == DType::kBF16;
-    MatmulKernel k = is_float ? float_matmul_kernel(type, at) : quant_matmul_kernel(type, at);
+    MatmulKernel k = is_float ? (layout == WeightLayout::kRows ? float_matmul_kernel(type, at) : MatmulKernel{})
+                              : quant_matmul_kernel(type, at, layout);
     if (k.rows) return k;
   }
   return MatmulKernel{};
@@ -23,14 +24,30 @@ MatmulKernel lookup(DType type, Isa isa) {
 
 }  // namespace
 
-const MatmulKernel& matmul_kernel(DType type, Isa isa) {
-  // [isa][type index], filled once.
+const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout) {
+  // [isa][type index], filled once; the repacked layouts have their own table.
   static const auto table = [] {
     std::array<std::array<MatmulKernel, kTypes.size()>, 3> t{};
     for (int i = 0; i < 3; ++i)
-      for (size_t j = 0; j < kTypes.size(); ++j) t[i][j] = lookup(kTypes[j], static_cast<Isa>(i));
+      for (size_t j = 0; j < kTypes.size(); ++j) t[i][j] = lookup(kTypes[j], static_cast<Isa>(i), WeightLayout::kRows);
     return t;
   }();
+  static const auto x4 = [] {  // [isa][0: Q4_0x4, 1: Q8_0x4]
+    std::array<std::array<MatmulKernel, 2>, 3> t{};
+    for (int i = 0; i < 3; ++i) {
+      t[i][0] = lookup(DType::kQ4_0, static_cast<Isa>(i), WeightLayout::kQ4_0x4);
+      t[i][1] = lookup(DType::kQ8_0, static_cast<Isa>(i), WeightLayout::kQ8_0x4);
+    }
+    return t;
+  }();
+  if (layout == WeightLayout::kQ4_0x4) {
+    CHECK(type == DType::kQ4_0);
+    return x4[static_cast<size_t>(isa)][0];
+  }
+  if (layout == WeightLayout::kQ8_0x4) {
+    CHECK(type == DType::kQ8_0);
+    return x4[static_cast<size_t>(isa)][1];
+  }
   for (size_t j = 0; j < kTypes.size(); ++j) {
     if (kTypes[j] == type) {
       const MatmulKernel& k = table[static_cast<size_t>(isa)][j];
@@ -61,9 +78,15 @@ void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in,
   Act acts[2];
   int n_acts = 0;
   int act_of[4];
+  const MatmulKernel* kernel_of[4];  // the job's rows(); shares its type's activations
   uint8_t* next = scratch;
+  int64_t job_base = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     CHECK(jobs[j].w.n_in == n_in);
+    // A repacked job's rows must start on a group boundary of the split.
+    CHECK(jobs[j].w.layout == WeightLayout::kRows || job_base % 4 == 0);
+    job_base += jobs[j].w.n_out;
+    kernel_of[j] = &matmul_kernel(jobs[j].w.type, isa, jobs[j].w.layout);
     int found = -1;
     for (int a = 0; a < n_acts; ++a)
       if (acts[a].type == jobs[j].w.type) found = a;
@@ -104,8 +127,8 @@ void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in,
       const int64_t lo = std::max(begin, base), hi = std::min(end, base + w.n_out);
       if (lo < hi) {
         const Act& a = acts[act_of[j]];
-        a.k->rows(w.data, row_bytes(w.type, n_in), n_in, a.data, a.stride, n_tok, jobs[static_cast<size_t>(j)].y,
-                  w.n_out, lo - base, hi - base);
+        kernel_of[j]->rows(w.data, row_bytes(w.type, n_in), n_in, a.data, a.stride, n_tok,
+                           jobs[static_cast<size_t>(j)].y, w.n_out, lo - base, hi - base);
       }
       base += w.n_out;
     }

@@ -43,14 +43,18 @@ struct MatmulKernel {
   const char* name = "";  // e.g. "q4_K/avx512-vnni"
 };
 
-// The kernel for a weight type at an instruction-set level (falls back to the
-// best lower level that has one; every type has a scalar kernel).
-const MatmulKernel& matmul_kernel(DType type, Isa isa);
+// The kernel for a weight type and layout at an instruction-set level (falls
+// back to the best lower level that has one; every type has a scalar kernel on
+// GGUF rows, Q4_0 and Q8_0 one on kQ4_0x4 / kQ8_0x4). For repacked layouts rows()
+// takes r0, r1 on the layout's row groups (repack.h); w_row_bytes stays the
+// GGUF row size.
+const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout = WeightLayout::kRows);
 
 // Implemented by the kernel families; return a kernel with rows == nullptr if
-// they have none for that exact (type, isa).
-MatmulKernel float_matmul_kernel(DType type, Isa isa);  // F32, F16, BF16
-MatmulKernel quant_matmul_kernel(DType type, Isa isa);  // Q8_0, Q4_0, Q4_K, Q6_K
+// they have none for that exact (type, isa, layout).
+MatmulKernel float_matmul_kernel(DType type, Isa isa);  // F32, F16, BF16 (GGUF rows)
+MatmulKernel quant_matmul_kernel(DType type, Isa isa,   // Q8_0, Q4_0, Q4_K, Q6_K; Q4_0x4, Q8_0x4
+                                 WeightLayout layout = WeightLayout::kRows);
 
 // One output of a matmul group: y = w x, y: [n_tok, w.n_out].
 struct MatmulJob {
@@ -64,7 +68,8 @@ size_t matmul_scratch_bytes(int64_t n_tok, int64_t n_in);
 
 // Runs several matmuls that share one input (q/k/v; gate/up) as one parallel
 // step: activations are converted once per weight type, then the rows of all
-// jobs are split across the pool's threads.
+// jobs are split across the pool's threads (at multiples of 16 rows, so a
+// repacked group of rows is never split).
 //   x: [n_tok, n_in];  scratch: matmul_scratch_bytes(n_tok, n_in) bytes
 void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in, int64_t n_tok,
                   uint8_t* scratch, ThreadPool& pool, Isa isa);

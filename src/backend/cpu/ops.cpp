@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "base/check.h"
 #include "quant/quant.h"
 
 namespace sluice::cpu {
@@ -19,6 +20,7 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 
 void matmul(const WeightView& w, const float* x, float* y, int64_t n_tokens, float* scratch,
             ThreadPool& pool) {
+  CHECK(w.layout == WeightLayout::kRows);
   const size_t row_size = row_bytes(w.type, w.n_in);
   pool.run_on_all([&](int ti, int nt) {
     const int64_t chunk = (w.n_out + nt - 1) / nt;

@@ -14,12 +14,21 @@
 
 namespace sluice::cpu {
 
-// A weight matrix in GGUF order: n_out rows of n_in elements, row-major, of `type`.
+// How a weight matrix's blocks are ordered in memory (repack.h).
+enum class WeightLayout {
+  kRows,    // GGUF order: row after row
+  kQ4_0x4,  // Q4_0, rows interleaved in groups of 4 (repack.h); same byte count
+  kQ8_0x4,  // Q8_0, likewise
+};
+
+// A weight matrix: n_out rows of n_in elements of `type`, in GGUF row order
+// unless `layout` says the blocks were repacked at load.
 struct WeightView {
   DType type = DType::kF32;
-  const uint8_t* data = nullptr;  // [n_out, n_in] in `type` blocks
+  const uint8_t* data = nullptr;  // [n_out, n_in] in `type` blocks, ordered by `layout`
   int64_t n_in = 0;
   int64_t n_out = 0;
+  WeightLayout layout = WeightLayout::kRows;
 };
 
 // Dot product of two float vectors, 8 interleaved partial sums, fixed order.

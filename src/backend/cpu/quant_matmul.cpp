@@ -38,6 +38,14 @@ const Family kQ4_0 = {act_row_bytes_q8x64,
                       {act_q4_0_scalar, act_q4_0_avx2, act_q4_0_avx512},
                       {quant_rows_q4_0_scalar, quant_rows_q4_0_avx2, quant_rows_q4_0_avx512},
                       {"q4_0/scalar-int8", "q4_0/avx2-int8", "q4_0/avx512-vnni"}};
+const Family kQ4_0x4 = {act_row_bytes_q8x64,
+                        {act_q4_0_scalar, act_q4_0_avx2, act_q4_0_avx512},
+                        {quant_rows_q4_0x4_scalar, quant_rows_q4_0x4_avx2, quant_rows_q4_0x4_avx512},
+                        {"q4_0x4/scalar-int8", "q4_0x4/avx2-int8", "q4_0x4/avx512-vnni"}};
+const Family kQ8_0x4 = {act_row_bytes_q8x64,
+                        {act_q8_0_scalar, act_q8_0_avx2, act_q8_0_avx512},
+                        {quant_rows_q8_0x4_scalar, quant_rows_q8_0x4_avx2, quant_rows_q8_0x4_avx512},
+                        {"q8_0x4/scalar-int8", "q8_0x4/avx2-int8", "q8_0x4/avx512-vnni"}};
 const Family kQ4_K = {act_row_bytes_q8x256,
                       {convert_act_q8x256_scalar, convert_act_q8x256_avx2, convert_act_q8x256_avx512},
                       {quant_rows_q4_k_scalar, quant_rows_q4_k_avx2, quant_rows_q4_k_avx512},
@@ -49,15 +57,22 @@ const Family kQ6_K = {act_row_bytes_q8x256,
 
 }  // namespace
 
-MatmulKernel quant_matmul_kernel(DType type, Isa isa) {
+MatmulKernel quant_matmul_kernel(DType type, Isa isa, WeightLayout layout) {
   const Family* f = nullptr;
+  if (layout == WeightLayout::kQ4_0x4) {
+    if (type != DType::kQ4_0) return MatmulKernel{};
+    f = &kQ4_0x4;
+  } else if (layout == WeightLayout::kQ8_0x4) {
+    if (type != DType::kQ8_0) return MatmulKernel{};
+    f = &kQ8_0x4;
+  } else
   switch (type) {
-    case DType::kQ8_0: f = &kQ8_0; break;
-    case DType::kQ4_0: f = &kQ4_0; break;
-    case DType::kQ4_K: f = &kQ4_K; break;
-    case DType::kQ6_K: f = &kQ6_K; break;
-    default: return MatmulKernel{};
-  }
+      case DType::kQ8_0: f = &kQ8_0; break;
+      case DType::kQ4_0: f = &kQ4_0; break;
+      case DType::kQ4_K: f = &kQ4_K; break;
+      case DType::kQ6_K: f = &kQ6_K; break;
+      default: return MatmulKernel{};
+    }
   const int i = static_cast<int>(isa);
   return MatmulKernel{.act_row_bytes = f->act_row_bytes, .convert_act = f->convert[i],
                       .rows = f->rows[i], .name = f->names[i]};

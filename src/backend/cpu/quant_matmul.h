@@ -38,6 +38,25 @@ void quant_rows_q4_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
 void quant_rows_q6_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 
+// Q4_0 repacked to WeightLayout::kQ4_0x4 (repack.h): n_in % 64 == 0, r0 and r1
+// multiples of 4; w_row_bytes is row_bytes(kQ4_0, n_in) (a group of 4 rows is 4
+// of them). Each level gives the same bits as its quant_rows_q4_0_* on the GGUF
+// rows the matrix was repacked from.
+void quant_rows_q4_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_q4_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_q4_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+
+// Q8_0 repacked to WeightLayout::kQ8_0x4: the same contract.
+void quant_rows_q8_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_q8_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_q8_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+
 // AVX2 (quant_matmul_avx2.cpp): maddubs + madd on 8 int32 lanes, tiles of rows x tokens.
 void quant_rows_q8_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);

@@ -21,6 +21,8 @@
 
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/repack.h"
+#include "base/check.h"
 #include "quant/blocks.h"
 
 namespace sluice::cpu {
@@ -135,6 +137,90 @@ struct KernelQ4_0 {
       }
     }
     store_acc8<NR, NT>(a, r, t, acc);
+  }
+};
+
+// Q4_0 repacked in groups of 4 rows (repack.h). Per record (block pair) row i's
+// 32 nibble bytes give block 2p with one mask and block 2p + 1 with a shift and
+// a mask; the 8 scales of the record are converted once and broadcast per row.
+// The same values and operations per block as KernelQ4_0, so the same bits.
+struct KernelQ4_0x4 {
+  template <int NT>
+  static void tile(const Args& a, int64_t r, int64_t t) {
+    const int64_t n_pairs = a.n_in / 64;
+    const uint8_t* rec = a.w + r * a.w_row_bytes;  // group r / 4 starts at 4 rows' bytes each
+    const ActQ8x64* xt[NT];
+    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
+    __m256 acc[4][NT];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ4_0x4RecordBytes) {
+      // [row 0: d(2p), d(2p+1), row 1: ..., row 3: ...]
+      const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+      __m256i packed[4];
+      for (int i = 0; i < 4; ++i) packed[i] = loadu256(rec + 16 + 32 * i);
+      for (int h = 0; h < 2; ++h) {  // block 2p + h
+        __m256i wv[4];
+        __m256 ws[4];
+        for (int i = 0; i < 4; ++i) {
+          wv[i] = _mm256_and_si256(h == 0 ? packed[i] : _mm256_srli_epi16(packed[i], 4), nib);
+          ws[i] = _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(2 * i + h));
+        }
+        for (int j = 0; j < NT; ++j) {
+          const ActQ8x64& x = xt[j][p];
+          const __m256i aq = loadu256(x.q + 32 * h);
+          const __m256i corr = loadu256(x.corr + 8 * h);
+          const __m256 ad = _mm256_loadu_ps(x.d + 8 * h);
+          for (int i = 0; i < 4; ++i) {
+            const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[i], aq), ones), corr);
+            acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[i], ad), acc[i][j]);
+          }
+        }
+      }
+    }
+    store_acc8<4, NT>(a, r, t, acc);
+  }
+};
+
+// Q8_0 repacked in groups of 4 rows (repack.h): the biased bytes are flipped
+// back to signed (one xor) and go through KernelQ8_0's operations per block.
+struct KernelQ8_0x4 {
+  template <int NT>
+  static void tile(const Args& a, int64_t r, int64_t t) {
+    const int64_t n_pairs = a.n_in / 64;
+    const uint8_t* rec = a.w + r * a.w_row_bytes;
+    const ActQ8x64* xt[NT];
+    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
+    __m256 acc[4][NT];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ8_0x4RecordBytes) {
+      const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+      for (int h = 0; h < 2; ++h) {  // block 2p + h
+        __m256i wv[4], wabs[4];
+        __m256 ws[4];
+        for (int i = 0; i < 4; ++i) {
+          wv[i] = _mm256_xor_si256(loadu256(rec + 16 + 64 * i + 32 * h), bias);
+          wabs[i] = _mm256_abs_epi8(wv[i]);
+          ws[i] = _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(2 * i + h));
+        }
+        for (int j = 0; j < NT; ++j) {
+          const ActQ8x64& x = xt[j][p];
+          const __m256i aq = loadu256(x.q + 32 * h);
+          const __m256 ad = _mm256_loadu_ps(x.d + 8 * h);
+          for (int i = 0; i < 4; ++i) {
+            const __m256i pr = _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(aq, wv[i]));
+            const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pr, ones));
+            acc[i][j] = _mm256_fmadd_ps(lanes, _mm256_mul_ps(ws[i], ad), acc[i][j]);
+          }
+        }
+      }
+    }
+    store_acc8<4, NT>(a, r, t, acc);
   }
 };
 
@@ -312,6 +398,23 @@ void rows(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
 }
 
 
+// Rows [r0, r1) (multiples of 4) of a 4-row interleaved layout: tiles of 4 rows
+// x up to 2 tokens (8 accumulators, 4 weight and 4 scale registers).
+template <class K>
+void rows_x4(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
+  constexpr int kX4Toks = 2;
+  int64_t chunk = static_cast<int64_t>(kChunkActBytes / (a.xa_stride ? a.xa_stride : 1));
+  chunk = chunk < kX4Toks ? kX4Toks : chunk / kX4Toks * kX4Toks;
+  for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+    const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+    for (int64_t r = r0; r < r1; r += 4) {
+      int64_t t = t0;
+      for (; t + kX4Toks <= t1; t += kX4Toks) K::template tile<kX4Toks>(a, r, t);
+      if (t < t1) K::template tile<1>(a, r, t);
+    }
+  }
+}
+
 }  // namespace
 
 void quant_rows_q8_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
@@ -328,6 +431,24 @@ void quant_rows_q4_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, co
   rows<KernelQ4_0>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
                         .y_stride = y_stride},
                    n_tok, r0, r1);
+}
+
+void quant_rows_q4_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                            int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
+  rows_x4<KernelQ4_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
+                             .y = y, .y_stride = y_stride},
+                        n_tok, r0, r1);
+}
+
+void quant_rows_q8_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                            int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
+  rows_x4<KernelQ8_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
+                             .y = y, .y_stride = y_stride},
+                        n_tok, r0, r1);
 }
 
 void quant_rows_q4_k_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,

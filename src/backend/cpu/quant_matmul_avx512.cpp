@@ -26,6 +26,8 @@
 
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/repack.h"
+#include "base/check.h"
 #include "quant/blocks.h"
 
 // GCC 12 reports the deliberately undefined lanes inside <immintrin.h> helpers
@@ -211,6 +213,73 @@ struct KernelQ4_0 {
       pair_step<NR, NT>(acc, wv, ws, xt, b / 2);
     }
     store_acc16<NR, NT>(a, r, t, acc);
+  }
+};
+
+// Q4_0 repacked in groups of 4 rows (repack.h): one 144-byte record per block
+// pair holds the 4 rows' scales and nibbles. The nibbles need one masked shift
+// and one mask (low nibbles: block 2p, high: block 2p + 1, the activations'
+// order); the scales one conversion for the 4 rows and one permute per row. wv
+// and ws hold the same values as KernelQ4_0's, and pair_step is shared, so
+// every (row, token) gets the same bits as from GGUF rows.
+struct KernelQ4_0x4 {
+  template <int NT>
+  static void tile(const Args& a, int64_t r, int64_t t) {
+    const int64_t n_pairs = a.n_in / 64;
+    const uint8_t* rec = a.w + r * a.w_row_bytes;  // group r / 4 starts at 4 rows' bytes each
+    const ActQ8x64* xt[NT];
+    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
+    __m512 acc[4][NT];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512i pick[4];  // row i's scales: [d(2p) x 8 | d(2p+1) x 8]
+    for (int i = 0; i < 4; ++i) pick[i] = _mm512_inserti64x4(_mm512_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1), 1);
+    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ4_0x4RecordBytes) {
+      prefetch_ahead(rec);
+      prefetch_ahead(rec + 64);
+      prefetch_ahead(rec + 128);
+      const __m512 sc = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec))));
+      __m512i wv[4];
+      __m512 ws[4];
+      for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16 + 32 * i)));
+        wv[i] = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), low4);
+        ws[i] = _mm512_permutexvar_ps(pick[i], sc);
+      }
+      pair_step<4, NT>(acc, wv, ws, xt, p);
+    }
+    store_acc16<4, NT>(a, r, t, acc);
+  }
+};
+
+// Q8_0 repacked in groups of 4 rows (repack.h): per record the 4 rows' biased
+// bytes are loaded as they are (no insert, no xor) and the scales converted once.
+// Same wv, ws and pair_step as KernelQ8_0, so the same bits.
+struct KernelQ8_0x4 {
+  template <int NT>
+  static void tile(const Args& a, int64_t r, int64_t t) {
+    const int64_t n_pairs = a.n_in / 64;
+    const uint8_t* rec = a.w + r * a.w_row_bytes;
+    const ActQ8x64* xt[NT];
+    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
+    __m512 acc[4][NT];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+    __m512i pick[4];
+    for (int i = 0; i < 4; ++i) pick[i] = _mm512_inserti64x4(_mm512_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1), 1);
+    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ8_0x4RecordBytes) {
+      for (int c = 0; c < 5; ++c) prefetch_ahead(rec + 64 * c);
+      const __m512 sc = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec))));
+      __m512i wv[4];
+      __m512 ws[4];
+      for (int i = 0; i < 4; ++i) {
+        wv[i] = _mm512_loadu_si512(rec + 16 + 64 * i);
+        ws[i] = _mm512_permutexvar_ps(pick[i], sc);
+      }
+      pair_step<4, NT>(acc, wv, ws, xt, p);
+    }
+    store_acc16<4, NT>(a, r, t, acc);
   }
 };
 
@@ -403,6 +472,26 @@ void rows(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
 }
 
 
+// Rows [r0, r1) (multiples of 4) of a 4-row interleaved layout: decode walks the
+// groups with one token; batches take tiles of 4 rows x kTileToks tokens.
+template <class K>
+void rows_x4(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
+  static constexpr TileFn kTiles[4] = {K::template tile<1>, K::template tile<2>, K::template tile<3>,
+                                       K::template tile<4>};
+  static_assert(kTileToks == 4, "table covers 4 tokens");
+  int64_t chunk = static_cast<int64_t>(kChunkActBytes / (a.xa_stride ? a.xa_stride : 1));
+  chunk = chunk < kTileToks ? kTileToks : chunk / kTileToks * kTileToks;
+  for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+    const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+    for (int64_t r = r0; r < r1; r += 4) {
+      for (int64_t t = t0; t < t1; t += kTileToks) {
+        const int nt = static_cast<int>(t1 - t < kTileToks ? t1 - t : kTileToks);
+        kTiles[nt - 1](a, r, t);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void quant_rows_q8_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
@@ -419,6 +508,24 @@ void quant_rows_q4_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
   rows<KernelQ4_0>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
                         .y_stride = y_stride},
                    n_tok, r0, r1);
+}
+
+void quant_rows_q4_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                              int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
+  rows_x4<KernelQ4_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
+                             .y = y, .y_stride = y_stride},
+                        n_tok, r0, r1);
+}
+
+void quant_rows_q8_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                              int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
+  rows_x4<KernelQ8_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
+                             .y = y, .y_stride = y_stride},
+                        n_tok, r0, r1);
 }
 
 void quant_rows_q4_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,

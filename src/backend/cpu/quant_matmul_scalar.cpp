@@ -6,6 +6,8 @@
 
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/repack.h"
+#include "base/check.h"
 #include "base/half.h"
 #include "quant/blocks.h"
 
@@ -13,28 +15,63 @@ namespace sluice::cpu {
 namespace {
 
 // Q8_0 row . activations: per block total += float(sum w * q) * (wd * ad).
+float q8_0_term(const BlockQ8_0& w, const ActQ8x64& a, int h) {
+  const int8_t* q = a.q + 32 * h;
+  int32_t isum = 0;
+  for (int i = 0; i < 32; ++i) isum += w.qs[i] * q[i];
+  return static_cast<float>(isum) * (f16_to_f32(w.d) * a.d[8 * h]);
+}
+
 float dot_q8_0(const BlockQ8_0* wb, const ActQ8x64* a, int64_t n_blocks) {
   float total = 0.0f;
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const int8_t* q = a[b / 2].q + 32 * (b % 2);
-    int32_t isum = 0;
-    for (int i = 0; i < 32; ++i) isum += wb[b].qs[i] * q[i];
-    total += static_cast<float>(isum) * (f16_to_f32(wb[b].d) * a[b / 2].d[8 * (b % 2)]);
+  for (int64_t b = 0; b < n_blocks; ++b) total += q8_0_term(wb[b], a[b / 2], static_cast<int>(b % 2));
+  return total;
+}
+
+// Row r of a Q8_0x4 matrix, unpacked record by record; same terms as dot_q8_0.
+float dot_q8_0x4(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
+  const size_t rb = row_bytes(DType::kQ8_0, n_in);
+  const uint8_t* group = w + static_cast<size_t>(r / kX4Rows) * kX4Rows * rb;
+  float total = 0.0f;
+  for (int64_t p = 0; p < n_in / 64; ++p) {
+    BlockQ8_0 blk[2];
+    unpack_q8_0x4_row(group + p * kQ8_0x4RecordBytes, reinterpret_cast<uint8_t*>(blk), 64, r % kX4Rows);
+    total += q8_0_term(blk[0], a[p], 0);
+    total += q8_0_term(blk[1], a[p], 1);
   }
   return total;
 }
 
 // Q4_0: element i < 16 is the low nibble of qs[i], element 16 + i the high one.
+// One block's term: float(sum (n - 8) * q) * (wd * ad); h: the block's half of a.
+float q4_0_term(const BlockQ4_0& w, const ActQ8x64& a, int h) {
+  const int8_t* q = a.q + 32 * h;
+  int32_t isum = 0;
+  for (int i = 0; i < 16; ++i) {
+    isum += ((w.qs[i] & 15) - 8) * q[i];
+    isum += ((w.qs[i] >> 4) - 8) * q[i + 16];
+  }
+  return static_cast<float>(isum) * (f16_to_f32(w.d) * a.d[8 * h]);
+}
+
 float dot_q4_0(const BlockQ4_0* wb, const ActQ8x64* a, int64_t n_blocks) {
   float total = 0.0f;
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const int8_t* q = a[b / 2].q + 32 * (b % 2);
-    int32_t isum = 0;
-    for (int i = 0; i < 16; ++i) {
-      isum += ((wb[b].qs[i] & 15) - 8) * q[i];
-      isum += ((wb[b].qs[i] >> 4) - 8) * q[i + 16];
-    }
-    total += static_cast<float>(isum) * (f16_to_f32(wb[b].d) * a[b / 2].d[8 * (b % 2)]);
+  for (int64_t b = 0; b < n_blocks; ++b) total += q4_0_term(wb[b], a[b / 2], static_cast<int>(b % 2));
+  return total;
+}
+
+// Row r of a Q4_0x4 matrix: each record's two blocks are unpacked to GGUF
+// blocks, then the same terms in the same order as dot_q4_0.
+float dot_q4_0x4(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
+  const size_t rb = row_bytes(DType::kQ4_0, n_in);
+  const uint8_t* group = w + static_cast<size_t>(r / kQ4_0x4Rows) * kQ4_0x4Rows * rb;
+  float total = 0.0f;
+  for (int64_t p = 0; p < n_in / 64; ++p) {
+    // One record is itself a Q4_0x4 matrix of 4 rows x 64 columns.
+    BlockQ4_0 blk[2];
+    unpack_q4_0x4_row(group + p * kQ4_0x4RecordBytes, reinterpret_cast<uint8_t*>(blk), 64, r % kQ4_0x4Rows);
+    total += q4_0_term(blk[0], a[p], 0);
+    total += q4_0_term(blk[1], a[p], 1);
   }
   return total;
 }
@@ -92,6 +129,16 @@ void quant_rows_q8_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
   }
 }
 
+void quant_rows_q8_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                              int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % kX4Rows == 0 && r1 % kX4Rows == 0);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
+    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q8_0x4(w, n_in, r, a);
+  }
+}
+
 void quant_rows_q4_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                             size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                             int64_t r1) {
@@ -99,6 +146,16 @@ void quant_rows_q4_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
     const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
     for (int64_t r = r0; r < r1; ++r)
       y[t * y_stride + r] = dot_q4_0(reinterpret_cast<const BlockQ4_0*>(w + r * w_row_bytes), a, n_in / 32);
+  }
+}
+
+void quant_rows_q4_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                              int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % kQ4_0x4Rows == 0 && r1 % kQ4_0x4Rows == 0);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
+    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q4_0x4(w, n_in, r, a);
   }
 }
 

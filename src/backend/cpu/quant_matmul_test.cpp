@@ -26,6 +26,7 @@
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/op_test_util.h"
+#include "backend/cpu/repack.h"
 #include "quant/quant.h"
 
 namespace sluice::cpu {
@@ -250,6 +251,104 @@ TEST(QuantMatmul, LevelsAgreeAndWriteIdenticalActivations) {
       run(k, p, a, n_out, n_tok, y.data(), n_out, 0, n_out);
       EXPECT_LT(nmse(y.data(), ys.data(), ys.size()), kIsaAgreeBound) << k.name;
     }
+  }
+}
+
+// ------------------------------------------------------------- Q4_0x4 repack --
+
+TEST(Repack, LayoutRuleAndRoundTripOfEveryRow) {
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 128), WeightLayout::kQ4_0x4);
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 6, 128), WeightLayout::kRows);   // rows not a multiple of 4
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 96), WeightLayout::kRows);    // odd block count
+  EXPECT_EQ(repack_layout(DType::kQ8_0, 8, 128), WeightLayout::kQ8_0x4);
+  EXPECT_EQ(repack_layout(DType::kQ4_K, 8, 256), WeightLayout::kRows);
+  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
+    const WeightLayout layout = repack_layout(type, 12, 64);
+    for (int64_t n_in : {64, 192, 2816}) {
+      const int64_t n_out = 12;
+      const Problem p(type, n_in, n_out, 1, 1200 + static_cast<uint32_t>(n_in));
+      testing::GuardedBytes whole(p.w.size()), split(p.w.size());
+      repack_rows(layout, p.w.data(), whole.data(), n_in, 0, n_out);
+      repack_rows(layout, p.w.data(), split.data(), n_in, 4, n_out);  // ranges by different threads
+      repack_rows(layout, p.w.data(), split.data(), n_in, 0, 4);
+      ASSERT_TRUE(whole.guards_intact() && split.guards_intact());
+      ASSERT_EQ(std::memcmp(whole.data(), split.data(), p.w.size()), 0);
+      std::vector<uint8_t> row(p.w_row);
+      for (int64_t r = 0; r < n_out; ++r) {
+        if (type == DType::kQ4_0) unpack_q4_0x4_row(whole.data(), row.data(), n_in, r);
+        else unpack_q8_0x4_row(whole.data(), row.data(), n_in, r);
+        ASSERT_EQ(std::memcmp(row.data(), p.w.data() + r * p.w_row, p.w_row), 0)
+            << dtype_name(type) << " n_in " << n_in << " row " << r;
+      }
+    }
+  }
+}
+
+// The repacked kernels keep the lanes and float operations of the GGUF-row
+// kernel of their level, so they must give the same bits for every token count,
+// tile position and row split (which is what lets resident repacked weights and
+// streamed GGUF weights produce identical tokens).
+TEST(QuantMatmul, RepackedLayoutsEqualGgufRowsBitForBitAtEveryLevel) {
+  const int64_t kToks[] = {1, 2, 3, 4, 5, 9, 16, 33};
+  uint32_t seed = 1300;
+  for (DType type : {DType::kQ4_0, DType::kQ8_0})
+  for (int64_t n_in : {64, 192, 2816}) {
+    const int64_t n_out = 36, y_stride = 39;
+    const Problem p(type, n_in, n_out, 33, seed += 3);
+    const WeightLayout layout = repack_layout(type, n_out, n_in);
+    std::vector<uint8_t> packed(p.w.size());
+    repack_rows(layout, p.w.data(), packed.data(), n_in, 0, n_out);
+    for (Isa isa : isas()) {
+      const MatmulKernel rows = quant_matmul_kernel(type, isa);
+      const MatmulKernel x4 = quant_matmul_kernel(type, isa, layout);
+      ASSERT_NE(x4.rows, nullptr);
+      EXPECT_EQ(x4.act_row_bytes, rows.act_row_bytes);
+      const Acts a = convert(x4, p.x.data(), n_in, 33);
+      for (int64_t n_tok : kToks) {
+        GuardedFloats want(static_cast<size_t>(y_stride * n_tok)), got(static_cast<size_t>(y_stride * n_tok));
+        rows.rows(p.w.data(), p.w_row, n_in, a.data(), a.stride, n_tok, want.data(), y_stride, 0, n_out);
+        // Split at group boundaries, as matmul_group does.
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 4}, {4, 16}, {16, 36}}) {
+          x4.rows(packed.data(), p.w_row, n_in, a.data(), a.stride, n_tok, got.data(), y_stride, r0, r1);
+          for (int64_t t = 0; t < n_tok; ++t)
+            for (int64_t r = r1; r < y_stride; ++r) ASSERT_TRUE(std::isnan(got.data()[t * y_stride + r])) << x4.name;
+        }
+        ASSERT_TRUE(got.guards_intact()) << x4.name;
+        for (int64_t t = 0; t < n_tok; ++t)
+          ASSERT_EQ(std::memcmp(got.data() + t * y_stride, want.data() + t * y_stride, n_out * 4), 0)
+              << x4.name << " n_in " << n_in << " n_tok " << n_tok << " token " << t;
+      }
+      // And against the double reference, as every kernel.
+      std::vector<float> y(static_cast<size_t>(n_out * 33)), ref(y.size());
+      x4.rows(packed.data(), p.w_row, n_in, a.data(), a.stride, 33, y.data(), n_out, 0, n_out);
+      for (int64_t t = 0; t < 33; ++t)
+        for (int64_t r = 0; r < n_out; ++r) ref[t * n_out + r] = static_cast<float>(p.ref[t * n_out + r]);
+      EXPECT_LT(nmse(y.data(), ref.data(), ref.size()), kNmseBound32) << x4.name;
+    }
+  }
+}
+
+TEST(QuantMatmul, MatmulGroupRunsRepackedAndGgufJobsTogether) {
+  // q (repacked) and k, v (GGUF rows) in one dispatch share the Q4_0 activations.
+  const int64_t n_in = 128, n_tok = 3;
+  const Problem q(DType::kQ4_0, n_in, 16, n_tok, 1400), kv(DType::kQ4_0, n_in, 8, n_tok, 1401);
+  std::vector<uint8_t> packed(q.w.size());
+  repack_q4_0x4(q.w.data(), packed.data(), n_in, 0, 16);
+  ThreadPool pool(2);
+  std::vector<uint8_t> scratch(matmul_scratch_bytes(n_tok, n_in));
+  for (Isa isa : isas()) {
+    GuardedFloats y_rows(16 * n_tok), y_x4(16 * n_tok), y_k(8 * n_tok);
+    const MatmulJob plain[1] = {{WeightView{.type = DType::kQ4_0, .data = q.w.data(), .n_in = n_in, .n_out = 16},
+                                 y_rows.data()}};
+    matmul_group(plain, q.x.data(), n_in, n_tok, scratch.data(), pool, isa);
+    const MatmulJob mixed[2] = {
+        {WeightView{.type = DType::kQ4_0, .data = packed.data(), .n_in = n_in, .n_out = 16,
+                    .layout = WeightLayout::kQ4_0x4}, y_x4.data()},
+        {WeightView{.type = DType::kQ4_0, .data = kv.w.data(), .n_in = n_in, .n_out = 8}, y_k.data()}};
+    matmul_group(mixed, q.x.data(), n_in, n_tok, scratch.data(), pool, isa);
+    ASSERT_TRUE(y_x4.guards_intact() && y_k.guards_intact());
+    EXPECT_EQ(std::memcmp(y_x4.data(), y_rows.data(), 16 * n_tok * 4), 0) << isa_name(isa);
+    for (size_t i = 0; i < y_k.size(); ++i) EXPECT_TRUE(std::isfinite(y_k.data()[i]));
   }
 }
 

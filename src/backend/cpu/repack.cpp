@@ -1,0 +1,103 @@
+#include "backend/cpu/repack.h"
+
+#include <cstring>
+
+#include "base/check.h"
+#include "quant/blocks.h"
+
+namespace sluice::cpu {
+
+WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in) {
+  if (n_in % 64 != 0 || n_out % kX4Rows != 0 || n_out <= 0) return WeightLayout::kRows;
+  if (type == DType::kQ4_0) return WeightLayout::kQ4_0x4;
+  if (type == DType::kQ8_0) return WeightLayout::kQ8_0x4;
+  return WeightLayout::kRows;
+}
+
+void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
+  switch (layout) {
+    case WeightLayout::kQ4_0x4: repack_q4_0x4(src, dst, n_in, r0, r1); return;
+    case WeightLayout::kQ8_0x4: repack_q8_0x4(src, dst, n_in, r0, r1); return;
+    case WeightLayout::kRows: break;
+  }
+  CHECK(false && "repack_rows: not a repacked layout");
+}
+
+void repack_q4_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % kQ4_0x4Rows == 0 && r1 % kQ4_0x4Rows == 0);
+  const size_t rb = row_bytes(DType::kQ4_0, n_in);
+  const int64_t n_pairs = n_in / 64;
+  for (int64_t g = r0 / kQ4_0x4Rows; g < r1 / kQ4_0x4Rows; ++g) {
+    uint8_t* rec = dst + static_cast<size_t>(g) * kQ4_0x4Rows * rb;
+    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ4_0x4RecordBytes) {
+      for (int i = 0; i < kQ4_0x4Rows; ++i) {
+        const auto* row = reinterpret_cast<const BlockQ4_0*>(src + static_cast<size_t>(4 * g + i) * rb);
+        const BlockQ4_0& b0 = row[2 * p];
+        const BlockQ4_0& b1 = row[2 * p + 1];
+        std::memcpy(rec + 4 * i, &b0.d, 2);
+        std::memcpy(rec + 4 * i + 2, &b1.d, 2);
+        uint8_t* nib = rec + 16 + 32 * i;
+        for (int k = 0; k < 16; ++k) {
+          nib[k] = static_cast<uint8_t>((b0.qs[k] & 0x0F) | (b1.qs[k] << 4));        // elements k
+          nib[16 + k] = static_cast<uint8_t>((b0.qs[k] >> 4) | (b1.qs[k] & 0xF0));  // elements 16 + k
+        }
+      }
+    }
+  }
+}
+
+void unpack_q4_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r) {
+  CHECK(n_in % 64 == 0);
+  const size_t rb = row_bytes(DType::kQ4_0, n_in);
+  const int64_t g = r / kQ4_0x4Rows;
+  const int i = static_cast<int>(r % kQ4_0x4Rows);
+  const uint8_t* rec = src + static_cast<size_t>(g) * kQ4_0x4Rows * rb;
+  auto* out = reinterpret_cast<BlockQ4_0*>(dst);
+  for (int64_t p = 0; p < n_in / 64; ++p, rec += kQ4_0x4RecordBytes) {
+    BlockQ4_0& b0 = out[2 * p];
+    BlockQ4_0& b1 = out[2 * p + 1];
+    std::memcpy(&b0.d, rec + 4 * i, 2);
+    std::memcpy(&b1.d, rec + 4 * i + 2, 2);
+    const uint8_t* nib = rec + 16 + 32 * i;
+    for (int k = 0; k < 16; ++k) {
+      b0.qs[k] = static_cast<uint8_t>((nib[k] & 0x0F) | (nib[16 + k] << 4));
+      b1.qs[k] = static_cast<uint8_t>((nib[k] >> 4) | (nib[16 + k] & 0xF0));
+    }
+  }
+}
+
+void repack_q8_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % kX4Rows == 0 && r1 % kX4Rows == 0);
+  const size_t rb = row_bytes(DType::kQ8_0, n_in);
+  for (int64_t g = r0 / kX4Rows; g < r1 / kX4Rows; ++g) {
+    uint8_t* rec = dst + static_cast<size_t>(g) * kX4Rows * rb;
+    for (int64_t p = 0; p < n_in / 64; ++p, rec += kQ8_0x4RecordBytes) {
+      for (int i = 0; i < kX4Rows; ++i) {
+        const auto* row = reinterpret_cast<const BlockQ8_0*>(src + static_cast<size_t>(4 * g + i) * rb);
+        uint8_t* u = rec + 16 + 64 * i;
+        for (int h = 0; h < 2; ++h) {
+          const BlockQ8_0& b = row[2 * p + h];
+          std::memcpy(rec + 4 * i + 2 * h, &b.d, 2);
+          for (int k = 0; k < 32; ++k) u[32 * h + k] = static_cast<uint8_t>(b.qs[k]) ^ 0x80;
+        }
+      }
+    }
+  }
+}
+
+void unpack_q8_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r) {
+  CHECK(n_in % 64 == 0);
+  const size_t rb = row_bytes(DType::kQ8_0, n_in);
+  const int i = static_cast<int>(r % kX4Rows);
+  const uint8_t* rec = src + static_cast<size_t>(r / kX4Rows) * kX4Rows * rb;
+  auto* out = reinterpret_cast<BlockQ8_0*>(dst);
+  for (int64_t p = 0; p < n_in / 64; ++p, rec += kQ8_0x4RecordBytes) {
+    for (int h = 0; h < 2; ++h) {
+      BlockQ8_0& b = out[2 * p + h];
+      std::memcpy(&b.d, rec + 4 * i + 2 * h, 2);
+      for (int k = 0; k < 32; ++k) b.qs[k] = static_cast<int8_t>(rec[16 + 64 * i + 32 * h + k] ^ 0x80);
+    }
+  }
+}
+
+}  // namespace sluice::cpu

@@ -1,0 +1,77 @@
+// Weight layouts repacked at load for faster decode, and the functions that
+// build them. A repacked matrix holds exactly the bytes of the GGUF matrix, in
+// another order; the matmul kernels for it (quant_matmul.h) compute the same
+// integer lanes and float operations per (row, token) as the kernels for GGUF
+// rows at the same instruction-set level, so results are bit-identical whichever
+// layout a matrix is in (resident repacked weights equal streamed GGUF weights).
+//
+// Q4_0x4: Q4_0 rows interleaved in groups of 4, so one decode step reads one
+// sequential stream and keeps 4 independent accumulator chains busy, and a
+// block's nibbles reach the activations' element order with one shift and one
+// mask (GGUF rows need two word permutes). Per group of rows 4g .. 4g+3, for
+// each pair of blocks (2p, 2p+1) of those rows, a record of 144 bytes:
+//
+//   byte 0                    16        48        80        112       144
+//        +--------------------+---------+---------+---------+---------+
+//        | d[4][2] f16        | nib r0  | nib r1  | nib r2  | nib r3  |
+//        | row i: d(2p) d(2p+1)| 32 bytes each                         |
+//        +--------------------+---------+---------+---------+---------+
+//
+//   nib byte k (0..31) of row i = e(2p, k) | e(2p+1, k) << 4
+//   where e(b, k) is the 4-bit quant of element k of block b of the row
+//   (GGUF: element k < 16 is the low nibble of qs[k], 16 + k the high one).
+//
+// So the low nibbles of a record row are block 2p in element order and the high
+// nibbles block 2p + 1: exactly the 64 activation bytes of one ActQ8x64 group.
+// A group of 4 rows is n_in / 64 records, 4 * row_bytes bytes, so row group g
+// starts at byte 4 * g * row_bytes as in the GGUF matrix.
+//
+// Q8_0x4: the same grouping for Q8_0, a record of 272 bytes per block pair:
+//
+//   byte 0                    16        80        144       208       272
+//        +--------------------+---------+---------+---------+---------+
+//        | d[4][2] f16        | u r0    | u r1    | u r2    | u r3    |
+//        +--------------------+---------+---------+---------+---------+
+//
+//   u byte k (0..63) of row i = q ^ 0x80 (= q + 128) of element k of the pair
+//   (block 2p then 2p + 1): the unsigned operand vpdpbusd takes, without the
+//   per-load xor the GGUF-row kernel needs; the scales as in Q4_0x4.
+//
+// Repacking needs n_in % 64 == 0 (whole block pairs) and n_out % 4 == 0;
+// other matrices keep GGUF rows. Functions are pure and thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/ops.h"
+#include "quant/dtype.h"
+
+namespace sluice::cpu {
+
+constexpr int64_t kX4Rows = 4;               // rows per interleaved group
+constexpr int64_t kQ4_0x4Rows = kX4Rows;
+constexpr size_t kQ4_0x4RecordBytes = 144;  // one block pair of 4 rows
+constexpr size_t kQ8_0x4RecordBytes = 272;
+
+// The layout a matrix of (type, n_out, n_in) is repacked to; kRows if none.
+WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in);
+
+// Rows [r0, r1) of src (GGUF Q4_0 rows) -> dst, both laid out for the whole
+// matrix of n_out rows; r0 and r1 multiples of 4, so disjoint ranges can be
+// repacked by different threads.
+//   src: [n_out, row_bytes(kQ4_0, n_in)]   dst: the same number of bytes
+void repack_q4_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
+
+// Inverse of repack_q4_0x4 for one row: writes row r's GGUF bytes
+// (row_bytes(kQ4_0, n_in)) to dst. For tests and the scalar kernel.
+void unpack_q4_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
+
+// The same pair for Q8_0x4.
+void repack_q8_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
+void unpack_q8_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
+
+// Repacks rows [r0, r1) of a matrix into `layout` (not kRows), as above.
+void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
+
+}  // namespace sluice::cpu
