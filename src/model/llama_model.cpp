@@ -96,7 +96,7 @@ void LlamaModel::repack_weights() {
     CHECK(buf != nullptr);
     const cpu::WeightLayout layout = cpu::repack_layout(w.type, w.n_out, w.n_in);
     const int64_t n_groups = w.n_out / cpu::kX4Rows;
-    pool_.parallel_for(n_groups, [&](int64_t g0, int64_t g1) {
+    pool_->parallel_for(n_groups, [&](int64_t g0, int64_t g1) {
       cpu::repack_rows(layout, w.data, buf.get(), w.n_in, g0 * cpu::kX4Rows, g1 * cpu::kX4Rows);
     });
     w.data = buf.get();
