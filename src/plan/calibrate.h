@@ -32,8 +32,8 @@
 // kernels (more streams, prefetch, non-temporal loads) would be guessing at
 // what they do. Measured here (2 threads, AVX-512, a quiet moment, each probe
 // interleaved with 32 decode tokens of synth 1b q8_0 in one process, medians
-// of 8-10 pairs): decode read 0.75x the plain sum and 0.83x one large matrix,
-// but 0.98-1.0x the layer-shaped dispatches.
+// of 8-10 pairs): decode read 0.75-0.88x the plain sum and 0.83x one large
+// matrix, but 0.98-1.0x the layer-shaped dispatches.
 // What the roof leaves out is per-token work outside the layer matmuls
 // (attention, norms, the output matrix, embedding); on a model as small as
 // 110m it is ~15% of a token, and decode lands that much below the prediction.

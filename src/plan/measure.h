@@ -3,8 +3,8 @@
 //
 //   decode   median seconds per token over n_decode single-token steps after a
 //            prefill of n_prompt tokens; predicted by the roofline on this
-//            machine (memory read bandwidth x bytes per token, and the matmul
-//            FLOP/s), and by the bandwidth bound alone
+//            machine (bytes per token at the decode roof, calibrate.h's weight
+//            read, and the matmul FLOP/s), and by the bandwidth bound alone
 //   prefill  one warm forward pass over n_prompt tokens
 // Streaming under a memory budget is predicted by the weight store's own
 // placement (weights/placement.h, from the same calibration) and measured by
