@@ -152,12 +152,12 @@ struct Engine::Impl {
   // The cost of one draft token relative to a plain decode step.
   double spec_cost_ratio() const;
   bool is_stop_token(const Req& rq, int32_t token) const;
-  // Tokens emitted for one output this step (one, or accepted drafts + one),
-  // logits row i for token i.
+  // One output's tokens this step: StepOutput::seqs[out_index] (one token, or
+  // accepted drafts + one), logits row i for token i.
   struct Sampled {
     RequestId request;
     Output* output;
-    std::vector<int32_t> tokens;
+    size_t out_index;
     const float* logits;
   };
   void sample_step(const StepPlan& plan, StepOutput* out, std::vector<Sampled>* sampled);
@@ -497,12 +497,13 @@ void Engine::Impl::step() {
   }
   const int64_t n_vocab = model->hparams().n_vocab;
   for (const Sampled& x : sampled) {
-    for (size_t i = 0; i < x.tokens.size(); ++i) {
+    const std::vector<int32_t>& tokens = out.seqs[x.out_index].tokens;
+    for (size_t i = 0; i < tokens.size(); ++i) {
       auto it = reqs.find(x.request);
       if (it == reqs.end() || x.output->done) break;
-      emit_token(it->second, *x.output, x.tokens[i], x.logits + static_cast<int64_t>(i) * n_vocab);
+      emit_token(it->second, *x.output, tokens[i], x.logits + static_cast<int64_t>(i) * n_vocab);
       // The scheduler dropped what follows a stop token; a stop string ends it too.
-      if (x.output->stopped_by_string || is_stop_token(it->second, x.tokens[i])) break;
+      if (x.output->stopped_by_string || is_stop_token(it->second, tokens[i])) break;
     }
   }
   for (Sequence& f : sched->take_finished()) {
@@ -554,7 +555,7 @@ void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vecto
       o.sampler->accept(token);
       so.tokens.push_back(token);
     }
-    sampled->push_back(Sampled{it->second.first, &o, so.tokens, lg});
+    sampled->push_back(Sampled{it->second.first, &o, out->seqs.size(), lg});
     out->seqs.push_back(std::move(so));
   }
 }
