@@ -44,11 +44,15 @@ TEST(Calibrate, WeightReadProbeIsPositiveAndRepeatable) {
     auto m = [type](int64_t n_in, int64_t n_out) { return MatmulShape{.type = type, .n_in = n_in, .n_out = n_out}; };
     const std::vector<MatmulGroup> layer = {{m(256, 256), m(256, 64), m(256, 64)}, {m(256, 256)}, {m(256, 40), m(256, 40)},
                                             {m(40 * 32, 256)}};
-    const double a = probe_weight_read_gbps(pool, layer, 4u << 20, 3, 0.05);
-    const double b = probe_weight_read_gbps(pool, layer, 4u << 20, 3, 0.05);
-    EXPECT_TRUE(std::isfinite(a) && a > 0) << dtype_name(type) << ": " << a;
-    EXPECT_TRUE(std::isfinite(b) && b > 0) << dtype_name(type) << ": " << b;
-    EXPECT_LT(std::max(a, b) / std::min(a, b), 100.0) << dtype_name(type) << ": " << a << " vs " << b;
+    // Three probes; two of them must agree within 100x. (A single pair can be
+    // 300x apart when other processes take both CPUs from the probe's threads.)
+    double g[3];
+    for (double& v : g) {
+      v = probe_weight_read_gbps(pool, layer, 4u << 20, 3, 0.05);
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << dtype_name(type) << ": " << v;
+    }
+    std::sort(g, g + 3);
+    EXPECT_LT(std::min(g[1] / g[0], g[2] / g[1]), 100.0) << dtype_name(type) << ": " << g[0] << ", " << g[1] << ", " << g[2];
   }
 }
 
