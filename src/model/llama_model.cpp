@@ -85,28 +85,29 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Mod
 }
 
 void LlamaModel::repack_weights() {
-  auto eligible = [](std::initializer_list<const cpu::WeightView*> group) {
+  auto eligible = [&](std::initializer_list<const cpu::WeightView*> group) {
     for (const cpu::WeightView* w : group)
-      if (cpu::repack_layout(w->type, w->n_out, w->n_in) == cpu::WeightLayout::kRows) return false;
+      if (cpu::repack_layout(w->type, w->n_out, w->n_in, isa_) == cpu::WeightLayout::kRows) return false;
     return true;
   };
   auto repack = [&](cpu::WeightView& w) {
     const size_t bytes = row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out);
     std::unique_ptr<uint8_t[], FreeDeleter> buf(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     CHECK(buf != nullptr);
-    const cpu::WeightLayout layout = cpu::repack_layout(w.type, w.n_out, w.n_in);
-    const int64_t n_groups = w.n_out / cpu::kX4Rows;
-    pool_->parallel_for(n_groups, [&](int64_t g0, int64_t g1) {
-      cpu::repack_rows(layout, w.data, buf.get(), w.n_in, g0 * cpu::kX4Rows, g1 * cpu::kX4Rows);
+    const cpu::WeightLayout layout = cpu::repack_layout(w.type, w.n_out, w.n_in, isa_);
+    const int64_t group = cpu::repack_group_rows(layout);
+    pool_->parallel_for(w.n_out / group, [&](int64_t g0, int64_t g1) {
+      cpu::repack_rows(layout, w.data, buf.get(), w.n_in, g0 * group, g1 * group);
     });
     w.data = buf.get();
     w.layout = layout;
     repacked_.push_back(std::move(buf));
     repacked_bytes_ += bytes;
     ++n_repacked_;
+    repacked_layouts_ |= 1u << static_cast<unsigned>(layout);
   };
   // Matrices sharing a matmul_group dispatch are repacked together or not at
-  // all, so every repacked job starts on a 4-row boundary of the dispatch.
+  // all, so every repacked job starts on a row-group boundary of the dispatch.
   for (LayerWeights& w : layers_) {
     if (eligible({&w.wq, &w.wk, &w.wv})) {
       repack(w.wq);
@@ -125,7 +126,12 @@ void LlamaModel::repack_weights() {
 
 std::string LlamaModel::repack_summary() const {
   if (n_repacked_ == 0) return "";
-  return fmt::format("{} matrices repacked to 4-row interleave at load ({:.1f} MiB in memory)", n_repacked_,
+  std::string layouts;
+  for (cpu::WeightLayout l : {cpu::WeightLayout::kQ4_0x4, cpu::WeightLayout::kQ8_0x4, cpu::WeightLayout::kQ8_0x16})
+    if (repacked_layouts_ & (1u << static_cast<unsigned>(l)))
+      layouts += fmt::format("{}{} ({}-row interleave)", layouts.empty() ? "" : ", ", cpu::layout_name(l),
+                             cpu::repack_group_rows(l));
+  return fmt::format("{} matrices repacked at load to {} ({:.1f} MiB in memory)", n_repacked_, layouts,
                      static_cast<double>(repacked_bytes_) / (1 << 20));
 }
 

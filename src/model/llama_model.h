@@ -138,6 +138,7 @@ class LlamaModel {
   uint64_t weight_bytes_ = 0;
   uint64_t repacked_bytes_ = 0;
   int64_t n_repacked_ = 0;  // matrices
+  unsigned repacked_layouts_ = 0;  // bit (1 << WeightLayout) per layout used
   struct FreeDeleter {
     void operator()(uint8_t* p) const { std::free(p); }
   };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "backend/cpu/repack.h"
 #include "base/check.h"
 
 namespace sluice::cpu {
@@ -32,21 +33,26 @@ const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout) {
       for (size_t j = 0; j < kTypes.size(); ++j) t[i][j] = lookup(kTypes[j], static_cast<Isa>(i), WeightLayout::kRows);
     return t;
   }();
-  static const auto x4 = [] {  // [isa][0: Q4_0x4, 1: Q8_0x4]
-    std::array<std::array<MatmulKernel, 2>, 3> t{};
+  static const auto packed = [] {  // [isa][0: Q4_0x4, 1: Q8_0x4, 2: Q8_0x16]
+    std::array<std::array<MatmulKernel, 3>, 3> t{};
     for (int i = 0; i < 3; ++i) {
       t[i][0] = lookup(DType::kQ4_0, static_cast<Isa>(i), WeightLayout::kQ4_0x4);
       t[i][1] = lookup(DType::kQ8_0, static_cast<Isa>(i), WeightLayout::kQ8_0x4);
+      t[i][2] = lookup(DType::kQ8_0, static_cast<Isa>(i), WeightLayout::kQ8_0x16);
     }
     return t;
   }();
   if (layout == WeightLayout::kQ4_0x4) {
     CHECK(type == DType::kQ4_0);
-    return x4[static_cast<size_t>(isa)][0];
+    return packed[static_cast<size_t>(isa)][0];
   }
   if (layout == WeightLayout::kQ8_0x4) {
     CHECK(type == DType::kQ8_0);
-    return x4[static_cast<size_t>(isa)][1];
+    return packed[static_cast<size_t>(isa)][1];
+  }
+  if (layout == WeightLayout::kQ8_0x16) {
+    CHECK(type == DType::kQ8_0);
+    return packed[static_cast<size_t>(isa)][2];
   }
   for (size_t j = 0; j < kTypes.size(); ++j) {
     if (kTypes[j] == type) {
@@ -84,7 +90,7 @@ void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in,
   for (size_t j = 0; j < jobs.size(); ++j) {
     CHECK(jobs[j].w.n_in == n_in);
     // A repacked job's rows must start on a group boundary of the split.
-    CHECK(jobs[j].w.layout == WeightLayout::kRows || job_base % 4 == 0);
+    CHECK(job_base % repack_group_rows(jobs[j].w.layout) == 0);
     job_base += jobs[j].w.n_out;
     kernel_of[j] = &matmul_kernel(jobs[j].w.type, isa, jobs[j].w.layout);
     int found = -1;

@@ -19,6 +19,7 @@ enum class WeightLayout {
   kRows,    // GGUF order: row after row
   kQ4_0x4,  // Q4_0, rows interleaved in groups of 4 (repack.h); same byte count
   kQ8_0x4,  // Q8_0, likewise
+  kQ8_0x16, // Q8_0, 16 rows side by side in 4-byte lanes (repack.h); same byte count
 };
 
 // A weight matrix: n_out rows of n_in elements of `type`, in GGUF row order

@@ -44,8 +44,12 @@ const Family kQ4_0x4 = {act_row_bytes_q8x64,
                         {"q4_0x4/scalar-int8", "q4_0x4/avx2-int8", "q4_0x4/avx512-vnni"}};
 const Family kQ8_0x4 = {act_row_bytes_q8x64,
                         {act_q8_0_scalar, act_q8_0_avx2, act_q8_0_avx512},
-                        {quant_rows_q8_0x4_scalar, quant_rows_q8_0x4_avx2, quant_rows_q8_0x4_avx512},
-                        {"q8_0x4/scalar-int8", "q8_0x4/avx2-int8", "q8_0x4/avx512-vnni"}};
+                        {quant_rows_q8_0x4_scalar, quant_rows_q8_0x4_avx2, nullptr},
+                        {"q8_0x4/scalar-int8", "q8_0x4/avx2-int8", ""}};
+const Family kQ8_0x16 = {act_row_bytes_q8x64,
+                         {act_q8_0_scalar, act_q8_0_avx2, act_q8_0_avx512},
+                         {quant_rows_q8_0x16_scalar, nullptr, quant_rows_q8_0x16_avx512},
+                         {"q8_0x16/scalar-int8", "", "q8_0x16/avx512-vnni"}};
 const Family kQ4_K = {act_row_bytes_q8x256,
                       {convert_act_q8x256_scalar, convert_act_q8x256_avx2, convert_act_q8x256_avx512},
                       {quant_rows_q4_k_scalar, quant_rows_q4_k_avx2, quant_rows_q4_k_avx512},
@@ -65,6 +69,9 @@ MatmulKernel quant_matmul_kernel(DType type, Isa isa, WeightLayout layout) {
   } else if (layout == WeightLayout::kQ8_0x4) {
     if (type != DType::kQ8_0) return MatmulKernel{};
     f = &kQ8_0x4;
+  } else if (layout == WeightLayout::kQ8_0x16) {
+    if (type != DType::kQ8_0) return MatmulKernel{};
+    f = &kQ8_0x16;
   } else
   switch (type) {
       case DType::kQ8_0: f = &kQ8_0; break;
@@ -74,6 +81,7 @@ MatmulKernel quant_matmul_kernel(DType type, Isa isa, WeightLayout layout) {
       default: return MatmulKernel{};
     }
   const int i = static_cast<int>(isa);
+  if (f->rows[i] == nullptr) return MatmulKernel{};  // none at this level: the caller falls back
   return MatmulKernel{.act_row_bytes = f->act_row_bytes, .convert_act = f->convert[i],
                       .rows = f->rows[i], .name = f->names[i]};
 }

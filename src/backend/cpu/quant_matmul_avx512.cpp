@@ -9,11 +9,14 @@
 // everything here has internal linkage except the quant_rows_*_avx512 functions.
 //
 // Lanes:
-//   Q8_0 / Q4_0  one zmm = two blocks of 32 (bytes 0..31 block b, 32..63 block b+1);
-//                weights as unsigned bytes (Q8_0: w ^ 0x80 = w + 128; Q4_0: the
-//                nibbles = w + 8); vpdpbusd starts from ActQ8x64::corr, so each
-//                int32 lane ends at the exact signed dot of its 4 bytes; then
-//                acc[16 f32] += cvt(lane) * (wd * ad) per block pair.
+//   Q8_0         one zmm = 16 rows (Q8_0x16 records, repack.h; GGUF rows are
+//                staged into them): per block 8 vpdpbusd into one int32 per row,
+//                then acc[row] += cvt(isum) * (wd * ad). See "Q8_0 (x16)" below.
+//   Q4_0         one zmm = two blocks of 32 (bytes 0..31 block b, 32..63 block b+1);
+//                weights as unsigned bytes (the nibbles = w + 8); vpdpbusd starts
+//                from ActQ8x64::corr, so each int32 lane ends at the exact signed
+//                dot of its 4 bytes; then acc[16 f32] += cvt(lane) * (wd * ad)
+//                per block pair.
 //   Q4_K         per 64 elements (sub-blocks 2c | 2c+1): maddubs, then vpdpwssd
 //                with the 6-bit scales into 16 int32 lanes for the super-block;
 //                folded to 8 lanes; acc[8 f32] += cvt * d*ad, -= cvt(mins) * dmin*ad.
@@ -22,6 +25,7 @@
 //                acc[8 f32] += cvt * d*ad.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/act_quant.h"
@@ -81,13 +85,6 @@ float hsum8(__m256 v) {
   return _mm_cvtss_f32(s4);
 }
 
-// [f32(h0) x 8 | f32(h1) x 8] from two f16 scales.
-__m512 scale_pair(uint16_t h0, uint16_t h1) {
-  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(h0))),
-                                            _mm_set1_epi16(static_cast<short>(h1)), 1);
-  return _mm512_cvtph_ps(h);
-}
-
 float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 // Sum of the two 256-bit halves of 16 int32 lanes.
@@ -97,7 +94,7 @@ __m256i fold(__m512i v) {
 
 // ---------------------------------------------------------------- Q8_0 / Q4_0 --
 
-// The NR x NT block-pair step shared by Q8_0 and Q4_0: wv[i] holds the unsigned
+// The NR x NT block-pair step of Q4_0: wv[i] holds the unsigned
 // (offset) weight bytes of row i, ws[i] its scales.
 template <int NR, int NT>
 [[gnu::always_inline]] inline void pair_step(__m512 (&acc)[NR][NT], const __m512i (&wv)[NR],
@@ -120,50 +117,6 @@ void store_acc16(const Args& a, int64_t r, int64_t t, const __m512 (&acc)[NR][NT
   for (int j = 0; j < NT; ++j)
     for (int i = 0; i < NR; ++i) a.y[(t + j) * a.y_stride + r + i] = hsum16(acc[i][j]);
 }
-
-struct KernelQ8_0 {
-  // Block b's bytes + 128 (w ^ 0x80) in the low half, block b + 1's in the high.
-  template <int NR, int NT>
-  static void tile(const Args& a, int64_t r, int64_t t) {
-    const int64_t n_blocks = a.n_in / 32;
-    const BlockQ8_0* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = reinterpret_cast<const BlockQ8_0*>(a.w + (r + i) * a.w_row_bytes);
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
-    __m512 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
-    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-    int64_t b = 0;
-    for (; b + 2 <= n_blocks; b += 2) {
-      __m512i wv[NR];
-      __m512 ws[NR];
-      for (int i = 0; i < NR; ++i) {
-        const BlockQ8_0* blk = wr[i] + b;
-        prefetch_ahead(blk);
-        prefetch_ahead(blk + 1);
-        const __m512i v = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
-        wv[i] = _mm512_xor_si512(v, bias);
-        ws[i] = scale_pair(blk[0].d, blk[1].d);
-      }
-      pair_step<NR, NT>(acc, wv, ws, xt, b / 2);
-    }
-    if (b < n_blocks) {  // odd block count: the activations' second half is zero
-      __m512i wv[NR];
-      __m512 ws[NR];
-      for (int i = 0; i < NR; ++i) {
-        const BlockQ8_0* blk = wr[i] + b;
-        const __m512i v = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs)));
-        wv[i] = _mm512_xor_si512(v, bias);
-        ws[i] = scale_pair(blk[0].d, 0);
-      }
-      pair_step<NR, NT>(acc, wv, ws, xt, b / 2);
-    }
-    store_acc16<NR, NT>(a, r, t, acc);
-  }
-};
 
 struct KernelQ4_0 {
   // Two consecutive blocks (36 bytes = words 0..17: d0, qs0[16], d1, qs1[16]) are
@@ -253,35 +206,206 @@ struct KernelQ4_0x4 {
   }
 };
 
-// Q8_0 repacked in groups of 4 rows (repack.h): per record the 4 rows' biased
-// bytes are loaded as they are (no insert, no xor) and the scales converted once.
-// Same wv, ws and pair_step as KernelQ8_0, so the same bits.
-struct KernelQ8_0x4 {
-  template <int NT>
-  static void tile(const Args& a, int64_t r, int64_t t) {
-    const int64_t n_pairs = a.n_in / 64;
-    const uint8_t* rec = a.w + r * a.w_row_bytes;
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
-    __m512 acc[4][NT];
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
-    __m512i pick[4];
-    for (int i = 0; i < 4; ++i) pick[i] = _mm512_inserti64x4(_mm512_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1), 1);
-    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ8_0x4RecordBytes) {
-      for (int c = 0; c < 5; ++c) prefetch_ahead(rec + 64 * c);
-      const __m512 sc = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec))));
-      __m512i wv[4];
-      __m512 ws[4];
-      for (int i = 0; i < 4; ++i) {
-        wv[i] = _mm512_loadu_si512(rec + 16 + 64 * i);
-        ws[i] = _mm512_permutexvar_ps(pick[i], sc);
-      }
-      pair_step<4, NT>(acc, wv, ws, xt, p);
-    }
-    store_acc16<4, NT>(a, r, t, acc);
-  }
+// ---------------------------------------------------------------- Q8_0 (x16) --
+//
+// Q8_0 at this level holds one row per int32 lane: 16 rows side by side in the
+// record layout of repack.h (Q8_0x16). One vpdpbusd multiplies 4 biased weight
+// bytes of each of the 16 rows by the same 4 activation bytes (broadcast), so a
+// block's dot product is summed in integers for 16 rows at once and each
+// (row, token) takes one float update per block, in block order:
+//
+//   isum(r, t, b) = corr(t, b) + sum over k = 0..7 of lane r of
+//                   dpbusd(chunk k of block b, q(t, b)[4k .. 4k+3])
+//   acc(r, t)     = fma(float(isum), wd(r, b) * ad(t, b), acc(r, t)),  b = 0, 1, ...
+//
+// where corr(t, b) = -128 * sum of q(t, b) undoes the +128 bias of the weight
+// bytes (the sum of the ActQ8x64 lane corrections of the block). Repacked
+// weights are read as they are; GGUF rows are staged into the same records on
+// the stack, a run of blocks at a time, with acc carried through y between runs,
+// so both layouts take exactly these operations per (row, token).
+
+constexpr int kX16Toks = 8;               // tokens per tile: 8 float + 8 int accumulators
+constexpr int kCorrInts = 16384;          // corr(t, b) of one token chunk, on the stack
+constexpr int64_t kStageBlocks = 32;      // blocks of 16 GGUF rows staged at a time (17 KiB)
+
+struct X16Tile {
+  const uint8_t* rec;          // record of block b0 of the 16 rows
+  int64_t b0, b1;              // blocks [b0, b1)
+  const uint8_t* xa;           // token t0's activations
+  size_t xa_stride;
+  const int32_t* corr;         // corr of token t0: [n_tok][n_blocks] from block 0
+  int64_t n_blocks;
+  float* y;                    // y of token t0, row r
+  int64_t y_stride;
+  __mmask16 lanes;             // rows of the group that exist
 };
+
+template <int NT>
+void x16_tile(const X16Tile& a, bool first) {
+  __m512 acc[NT];
+  for (int j = 0; j < NT; ++j)
+    acc[j] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(a.lanes, a.y + j * a.y_stride);
+  const uint8_t* rec = a.rec;
+  for (int64_t b = a.b0; b < a.b1; ++b, rec += kQ8_0x16RecordBytes) {
+    const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec)));
+    const int h = static_cast<int>(b & 1);
+    const int8_t* q[NT];
+    __m512i s[NT];
+    for (int j = 0; j < NT; ++j) {
+      q[j] = reinterpret_cast<const ActQ8x64*>(a.xa + j * a.xa_stride)[b >> 1].q + 32 * h;
+      s[j] = _mm512_set1_epi32(a.corr[j * a.n_blocks + b]);
+    }
+    if constexpr (NT == 1) {
+      // One token: two independent chains (integer sums, so the split is exact).
+      __m512i s1 = _mm512_setzero_si512();
+      for (int k = 0; k < 8; k += 2) {
+        int32_t q0, q1;
+        std::memcpy(&q0, q[0] + 4 * k, 4);
+        std::memcpy(&q1, q[0] + 4 * k + 4, 4);
+        s[0] = _mm512_dpbusd_epi32(s[0], _mm512_loadu_si512(rec + 32 + 64 * k), _mm512_set1_epi32(q0));
+        s1 = _mm512_dpbusd_epi32(s1, _mm512_loadu_si512(rec + 96 + 64 * k), _mm512_set1_epi32(q1));
+      }
+      s[0] = _mm512_add_epi32(s[0], s1);
+    } else {
+      for (int k = 0; k < 8; ++k) {
+        const __m512i w = _mm512_loadu_si512(rec + 32 + 64 * k);
+        for (int j = 0; j < NT; ++j) {
+          int32_t qk;
+          std::memcpy(&qk, q[j] + 4 * k, 4);
+          s[j] = _mm512_dpbusd_epi32(s[j], w, _mm512_set1_epi32(qk));
+        }
+      }
+    }
+    for (int j = 0; j < NT; ++j) {
+      const float ad = reinterpret_cast<const ActQ8x64*>(a.xa + j * a.xa_stride)[b >> 1].d[8 * h];
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j]), _mm512_mul_ps(wd, _mm512_set1_ps(ad)), acc[j]);
+    }
+  }
+  for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(a.y + j * a.y_stride, a.lanes, acc[j]);
+}
+
+void x16_tile_any(const X16Tile& a, int nt, bool first) {
+  static constexpr void (*kTable[kX16Toks])(const X16Tile&, bool) = {
+      x16_tile<1>, x16_tile<2>, x16_tile<3>, x16_tile<4>, x16_tile<5>, x16_tile<6>, x16_tile<7>, x16_tile<8>};
+  kTable[nt - 1](a, first);
+}
+
+// corr(t, b) for tokens [t0, t1): the sum of block b's 8 lane corrections.
+void x16_block_corr(const Args& a, int64_t n_blocks, int64_t t0, int64_t t1, int32_t* corr) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const auto* x = reinterpret_cast<const ActQ8x64*>(a.xa + t * a.xa_stride);
+    int32_t* c = corr + (t - t0) * n_blocks;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const int32_t* lane = x[b >> 1].corr + 8 * (b & 1);
+      c[b] = lane[0] + lane[1] + lane[2] + lane[3] + lane[4] + lane[5] + lane[6] + lane[7];
+    }
+  }
+}
+
+// Tokens per chunk: activations within L2 and corr within the stack buffer.
+int64_t x16_chunk(const Args& a, int64_t n_blocks) {
+  CHECK(n_blocks <= kCorrInts);
+  int64_t chunk = static_cast<int64_t>(kChunkActBytes / (a.xa_stride ? a.xa_stride : 1));
+  chunk = std::min<int64_t>(chunk, kCorrInts / n_blocks);
+  return chunk < 1 ? 1 : chunk;
+}
+
+// Rows [r0, r1) (multiples of 16) of a Q8_0x16 matrix.
+void rows_q8_0x16(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
+  const int64_t n_blocks = a.n_in / 32;
+  int32_t corr[kCorrInts];
+  const int64_t chunk = x16_chunk(a, n_blocks);
+  for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+    const int64_t t1 = std::min(n_tok, t0 + chunk);
+    x16_block_corr(a, n_blocks, t0, t1, corr);
+    for (int64_t r = r0; r < r1; r += kX16Rows) {
+      for (int64_t t = t0; t < t1; t += kX16Toks) {
+        const X16Tile tile{.rec = a.w + r * a.w_row_bytes, .b0 = 0, .b1 = n_blocks,
+                           .xa = a.xa + t * a.xa_stride, .xa_stride = a.xa_stride,
+                           .corr = corr + (t - t0) * n_blocks, .n_blocks = n_blocks,
+                           .y = a.y + t * a.y_stride + r, .y_stride = a.y_stride, .lanes = 0xFFFF};
+        x16_tile_any(tile, static_cast<int>(std::min<int64_t>(kX16Toks, t1 - t)), true);
+      }
+    }
+  }
+}
+
+// Blocks [b0, b1) of GGUF rows [r, r + nr) -> Q8_0x16 records (rows past nr read
+// nothing and hold zero). Per block, a 16 x 8 transpose of dwords: vector i holds
+// rows i and i + 8 (one per 256-bit half), and the two halves are transposed as
+// 8 x 8 side by side; the last step puts rows 0..7 of a column next to rows 8..15.
+//
+//   in:   v[i] = [ row i: dwords 0..7 | row i+8: dwords 0..7 ]
+//   out:  chunk k = [ dword k of rows 0..15 ]
+void x16_stage(const Args& a, int64_t r, int nr, int64_t b0, int64_t b1, uint8_t* out) {
+  const uint8_t* row[kX16Rows];
+  __mmask32 keep[kX16Rows];
+  for (int i = 0; i < kX16Rows; ++i) {
+    row[i] = a.w + (r + (i < nr ? i : 0)) * a.w_row_bytes;
+    keep[i] = i < nr ? ~__mmask32{0} : 0;
+  }
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);   // 128-bit lanes 0, 2 of each
+  const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);  // lanes 1, 3
+  uint8_t* rec = out;
+  for (int64_t b = b0; b < b1; ++b, rec += kQ8_0x16RecordBytes) {
+    const size_t at = static_cast<size_t>(b) * sizeof(BlockQ8_0);
+    uint16_t d[kX16Rows];
+    for (int i = 0; i < kX16Rows; ++i) {
+      uint16_t h = 0;
+      if (i < nr) std::memcpy(&h, row[i] + at, 2);
+      d[i] = h;
+    }
+    std::memcpy(rec, d, sizeof(d));
+    __m512i v[8];
+    for (int i = 0; i < 8; ++i) {
+      const __m256i x = _mm256_maskz_loadu_epi8(keep[i], row[i] + at + 2);
+      const __m256i y = _mm256_maskz_loadu_epi8(keep[i + 8], row[i + 8] + at + 2);
+      v[i] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(x), y, 1), bias);
+    }
+    __m512i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+      t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+      u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);      // dword 0 (and 4) of rows i..i+3
+      u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);  // dword 1 (5)
+      u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);  // dword 2 (6)
+      u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);  // dword 3 (7)
+    }
+    for (int k = 0; k < 4; ++k) {
+      _mm512_storeu_si512(rec + 32 + 64 * k, _mm512_permutex2var_epi64(u[k], lo, u[k + 4]));
+      _mm512_storeu_si512(rec + 32 + 64 * (k + 4), _mm512_permutex2var_epi64(u[k], hi, u[k + 4]));
+    }
+  }
+}
+
+// Rows [r0, r1) (any) of a Q8_0 matrix in GGUF rows: the same tiles on staged records.
+void rows_q8_0(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
+  const int64_t n_blocks = a.n_in / 32;
+  int32_t corr[kCorrInts];
+  alignas(64) uint8_t stage[kStageBlocks * kQ8_0x16RecordBytes];
+  const int64_t chunk = x16_chunk(a, n_blocks);
+  for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+    const int64_t t1 = std::min(n_tok, t0 + chunk);
+    x16_block_corr(a, n_blocks, t0, t1, corr);
+    for (int64_t r = r0; r < r1; r += kX16Rows) {
+      const int nr = static_cast<int>(std::min<int64_t>(kX16Rows, r1 - r));
+      for (int64_t b0 = 0; b0 < n_blocks; b0 += kStageBlocks) {
+        const int64_t b1 = std::min(n_blocks, b0 + kStageBlocks);
+        x16_stage(a, r, nr, b0, b1, stage);
+        for (int64_t t = t0; t < t1; t += kX16Toks) {
+          const X16Tile tile{.rec = stage, .b0 = b0, .b1 = b1, .xa = a.xa + t * a.xa_stride,
+                             .xa_stride = a.xa_stride, .corr = corr + (t - t0) * n_blocks, .n_blocks = n_blocks,
+                             .y = a.y + t * a.y_stride + r, .y_stride = a.y_stride,
+                             .lanes = static_cast<__mmask16>((1u << nr) - 1)};
+          x16_tile_any(tile, static_cast<int>(std::min<int64_t>(kX16Toks, t1 - t)), b0 == 0);
+        }
+      }
+    }
+  }
+}
 
 // ------------------------------------------------------------------------ Q4_K --
 
@@ -497,9 +621,9 @@ void rows_x4(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
 void quant_rows_q8_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                             size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                             int64_t r1) {
-  rows<KernelQ8_0>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
-                        .y_stride = y_stride},
-                   n_tok, r0, r1);
+  rows_q8_0(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
+                 .y_stride = y_stride},
+            n_tok, r0, r1);
 }
 
 void quant_rows_q4_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
@@ -519,13 +643,13 @@ void quant_rows_q4_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in
                         n_tok, r0, r1);
 }
 
-void quant_rows_q8_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                              int64_t r1) {
-  CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
-  rows_x4<KernelQ8_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
-                             .y = y, .y_stride = y_stride},
-                        n_tok, r0, r1);
+void quant_rows_q8_0x16_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                               size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                               int64_t r1) {
+  CHECK(n_in % 32 == 0 && r0 % kX16Rows == 0 && r1 % kX16Rows == 0);
+  rows_q8_0x16(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
+                    .y_stride = y_stride},
+               n_tok, r0, r1);
 }
 
 void quant_rows_q4_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,

@@ -42,6 +42,19 @@ float dot_q8_0x4(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
   return total;
 }
 
+// Row r of a Q8_0x16 matrix, unpacked block by block; same terms as dot_q8_0.
+float dot_q8_0x16(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
+  const size_t rb = row_bytes(DType::kQ8_0, n_in);
+  const uint8_t* group = w + static_cast<size_t>(r / kX16Rows) * kX16Rows * rb;
+  float total = 0.0f;
+  for (int64_t b = 0; b < n_in / 32; ++b) {
+    BlockQ8_0 blk;  // one record is itself a Q8_0x16 matrix of 16 rows x 32 columns
+    unpack_q8_0x16_row(group + b * kQ8_0x16RecordBytes, reinterpret_cast<uint8_t*>(&blk), 32, r % kX16Rows);
+    total += q8_0_term(blk, a[b / 2], static_cast<int>(b % 2));
+  }
+  return total;
+}
+
 // Q4_0: element i < 16 is the low nibble of qs[i], element 16 + i the high one.
 // One block's term: float(sum (n - 8) * q) * (wd * ad); h: the block's half of a.
 float q4_0_term(const BlockQ4_0& w, const ActQ8x64& a, int h) {
@@ -136,6 +149,16 @@ void quant_rows_q8_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in
   for (int64_t t = 0; t < n_tok; ++t) {
     const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
     for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q8_0x4(w, n_in, r, a);
+  }
+}
+
+void quant_rows_q8_0x16_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                               size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                               int64_t r1) {
+  CHECK(n_in % 32 == 0 && r0 % kX16Rows == 0 && r1 % kX16Rows == 0);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
+    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q8_0x16(w, n_in, r, a);
   }
 }
 

@@ -254,174 +254,115 @@ TEST(QuantMatmul, LevelsAgreeAndWriteIdenticalActivations) {
   }
 }
 
-// ------------------------------------------------------------- Q4_0x4 repack --
+// ----------------------------------------------------------- repacked layouts --
 
 TEST(Repack, LayoutRuleAndRoundTripOfEveryRow) {
-  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 128), WeightLayout::kQ4_0x4);
-  EXPECT_EQ(repack_layout(DType::kQ4_0, 6, 128), WeightLayout::kRows);   // rows not a multiple of 4
-  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 96), WeightLayout::kRows);    // odd block count
-  EXPECT_EQ(repack_layout(DType::kQ8_0, 8, 128), WeightLayout::kQ8_0x4);
-  EXPECT_EQ(repack_layout(DType::kQ4_K, 8, 256), WeightLayout::kRows);
-  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
-    const WeightLayout layout = repack_layout(type, 12, 64);
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 128, Isa::kAvx2), WeightLayout::kQ4_0x4);
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 128, Isa::kAvx512), WeightLayout::kQ4_0x4);
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 6, 128, Isa::kAvx2), WeightLayout::kRows);   // rows not a multiple of 4
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 96, Isa::kAvx2), WeightLayout::kRows);    // odd block count
+  EXPECT_EQ(repack_layout(DType::kQ8_0, 8, 128, Isa::kAvx2), WeightLayout::kQ8_0x4);
+  EXPECT_EQ(repack_layout(DType::kQ8_0, 32, 96, Isa::kAvx512), WeightLayout::kQ8_0x16);  // odd blocks are fine
+  EXPECT_EQ(repack_layout(DType::kQ8_0, 8, 128, Isa::kAvx512), WeightLayout::kRows);     // rows not a multiple of 16
+  EXPECT_EQ(repack_layout(DType::kQ4_K, 8, 256, Isa::kAvx512), WeightLayout::kRows);
+  EXPECT_EQ(repack_group_rows(WeightLayout::kQ8_0x16), 16);
+  EXPECT_EQ(repack_group_rows(WeightLayout::kQ4_0x4), 4);
+  struct Case {
+    DType type;
+    Isa isa;
+  };
+  for (Case c : {Case{DType::kQ4_0, Isa::kAvx2}, Case{DType::kQ8_0, Isa::kAvx2}, Case{DType::kQ8_0, Isa::kAvx512}}) {
+    const int64_t n_out = 48;
+    const WeightLayout layout = repack_layout(c.type, n_out, 64, c.isa);
+    const int64_t group = repack_group_rows(layout);
     for (int64_t n_in : {64, 192, 2816}) {
-      const int64_t n_out = 12;
-      const Problem p(type, n_in, n_out, 1, 1200 + static_cast<uint32_t>(n_in));
+      const Problem p(c.type, n_in, n_out, 1, 1200 + static_cast<uint32_t>(n_in));
       testing::GuardedBytes whole(p.w.size()), split(p.w.size());
       repack_rows(layout, p.w.data(), whole.data(), n_in, 0, n_out);
-      repack_rows(layout, p.w.data(), split.data(), n_in, 4, n_out);  // ranges by different threads
-      repack_rows(layout, p.w.data(), split.data(), n_in, 0, 4);
+      repack_rows(layout, p.w.data(), split.data(), n_in, group, n_out);  // ranges by different threads
+      repack_rows(layout, p.w.data(), split.data(), n_in, 0, group);
       ASSERT_TRUE(whole.guards_intact() && split.guards_intact());
       ASSERT_EQ(std::memcmp(whole.data(), split.data(), p.w.size()), 0);
       std::vector<uint8_t> row(p.w_row);
       for (int64_t r = 0; r < n_out; ++r) {
-        if (type == DType::kQ4_0) unpack_q4_0x4_row(whole.data(), row.data(), n_in, r);
-        else unpack_q8_0x4_row(whole.data(), row.data(), n_in, r);
+        if (layout == WeightLayout::kQ4_0x4) unpack_q4_0x4_row(whole.data(), row.data(), n_in, r);
+        else if (layout == WeightLayout::kQ8_0x4) unpack_q8_0x4_row(whole.data(), row.data(), n_in, r);
+        else unpack_q8_0x16_row(whole.data(), row.data(), n_in, r);
         ASSERT_EQ(std::memcmp(row.data(), p.w.data() + r * p.w_row, p.w_row), 0)
-            << dtype_name(type) << " n_in " << n_in << " row " << r;
+            << layout_name(layout) << " n_in " << n_in << " row " << r;
       }
     }
   }
 }
 
-// The repacked kernels keep the lanes and float operations of the GGUF-row
-// kernel of their level, so they must give the same bits for every token count,
-// tile position and row split (which is what lets resident repacked weights and
-// streamed GGUF weights produce identical tokens).
+// The repacked kernels compute the same integer sums and float operations per
+// (row, token) as the GGUF-row kernel of their level, so they must give the same
+// bits for every token count, tile position and row split (which is what lets
+// resident repacked weights and streamed GGUF weights produce identical tokens).
+// The layout is the one each level repacks to (Q8_0: x4 below AVX-512, x16 at it).
 TEST(QuantMatmul, RepackedLayoutsEqualGgufRowsBitForBitAtEveryLevel) {
-  const int64_t kToks[] = {1, 2, 3, 4, 5, 9, 16, 33};
+  const int64_t kToks[] = {1, 2, 3, 4, 5, 8, 9, 16, 33};
   uint32_t seed = 1300;
   for (DType type : {DType::kQ4_0, DType::kQ8_0})
   for (int64_t n_in : {64, 192, 2816}) {
-    const int64_t n_out = 36, y_stride = 39;
+    const int64_t n_out = 48, y_stride = 51;
     const Problem p(type, n_in, n_out, 33, seed += 3);
-    const WeightLayout layout = repack_layout(type, n_out, n_in);
-    std::vector<uint8_t> packed(p.w.size());
-    repack_rows(layout, p.w.data(), packed.data(), n_in, 0, n_out);
     for (Isa isa : isas()) {
+      // The scalar level does not repack; its kernels for the x4 layouts are checked too.
+      const WeightLayout layout = repack_layout(type, n_out, n_in, isa == Isa::kScalar ? Isa::kAvx2 : isa);
+      ASSERT_NE(layout, WeightLayout::kRows);
+      std::vector<uint8_t> packed(p.w.size());
+      repack_rows(layout, p.w.data(), packed.data(), n_in, 0, n_out);
       const MatmulKernel rows = quant_matmul_kernel(type, isa);
-      const MatmulKernel x4 = quant_matmul_kernel(type, isa, layout);
-      ASSERT_NE(x4.rows, nullptr);
-      EXPECT_EQ(x4.act_row_bytes, rows.act_row_bytes);
-      const Acts a = convert(x4, p.x.data(), n_in, 33);
+      const MatmulKernel xk = quant_matmul_kernel(type, isa, layout);
+      ASSERT_NE(xk.rows, nullptr);
+      EXPECT_EQ(xk.act_row_bytes, rows.act_row_bytes);
+      const Acts a = convert(xk, p.x.data(), n_in, 33);
       for (int64_t n_tok : kToks) {
         GuardedFloats want(static_cast<size_t>(y_stride * n_tok)), got(static_cast<size_t>(y_stride * n_tok));
         rows.rows(p.w.data(), p.w_row, n_in, a.data(), a.stride, n_tok, want.data(), y_stride, 0, n_out);
         // Split at group boundaries, as matmul_group does.
-        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 4}, {4, 16}, {16, 36}}) {
-          x4.rows(packed.data(), p.w_row, n_in, a.data(), a.stride, n_tok, got.data(), y_stride, r0, r1);
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 32}, {32, 48}}) {
+          xk.rows(packed.data(), p.w_row, n_in, a.data(), a.stride, n_tok, got.data(), y_stride, r0, r1);
           for (int64_t t = 0; t < n_tok; ++t)
-            for (int64_t r = r1; r < y_stride; ++r) ASSERT_TRUE(std::isnan(got.data()[t * y_stride + r])) << x4.name;
+            for (int64_t r = r1; r < y_stride; ++r) ASSERT_TRUE(std::isnan(got.data()[t * y_stride + r])) << xk.name;
         }
-        ASSERT_TRUE(got.guards_intact()) << x4.name;
+        ASSERT_TRUE(got.guards_intact()) << xk.name;
         for (int64_t t = 0; t < n_tok; ++t)
           ASSERT_EQ(std::memcmp(got.data() + t * y_stride, want.data() + t * y_stride, n_out * 4), 0)
-              << x4.name << " n_in " << n_in << " n_tok " << n_tok << " token " << t;
+              << xk.name << " n_in " << n_in << " n_tok " << n_tok << " token " << t;
       }
       // And against the double reference, as every kernel.
       std::vector<float> y(static_cast<size_t>(n_out * 33)), ref(y.size());
-      x4.rows(packed.data(), p.w_row, n_in, a.data(), a.stride, 33, y.data(), n_out, 0, n_out);
+      xk.rows(packed.data(), p.w_row, n_in, a.data(), a.stride, 33, y.data(), n_out, 0, n_out);
       for (int64_t t = 0; t < 33; ++t)
         for (int64_t r = 0; r < n_out; ++r) ref[t * n_out + r] = static_cast<float>(p.ref[t * n_out + r]);
-      EXPECT_LT(nmse(y.data(), ref.data(), ref.size()), kNmseBound32) << x4.name;
+      EXPECT_LT(nmse(y.data(), ref.data(), ref.size()), kNmseBound32) << xk.name;
     }
   }
 }
 
-TEST(QuantMatmul, MatmulGroupRunsRepackedAndGgufJobsTogether) {
-  // q (repacked) and k, v (GGUF rows) in one dispatch share the Q4_0 activations.
-  const int64_t n_in = 128, n_tok = 3;
-  const Problem q(DType::kQ4_0, n_in, 16, n_tok, 1400), kv(DType::kQ4_0, n_in, 8, n_tok, 1401);
-  std::vector<uint8_t> packed(q.w.size());
-  repack_q4_0x4(q.w.data(), packed.data(), n_in, 0, 16);
-  ThreadPool pool(2);
-  std::vector<uint8_t> scratch(matmul_scratch_bytes(n_tok, n_in));
-  for (Isa isa : isas()) {
-    GuardedFloats y_rows(16 * n_tok), y_x4(16 * n_tok), y_k(8 * n_tok);
-    const MatmulJob plain[1] = {{WeightView{.type = DType::kQ4_0, .data = q.w.data(), .n_in = n_in, .n_out = 16},
-                                 y_rows.data()}};
-    matmul_group(plain, q.x.data(), n_in, n_tok, scratch.data(), pool, isa);
-    const MatmulJob mixed[2] = {
-        {WeightView{.type = DType::kQ4_0, .data = packed.data(), .n_in = n_in, .n_out = 16,
-                    .layout = WeightLayout::kQ4_0x4}, y_x4.data()},
-        {WeightView{.type = DType::kQ4_0, .data = kv.w.data(), .n_in = n_in, .n_out = 8}, y_k.data()}};
-    matmul_group(mixed, q.x.data(), n_in, n_tok, scratch.data(), pool, isa);
-    ASSERT_TRUE(y_x4.guards_intact() && y_k.guards_intact());
-    EXPECT_EQ(std::memcmp(y_x4.data(), y_rows.data(), 16 * n_tok * 4), 0) << isa_name(isa);
-    for (size_t i = 0; i < y_k.size(); ++i) EXPECT_TRUE(std::isfinite(y_k.data()[i]));
-  }
+// The scalar kernel of the x16 layout (the reference it falls back to) gives the
+// bits of the scalar kernel on GGUF rows.
+TEST(QuantMatmul, Q8_0x16ScalarKernelEqualsScalarRows) {
+  const int64_t n_in = 288, n_out = 32, n_tok = 5;
+  const Problem p(DType::kQ8_0, n_in, n_out, n_tok, 1400);
+  std::vector<uint8_t> packed(p.w.size());
+  repack_q8_0x16(p.w.data(), packed.data(), n_in, 0, n_out);
+  const MatmulKernel rows = quant_matmul_kernel(DType::kQ8_0, Isa::kScalar);
+  const MatmulKernel xk = quant_matmul_kernel(DType::kQ8_0, Isa::kScalar, WeightLayout::kQ8_0x16);
+  ASSERT_NE(xk.rows, nullptr);
+  const Acts a = convert(xk, p.x.data(), n_in, n_tok);
+  std::vector<float> want(n_out * n_tok), got(n_out * n_tok);
+  rows.rows(p.w.data(), p.w_row, n_in, a.data(), a.stride, n_tok, want.data(), n_out, 0, n_out);
+  xk.rows(packed.data(), p.w_row, n_in, a.data(), a.stride, n_tok, got.data(), n_out, 16, 32);
+  xk.rows(packed.data(), p.w_row, n_in, a.data(), a.stride, n_tok, got.data(), n_out, 0, 16);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+  // No AVX2 kernel of its own: the lookup falls back to the scalar one.
+  EXPECT_EQ(quant_matmul_kernel(DType::kQ8_0, Isa::kAvx2, WeightLayout::kQ8_0x16).rows, nullptr);
+  EXPECT_NE(matmul_kernel(DType::kQ8_0, Isa::kAvx2, WeightLayout::kQ8_0x16).rows, nullptr);
 }
 
-// Dequantizes converted activations (d * q) for the round-trip test.
-std::vector<float> dequantize_act(DType type, const uint8_t* act, int64_t n_in) {
-  std::vector<float> out(static_cast<size_t>(n_in));
-  if (is_k_quant(type)) {
-    const auto* b = reinterpret_cast<const ActQ8x256*>(act);
-    for (int64_t i = 0; i < n_in; ++i) out[i] = b[i / 256].d * b[i / 256].q[i % 256];
-  } else {
-    const auto* g = reinterpret_cast<const ActQ8x64*>(act);
-    for (int64_t i = 0; i < n_in; ++i) out[i] = g[i / 64].d[(i % 64) / 32 * 8] * g[i / 64].q[i % 64];
-  }
-  return out;
-}
-
-TEST(QuantMatmul, ActivationRoundTripAndSums) {
-  uint32_t seed = 900;
-  for (DType type : kTypes) {
-    const int32_t off = type == DType::kQ8_0 ? 128 : 8;
-    for (int64_t n_in : n_ins(type)) {
-      auto x = random_floats(static_cast<size_t>(n_in), seed += 3, 2.0f);
-      if (n_in >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block
-      for (Isa isa : isas()) {
-        const MatmulKernel k = quant_matmul_kernel(type, isa);
-        std::vector<uint8_t> act(k.act_row_bytes(n_in) + 64, 0xCD);
-        k.convert_act(x.data(), act.data(), n_in);
-        for (size_t i = k.act_row_bytes(n_in); i < act.size(); ++i) ASSERT_EQ(act[i], 0xCD) << k.name;
-        const auto back = dequantize_act(type, act.data(), n_in);
-        // Each element is within half a step (d / 2) of its block's scale.
-        const int64_t blk = is_k_quant(type) ? 256 : 32;
-        for (int64_t b0 = 0; b0 < n_in; b0 += blk) {
-          float amax = 0;
-          for (int64_t i = b0; i < b0 + blk; ++i) amax = std::max(amax, std::fabs(x[i]));
-          for (int64_t i = b0; i < b0 + blk; ++i)
-            ASSERT_NEAR(back[i], x[i], amax / 127 * 0.5001f + 1e-30f) << k.name << " element " << i;
-        }
-        EXPECT_LT(nmse(back.data(), x.data(), x.size()), is_k_quant(type) ? 1e-4 : 5e-5) << k.name;
-        // Block sums / lane corrections match the quants.
-        if (is_k_quant(type)) {
-          const auto* b = reinterpret_cast<const ActQ8x256*>(act.data());
-          for (int64_t i = 0; i < n_in / 256; ++i)
-            for (int s = 0; s < 16; ++s) {
-              int sum = 0;
-              for (int l = 0; l < 16; ++l) sum += b[i].q[16 * s + l];
-              ASSERT_EQ(b[i].bsum[s], sum) << k.name;
-            }
-        } else {
-          const auto* g = reinterpret_cast<const ActQ8x64*>(act.data());
-          for (int64_t i = 0; i < (n_in + 63) / 64; ++i)
-            for (int j = 0; j < 16; ++j) {
-              const int8_t* q = g[i].q + 4 * j;
-              ASSERT_EQ(g[i].corr[j], -off * (q[0] + q[1] + q[2] + q[3])) << k.name;
-            }
-          if (n_in % 64 == 32) {  // the padding block is zero
-            const ActQ8x64& last = g[n_in / 64];
-            for (int l = 32; l < 64; ++l) ASSERT_EQ(last.q[l], 0);
-            for (int l = 8; l < 16; ++l) ASSERT_EQ(last.d[l], 0.0f);
-          }
-        }
-      }
-    }
-  }
-}
-
-// ------------------------------------------------------------------ timing --
-// Not a test of correctness: prints single-thread GEMV GB/s (weights streamed
-// from DRAM: copies of the matrix, 256 MiB in all, used in turn) and GEMM
-// GFLOP/s, timed in thread CPU time, medians. Run with
-//   test_backend --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_Throughput*'
-// SLUICE_ISA=avx2|scalar caps the level.
-
-// CPU time of this thread, so other processes on a shared machine do not count.
 double seconds_now() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -432,47 +373,54 @@ TEST(QuantMatmul, DISABLED_Throughput) {
   const Isa isa = active_isa();
   struct Shape { int64_t n_out, n_in; };
   for (DType type : kTypes) {
-    const MatmulKernel k = quant_matmul_kernel(type, isa);
-    for (Shape s : {Shape{4096, 4096}, Shape{2048, 5632}}) {
+    for (Shape s : {Shape{4096, 4096}, Shape{2048, 5632}, Shape{768, 768}}) {
       const size_t w_row = row_bytes(type, s.n_in), w_bytes = w_row * s.n_out;
       const int n_copies = static_cast<int>(std::max<size_t>(2, (256u << 20) / w_bytes));
-      std::vector<uint8_t> w(w_bytes * n_copies);
+      std::vector<uint8_t> gguf(w_bytes);
       {
         const auto wf = random_floats(static_cast<size_t>(s.n_in * s.n_out), 1, 0.05f);
-        quantize_tensor(type, wf.data(), w.data(), s.n_out, s.n_in);
+        quantize_tensor(type, wf.data(), gguf.data(), s.n_out, s.n_in);
+      }
+      const WeightLayout packed = repack_layout(type, s.n_out, s.n_in, isa);
+      for (WeightLayout layout : {WeightLayout::kRows, packed}) {
+        const MatmulKernel& k = matmul_kernel(type, isa, layout);
+        std::vector<uint8_t> w(w_bytes * n_copies);
+        if (layout == WeightLayout::kRows) std::memcpy(w.data(), gguf.data(), w_bytes);
+        else repack_rows(layout, gguf.data(), w.data(), s.n_in, 0, s.n_out);
         for (int c = 1; c < n_copies; ++c) std::memcpy(w.data() + c * w_bytes, w.data(), w_bytes);
-      }
-      const int64_t max_tok = 256;
-      const auto x = random_floats(static_cast<size_t>(s.n_in * max_tok), 2);
-      const size_t stride = k.act_row_bytes(s.n_in);
-      std::vector<uint8_t> act(stride * max_tok);
-      const double c0 = seconds_now();
-      for (int64_t t = 0; t < max_tok; ++t) k.convert_act(x.data() + t * s.n_in, act.data() + t * stride, s.n_in);
-      const double convert_us = (seconds_now() - c0) / max_tok * 1e6;
-      std::vector<float> y(static_cast<size_t>(s.n_out * max_tok));
-      // GEMV: median of several passes over all copies.
-      std::vector<double> gbs;
-      for (int pass = 0; pass < 7; ++pass) {
-        const double t0 = seconds_now();
-        for (int c = 0; c < n_copies; ++c)
-          k.rows(w.data() + c * w_bytes, w_row, s.n_in, act.data(), stride, 1, y.data(), s.n_out, 0, s.n_out);
-        gbs.push_back(static_cast<double>(w_bytes) * n_copies / (seconds_now() - t0) / 1e9);
-      }
-      std::sort(gbs.begin(), gbs.end());
-      std::printf("%-22s %5lld x %-5lld GEMV %6.1f GB/s (median of 7; min %.1f max %.1f)  convert_act %.1f us/token\n",
-                  k.name, static_cast<long long>(s.n_out), static_cast<long long>(s.n_in), gbs[3], gbs[0], gbs[6],
-                  convert_us);
-      for (int64_t n_tok : {64, 256}) {
-        std::vector<double> gf;
-        for (int pass = 0; pass < 3; ++pass) {
+        const int64_t max_tok = 256;
+        const auto x = random_floats(static_cast<size_t>(s.n_in * max_tok), 2);
+        const size_t stride = k.act_row_bytes(s.n_in);
+        std::vector<uint8_t> act(stride * max_tok);
+        const double c0 = seconds_now();
+        for (int64_t t = 0; t < max_tok; ++t) k.convert_act(x.data() + t * s.n_in, act.data() + t * stride, s.n_in);
+        const double convert_us = (seconds_now() - c0) / max_tok * 1e6;
+        std::vector<float> y(static_cast<size_t>(s.n_out * max_tok));
+        // GEMV: median of several passes over all copies.
+        std::vector<double> gbs;
+        for (int pass = 0; pass < 7; ++pass) {
           const double t0 = seconds_now();
-          k.rows(w.data(), w_row, s.n_in, act.data(), stride, n_tok, y.data(), s.n_out, 0, s.n_out);
-          gf.push_back(2.0 * s.n_out * s.n_in * n_tok / (seconds_now() - t0) / 1e9);
+          for (int c = 0; c < n_copies; ++c)
+            k.rows(w.data() + c * w_bytes, w_row, s.n_in, act.data(), stride, 1, y.data(), s.n_out, 0, s.n_out);
+          gbs.push_back(static_cast<double>(w_bytes) * n_copies / (seconds_now() - t0) / 1e9);
         }
-        std::sort(gf.begin(), gf.end());
-        std::printf("%-22s %5lld x %-5lld GEMM n_tok %3lld: %6.1f GFLOP/s (median of 3)\n", k.name,
-                    static_cast<long long>(s.n_out), static_cast<long long>(s.n_in), static_cast<long long>(n_tok),
-                    gf[1]);
+        std::sort(gbs.begin(), gbs.end());
+        std::printf("%-22s %5lld x %-5lld GEMV %6.1f GB/s (median of 7; min %.1f max %.1f)  convert_act %.1f us/token\n",
+                    k.name, static_cast<long long>(s.n_out), static_cast<long long>(s.n_in), gbs[3], gbs[0], gbs[6],
+                    convert_us);
+        for (int64_t n_tok : {16, 64, 256}) {
+          std::vector<double> gf;
+          for (int pass = 0; pass < 5; ++pass) {
+            const double t0 = seconds_now();
+            k.rows(w.data(), w_row, s.n_in, act.data(), stride, n_tok, y.data(), s.n_out, 0, s.n_out);
+            gf.push_back(2.0 * s.n_out * s.n_in * n_tok / (seconds_now() - t0) / 1e9);
+          }
+          std::sort(gf.begin(), gf.end());
+          std::printf("%-22s %5lld x %-5lld GEMM n_tok %3lld: %6.1f GFLOP/s (median of 5)\n", k.name,
+                      static_cast<long long>(s.n_out), static_cast<long long>(s.n_in), static_cast<long long>(n_tok),
+                      gf[2]);
+        }
+        if (packed == WeightLayout::kRows) break;
       }
     }
   }

@@ -37,13 +37,33 @@
 //   (block 2p then 2p + 1): the unsigned operand vpdpbusd takes, without the
 //   per-load xor the GGUF-row kernel needs; the scales as in Q4_0x4.
 //
-// Repacking needs n_in % 64 == 0 (whole block pairs) and n_out % 4 == 0;
-// other matrices keep GGUF rows. Functions are pure and thread-safe.
+// Q8_0x16: 16 rows side by side, for the AVX-512 VNNI kernel, which holds one
+// row per int32 lane: one vpdpbusd multiplies 4 bytes of each of the 16 rows by
+// the same 4 activation bytes, so a block's dot product is summed in integers
+// and takes one float update per token for all 16 rows. Per group of rows
+// 16g .. 16g+15, for each block b of those rows, a record of 544 bytes:
+//
+//   byte 0            32         96         160              480        544
+//        +-------------+----------+----------+--- ... ---+----------+
+//        | d[16] f16   | chunk 0  | chunk 1  |           | chunk 7  |
+//        | row i: d(b) | 64 bytes | 64 bytes |           | 64 bytes |
+//        +-------------+----------+----------+--- ... ---+----------+
+//
+//   chunk k, bytes 4i .. 4i+3 = q ^ 0x80 (= q + 128) of elements 4k .. 4k+3 of
+//   block b of row i (lane i of the 512-bit vector the chunk is loaded into).
+//
+// A group of 16 rows is n_in / 32 records, 16 * row_bytes bytes, so row group g
+// starts at byte 16 * g * row_bytes as in the GGUF matrix.
+//
+// Repacking needs n_out % 4 == 0 and n_in % 64 == 0 (whole block pairs) for the
+// x4 layouts and n_out % 16 == 0 for Q8_0x16; other matrices keep GGUF rows.
+// Functions are pure and thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/ops.h"
 #include "quant/dtype.h"
 
@@ -53,9 +73,19 @@ constexpr int64_t kX4Rows = 4;               // rows per interleaved group
 constexpr int64_t kQ4_0x4Rows = kX4Rows;
 constexpr size_t kQ4_0x4RecordBytes = 144;  // one block pair of 4 rows
 constexpr size_t kQ8_0x4RecordBytes = 272;
+constexpr int64_t kX16Rows = 16;             // rows per Q8_0x16 group
+constexpr size_t kQ8_0x16RecordBytes = 544;  // one block of 16 rows
 
-// The layout a matrix of (type, n_out, n_in) is repacked to; kRows if none.
-WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in);
+// The layout a matrix of (type, n_out, n_in) is repacked to for the kernels of
+// instruction-set level `isa`; kRows if none. Q8_0 goes to kQ8_0x16 at the
+// AVX-512 level (its kernel there) and to kQ8_0x4 below it; Q4_0 to kQ4_0x4.
+WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in, Isa isa);
+
+// Rows per interleaved group of a repacked layout (4 or 16); 1 for kRows.
+int64_t repack_group_rows(WeightLayout layout);
+
+// "q4_0x4", "q8_0x4", "q8_0x16" or "rows".
+const char* layout_name(WeightLayout layout);
 
 // Rows [r0, r1) of src (GGUF Q4_0 rows) -> dst, both laid out for the whole
 // matrix of n_out rows; r0 and r1 multiples of 4, so disjoint ranges can be
@@ -70,6 +100,10 @@ void unpack_q4_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r
 // The same pair for Q8_0x4.
 void repack_q8_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
 void unpack_q8_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
+
+// The same pair for Q8_0x16 (r0, r1 multiples of 16; n_in a multiple of 32).
+void repack_q8_0x16(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
+void unpack_q8_0x16_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
 
 // Repacks rows [r0, r1) of a matrix into `layout` (not kRows), as above.
 void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
