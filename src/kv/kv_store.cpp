@@ -19,8 +19,8 @@ StatusOr<KvStore> KvStore::create(const KvLayout& layout, int64_t n_blocks) {
   s.block_bytes_ = s.row_bytes_ * static_cast<size_t>(layout.block_size);
   s.layer_bytes_ = s.block_bytes_ * static_cast<size_t>(n_blocks);
   const size_t total = s.layer_bytes_ * static_cast<size_t>(layout.n_layer);
-  s.k_.assign(total, 0);
-  s.v_.assign(total, 0);
+  s.k_ = HugeBuffer(total);  // zero-filled
+  s.v_ = HugeBuffer(total);
   return s;
 }
 

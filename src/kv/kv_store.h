@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/huge_buffer.h"
 #include "kv/block_pool.h"
 #include "sluice/status.h"
 
@@ -56,8 +57,8 @@ class KvStore {
   size_t row_bytes_ = 0;
   size_t block_bytes_ = 0;  // one layer's K (or V) rows of one block
   size_t layer_bytes_ = 0;  // one layer's K (or V) rows of every block
-  std::vector<uint8_t> k_;  // [n_layer][n_blocks][block_size][row]
-  std::vector<uint8_t> v_;
+  HugeBuffer k_;  // [n_layer][n_blocks][block_size][row]; huge pages: attention reads
+  HugeBuffer v_;  // short slices of rows scattered over blocks
 };
 
 }  // namespace sluice

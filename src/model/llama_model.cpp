@@ -90,38 +90,39 @@ void LlamaModel::repack_weights() {
       if (cpu::repack_layout(w->type, w->n_out, w->n_in, isa_) == cpu::WeightLayout::kRows) return false;
     return true;
   };
-  auto repack = [&](cpu::WeightView& w) {
-    const size_t bytes = row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out);
-    std::unique_ptr<uint8_t[], FreeDeleter> buf(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-    CHECK(buf != nullptr);
-    const cpu::WeightLayout layout = cpu::repack_layout(w.type, w.n_out, w.n_in, isa_);
+  // Matrices sharing a matmul_group dispatch are repacked together or not at
+  // all, so every repacked job starts on a row-group boundary of the dispatch.
+  std::vector<cpu::WeightView*> todo;
+  for (LayerWeights& w : layers_) {
+    if (eligible({&w.wq, &w.wk, &w.wv})) todo.insert(todo.end(), {&w.wq, &w.wk, &w.wv});
+    if (eligible({&w.wo})) todo.push_back(&w.wo);
+    if (eligible({&w.ffn_gate, &w.ffn_up})) todo.insert(todo.end(), {&w.ffn_gate, &w.ffn_up});
+    if (eligible({&w.ffn_down})) todo.push_back(&w.ffn_down);
+  }
+  if (eligible({&output_})) todo.push_back(&output_);  // token_embd_ keeps GGUF rows (row lookups)
+  if (todo.empty()) return;
+
+  // One arena (64-byte aligned slices) on huge pages: decode streams all of it
+  // every token.
+  auto matrix_bytes = [](const cpu::WeightView& w) { return row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out); };
+  size_t total = 0;
+  for (const cpu::WeightView* w : todo) total += (matrix_bytes(*w) + 63) / 64 * 64;
+  repacked_ = HugeBuffer(total);
+  uint8_t* next = repacked_.data();
+  for (cpu::WeightView* w : todo) {
+    const size_t bytes = matrix_bytes(*w);
+    const cpu::WeightLayout layout = cpu::repack_layout(w->type, w->n_out, w->n_in, isa_);
     const int64_t group = cpu::repack_group_rows(layout);
-    pool_->parallel_for(w.n_out / group, [&](int64_t g0, int64_t g1) {
-      cpu::repack_rows(layout, w.data, buf.get(), w.n_in, g0 * group, g1 * group);
+    pool_->parallel_for(w->n_out / group, [&](int64_t g0, int64_t g1) {
+      cpu::repack_rows(layout, w->data, next, w->n_in, g0 * group, g1 * group);
     });
-    w.data = buf.get();
-    w.layout = layout;
-    repacked_.push_back(std::move(buf));
+    w->data = next;
+    w->layout = layout;
+    next += (bytes + 63) / 64 * 64;
     repacked_bytes_ += bytes;
     ++n_repacked_;
     repacked_layouts_ |= 1u << static_cast<unsigned>(layout);
-  };
-  // Matrices sharing a matmul_group dispatch are repacked together or not at
-  // all, so every repacked job starts on a row-group boundary of the dispatch.
-  for (LayerWeights& w : layers_) {
-    if (eligible({&w.wq, &w.wk, &w.wv})) {
-      repack(w.wq);
-      repack(w.wk);
-      repack(w.wv);
-    }
-    if (eligible({&w.wo})) repack(w.wo);
-    if (eligible({&w.ffn_gate, &w.ffn_up})) {
-      repack(w.ffn_gate);
-      repack(w.ffn_up);
-    }
-    if (eligible({&w.ffn_down})) repack(w.ffn_down);
   }
-  if (eligible({&output_})) repack(output_);  // token_embd_ keeps GGUF rows (row lookups)
 }
 
 std::string LlamaModel::repack_summary() const {

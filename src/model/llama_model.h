@@ -23,6 +23,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/paged_attention.h"
+#include "base/huge_buffer.h"
 #include "base/thread_pool.h"
 #include "format/model_file.h"
 #include "kv/kv_cache.h"
@@ -139,10 +140,7 @@ class LlamaModel {
   uint64_t repacked_bytes_ = 0;
   int64_t n_repacked_ = 0;  // matrices
   unsigned repacked_layouts_ = 0;  // bit (1 << WeightLayout) per layout used
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  std::vector<std::unique_ptr<uint8_t[], FreeDeleter>> repacked_;  // owns the repacked matrices' bytes
+  HugeBuffer repacked_;  // owns the repacked matrices' bytes (one arena)
 
   cpu::WeightView token_embd_;     // [n_vocab, n_embd]
   std::vector<float> output_norm_; // [n_embd]

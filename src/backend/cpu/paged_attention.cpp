@@ -97,6 +97,22 @@ class Runner {
     }
   }
 
+  // Asks for head `kvh`'s K and V slices of rows [j0, j1) ahead of load_rows():
+  // the rows of a sequence are scattered over blocks and each slice is a short
+  // piece of a long row, which the hardware prefetchers do not follow.
+  void prefetch_rows(const int32_t* table, int64_t j0, int64_t j1, int64_t kvh) const {
+    const int64_t bs = a_.kv.block_size;
+    const size_t offset = static_cast<size_t>(kvh) * a_.kv.row_bytes / static_cast<size_t>(a_.n_head_kv);
+    const size_t slice = a_.kv.row_bytes / static_cast<size_t>(a_.n_head_kv);
+    for (int64_t j = j0; j < j1; ++j) {
+      const size_t row = static_cast<size_t>(table[j / bs] * bs + j % bs) * a_.kv.row_bytes + offset;
+      for (size_t c = 0; c < slice; c += 64) {
+        __builtin_prefetch(a_.kv.k + row + c);
+        __builtin_prefetch(a_.kv.v + row + c);
+      }
+    }
+  }
+
   // Fresh states over positions [j0, j1) (one chunk) for every query of the item.
   //   st: item_state_floats();  work: K tile, V tile, scores, probabilities
   void chunk(const Item& it, int64_t j0, int64_t j1, float* st, float* work) const {
@@ -113,6 +129,7 @@ class Runner {
     float* pr = sc + kKvTile;
     for (int64_t b = j0; b < j1; b += kKvTile) {
       const int64_t b1 = std::min(j1, b + kKvTile);
+      prefetch_rows(s.block_table, b1, std::min(j1, b1 + kKvTile), it.kvh);
       load_rows(a_.kv.k, s.block_table, b, b1, it.kvh, kt);
       load_rows(a_.kv.v, s.block_table, b, b1, it.kvh, vt);
       for (int32_t qi = 0; qi < it.n_tok; ++qi) {

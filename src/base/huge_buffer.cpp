@@ -1,0 +1,43 @@
+#include "base/huge_buffer.h"
+
+#include <sys/mman.h>
+
+#include <utility>
+
+#include "base/check.h"
+
+namespace sluice {
+
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+}  // namespace
+
+HugeBuffer::HugeBuffer(size_t n_bytes) : size_(n_bytes) {
+  if (n_bytes == 0) return;
+  mapped_ = (n_bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p != MAP_FAILED && "HugeBuffer: mmap failed");
+  madvise(p, mapped_, MADV_HUGEPAGE);  // a hint: without THP the pages stay 4 KiB
+  data_ = static_cast<uint8_t*>(p);
+}
+
+HugeBuffer::HugeBuffer(HugeBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapped_(std::exchange(other.mapped_, 0)) {}
+
+HugeBuffer& HugeBuffer::operator=(HugeBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_) munmap(data_, mapped_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    mapped_ = std::exchange(other.mapped_, 0);
+  }
+  return *this;
+}
+
+HugeBuffer::~HugeBuffer() {
+  if (data_) munmap(data_, mapped_);
+}
+
+}  // namespace sluice
