@@ -113,6 +113,49 @@ TEST(Cli, SynthWritesALoadableModel) {
   EXPECT_EQ(b1, b2);
 }
 
+// `plan --measure --rounds`: the model loaded once, then per round a calibration
+// and the decode, prefill and streamed measurements; the JSON holds the medians
+// and every round. 1 MB budget: just above stories260K's smallest workable one
+// (913408 bytes), so every layer streams. Takes a few seconds (a calibration per
+// round).
+TEST(Cli, PlanMeasureRoundsJson) {
+  SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
+  CliResult r = run_cli("plan --measure " + model_path("stories260K/stories260K.gguf") +
+                        " --rounds 2 --json -t 1 --measure-decode 4 --measure-prompt 8 --budget-gb 0.001");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["n_rounds"], 2);
+  ASSERT_EQ(j["rounds"].size(), 2u);
+  for (const auto& round : j["rounds"]) {
+    EXPECT_GT(round["calibration"]["weight_read_gbps"].get<double>(), 0);
+    EXPECT_GT(round["calibration"]["matmul_tflops"].get<double>(), 0);
+    EXPECT_GT(round["calibration"]["disk_read_gbps"].get<double>(), 0);
+  }
+  for (const char* k : {"decode", "prefill", "stream"}) {
+    EXPECT_GT(j[k]["predicted_tokens_per_s"].get<double>(), 0) << k;
+    EXPECT_GT(j[k]["measured_tokens_per_s"].get<double>(), 0) << k;
+    const auto& rounds = j["rounds"];
+    for (const auto& round : rounds) EXPECT_GT(round[k]["measured_tokens_per_s"].get<double>(), 0) << k;
+    // The median of two rounds' own ratios is their mean.
+    EXPECT_NEAR(j[k]["ratio"].get<double>(),
+                0.5 * (rounds[0][k]["ratio"].get<double>() + rounds[1][k]["ratio"].get<double>()), 1e-9)
+        << k;
+    EXPECT_LE(j[k]["n_within_tolerance"].get<int>(), 2) << k;
+  }
+}
+
+TEST(Cli, PlanMeasureRejectsBadRounds) {
+  for (const char* n : {"0", "-2", "101"}) {
+    // Checked before the model is opened: the path does not matter.
+    CliResult r = run_cli(std::string("plan --measure /nonexistent/model.gguf --rounds ") + n);
+    EXPECT_EQ(r.exit_code, 1) << n;
+    EXPECT_NE(r.err.find("--rounds must be between 1 and"), std::string::npos) << n << ": " << r.err;
+  }
+  CliResult alone = run_cli("plan --rounds 2 spec");
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_NE(alone.err.find("--rounds goes with --measure"), std::string::npos) << alone.err;
+}
+
 TEST(Cli, BadInputFailsCleanly) {
   CliResult missing = run_cli("run -m /nonexistent/model.gguf -p hi");
   EXPECT_EQ(missing.exit_code, 1);

@@ -17,6 +17,7 @@
 #include "plan/deployment.h"
 #include "plan/kv_plan.h"
 #include "plan/measure.h"
+#include "plan/measure_rounds.h"
 #include "plan/roofline.h"
 #include "plan/speculative.h"
 #include "plan/stream_plan.h"
@@ -28,6 +29,9 @@ namespace {
 
 using nlohmann::json;
 namespace pl = sluice::plan;
+
+constexpr int kMaxRounds = 100;            // --rounds: more would take hours on a large model
+constexpr double kRoundTolerance = 0.15;   // "within 15%": |measured / predicted - 1| <= this
 
 struct PlanArgs {
   bool json = false;
@@ -51,6 +55,7 @@ struct PlanArgs {
   int64_t prompt = 1024;
   int64_t measure_prompt = 128;
   int64_t measure_decode = 32;
+  int rounds = 3;                  // --measure: calibrate-then-measure rounds (medians reported)
   int64_t chunk = 0;
   double reserve_gb = 0;
   double price_per_hour = 0;
@@ -385,9 +390,8 @@ struct StreamedDecode {
   double measured_tps = 0;       // median per token
 };
 
-StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, const pl::Calibration& cal) {
-  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(a.measure));
-  auto file = std::make_shared<const ModelFile>(std::move(mf));
+StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_ptr<const ModelFile> file,
+                                                const pl::Calibration& cal) {
   ASSIGN_OR_RETURN(weights::StreamingSetup setup,
                    weights::open_streaming(file, {.mem_budget_bytes = static_cast<uint64_t>(a.budget_gb * 1e9),
                                                   .n_threads = a.n_threads,
@@ -412,55 +416,173 @@ StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, const pl::Ca
   return out;
 }
 
-int run_measure(const PlanArgs& a, const pl::Calibration& cal) {
-  auto r = pl::measure_model({.model_path = a.measure, .n_threads = a.n_threads, .n_prompt = a.measure_prompt,
-                              .n_decode = a.measure_decode},
-                             cal);
-  if (!r.ok()) return fail(r.status());
-  std::string t = fmt::format("model     {}\n", pl::shape_summary(r->shape));
-  t += fmt::format("bytes     {:.3f} GB of weights per decode token (planner) = {:.3f} GB (engine), + {:.2f} MB KV at context {}\n\n",
-                   r->plan_weight_bytes / 1e9, r->engine_weight_bytes / 1e9, r->decode_predicted.kv_bytes / 1e6, r->decode_ctx);
-  t += fmt::format("{:<34} {:>12} {:>12} {:>16}\n", "", "predicted", "measured", "measured/pred");
-  auto row = [&](const std::string& name, double pred, double meas) {
-    t += fmt::format("{:<34} {:>12.2f} {:>12.2f} {:>16.3f}\n", name, pred, meas, meas / pred);
-  };
-  row("decode tokens/s (roofline)", r->decode_predicted.tokens_per_s, r->decode_measured_tps);
-  row("decode tokens/s (bandwidth bound)", r->decode_bandwidth_tps, r->decode_measured_tps);
-  row(fmt::format("prefill tokens/s ({} tokens)", a.measure_prompt), r->prefill_predicted.tokens_per_s, r->prefill_measured_tps);
-  t += fmt::format("\ndecode achieves {:.2f} GB/s of the {:.2f} GB/s roof ({}; memory read {:.2f}); prefill {:.2f} of "
-                   "{:.2f} GFLOP/s\n",
-                   r->decode_achieved_gbps, cal.decode_read_gbps(),
-                   cal.weight_read_gbps > 0 ? "weight read" : "memory read",
-                   cal.mem_read_gbps, r->prefill_achieved_tflops * 1e3, cal.matmul_tflops * 1e3);
-  json j = {{"calibration", calibration_json(cal)},
-            {"decode", {{"predicted_tokens_per_s", r->decode_predicted.tokens_per_s},
-                        {"bandwidth_bound_tokens_per_s", r->decode_bandwidth_tps},
-                        {"measured_tokens_per_s", r->decode_measured_tps},
-                        {"ratio", r->decode_measured_tps / r->decode_predicted.tokens_per_s},
-                        {"achieved_gbps", r->decode_achieved_gbps}}},
-            {"prefill", {{"predicted_tokens_per_s", r->prefill_predicted.tokens_per_s},
-                         {"measured_tokens_per_s", r->prefill_measured_tps},
-                         {"ratio", r->prefill_measured_tps / r->prefill_predicted.tokens_per_s}}}};
-  if (a.budget_gb > 0) {
-    // Predicted by the store's own placement (the engine runs exactly that
-    // plan): per step, compute of every layer at the calibrated rates, or the
-    // streamed layers' reads at the model file's disk rate, whichever is longer.
-    auto s = measure_streamed_decode(a, cal);
-    if (!s.ok()) return fail(s.status());
-    const weights::PlacementPlan& p = s->plan;
-    const double predicted = 1.0 / p.predicted_step_s();
-    row(fmt::format("stream decode tokens/s ({:.2f} GB)", a.budget_gb), predicted, s->measured_tps);
-    t += fmt::format("stream    placement: {} of {} layers streamed through a ring of {} x {:.1f} MB; per step "
-                     "compute {:.1f} ms, disk {:.1f} ms at {:.2f} GB/s ({})\n",
-                     p.n_streamed, p.n_layer, p.n_ring_slots, p.slot_bytes / 1e6, p.predicted_compute_s * 1e3,
-                     p.predicted_disk_s * 1e3, p.disk_gbps, p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden");
-    j["stream"] = {{"budget_gb", a.budget_gb}, {"n_layer", p.n_layer}, {"n_streamed", p.n_streamed},
-                   {"n_ring_slots", p.n_ring_slots}, {"slot_bytes", p.slot_bytes},
-                   {"predicted_compute_s", p.predicted_compute_s}, {"predicted_disk_s", p.predicted_disk_s},
-                   {"predicted_step_s", p.predicted_step_s()}, {"disk_gbps", p.disk_gbps},
-                   {"predicted_tokens_per_s", predicted}, {"measured_tokens_per_s", s->measured_tps},
-                   {"ratio", s->measured_tps / predicted}};
+// One round of --measure: a fresh calibration and, right after it, the
+// measurements it predicts, so both see the same seconds of the machine.
+struct MeasureRound {
+  pl::Calibration cal;
+  pl::MeasureResult resident;
+  std::optional<StreamedDecode> stream;  // with --budget-gb
+
+  pl::RoundFigures decode() const { return {resident.decode_predicted.tokens_per_s, resident.decode_measured_tps}; }
+  pl::RoundFigures decode_bandwidth() const { return {resident.decode_bandwidth_tps, resident.decode_measured_tps}; }
+  pl::RoundFigures prefill() const { return {resident.prefill_predicted.tokens_per_s, resident.prefill_measured_tps}; }
+  // Predicted by the store's own placement (the engine runs exactly that
+  // plan): per step, compute of every layer at the calibrated rates, or the
+  // streamed layers' reads at the model file's disk rate, whichever is longer.
+  pl::RoundFigures streamed() const { return {1.0 / stream->plan.predicted_step_s(), stream->measured_tps}; }
+};
+
+template <typename Figures>
+pl::RoundsSummary summarize(const std::vector<MeasureRound>& rounds, Figures figures) {
+  std::vector<pl::RoundFigures> f;
+  for (const MeasureRound& r : rounds) f.push_back(figures(r));
+  return pl::summarize_rounds(f, kRoundTolerance);
+}
+
+template <typename Field>
+double median_over(const std::vector<MeasureRound>& rounds, Field field) {
+  std::vector<double> v;
+  for (const MeasureRound& r : rounds) v.push_back(field(r));
+  return pl::median(std::move(v));
+}
+
+// Round 1's calibration with every rate replaced by its median over the rounds.
+pl::Calibration median_calibration(const std::vector<MeasureRound>& rounds) {
+  pl::Calibration c = rounds.front().cal;
+  c.mem_read_gbps = median_over(rounds, [](const MeasureRound& r) { return r.cal.mem_read_gbps; });
+  c.weight_read_gbps = median_over(rounds, [](const MeasureRound& r) { return r.cal.weight_read_gbps; });
+  c.matmul_tflops = median_over(rounds, [](const MeasureRound& r) { return r.cal.matmul_tflops; });
+  c.disk_read_gbps = median_over(rounds, [](const MeasureRound& r) { return r.cal.disk_read_gbps; });
+  return c;
+}
+
+json figures_json(const pl::RoundFigures& f) {
+  return {{"predicted_tokens_per_s", f.predicted}, {"measured_tokens_per_s", f.measured}, {"ratio", f.ratio()}};
+}
+
+json summary_json(const pl::RoundsSummary& s) {
+  return {{"predicted_tokens_per_s", s.predicted}, {"measured_tokens_per_s", s.measured}, {"ratio", s.ratio},
+          {"n_within_tolerance", s.n_within}};
+}
+
+json placement_json(const weights::PlacementPlan& p) {
+  return {{"n_layer", p.n_layer}, {"n_streamed", p.n_streamed}, {"n_ring_slots", p.n_ring_slots},
+          {"slot_bytes", p.slot_bytes}, {"predicted_compute_s", p.predicted_compute_s},
+          {"predicted_disk_s", p.predicted_disk_s}, {"predicted_step_s", p.predicted_step_s()},
+          {"disk_gbps", p.disk_gbps}};
+}
+
+json round_json(int index, const MeasureRound& r) {
+  json j = {{"round", index},
+            {"calibration", {{"mem_read_gbps", r.cal.mem_read_gbps}, {"weight_read_gbps", r.cal.weight_read_gbps},
+                             {"decode_read_gbps", r.cal.decode_read_gbps()}, {"matmul_tflops", r.cal.matmul_tflops},
+                             {"disk_read_gbps", r.cal.disk_read_gbps}}},
+            {"decode", figures_json(r.decode())},
+            {"prefill", figures_json(r.prefill())}};
+  j["decode"]["bandwidth_bound_tokens_per_s"] = r.resident.decode_bandwidth_tps;
+  j["decode"]["achieved_gbps"] = r.resident.decode_achieved_gbps;
+  if (r.stream) {
+    j["stream"] = figures_json(r.streamed());
+    j["stream"].update(placement_json(r.stream->plan));
   }
+  return j;
+}
+
+// Loads the model once, then --rounds times calibrates and measures; prints
+// each round and the medians.
+int run_measure(const PlanArgs& a) {
+  if (a.rounds < 1 || a.rounds > kMaxRounds)
+    return fail(invalid_argument("--rounds must be between 1 and {}, got {}", kMaxRounds, a.rounds));
+  auto m = pl::load_for_measure({.model_path = a.measure, .n_threads = a.n_threads, .n_prompt = a.measure_prompt,
+                                 .n_decode = a.measure_decode});
+  if (!m.ok()) return fail(m.status());
+  std::vector<MeasureRound> rounds;
+  for (int i = 0; i < a.rounds; ++i) {
+    // Calibrate as the weight store does (the model's own layer and weight
+    // type; the disk rate of the store's reads of the file), so the predictions
+    // and the store's placement share one set of figures.
+    auto cal = weights::calibrate_for_model(*m->file, a.n_threads);
+    if (!cal.ok()) return fail(cal.status());
+    if (!a.json) fmt::print(stderr, "[round {}/{}] {}", i + 1, a.rounds, calibration_text(*cal));
+    auto r = pl::measure_loaded(*m, *cal);
+    if (!r.ok()) return fail(r.status());
+    MeasureRound round{.cal = *cal, .resident = *r};
+    if (a.budget_gb > 0) {
+      auto s = measure_streamed_decode(a, m->file, *cal);
+      if (!s.ok()) return fail(s.status());
+      round.stream = std::move(*s);
+    }
+    rounds.push_back(std::move(round));
+  }
+  const pl::MeasureResult& r0 = rounds.front().resident;
+  const bool streamed = a.budget_gb > 0;
+  std::string t = fmt::format("model     {}\n", pl::shape_summary(r0.shape));
+  t += fmt::format("bytes     {:.3f} GB of weights per decode token (planner) = {:.3f} GB (engine), + {:.2f} MB KV at context {}\n\n",
+                   r0.plan_weight_bytes / 1e9, r0.engine_weight_bytes / 1e9, r0.decode_predicted.kv_bytes / 1e6, r0.decode_ctx);
+
+  // Each round: predicted, measured, measured/predicted.
+  const std::string prefill_name = fmt::format("prefill tokens/s ({} tokens)", a.measure_prompt);
+  const std::string stream_name = fmt::format("stream decode tokens/s ({:.2f} GB)", a.budget_gb);
+  t += fmt::format("{:>5}   {:<31}   {:<31}{}\n", "", "decode tokens/s (roofline)", prefill_name,
+                   streamed ? fmt::format("   {:<31}", stream_name) : "");
+  auto triple = [](const pl::RoundFigures& f) {
+    return fmt::format("{:>10.2f} {:>10.2f} {:>9.3f}", f.predicted, f.measured, f.ratio());
+  };
+  const std::string heads = fmt::format("{:>10} {:>10} {:>9}", "predicted", "measured", "meas/pred");
+  t += fmt::format("{:>5}   {}   {}{}\n", "round", heads, heads, streamed ? "   " + heads : "");
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    const MeasureRound& r = rounds[i];
+    t += fmt::format("{:>5}   {}   {}{}\n", i + 1, triple(r.decode()), triple(r.prefill()),
+                     streamed ? "   " + triple(r.streamed()) : "");
+  }
+
+  // The medians; measured/pred is the median of the rounds' own ratios.
+  const pl::RoundsSummary decode = summarize(rounds, [](const MeasureRound& r) { return r.decode(); });
+  const pl::RoundsSummary bandwidth = summarize(rounds, [](const MeasureRound& r) { return r.decode_bandwidth(); });
+  const pl::RoundsSummary prefill = summarize(rounds, [](const MeasureRound& r) { return r.prefill(); });
+  const pl::Calibration cal = median_calibration(rounds);
+  t += fmt::format("\n{:<34} {:>12} {:>12} {:>16} {:>12}\n", fmt::format("median of {} rounds", rounds.size()),
+                   "predicted", "measured", "measured/pred", fmt::format("within {:.0f}%", kRoundTolerance * 100));
+  auto row = [&](const std::string& name, const pl::RoundsSummary& s) {
+    t += fmt::format("{:<34} {:>12.2f} {:>12.2f} {:>16.3f} {:>12}\n", name, s.predicted, s.measured, s.ratio,
+                     fmt::format("{} of {}", s.n_within, s.n_rounds));
+  };
+  row("decode tokens/s (roofline)", decode);
+  row("decode tokens/s (bandwidth bound)", bandwidth);
+  row(prefill_name, prefill);
+  std::optional<pl::RoundsSummary> stream;
+  if (streamed) {
+    stream = summarize(rounds, [](const MeasureRound& r) { return r.streamed(); });
+    row(stream_name, *stream);
+  }
+  t += fmt::format("\ndecode achieves {:.2f} GB/s of the {:.2f} GB/s roof ({}; memory read {:.2f}); prefill {:.2f} of "
+                   "{:.2f} GFLOP/s (medians)\n",
+                   median_over(rounds, [](const MeasureRound& r) { return r.resident.decode_achieved_gbps; }),
+                   cal.decode_read_gbps(), cal.weight_read_gbps > 0 ? "weight read" : "memory read", cal.mem_read_gbps,
+                   median_over(rounds, [](const MeasureRound& r) { return r.resident.prefill_achieved_tflops; }) * 1e3,
+                   cal.matmul_tflops * 1e3);
+  for (size_t i = 0; streamed && i < rounds.size(); ++i) {
+    const weights::PlacementPlan& p = rounds[i].stream->plan;
+    t += fmt::format("stream    round {}: {} of {} layers streamed through a ring of {} x {:.1f} MB; per step "
+                     "compute {:.1f} ms, disk {:.1f} ms at {:.2f} GB/s ({})\n",
+                     i + 1, p.n_streamed, p.n_layer, p.n_ring_slots, p.slot_bytes / 1e6, p.predicted_compute_s * 1e3,
+                     p.predicted_disk_s * 1e3, p.disk_gbps, p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden");
+  }
+
+  json j = {{"n_rounds", rounds.size()},
+            {"tolerance", kRoundTolerance},
+            {"calibration", calibration_json(cal)},
+            {"decode", summary_json(decode)},
+            {"prefill", summary_json(prefill)}};
+  j["decode"]["bandwidth_bound_tokens_per_s"] = bandwidth.predicted;
+  j["decode"]["achieved_gbps"] = median_over(rounds, [](const MeasureRound& r) { return r.resident.decode_achieved_gbps; });
+  if (stream) {
+    j["stream"] = summary_json(*stream);
+    j["stream"]["budget_gb"] = a.budget_gb;
+    j["stream"]["n_layer"] = rounds.front().stream->plan.n_layer;
+  }
+  j["rounds"] = json::array();
+  for (size_t i = 0; i < rounds.size(); ++i) j["rounds"].push_back(round_json(static_cast<int>(i) + 1, rounds[i]));
   emit(a, j, t);
   return 0;
 }
@@ -492,6 +614,10 @@ Runner add_plan(CLI::App& app) {
   p->add_option("--prompt", a->prompt, "prompt tokens for TTFT")->capture_default_str();
   p->add_option("--measure-prompt", a->measure_prompt, "prompt tokens --measure prefills")->capture_default_str();
   p->add_option("--measure-decode", a->measure_decode, "decode steps --measure times (median)")->capture_default_str();
+  CLI::Option* rounds = p->add_option("--rounds", a->rounds,
+                                      fmt::format("--measure: rounds of calibrate-then-measure, medians reported (1 to {})",
+                                                  kMaxRounds))
+                            ->capture_default_str();
 
   CLI::App* decode = p->add_subcommand("decode", "TTFT, then a batch sweep of TPOT and throughput");
   workload_flags(decode, *a);
@@ -526,26 +652,17 @@ Runner add_plan(CLI::App& app) {
   cost->add_option("--price-per-hour", a->price_per_hour, "hourly price, $");
   cost->add_option("--tokens-per-s", a->tokens_per_s, "sustained throughput (else predicted from the model)");
 
-  return [a, p, decode, kv, stream, spec, cost]() {
+  return [a, p, rounds, decode, kv, stream, spec, cost]() {
+    if (!a->measure.empty()) return run_measure(*a);  // calibrates in every round
+    if (rounds->count() > 0) return fail(invalid_argument("--rounds goes with --measure"));
     std::optional<pl::Calibration> cal;
-    if (a->calibrate || !a->measure.empty()) {
-      // Measuring a model: calibrate as the weight store does (the model's own
-      // layer and weight type; the disk rate of the store's reads of the file),
-      // so the predictions and the store's placement share one set of figures.
-      StatusOr<pl::Calibration> c = invalid_argument("not calibrated");
-      if (!a->measure.empty()) {
-        auto mf = open_model_file(a->measure);
-        if (!mf.ok()) return fail(mf.status());
-        c = weights::calibrate_for_model(*mf, a->n_threads);
-      } else {
-        c = pl::calibrate({.n_threads = a->n_threads});
-      }
+    if (a->calibrate) {
+      auto c = pl::calibrate({.n_threads = a->n_threads});
       if (!c.ok()) return fail(c.status());
       cal = *c;
-      const bool more = !a->measure.empty() || decode->parsed() || kv->parsed() || stream->parsed() || cost->parsed();
+      const bool more = decode->parsed() || kv->parsed() || stream->parsed() || cost->parsed();
       if (!a->json && more) fmt::print(stderr, "{}", calibration_text(*cal));
     }
-    if (!a->measure.empty()) return run_measure(*a, *cal);
     if (decode->parsed()) return run_decode(*a, cal);
     if (kv->parsed()) return run_kv(*a, cal);
     if (stream->parsed()) return run_stream(*a, cal);

@@ -7,32 +7,28 @@
 #include <fmt/format.h>
 
 #include "base/timer.h"
-#include "format/model_file.h"
-#include "model/llama_model.h"
-#include "plan/weight_bytes.h"
+#include "plan/measure_rounds.h"
 
 namespace sluice::plan {
-namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+StatusOr<MeasuredModel> load_for_measure(const MeasureOptions& o) {
+  if (o.n_prompt < 1 || o.n_decode < 1) return invalid_argument("measure needs at least one prompt and one decode token");
+  MeasuredModel m{.options = o};
+  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(o.model_path));
+  m.file = std::make_shared<const ModelFile>(std::move(mf));
+  ASSIGN_OR_RETURN(m.shape, shape_from_metadata(m.file->metadata));
+  ASSIGN_OR_RETURN(m.model, LlamaModel::load(m.file, {.n_threads = o.n_threads, .n_batch = o.n_prompt}));
+  m.shape.n_vocab = m.model->hparams().n_vocab;
+  m.weights = weight_bytes_of_file(*m.file, m.shape);
+  return m;
 }
 
-}  // namespace
-
-StatusOr<MeasureResult> measure_model(const MeasureOptions& o, const Calibration& cal) {
-  if (o.n_prompt < 1 || o.n_decode < 1) return invalid_argument("measure needs at least one prompt and one decode token");
+StatusOr<MeasureResult> measure_loaded(MeasuredModel& m, const Calibration& cal) {
   if (!(cal.decode_read_gbps() > 0) || !(cal.matmul_tflops > 0)) return invalid_argument("measure needs a calibration of this machine");
-  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(o.model_path));
-  auto file = std::make_shared<const ModelFile>(std::move(mf));
-  MeasureResult r;
-  ASSIGN_OR_RETURN(r.shape, shape_from_metadata(file->metadata));
-  ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
-                   LlamaModel::load(file, {.n_threads = o.n_threads > 0 ? o.n_threads : cal.n_threads, .n_batch = o.n_prompt}));
-  r.shape.n_vocab = model->hparams().n_vocab;
-  const WeightBytes wb = weight_bytes_of_file(*file, r.shape);
+  const MeasureOptions& o = m.options;
+  LlamaModel* model = m.model.get();
+  const WeightBytes& wb = m.weights;
+  MeasureResult r{.shape = m.shape};
   const WeightFormat kv_f32 = format_of(DType::kF32);
   const ModelCost cost = model_cost(r.shape, wb, kv_f32);
   r.engine_weight_bytes = model->weight_bytes();
@@ -71,6 +67,13 @@ StatusOr<MeasureResult> measure_model(const MeasureOptions& o, const Calibration
   r.decode_achieved_gbps = (r.decode_predicted.weight_bytes + r.decode_predicted.kv_bytes) * r.decode_measured_tps / 1e9;
 
   return r;
+}
+
+StatusOr<MeasureResult> measure_model(const MeasureOptions& o, const Calibration& cal) {
+  MeasureOptions load = o;
+  if (load.n_threads <= 0) load.n_threads = cal.n_threads;
+  ASSIGN_OR_RETURN(MeasuredModel m, load_for_measure(load));
+  return measure_loaded(m, cal);
 }
 
 }  // namespace sluice::plan

@@ -11,22 +11,28 @@
 // running the store: `sluice plan --measure --budget-gb` does both.
 // The bytes per token come from the model file through the planner and are
 // checked against the engine's own count (LlamaModel::weight_bytes()).
-// Loads the model; takes seconds to minutes for large files. Not thread-safe.
+// Loading takes seconds to minutes for large files, so a model is loaded once
+// (load_for_measure) and measured as often as wanted (measure_loaded), each
+// time beside a fresh calibration. Not thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "format/model_file.h"
+#include "model/llama_model.h"
 #include "plan/calibrate.h"
 #include "plan/model_shape.h"
 #include "plan/roofline.h"
+#include "plan/weight_bytes.h"
 #include "sluice/status.h"
 
 namespace sluice::plan {
 
 struct MeasureOptions {
   std::string model_path;
-  int n_threads = 0;                // <= 0: one per core (use the calibration's count)
+  int n_threads = 0;                // <= 0: one per core (measure_model: the calibration's count)
   int64_t n_prompt = 128;
   int64_t n_decode = 32;
 };
@@ -47,6 +53,28 @@ struct MeasureResult {
   double prefill_achieved_tflops = 0;
 };
 
+// A model loaded for measuring: the engine's model over the file (resident,
+// with the options it was loaded with) and the planner's figures of the file.
+// Owns the model; the file is shared (a streamed measurement may reuse it).
+struct MeasuredModel {
+  MeasureOptions options;
+  std::shared_ptr<const ModelFile> file;
+  std::unique_ptr<LlamaModel> model;
+  ModelShape shape;     // from the file's metadata, n_vocab from the engine
+  WeightBytes weights;  // of the file's tensors
+};
+
+// Opens and loads options.model_path (options.n_threads; <= 0: one per core)
+// for passes of up to options.n_prompt tokens. Errors: fewer than one prompt or
+// decode token; the file cannot be opened or is not a model the engine loads.
+StatusOr<MeasuredModel> load_for_measure(const MeasureOptions& options);
+
+// One measurement of `model` (its options' n_prompt and n_decode) beside the
+// predictions from `calibration`; repeatable. Errors: a calibration without a
+// decode roof or matmul rate; a failed forward pass.
+StatusOr<MeasureResult> measure_loaded(MeasuredModel& model, const Calibration& calibration);
+
+// load_for_measure then measure_loaded; n_threads <= 0 takes the calibration's.
 StatusOr<MeasureResult> measure_model(const MeasureOptions& options, const Calibration& calibration);
 
 }  // namespace sluice::plan

@@ -106,6 +106,33 @@ TEST(Measure, TinySynthPredictedBesideMeasured) {
   EXPECT_GT(r->prefill_measured_tps, 0);
 }
 
+// Loaded once, measured twice (as `plan --measure --rounds` does): the same
+// calibration gives the same predictions each time, and each measurement runs.
+TEST(Measure, LoadedModelMeasuresRepeatedly) {
+  const std::string path = fmt::format("/tmp/sluice-plan-measure-rounds-{}.gguf", ::getpid());
+  ASSERT_TRUE(write_synth_model({.shape = synth_preset("tiny").value(), .type = "q8_0", .seed = 5, .n_threads = 1}, path).ok());
+  auto m = load_for_measure({.model_path = path, .n_threads = 1, .n_prompt = 8, .n_decode = 2});
+  std::remove(path.c_str());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const Calibration cal{.n_threads = 1, .mem_read_gbps = 10, .matmul_tflops = 0.01, .disk_read_gbps = 1};
+  const auto a = measure_loaded(*m, cal);
+  const auto b = measure_loaded(*m, cal);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  EXPECT_EQ(a->decode_predicted.tokens_per_s, b->decode_predicted.tokens_per_s);
+  EXPECT_EQ(a->prefill_predicted.tokens_per_s, b->prefill_predicted.tokens_per_s);
+  EXPECT_EQ(a->decode_ctx, b->decode_ctx);
+  EXPECT_GT(b->decode_measured_tps, 0);
+  EXPECT_GT(b->prefill_measured_tps, 0);
+  EXPECT_FALSE(measure_loaded(*m, Calibration{.n_threads = 1}).ok());  // no rates: nothing to predict with
+}
+
+TEST(Measure, NoDecodeTokensIsAnError) {
+  const auto m = load_for_measure({.model_path = "/nonexistent.gguf", .n_prompt = 8, .n_decode = 0});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("decode token"), std::string::npos) << m.status().to_string();  // before the file
+}
+
 TEST(Measure, MissingModelIsAnError) {
   const Calibration cal{.n_threads = 1, .mem_read_gbps = 10, .matmul_tflops = 0.01};
   EXPECT_FALSE(measure_model({.model_path = "/nonexistent.gguf"}, cal).ok());
