@@ -85,55 +85,79 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Mod
 }
 
 void LlamaModel::repack_weights() {
-  auto eligible = [&](std::initializer_list<const cpu::WeightView*> group) {
-    for (const cpu::WeightView* w : group)
-      if (cpu::repack_layout(w->type, w->n_out, w->n_in, isa_) == cpu::WeightLayout::kRows) return false;
-    return true;
-  };
   // Matrices sharing a matmul_group dispatch are repacked together or not at
   // all, so every repacked job starts on a row-group boundary of the dispatch.
-  std::vector<cpu::WeightView*> todo;
+  // The others are copied as they are (GGUF rows): every layer matrix and the
+  // output matrix end up in the arena below.
+  struct Job {
+    cpu::WeightView* w;
+    cpu::WeightLayout layout;
+  };
+  std::vector<Job> todo;
+  auto add = [&](std::initializer_list<cpu::WeightView*> group) {
+    bool all = true;
+    for (const cpu::WeightView* w : group)
+      all = all && cpu::repack_layout(w->type, w->n_out, w->n_in, isa_) != cpu::WeightLayout::kRows;
+    for (cpu::WeightView* w : group)
+      todo.push_back({w, all ? cpu::repack_layout(w->type, w->n_out, w->n_in, isa_) : cpu::WeightLayout::kRows});
+  };
   for (LayerWeights& w : layers_) {
-    if (eligible({&w.wq, &w.wk, &w.wv})) todo.insert(todo.end(), {&w.wq, &w.wk, &w.wv});
-    if (eligible({&w.wo})) todo.push_back(&w.wo);
-    if (eligible({&w.ffn_gate, &w.ffn_up})) todo.insert(todo.end(), {&w.ffn_gate, &w.ffn_up});
-    if (eligible({&w.ffn_down})) todo.push_back(&w.ffn_down);
+    add({&w.wq, &w.wk, &w.wv});
+    add({&w.wo});
+    add({&w.ffn_gate, &w.ffn_up});
+    add({&w.ffn_down});
   }
-  if (eligible({&output_})) todo.push_back(&output_);  // token_embd_ keeps GGUF rows (row lookups)
+  add({&output_});  // token_embd_ stays in the mapping (row lookups)
   if (todo.empty()) return;
 
   // One arena (64-byte aligned slices) on huge pages: decode streams all of it
-  // every token.
+  // every token, and with 4 KiB pages of the mapping it would take a page walk
+  // every few rows.
   auto matrix_bytes = [](const cpu::WeightView& w) { return row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out); };
   size_t total = 0;
-  for (const cpu::WeightView* w : todo) total += (matrix_bytes(*w) + 63) / 64 * 64;
+  for (const Job& j : todo) total += (matrix_bytes(*j.w) + 63) / 64 * 64;
   repacked_ = HugeBuffer(total);
   uint8_t* next = repacked_.data();
-  for (cpu::WeightView* w : todo) {
+  for (const Job& j : todo) {
+    cpu::WeightView* w = j.w;
     const size_t bytes = matrix_bytes(*w);
-    const cpu::WeightLayout layout = cpu::repack_layout(w->type, w->n_out, w->n_in, isa_);
-    const int64_t group = cpu::repack_group_rows(layout);
-    pool_->parallel_for(w->n_out / group, [&](int64_t g0, int64_t g1) {
-      cpu::repack_rows(layout, w->data, next, w->n_in, g0 * group, g1 * group);
+    const int64_t group = j.layout == cpu::WeightLayout::kRows ? 64 : cpu::repack_group_rows(j.layout);
+    const size_t rb = row_bytes(w->type, w->n_in);
+    pool_->parallel_for((w->n_out + group - 1) / group, [&](int64_t g0, int64_t g1) {
+      const int64_t r0 = g0 * group, r1 = std::min(w->n_out, g1 * group);
+      if (j.layout == cpu::WeightLayout::kRows)
+        std::memcpy(next + r0 * rb, w->data + r0 * rb, static_cast<size_t>(r1 - r0) * rb);
+      else
+        cpu::repack_rows(j.layout, w->data, next, w->n_in, r0, r1);
     });
     w->data = next;
-    w->layout = layout;
+    w->layout = j.layout;
     next += (bytes + 63) / 64 * 64;
-    repacked_bytes_ += bytes;
-    ++n_repacked_;
-    repacked_layouts_ |= 1u << static_cast<unsigned>(layout);
+    if (j.layout == cpu::WeightLayout::kRows) {
+      copied_bytes_ += bytes;
+    } else {
+      repacked_bytes_ += bytes;
+      ++n_repacked_;
+      repacked_layouts_ |= 1u << static_cast<unsigned>(j.layout);
+    }
   }
 }
 
 std::string LlamaModel::repack_summary() const {
-  if (n_repacked_ == 0) return "";
+  if (n_repacked_ == 0 && copied_bytes_ == 0) return "";
   std::string layouts;
   for (cpu::WeightLayout l : {cpu::WeightLayout::kQ4_0x4, cpu::WeightLayout::kQ8_0x4, cpu::WeightLayout::kQ8_0x16})
     if (repacked_layouts_ & (1u << static_cast<unsigned>(l)))
       layouts += fmt::format("{}{} ({}-row interleave)", layouts.empty() ? "" : ", ", cpu::layout_name(l),
                              cpu::repack_group_rows(l));
-  return fmt::format("{} matrices repacked at load to {} ({:.1f} MiB in memory)", n_repacked_, layouts,
-                     static_cast<double>(repacked_bytes_) / (1 << 20));
+  std::string out;
+  if (n_repacked_ > 0)
+    out = fmt::format("{} matrices repacked at load to {} ({:.1f} MiB)", n_repacked_, layouts,
+                      static_cast<double>(repacked_bytes_) / (1 << 20));
+  if (copied_bytes_ > 0)
+    out += fmt::format("{}{:.1f} MiB of GGUF rows copied", out.empty() ? "" : ", ",
+                       static_cast<double>(copied_bytes_) / (1 << 20));
+  return out + " into memory on huge pages";
 }
 
 Status LlamaModel::bind_weights() {

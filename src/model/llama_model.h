@@ -58,11 +58,13 @@ struct ModelOptions {
   // Threads to run on, shared with another model (a draft model runs between the
   // target's passes); null: a pool of n_threads of its own.
   std::shared_ptr<ThreadPool> pool;
-  // Resident matrices whose type has a faster interleaved layout
-  // (backend/cpu/repack.h: Q4_0 -> Q4_0x4, Q8_0 -> Q8_0x4) are copied into it at load, when
-  // the instruction-set level is above scalar and no `weights` source is set.
-  // Results are bit-identical either way; the copy costs memory (the mapping's
-  // pages of those matrices are not read again and may be dropped by the OS).
+  // Resident layer and output matrices are copied at load into one arena on
+  // huge pages, when the instruction-set level is above scalar and no `weights`
+  // source is set: those whose type has a faster interleaved layout
+  // (backend/cpu/repack.h: Q4_0 -> Q4_0x4; Q8_0 -> Q8_0x16 at AVX-512, Q8_0x4
+  // below) in that layout, the others as GGUF rows. Results are bit-identical
+  // either way; the copy costs memory (the mapping's pages of those matrices are
+  // not read again and may be dropped by the OS).
   bool repack = true;
 };
 
@@ -140,6 +142,7 @@ class LlamaModel {
   uint64_t repacked_bytes_ = 0;
   int64_t n_repacked_ = 0;  // matrices
   unsigned repacked_layouts_ = 0;  // bit (1 << WeightLayout) per layout used
+  uint64_t copied_bytes_ = 0;      // matrices copied into the arena as GGUF rows
   HugeBuffer repacked_;  // owns the repacked matrices' bytes (one arena)
 
   cpu::WeightView token_embd_;     // [n_vocab, n_embd]

@@ -16,6 +16,8 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/repack.h"
+#include "base/huge_buffer.h"
 #include "base/check.h"
 #include "quant/quant.h"
 #include "base/timer.h"
@@ -137,9 +139,18 @@ double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_
   for (float& v : x) v = dist(rng);
   std::vector<uint8_t> w(row_bytes(type, n_in) * static_cast<size_t>(n_out));
   quantize_tensor(type, wf.data(), w.data(), n_out, n_in);
-  std::vector<uint8_t> act(cpu::matmul_scratch_bytes(n_tokens, n_in));
-  const cpu::MatmulJob job[1] = {{cpu::WeightView{.type = type, .data = w.data(), .n_in = n_in, .n_out = n_out}, y.data()}};
+  // In the layout the engine's load repacks such a matrix to.
   const cpu::Isa isa = cpu::active_isa();
+  const cpu::WeightLayout layout =
+      isa == cpu::Isa::kScalar ? cpu::WeightLayout::kRows : cpu::repack_layout(type, n_out, n_in, isa);
+  if (layout != cpu::WeightLayout::kRows) {
+    std::vector<uint8_t> packed(w.size());
+    cpu::repack_rows(layout, w.data(), packed.data(), n_in, 0, n_out);
+    w = std::move(packed);
+  }
+  std::vector<uint8_t> act(cpu::matmul_scratch_bytes(n_tokens, n_in));
+  const cpu::MatmulJob job[1] = {
+      {cpu::WeightView{.type = type, .data = w.data(), .n_in = n_in, .n_out = n_out, .layout = layout}, y.data()}};
   cpu::matmul_group(job, x.data(), n_in, n_tokens, act.data(), pool, isa);  // warm-up
   const double flops = 2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * static_cast<double>(n_tokens);
   return median_rate(n_repeats, min_seconds, [&] {
@@ -159,28 +170,35 @@ double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> lay
   CHECK(!layer.empty());
   // One layer's matrices, laid out one after another (64-byte aligned), then
   // as many layers as it takes to reach `bytes`.
+  // Each matrix in the layout the engine's load gives it (LlamaModel repacks a
+  // dispatch's matrices together or not at all), on huge pages as the engine's.
+  const cpu::Isa isa = cpu::active_isa();
   struct Matrix {
     MatmulShape shape;
     size_t offset = 0;  // in a layer
     size_t n_bytes = 0;
+    cpu::WeightLayout layout = cpu::WeightLayout::kRows;
   };
   std::vector<Matrix> mats;
   size_t layer_bytes = 0;
   int64_t max_in = 0, max_out = 0;
   for (const MatmulGroup& g : layer) {
     CHECK(!g.empty() && g.size() <= 4);
+    bool packed = isa != cpu::Isa::kScalar;
+    for (const MatmulShape& m : g)
+      packed = packed && cpu::repack_layout(m.type, m.n_out, m.n_in, isa) != cpu::WeightLayout::kRows;
     for (const MatmulShape& m : g) {
       CHECK(m.n_in == g.front().n_in && m.n_in > 0 && m.n_out > 0);
       const size_t n = row_bytes(m.type, m.n_in) * static_cast<size_t>(m.n_out);
-      mats.push_back({m, layer_bytes, n});
+      mats.push_back({m, layer_bytes, n,
+                      packed ? cpu::repack_layout(m.type, m.n_out, m.n_in, isa) : cpu::WeightLayout::kRows});
       layer_bytes += (n + 63) / 64 * 64;
       max_in = std::max(max_in, m.n_in);
       max_out = std::max(max_out, m.n_out);
     }
   }
   const size_t n_layers = std::max<size_t>(1, (bytes + layer_bytes - 1) / layer_bytes);
-  std::unique_ptr<uint8_t, FreeDeleter> w(static_cast<uint8_t*>(std::aligned_alloc(64, n_layers * layer_bytes)));
-  if (!w) return 0;
+  HugeBuffer w(n_layers * layer_bytes);
 
   // Random values quantized once per matrix shape into a tile of rows, copied
   // down every matrix: the kernels take their usual path, and what matters
@@ -195,11 +213,18 @@ double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> lay
     for (float& v : f) v = dist(rng);
     tiles[k].resize(row_bytes(m.type, m.n_in) * kTileRows);
     quantize_tensor(m.type, f.data(), tiles[k].data(), kTileRows, m.n_in);
+    if (mats[k].layout != cpu::WeightLayout::kRows) {
+      // A tile of 64 rows is whole row groups, so its repacked bytes are the
+      // repacked bytes of any 64 rows of the matrix at a multiple of 64.
+      std::vector<uint8_t> packed(tiles[k].size());
+      cpu::repack_rows(mats[k].layout, tiles[k].data(), packed.data(), m.n_in, 0, kTileRows);
+      tiles[k] = std::move(packed);
+    }
   }
   pool.parallel_for(static_cast<int64_t>(n_layers * mats.size()), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const size_t l = static_cast<size_t>(i) / mats.size(), k = static_cast<size_t>(i) % mats.size();
-      uint8_t* dst = w.get() + l * layer_bytes + mats[k].offset;
+      uint8_t* dst = w.data() + l * layer_bytes + mats[k].offset;
       for (size_t done = 0; done < mats[k].n_bytes; done += tiles[k].size())
         std::memcpy(dst + done, tiles[k].data(), std::min(tiles[k].size(), mats[k].n_bytes - done));
     }
@@ -217,8 +242,8 @@ double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> lay
       std::vector<cpu::MatmulJob> jobs;
       for (size_t j = 0; j < g.size(); ++j, ++k) {
         const MatmulShape& m = mats[k].shape;
-        jobs.push_back({cpu::WeightView{.type = m.type, .data = w.get() + l * layer_bytes + mats[k].offset,
-                                        .n_in = m.n_in, .n_out = m.n_out},
+        jobs.push_back({cpu::WeightView{.type = m.type, .data = w.data() + l * layer_bytes + mats[k].offset,
+                                        .n_in = m.n_in, .n_out = m.n_out, .layout = mats[k].layout},
                         y.data() + j * static_cast<size_t>(max_out)});
       }
       dispatches.push_back(std::move(jobs));
@@ -227,7 +252,6 @@ double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> lay
   size_t read_bytes = 0;
   for (const Matrix& m : mats) read_bytes += m.n_bytes;
   read_bytes *= n_layers;
-  const cpu::Isa isa = cpu::active_isa();
   auto pass = [&] {
     Stopwatch sw;
     for (const std::vector<cpu::MatmulJob>& jobs : dispatches)

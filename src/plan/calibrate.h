@@ -117,12 +117,14 @@ double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats, d
 // The engine's batch-1 matmul (cpu::matmul_group, one token, at the active
 // instruction set) dispatched as decode dispatches it: `layer`'s groups in
 // order, over as many copies of the layer as make `bytes` or more (synthetic
-// weights, each n_in a multiple of its type's block size): weight bytes read
-// per second (GB/s).
+// weights, each n_in a multiple of its type's block size, in the layout and on
+// the huge pages the engine's load gives them): weight bytes read per second
+// (GB/s).
 double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> layer, uint64_t bytes, int n_repeats,
                               double min_seconds = 0);
 // The engine's own matmul (cpu::matmul_group at the active instruction set) on
-// weights of `type`, so the figure predicts what a prefill of such a model gets.
+// weights of `type` in the layout the engine repacks them to, so the figure
+// predicts what a prefill of such a model gets.
 double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_t n_tokens, int n_repeats,
                            DType type = DType::kQ8_0, double min_seconds = 0);
 struct DiskProbe {
