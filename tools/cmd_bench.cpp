@@ -19,8 +19,9 @@
 //   + 2 * n_vocab * n_embd                               output matrix, last token only
 //   + 4 * n_layer * n_head * head_dim * P (P + 1) / 2    causal QK^T and AV
 // The machine probes are plan/calibrate.h's (the decode roof: the GB/s the
-// engine's batch-1 matmuls stream the model's layers at; the engine's matmul
-// FLOP/s on the model's weight type) run on the same thread count as the benchmark.
+// engine's batch-1 matmuls stream the model's layers at; the FLOP/s of the
+// engine's matmuls over the model's layer at 64 tokens) run on the same thread
+// count as the benchmark.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -366,7 +366,8 @@ int run_cost(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
 json calibration_json(const pl::Calibration& c) {
   return {{"n_threads", c.n_threads}, {"mem_read_gbps", c.mem_read_gbps}, {"weight_read_gbps", c.weight_read_gbps},
           {"decode_read_gbps", c.decode_read_gbps()}, {"matmul_type", dtype_name(c.matmul_type)},
-          {"matmul_tflops", c.matmul_tflops},
+          {"matmul_tflops", c.matmul_tflops}, {"matmul_model_layer", c.matmul_model_layer},
+          {"matmul_n_tokens", c.matmul_n_tokens},
           {"disk_read_gbps", c.disk_read_gbps}, {"disk_direct", c.disk_direct}, {"disk_note", c.disk_note},
           {"mem_capacity_gb", c.mem_capacity_gb}};
 }
@@ -377,10 +378,12 @@ std::string calibration_text(const pl::Calibration& c) {
                                : "decode roof = the memory read (no weight read probed)";
   return fmt::format(
       "calibration ({} threads): memory read {:.2f} GB/s (streaming sum), weight read {:.2f} GB/s (engine's batch-1 "
-      "matmuls in decode's dispatches), {} matmul {:.2f} GFLOP/s, disk read {:.2f} GB/s ({}), {:.1f} GB RAM\n"
+      "matmuls in decode's dispatches), {} matmul {:.2f} GFLOP/s ({} at {} tokens), disk read {:.2f} GB/s ({}), "
+      "{:.1f} GB RAM\n"
       "            {}\n",
       c.n_threads, c.mem_read_gbps, c.weight_read_gbps, dtype_name(c.matmul_type), c.matmul_tflops * 1e3,
-      c.disk_read_gbps, c.disk_note, c.mem_capacity_gb, roof);
+      c.matmul_model_layer ? "the model's layer dispatches" : "one matrix", c.matmul_n_tokens, c.disk_read_gbps,
+      c.disk_note, c.mem_capacity_gb, roof);
 }
 
 // Decode with weights streamed under a.budget_gb through the weight store,

@@ -165,9 +165,16 @@ std::vector<MatmulGroup> default_layer(DType type) {
   return {{m(2048, 2048), m(2048, 256), m(2048, 256)}, {m(2048, 2048)}, {m(2048, 5632), m(2048, 5632)}, {m(5632, 2048)}};
 }
 
-double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> layer, uint64_t bytes, int n_repeats,
-                              double min_seconds) {
-  CHECK(!layer.empty());
+namespace {
+
+// What a pass of layer_probe() is rated by.
+enum class LayerRate { kBytes, kFlops };
+
+// `layer`'s dispatches over n_tokens tokens, over as many copies of the layer as
+// make `bytes` (at least one): the median pass's weight bytes or FLOPs per second.
+double layer_probe(ThreadPool& pool, std::span<const MatmulGroup> layer, uint64_t bytes, int64_t n_tokens,
+                   LayerRate rate, int n_repeats, double min_seconds) {
+  CHECK(!layer.empty() && n_tokens >= 1);
   // One layer's matrices, laid out one after another (64-byte aligned), then
   // as many layers as it takes to reach `bytes`.
   // Each matrix in the layout the engine's load gives it (LlamaModel repacks a
@@ -230,10 +237,10 @@ double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> lay
     }
   });
 
-  std::vector<float> x(static_cast<size_t>(max_in));
+  std::vector<float> x(static_cast<size_t>(max_in * n_tokens));
   for (float& v : x) v = dist(rng);
-  std::vector<float> y(static_cast<size_t>(4 * max_out));
-  std::vector<uint8_t> act(cpu::matmul_scratch_bytes(1, max_in));
+  std::vector<float> y(static_cast<size_t>(4 * max_out * n_tokens));
+  std::vector<uint8_t> act(cpu::matmul_scratch_bytes(n_tokens, max_in));
   // Every dispatch of every layer, built once: [n_layers x layer.size()] groups.
   std::vector<std::vector<cpu::MatmulJob>> dispatches;
   for (size_t l = 0; l < n_layers; ++l) {
@@ -244,22 +251,38 @@ double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> lay
         const MatmulShape& m = mats[k].shape;
         jobs.push_back({cpu::WeightView{.type = m.type, .data = w.data() + l * layer_bytes + mats[k].offset,
                                         .n_in = m.n_in, .n_out = m.n_out, .layout = mats[k].layout},
-                        y.data() + j * static_cast<size_t>(max_out)});
+                        y.data() + j * static_cast<size_t>(max_out * n_tokens)});
       }
       dispatches.push_back(std::move(jobs));
     }
   }
-  size_t read_bytes = 0;
-  for (const Matrix& m : mats) read_bytes += m.n_bytes;
-  read_bytes *= n_layers;
+  double per_pass = 0;  // bytes or FLOPs
+  for (const Matrix& m : mats)
+    per_pass += rate == LayerRate::kBytes
+                    ? static_cast<double>(m.n_bytes)
+                    : 2.0 * static_cast<double>(m.shape.n_in) * static_cast<double>(m.shape.n_out) *
+                          static_cast<double>(n_tokens);
+  per_pass *= static_cast<double>(n_layers);
   auto pass = [&] {
     Stopwatch sw;
     for (const std::vector<cpu::MatmulJob>& jobs : dispatches)
-      cpu::matmul_group(jobs, x.data(), jobs.front().w.n_in, 1, act.data(), pool, isa);
-    return static_cast<double>(read_bytes) / sw.seconds() / 1e9;
+      cpu::matmul_group(jobs, x.data(), jobs.front().w.n_in, n_tokens, act.data(), pool, isa);
+    return per_pass / sw.seconds() / 1e9;
   };
   pass();  // warm-up
   return median_rate(n_repeats, min_seconds, pass);
+}
+
+}  // namespace
+
+double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> layer, uint64_t bytes, int n_repeats,
+                              double min_seconds) {
+  return layer_probe(pool, layer, bytes, 1, LayerRate::kBytes, n_repeats, min_seconds);
+}
+
+double probe_layer_matmul_tflops(ThreadPool& pool, std::span<const MatmulGroup> layer, int64_t n_tokens,
+                                 int n_repeats, double min_seconds) {
+  return layer_probe(pool, layer, 0, n_tokens, LayerRate::kFlops, n_repeats, min_seconds) / 1e3;
 }
 
 StatusOr<DiskProbe> probe_disk_read(const std::string& path, const std::string& temp_dir, uint64_t bytes) {
@@ -340,8 +363,16 @@ StatusOr<Calibration> calibrate(const CalibrateOptions& o) {
     const std::vector<MatmulGroup> layer = o.weight_read_layer.empty() ? default_layer(o.matmul_type) : o.weight_read_layer;
     c.weight_read_gbps = probe_weight_read_gbps(pool, layer, o.weight_read_bytes, o.n_repeats, o.min_probe_seconds);
   }
-  c.matmul_tflops = probe_matmul_tflops(pool, o.matmul_n_in, o.matmul_n_out, o.matmul_n_tokens,
-                                        std::max(1, o.n_repeats / 2), o.matmul_type, o.min_probe_seconds);
+  if (!o.weight_read_layer.empty()) {
+    // The model's own layer: prefill runs exactly these dispatches.
+    c.matmul_tflops = probe_layer_matmul_tflops(pool, o.weight_read_layer, o.matmul_n_tokens,
+                                                std::max(1, o.n_repeats / 2), o.min_probe_seconds);
+    c.matmul_model_layer = true;
+  } else {
+    c.matmul_tflops = probe_matmul_tflops(pool, o.matmul_n_in, o.matmul_n_out, o.matmul_n_tokens,
+                                          std::max(1, o.n_repeats / 2), o.matmul_type, o.min_probe_seconds);
+  }
+  c.matmul_n_tokens = o.matmul_n_tokens;
   c.matmul_type = o.matmul_type;
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGESIZE);

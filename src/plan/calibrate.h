@@ -95,6 +95,8 @@ struct Calibration {
   double mem_read_gbps = 0;                   // streaming sum
   double weight_read_gbps = 0;                // engine's batch-1 matmuls in decode's dispatches; 0 when not probed
   double matmul_tflops = 0;                   // of the engine's kernels on matmul_type weights
+  bool matmul_model_layer = false;            // matmul_tflops is the model's layer dispatches (else one matrix)
+  int64_t matmul_n_tokens = 0;                // tokens the matmul probe multiplied at once
   DType matmul_type = DType::kQ8_0;
   double disk_read_gbps = 0;                  // 0 when not probed
   bool disk_direct = false;                   // O_DIRECT was honoured
@@ -122,9 +124,14 @@ double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats, d
 // (GB/s).
 double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> layer, uint64_t bytes, int n_repeats,
                               double min_seconds = 0);
+// The engine's batch matmuls over `layer`'s dispatches at n_tokens tokens (one
+// copy of the layer, in the engine's layouts): FLOPs of the layer's matrices per
+// second (TFLOP/s), what a prefill of that model's layers gets.
+double probe_layer_matmul_tflops(ThreadPool& pool, std::span<const MatmulGroup> layer, int64_t n_tokens,
+                                 int n_repeats, double min_seconds = 0);
 // The engine's own matmul (cpu::matmul_group at the active instruction set) on
-// weights of `type` in the layout the engine repacks them to, so the figure
-// predicts what a prefill of such a model gets.
+// one matrix of `type` in the layout the engine repacks it to; the matmul probe
+// when no model's layer is known.
 double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_t n_tokens, int n_repeats,
                            DType type = DType::kQ8_0, double min_seconds = 0);
 struct DiskProbe {

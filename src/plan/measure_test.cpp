@@ -56,6 +56,18 @@ TEST(Calibrate, WeightReadProbeIsPositiveAndRepeatable) {
   }
 }
 
+TEST(Calibrate, LayerMatmulProbeIsPositiveOverRepackedAndGgufRows) {
+  ThreadPool pool(2);
+  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kF16}) {
+    auto m = [type](int64_t n_in, int64_t n_out) { return MatmulShape{.type = type, .n_in = n_in, .n_out = n_out}; };
+    // Row counts of 16 (repacked at AVX-512) and of 40 (GGUF rows) in one layer.
+    const std::vector<MatmulGroup> layer = {{m(256, 256), m(256, 64), m(256, 64)}, {m(256, 256)},
+                                            {m(256, 40), m(256, 40)}, {m(40 * 32, 256)}};
+    const double t = probe_layer_matmul_tflops(pool, layer, 16, 3, 0.02);
+    EXPECT_TRUE(std::isfinite(t) && t > 0) << dtype_name(type) << ": " << t;
+  }
+}
+
 TEST(Calibrate, DecodeRoofFallsBackToTheMemoryRead) {
   const Calibration c{.n_threads = 1, .mem_read_gbps = 10, .matmul_tflops = 0.01};
   EXPECT_EQ(c.decode_read_gbps(), 10);
