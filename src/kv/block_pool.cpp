@@ -32,6 +32,13 @@ StatusOr<int64_t> kv_row_bytes(KvDtype dtype, int64_t n_embd_kv) {
   return invalid_argument("kv row: unknown dtype {}", static_cast<int>(dtype));
 }
 
+int64_t kv_slices(const KvLayout& layout) {
+  const int64_t h = layout.n_head_kv;
+  if (h <= 1 || layout.n_embd_kv % h != 0) return 1;
+  if (layout.dtype == KvDtype::kQ8_0 && (layout.n_embd_kv / h) % 32 != 0) return 1;
+  return h;
+}
+
 StatusOr<int64_t> kv_block_bytes(const KvLayout& layout) {
   if (layout.n_layer <= 0) return invalid_argument("kv layout: n_layer must be positive, got {}", layout.n_layer);
   if (layout.block_size <= 0) {

@@ -40,7 +40,13 @@ struct KvLayout {
   int64_t n_embd_kv = 0;
   int64_t block_size = 16;  // tokens per block
   KvDtype dtype = KvDtype::kF16;
+  int64_t n_head_kv = 1;    // heads in a row; the store keeps each head's slice together (kv_slices)
 };
+
+// Slices a KV row is stored in, head by head inside each block (kv_store.h):
+// n_head_kv when every head's part of a row is whole elements of the dtype (for
+// q8_0, head_dim a multiple of 32), else 1 (rows kept whole).
+int64_t kv_slices(const KvLayout& layout);
 
 // Bytes of one row of n_embd_kv elements: 4 or 2 per element, or 34 per 32 for
 // Q8_0 ([f16 scale][32 x int8]). Errors: Q8_0 with n_embd_kv not a multiple of 32.

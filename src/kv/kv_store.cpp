@@ -16,6 +16,7 @@ StatusOr<KvStore> KvStore::create(const KvLayout& layout, int64_t n_blocks) {
   s.layout_ = layout;
   s.n_blocks_ = n_blocks;
   s.row_bytes_ = static_cast<size_t>(row);
+  s.n_slices_ = kv_slices(layout);
   s.block_bytes_ = s.row_bytes_ * static_cast<size_t>(layout.block_size);
   s.layer_bytes_ = s.block_bytes_ * static_cast<size_t>(n_blocks);
   const size_t total = s.layer_bytes_ * static_cast<size_t>(layout.n_layer);
@@ -24,9 +25,11 @@ StatusOr<KvStore> KvStore::create(const KvLayout& layout, int64_t n_blocks) {
   return s;
 }
 
-void KvStore::store_row(const float* src, uint8_t* dst) const {
-  const int64_t n = layout_.n_embd_kv;
-  switch (layout_.dtype) {
+namespace {
+
+// n floats -> n values of dtype at dst.
+void store_values(KvDtype dtype, const float* src, uint8_t* dst, int64_t n) {
+  switch (dtype) {
     case KvDtype::kF32:
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
@@ -53,9 +56,8 @@ void KvStore::store_row(const float* src, uint8_t* dst) const {
   }
 }
 
-void KvStore::load_row(const uint8_t* src, float* dst) const {
-  const int64_t n = layout_.n_embd_kv;
-  switch (layout_.dtype) {
+void load_values(KvDtype dtype, const uint8_t* src, float* dst, int64_t n) {
+  switch (dtype) {
     case KvDtype::kF32:
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
@@ -75,6 +77,24 @@ void KvStore::load_row(const uint8_t* src, float* dst) const {
       }
       return;
   }
+}
+
+}  // namespace
+
+void KvStore::store_row(const float* src, uint8_t* layer, int64_t row) const {
+  const int64_t bs = layout_.block_size, n = layout_.n_embd_kv / n_slices_;
+  const size_t slice = row_bytes_ / static_cast<size_t>(n_slices_);
+  uint8_t* block = layer + static_cast<size_t>(row / bs) * block_bytes_ + static_cast<size_t>(row % bs) * slice;
+  for (int64_t s = 0; s < n_slices_; ++s)
+    store_values(layout_.dtype, src + s * n, block + static_cast<size_t>(s * bs) * slice, n);
+}
+
+void KvStore::load_row(const uint8_t* layer, int64_t row, float* dst) const {
+  const int64_t bs = layout_.block_size, n = layout_.n_embd_kv / n_slices_;
+  const size_t slice = row_bytes_ / static_cast<size_t>(n_slices_);
+  const uint8_t* block = layer + static_cast<size_t>(row / bs) * block_bytes_ + static_cast<size_t>(row % bs) * slice;
+  for (int64_t s = 0; s < n_slices_; ++s)
+    load_values(layout_.dtype, block + static_cast<size_t>(s * bs) * slice, dst + s * n, n);
 }
 
 void KvStore::copy_block(int32_t src, int32_t dst) {

@@ -3,8 +3,18 @@
 // The block manager decides which block holds which positions; this class holds
 // the rows. Layout, per layer, for K and for V separately:
 //
-//   layer l:  [n_blocks][block_size][row]      row = n_embd_kv values of `dtype`
-//             row of position p of a sequence = block_table[p / block_size], slot p % block_size
+//   layer l:  [n_blocks][n_slices][block_size][slice]
+//             slice = n_embd_kv / n_slices values of `dtype`: the K (or V) of
+//             one KV head when n_slices = n_head_kv (kv_slices(); else the row)
+//   position p of a sequence: block block_table[p / block_size], slot
+//             p % block_size; its row index ("slot" below) is block * block_size + slot
+//
+//   block b:  +--------------------------+--------------------------+-- ...
+//             | head 0: slot 0 .. bs-1   | head 1: slot 0 .. bs-1   |
+//             +--------------------------+--------------------------+-- ...
+//
+// So attention, which reads one head of every position, reads block_size
+// consecutive slices per block instead of a short piece of every long row.
 //
 //   dtype f32:  4 bytes per value          f16: 2 bytes per value
 //   dtype q8_0: per 32 values [f16 scale][32 x int8]  (34 bytes; GGUF Q8_0 blocks)
@@ -31,19 +41,20 @@ class KvStore {
   const KvLayout& layout() const { return layout_; }
   int64_t n_blocks() const { return n_blocks_; }
   size_t row_bytes() const { return row_bytes_; }
+  int64_t n_slices() const { return n_slices_; }
   uint64_t bytes() const { return static_cast<uint64_t>(k_.size() + v_.size()); }
 
-  // Base of layer l's K (or V) rows: [n_blocks * block_size, row_bytes].
+  // Base of layer l's K (or V) rows: [n_blocks][n_slices][block_size][slice].
   uint8_t* k_layer(int64_t l) { return k_.data() + static_cast<size_t>(l) * layer_bytes_; }
   uint8_t* v_layer(int64_t l) { return v_.data() + static_cast<size_t>(l) * layer_bytes_; }
   const uint8_t* k_layer(int64_t l) const { return k_.data() + static_cast<size_t>(l) * layer_bytes_; }
   const uint8_t* v_layer(int64_t l) const { return v_.data() + static_cast<size_t>(l) * layer_bytes_; }
 
-  // Stores n_embd_kv floats as one row (converted to the store's dtype).
-  //   dst: a row inside k_layer()/v_layer()
-  void store_row(const float* src, uint8_t* dst) const;
-  // Loads one row back to floats.
-  void load_row(const uint8_t* src, float* dst) const;
+  // Stores n_embd_kv floats as row `row` (= block * block_size + slot) of a
+  // layer's K or V (`layer`: k_layer() or v_layer()), converted to the dtype.
+  void store_row(const float* src, uint8_t* layer, int64_t row) const;
+  // Loads row `row` of a layer's K or V back to n_embd_kv floats.
+  void load_row(const uint8_t* layer, int64_t row, float* dst) const;
 
   // Copies every layer's K and V rows of block src to block dst (copy-on-write).
   void copy_block(int32_t src, int32_t dst);
@@ -55,6 +66,7 @@ class KvStore {
   KvLayout layout_;
   int64_t n_blocks_ = 0;
   size_t row_bytes_ = 0;
+  int64_t n_slices_ = 1;
   size_t block_bytes_ = 0;  // one layer's K (or V) rows of one block
   size_t layer_bytes_ = 0;  // one layer's K (or V) rows of every block
   HugeBuffer k_;  // [n_layer][n_blocks][block_size][row]; huge pages: attention reads

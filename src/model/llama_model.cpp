@@ -249,7 +249,8 @@ KvDtype LlamaModel::default_kv_dtype() const {
 }
 
 KvLayout LlamaModel::kv_layout(KvDtype dtype, int64_t block_size) const {
-  return KvLayout{.n_layer = hp_.n_layer, .n_embd_kv = hp_.n_embd_kv(), .block_size = block_size, .dtype = dtype};
+  return KvLayout{.n_layer = hp_.n_layer, .n_embd_kv = hp_.n_embd_kv(), .block_size = block_size, .dtype = dtype,
+                  .n_head_kv = hp_.n_head_kv};
 }
 
 KvCache LlamaModel::make_kv_cache(int64_t n_ctx) const {
@@ -435,8 +436,8 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
     for (const ForwardSeq& s : seqs) {
       for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
         const size_t row = kv_row(s, s.pos0 + static_cast<int64_t>(i));
-        kv.store_row(k_.data() + t * n_kv, k_rows + row * rb);
-        kv.store_row(v_.data() + t * n_kv, v_rows + row * rb);
+        kv.store_row(k_.data() + t * n_kv, k_rows, static_cast<int64_t>(row));
+        kv.store_row(v_.data() + t * n_kv, v_rows, static_cast<int64_t>(row));
       }
     }
     t = 0;
@@ -449,7 +450,8 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
     }
     cpu::paged_attention(
         cpu::PagedAttentionArgs{.seqs = std::span(attn_seqs_.data(), seqs.size()),
-                                .kv = {.k = k_rows, .v = v_rows, .row_bytes = rb, .block_size = bs, .type = row_type},
+                                .kv = {.k = k_rows, .v = v_rows, .row_bytes = rb, .block_size = bs, .type = row_type,
+                                       .n_slices = kv.n_slices()},
                                 .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
                                 .scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim))},
         attn_partials_.data(), attn_partials_.size(), *pool_, isa_);

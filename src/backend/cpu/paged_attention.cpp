@@ -71,22 +71,38 @@ class Runner {
   int64_t n_pos(const Item& it) const { return a_.seqs[it.seq].pos0 + it.tok0 + it.n_tok; }
   int64_t n_chunks(const Item& it) const { return (n_pos(it) + kPagedKvChunk - 1) / kPagedKvChunk; }
 
-  // Head `kvh`'s slice of rows [j0, j1) as floats, [j1 - j0, head_dim], in dst.
+  // Address of head `kvh`'s values at position j (through the block table), and
+  // the index of its first value there (q8_0 addresses blocks of 32 from it).
+  const uint8_t* head_at(const uint8_t* base, const int32_t* table, int64_t j, int64_t kvh, int64_t* first) const {
+    const int64_t bs = a_.kv.block_size;
+    const int64_t per_slice = a_.n_head_kv / a_.kv.n_slices;  // heads in a slice
+    const size_t slice = a_.kv.row_bytes / static_cast<size_t>(a_.kv.n_slices);
+    *first = kvh % per_slice * hd_;
+    return base + static_cast<size_t>(table[j / bs]) * static_cast<size_t>(bs) * a_.kv.row_bytes +
+           static_cast<size_t>((kvh / per_slice) * bs + j % bs) * slice;
+  }
+
+  // Head `kvh`'s values of positions [j0, j1) as floats, [j1 - j0, head_dim], in dst.
+  // With one head per slice, the positions of one block are consecutive slices:
+  // f32 and f16 convert such a run in one call.
   void load_rows(const uint8_t* base, const int32_t* table, int64_t j0, int64_t j1, int64_t kvh, float* dst) const {
     const int64_t bs = a_.kv.block_size;
-    for (int64_t j = j0; j < j1; ++j) {
-      const uint8_t* r = base + static_cast<size_t>(table[j / bs] * bs + j % bs) * a_.kv.row_bytes;
+    const bool runs = a_.kv.n_slices == a_.n_head_kv && a_.kv.type != KvRowType::kQ8_0;
+    for (int64_t j = j0; j < j1;) {
+      int64_t e0 = 0;
+      const uint8_t* r = head_at(base, table, j, kvh, &e0);
+      const int64_t n = runs ? std::min(j1, (j / bs + 1) * bs) - j : 1;  // positions converted now
       float* out = dst + (j - j0) * hd_;
       switch (a_.kv.type) {
         case KvRowType::kF32:
-          std::memcpy(out, reinterpret_cast<const float*>(r) + kvh * hd_, static_cast<size_t>(hd_) * 4);
+          std::memcpy(out, reinterpret_cast<const float*>(r) + e0, static_cast<size_t>(n * hd_) * 4);
           break;
         case KvRowType::kF16:
-          ops_.f16_to_f32(reinterpret_cast<const uint16_t*>(r) + kvh * hd_, out, hd_);
+          ops_.f16_to_f32(reinterpret_cast<const uint16_t*>(r) + e0, out, n * hd_);
           break;
         case KvRowType::kQ8_0:
           for (int64_t i = 0; i < hd_; ++i) {
-            const int64_t e = kvh * hd_ + i;
+            const int64_t e = e0 + i;
             const uint8_t* blk = r + (e / 32) * 34;
             uint16_t dh;
             std::memcpy(&dh, blk, 2);
@@ -94,21 +110,20 @@ class Runner {
           }
           break;
       }
+      j += n;
     }
   }
 
-  // Asks for head `kvh`'s K and V slices of rows [j0, j1) ahead of load_rows():
-  // the rows of a sequence are scattered over blocks and each slice is a short
-  // piece of a long row, which the hardware prefetchers do not follow.
+  // Asks for head `kvh`'s K and V of positions [j0, j1) ahead of load_rows().
   void prefetch_rows(const int32_t* table, int64_t j0, int64_t j1, int64_t kvh) const {
-    const int64_t bs = a_.kv.block_size;
-    const size_t offset = static_cast<size_t>(kvh) * a_.kv.row_bytes / static_cast<size_t>(a_.n_head_kv);
-    const size_t slice = a_.kv.row_bytes / static_cast<size_t>(a_.n_head_kv);
+    const size_t bytes = a_.kv.row_bytes / static_cast<size_t>(a_.n_head_kv);  // one head's values
     for (int64_t j = j0; j < j1; ++j) {
-      const size_t row = static_cast<size_t>(table[j / bs] * bs + j % bs) * a_.kv.row_bytes + offset;
-      for (size_t c = 0; c < slice; c += 64) {
-        __builtin_prefetch(a_.kv.k + row + c);
-        __builtin_prefetch(a_.kv.v + row + c);
+      int64_t e0 = 0;
+      const size_t at = static_cast<size_t>(head_at(a_.kv.k, table, j, kvh, &e0) - a_.kv.k) +
+                        static_cast<size_t>(e0) * bytes / static_cast<size_t>(hd_);
+      for (size_t c = 0; c < bytes; c += 64) {
+        __builtin_prefetch(a_.kv.k + at + c);
+        __builtin_prefetch(a_.kv.v + at + c);
       }
     }
   }
@@ -229,6 +244,7 @@ size_t paged_attention_partials_floats(int64_t max_items, int64_t max_ctx, int64
 
 void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_partials, ThreadPool& pool, Isa isa) {
   CHECK(a.n_head % a.n_head_kv == 0);
+  CHECK(a.kv.n_slices >= 1 && a.n_head_kv % a.kv.n_slices == 0);
   Runner run(a, isa);
   const int nt = pool.n_threads();
   const size_t tsf = run.thread_floats();

@@ -1,8 +1,14 @@
 // Paged attention: causal GQA attention for many sequences in one step, reading
 // K/V rows through each sequence's block table (no gather into a contiguous copy).
 //
-//   position p of a sequence -> row block_table[p / block_size] * block_size + p % block_size
-//   of the layer's K (and V) rows; rows are f32, f16 or q8_0 (GGUF Q8_0 blocks).
+//   position p of a sequence -> slot p % block_size of block block_table[p / block_size]
+//   of the layer's K (and V); values are f32, f16 or q8_0 (GGUF Q8_0 blocks). A block
+//   holds its rows in n_slices head-major slices (kv/kv_store.h):
+//
+//     block b: [n_slices][block_size][row_bytes / n_slices]
+//
+//   so with n_slices = n_head_kv one head's K of a block is block_size
+//   consecutive slices; n_slices = 1 is plain rows.
 //
 // Online softmax in fixed chunks of kPagedKvChunk positions, folded left to right
 // (m = running max, l = sum exp(s - m), acc = sum exp(s - m) v):
@@ -32,11 +38,12 @@ constexpr int64_t kPagedKvChunk = 256;
 enum class KvRowType { kF32, kF16, kQ8_0 };
 
 struct PagedKv {
-  const uint8_t* k = nullptr;  // layer's K rows: [n_blocks * block_size, row_bytes]
-  const uint8_t* v = nullptr;  // layer's V rows
-  size_t row_bytes = 0;
+  const uint8_t* k = nullptr;  // layer's K: [n_blocks][n_slices][block_size][row_bytes / n_slices]
+  const uint8_t* v = nullptr;  // layer's V, the same
+  size_t row_bytes = 0;        // one position's K (or V), all heads
   int64_t block_size = 16;
   KvRowType type = KvRowType::kF32;
+  int64_t n_slices = 1;        // 1 or n_head_kv; q8_0 slices hold whole blocks of 32
 };
 
 struct PagedSeq {

@@ -22,6 +22,7 @@ using testing::random_floats;
 struct Shape {
   int64_t n_head, n_head_kv, hd, n_ctx, bs = 16;
   KvRowType type = KvRowType::kF32;
+  int64_t slices = 1;  // 1: rows; n_head_kv: head-major inside each block
 };
 
 // Builds paged K/V rows from contiguous floats with a shuffled block table, and
@@ -31,6 +32,7 @@ struct PagedData {
   std::vector<float> k_ref, v_ref;  // [n_ctx, n_embd_kv] after storage rounding
   std::vector<int32_t> table;
   size_t row_bytes;
+  int64_t slices;
 };
 
 PagedData make_paged(const Shape& s, uint32_t seed) {
@@ -38,6 +40,7 @@ PagedData make_paged(const Shape& s, uint32_t seed) {
   const int64_t n_blocks = (s.n_ctx + s.bs - 1) / s.bs;
   PagedData d;
   d.row_bytes = s.type == KvRowType::kF32 ? n_kv * 4 : s.type == KvRowType::kF16 ? n_kv * 2 : n_kv / 32 * 34;
+  d.slices = s.slices;
   d.table.resize(static_cast<size_t>(n_blocks));
   std::iota(d.table.begin(), d.table.end(), 0);
   std::mt19937 rng(seed);
@@ -48,18 +51,18 @@ PagedData make_paged(const Shape& s, uint32_t seed) {
   d.v = d.k;
   d.k_ref.resize(kf.size());
   d.v_ref.resize(vf.size());
-  auto store = [&](const float* src, uint8_t* dst, float* back) {
+  auto store_values = [&](const float* src, uint8_t* dst, float* back, int64_t n_vals) {
     if (s.type == KvRowType::kF32) {
-      std::memcpy(dst, src, static_cast<size_t>(n_kv) * 4);
-      std::memcpy(back, src, static_cast<size_t>(n_kv) * 4);
+      std::memcpy(dst, src, static_cast<size_t>(n_vals) * 4);
+      std::memcpy(back, src, static_cast<size_t>(n_vals) * 4);
     } else if (s.type == KvRowType::kF16) {
-      for (int64_t i = 0; i < n_kv; ++i) {
+      for (int64_t i = 0; i < n_vals; ++i) {
         const uint16_t h = f32_to_f16(src[i]);
         std::memcpy(dst + 2 * i, &h, 2);
         back[i] = f16_to_f32(h);
       }
     } else {
-      for (int64_t b = 0; b < n_kv / 32; ++b) {
+      for (int64_t b = 0; b < n_vals / 32; ++b) {
         float amax = 0;
         for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(src[b * 32 + i]));
         const uint16_t dh = f32_to_f16(amax / 127.0f);
@@ -73,10 +76,19 @@ PagedData make_paged(const Shape& s, uint32_t seed) {
       }
     }
   };
+  // Position p: block table[p / bs], slot p % bs; slice c of its row at
+  // block * bs * row_bytes + (c * bs + slot) * slice bytes.
+  const int64_t n_slice = n_kv / s.slices;
+  const size_t slice = d.row_bytes / static_cast<size_t>(s.slices);
+  auto store = [&](const float* src, uint8_t* base, float* back, int64_t p) {
+    const size_t block = static_cast<size_t>(d.table[p / s.bs]) * static_cast<size_t>(s.bs) * d.row_bytes;
+    for (int64_t c = 0; c < s.slices; ++c)
+      store_values(src + c * n_slice, base + block + static_cast<size_t>(c * s.bs + p % s.bs) * slice,
+                   back + c * n_slice, n_slice);
+  };
   for (int64_t p = 0; p < s.n_ctx; ++p) {
-    const size_t row = static_cast<size_t>(d.table[p / s.bs] * s.bs + p % s.bs);
-    store(kf.data() + p * n_kv, d.k.data() + row * d.row_bytes, d.k_ref.data() + p * n_kv);
-    store(vf.data() + p * n_kv, d.v.data() + row * d.row_bytes, d.v_ref.data() + p * n_kv);
+    store(kf.data() + p * n_kv, d.k.data(), d.k_ref.data() + p * n_kv, p);
+    store(vf.data() + p * n_kv, d.v.data(), d.v_ref.data() + p * n_kv, p);
   }
   return d;
 }
@@ -88,7 +100,8 @@ std::vector<float> run_paged(const Shape& s, const PagedData& d, const std::vect
   GuardedFloats out(static_cast<size_t>(n * s.n_head * s.hd));
   PagedSeq seq{.q = q.data(), .out = out.data(), .n_tokens = n, .pos0 = pos0, .block_table = d.table.data()};
   PagedAttentionArgs a{.seqs = std::span(&seq, 1),
-                       .kv = {.k = d.k.data(), .v = d.v.data(), .row_bytes = d.row_bytes, .block_size = s.bs, .type = s.type},
+                       .kv = {.k = d.k.data(), .v = d.v.data(), .row_bytes = d.row_bytes, .block_size = s.bs, .type = s.type,
+                              .n_slices = d.slices},
                        .n_head = s.n_head, .n_head_kv = s.n_head_kv, .head_dim = s.hd,
                        .scale = 1.0f / std::sqrt(static_cast<float>(s.hd))};
   const size_t np = paged_attention_partials_floats(n * s.n_head_kv, s.n_ctx, s.n_head, s.n_head_kv, s.hd, threads);
@@ -98,10 +111,12 @@ std::vector<float> run_paged(const Shape& s, const PagedData& d, const std::vect
   return std::vector<float>(out.data(), out.data() + out.size());
 }
 
-TEST(PagedAttention, MatchesContiguousReferenceForEveryRowTypeAndIsa) {
-  for (KvRowType type : {KvRowType::kF32, KvRowType::kF16, KvRowType::kQ8_0}) {
+TEST(PagedAttention, MatchesContiguousReferenceForEveryRowTypeLayoutAndIsa) {
+  for (KvRowType type : {KvRowType::kF32, KvRowType::kF16, KvRowType::kQ8_0})
+  for (bool by_head : {false, true}) {
     for (Shape s : {Shape{8, 2, 64, 300}, Shape{4, 4, 32, 40}, Shape{8, 1, 64, 600}}) {
       s.type = type;
+      s.slices = by_head ? s.n_head_kv : 1;
       const PagedData d = make_paged(s, 11);
       const int64_t pos0 = s.n_ctx - 5, n = 5;
       const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 3);
@@ -114,9 +129,27 @@ TEST(PagedAttention, MatchesContiguousReferenceForEveryRowTypeAndIsa) {
                 scratch.data(), one);
       for (int isa = 0; isa <= static_cast<int>(max_supported_isa()); ++isa) {
         const auto out = run_paged(s, d, q, pos0, n, 2, static_cast<Isa>(isa));
-        EXPECT_LT(nmse(out.data(), ref.data(), out.size()), 1e-10) << "type " << static_cast<int>(type) << " isa " << isa;
+        EXPECT_LT(nmse(out.data(), ref.data(), out.size()), 1e-10)
+            << "type " << static_cast<int>(type) << " slices " << s.slices << " isa " << isa;
       }
     }
+  }
+}
+
+// Head-major blocks hold the same values at other addresses: the same bits.
+TEST(PagedAttention, HeadMajorBlocksGiveTheBitsOfRowBlocks) {
+  for (KvRowType type : {KvRowType::kF32, KvRowType::kF16, KvRowType::kQ8_0}) {
+    Shape rows{8, 4, 64, 150};
+    rows.type = type;
+    Shape heads = rows;
+    heads.slices = 4;
+    const PagedData a = make_paged(rows, 31), b = make_paged(heads, 31);
+    ASSERT_EQ(a.k_ref, b.k_ref);
+    ASSERT_NE(a.k, b.k);  // the layouts differ
+    const int64_t n = 6, pos0 = rows.n_ctx - n;
+    const auto q = random_floats(static_cast<size_t>(n * rows.n_head * rows.hd), 4);
+    EXPECT_EQ(run_paged(rows, a, q, pos0, n, 2, active_isa()), run_paged(heads, b, q, pos0, n, 2, active_isa()))
+        << "type " << static_cast<int>(type);
   }
 }
 
