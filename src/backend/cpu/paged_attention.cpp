@@ -114,20 +114,6 @@ class Runner {
     }
   }
 
-  // Asks for head `kvh`'s K and V of positions [j0, j1) ahead of load_rows().
-  void prefetch_rows(const int32_t* table, int64_t j0, int64_t j1, int64_t kvh) const {
-    const size_t bytes = a_.kv.row_bytes / static_cast<size_t>(a_.n_head_kv);  // one head's values
-    for (int64_t j = j0; j < j1; ++j) {
-      int64_t e0 = 0;
-      const size_t at = static_cast<size_t>(head_at(a_.kv.k, table, j, kvh, &e0) - a_.kv.k) +
-                        static_cast<size_t>(e0) * bytes / static_cast<size_t>(hd_);
-      for (size_t c = 0; c < bytes; c += 64) {
-        __builtin_prefetch(a_.kv.k + at + c);
-        __builtin_prefetch(a_.kv.v + at + c);
-      }
-    }
-  }
-
   // Fresh states over positions [j0, j1) (one chunk) for every query of the item.
   //   st: item_state_floats();  work: K tile, V tile, scores, probabilities
   void chunk(const Item& it, int64_t j0, int64_t j1, float* st, float* work) const {
@@ -144,7 +130,6 @@ class Runner {
     float* pr = sc + kKvTile;
     for (int64_t b = j0; b < j1; b += kKvTile) {
       const int64_t b1 = std::min(j1, b + kKvTile);
-      prefetch_rows(s.block_table, b1, std::min(j1, b1 + kKvTile), it.kvh);
       load_rows(a_.kv.k, s.block_table, b, b1, it.kvh, kt);
       load_rows(a_.kv.v, s.block_table, b, b1, it.kvh, vt);
       for (int32_t qi = 0; qi < it.n_tok; ++qi) {
