@@ -86,20 +86,21 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Mod
 
 void LlamaModel::repack_weights() {
   // Matrices sharing a matmul_group dispatch are repacked together or not at
-  // all, so every repacked job starts on a row-group boundary of the dispatch.
-  // The others are copied as they are (GGUF rows): every layer matrix and the
-  // output matrix end up in the arena below.
+  // all (cpu::group_layouts); the others are copied as they are (GGUF rows):
+  // every layer matrix and the output matrix end up in the arena below.
   struct Job {
     cpu::WeightView* w;
     cpu::WeightLayout layout;
   };
   std::vector<Job> todo;
   auto add = [&](std::initializer_list<cpu::WeightView*> group) {
-    bool all = true;
-    for (const cpu::WeightView* w : group)
-      all = all && cpu::repack_layout(w->type, w->n_out, w->n_in, isa_) != cpu::WeightLayout::kRows;
-    for (cpu::WeightView* w : group)
-      todo.push_back({w, all ? cpu::repack_layout(w->type, w->n_out, w->n_in, isa_) : cpu::WeightLayout::kRows});
+    cpu::WeightView views[4];
+    cpu::WeightLayout layouts[4];
+    size_t n = 0;
+    for (const cpu::WeightView* w : group) views[n++] = *w;
+    cpu::group_layouts(std::span(views, n), isa_, layouts);
+    n = 0;
+    for (cpu::WeightView* w : group) todo.push_back({w, layouts[n++]});
   };
   for (LayerWeights& w : layers_) {
     add({&w.wq, &w.wk, &w.wv});

@@ -141,8 +141,9 @@ double probe_matmul_tflops(ThreadPool& pool, int64_t n_in, int64_t n_out, int64_
   quantize_tensor(type, wf.data(), w.data(), n_out, n_in);
   // In the layout the engine's load repacks such a matrix to.
   const cpu::Isa isa = cpu::active_isa();
-  const cpu::WeightLayout layout =
-      isa == cpu::Isa::kScalar ? cpu::WeightLayout::kRows : cpu::repack_layout(type, n_out, n_in, isa);
+  const cpu::WeightView view{.type = type, .n_in = n_in, .n_out = n_out};
+  cpu::WeightLayout layout;
+  cpu::group_layouts(std::span(&view, 1), isa, &layout);
   if (layout != cpu::WeightLayout::kRows) {
     std::vector<uint8_t> packed(w.size());
     cpu::repack_rows(layout, w.data(), packed.data(), n_in, 0, n_out);
@@ -191,14 +192,15 @@ double layer_probe(ThreadPool& pool, std::span<const MatmulGroup> layer, uint64_
   int64_t max_in = 0, max_out = 0;
   for (const MatmulGroup& g : layer) {
     CHECK(!g.empty() && g.size() <= 4);
-    bool packed = isa != cpu::Isa::kScalar;
-    for (const MatmulShape& m : g)
-      packed = packed && cpu::repack_layout(m.type, m.n_out, m.n_in, isa) != cpu::WeightLayout::kRows;
-    for (const MatmulShape& m : g) {
+    cpu::WeightView views[4];
+    cpu::WeightLayout layouts[4];
+    for (size_t j = 0; j < g.size(); ++j) views[j] = {.type = g[j].type, .n_in = g[j].n_in, .n_out = g[j].n_out};
+    cpu::group_layouts(std::span(views, g.size()), isa, layouts);
+    for (size_t j = 0; j < g.size(); ++j) {
+      const MatmulShape& m = g[j];
       CHECK(m.n_in == g.front().n_in && m.n_in > 0 && m.n_out > 0);
       const size_t n = row_bytes(m.type, m.n_in) * static_cast<size_t>(m.n_out);
-      mats.push_back({m, layer_bytes, n,
-                      packed ? cpu::repack_layout(m.type, m.n_out, m.n_in, isa) : cpu::WeightLayout::kRows});
+      mats.push_back({m, layer_bytes, n, layouts[j]});
       layer_bytes += (n + 63) / 64 * 64;
       max_in = std::max(max_in, m.n_in);
       max_out = std::max(max_out, m.n_out);

@@ -295,6 +295,21 @@ TEST(Repack, LayoutRuleAndRoundTripOfEveryRow) {
   }
 }
 
+TEST(Repack, AGroupIsRepackedTogetherOrNotAtAll) {
+  const WeightView q{.type = DType::kQ8_0, .n_in = 256, .n_out = 256};
+  const WeightView k{.type = DType::kQ8_0, .n_in = 256, .n_out = 64};
+  const WeightView odd{.type = DType::kQ8_0, .n_in = 256, .n_out = 40};  // no x16 layout
+  WeightLayout l[3];
+  const WeightView all[3] = {q, k, k};
+  group_layouts(all, Isa::kAvx512, l);
+  for (WeightLayout x : l) EXPECT_EQ(x, WeightLayout::kQ8_0x16);
+  const WeightView mixed[3] = {q, k, odd};
+  group_layouts(mixed, Isa::kAvx512, l);
+  for (WeightLayout x : l) EXPECT_EQ(x, WeightLayout::kRows);
+  group_layouts(all, Isa::kScalar, l);
+  for (WeightLayout x : l) EXPECT_EQ(x, WeightLayout::kRows);
+}
+
 // The repacked kernels compute the same integer sums and float operations per
 // (row, token) as the GGUF-row kernel of their level, so they must give the same
 // bits for every token count, tile position and row split (which is what lets

@@ -17,6 +17,16 @@ WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in, Isa isa) {
   return WeightLayout::kRows;
 }
 
+void group_layouts(std::span<const WeightView> group, Isa isa, WeightLayout* layouts) {
+  bool all = isa != Isa::kScalar;
+  for (size_t i = 0; i < group.size(); ++i) {
+    layouts[i] = repack_layout(group[i].type, group[i].n_out, group[i].n_in, isa);
+    all = all && layouts[i] != WeightLayout::kRows;
+  }
+  if (!all)
+    for (size_t i = 0; i < group.size(); ++i) layouts[i] = WeightLayout::kRows;
+}
+
 int64_t repack_group_rows(WeightLayout layout) {
   switch (layout) {
     case WeightLayout::kQ4_0x4:

@@ -62,6 +62,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/ops.h"
@@ -80,6 +81,12 @@ constexpr size_t kQ8_0x16RecordBytes = 544;  // one block of 16 rows
 // instruction-set level `isa`; kRows if none. Q8_0 goes to kQ8_0x16 at the
 // AVX-512 level (its kernel there) and to kQ8_0x4 below it; Q4_0 to kQ4_0x4.
 WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in, Isa isa);
+
+// The layout each matrix of one matmul_group dispatch gets at load: all of them
+// their repack_layout(), or, if any has none (or at the scalar level), all kRows,
+// so every repacked job starts on a row-group boundary of the dispatch.
+//   layouts: [group.size()] out
+void group_layouts(std::span<const WeightView> group, Isa isa, WeightLayout* layouts);
 
 // Rows per interleaved group of a repacked layout (4 or 16); 1 for kRows.
 int64_t repack_group_rows(WeightLayout layout);
