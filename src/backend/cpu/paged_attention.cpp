@@ -41,7 +41,7 @@ PagedVecOps vec_ops(Isa isa) {
 }
 
 // K/V positions converted together (and the unit of a softmax rescale).
-constexpr int64_t kKvTile = 16;
+constexpr int64_t kKvTile = kPagedTileMax;
 // Query tokens of one sequence that share each converted K/V tile.
 constexpr int64_t kQueryTile = 8;
 
@@ -114,7 +114,35 @@ class Runner {
     }
   }
 
+  // End of the K/V tile that starts at position b, in a chunk ending at j1: at
+  // most kKvTile positions, never across a block (so a head's positions in a
+  // tile are equally spaced in memory).
+  int64_t tile_end(int64_t b, int64_t j1) const {
+    const int64_t bs = a_.kv.block_size;
+    return std::min({j1, b + kKvTile, (b / bs + 1) * bs});
+  }
+
+  // One query head's state x = [m, l, acc] advanced over n positions of a tile,
+  // composed from scores/accumulate where the level has no fused tile kernel.
+  //   k, v: [n, hd] f32 rows;  sc, pr: [kKvTile]
+  void tile_composed(const float* q, const float* k, const float* v, int64_t n, float* x, float* sc, float* pr) const {
+    ops_.scores(q, k, n, hd_, a_.scale, sc);
+    float mb = sc[0];
+    for (int64_t j = 1; j < n; ++j) mb = std::max(mb, sc[j]);
+    float r = 1.0f;
+    if (mb > x[0]) {
+      r = x[0] == kNegInf ? 0.0f : std::exp(x[0] - mb);
+      x[0] = mb;
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; ++j) sum += (pr[j] = std::exp(sc[j] - x[0]));
+    x[1] = x[1] * r + sum;
+    ops_.accumulate(x + 2, r, pr, v, n, hd_);
+  }
+
   // Fresh states over positions [j0, j1) (one chunk) for every query of the item.
+  // f32/f16 K/V are read in place by the fused tile kernel where the level has
+  // one; otherwise (and always for q8_0) each tile is first converted to floats.
   //   st: item_state_floats();  work: K tile, V tile, scores, probabilities
   void chunk(const Item& it, int64_t j0, int64_t j1, float* st, float* work) const {
     const PagedSeq& s = a_.seqs[it.seq];
@@ -128,10 +156,24 @@ class Runner {
     float* vt = kt + kKvTile * hd_;
     float* sc = vt + kKvTile * hd_;
     float* pr = sc + kKvTile;
-    for (int64_t b = j0; b < j1; b += kKvTile) {
-      const int64_t b1 = std::min(j1, b + kKvTile);
-      load_rows(a_.kv.k, s.block_table, b, b1, it.kvh, kt);
-      load_rows(a_.kv.v, s.block_table, b, b1, it.kvh, vt);
+    const bool in_place = ops_.tile != nullptr && a_.kv.type != KvRowType::kQ8_0;
+    const size_t elem = a_.kv.type == KvRowType::kF16 ? 2 : 4;
+    const int64_t stride = in_place ? static_cast<int64_t>(a_.kv.row_bytes / static_cast<size_t>(a_.kv.n_slices))
+                                    : hd_ * 4;
+    for (int64_t b = j0, b1; b < j1; b = b1) {
+      b1 = tile_end(b, j1);
+      const uint8_t* kp;
+      const uint8_t* vp;
+      if (in_place) {
+        int64_t e0 = 0;
+        kp = head_at(a_.kv.k, s.block_table, b, it.kvh, &e0) + static_cast<size_t>(e0) * elem;
+        vp = head_at(a_.kv.v, s.block_table, b, it.kvh, &e0) + static_cast<size_t>(e0) * elem;
+      } else {
+        load_rows(a_.kv.k, s.block_table, b, b1, it.kvh, kt);
+        load_rows(a_.kv.v, s.block_table, b, b1, it.kvh, vt);
+        kp = reinterpret_cast<const uint8_t*>(kt);
+        vp = reinterpret_cast<const uint8_t*>(vt);
+      }
       for (int32_t qi = 0; qi < it.n_tok; ++qi) {
         const int64_t limit = s.pos0 + it.tok0 + qi + 1;  // causal: positions < limit
         const int64_t n = std::min(b1, limit) - b;
@@ -139,18 +181,11 @@ class Runner {
         const float* q0 = s.q + ((static_cast<int64_t>(it.tok0) + qi) * a_.n_head + it.kvh * group_) * hd_;
         for (int64_t g = 0; g < group_; ++g) {
           float* x = st + static_cast<size_t>(qi * group_ + g) * sf;  // [m, l, acc]
-          ops_.scores(q0 + g * hd_, kt, n, hd_, a_.scale, sc);
-          float mb = sc[0];
-          for (int64_t j = 1; j < n; ++j) mb = std::max(mb, sc[j]);
-          float r = 1.0f;
-          if (mb > x[0]) {
-            r = x[0] == kNegInf ? 0.0f : std::exp(x[0] - mb);
-            x[0] = mb;
+          if (ops_.tile != nullptr) {
+            ops_.tile(q0 + g * hd_, kp, vp, stride, in_place && elem == 2, n, hd_, a_.scale, x);
+          } else {
+            tile_composed(q0 + g * hd_, kt, vt, n, x, sc, pr);
           }
-          float sum = 0.0f;
-          for (int64_t j = 0; j < n; ++j) sum += (pr[j] = std::exp(sc[j] - x[0]));
-          x[1] = x[1] * r + sum;
-          ops_.accumulate(x + 2, r, pr, vt, n, hd_);
         }
       }
     }

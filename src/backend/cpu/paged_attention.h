@@ -16,12 +16,18 @@
 //   query at position P:  chunks [0,256) [256,512) ... [c*256, P+1)
 //   each chunk starts from (m=-inf, l=0, acc=0); states merge in chunk order.
 //
-// Because chunking and fold order depend only on a query's position, its output
-// has the same bits whether it is decoded alone or inside a prefill batch, and
-// whatever the thread count. Work items are (sequence, token, kv head): all query
-// heads of one KV head are handled together so each K/V row is converted once per
-// group. With few items (decode), chunks of one item are spread over threads
-// (split-KV) and folded in a second pass. No allocation: callers pass `partials`.
+// Inside a chunk, tiles of at most 16 positions that never span two blocks
+// (so one head's positions of a tile are equally spaced) are the unit of a
+// softmax rescale. At AVX-512, f32 and f16 K/V are read in place by a fused
+// kernel (16 scores at once, vector exp, f16 converted in registers); q8_0, and
+// the levels without that kernel, convert a tile to floats first.
+//
+// Because chunking, tiling and fold order depend only on a query's position, its
+// output has the same bits whether it is decoded alone or inside a prefill batch,
+// and whatever the thread count. Work items are (sequence, token, kv head): all
+// query heads of one KV head are handled together. With few items (decode),
+// chunks of one item are spread over threads (split-KV) and folded in a second
+// pass. No allocation: callers pass `partials`.
 #pragma once
 
 #include <cstddef>

@@ -49,6 +49,6 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 
 }  // namespace
 
-PagedVecOps paged_vec_ops_avx2() { return PagedVecOps{scores, accumulate, f16_to_f32}; }
+PagedVecOps paged_vec_ops_avx2() { return PagedVecOps{scores, accumulate, f16_to_f32, nullptr}; }
 
 }  // namespace sluice::cpu

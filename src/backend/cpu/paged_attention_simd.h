@@ -7,12 +7,23 @@
 
 namespace sluice::cpu {
 
+// Most positions one tile() call advances a query over.
+constexpr int64_t kPagedTileMax = 16;
+
 struct PagedVecOps {
   // s[j] = scale * sum_i q[i] k[j][i]            k: [n, hd] rows, s: [n]
   void (*scores)(const float* q, const float* k, int64_t n, int64_t hd, float scale, float* s);
   // acc[i] = acc[i] * r + sum_j p[j] v[j][i]      v: [n, hd] rows
   void (*accumulate)(float* acc, float r, const float* p, const float* v, int64_t n, int64_t hd);
   void (*f16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+  // One query head's online-softmax state x = [m, l, acc[hd]] advanced over
+  // n <= kPagedTileMax positions whose K rows are at k + j * stride bytes (V rows
+  // at v + j * stride), f16 values when `f16`, else f32. Reads K/V where they
+  // lie (no converted copy); the arithmetic does not depend on the element type,
+  // so f16 rows and the same values as f32 rows give the same bits. Null where a
+  // level has no fused kernel: the caller then composes scores/accumulate.
+  void (*tile)(const float* q, const uint8_t* k, const uint8_t* v, int64_t stride, bool f16, int64_t n, int64_t hd,
+               float scale, float* x);
 };
 
 PagedVecOps paged_vec_ops_avx2();

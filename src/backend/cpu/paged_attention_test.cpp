@@ -23,6 +23,7 @@ struct Shape {
   int64_t n_head, n_head_kv, hd, n_ctx, bs = 16;
   KvRowType type = KvRowType::kF32;
   int64_t slices = 1;  // 1: rows; n_head_kv: head-major inside each block
+  bool f16_values = false;  // values rounded through f16 first (whatever the row type)
 };
 
 // Builds paged K/V rows from contiguous floats with a shuffled block table, and
@@ -45,8 +46,12 @@ PagedData make_paged(const Shape& s, uint32_t seed) {
   std::iota(d.table.begin(), d.table.end(), 0);
   std::mt19937 rng(seed);
   std::shuffle(d.table.begin(), d.table.end(), rng);
-  const auto kf = random_floats(static_cast<size_t>(s.n_ctx * n_kv), seed + 1);
-  const auto vf = random_floats(static_cast<size_t>(s.n_ctx * n_kv), seed + 2);
+  auto kf = random_floats(static_cast<size_t>(s.n_ctx * n_kv), seed + 1);
+  auto vf = random_floats(static_cast<size_t>(s.n_ctx * n_kv), seed + 2);
+  if (s.f16_values) {
+    for (float& x : kf) x = f16_to_f32(f32_to_f16(x));
+    for (float& x : vf) x = f16_to_f32(f32_to_f16(x));
+  }
   d.k.assign(static_cast<size_t>(n_blocks * s.bs) * d.row_bytes, 0);
   d.v = d.k;
   d.k_ref.resize(kf.size());
@@ -114,9 +119,16 @@ std::vector<float> run_paged(const Shape& s, const PagedData& d, const std::vect
 TEST(PagedAttention, MatchesContiguousReferenceForEveryRowTypeLayoutAndIsa) {
   for (KvRowType type : {KvRowType::kF32, KvRowType::kF16, KvRowType::kQ8_0})
   for (bool by_head : {false, true}) {
-    for (Shape s : {Shape{8, 2, 64, 300}, Shape{4, 4, 32, 40}, Shape{8, 1, 64, 600}}) {
+    // head_dim 64 and 128 take the fused kernel's register paths, 32/40/8 its
+    // generic one (40 and 8 with a masked tail); blocks of 8 and 32 move the
+    // tile boundaries (a tile never spans two blocks).
+    for (Shape s : {Shape{8, 2, 64, 300}, Shape{4, 4, 32, 40}, Shape{8, 1, 64, 600}, Shape{4, 2, 128, 70, 32},
+                    Shape{6, 3, 40, 90, 8}, Shape{8, 4, 8, 45}}) {
       s.type = type;
       s.slices = by_head ? s.n_head_kv : 1;
+      // q8_0 holds whole blocks of 32 values: rows (and head slices) of 32k values.
+      if (type == KvRowType::kQ8_0 && (s.n_head_kv * s.hd) % 32 != 0) continue;
+      if (type == KvRowType::kQ8_0 && by_head && s.hd % 32 != 0) continue;
       const PagedData d = make_paged(s, 11);
       const int64_t pos0 = s.n_ctx - 5, n = 5;
       const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 3);
@@ -150,6 +162,24 @@ TEST(PagedAttention, HeadMajorBlocksGiveTheBitsOfRowBlocks) {
     const auto q = random_floats(static_cast<size_t>(n * rows.n_head * rows.hd), 4);
     EXPECT_EQ(run_paged(rows, a, q, pos0, n, 2, active_isa()), run_paged(heads, b, q, pos0, n, 2, active_isa()))
         << "type " << static_cast<int>(type);
+  }
+}
+
+// The fused kernel reads f16 rows in place; its arithmetic must not depend on
+// how a value is stored.
+TEST(PagedAttention, F16RowsGiveTheBitsOfTheSameValuesInF32) {
+  for (Shape s : {Shape{8, 2, 64, 150}, Shape{4, 4, 40, 70, 8}}) {
+    s.f16_values = true;
+    s.slices = s.n_head_kv;
+    Shape f32 = s, f16 = s;
+    f16.type = KvRowType::kF16;
+    const PagedData a = make_paged(f32, 17), b = make_paged(f16, 17);
+    ASSERT_EQ(a.k_ref, b.k_ref);
+    const int64_t n = 9, pos0 = s.n_ctx - n;
+    const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 6);
+    for (int isa = 0; isa <= static_cast<int>(max_supported_isa()); ++isa)
+      EXPECT_EQ(run_paged(f32, a, q, pos0, n, 2, static_cast<Isa>(isa)), run_paged(f16, b, q, pos0, n, 2, static_cast<Isa>(isa)))
+          << "head_dim " << s.hd << " isa " << isa;
   }
 }
 
