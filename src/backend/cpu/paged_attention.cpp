@@ -1,6 +1,7 @@
 #include "backend/cpu/paged_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -300,9 +301,18 @@ void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_part
                      n_partials - static_cast<size_t>(nt) * tsf >= split_need;
 
   if (!split) {
-    pool.run_on_all([&](int ti, int n) {
+    // Threads claim runs of consecutive items: the kv heads of one sequence's
+    // tokens, whose K/V slices are neighbours in the same blocks, go to one
+    // thread in order (the memory system streams them), and claiming in turn
+    // evens out sequences of different lengths and a thread slowed by the machine.
+    const int64_t run_len = std::clamp<int64_t>(n_items / (4 * nt), 1, a.n_head_kv);
+    std::atomic<int64_t> next{0};
+    pool.run_on_all([&](int ti, int) {
       float* scratch = partials + static_cast<size_t>(ti) * tsf;
-      for (int64_t i = ti; i < n_items; i += n) run.whole(item_at(i), scratch);
+      for (int64_t i0 = next.fetch_add(run_len, std::memory_order_relaxed); i0 < n_items;
+           i0 = next.fetch_add(run_len, std::memory_order_relaxed)) {
+        for (int64_t i = i0; i < std::min(n_items, i0 + run_len); ++i) run.whole(item_at(i), scratch);
+      }
     });
     return;
   }
