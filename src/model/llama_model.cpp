@@ -72,6 +72,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Mod
   m->gate_.resize(sz(nb * h.n_ff));
   m->up_.resize(sz(nb * h.n_ff));
   m->cos_sin_.resize(sz(nb * h.n_rot));
+  m->kv_rows_.resize(sz(nb));
   const int64_t widest = std::max({h.n_embd, h.n_ff, h.n_embd_q()});
   m->act_.resize(cpu::matmul_scratch_bytes(nb, widest));
   m->isa_ = cpu::active_isa();
@@ -394,6 +395,14 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
     return static_cast<size_t>(s.block_table[static_cast<size_t>(pos / bs)] * bs + pos % bs);
   };
 
+  // Each token's K/V row in the store (the same in every layer).
+  {
+    int64_t t = 0;
+    for (const ForwardSeq& s : seqs)
+      for (size_t i = 0; i < s.tokens.size(); ++i, ++t)
+        kv_rows_[static_cast<size_t>(t)] = static_cast<int64_t>(kv_row(s, s.pos0 + static_cast<int64_t>(i)));
+  }
+
   for (int64_t l = 0; l < h.n_layer; ++l) {
     LayerWeights& w = layers_[static_cast<size_t>(l)];
     if (source_) {
@@ -416,32 +425,28 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
     emit("attn_norm", l, xn, n, h.n_embd);
     const cpu::MatmulJob qkv[3] = {{w.wq, q_.data()}, {w.wk, k_.data()}, {w.wv, v_.data()}};
     cpu::matmul_group(qkv, xn, h.n_embd, n, act_.data(), *pool_, isa_);
+    // Bias, RoPE, and the token's K/V rows into the paged store (its own row).
+    uint8_t* k_rows = kv.k_layer(l);
+    uint8_t* v_rows = kv.v_layer(l);
     per_token([&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         float* q = q_.data() + t * h.n_embd_q();
         float* k = k_.data() + t * n_kv;
+        float* v = v_.data() + t * n_kv;
         if (!w.bq.empty()) cpu::fast::add(q, w.bq.data(), q, h.n_embd_q(), isa_);
         if (!w.bk.empty()) cpu::fast::add(k, w.bk.data(), k, n_kv, isa_);
-        if (!w.bv.empty()) cpu::fast::add(v_.data() + t * n_kv, w.bv.data(), v_.data() + t * n_kv, n_kv, isa_);
+        if (!w.bv.empty()) cpu::fast::add(v, w.bv.data(), v, n_kv, isa_);
         const float* cs = cos_sin_.data() + t * h.n_rot;
         cpu::fast::rope(q, h.n_head, h.head_dim, h.n_rot, cs, layout, isa_);
         cpu::fast::rope(k, h.n_head_kv, h.head_dim, h.n_rot, cs, layout, isa_);
+        kv.store_row(k, k_rows, kv_rows_[static_cast<size_t>(t)]);
+        kv.store_row(v, v_rows, kv_rows_[static_cast<size_t>(t)]);
       }
     });
     emit("q", l, q_.data(), n, h.n_embd_q());
     emit("k", l, k_.data(), n, n_kv);
     emit("v", l, v_.data(), n, n_kv);
-    uint8_t* k_rows = kv.k_layer(l);
-    uint8_t* v_rows = kv.v_layer(l);
     int64_t t = 0;
-    for (const ForwardSeq& s : seqs) {
-      for (size_t i = 0; i < s.tokens.size(); ++i, ++t) {
-        const size_t row = kv_row(s, s.pos0 + static_cast<int64_t>(i));
-        kv.store_row(k_.data() + t * n_kv, k_rows, static_cast<int64_t>(row));
-        kv.store_row(v_.data() + t * n_kv, v_rows, static_cast<int64_t>(row));
-      }
-    }
-    t = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       const ForwardSeq& s = seqs[i];
       attn_seqs_[i] = cpu::PagedSeq{.q = q_.data() + t * h.n_embd_q(), .out = att_.data() + t * h.n_embd_q(),

@@ -165,6 +165,7 @@ class LlamaModel {
   std::vector<float> cos_sin_;  // [n_batch, n_rot / 2, 2]
   std::vector<float> attn_partials_;  // paged attention scratch
   std::vector<cpu::PagedSeq> attn_seqs_;  // [max_seqs]
+  std::vector<int64_t> kv_rows_;  // [n_batch] each token's row in the KV store
   std::vector<uint8_t> act_;    // converted matmul activations, matmul_scratch_bytes(n_batch, widest)
   cpu::Isa isa_ = cpu::Isa::kScalar;
   int64_t max_seqs_ = 0;
