@@ -138,6 +138,13 @@ struct Engine::Impl {
   std::vector<float> logprob_buf;
   std::vector<spec::DraftTask> tasks;
   std::vector<float> verify_scratch;  // [n_vocab]
+  // Plain (non-draft) draws of one step, made in parallel before the outputs are assembled.
+  struct Draw {
+    Sampler* sampler;
+    const float* logits;
+    int32_t token;
+  };
+  std::vector<Draw> draws;
   spec::StepCost step_cost;           // target forward seconds against batch tokens
   spec::DraftLength all_seqs_len{{.decay = 0.98}};  // acceptance over every sequence: the prior of new ones
   double draft_s_per_token = 0;       // proposer seconds per draft position (EMA)
@@ -255,6 +262,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e.logits.resize(static_cast<size_t>(n_rows * e.model->hparams().n_vocab));
   e.verify_scratch.resize(static_cast<size_t>(e.model->hparams().n_vocab));
   e.tasks.reserve(static_cast<size_t>(config.max_seqs));
+  e.draws.reserve(static_cast<size_t>(config.max_seqs));
   e.logprob_buf.resize(static_cast<size_t>(e.model->hparams().n_vocab));
   e.fseqs.reserve(static_cast<size_t>(config.max_seqs));
   e.metrics.kv_blocks_total->set(static_cast<double>(n_blocks));
@@ -525,7 +533,31 @@ void Engine::Impl::step() {
 
 void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vector<Sampled>* sampled) {
   const int64_t n_vocab = model->hparams().n_vocab;
+  // Plain draws first, over the model's threads: each sequence's sampler is its
+  // own state (penalty counts, RNG), so the order they run in does not matter.
+  draws.clear();
   int64_t row = 0;
+  for (const ScheduledSeq& s : plan.seqs) {
+    if (!s.sample) continue;
+    const float* lg = logits.data() + row * n_vocab;
+    row += 1 + s.n_draft;
+    auto it = owner.find(s.id);
+    if (it == owner.end() || s.n_draft > 0) continue;
+    draws.push_back(Draw{reqs.at(it->second.first).outs[static_cast<size_t>(it->second.second)].sampler.get(), lg, -1});
+  }
+  auto draw = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      Draw& d = draws[static_cast<size_t>(i)];
+      d.token = d.sampler->sample(d.logits);
+      d.sampler->accept(d.token);
+    }
+  };
+  const auto n_draws = static_cast<int64_t>(draws.size());
+  if (n_draws >= 2) model->thread_pool()->parallel_for(n_draws, draw);
+  else draw(0, n_draws);
+
+  size_t next_draw = 0;
+  row = 0;
   for (const ScheduledSeq& s : plan.seqs) {
     if (!s.sample) continue;
     const float* lg = logits.data() + row * n_vocab;
@@ -551,9 +583,7 @@ void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vecto
       metrics.spec_passes->add(1);
       metrics.spec_emitted->add(v.n_accepted + 1);
     } else {
-      const int32_t token = o.sampler->sample(lg);
-      o.sampler->accept(token);
-      so.tokens.push_back(token);
+      so.tokens.push_back(draws[next_draw++].token);
     }
     sampled->push_back(Sampled{it->second.first, &o, out->seqs.size(), lg});
     out->seqs.push_back(std::move(so));
