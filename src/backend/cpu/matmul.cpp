@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 
 #include "backend/cpu/repack.h"
 #include "base/check.h"
@@ -121,14 +122,18 @@ void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in,
   if (!convert_inside) convert(0, n_tok);
   if (convert_inside) pool.parallel_for(n_tok, convert);
 
-  pool.run_on_all([&](int ti, int nt) {
-    auto split = [&](int i) {
-      const int64_t r = total * i / nt;
-      return i == nt ? total : std::min(total, (r + 8) / 16 * 16);
-    };
-    int64_t begin = split(ti), end = split(ti + 1);
+  // Three quarters of the rows are split evenly, one contiguous range per
+  // thread (a long sequential weight stream each); the last quarter is claimed
+  // in turn, in shrinking runs (1/(2 n_threads) of what is left, multiples of
+  // 32 rows = two 16-row groups), so that a thread the machine slowed down (a
+  // busy core, an interrupt, a descheduled vCPU) does not hold the others at
+  // the barrier. y[t][r] does not depend on which thread computes row r.
+  const int nt = pool.n_threads();
+  const int64_t fixed = total * 3 / 4 / (32 * nt) * 32;  // rows of each thread's own range
+  std::atomic<int64_t> next_row{fixed * nt};
+  auto compute = [&](int64_t begin, int64_t end) {
     int64_t base = 0;
-    for (int j = 0; j < n_jobs && begin < end; ++j) {
+    for (int j = 0; j < n_jobs && base < end; ++j) {
       const WeightView& w = jobs[static_cast<size_t>(j)].w;
       const int64_t lo = std::max(begin, base), hi = std::min(end, base + w.n_out);
       if (lo < hi) {
@@ -137,6 +142,20 @@ void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in,
                            jobs[static_cast<size_t>(j)].y, w.n_out, lo - base, hi - base);
       }
       base += w.n_out;
+    }
+  };
+  pool.run_on_all([&](int ti, int) {
+    if (fixed > 0) compute(ti * fixed, (ti + 1) * fixed);
+    int64_t begin = next_row.load(std::memory_order_relaxed);
+    for (;;) {
+      int64_t end = 0;
+      do {
+        if (begin >= total) return;
+        const int64_t run = std::max<int64_t>(32, ((total - begin) / (2 * nt) + 31) / 32 * 32);
+        end = std::min(total, begin + run);
+      } while (!next_row.compare_exchange_weak(begin, end, std::memory_order_relaxed));
+      compute(begin, end);
+      begin = next_row.load(std::memory_order_relaxed);
     }
   });
 }
