@@ -47,12 +47,14 @@ constexpr int64_t kKvTile = kPagedTileMax;
 constexpr int64_t kQueryTile = 8;
 
 // One unit of work: up to kQueryTile consecutive query tokens of a sequence,
-// for one kv head (all its query heads).
+// for kv heads [kvh, kvh + n_kvh) (all their query heads). Its states are
+// [n_tok][n_kvh][group], one per query head.
 struct Item {
   int32_t seq;
   int32_t tok0;
   int32_t n_tok;
   int32_t kvh;
+  int32_t n_kvh;
 };
 
 // Online-softmax state of one query head: [m, l, acc[head_dim]].
@@ -64,10 +66,12 @@ class Runner {
       : a_(a), ops_(vec_ops(isa)), group_(a.n_head / a.n_head_kv), hd_(a.head_dim) {}
 
   int64_t group() const { return group_; }
-  // States of one item: [n_tok][group] query heads.
-  size_t item_state_floats() const { return static_cast<size_t>(kQueryTile * group_) * state_floats(hd_); }
-  // Scratch of one thread: running + chunk states, K/V tile, scores.
-  size_t thread_floats() const { return 2 * item_state_floats() + 2 * kKvTile * hd_ + 2 * kKvTile; }
+  // States of an item of at most n_kvh kv heads: [kQueryTile][n_kvh][group] query heads.
+  size_t item_state_floats(int64_t n_kvh) const {
+    return static_cast<size_t>(kQueryTile * n_kvh * group_) * state_floats(hd_);
+  }
+  // Scratch of one thread: running + chunk states of an item of every kv head, K/V tile, scores.
+  size_t thread_floats() const { return 2 * item_state_floats(a_.n_head_kv) + 2 * kKvTile * hd_ + 2 * kKvTile; }
   // Positions the last query of the item attends to.
   int64_t n_pos(const Item& it) const { return a_.seqs[it.seq].pos0 + it.tok0 + it.n_tok; }
   int64_t n_chunks(const Item& it) const { return (n_pos(it) + kPagedKvChunk - 1) / kPagedKvChunk; }
@@ -148,7 +152,7 @@ class Runner {
   void chunk(const Item& it, int64_t j0, int64_t j1, float* st, float* work) const {
     const PagedSeq& s = a_.seqs[it.seq];
     const size_t sf = state_floats(hd_);
-    for (int64_t k = 0; k < it.n_tok * group_; ++k) {
+    for (int64_t k = 0; k < it.n_tok * it.n_kvh * group_; ++k) {
       float* x = st + static_cast<size_t>(k) * sf;
       x[0] = kNegInf;
       std::fill(x + 1, x + sf, 0.0f);
@@ -163,29 +167,34 @@ class Runner {
                                     : hd_ * 4;
     for (int64_t b = j0, b1; b < j1; b = b1) {
       b1 = tile_end(b, j1);
-      const uint8_t* kp;
-      const uint8_t* vp;
-      if (in_place) {
-        int64_t e0 = 0;
-        kp = head_at(a_.kv.k, s.block_table, b, it.kvh, &e0) + static_cast<size_t>(e0) * elem;
-        vp = head_at(a_.kv.v, s.block_table, b, it.kvh, &e0) + static_cast<size_t>(e0) * elem;
-      } else {
-        load_rows(a_.kv.k, s.block_table, b, b1, it.kvh, kt);
-        load_rows(a_.kv.v, s.block_table, b, b1, it.kvh, vt);
-        kp = reinterpret_cast<const uint8_t*>(kt);
-        vp = reinterpret_cast<const uint8_t*>(vt);
-      }
-      for (int32_t qi = 0; qi < it.n_tok; ++qi) {
-        const int64_t limit = s.pos0 + it.tok0 + qi + 1;  // causal: positions < limit
-        const int64_t n = std::min(b1, limit) - b;
-        if (n <= 0) continue;
-        const float* q0 = s.q + ((static_cast<int64_t>(it.tok0) + qi) * a_.n_head + it.kvh * group_) * hd_;
-        for (int64_t g = 0; g < group_; ++g) {
-          float* x = st + static_cast<size_t>(qi * group_ + g) * sf;  // [m, l, acc]
-          if (ops_.tile != nullptr) {
-            ops_.tile(q0 + g * hd_, kp, vp, stride, in_place && elem == 2, n, hd_, a_.scale, x);
-          } else {
-            tile_composed(q0 + g * hd_, kt, vt, n, x, sc, pr);
+      // The item's kv heads in order: with head-major blocks their slices of a
+      // block are neighbours, read front to back.
+      for (int32_t hi = 0; hi < it.n_kvh; ++hi) {
+        const int64_t kvh = it.kvh + hi;
+        const uint8_t* kp;
+        const uint8_t* vp;
+        if (in_place) {
+          int64_t e0 = 0;
+          kp = head_at(a_.kv.k, s.block_table, b, kvh, &e0) + static_cast<size_t>(e0) * elem;
+          vp = head_at(a_.kv.v, s.block_table, b, kvh, &e0) + static_cast<size_t>(e0) * elem;
+        } else {
+          load_rows(a_.kv.k, s.block_table, b, b1, kvh, kt);
+          load_rows(a_.kv.v, s.block_table, b, b1, kvh, vt);
+          kp = reinterpret_cast<const uint8_t*>(kt);
+          vp = reinterpret_cast<const uint8_t*>(vt);
+        }
+        for (int32_t qi = 0; qi < it.n_tok; ++qi) {
+          const int64_t limit = s.pos0 + it.tok0 + qi + 1;  // causal: positions < limit
+          const int64_t n = std::min(b1, limit) - b;
+          if (n <= 0) continue;
+          const float* q0 = s.q + ((static_cast<int64_t>(it.tok0) + qi) * a_.n_head + kvh * group_) * hd_;
+          for (int64_t g = 0; g < group_; ++g) {
+            float* x = st + static_cast<size_t>((qi * it.n_kvh + hi) * group_ + g) * sf;  // [m, l, acc]
+            if (ops_.tile != nullptr) {
+              ops_.tile(q0 + g * hd_, kp, vp, stride, in_place && elem == 2, n, hd_, a_.scale, x);
+            } else {
+              tile_composed(q0 + g * hd_, kt, vt, n, x, sc, pr);
+            }
           }
         }
       }
@@ -195,7 +204,7 @@ class Runner {
   // into = fold(into, part) for every query head of the item.
   void merge(const Item& it, float* into, const float* part) const {
     const size_t sf = state_floats(hd_);
-    for (int64_t k = 0; k < it.n_tok * group_; ++k) {
+    for (int64_t k = 0; k < it.n_tok * it.n_kvh * group_; ++k) {
       float* x = into + static_cast<size_t>(k) * sf;
       const float* y = part + static_cast<size_t>(k) * sf;
       if (y[0] == kNegInf) continue;  // this query saw no position of the chunk
@@ -212,9 +221,9 @@ class Runner {
     const PagedSeq& s = a_.seqs[it.seq];
     const size_t sf = state_floats(hd_);
     for (int32_t qi = 0; qi < it.n_tok; ++qi) {
-      for (int64_t g = 0; g < group_; ++g) {
-        const float* x = st + static_cast<size_t>(qi * group_ + g) * sf;
-        float* o = s.out + ((static_cast<int64_t>(it.tok0) + qi) * a_.n_head + it.kvh * group_ + g) * hd_;
+      for (int64_t k = 0; k < it.n_kvh * group_; ++k) {  // query heads kvh * group + k
+        const float* x = st + static_cast<size_t>(qi * it.n_kvh * group_ + k) * sf;
+        float* o = s.out + ((static_cast<int64_t>(it.tok0) + qi) * a_.n_head + it.kvh * group_ + k) * hd_;
         const float inv = 1.0f / x[1];
         for (int64_t d = 0; d < hd_; ++d) o[d] = x[2 + d] * inv;
       }
@@ -229,8 +238,8 @@ class Runner {
   // The whole item on one thread: chunk 0, then fold chunks 1.. in order.
   void whole(const Item& it, float* scratch) const {
     float* run = scratch;
-    float* part = scratch + item_state_floats();
-    float* work = part + item_state_floats();
+    float* part = scratch + item_state_floats(a_.n_head_kv);
+    float* work = part + item_state_floats(a_.n_head_kv);
     auto [j0, j1] = chunk_range(it, 0);
     chunk(it, j0, j1, run, work);
     for (int64_t c = 1; c < n_chunks(it); ++c) {
@@ -260,7 +269,7 @@ size_t paged_attention_partials_floats(int64_t max_items, int64_t max_ctx, int64
   const int64_t max_chunks = (max_ctx + kPagedKvChunk - 1) / kPagedKvChunk;
   const int64_t split_items = std::min(max_items, split_max_items(n_threads));
   return static_cast<size_t>(n_threads) * run.thread_floats() +
-         static_cast<size_t>(split_items * max_chunks) * run.item_state_floats();
+         static_cast<size_t>(split_items * max_chunks) * run.item_state_floats(1);
 }
 
 void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_partials, ThreadPool& pool, Isa isa) {
@@ -271,57 +280,61 @@ void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_part
   const size_t tsf = run.thread_floats();
   CHECK(n_partials >= static_cast<size_t>(nt) * tsf);
 
-  // Items: per sequence, query tiles of kQueryTile tokens x kv heads.
-  int64_t n_items = 0;
+  // Items: per sequence, query tiles of kQueryTile tokens x runs of hpi kv heads.
+  int64_t n_tiles = 0;
   int64_t max_chunks = 0;
   for (const PagedSeq& s : a.seqs) {
-    n_items += (s.n_tokens + kQueryTile - 1) / kQueryTile * a.n_head_kv;
+    n_tiles += (s.n_tokens + kQueryTile - 1) / kQueryTile;
     max_chunks = std::max(max_chunks, (s.pos0 + s.n_tokens + kPagedKvChunk - 1) / kPagedKvChunk);
   }
-  auto item_at = [&](int64_t idx) {
+  auto item_at = [&](int64_t idx, int64_t hpi) {
+    const int64_t runs = (a.n_head_kv + hpi - 1) / hpi;  // head runs per query tile
     int32_t si = 0;
     for (;;) {
       const int64_t tiles = (a.seqs[si].n_tokens + kQueryTile - 1) / kQueryTile;
-      if (idx < tiles * a.n_head_kv) {
-        const int64_t tile = idx / a.n_head_kv;
-        const int64_t tok0 = tile * kQueryTile;
+      if (idx < tiles * runs) {
+        const int64_t tok0 = idx / runs * kQueryTile;
+        const int64_t kvh = idx % runs * hpi;
         return Item{si, static_cast<int32_t>(tok0),
                     static_cast<int32_t>(std::min(kQueryTile, a.seqs[si].n_tokens - tok0)),
-                    static_cast<int32_t>(idx % a.n_head_kv)};
+                    static_cast<int32_t>(kvh), static_cast<int32_t>(std::min(hpi, a.n_head_kv - kvh))};
       }
-      idx -= tiles * a.n_head_kv;
+      idx -= tiles * runs;
       ++si;
     }
   };
 
-  const size_t isf = run.item_state_floats();
+  // Split-KV items are one kv head each.
+  const int64_t n_head_items = n_tiles * a.n_head_kv;
+  const size_t isf = run.item_state_floats(1);
   float* split_buf = partials + static_cast<size_t>(nt) * tsf;
-  const size_t split_need = static_cast<size_t>(n_items * max_chunks) * isf;
-  const bool split = nt > 1 && max_chunks > 1 && n_items <= split_max_items(nt) &&
+  const size_t split_need = static_cast<size_t>(n_head_items * max_chunks) * isf;
+  const bool split = nt > 1 && max_chunks > 1 && n_head_items <= split_max_items(nt) &&
                      n_partials - static_cast<size_t>(nt) * tsf >= split_need;
 
   if (!split) {
-    // Threads claim runs of consecutive items: the kv heads of one sequence's
-    // tokens, whose K/V slices are neighbours in the same blocks, go to one
-    // thread in order (the memory system streams them), and claiming in turn
+    // An item takes as many kv heads as still leaves about four items per
+    // thread: with head-major blocks, its heads' K/V slices of a block are one
+    // run of memory, read front to back. Threads claim items in turn, which
     // evens out sequences of different lengths and a thread slowed by the machine.
-    const int64_t run_len = std::clamp<int64_t>(n_items / (4 * nt), 1, a.n_head_kv);
+    const int64_t runs = std::clamp<int64_t>((4 * nt + n_tiles - 1) / n_tiles, 1, a.n_head_kv);
+    const int64_t hpi = (a.n_head_kv + runs - 1) / runs;
+    const int64_t n_items = n_tiles * ((a.n_head_kv + hpi - 1) / hpi);
     std::atomic<int64_t> next{0};
     pool.run_on_all([&](int ti, int) {
       float* scratch = partials + static_cast<size_t>(ti) * tsf;
-      for (int64_t i0 = next.fetch_add(run_len, std::memory_order_relaxed); i0 < n_items;
-           i0 = next.fetch_add(run_len, std::memory_order_relaxed)) {
-        for (int64_t i = i0; i < std::min(n_items, i0 + run_len); ++i) run.whole(item_at(i), scratch);
-      }
+      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_items;
+           i = next.fetch_add(1, std::memory_order_relaxed))
+        run.whole(item_at(i, hpi), scratch);
     });
     return;
   }
   // Split-KV: (item, chunk) units over threads, each a fresh chunk state...
-  const int64_t n_units = n_items * max_chunks;
+  const int64_t n_units = n_head_items * max_chunks;
   pool.run_on_all([&](int ti, int n) {
-    float* work = partials + static_cast<size_t>(ti) * tsf + 2 * isf;
+    float* work = partials + static_cast<size_t>(ti) * tsf + 2 * run.item_state_floats(a.n_head_kv);
     for (int64_t u = ti; u < n_units; u += n) {
-      const Item it = item_at(u / max_chunks);
+      const Item it = item_at(u / max_chunks, 1);
       const int64_t c = u % max_chunks;
       if (c >= run.n_chunks(it)) continue;
       auto [j0, j1] = run.chunk_range(it, c);
@@ -330,8 +343,8 @@ void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_part
   });
   // ...then folded per item in chunk order, exactly as whole() does.
   pool.run_on_all([&](int ti, int n) {
-    for (int64_t i = ti; i < n_items; i += n) {
-      const Item it = item_at(i);
+    for (int64_t i = ti; i < n_head_items; i += n) {
+      const Item it = item_at(i, 1);
       float* acc = split_buf + static_cast<size_t>(i * max_chunks) * isf;
       for (int64_t c = 1; c < run.n_chunks(it); ++c) run.merge(it, acc, split_buf + static_cast<size_t>(i * max_chunks + c) * isf);
       run.write_out(it, acc);

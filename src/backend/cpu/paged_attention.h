@@ -24,10 +24,13 @@
 //
 // Because chunking, tiling and fold order depend only on a query's position, its
 // output has the same bits whether it is decoded alone or inside a prefill batch,
-// and whatever the thread count. Work items are (sequence, token, kv head): all
-// query heads of one KV head are handled together. With few items (decode),
-// chunks of one item are spread over threads (split-KV) and folded in a second
-// pass. No allocation: callers pass `partials`.
+// and whatever the thread count. Work items are (sequence, up to 8 tokens, a run
+// of kv heads): all query heads of those kv heads are handled together, and with
+// head-major blocks the run's slices of a block are one stretch of memory. Items
+// take as many kv heads as leave about four per thread and are claimed in turn.
+// With few items (decode of long contexts), chunks of one kv head are spread over
+// threads (split-KV) and folded in a second pass. No allocation: callers pass
+// `partials`.
 #pragma once
 
 #include <cstddef>

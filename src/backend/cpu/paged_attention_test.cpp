@@ -200,6 +200,31 @@ TEST(PagedAttention, DecodeEqualsPrefillBitForBitAcrossThreadCounts) {
   }
 }
 
+// Items take several kv heads when there are few threads for the query tiles
+// (one item per tile on one thread) and one when there are many; a query head's
+// arithmetic is the same either way.
+TEST(PagedAttention, ItemsOfManyKvHeadsGiveTheBitsOfOneHeadItems) {
+  for (KvRowType type : {KvRowType::kF16, KvRowType::kQ8_0}) {
+    Shape s{8, 4, 64, 300};
+    s.type = type;
+    s.slices = s.n_head_kv;
+    const PagedData d = make_paged(s, 41);
+    const int64_t n = 48, pos0 = s.n_ctx - n;
+    const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 12);
+    const auto wide = run_paged(s, d, q, pos0, n, 1, active_isa());     // 6 tiles: items of 4 kv heads
+    const auto narrow = run_paged(s, d, q, pos0, n, 8, active_isa());  // 6 tiles x 4 heads < 32 items
+    EXPECT_EQ(wide, narrow) << "type " << static_cast<int>(type);
+    std::vector<float> ref(q.size());
+    ThreadPool one(1);
+    std::vector<float> scratch(static_cast<size_t>(s.hd));
+    attention(AttentionArgs{.q = q.data(), .k = d.k_ref.data(), .v = d.v_ref.data(), .out = ref.data(),
+                            .n_tokens = n, .pos0 = pos0, .n_head = s.n_head, .n_head_kv = s.n_head_kv,
+                            .head_dim = s.hd, .scale = 1.0f / std::sqrt(static_cast<float>(s.hd))},
+              scratch.data(), one);
+    EXPECT_LT(nmse(wide.data(), ref.data(), wide.size()), 1e-10);
+  }
+}
+
 TEST(PagedAttention, ManySequencesOfDifferentLengthsInOneCall) {
   Shape s{4, 2, 32, 520};
   const PagedData d = make_paged(s, 21);
