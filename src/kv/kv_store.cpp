@@ -34,8 +34,7 @@ void store_values(KvDtype dtype, const float* src, uint8_t* dst, int64_t n) {
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
     case KvDtype::kF16: {
-      auto* h = reinterpret_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) h[i] = f32_to_f16(src[i]);
+      f32_to_f16_array(src, reinterpret_cast<uint16_t*>(dst), n);
       return;
     }
     case KvDtype::kQ8_0:

@@ -65,11 +65,9 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
     case DType::kF32:
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
       return;
-    case DType::kF16: {
-      auto* h = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) h[i] = f32_to_f16(src[i]);
+    case DType::kF16:
+      f32_to_f16_array(src, static_cast<uint16_t*>(dst), n);
       return;
-    }
     case DType::kBF16: {
       auto* h = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(src[i]);
