@@ -2,6 +2,8 @@
 #include "backend/cpu/paged_attention.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "backend/cpu/op_test_util.h"
 #include "backend/cpu/ops.h"
 #include "base/half.h"
+#include "base/huge_buffer.h"
 
 namespace sluice::cpu {
 namespace {
@@ -249,6 +252,60 @@ TEST(PagedAttention, ManySequencesOfDifferentLengthsInOneCall) {
   for (size_t i = 0; i < shapes.size(); ++i) {
     const auto alone = run_paged(s, d, qs[i], shapes[i].first, shapes[i].second, 2, active_isa());
     EXPECT_EQ(alone, outs[i]) << "sequence " << i;
+  }
+}
+
+// Decode attention of a serving step, for measuring (not run by default):
+//   build/test_backend --gtest_also_run_disabled_tests --gtest_filter=PagedAttention.DISABLED_Throughput
+// 16 sequences with one query token each, 110m shape (12 heads, head dim 64),
+// f16 K/V in head-major blocks of 16 on huge pages, blocks shuffled over a pool
+// of 256, 12 layers of their own (so the K/V come from memory, as in a step
+// where the weights pass through the caches between layers). Prints the median
+// step time over 30 steps and the K/V bytes read per second.
+TEST(PagedAttention, DISABLED_Throughput) {
+  const int64_t n_head = 12, n_head_kv = 12, hd = 64, bs = 16, n_layers = 12, n_seqs = 16, n_blocks = 256;
+  const size_t row_bytes = static_cast<size_t>(n_head_kv * hd) * 2;
+  const size_t layer_bytes = static_cast<size_t>(n_blocks * bs) * row_bytes;
+  HugeBuffer kv(layer_bytes * 2 * n_layers);
+  {
+    auto* h = reinterpret_cast<uint16_t*>(kv.data());
+    const auto vals = random_floats(4096, 3);
+    for (size_t i = 0; i < kv.size() / 2; ++i) h[i] = f32_to_f16(vals[i % vals.size()]);
+  }
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::mt19937 rng(1);
+  std::shuffle(table.begin(), table.end(), rng);
+  ThreadPool pool(2);
+  const size_t np = paged_attention_partials_floats(n_seqs * n_head_kv, 1024, n_head, n_head_kv, hd, pool.n_threads());
+  std::vector<float> partials(np);
+  const auto q = random_floats(static_cast<size_t>(n_seqs * n_head * hd), 5);
+  std::vector<float> out(q.size());
+  for (int64_t ctx : {72, 136}) {
+    const int64_t per_seq = (ctx + bs - 1) / bs;
+    ASSERT_LE(per_seq * n_seqs, n_blocks);
+    std::vector<PagedSeq> seqs;
+    for (int64_t i = 0; i < n_seqs; ++i)
+      seqs.push_back(PagedSeq{.q = q.data() + i * n_head * hd, .out = out.data() + i * n_head * hd, .n_tokens = 1,
+                              .pos0 = ctx - 1, .block_table = table.data() + i * per_seq});
+    std::vector<double> step_s;
+    for (int rep = 0; rep < 30; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t l = 0; l < n_layers; ++l) {
+        const uint8_t* k = kv.data() + static_cast<size_t>(2 * l) * layer_bytes;
+        PagedAttentionArgs a{.seqs = seqs,
+                             .kv = {.k = k, .v = k + layer_bytes, .row_bytes = row_bytes, .block_size = bs,
+                                    .type = KvRowType::kF16, .n_slices = n_head_kv},
+                             .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .scale = 0.125f};
+        paged_attention(a, partials.data(), np, pool);
+      }
+      step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(step_s.begin(), step_s.end());
+    const double med = step_s[step_s.size() / 2];
+    const double bytes = static_cast<double>(n_seqs * ctx * n_layers) * static_cast<double>(row_bytes) * 2;
+    std::printf("16 sequences x %3lld positions x 12 layers, f16 KV: %.3f ms per step (median of 30), %.1f GB/s of K/V\n",
+                static_cast<long long>(ctx), med * 1e3, bytes / med / 1e9);
   }
 }
 
