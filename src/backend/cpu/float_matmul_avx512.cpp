@@ -37,6 +37,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include "backend/cpu/float_matmul.h"
+#include "backend/cpu/vec_math_avx512.h"
 
 namespace sluice::cpu {
 namespace {
@@ -72,13 +73,7 @@ struct LoadBF16 {
   static __m512 tail(const uint8_t* row, int64_t i, __mmask16 m) { return widen(_mm256_maskz_loadu_epi16(m, row + i * 2)); }
 };
 
-inline float hsum(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_add_ss(b, _mm_movehdup_ps(b));
-  return _mm_cvtss_f32(b);
-}
+using avx512::hsum;
 
 // Tile of R rows starting at r x T tokens starting at t, f32 activations.
 template <class Load, int R, int T>

@@ -119,6 +119,18 @@ std::vector<float> run_paged(const Shape& s, const PagedData& d, const std::vect
   return std::vector<float>(out.data(), out.data() + out.size());
 }
 
+// The contiguous scalar reference (ops.h) over the stored (rounded) K/V values.
+std::vector<float> reference(const Shape& s, const PagedData& d, const std::vector<float>& q, int64_t pos0, int64_t n) {
+  std::vector<float> ref(q.size());
+  ThreadPool one(1);
+  std::vector<float> scratch(static_cast<size_t>(s.hd));
+  attention(AttentionArgs{.q = q.data(), .k = d.k_ref.data(), .v = d.v_ref.data(), .out = ref.data(),
+                          .n_tokens = n, .pos0 = pos0, .n_head = s.n_head, .n_head_kv = s.n_head_kv,
+                          .head_dim = s.hd, .scale = 1.0f / std::sqrt(static_cast<float>(s.hd))},
+            scratch.data(), one);
+  return ref;
+}
+
 TEST(PagedAttention, MatchesContiguousReferenceForEveryRowTypeLayoutAndIsa) {
   for (KvRowType type : {KvRowType::kF32, KvRowType::kF16, KvRowType::kQ8_0})
   for (bool by_head : {false, true}) {
@@ -135,13 +147,7 @@ TEST(PagedAttention, MatchesContiguousReferenceForEveryRowTypeLayoutAndIsa) {
       const PagedData d = make_paged(s, 11);
       const int64_t pos0 = s.n_ctx - 5, n = 5;
       const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 3);
-      std::vector<float> ref(q.size());
-      ThreadPool one(1);
-      std::vector<float> scratch(static_cast<size_t>(s.hd));
-      attention(AttentionArgs{.q = q.data(), .k = d.k_ref.data(), .v = d.v_ref.data(), .out = ref.data(),
-                              .n_tokens = n, .pos0 = pos0, .n_head = s.n_head, .n_head_kv = s.n_head_kv,
-                              .head_dim = s.hd, .scale = 1.0f / std::sqrt(static_cast<float>(s.hd))},
-                scratch.data(), one);
+      const auto ref = reference(s, d, q, pos0, n);
       for (int isa = 0; isa <= static_cast<int>(max_supported_isa()); ++isa) {
         const auto out = run_paged(s, d, q, pos0, n, 2, static_cast<Isa>(isa));
         EXPECT_LT(nmse(out.data(), ref.data(), out.size()), 1e-10)
@@ -217,13 +223,7 @@ TEST(PagedAttention, ItemsOfManyKvHeadsGiveTheBitsOfOneHeadItems) {
     const auto wide = run_paged(s, d, q, pos0, n, 1, active_isa());     // 6 tiles: items of 4 kv heads
     const auto narrow = run_paged(s, d, q, pos0, n, 8, active_isa());  // 6 tiles x 4 heads < 32 items
     EXPECT_EQ(wide, narrow) << "type " << static_cast<int>(type);
-    std::vector<float> ref(q.size());
-    ThreadPool one(1);
-    std::vector<float> scratch(static_cast<size_t>(s.hd));
-    attention(AttentionArgs{.q = q.data(), .k = d.k_ref.data(), .v = d.v_ref.data(), .out = ref.data(),
-                            .n_tokens = n, .pos0 = pos0, .n_head = s.n_head, .n_head_kv = s.n_head_kv,
-                            .head_dim = s.hd, .scale = 1.0f / std::sqrt(static_cast<float>(s.hd))},
-              scratch.data(), one);
+    const auto ref = reference(s, d, q, pos0, n);
     EXPECT_LT(nmse(wide.data(), ref.data(), wide.size()), 1e-10);
   }
 }
