@@ -347,7 +347,16 @@ void x16_block_corr(const Args& a, int64_t n_blocks, int64_t t0, int64_t t1, int
   for (int64_t t = t0; t < t1; ++t) {
     const auto* x = reinterpret_cast<const ActQ8x64*>(a.xa + t * a.xa_stride);
     int32_t* c = corr + (t - t0) * n_blocks;
-    for (int64_t b = 0; b < n_blocks; ++b) {
+    int64_t b = 0;
+    for (; b + 2 <= n_blocks; b += 2) {  // a pair's 16 lanes: block b is lanes 0..7, block b + 1 lanes 8..15
+      const __m512i v = _mm512_loadu_si512(x[b >> 1].corr);
+      const __m256i lo = _mm512_castsi512_si256(v), hi = _mm512_extracti64x4_epi64(v, 1);
+      const __m256i h1 = _mm256_hadd_epi32(lo, hi);  // [lo01 lo23 hi01 hi23 | lo45 lo67 hi45 hi67]
+      const __m256i h2 = _mm256_hadd_epi32(h1, h1);  // [lo0-3 hi0-3 .. .. | lo4-7 hi4-7 .. ..]
+      const __m128i sums = _mm_add_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(c + b), sums);
+    }
+    for (; b < n_blocks; ++b) {
       const int32_t* lane = x[b >> 1].corr + 8 * (b & 1);
       c[b] = lane[0] + lane[1] + lane[2] + lane[3] + lane[4] + lane[5] + lane[6] + lane[7];
     }
