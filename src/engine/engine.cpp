@@ -10,8 +10,11 @@
 // logits for the last token and each draft, and the verifier replaces the
 // sampler for those sequences (accepted drafts + one token, spec/verifier.h).
 //
-// Everything after the incoming queue runs on the engine thread only.
+// Everything after the incoming queue runs on the engine thread only. The
+// state lives in engine_impl.h; speculative drafting is engine_drafts.cpp.
 #include "sluice/engine.h"
+
+#include "engine/engine_impl.h"
 
 #include <algorithm>
 #include <atomic>
@@ -55,13 +58,6 @@ const char* finish_reason_name(FinishReason reason) {
 
 namespace {
 
-struct Pending {
-  RequestId id;
-  Request request;
-  EventCallback callback;
-  double t_submit;
-};
-
 StatusOr<KvDtype> parse_kv_dtype(const std::string& s, KvDtype automatic) {
   if (s == "auto" || s.empty()) return automatic;
   if (s == "f32") return KvDtype::kF32;
@@ -72,108 +68,6 @@ StatusOr<KvDtype> parse_kv_dtype(const std::string& s, KvDtype automatic) {
 
 }  // namespace
 
-struct Engine::Impl {
-  // One of a request's n outputs.
-  struct Output {
-    int32_t index = 0;
-    SeqId seq = -1;  // -1 once finished
-    std::unique_ptr<Sampler> sampler;
-    OutputText text;
-    int64_t n_generated = 0;
-    int64_t gen_offset = 0;  // tokens generated before this sequence was (re)added
-    bool done = false;
-    bool stopped_by_string = false;
-    double t_first = -1, t_last = -1;
-    // Speculative decoding.
-    spec::DraftLength draft_len;
-    std::unique_ptr<Sampler> draft_sampler;  // draws drafts for sampled requests (no penalties)
-    std::vector<int32_t> draft;              // the drafts last proposed
-    std::vector<float> draft_probs;          // [max_draft, n_vocab] their distributions, if drawn
-  };
-  struct Req {
-    RequestId id = 0;
-    Request r;
-    EventCallback cb;
-    double t_submit = 0, t_scheduled = -1, t_first_token = -1;
-    std::vector<Output> outs;
-    int n_done = 0;
-    int64_t n_cached = 0;
-    int64_t n_preemptions = 0;
-    bool children_started = false;
-  };
-
-  EngineConfig cfg;
-  std::shared_ptr<const ModelFile> file;
-  std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<Tokenizer> tok;
-  std::string name;
-  int64_t ctx = 0;
-  KvStore kv;
-  std::unique_ptr<KvStore> host_kv;
-  std::unique_ptr<Scheduler> sched;
-  std::vector<int32_t> eog;
-  EngineMetrics metrics;
-  std::shared_ptr<weights::StoreWeightSource> stream;
-  std::string placement;
-  std::unique_ptr<spec::Proposer> proposer;
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Pending> incoming;
-  std::vector<RequestId> aborts;
-  bool stop = false;
-  bool accepting = true;
-  RequestId next_id = 1;
-  std::atomic<int64_t> n_unfinished{0};
-  mutable std::mutex stats_mu;
-  EngineStats snapshot;
-  std::thread loop;
-
-  // Engine thread only.
-  std::unordered_map<RequestId, Req> reqs;
-  std::unordered_map<SeqId, std::pair<RequestId, int32_t>> owner;
-  SeqId next_seq = 1;
-  std::vector<float> logits;
-  std::vector<ForwardSeq> fseqs;
-  std::vector<float> logprob_buf;
-  std::vector<spec::DraftTask> tasks;
-  std::vector<float> verify_scratch;  // [n_vocab]
-  // Plain (non-draft) draws of one step, made in parallel before the outputs are assembled.
-  struct Draw {
-    Sampler* sampler;
-    const float* logits;
-    int32_t token;
-  };
-  std::vector<Draw> draws;
-  spec::StepCost step_cost;           // target forward seconds against batch tokens
-  spec::DraftLength all_seqs_len{{.decay = 0.98}};  // acceptance over every sequence: the prior of new ones
-  double draft_s_per_token = 0;       // proposer seconds per draft position (EMA)
-  int64_t spec_drafted = 0, spec_accepted = 0, spec_passes = 0, spec_emitted = 0;
-
-  void run();
-  void admit(Pending p);
-  Status add_sequence(Req& rq, Output& o, std::vector<int32_t> prompt, int64_t max_tokens);
-  void step();
-  // Gives every decoding sequence a draft (speculative decoding).
-  void propose_drafts();
-  // The cost of one draft token relative to a plain decode step.
-  double spec_cost_ratio() const;
-  bool is_stop_token(const Req& rq, int32_t token) const;
-  // One output's tokens this step: StepOutput::seqs[out_index] (one token, or
-  // accepted drafts + one), logits row i for token i.
-  struct Sampled {
-    RequestId request;
-    Output* output;
-    size_t out_index;
-    const float* logits;
-  };
-  void sample_step(const StepPlan& plan, StepOutput* out, std::vector<Sampled>* sampled);
-  void start_children(Req& rq, const float* lg);
-  void emit_token(Req& rq, Output& o, int32_t token, const float* lg);
-  void finish_output(Req& rq, Output& o, FinishReason reason, const std::string& error = "");
-  void abort_request(RequestId id);
-  void publish_stats();
-};
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -593,66 +487,6 @@ void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vecto
 bool Engine::Impl::is_stop_token(const Req& rq, int32_t token) const {
   return std::find(rq.r.stop_tokens.begin(), rq.r.stop_tokens.end(), token) != rq.r.stop_tokens.end() ||
          (!rq.r.ignore_eos && std::find(eog.begin(), eog.end(), token) != eog.end());
-}
-
-double Engine::Impl::spec_cost_ratio() const {
-  // A plain decode step of the running sequences, and what a draft token adds:
-  // the proposer's time per draft position plus the target's time per token.
-  const double base = step_cost.seconds(static_cast<double>(std::max<int64_t>(1, sched->n_running())));
-  if (base <= 0) return 0.0;
-  return (draft_s_per_token + step_cost.per_token()) / base;
-}
-
-void Engine::Impl::propose_drafts() {
-  tasks.clear();
-  const double r = spec_cost_ratio();
-  int32_t k_max = 0;
-  for (const SeqId id : sched->running()) {
-    const Sequence* s = sched->find(id);
-    if (!s || s->n_committed() - s->n_computed != 1) continue;  // prefill, or waiting for a step
-    auto it = owner.find(id);
-    if (it == owner.end()) continue;
-    Req& rq = reqs.at(it->second.first);
-    if (!rq.r.speculative) continue;
-    Output& o = rq.outs[static_cast<size_t>(it->second.second)];
-    const int64_t room = s->max_tokens - s->n_generated() - 1;
-    const int32_t k = static_cast<int32_t>(std::min<int64_t>(o.draft_len.next(r), room));
-    if (k < 1) continue;
-    k_max = std::max(k_max, k);
-    tasks.push_back(spec::DraftTask{.seq = id,
-                                    .tokens = s->committed(),
-                                    .max_draft = k,
-                                    .sampler = o.draft_sampler.get(),
-                                    .draft = &o.draft,
-                                    .probs = o.draft_sampler ? o.draft_probs.data() : nullptr});
-  }
-  if (tasks.empty()) return;
-  const double t0 = now_seconds();
-  if (Status st = proposer->propose(tasks); !st.ok()) {
-    fmt::print(stderr, "[sluice] drafting failed, decoding without drafts this step: {}\n", st.message());
-    return;
-  }
-  // The price of one draft position in steady drafting: a round is a short
-  // catch-up (last round's accepted tokens) plus k - 1 single-token passes. A
-  // long catch-up (a sequence's first round, or after drafting paused) is a
-  // one-off, not the price of drafting, so it is left out when steps exist.
-  const spec::ProposeCost c = proposer->last_cost();
-  double per_token = -1;
-  if (c.n_steps == 0 && c.catch_up_s == 0) {
-    per_token = (now_seconds() - t0) / k_max;  // no passes (prompt lookup)
-  } else if (c.catch_up_tokens <= k_max + 1) {
-    per_token = (c.catch_up_s + c.steps_s) / (1 + c.n_steps);
-  } else if (c.n_steps > 0) {
-    per_token = c.steps_s / c.n_steps;
-  }
-  if (per_token >= 0) {
-    draft_s_per_token = draft_s_per_token > 0 ? 0.9 * draft_s_per_token + 0.1 * per_token : per_token;
-  }
-  for (const spec::DraftTask& t : tasks) {
-    if (t.draft->empty()) continue;
-    StatusOr<int64_t> kept = sched->set_draft(t.seq, *t.draft);
-    if (!kept.ok()) fmt::print(stderr, "[sluice] draft refused: {}\n", kept.status().message());
-  }
 }
 
 void Engine::Impl::start_children(Req& rq, const float* lg) {
