@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "sample/argmax.h"
 
 namespace sluice {
 namespace {
@@ -99,13 +100,7 @@ void Sampler::penalize(const float* logits) {
   }
 }
 
-int32_t Sampler::argmax() const {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n_vocab_; ++i) {
-    if (logits_[i] > logits_[best]) best = i;
-  }
-  return best;
-}
+int32_t Sampler::argmax() const { return argmax_logits(logits_.data(), n_vocab_); }
 
 int32_t Sampler::filter_candidates() {
   // Temperature. Overflow is clamped so that l - l_max never becomes inf - inf.
@@ -192,9 +187,12 @@ void Sampler::distribution(const float* logits, float* probs) {
 }
 
 int32_t Sampler::sample(const float* logits) {
-  if (greedy()) {
+  if (greedy()) {  // no RNG draw
+    // argmax() of penalize()'s copy, without the copy: argmax_logits counts
+    // NaN as -inf and gives 0 for nothing above -inf, as the copy does.
+    if (!penalties_on()) return argmax_logits(logits, n_vocab_);
     penalize(logits);
-    return argmax();  // no RNG draw
+    return argmax();
   }
   distribution(logits, probs_.data());
   return sample_from(probs_.data());

@@ -310,6 +310,36 @@ TEST(SamplerTest, NanAndMinusInfinityLogits) {
   EXPECT_EQ(s.sample(l.data()), 0);
 }
 
+// Greedy without penalties scans the logits in place; with a penalty that has
+// no history yet it goes through the penalized copy. Both must pick the same
+// id: the lowest of the largest, NaN as -inf, 0 when nothing is finite.
+TEST(SamplerTest, GreedyScanInPlaceMatchesPenalizedCopy) {
+  SamplingParams plain = plain_params();
+  plain.temperature = 0.0f;
+  SamplingParams penalized = plain;
+  penalized.presence_penalty = 0.5f;  // on, but nothing accepted yet
+  const int32_t n = 257;
+  Sampler a(plain, n), b(penalized, n);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::srand(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> l(n);
+    for (float& v : l) {
+      const int r = std::rand() % 16;
+      v = r == 0 ? std::nanf("") : r == 1 ? -inf : static_cast<float>(std::rand() % 8);  // many ties
+    }
+    if (trial % 50 == 0) std::fill(l.begin(), l.end(), trial % 100 == 0 ? std::nanf("") : -inf);
+    if (trial % 50 == 1) l[0] = std::nanf("");
+    EXPECT_EQ(a.sample(l.data()), b.sample(l.data())) << "trial " << trial;
+  }
+  std::vector<float> l(n, std::nanf(""));
+  EXPECT_EQ(a.sample(l.data()), 0);
+  l[n - 1] = -inf;
+  l[5] = 3.0f;
+  l[9] = 3.0f;
+  EXPECT_EQ(a.sample(l.data()), 5);
+}
+
 // Upper 0.1% points of the chi-square distribution, by degrees of freedom.
 double chi2_critical_999(int df) {
   static const double kTable[] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46,
