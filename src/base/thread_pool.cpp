@@ -98,4 +98,16 @@ void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn)
   });
 }
 
+void ThreadPool::parallel_for_claimed(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  std::atomic<int64_t> next{0};
+  run_on_all([&](int, int) {
+    for (int64_t b = next.fetch_add(grain, std::memory_order_relaxed); b < n;
+         b = next.fetch_add(grain, std::memory_order_relaxed)) {
+      fn(b, std::min(n, b + grain));
+    }
+  });
+}
+
 }  // namespace sluice

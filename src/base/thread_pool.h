@@ -40,6 +40,11 @@ class ThreadPool {
 
   // Runs fn(begin, end) over [0, n) split into contiguous chunks, one per thread.
   void parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn);
+  // Runs fn(begin, end) over [0, n) in runs of `grain` (the last may be
+  // shorter) that the threads claim in turn: a thread the machine slows down
+  // takes fewer, so the others do not wait for it at the end. Any thread may
+  // run any run; each index is covered exactly once.
+  void parallel_for_claimed(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn);
 
  private:
   void worker_loop(int index);

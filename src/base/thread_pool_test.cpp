@@ -1,5 +1,6 @@
 #include "base/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <vector>
@@ -31,6 +32,22 @@ TEST(ThreadPool, ParallelForCoversTheRangeExactlyOnce) {
       for (int64_t i = b; i < e; ++i) seen[static_cast<size_t>(i)].fetch_add(1);
     });
     for (auto& s : seen) EXPECT_EQ(s.load(), 1);
+  }
+}
+
+TEST(ThreadPool, ClaimedRunsCoverTheRangeExactlyOnce) {
+  ThreadPool pool(3);
+  for (int64_t n : {0, 1, 5, 16, 1001}) {
+    for (int64_t grain : {0, 1, 3, 64}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> bad_runs{0};
+      pool.parallel_for_claimed(n, grain, [&](int64_t b, int64_t e) {
+        if (!(b < e && e - b <= std::max<int64_t>(1, grain))) bad_runs.fetch_add(1);
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      EXPECT_EQ(bad_runs.load(), 0) << "n " << n << " grain " << grain;
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " i " << i;
+    }
   }
 }
 
