@@ -27,6 +27,8 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/op_test_util.h"
 #include "backend/cpu/repack.h"
+#include "base/huge_buffer.h"
+#include "base/thread_pool.h"
 #include "quant/quant.h"
 
 namespace sluice::cpu {
@@ -438,6 +440,59 @@ TEST(QuantMatmul, DISABLED_Throughput) {
         if (packed == WeightLayout::kRows) break;
       }
     }
+  }
+}
+
+// The matmuls of a 16-sequence decode step of the 110m shape (Q8_0, repacked
+// as the engine does) through matmul_group on 2 threads, with the weights
+// coming from memory (copies filling 256 MiB, on huge pages, used in turn) and
+// from cache (one copy again and again). Prints GOP/s and the weight GB/s.
+TEST(QuantMatmul, DISABLED_StepFromMemory) {
+  const Isa isa = active_isa();
+  ThreadPool pool(2);
+  struct Shape { const char* name; int64_t n_out, n_in; };
+  const int64_t n_tok = 16;
+  for (Shape s : {Shape{"q/k/v", 2304, 768}, Shape{"o", 768, 768}, Shape{"gate+up", 4096, 768},
+                  Shape{"down", 768, 2048}, Shape{"output", 32000, 768}}) {
+    const size_t w_row = row_bytes(DType::kQ8_0, s.n_in), w_bytes = w_row * s.n_out;
+    const int n_copies = static_cast<int>(std::max<size_t>(2, (256u << 20) / w_bytes));
+    std::vector<uint8_t> gguf(w_bytes);
+    {
+      const auto wf = random_floats(static_cast<size_t>(s.n_in * s.n_out), 1, 0.05f);
+      quantize_tensor(DType::kQ8_0, wf.data(), gguf.data(), s.n_out, s.n_in);
+    }
+    const WeightLayout layout = repack_layout(DType::kQ8_0, s.n_out, s.n_in, isa);
+    HugeBuffer w(w_bytes * static_cast<size_t>(n_copies));
+    for (int c = 0; c < n_copies; ++c) {
+      uint8_t* dst = w.data() + static_cast<size_t>(c) * w_bytes;
+      if (layout == WeightLayout::kRows) std::memcpy(dst, gguf.data(), w_bytes);
+      else repack_rows(layout, gguf.data(), dst, s.n_in, 0, s.n_out);
+    }
+    const auto x = random_floats(static_cast<size_t>(s.n_in * n_tok), 2);
+    std::vector<float> y(static_cast<size_t>(s.n_out * n_tok));
+    std::vector<uint8_t> scratch(matmul_scratch_bytes(n_tok, s.n_in));
+    auto run = [&](int c) {
+      const MatmulJob job{WeightView{.type = DType::kQ8_0, .data = w.data() + static_cast<size_t>(c) * w_bytes,
+                                     .n_in = s.n_in, .n_out = s.n_out, .layout = layout},
+                          y.data()};
+      matmul_group(std::span(&job, 1), x.data(), s.n_in, n_tok, scratch.data(), pool, isa);
+    };
+    double med[2];
+    for (int hot = 0; hot < 2; ++hot) {
+      std::vector<double> gop;
+      for (int pass = 0; pass < 7; ++pass) {
+        const double t0 = seconds_now();
+        for (int c = 0; c < n_copies; ++c) run(hot ? 0 : c);
+        gop.push_back(2.0 * s.n_out * s.n_in * n_tok * n_copies / (seconds_now() - t0) / 1e9);
+      }
+      std::sort(gop.begin(), gop.end());
+      med[hot] = gop[3];
+    }
+    std::printf("%-8s %5lld x %-5lld x %lld tokens, %s, 2 threads: from memory %6.1f GOP/s (%4.1f GB/s of weights), "
+                "from cache %6.1f GOP/s (medians of 7)\n",
+                s.name, static_cast<long long>(s.n_out), static_cast<long long>(s.n_in), static_cast<long long>(n_tok),
+                matmul_kernel(DType::kQ8_0, isa, layout).name, med[0],
+                med[0] / (2.0 * n_tok) * static_cast<double>(w_row) / static_cast<double>(s.n_in), med[1]);
   }
 }
 
