@@ -53,6 +53,11 @@ class KvStore {
   // Stores n_embd_kv floats as row `row` (= block * block_size + slot) of a
   // layer's K or V (`layer`: k_layer() or v_layer()), converted to the dtype.
   void store_row(const float* src, uint8_t* layer, int64_t row) const;
+  // Asks for the cache lines store_row(.., layer, row) will write, for
+  // writing: a row's slices are a block's slice stride apart, so each is a
+  // miss the hardware prefetchers do not foresee. A no-op on CPUs without
+  // PREFETCHW.
+  void prefetch_row(const uint8_t* layer, int64_t row) const;
   // Loads row `row` of a layer's K or V back to n_embd_kv floats.
   void load_row(const uint8_t* layer, int64_t row, float* dst) const;
 

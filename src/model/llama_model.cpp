@@ -367,9 +367,11 @@ Status LlamaModel::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float*
     t += len;
   }
   if (n_out == 0) return Status();
-  cpu::fast::rmsnorm(xn_.data(), output_norm_.data(), xn_.data(), n_out, h.n_embd, h.rms_eps, isa_);
   const cpu::MatmulJob out[1] = {{output_, logits}};
-  cpu::matmul_group(out, xn_.data(), h.n_embd, n_out, act_.data(), *pool_, isa_);
+  cpu::matmul_group(out, xn_.data(), h.n_embd, n_out, act_.data(), *pool_, isa_, [&](int64_t t0, int64_t t1) {
+    float* rows = xn_.data() + t0 * h.n_embd;
+    cpu::fast::rmsnorm(rows, output_norm_.data(), rows, t1 - t0, h.n_embd, h.rms_eps, isa_);
+  });
   emit("logits", -1, logits, n_out, h.n_vocab);
   return Status();
 }
@@ -385,9 +387,10 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
   const cpu::KvRowType row_type = kv.layout().dtype == KvDtype::kF32   ? cpu::KvRowType::kF32
                                   : kv.layout().dtype == KvDtype::kF16 ? cpu::KvRowType::kF16
                                                                        : cpu::KvRowType::kQ8_0;
-  // Token ranges are split over threads only when there is enough work.
+  // Tokens are claimed one at a time by the threads when there is enough work
+  // (a vCPU the machine slows down then takes fewer).
   auto per_token = [&](FunctionRef<void(int64_t, int64_t)> fn) {
-    if (n >= 4) pool_->parallel_for(n, fn);
+    if (n >= 4) pool_->parallel_for_claimed(n, 1, fn);
     else fn(0, n);
   };
   // Where each token's K/V row lives: (sequence, position) -> store row.
@@ -417,19 +420,23 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
       w.ffn_down.data = p.ffn_down;
     }
 
-    // Attention block: norm, q/k/v projections (one dispatch), bias, RoPE,
-    // K/V rows into the paged store, paged attention, output projection.
-    per_token([&](int64_t t0, int64_t t1) {
+    // Attention block: norm (in the q/k/v dispatch, token by token before its
+    // conversion), q/k/v projections, bias, RoPE, K/V rows into the paged
+    // store, paged attention, output projection.
+    const cpu::MatmulJob qkv[3] = {{w.wq, q_.data()}, {w.wk, k_.data()}, {w.wv, v_.data()}};
+    cpu::matmul_group(qkv, xn, h.n_embd, n, act_.data(), *pool_, isa_, [&](int64_t t0, int64_t t1) {
       cpu::fast::rmsnorm(x + t0 * h.n_embd, w.attn_norm.data(), xn + t0 * h.n_embd, t1 - t0, h.n_embd, h.rms_eps, isa_);
     });
     emit("attn_norm", l, xn, n, h.n_embd);
-    const cpu::MatmulJob qkv[3] = {{w.wq, q_.data()}, {w.wk, k_.data()}, {w.wv, v_.data()}};
-    cpu::matmul_group(qkv, xn, h.n_embd, n, act_.data(), *pool_, isa_);
     // Bias, RoPE, and the token's K/V rows into the paged store (its own row).
+    // The rows are asked for (for writing) before the bias and RoPE work: their
+    // slices are scattered over the block, each a cache miss otherwise.
     uint8_t* k_rows = kv.k_layer(l);
     uint8_t* v_rows = kv.v_layer(l);
     per_token([&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
+        kv.prefetch_row(k_rows, kv_rows_[static_cast<size_t>(t)]);
+        kv.prefetch_row(v_rows, kv_rows_[static_cast<size_t>(t)]);
         float* q = q_.data() + t * h.n_embd_q();
         float* k = k_.data() + t * n_kv;
         float* v = v_.data() + t * n_kv;
@@ -466,18 +473,17 @@ Status LlamaModel::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvSto
     cpu::matmul_group(wo, att_.data(), h.n_embd_q(), n, act_.data(), *pool_, isa_);
     cpu::fast::add(x, proj_.data(), x, n * h.n_embd, isa_);
 
-    // Feed-forward block: norm, gate and up (one dispatch), SwiGLU, down.
-    per_token([&](int64_t t0, int64_t t1) {
+    // Feed-forward block: norm, gate and up, SwiGLU, down; the norm and the
+    // SwiGLU ride on the dispatches that convert their outputs.
+    const cpu::MatmulJob gate_up[2] = {{w.ffn_gate, gate_.data()}, {w.ffn_up, up_.data()}};
+    cpu::matmul_group(gate_up, xn, h.n_embd, n, act_.data(), *pool_, isa_, [&](int64_t t0, int64_t t1) {
       cpu::fast::rmsnorm(x + t0 * h.n_embd, w.ffn_norm.data(), xn + t0 * h.n_embd, t1 - t0, h.n_embd, h.rms_eps, isa_);
     });
-    const cpu::MatmulJob gate_up[2] = {{w.ffn_gate, gate_.data()}, {w.ffn_up, up_.data()}};
-    cpu::matmul_group(gate_up, xn, h.n_embd, n, act_.data(), *pool_, isa_);
-    per_token([&](int64_t t0, int64_t t1) {
+    const cpu::MatmulJob down[1] = {{w.ffn_down, proj_.data()}};
+    cpu::matmul_group(down, gate_.data(), h.n_ff, n, act_.data(), *pool_, isa_, [&](int64_t t0, int64_t t1) {
       cpu::fast::swiglu(gate_.data() + t0 * h.n_ff, up_.data() + t0 * h.n_ff, gate_.data() + t0 * h.n_ff,
                         (t1 - t0) * h.n_ff, isa_);
     });
-    const cpu::MatmulJob down[1] = {{w.ffn_down, proj_.data()}};
-    cpu::matmul_group(down, gate_.data(), h.n_ff, n, act_.data(), *pool_, isa_);
     cpu::fast::add(x, proj_.data(), x, n * h.n_embd, isa_);
     emit("l_out", l, x, n, h.n_embd);
     if (source_) source_->release(l);

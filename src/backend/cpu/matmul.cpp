@@ -72,8 +72,11 @@ size_t matmul_scratch_bytes(int64_t n_tok, int64_t n_in) {
   return 2 * static_cast<size_t>(n_tok) * (static_cast<size_t>(n_in) * 4 + 64);
 }
 
-void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in, int64_t n_tok,
-                  uint8_t* scratch, ThreadPool& pool, Isa isa) {
+namespace {
+
+void matmul_group_impl(std::span<const MatmulJob> jobs, const float* x, int64_t n_in, int64_t n_tok,
+                       uint8_t* scratch, ThreadPool& pool, Isa isa,
+                       const FunctionRef<void(int64_t, int64_t)>* prepare) {
   CHECK(!jobs.empty() && jobs.size() <= 4);
   // Activation buffers: one per distinct weight type (at most two).
   struct Act {
@@ -114,13 +117,14 @@ void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in,
   const int n_jobs = static_cast<int>(jobs.size());
 
   auto convert = [&](int64_t t0, int64_t t1) {
+    if (prepare != nullptr) (*prepare)(t0, t1);
     for (int a = 0; a < n_acts; ++a)
       for (int64_t t = t0; t < t1; ++t)
         acts[a].k->convert_act(x + t * n_in, acts[a].data + static_cast<size_t>(t) * acts[a].stride, n_in);
   };
   const bool convert_inside = n_tok >= 4;  // small batches: convert on this thread
   if (!convert_inside) convert(0, n_tok);
-  if (convert_inside) pool.parallel_for(n_tok, convert);
+  if (convert_inside) pool.parallel_for_claimed(n_tok, 1, convert);
 
   // Three quarters of the rows are split evenly, one contiguous range per
   // thread (a long sequential weight stream each); the last quarter is claimed
@@ -158,6 +162,18 @@ void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in,
       begin = next_row.load(std::memory_order_relaxed);
     }
   });
+}
+
+}  // namespace
+
+void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in, int64_t n_tok,
+                  uint8_t* scratch, ThreadPool& pool, Isa isa) {
+  matmul_group_impl(jobs, x, n_in, n_tok, scratch, pool, isa, nullptr);
+}
+
+void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in, int64_t n_tok,
+                  uint8_t* scratch, ThreadPool& pool, Isa isa, FunctionRef<void(int64_t, int64_t)> prepare) {
+  matmul_group_impl(jobs, x, n_in, n_tok, scratch, pool, isa, &prepare);
 }
 
 }  // namespace sluice::cpu

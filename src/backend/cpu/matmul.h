@@ -25,6 +25,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/ops.h"
+#include "base/function_ref.h"
 #include "base/thread_pool.h"
 #include "quant/dtype.h"
 
@@ -73,5 +74,11 @@ size_t matmul_scratch_bytes(int64_t n_tok, int64_t n_in);
 //   x: [n_tok, n_in];  scratch: matmul_scratch_bytes(n_tok, n_in) bytes
 void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in, int64_t n_tok,
                   uint8_t* scratch, ThreadPool& pool, Isa isa);
+// The same with per-token work that produces x (an RMSNorm, SwiGLU) riding on
+// the activation conversion's dispatch instead of one of its own:
+// prepare(t0, t1) writes rows [t0, t1) of x and runs on the thread that then
+// converts those rows (every row once, before any row is multiplied).
+void matmul_group(std::span<const MatmulJob> jobs, const float* x, int64_t n_in, int64_t n_tok,
+                  uint8_t* scratch, ThreadPool& pool, Isa isa, FunctionRef<void(int64_t, int64_t)> prepare);
 
 }  // namespace sluice::cpu

@@ -15,6 +15,7 @@
 // Levels agree far more tightly (1e-10): their activations are byte-identical
 // and their integer sums equal, only float summation order differs.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -440,6 +441,55 @@ TEST(QuantMatmul, DISABLED_Throughput) {
         if (packed == WeightLayout::kRows) break;
       }
     }
+  }
+}
+
+// matmul_group with prepare: every row of x is prepared exactly once, before
+// it is converted, and y has the bits of preparing everything first. Two
+// weight types (two activation formats) in one dispatch, 2 threads, token
+// counts below and above the parallel-conversion threshold.
+TEST(MatmulGroup, PrepareRunsOncePerRowBeforeConversion) {
+  const Isa isa = active_isa();
+  ThreadPool pool(2);
+  const int64_t n_in = 256, n_q8 = 64, n_f16 = 48;
+  std::vector<uint8_t> wq(row_bytes(DType::kQ8_0, n_in) * n_q8), wh(row_bytes(DType::kF16, n_in) * n_f16);
+  {
+    const auto a = random_floats(static_cast<size_t>(n_in * n_q8), 3, 0.1f);
+    const auto b = random_floats(static_cast<size_t>(n_in * n_f16), 4, 0.1f);
+    quantize_tensor(DType::kQ8_0, a.data(), wq.data(), n_q8, n_in);
+    quantize_tensor(DType::kF16, b.data(), wh.data(), n_f16, n_in);
+  }
+  const WeightLayout lq = repack_layout(DType::kQ8_0, n_q8, n_in, isa);
+  std::vector<uint8_t> wq_packed(wq.size());
+  if (lq == WeightLayout::kRows) wq_packed = wq;
+  else repack_rows(lq, wq.data(), wq_packed.data(), n_in, 0, n_q8);
+  for (int64_t n_tok : {1, 3, 4, 17}) {
+    const auto src = random_floats(static_cast<size_t>(n_in * n_tok), 5);
+    std::vector<float> x(src.size()), y1q(static_cast<size_t>(n_q8 * n_tok)), y1h(static_cast<size_t>(n_f16 * n_tok));
+    std::vector<float> y2q(y1q.size()), y2h(y1h.size());
+    std::vector<uint8_t> scratch(matmul_scratch_bytes(n_tok, n_in));
+    auto jobs = [&](float* yq, float* yh) {
+      return std::vector<MatmulJob>{
+          {WeightView{.type = DType::kQ8_0, .data = wq_packed.data(), .n_in = n_in, .n_out = n_q8, .layout = lq}, yq},
+          {WeightView{.type = DType::kF16, .data = wh.data(), .n_in = n_in, .n_out = n_f16}, yh}};
+    };
+    // Prepared first, then multiplied.
+    for (size_t i = 0; i < src.size(); ++i) x[i] = 2.0f * src[i] - 1.0f;
+    const auto j1 = jobs(y1q.data(), y1h.data());
+    matmul_group(j1, x.data(), n_in, n_tok, scratch.data(), pool, isa);
+    // Prepared inside the dispatch.
+    std::fill(x.begin(), x.end(), std::nanf(""));
+    std::vector<std::atomic<int>> calls(static_cast<size_t>(n_tok));
+    const auto j2 = jobs(y2q.data(), y2h.data());
+    matmul_group(j2, x.data(), n_in, n_tok, scratch.data(), pool, isa, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        calls[static_cast<size_t>(t)].fetch_add(1);
+        for (int64_t i = 0; i < n_in; ++i) x[t * n_in + i] = 2.0f * src[t * n_in + i] - 1.0f;
+      }
+    });
+    for (int64_t t = 0; t < n_tok; ++t) EXPECT_EQ(calls[static_cast<size_t>(t)].load(), 1) << "n_tok " << n_tok;
+    EXPECT_EQ(0, std::memcmp(y1q.data(), y2q.data(), y1q.size() * 4)) << "n_tok " << n_tok;
+    EXPECT_EQ(0, std::memcmp(y1h.data(), y2h.data(), y1h.size() * 4)) << "n_tok " << n_tok;
   }
 }
 
