@@ -142,6 +142,20 @@ TEST(Cli, PlanMeasureRoundsJson) {
         << k;
     EXPECT_LE(j[k]["n_within_tolerance"].get<int>(), 2) << k;
   }
+  // What the disk did during the timed streamed tokens, and the plan at that rate.
+  EXPECT_GT(j["stream"]["at_run_disk"]["predicted_tokens_per_s"].get<double>(), 0);
+  for (const auto& round : j["rounds"]) {
+    const auto& s = round["stream"];
+    EXPECT_GT(s["disk_bytes_per_token"].get<double>(), 0);
+    EXPECT_GT(s["run_disk_gbps"].get<double>(), 0);
+    EXPECT_GT(s["disk_busy_fraction"].get<double>(), 0);
+    EXPECT_LE(s["disk_busy_fraction"].get<double>(), 1.0);
+    EXPECT_EQ(s["at_run_disk"]["measured_tokens_per_s"], s["measured_tokens_per_s"]);
+    // At the probe's own rate the two predictions would be one; the plan's step
+    // is never shorter than its compute.
+    const double at_run = s["at_run_disk"]["predicted_tokens_per_s"].get<double>();
+    EXPECT_LE(at_run, 1.0 / s["predicted_compute_s"].get<double>() * (1 + 1e-9));
+  }
 }
 
 TEST(Cli, PlanMeasureRejectsBadRounds) {

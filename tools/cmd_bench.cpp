@@ -240,6 +240,7 @@ int run(const BenchArgs& a) {
       j["weights_stall_s"] = w.stall_s;
       j["weights_overlap_efficiency"] = w.overlap_efficiency();
       j["weights_resident_fraction"] = w.resident_fraction();
+      j["weights_disk_in_flight_gbps"] = stream->store().arbiter_stats().in_flight_gbps();
     }
     j["pp_tokens"] = a.n_prompt;
     j["tg_tokens"] = a.n_gen;

@@ -391,6 +391,13 @@ std::string calibration_text(const pl::Calibration& c) {
 struct StreamedDecode {
   weights::PlacementPlan plan;   // the store's placement: its prediction
   double measured_tps = 0;       // median per token
+  // What the disk did during the timed tokens (the arbiter's counters): bytes
+  // read per token, the rate while reads were in flight, and the share of the
+  // wall time they were. For a disk-bound plan, measured / predicted is
+  // (run_disk_gbps / the probe's rate) x disk_busy_fraction x (planned bytes / read bytes).
+  double disk_bytes_per_token = 0;
+  double run_disk_gbps = 0;      // 0: nothing was read
+  double disk_busy_fraction = 0;
 };
 
 StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_ptr<const ModelFile> file,
@@ -408,12 +415,21 @@ StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_
   const int32_t first[1] = {1};
   RETURN_IF_ERROR(model->forward(first, kv, logits.data(), false));  // fills the ring
   std::vector<double> per_token;
+  const weights::ArbiterStats before = setup.source->store().arbiter_stats();
+  double wall_s = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t tok[1] = {static_cast<int32_t>((i * 7919 + 11) % model->hparams().n_vocab)};
     Stopwatch sw;
     RETURN_IF_ERROR(model->forward(tok, kv, logits.data(), false));
     per_token.push_back(sw.seconds());
+    wall_s += per_token.back();
   }
+  const weights::ArbiterStats after = setup.source->store().arbiter_stats();
+  const double bytes = static_cast<double>(after.total_bytes() - before.total_bytes());
+  const double busy_s = after.busy_s - before.busy_s;
+  out.disk_bytes_per_token = bytes / static_cast<double>(n);
+  out.run_disk_gbps = busy_s > 0 ? bytes / busy_s / 1e9 : 0.0;
+  out.disk_busy_fraction = wall_s > 0 ? std::min(1.0, busy_s / wall_s) : 0.0;
   std::sort(per_token.begin(), per_token.end());
   out.measured_tps = 1.0 / per_token[per_token.size() / 2];
   return out;
@@ -433,6 +449,12 @@ struct MeasureRound {
   // plan): per step, compute of every layer at the calibrated rates, or the
   // streamed layers' reads at the model file's disk rate, whichever is longer.
   pl::RoundFigures streamed() const { return {1.0 / stream->plan.predicted_step_s(), stream->measured_tps}; }
+  // The same plan at the disk rate the timed tokens actually got: the pipeline
+  // model alone, with the disk's drift between probe and run taken out.
+  pl::RoundFigures streamed_at_run_disk() const {
+    const double gbps = stream->run_disk_gbps > 0 ? stream->run_disk_gbps : stream->plan.disk_gbps;
+    return {1.0 / stream->plan.predicted_step_s_at(gbps), stream->measured_tps};
+  }
 };
 
 template <typename Figures>
@@ -487,6 +509,10 @@ json round_json(int index, const MeasureRound& r) {
   if (r.stream) {
     j["stream"] = figures_json(r.streamed());
     j["stream"].update(placement_json(r.stream->plan));
+    j["stream"]["at_run_disk"] = figures_json(r.streamed_at_run_disk());
+    j["stream"]["run_disk_gbps"] = r.stream->run_disk_gbps;
+    j["stream"]["disk_busy_fraction"] = r.stream->disk_busy_fraction;
+    j["stream"]["disk_bytes_per_token"] = r.stream->disk_bytes_per_token;
   }
   return j;
 }
@@ -553,10 +579,12 @@ int run_measure(const PlanArgs& a) {
   row("decode tokens/s (roofline)", decode);
   row("decode tokens/s (bandwidth bound)", bandwidth);
   row(prefill_name, prefill);
-  std::optional<pl::RoundsSummary> stream;
+  std::optional<pl::RoundsSummary> stream, stream_at_run_disk;
   if (streamed) {
     stream = summarize(rounds, [](const MeasureRound& r) { return r.streamed(); });
+    stream_at_run_disk = summarize(rounds, [](const MeasureRound& r) { return r.streamed_at_run_disk(); });
     row(stream_name, *stream);
+    row("  the same at the run's disk rate", *stream_at_run_disk);
   }
   t += fmt::format("\ndecode achieves {:.2f} GB/s of the {:.2f} GB/s roof ({}; memory read {:.2f}); prefill {:.2f} of "
                    "{:.2f} GFLOP/s (medians)\n",
@@ -566,10 +594,19 @@ int run_measure(const PlanArgs& a) {
                    cal.matmul_tflops * 1e3);
   for (size_t i = 0; streamed && i < rounds.size(); ++i) {
     const weights::PlacementPlan& p = rounds[i].stream->plan;
+    const StreamedDecode& sd = *rounds[i].stream;
     t += fmt::format("stream    round {}: {} of {} layers streamed through a ring of {} x {:.1f} MB; per step "
                      "compute {:.1f} ms, disk {:.1f} ms at {:.2f} GB/s ({})\n",
                      i + 1, p.n_streamed, p.n_layer, p.n_ring_slots, p.slot_bytes / 1e6, p.predicted_compute_s * 1e3,
                      p.predicted_disk_s * 1e3, p.disk_gbps, p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden");
+    t += fmt::format("          timed tokens: {:.1f} MB read per token at {:.2f} GB/s while reads were in flight "
+                     "({:.2f}x the probe), in flight {:.0f}% of the time\n",
+                     sd.disk_bytes_per_token / 1e6, sd.run_disk_gbps,
+                     p.disk_gbps > 0 ? sd.run_disk_gbps / p.disk_gbps : 0.0, 100 * sd.disk_busy_fraction);
+  }
+  if (streamed) {
+    t += "stream    a disk-bound round's measured/pred = (run's disk rate / probe) x (time in flight) x "
+         "(planned / read bytes per token); the row at the run's disk rate takes out the first factor\n";
   }
 
   json j = {{"n_rounds", rounds.size()},
@@ -583,6 +620,7 @@ int run_measure(const PlanArgs& a) {
     j["stream"] = summary_json(*stream);
     j["stream"]["budget_gb"] = a.budget_gb;
     j["stream"]["n_layer"] = rounds.front().stream->plan.n_layer;
+    j["stream"]["at_run_disk"] = summary_json(*stream_at_run_disk);
   }
   j["rounds"] = json::array();
   for (size_t i = 0; i < rounds.size(); ++i) j["rounds"].push_back(round_json(static_cast<int>(i) + 1, rounds[i]));

@@ -174,7 +174,11 @@ int run(RunArgs a) {
              a.model, lm.load_seconds, lm.model->n_threads(), sp.seed, r.n_prompt, r.prompt_seconds * 1e3,
              r.n_prompt / std::max(r.prompt_seconds, 1e-9), r.tokens.size(),
              n_gen > 1 ? (n_gen - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, r.finish_reason);
-  if (lm.stream) fmt::print(stderr, "[sluice] weights: {}\n", lm.stream->store().counters().summary());
+  if (lm.stream) {
+    const weights::ArbiterStats io = lm.stream->store().arbiter_stats();
+    fmt::print(stderr, "[sluice] {}\n[sluice] disk: {:.2f} GB read from the model file at {:.2f} GB/s while reads were in flight\n",
+               lm.stream->store().counters().summary(), static_cast<double>(io.total_bytes()) / 1e9, io.in_flight_gbps());
+  }
   if (!lm.model->repack_summary().empty()) fmt::print(stderr, "[sluice] weights: {}\n", lm.model->repack_summary());
   return 0;
 }

@@ -142,7 +142,9 @@ void BandwidthArbiter::resume() {
 
 ArbiterStats BandwidthArbiter::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  ArbiterStats s = stats_;
+  if (busy_since_ >= 0) s.busy_s += now_seconds() - busy_since_;  // the busy period under way
+  return s;
 }
 
 void BandwidthArbiter::retire(int index) {
@@ -221,6 +223,10 @@ void BandwidthArbiter::io_loop() {
       }
       issue(i);
     }
+    // Busy time is every period with reads in flight, from the first issued to
+    // the last landed, including the time this thread spends between waits
+    // (the lock, completions, issuing), when the disk keeps working.
+    if (engine_.in_flight() > 0 && busy_since_ < 0) busy_since_ = now_seconds();
     if (engine_.in_flight() == 0) {
       if (stop_) break;  // every transfer is cancelled, nothing in flight
       if (cap_sleep_s > 0) {
@@ -231,12 +237,14 @@ void BandwidthArbiter::io_loop() {
       continue;
     }
     lock.unlock();
-    const double t0 = now_seconds();
     done.clear();
     engine_.wait(done, cap_sleep_s > 0 ? cap_sleep_s : -1.0);
     const double t1 = now_seconds();
     lock.lock();
-    stats_.busy_s += t1 - t0;
+    if (engine_.in_flight() == 0) {
+      stats_.busy_s += t1 - busy_since_;
+      busy_since_ = -1;
+    }
     for (IoCompletion& c : done) {
       Transfer& t = transfers_[static_cast<size_t>(c.tag)];
       --t.in_flight;

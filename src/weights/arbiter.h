@@ -63,7 +63,11 @@ struct ArbiterStats {
   uint64_t n_reads = 0;
   uint64_t n_cancelled = 0;
   double cap_wait_s = 0;     // time the IO thread held reads back for the cap
-  double busy_s = 0;         // time with at least one read in flight
+  double busy_s = 0;         // time with at least one read in flight (as the IO thread sees it)
+
+  uint64_t total_bytes() const { return bytes[0] + bytes[1] + bytes[2]; }
+  // The disk's rate while it had work: total_bytes / busy_s (0 before any read).
+  double in_flight_gbps() const { return busy_s > 0 ? static_cast<double>(total_bytes()) / busy_s / 1e9 : 0.0; }
 };
 
 class BandwidthArbiter {
@@ -137,6 +141,7 @@ class BandwidthArbiter {
   uint64_t n_landed_ = 0;
   double cap_bytes_per_s_ = 0;
   double next_allowed_s_ = 0;         // token bucket: the next read may start then
+  double busy_since_ = -1;            // when the engine's queue last went from empty to not; -1: empty
   bool paused_ = false;
   bool stop_ = false;
   ArbiterStats stats_;

@@ -1,6 +1,8 @@
 // BandwidthArbiter: priority order, reprioritize, cancel, the bandwidth cap,
 // data landing intact, and the transfer-record limit.
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -134,12 +136,33 @@ TEST_F(ArbiterTest, CapLimitsBandwidth) {
   EXPECT_GE(s, 0.95 * floor_s);
   EXPECT_LT(s, floor_s + 2.0);
   EXPECT_GT(arb.stats().cap_wait_s, 0.5 * floor_s);
+  // Reads held back by the cap are not in flight: not busy time.
+  EXPECT_LT(arb.stats().busy_s, 0.5 * s);
   EXPECT_EQ(std::memcmp(buf->data(), bytes_.data(), 4u << 20), 0);
   // Lifting the cap: the same transfer is no longer held back.
   arb.set_cap(0);
   const double held = arb.stats().cap_wait_s;
   ASSERT_TRUE(arb.wait(*arb.submit(TransferClass::kCritical, ext, buf->data())).status.ok());
   EXPECT_DOUBLE_EQ(arb.stats().cap_wait_s, held);
+}
+
+// Busy time covers the periods with reads in flight: positive while a
+// transfer runs, never more than the wall time around it, and still once the
+// queue has drained.
+TEST_F(ArbiterTest, BusyTimeIsTheTimeWithReadsInFlight) {
+  BandwidthArbiter arb(*engine_, {.chunk_bytes = 64u << 10});
+  auto buf = AlignedBuffer::allocate(8u << 20);
+  const auto ext = one(0, 8u << 20);
+  EXPECT_EQ(arb.stats().busy_s, 0.0);
+  Stopwatch sw;
+  ASSERT_TRUE(arb.wait(*arb.submit(TransferClass::kCritical, ext, buf->data())).status.ok());
+  const double wall_s = sw.seconds();
+  const ArbiterStats a = arb.stats();
+  EXPECT_GT(a.busy_s, 0.0);
+  EXPECT_LE(a.busy_s, wall_s);
+  EXPECT_EQ(a.n_reads, 128u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // idle: nothing in flight
+  EXPECT_DOUBLE_EQ(arb.stats().busy_s, a.busy_s);
 }
 
 TEST_F(ArbiterTest, RefusesMoreTransfersThanRecords) {

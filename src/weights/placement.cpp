@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "base/check.h"
 #include "weights/io_engine.h"
 
 namespace sluice::weights {
@@ -214,6 +215,12 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   p.predicted_disk_s = static_cast<double>(p.n_streamed) * p.transfer_s;
   p.predicted_stall_s = std::max(0.0, p.predicted_disk_s - p.predicted_compute_s);
   return p;
+}
+
+double PlacementPlan::predicted_step_s_at(double gbps) const {
+  CHECK(gbps > 0);
+  const double disk_s = disk_gbps > 0 ? predicted_disk_s * disk_gbps / gbps : 0.0;
+  return std::max(predicted_compute_s, disk_s);
 }
 
 std::string placement_map(const PlacementPlan& p) {

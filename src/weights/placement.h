@@ -97,6 +97,10 @@ struct PlacementPlan {
   double predicted_disk_s = 0;           // per step
   double predicted_stall_s = 0;          // per step (one token in decode)
   double predicted_step_s() const { return predicted_compute_s + predicted_stall_s; }
+  // The same plan with the disk at `gbps` instead of disk_gbps (the rate a run
+  // actually got): transfers take disk_gbps / gbps times as long, compute is
+  // unchanged; the step is the longer of the two. gbps > 0.
+  double predicted_step_s_at(double gbps) const;
   plan::StreamPlan stream;               // plan_stream over the streamed layers
   std::string note;                      // why the ring was trimmed, or empty
   std::string io_note;                   // filled by whoever opens the store (io backend)

@@ -86,6 +86,22 @@ TEST(Placement, RingSizeComesFromPlanStream) {
   }
 }
 
+// The plan at another disk rate: transfers scale with 1 / rate, compute stays,
+// and at the planned rate it is the planned step.
+TEST(Placement, StepAtAnotherDiskRate) {
+  const ModelFile f = fake_model(10);
+  const PlacementPlan p = plan_placement(f, streaming(900'000'000, 0.04)).value();  // disk-bound at 1 GB/s
+  EXPECT_NEAR(p.predicted_step_s_at(1.0), p.predicted_step_s(), 1e-12);
+  // Disk 6 x 0.1 s against compute 10 x 0.04 s: still disk-bound at 1.2 GB/s,
+  // hidden behind compute at 2 GB/s.
+  EXPECT_NEAR(p.predicted_step_s_at(1.2), p.predicted_disk_s / 1.2, 1e-12);
+  EXPECT_GT(p.predicted_disk_s / 1.2, p.predicted_compute_s);
+  EXPECT_NEAR(p.predicted_step_s_at(2.0), p.predicted_compute_s, 1e-12);
+  EXPECT_NEAR(p.predicted_step_s_at(0.5), 2 * p.predicted_disk_s, 1e-12);
+  const PlacementPlan resident = plan_placement(f, {.layer_compute_s = 0.04}).value();
+  EXPECT_NEAR(resident.predicted_step_s_at(3.0), resident.predicted_compute_s, 1e-12);
+}
+
 TEST(Placement, ComputeBoundNeedsTwoSlotsAndPredictsNoStall) {
   const ModelFile f = fake_model(10);
   const PlacementPlan p = plan_placement(f, streaming(500'000'000, 0.5)).value();
