@@ -494,7 +494,7 @@ json placement_json(const weights::PlacementPlan& p) {
   return {{"n_layer", p.n_layer}, {"n_streamed", p.n_streamed}, {"n_ring_slots", p.n_ring_slots},
           {"slot_bytes", p.slot_bytes}, {"predicted_compute_s", p.predicted_compute_s},
           {"predicted_disk_s", p.predicted_disk_s}, {"predicted_step_s", p.predicted_step_s()},
-          {"disk_gbps", p.disk_gbps}};
+          {"disk_gbps", p.disk_gbps}, {"file_probe_disk_gbps", p.sized_disk_gbps}};
 }
 
 json round_json(int index, const MeasureRound& r) {
@@ -596,16 +596,19 @@ int run_measure(const PlanArgs& a) {
     const weights::PlacementPlan& p = rounds[i].stream->plan;
     const StreamedDecode& sd = *rounds[i].stream;
     t += fmt::format("stream    round {}: {} of {} layers streamed through a ring of {} x {:.1f} MB; per step "
-                     "compute {:.1f} ms, disk {:.1f} ms at {:.2f} GB/s ({})\n",
+                     "compute {:.1f} ms, disk {:.1f} ms at {:.2f} GB/s ({}; {})\n",
                      i + 1, p.n_streamed, p.n_layer, p.n_ring_slots, p.slot_bytes / 1e6, p.predicted_compute_s * 1e3,
-                     p.predicted_disk_s * 1e3, p.disk_gbps, p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden");
+                     p.predicted_disk_s * 1e3, p.disk_gbps,
+                     p.disk_note.empty() ? "the file probe"
+                                         : fmt::format("the ring's own reads, file probe {:.2f}", p.sized_disk_gbps),
+                     p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden");
     t += fmt::format("          timed tokens: {:.1f} MB read per token at {:.2f} GB/s while reads were in flight "
-                     "({:.2f}x the probe), in flight {:.0f}% of the time\n",
+                     "({:.2f}x the predicted rate), in flight {:.0f}% of the time\n",
                      sd.disk_bytes_per_token / 1e6, sd.run_disk_gbps,
                      p.disk_gbps > 0 ? sd.run_disk_gbps / p.disk_gbps : 0.0, 100 * sd.disk_busy_fraction);
   }
   if (streamed) {
-    t += "stream    a disk-bound round's measured/pred = (run's disk rate / probe) x (time in flight) x "
+    t += "stream    a disk-bound round's measured/pred = (run's disk rate / predicted rate) x (time in flight) x "
          "(planned / read bytes per token); the row at the run's disk rate takes out the first factor\n";
   }
 

@@ -86,6 +86,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   PlacementPlan p;
   p.budget_bytes = in.mem_budget_bytes;
   p.disk_gbps = in.disk_gbps;
+  p.sized_disk_gbps = in.disk_gbps;
   p.layer_compute_s = in.layer_compute_s;
   p.tokens_per_step = std::max<int64_t>(1, in.tokens_per_step);
   const bool single_file = file.format == "gguf";
@@ -223,6 +224,16 @@ double PlacementPlan::predicted_step_s_at(double gbps) const {
   return std::max(predicted_compute_s, disk_s);
 }
 
+void PlacementPlan::rerate_disk(double gbps, std::string note) {
+  CHECK(gbps > 0);
+  if (n_streamed == 0) return;
+  disk_gbps = gbps;
+  disk_note = std::move(note);
+  transfer_s = static_cast<double>(slot_bytes) / (gbps * 1e9);
+  predicted_disk_s = static_cast<double>(n_streamed) * transfer_s;
+  predicted_stall_s = std::max(0.0, predicted_disk_s - predicted_compute_s);
+}
+
 std::string placement_map(const PlacementPlan& p) {
   int64_t n_host = 0, n_disk = 0;
   uint64_t host_tensor_bytes = 0, disk_tensor_bytes = 0;
@@ -256,9 +267,12 @@ std::string placement_map(const PlacementPlan& p) {
     s += fmt::format("  layers: {}   (R resident, S streamed)\n", row);
     s += fmt::format("  ring: K = {} (plan_stream: transfer {}/layer at {:.2f} GB/s, compute {}/layer at {} "
                      "tokens/step -> K = {})\n",
-                     p.n_ring_slots, ms(p.transfer_s), p.disk_gbps, ms(p.layer_compute_s), p.tokens_per_step,
-                     p.n_ring_slots_planned);
+                     p.n_ring_slots, ms(static_cast<double>(p.slot_bytes) / (p.sized_disk_gbps * 1e9)),
+                     p.sized_disk_gbps, ms(p.layer_compute_s), p.tokens_per_step, p.n_ring_slots_planned);
     if (!p.note.empty()) s += "  note: " + p.note + "\n";
+    if (!p.disk_note.empty())
+      s += fmt::format("  disk: {:.2f} GB/s, {}; the predictions use it (transfer {}/layer)\n", p.disk_gbps,
+                       p.disk_note, ms(p.transfer_s));
     s += fmt::format("  predicted per step: compute {}, disk {}, stall {} ({}); smallest workable budget {} bytes\n",
                      ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_stall_s),
                      p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden", p.min_budget_bytes);

@@ -89,7 +89,9 @@ struct PlacementPlan {
   uint64_t total_tensor_bytes = 0;
   uint64_t min_budget_bytes = 0;         // essentials + 2 slots (streaming at all)
   uint64_t full_ring_budget_bytes = 0;   // essentials + K planned slots
-  double disk_gbps = 0;
+  double disk_gbps = 0;                  // the rate the predictions use
+  double sized_disk_gbps = 0;            // the rate the ring was sized with (the file probe)
+  std::string disk_note;                 // where disk_gbps came from, when not the file probe
   double layer_compute_s = 0;
   int64_t tokens_per_step = 1;
   double transfer_s = 0;                 // per streamed layer
@@ -101,6 +103,10 @@ struct PlacementPlan {
   // actually got): transfers take disk_gbps / gbps times as long, compute is
   // unchanged; the step is the longer of the two. gbps > 0.
   double predicted_step_s_at(double gbps) const;
+  // Re-derives the disk figures (transfer_s, predicted_disk_s and _stall_s)
+  // at `gbps`, keeping the ring and its sizing; `note` says where the rate
+  // came from. For a rate measured after sizing. gbps > 0.
+  void rerate_disk(double gbps, std::string note);
   plan::StreamPlan stream;               // plan_stream over the streamed layers
   std::string note;                      // why the ring was trimmed, or empty
   std::string io_note;                   // filled by whoever opens the store (io backend)

@@ -79,15 +79,15 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
                                                                .disk_gbps = cal.disk_read_gbps,
                                                                .layer_compute_s = compute_s,
                                                                .tokens_per_step = o.tokens_per_step}));
+  ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store,
+                   WeightStore::open(file, std::move(plan),
+                                     WeightStoreOptions{.direct = o.direct, .ring_probe_s = o.ring_probe_s}));
   StreamingSetup setup;
   setup.report = fmt::format(
       "[sluice] machine: decode roof {:.1f} GB/s ({}), matmul {:.1f} GFLOP/s, disk read {:.2f} GB/s ({})\n"
       "[sluice] compute per layer at {} token(s)/step: {:.2f} ms (estimate)\n{}",
-      cal.decode_read_gbps(), cal.weight_read_gbps > 0 ? "weight read" : "memory read", cal.matmul_tflops * 1e3, cal.disk_read_gbps, cal.disk_note,
-      o.tokens_per_step,
-      compute_s * 1e3, placement_map(plan));
-  ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store,
-                   WeightStore::open(file, std::move(plan), WeightStoreOptions{.direct = o.direct}));
+      cal.decode_read_gbps(), cal.weight_read_gbps > 0 ? "weight read" : "memory read", cal.matmul_tflops * 1e3,
+      cal.disk_read_gbps, cal.disk_note, o.tokens_per_step, compute_s * 1e3, store->placement_map());
   setup.source = std::make_shared<StoreWeightSource>(std::move(store));
   return setup;
 }

@@ -6,7 +6,8 @@
 // a calibration the caller already has,
 // estimates compute per layer for the expected tokens per step with the same
 // roofline the planner uses, plans the placement (ring size from plan_stream)
-// and opens the store. A budget that cannot work is refused with the smallest
+// and opens the store, whose ring first reads the streamed layers as it will
+// for options.ring_probe_s and re-rates the plan's disk figures with that. A budget that cannot work is refused with the smallest
 // one that would.
 #pragma once
 
@@ -38,6 +39,9 @@ struct StreamingOptions {
   int n_threads = 0;
   int64_t tokens_per_step = 1;    // what the compute estimate is for (1 = decode)
   bool direct = true;             // O_DIRECT (false: buffered reads, for filesystems without it)
+  // Seconds of the ring's own reads before it starts, whose rate re-rates the
+  // plan's predictions (WeightStoreOptions::ring_probe_s; 0: off).
+  double ring_probe_s = 1.0;
   // Figures to plan with (from calibrate_for_model on this file); null: probe
   // here. Not owned; read during the call.
   const plan::Calibration* calibration = nullptr;

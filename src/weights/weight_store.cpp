@@ -178,8 +178,56 @@ Status WeightStore::load(const WeightStoreOptions& options) {
   counters_.set_placement(resident_tensor_bytes, plan_.streamed_bytes);
   desired_.reserve(slots_.size());
   reusable_.reserve(slots_.size());
+  if (streams && options.ring_probe_s > 0) {
+    uint64_t n_bytes = 0;
+    Stopwatch sw;
+    ASSIGN_OR_RETURN(double gbps, probe_ring_reads(options.ring_probe_s, &n_bytes));
+    plan_.rerate_disk(gbps, fmt::format("the ring's own reads ({} slots, the {} streamed layers in order: {:.2f} GB "
+                                        "in {:.2f} s; the file probe read {:.2f})",
+                                        slots_.size(), streamed_.size(), static_cast<double>(n_bytes) / 1e9,
+                                        sw.seconds(), plan_.sized_disk_gbps));
+  }
   if (streams && auto_prefetch_) RETURN_IF_ERROR(fill(0));
   return Status();
+}
+
+StatusOr<double> WeightStore::probe_ring_reads(double seconds, uint64_t* n_bytes) {
+  CHECK(!slots_.empty() && !streamed_.empty() && cursor_ < 0);
+  uint64_t pass_bytes = 0;
+  for (int64_t l : streamed_) pass_bytes += layers_[static_cast<size_t>(l)].layout.buffer_bytes;
+  const size_t k = slots_.size();
+  std::vector<TransferId> in_flight(k, 0);
+  size_t n_in_flight = 0, next = 0;  // next: index into streamed_, cycling
+  uint64_t issued = 0, landed = 0;
+  Status status;
+  Stopwatch sw;
+  auto issue = [&](size_t s) {
+    const ExtentLayout& layout = layers_[static_cast<size_t>(streamed_[next++ % streamed_.size()])].layout;
+    StatusOr<TransferId> id = arbiter_->submit(TransferClass::kCritical, layout.extents, slots_[s].buf.data());
+    if (!id.ok()) {
+      status = id.status();
+      return;
+    }
+    in_flight[s] = *id;
+    ++n_in_flight;
+    issued += layout.buffer_bytes;
+  };
+  for (size_t s = 0; s < k && status.ok(); ++s) issue(s);
+  // Slots in turn, as the ring hands them out: wait for one, give it the next layer.
+  for (size_t s = 0; n_in_flight > 0; s = (s + 1) % k) {
+    if (in_flight[s] == 0) continue;
+    const TransferResult r = arbiter_->wait(in_flight[s]);
+    in_flight[s] = 0;
+    --n_in_flight;
+    landed += r.bytes;
+    if (!r.status.ok() && status.ok()) status = r.status;
+    if (status.ok() && sw.seconds() < seconds && issued < 4 * pass_bytes) issue(s);
+  }
+  const double elapsed = sw.seconds();
+  RETURN_IF_ERROR(status.with_context("reading the streamed layers through the ring"));
+  *n_bytes = landed;
+  if (landed == 0 || !(elapsed > 0)) return data_loss("the ring's reads landed no bytes");
+  return static_cast<double>(landed) / elapsed / 1e9;
 }
 
 LayerView WeightStore::view(int slot, int64_t layer) const {

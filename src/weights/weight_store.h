@@ -6,8 +6,12 @@
 //     into aligned host buffers with O_DIRECT, so a resident run does not lean
 //     on the page cache either. With options.direct = false they are not read
 //     at all: pointers go into the ModelFile's mmap (and the page cache).
-//   - K slots of slot_bytes are allocated; the first K streamed layers start
-//     loading at once.
+//   - K slots of slot_bytes are allocated. With options.ring_probe_s > 0 the
+//     streamed layers first go through the ring as it will read them (layer
+//     order, every slot in flight) for that long, and the plan's disk figures
+//     are re-rated with the rate those reads got: a virtual disk's rate depends
+//     on the access pattern, so only the ring's own reads predict the ring.
+//     Then the first K streamed layers start loading.
 // Per layer of a step:
 //
 //   acquire(i) -> LayerView   blocks only if layer i has not landed (stall time)
@@ -82,6 +86,7 @@ struct WeightStoreOptions {
   uint64_t chunk_bytes = 1u << 20;  // largest single read
   double cap_bytes_per_s = 0;       // bandwidth cap of the arbiter; 0: none
   bool auto_prefetch = true;        // keep the next layers in flight (off: only explicit prefetch)
+  double ring_probe_s = 0;          // seconds of the ring's own reads at open, to re-rate the plan (0: off)
 };
 
 class WeightStore {
@@ -146,6 +151,10 @@ class WeightStore {
   // Keeps the next streamed layers from `from` on (cyclic) in the free slots.
   Status fill(int64_t from);
   Status start(int slot, int64_t layer, TransferClass cls);
+  // The streamed layers read through the slots as the ring reads them, for
+  // `seconds` or four passes over the streamed layers, whichever ends first;
+  // bytes read / elapsed, in GB/s. Leaves every slot empty.
+  StatusOr<double> probe_ring_reads(double seconds, uint64_t* n_bytes);
   void drop(int slot);
   LayerView view(int slot, int64_t layer) const;
 

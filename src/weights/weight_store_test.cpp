@@ -140,6 +140,49 @@ INSTANTIATE_TEST_SUITE_P(
       return fmt::format("K{}_res{}_{}_{}", c.k, c.n_resident, c.io == IoBackend::kUring ? "uring" : "pread", c.type);
     });
 
+// The ring's own reads at open: the plan's disk figures are re-rated with the
+// rate they got (the sizing kept), the map says so, every slot is free again
+// and the ring then serves the file's bytes; the reads are four passes at most.
+TEST(WeightStore, RingProbeReratesThePlanAndLeavesTheRingIntact) {
+  auto file = synth_file("q8_0");
+  const PlacementPlan plan = plan_with_ring(*file, 3, 1);
+  auto store = WeightStore::open(file, plan, {.queue_depth = 4, .chunk_bytes = 64u << 10, .ring_probe_s = 5.0});
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  WeightStore& ws = **store;
+  const PlacementPlan& p = ws.plan();
+  EXPECT_GT(p.disk_gbps, 0.0);
+  EXPECT_EQ(p.sized_disk_gbps, 1.0);
+  EXPECT_NE(p.disk_note.find("the ring's own reads"), std::string::npos) << p.disk_note;
+  EXPECT_NEAR(p.transfer_s, static_cast<double>(p.slot_bytes) / (p.disk_gbps * 1e9), 1e-15);
+  EXPECT_NEAR(p.predicted_disk_s, static_cast<double>(p.n_streamed) * p.transfer_s, 1e-15);
+  EXPECT_NEAR(p.predicted_stall_s, std::max(0.0, p.predicted_disk_s - p.predicted_compute_s), 1e-15);
+  EXPECT_EQ(p.n_ring_slots, plan.n_ring_slots);
+  EXPECT_NE(ws.placement_map().find("the ring's own reads"), std::string::npos) << ws.placement_map();
+  uint64_t pass_bytes = 0;
+  for (const LayerPlacement& l : p.layers)
+    if (l.streamed) pass_bytes += l.extent_bytes;
+  // Four passes at most (the model is tiny: the byte cap ends it long before
+  // 5 s); the cap is checked before each issue, so one more layer may go. The
+  // resident load and the ring's first (critical) layer read as critical too.
+  const ArbiterStats io = ws.arbiter_stats();
+  const uint64_t critical = io.bytes[static_cast<size_t>(TransferClass::kCritical)];
+  EXPECT_LE(critical, ws.counters().load_bytes + 4 * pass_bytes + 2 * p.slot_bytes);
+  EXPECT_GE(critical, ws.counters().load_bytes + 4 * pass_bytes - kDirectAlign * 4 * kLayers);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int64_t l = 0; l < kLayers; ++l) {
+      auto v = ws.acquire(l);
+      ASSERT_TRUE(v.ok()) << v.status().to_string();
+      expect_layer_matches(*file, *v, l);
+      ws.release(l);
+    }
+  }
+  // Off by default: the plan keeps the rate it was made with.
+  auto plain = WeightStore::open(file, plan, {.queue_depth = 4});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->plan().disk_gbps, 1.0);
+  EXPECT_TRUE((*plain)->plan().disk_note.empty());
+}
+
 TEST(WeightStore, ReadAheadKeepsTheNextLayersInFlightAndWraps) {
   auto file = synth_file("f16");
   auto store = WeightStore::open(file, plan_with_ring(*file, 3, 0), {.queue_depth = 4});
