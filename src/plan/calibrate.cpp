@@ -283,8 +283,8 @@ double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> lay
 }
 
 double probe_layer_matmul_tflops(ThreadPool& pool, std::span<const MatmulGroup> layer, int64_t n_tokens,
-                                 int n_repeats, double min_seconds) {
-  return layer_probe(pool, layer, 0, n_tokens, LayerRate::kFlops, n_repeats, min_seconds) / 1e3;
+                                 uint64_t bytes, int n_repeats, double min_seconds) {
+  return layer_probe(pool, layer, bytes, n_tokens, LayerRate::kFlops, n_repeats, min_seconds) / 1e3;
 }
 
 StatusOr<DiskProbe> probe_disk_read(const std::string& path, const std::string& temp_dir, uint64_t bytes) {
@@ -335,6 +335,14 @@ StatusOr<DiskProbe> probe_disk_read(const std::string& path, const std::string& 
   return probe;
 }
 
+uint64_t memory_span_bytes() {
+  static const uint64_t bytes = [] {
+    const long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return std::max<uint64_t>(256ull << 20, llc > 0 ? 2 * static_cast<uint64_t>(llc) : 0);
+  }();
+  return bytes;
+}
+
 CalibrateOptions with_model_weights(CalibrateOptions o, const ModelFile& file) {
   if (const TensorInfo* up = file.find("blk.0.ffn_up.weight")) o.matmul_type = up->type;
   // Layer 0's matrices in the dispatches the forward pass makes (llama_model.cpp).
@@ -353,6 +361,10 @@ CalibrateOptions with_model_weights(CalibrateOptions o, const ModelFile& file) {
     layer.push_back(std::move(g));
   }
   o.weight_read_layer = std::move(layer);
+  uint64_t block_matrix_bytes = 0;
+  for (const TensorInfo& t : file.tensors)
+    if (t.name.rfind("blk.", 0) == 0 && t.ne.size() == 2) block_matrix_bytes += t.n_bytes;
+  if (o.weight_read_bytes > 0) o.weight_read_bytes = std::min(o.weight_read_bytes, block_matrix_bytes);
   return o;
 }
 
@@ -367,7 +379,7 @@ StatusOr<Calibration> calibrate(const CalibrateOptions& o) {
   }
   if (!o.weight_read_layer.empty()) {
     // The model's own layer: prefill runs exactly these dispatches.
-    c.matmul_tflops = probe_layer_matmul_tflops(pool, o.weight_read_layer, o.matmul_n_tokens,
+    c.matmul_tflops = probe_layer_matmul_tflops(pool, o.weight_read_layer, o.matmul_n_tokens, o.weight_read_bytes,
                                                 std::max(1, o.n_repeats / 2), o.min_probe_seconds);
     c.matmul_model_layer = true;
   } else {

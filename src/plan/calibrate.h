@@ -7,11 +7,15 @@
 //   weight read  the engine's own batch-1 matmuls (cpu::matmul_group, one
 //                token) dispatched as decode dispatches them: a layer's groups
 //                (q/k/v, o, gate/up, down) with the model's weight types and
-//                shapes, over synthetic layers totalling 8x the last-level
-//                cache or more: weight bytes read per second (GB/s). This is
-//                the memory roof of the roofline (as_hardware()).
+//                shapes, over synthetic copies of the layer as large as the
+//                model's own layers (what decode sweeps per token), up to twice
+//                the last-level cache (memory_span_bytes): weight bytes read
+//                per second (GB/s). This is the memory roof of the roofline
+//                (as_hardware()).
 //   matmul       the engine's own cpu::matmul_group on the model's weight type
-//                at a prefill-like shape ([n_out, n_in] x n_tokens) (TFLOP/s)
+//                at a prefill-like shape ([n_out, n_in] x n_tokens), over the
+//                same copies as the weight read when a model is given, so its
+//                weights come from where prefill's do (TFLOP/s)
 //   disk read    sequential O_DIRECT reads of the model file, or of a temporary
 //                file written for the purpose; when the filesystem refuses
 //                O_DIRECT, a buffered read after dropping the file's cached
@@ -73,10 +77,15 @@ using MatmulGroup = std::vector<MatmulShape>;
 // 5632; down 5632 -> 2048) of `type`: the probe's layer when no model is given.
 std::vector<MatmulGroup> default_layer(DType type);
 
+// Bytes a probe sweeps to read from memory rather than from cache: twice the
+// last-level cache the OS reports (sysconf), and at least 256 MiB (guests that
+// report no cache size).
+uint64_t memory_span_bytes();
+
 struct CalibrateOptions {
   int n_threads = 0;                          // <= 0: one per core
   int n_repeats = 5;
-  uint64_t mem_bytes = 256ull << 20;          // memory probe buffer
+  uint64_t mem_bytes = memory_span_bytes();   // memory probe buffer
   int64_t matmul_n_in = 2048;
   int64_t matmul_n_out = 2048;
   int64_t matmul_n_tokens = 64;
@@ -85,7 +94,9 @@ struct CalibrateOptions {
   std::string temp_dir = "/tmp";
   uint64_t disk_bytes = 256ull << 20;         // bytes to read (at most the file's size)
   DType matmul_type = DType::kQ8_0;           // weight type the matmul probe runs (and the default layer's)
-  uint64_t weight_read_bytes = 256ull << 20;  // weight-read probe: at least this many bytes of layers; 0: skip it
+  // The weight-read and layer matmul probes sweep copies of the layer making
+  // at least this many bytes (0: skip the weight read; one copy for the matmul).
+  uint64_t weight_read_bytes = memory_span_bytes();
   std::vector<MatmulGroup> weight_read_layer; // one layer's dispatches; empty: default_layer(matmul_type)
   double min_probe_seconds = 0.25;            // each probe's window (see above)
 };
@@ -124,11 +135,12 @@ double probe_memory_read_gbps(ThreadPool& pool, uint64_t bytes, int n_repeats, d
 // (GB/s).
 double probe_weight_read_gbps(ThreadPool& pool, std::span<const MatmulGroup> layer, uint64_t bytes, int n_repeats,
                               double min_seconds = 0);
-// The engine's batch matmuls over `layer`'s dispatches at n_tokens tokens (one
-// copy of the layer, in the engine's layouts): FLOPs of the layer's matrices per
-// second (TFLOP/s), what a prefill of that model's layers gets.
+// The engine's batch matmuls over `layer`'s dispatches at n_tokens tokens, over
+// as many copies of the layer as make `bytes` (at least one; in the engine's
+// layouts): FLOPs of the layer's matrices per second (TFLOP/s), what a prefill
+// of that model's layers gets when its weights come from where the model's do.
 double probe_layer_matmul_tflops(ThreadPool& pool, std::span<const MatmulGroup> layer, int64_t n_tokens,
-                                 int n_repeats, double min_seconds = 0);
+                                 uint64_t bytes, int n_repeats, double min_seconds = 0);
 // The engine's own matmul (cpu::matmul_group at the active instruction set) on
 // one matrix of `type` in the layout the engine repacks it to; the matmul probe
 // when no model's layer is known.
@@ -145,8 +157,11 @@ StatusOr<DiskProbe> probe_disk_read(const std::string& path, const std::string& 
 // `options` with the probes set to the model's own weights, so every caller
 // probes a model the same way: the matmul probe on blk.0.ffn_up.weight's type,
 // the weight-read probe on layer 0's matrices (types and shapes) in the
-// forward pass's dispatches (q/k/v, o, gate/up, down). A file without those
-// tensors leaves the weight-read layer at the default.
+// forward pass's dispatches (q/k/v, o, gate/up, down), and both it and the
+// layer matmul probe over the model's own working set: its block matrices'
+// bytes, up to options.weight_read_bytes (a model smaller than the cache is
+// decoded from the cache, and probed there). A file without those tensors
+// leaves the weight-read layer at the default.
 CalibrateOptions with_model_weights(CalibrateOptions options, const ModelFile& file);
 
 // Runs every probe.

@@ -63,7 +63,7 @@ TEST(Calibrate, LayerMatmulProbeIsPositiveOverRepackedAndGgufRows) {
     // Row counts of 16 (repacked at AVX-512) and of 40 (GGUF rows) in one layer.
     const std::vector<MatmulGroup> layer = {{m(256, 256), m(256, 64), m(256, 64)}, {m(256, 256)},
                                             {m(256, 40), m(256, 40)}, {m(40 * 32, 256)}};
-    const double t = probe_layer_matmul_tflops(pool, layer, 16, 3, 0.02);
+    const double t = probe_layer_matmul_tflops(pool, layer, 16, 4u << 20, 3, 0.02);
     EXPECT_TRUE(std::isfinite(t) && t > 0) << dtype_name(type) << ": " << t;
   }
 }
@@ -96,6 +96,26 @@ TEST(Calibrate, ModelWeightsSetTheProbesToTheModelsLayer) {
   EXPECT_EQ(o.weight_read_layer[2][1].type, up->type);
   ThreadPool pool(1);
   EXPECT_GT(probe_weight_read_gbps(pool, o.weight_read_layer, 1u << 20, 1), 0);
+  // The probes sweep the model's own working set (its block matrices), never
+  // more than the span that defeats the cache, and a skipped weight read stays skipped.
+  uint64_t blocks = 0;
+  for (const TensorInfo& t : mf->tensors)
+    if (t.name.rfind("blk.", 0) == 0 && t.ne.size() == 2) blocks += t.n_bytes;
+  ASSERT_LT(blocks, memory_span_bytes());
+  EXPECT_EQ(o.weight_read_bytes, blocks);
+  EXPECT_EQ(with_model_weights({.weight_read_bytes = blocks / 2}, *mf).weight_read_bytes, blocks / 2);
+  EXPECT_EQ(with_model_weights({.weight_read_bytes = 0}, *mf).weight_read_bytes, 0u);
+}
+
+TEST(Calibrate, MemorySpanIsAtLeast256MiBAndTwiceTheLastLevelCache) {
+  const uint64_t span = memory_span_bytes();
+  EXPECT_GE(span, 256ull << 20);
+  const long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (llc > 0) {
+    EXPECT_GE(span, 2 * static_cast<uint64_t>(llc));
+  }
+  EXPECT_EQ(CalibrateOptions{}.mem_bytes, span);
+  EXPECT_EQ(CalibrateOptions{}.weight_read_bytes, span);
 }
 
 TEST(Calibrate, MissingDiskFileIsAnError) {
