@@ -27,9 +27,21 @@ Status StoreWeightSource::acquire(int64_t layer, LayerWeightPointers* out) {
   return Status();
 }
 
-StatusOr<plan::Calibration> calibrate_for_model(const ModelFile& file, int n_threads, bool direct) {
-  ASSIGN_OR_RETURN(plan::Calibration cal,
-                   plan::calibrate(plan::with_model_weights({.n_threads = n_threads, .probe_disk = false}, file)));
+plan::CalibrateOptions probe_options_for_model(const ModelFile& file, int n_threads, uint64_t max_probe_bytes) {
+  plan::CalibrateOptions probes = plan::with_model_weights({.n_threads = n_threads, .probe_disk = false}, file);
+  if (max_probe_bytes > 0) {
+    // At least 32 MiB, so that a pass still takes measurable time (a budget
+    // that small is refused by the placement right after).
+    const uint64_t cap = std::max<uint64_t>(max_probe_bytes, 32u << 20);
+    probes.mem_bytes = std::min(probes.mem_bytes, cap);
+    probes.weight_read_bytes = std::min(probes.weight_read_bytes, cap);
+  }
+  return probes;
+}
+
+StatusOr<plan::Calibration> calibrate_for_model(const ModelFile& file, int n_threads, bool direct,
+                                                uint64_t max_probe_bytes) {
+  ASSIGN_OR_RETURN(plan::Calibration cal, plan::calibrate(probe_options_for_model(file, n_threads, max_probe_bytes)));
   const WeightStoreOptions store;  // the store's defaults: read size and queue depth
   ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> io, IoEngine::open({.path = file.source_path, .backend = store.io,
                                                                  .queue_depth = store.queue_depth, .direct = direct}));
@@ -59,7 +71,7 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
   if (o.mem_budget_bytes == 0) return invalid_argument("open_streaming needs a memory budget");
   plan::Calibration probed;
   if (!o.calibration) {
-    ASSIGN_OR_RETURN(probed, calibrate_for_model(*file, o.n_threads, o.direct));
+    ASSIGN_OR_RETURN(probed, calibrate_for_model(*file, o.n_threads, o.direct, o.mem_budget_bytes));
   }
   const plan::Calibration& cal = o.calibration ? *o.calibration : probed;
   // Compute per layer (roofline): the larger of reading the layer's weights at

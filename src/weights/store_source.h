@@ -58,8 +58,14 @@ struct StreamingSetup {
 // engine, read size and queue depth; a sequential O_DIRECT read at queue depth
 // 1 gets much less than the store does). `sluice plan --measure` and
 // open_streaming both calibrate through here, so the prediction and the
-// placement use one set of figures. Errors: the file cannot be read.
-StatusOr<plan::Calibration> calibrate_for_model(const ModelFile& file, int n_threads, bool direct = true);
+// placement use one set of figures. The memory probes allocate at most
+// max_probe_bytes, but 32 MiB at least (0: no cap; streaming passes its
+// budget, which is what the machine has to spare). Errors: the file cannot be read.
+StatusOr<plan::Calibration> calibrate_for_model(const ModelFile& file, int n_threads, bool direct = true,
+                                                uint64_t max_probe_bytes = 0);
+// The memory probes' options calibrate_for_model uses (no disk probe: the
+// store measures its own reads).
+plan::CalibrateOptions probe_options_for_model(const ModelFile& file, int n_threads, uint64_t max_probe_bytes = 0);
 
 StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, const StreamingOptions& options);
 

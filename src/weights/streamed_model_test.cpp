@@ -1,5 +1,6 @@
 // The model computes the same tokens with weights streamed through the weight
 // store as with every weight resident.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "model/generate.h"
@@ -49,6 +50,37 @@ TEST(StreamedModel, SameTokensAsResidentAndCountsBytes) {
   EXPECT_GT(c.disk_read_bytes, 0u);
   EXPECT_GT(c.n_tokens, 0u);
   EXPECT_LT(c.resident_fraction(), 1.0);
+}
+
+// Streaming's memory probes stay within the budget (floored at 32 MiB) and
+// within the model's own layers; plan --measure's (no cap) sweep the span.
+TEST(StreamedModel, ProbesStayWithinTheBudget) {
+  ModelFile f;
+  f.format = "gguf";
+  uint64_t blocks = 0;
+  for (int l = 0; l < 40; ++l) {
+    for (const char* name : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      TensorInfo t;
+      t.name = fmt::format("blk.{}.{}.weight", l, name);
+      t.type = DType::kQ8_0;
+      const bool down = std::string(name) == "ffn_down";
+      t.ne = {down ? 8192 : 2048, down ? 2048 : (std::string(name).rfind("ffn", 0) == 0 ? 8192 : 2048)};
+      t.n_bytes = static_cast<uint64_t>(t.ne[0] * t.ne[1]) / 32 * 34;
+      blocks += t.n_bytes;
+      f.tensors.push_back(t);
+    }
+  }
+  ASSERT_GT(blocks, plan::memory_span_bytes());  // ~3.9 GB of layers
+  const plan::CalibrateOptions open = probe_options_for_model(f, 1);
+  EXPECT_EQ(open.weight_read_bytes, plan::memory_span_bytes());
+  EXPECT_EQ(open.mem_bytes, plan::memory_span_bytes());
+  EXPECT_FALSE(open.probe_disk);
+  const plan::CalibrateOptions budget = probe_options_for_model(f, 1, 100u << 20);
+  EXPECT_EQ(budget.weight_read_bytes, 100u << 20);
+  EXPECT_EQ(budget.mem_bytes, 100u << 20);
+  const plan::CalibrateOptions tiny = probe_options_for_model(f, 1, 1000);
+  EXPECT_EQ(tiny.weight_read_bytes, 32u << 20);
+  EXPECT_EQ(tiny.mem_bytes, 32u << 20);
 }
 
 TEST(StreamedModel, RefusesABudgetThatCannotHoldTheRing) {
