@@ -65,7 +65,11 @@ struct ArbiterStats {
   double cap_wait_s = 0;     // time the IO thread held reads back for the cap
   double busy_s = 0;         // time with at least one read in flight (as the IO thread sees it)
 
-  uint64_t total_bytes() const { return bytes[0] + bytes[1] + bytes[2]; }
+  uint64_t total_bytes() const {
+    uint64_t n = 0;
+    for (uint64_t b : bytes) n += b;
+    return n;
+  }
   // The disk's rate while it had work: total_bytes / busy_s (0 before any read).
   double in_flight_gbps() const { return busy_s > 0 ? static_cast<double>(total_bytes()) / busy_s / 1e9 : 0.0; }
 };

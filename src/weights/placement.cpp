@@ -13,6 +13,20 @@
 namespace sluice::weights {
 namespace {
 
+// Reading every streamed layer's slot at `gbps`: the disk's share of a step.
+double disk_s_per_step(const PlacementPlan& p, double gbps) {
+  return static_cast<double>(p.n_streamed) * static_cast<double>(p.slot_bytes) / (gbps * 1e9);
+}
+
+// The plan's disk figures at `gbps`; n_streamed, slot_bytes and
+// predicted_compute_s must be set.
+void set_disk_figures(PlacementPlan& p, double gbps) {
+  p.disk_gbps = gbps;
+  p.transfer_s = static_cast<double>(p.slot_bytes) / (gbps * 1e9);
+  p.predicted_disk_s = disk_s_per_step(p, gbps);
+  p.predicted_stall_s = std::max(0.0, p.predicted_disk_s - p.predicted_compute_s);
+}
+
 std::string mb(double bytes) {
   if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
   if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
@@ -213,25 +227,20 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   si.n_layer = p.n_streamed;
   ASSIGN_OR_RETURN(p.stream, plan::plan_stream(si));
   p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
-  p.predicted_disk_s = static_cast<double>(p.n_streamed) * p.transfer_s;
-  p.predicted_stall_s = std::max(0.0, p.predicted_disk_s - p.predicted_compute_s);
+  set_disk_figures(p, in.disk_gbps);
   return p;
 }
 
 double PlacementPlan::predicted_step_s_at(double gbps) const {
   CHECK(gbps > 0);
-  const double disk_s = disk_gbps > 0 ? predicted_disk_s * disk_gbps / gbps : 0.0;
-  return std::max(predicted_compute_s, disk_s);
+  return std::max(predicted_compute_s, disk_s_per_step(*this, gbps));
 }
 
 void PlacementPlan::rerate_disk(double gbps, std::string note) {
   CHECK(gbps > 0);
   if (n_streamed == 0) return;
-  disk_gbps = gbps;
   disk_note = std::move(note);
-  transfer_s = static_cast<double>(slot_bytes) / (gbps * 1e9);
-  predicted_disk_s = static_cast<double>(n_streamed) * transfer_s;
-  predicted_stall_s = std::max(0.0, predicted_disk_s - predicted_compute_s);
+  set_disk_figures(*this, gbps);
 }
 
 std::string placement_map(const PlacementPlan& p) {

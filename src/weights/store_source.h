@@ -7,8 +7,8 @@
 // estimates compute per layer for the expected tokens per step with the same
 // roofline the planner uses, plans the placement (ring size from plan_stream)
 // and opens the store, whose ring first reads the streamed layers as it will
-// for options.ring_probe_s and re-rates the plan's disk figures with that. A budget that cannot work is refused with the smallest
-// one that would.
+// for options.ring_probe_s and re-rates the plan's disk figures with that. A
+// budget that cannot work is refused with the smallest one that would.
 #pragma once
 
 #include <memory>

@@ -179,19 +179,18 @@ Status WeightStore::load(const WeightStoreOptions& options) {
   desired_.reserve(slots_.size());
   reusable_.reserve(slots_.size());
   if (streams && options.ring_probe_s > 0) {
-    uint64_t n_bytes = 0;
-    Stopwatch sw;
-    ASSIGN_OR_RETURN(double gbps, probe_ring_reads(options.ring_probe_s, &n_bytes));
-    plan_.rerate_disk(gbps, fmt::format("the ring's own reads ({} slots, the {} streamed layers in order: {:.2f} GB "
-                                        "in {:.2f} s; the file probe read {:.2f})",
-                                        slots_.size(), streamed_.size(), static_cast<double>(n_bytes) / 1e9,
-                                        sw.seconds(), plan_.sized_disk_gbps));
+    ASSIGN_OR_RETURN(RingReads r, probe_ring_reads(options.ring_probe_s));
+    plan_.rerate_disk(static_cast<double>(r.bytes) / r.seconds / 1e9,
+                      fmt::format("the ring's own reads ({} slots, the {} streamed layers in order: {:.2f} GB in "
+                                  "{:.2f} s; the file probe read {:.2f})",
+                                  slots_.size(), streamed_.size(), static_cast<double>(r.bytes) / 1e9, r.seconds,
+                                  plan_.sized_disk_gbps));
   }
   if (streams && auto_prefetch_) RETURN_IF_ERROR(fill(0));
   return Status();
 }
 
-StatusOr<double> WeightStore::probe_ring_reads(double seconds, uint64_t* n_bytes) {
+StatusOr<WeightStore::RingReads> WeightStore::probe_ring_reads(double seconds) {
   CHECK(!slots_.empty() && !streamed_.empty() && cursor_ < 0);
   uint64_t pass_bytes = 0;
   for (int64_t l : streamed_) pass_bytes += layers_[static_cast<size_t>(l)].layout.buffer_bytes;
@@ -223,11 +222,10 @@ StatusOr<double> WeightStore::probe_ring_reads(double seconds, uint64_t* n_bytes
     if (!r.status.ok() && status.ok()) status = r.status;
     if (status.ok() && sw.seconds() < seconds && issued < 4 * pass_bytes) issue(s);
   }
-  const double elapsed = sw.seconds();
+  const RingReads r{.bytes = landed, .seconds = sw.seconds()};
   RETURN_IF_ERROR(status.with_context("reading the streamed layers through the ring"));
-  *n_bytes = landed;
-  if (landed == 0 || !(elapsed > 0)) return data_loss("the ring's reads landed no bytes");
-  return static_cast<double>(landed) / elapsed / 1e9;
+  if (r.bytes == 0 || !(r.seconds > 0)) return data_loss("the ring's reads landed no bytes");
+  return r;
 }
 
 LayerView WeightStore::view(int slot, int64_t layer) const {

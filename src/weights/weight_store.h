@@ -152,9 +152,13 @@ class WeightStore {
   Status fill(int64_t from);
   Status start(int slot, int64_t layer, TransferClass cls);
   // The streamed layers read through the slots as the ring reads them, for
-  // `seconds` or four passes over the streamed layers, whichever ends first;
-  // bytes read / elapsed, in GB/s. Leaves every slot empty.
-  StatusOr<double> probe_ring_reads(double seconds, uint64_t* n_bytes);
+  // `seconds` or four passes over the streamed layers, whichever ends first.
+  // Leaves every slot empty.
+  struct RingReads {
+    uint64_t bytes = 0;  // landed
+    double seconds = 0;  // first read issued -> last landed
+  };
+  StatusOr<RingReads> probe_ring_reads(double seconds);
   void drop(int slot);
   LayerView view(int slot, int64_t layer) const;
 
