@@ -5,17 +5,18 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/cpu/cpu_features.h"
 #include "base/test_data.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "model/synth.h"
 
 namespace sluice {
 namespace {
 
 void expect_decode_equals_prefill(const std::shared_ptr<const ModelFile>& file, int64_t n_tokens, int n_batch) {
-  auto m = LlamaModel::load(file, ModelOptions{.n_threads = 2, .n_batch = n_batch});
+  auto m = Model::load(file, ModelOptions{.n_threads = 2, .n_batch = n_batch});
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  LlamaModel& model = **m;
+  Model& model = **m;
   const int64_t n_vocab = model.hparams().n_vocab;
   std::vector<int32_t> tokens(static_cast<size_t>(n_tokens));
   for (int64_t i = 0; i < n_tokens; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + 1) % n_vocab);
@@ -72,8 +73,8 @@ TEST_P(RepackInvariants, RepackedWeightsGiveIdenticalLogits) {
   auto mf = open_model_file(path);
   ASSERT_TRUE(mf.ok()) << mf.status().to_string();
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
-  auto packed = LlamaModel::load(file, ModelOptions{.n_threads = 2, .n_batch = 16});
-  auto plain = LlamaModel::load(file, ModelOptions{.n_threads = 2, .n_batch = 16, .repack = false});
+  auto packed = Model::load(file, ModelOptions{.n_threads = 2, .n_batch = 16});
+  auto plain = Model::load(file, ModelOptions{.n_threads = 2, .n_batch = 16, .repack = false});
   ASSERT_TRUE(packed.ok() && plain.ok());
   EXPECT_EQ((*plain)->repacked_bytes(), 0u);
   if (cpu::active_isa() != cpu::Isa::kScalar) {
@@ -102,7 +103,7 @@ TEST(ForwardErrors, RejectsOutOfRangeTokensAndFullContext) {
   SKIP_UNLESS_EXISTS(path);
   auto mf = open_model_file(path);
   ASSERT_TRUE(mf.ok());
-  auto m = LlamaModel::load(std::make_shared<const ModelFile>(std::move(*mf)), ModelOptions{.n_threads = 1});
+  auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)), ModelOptions{.n_threads = 1});
   ASSERT_TRUE(m.ok());
   std::vector<float> logits(512);
   KvCache kv = (*m)->make_kv_cache(2);

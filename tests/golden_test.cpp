@@ -11,7 +11,7 @@
 #include "format/gguf_writer.h"
 #include "format/llama2c.h"
 #include "model/generate.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,7 +54,7 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {
     ref_ = load_reference();
     file_ = open_format(GetParam());
     ASSERT_TRUE(file_);
-    auto m = LlamaModel::load(file_, ModelOptions{.n_threads = 2});
+    auto m = Model::load(file_, ModelOptions{.n_threads = 2});
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model_ = std::move(*m);
     auto tok = Tokenizer::from_metadata(file_->metadata);
@@ -63,7 +63,7 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {
   }
   nlohmann::json ref_;
   std::shared_ptr<const ModelFile> file_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tok_;
 };
 

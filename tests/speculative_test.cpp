@@ -12,7 +12,7 @@
 
 #include "base/test_data.h"
 #include "cli_runner.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "sample/sampler.h"
 #include "sluice/engine.h"
 #include "spec/chi_square_test_util.h"
@@ -224,7 +224,7 @@ TEST_F(SpeculativeTest, SampledSecondTokenKeepsTheTargetDistribution) {
   // The exact conditional: the target's sampler after prompt + given.
   auto mf = open_model_file(target_);
   ASSERT_TRUE(mf.ok());
-  auto model = LlamaModel::load(std::make_shared<const ModelFile>(std::move(*mf)), ModelOptions{.n_threads = 1});
+  auto model = Model::load(std::make_shared<const ModelFile>(std::move(*mf)), ModelOptions{.n_threads = 1});
   ASSERT_TRUE(model.ok());
   std::vector<int32_t> ctx = prompt;
   ctx.push_back(given);

@@ -11,23 +11,9 @@ int fail(const Status& status) {
   return 1;
 }
 
-StatusOr<LoadedModel> load_model(const std::string& path, ModelOptions options, uint64_t mem_budget,
-                                 int64_t tokens_per_step) {
-  Stopwatch sw;
-  LoadedModel lm;
-  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
-  lm.file = std::make_shared<const ModelFile>(std::move(mf));
-  ASSIGN_OR_RETURN(lm.tokenizer, Tokenizer::from_metadata(lm.file->metadata));
-  if (mem_budget > 0) {
-    ASSIGN_OR_RETURN(weights::StreamingSetup setup,
-                     weights::open_streaming(lm.file, {.mem_budget_bytes = mem_budget, .n_threads = options.n_threads,
-                                                       .tokens_per_step = tokens_per_step}));
-    fmt::print(stderr, "{}", setup.report);
-    lm.stream = setup.source;
-    options.weights = setup.source;
-  }
-  ASSIGN_OR_RETURN(lm.model, LlamaModel::load(lm.file, options));
-  lm.load_seconds = sw.seconds();
+StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet) {
+  ASSIGN_OR_RETURN(LoadedModel lm, load_model(path, options));
+  if (!quiet && !lm.placement_report.empty()) fmt::print(stderr, "{}", lm.placement_report);
   return lm;
 }
 

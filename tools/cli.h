@@ -9,7 +9,8 @@
 #include <CLI/CLI.hpp>
 
 #include "format/model_file.h"
-#include "model/llama_model.h"
+#include "runtime/load_model.h"
+#include "model/model.h"
 #include "sluice/engine.h"
 #include "sluice/status.h"
 #include "tokenizer/tokenizer.h"
@@ -35,19 +36,9 @@ Runner add_serve(CLI::App& app);
 // Prints "error: <message>" to stderr and returns 1.
 int fail(const Status& status);
 
-struct LoadedModel {
-  std::shared_ptr<const ModelFile> file;
-  std::shared_ptr<weights::StoreWeightSource> stream;  // set when weights stream under a budget
-  std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-  double load_seconds = 0;
-};
-
-// Opens a GGUF file or HF folder, builds the model and its tokenizer. With a
-// memory budget (bytes, 0 = all resident) weights stream through the weight
-// store; its placement map is printed to stderr.
-StatusOr<LoadedModel> load_model(const std::string& path, ModelOptions options, uint64_t mem_budget = 0,
-                                 int64_t tokens_per_step = 1);
+// load_model() (runtime/load_model.h), printing the placement map to stderr
+// when weights stream (unless quiet).
+StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet = false);
 
 // Adds --mem-budget (e.g. 600M, 2G) to a subcommand, parsed into *bytes.
 void add_mem_budget_option(CLI::App* c, uint64_t* bytes);

@@ -11,7 +11,7 @@
 // the median is the headline figure, min / max / stddev show the spread.
 //
 // Bytes read per generated token (decode is memory-bound):
-//   LlamaModel::weight_bytes()                          every matrix + one embedding row
+//   Model::weight_bytes()                          every matrix + one embedding row
 //   + 2 * n_layer * n_embd_kv * sizeof(float) * avg_ctx  f32 K and V rows read
 //   avg_ctx = (N + 1) / 2: the step at position i attends to i + 1 rows.
 // Prefill FLOPs of one prompt:
@@ -89,7 +89,7 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t n_vocab, uint64_t seed) {
 }
 
 // Seconds of one prefill of `prompt` into an emptied cache.
-StatusOr<double> time_prefill(LlamaModel& model, KvCache& kv, std::span<const int32_t> prompt, float* logits) {
+StatusOr<double> time_prefill(Model& model, KvCache& kv, std::span<const int32_t> prompt, float* logits) {
   kv.clear();
   Stopwatch sw;
   RETURN_IF_ERROR(model.forward(prompt, kv, logits, /*all_logits=*/false));
@@ -97,7 +97,7 @@ StatusOr<double> time_prefill(LlamaModel& model, KvCache& kv, std::span<const in
 }
 
 // Seconds of ids.size() single-token steps from an emptied cache.
-StatusOr<double> time_generate(LlamaModel& model, KvCache& kv, std::span<const int32_t> ids, float* logits) {
+StatusOr<double> time_generate(Model& model, KvCache& kv, std::span<const int32_t> ids, float* logits) {
   kv.clear();
   Stopwatch sw;
   for (const int32_t& id : ids) RETURN_IF_ERROR(model.forward(std::span<const int32_t>(&id, 1), kv, logits, false));
@@ -144,23 +144,13 @@ int run(const BenchArgs& a) {
   if (a.n_reps < 1) return fail(invalid_argument("-r must be >= 1 (got {})", a.n_reps));
   if (a.n_ubatch < 1) return fail(invalid_argument("--ubatch must be >= 1 (got {})", a.n_ubatch));
 
-  Stopwatch load_sw;
-  auto mf = open_model_file(a.model);
-  if (!mf.ok()) return fail(mf.status());
-  auto file = std::make_shared<const ModelFile>(std::move(*mf));
-  ModelOptions mo{.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch), .repack = !a.no_repack};
-  std::shared_ptr<weights::StoreWeightSource> stream;
-  if (a.mem_budget > 0) {
-    auto setup = weights::open_streaming(file, {.mem_budget_bytes = a.mem_budget, .n_threads = a.n_threads});
-    if (!setup.ok()) return fail(setup.status());
-    if (!a.json) fmt::print(stderr, "{}", setup->report);
-    stream = setup->source;
-    mo.weights = stream;
-  }
-  auto model_or = LlamaModel::load(file, mo);
-  if (!model_or.ok()) return fail(model_or.status());
-  LlamaModel& model = **model_or;
-  const double load_s = load_sw.seconds();
+  auto lm = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch),
+                                         .repack = !a.no_repack, .mem_budget_bytes = a.mem_budget}, a.json);
+  if (!lm.ok()) return fail(lm.status());
+  const std::shared_ptr<const ModelFile>& file = lm->file;
+  const std::shared_ptr<weights::StoreWeightSource>& stream = lm->stream;
+  Model& model = *lm->model;
+  const double load_s = lm->load_seconds;
   const ModelHparams& hp = model.hparams();
   const int64_t n_ctx = a.n_prompt + a.n_gen;
   if (hp.n_ctx_train > 0 && n_ctx > hp.n_ctx_train) {

@@ -12,11 +12,11 @@
 
 #include "base/timer.h"
 #include "cli.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "plan/calibrate.h"
 #include "plan/deployment.h"
 #include "plan/kv_plan.h"
-#include "plan/measure.h"
+#include "runtime/measure.h"
 #include "plan/measure_rounds.h"
 #include "plan/roofline.h"
 #include "plan/speculative.h"
@@ -402,20 +402,21 @@ struct StreamedDecode {
 
 StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_ptr<const ModelFile> file,
                                                 const pl::Calibration& cal) {
-  ASSIGN_OR_RETURN(weights::StreamingSetup setup,
-                   weights::open_streaming(file, {.mem_budget_bytes = static_cast<uint64_t>(a.budget_gb * 1e9),
-                                                  .n_threads = a.n_threads,
-                                                  .calibration = &cal}));
-  if (!a.json) fmt::print(stderr, "{}", setup.report);
-  StreamedDecode out{.plan = setup.source->store().plan()};
-  ASSIGN_OR_RETURN(auto model, LlamaModel::load(file, ModelOptions{.n_threads = a.n_threads, .weights = setup.source}));
+  ASSIGN_OR_RETURN(LoadedModel lm, load_model_verbose(file->source_path,
+                                                      {.n_threads = a.n_threads,
+                                                       .mem_budget_bytes = static_cast<uint64_t>(a.budget_gb * 1e9),
+                                                       .calibration = &cal},
+                                                      a.json));
+  const std::shared_ptr<weights::StoreWeightSource>& stream = lm.stream;
+  StreamedDecode out{.plan = stream->store().plan()};
+  const std::unique_ptr<Model>& model = lm.model;
   const int64_t n = std::max<int64_t>(4, a.measure_decode / 4);
   KvCache kv = model->make_kv_cache(n + 2);
   std::vector<float> logits(static_cast<size_t>(model->hparams().n_vocab));
   const int32_t first[1] = {1};
   RETURN_IF_ERROR(model->forward(first, kv, logits.data(), false));  // fills the ring
   std::vector<double> per_token;
-  const weights::ArbiterStats before = setup.source->store().arbiter_stats();
+  const weights::ArbiterStats before = stream->store().arbiter_stats();
   double wall_s = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t tok[1] = {static_cast<int32_t>((i * 7919 + 11) % model->hparams().n_vocab)};
@@ -424,7 +425,7 @@ StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_
     per_token.push_back(sw.seconds());
     wall_s += per_token.back();
   }
-  const weights::ArbiterStats after = setup.source->store().arbiter_stats();
+  const weights::ArbiterStats after = stream->store().arbiter_stats();
   const double bytes = static_cast<double>(after.total_bytes() - before.total_bytes());
   const double busy_s = after.busy_s - before.busy_s;
   out.disk_bytes_per_token = bytes / static_cast<double>(n);

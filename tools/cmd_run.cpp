@@ -114,8 +114,7 @@ int run(RunArgs a) {
     if (a.n_ctx > 0) a.spec.ctx_size = a.n_ctx;
     return run_speculative(a, sp);
   }
-  ModelOptions mo{.n_threads = a.n_threads};
-  auto lm_or = load_model(a.model, mo, a.mem_budget);
+  auto lm_or = load_model_verbose(a.model, {.n_threads = a.n_threads, .mem_budget_bytes = a.mem_budget});
   if (!lm_or.ok()) return fail(lm_or.status());
   LoadedModel& lm = *lm_or;
   const Tokenizer& tok = *lm.tokenizer;
@@ -160,7 +159,7 @@ int run(RunArgs a) {
     nlohmann::json j;
     j["tokens"] = r.tokens;
     j["text"] = tok.decode(text_ids);
-    j["finish_reason"] = r.finish_reason;
+    j["finish_reason"] = finish_reason_name(r.finish_reason);
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
     const std::string tail = dec.finish();
@@ -173,7 +172,7 @@ int run(RunArgs a) {
              "[sluice] prompt {} tokens, TTFT {:.1f} ms ({:.1f} tok/s) | generated {} tokens, {:.1f} tok/s | finish: {}\n",
              a.model, lm.load_seconds, lm.model->n_threads(), sp.seed, r.n_prompt, r.prompt_seconds * 1e3,
              r.n_prompt / std::max(r.prompt_seconds, 1e-9), r.tokens.size(),
-             n_gen > 1 ? (n_gen - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, r.finish_reason);
+             n_gen > 1 ? (n_gen - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, finish_reason_name(r.finish_reason));
   if (lm.stream) {
     const weights::ArbiterStats io = lm.stream->store().arbiter_stats();
     fmt::print(stderr, "[sluice] {}\n[sluice] disk: {:.2f} GB read from the model file at {:.2f} GB/s while reads were in flight\n",

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/finish_reason.h"
 #include "sluice/sampling.h"
 #include "sluice/status.h"
 
@@ -28,9 +29,6 @@ class Tokenizer;
 
 using RequestId = int64_t;
 
-enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
-// "stop", "length", "abort", "error" ("" for kNone).
-const char* finish_reason_name(FinishReason reason);
 
 struct Request {
   std::vector<int32_t> prompt;           // token ids, at least one (see Engine::tokenizer())

@@ -1,14 +1,16 @@
 // Engine: request bookkeeping around the scheduler and the batched forward pass.
 //
 //   submit() --(incoming queue, mutex)--> engine thread:
-//     admit -> Scheduler::schedule() -> swaps/copies on the KV store ->
-//     LlamaModel::forward(all scheduled sequences) -> samplers -> Scheduler::update()
-//     -> per-output text (stop strings) -> events -> finished requests retired
+//     admit -> Scheduler::schedule() -> ModelRunner::run (KV moves, one forward
+//     pass over all scheduled sequences, draws / verification) ->
+//     Scheduler::update() -> per-output text (stop strings) -> events ->
+//     finished requests retired
 //
 // With speculative decoding, each step first asks the proposer for drafts for
 // every decoding sequence (Scheduler::set_draft); the forward pass then returns
 // logits for the last token and each draft, and the verifier replaces the
-// sampler for those sequences (accepted drafts + one token, spec/verifier.h).
+// sampler for those sequences (accepted drafts + one token, spec/verifier.h),
+// inside the runner.
 //
 // Everything after the incoming queue runs on the engine thread only. The
 // state lives in engine_impl.h; speculative drafting is engine_drafts.cpp.
@@ -29,12 +31,13 @@
 
 #include "base/metrics.h"
 #include "base/timer.h"
+#include "runtime/load_model.h"
 #include "engine/engine_metrics.h"
 #include "engine/output_text.h"
 #include "engine/scheduler.h"
 #include "format/model_file.h"
 #include "kv/kv_store.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "sample/sampler.h"
 #include "spec/draft_length.h"
 #include "spec/draft_model.h"
@@ -44,17 +47,6 @@
 #include "weights/store_source.h"
 
 namespace sluice {
-
-const char* finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-    case FinishReason::kError: return "error";
-    case FinishReason::kNone: return "";
-  }
-  return "";
-}
 
 namespace {
 
@@ -79,25 +71,20 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     return invalid_argument("max_batch_tokens ({}) and max_seqs ({}) must be positive", config.max_batch_tokens,
                             config.max_seqs);
   }
-  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(config.model_path));
-  e.file = std::make_shared<const ModelFile>(std::move(mf));
-  ASSIGN_OR_RETURN(e.tok, Tokenizer::from_metadata(e.file->metadata));
-  ASSIGN_OR_RETURN(ModelHparams hp, hparams_from_metadata(e.file->metadata));
-  e.ctx = config.ctx_size > 0 ? config.ctx_size : std::min<int64_t>(hp.n_ctx_train, 4096);
-  if (config.mem_budget_bytes > 0) {
-    ASSIGN_OR_RETURN(weights::StreamingSetup setup,
-                     weights::open_streaming(e.file, {.mem_budget_bytes = config.mem_budget_bytes,
-                                                      .n_threads = config.n_threads,
-                                                      .tokens_per_step = config.max_seqs}));
-    e.stream = setup.source;
-    e.placement = setup.report;
-  }
-  ASSIGN_OR_RETURN(e.model, LlamaModel::load(e.file, ModelOptions{.n_threads = config.n_threads,
-                                                                   .n_batch = config.max_batch_tokens,
-                                                                   .n_ctx_max = e.ctx,
-                                                                   .max_seqs = config.max_seqs,
-                                                                   .weights = e.stream}));
-  e.name = e.file->metadata.get_string("general.name").value_or(config.model_path);
+  ASSIGN_OR_RETURN(LoadedModel lm, load_model(config.model_path, {.n_threads = config.n_threads,
+                                                                 .n_batch = config.max_batch_tokens,
+                                                                 .n_ctx_max = config.ctx_size,
+                                                                 .ctx_cap = 4096,
+                                                                 .max_seqs = config.max_seqs,
+                                                                 .mem_budget_bytes = config.mem_budget_bytes,
+                                                                 .tokens_per_step = config.max_seqs}));
+  e.file = lm.file;
+  e.tok = std::move(lm.tokenizer);
+  e.model = std::move(lm.model);
+  e.stream = lm.stream;
+  e.placement = std::move(lm.placement_report);
+  e.name = lm.name;
+  e.ctx = e.model->n_ctx_max();
   if (config.speculative != "off" && config.speculative != "lookup" && config.speculative != "draft") {
     return invalid_argument("unknown speculative mode '{}' (off, lookup, draft)", config.speculative);
   }
@@ -113,7 +100,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     ASSIGN_OR_RETURN(std::unique_ptr<spec::DraftModel> dm,
                      spec::DraftModel::create({.path = config.draft_model_path,
                                                .n_threads = config.n_threads,
-                                               .pool = e.model->thread_pool(),
+                                               .backend = e.model->shared_backend(),
                                                .n_batch = config.max_batch_tokens,
                                                .max_seqs = config.max_seqs,
                                                .n_ctx = e.ctx + config.spec_max_draft},
@@ -135,9 +122,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     n_blocks = std::min(want, cap);
   }
   if (n_blocks < 1) return resource_exhausted("KV budget holds no block of {} bytes", block_bytes);
-  ASSIGN_OR_RETURN(e.kv, KvStore::create(layout, n_blocks));
+  ASSIGN_OR_RETURN(e.kv, e.model->backend().create_kv(layout, n_blocks));
   int64_t n_host_blocks = 0;
   if (config.preempt_swap) {
+    // The swap target is host memory, whatever memory the backend computes in.
     n_host_blocks = config.swap_budget_bytes > 0 ? config.swap_budget_bytes / block_bytes : n_blocks;
     ASSIGN_OR_RETURN(KvStore host, KvStore::create(layout, std::max<int64_t>(1, n_host_blocks)));
     e.host_kv = std::make_unique<KvStore>(std::move(host));
@@ -153,12 +141,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   const int64_t n_rows = e.proposer ? std::max(config.max_seqs, std::min(config.max_batch_tokens,
                                                                          config.max_seqs * (1 + config.spec_max_draft)))
                                     : config.max_seqs;
-  e.logits.resize(static_cast<size_t>(n_rows * e.model->hparams().n_vocab));
-  e.verify_scratch.resize(static_cast<size_t>(e.model->hparams().n_vocab));
+  e.runner = std::make_unique<ModelRunner>(*e.model, e.kv, e.host_kv.get(),
+                                           RunnerConfig{.max_seqs = config.max_seqs, .max_logits = n_rows});
+  e.sampling.reserve(static_cast<size_t>(config.max_seqs));
   e.tasks.reserve(static_cast<size_t>(config.max_seqs));
-  e.draws.reserve(static_cast<size_t>(config.max_seqs));
-  e.logprob_buf.resize(static_cast<size_t>(e.model->hparams().n_vocab));
-  e.fseqs.reserve(static_cast<size_t>(config.max_seqs));
   e.metrics.kv_blocks_total->set(static_cast<double>(n_blocks));
   e.publish_stats();
   e.loop = std::thread([p = impl.get()] { p->run(); });
@@ -296,9 +282,8 @@ void Engine::Impl::run() {
 }
 
 Status Engine::Impl::add_sequence(Req& rq, Output& o, std::vector<int32_t> prompt, int64_t max_tokens) {
-  SequenceParams sp{.prompt = std::move(prompt), .max_tokens = max_tokens, .stop_tokens = rq.r.stop_tokens,
-                    .priority = rq.r.priority};
-  if (!rq.r.ignore_eos) sp.stop_tokens.insert(sp.stop_tokens.end(), eog.begin(), eog.end());
+  SequenceParams sp{.prompt = std::move(prompt), .stop = rq.stop, .priority = rq.r.priority};
+  sp.stop.max_tokens = max_tokens;
   const SeqId seq = next_seq++;
   RETURN_IF_ERROR(sched->add(seq, std::move(sp)));
   o.seq = seq;
@@ -309,6 +294,7 @@ Status Engine::Impl::add_sequence(Req& rq, Output& o, std::vector<int32_t> promp
 void Engine::Impl::admit(Pending p) {
   Req& rq = reqs.emplace(p.id, Req{.id = p.id, .r = std::move(p.request), .cb = std::move(p.callback),
                                    .t_submit = p.t_submit}).first->second;
+  rq.stop = StopCondition::for_request(rq.r.stop_tokens, eog, rq.r.ignore_eos, rq.r.max_tokens);
   rq.outs.resize(static_cast<size_t>(rq.r.n));
   for (int32_t i = 0; i < rq.r.n; ++i) {
     Output& o = rq.outs[static_cast<size_t>(i)];
@@ -342,6 +328,12 @@ void Engine::Impl::admit(Pending p) {
   }
 }
 
+Engine::Impl::Output* Engine::Impl::output_of(SeqId seq) {
+  auto it = owner.find(seq);
+  if (it == owner.end()) return nullptr;
+  return &reqs.at(it->second.first).outs[static_cast<size_t>(it->second.second)];
+}
+
 void Engine::Impl::step() {
   if (proposer) propose_drafts();
   StepPlan plan = sched->schedule();
@@ -350,36 +342,35 @@ void Engine::Impl::step() {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
     return;
   }
-  for (const BlockSwap& s : plan.swap_out) KvStore::move_block(kv, s.device_block, *host_kv, s.host_slot);
-  for (const BlockSwap& s : plan.swap_in) KvStore::move_block(*host_kv, s.host_slot, kv, s.device_block);
-  for (const BlockCopy& c : plan.copies) kv.copy_block(c.src, c.dst);
   metrics.preemptions->add(static_cast<double>(plan.preempted.size()));
 
+  // Who samples for each scheduled sequence: its output's sampler, and the
+  // distributions its drafts were drawn from.
   const double now = now_seconds();
-  fseqs.clear();
+  sampling.clear();
   for (const ScheduledSeq& s : plan.seqs) {
-    fseqs.push_back(ForwardSeq{.tokens = s.tokens, .pos0 = s.pos0, .block_table = s.block_table,
-                               .n_logits = s.sample ? 1 + s.n_draft : 0});
-    auto it = owner.find(s.id);
-    if (it != owner.end()) {
+    SeqSampling ss;
+    if (auto it = owner.find(s.id); it != owner.end()) {
       Req& rq = reqs.at(it->second.first);
       if (rq.t_scheduled < 0) rq.t_scheduled = now;
+      Output& o = rq.outs[static_cast<size_t>(it->second.second)];
+      ss = SeqSampling{.sampler = o.sampler.get(), .draft_probs = o.draft_sampler ? o.draft_probs.data() : nullptr};
     }
+    sampling.push_back(ss);
   }
-  const double t_forward = now_seconds();
-  const Status forward_status = model->forward(fseqs, kv, logits.data());
-  step_cost.observe(static_cast<double>(plan.n_batch_tokens), now_seconds() - t_forward);
-  if (Status st = forward_status; !st.ok()) {
+  StepOutput out;
+  const Status run_status = runner->run(plan, sampling, &out);
+  step_cost.observe(static_cast<double>(plan.n_batch_tokens), runner->last_forward_s());
+  if (!run_status.ok()) {
     // A bug or an impossible plan: fail the requests of this step, keep serving.
+    fmt::print(stderr, "[sluice] step failed: {}\n", run_status.message());
     for (const ScheduledSeq& s : plan.seqs) {
       auto it = owner.find(s.id);
       if (it != owner.end()) abort_request(it->second.first);
     }
     return;
   }
-  StepOutput out;
-  std::vector<Sampled> sampled;
-  sample_step(plan, &out, &sampled);
+  observe_drafts(out);
   if (Status st = sched->update(out); !st.ok()) fmt::print(stderr, "[sluice] scheduler update failed: {}\n", st.message());
   if (cfg.check_invariants) {
     Status inv = sched->check_invariants();
@@ -391,21 +382,24 @@ void Engine::Impl::step() {
 
   // Parallel samples: fork the other outputs from output 0 after its first
   // token, from the same logits; then stream every sampled token.
-  for (const Sampled& x : sampled) {
-    auto it = reqs.find(x.request);
-    if (it == reqs.end()) continue;
-    Req& rq = it->second;
-    if (rq.r.n > 1 && !rq.children_started && x.output->index == 0) start_children(rq, x.logits);
+  for (const SeqOutput& so : out.seqs) {
+    auto it = owner.find(so.id);
+    if (it == owner.end()) continue;
+    Req& rq = reqs.at(it->second.first);
+    if (rq.r.n > 1 && !rq.children_started && it->second.second == 0) start_children(rq, so.logits);
   }
   const int64_t n_vocab = model->hparams().n_vocab;
-  for (const Sampled& x : sampled) {
-    const std::vector<int32_t>& tokens = out.seqs[x.out_index].tokens;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      auto it = reqs.find(x.request);
-      if (it == reqs.end() || x.output->done) break;
-      emit_token(it->second, *x.output, tokens[i], x.logits + static_cast<int64_t>(i) * n_vocab);
+  for (const SeqOutput& so : out.seqs) {
+    auto it = owner.find(so.id);
+    if (it == owner.end()) continue;
+    const RequestId id = it->second.first;
+    Output* o = &reqs.at(id).outs[static_cast<size_t>(it->second.second)];
+    for (size_t i = 0; i < so.tokens.size(); ++i) {
+      auto r = reqs.find(id);
+      if (r == reqs.end() || o->done) break;
+      emit_token(r->second, *o, so.tokens[i], so.logits + static_cast<int64_t>(i) * n_vocab);
       // The scheduler dropped what follows a stop token; a stop string ends it too.
-      if (x.output->stopped_by_string || is_stop_token(it->second, tokens[i])) break;
+      if (o->stopped_by_string || r->second.stop.is_stop_token(so.tokens[i])) break;
     }
   }
   for (Sequence& f : sched->take_finished()) {
@@ -415,78 +409,27 @@ void Engine::Impl::step() {
     Req& rq = reqs.at(it->second.first);
     Output& o = rq.outs[static_cast<size_t>(it->second.second)];
     rq.n_preemptions += f.n_preemptions;
-    const FinishReason reason = o.stopped_by_string ? FinishReason::kStop
-                                : f.finish_reason == SeqFinish::kLength ? FinishReason::kLength
-                                : f.finish_reason == SeqFinish::kAbort  ? FinishReason::kAbort
-                                                                                    : FinishReason::kStop;
+    const FinishReason reason = o.stopped_by_string ? FinishReason::kStop : f.finish_reason;
     owner.erase(it);
     o.seq = -1;
     finish_output(rq, o, reason);
   }
 }
 
-void Engine::Impl::sample_step(const StepPlan& plan, StepOutput* out, std::vector<Sampled>* sampled) {
-  const int64_t n_vocab = model->hparams().n_vocab;
-  // Plain draws first, over the model's threads: each sequence's sampler is its
-  // own state (penalty counts, RNG), so the order they run in does not matter.
-  draws.clear();
-  int64_t row = 0;
-  for (const ScheduledSeq& s : plan.seqs) {
-    if (!s.sample) continue;
-    const float* lg = logits.data() + row * n_vocab;
-    row += 1 + s.n_draft;
-    auto it = owner.find(s.id);
-    if (it == owner.end() || s.n_draft > 0) continue;
-    draws.push_back(Draw{reqs.at(it->second.first).outs[static_cast<size_t>(it->second.second)].sampler.get(), lg, -1});
+void Engine::Impl::observe_drafts(const StepOutput& out) {
+  for (const SeqOutput& so : out.seqs) {
+    if (so.n_drafted == 0) continue;
+    spec_drafted += so.n_drafted;
+    spec_accepted += so.n_accepted;
+    spec_passes += 1;
+    spec_emitted += so.n_accepted + 1;
+    metrics.spec_drafted->add(so.n_drafted);
+    metrics.spec_accepted->add(so.n_accepted);
+    metrics.spec_passes->add(1);
+    metrics.spec_emitted->add(so.n_accepted + 1);
+    all_seqs_len.observe(so.n_drafted, so.n_accepted);
+    if (Output* o = output_of(so.id)) o->draft_len.observe(so.n_drafted, so.n_accepted);
   }
-  auto draw = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      Draw& d = draws[static_cast<size_t>(i)];
-      d.token = d.sampler->sample(d.logits);
-      d.sampler->accept(d.token);
-    }
-  };
-  const auto n_draws = static_cast<int64_t>(draws.size());
-  if (n_draws >= 2) model->thread_pool()->parallel_for(n_draws, draw);
-  else draw(0, n_draws);
-
-  size_t next_draw = 0;
-  row = 0;
-  for (const ScheduledSeq& s : plan.seqs) {
-    if (!s.sample) continue;
-    const float* lg = logits.data() + row * n_vocab;
-    row += 1 + s.n_draft;
-    auto it = owner.find(s.id);
-    if (it == owner.end()) continue;
-    Output& o = reqs.at(it->second.first).outs[static_cast<size_t>(it->second.second)];
-    SeqOutput so{.id = s.id};
-    if (s.n_draft > 0) {
-      const std::span<const int32_t> draft = std::span<const int32_t>(s.tokens).last(static_cast<size_t>(s.n_draft));
-      const float* probs = o.draft_sampler ? o.draft_probs.data() : nullptr;
-      const spec::Verdict v = spec::verify(*o.sampler, lg, draft, probs, verify_scratch.data());
-      so.tokens.assign(draft.begin(), draft.begin() + v.n_accepted);
-      so.tokens.push_back(v.token);
-      o.draft_len.observe(static_cast<int32_t>(s.n_draft), v.n_accepted);
-      all_seqs_len.observe(static_cast<int32_t>(s.n_draft), v.n_accepted);
-      spec_drafted += s.n_draft;
-      spec_accepted += v.n_accepted;
-      spec_passes += 1;
-      spec_emitted += v.n_accepted + 1;
-      metrics.spec_drafted->add(static_cast<double>(s.n_draft));
-      metrics.spec_accepted->add(v.n_accepted);
-      metrics.spec_passes->add(1);
-      metrics.spec_emitted->add(v.n_accepted + 1);
-    } else {
-      so.tokens.push_back(draws[next_draw++].token);
-    }
-    sampled->push_back(Sampled{it->second.first, &o, out->seqs.size(), lg});
-    out->seqs.push_back(std::move(so));
-  }
-}
-
-bool Engine::Impl::is_stop_token(const Req& rq, int32_t token) const {
-  return std::find(rq.r.stop_tokens.begin(), rq.r.stop_tokens.end(), token) != rq.r.stop_tokens.end() ||
-         (!rq.r.ignore_eos && std::find(eog.begin(), eog.end(), token) != eog.end());
 }
 
 void Engine::Impl::start_children(Req& rq, const float* lg) {
@@ -508,12 +451,10 @@ void Engine::Impl::start_children(Req& rq, const float* lg) {
       std::vector<int32_t> prompt = rq.r.prompt;
       prompt.push_back(first);
       o.gen_offset = 1;
-      const bool done_now = rq.r.max_tokens == 1 ||
-                            std::find(rq.r.stop_tokens.begin(), rq.r.stop_tokens.end(), first) != rq.r.stop_tokens.end() ||
-                            (!rq.r.ignore_eos && std::find(eog.begin(), eog.end(), first) != eog.end());
+      const FinishReason done_now = rq.stop.after(first, 1);
       emit_token(rq, o, first, lg);
-      if (done_now || o.done) {
-        if (!o.done) finish_output(rq, o, rq.r.max_tokens == 1 ? FinishReason::kLength : FinishReason::kStop);
+      if (done_now != FinishReason::kNone || o.done) {
+        if (!o.done) finish_output(rq, o, done_now);
         continue;
       }
       if (Status add = add_sequence(rq, o, std::move(prompt), rq.r.max_tokens - 1); !add.ok()) {
@@ -537,7 +478,7 @@ void Engine::Impl::emit_token(Req& rq, Output& o, int32_t token, const float* lg
   ++o.n_generated;
   metrics.generated_tokens->add(1);
   TokenEvent ev{.request = rq.id, .index = o.index, .token = token};
-  if (!is_stop_token(rq, token)) {
+  if (!rq.stop.is_stop_token(token)) {
     const bool hit = o.text.push(token, &ev.text);
     if (hit && !o.stopped_by_string) {
       o.stopped_by_string = true;

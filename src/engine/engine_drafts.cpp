@@ -29,7 +29,7 @@ void Engine::Impl::propose_drafts() {
     Req& rq = reqs.at(it->second.first);
     if (!rq.r.speculative) continue;
     Output& o = rq.outs[static_cast<size_t>(it->second.second)];
-    const int64_t room = s->max_tokens - s->n_generated() - 1;
+    const int64_t room = s->stop.max_tokens - s->n_generated() - 1;
     const int32_t k = static_cast<int32_t>(std::min<int64_t>(o.draft_len.next(r), room));
     if (k < 1) continue;
     k_max = std::max(k_max, k);

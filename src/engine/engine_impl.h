@@ -17,12 +17,14 @@
 #include "sluice/engine.h"
 
 #include "engine/engine_metrics.h"
+#include "engine/model_runner.h"
 #include "engine/output_text.h"
 #include "engine/scheduler.h"
 #include "format/model_file.h"
 #include "kv/kv_store.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "sample/sampler.h"
+#include "sample/stop_condition.h"
 #include "spec/draft_length.h"
 #include "spec/proposer.h"
 #include "spec/verifier.h"
@@ -60,6 +62,7 @@ struct Engine::Impl {
   struct Req {
     RequestId id = 0;
     Request r;
+    StopCondition stop;  // built at admission: every output's stop tokens and max_tokens
     EventCallback cb;
     double t_submit = 0, t_scheduled = -1, t_first_token = -1;
     std::vector<Output> outs;
@@ -71,13 +74,14 @@ struct Engine::Impl {
 
   EngineConfig cfg;
   std::shared_ptr<const ModelFile> file;
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tok;
   std::string name;
   int64_t ctx = 0;
   KvStore kv;
   std::unique_ptr<KvStore> host_kv;
   std::unique_ptr<Scheduler> sched;
+  std::unique_ptr<ModelRunner> runner;
   std::vector<int32_t> eog;
   EngineMetrics metrics;
   std::shared_ptr<weights::StoreWeightSource> stream;
@@ -100,18 +104,8 @@ struct Engine::Impl {
   std::unordered_map<RequestId, Req> reqs;
   std::unordered_map<SeqId, std::pair<RequestId, int32_t>> owner;
   SeqId next_seq = 1;
-  std::vector<float> logits;
-  std::vector<ForwardSeq> fseqs;
-  std::vector<float> logprob_buf;
+  std::vector<SeqSampling> sampling;  // [scheduled sequences] of the step being run
   std::vector<spec::DraftTask> tasks;
-  std::vector<float> verify_scratch;  // [n_vocab]
-  // Plain (non-draft) draws of one step, made in parallel before the outputs are assembled.
-  struct Draw {
-    Sampler* sampler;
-    const float* logits;
-    int32_t token;
-  };
-  std::vector<Draw> draws;
   spec::StepCost step_cost;           // target forward seconds against batch tokens
   spec::DraftLength all_seqs_len{{.decay = 0.98}};  // acceptance over every sequence: the prior of new ones
   double draft_s_per_token = 0;       // proposer seconds per draft position (EMA)
@@ -125,16 +119,10 @@ struct Engine::Impl {
   void propose_drafts();
   // The cost of one draft token relative to a plain decode step.
   double spec_cost_ratio() const;
-  bool is_stop_token(const Req& rq, int32_t token) const;
-  // One output's tokens this step: StepOutput::seqs[out_index] (one token, or
-  // accepted drafts + one), logits row i for token i.
-  struct Sampled {
-    RequestId request;
-    Output* output;
-    size_t out_index;
-    const float* logits;
-  };
-  void sample_step(const StepPlan& plan, StepOutput* out, std::vector<Sampled>* sampled);
+  // The output a sequence belongs to, or nullptr (finished, aborted).
+  Output* output_of(SeqId seq);
+  // Counts a step's drafts and their verdicts (metrics, draft lengths).
+  void observe_drafts(const StepOutput& out);
   void start_children(Req& rq, const float* lg);
   void emit_token(Req& rq, Output& o, int32_t token, const float* lg);
   void finish_output(Req& rq, Output& o, FinishReason reason, const std::string& error = "");

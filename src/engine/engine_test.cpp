@@ -10,7 +10,7 @@
 
 #include "base/test_data.h"
 #include "model/generate.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -63,7 +63,7 @@ std::vector<int32_t> prompt_of(const Tokenizer& tok, int i) {
 }
 
 // Greedy reference: each request alone through the single-sequence path.
-std::vector<int32_t> alone(LlamaModel& m, const Tokenizer& tok, const std::vector<int32_t>& prompt, int max_tokens) {
+std::vector<int32_t> alone(Model& m, const Tokenizer& tok, const std::vector<int32_t>& prompt, int max_tokens) {
   KvCache kv = m.make_kv_cache(static_cast<int64_t>(prompt.size()) + max_tokens);
   Sampler greedy(SamplingParams{.temperature = 0}, static_cast<int32_t>(m.hparams().n_vocab));
   GenerateParams gp{.n_predict = max_tokens};
@@ -91,7 +91,7 @@ void expect_batched_equals_alone(Engine& engine, int n_requests) {
   auto mf = open_model_file(model_path("stories260K/stories260K.gguf"));
   ASSERT_TRUE(mf.ok());
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
-  auto model = LlamaModel::load(file, ModelOptions{.n_threads = 2});
+  auto model = Model::load(file, ModelOptions{.n_threads = 2});
   ASSERT_TRUE(model.ok());
   const Tokenizer& tok = engine.tokenizer();
   Collector c;

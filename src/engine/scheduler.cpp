@@ -61,9 +61,9 @@ Status Scheduler::add(SeqId id, SequenceParams params) {
   // is sampled, never computed); it must fit the whole pool, or it could never run.
   const int64_t n_capacity = blocks_.pool().n_total() * blocks_.block_size();
   const int64_t n_prompt = static_cast<int64_t>(params.prompt.size());
-  if (n_prompt > n_capacity || params.max_tokens - 1 > n_capacity - n_prompt) {
+  if (n_prompt > n_capacity || params.stop.max_tokens - 1 > n_capacity - n_prompt) {
     return resource_exhausted("scheduler: sequence {} needs up to {} + {} - 1 token slots, the pool has {}", id,
-                              n_prompt, params.max_tokens, n_capacity);
+                              n_prompt, params.stop.max_tokens, n_capacity);
   }
   seqs_.emplace(id, Sequence::from_params(id, std::move(params), next_arrival_++));
   insert_sorted(&waiting_, id);
@@ -252,10 +252,10 @@ Status Scheduler::update(const StepOutput& output) {
     Sequence& s = seq(f.id);
     s.n_computed += f.n_tokens;
     if (is_aborted(f.id)) {
-      finish(f.id, SeqFinish::kAbort);
+      finish(f.id, FinishReason::kAbort);
       continue;
     }
-    SeqFinish reason = SeqFinish::kNone;
+    FinishReason reason = FinishReason::kNone;
     if (f.n_draft > 0) {
       // Keep the K/V rows of the accepted drafts only.
       const int64_t n_rejected = f.n_draft - static_cast<int64_t>(out_of[k]->tokens.size() - 1);
@@ -266,14 +266,14 @@ Status Scheduler::update(const StepOutput& output) {
     if (f.sample) reason = s.append_generated(out_of[k]->tokens);
     s.n_computed = std::min(s.n_computed, s.n_total());  // a stop token among the accepted ones
     CHECK(blocks_.mark_computed(f.id, s.n_computed).ok());
-    if (reason != SeqFinish::kNone) finish(f.id, reason);
+    if (reason != FinishReason::kNone) finish(f.id, reason);
   }
   in_flight_.clear();
   pending_aborts_.clear();
   return Status::ok_status();
 }
 
-void Scheduler::finish(SeqId id, SeqFinish reason) {
+void Scheduler::finish(SeqId id, FinishReason reason) {
   Sequence& s = seq(id);
   switch (s.state) {
     case SeqState::kWaiting: erase_from(&waiting_, id); break;
@@ -285,7 +285,7 @@ void Scheduler::finish(SeqId id, SeqFinish reason) {
   s.state = SeqState::kFinished;
   s.finish_reason = reason;
   ++stats_.n_finished;
-  if (reason == SeqFinish::kAbort) ++stats_.n_aborted;
+  if (reason == FinishReason::kAbort) ++stats_.n_aborted;
   finished_.push_back(std::move(s));
   seqs_.erase(id);
 }
@@ -301,7 +301,7 @@ Status Scheduler::abort(SeqId id) {
     }
     return Status::ok_status();
   }
-  finish(id, SeqFinish::kAbort);
+  finish(id, FinishReason::kAbort);
   return Status::ok_status();
 }
 
@@ -348,7 +348,7 @@ StatusOr<int64_t> Scheduler::set_draft(SeqId id, std::span<const int32_t> draft)
                             s.n_computed, s.n_committed());
   }
   s.drop_draft();
-  const int64_t room = std::max<int64_t>(0, s.max_tokens - s.n_generated() - 1);
+  const int64_t room = std::max<int64_t>(0, s.stop.max_tokens - s.n_generated() - 1);
   const int64_t keep = std::min(room, static_cast<int64_t>(draft.size()));
   s.tokens.insert(s.tokens.end(), draft.begin(), draft.begin() + keep);
   s.n_draft = keep;
@@ -400,9 +400,9 @@ Status Scheduler::check_invariants() const {
         return internal_error("scheduler: {} sequence {} has {} drafts with {} of {} committed computed",
                               seq_state_name(state), id, s.n_draft, s.n_computed, s.n_committed());
       }
-      if (s.n_generated() + s.n_draft >= s.max_tokens || s.n_prompt < 1) {
+      if (s.n_generated() + s.n_draft >= s.stop.max_tokens || s.n_prompt < 1) {
         return internal_error("scheduler: sequence {} has {} generated of {} allowed", id, s.n_generated(),
-                              s.max_tokens);
+                              s.stop.max_tokens);
       }
     }
   }

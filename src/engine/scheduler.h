@@ -146,7 +146,7 @@ class Scheduler {
   // Moves a running sequence (already out of running_) to swapped or waiting.
   void preempt(SeqId id, StepPlan* plan);
   // Retires a sequence from whatever queue holds it.
-  void finish(SeqId id, SeqFinish reason);
+  void finish(SeqId id, FinishReason reason);
 
   SchedulerConfig config_;
   BlockManager blocks_;

@@ -96,10 +96,10 @@ void run_workload(uint64_t seed, Totals* totals) {
       if (r.chance(60)) p.prompt = prefixes[static_cast<size_t>(r.below(3))];
       for (int i = r.range(p.prompt.empty() ? 1 : 0, 10); i > 0; --i) p.prompt.push_back(r.below(kVocab));
       p.prompt.resize(std::min<size_t>(p.prompt.size(), max_prompt));
-      p.max_tokens = r.range(1, max_gen);
-      if (r.chance(30)) p.stop_tokens = {0};
+      p.stop.max_tokens = r.range(1, max_gen);
+      if (r.chance(30)) p.stop.stop_tokens = {0};
       if (r.chance(20)) p.priority = r.range(-1, 2);
-      expected[next_id] = {.start = p.prompt, .max_tokens = p.max_tokens, .stop_tokens = p.stop_tokens};
+      expected[next_id] = {.start = p.prompt, .max_tokens = p.stop.max_tokens, .stop_tokens = p.stop.stop_tokens};
       ASSERT_TRUE(sched.add(next_id++, std::move(p)).ok());
     }
     // Between-step events: abort, fork.
@@ -118,8 +118,8 @@ void run_workload(uint64_t seed, Totals* totals) {
         // its own model stream (the fake model is keyed by sequence id).
         expected[next_fork_id] = {.start = p.tokens,
                                   .before = std::vector<int32_t>(p.generated().begin(), p.generated().end()),
-                                  .max_tokens = p.max_tokens,
-                                  .stop_tokens = p.stop_tokens};
+                                  .max_tokens = p.stop.max_tokens,
+                                  .stop_tokens = p.stop.stop_tokens};
         ++next_fork_id;
         ++totals->forks;
       }
@@ -170,7 +170,7 @@ void run_workload(uint64_t seed, Totals* totals) {
         reference_generate(id, e.start, e.max_tokens - static_cast<int64_t>(e.before.size()), e.stop_tokens, kVocab);
     want.insert(want.end(), rest.begin(), rest.end());
     const std::vector<int32_t> got(s.generated().begin(), s.generated().end());
-    if (s.finish_reason == SeqFinish::kAbort) {
+    if (s.finish_reason == FinishReason::kAbort) {
       ASSERT_LE(got.size(), want.size()) << "seq " << id;
       EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "aborted seq " << id;
     } else {

@@ -29,31 +29,31 @@ void expect_reference_outputs(const Driver& d, const std::map<SeqId, SequencePar
   for (const auto& [id, p] : params) {
     auto it = d.finished.find(id);
     ASSERT_NE(it, d.finished.end()) << "seq " << id << " did not finish";
-    EXPECT_EQ(generated_of(it->second), reference_generate(id, p.prompt, p.max_tokens, p.stop_tokens, kVocab))
+    EXPECT_EQ(generated_of(it->second), reference_generate(id, p.prompt, p.stop.max_tokens, p.stop.stop_tokens, kVocab))
         << "seq " << id;
   }
 }
 
 TEST(SequenceTest, AppendGeneratedStopsAtStopTokenOrLength) {
-  Sequence s = Sequence::from_params(1, {.prompt = {1, 2}, .max_tokens = 3, .stop_tokens = {9}}, 0);
+  Sequence s = Sequence::from_params(1, {.prompt = {1, 2}, .stop = {.stop_tokens = {9}, .max_tokens = 3}}, 0);
   EXPECT_EQ(s.n_total(), 2);
-  EXPECT_EQ(s.append_generated(std::vector<int32_t>{4}), SeqFinish::kNone);
-  EXPECT_EQ(s.append_generated(std::vector<int32_t>{9, 5}), SeqFinish::kStop);
+  EXPECT_EQ(s.append_generated(std::vector<int32_t>{4}), FinishReason::kNone);
+  EXPECT_EQ(s.append_generated(std::vector<int32_t>{9, 5}), FinishReason::kStop);
   EXPECT_EQ(generated_of(s), (std::vector<int32_t>{4, 9}));
-  Sequence t = Sequence::from_params(2, {.prompt = {1}, .max_tokens = 2}, 1);
-  EXPECT_EQ(t.append_generated(std::vector<int32_t>{3, 4, 5}), SeqFinish::kLength);
+  Sequence t = Sequence::from_params(2, {.prompt = {1}, .stop = {.max_tokens = 2}}, 1);
+  EXPECT_EQ(t.append_generated(std::vector<int32_t>{3, 4, 5}), FinishReason::kLength);
   EXPECT_EQ(generated_of(t), (std::vector<int32_t>{3, 4}));
   EXPECT_TRUE(schedules_before(s, t));
   t.priority = 1;
   EXPECT_TRUE(schedules_before(t, s));
   EXPECT_FALSE(validate_sequence_params({.prompt = {}}).ok());
-  EXPECT_FALSE(validate_sequence_params({.prompt = {1}, .max_tokens = 0}).ok());
+  EXPECT_FALSE(validate_sequence_params({.prompt = {1}, .stop = {.max_tokens = 0}}).ok());
 }
 
 TEST(SchedulerTest, ChunkedPrefillInterleavesWithDecodeUnderTheBudget) {
   Driver d({.max_batch_tokens = 8}, {.n_blocks = 64, .block_size = 4}, kVocab);
-  std::map<SeqId, SequenceParams> params = {{1, {.prompt = make_prompt(3, 1), .max_tokens = 20}},
-                                            {2, {.prompt = make_prompt(30, 2), .max_tokens = 5}}};
+  std::map<SeqId, SequenceParams> params = {{1, {.prompt = make_prompt(3, 1), .stop = {.max_tokens = 20}}},
+                                            {2, {.prompt = make_prompt(30, 2), .stop = {.max_tokens = 5}}}};
   ASSERT_TRUE(d.sched.add(1, params[1]).ok());
   StepPlan p = d.step();
   ASSERT_EQ(p.seqs.size(), 1u);
@@ -83,7 +83,7 @@ TEST(SchedulerTest, ChunkedPrefillInterleavesWithDecodeUnderTheBudget) {
 TEST(SchedulerTest, LongPrefillThresholdCapsEachChunk) {
   Driver d({.max_batch_tokens = 512, .long_prefill_token_threshold = 5}, {.n_blocks = 32, .block_size = 4},
            kVocab);
-  std::map<SeqId, SequenceParams> params = {{1, {.prompt = make_prompt(23, 3), .max_tokens = 4}}};
+  std::map<SeqId, SequenceParams> params = {{1, {.prompt = make_prompt(23, 3), .stop = {.max_tokens = 4}}}};
   ASSERT_TRUE(d.sched.add(1, params[1]).ok());
   std::vector<size_t> chunks;
   for (int i = 0; i < 5; ++i) chunks.push_back(d.step().seqs.at(0).tokens.size());
@@ -96,12 +96,12 @@ TEST(SchedulerTest, PrefixHitStartsComputationAtTheCachedLength) {
   Driver d({}, {.n_blocks = 32, .block_size = 4}, kVocab);
   const std::vector<int32_t> shared = make_prompt(16, 4);
   std::map<SeqId, SequenceParams> params;
-  params[1] = {.prompt = shared, .max_tokens = 3};
+  params[1] = {.prompt = shared, .stop = {.max_tokens = 3}};
   params[1].prompt.push_back(1);
   params[1].prompt.push_back(2);
-  params[2] = {.prompt = shared, .max_tokens = 3};
+  params[2] = {.prompt = shared, .stop = {.max_tokens = 3}};
   params[2].prompt.push_back(3);
-  params[3] = {.prompt = shared, .max_tokens = 4};
+  params[3] = {.prompt = shared, .stop = {.max_tokens = 4}};
   params[3].prompt.push_back(4);
 
   // Two live sequences share the prefix blocks.
@@ -137,7 +137,7 @@ TEST(SchedulerTest, RecomputePreemptsTheNewestAndEveryoneFinishesCorrectly) {
   Driver d({}, {.n_blocks = 6, .block_size = 4}, kVocab);
   std::map<SeqId, SequenceParams> params;
   for (SeqId id = 1; id <= 3; ++id) {
-    params[id] = {.prompt = make_prompt(4, static_cast<int32_t>(id)), .max_tokens = 8};
+    params[id] = {.prompt = make_prompt(4, static_cast<int32_t>(id)), .stop = {.max_tokens = 8}};
     ASSERT_TRUE(d.sched.add(id, params[id]).ok());
   }
   std::vector<SeqId> preempted;
@@ -171,7 +171,7 @@ TEST(SchedulerTest, SwapPreemptionMovesBlocksOutAndBackIn) {
              {.n_blocks = 6, .block_size = 4, .n_host_blocks = 8, .enable_prefix_caching = caching}, kVocab);
     std::map<SeqId, SequenceParams> params;
     for (SeqId id = 1; id <= 3; ++id) {
-      params[id] = {.prompt = make_prompt(4, static_cast<int32_t>(id)), .max_tokens = 8};
+      params[id] = {.prompt = make_prompt(4, static_cast<int32_t>(id)), .stop = {.max_tokens = 8}};
       ASSERT_TRUE(d.sched.add(id, params[id]).ok());
     }
     bool saw_swap_out = false, saw_swap_in = false;
@@ -204,7 +204,7 @@ TEST(SchedulerTest, SwapFallsBackToRecomputeWhenTheHostPoolIsFull) {
            kVocab);
   std::map<SeqId, SequenceParams> params;
   for (SeqId id = 1; id <= 3; ++id) {
-    params[id] = {.prompt = make_prompt(4, static_cast<int32_t>(id)), .max_tokens = 8};
+    params[id] = {.prompt = make_prompt(4, static_cast<int32_t>(id)), .stop = {.max_tokens = 8}};
     ASSERT_TRUE(d.sched.add(id, params[id]).ok());
   }
   ASSERT_TRUE(d.run_to_completion(200));
@@ -215,9 +215,9 @@ TEST(SchedulerTest, SwapFallsBackToRecomputeWhenTheHostPoolIsFull) {
 
 TEST(SchedulerTest, WatermarkHoldsBackAdmissionOnlyWhileOthersRun) {
   Driver d({.watermark_blocks = 1}, {.n_blocks = 4, .block_size = 4}, kVocab);
-  std::map<SeqId, SequenceParams> params = {{1, {.prompt = make_prompt(4, 1), .max_tokens = 3}},
-                                            {2, {.prompt = make_prompt(12, 2), .max_tokens = 1}},
-                                            {3, {.prompt = make_prompt(16, 3), .max_tokens = 1}}};
+  std::map<SeqId, SequenceParams> params = {{1, {.prompt = make_prompt(4, 1), .stop = {.max_tokens = 3}}},
+                                            {2, {.prompt = make_prompt(12, 2), .stop = {.max_tokens = 1}}},
+                                            {3, {.prompt = make_prompt(16, 3), .stop = {.max_tokens = 1}}}};
   for (const auto& [id, p] : params) ASSERT_TRUE(d.sched.add(id, p).ok());
   const StepPlan p = d.step();
   ASSERT_EQ(p.seqs.size(), 1u) << "seq 2 would leave no block spare";
@@ -229,10 +229,10 @@ TEST(SchedulerTest, WatermarkHoldsBackAdmissionOnlyWhileOthersRun) {
 
 TEST(SchedulerTest, HigherPriorityFirstThenArrivalOrder) {
   Driver d({.max_seqs = 1}, {.n_blocks = 16, .block_size = 4}, kVocab);
-  std::map<SeqId, SequenceParams> params = {{1, {.prompt = make_prompt(5, 1), .max_tokens = 3}},
-                                            {2, {.prompt = make_prompt(5, 2), .max_tokens = 3}},
-                                            {3, {.prompt = make_prompt(5, 3), .max_tokens = 3, .priority = 5}},
-                                            {4, {.prompt = make_prompt(5, 4), .max_tokens = 3, .priority = -1}}};
+  std::map<SeqId, SequenceParams> params = {{1, {.prompt = make_prompt(5, 1), .stop = {.max_tokens = 3}}},
+                                            {2, {.prompt = make_prompt(5, 2), .stop = {.max_tokens = 3}}},
+                                            {3, {.prompt = make_prompt(5, 3), .stop = {.max_tokens = 3}, .priority = 5}},
+                                            {4, {.prompt = make_prompt(5, 4), .stop = {.max_tokens = 3}, .priority = -1}}};
   for (const auto& [id, p] : params) ASSERT_TRUE(d.sched.add(id, p).ok());
   EXPECT_EQ(d.sched.waiting(), (std::vector<SeqId>{3, 1, 2, 4}));
   std::vector<SeqId> order;
@@ -248,7 +248,7 @@ TEST(SchedulerTest, HigherPriorityFirstThenArrivalOrder) {
 TEST(SchedulerTest, AbortReleasesBlocksInEveryState) {
   Driver d({.max_seqs = 2}, {.n_blocks = 16, .block_size = 4}, kVocab);
   for (SeqId id = 1; id <= 4; ++id) {
-    ASSERT_TRUE(d.sched.add(id, {.prompt = make_prompt(6, static_cast<int32_t>(id)), .max_tokens = 10}).ok());
+    ASSERT_TRUE(d.sched.add(id, {.prompt = make_prompt(6, static_cast<int32_t>(id)), .stop = {.max_tokens = 10}}).ok());
   }
   d.step();
   EXPECT_EQ(d.sched.n_running(), 2);
@@ -269,7 +269,7 @@ TEST(SchedulerTest, AbortReleasesBlocksInEveryState) {
   EXPECT_FALSE(d.sched.blocks().has_seq(2));
   for (const SeqId id : {1, 2, 4}) {
     ASSERT_TRUE(d.finished.count(id));
-    EXPECT_EQ(d.finished.at(id).finish_reason, SeqFinish::kAbort);
+    EXPECT_EQ(d.finished.at(id).finish_reason, FinishReason::kAbort);
   }
   EXPECT_EQ(d.finished.at(2).n_generated(), 1) << "the aborted step's token is not appended";
   ASSERT_TRUE(d.sched.abort(3).ok());
@@ -282,7 +282,7 @@ TEST(SchedulerTest, AbortReleasesBlocksInEveryState) {
 TEST(SchedulerTest, ForkSharesThePrefixAndCopiesOnFirstWrite) {
   Driver d({.max_batch_tokens = 4}, {.n_blocks = 16, .block_size = 4}, kVocab);
   const std::vector<int32_t> prompt = make_prompt(6, 9);
-  ASSERT_TRUE(d.sched.add(1, {.prompt = prompt, .max_tokens = 6}).ok());
+  ASSERT_TRUE(d.sched.add(1, {.prompt = prompt, .stop = {.max_tokens = 6}}).ok());
   d.step();  // 4 of 6 prompt tokens
   EXPECT_FALSE(d.sched.fork(1, 2).ok()) << "still in prefill";
   d.step();  // the rest, first token sampled
@@ -314,21 +314,21 @@ TEST(SchedulerTest, StopTokenAndMaxTokensFinish) {
   Driver d({}, {.n_blocks = 16, .block_size = 4}, kVocab);
   const std::vector<int32_t> prompt = make_prompt(5, 5);
   const std::vector<int32_t> ref = reference_generate(1, prompt, 10, {}, kVocab);
-  ASSERT_TRUE(d.sched.add(1, {.prompt = prompt, .max_tokens = 10, .stop_tokens = {ref[2]}}).ok());
-  ASSERT_TRUE(d.sched.add(2, {.prompt = prompt, .max_tokens = 2}).ok());
+  ASSERT_TRUE(d.sched.add(1, {.prompt = prompt, .stop = {.stop_tokens = {ref[2]}, .max_tokens = 10}}).ok());
+  ASSERT_TRUE(d.sched.add(2, {.prompt = prompt, .stop = {.max_tokens = 2}}).ok());
   ASSERT_TRUE(d.run_to_completion(50));
   const Sequence& s1 = d.finished.at(1);
-  EXPECT_EQ(s1.finish_reason, SeqFinish::kStop);
+  EXPECT_EQ(s1.finish_reason, FinishReason::kStop);
   EXPECT_LE(s1.n_generated(), 3);
   EXPECT_EQ(s1.generated().back(), ref[2]);
-  EXPECT_EQ(d.finished.at(2).finish_reason, SeqFinish::kLength);
+  EXPECT_EQ(d.finished.at(2).finish_reason, FinishReason::kLength);
   EXPECT_EQ(d.finished.at(2).n_generated(), 2);
 }
 
 TEST(SchedulerTest, UpdateRejectsMismatchedOutputsWithoutChangingState) {
   Driver d({}, {.n_blocks = 16, .block_size = 4}, kVocab);
-  ASSERT_TRUE(d.sched.add(1, {.prompt = make_prompt(3, 1), .max_tokens = 5}).ok());
-  ASSERT_TRUE(d.sched.add(2, {.prompt = make_prompt(3, 2), .max_tokens = 5}).ok());
+  ASSERT_TRUE(d.sched.add(1, {.prompt = make_prompt(3, 1), .stop = {.max_tokens = 5}}).ok());
+  ASSERT_TRUE(d.sched.add(2, {.prompt = make_prompt(3, 2), .stop = {.max_tokens = 5}}).ok());
   EXPECT_FALSE(d.sched.update({.seqs = {{.id = 1, .tokens = {1}}}}).ok()) << "no step in flight";
   EXPECT_TRUE(d.sched.update({}).ok());
   StepPlan p = d.sched.schedule();
@@ -350,14 +350,14 @@ TEST(SchedulerTest, UpdateRejectsMismatchedOutputsWithoutChangingState) {
 TEST(SchedulerTest, AddRefusesBadRequests) {
   Scheduler s({}, {.n_blocks = 4, .block_size = 4});
   EXPECT_FALSE(s.add(1, {.prompt = {}}).ok());
-  EXPECT_FALSE(s.add(1, {.prompt = {1}, .max_tokens = 0}).ok());
+  EXPECT_FALSE(s.add(1, {.prompt = {1}, .stop = {.max_tokens = 0}}).ok());
   // 10 prompt + 7 generated (the 7th never computed) = 16 slots = 4 blocks: fits.
-  EXPECT_TRUE(s.add(1, {.prompt = make_prompt(10, 1), .max_tokens = 7}).ok());
-  EXPECT_EQ(s.add(2, {.prompt = make_prompt(10, 1), .max_tokens = 8}).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(s.add(1, {.prompt = make_prompt(10, 1), .stop = {.max_tokens = 7}}).ok());
+  EXPECT_EQ(s.add(2, {.prompt = make_prompt(10, 1), .stop = {.max_tokens = 8}}).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(s.add(1, {.prompt = {1}}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.add(3, {.prompt = {1}, .max_tokens = std::numeric_limits<int64_t>::max()}).code(),
+  EXPECT_EQ(s.add(3, {.prompt = {1}, .stop = {.max_tokens = std::numeric_limits<int64_t>::max()}}).code(),
             StatusCode::kResourceExhausted);
-  EXPECT_EQ(s.add(4, {.prompt = make_prompt(17, 1), .max_tokens = 1}).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.add(4, {.prompt = make_prompt(17, 1), .stop = {.max_tokens = 1}}).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(s.n_waiting(), 1);
   EXPECT_FALSE(validate_scheduler_config({.max_batch_tokens = 0}, {.n_blocks = 4}).ok());
   EXPECT_FALSE(validate_scheduler_config({.max_seqs = 0}, {.n_blocks = 4}).ok());
@@ -367,7 +367,7 @@ TEST(SchedulerTest, AddRefusesBadRequests) {
 
 TEST(SchedulerTest, DraftsAreComputedInOneChunkAndRejectedSlotsReleased) {
   Driver d({.max_batch_tokens = 16}, {.n_blocks = 16, .block_size = 4}, kVocab);
-  const SequenceParams p{.prompt = make_prompt(5, 3), .max_tokens = 12};
+  const SequenceParams p{.prompt = make_prompt(5, 3), .stop = {.max_tokens = 12}};
   ASSERT_TRUE(d.sched.add(1, p).ok());
   // Not running yet, then in prefill: no drafts.
   EXPECT_EQ(d.sched.set_draft(1, std::vector<int32_t>{1}).status().code(), StatusCode::kNotFound);
@@ -401,13 +401,13 @@ TEST(SchedulerTest, DraftsAreComputedInOneChunkAndRejectedSlotsReleased) {
   EXPECT_EQ(s.n_total(), s.n_committed() + 2);
   d.run_to_completion(20);
   ASSERT_EQ(d.finished.count(1), 1u);
-  EXPECT_EQ(generated_of(d.finished.at(1)), reference_generate(1, p.prompt, p.max_tokens, {}, kVocab));
+  EXPECT_EQ(generated_of(d.finished.at(1)), reference_generate(1, p.prompt, p.stop.max_tokens, {}, kVocab));
   EXPECT_EQ(d.sched.blocks().stats().n_used, 0);
 }
 
 TEST(SchedulerTest, DraftsAreTrimmedToTheBudgetAndDroppedOnPreemption) {
   Driver d({.max_batch_tokens = 3}, {.n_blocks = 16, .block_size = 2}, kVocab);
-  ASSERT_TRUE(d.sched.add(1, {.prompt = make_prompt(2, 1), .max_tokens = 10}).ok());
+  ASSERT_TRUE(d.sched.add(1, {.prompt = make_prompt(2, 1), .stop = {.max_tokens = 10}}).ok());
   d.step();
   ASSERT_EQ(d.sched.set_draft(1, std::vector<int32_t>{1, 2, 3, 4}).value(), 4);
   StepPlan plan = d.step();
@@ -426,8 +426,8 @@ TEST(SchedulerTest, DraftsAreTrimmedToTheBudgetAndDroppedOnPreemption) {
   // by preempting it: 3 blocks of 2; sequence 1 has a full block and needs one
   // more for its next token, sequence 2 has room in its own block.
   Driver f({.max_batch_tokens = 16}, {.n_blocks = 3, .block_size = 2}, kVocab);
-  ASSERT_TRUE(f.sched.add(1, {.prompt = make_prompt(2, 1), .max_tokens = 5}).ok());
-  ASSERT_TRUE(f.sched.add(2, {.prompt = make_prompt(1, 2), .max_tokens = 5}).ok());
+  ASSERT_TRUE(f.sched.add(1, {.prompt = make_prompt(2, 1), .stop = {.max_tokens = 5}}).ok());
+  ASSERT_TRUE(f.sched.add(2, {.prompt = make_prompt(1, 2), .stop = {.max_tokens = 5}}).ok());
   f.step();
   ASSERT_EQ(f.sched.n_running(), 2);
   ASSERT_EQ(f.sched.set_draft(1, std::vector<int32_t>{7, 7}).value(), 2);  // would need 2 new blocks, 1 is free
@@ -440,8 +440,8 @@ TEST(SchedulerTest, DraftsAreTrimmedToTheBudgetAndDroppedOnPreemption) {
   // A preemption that happens anyway (sequence 1's next token needs the last
   // block, held by sequence 2) drops the victim's drafts with it.
   Driver e({.max_batch_tokens = 16}, {.n_blocks = 4, .block_size = 2}, kVocab);
-  ASSERT_TRUE(e.sched.add(1, {.prompt = make_prompt(4, 1), .max_tokens = 5}).ok());
-  ASSERT_TRUE(e.sched.add(2, {.prompt = make_prompt(3, 2), .max_tokens = 5}).ok());
+  ASSERT_TRUE(e.sched.add(1, {.prompt = make_prompt(4, 1), .stop = {.max_tokens = 5}}).ok());
+  ASSERT_TRUE(e.sched.add(2, {.prompt = make_prompt(3, 2), .stop = {.max_tokens = 5}}).ok());
   e.step();
   ASSERT_EQ(e.sched.n_running(), 2);
   ASSERT_TRUE(e.sched.set_draft(2, std::vector<int32_t>{7, 7}).ok());

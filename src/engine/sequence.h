@@ -34,25 +34,24 @@
 #include <vector>
 
 #include "kv/block_manager.h"
+#include "sample/stop_condition.h"
+#include "sluice/finish_reason.h"
 #include "sluice/status.h"
 
 namespace sluice {
 
 enum class SeqState { kWaiting, kRunning, kSwapped, kFinished };
-enum class SeqFinish { kNone, kStop, kLength, kAbort };
 
 const char* seq_state_name(SeqState state);
-const char* finish_reason_name(SeqFinish reason);
 
 // What a caller submits.
 struct SequenceParams {
-  std::vector<int32_t> prompt;       // token ids, at least one
-  int64_t max_tokens = 256;          // generated tokens at most, at least 1
-  std::vector<int32_t> stop_tokens;  // generation ends after emitting any of these
-  int32_t priority = 0;              // higher is scheduled first; FCFS within one
+  std::vector<int32_t> prompt;  // token ids, at least one
+  StopCondition stop;           // stop tokens and max_tokens (at least 1)
+  int32_t priority = 0;         // higher is scheduled first; FCFS within one
 };
 
-// Errors: empty prompt, max_tokens < 1.
+// Errors: empty prompt, stop.max_tokens < 1.
 Status validate_sequence_params(const SequenceParams& params);
 
 struct Sequence {
@@ -60,12 +59,11 @@ struct Sequence {
   std::vector<int32_t> tokens;  // prompt then generated
   int64_t n_prompt = 0;
   int64_t n_computed = 0;       // leading tokens with K/V in the cache
-  int64_t max_tokens = 0;
-  std::vector<int32_t> stop_tokens;
+  StopCondition stop;
   int32_t priority = 0;
   uint64_t arrival = 0;         // order of submission (forks get a new one)
   SeqState state = SeqState::kWaiting;
-  SeqFinish finish_reason = SeqFinish::kNone;
+  FinishReason finish_reason = FinishReason::kNone;  // kStop, kLength or kAbort once finished
   int64_t n_preemptions = 0;
   int64_t n_draft = 0;          // trailing speculative tokens, not yet verified
 
@@ -95,10 +93,11 @@ struct Sequence {
   }
   bool is_finished() const { return state == SeqState::kFinished; }
 
-  // Appends sampled tokens in order (no drafts may be pending), stopping after the first stop token or when
-  // max_tokens are generated (the rest are dropped). Returns why the sequence is
-  // now finished, or kNone. The caller sets state.
-  SeqFinish append_generated(std::span<const int32_t> new_tokens);
+  // Appends sampled tokens in order (no drafts may be pending), stopping where
+  // the StopCondition says (after a stop token, or at max_tokens; the rest are
+  // dropped). Returns why the sequence is now finished, or kNone. The caller
+  // sets state.
+  FinishReason append_generated(std::span<const int32_t> new_tokens);
 };
 
 // Queue order: higher priority first, then earlier arrival. The last sequence in

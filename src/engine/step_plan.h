@@ -60,6 +60,11 @@ struct StepPlan {
 struct SeqOutput {
   SeqId id = 0;
   std::vector<int32_t> tokens;
+  // Row i: the logits tokens[i] was drawn from, [tokens.size(), n_vocab]
+  // (owned by the runner, valid until its next step; null from fake runners).
+  const float* logits = nullptr;
+  int32_t n_drafted = 0;   // drafts verified this step
+  int32_t n_accepted = 0;  // of them, accepted
 };
 
 struct StepOutput {

@@ -107,15 +107,15 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
   const auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string()) return data_loss("{}: missing 'model_type'", name);
   cfg.model_type = mt->get<std::string>();
-  if (cfg.model_type == "llama" || cfg.model_type == "mistral") {
-    cfg.arch = "llama";
-    cfg.permute_qk = true;
-  } else if (cfg.model_type == "qwen2") {
-    cfg.arch = "qwen2";
-  } else {
-    return unimplemented("{}: model_type '{}' is not supported (llama, mistral, qwen2 are)", name,
-                         cfg.model_type);
+  cfg.spec = find_arch_by_hf_model_type(cfg.model_type);
+  if (!cfg.spec) {
+    std::string known;
+    for (const ArchSpec* a : supported_archs())
+      for (const char* t : a->hf_model_types) known += (known.empty() ? "" : ", ") + std::string(t);
+    return unimplemented("{}: model_type '{}' is not supported ({} are)", name, cfg.model_type, known);
   }
+  cfg.arch = cfg.spec->name;
+  cfg.permute_qk = cfg.spec->hf_permute_qk;
 
   std::optional<int64_t> n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, n_vocab;
   RETURN_IF_ERROR(r.count(j, "max_position_embeddings", true, &n_ctx));

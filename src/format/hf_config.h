@@ -4,8 +4,9 @@
 // into the keys a GGUF file of the same model would carry, with the exact GGUF
 // value types (u32 counts and lengths, f32 floats, strings):
 //
-//   model_type llama | mistral -> general.architecture "llama"  (q/k un-permuted)
-//   model_type qwen2           -> general.architecture "qwen2"  (kept as is)
+//   model_type -> general.architecture as the ArchSpec tables say
+//   (arch/arch_spec.h: llama, mistral -> "llama" with q/k un-permuted;
+//   qwen2 -> "qwen2"; ...)
 //
 //   max_position_embeddings -> {arch}.context_length
 //   hidden_size             -> {arch}.embedding_length
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <string>
 
+#include "arch/arch_spec.h"
 #include "format/metadata.h"
 #include "sluice/status.h"
 
@@ -32,6 +34,7 @@ namespace sluice {
 struct HfConfig {
   std::string model_type;      // as written in config.json
   std::string arch;            // GGUF architecture name
+  const ArchSpec* spec = nullptr;  // its table (tensor names)
   bool permute_qk = false;     // q/k rows must be un-permuted (llama family)
   int64_t n_head = 0;
   int64_t n_head_kv = 0;

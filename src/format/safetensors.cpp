@@ -17,34 +17,12 @@
 namespace sluice {
 namespace {
 
-// "model.layers.N.<suffix>" -> "blk.N.<gguf suffix>".
-constexpr std::pair<const char*, const char*> kLayerNames[] = {
-    {"input_layernorm.weight", "attn_norm.weight"},
-    {"self_attn.q_proj.weight", "attn_q.weight"},
-    {"self_attn.q_proj.bias", "attn_q.bias"},
-    {"self_attn.k_proj.weight", "attn_k.weight"},
-    {"self_attn.k_proj.bias", "attn_k.bias"},
-    {"self_attn.v_proj.weight", "attn_v.weight"},
-    {"self_attn.v_proj.bias", "attn_v.bias"},
-    {"self_attn.o_proj.weight", "attn_output.weight"},
-    {"self_attn.o_proj.bias", "attn_output.bias"},
-    {"post_attention_layernorm.weight", "ffn_norm.weight"},
-    {"mlp.gate_proj.weight", "ffn_gate.weight"},
-    {"mlp.up_proj.weight", "ffn_up.weight"},
-    {"mlp.down_proj.weight", "ffn_down.weight"},
-};
-constexpr std::pair<const char*, const char*> kGlobalNames[] = {
-    {"model.embed_tokens.weight", "token_embd.weight"},
-    {"model.norm.weight", "output_norm.weight"},
-    {"lm_head.weight", "output.weight"},
-};
-
-// GGUF name of an HF tensor; "" for tensors that carry no weights (inv_freq
-// buffers), nullopt for names with no mapping.
-std::optional<std::string> gguf_name(const std::string& hf) {
-  for (const auto& [from, to] : kGlobalNames) {
-    if (hf == from) return std::string(to);
-  }
+// GGUF name of an HF tensor by the architecture's table (global names as they
+// are, "model.layers.N.<hf>" -> "blk.N.<gguf>"); "" for tensors that carry no
+// weights (inv_freq buffers), nullopt for names with no mapping.
+std::optional<std::string> gguf_name(const ArchSpec& spec, const std::string& hf) {
+  for (const TensorSpec& t : spec.tensors)
+    if (!t.per_layer && *t.hf && hf == t.hf) return std::string(t.gguf);
   const std::string prefix = "model.layers.";
   if (hf.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   size_t pos = prefix.size();
@@ -57,25 +35,18 @@ std::optional<std::string> gguf_name(const std::string& hf) {
   if (layer.size() > 1 && layer[0] == '0') return std::nullopt;
   const std::string suffix = hf.substr(pos + digits + 1);
   if (suffix == "self_attn.rotary_emb.inv_freq") return std::string();
-  for (const auto& [from, to] : kLayerNames) {
-    if (suffix == from) return "blk." + layer + "." + to;
-  }
+  for (const TensorSpec& t : spec.tensors)
+    if (t.per_layer && *t.hf && suffix == t.hf) return "blk." + layer + "." + t.gguf;
   return std::nullopt;
 }
 
-// Sort key putting tensors in the order GGUF converters write them.
-std::pair<int64_t, int> gguf_order(const std::string& name) {
-  for (int i = 0; i < 3; ++i) {
-    if (name == kGlobalNames[i].second) return {-1, i};
-  }
-  const size_t dot = name.find('.', 4);
-  int64_t layer = 0;  // names come from gguf_name(): "blk.<digits>.<suffix>"
-  std::from_chars(name.data() + 4, name.data() + dot, layer);
-  const std::string suffix = name.substr(dot + 1);
-  for (int i = 0; i < static_cast<int>(std::size(kLayerNames)); ++i) {
-    if (suffix == kLayerNames[i].second) return {layer, i};
-  }
-  return {layer, 99};
+// Sort key putting tensors in the order GGUF converters write them: the
+// global tensors, then layer by layer, each in table order.
+std::pair<int64_t, int> gguf_order(const ArchSpec& spec, const std::string& name) {
+  const auto [layer, suffix] = split_layer_name(name);
+  for (size_t i = 0; i < spec.tensors.size(); ++i)
+    if (spec.tensors[i].per_layer == (layer >= 0) && suffix == spec.tensors[i].gguf) return {layer, static_cast<int>(i)};
+  return {layer, 999};
 }
 
 bool file_exists(const std::string& path) {
@@ -185,7 +156,7 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
       if (!hf_seen.insert(e.name).second) {
         return data_loss("{}: tensor '{}' appears in more than one shard", path, e.name);
       }
-      const std::optional<std::string> name = gguf_name(e.name);
+      const std::optional<std::string> name = gguf_name(*cfg.spec, e.name);
       if (!name) return unimplemented("{}: tensor '{}' has no GGUF equivalent", path, e.name);
       if (name->empty()) continue;
       if (cfg.tie_word_embeddings && *name == "output.weight") continue;
@@ -233,8 +204,8 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
     return data_loss("{}: tie_word_embeddings is false but there is no lm_head.weight", dir);
   }
   std::stable_sort(mf.tensors.begin(), mf.tensors.end(),
-                   [](const TensorInfo& a, const TensorInfo& b) {
-                     return gguf_order(a.name) < gguf_order(b.name);
+                   [&](const TensorInfo& a, const TensorInfo& b) {
+                     return gguf_order(*cfg.spec, a.name) < gguf_order(*cfg.spec, b.name);
                    });
   return mf;
 }

@@ -19,6 +19,9 @@ class KvCache {
  public:
   // Errors: see KvStore::create.
   static StatusOr<KvCache> create(const KvLayout& layout, int64_t n_ctx);
+  // The same over a store made elsewhere (a backend's create_kv()), which must
+  // hold ceil(n_ctx / block_size) blocks.
+  static StatusOr<KvCache> wrap(KvStore store, int64_t n_ctx);
 
   int64_t n_ctx() const { return n_ctx_; }
   // Number of positions holding valid K/V (the next position to write).

@@ -1,21 +1,19 @@
 #include "model/generate.h"
 
-#include <algorithm>
-
 #include "base/timer.h"
 
 namespace sluice {
 
-StatusOr<GenerateResult> generate(LlamaModel& model, KvCache& kv, const std::vector<int32_t>& prompt,
+StatusOr<GenerateResult> generate(Model& model, KvCache& kv, const std::vector<int32_t>& prompt,
                                   Sampler& sampler, const GenerateParams& params,
                                   const TokenCallback& on_token) {
   if (prompt.empty()) return invalid_argument("the prompt is empty (no tokens to condition on)");
   if (static_cast<int64_t>(prompt.size()) > kv.n_ctx()) {
     return invalid_argument("prompt of {} tokens does not fit the context of {}", prompt.size(), kv.n_ctx());
   }
+  const StopCondition stop{.stop_tokens = params.stop_tokens, .max_tokens = params.n_predict};
   GenerateResult result;
   result.n_prompt = static_cast<int64_t>(prompt.size());
-  result.finish_reason = "length";
   const int64_t n_vocab = model.hparams().n_vocab;
   std::vector<float> logits(static_cast<size_t>(n_vocab));
   kv.clear();
@@ -24,7 +22,7 @@ StatusOr<GenerateResult> generate(LlamaModel& model, KvCache& kv, const std::vec
   Stopwatch sw;
   RETURN_IF_ERROR(model.forward(prompt, kv, logits.data(), /*all_logits=*/false));
   bool first = true;
-  for (int32_t i = 0; i < params.n_predict; ++i) {
+  while (static_cast<int64_t>(result.tokens.size()) < stop.max_tokens) {
     const int32_t tok = sampler.sample(logits.data());
     sampler.accept(tok);
     if (first) {
@@ -34,18 +32,15 @@ StatusOr<GenerateResult> generate(LlamaModel& model, KvCache& kv, const std::vec
     }
     result.tokens.push_back(tok);
     if (on_token && !on_token(tok)) {
-      result.finish_reason = "callback";
+      result.finish_reason = FinishReason::kAbort;
       break;
     }
-    if (std::find(params.stop_tokens.begin(), params.stop_tokens.end(), tok) != params.stop_tokens.end()) {
-      result.finish_reason = "stop";
+    const FinishReason why = stop.after(tok, static_cast<int64_t>(result.tokens.size()));
+    if (why != FinishReason::kNone) {
+      result.finish_reason = why;
       break;
     }
-    if (i + 1 == params.n_predict) break;
-    if (kv.n_past() >= kv.n_ctx()) {
-      result.finish_reason = "context";
-      break;
-    }
+    if (kv.n_past() >= kv.n_ctx()) break;  // the context is full: kLength
     const int32_t next[1] = {tok};
     RETURN_IF_ERROR(model.forward(next, kv, logits.data(), /*all_logits=*/false));
   }

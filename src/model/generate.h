@@ -1,8 +1,9 @@
 // generate(): prompt prefill followed by token-by-token decode of one sequence.
 //
 // The single-sequence generation loop used by `sluice run`, the demo and the
-// golden tests (the serving engine generalizes it to many sequences). Logits
-// buffers are allocated once per call, never per token.
+// golden tests (the serving engine generalizes it to many sequences). When to
+// stop is the StopCondition's decision, as in the engine. Logits buffers are
+// allocated once per call, never per token.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,9 @@
 #include <vector>
 
 #include "kv/kv_cache.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "sample/sampler.h"
+#include "sample/stop_condition.h"
 
 namespace sluice {
 
@@ -23,7 +25,9 @@ struct GenerateParams {
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated tokens only (no prompt)
-  std::string finish_reason;    // "length", "stop" (stop token), "callback", "context"
+  // kStop (stop token), kLength (n_predict, or the context is full), kAbort
+  // (the callback ended it).
+  FinishReason finish_reason = FinishReason::kLength;
   int64_t n_prompt = 0;
   double prompt_seconds = 0;    // prefill time = time to first token
   double decode_seconds = 0;    // time for the remaining tokens
@@ -34,7 +38,7 @@ using TokenCallback = std::function<bool(int32_t token)>;
 
 // Clears `kv`, prefills `prompt` (must be non-empty) and generates up to
 // n_predict tokens with `sampler`, which also sees the prompt as history.
-StatusOr<GenerateResult> generate(LlamaModel& model, KvCache& kv, const std::vector<int32_t>& prompt,
+StatusOr<GenerateResult> generate(Model& model, KvCache& kv, const std::vector<int32_t>& prompt,
                                   Sampler& sampler, const GenerateParams& params,
                                   const TokenCallback& on_token = {});
 

@@ -12,28 +12,72 @@ StatusOr<int64_t> required_int(const Metadata& md, const std::string& key) {
   return *v;
 }
 
+// An optional count: absent gives `fallback`; present must be in [0, 2^40].
+StatusOr<int64_t> optional_int(const Metadata& md, const std::string& key, int64_t fallback) {
+  auto v = md.get_int(key);
+  if (!v) return fallback;
+  if (*v < 0 || *v > (int64_t{1} << 40)) return data_loss("metadata '{}' = {} is out of range", key, *v);
+  return *v;
+}
+
+Status read_moe(const Metadata& md, const std::string& a, ModelHparams* hp) {
+  ASSIGN_OR_RETURN(hp->n_expert, optional_int(md, a + "expert_count", 0));
+  if (hp->n_expert == 0) return Status();
+  ASSIGN_OR_RETURN(hp->n_expert_used, required_int(md, a + "expert_used_count"));
+  if (hp->n_expert_used > hp->n_expert) {
+    return data_loss("expert_used_count {} exceeds expert_count {}", hp->n_expert_used, hp->n_expert);
+  }
+  ASSIGN_OR_RETURN(hp->n_ff_expert, optional_int(md, a + "expert_feed_forward_length", hp->n_ff));
+  if (hp->n_ff_expert <= 0) return data_loss("missing metadata key '{}expert_feed_forward_length'", a);
+  ASSIGN_OR_RETURN(const int64_t n_shared, optional_int(md, a + "expert_shared_count", 0));
+  ASSIGN_OR_RETURN(const int64_t ff_shared, optional_int(md, a + "expert_shared_feed_forward_length", 0));
+  hp->n_ff_shared = ff_shared > 0 ? std::max<int64_t>(1, n_shared) * ff_shared : n_shared * hp->n_ff_expert;
+  ASSIGN_OR_RETURN(hp->n_layer_dense, optional_int(md, a + "leading_dense_block_count", 0));
+  if (hp->n_layer_dense > hp->n_layer) {
+    return data_loss("leading_dense_block_count {} exceeds block_count {}", hp->n_layer_dense, hp->n_layer);
+  }
+  if (hp->spec && hp->spec->moe) hp->expert_weights_norm = hp->spec->moe->renormalize;
+  if (auto norm = md.get_bool(a + "expert_weights_norm")) hp->expert_weights_norm = *norm;
+  return Status();
+}
+
 }  // namespace
 
-StatusOr<ModelHparams> hparams_from_metadata(const Metadata& md) {
+int64_t ModelHparams::dim(Dim d) const {
+  switch (d) {
+    case Dim::kNone: return 1;
+    case Dim::kEmbd: return n_embd;
+    case Dim::kEmbdQ: return n_embd_q();
+    case Dim::kEmbdKv: return n_embd_kv();
+    case Dim::kHeadDim: return head_dim;
+    case Dim::kFf: return n_ff;
+    case Dim::kVocab: return n_vocab;
+    case Dim::kRotHalf: return n_rot / 2;
+    case Dim::kExpert: return n_expert;
+    case Dim::kFfExpert: return n_ff_expert;
+    case Dim::kFfShared: return n_ff_shared;
+  }
+  return 0;
+}
+
+StatusOr<ModelHparams> read_hparams(const Metadata& md) {
   ModelHparams hp;
   auto arch = md.get_string("general.architecture");
   if (!arch) return data_loss("missing metadata key 'general.architecture'");
-  if (*arch != "llama" && *arch != "qwen2") {
-    return unimplemented("architecture '{}' is not supported (supported: llama, qwen2)", *arch);
-  }
   hp.arch = *arch;
+  hp.spec = find_arch(hp.arch);
   const std::string a = hp.arch + ".";
   ASSIGN_OR_RETURN(hp.n_embd, required_int(md, a + "embedding_length"));
   ASSIGN_OR_RETURN(hp.n_layer, required_int(md, a + "block_count"));
-  ASSIGN_OR_RETURN(hp.n_ff, required_int(md, a + "feed_forward_length"));
   ASSIGN_OR_RETURN(hp.n_head, required_int(md, a + "attention.head_count"));
+  ASSIGN_OR_RETURN(hp.n_ff, optional_int(md, a + "feed_forward_length", 0));
   hp.n_head_kv = md.get_int(a + "attention.head_count_kv").value_or(hp.n_head);
   hp.n_ctx_train = md.get_int(a + "context_length").value_or(2048);
   hp.head_dim = md.get_int(a + "attention.key_length").value_or(hp.n_embd / hp.n_head);
   hp.n_rot = md.get_int(a + "rope.dimension_count").value_or(hp.head_dim);
   hp.rms_eps = static_cast<float>(md.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
   hp.rope_freq_base = static_cast<float>(md.get_float(a + "rope.freq_base").value_or(10000.0));
-  hp.rope_neox = hp.arch == "qwen2";
+  if (hp.spec) hp.rope_layout = hp.spec->rope;
   if (auto vs = md.get_int(a + "vocab_size")) hp.n_vocab = *vs;
   if (const MetaArray* toks = md.get_array("tokenizer.ggml.tokens")) hp.n_vocab = static_cast<int64_t>(toks->size());
 
@@ -43,11 +87,16 @@ StatusOr<ModelHparams> hparams_from_metadata(const Metadata& md) {
   if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0) {
     return data_loss("head_count {} is not a multiple of head_count_kv {}", hp.n_head, hp.n_head_kv);
   }
+  if (hp.head_dim <= 0) return data_loss("attention.key_length {} must be positive", hp.head_dim);
   if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
     return data_loss("rope.dimension_count {} invalid for head dim {}", hp.n_rot, hp.head_dim);
   }
   if (!(hp.rms_eps > 0.0f) || !(hp.rope_freq_base > 0.0f)) {
     return data_loss("rms epsilon {} and rope.freq_base {} must be positive", hp.rms_eps, hp.rope_freq_base);
+  }
+  RETURN_IF_ERROR(read_moe(md, a, &hp));
+  if (hp.n_ff == 0 && (!hp.is_moe() || hp.n_layer_dense > 0)) {
+    return data_loss("missing metadata key '{}feed_forward_length'", a);
   }
 
   const std::string scaling = md.get_string(a + "rope.scaling.type").value_or("none");
@@ -68,16 +117,36 @@ StatusOr<ModelHparams> hparams_from_metadata(const Metadata& md) {
   return hp;
 }
 
+StatusOr<ModelHparams> hparams_from_metadata(const Metadata& md) {
+  auto arch = md.get_string("general.architecture");
+  if (!arch) return data_loss("missing metadata key 'general.architecture'");
+  if (!find_arch(*arch)) {
+    if (auto why = refusal_reason(*arch)) {
+      return unimplemented("architecture '{}' is not supported: {} (supported: {})", *arch, *why,
+                           supported_arch_names());
+    }
+    return unimplemented("architecture '{}' is not supported (supported: {})", *arch, supported_arch_names());
+  }
+  return read_hparams(md);
+}
+
 std::string hparams_summary(const ModelHparams& hp) {
   const char* scaling = hp.rope_scaling == RopeScaling::kLinear   ? "linear"
                         : hp.rope_scaling == RopeScaling::kLlama3 ? "llama3"
                                                                   : "none";
-  return fmt::format(
+  std::string out = fmt::format(
       "arch {} | vocab {} | ctx_train {} | embd {} | layers {} | ff {} | heads {} (kv {}) | head_dim {} | "
       "rope {} dims, base {:g}, {} pairs, scaling {} x{:g} | rms_eps {:g}",
       hp.arch, hp.n_vocab, hp.n_ctx_train, hp.n_embd, hp.n_layer, hp.n_ff, hp.n_head, hp.n_head_kv,
-      hp.head_dim, hp.n_rot, hp.rope_freq_base, hp.rope_neox ? "neox" : "adjacent", scaling,
+      hp.head_dim, hp.n_rot, hp.rope_freq_base, hp.rope_layout == RopeLayout::kNeox ? "neox" : "adjacent", scaling,
       hp.rope_scale_factor, hp.rms_eps);
+  if (hp.is_moe()) {
+    out += fmt::format(" | experts {} (top {}{}) of ff {}", hp.n_expert, hp.n_expert_used,
+                       hp.expert_weights_norm ? ", renormalized" : "", hp.n_ff_expert);
+    if (hp.n_ff_shared > 0) out += fmt::format(", shared ff {}", hp.n_ff_shared);
+    if (hp.n_layer_dense > 0) out += fmt::format(", {} dense layers first", hp.n_layer_dense);
+  }
+  return out;
 }
 
 }  // namespace sluice

@@ -1,10 +1,16 @@
-// ModelHparams: the hyper-parameters of a llama-family decoder, read from
-// GGUF-convention metadata ("{arch}.embedding_length", ...). Names follow GGUF.
+// ModelHparams: the hyper-parameters of a decoder, read from GGUF-convention
+// metadata ("{arch}.embedding_length", ...). Names follow GGUF.
+//
+// read_hparams() reads the keys of any architecture that uses the GGUF
+// conventions (the planner reads models it cannot run); hparams_from_metadata()
+// also requires an ArchSpec (arch/arch_spec.h) for the architecture and the
+// values that spec needs, so a model that loads is one the decoder can run.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "arch/arch_spec.h"
 #include "format/metadata.h"
 #include "sluice/status.h"
 
@@ -13,35 +19,53 @@ namespace sluice {
 enum class RopeScaling { kNone, kLinear, kLlama3 };
 
 struct ModelHparams {
-  std::string arch;          // "llama" or "qwen2"
+  std::string arch;                // general.architecture
+  const ArchSpec* spec = nullptr;  // its table; null from read_hparams() for unknown architectures
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;   // {arch}.context_length
   int64_t n_embd = 0;        // {arch}.embedding_length
   int64_t n_layer = 0;       // {arch}.block_count
-  int64_t n_ff = 0;          // {arch}.feed_forward_length
+  int64_t n_ff = 0;          // {arch}.feed_forward_length (dense FFN)
   int64_t n_head = 0;        // {arch}.attention.head_count
   int64_t n_head_kv = 0;     // {arch}.attention.head_count_kv
   int64_t head_dim = 0;      // {arch}.attention.key_length, or n_embd / n_head
   int64_t n_rot = 0;         // {arch}.rope.dimension_count, or head_dim
   float rms_eps = 1e-5f;     // {arch}.attention.layer_norm_rms_epsilon
   float rope_freq_base = 10000.0f;
-  bool rope_neox = false;    // qwen2: NeoX pairs; llama: adjacent pairs
+  RopeLayout rope_layout = RopeLayout::kAdjacent;  // from the spec
   RopeScaling rope_scaling = RopeScaling::kNone;
   float rope_scale_factor = 1.0f;
   float rope_low_freq_factor = 1.0f;
   float rope_high_freq_factor = 4.0f;
   int64_t rope_orig_ctx = 8192;
+  // Mixture of experts (all 0 for a dense model).
+  int64_t n_expert = 0;         // {arch}.expert_count
+  int64_t n_expert_used = 0;    // {arch}.expert_used_count
+  int64_t n_ff_expert = 0;      // {arch}.expert_feed_forward_length, or n_ff
+  int64_t n_ff_shared = 0;      // shared experts' total width: expert_shared_count x expert_shared_feed_forward_length
+  int64_t n_layer_dense = 0;    // {arch}.leading_dense_block_count
+  bool expert_weights_norm = true;  // top-k weights renormalized ({arch}.expert_weights_norm, else the spec)
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
+  bool is_moe() const { return n_expert > 0; }
+  // Whether layer l's FFN is routed.
+  bool layer_is_moe(int64_t l) const { return is_moe() && l >= n_layer_dense; }
+  // The size a symbolic dimension stands for (kNone: 1).
+  int64_t dim(Dim d) const;
 };
 
-// Reads and validates hyper-parameters. Unsupported architectures are refused by
-// name; missing or inconsistent values name the key. n_vocab comes from the
-// tokenizer token list or the embedding tensor (the caller fills it if 0).
+// Reads hyper-parameters under the GGUF conventions for any architecture;
+// missing or inconsistent values name the key. n_vocab comes from the
+// tokenizer token list or {arch}.vocab_size (the caller fills it if 0).
+StatusOr<ModelHparams> read_hparams(const Metadata& md);
+
+// read_hparams() for an architecture sluice runs: unsupported architectures
+// are refused by name (kUnimplemented, with the reason where one is known and
+// the supported list).
 StatusOr<ModelHparams> hparams_from_metadata(const Metadata& md);
 
-// One line per field, for `sluice info` and the load summary.
+// One line, for `sluice info` and the load summary.
 std::string hparams_summary(const ModelHparams& hp);
 
 }  // namespace sluice

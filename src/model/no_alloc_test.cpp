@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "sample/sampler.h"
 
@@ -43,10 +43,10 @@ TEST(NoAllocation, DecodeStepsAndBatchedStepsDoNotAllocate) {
     ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = type, .seed = 1, .n_threads = 2}, path).ok());
     auto mf = open_model_file(path);
     ASSERT_TRUE(mf.ok());
-    auto m = LlamaModel::load(std::make_shared<const ModelFile>(std::move(*mf)),
+    auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)),
                               ModelOptions{.n_threads = 2, .n_batch = 64, .n_ctx_max = 512, .max_seqs = 4});
     ASSERT_TRUE(m.ok());
-    LlamaModel& model = **m;
+    Model& model = **m;
     KvCache kv = model.make_kv_cache(400);
     std::vector<float> logits(static_cast<size_t>(4 * model.hparams().n_vocab));
     Sampler sampler(SamplingParams{.temperature = 0.7f, .seed = 3}, static_cast<int32_t>(model.hparams().n_vocab));

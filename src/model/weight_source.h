@@ -9,22 +9,21 @@
 // forward pass only (one thread at a time).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
+#include "arch/arch_spec.h"
 #include "sluice/status.h"
 
 namespace sluice {
 
-// Pointers to one layer's weight matrices (GGUF rows), valid until release().
+// Pointers to one layer's weight matrices (GGUF rows) by role, valid until
+// release(); null for roles the layer does not have. The model binds the
+// matrices of its ArchSpec that the layer's file holds (vectors are resident).
 struct LayerWeightPointers {
-  const uint8_t* attn_q = nullptr;
-  const uint8_t* attn_k = nullptr;
-  const uint8_t* attn_v = nullptr;
-  const uint8_t* attn_output = nullptr;
-  const uint8_t* ffn_gate = nullptr;
-  const uint8_t* ffn_up = nullptr;
-  const uint8_t* ffn_down = nullptr;
+  std::array<const uint8_t*, kNumTensorRoles> by_role{};
+  const uint8_t* operator[](TensorRole r) const { return by_role[static_cast<size_t>(r)]; }
 };
 
 class LayerWeightSource {

@@ -21,6 +21,7 @@
 #include "base/check.h"
 #include "quant/quant.h"
 #include "base/timer.h"
+#include "model/model_weights.h"
 
 namespace sluice::plan {
 namespace {
@@ -178,7 +179,7 @@ double layer_probe(ThreadPool& pool, std::span<const MatmulGroup> layer, uint64_
   CHECK(!layer.empty() && n_tokens >= 1);
   // One layer's matrices, laid out one after another (64-byte aligned), then
   // as many layers as it takes to reach `bytes`.
-  // Each matrix in the layout the engine's load gives it (LlamaModel repacks a
+  // Each matrix in the layout the CPU backend's load gives it (it repacks a
   // dispatch's matrices together or not at all), on huge pages as the engine's.
   const cpu::Isa isa = cpu::active_isa();
   struct Matrix {
@@ -344,22 +345,27 @@ uint64_t memory_span_bytes() {
 }
 
 CalibrateOptions with_model_weights(CalibrateOptions o, const ModelFile& file) {
-  if (const TensorInfo* up = file.find("blk.0.ffn_up.weight")) o.matmul_type = up->type;
-  // Layer 0's matrices in the dispatches the forward pass makes (llama_model.cpp).
-  static constexpr const char* kDispatches[][3] = {
-      {"attn_q", "attn_k", "attn_v"}, {"attn_output", nullptr, nullptr}, {"ffn_gate", "ffn_up", nullptr},
-      {"ffn_down", nullptr, nullptr}};
+  auto hp = hparams_from_metadata(file.metadata);
+  if (!hp.ok()) return o;  // not a model this engine runs: the default layer
+  const ArchSpec& spec = *hp->spec;
+  // Layer 0's matrices in the dispatches the forward pass makes: the spec's
+  // matmul groups, in group order.
   std::vector<MatmulGroup> layer;
-  for (const auto& names : kDispatches) {
-    MatmulGroup g;
-    for (const char* name : names) {
-      if (!name) break;
-      const TensorInfo* t = file.find(fmt::format("blk.0.{}.weight", name));
-      if (!t || t->ne.size() != 2 || (!g.empty() && g.front().n_in != t->ne[0])) return o;  // not a llama layer
-      g.push_back({.type = t->type, .n_in = t->ne[0], .n_out = t->ne[1]});
+  int max_group = -1;
+  for (const TensorSpec& t : spec.tensors) max_group = std::max<int>(max_group, t.per_layer ? t.group : -1);
+  for (int g = 0; g <= max_group; ++g) {
+    MatmulGroup group;
+    for (const TensorSpec& t : spec.tensors) {
+      if (!t.per_layer || t.group != g || !applies_to_layer(t, *hp, 0)) continue;
+      const TensorInfo* info = file.find(gguf_tensor_name(t, 0));
+      if (!info) continue;
+      if (info->ne.size() != 2 || (!group.empty() && group.front().n_in != info->ne[0])) return o;
+      group.push_back({.type = info->type, .n_in = info->ne[0], .n_out = info->ne[1]});
+      if (t.role == TensorRole::kFfnUp) o.matmul_type = info->type;
     }
-    layer.push_back(std::move(g));
+    if (!group.empty()) layer.push_back(std::move(group));
   }
+  if (layer.empty()) return o;
   o.weight_read_layer = std::move(layer);
   uint64_t block_matrix_bytes = 0;
   for (const TensorInfo& t : file.tensors)

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/hparams.h"
+
 namespace sluice::plan {
 namespace {
 
@@ -33,19 +35,6 @@ std::vector<ModelShape> presets() {
   glm.n_layer_dense = 3;
   p.push_back(glm);
   return p;
-}
-
-// Reads a positive integer key; `what` names it in messages.
-StatusOr<int64_t> need_int(const Metadata& md, const std::string& key) {
-  std::optional<int64_t> v = md.get_int(key);
-  if (!v) return data_loss("metadata key {} is missing or not an integer", key);
-  if (*v <= 0) return data_loss("metadata key {} = {} must be positive", key, *v);
-  return *v;
-}
-
-int64_t opt_int(const Metadata& md, const std::string& key, int64_t fallback) {
-  std::optional<int64_t> v = md.get_int(key);
-  return v ? *v : fallback;
 }
 
 StatusOr<int64_t> json_int(const nlohmann::json& j, const char* key, const std::string& name) {
@@ -113,30 +102,22 @@ std::vector<std::string> preset_names() {
 }
 
 StatusOr<ModelShape> shape_from_metadata(const Metadata& md) {
-  std::optional<std::string> arch = md.get_string("general.architecture");
-  if (!arch) return data_loss("metadata has no general.architecture");
-  const std::string a = *arch + ".";
-  ModelShape s;
-  s.name = md.get_string("general.name").value_or(*arch);
-  ASSIGN_OR_RETURN(s.n_embd, need_int(md, a + "embedding_length"));
-  ASSIGN_OR_RETURN(s.n_layer, need_int(md, a + "block_count"));
-  ASSIGN_OR_RETURN(s.n_head, need_int(md, a + "attention.head_count"));
-  s.n_head_kv = opt_int(md, a + "attention.head_count_kv", s.n_head);
-  s.head_dim = opt_int(md, a + "attention.key_length", s.n_embd / s.n_head);
-  s.n_ff = opt_int(md, a + "feed_forward_length", 0);
-  s.n_ctx_train = opt_int(md, a + "context_length", 0);
-  s.n_vocab = opt_int(md, a + "vocab_size", 0);
-  if (s.n_vocab == 0) {
-    if (const MetaArray* toks = md.get_array("tokenizer.ggml.tokens")) s.n_vocab = static_cast<int64_t>(toks->size());
-  }
-  s.n_expert = opt_int(md, a + "expert_count", 0);
-  if (s.n_expert > 0) {
-    ASSIGN_OR_RETURN(s.n_expert_used, need_int(md, a + "expert_used_count"));
-    s.n_ff_expert = opt_int(md, a + "expert_feed_forward_length", s.n_ff);
-    s.n_ff_shared = opt_int(md, a + "expert_shared_count", 0) *
-                    opt_int(md, a + "expert_shared_feed_forward_length", s.n_ff_expert);
-    s.n_layer_dense = opt_int(md, a + "leading_dense_block_count", 0);
-  }
+  // The engine's own reader: the planner and the model agree on every value.
+  ASSIGN_OR_RETURN(const ModelHparams hp, read_hparams(md));
+  ModelShape s{.name = md.get_string("general.name").value_or(hp.arch),
+               .n_vocab = hp.n_vocab,
+               .n_embd = hp.n_embd,
+               .n_layer = hp.n_layer,
+               .n_head = hp.n_head,
+               .n_head_kv = hp.n_head_kv,
+               .head_dim = hp.head_dim,
+               .n_ff = hp.n_ff,
+               .n_ctx_train = hp.n_ctx_train,
+               .n_expert = hp.n_expert,
+               .n_expert_used = hp.n_expert_used,
+               .n_ff_expert = hp.n_ff_expert,
+               .n_ff_shared = hp.n_ff_shared,
+               .n_layer_dense = hp.n_layer_dense};
   RETURN_IF_ERROR(validate_shape(s));
   return s;
 }

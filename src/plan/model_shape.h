@@ -88,7 +88,8 @@ StatusOr<ModelShape> preset_shape(const std::string& name);
 std::vector<std::string> preset_names();
 
 // From GGUF-convention metadata ({arch}.embedding_length, ...; any architecture
-// that uses those keys). n_vocab falls back to the token list length.
+// that uses those keys), read by the engine's own reader (model/hparams.h
+// read_hparams), so the planner sees the values the model loads with.
 StatusOr<ModelShape> shape_from_metadata(const Metadata& md);
 
 // From the text of an HF config.json (llama, mistral, qwen2, mixtral, qwen2_moe,

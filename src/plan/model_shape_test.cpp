@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "format/model_file.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "plan/weight_bytes.h"
 
@@ -119,7 +119,7 @@ TEST_F(SynthFile, GgufShapeAndBytesMatchTheEngine) {
   EXPECT_EQ(exact.total(), file->total_tensor_bytes());
   for (int c = 0; c < kNumTensorClasses; ++c) EXPECT_EQ(planned.stored[c], exact.stored[c]) << c;
   // ...and the bytes one decode token reads equal the engine's own count.
-  auto model = LlamaModel::load(file, {.n_threads = 1, .n_batch = 8});
+  auto model = Model::load(file, {.n_threads = 1, .n_batch = 8});
   ASSERT_TRUE(model.ok());
   EXPECT_EQ(exact.matrix_read_bytes(1), static_cast<double>((*model)->weight_bytes()));
 }

@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "base/timer.h"
+#include "runtime/load_model.h"
 
 namespace sluice::spec {
 namespace {
@@ -27,9 +28,12 @@ StatusOr<std::unique_ptr<DraftModel>> DraftModel::create(const DraftModelConfig&
   }
   std::unique_ptr<DraftModel> d(new DraftModel());
   d->config_ = config;
-  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(config.path));
-  auto file = std::make_shared<const ModelFile>(std::move(mf));
-  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::from_metadata(file->metadata));
+  ASSIGN_OR_RETURN(LoadedModel lm, load_model(config.path, {.n_threads = config.n_threads,
+                                                            .n_batch = config.n_batch,
+                                                            .n_ctx_max = config.n_ctx,
+                                                            .max_seqs = config.max_seqs,
+                                                            .shared_backend = config.backend}));
+  const std::unique_ptr<Tokenizer>& tok = lm.tokenizer;
   if (tok->n_vocab() != target_vocab.n_vocab()) {
     return invalid_argument("draft model {}: vocabulary of {} tokens, the target has {}", config.path,
                             tok->n_vocab(), target_vocab.n_vocab());
@@ -40,21 +44,17 @@ StatusOr<std::unique_ptr<DraftModel>> DraftModel::create(const DraftModelConfig&
                               tok->token_text(id), target_vocab.token_text(id));
     }
   }
-  ASSIGN_OR_RETURN(d->model_, LlamaModel::load(file, ModelOptions{.n_threads = config.n_threads,
-                                                                  .n_batch = config.n_batch,
-                                                                  .n_ctx_max = config.n_ctx,
-                                                                  .max_seqs = config.max_seqs,
-                                                                  .pool = config.pool}));
+  d->model_ = std::move(lm.model);
   if (d->model_->hparams().n_vocab != target_vocab.n_vocab()) {
     return invalid_argument("draft model {}: {} logits per token for a vocabulary of {}", config.path,
                             d->model_->hparams().n_vocab, target_vocab.n_vocab());
   }
-  d->name_ = file->metadata.get_string("general.name").value_or(config.path);
+  d->name_ = lm.name;
   const KvLayout layout = d->model_->kv_layout(d->model_->default_kv_dtype());
   const int64_t kv_tokens =
       config.kv_tokens > 0 ? config.kv_tokens : std::max(config.n_ctx, config.max_seqs * config.n_ctx / 4);
   const int64_t n_blocks = (kv_tokens + layout.block_size - 1) / layout.block_size;
-  ASSIGN_OR_RETURN(d->kv_, KvStore::create(layout, n_blocks));
+  ASSIGN_OR_RETURN(d->kv_, d->model_->backend().create_kv(layout, n_blocks));
   d->blocks_ = std::make_unique<BlockManager>(
       BlockManagerConfig{.n_blocks = n_blocks, .block_size = layout.block_size, .enable_prefix_caching = false});
   d->logits_.resize(static_cast<size_t>(config.max_seqs * d->model_->hparams().n_vocab));

@@ -24,7 +24,7 @@
 
 #include "format/model_file.h"
 #include "kv/kv_store.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "spec/proposer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,8 +32,8 @@ namespace sluice::spec {
 
 struct DraftModelConfig {
   std::string path;           // GGUF file or HF folder
-  int n_threads = 0;          // <= 0: one per core (unused with a pool)
-  std::shared_ptr<ThreadPool> pool;  // the target's threads, shared (null: a pool of its own)
+  int n_threads = 0;          // <= 0: one per core (unused with a backend)
+  std::shared_ptr<Backend> backend;  // the target's backend, shared (null: a CPU backend of its own)
   int64_t n_batch = 512;      // tokens per forward pass
   int64_t max_seqs = 64;      // sequences per forward pass
   int64_t n_ctx = 4096;       // longest sequence
@@ -42,8 +42,8 @@ struct DraftModelConfig {
 
 class DraftModel : public Proposer {
  public:
-  // Loads the model. Errors: unreadable file, a vocabulary that differs from
-  // the target's (size or any token's text).
+  // Loads the model (load_model). Errors: unreadable file, a vocabulary that
+  // differs from the target's (size or any token's text).
   static StatusOr<std::unique_ptr<DraftModel>> create(const DraftModelConfig& config, const Tokenizer& target_vocab);
 
   std::string describe() const override;
@@ -52,7 +52,7 @@ class DraftModel : public Proposer {
   void release(SeqId seq) override;
   ProposeCost last_cost() const override { return cost_; }
 
-  const LlamaModel& model() const { return *model_; }
+  const Model& model() const { return *model_; }
 
  private:
   struct SeqState {
@@ -66,7 +66,7 @@ class DraftModel : public Proposer {
 
   DraftModelConfig config_;
   std::string name_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Model> model_;
   KvStore kv_;
   std::unique_ptr<BlockManager> blocks_;
   std::unordered_map<SeqId, SeqState> seqs_;

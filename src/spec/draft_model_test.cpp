@@ -20,7 +20,7 @@ class DraftModelTest : public ::testing::Test {
     ASSERT_TRUE(mf.ok());
     file_ = std::make_shared<const ModelFile>(std::move(*mf));
     tok_ = std::move(Tokenizer::from_metadata(file_->metadata).value());
-    model_ = std::move(LlamaModel::load(file_, ModelOptions{.n_threads = 1}).value());
+    model_ = std::move(Model::load(file_, ModelOptions{.n_threads = 1}).value());
   }
   // The model's own greedy continuation.
   std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int n) {
@@ -34,7 +34,7 @@ class DraftModelTest : public ::testing::Test {
   std::string path_;
   std::shared_ptr<const ModelFile> file_;
   std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Model> model_;
 };
 
 TEST_F(DraftModelTest, GreedyDraftsAreTheModelsOwnContinuationAcrossRollbacks) {

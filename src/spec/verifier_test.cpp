@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "base/test_data.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "spec/chi_square_test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,7 +44,7 @@ class VerifierTest : public ::testing::Test {
     ASSERT_TRUE(mf.ok());
     auto file = std::make_shared<const ModelFile>(std::move(*mf));
     tok_ = std::move(Tokenizer::from_metadata(file->metadata).value());
-    model_ = std::move(LlamaModel::load(file, ModelOptions{.n_threads = 1}).value());
+    model_ = std::move(Model::load(file, ModelOptions{.n_threads = 1}).value());
     n_vocab_ = model_->hparams().n_vocab;
     // A context with a spread-out next token.
     prompt_ = tok_->encode("Once upon a time, there was a little", true);
@@ -130,7 +130,7 @@ class VerifierTest : public ::testing::Test {
   }
 
   std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Model> model_;
   int64_t n_vocab_ = 0;
   std::vector<int32_t> prompt_;
   std::vector<float> row0_;

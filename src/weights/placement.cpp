@@ -51,20 +51,6 @@ const char* tier_name(Tier t) {
   return "?";
 }
 
-std::pair<int64_t, std::string> split_layer_name(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return {-1, name};
-  size_t i = 4;
-  int64_t layer = 0;
-  bool digits = false;
-  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
-    layer = layer * 10 + (name[i] - '0');
-    digits = true;
-    ++i;
-  }
-  if (!digits || i >= name.size() || name[i] != '.' || i + 1 >= name.size()) return {-1, name};
-  return {layer, name.substr(i + 1)};
-}
-
 StatusOr<uint64_t> parse_byte_size(const std::string& text) {
   std::string s;
   for (char c : text)

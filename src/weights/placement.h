@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/arch_spec.h"  // split_layer_name
 #include "format/model_file.h"
 #include "plan/stream_plan.h"
 #include "sluice/status.h"
@@ -128,8 +129,5 @@ StatusOr<uint64_t> parse_byte_size(const std::string& text);
 // True for tensors that stay resident whatever the budget (rule 1 above).
 bool is_essential_tensor(const TensorPlacement& t, const TensorInfo& info);
 
-// Splits "blk.12.attn_q.weight" into (12, "attn_q.weight"); -1 and the whole
-// name for anything else.
-std::pair<int64_t, std::string> split_layer_name(const std::string& name);
 
 }  // namespace sluice::weights

@@ -6,23 +6,18 @@
 #include <fmt/format.h>
 
 #include "base/timer.h"
+#include "model/model_weights.h"
 #include "weights/placement.h"
 
 namespace sluice::weights {
 
 Status StoreWeightSource::acquire(int64_t layer, LayerWeightPointers* out) {
   ASSIGN_OR_RETURN(LayerView v, store_->acquire(layer));
-  struct Slot {
-    const char* suffix;
-    const uint8_t** dst;
-  };
-  const Slot slots[] = {{"attn_q.weight", &out->attn_q},           {"attn_k.weight", &out->attn_k},
-                        {"attn_v.weight", &out->attn_v},           {"attn_output.weight", &out->attn_output},
-                        {"ffn_gate.weight", &out->ffn_gate},       {"ffn_up.weight", &out->ffn_up},
-                        {"ffn_down.weight", &out->ffn_down}};
-  for (const Slot& s : slots) {
-    *s.dst = v.find(s.suffix);
-    if (!*s.dst) return internal_error("weight store: layer {} has no tensor {}", layer, s.suffix);
+  for (const TensorSpec& t : hp_.spec->tensors) {
+    if (!t.per_layer || t.kind == TensorKind::kVector || !applies_to_layer(t, hp_, layer)) continue;
+    const uint8_t* p = v.find(t.gguf);
+    if (!p && !t.optional) return internal_error("weight store: layer {} has no tensor {}", layer, t.gguf);
+    out->by_role[static_cast<size_t>(t.role)] = p;
   }
   return Status();
 }
@@ -69,6 +64,7 @@ StatusOr<plan::Calibration> calibrate_for_model(const ModelFile& file, int n_thr
 
 StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, const StreamingOptions& o) {
   if (o.mem_budget_bytes == 0) return invalid_argument("open_streaming needs a memory budget");
+  ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(file->metadata));
   plan::Calibration probed;
   if (!o.calibration) {
     ASSIGN_OR_RETURN(probed, calibrate_for_model(*file, o.n_threads, o.direct, o.mem_budget_bytes));
@@ -100,7 +96,7 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
       "[sluice] compute per layer at {} token(s)/step: {:.2f} ms (estimate)\n{}",
       cal.decode_read_gbps(), cal.weight_read_gbps > 0 ? "weight read" : "memory read", cal.matmul_tflops * 1e3,
       cal.disk_read_gbps, cal.disk_note, o.tokens_per_step, compute_s * 1e3, store->placement_map());
-  setup.source = std::make_shared<StoreWeightSource>(std::move(store));
+  setup.source = std::make_shared<StoreWeightSource>(std::move(store), hp);
   return setup;
 }
 

@@ -14,15 +14,18 @@
 #include <memory>
 #include <string>
 
+#include "model/hparams.h"
 #include "model/weight_source.h"
 #include "plan/calibrate.h"
 #include "weights/weight_store.h"
 
 namespace sluice::weights {
 
+// Hands the model each layer's matrices by role: the model file's ArchSpec
+// says which tensors a layer has and under which names.
 class StoreWeightSource : public LayerWeightSource {
  public:
-  explicit StoreWeightSource(std::unique_ptr<WeightStore> store) : store_(std::move(store)) {}
+  StoreWeightSource(std::unique_ptr<WeightStore> store, const ModelHparams& hp) : store_(std::move(store)), hp_(hp) {}
   const uint8_t* resident(const std::string& name) const override { return store_->resident_tensor(name); }
   Status acquire(int64_t layer, LayerWeightPointers* out) override;
   void release(int64_t layer) override { store_->release(layer); }
@@ -32,6 +35,7 @@ class StoreWeightSource : public LayerWeightSource {
 
  private:
   std::unique_ptr<WeightStore> store_;
+  ModelHparams hp_;
 };
 
 struct StreamingOptions {

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "model/generate.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "sample/sampler.h"
 #include "weights/store_source.h"
@@ -15,7 +15,7 @@ namespace {
 
 std::vector<int32_t> greedy(const std::shared_ptr<const ModelFile>& file, std::shared_ptr<LayerWeightSource> source,
                             const std::vector<int32_t>& prompt, int n) {
-  auto m = LlamaModel::load(file, ModelOptions{.n_threads = 2, .weights = std::move(source)});
+  auto m = Model::load(file, ModelOptions{.n_threads = 2, .weights = std::move(source)});
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + n);
   Sampler s(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));

@@ -66,6 +66,10 @@ const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout) {
   return table[0][0];
 }
 
+bool matmul_supports(DType type) {
+  return std::find(kTypes.begin(), kTypes.end(), type) != kTypes.end();
+}
+
 size_t matmul_scratch_bytes(int64_t n_tok, int64_t n_in) {
   // The widest activation format is f32 (4 bytes per element); 64 bytes of slack
   // per row cover block headers and alignment.

@@ -51,6 +51,9 @@ struct MatmulKernel {
 // GGUF row size.
 const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout = WeightLayout::kRows);
 
+// Whether matmul_kernel() has a kernel for weights of this type (GGUF rows).
+bool matmul_supports(DType type);
+
 // Implemented by the kernel families; return a kernel with rows == nullptr if
 // they have none for that exact (type, isa, layout).
 MatmulKernel float_matmul_kernel(DType type, Isa isa);  // F32, F16, BF16 (GGUF rows)
@@ -58,10 +61,7 @@ MatmulKernel quant_matmul_kernel(DType type, Isa isa,   // Q8_0, Q4_0, Q4_K, Q6_
                                  WeightLayout layout = WeightLayout::kRows);
 
 // One output of a matmul group: y = w x, y: [n_tok, w.n_out].
-struct MatmulJob {
-  WeightView w;
-  float* y;
-};
+using MatmulJob = ::sluice::MatmulOut;
 
 // Bytes of scratch matmul_group needs for n_tok tokens of n_in activations
 // (room for two activation formats, for groups mixing weight types).

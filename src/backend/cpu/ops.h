@@ -9,28 +9,16 @@
 
 #include <cstdint>
 
+#include "backend/op_types.h"
 #include "base/thread_pool.h"
 #include "quant/dtype.h"
 
 namespace sluice::cpu {
 
-// How a weight matrix's blocks are ordered in memory (repack.h).
-enum class WeightLayout {
-  kRows,    // GGUF order: row after row
-  kQ4_0x4,  // Q4_0, rows interleaved in groups of 4 (repack.h); same byte count
-  kQ8_0x4,  // Q8_0, likewise
-  kQ8_0x16, // Q8_0, 16 rows side by side in 4-byte lanes (repack.h); same byte count
-};
-
-// A weight matrix: n_out rows of n_in elements of `type`, in GGUF row order
-// unless `layout` says the blocks were repacked at load.
-struct WeightView {
-  DType type = DType::kF32;
-  const uint8_t* data = nullptr;  // [n_out, n_in] in `type` blocks, ordered by `layout`
-  int64_t n_in = 0;
-  int64_t n_out = 0;
-  WeightLayout layout = WeightLayout::kRows;
-};
+// The shared operator types (backend/op_types.h), under their old names here.
+using ::sluice::RopeLayout;
+using ::sluice::WeightLayout;
+using ::sluice::WeightView;
 
 // Dot product of two float vectors, 8 interleaved partial sums, fixed order.
 float dot_f32(const float* a, const float* b, int64_t n);
@@ -45,11 +33,6 @@ void matmul(const WeightView& w, const float* x, float* y, int64_t n_tokens, flo
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for n_tokens rows of n.
 //   x, out: [n_tokens, n] (may alias);  weight: [n]
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n_tokens, int64_t n, float eps);
-
-enum class RopeLayout {
-  kAdjacent,  // rotate pairs (x[2i], x[2i+1]): GGUF llama layout
-  kNeox,      // rotate pairs (x[i], x[i + n_rot/2]): NeoX / HF rotate_half layout
-};
 
 // Rotates the first n_rot dims of each of n_heads heads of one token in place.
 //   x: [n_heads, head_dim];  cos_sin: [n_rot/2, 2] (cos, sin of pos * inv_freq[i])

@@ -14,7 +14,7 @@
 #include "format/model_file.h"
 #include "model/synth.h"
 #include "plan/calibrate.h"
-#include "plan/measure.h"
+#include "runtime/measure.h"
 
 namespace sluice::plan {
 namespace {

@@ -1,5 +1,5 @@
 // Model loading and architecture variants on the real stories260K weights.
-#include "model/llama_model.h"
+#include "model/model.h"
 
 #include <cstring>
 #include <fstream>
@@ -31,7 +31,7 @@ std::vector<uint8_t> to_neox_rows(const TensorInfo& t, int64_t n_heads) {
   return out;
 }
 
-TEST(LlamaModel, Qwen2PathWithNeoxRopeAndBiasesReproducesReference) {
+TEST(Model, Qwen2PathWithNeoxRopeAndBiasesReproducesReference) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
   auto mf_or = stories();
   ASSERT_TRUE(mf_or.ok());
@@ -65,9 +65,9 @@ TEST(LlamaModel, Qwen2PathWithNeoxRopeAndBiasesReproducesReference) {
   }
   for (auto& b : extra) mf.tensors.push_back(b);
 
-  auto m = LlamaModel::load(std::make_shared<const ModelFile>(std::move(mf)), ModelOptions{.n_threads = 2});
+  auto m = Model::load(std::make_shared<const ModelFile>(std::move(mf)), ModelOptions{.n_threads = 2});
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  EXPECT_TRUE((*m)->hparams().rope_neox);
+  EXPECT_EQ((*m)->hparams().rope_layout, RopeLayout::kNeox);
 
   std::ifstream in(model_path("stories260K/reference.json"));
   const auto ref = nlohmann::json::parse(in);
@@ -84,40 +84,40 @@ TEST(LlamaModel, Qwen2PathWithNeoxRopeAndBiasesReproducesReference) {
   EXPECT_LT(max_err, 1e-4);
 }
 
-TEST(LlamaModel, RefusesUnsupportedArchitectureByName) {
+TEST(Model, RefusesUnsupportedArchitectureByName) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   auto mf = stories();
   ASSERT_TRUE(mf.ok());
   mf->metadata.set("general.architecture", MetaValue::str("gemma2"));
-  auto m = LlamaModel::load(std::make_shared<const ModelFile>(std::move(*mf)));
+  auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)));
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(m.status().message().find("gemma2"), std::string::npos);
 }
 
-TEST(LlamaModel, RefusesMissingOrMisshapenTensorsByName) {
+TEST(Model, RefusesMissingOrMisshapenTensorsByName) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   auto mf = stories();
   ASSERT_TRUE(mf.ok());
   for (auto& t : mf->tensors)
     if (t.name == "blk.2.ffn_up.weight") t.name = "blk.2.ffn_up.renamed";
-  auto m = LlamaModel::load(std::make_shared<const ModelFile>(std::move(*mf)));
+  auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)));
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("blk.2.ffn_up.weight"), std::string::npos);
 
   auto mf2 = stories();
   ASSERT_TRUE(mf2.ok());
   mf2->metadata.set("llama.feed_forward_length", MetaValue::u32(173));
-  auto m2 = LlamaModel::load(std::make_shared<const ModelFile>(std::move(*mf2)));
+  auto m2 = Model::load(std::make_shared<const ModelFile>(std::move(*mf2)));
   ASSERT_FALSE(m2.ok());
   EXPECT_NE(m2.status().message().find("expected"), std::string::npos) << m2.status().message();
 }
 
-TEST(LlamaModel, ActivationHookNamesEveryLayer) {
+TEST(Model, ActivationHookNamesEveryLayer) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   auto mf = stories();
   ASSERT_TRUE(mf.ok());
-  auto m = LlamaModel::load(std::make_shared<const ModelFile>(std::move(*mf)), ModelOptions{.n_threads = 1});
+  auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)), ModelOptions{.n_threads = 1});
   ASSERT_TRUE(m.ok());
   std::vector<std::string> seen;
   (*m)->set_activation_hook([&](std::string_view name, int64_t layer, const float*, int64_t n_tokens, int64_t) {

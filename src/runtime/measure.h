@@ -10,7 +10,7 @@
 // placement (weights/placement.h, from the same calibration) and measured by
 // running the store: `sluice plan --measure --budget-gb` does both.
 // The bytes per token come from the model file through the planner and are
-// checked against the engine's own count (LlamaModel::weight_bytes()).
+// checked against the engine's own count (Model::weight_bytes()).
 // Loading takes seconds to minutes for large files, so a model is loaded once
 // (load_for_measure) and measured as often as wanted (measure_loaded), each
 // time beside a fresh calibration. Not thread-safe.
@@ -21,7 +21,7 @@
 #include <string>
 
 #include "format/model_file.h"
-#include "model/llama_model.h"
+#include "model/model.h"
 #include "plan/calibrate.h"
 #include "plan/model_shape.h"
 #include "plan/roofline.h"
@@ -39,7 +39,7 @@ struct MeasureOptions {
 
 struct MeasureResult {
   ModelShape shape;
-  uint64_t engine_weight_bytes = 0; // LlamaModel::weight_bytes()
+  uint64_t engine_weight_bytes = 0; // Model::weight_bytes()
   double plan_weight_bytes = 0;     // planner's matrix bytes read per decode token
   double kv_bytes_per_token = 0;    // f32 KV cache
   Hardware hw;                      // the calibrated machine
@@ -59,7 +59,7 @@ struct MeasureResult {
 struct MeasuredModel {
   MeasureOptions options;
   std::shared_ptr<const ModelFile> file;
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   ModelShape shape;     // from the file's metadata, n_vocab from the engine
   WeightBytes weights;  // of the file's tensors
 };

@@ -1,4 +1,4 @@
-#include "plan/measure.h"
+#include "runtime/measure.h"
 
 #include <algorithm>
 #include <memory>
@@ -8,16 +8,17 @@
 
 #include "base/timer.h"
 #include "plan/measure_rounds.h"
+#include "runtime/load_model.h"
 
 namespace sluice::plan {
 
 StatusOr<MeasuredModel> load_for_measure(const MeasureOptions& o) {
   if (o.n_prompt < 1 || o.n_decode < 1) return invalid_argument("measure needs at least one prompt and one decode token");
   MeasuredModel m{.options = o};
-  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(o.model_path));
-  m.file = std::make_shared<const ModelFile>(std::move(mf));
+  ASSIGN_OR_RETURN(LoadedModel lm, load_model(o.model_path, {.n_threads = o.n_threads, .n_batch = o.n_prompt}));
+  m.file = lm.file;
+  m.model = std::move(lm.model);
   ASSIGN_OR_RETURN(m.shape, shape_from_metadata(m.file->metadata));
-  ASSIGN_OR_RETURN(m.model, LlamaModel::load(m.file, {.n_threads = o.n_threads, .n_batch = o.n_prompt}));
   m.shape.n_vocab = m.model->hparams().n_vocab;
   m.weights = weight_bytes_of_file(*m.file, m.shape);
   return m;
@@ -26,7 +27,7 @@ StatusOr<MeasuredModel> load_for_measure(const MeasureOptions& o) {
 StatusOr<MeasureResult> measure_loaded(MeasuredModel& m, const Calibration& cal) {
   if (!(cal.decode_read_gbps() > 0) || !(cal.matmul_tflops > 0)) return invalid_argument("measure needs a calibration of this machine");
   const MeasureOptions& o = m.options;
-  LlamaModel* model = m.model.get();
+  Model* model = m.model.get();
   const WeightBytes& wb = m.weights;
   MeasureResult r{.shape = m.shape};
   const WeightFormat kv_f32 = format_of(DType::kF32);

@@ -1,0 +1,165 @@
+#include "arch/arch_spec.h"
+
+#include <array>
+#include <cctype>
+
+namespace sluice {
+namespace {
+
+using D = Dim;
+using K = TensorKind;
+using P = FfnPart;
+using R = TensorRole;
+
+// The llama family's tensors (Llama 2/3, Mistral, TinyLlama, SmolLM, Qwen2 and,
+// with experts, Mixtral). Groups: 0 q/k/v, 1 attention output, 2 gate/up,
+// 3 down; outside the blocks 0 is the output head.
+constexpr TensorSpec kLlamaTensors[] = {
+    {R::kTokenEmbd, "token_embd.weight", "model.embed_tokens.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, false, P::kAny, -1},
+    {R::kOutputNorm, "output_norm.weight", "model.norm.weight", false, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+    {R::kOutput, "output.weight", "lm_head.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, true, P::kAny, 0},
+    {R::kRopeFreqs, "rope_freqs.weight", "", false, K::kVector, {D::kRotHalf}, true, P::kAny, -1},
+
+    {R::kAttnNorm, "attn_norm.weight", "input_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+    {R::kAttnQ, "attn_q.weight", "self_attn.q_proj.weight", true, K::kMatrix, {D::kEmbd, D::kEmbdQ}, false, P::kAny, 0},
+    {R::kAttnK, "attn_k.weight", "self_attn.k_proj.weight", true, K::kMatrix, {D::kEmbd, D::kEmbdKv}, false, P::kAny, 0},
+    {R::kAttnV, "attn_v.weight", "self_attn.v_proj.weight", true, K::kMatrix, {D::kEmbd, D::kEmbdKv}, false, P::kAny, 0},
+    {R::kAttnOutput, "attn_output.weight", "self_attn.o_proj.weight", true, K::kMatrix, {D::kEmbdQ, D::kEmbd}, false, P::kAny, 1},
+    {R::kAttnQBias, "attn_q.bias", "self_attn.q_proj.bias", true, K::kVector, {D::kEmbdQ}, true, P::kAny, -1},
+    {R::kAttnKBias, "attn_k.bias", "self_attn.k_proj.bias", true, K::kVector, {D::kEmbdKv}, true, P::kAny, -1},
+    {R::kAttnVBias, "attn_v.bias", "self_attn.v_proj.bias", true, K::kVector, {D::kEmbdKv}, true, P::kAny, -1},
+
+    {R::kFfnNorm, "ffn_norm.weight", "post_attention_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+    {R::kFfnGate, "ffn_gate.weight", "mlp.gate_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf}, false, P::kDense, 2},
+    {R::kFfnUp, "ffn_up.weight", "mlp.up_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf}, false, P::kDense, 2},
+    {R::kFfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, K::kMatrix, {D::kFf, D::kEmbd}, false, P::kDense, 3},
+
+    {R::kFfnRouter, "ffn_gate_inp.weight", "block_sparse_moe.gate.weight", true, K::kMatrix, {D::kEmbd, D::kExpert}, false, P::kRouted, -1},
+    {R::kFfnGateExps, "ffn_gate_exps.weight", "", true, K::kExperts, {D::kEmbd, D::kFfExpert, D::kExpert}, false, P::kRouted, -1},
+    {R::kFfnUpExps, "ffn_up_exps.weight", "", true, K::kExperts, {D::kEmbd, D::kFfExpert, D::kExpert}, false, P::kRouted, -1},
+    {R::kFfnDownExps, "ffn_down_exps.weight", "", true, K::kExperts, {D::kFfExpert, D::kEmbd, D::kExpert}, false, P::kRouted, -1},
+};
+
+constexpr const char* kLlamaHf[] = {"llama", "mistral"};
+constexpr const char* kQwen2Hf[] = {"qwen2"};
+
+constexpr ArchSpec kLlama{
+    .name = "llama",
+    .tensors = kLlamaTensors,
+    .hf_model_types = kLlamaHf,
+    .hf_permute_qk = true,
+    .rope = RopeLayout::kAdjacent,
+    .moe = MoeSpec{.renormalize = true},
+};
+
+// Qwen2: the llama layer with q/k/v biases and NeoX RoPE pairs, never routed
+// (its MoE sibling is qwen2moe), so the expert rows of the table never apply.
+constexpr ArchSpec kQwen2{
+    .name = "qwen2",
+    .tensors = kLlamaTensors,
+    .hf_model_types = kQwen2Hf,
+    .rope = RopeLayout::kNeox,
+};
+
+constexpr const ArchSpec* kArchs[] = {&kLlama, &kQwen2};
+
+struct Refusal {
+  const char* name;
+  const char* why;
+};
+constexpr Refusal kRefused[] = {
+    {"deepseek2", "DeepSeek-V2/V3 attention (MLA) and grouped expert routing are not implemented"},
+    {"deepseek", "DeepSeek MoE grouped routing is not implemented"},
+    {"gpt-oss", "gpt-oss attention sinks and its expert format are not implemented"},
+    {"gptoss", "gpt-oss attention sinks and its expert format are not implemented"},
+};
+
+}  // namespace
+
+const char* tensor_role_name(TensorRole role) {
+  switch (role) {
+    case R::kTokenEmbd: return "token_embd";
+    case R::kOutputNorm: return "output_norm";
+    case R::kOutput: return "output";
+    case R::kRopeFreqs: return "rope_freqs";
+    case R::kAttnNorm: return "attn_norm";
+    case R::kAttnQ: return "attn_q";
+    case R::kAttnK: return "attn_k";
+    case R::kAttnV: return "attn_v";
+    case R::kAttnOutput: return "attn_output";
+    case R::kAttnQBias: return "attn_q.bias";
+    case R::kAttnKBias: return "attn_k.bias";
+    case R::kAttnVBias: return "attn_v.bias";
+    case R::kAttnQNorm: return "attn_q_norm";
+    case R::kAttnKNorm: return "attn_k_norm";
+    case R::kFfnNorm: return "ffn_norm";
+    case R::kFfnGate: return "ffn_gate";
+    case R::kFfnUp: return "ffn_up";
+    case R::kFfnDown: return "ffn_down";
+    case R::kFfnRouter: return "ffn_gate_inp";
+    case R::kFfnGateExps: return "ffn_gate_exps";
+    case R::kFfnUpExps: return "ffn_up_exps";
+    case R::kFfnDownExps: return "ffn_down_exps";
+    case R::kFfnSharedGate: return "ffn_gate_inp_shexp";
+    case R::kFfnGateShexp: return "ffn_gate_shexp";
+    case R::kFfnUpShexp: return "ffn_up_shexp";
+    case R::kFfnDownShexp: return "ffn_down_shexp";
+    case R::kCount: break;
+  }
+  return "?";
+}
+
+const TensorSpec* ArchSpec::find(TensorRole role) const {
+  for (const TensorSpec& t : tensors)
+    if (t.role == role) return &t;
+  return nullptr;
+}
+
+const ArchSpec* find_arch(std::string_view name) {
+  for (const ArchSpec* a : kArchs)
+    if (name == a->name) return a;
+  return nullptr;
+}
+
+std::span<const ArchSpec* const> supported_archs() { return kArchs; }
+
+std::string supported_arch_names() {
+  std::string out;
+  for (const ArchSpec* a : kArchs) out += (out.empty() ? "" : ", ") + std::string(a->name);
+  return out;
+}
+
+std::optional<std::string> refusal_reason(std::string_view name) {
+  for (const Refusal& r : kRefused)
+    if (name == r.name) return std::string(r.why);
+  return std::nullopt;
+}
+
+const ArchSpec* find_arch_by_hf_model_type(std::string_view model_type) {
+  for (const ArchSpec* a : kArchs)
+    for (const char* t : a->hf_model_types)
+      if (model_type == t) return a;
+  return nullptr;
+}
+
+std::pair<int64_t, std::string> split_layer_name(std::string_view name) {
+  if (name.substr(0, 4) != "blk.") return {-1, std::string(name)};
+  size_t i = 4;
+  int64_t layer = 0;
+  bool digits = false;
+  while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) {
+    if (layer > (int64_t{1} << 40)) return {-1, std::string(name)};
+    layer = layer * 10 + (name[i] - '0');
+    digits = true;
+    ++i;
+  }
+  if (!digits || i >= name.size() || name[i] != '.' || i + 1 >= name.size()) return {-1, std::string(name)};
+  return {layer, std::string(name.substr(i + 1))};
+}
+
+std::string gguf_tensor_name(const TensorSpec& t, int64_t layer) {
+  if (!t.per_layer) return t.gguf;
+  return "blk." + std::to_string(layer) + "." + t.gguf;
+}
+
+}  // namespace sluice

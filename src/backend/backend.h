@@ -1,0 +1,258 @@
+// Backend: the operators one forward pass runs, at the granularity it
+// dispatches them, and the memory they run on.
+//
+// The model (model/model.h) describes what to compute and calls a Backend for
+// every operator; a backend decides how: kernels, threads, weight layouts,
+// where buffers live. backend/cpu/ implements it for the CPU (scalar, AVX2,
+// AVX-512; its own thread pool and instruction-set level); reference_backend.h
+// is a plain scalar implementation every backend's tests compare against.
+//
+// Fusions are part of the interface, so a backend can run each as one
+// dispatch: norm + matmul group (q/k/v, gate/up, the output head), activation +
+// matmul (the down projection), bias + RoPE + K/V store.
+//
+// Contracts every backend keeps (the golden and invariant tests hold them):
+//   - Per-token determinism: row t of every output depends only on token t's
+//     inputs (and for attention on its position and its sequence's K/V), never
+//     on which other tokens share the call or how work is split. So decode
+//     equals prefill bit for bit, and a sequence batched with others produces
+//     the tokens it produces alone.
+//   - Pointers to activations are into buffers from alloc(); weight views come
+//     from prepare_weights() or a weight source; K/V live in a KvStore from
+//     create_kv().
+//   - Calls come from one thread at a time (the caller's step thread); an
+//     operator returns when its outputs are written. Scratch memory is sized by
+//     reserve() at load, so operators allocate nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "backend/op_types.h"
+#include "base/thread_pool.h"
+#include "kv/block_pool.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+class KvStore;
+
+// Memory a backend owns: activations, prepared weights. The bytes live until
+// the buffer is destroyed.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual uint8_t* data() = 0;
+  virtual size_t size() const = 0;
+  float* floats() { return reinterpret_cast<float*>(data()); }
+};
+
+// xn[t] = x[t] / sqrt(mean(x[t]^2) + eps) * norm, then y_j = W_j xn for every
+// output of the group (q/k/v; gate/up).
+struct NormMatmulArgs {
+  const float* x = nullptr;     // [n_tok, n_embd]
+  const float* norm = nullptr;  // [n_embd]
+  float eps = 1e-5f;
+  float* xn = nullptr;          // [n_tok, n_embd] the normed rows (written)
+  int64_t n_embd = 0;
+  int64_t n_tok = 0;
+  std::span<const MatmulOut> outs;  // every w.n_in == n_embd
+};
+
+// h[t] = act(gate[t]) * up[t] (written over gate), then out.y = W h.
+struct GluMatmulArgs {
+  float* gate = nullptr;      // [n_tok, n_ff] in; h out
+  const float* up = nullptr;  // [n_tok, n_ff]
+  int64_t n_ff = 0;
+  int64_t n_tok = 0;
+  Activation act = Activation::kSilu;
+  MatmulOut out;              // out.w.n_in == n_ff
+};
+
+// Per token t: q += bq, k += bk, v += bv (each bias optional); RoPE on the
+// first n_rot dims of every head of q and k at cos_sin[t]; then k[t] and v[t]
+// become row kv_rows[t] of layer `layer`'s K and V in the store.
+struct QkvStoreArgs {
+  float* q = nullptr;  // [n_tok, n_head * head_dim]
+  float* k = nullptr;  // [n_tok, n_head_kv * head_dim]
+  float* v = nullptr;  // [n_tok, n_head_kv * head_dim]
+  const float* bq = nullptr;  // [n_head * head_dim] or null
+  const float* bk = nullptr;  // [n_head_kv * head_dim] or null
+  const float* bv = nullptr;  // [n_head_kv * head_dim] or null
+  const float* cos_sin = nullptr;  // [n_tok, n_rot / 2, 2] from rope_tables()
+  int64_t n_tok = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_rot = 0;
+  RopeLayout rope = RopeLayout::kAdjacent;
+  KvStore* kv = nullptr;
+  int64_t layer = 0;
+  const int64_t* kv_rows = nullptr;  // [n_tok] row = block * block_size + slot
+};
+
+// One sequence's queries in an attention call.
+struct AttentionSeq {
+  const float* q = nullptr;  // [n_tok, n_head, head_dim]
+  float* out = nullptr;      // [n_tok, n_head, head_dim]
+  int64_t n_tok = 0;         // queries at positions pos0 .. pos0 + n_tok - 1
+  int64_t pos0 = 0;
+  const int32_t* block_table = nullptr;  // covers positions 0 .. pos0 + n_tok - 1
+};
+
+// Causal grouped-query attention of every sequence over its own K/V in layer
+// `layer` of the store, read through its block table.
+struct AttentionArgs {
+  std::span<const AttentionSeq> seqs;
+  const KvStore* kv = nullptr;
+  int64_t layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+};
+
+// One routed expert's matrices.  gate, up: [n_ff, n_embd];  down: [n_embd, n_ff]
+struct ExpertWeights {
+  WeightView gate;
+  WeightView up;
+  WeightView down;
+};
+
+// A mixture-of-experts FFN over a step's tokens:
+//   out[t] = sum over j in slot order of weights[t][j] * down_e(act(gate_e x[t]) * up_e x[t]),
+//   e = ids[t][j]
+// A backend groups the tokens by expert, so each selected expert's bytes are
+// read once per call; experts no token selects are not read at all.
+struct ExpertFfnArgs {
+  const float* x = nullptr;        // [n_tok, n_embd] the normed FFN input
+  float* out = nullptr;            // [n_tok, n_embd] (written)
+  const int32_t* ids = nullptr;    // [n_tok, n_used] in [0, experts.size())
+  const float* weights = nullptr;  // [n_tok, n_used]
+  int64_t n_tok = 0;
+  int64_t n_used = 0;
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  Activation act = Activation::kSilu;
+  std::span<const ExpertWeights> experts;  // [n_expert]
+};
+
+// Logits of chosen tokens: rows[i] of x is normed and multiplied by the output
+// matrix into logits row i.
+struct LogitsArgs {
+  const float* x = nullptr;        // [n_tok, n_embd] final hidden states
+  const int64_t* rows = nullptr;   // [n_out] token indices into x
+  int64_t n_out = 0;
+  const float* norm = nullptr;     // [n_embd]
+  float eps = 1e-5f;
+  int64_t n_embd = 0;
+  float* xn = nullptr;             // [n_out, n_embd] scratch (written)
+  WeightView output;               // [n_vocab, n_embd]
+  float* logits = nullptr;         // [n_out, n_vocab] host memory
+};
+
+// What scratch the operators need, for reserve(): the largest call a model
+// will make.
+struct ScratchNeeds {
+  int64_t n_tok = 0;        // tokens per call
+  int64_t n_in_max = 0;     // widest matmul input
+  int64_t n_ctx = 0;        // longest context a query attends over
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t max_seqs = 0;     // sequences per attention call
+  int64_t n_expert = 0;     // routed experts (0: dense)
+  int64_t n_used = 0;       // experts per token
+  int64_t n_ff_expert = 0;
+  int64_t n_embd = 0;
+};
+
+// The operators, for supports().
+enum class Op { kMatmul, kNormMatmul, kGluMatmul, kQkvStore, kAttention, kExpertFfn, kLogits, kEmbed };
+const char* op_name(Op op);
+
+// The data types an operator instance would see.
+struct OpTypes {
+  DType weight = DType::kF32;         // matmul-like operators and embed
+  KvDtype kv = KvDtype::kF16;         // kQkvStore, kAttention
+  Activation act = Activation::kSilu; // kGluMatmul, kExpertFfn
+};
+
+// A group of matrices one dispatch multiplies with the same input (q/k/v;
+// gate/up; ...), as the model binds them.
+using WeightGroup = std::span<WeightView* const>;
+
+// What prepare_weights() did, for load summaries.
+struct PreparedWeights {
+  std::unique_ptr<Buffer> arena;  // owns the prepared copies (null if none)
+  uint64_t repacked_bytes = 0;    // matrices copied into another layout
+  uint64_t copied_bytes = 0;      // matrices copied as they are
+  int64_t n_repacked = 0;
+  std::string summary;            // one line, "" if nothing was prepared
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu avx512", "reference", ...
+  virtual std::string name() const = 0;
+  virtual int n_threads() const = 0;
+  // Whether the operator runs with these types (e.g. a matmul kernel for the
+  // weight type, an attention kernel for the KV dtype).
+  virtual bool supports(Op op, const OpTypes& types) const = 0;
+  // Threads for host-side work around the operators (sampling draws).
+  virtual ThreadPool& host_pool() = 0;
+
+  // --- memory -------------------------------------------------------------
+  // A zero-filled buffer for activations.
+  virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // True when buffers from alloc() are ordinary host memory (the activation
+  // hook reads them in place).
+  virtual bool host_visible() const = 0;
+  // Sizes the operators' scratch for calls up to `needs` (grows, never
+  // shrinks; a backend shared by two models keeps the larger of each).
+  virtual void reserve(const ScratchNeeds& needs) = 0;
+  // The KV store the operators read and write (the paged cache's memory).
+  virtual StatusOr<KvStore> create_kv(const KvLayout& layout, int64_t n_blocks) = 0;
+  // Copies every layer's rows of block src to block dst (copy-on-write).
+  virtual void copy_kv_block(KvStore& kv, int32_t src, int32_t dst) = 0;
+  // Copies block src of `from` to block dst of `to` (swap out / swap in).
+  virtual void move_kv_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst) = 0;
+
+  // Copies the model's matrices (resident ones only) into memory of this
+  // backend, in the layouts its kernels run fastest on, updating the views in
+  // place; matrices of one group end up in compatible layouts. A backend may
+  // also leave them where they are.
+  virtual PreparedWeights prepare_weights(std::span<const WeightGroup> groups) = 0;
+
+  // --- operators (shapes in the argument structs above) --------------------
+  // x[t] = scale * row tokens[t] of the table.  x: [tokens.size(), table.n_in]
+  virtual void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) = 0;
+  // cos_sin[t][i] = (cos, sin)(positions[t] * inv_freq[i]).  cos_sin: [n_tok, inv_freq.size(), 2]
+  virtual void rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, float* cos_sin) = 0;
+  // The matmuls of one dispatch that share the input x: [n_tok, n_in].
+  virtual void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) = 0;
+  virtual void norm_matmul(const NormMatmulArgs& a) = 0;
+  virtual void glu_matmul(const GluMatmulArgs& a) = 0;
+  virtual void qkv_store(const QkvStoreArgs& a) = 0;
+  virtual void attention(const AttentionArgs& a) = 0;
+  virtual void expert_ffn(const ExpertFfnArgs& a) = 0;
+  // x += y over n floats (the residual add).
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  virtual void logits(const LogitsArgs& a) = 0;
+};
+
+// Options for the backends create_backend() knows.
+struct BackendOptions {
+  std::string name = "cpu";  // "cpu" or "reference"
+  int n_threads = 0;         // <= 0: one per core
+};
+
+// A backend by name. Errors: an unknown name (the message lists the known ones).
+StatusOr<std::shared_ptr<Backend>> create_backend(const BackendOptions& options);
+
+}  // namespace sluice

@@ -1,0 +1,55 @@
+// The builders of one decoder layer. Each adds its block's output to the
+// residual stream x through Backend operators, reading the layer's weights by
+// role and the architecture's flags from the hyper-parameters' spec:
+//
+//   attention_block   n = norm(x) -> [q k v] = n W{q,k,v} -> bias, RoPE, K/V rows
+//                     into the store -> paged attention -> x += att Wo
+//   dense_ffn_block   n = norm(x) -> [g u] = n W{gate,up} -> h = act(g) * u
+//                     -> x += h Wdown
+//
+// Builders only sequence operators; they allocate nothing and hold no state.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "backend/backend.h"
+#include "base/function_ref.h"
+#include "model/hparams.h"
+#include "model/model_weights.h"
+
+namespace sluice {
+
+// Names an activation for the debug hook: (name, layer, data [n_tok, n], n_tok, n).
+using EmitFn = FunctionRef<void(std::string_view, int64_t, const float*, int64_t, int64_t)>;
+
+// One layer of one step: where everything is.
+struct LayerStep {
+  Backend& be;
+  const ModelHparams& hp;
+  const LayerWeights& w;
+  int64_t layer = 0;
+  int64_t n_tok = 0;
+  // Activations, [n_tok, ...] rows of the backend's buffers.
+  float* x;        // [n_tok, n_embd] residual stream
+  float* xn;       // [n_tok, n_embd]
+  float* q;        // [n_tok, n_embd_q]
+  float* k;        // [n_tok, n_embd_kv]
+  float* v;        // [n_tok, n_embd_kv]
+  float* att;      // [n_tok, n_embd_q]
+  float* proj;     // [n_tok, n_embd]
+  float* gate;     // [n_tok, n_ff]
+  float* up;       // [n_tok, n_ff]
+  const float* cos_sin;  // [n_tok, n_rot / 2, 2]
+  // The step's sequences (queries point into q, outputs into att).
+  std::span<const AttentionSeq> seqs;
+  KvStore& kv;
+  const int64_t* kv_rows;  // [n_tok]
+  EmitFn emit;
+};
+
+void attention_block(const LayerStep& s);
+void dense_ffn_block(const LayerStep& s);
+
+}  // namespace sluice

@@ -1,0 +1,273 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "base/check.h"
+#include "model/decoder_blocks.h"
+#include "quant/quant.h"
+
+namespace sluice {
+namespace {
+
+// Inverse RoPE frequencies after linear / llama3 scaling and an optional
+// per-frequency divisor tensor (rope_freqs.weight, as llama-3.1 GGUFs carry).
+std::vector<double> rope_inv_freq(const ModelHparams& hp, const std::vector<float>& freq_factors) {
+  const int64_t half = hp.n_rot / 2;
+  std::vector<double> inv(static_cast<size_t>(half));
+  const double pi = 3.14159265358979323846;
+  for (int64_t i = 0; i < half; ++i) {
+    double f = std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * static_cast<double>(i) / hp.n_rot);
+    if (hp.rope_scaling == RopeScaling::kLinear) {
+      f /= hp.rope_scale_factor;
+    } else if (hp.rope_scaling == RopeScaling::kLlama3) {
+      const double wavelen = 2.0 * pi / f;
+      const double low_wavelen = hp.rope_orig_ctx / hp.rope_low_freq_factor;
+      const double high_wavelen = hp.rope_orig_ctx / hp.rope_high_freq_factor;
+      if (wavelen > low_wavelen) {
+        f /= hp.rope_scale_factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (hp.rope_orig_ctx / wavelen - hp.rope_low_freq_factor) /
+                              (hp.rope_high_freq_factor - hp.rope_low_freq_factor);
+        f = (1.0 - smooth) * f / hp.rope_scale_factor + smooth * f;
+      }
+    }
+    if (!freq_factors.empty()) f /= freq_factors[static_cast<size_t>(i)];
+    inv[static_cast<size_t>(i)] = f;
+  }
+  return inv;
+}
+
+}  // namespace
+
+Model::Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, const ModelOptions& options)
+    : file_(std::move(file)),
+      hp_(hp),
+      n_batch_(std::max<int64_t>(1, options.n_batch)),
+      max_seqs_(options.max_seqs),
+      backend_(options.backend),
+      source_(options.weights) {}
+
+Model::~Model() = default;
+
+StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> file, const ModelOptions& options) {
+  ASSIGN_OR_RETURN(ModelHparams hp, hparams_from_metadata(file->metadata));
+  if (options.max_seqs <= 0) return invalid_argument("max_seqs must be positive, got {}", options.max_seqs);
+  std::unique_ptr<Model> m(new Model(std::move(file), hp, options));
+  if (!m->backend_) {
+    ASSIGN_OR_RETURN(m->backend_, create_backend({.name = "cpu", .n_threads = options.n_threads}));
+  }
+  ASSIGN_OR_RETURN(m->weights_, bind_weights(*m->file_, m->hp_, m->source_.get()));
+  RETURN_IF_ERROR(m->check_supported());
+  m->inv_freq_ = rope_inv_freq(m->hp_, m->weights_.rope_freqs);
+  m->n_ctx_max_ = options.n_ctx_max > 0 ? options.n_ctx_max : m->hp_.n_ctx_train;
+  m->plan_buffers();
+  if (options.repack && !m->source_) {
+    std::vector<std::vector<WeightView*>> groups = dispatch_groups(m->weights_, m->arch());
+    std::vector<WeightGroup> spans(groups.begin(), groups.end());
+    m->prepared_ = m->backend_->prepare_weights(spans);
+  }
+  return m;
+}
+
+Status Model::check_supported() const {
+  const ArchSpec& spec = arch();
+  // Features the table may describe that these builders do not run yet.
+  if (hp_.is_moe()) return unimplemented("{}: mixture-of-experts layers are not implemented", spec.name);
+  if (spec.qk_norm || spec.embd_scale_sqrt || spec.attn_softcap || spec.final_softcap || spec.sliding_window) {
+    return unimplemented("{}: the decoder does not implement all of this architecture's features", spec.name);
+  }
+  Backend& be = *backend_;
+  auto need = [&](Op op, OpTypes types, const std::string& what) -> Status {
+    if (be.supports(op, types)) return Status();
+    return unimplemented("backend '{}' has no {} for {} ({})", be.name(), op_name(op), dtype_name(types.weight), what);
+  };
+  RETURN_IF_ERROR(need(Op::kEmbed, {.weight = weights_.token_embd.type}, "token_embd.weight"));
+  RETURN_IF_ERROR(need(Op::kLogits, {.weight = weights_.output.type}, "the output head"));
+  for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    for (const TensorSpec& t : spec.tensors) {
+      if (!t.per_layer || t.kind == TensorKind::kVector || !weights_.layers[l].has_mat(t.role)) continue;
+      const Op op = t.kind == TensorKind::kExperts ? Op::kExpertFfn : Op::kMatmul;
+      RETURN_IF_ERROR(need(op, {.weight = weights_.layers[l].mat(t.role).type, .act = spec.act},
+                           gguf_tensor_name(t, static_cast<int64_t>(l))));
+    }
+  }
+  return Status();
+}
+
+void Model::plan_buffers() {
+  const ModelHparams& h = hp_;
+  Backend& be = *backend_;
+  const int64_t nb = n_batch_;
+  auto floats = [&](int64_t n) { return be.alloc(static_cast<size_t>(nb * n) * sizeof(float)); };
+  x_ = floats(h.n_embd);
+  xn_ = floats(h.n_embd);
+  q_ = floats(h.n_embd_q());
+  k_ = floats(h.n_embd_kv());
+  v_ = floats(h.n_embd_kv());
+  att_ = floats(h.n_embd_q());
+  proj_ = floats(h.n_embd);
+  gate_ = floats(std::max<int64_t>(1, h.n_ff));
+  up_ = floats(std::max<int64_t>(1, h.n_ff));
+  cos_sin_ = floats(h.n_rot);
+  positions_.resize(static_cast<size_t>(nb));
+  kv_rows_.resize(static_cast<size_t>(nb));
+  logit_rows_.resize(static_cast<size_t>(nb));
+  attn_seqs_.resize(static_cast<size_t>(max_seqs_));
+  be.reserve({.n_tok = nb, .n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q()}), .n_ctx = n_ctx_max_,
+              .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .max_seqs = max_seqs_,
+              .n_expert = h.n_expert, .n_used = h.n_expert_used, .n_ff_expert = h.n_ff_expert, .n_embd = h.n_embd});
+}
+
+KvDtype Model::default_kv_dtype() const {
+  return weights_.token_embd.type == DType::kF32 ? KvDtype::kF32 : KvDtype::kF16;
+}
+
+KvLayout Model::kv_layout(KvDtype dtype, int64_t block_size) const {
+  return KvLayout{.n_layer = hp_.n_layer, .n_embd_kv = hp_.n_embd_kv(), .block_size = block_size, .dtype = dtype,
+                  .n_head_kv = hp_.n_head_kv};
+}
+
+KvCache Model::make_kv_cache(int64_t n_ctx) {
+  auto c = make_kv_cache(n_ctx, default_kv_dtype());
+  CHECK(c.ok());  // f32/f16 layouts of a loaded model are always valid
+  return std::move(c).value();
+}
+
+StatusOr<KvCache> Model::make_kv_cache(int64_t n_ctx, KvDtype dtype) {
+  if (n_ctx > n_ctx_max_) {
+    return invalid_argument("context {} exceeds the model's planned maximum {} (raise n_ctx_max)", n_ctx, n_ctx_max_);
+  }
+  if (n_ctx < 1) return invalid_argument("a KV cache needs a context of at least 1, got {}", n_ctx);
+  const KvLayout layout = kv_layout(dtype);
+  ASSIGN_OR_RETURN(KvStore store, backend_->create_kv(layout, (n_ctx + layout.block_size - 1) / layout.block_size));
+  return KvCache::wrap(std::move(store), n_ctx);
+}
+
+Status Model::forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return invalid_argument("forward() needs at least one token");
+  if (kv.n_past() + n > kv.n_ctx()) {
+    return resource_exhausted("context full: {} cached + {} new tokens > context size {}", kv.n_past(), n, kv.n_ctx());
+  }
+  for (int64_t start = 0; start < n; start += n_batch_) {
+    const int64_t len = std::min(n_batch_, n - start);
+    const bool last_chunk = start + len == n;
+    ForwardSeq seq{.tokens = tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)),
+                   .pos0 = kv.n_past(), .block_table = kv.block_table(),
+                   .n_logits = all_logits ? len : (last_chunk ? 1 : 0)};
+    float* out = all_logits ? logits + start * hp_.n_vocab : logits;
+    RETURN_IF_ERROR(forward(std::span(&seq, 1), kv.store(), out));
+    kv.set_n_past(kv.n_past() + len);
+  }
+  return Status();
+}
+
+Status Model::validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const {
+  if (seqs.empty()) return invalid_argument("forward() needs at least one sequence");
+  if (static_cast<int64_t>(seqs.size()) > max_seqs_) {
+    return invalid_argument("{} sequences in one step exceed max_seqs {}", seqs.size(), max_seqs_);
+  }
+  const KvLayout& l = kv.layout();
+  if (l.n_layer != hp_.n_layer || l.n_embd_kv != hp_.n_embd_kv()) {
+    return invalid_argument("KV store ({} layers x {}) does not belong to this model ({} x {})", l.n_layer,
+                            l.n_embd_kv, hp_.n_layer, hp_.n_embd_kv());
+  }
+  int64_t n = 0;
+  for (const ForwardSeq& s : seqs) {
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    if (len == 0) return invalid_argument("a sequence in the step has no tokens");
+    if (s.n_logits < 0 || s.n_logits > len) return invalid_argument("n_logits {} outside [0, {}]", s.n_logits, len);
+    if (s.pos0 < 0 || s.pos0 + len > n_ctx_max_) {
+      return resource_exhausted("positions {}..{} exceed the maximum context {}", s.pos0, s.pos0 + len - 1, n_ctx_max_);
+    }
+    const int64_t blocks_needed = (s.pos0 + len + l.block_size - 1) / l.block_size;
+    if (static_cast<int64_t>(s.block_table.size()) < blocks_needed) {
+      return invalid_argument("block table of {} blocks does not cover position {}", s.block_table.size(), s.pos0 + len - 1);
+    }
+    for (int64_t b = 0; b < blocks_needed; ++b) {
+      const int32_t id = s.block_table[static_cast<size_t>(b)];
+      if (id < 0 || id >= kv.n_blocks()) return invalid_argument("block id {} out of range [0, {})", id, kv.n_blocks());
+    }
+    for (int32_t t : s.tokens) {
+      if (t < 0 || t >= hp_.n_vocab) return invalid_argument("token id {} out of range [0, {})", t, hp_.n_vocab);
+    }
+    n += len;
+  }
+  if (n > n_batch_) return invalid_argument("{} tokens in one step exceed n_batch {}", n, n_batch_);
+  return Status();
+}
+
+void Model::emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const {
+  if (!hook_) return;
+  // Backends whose buffers are not host memory would copy to host first; the
+  // backends in this tree are host-visible.
+  CHECK(backend_->host_visible());
+  hook_(name, layer, data, n_tokens, n);
+}
+
+Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits) {
+  RETURN_IF_ERROR(validate(seqs, kv));
+  const ModelHparams& h = hp_;
+  const int64_t bs = kv.layout().block_size;
+  // The step as plain host data: each token's position and KV row, each
+  // sequence's queries and outputs, the tokens whose logits are asked for.
+  int64_t n = 0, n_out = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const ForwardSeq& s = seqs[i];
+    const auto len = static_cast<int64_t>(s.tokens.size());
+    attn_seqs_[i] = AttentionSeq{.q = q_->floats() + n * h.n_embd_q(), .out = att_->floats() + n * h.n_embd_q(),
+                                 .n_tok = len, .pos0 = s.pos0, .block_table = s.block_table.data()};
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t pos = s.pos0 + j;
+      positions_[static_cast<size_t>(n + j)] = pos;
+      kv_rows_[static_cast<size_t>(n + j)] = int64_t{s.block_table[static_cast<size_t>(pos / bs)]} * bs + pos % bs;
+    }
+    for (int64_t j = len - s.n_logits; j < len; ++j) logit_rows_[static_cast<size_t>(n_out++)] = n + j;
+    n += len;
+  }
+  Backend& be = *backend_;
+  int64_t t = 0;
+  for (const ForwardSeq& s : seqs) {
+    be.embed(weights_.token_embd, s.tokens, 1.0f, x_->floats() + t * h.n_embd);
+    t += static_cast<int64_t>(s.tokens.size());
+  }
+  emit("embd", -1, x_->floats(), n, h.n_embd);
+  be.rope_tables(std::span(positions_.data(), static_cast<size_t>(n)), inv_freq_, cos_sin_->floats());
+  RETURN_IF_ERROR(run_layers(seqs, n, kv));
+  if (n_out == 0) return Status();
+  be.logits({.x = x_->floats(), .rows = logit_rows_.data(), .n_out = n_out, .norm = weights_.output_norm.data(),
+             .eps = h.rms_eps, .n_embd = h.n_embd, .xn = xn_->floats(), .output = weights_.output, .logits = logits});
+  emit("logits", -1, logits, n_out, h.n_vocab);
+  return Status();
+}
+
+Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv) {
+  auto emit_fn = [this](std::string_view name, int64_t layer, const float* data, int64_t n_tok, int64_t width) {
+    emit(name, layer, data, n_tok, width);
+  };
+  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+    LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    if (source_) {
+      LayerWeightPointers p;
+      if (Status st = source_->acquire(l, &p); !st.ok()) return st;
+      bind_layer(w, p);
+    }
+    const LayerStep step{.be = *backend_, .hp = hp_, .w = w, .layer = l, .n_tok = n,
+                         .x = x_->floats(), .xn = xn_->floats(), .q = q_->floats(), .k = k_->floats(),
+                         .v = v_->floats(), .att = att_->floats(), .proj = proj_->floats(),
+                         .gate = gate_->floats(), .up = up_->floats(), .cos_sin = cos_sin_->floats(),
+                         .seqs = std::span(attn_seqs_.data(), seqs.size()), .kv = kv, .kv_rows = kv_rows_.data(),
+                         .emit = emit_fn};
+    attention_block(step);
+    dense_ffn_block(step);
+    emit("l_out", l, x_->floats(), n, hp_.n_embd);
+    if (source_) source_->release(l);
+  }
+  if (source_) source_->end_step(n);
+  return Status();
+}
+
+}  // namespace sluice

@@ -1,0 +1,156 @@
+// Model: a decoder-only transformer described by an ArchSpec (arch/arch_spec.h),
+// run on a Backend (backend/backend.h) over the paged KV cache.
+//
+// One forward pass takes the tokens of many sequences together (continuous
+// batching): every weight matrix is read once per step for all of them, and
+// attention is per sequence over its own KV blocks. Per layer, as the spec
+// says (model/decoder_blocks.h):
+//
+//   x += attention_block(x)     norm -> q/k/v -> bias, RoPE, K/V store -> paged attention -> o
+//   x += ffn_block(x)           norm -> gate/up -> activation -> down   (dense)
+// then logits = output(norm(x)) for each sequence's trailing n_logits tokens.
+//
+// Weights are views of the ModelFile (kept alive by a shared_ptr), copies the
+// backend prepared at load (repacking), or, with a weight source, bytes it
+// acquires layer by layer. Activation buffers come from the backend, planned
+// once at load for n_batch tokens: forward() allocates nothing. Not
+// thread-safe: one forward() at a time per model (and per backend).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "format/model_file.h"
+#include "kv/kv_cache.h"
+#include "model/hparams.h"
+#include "model/model_weights.h"
+#include "model/weight_source.h"
+
+namespace sluice {
+
+struct ModelOptions {
+  int n_threads = 0;      // threads of the CPU backend created when `backend` is null; <= 0: one per core
+  int64_t n_batch = 256;  // most tokens in one forward pass (all sequences together)
+  int64_t n_ctx_max = 0;  // longest context a sequence may reach (sizes attention scratch); 0: trained context
+  int64_t max_seqs = 64;  // most sequences in one forward pass
+  // Where layer matrices come from; null: resident in the ModelFile's mapping.
+  // With a source, weight bytes are read only through it (never the mapping).
+  std::shared_ptr<LayerWeightSource> weights;
+  // The backend to run on, shareable with another model (a draft model runs
+  // between the target's passes); null: a CPU backend of n_threads.
+  std::shared_ptr<Backend> backend;
+  // Let the backend copy resident matrices into its own memory and layouts at
+  // load (Backend::prepare_weights; on the CPU a huge-page arena with
+  // interleaved Q4_0/Q8_0 layouts). Results are bit-identical either way; the
+  // copy costs memory. Never with a weight source.
+  bool repack = true;
+};
+
+// One sequence's part of a batched forward pass.
+struct ForwardSeq {
+  std::span<const int32_t> tokens;       // tokens to compute, at positions pos0 ..
+  int64_t pos0 = 0;
+  std::span<const int32_t> block_table;  // the sequence's KV blocks, covering pos0 + tokens.size()
+  int64_t n_logits = 1;                  // logits for this many trailing tokens (0 = none)
+};
+
+// Called (when set) with each named activation of a forward chunk, so a pass can
+// be dumped and diffed layer by layer. layer = -1 outside the blocks.
+//   data: [n_tokens, n]
+using ActivationHook =
+    std::function<void(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n)>;
+
+class Model {
+ public:
+  // Validates hyper-parameters and every tensor's presence, type and shape
+  // against the architecture's spec and what the backend supports.
+  static StatusOr<std::unique_ptr<Model>> load(std::shared_ptr<const ModelFile> file,
+                                               const ModelOptions& options = {});
+  ~Model();
+
+  const ModelHparams& hparams() const { return hp_; }
+  const ArchSpec& arch() const { return *hp_.spec; }
+  const ModelFile& file() const { return *file_; }
+  Backend& backend() { return *backend_; }
+  // The backend, to share with another model.
+  const std::shared_ptr<Backend>& shared_backend() const { return backend_; }
+  int n_threads() const { return backend_->n_threads(); }
+  // The longest context a sequence may reach (ModelOptions::n_ctx_max as resolved).
+  int64_t n_ctx_max() const { return n_ctx_max_; }
+  // Bytes of weights one forward pass reads (all matrices + embeddings row).
+  uint64_t weight_bytes() const { return weights_.bytes_per_token; }
+  // Bytes of matrices copied into a repacked layout at load (0 if none), and a
+  // one-line description for load summaries ("" if none).
+  uint64_t repacked_bytes() const { return prepared_.repacked_bytes; }
+  const std::string& repack_summary() const { return prepared_.summary; }
+
+  // The KV dtype used when none is asked for: f32 for F32 models (full
+  // precision end to end), f16 otherwise.
+  KvDtype default_kv_dtype() const;
+  KvLayout kv_layout(KvDtype dtype, int64_t block_size = 16) const;
+  // A single-sequence KV cache for up to n_ctx positions (default dtype).
+  KvCache make_kv_cache(int64_t n_ctx);
+  StatusOr<KvCache> make_kv_cache(int64_t n_ctx, KvDtype dtype);
+
+  // One step over many sequences: all their tokens go through the weight
+  // matmuls together (each weight byte read once per step); attention is per
+  // sequence over its own blocks. K/V of the new tokens are written to `kv`.
+  //   logits: [sum of n_logits, n_vocab] host memory, sequences in order
+  // Errors: more than n_batch tokens or max_seqs sequences, token ids out of
+  // range, a block table too short, a KV store of another model, a weight
+  // source that fails.
+  Status forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits);
+
+  // Single-sequence convenience: runs `tokens` at positions kv.n_past() .. in
+  // chunks of n_batch, and advances kv.n_past().
+  //   logits: [n, n_vocab] if all_logits, else [1, n_vocab] (last token only)
+  Status forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits);
+
+  void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
+
+ private:
+  Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, const ModelOptions& options);
+  Status check_supported() const;
+  void plan_buffers();
+  Status validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const;
+  Status run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv);
+  void emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const;
+
+  std::shared_ptr<const ModelFile> file_;
+  ModelHparams hp_;
+  int64_t n_batch_;
+  int64_t max_seqs_ = 0;
+  int64_t n_ctx_max_ = 0;
+  std::shared_ptr<Backend> backend_;
+  std::shared_ptr<LayerWeightSource> source_;
+  ModelWeights weights_;
+  PreparedWeights prepared_;
+  std::vector<double> inv_freq_;  // [n_rot / 2] after scaling
+
+  // Activations from the backend, [n_batch, ...] each, planned at load.
+  std::unique_ptr<Buffer> x_;        // [n_batch, n_embd]   residual stream
+  std::unique_ptr<Buffer> xn_;       // [n_batch, n_embd]   normed
+  std::unique_ptr<Buffer> q_;        // [n_batch, n_embd_q]
+  std::unique_ptr<Buffer> k_;        // [n_batch, n_embd_kv]  new keys, before the KV store
+  std::unique_ptr<Buffer> v_;        // [n_batch, n_embd_kv]
+  std::unique_ptr<Buffer> att_;      // [n_batch, n_embd_q]
+  std::unique_ptr<Buffer> proj_;     // [n_batch, n_embd]   attention/ffn output before the residual add
+  std::unique_ptr<Buffer> gate_;     // [n_batch, n_ff]
+  std::unique_ptr<Buffer> up_;       // [n_batch, n_ff]
+  std::unique_ptr<Buffer> cos_sin_;  // [n_batch, n_rot / 2, 2]
+  // Plain host data describing the step.
+  std::vector<int64_t> positions_;   // [n_batch] each token's position
+  std::vector<int64_t> kv_rows_;     // [n_batch] each token's row in the KV store
+  std::vector<int64_t> logit_rows_;  // [n_batch] tokens whose logits are asked for
+  std::vector<AttentionSeq> attn_seqs_;  // [max_seqs]
+
+  ActivationHook hook_;
+};
+
+}  // namespace sluice

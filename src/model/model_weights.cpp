@@ -1,0 +1,160 @@
+#include "model/model_weights.h"
+
+#include <fmt/format.h>
+
+#include "quant/quant.h"
+
+namespace sluice {
+namespace {
+
+std::string shape_of(const TensorSpec& t, const ModelHparams& hp) {
+  std::string out = "[";
+  for (int i = 0; i < 3 && t.ne[i] != Dim::kNone; ++i) out += fmt::format("{}{}", i ? ", " : "", hp.dim(t.ne[i]));
+  return out + "]";
+}
+
+bool shape_matches(const TensorSpec& t, const TensorInfo& info, const ModelHparams& hp) {
+  size_t n_dims = 0;
+  while (n_dims < 3 && t.ne[n_dims] != Dim::kNone) ++n_dims;
+  if (info.ne.size() < n_dims) return false;
+  for (size_t i = 0; i < info.ne.size(); ++i)  // trailing dimensions of 1 are allowed
+    if (info.ne[i] != (i < n_dims ? hp.dim(t.ne[i]) : 1)) return false;
+  return true;
+}
+
+class Binder {
+ public:
+  Binder(const ModelFile& f, ModelHparams& hp, const LayerWeightSource* source) : f_(f), hp_(hp), source_(source) {}
+
+  // The tensor of `t` at layer l, checked; nullptr when an optional one is missing.
+  StatusOr<const TensorInfo*> find(const TensorSpec& t, int64_t layer) {
+    const std::string name = gguf_tensor_name(t, layer);
+    const TensorInfo* info = f_.find(name);
+    if (!info) {
+      if (t.optional) return static_cast<const TensorInfo*>(nullptr);
+      return data_loss("tensor '{}' is missing", name);
+    }
+    if (!shape_matches(t, *info, hp_)) {
+      return data_loss("tensor '{}' has shape {}, expected {}", name, info->shape_string(), shape_of(t, hp_));
+    }
+    return info;
+  }
+
+  // Bytes of a tensor that stays resident: the file's, or the source's copy.
+  StatusOr<const uint8_t*> resident(const TensorInfo& info) {
+    if (!source_) return info.data;
+    const uint8_t* p = source_->resident(info.name);
+    if (!p) return internal_error("weight source has no resident copy of '{}'", info.name);
+    return p;
+  }
+
+  Status bind(const TensorSpec& t, int64_t layer, WeightView* mat, std::vector<float>* vec, uint64_t* bytes) {
+    ASSIGN_OR_RETURN(const TensorInfo* info, find(t, layer));
+    if (!info) return Status();
+    if (t.kind == TensorKind::kVector) {
+      vec->resize(static_cast<size_t>(info->ne[0]));
+      ASSIGN_OR_RETURN(const uint8_t* data, resident(*info));
+      dequantize_row(info->type, data, vec->data(), info->ne[0]);
+      return Status();
+    }
+    const uint8_t* data = nullptr;
+    if (!source_ || !t.per_layer) {
+      ASSIGN_OR_RETURN(data, resident(*info));
+    }
+    // Stacked experts are one view of n_expert x n_out rows; expert e's rows
+    // start at row e * ne[1].
+    const int64_t n_out = info->ne.size() == 3 ? info->ne[1] * info->ne[2] : info->ne[1];
+    *mat = WeightView{.type = info->type, .data = data, .n_in = info->ne[0], .n_out = n_out};
+    *bytes += info->n_bytes;
+    return Status();
+  }
+
+ private:
+  const ModelFile& f_;
+  ModelHparams& hp_;
+  const LayerWeightSource* source_;
+};
+
+}  // namespace
+
+bool applies_to_layer(const TensorSpec& t, const ModelHparams& hp, int64_t layer) {
+  switch (t.part) {
+    case FfnPart::kAny: return true;
+    case FfnPart::kDense: return !hp.layer_is_moe(layer);
+    case FfnPart::kRouted: return hp.layer_is_moe(layer);
+    case FfnPart::kShared: return hp.layer_is_moe(layer) && hp.n_ff_shared > 0;
+  }
+  return false;
+}
+
+StatusOr<ModelWeights> bind_weights(const ModelFile& f, ModelHparams& hp, const LayerWeightSource* source) {
+  const ArchSpec& spec = *hp.spec;
+  ModelWeights w;
+  Binder b(f, hp, source);
+
+  // The embedding table first: its rows say how many tokens there are.
+  const TensorSpec* embd_spec = spec.find(TensorRole::kTokenEmbd);
+  const TensorInfo* embd = f.find(embd_spec->gguf);
+  if (!embd) return data_loss("tensor '{}' is missing", embd_spec->gguf);
+  if (embd->ne.size() != 2 || embd->ne[0] != hp.n_embd) {
+    return data_loss("tensor '{}' has shape {}, expected [{}, n_vocab]", embd->name, embd->shape_string(), hp.n_embd);
+  }
+  if (hp.n_vocab > embd->ne[1]) {
+    return data_loss("tokenizer has {} tokens but {} only {} rows", hp.n_vocab, embd->name, embd->ne[1]);
+  }
+  hp.n_vocab = embd->ne[1];
+  ASSIGN_OR_RETURN(const uint8_t* embd_data, b.resident(*embd));
+  w.token_embd = WeightView{.type = embd->type, .data = embd_data, .n_in = hp.n_embd, .n_out = hp.n_vocab};
+  w.bytes_per_token += row_bytes(embd->type, hp.n_embd);  // one row per token
+
+  for (const TensorSpec& t : spec.tensors) {
+    if (t.per_layer) continue;
+    switch (t.role) {
+      case TensorRole::kTokenEmbd: break;
+      case TensorRole::kOutputNorm: RETURN_IF_ERROR(b.bind(t, -1, nullptr, &w.output_norm, nullptr)); break;
+      case TensorRole::kRopeFreqs: RETURN_IF_ERROR(b.bind(t, -1, nullptr, &w.rope_freqs, nullptr)); break;
+      case TensorRole::kOutput:
+        RETURN_IF_ERROR(b.bind(t, -1, &w.output, nullptr, &w.bytes_per_token));
+        if (w.output.n_out == 0) {
+          w.output = w.token_embd;  // tied embeddings: the head reads the whole table
+          w.bytes_per_token += embd->n_bytes;
+        }
+        break;
+      default: return internal_error("{}: no binding for global tensor role {}", spec.name, tensor_role_name(t.role));
+    }
+  }
+
+  w.layers.resize(static_cast<size_t>(hp.n_layer));
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    for (const TensorSpec& t : spec.tensors) {
+      if (!t.per_layer || !applies_to_layer(t, hp, l)) continue;
+      const auto r = static_cast<size_t>(t.role);
+      RETURN_IF_ERROR(b.bind(t, l, &lw.mats[r], &lw.vecs[r], &w.bytes_per_token));
+    }
+  }
+  return w;
+}
+
+void bind_layer(LayerWeights& layer, const LayerWeightPointers& p) {
+  for (size_t r = 0; r < layer.mats.size(); ++r)
+    if (layer.mats[r].n_out > 0) layer.mats[r].data = p.by_role[r];
+}
+
+std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const ArchSpec& spec) {
+  std::vector<std::vector<WeightView*>> groups;
+  int max_group = -1;
+  for (const TensorSpec& t : spec.tensors) max_group = std::max<int>(max_group, t.group);
+  for (LayerWeights& lw : w.layers) {
+    for (int g = 0; g <= max_group; ++g) {
+      std::vector<WeightView*> group;
+      for (const TensorSpec& t : spec.tensors)
+        if (t.per_layer && t.group == g && lw.has_mat(t.role)) group.push_back(&lw.mat(t.role));
+      if (!group.empty()) groups.push_back(std::move(group));
+    }
+  }
+  groups.push_back({&w.output});  // token_embd stays where it is (row lookups)
+  return groups;
+}
+
+}  // namespace sluice

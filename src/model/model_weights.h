@@ -1,0 +1,63 @@
+// ModelWeights: a model's tensors bound by role, as its ArchSpec lists them.
+//
+// bind_weights() walks the spec's table once: every tensor the architecture
+// needs for this model's hyper-parameters (dense or routed FFN per layer) must
+// be present with the spec's shape; optional ones may be missing. Matrices are
+// views of the file's bytes (or of a weight source's resident copies); 1-D
+// tensors are converted to f32. With a weight source, layer matrices are bound
+// per layer at acquire() (bind_layer) and their views carry no data until then.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "arch/arch_spec.h"
+#include "backend/backend.h"
+#include "format/model_file.h"
+#include "model/hparams.h"
+#include "model/weight_source.h"
+
+namespace sluice {
+
+struct LayerWeights {
+  std::array<WeightView, kNumTensorRoles> mats{};          // by role; n_out == 0 when absent
+  std::array<std::vector<float>, kNumTensorRoles> vecs{};  // by role; empty when absent
+
+  const WeightView& mat(TensorRole r) const { return mats[static_cast<size_t>(r)]; }
+  WeightView& mat(TensorRole r) { return mats[static_cast<size_t>(r)]; }
+  bool has_mat(TensorRole r) const { return mat(r).n_out > 0; }
+  // The f32 vector of a role, or nullptr when the layer has none.
+  const float* vec(TensorRole r) const {
+    const std::vector<float>& v = vecs[static_cast<size_t>(r)];
+    return v.empty() ? nullptr : v.data();
+  }
+};
+
+struct ModelWeights {
+  WeightView token_embd;            // [n_vocab, n_embd] (n_out, n_in)
+  WeightView output;                // [n_vocab, n_embd] (token_embd when tied)
+  std::vector<float> output_norm;   // [n_embd]
+  std::vector<float> rope_freqs;    // [n_rot / 2] or empty
+  std::vector<LayerWeights> layers; // [n_layer]
+  uint64_t bytes_per_token = 0;     // every matrix once, plus one embedding row
+};
+
+// Binds every tensor of hp.spec. Sets hp.n_vocab from the embedding table.
+// Errors: a required tensor missing, or any tensor of the wrong shape (both
+// name the tensor and, for shapes, what was expected); a resident tensor the
+// source does not hold.
+StatusOr<ModelWeights> bind_weights(const ModelFile& file, ModelHparams& hp, const LayerWeightSource* source);
+
+// Points a streamed layer's matrices at the bytes a weight source acquired.
+void bind_layer(LayerWeights& layer, const LayerWeightPointers& p);
+
+// The model's matrices grouped by the dispatch that multiplies them (the
+// spec's groups, per layer, then the output head), for Backend::prepare_weights.
+std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const ArchSpec& spec);
+
+// Whether a per-layer tensor of the spec belongs to layer l of this model
+// (dense or routed FFN).
+bool applies_to_layer(const TensorSpec& t, const ModelHparams& hp, int64_t layer);
+
+}  // namespace sluice

@@ -1,0 +1,41 @@
+#include "runtime/load_model.h"
+
+#include <algorithm>
+
+#include "base/timer.h"
+
+namespace sluice {
+
+StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) {
+  Stopwatch sw;
+  LoadedModel lm;
+  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
+  lm.file = std::make_shared<const ModelFile>(std::move(mf));
+  lm.name = lm.file->metadata.get_string("general.name").value_or(path);
+  ASSIGN_OR_RETURN(lm.tokenizer, Tokenizer::from_metadata(lm.file->metadata));
+  int64_t n_ctx = o.n_ctx_max;
+  if (n_ctx <= 0 && o.ctx_cap > 0) {
+    ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(lm.file->metadata));
+    n_ctx = std::min(hp.n_ctx_train, o.ctx_cap);
+  }
+  ModelOptions mo{.n_threads = o.n_threads, .n_batch = o.n_batch, .n_ctx_max = n_ctx, .max_seqs = o.max_seqs,
+                  .backend = o.shared_backend, .repack = o.repack};
+  if (!mo.backend) {
+    ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads}));
+  }
+  if (o.mem_budget_bytes > 0) {
+    ASSIGN_OR_RETURN(weights::StreamingSetup setup,
+                     weights::open_streaming(lm.file, {.mem_budget_bytes = o.mem_budget_bytes,
+                                                       .n_threads = o.n_threads,
+                                                       .tokens_per_step = o.tokens_per_step,
+                                                       .calibration = o.calibration}));
+    lm.stream = setup.source;
+    lm.placement_report = std::move(setup.report);
+    mo.weights = setup.source;
+  }
+  ASSIGN_OR_RETURN(lm.model, Model::load(lm.file, mo));
+  lm.load_seconds = sw.seconds();
+  return lm;
+}
+
+}  // namespace sluice

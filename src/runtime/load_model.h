@@ -1,0 +1,59 @@
+// load_model(): the one composition root that turns a path into a runnable
+// model. Every tool, the engine (and so the server), the planner's measurements
+// and the draft model load through it, so a flag means the same everywhere.
+//
+//   path -> open_model_file (GGUF, HF folder, llama2.c) -> tokenizer
+//        -> [mem_budget > 0: weights::open_streaming: calibrate, place, open
+//            the weight store; its placement map is in the result]
+//        -> backend (shared with another model, or created by name)
+//        -> Model::load (bind by ArchSpec, prepare weights on the backend)
+//
+// Thread-compatible: call from one thread; the result is independent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "format/model_file.h"
+#include "model/model.h"
+#include "plan/calibrate.h"
+#include "tokenizer/tokenizer.h"
+#include "weights/store_source.h"
+
+namespace sluice {
+
+struct LoadOptions {
+  int n_threads = 0;       // backend threads (and calibration's); <= 0: one per core
+  int64_t n_batch = 256;   // tokens per forward pass
+  int64_t n_ctx_max = 0;   // longest context; 0: the model's trained context, at most ctx_cap
+  int64_t ctx_cap = 0;     // caps the trained context when n_ctx_max is 0 (0: no cap)
+  int64_t max_seqs = 64;   // sequences per forward pass
+  bool repack = true;      // let the backend prepare resident weights (ModelOptions::repack)
+  std::string backend = "cpu";            // create_backend() name, when `shared_backend` is null
+  std::shared_ptr<Backend> shared_backend;  // run on this backend (a draft model beside its target)
+  // Weights beyond this many bytes stream from disk through the weight store
+  // (0: all resident). tokens_per_step is what the placement's compute
+  // estimate is for (1: decode); calibration, when set, replaces the probes.
+  uint64_t mem_budget_bytes = 0;
+  int64_t tokens_per_step = 1;
+  const plan::Calibration* calibration = nullptr;
+};
+
+struct LoadedModel {
+  std::shared_ptr<const ModelFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<weights::StoreWeightSource> stream;  // set when weights stream under a budget
+  std::string placement_report;                        // the streaming report ("" when resident)
+  std::unique_ptr<Model> model;
+  double load_seconds = 0;
+  std::string name;  // general.name, else the path
+};
+
+// Errors: the file cannot be read or is malformed, an unsupported
+// architecture or weight type, a budget that cannot work (naming the smallest
+// that would), an unknown backend.
+StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
+
+}  // namespace sluice
