@@ -8,6 +8,8 @@
 #include <httplib.h>
 
 #include "format/model_file.h"
+#include "server/generation_request.h"
+#include "server/generation_response.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/request_stream.h"
@@ -22,16 +24,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kJson = "application/json";
 
-ApiError make_error(int status, std::string type, std::string code, std::string message, std::string param = "") {
-  return ApiError{.http_status = status,
-                  .type = std::move(type),
-                  .code = std::move(code),
-                  .param = std::move(param),
-                  .message = std::move(message)};
-}
-
 ApiError unavailable(std::string message) {
-  return make_error(503, "server_error", "service_unavailable", std::move(message));
+  return api_error(503, "server_error", "service_unavailable", std::move(message));
 }
 
 void send_error(httplib::Response& res, const ApiError& e) {
@@ -161,12 +155,12 @@ void HttpServer::route() {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e;
     if (res.status == 404) {
-      e = make_error(404, "invalid_request_error", "unknown_url", fmt::format("unknown endpoint {} {}", req.method, req.path));
+      e = api_error(404, "invalid_request_error", "unknown_url", fmt::format("unknown endpoint {} {}", req.method, req.path));
     } else if (res.status == 413) {
-      e = make_error(413, "invalid_request_error", "request_too_large",
+      e = api_error(413, "invalid_request_error", "request_too_large",
                      fmt::format("the request body exceeds {} bytes", config_.max_body_bytes));
     } else {
-      e = make_error(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+      e = api_error(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
                      res.status >= 500 ? "server_error" : "bad_request",
                      fmt::format("HTTP {}: the request could not be handled", res.status));
     }
@@ -182,7 +176,7 @@ void HttpServer::route() {
       what = ex.what();
     } catch (...) {
     }
-    send_error(res, make_error(500, "server_error", "server_error", what));
+    send_error(res, api_error(500, "server_error", "server_error", what));
   });
 }
 
@@ -194,13 +188,13 @@ void HttpServer::handle_models(const httplib::Request& req, httplib::Response& r
   if (draining_.load()) return reply(unavailable("the server is shutting down"));
   if (!ready_.load(std::memory_order_acquire)) return reply(unavailable("the model is still loading"));
   if (!authorized(req))
-    return reply(make_error(401, "invalid_request_error", "invalid_api_key", "missing or incorrect API key (Authorization: Bearer KEY)"));
+    return reply(api_error(401, "invalid_request_error", "invalid_api_key", "missing or incorrect API key (Authorization: Bearer KEY)"));
   const json model = {{"id", model_id()}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "sluice"},
                       {"max_model_len", engine_->ctx_size()}};
   if (req.matches.size() > 1) {
     const std::string id = req.matches[1];
     if (id != model_id())
-      return reply(make_error(404, "invalid_request_error", "model_not_found",
+      return reply(api_error(404, "invalid_request_error", "model_not_found",
                               fmt::format("the model '{}' does not exist; this server serves '{}'", id, model_id()), "model"));
     res.set_content(dump_json(model), kJson);
   } else {
@@ -215,7 +209,7 @@ void HttpServer::handle_generation(int endpoint_int, const httplib::Request& req
   in_flight_.fetch_add(1);
   metrics_.add_in_flight(1);
   // Called exactly once per request: here for plain responses, by the stream's
-  // releaser for streams.
+  // end for streams.
   auto finish = [this, ep_name](const std::string& outcome) {
     metrics_.count_request(ep_name, outcome);
     metrics_.add_in_flight(-1);
@@ -229,150 +223,48 @@ void HttpServer::handle_generation(int endpoint_int, const httplib::Request& req
   if (draining_.load()) return fail(unavailable("the server is shutting down"));
   if (!ready_.load(std::memory_order_acquire)) return fail(unavailable("the model is still loading"));
   if (!authorized(req))
-    return fail(make_error(401, "invalid_request_error", "invalid_api_key", "missing or incorrect API key (Authorization: Bearer KEY)"));
+    return fail(api_error(401, "invalid_request_error", "invalid_api_key", "missing or incorrect API key (Authorization: Bearer KEY)"));
   if (req.body.size() > config_.max_body_bytes)
-    return fail(make_error(413, "invalid_request_error", "request_too_large",
-                           fmt::format("the request body exceeds {} bytes", config_.max_body_bytes)));
-  auto parsed = parse_generation_request(ep, req.body);
-  if (const ApiError* e = std::get_if<ApiError>(&parsed)) return fail(*e);
-  GenerationRequest& g = std::get<GenerationRequest>(parsed);
-  if (g.model.empty()) return fail(invalid_request("model", "'model' is required", "missing_required_parameter"));
-  if (g.model != model_id())
-    return fail(make_error(404, "invalid_request_error", "model_not_found",
-                           fmt::format("the model '{}' does not exist; this server serves '{}'", g.model, model_id()), "model"));
-
+    return fail(api_error(413, "invalid_request_error", "request_too_large",
+                          fmt::format("the request body exceeds {} bytes", config_.max_body_bytes)));
   Engine& engine = *engine_;
-  const Tokenizer& tok = engine.tokenizer();
-  std::vector<int32_t> prompt;
-  if (ep == Endpoint::kChat) {
-    if (!chat_)
-      return fail(invalid_request("messages", "this model has no chat template; start the server with --chat-template FILE",
-                                  "chat_template_missing"));
-    auto text = chat_->apply(g.messages, /*add_generation_prompt=*/true);
-    if (!text.ok()) {
-      if (text.status().code() == StatusCode::kUnimplemented)
-        return fail(make_error(500, "server_error", "chat_template_unsupported", text.status().message()));
-      return fail(invalid_request("messages", text.status().message()));
-    }
-    prompt = tokenize_chat_prompt(tok, *text);
-  } else if (g.prompt_is_ids) {
-    for (int32_t id : g.prompt_ids)
-      if (id >= tok.n_vocab()) return fail(invalid_request("prompt", fmt::format("token id {} is outside the vocabulary of {}", id, tok.n_vocab())));
-    prompt = g.prompt_ids;
-  } else {
-    prompt = tok.encode(g.prompt, /*add_special=*/true, /*parse_special=*/false);
-  }
-  if (prompt.empty()) return fail(invalid_request("prompt", "the prompt is empty and the model adds no BOS token"));
-  const int64_t ctx = engine.ctx_size();
-  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-  if (n_prompt >= ctx)
-    return fail(invalid_request(ep == Endpoint::kChat ? "messages" : "prompt",
-                                fmt::format("this model's maximum context length is {} tokens, but the prompt has {} tokens",
-                                            ctx, n_prompt),
-                                "context_length_exceeded"));
-  const int64_t room = ctx - n_prompt;
-  const int64_t max_tokens = g.max_tokens.value_or(ep == Endpoint::kChat ? room : std::min<int64_t>(16, room));
-  if (max_tokens > room)
-    return fail(invalid_request("max_tokens",
-                                fmt::format("this model's maximum context length is {} tokens; you requested {} tokens "
-                                            "({} in the prompt, {} for the completion)",
-                                            ctx, n_prompt + max_tokens, n_prompt, max_tokens),
-                                "context_length_exceeded"));
+  auto built = build_generation_request(ep, req.body,
+                                        {.tokenizer = engine.tokenizer(), .chat = chat_, .ctx = engine.ctx_size(),
+                                         .id = model_id()},
+                                        random_seed());
+  if (const ApiError* e = std::get_if<ApiError>(&built)) return fail(*e);
+  GenerationPlan& plan = std::get<GenerationPlan>(built);
 
-  Request r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = static_cast<int32_t>(max_tokens);
-  r.n = g.n;
-  r.sampling = SamplingParams{.temperature = g.temperature,
-                              .top_k = 0,
-                              .top_p = g.top_p,
-                              .min_p = 0.0f,
-                              .repeat_penalty = 1.0f,
-                              .repeat_last_n = -1,
-                              .frequency_penalty = g.frequency_penalty,
-                              .presence_penalty = g.presence_penalty,
-                              .seed = g.seed ? static_cast<uint64_t>(*g.seed) : random_seed()};
-  r.stop_strings = g.stop;
-  r.ignore_eos = g.ignore_eos;
-  r.top_logprobs = g.top_logprobs;
   auto queue = std::make_shared<EventQueue>();
-  auto id_or = engine.submit(std::move(r), [queue](const TokenEvent& e) { queue->push(e); });
+  const int32_t n = plan.request.n;
+  const bool ignore_eos = plan.request.ignore_eos;
+  auto id_or = engine.submit(std::move(plan.request), [queue](const TokenEvent& e) { queue->push(e); });
   if (!id_or.ok()) {
     const Status& st = id_or.status();
     if (draining_.load()) return fail(unavailable("the server is shutting down"));
     if (st.code() == StatusCode::kInvalidArgument) return fail(invalid_request("", st.message()));
     if (st.code() == StatusCode::kResourceExhausted)
-      return fail(make_error(429, "rate_limit_error", "rate_limit_exceeded",
-                             "too many requests are queued; retry later (" + st.message() + ")"));
-    return fail(make_error(500, "server_error", "server_error", st.to_string()));
+      return fail(api_error(429, "rate_limit_error", "rate_limit_exceeded",
+                            "too many requests are queued; retry later (" + st.message() + ")"));
+    return fail(api_error(500, "server_error", "server_error", st.to_string()));
   }
   const RequestId id = *id_or;
-
-  ResponseInfo info{.endpoint = ep,
-                    .id = fmt::format("{}-{}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1)),
-                    .created = unix_now(),
-                    .model = model_id(),
-                    .logprobs = g.top_logprobs >= 0,
-                    .token_ids = g.return_token_ids};
-  auto acc = std::make_shared<ChoiceAccumulator>(tok, g.n, info.logprobs, g.ignore_eos);
-
-  if (!g.stream) {
-    while (!acc->all_finished())
-      for (const TokenEvent& e : queue->take(std::chrono::milliseconds(500))) acc->apply(e);
-    if (acc->error()) return fail(make_error(500, "server_error", "generation_failed", *acc->error()));
-    res.set_content(dump_json(response_json(info, acc->totals(), usage_json(n_prompt, acc->completion_tokens()))), kJson);
+  plan.info.id = fmt::format("{}-{}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
+  plan.info.created = unix_now();
+  GenerationOutput out{.queue = queue,
+                       .acc = std::make_shared<ChoiceAccumulator>(engine.tokenizer(), n, plan.info.logprobs, ignore_eos),
+                       .info = plan.info,
+                       .n_prompt = plan.n_prompt,
+                       .include_usage = plan.include_usage};
+  if (!plan.stream) {
+    auto body = collect_response(out);
+    if (const ApiError* e = std::get_if<ApiError>(&body)) return fail(*e);
+    res.set_content(std::get<std::string>(body), kJson);
     finish("ok");
     return;
   }
-
-  struct StreamState {
-    std::vector<bool> sent_first;
-    bool completed = false;
-    Clock::time_point last_write = Clock::now();
-  };
-  auto st = std::make_shared<StreamState>();
-  st->sent_first.assign(static_cast<size_t>(g.n), false);
-  const bool include_usage = g.include_usage;
   const auto keepalive = std::chrono::milliseconds(static_cast<int64_t>(1000 * config_.stream_keepalive_s));
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [queue, acc, st, info, include_usage, n_prompt, keepalive](size_t, httplib::DataSink& sink) {
-        std::string out;
-        for (const TokenEvent& e : queue->take(std::chrono::milliseconds(200))) {
-          const ChoiceOutput d = acc->apply(e);
-          if (d.finish_reason == "error") {
-            out += sse_json(make_error(500, "server_error", "generation_failed", acc->error().value_or("")).body());
-            continue;
-          }
-          const bool has_news = !d.text.empty() || !d.finish_reason.empty() || (info.logprobs && !d.logprobs.empty()) ||
-                                (info.token_ids && !d.token_ids.empty());
-          if (!has_news || d.index < 0 || d.index >= static_cast<int32_t>(st->sent_first.size())) continue;
-          const bool first = !st->sent_first[static_cast<size_t>(d.index)];
-          st->sent_first[static_cast<size_t>(d.index)] = true;
-          out += sse_json(chunk_json(info, d, first, acc->text_before_last(d.index)));
-        }
-        const bool finished = acc->all_finished();
-        if (finished) {
-          if (include_usage) out += sse_json(usage_chunk_json(info, usage_json(n_prompt, acc->completion_tokens())));
-          out += kSseDone;
-        }
-        if (out.empty() && Clock::now() - st->last_write >= keepalive) out = sse_comment("keep-alive");
-        if (!out.empty()) {
-          if (!sink.write(out.data(), out.size())) return false;
-          st->last_write = Clock::now();
-        }
-        if (finished) {
-          st->completed = true;
-          sink.done();
-        }
-        return true;
-      },
-      [engine = engine_, id, acc, st, finish](bool success) {
-        if (!st->completed) engine->abort(id);
-            finish(!st->completed || !success ? "cancelled" : acc->error() ? "error" : "ok");
-      });
+  stream_response(res, std::move(out), keepalive, [engine = engine_, id] { engine->abort(id); }, finish);
 }
 
 StatusOr<std::optional<ChatTemplate>> load_chat_template(const Engine& engine, const std::string& override_path) {

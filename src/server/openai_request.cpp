@@ -22,6 +22,14 @@ ApiError invalid_request(std::string param, std::string message, std::string cod
                   .message = std::move(message)};
 }
 
+ApiError api_error(int status, std::string type, std::string code, std::string message, std::string param) {
+  return ApiError{.http_status = status,
+                  .type = std::move(type),
+                  .code = std::move(code),
+                  .param = std::move(param),
+                  .message = std::move(message)};
+}
+
 const char* endpoint_name(Endpoint e) { return e == Endpoint::kChat ? "chat.completions" : "completions"; }
 
 namespace {

@@ -36,6 +36,8 @@ struct ApiError {
 
 // 400 invalid_request_error.
 ApiError invalid_request(std::string param, std::string message, std::string code = "invalid_value");
+// Any status, type and code.
+ApiError api_error(int status, std::string type, std::string code, std::string message, std::string param = "");
 
 enum class Endpoint { kCompletions, kChat };
 const char* endpoint_name(Endpoint e);  // "completions", "chat.completions"

@@ -26,17 +26,6 @@ bool EventQueue::finished() const {
   return finished_;
 }
 
-std::string openai_finish_reason(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-    case FinishReason::kError: return "error";
-    case FinishReason::kNone: return "";
-  }
-  return "";
-}
-
 ChoiceAccumulator::ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, bool ignore_eos)
     : tok_(tokenizer), with_logprobs_(with_logprobs), ignore_eos_(ignore_eos) {
   totals_.resize(static_cast<size_t>(n));
@@ -65,7 +54,7 @@ ChoiceOutput ChoiceAccumulator::apply(const TokenEvent& e) {
   if (e.finished && !finished_[static_cast<size_t>(e.index)]) {
     finished_[static_cast<size_t>(e.index)] = true;
     ++n_finished_;
-    d.finish_reason = openai_finish_reason(e.finish_reason);
+    d.finish_reason = finish_reason_name(e.finish_reason);  // the OpenAI names
     if (e.finish_reason == FinishReason::kError) error_ = e.error.empty() ? "generation failed" : e.error;
   }
   total.text += d.text;

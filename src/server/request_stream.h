@@ -79,7 +79,4 @@ class ChoiceAccumulator {
   std::optional<RequestTimings> timings_;
 };
 
-// "stop", "length", "abort" ("error" for kError).
-std::string openai_finish_reason(FinishReason r);
-
 }  // namespace sluice::server

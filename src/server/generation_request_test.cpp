@@ -1,0 +1,76 @@
+// The pure request builder: every refusal and the built engine request, from
+// the body alone (the stories260K tokenizer; skipped without ../shared).
+#include "server/generation_request.h"
+
+#include <gtest/gtest.h>
+
+#include "tokenizer/tokenizer_test_util.h"
+
+namespace sluice::server {
+namespace {
+
+class GenerationRequestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = testing::model_path("stories260K/stories260K.gguf");
+    SKIP_UNLESS_EXISTS(path);
+    tok_ = std::move(testing::load_gguf_tokenizer(path).value());
+    chat_ = ChatTemplate::create("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}", "<s>", "</s>").value();
+  }
+  std::variant<GenerationPlan, ApiError> build(Endpoint ep, const std::string& body, int64_t ctx = 64) {
+    return build_generation_request(ep, body, {.tokenizer = *tok_, .chat = chat_, .ctx = ctx, .id = "m"}, 77);
+  }
+  static const ApiError& error(const std::variant<GenerationPlan, ApiError>& v) { return std::get<ApiError>(v); }
+
+  std::unique_ptr<Tokenizer> tok_;
+  std::optional<ChatTemplate> chat_;
+};
+
+TEST_F(GenerationRequestTest, BuildsTheEngineRequest) {
+  auto v = build(Endpoint::kCompletions,
+                 R"({"model":"m","prompt":"Once upon","max_tokens":5,"temperature":0,"stop":["."],"logprobs":2})");
+  ASSERT_TRUE(std::holds_alternative<GenerationPlan>(v)) << error(v).message;
+  const GenerationPlan& p = std::get<GenerationPlan>(v);
+  EXPECT_EQ(p.request.prompt, tok_->encode("Once upon", true, false));
+  EXPECT_EQ(p.n_prompt, static_cast<int64_t>(p.request.prompt.size()));
+  EXPECT_EQ(p.request.max_tokens, 5);
+  EXPECT_EQ(p.request.sampling.temperature, 0.0f);
+  EXPECT_EQ(p.request.sampling.seed, 77u);  // none in the body: the caller's
+  EXPECT_EQ(p.request.stop_strings, std::vector<std::string>{"."});
+  EXPECT_EQ(p.request.top_logprobs, 2);
+  EXPECT_TRUE(p.info.logprobs);
+  EXPECT_EQ(p.info.model, "m");
+  EXPECT_FALSE(p.stream);
+}
+
+TEST_F(GenerationRequestTest, ChatGoesThroughTheTemplateAndDefaultsToTheRoomLeft) {
+  auto v = build(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"hi"}],"seed":3,"stream":true})");
+  ASSERT_TRUE(std::holds_alternative<GenerationPlan>(v)) << error(v).message;
+  const GenerationPlan& p = std::get<GenerationPlan>(v);
+  EXPECT_EQ(p.request.prompt, tokenize_chat_prompt(*tok_, "user: hi\n"));
+  EXPECT_EQ(p.request.max_tokens, 64 - p.n_prompt);
+  EXPECT_EQ(p.request.sampling.seed, 3u);
+  EXPECT_TRUE(p.stream);
+}
+
+TEST_F(GenerationRequestTest, RefusesWithTheRightStatusAndField) {
+  EXPECT_EQ(error(build(Endpoint::kCompletions, R"({"prompt":"a"})")).param, "model");
+  EXPECT_EQ(error(build(Endpoint::kCompletions, R"({"model":"other","prompt":"a"})")).http_status, 404);
+  EXPECT_EQ(error(build(Endpoint::kCompletions, R"({"model":"m","prompt":[1, 99999]})")).param, "prompt");
+  const ApiError long_prompt = error(build(Endpoint::kCompletions, R"({"model":"m","prompt":"Once upon a time"})", 3));
+  EXPECT_EQ(long_prompt.code, "context_length_exceeded");
+  const ApiError too_many = error(build(Endpoint::kCompletions, R"({"model":"m","prompt":"a","max_tokens":500})"));
+  EXPECT_EQ(too_many.param, "max_tokens");
+  EXPECT_EQ(too_many.code, "context_length_exceeded");
+  EXPECT_EQ(error(build(Endpoint::kCompletions, R"({"model":"m","prompt":"a","n":99})")).param, "n");
+}
+
+TEST_F(GenerationRequestTest, ChatWithoutATemplateIsRefused) {
+  chat_.reset();
+  const ApiError e = error(build(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"hi"}]})"));
+  EXPECT_EQ(e.code, "chat_template_missing");
+  EXPECT_EQ(e.http_status, 400);
+}
+
+}  // namespace
+}  // namespace sluice::server
