@@ -1,11 +1,13 @@
 // Golden tests: the real stories260K model in all three formats reproduces the
 // reference greedy tokens exactly and the reference logits within 1e-4.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/reference_backend.h"
 #include "base/test_data.h"
 #include "format/gguf_reader.h"
 #include "format/gguf_writer.h"
@@ -47,14 +49,21 @@ std::shared_ptr<const ModelFile> open_format(const std::string& format) {
   return std::make_shared<const ModelFile>(std::move(*mf));
 }
 
+// Format, and the backend the model runs on: "gguf" etc. on the CPU backend,
+// "gguf@reference" on the scalar reference backend (the seam's second
+// implementation reproduces the reference too).
 class GoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
     ref_ = load_reference();
-    file_ = open_format(GetParam());
+    const std::string param = GetParam();
+    const size_t at = param.find('@');
+    file_ = open_format(param.substr(0, at));
     ASSERT_TRUE(file_);
-    auto m = Model::load(file_, ModelOptions{.n_threads = 2});
+    std::shared_ptr<Backend> backend;
+    if (at != std::string::npos) backend = create_backend({.name = param.substr(at + 1)}).value();
+    auto m = Model::load(file_, ModelOptions{.n_threads = 2, .backend = backend});
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model_ = std::move(*m);
     auto tok = Tokenizer::from_metadata(file_->metadata);
@@ -108,7 +117,12 @@ TEST_P(GoldenTest, TextMatchesReference) {
   EXPECT_EQ(tok_->decode(all), g["generated_text"].get<std::string>());
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, GoldenTest, ::testing::Values("gguf", "hf", "llama2c"));
+INSTANTIATE_TEST_SUITE_P(Formats, GoldenTest, ::testing::Values("gguf", "hf", "llama2c", "gguf@reference"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '@', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace sluice
