@@ -82,6 +82,10 @@ TEST(Cli, InfoPrintsMetadataAndTensors) {
   EXPECT_NE(r.out.find("general.architecture"), std::string::npos);
   EXPECT_NE(r.out.find("blk.4.ffn_down.weight"), std::string::npos);
   EXPECT_NE(r.out.find("tensors: 48"), std::string::npos);
+  // The architecture's table names each tensor's role.
+  EXPECT_NE(r.out.find("architecture: llama"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attn_output"), std::string::npos);
+  EXPECT_EQ(r.out.find("missing:"), std::string::npos);
 }
 
 TEST(Cli, ConvertLlama2cThenRun) {

@@ -22,6 +22,12 @@ StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
   return Tokenizer::from_metadata(mf.metadata);
 }
 
+void add_backend_option(CLI::App* c, std::string* name) {
+  c->add_option("--backend", *name, "backend the model runs on: cpu, or reference (scalar, slow: for checking)")
+      ->check(CLI::IsMember({"cpu", "reference"}))
+      ->capture_default_str();
+}
+
 void add_mem_budget_option(CLI::App* c, uint64_t* bytes) {
   c->add_option_function<std::string>(
        "--mem-budget",

@@ -40,6 +40,9 @@ int fail(const Status& status);
 // when weights stream (unless quiet).
 StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet = false);
 
+// Adds --backend NAME (cpu, reference) to a subcommand.
+void add_backend_option(CLI::App* c, std::string* name);
+
 // Adds --mem-budget (e.g. 600M, 2G) to a subcommand, parsed into *bytes.
 void add_mem_budget_option(CLI::App* c, uint64_t* bytes);
 

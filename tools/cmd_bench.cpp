@@ -56,6 +56,7 @@ struct BenchArgs {
   bool no_repack = false;
   bool no_probe = false;
   uint64_t mem_budget = 0;
+  std::string backend = "cpu";
 };
 
 // Spread of one test's tokens/s over the repetitions.
@@ -145,7 +146,8 @@ int run(const BenchArgs& a) {
   if (a.n_ubatch < 1) return fail(invalid_argument("--ubatch must be >= 1 (got {})", a.n_ubatch));
 
   auto lm = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch),
-                                         .repack = !a.no_repack, .mem_budget_bytes = a.mem_budget}, a.json);
+                                         .repack = !a.no_repack, .backend = a.backend,
+                                         .mem_budget_bytes = a.mem_budget}, a.json);
   if (!lm.ok()) return fail(lm.status());
   const std::shared_ptr<const ModelFile>& file = lm->file;
   const std::shared_ptr<weights::StoreWeightSource>& stream = lm->stream;
@@ -307,6 +309,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--seed", a->seed, "seed of the pseudo-random token ids")->capture_default_str();
   c->add_flag("--json", a->json, "print one JSON object instead of the table");
   c->add_flag("--no-probe", a->no_probe, "skip the machine probes (read GB/s, matmul FLOP/s)");
+  add_backend_option(c, &a->backend);
   c->add_flag("--no-repack", a->no_repack, "keep Q4_0/Q8_0 matrices in GGUF row order (no interleaved repack at load)");
   add_mem_budget_option(c, &a->mem_budget);
   return [a] { return run(*a); };

@@ -4,8 +4,40 @@
 
 #include "cli.h"
 #include "model/hparams.h"
+#include "model/model_weights.h"
 
 namespace sluice::cli {
+namespace {
+
+// What the architecture's table says the decoder does.
+std::string arch_summary(const ModelHparams& hp) {
+  const ArchSpec& s = *hp.spec;
+  std::string out = fmt::format("{}: RMSNorm, RoPE {} pairs, {} FFN", s.name,
+                                s.rope == RopeLayout::kNeox ? "NeoX" : "adjacent",
+                                s.act == Activation::kSilu ? "SwiGLU" : "GeGLU");
+  if (hp.is_moe()) {
+    out += fmt::format(", mixture of experts ({} of {}, softmax{})", hp.n_expert_used, hp.n_expert,
+                       hp.expert_weights_norm ? ", top-k renormalized" : "");
+  }
+  if (s.qk_norm) out += ", q/k norm";
+  return out;
+}
+
+// Required tensors of the spec the file lacks.
+std::vector<std::string> missing_tensors(const ModelFile& f, const ModelHparams& hp) {
+  std::vector<std::string> out;
+  for (const TensorSpec& t : hp.spec->tensors) {
+    if (t.optional) continue;
+    for (int64_t l = t.per_layer ? 0 : -1; l < (t.per_layer ? hp.n_layer : 0); ++l) {
+      if (t.per_layer && !applies_to_layer(t, hp, l)) continue;
+      const std::string name = gguf_tensor_name(t, l);
+      if (!f.find(name)) out.push_back(name);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 Runner add_tokenize(CLI::App& app) {
   struct Args {
@@ -54,14 +86,27 @@ Runner add_info(CLI::App& app) {
       fmt::print("  {:<44} {:<4} {}\n", k, gguf_type_name(v->type), meta_value_summary(*v));
     }
     auto hp = hparams_from_metadata(mf.metadata);
-    if (hp.ok()) fmt::print("model: {}\n", hparams_summary(*hp));
-    else fmt::print("model: not loadable: {}\n", hp.status().message());
+    const ArchSpec* spec = hp.ok() ? hp->spec : nullptr;
+    if (hp.ok()) {
+      fmt::print("model: {}\n", hparams_summary(*hp));
+      fmt::print("architecture: {}\n", arch_summary(*hp));
+      const std::vector<std::string> missing = missing_tensors(mf, *hp);
+      if (!missing.empty()) {
+        fmt::print("missing: {} required tensor(s):", missing.size());
+        for (const std::string& m : missing) fmt::print(" {}", m);
+        fmt::print("\n");
+      }
+    } else {
+      fmt::print("model: not loadable: {}\n", hp.status().message());
+    }
     fmt::print("tensors: {} totalling {}\n", mf.tensors.size(), human_bytes(mf.total_tensor_bytes()));
     if (!a->no_tensors) {
-      fmt::print("  {:<36} {:<6} {:<22} {:>12} {:>14}\n", "name", "type", "shape", "bytes", "offset");
+      fmt::print("  {:<36} {:<6} {:<22} {:>12} {:>14}  {}\n", "name", "type", "shape", "bytes", "offset", "role");
       for (const TensorInfo& t : mf.tensors) {
-        fmt::print("  {:<36} {:<6} {:<22} {:>12} {:>14}\n", t.name, dtype_name(t.type), t.shape_string(),
-                   t.n_bytes, t.file_offset >= 0 ? std::to_string(t.file_offset) : "(memory)");
+        const TensorSpec* role = spec ? spec->find_tensor(t.name) : nullptr;
+        fmt::print("  {:<36} {:<6} {:<22} {:>12} {:>14}  {}\n", t.name, dtype_name(t.type), t.shape_string(),
+                   t.n_bytes, t.file_offset >= 0 ? std::to_string(t.file_offset) : "(memory)",
+                   role ? tensor_role_name(role->role) : (spec ? "(not used)" : ""));
       }
     }
     return 0;

@@ -27,6 +27,7 @@ struct RunArgs {
   bool ignore_eos = false;
   int64_t seed = -1;
   uint64_t mem_budget = 0;
+  std::string backend = "cpu";
   SamplingParams sampling;
   EngineConfig spec;  // speculative decoding flags only
 };
@@ -39,6 +40,7 @@ int run_speculative(const RunArgs& a, SamplingParams sp) {
   cfg.n_threads = a.n_threads;
   cfg.max_seqs = 1;
   cfg.mem_budget_bytes = a.mem_budget;
+  cfg.backend = a.backend;
   const double t0 = now_seconds();
   auto engine_or = Engine::create(cfg);
   if (!engine_or.ok()) return fail(engine_or.status());
@@ -114,7 +116,8 @@ int run(RunArgs a) {
     if (a.n_ctx > 0) a.spec.ctx_size = a.n_ctx;
     return run_speculative(a, sp);
   }
-  auto lm_or = load_model_verbose(a.model, {.n_threads = a.n_threads, .mem_budget_bytes = a.mem_budget});
+  auto lm_or = load_model_verbose(a.model, {.n_threads = a.n_threads, .backend = a.backend,
+                                           .mem_budget_bytes = a.mem_budget});
   if (!lm_or.ok()) return fail(lm_or.status());
   LoadedModel& lm = *lm_or;
   const Tokenizer& tok = *lm.tokenizer;
@@ -205,6 +208,7 @@ Runner add_run(CLI::App& app) {
   c->add_flag("--special", a->special, "parse special-token text (e.g. <|im_start|>) in the prompt");
   c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
   add_mem_budget_option(c, &a->mem_budget);
+  add_backend_option(c, &a->backend);
   add_speculative_options(c, &a->spec);
   return [a] { return run(*a); };
 }

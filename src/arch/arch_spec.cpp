@@ -115,6 +115,13 @@ const TensorSpec* ArchSpec::find(TensorRole role) const {
   return nullptr;
 }
 
+const TensorSpec* ArchSpec::find_tensor(std::string_view gguf_name) const {
+  const auto [layer, suffix] = split_layer_name(gguf_name);
+  for (const TensorSpec& t : tensors)
+    if (t.per_layer == (layer >= 0) && suffix == t.gguf) return &t;
+  return nullptr;
+}
+
 const ArchSpec* find_arch(std::string_view name) {
   for (const ArchSpec* a : kArchs)
     if (name == a->name) return a;

@@ -154,6 +154,8 @@ struct ArchSpec {
 
   // The spec of a tensor role, or nullptr if the architecture has none.
   const TensorSpec* find(TensorRole role) const;
+  // The spec a GGUF tensor name ("blk.3.attn_q.weight") stands for, or nullptr.
+  const TensorSpec* find_tensor(std::string_view gguf_name) const;
 };
 
 // The architecture with this general.architecture name, or nullptr.

@@ -76,6 +76,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                                                  .n_ctx_max = config.ctx_size,
                                                                  .ctx_cap = 4096,
                                                                  .max_seqs = config.max_seqs,
+                                                                 .backend = config.backend,
                                                                  .mem_budget_bytes = config.mem_budget_bytes,
                                                                  .tokens_per_step = config.max_seqs}));
   e.file = lm.file;
