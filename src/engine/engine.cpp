@@ -31,13 +31,14 @@
 
 #include "base/metrics.h"
 #include "base/timer.h"
-#include "runtime/load_model.h"
 #include "engine/engine_metrics.h"
 #include "engine/output_text.h"
 #include "engine/scheduler.h"
 #include "format/model_file.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
+#include "runtime/load_model.h"
+#include "sample/logprobs.h"
 #include "sample/sampler.h"
 #include "spec/draft_length.h"
 #include "spec/draft_model.h"
@@ -487,23 +488,7 @@ void Engine::Impl::emit_token(Req& rq, Output& o, int32_t token, const float* lg
     }
   }
   if (rq.r.top_logprobs >= 0) {
-    // log-softmax of the model's logits (temperature 1).
-    const int64_t n = model->hparams().n_vocab;
-    float mx = lg[0];
-    for (int64_t i = 1; i < n; ++i) mx = std::max(mx, lg[i]);
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(lg[i] - mx));
-    const float lse = mx + static_cast<float>(std::log(sum));
-    ev.logprob = lg[token] - lse;
-    for (int32_t k = 0; k < rq.r.top_logprobs; ++k) {
-      int32_t best = -1;
-      for (int32_t i = 0; i < n; ++i) {
-        bool taken = false;
-        for (auto& [id, lp] : ev.top_logprobs) taken |= id == i;
-        if (!taken && (best < 0 || lg[i] > lg[best])) best = i;
-      }
-      ev.top_logprobs.emplace_back(best, lg[best] - lse);
-    }
+    ev.logprob = token_logprobs(lg, model->hparams().n_vocab, token, rq.r.top_logprobs, &ev.top_logprobs);
   }
   if (rq.cb) rq.cb(ev);
 }
