@@ -42,6 +42,11 @@ TEST(Cli, RunJsonGivesReferenceGreedyTokens) {
     EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), expected) << m;
     EXPECT_FALSE(j["text"].get<std::string>().empty());
   }
+  // The README's check of a result on the scalar reference backend.
+  CliResult r = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n " +
+                        std::to_string(expected.size()) + " --temp 0 --json --backend reference");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>(), expected);
 }
 
 TEST(Cli, RunStreamsOnlyTheContinuation) {
