@@ -1,5 +1,6 @@
 #include "arch/arch_spec.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 
@@ -11,37 +12,82 @@ using K = TensorKind;
 using P = FfnPart;
 using R = TensorRole;
 
-// The llama family's tensors (Llama 2/3, Mistral, TinyLlama, SmolLM, Qwen2 and,
-// with experts, Mixtral). Groups: 0 q/k/v, 1 attention output, 2 gate/up,
-// 3 down; outside the blocks 0 is the output head.
-constexpr TensorSpec kLlamaTensors[] = {
+template <size_t... N>
+constexpr auto concat(const std::array<TensorSpec, N>&... parts) {
+  std::array<TensorSpec, (N + ...)> out{};
+  size_t i = 0;
+  ((std::copy(parts.begin(), parts.end(), out.begin() + static_cast<std::ptrdiff_t>(i)), i += N), ...);
+  return out;
+}
+
+// Rows shared by the families below. Groups (matmuls one dispatch runs on
+// one input): 0 q/k/v, 1 attention output, 2 gate/up, 3 down, 4 the router,
+// 5 the shared expert's gate/up, 6 its down; outside the blocks 0 is the
+// output head. Per-expert matrices are grouped per expert (gate/up, down).
+constexpr std::array<TensorSpec, 4> kGlobal = {{
     {R::kTokenEmbd, "token_embd.weight", "model.embed_tokens.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, false, P::kAny, -1},
     {R::kOutputNorm, "output_norm.weight", "model.norm.weight", false, K::kVector, {D::kEmbd}, false, P::kAny, -1},
     {R::kOutput, "output.weight", "lm_head.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, true, P::kAny, 0},
     {R::kRopeFreqs, "rope_freqs.weight", "", false, K::kVector, {D::kRotHalf}, true, P::kAny, -1},
-
+}};
+constexpr std::array<TensorSpec, 5> kAttention = {{
     {R::kAttnNorm, "attn_norm.weight", "input_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
     {R::kAttnQ, "attn_q.weight", "self_attn.q_proj.weight", true, K::kMatrix, {D::kEmbd, D::kEmbdQ}, false, P::kAny, 0},
     {R::kAttnK, "attn_k.weight", "self_attn.k_proj.weight", true, K::kMatrix, {D::kEmbd, D::kEmbdKv}, false, P::kAny, 0},
     {R::kAttnV, "attn_v.weight", "self_attn.v_proj.weight", true, K::kMatrix, {D::kEmbd, D::kEmbdKv}, false, P::kAny, 0},
     {R::kAttnOutput, "attn_output.weight", "self_attn.o_proj.weight", true, K::kMatrix, {D::kEmbdQ, D::kEmbd}, false, P::kAny, 1},
+}};
+constexpr std::array<TensorSpec, 3> kQkvBias = {{
     {R::kAttnQBias, "attn_q.bias", "self_attn.q_proj.bias", true, K::kVector, {D::kEmbdQ}, true, P::kAny, -1},
     {R::kAttnKBias, "attn_k.bias", "self_attn.k_proj.bias", true, K::kVector, {D::kEmbdKv}, true, P::kAny, -1},
     {R::kAttnVBias, "attn_v.bias", "self_attn.v_proj.bias", true, K::kVector, {D::kEmbdKv}, true, P::kAny, -1},
-
+}};
+constexpr std::array<TensorSpec, 2> kQkNorm = {{
+    {R::kAttnQNorm, "attn_q_norm.weight", "self_attn.q_norm.weight", true, K::kVector, {D::kHeadDim}, false, P::kAny, -1},
+    {R::kAttnKNorm, "attn_k_norm.weight", "self_attn.k_norm.weight", true, K::kVector, {D::kHeadDim}, false, P::kAny, -1},
+}};
+constexpr std::array<TensorSpec, 4> kDenseFfn = {{
     {R::kFfnNorm, "ffn_norm.weight", "post_attention_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
     {R::kFfnGate, "ffn_gate.weight", "mlp.gate_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf}, false, P::kDense, 2},
     {R::kFfnUp, "ffn_up.weight", "mlp.up_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf}, false, P::kDense, 2},
     {R::kFfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, K::kMatrix, {D::kFf, D::kEmbd}, false, P::kDense, 3},
+}};
+// Routed experts: HF keeps one matrix per expert ({e} is its index); GGUF
+// stacks them into one 3-D tensor per role.
+constexpr std::array<TensorSpec, 4> kMixtralExperts = {{
+    {R::kFfnRouter, "ffn_gate_inp.weight", "block_sparse_moe.gate.weight", true, K::kMatrix, {D::kEmbd, D::kExpert}, false, P::kRouted, 4},
+    {R::kFfnGateExps, "ffn_gate_exps.weight", "block_sparse_moe.experts.{e}.w1.weight", true, K::kExperts, {D::kEmbd, D::kFfExpert, D::kExpert}, false, P::kRouted, -1},
+    {R::kFfnUpExps, "ffn_up_exps.weight", "block_sparse_moe.experts.{e}.w3.weight", true, K::kExperts, {D::kEmbd, D::kFfExpert, D::kExpert}, false, P::kRouted, -1},
+    {R::kFfnDownExps, "ffn_down_exps.weight", "block_sparse_moe.experts.{e}.w2.weight", true, K::kExperts, {D::kFfExpert, D::kEmbd, D::kExpert}, false, P::kRouted, -1},
+}};
+constexpr std::array<TensorSpec, 4> kQwenExperts = {{
+    {R::kFfnRouter, "ffn_gate_inp.weight", "mlp.gate.weight", true, K::kMatrix, {D::kEmbd, D::kExpert}, false, P::kRouted, 4},
+    {R::kFfnGateExps, "ffn_gate_exps.weight", "mlp.experts.{e}.gate_proj.weight", true, K::kExperts, {D::kEmbd, D::kFfExpert, D::kExpert}, false, P::kRouted, -1},
+    {R::kFfnUpExps, "ffn_up_exps.weight", "mlp.experts.{e}.up_proj.weight", true, K::kExperts, {D::kEmbd, D::kFfExpert, D::kExpert}, false, P::kRouted, -1},
+    {R::kFfnDownExps, "ffn_down_exps.weight", "mlp.experts.{e}.down_proj.weight", true, K::kExperts, {D::kFfExpert, D::kEmbd, D::kExpert}, false, P::kRouted, -1},
+}};
+constexpr std::array<TensorSpec, 4> kQwenShared = {{
+    {R::kFfnSharedGate, "ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", true, K::kVector, {D::kEmbd}, false, P::kShared, -1},
+    {R::kFfnGateShexp, "ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFfShared}, false, P::kShared, 5},
+    {R::kFfnUpShexp, "ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFfShared}, false, P::kShared, 5},
+    {R::kFfnDownShexp, "ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", true, K::kMatrix, {D::kFfShared, D::kEmbd}, false, P::kShared, 6},
+}};
 
-    {R::kFfnRouter, "ffn_gate_inp.weight", "block_sparse_moe.gate.weight", true, K::kMatrix, {D::kEmbd, D::kExpert}, false, P::kRouted, -1},
-    {R::kFfnGateExps, "ffn_gate_exps.weight", "", true, K::kExperts, {D::kEmbd, D::kFfExpert, D::kExpert}, false, P::kRouted, -1},
-    {R::kFfnUpExps, "ffn_up_exps.weight", "", true, K::kExperts, {D::kEmbd, D::kFfExpert, D::kExpert}, false, P::kRouted, -1},
-    {R::kFfnDownExps, "ffn_down_exps.weight", "", true, K::kExperts, {D::kFfExpert, D::kEmbd, D::kExpert}, false, P::kRouted, -1},
-};
+// Llama 2/3, Mistral, TinyLlama, SmolLM and, with experts, Mixtral.
+constexpr auto kLlamaTensors = concat(kGlobal, kAttention, kQkvBias, kDenseFfn, kMixtralExperts);
+// Qwen2: the llama layer (its q/k/v biases), never routed (that is qwen2moe).
+constexpr auto kQwen2Tensors = concat(kGlobal, kAttention, kQkvBias, kDenseFfn);
+// Qwen1.5/2-MoE: routed experts plus a shared expert behind a sigmoid gate.
+constexpr auto kQwen2MoeTensors = concat(kGlobal, kAttention, kQkvBias, kDenseFfn, kQwenExperts, kQwenShared);
+// Qwen3 (dense) and Qwen3-MoE: per-head RMSNorm of q and k, no biases.
+constexpr auto kQwen3Tensors = concat(kGlobal, kAttention, kQkNorm, kDenseFfn);
+constexpr auto kQwen3MoeTensors = concat(kGlobal, kAttention, kQkNorm, kDenseFfn, kQwenExperts);
 
-constexpr const char* kLlamaHf[] = {"llama", "mistral"};
+constexpr const char* kLlamaHf[] = {"llama", "mistral", "mixtral"};
 constexpr const char* kQwen2Hf[] = {"qwen2"};
+constexpr const char* kQwen2MoeHf[] = {"qwen2_moe"};
+constexpr const char* kQwen3Hf[] = {"qwen3"};
+constexpr const char* kQwen3MoeHf[] = {"qwen3_moe"};
 
 constexpr ArchSpec kLlama{
     .name = "llama",
@@ -51,17 +97,36 @@ constexpr ArchSpec kLlama{
     .rope = RopeLayout::kAdjacent,
     .moe = MoeSpec{.renormalize = true},
 };
-
-// Qwen2: the llama layer with q/k/v biases and NeoX RoPE pairs, never routed
-// (its MoE sibling is qwen2moe), so the expert rows of the table never apply.
 constexpr ArchSpec kQwen2{
     .name = "qwen2",
-    .tensors = kLlamaTensors,
+    .tensors = kQwen2Tensors,
     .hf_model_types = kQwen2Hf,
     .rope = RopeLayout::kNeox,
 };
+constexpr ArchSpec kQwen2Moe{
+    .name = "qwen2moe",
+    .tensors = kQwen2MoeTensors,
+    .hf_model_types = kQwen2MoeHf,
+    .rope = RopeLayout::kNeox,
+    .moe = MoeSpec{.renormalize = false, .shared_expert = true, .shared_gate = true},
+};
+constexpr ArchSpec kQwen3{
+    .name = "qwen3",
+    .tensors = kQwen3Tensors,
+    .hf_model_types = kQwen3Hf,
+    .rope = RopeLayout::kNeox,
+    .qk_norm = true,
+};
+constexpr ArchSpec kQwen3Moe{
+    .name = "qwen3moe",
+    .tensors = kQwen3MoeTensors,
+    .hf_model_types = kQwen3MoeHf,
+    .rope = RopeLayout::kNeox,
+    .qk_norm = true,
+    .moe = MoeSpec{.renormalize = true},
+};
 
-constexpr const ArchSpec* kArchs[] = {&kLlama, &kQwen2};
+constexpr const ArchSpec* kArchs[] = {&kLlama, &kQwen2, &kQwen2Moe, &kQwen3, &kQwen3Moe};
 
 struct Refusal {
   const char* name;

@@ -1,5 +1,8 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "backend/cpu/cpu_backend.h"
 #include "backend/reference_backend.h"
 
@@ -12,11 +15,47 @@ const char* op_name(Op op) {
     case Op::kGluMatmul: return "activation + matmul";
     case Op::kQkvStore: return "bias + RoPE + KV store";
     case Op::kAttention: return "paged attention";
+    case Op::kRoute: return "expert routing";
     case Op::kExpertFfn: return "expert FFN";
     case Op::kLogits: return "logits";
     case Op::kEmbed: return "embedding";
   }
   return "?";
+}
+
+void route_topk(const RouteArgs& a) {
+  for (int64_t t = 0; t < a.n_tok; ++t) {
+    const float* lg = a.logits + t * a.n_expert;
+    int32_t* ids = a.ids + t * a.n_used;
+    float* w = a.weights + t * a.n_used;
+    // The n_used largest logits (softmax is monotonic), descending, lower id first among equals.
+    for (int64_t j = 0; j < a.n_used; ++j) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < a.n_expert; ++e) {
+        bool taken = false;
+        for (int64_t i = 0; i < j; ++i) taken |= ids[i] == e;
+        if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
+      }
+      ids[j] = best;
+    }
+    float mx = lg[0];
+    for (int64_t e = 1; e < a.n_expert; ++e) mx = std::max(mx, lg[e]);
+    float sum = 0;
+    for (int64_t e = 0; e < a.n_expert; ++e) sum += std::exp(lg[e] - mx);
+    float kept = 0;
+    for (int64_t j = 0; j < a.n_used; ++j) {
+      w[j] = std::exp(lg[ids[j]] - mx) / sum;
+      kept += w[j];
+    }
+    if (a.renormalize)
+      for (int64_t j = 0; j < a.n_used; ++j) w[j] /= kept;
+  }
+}
+
+float shared_gate_weight(const float* gate, const float* x, int64_t n) {
+  float dot = 0;
+  for (int64_t i = 0; i < n; ++i) dot += gate[i] * x[i];
+  return 1.0f / (1.0f + std::exp(-dot));
 }
 
 StatusOr<std::shared_ptr<Backend>> create_backend(const BackendOptions& o) {

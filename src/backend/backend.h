@@ -72,8 +72,9 @@ struct GluMatmulArgs {
   MatmulOut out;              // out.w.n_in == n_ff
 };
 
-// Per token t: q += bq, k += bk, v += bv (each bias optional); RoPE on the
-// first n_rot dims of every head of q and k at cos_sin[t]; then k[t] and v[t]
+// Per token t: q += bq, k += bk, v += bv (each bias optional); each head of q
+// and k RMS-normed with q_norm / k_norm (when set: Qwen3); RoPE on the first
+// n_rot dims of every head of q and k at cos_sin[t]; then k[t] and v[t]
 // become row kv_rows[t] of layer `layer`'s K and V in the store.
 struct QkvStoreArgs {
   float* q = nullptr;  // [n_tok, n_head * head_dim]
@@ -82,6 +83,9 @@ struct QkvStoreArgs {
   const float* bq = nullptr;  // [n_head * head_dim] or null
   const float* bk = nullptr;  // [n_head_kv * head_dim] or null
   const float* bv = nullptr;  // [n_head_kv * head_dim] or null
+  const float* q_norm = nullptr;  // [head_dim] or null
+  const float* k_norm = nullptr;  // [head_dim] or null
+  float norm_eps = 1e-6f;
   const float* cos_sin = nullptr;  // [n_tok, n_rot / 2, 2] from rope_tables()
   int64_t n_tok = 0;
   int64_t n_head = 0;
@@ -115,16 +119,31 @@ struct AttentionArgs {
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
 };
 
-// One routed expert's matrices.  gate, up: [n_ff, n_embd];  down: [n_embd, n_ff]
+// One expert's matrices.  gate, up: [n_ff, n_embd];  down: [n_embd, n_ff]
 struct ExpertWeights {
   WeightView gate;
   WeightView up;
   WeightView down;
 };
 
+// Routing of a mixture-of-experts layer, per token: p = softmax(logits[t]) over
+// all experts; the n_used most likely (descending p, the lower id first among
+// equals) with weight p, or p / (sum of the n_used p) when renormalize.
+struct RouteArgs {
+  const float* logits = nullptr;  // [n_tok, n_expert] router outputs
+  int64_t n_tok = 0;
+  int64_t n_expert = 0;
+  int64_t n_used = 0;
+  bool renormalize = true;
+  int32_t* ids = nullptr;         // [n_tok, n_used] host memory (the weight store reads them)
+  float* weights = nullptr;       // [n_tok, n_used]
+};
+
 // A mixture-of-experts FFN over a step's tokens:
 //   out[t] = sum over j in slot order of weights[t][j] * down_e(act(gate_e x[t]) * up_e x[t]),
 //   e = ids[t][j]
+//   then, with a shared expert, out[t] += g[t] * down_s(act(gate_s x[t]) * up_s x[t]),
+//   g[t] = sigmoid(shared_gate . x[t]) (1 without a shared_gate)
 // A backend groups the tokens by expert, so each selected expert's bytes are
 // read once per call; experts no token selects are not read at all.
 struct ExpertFfnArgs {
@@ -137,7 +156,10 @@ struct ExpertFfnArgs {
   int64_t n_embd = 0;
   int64_t n_ff = 0;
   Activation act = Activation::kSilu;
-  std::span<const ExpertWeights> experts;  // [n_expert]
+  std::span<const ExpertWeights> experts;  // [n_expert]; views of unselected experts are not read
+  const ExpertWeights* shared = nullptr;   // the always-on expert, or null
+  int64_t n_ff_shared = 0;                 // its width
+  const float* shared_gate = nullptr;      // [n_embd] or null
 };
 
 // Logits of chosen tokens: rows[i] of x is normed and multiplied by the output
@@ -167,11 +189,12 @@ struct ScratchNeeds {
   int64_t n_expert = 0;     // routed experts (0: dense)
   int64_t n_used = 0;       // experts per token
   int64_t n_ff_expert = 0;
+  int64_t n_ff_shared = 0;  // the shared expert's width (0: none)
   int64_t n_embd = 0;
 };
 
 // The operators, for supports().
-enum class Op { kMatmul, kNormMatmul, kGluMatmul, kQkvStore, kAttention, kExpertFfn, kLogits, kEmbed };
+enum class Op { kMatmul, kNormMatmul, kGluMatmul, kQkvStore, kAttention, kRoute, kExpertFfn, kLogits, kEmbed };
 const char* op_name(Op op);
 
 // The data types an operator instance would see.
@@ -240,11 +263,18 @@ class Backend {
   virtual void glu_matmul(const GluMatmulArgs& a) = 0;
   virtual void qkv_store(const QkvStoreArgs& a) = 0;
   virtual void attention(const AttentionArgs& a) = 0;
+  virtual void route(const RouteArgs& a) = 0;
   virtual void expert_ffn(const ExpertFfnArgs& a) = 0;
   // x += y over n floats (the residual add).
   virtual void add(float* x, const float* y, int64_t n) = 0;
   virtual void logits(const LogitsArgs& a) = 0;
 };
+
+// The routing rule of RouteArgs in plain loops: both backends in this tree run
+// it on the host, where the weight store needs the ids anyway.
+void route_topk(const RouteArgs& a);
+// sigmoid(gate . x) over n floats, summed in order: the shared expert's scale.
+float shared_gate_weight(const float* gate, const float* x, int64_t n);
 
 // Options for the backends create_backend() knows.
 struct BackendOptions {

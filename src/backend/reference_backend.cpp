@@ -40,6 +40,7 @@ float silu(float g) { return g / (1.0f + std::exp(-g)); }
 ReferenceBackend::ReferenceBackend() : pool_(std::make_unique<ThreadPool>(1)) {}
 
 bool ReferenceBackend::supports(Op op, const OpTypes& types) const {
+  // Every operator; the activation of gated FFNs is SwiGLU only so far.
   if (op == Op::kGluMatmul || op == Op::kExpertFfn) return types.act == Activation::kSilu;
   return true;  // dot_row and dequantize_row cover every DType
 }
@@ -50,7 +51,8 @@ void ReferenceBackend::reserve(const ScratchNeeds& n) {
   const auto kv = static_cast<size_t>(n.n_ctx * n.n_head_kv * n.head_dim);
   if (k_.size() < kv) k_.resize(kv), v_.resize(kv);
   if (scores_.size() < static_cast<size_t>(n.n_ctx)) scores_.resize(static_cast<size_t>(n.n_ctx));
-  if (hidden_.size() < static_cast<size_t>(2 * n.n_ff_expert)) hidden_.resize(static_cast<size_t>(2 * n.n_ff_expert));
+  const int64_t ff = std::max(n.n_ff_expert, n.n_ff_shared);
+  if (hidden_.size() < static_cast<size_t>(2 * ff)) hidden_.resize(static_cast<size_t>(2 * ff));
   if (y_.size() < static_cast<size_t>(n.n_embd)) y_.resize(static_cast<size_t>(n.n_embd));
 }
 
@@ -106,6 +108,10 @@ void ReferenceBackend::qkv_store(const QkvStoreArgs& a) {
     for (int64_t i = 0; a.bq && i < n_q; ++i) q[i] += a.bq[i];
     for (int64_t i = 0; a.bk && i < n_kv; ++i) k[i] += a.bk[i];
     for (int64_t i = 0; a.bv && i < n_kv; ++i) v[i] += a.bv[i];
+    for (int64_t h = 0; a.q_norm && h < a.n_head; ++h)
+      cpu::rmsnorm(q + h * a.head_dim, a.q_norm, q + h * a.head_dim, 1, a.head_dim, a.norm_eps);
+    for (int64_t h = 0; a.k_norm && h < a.n_head_kv; ++h)
+      cpu::rmsnorm(k + h * a.head_dim, a.k_norm, k + h * a.head_dim, 1, a.head_dim, a.norm_eps);
     cpu::rope(q, a.n_head, a.head_dim, a.n_rot, a.cos_sin + t * a.n_rot, a.rope);
     cpu::rope(k, a.n_head_kv, a.head_dim, a.n_rot, a.cos_sin + t * a.n_rot, a.rope);
     a.kv->store_row(k, a.kv->k_layer(a.layer), a.kv_rows[t]);
@@ -154,20 +160,28 @@ void ReferenceBackend::attention(const AttentionArgs& a) {
 
 void ReferenceBackend::expert_ffn(const ExpertFfnArgs& a) {
   CHECK(a.act == Activation::kSilu);
-  float* g = hidden_.data();
-  float* u = hidden_.data() + a.n_ff;
+  // One token through one expert of width n_ff, into y_.
+  auto ffn = [&](const ExpertWeights& w, const float* x, int64_t n_ff) {
+    float* g = hidden_.data();
+    float* u = hidden_.data() + n_ff;
+    matmul_rows(w.gate, x, g, 1);
+    matmul_rows(w.up, x, u, 1);
+    for (int64_t i = 0; i < n_ff; ++i) g[i] = silu(g[i]) * u[i];
+    matmul_rows(w.down, g, y_.data(), 1);
+  };
   for (int64_t t = 0; t < a.n_tok; ++t) {
     const float* x = a.x + t * a.n_embd;
     float* o = a.out + t * a.n_embd;
     std::fill_n(o, a.n_embd, 0.0f);
     for (int64_t j = 0; j < a.n_used; ++j) {
-      const ExpertWeights& w = a.experts[static_cast<size_t>(a.ids[t * a.n_used + j])];
-      matmul_rows(w.gate, x, g, 1);
-      matmul_rows(w.up, x, u, 1);
-      for (int64_t i = 0; i < a.n_ff; ++i) g[i] = silu(g[i]) * u[i];
-      matmul_rows(w.down, g, y_.data(), 1);
+      ffn(a.experts[static_cast<size_t>(a.ids[t * a.n_used + j])], x, a.n_ff);
       const float wt = a.weights[t * a.n_used + j];
       for (int64_t i = 0; i < a.n_embd; ++i) o[i] += wt * y_[static_cast<size_t>(i)];
+    }
+    if (a.shared) {
+      ffn(*a.shared, x, a.n_ff_shared);
+      const float g = a.shared_gate ? shared_gate_weight(a.shared_gate, x, a.n_embd) : 1.0f;
+      for (int64_t i = 0; i < a.n_embd; ++i) o[i] += g * y_[static_cast<size_t>(i)];
     }
   }
 }

@@ -39,6 +39,7 @@ class ReferenceBackend final : public Backend {
   void glu_matmul(const GluMatmulArgs& a) override;
   void qkv_store(const QkvStoreArgs& a) override;
   void attention(const AttentionArgs& a) override;
+  void route(const RouteArgs& a) override { route_topk(a); }
   void expert_ffn(const ExpertFfnArgs& a) override;
   void add(float* x, const float* y, int64_t n) override;
   void logits(const LogitsArgs& a) override;
@@ -48,7 +49,7 @@ class ReferenceBackend final : public Backend {
   std::vector<float> k_;       // [n_ctx, n_embd_kv] one sequence's K rows
   std::vector<float> v_;       // [n_ctx, n_embd_kv]
   std::vector<float> scores_;  // [n_ctx]
-  std::vector<float> hidden_;  // [2, n_ff] one token's expert gate and up
+  std::vector<float> hidden_;  // [2, max(n_ff, n_ff_shared)] one token's expert gate and up
   std::vector<float> y_;       // [n_embd] one expert's output
 };
 

@@ -55,6 +55,37 @@ class ConfigReader {
   const std::string& name_;
 };
 
+// Mixture-of-experts fields under each family's names -> the GGUF keys.
+//   num_local_experts | num_experts     -> {arch}.expert_count
+//   num_experts_per_tok                 -> {arch}.expert_used_count
+//   moe_intermediate_size               -> {arch}.expert_feed_forward_length
+//   shared_expert_intermediate_size     -> {arch}.expert_shared_feed_forward_length
+//   norm_topk_prob                      -> {arch}.expert_weights_norm
+Status set_moe(const ConfigReader& r, const json& j, const std::string& name, const std::string& a, Metadata* md) {
+  std::optional<int64_t> n_expert, n_used, ff_expert, ff_shared;
+  RETURN_IF_ERROR(r.count(j, "num_local_experts", false, &n_expert));
+  if (!n_expert) RETURN_IF_ERROR(r.count(j, "num_experts", false, &n_expert));
+  if (!n_expert) return Status::ok_status();
+  RETURN_IF_ERROR(r.count(j, "num_experts_per_tok", true, &n_used));
+  RETURN_IF_ERROR(r.count(j, "moe_intermediate_size", false, &ff_expert));
+  RETURN_IF_ERROR(r.count(j, "shared_expert_intermediate_size", false, &ff_shared));
+  if (const auto it = j.find("mlp_only_layers"); it != j.end() && it->is_array() && !it->empty()) {
+    return unimplemented("{}: dense layers among routed ones ('mlp_only_layers') are not supported", name);
+  }
+  if (const auto it = j.find("decoder_sparse_step"); it != j.end() && it->is_number_integer() && it->get<int64_t>() != 1) {
+    return unimplemented("{}: 'decoder_sparse_step' {} is not supported (1 is)", name, it->get<int64_t>());
+  }
+  auto u32 = [](int64_t v) { return MetaValue::u32(static_cast<uint32_t>(v)); };
+  md->set(a + ".expert_count", u32(*n_expert));
+  md->set(a + ".expert_used_count", u32(*n_used));
+  if (ff_expert) md->set(a + ".expert_feed_forward_length", u32(*ff_expert));
+  if (ff_shared) md->set(a + ".expert_shared_feed_forward_length", u32(*ff_shared));
+  if (const auto it = j.find("norm_topk_prob"); it != j.end() && it->is_boolean()) {
+    md->set(a + ".expert_weights_norm", MetaValue::boolean(it->get<bool>()));
+  }
+  return Status::ok_status();
+}
+
 Status set_rope_scaling(const ConfigReader& r, const json& rs, const std::string& name,
                         const std::string& arch, Metadata* md) {
   if (rs.is_null()) return Status::ok_status();
@@ -168,6 +199,10 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
   md.set(a + ".vocab_size", u32(*n_vocab));
   if (const auto rs = j.find("rope_scaling"); rs != j.end()) {
     RETURN_IF_ERROR(set_rope_scaling(r, *rs, name, a, &md));
+  }
+  RETURN_IF_ERROR(set_moe(r, j, name, a, &md));
+  if (md.get_int(a + ".expert_count") && !cfg.spec->moe) {
+    return unimplemented("{}: model_type '{}' with experts is not supported", name, cfg.model_type);
   }
   return cfg;
 }

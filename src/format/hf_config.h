@@ -19,6 +19,11 @@
 //   head_dim | hidden/heads -> {arch}.rope.dimension_count (+ key/value_length if given)
 //   vocab_size              -> {arch}.vocab_size
 //   rope_scaling            -> {arch}.rope.scaling.* (linear, llama3)
+//   num_local_experts | num_experts, num_experts_per_tok, moe_intermediate_size,
+//   shared_expert_intermediate_size, norm_topk_prob
+//                           -> {arch}.expert_count, expert_used_count,
+//                              expert_feed_forward_length,
+//                              expert_shared_feed_forward_length, expert_weights_norm
 // Pure function of its input; thread-safe.
 #pragma once
 

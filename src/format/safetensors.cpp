@@ -17,12 +17,38 @@
 namespace sluice {
 namespace {
 
-// GGUF name of an HF tensor by the architecture's table (global names as they
-// are, "model.layers.N.<hf>" -> "blk.N.<gguf>"); "" for tensors that carry no
-// weights (inv_freq buffers), nullopt for names with no mapping.
-std::optional<std::string> gguf_name(const ArchSpec& spec, const std::string& hf) {
+// Where an HF tensor goes in GGUF terms: the tensor name, and for one expert's
+// matrix the index of the expert it is within the stacked tensor.
+struct GgufTarget {
+  std::string name;     // "" for tensors that carry no weights (inv_freq buffers)
+  int64_t expert = -1;  // >= 0: this expert's slice of a stacked [n_in, n_out, n_expert] tensor
+};
+
+// Matches `suffix` against a table name that may hold "{e}" (an expert index).
+std::optional<int64_t> match_hf(std::string_view pattern, std::string_view suffix) {
+  const size_t at = pattern.find("{e}");
+  if (at == std::string_view::npos) return suffix == pattern ? std::optional<int64_t>(-1) : std::nullopt;
+  const std::string_view pre = pattern.substr(0, at), post = pattern.substr(at + 3);
+  if (suffix.size() <= pre.size() + post.size() || suffix.substr(0, pre.size()) != pre ||
+      suffix.substr(suffix.size() - post.size()) != post) {
+    return std::nullopt;
+  }
+  const std::string_view digits = suffix.substr(pre.size(), suffix.size() - pre.size() - post.size());
+  if (digits.empty() || digits.size() > 6 || (digits.size() > 1 && digits[0] == '0')) return std::nullopt;
+  int64_t e = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    e = e * 10 + (c - '0');
+  }
+  return e;
+}
+
+// The GGUF target of an HF tensor by the architecture's table (global names as
+// they are, "model.layers.N.<hf>" -> "blk.N.<gguf>"); nullopt for names with
+// no mapping.
+std::optional<GgufTarget> gguf_target(const ArchSpec& spec, const std::string& hf) {
   for (const TensorSpec& t : spec.tensors)
-    if (!t.per_layer && *t.hf && hf == t.hf) return std::string(t.gguf);
+    if (!t.per_layer && *t.hf && hf == t.hf) return GgufTarget{t.gguf};
   const std::string prefix = "model.layers.";
   if (hf.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   size_t pos = prefix.size();
@@ -34,10 +60,48 @@ std::optional<std::string> gguf_name(const ArchSpec& spec, const std::string& hf
   const std::string layer = hf.substr(pos, digits);
   if (layer.size() > 1 && layer[0] == '0') return std::nullopt;
   const std::string suffix = hf.substr(pos + digits + 1);
-  if (suffix == "self_attn.rotary_emb.inv_freq") return std::string();
-  for (const TensorSpec& t : spec.tensors)
-    if (t.per_layer && *t.hf && suffix == t.hf) return "blk." + layer + "." + t.gguf;
+  if (suffix == "self_attn.rotary_emb.inv_freq") return GgufTarget{};
+  for (const TensorSpec& t : spec.tensors) {
+    if (!t.per_layer || !*t.hf) continue;
+    if (const std::optional<int64_t> e = match_hf(t.hf, suffix))
+      return GgufTarget{"blk." + layer + "." + t.gguf, *e};
+  }
   return std::nullopt;
+}
+
+// One expert's matrix, waiting to be stacked.
+struct ExpertPiece {
+  const uint8_t* data = nullptr;
+  DType type = DType::kF32;
+  std::vector<int64_t> ne;
+  uint64_t n_bytes = 0;
+};
+
+// Stacks each expert tensor's pieces (experts 0 .. E-1, equal shapes and
+// types) into one tensor [n_in, n_out, E] owned by the ModelFile.
+Status stack_experts(std::map<std::string, std::map<int64_t, ExpertPiece>>& pieces, const std::string& dir,
+                     ModelFile* mf) {
+  for (auto& [name, experts] : pieces) {
+    const auto n_expert = static_cast<int64_t>(experts.size());
+    const ExpertPiece& first = experts.begin()->second;
+    if (experts.rbegin()->first != n_expert - 1) {
+      return data_loss("{}: {} has experts up to {} but only {} of them", dir, name, experts.rbegin()->first, n_expert);
+    }
+    std::vector<uint8_t> bytes;
+    bytes.reserve(first.n_bytes * static_cast<uint64_t>(n_expert));
+    for (const auto& [e, p] : experts) {
+      if (p.ne != first.ne || p.type != first.type || p.ne.size() != 2) {
+        return data_loss("{}: expert {} of {} differs in shape or type from expert 0", dir, e, name);
+      }
+      bytes.insert(bytes.end(), p.data, p.data + p.n_bytes);
+    }
+    TensorInfo t{.name = name, .type = first.type, .ne = {first.ne[0], first.ne[1], n_expert},
+                 .n_bytes = bytes.size()};
+    t.data = mf->own(std::move(bytes));
+    t.file_offset = -1;
+    mf->tensors.push_back(std::move(t));
+  }
+  return Status::ok_status();
 }
 
 // Sort key putting tensors in the order GGUF converters write them: the
@@ -142,6 +206,7 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
   mf.format = "safetensors";
   mf.metadata = std::move(cfg.metadata);
   std::set<std::string> hf_seen;
+  std::map<std::string, std::map<int64_t, ExpertPiece>> experts;  // stacked tensor -> expert -> piece
   for (const std::string& shard : shards) {
     const std::string path = dir + "/" + shard;
     ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::open(path));
@@ -156,8 +221,9 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
       if (!hf_seen.insert(e.name).second) {
         return data_loss("{}: tensor '{}' appears in more than one shard", path, e.name);
       }
-      const std::optional<std::string> name = gguf_name(*cfg.spec, e.name);
-      if (!name) return unimplemented("{}: tensor '{}' has no GGUF equivalent", path, e.name);
+      const std::optional<GgufTarget> target = gguf_target(*cfg.spec, e.name);
+      if (!target) return unimplemented("{}: tensor '{}' has no GGUF equivalent", path, e.name);
+      const std::string* name = &target->name;
       if (name->empty()) continue;
       if (cfg.tie_word_embeddings && *name == "output.weight") continue;
       const std::optional<DType> type = dtype_from_safetensors(e.dtype);
@@ -190,10 +256,18 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
         t.data = mf.own(unpermute_rows(t.data, n_rows, e.n_bytes / n_rows, n_heads));
         t.file_offset = -1;
       }
+      if (target->expert >= 0) {
+        ExpertPiece& piece = experts[t.name][target->expert];
+        if (piece.data) return data_loss("{}: expert {} of {} appears twice", path, target->expert, t.name);
+        piece = ExpertPiece{.data = t.data, .type = t.type, .ne = t.ne, .n_bytes = t.n_bytes};
+        continue;
+      }
       mf.tensors.push_back(std::move(t));
     }
     mf.hold(std::move(mapping));
   }
+  // Per-expert matrices become the stacked tensors GGUF files hold (copied).
+  RETURN_IF_ERROR(stack_experts(experts, dir, &mf));
   for (const auto& [tensor, file] : weight_map) {
     if (!hf_seen.count(tensor)) {
       return data_loss("{}: tensor '{}' listed in the index is missing from {}", dir, tensor, file);

@@ -15,7 +15,8 @@ void attention_block(const LayerStep& s) {
                     .n_tok = s.n_tok, .outs = qkv});
   s.emit("attn_norm", s.layer, s.xn, s.n_tok, h.n_embd);
   s.be.qkv_store({.q = s.q, .k = s.k, .v = s.v, .bq = w.vec(R::kAttnQBias), .bk = w.vec(R::kAttnKBias),
-                  .bv = w.vec(R::kAttnVBias), .cos_sin = s.cos_sin, .n_tok = s.n_tok, .n_head = h.n_head,
+                  .bv = w.vec(R::kAttnVBias), .q_norm = w.vec(R::kAttnQNorm), .k_norm = w.vec(R::kAttnKNorm),
+                  .norm_eps = h.rms_eps, .cos_sin = s.cos_sin, .n_tok = s.n_tok, .n_head = h.n_head,
                   .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .n_rot = h.n_rot, .rope = h.rope_layout,
                   .kv = &s.kv, .layer = s.layer, .kv_rows = s.kv_rows});
   s.emit("q", s.layer, s.q, s.n_tok, h.n_embd_q());
@@ -38,6 +39,30 @@ void dense_ffn_block(const LayerStep& s) {
                     .n_tok = s.n_tok, .outs = gate_up});
   s.be.glu_matmul({.gate = s.gate, .up = s.up, .n_ff = h.n_ff, .n_tok = s.n_tok, .act = h.spec->act,
                    .out = {w.mat(R::kFfnDown), s.proj}});
+  s.be.add(s.x, s.proj, s.n_tok * h.n_embd);
+}
+
+void moe_route(const LayerStep& s, const MoeStep& m) {
+  const ModelHparams& h = s.hp;
+  const LayerWeights& w = s.w;
+  // The router rides on the norm's dispatch; its weights are f32 in GGUF files.
+  const MatmulOut router[1] = {{w.mat(R::kFfnRouter), m.router}};
+  s.be.norm_matmul({.x = s.x, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = s.xn, .n_embd = h.n_embd,
+                    .n_tok = s.n_tok, .outs = router});
+  s.be.route({.logits = m.router, .n_tok = s.n_tok, .n_expert = h.n_expert, .n_used = h.n_expert_used,
+              .renormalize = h.expert_weights_norm, .ids = m.ids, .weights = m.weights});
+  s.emit("ffn_moe_logits", s.layer, m.router, s.n_tok, h.n_expert);
+}
+
+void moe_experts(const LayerStep& s, const MoeStep& m) {
+  const ModelHparams& h = s.hp;
+  const LayerWeights& w = s.w;
+  const ExpertWeights shared{w.mat(R::kFfnGateShexp), w.mat(R::kFfnUpShexp), w.mat(R::kFfnDownShexp)};
+  const bool has_shared = w.has_mat(R::kFfnGateShexp);
+  s.be.expert_ffn({.x = s.xn, .out = s.proj, .ids = m.ids, .weights = m.weights, .n_tok = s.n_tok,
+                   .n_used = h.n_expert_used, .n_embd = h.n_embd, .n_ff = h.n_ff_expert, .act = h.spec->act,
+                   .experts = m.experts, .shared = has_shared ? &shared : nullptr, .n_ff_shared = h.n_ff_shared,
+                   .shared_gate = w.vec(R::kFfnSharedGate)});
   s.be.add(s.x, s.proj, s.n_tok * h.n_embd);
 }
 

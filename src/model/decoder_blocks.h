@@ -6,6 +6,10 @@
 //                     into the store -> paged attention -> x += att Wo
 //   dense_ffn_block   n = norm(x) -> [g u] = n W{gate,up} -> h = act(g) * u
 //                     -> x += h Wdown
+//   moe_ffn_block     n = norm(x) -> router logits = n Wrouter -> top-k of the
+//                     softmax (renormalized as the spec says) -> x += sum of
+//                     the selected experts' FFNs, weighted (+ the gated shared
+//                     expert), tokens grouped by expert by the backend
 //
 // Builders only sequence operators; they allocate nothing and hold no state.
 #pragma once
@@ -49,7 +53,20 @@ struct LayerStep {
   EmitFn emit;
 };
 
+// Where a routed layer's routing goes.
+struct MoeStep {
+  float* router;    // [n_tok, n_expert] router logits (backend buffer)
+  int32_t* ids;     // [n_tok, n_used] host memory
+  float* weights;   // [n_tok, n_used] host memory
+  std::span<const ExpertWeights> experts;  // [n_expert] the layer's, with data for every selected one
+};
+
 void attention_block(const LayerStep& s);
 void dense_ffn_block(const LayerStep& s);
+// Routes the step's tokens (norm + router + top-k); the caller then makes the
+// selected experts' bytes available (a weight store may fetch them) and runs
+// moe_experts() with the same MoeStep.
+void moe_route(const LayerStep& s, const MoeStep& m);
+void moe_experts(const LayerStep& s, const MoeStep& m);
 
 }  // namespace sluice

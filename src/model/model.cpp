@@ -75,8 +75,8 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
 Status Model::check_supported() const {
   const ArchSpec& spec = arch();
   // Features the table may describe that these builders do not run yet.
-  if (hp_.is_moe()) return unimplemented("{}: mixture-of-experts layers are not implemented", spec.name);
-  if (spec.qk_norm || spec.embd_scale_sqrt || spec.attn_softcap || spec.final_softcap || spec.sliding_window) {
+  if (hp_.is_moe() && !spec.moe) return unimplemented("{}: expert_count is set but the architecture is not routed", spec.name);
+  if (spec.embd_scale_sqrt || spec.attn_softcap || spec.final_softcap || spec.sliding_window) {
     return unimplemented("{}: the decoder does not implement all of this architecture's features", spec.name);
   }
   Backend& be = *backend_;
@@ -86,6 +86,7 @@ Status Model::check_supported() const {
   };
   RETURN_IF_ERROR(need(Op::kEmbed, {.weight = weights_.token_embd.type}, "token_embd.weight"));
   RETURN_IF_ERROR(need(Op::kLogits, {.weight = weights_.output.type}, "the output head"));
+  if (hp_.is_moe()) RETURN_IF_ERROR(need(Op::kRoute, {}, "expert routing"));
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     for (const TensorSpec& t : spec.tensors) {
       if (!t.per_layer || t.kind == TensorKind::kVector || !weights_.layers[l].has_mat(t.role)) continue;
@@ -112,13 +113,19 @@ void Model::plan_buffers() {
   gate_ = floats(std::max<int64_t>(1, h.n_ff));
   up_ = floats(std::max<int64_t>(1, h.n_ff));
   cos_sin_ = floats(h.n_rot);
+  if (h.is_moe()) {
+    router_ = floats(h.n_expert);
+    moe_ids_.resize(static_cast<size_t>(nb * h.n_expert_used));
+    moe_weights_.resize(static_cast<size_t>(nb * h.n_expert_used));
+  }
   positions_.resize(static_cast<size_t>(nb));
   kv_rows_.resize(static_cast<size_t>(nb));
   logit_rows_.resize(static_cast<size_t>(nb));
   attn_seqs_.resize(static_cast<size_t>(max_seqs_));
-  be.reserve({.n_tok = nb, .n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q()}), .n_ctx = n_ctx_max_,
-              .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .max_seqs = max_seqs_,
-              .n_expert = h.n_expert, .n_used = h.n_expert_used, .n_ff_expert = h.n_ff_expert, .n_embd = h.n_embd});
+  be.reserve({.n_tok = nb, .n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q(), h.n_ff_expert, h.n_ff_shared}),
+              .n_ctx = n_ctx_max_, .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
+              .max_seqs = max_seqs_, .n_expert = h.n_expert, .n_used = h.n_expert_used, .n_ff_expert = h.n_ff_expert,
+              .n_ff_shared = h.n_ff_shared, .n_embd = h.n_embd});
 }
 
 KvDtype Model::default_kv_dtype() const {
@@ -244,6 +251,12 @@ Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logi
   return Status();
 }
 
+void Model::emit_routing(int64_t layer, int64_t n) const {
+  // The selected expert ids as floats, [n, n_expert_used].
+  std::vector<float> ids(moe_ids_.begin(), moe_ids_.begin() + n * hp_.n_expert_used);
+  hook_("ffn_moe_ids", layer, ids.data(), n, hp_.n_expert_used);
+}
+
 Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv) {
   auto emit_fn = [this](std::string_view name, int64_t layer, const float* data, int64_t n_tok, int64_t width) {
     emit(name, layer, data, n_tok, width);
@@ -262,7 +275,15 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
                          .seqs = std::span(attn_seqs_.data(), seqs.size()), .kv = kv, .kv_rows = kv_rows_.data(),
                          .emit = emit_fn};
     attention_block(step);
-    dense_ffn_block(step);
+    if (hp_.layer_is_moe(l)) {
+      const MoeStep moe{.router = router_->floats(), .ids = moe_ids_.data(), .weights = moe_weights_.data(),
+                        .experts = w.experts};
+      moe_route(step, moe);
+      if (hook_) emit_routing(l, n);
+      moe_experts(step, moe);
+    } else {
+      dense_ffn_block(step);
+    }
     emit("l_out", l, x_->floats(), n, hp_.n_embd);
     if (source_) source_->release(l);
   }

@@ -121,6 +121,8 @@ class Model {
   Status validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const;
   Status run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv);
   void emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const;
+  // The hook's view of a routed layer's choices ("ffn_moe_ids"; debug only: copies).
+  void emit_routing(int64_t layer, int64_t n) const;
 
   std::shared_ptr<const ModelFile> file_;
   ModelHparams hp_;
@@ -144,11 +146,14 @@ class Model {
   std::unique_ptr<Buffer> gate_;     // [n_batch, n_ff]
   std::unique_ptr<Buffer> up_;       // [n_batch, n_ff]
   std::unique_ptr<Buffer> cos_sin_;  // [n_batch, n_rot / 2, 2]
+  std::unique_ptr<Buffer> router_;   // [n_batch, n_expert] (MoE)
   // Plain host data describing the step.
   std::vector<int64_t> positions_;   // [n_batch] each token's position
   std::vector<int64_t> kv_rows_;     // [n_batch] each token's row in the KV store
   std::vector<int64_t> logit_rows_;  // [n_batch] tokens whose logits are asked for
   std::vector<AttentionSeq> attn_seqs_;  // [max_seqs]
+  std::vector<int32_t> moe_ids_;     // [n_batch, n_expert_used] the step's routing in a layer
+  std::vector<float> moe_weights_;   // [n_batch, n_expert_used]
 
   ActivationHook hook_;
 };

@@ -130,15 +130,35 @@ StatusOr<ModelWeights> bind_weights(const ModelFile& f, ModelHparams& hp, const 
     for (const TensorSpec& t : spec.tensors) {
       if (!t.per_layer || !applies_to_layer(t, hp, l)) continue;
       const auto r = static_cast<size_t>(t.role);
-      RETURN_IF_ERROR(b.bind(t, l, &lw.mats[r], &lw.vecs[r], &w.bytes_per_token));
+      uint64_t bytes = 0;
+      RETURN_IF_ERROR(b.bind(t, l, &lw.mats[r], &lw.vecs[r], &bytes));
+      // One token reads n_used of the n_expert experts.
+      w.bytes_per_token += t.kind == TensorKind::kExperts ? bytes / static_cast<uint64_t>(hp.n_expert) *
+                                                                static_cast<uint64_t>(hp.n_expert_used)
+                                                          : bytes;
     }
+    if (hp.layer_is_moe(l)) bind_experts(lw, hp.n_expert);
   }
   return w;
+}
+
+void bind_experts(LayerWeights& layer, int64_t n_expert) {
+  layer.experts.resize(static_cast<size_t>(n_expert));
+  auto slice = [&](TensorRole role, int64_t e) {
+    WeightView v = layer.mat(role);
+    v.n_out /= n_expert;
+    if (v.data) v.data += static_cast<size_t>(e * v.n_out) * row_bytes(v.type, v.n_in);
+    return v;
+  };
+  for (int64_t e = 0; e < n_expert; ++e)
+    layer.experts[static_cast<size_t>(e)] = {slice(TensorRole::kFfnGateExps, e), slice(TensorRole::kFfnUpExps, e),
+                                             slice(TensorRole::kFfnDownExps, e)};
 }
 
 void bind_layer(LayerWeights& layer, const LayerWeightPointers& p) {
   for (size_t r = 0; r < layer.mats.size(); ++r)
     if (layer.mats[r].n_out > 0) layer.mats[r].data = p.by_role[r];
+  if (!layer.experts.empty()) bind_experts(layer, static_cast<int64_t>(layer.experts.size()));
 }
 
 std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const ArchSpec& spec) {
@@ -151,6 +171,10 @@ std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const Arc
       for (const TensorSpec& t : spec.tensors)
         if (t.per_layer && t.group == g && lw.has_mat(t.role)) group.push_back(&lw.mat(t.role));
       if (!group.empty()) groups.push_back(std::move(group));
+    }
+    for (ExpertWeights& e : lw.experts) {
+      groups.push_back({&e.gate, &e.up});
+      groups.push_back({&e.down});
     }
   }
   groups.push_back({&w.output});  // token_embd stays where it is (row lookups)

@@ -22,7 +22,11 @@ namespace sluice {
 
 struct LayerWeights {
   std::array<WeightView, kNumTensorRoles> mats{};          // by role; n_out == 0 when absent
+                                                           // (stacked experts: n_expert x n_out rows)
   std::array<std::vector<float>, kNumTensorRoles> vecs{};  // by role; empty when absent
+  // A routed layer's experts, one view per matrix of each: slices of the
+  // stacked tensors, or the backend's prepared copies.  [n_expert]
+  std::vector<ExpertWeights> experts;
 
   const WeightView& mat(TensorRole r) const { return mats[static_cast<size_t>(r)]; }
   WeightView& mat(TensorRole r) { return mats[static_cast<size_t>(r)]; }
@@ -40,7 +44,8 @@ struct ModelWeights {
   std::vector<float> output_norm;   // [n_embd]
   std::vector<float> rope_freqs;    // [n_rot / 2] or empty
   std::vector<LayerWeights> layers; // [n_layer]
-  uint64_t bytes_per_token = 0;     // every matrix once, plus one embedding row
+  uint64_t bytes_per_token = 0;     // every matrix once (routed experts at the share one
+                                    // token uses, n_used / n_expert), plus one embedding row
 };
 
 // Binds every tensor of hp.spec. Sets hp.n_vocab from the embedding table.
@@ -52,8 +57,12 @@ StatusOr<ModelWeights> bind_weights(const ModelFile& file, ModelHparams& hp, con
 // Points a streamed layer's matrices at the bytes a weight source acquired.
 void bind_layer(LayerWeights& layer, const LayerWeightPointers& p);
 
+// The views of expert e of a routed layer: row slices of the stacked tensors.
+void bind_experts(LayerWeights& layer, int64_t n_expert);
+
 // The model's matrices grouped by the dispatch that multiplies them (the
-// spec's groups, per layer, then the output head), for Backend::prepare_weights.
+// spec's groups, per layer, each expert's gate/up and down, then the output
+// head), for Backend::prepare_weights.
 std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const ArchSpec& spec);
 
 // Whether a per-layer tensor of the spec belongs to layer l of this model

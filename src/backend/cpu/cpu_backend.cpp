@@ -77,6 +77,7 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
       return matmul_supports(types.weight) && types.act == Activation::kSilu;
     case Op::kQkvStore:
     case Op::kAttention:
+    case Op::kRoute:
       return true;  // f32, f16 and q8_0 K/V
   }
   return false;
@@ -102,6 +103,9 @@ void CpuBackend::reserve(const ScratchNeeds& n) {
     grow(expert_gate_, static_cast<size_t>(n.n_tok * n.n_ff_expert));
     grow(expert_up_, static_cast<size_t>(n.n_tok * n.n_ff_expert));
     grow(expert_y_, pairs * static_cast<size_t>(n.n_embd));
+    grow(shared_gate_, static_cast<size_t>(n.n_tok * n.n_ff_shared));
+    grow(shared_up_, static_cast<size_t>(n.n_tok * n.n_ff_shared));
+    grow(shared_y_, static_cast<size_t>(n.n_tok * n.n_embd));
   }
 }
 
@@ -234,6 +238,9 @@ void CpuBackend::qkv_store(const QkvStoreArgs& a) {
       if (a.bq) fast::add(q, a.bq, q, n_q, isa_);
       if (a.bk) fast::add(k, a.bk, k, n_kv, isa_);
       if (a.bv) fast::add(v, a.bv, v, n_kv, isa_);
+      // Per-head norms: each head is one row of head_dim.
+      if (a.q_norm) fast::rmsnorm(q, a.q_norm, q, a.n_head, a.head_dim, a.norm_eps, isa_);
+      if (a.k_norm) fast::rmsnorm(k, a.k_norm, k, a.n_head_kv, a.head_dim, a.norm_eps, isa_);
       const float* cs = a.cos_sin + t * a.n_rot;
       fast::rope(q, a.n_head, a.head_dim, a.n_rot, cs, a.rope, isa_);
       fast::rope(k, a.n_head_kv, a.head_dim, a.n_rot, cs, a.rope, isa_);
@@ -297,8 +304,15 @@ void CpuBackend::expert_ffn(const ExpertFfnArgs& a) {
     glu_matmul({.gate = expert_gate_.data(), .up = expert_up_.data(), .n_ff = a.n_ff, .n_tok = n, .act = a.act,
                 .out = {w.down, expert_y_.data() + expert_start_[e] * a.n_embd}});
   }
-  // out[t] = sum over slots in order of weight * expert output: the same
-  // arithmetic whatever other tokens share the step.
+  // The shared expert over every token.
+  if (a.shared) {
+    const MatmulOut gate_up[2] = {{a.shared->gate, shared_gate_.data()}, {a.shared->up, shared_up_.data()}};
+    matmul_group(gate_up, a.x, a.n_embd, a.n_tok, act_.data(), *pool_, isa_);
+    glu_matmul({.gate = shared_gate_.data(), .up = shared_up_.data(), .n_ff = a.n_ff_shared, .n_tok = a.n_tok,
+                .act = a.act, .out = {a.shared->down, shared_y_.data()}});
+  }
+  // out[t] = sum over slots in order of weight * expert output, then the
+  // gated shared expert: the same arithmetic whatever other tokens share the step.
   for (int64_t t = 0; t < a.n_tok; ++t) {
     float* o = a.out + t * a.n_embd;
     for (int64_t j = 0; j < a.n_used; ++j) {
@@ -309,6 +323,11 @@ void CpuBackend::expert_ffn(const ExpertFfnArgs& a) {
       } else {
         for (int64_t i = 0; i < a.n_embd; ++i) o[i] += wt * y[i];
       }
+    }
+    if (a.shared) {
+      const float g = a.shared_gate ? shared_gate_weight(a.shared_gate, a.x + t * a.n_embd, a.n_embd) : 1.0f;
+      const float* y = shared_y_.data() + t * a.n_embd;
+      for (int64_t i = 0; i < a.n_embd; ++i) o[i] += g * y[i];
     }
   }
 }

@@ -61,6 +61,7 @@ class CpuBackend final : public Backend {
   void glu_matmul(const GluMatmulArgs& a) override;
   void qkv_store(const QkvStoreArgs& a) override;
   void attention(const ::sluice::AttentionArgs& a) override;
+  void route(const RouteArgs& a) override { route_topk(a); }
   void expert_ffn(const ExpertFfnArgs& a) override;
   void add(float* x, const float* y, int64_t n) override;
   void logits(const LogitsArgs& a) override;
@@ -80,6 +81,9 @@ class CpuBackend final : public Backend {
   std::vector<float> expert_gate_;        // [n_tok, n_ff]
   std::vector<float> expert_up_;          // [n_tok, n_ff]
   std::vector<float> expert_y_;           // [n_tok * n_used, n_embd] each (token, slot)'s expert output
+  std::vector<float> shared_gate_;        // [n_tok, n_ff_shared]
+  std::vector<float> shared_up_;          // [n_tok, n_ff_shared]
+  std::vector<float> shared_y_;           // [n_tok, n_embd]
 };
 
 }  // namespace sluice::cpu
