@@ -182,6 +182,34 @@ TEST_F(SpeculativeTest, GreedyIsTokenIdenticalWithDraftModels) {
   }
 }
 
+// A routed target: drafts verified by the mixture-of-experts model (prompt
+// lookup, and the dense stories260K, which shares its vocabulary, as the draft).
+TEST_F(SpeculativeTest, GreedyIsTokenIdenticalForAMixtureOfExpertsTarget) {
+  const std::string moe = testing::model_path("stories-moe/stories-moe.gguf");
+  SKIP_UNLESS_EXISTS(moe);
+  auto make_moe = [&](EngineConfig cfg) {
+    cfg.model_path = moe;
+    cfg.n_threads = 2;
+    cfg.check_invariants = true;
+    auto e = Engine::create(cfg);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(*e) : nullptr;
+  };
+  auto plain = make_moe({.max_batch_tokens = 128, .max_seqs = 16, .ctx_size = 256});
+  ASSERT_TRUE(plain);
+  const std::vector<Request> reqs = mixed_requests(plain->tokenizer());
+  const auto want = run_all(*plain, reqs);
+  for (const std::string mode : {"lookup", "draft"}) {
+    SCOPED_TRACE(mode);
+    auto spec = make_moe({.max_batch_tokens = 128, .max_seqs = 16, .ctx_size = 256, .speculative = mode,
+                          .draft_model_path = mode == "draft" ? target_ : ""});
+    ASSERT_TRUE(spec);
+    expect_greedy_identical(reqs, want, run_all(*spec, reqs));
+    EXPECT_GT(spec->stats().spec_drafted, 0);
+    EXPECT_EQ(spec->stats().kv_blocks_used, 0);
+  }
+}
+
 TEST_F(SpeculativeTest, SampledSecondTokenKeepsTheTargetDistribution) {
   // Three tokens per request: the first comes from the prompt's pass, the second
   // from verifying a one-token draft (the third is the bonus or next step). Its frequencies, given the most common first token,

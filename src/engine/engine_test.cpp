@@ -87,8 +87,9 @@ class EngineTest : public ::testing::Test {
   }
 };
 
-void expect_batched_equals_alone(Engine& engine, int n_requests) {
-  auto mf = open_model_file(model_path("stories260K/stories260K.gguf"));
+void expect_batched_equals_alone(Engine& engine, int n_requests,
+                                 const std::string& path = model_path("stories260K/stories260K.gguf")) {
+  auto mf = open_model_file(path);
   ASSERT_TRUE(mf.ok());
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
   auto model = Model::load(file, ModelOptions{.n_threads = 2});
@@ -115,6 +116,22 @@ TEST_F(EngineTest, ThirtyTwoConcurrentRequestsMatchRunningEachAlone) {
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_EQ(s.running + s.waiting, 0);
   EXPECT_GT(s.prefix_hit_rate, 0.0);  // the prompts share prefixes
+}
+
+// The routed model through the serving path: chunked prefill (48 tokens a
+// step), the prefix cache, preemption by recompute under a small KV pool.
+TEST_F(EngineTest, MixtureOfExpertsModelMatchesRunningEachAlone) {
+  const std::string path = model_path("stories-moe/stories-moe.gguf");
+  SKIP_UNLESS_EXISTS(path);
+  EngineConfig cfg{.max_batch_tokens = 48, .max_seqs = 16, .ctx_size = 128, .kv_budget_bytes = 24 * 2 * 4 * 16 * 32 * 4};
+  cfg.model_path = path;
+  cfg.n_threads = 2;
+  cfg.check_invariants = true;
+  auto e = Engine::create(cfg);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  expect_batched_equals_alone(**e, 24, path);
+  EXPECT_GT((*e)->stats().prefix_hit_rate, 0.0);
+  EXPECT_EQ((*e)->stats().kv_blocks_used, 0);
 }
 
 TEST_F(EngineTest, MatchesAloneUnderPreemptionWithASmallKvBudget) {

@@ -8,6 +8,8 @@
 
 #include "base/thread_pool.h"
 #include "format/gguf_writer.h"
+#include "model/hparams.h"
+#include "model/model_weights.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -67,7 +69,10 @@ bool use_more_bits(int64_t layer, int64_t n_layer) {
 
 }  // namespace
 
-std::vector<std::string> synth_preset_names() { return {"tiny", "110m", "1b", "8b", "70b-slice"}; }
+std::vector<std::string> synth_preset_names() {
+  return {"tiny", "110m", "1b", "8b", "70b-slice", "mixtral-8x7b", "qwen2moe-a2.7b", "qwen3-30b-a3b",
+          "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3", "tiny-qwen3moe"};
+}
 
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override) {
   SynthShape s;
@@ -82,8 +87,24 @@ StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_overr
     s = {name, 128256, 4096, 32, 32, 8, 14336, 8192, 500000.0f};
   } else if (name == "70b-slice") {  // Llama-3-70B layer shape
     s = {name, 128256, 8192, 2, 64, 8, 28672, 8192, 500000.0f};
+  } else if (name == "mixtral-8x7b") {  // Mixtral-8x7B: GGUF llama with experts
+    s = {name, 32000, 4096, 32, 32, 8, 14336, 32768, 1e6f, "llama", 0, 8, 2, 14336, 0};
+  } else if (name == "qwen2moe-a2.7b") {  // Qwen1.5-MoE-A2.7B
+    s = {name, 151936, 2048, 24, 16, 16, 5632, 8192, 1e6f, "qwen2moe", 0, 60, 4, 1408, 5632, true};
+  } else if (name == "qwen3-30b-a3b") {  // Qwen3-30B-A3B
+    s = {name, 151936, 2048, 48, 32, 4, 6144, 40960, 1e6f, "qwen3moe", 128, 128, 8, 768, 0};
+  } else if (name == "tiny-mixtral") {
+    s = {name, 4096, 256, 4, 8, 4, 512, 2048, 10000.0f, "llama", 0, 8, 2, 512, 0};
+  } else if (name == "tiny-qwen2moe") {
+    s = {name, 4096, 256, 4, 8, 4, 512, 2048, 10000.0f, "qwen2moe", 0, 12, 4, 256, 512, true};
+  } else if (name == "tiny-qwen3") {
+    s = {name, 4096, 256, 4, 8, 4, 768, 2048, 10000.0f, "qwen3", 64};
+  } else if (name == "tiny-qwen3moe") {
+    s = {name, 4096, 256, 4, 8, 4, 768, 2048, 10000.0f, "qwen3moe", 64, 16, 4, 256, 0};
   } else {
-    return invalid_argument("unknown synth preset '{}' (known: tiny, 110m, 1b, 8b, 70b-slice)", name);
+    std::string known;
+    for (const std::string& n : synth_preset_names()) known += (known.empty() ? "" : ", ") + n;
+    return invalid_argument("unknown synth preset '{}' (known: {})", name, known);
   }
   if (n_layer_override > 0) s.n_layer = n_layer_override;
   return s;
@@ -134,31 +155,47 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
   const bool mix = o.type == "q4_k_m";
   std::optional<DType> base = mix ? DType::kQ4_K : dtype_from_name(o.type);
   if (!base) return invalid_argument("unknown weight type '{}' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m)", o.type);
-  if (s.n_embd % s.n_head != 0 || s.n_head % s.n_head_kv != 0) {
+  const ArchSpec* spec = find_arch(s.arch);
+  if (!spec) return invalid_argument("shape {}: unknown architecture '{}' ({})", s.name, s.arch, supported_arch_names());
+  if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv != 0 || (s.head_dim == 0 && s.n_embd % s.n_head != 0)) {
     return invalid_argument("shape {}: heads {} / kv heads {} do not divide embedding {}", s.name, s.n_head, s.n_head_kv, s.n_embd);
   }
+  const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
   const int64_t bs = dtype_traits(*base).block_size;
-  if (s.n_embd % bs != 0 || s.n_ff % bs != 0) {
-    return invalid_argument("type {} needs dims divisible by {} (embedding {}, ffn {})", o.type, bs, s.n_embd, s.n_ff);
+  for (int64_t d : {s.n_embd, s.n_ff, s.n_ff_expert, s.n_ff_shared, head_dim * s.n_head}) {
+    if (d % bs != 0) {
+      return invalid_argument("type {} needs dims divisible by {} (embedding {}, ffn {}, expert ffn {}, shared ffn {})",
+                              o.type, bs, s.n_embd, s.n_ff, s.n_ff_expert, s.n_ff_shared);
+    }
   }
-  const int64_t head_dim = s.n_embd / s.n_head;
-  const int64_t n_embd_kv = head_dim * s.n_head_kv;
 
   GgufWriter w;
   Metadata& md = w.metadata();
-  md.set("general.architecture", MetaValue::str("llama"));
+  const std::string a = s.arch + ".";
+  auto u32 = [](int64_t v) { return MetaValue::u32(static_cast<uint32_t>(v)); };
+  md.set("general.architecture", MetaValue::str(s.arch));
   md.set("general.name", MetaValue::str(fmt::format("synth-{}-{}", s.name, o.type)));
-  md.set("general.file_type", MetaValue::u32(static_cast<uint32_t>(file_type_id(o.type))));
-  md.set("llama.vocab_size", MetaValue::u32(static_cast<uint32_t>(s.n_vocab)));
-  md.set("llama.context_length", MetaValue::u32(static_cast<uint32_t>(s.n_ctx)));
-  md.set("llama.embedding_length", MetaValue::u32(static_cast<uint32_t>(s.n_embd)));
-  md.set("llama.block_count", MetaValue::u32(static_cast<uint32_t>(s.n_layer)));
-  md.set("llama.feed_forward_length", MetaValue::u32(static_cast<uint32_t>(s.n_ff)));
-  md.set("llama.attention.head_count", MetaValue::u32(static_cast<uint32_t>(s.n_head)));
-  md.set("llama.attention.head_count_kv", MetaValue::u32(static_cast<uint32_t>(s.n_head_kv)));
-  md.set("llama.rope.dimension_count", MetaValue::u32(static_cast<uint32_t>(head_dim)));
-  md.set("llama.rope.freq_base", MetaValue::f32(s.rope_freq_base));
-  md.set("llama.attention.layer_norm_rms_epsilon", MetaValue::f32(1e-5f));
+  md.set("general.file_type", u32(file_type_id(o.type)));
+  md.set(a + "vocab_size", u32(s.n_vocab));
+  md.set(a + "context_length", u32(s.n_ctx));
+  md.set(a + "embedding_length", u32(s.n_embd));
+  md.set(a + "block_count", u32(s.n_layer));
+  md.set(a + "feed_forward_length", u32(s.n_ff));
+  md.set(a + "attention.head_count", u32(s.n_head));
+  md.set(a + "attention.head_count_kv", u32(s.n_head_kv));
+  if (s.head_dim > 0) {
+    md.set(a + "attention.key_length", u32(head_dim));
+    md.set(a + "attention.value_length", u32(head_dim));
+  }
+  md.set(a + "rope.dimension_count", u32(head_dim));
+  md.set(a + "rope.freq_base", MetaValue::f32(s.rope_freq_base));
+  md.set(a + "attention.layer_norm_rms_epsilon", MetaValue::f32(1e-5f));
+  if (s.n_expert > 0) {
+    md.set(a + "expert_count", u32(s.n_expert));
+    md.set(a + "expert_used_count", u32(s.n_expert_used));
+    md.set(a + "expert_feed_forward_length", u32(s.n_ff_expert));
+    if (s.n_ff_shared > 0) md.set(a + "expert_shared_feed_forward_length", u32(s.n_ff_shared));
+  }
   SynthVocab vocab = synth_vocab(s.n_vocab);
   md.set("tokenizer.ggml.model", MetaValue::str("llama"));
   MetaArray toks{.elem_type = GgufType::kString};
@@ -175,16 +212,21 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
   md.set("tokenizer.ggml.unknown_token_id", MetaValue::u32(0));
   md.set("tokenizer.ggml.add_bos_token", MetaValue::boolean(true));
   md.set("tokenizer.ggml.add_eos_token", MetaValue::boolean(false));
+  ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(md));
 
   auto pool = std::make_shared<ThreadPool>(o.n_threads);
-  // A matrix [n_out rows of n_in] with N(0, std^2) entries, each row its own stream.
-  auto add_matrix = [&](const std::string& name, DType type, int64_t n_in, int64_t n_out, float stddev) {
+  // A matrix (or stacked experts) of n_rows rows of n_in with N(0, std^2)
+  // entries, each row its own stream.
+  auto add_matrix = [&](const std::string& name, DType type, std::vector<int64_t> ne, float stddev) {
     const uint64_t seed = hash_name(name, o.seed);
-    return w.add_tensor(name, type, {n_in, n_out}, [=](uint8_t* dst, size_t /*n_bytes*/) {
+    const int64_t n_in = ne[0];
+    int64_t n_rows = 1;
+    for (size_t i = 1; i < ne.size(); ++i) n_rows *= ne[i];
+    return w.add_tensor(name, type, std::move(ne), [=](uint8_t* dst, size_t /*n_bytes*/) {
       const size_t rb = row_bytes(type, n_in);
       pool->run_on_all([&](int ti, int nt) {
         std::vector<float> row(static_cast<size_t>(n_in));
-        for (int64_t r = ti; r < n_out; r += nt) {
+        for (int64_t r = ti; r < n_rows; r += nt) {
           SplitMix rng{seed ^ (static_cast<uint64_t>(r) * 0xd1b54a32d192ed03ull)};
           for (auto& x : row) x = rng.normal() * stddev;
           quantize_row(type, row.data(), dst + static_cast<size_t>(r) * rb, n_in);
@@ -192,31 +234,48 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
       });
     });
   };
-  auto add_norm = [&](const std::string& name, int64_t n) {
+  // Norm weights are ones; other vectors (biases, the shared expert's gate) small noise.
+  auto add_vector = [&](const std::string& name, int64_t n, bool norm) {
+    const uint64_t seed = hash_name(name, o.seed);
     return w.add_tensor(name, DType::kF32, {n}, [=](uint8_t* dst, size_t) {
       float* f = reinterpret_cast<float*>(dst);
-      for (int64_t i = 0; i < n; ++i) f[i] = 1.0f;
+      SplitMix rng{seed};
+      for (int64_t i = 0; i < n; ++i) f[i] = norm ? 1.0f : 0.02f * rng.normal();
     });
   };
-
-  const float std_in = 1.0f / std::sqrt(static_cast<float>(s.n_embd));
-  const float std_ff = 1.0f / std::sqrt(static_cast<float>(s.n_ff));
-  RETURN_IF_ERROR(add_matrix("token_embd.weight", *base, s.n_embd, s.n_vocab, 1.0f));
-  for (int64_t l = 0; l < s.n_layer; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    const DType more = mix && use_more_bits(l, s.n_layer) ? DType::kQ6_K : *base;
-    RETURN_IF_ERROR(add_norm(p + "attn_norm.weight", s.n_embd));
-    RETURN_IF_ERROR(add_matrix(p + "attn_q.weight", *base, s.n_embd, s.n_embd, std_in));
-    RETURN_IF_ERROR(add_matrix(p + "attn_k.weight", *base, s.n_embd, n_embd_kv, std_in));
-    RETURN_IF_ERROR(add_matrix(p + "attn_v.weight", more, s.n_embd, n_embd_kv, std_in));
-    RETURN_IF_ERROR(add_matrix(p + "attn_output.weight", *base, s.n_embd, s.n_embd, std_in));
-    RETURN_IF_ERROR(add_norm(p + "ffn_norm.weight", s.n_embd));
-    RETURN_IF_ERROR(add_matrix(p + "ffn_gate.weight", *base, s.n_embd, s.n_ff, std_in));
-    RETURN_IF_ERROR(add_matrix(p + "ffn_down.weight", more, s.n_ff, s.n_embd, std_ff));
-    RETURN_IF_ERROR(add_matrix(p + "ffn_up.weight", *base, s.n_embd, s.n_ff, std_in));
-  }
-  RETURN_IF_ERROR(add_norm("output_norm.weight", s.n_embd));
-  RETURN_IF_ERROR(add_matrix("output.weight", mix ? DType::kQ6_K : *base, s.n_embd, s.n_vocab, std_in));
+  // The type of a matrix: routers stay f32; the q4_k_m mix gives Q6_K to the
+  // output and to attn_v / ffn_down (experts' too) in the layers llama.cpp's
+  // mix promotes.
+  auto type_of = [&](const TensorSpec& t, int64_t layer) {
+    if (t.role == TensorRole::kFfnRouter) return DType::kF32;
+    if (!mix) return *base;
+    if (t.role == TensorRole::kOutput) return DType::kQ6_K;
+    const bool promotable = t.role == TensorRole::kAttnV || t.role == TensorRole::kFfnDown ||
+                            t.role == TensorRole::kFfnDownExps || t.role == TensorRole::kFfnDownShexp;
+    return promotable && use_more_bits(layer, s.n_layer) ? DType::kQ6_K : *base;
+  };
+  auto add = [&](const TensorSpec& t, int64_t layer) -> Status {
+    const bool bias = t.role == TensorRole::kAttnQBias || t.role == TensorRole::kAttnKBias ||
+                      t.role == TensorRole::kAttnVBias;
+    if (t.optional && t.role != TensorRole::kOutput && !(bias && s.qkv_bias)) return Status();
+    const std::string name = gguf_tensor_name(t, layer);
+    std::vector<int64_t> ne;
+    for (Dim d : t.ne)
+      if (d != Dim::kNone) ne.push_back(hp.dim(d));
+    if (t.kind == TensorKind::kVector) {
+      const bool norm = t.role == TensorRole::kAttnNorm || t.role == TensorRole::kFfnNorm ||
+                        t.role == TensorRole::kOutputNorm || t.role == TensorRole::kAttnQNorm ||
+                        t.role == TensorRole::kAttnKNorm;
+      return add_vector(name, ne[0], norm);
+    }
+    const float stddev = t.role == TensorRole::kTokenEmbd ? 1.0f : 1.0f / std::sqrt(static_cast<float>(ne[0]));
+    return add_matrix(name, type_of(t, layer), std::move(ne), stddev);
+  };
+  for (const TensorSpec& t : spec->tensors)
+    if (!t.per_layer) RETURN_IF_ERROR(add(t, -1));
+  for (int64_t l = 0; l < s.n_layer; ++l)
+    for (const TensorSpec& t : spec->tensors)
+      if (t.per_layer && applies_to_layer(t, hp, l)) RETURN_IF_ERROR(add(t, l));
   RETURN_IF_ERROR(w.write(path, o.progress));
   return w.total_tensor_bytes();
 }

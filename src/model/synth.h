@@ -25,17 +25,34 @@ struct SynthShape {
   int64_t n_layer = 0;
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
-  int64_t n_ff = 0;
+  int64_t n_ff = 0;          // dense FFN width (0 for a model routed in every layer)
   int64_t n_ctx = 2048;
   float rope_freq_base = 10000.0f;
+  std::string arch = "llama";  // an ArchSpec name: its table decides the tensors written
+  int64_t head_dim = 0;        // 0: n_embd / n_head
+  // Mixture of experts (0: dense).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_expert = 0;
+  int64_t n_ff_shared = 0;     // the shared expert's width (architectures that have one)
+  bool qkv_bias = false;       // write the optional q/k/v biases (Qwen2-family files carry them)
 };
 
-// Named presets: tiny, 110m, 1b, 8b, 70b-slice (layer count from n_layer_override).
+// Named presets (layer count from n_layer_override):
+//   tiny, 110m, 1b, 8b, 70b-slice                  llama shapes
+//   mixtral-8x7b                                   32 layers, dim 4096, 8 experts (top 2) of ffn 14336
+//   qwen2moe-a2.7b                                 Qwen1.5-MoE-A2.7B: 24 layers, dim 2048, 60 experts
+//                                                  (top 4) of ffn 1408, shared expert ffn 5632
+//   qwen3-30b-a3b                                  48 layers, dim 2048, 32 heads of 128, 128 experts
+//                                                  (top 8) of ffn 768, q/k norm
+//   tiny-mixtral, tiny-qwen2moe, tiny-qwen3, tiny-qwen3moe   the same families at the tiny shape
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override = 0);
 std::vector<std::string> synth_preset_names();
 
 // Weight "type" names accepted by synth: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k,
 // and q4_k_m (Q4_K with Q6_K for output, and attn_v/ffn_down in some layers).
+// Routers (ffn_gate_inp) and 1-D tensors are f32 whatever the type, as GGUF
+// quantizers leave them.
 struct SynthOptions {
   SynthShape shape;
   std::string type = "f16";
