@@ -31,6 +31,7 @@ Runner add_bench(CLI::App& app);
 Runner add_stream_bench(CLI::App& app);
 Runner add_bench_serve(CLI::App& app);
 Runner add_bench_spec(CLI::App& app);
+Runner add_bench_experts(CLI::App& app);
 Runner add_serve(CLI::App& app);
 
 // Prints "error: <message>" to stderr and returns 1.

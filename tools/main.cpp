@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   runners["stream-bench"] = sluice::cli::add_stream_bench(app);
   runners["bench-serve"] = sluice::cli::add_bench_serve(app);
   runners["bench-spec"] = sluice::cli::add_bench_spec(app);
+  runners["bench-experts"] = sluice::cli::add_bench_experts(app);
   runners["serve"] = sluice::cli::add_serve(app);
   CLI11_PARSE(app, argc, argv);
   for (const CLI::App* sub : app.get_subcommands()) return runners.at(sub->get_name())();

@@ -50,6 +50,12 @@ struct ModelOptions {
   // interleaved Q4_0/Q8_0 layouts). Results are bit-identical either way; the
   // copy costs memory. Never with a weight source.
   bool repack = true;
+  // Mixture of experts: before each routed layer, predict its routing from the
+  // hidden state entering the layer (the layer's router applied to its FFN norm
+  // of that state) and report it: to a weight source that streams experts (it
+  // prefetches them; always on then) and to the activation hook
+  // ("ffn_moe_pred"). Costs one small matmul per routed layer.
+  bool predict_experts = false;
 };
 
 // One sequence's part of a batched forward pass.
@@ -122,7 +128,15 @@ class Model {
   Status run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv);
   void emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const;
   // The hook's view of a routed layer's choices ("ffn_moe_ids"; debug only: copies).
-  void emit_routing(int64_t layer, int64_t n) const;
+  void emit_routing(const char* name, const int32_t* ids, int64_t layer, int64_t n, int64_t width) const;
+  // Candidates per token the prediction considers (2 x n_expert_used, at most n_expert).
+  int64_t n_pred_candidates() const;
+  // The predicted routing of routed layer `layer` from x: hook and weight source.
+  void predict_routing(int64_t layer, int64_t n);
+  // The experts of a streamed routed layer: the distinct ones chosen, from the source.
+  Status acquire_experts(int64_t layer, int64_t n, const LayerWeights& w);
+  // The distinct experts in ids[0 .. n_ids) (negative ids skipped), into unique_ids_.
+  void distinct_experts(const int32_t* ids, int64_t n_ids);
 
   std::shared_ptr<const ModelFile> file_;
   ModelHparams hp_;
@@ -154,6 +168,15 @@ class Model {
   std::vector<AttentionSeq> attn_seqs_;  // [max_seqs]
   std::vector<int32_t> moe_ids_;     // [n_batch, n_expert_used] the step's routing in a layer
   std::vector<float> moe_weights_;   // [n_batch, n_expert_used]
+  bool predict_experts_ = false;
+  std::unique_ptr<Buffer> pred_router_;  // [n_batch, n_expert] predicted router logits
+  std::unique_ptr<Buffer> pred_xn_;      // [n_batch, n_embd]
+  std::vector<int32_t> pred_ids_;        // [n_batch, n_pred_candidates()] -1: not predicted
+  std::vector<float> pred_weights_;      // [n_batch, n_pred_candidates()]
+  std::vector<int32_t> unique_ids_;      // [n_expert] distinct experts of a step's layer
+  std::vector<uint8_t> seen_;            // [n_expert]
+  std::vector<ExpertPointers> expert_ptrs_;  // [n_expert]
+  std::vector<ExpertWeights> streamed_experts_;  // [n_expert] views of a streamed layer's acquired experts
 
   ActivationHook hook_;
 };

@@ -60,6 +60,8 @@ class Binder {
     const uint8_t* data = nullptr;
     if (!source_ || !t.per_layer) {
       ASSIGN_OR_RETURN(data, resident(*info));
+    } else {
+      data = source_->resident(info->name);  // null: bound per layer at acquire()
     }
     // Stacked experts are one view of n_expert x n_out rows; expert e's rows
     // start at row e * ne[1].

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "arch/arch_spec.h"
@@ -26,6 +27,19 @@ struct LayerWeightPointers {
   const uint8_t* operator[](TensorRole r) const { return by_role[static_cast<size_t>(r)]; }
 };
 
+// One expert's matrices (GGUF rows of its slices of the stacked tensors).
+struct ExpertPointers {
+  const uint8_t* gate = nullptr;
+  const uint8_t* up = nullptr;
+  const uint8_t* down = nullptr;
+};
+
+// Sources may also hold a routed layer's experts one by one (an expert cache)
+// instead of with the layer: then acquire() leaves the stacked expert tensors
+// unbound, and the model asks for the experts its routing chose.
+//
+//   acquire(l) -> [route] -> acquire_experts(l, chosen) -> compute -> release(l)
+//   predict_experts(l', likely)   any time before layer l' routes: a hint to prefetch
 class LayerWeightSource {
  public:
   virtual ~LayerWeightSource() = default;
@@ -36,6 +50,16 @@ class LayerWeightSource {
   virtual void release(int64_t layer) = 0;
   // One forward step of n_tokens tokens is done (for per-token counters).
   virtual void end_step(int64_t n_tokens) = 0;
+
+  // Whether experts come from acquire_experts() (default: with their layer).
+  virtual bool streams_experts() const { return false; }
+  // These experts of `layer` will probably be needed (its predicted routing).
+  virtual void predict_experts(int64_t layer, std::span<const int32_t> experts) {}
+  // Makes the experts available until release(layer); blocks until they have
+  // landed. out: [experts.size()], out[i] for experts[i] (distinct ids).
+  virtual Status acquire_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
+    return unimplemented("this weight source keeps experts with their layer");
+  }
 };
 
 }  // namespace sluice

@@ -31,6 +31,7 @@ struct LoadOptions {
   int64_t ctx_cap = 0;     // caps the trained context when n_ctx_max is 0 (0: no cap)
   int64_t max_seqs = 64;   // sequences per forward pass
   bool repack = true;      // let the backend prepare resident weights (ModelOptions::repack)
+  bool predict_experts = false;  // ModelOptions::predict_experts
   std::string backend = "cpu";            // create_backend() name, when `shared_backend` is null
   std::shared_ptr<Backend> shared_backend;  // run on this backend (a draft model beside its target)
   // Weights beyond this many bytes stream from disk through the weight store

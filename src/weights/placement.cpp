@@ -8,15 +8,20 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "model/hparams.h"
 #include "weights/io_engine.h"
 
 namespace sluice::weights {
 namespace {
 
-// Reading every streamed layer's slot at `gbps`: the disk's share of a step.
+// Reading every streamed layer's slot (and the experts a step misses) at
+// `gbps`: the disk's share of a step.
 double disk_s_per_step(const PlacementPlan& p, double gbps) {
-  return static_cast<double>(p.n_streamed) * static_cast<double>(p.slot_bytes) / (gbps * 1e9);
+  return (static_cast<double>(p.n_streamed) * static_cast<double>(p.slot_bytes) + p.expert_disk_bytes_per_step) /
+         (gbps * 1e9);
 }
+
+}  // namespace
 
 // The plan's disk figures at `gbps`; n_streamed, slot_bytes and
 // predicted_compute_s must be set.
@@ -27,14 +32,19 @@ void set_disk_figures(PlacementPlan& p, double gbps) {
   p.predicted_stall_s = std::max(0.0, p.predicted_disk_s - p.predicted_compute_s);
 }
 
-std::string mb(double bytes) {
+std::string format_bytes(double bytes) {
   if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
   if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
   if (bytes >= 1e3) return fmt::format("{:.1f} kB", bytes / 1e3);
   return fmt::format("{:.0f} B", bytes);
 }
 
-std::string ms(double s) { return s >= 1 ? fmt::format("{:.2f} s", s) : fmt::format("{:.1f} ms", s * 1e3); }
+std::string format_seconds(double s) { return s >= 1 ? fmt::format("{:.2f} s", s) : fmt::format("{:.1f} ms", s * 1e3); }
+
+namespace {
+
+std::string mb(double bytes) { return format_bytes(bytes); }
+std::string ms(double s) { return format_seconds(s); }
 
 }  // namespace
 
@@ -137,6 +147,9 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   if (!in.stream_all &&
       (in.mem_budget_bytes == 0 || p.essentials_bytes + all_layers_bytes <= in.mem_budget_bytes))
     return finish_resident();
+  // A routed model streams expert by expert, not layer by layer.
+  if (auto hp = hparams_from_metadata(file.metadata); hp.ok() && hp->is_moe() && !in.stream_all)
+    return plan_expert_placement(file, in, std::move(p));
 
   bool any_in_memory_matrix = false;
   for (const TensorPlacement& t : p.tensors)
@@ -224,7 +237,7 @@ double PlacementPlan::predicted_step_s_at(double gbps) const {
 
 void PlacementPlan::rerate_disk(double gbps, std::string note) {
   CHECK(gbps > 0);
-  if (n_streamed == 0) return;
+  if (n_streamed == 0 && n_expert_slots == 0) return;
   disk_note = std::move(note);
   set_disk_figures(*this, gbps);
 }
@@ -254,8 +267,26 @@ std::string placement_map(const PlacementPlan& p) {
     s += fmt::format(" + ring {} slots x {} = {}", p.n_ring_slots, mb(static_cast<double>(p.slot_bytes)),
                      mb(static_cast<double>(p.ring_bytes)));
   s += "\n";
-  s += fmt::format("  {:<7} {:>10} {:>8}  {} streamed layers\n", "disk", mb(static_cast<double>(disk_tensor_bytes)),
-                   n_disk, p.n_streamed);
+  if (p.n_expert_slots > 0) {
+    s += fmt::format("  {:<7} {:>10} {:>8}  {} experts ({} routed layers x {}, {} each), one expert at a time\n",
+                     "disk", mb(static_cast<double>(disk_tensor_bytes)), n_disk, p.n_experts_total, p.n_layer_moe,
+                     p.n_expert, mb(static_cast<double>(p.expert_bytes)));
+    s += fmt::format("  experts: a pool of {} slots x {} = {} in host RAM ({:.1f} per routed layer of {}; shared by "
+                     "all layers), filled as routing and prediction ask\n",
+                     p.n_expert_slots, mb(static_cast<double>(p.expert_slot_bytes)),
+                     mb(static_cast<double>(p.n_expert_slots) * static_cast<double>(p.expert_slot_bytes)),
+                     static_cast<double>(p.n_expert_slots) / static_cast<double>(p.n_layer_moe), p.n_expert);
+    s += "  resident: embeddings, output, and every layer's attention, norms, routers and shared experts; "
+         "experts resident per layer start at 0 and follow use (the run's summary prints them)\n";
+    if (!p.disk_note.empty()) s += fmt::format("  disk: {:.2f} GB/s, {}\n", p.disk_gbps, p.disk_note);
+    s += fmt::format("  predicted per step ({} token(s)): hit rate {:.0f}% before prediction (slots per layer / "
+                     "experts), {} of experts read, compute {}, disk {}, stall {}; smallest workable budget {} bytes\n",
+                     p.tokens_per_step, 100 * p.expected_hit_rate, mb(p.expert_disk_bytes_per_step),
+                     ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_stall_s), p.min_budget_bytes);
+  } else {
+    s += fmt::format("  {:<7} {:>10} {:>8}  {} streamed layers\n", "disk", mb(static_cast<double>(disk_tensor_bytes)),
+                     n_disk, p.n_streamed);
+  }
   if (p.n_streamed > 0) {
     std::string row;
     for (const LayerPlacement& l : p.layers) row += l.streamed ? 'S' : 'R';
@@ -271,7 +302,7 @@ std::string placement_map(const PlacementPlan& p) {
     s += fmt::format("  predicted per step: compute {}, disk {}, stall {} ({}); smallest workable budget {} bytes\n",
                      ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_stall_s),
                      p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden", p.min_budget_bytes);
-  } else {
+  } else if (p.n_expert_slots == 0) {
     s += "  everything resident: no ring, no stall\n";
   }
   s += fmt::format("  resident fraction {:.1f}%\n",

@@ -108,6 +108,18 @@ struct PlacementPlan {
   // at `gbps`, keeping the ring and its sizing; `note` says where the rate
   // came from. For a rate measured after sizing. gbps > 0.
   void rerate_disk(double gbps, std::string note);
+  // Expert-granular streaming (a routed model under a budget): every layer's
+  // dense tensors stay resident and each routed layer's experts live in a
+  // pool of slots, one expert each, filled from disk (expert_store.h).
+  int64_t n_expert_slots = 0;            // 0: experts are not streamed one by one
+  uint64_t expert_slot_bytes = 0;        // one slot (an expert's aligned extents)
+  uint64_t expert_bytes = 0;             // one expert's own bytes
+  int64_t n_experts_total = 0;           // routed layers x experts per layer
+  int64_t n_expert = 0;                  // experts per routed layer
+  int64_t n_expert_used = 0;
+  int64_t n_layer_moe = 0;
+  double expected_hit_rate = 0;          // slots per routed layer / experts (uniform routing, no prediction)
+  double expert_disk_bytes_per_step = 0; // expected expert bytes read per step at that hit rate
   plan::StreamPlan stream;               // plan_stream over the streamed layers
   std::string note;                      // why the ring was trimmed, or empty
   std::string io_note;                   // filled by whoever opens the store (io backend)
@@ -118,6 +130,12 @@ struct PlacementPlan {
 // a model without blocks.
 StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInputs& in);
 
+// The expert-granular variant plan_placement() takes for a routed model whose
+// weights exceed the budget: dense tensors resident, the budget's rest a pool
+// of expert slots (at least one routed layer's worth, so any step fits).
+//   p: the plan with its tensors and layers listed (plan_placement's first part)
+StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const PlacementInputs& in, PlacementPlan p);
+
 // The placement map printed at start: per tier bytes, tensors, ring slots and
 // the predicted stall per step.
 std::string placement_map(const PlacementPlan& plan);
@@ -125,6 +143,13 @@ std::string placement_map(const PlacementPlan& plan);
 // "600M" -> 600e6, "2G", "1.5GB", "512MiB" -> 512 * 2^20, "123" -> bytes.
 // K/M/G/T are decimal, Ki/Mi/Gi/Ti binary; a trailing "B" is optional.
 StatusOr<uint64_t> parse_byte_size(const std::string& text);
+
+// Sets the plan's disk figures (transfer, predicted disk and stall per step)
+// at `gbps`, from its streamed layers and expected expert reads.
+void set_disk_figures(PlacementPlan& p, double gbps);
+// "1.2 GB", "340.0 MB"; "12.3 ms", "1.20 s" (the placement map's units).
+std::string format_bytes(double bytes);
+std::string format_seconds(double s);
 
 // True for tensors that stay resident whatever the budget (rule 1 above).
 bool is_essential_tensor(const TensorPlacement& t, const TensorInfo& info);

@@ -1,6 +1,7 @@
 #include "weights/store_source.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include <fmt/format.h>
@@ -13,8 +14,10 @@ namespace sluice::weights {
 
 Status StoreWeightSource::acquire(int64_t layer, LayerWeightPointers* out) {
   ASSIGN_OR_RETURN(LayerView v, store_->acquire(layer));
+  const bool experts_apart = store_->streams_experts();
   for (const TensorSpec& t : hp_.spec->tensors) {
     if (!t.per_layer || t.kind == TensorKind::kVector || !applies_to_layer(t, hp_, layer)) continue;
+    if (experts_apart && t.kind == TensorKind::kExperts) continue;  // acquire_experts() brings them
     const uint8_t* p = v.find(t.gguf);
     if (!p && !t.optional) return internal_error("weight store: layer {} has no tensor {}", layer, t.gguf);
     out->by_role[static_cast<size_t>(t.role)] = p;
@@ -72,14 +75,25 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
   const plan::Calibration& cal = o.calibration ? *o.calibration : probed;
   // Compute per layer (roofline): the larger of reading the layer's weights at
   // memory bandwidth and its matmul FLOPs at the measured rate.
-  auto layout = plan_placement(*file, {});
-  if (!layout.ok()) return layout.status();
-  uint64_t layer_bytes = 0;
-  for (const LayerPlacement& l : layout->layers) layer_bytes = std::max(layer_bytes, l.matrix_bytes);
+  // A layer's matrices as a step reads and multiplies them: of stacked
+  // experts, the experts the step's tokens route to (uniform routing).
+  const double experts_read = hp.n_expert > 0 ? static_cast<double>(hp.n_expert) *
+                                                    (1.0 - std::pow(1.0 - static_cast<double>(hp.n_expert_used) / hp.n_expert,
+                                                                    static_cast<double>(o.tokens_per_step)))
+                                              : 0.0;
+  double layer_bytes = 0;
   int64_t layer_params = 0;
-  for (const TensorInfo& t : file->tensors)
-    if (t.name.rfind("blk.0.", 0) == 0 && t.ne.size() == 2) layer_params += t.n_elements();
-  const double mem_s = static_cast<double>(layer_bytes) / (cal.decode_read_gbps() * 1e9);
+  for (const TensorInfo& t : file->tensors) {
+    if (t.name.rfind("blk.0.", 0) != 0) continue;
+    if (t.ne.size() == 2) {
+      layer_params += t.n_elements();
+      layer_bytes += static_cast<double>(t.n_bytes);
+    } else if (t.ne.size() == 3 && hp.n_expert > 0) {
+      layer_params += t.n_elements() / hp.n_expert * hp.n_expert_used;
+      layer_bytes += static_cast<double>(t.n_bytes) / static_cast<double>(hp.n_expert) * experts_read;
+    }
+  }
+  const double mem_s = layer_bytes / (cal.decode_read_gbps() * 1e9);
   const double flop_s = 2.0 * static_cast<double>(layer_params) * static_cast<double>(o.tokens_per_step) /
                         (cal.matmul_tflops * 1e12);
   const double compute_s = std::max(mem_s, flop_s);

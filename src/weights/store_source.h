@@ -30,6 +30,13 @@ class StoreWeightSource : public LayerWeightSource {
   Status acquire(int64_t layer, LayerWeightPointers* out) override;
   void release(int64_t layer) override { store_->release(layer); }
   void end_step(int64_t n_tokens) override { store_->end_step(n_tokens); }
+  bool streams_experts() const override { return store_->streams_experts(); }
+  void predict_experts(int64_t layer, std::span<const int32_t> experts) override {
+    store_->predict_experts(layer, experts);
+  }
+  Status acquire_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) override {
+    return store_->acquire_experts(layer, experts, out);
+  }
   WeightStore& store() { return *store_; }
   const WeightStore& store() const { return *store_; }
 

@@ -39,6 +39,7 @@ StatusOr<std::unique_ptr<WeightStore>> WeightStore::open(std::shared_ptr<const M
 }
 
 WeightStore::~WeightStore() {
+  experts_.reset();  // cancels its reads through the arbiter
   if (!arbiter_) return;
   for (Slot& s : slots_)
     if (s.transfer) arbiter_->cancel(s.transfer);
@@ -62,7 +63,7 @@ Status WeightStore::load(const WeightStoreOptions& options) {
     if (engine.ok()) {
       engine_ = std::move(*engine);
       arbiter_ = std::make_unique<BandwidthArbiter>(
-          *engine_, ArbiterOptions{.max_transfers = static_cast<int>(std::max<int64_t>(64, k + n + 8)),
+          *engine_, ArbiterOptions{.max_transfers = static_cast<int>(std::max<int64_t>(64, k + n + 8 + 4 * plan_.n_expert)),
                                    .chunk_bytes = options.chunk_bytes,
                                    .cap_bytes_per_s = options.cap_bytes_per_s});
       plan_.io_note = engine_->describe();
@@ -75,6 +76,7 @@ Status WeightStore::load(const WeightStoreOptions& options) {
     plan_.io_note = "resident tensors served from the model file's memory map (O_DIRECT not requested)";
   }
   if (streams && plan_.n_ring_slots < 1) return invalid_argument("the placement streams layers but has no ring slots");
+  if (plan_.n_expert_slots > 0 && !arbiter_) return invalid_argument("streaming experts needs the model file read by offset");
 
   // Resident reads: group 0 the essentials, group 1 + l resident layer l.
   struct Group {
@@ -87,7 +89,9 @@ Status WeightStore::load(const WeightStoreOptions& options) {
   for (size_t i = 0; i < plan_.tensors.size(); ++i) {
     const TensorPlacement& t = plan_.tensors[i];
     const TensorInfo& info = f.tensors[t.index];
-    if (t.layer >= 0 && !is_essential_tensor(t, info)) layers_[static_cast<size_t>(t.layer)].matrix_bytes += t.n_bytes;
+    const bool expert_on_disk = t.tier == Tier::kDisk && !plan_.layers[static_cast<size_t>(std::max<int64_t>(0, t.layer))].streamed;
+    if (t.layer >= 0 && !is_essential_tensor(t, info) && !expert_on_disk)
+      layers_[static_cast<size_t>(t.layer)].matrix_bytes += t.n_bytes;
     if (t.tier != Tier::kHost) continue;
     if (!arbiter_ || !t.from_file) {
       resident_[info.name] = info.data;  // the ModelFile's own memory
@@ -146,6 +150,7 @@ Status WeightStore::load(const WeightStoreOptions& options) {
     if (!li.streamed) {
       for (size_t i : members) {
         const TensorPlacement& t = plan_.tensors[i];
+        if (t.tier == Tier::kDisk) continue;  // experts, streamed one by one
         li.resident.push_back({.suffix = t.suffix, .data = resident_.at(f.tensors[t.index].name), .n_bytes = t.n_bytes});
       }
       continue;
@@ -176,6 +181,12 @@ Status WeightStore::load(const WeightStoreOptions& options) {
   for (const TensorPlacement& t : plan_.tensors)
     if (t.tier == Tier::kHost) resident_tensor_bytes += t.n_bytes;
   counters_.set_placement(resident_tensor_bytes, plan_.streamed_bytes);
+  if (plan_.n_expert_slots > 0) {
+    ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(f.metadata));
+    ASSIGN_OR_RETURN(experts_, ExpertStore::open(f, hp,
+                                                 {.n_slots = plan_.n_expert_slots, .slot_bytes = plan_.expert_slot_bytes},
+                                                 *arbiter_, counters_));
+  }
   desired_.reserve(slots_.size());
   reusable_.reserve(slots_.size());
   if (streams && options.ring_probe_s > 0) {
@@ -362,6 +373,7 @@ StatusOr<LayerView> WeightStore::acquire(int64_t layer) {
 
 void WeightStore::release(int64_t layer) {
   CHECK(layer >= 0 && layer < plan_.n_layer);
+  if (experts_) experts_->release(layer);
   const double now = now_seconds();
   if (!layers_[static_cast<size_t>(layer)].streamed) {
     counters_.add_compute(now - resident_acquired_s_[static_cast<size_t>(layer)]);

@@ -47,6 +47,7 @@
 #include "format/model_file.h"
 #include "sluice/status.h"
 #include "weights/arbiter.h"
+#include "weights/expert_store.h"
 #include "weights/extent_layout.h"
 #include "weights/io_engine.h"
 #include "weights/placement.h"
@@ -116,7 +117,21 @@ class WeightStore {
   // Changes the priority of layer i's transfer; false if it is not loading.
   bool reprioritize(int64_t layer, TransferClass priority);
   // Counts the tokens of the step just computed (bytes per token, ...).
-  void end_step(int64_t n_tokens) { counters_.add_tokens(static_cast<uint64_t>(n_tokens)); }
+  void end_step(int64_t n_tokens) {
+    counters_.add_tokens(static_cast<uint64_t>(n_tokens));
+    if (experts_) experts_->end_step();
+  }
+
+  // Routed models under an expert placement (plan().n_expert_slots > 0): the
+  // experts come one by one from the ExpertStore (expert_store.h), not with
+  // their layer's view. release(l) also releases layer l's experts.
+  bool streams_experts() const { return experts_ != nullptr; }
+  void predict_experts(int64_t layer, std::span<const int32_t> experts) { experts_->predict(layer, experts); }
+  Status acquire_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
+    return experts_->acquire(layer, experts, out);
+  }
+  // Per-layer expert counters (empty when experts are not streamed).
+  ExpertStatsSnapshot expert_stats() const { return experts_ ? experts_->stats() : ExpertStatsSnapshot{}; }
 
   // A resident tensor by full name ("token_embd.weight", "blk.3.attn_norm.weight",
   // or any tensor of a resident layer); nullptr for streamed or unknown names.
@@ -180,6 +195,7 @@ class WeightStore {
   int64_t cursor_ = -1;                    // last acquired layer
   int n_acquired_ = 0;
   WeightCounters counters_;
+  std::unique_ptr<ExpertStore> experts_;       // reset by the destructor while the arbiter lives
   std::unique_ptr<BandwidthArbiter> arbiter_;  // last: destroyed first, before the buffers
 };
 

@@ -1,0 +1,93 @@
+// plan_expert_placement(): the placement of a routed model under a budget,
+// expert by expert (placement.h, expert_store.h).
+//
+//   budget = resident (globals + every layer's dense tensors, as loaded)
+//          + n_slots x slot (one expert's aligned extents)
+//   n_slots >= n_expert, so one routed layer can always hold every expert a
+//   step of many tokens may route to; the pool is shared by all layers.
+// Expected reads per step, before any prediction: with s = n_slots / n_layer_moe
+// slots per routed layer and uniform routing, a chosen expert is in a slot
+// with probability h = s / n_expert; a step of T tokens chooses
+// n_expert (1 - (1 - k / n_expert)^T) distinct experts per routed layer, and
+// reads (1 - h) of them.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "model/hparams.h"
+#include "model/model_weights.h"
+#include "weights/expert_store.h"
+#include "weights/placement.h"
+
+namespace sluice::weights {
+
+StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const PlacementInputs& in, PlacementPlan p) {
+  ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(file.metadata));
+  if (file.format != "gguf") return unimplemented("only single GGUF files stream (this is {})", file.format);
+  if (!(in.disk_gbps > 0) || !(in.layer_compute_s > 0))
+    return invalid_argument("streaming needs the disk read rate and the compute time per layer (both > 0)");
+  // Expert tensors go to the disk tier; everything else stays resident.
+  std::vector<std::vector<TensorRange>> dense(static_cast<size_t>(p.n_layer));
+  for (TensorPlacement& t : p.tensors) {
+    if (t.layer < 0) continue;
+    const TensorInfo& info = file.tensors[t.index];
+    const TensorSpec* spec = hp.spec->find_tensor(info.name);
+    if (spec && spec->kind == TensorKind::kExperts) {
+      if (!t.from_file) return unimplemented("tensor '{}' cannot be read expert by expert from the file", info.name);
+      t.tier = Tier::kDisk;
+    } else if (!is_essential_tensor(t, info)) {
+      dense[static_cast<size_t>(t.layer)].push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
+    }
+  }
+  p.resident_layer_bytes = 0;
+  for (int64_t l = 0; l < p.n_layer; ++l) {
+    LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
+    const ExtentLayout lay = layout_extents(dense[static_cast<size_t>(l)], kDirectAlign, in.max_gap);
+    lp.streamed = false;
+    lp.matrix_bytes = lay.tensor_bytes;
+    lp.extent_bytes = lay.buffer_bytes;
+    p.resident_layer_bytes += lay.buffer_bytes;
+  }
+  p.slot_bytes = 0;
+  p.n_ring_slots = p.n_ring_slots_planned = 0;
+  p.resident_bytes = p.essentials_bytes + p.resident_layer_bytes;
+  p.n_expert = hp.n_expert;
+  p.n_expert_used = hp.n_expert_used;
+  for (int64_t l = 0; l < hp.n_layer; ++l) p.n_layer_moe += hp.layer_is_moe(l);
+  p.n_experts_total = p.n_layer_moe * hp.n_expert;
+  p.expert_slot_bytes = ExpertStore::slot_bytes_for(file, hp);
+  p.expert_bytes = ExpertStore::expert_bytes_for(file, hp);
+  if (p.expert_slot_bytes == 0) return unimplemented("this model's experts cannot be read one by one from the file");
+
+  p.min_budget_bytes = p.resident_bytes + static_cast<uint64_t>(hp.n_expert) * p.expert_slot_bytes;
+  p.budget_bytes = in.mem_budget_bytes;
+  if (in.mem_budget_bytes < p.min_budget_bytes) {
+    return resource_exhausted(
+        "--mem-budget {} cannot work: the resident part (embeddings, attention, norms, routers{}) takes {} and "
+        "a pool of expert slots must hold one routed layer's {} experts x {} = {}; the smallest budget that "
+        "works is {} bytes ({})",
+        format_bytes(static_cast<double>(in.mem_budget_bytes)), hp.n_ff_shared > 0 ? ", shared experts" : "",
+        format_bytes(static_cast<double>(p.resident_bytes)), hp.n_expert,
+        format_bytes(static_cast<double>(p.expert_slot_bytes)),
+        format_bytes(static_cast<double>(hp.n_expert * p.expert_slot_bytes)), p.min_budget_bytes,
+        format_bytes(static_cast<double>(p.min_budget_bytes)));
+  }
+  p.n_expert_slots = std::min<int64_t>(p.n_experts_total,
+                                       static_cast<int64_t>((in.mem_budget_bytes - p.resident_bytes) / p.expert_slot_bytes));
+  p.host_bytes = p.resident_bytes + static_cast<uint64_t>(p.n_expert_slots) * p.expert_slot_bytes;
+  for (const TensorPlacement& t : p.tensors)
+    if (t.tier == Tier::kDisk) p.streamed_bytes += t.n_bytes;
+
+  const double k = static_cast<double>(hp.n_expert_used), e = static_cast<double>(hp.n_expert);
+  const double per_layer = static_cast<double>(p.n_expert_slots) / static_cast<double>(p.n_layer_moe);
+  p.expected_hit_rate = std::min(1.0, per_layer / e);
+  const double distinct = e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(p.tokens_per_step)));
+  p.expert_disk_bytes_per_step = static_cast<double>(p.n_layer_moe) * distinct * (1.0 - p.expected_hit_rate) *
+                                 static_cast<double>(p.expert_bytes);
+  p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
+  set_disk_figures(p, in.disk_gbps);
+  return p;
+}
+
+}  // namespace sluice::weights

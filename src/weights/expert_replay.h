@@ -1,0 +1,77 @@
+// Replaying a model's routing through an expert cache: how many of the experts
+// each routed layer chose were ready when it ran, what a predictor got right,
+// and how many experts had to be read, for a cache policy and a slot count.
+//
+// The trace is what the model reported per step and routed layer: the experts
+// its routing chose for the step's tokens, and the experts predicted for that
+// layer before it ran (model/model.h, predict_experts). The replay follows the
+// order the weight store sees at run time:
+//
+//   predict(l): each predicted expert not cached is read (a prefetch) and
+//               protected; the experts layer l-1 holds stay pinned
+//   route(l):   each chosen expert is a hit if cached (prefetched or kept),
+//               else read on demand (a miss); all are pinned, the layer's
+//               protections dropped, their use counted
+//   release(l): unpinned
+//
+// Ready = a hit at route(l) (it assumes a prefetch lands before its layer
+// routes; the weight store's own counters say whether it did). Pure function.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weights/expert_cache.h"
+
+namespace sluice::weights {
+
+struct RoutingTrace {
+  int64_t n_layer = 0;
+  int64_t n_expert = 0;
+  int64_t n_used = 0;
+  struct Layer {
+    std::vector<int32_t> chosen;     // [n_tok * n_used]; empty for dense layers
+    std::vector<int32_t> predicted;  // [n_tok * candidates] (-1: none) or empty (no prediction)
+  };
+  std::vector<std::vector<Layer>> steps;  // [step][layer]
+};
+
+struct ReplayOptions {
+  int64_t n_slots = 0;
+  CachePolicy policy = CachePolicy::kUsage;
+  bool use_prediction = true;
+};
+
+struct LayerReplay {
+  int64_t chosen = 0;            // distinct experts chosen, summed over steps
+  int64_t predicted = 0;         // distinct experts predicted
+  int64_t predicted_chosen = 0;  // of them, chosen
+  int64_t ready = 0;             // chosen experts already in a slot when the layer routed
+  int64_t prefetched = 0;        // experts read because they were predicted
+  int64_t fetched = 0;           // experts read in all (prefetches + misses)
+
+  double recall() const { return chosen ? static_cast<double>(predicted_chosen) / chosen : 0.0; }
+  double precision() const { return predicted ? static_cast<double>(predicted_chosen) / predicted : 0.0; }
+  double ready_rate() const { return chosen ? static_cast<double>(ready) / chosen : 0.0; }
+  // Experts read (prefetches and misses) per chosen expert: the disk traffic
+  // against what the chosen experts alone need.
+  double read_ratio() const { return chosen ? static_cast<double>(fetched) / chosen : 0.0; }
+  // What the predictor alone would read (its predictions plus the chosen
+  // experts it missed), per chosen expert: 1 is a perfect predictor.
+  double predictor_fetch_ratio() const {
+    return chosen ? static_cast<double>(predicted + chosen - predicted_chosen) / chosen : 0.0;
+  }
+};
+
+// Per layer (dense layers all zero). Errors are the caller's: CHECKs that the
+// trace fits n_layer x n_expert and that a step's layer needs at most n_slots.
+std::vector<LayerReplay> replay_routing(const RoutingTrace& trace, const ReplayOptions& options);
+
+// The per-layer table (recall, precision, predictor fetch ratio, ready rate,
+// reads per step and per chosen expert), with the totals.
+std::string replay_table(const std::vector<LayerReplay>& layers, int64_t n_steps);
+// Sums over layers [first, last].
+LayerReplay replay_total(const std::vector<LayerReplay>& layers, int64_t first = 0, int64_t last = -1);
+
+}  // namespace sluice::weights

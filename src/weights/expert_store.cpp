@@ -1,0 +1,332 @@
+#include "weights/expert_store.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "base/check.h"
+#include "model/model_weights.h"
+
+namespace sluice::weights {
+namespace {
+
+constexpr TensorRole kExpertRoles[3] = {TensorRole::kFfnGateExps, TensorRole::kFfnUpExps, TensorRole::kFfnDownExps};
+
+// The three stacked tensors of a routed layer, or an error naming what is wrong.
+StatusOr<std::array<const TensorInfo*, 3>> expert_tensors(const ModelFile& file, const ModelHparams& hp, int64_t l) {
+  std::array<const TensorInfo*, 3> out{};
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = gguf_tensor_name(*hp.spec->find(kExpertRoles[i]), l);
+    const TensorInfo* t = file.find(name);
+    if (!t) return data_loss("tensor '{}' is missing", name);
+    if (t->file_offset < 0 || t->n_bytes % static_cast<uint64_t>(hp.n_expert) != 0)
+      return unimplemented("tensor '{}' cannot be read expert by expert from the file", name);
+    out[static_cast<size_t>(i)] = t;
+  }
+  return out;
+}
+
+ExtentLayout expert_layout(const std::array<const TensorInfo*, 3>& t, int64_t n_expert, int64_t e) {
+  TensorRange ranges[3];
+  for (size_t i = 0; i < 3; ++i) {
+    const uint64_t slice = t[i]->n_bytes / static_cast<uint64_t>(n_expert);
+    ranges[i] = {static_cast<uint64_t>(t[i]->file_offset) + static_cast<uint64_t>(e) * slice, slice};
+  }
+  return layout_extents(ranges, kDirectAlign);
+}
+
+}  // namespace
+
+ExpertLayerStats ExpertStatsSnapshot::total() const {
+  ExpertLayerStats t;
+  for (const ExpertLayerStats& l : layers) {
+    t.chosen += l.chosen;
+    t.predicted += l.predicted;
+    t.predicted_chosen += l.predicted_chosen;
+    t.ready += l.ready;
+    t.late += l.late;
+    t.missed += l.missed;
+    t.prefetch_reads += l.prefetch_reads;
+    t.cancelled += l.cancelled;
+    t.resident += l.resident;
+  }
+  return t;
+}
+
+std::string ExpertStatsSnapshot::table() const {
+  std::string s = fmt::format("experts ({} slots, {} policy): {:.1f} MB read from disk, {:.1f} MB used from slots\n",
+                              n_slots, cache_policy_name(policy), static_cast<double>(disk_bytes) / 1e6,
+                              static_cast<double>(host_bytes) / 1e6);
+  s += fmt::format("  {:>5} {:>9} {:>8} {:>9} {:>8} {:>6} {:>7} {:>9}\n", "layer", "resident", "recall", "precision",
+                   "hit", "late", "missed", "cancelled");
+  auto row = [&](const std::string& name, const ExpertLayerStats& l) {
+    s += fmt::format("  {:>5} {:>9} {:>7.1f}% {:>8.1f}% {:>7.1f}% {:>6} {:>7} {:>9}\n", name, l.resident,
+                     100 * l.recall(), 100 * l.precision(), 100 * l.hit_rate(), l.late, l.missed, l.cancelled);
+  };
+  for (size_t l = 0; l < layers.size(); ++l)
+    if (layers[l].chosen > 0 || layers[l].resident > 0) row(std::to_string(l), layers[l]);
+  row("all", total());
+  return s;
+}
+
+std::string ExpertStatsSnapshot::prometheus() const {
+  std::string s;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const ExpertLayerStats& x = layers[l];
+    if (x.chosen == 0 && x.resident == 0) continue;
+    auto line = [&](const char* name, double v) { s += fmt::format("{}{{layer=\"{}\"}} {}\n", name, l, v); };
+    line("sluice_experts_chosen_total", static_cast<double>(x.chosen));
+    line("sluice_experts_predicted_total", static_cast<double>(x.predicted));
+    line("sluice_experts_predicted_chosen_total", static_cast<double>(x.predicted_chosen));
+    line("sluice_experts_ready_total", static_cast<double>(x.ready));
+    line("sluice_experts_missed_total", static_cast<double>(x.missed));
+    line("sluice_experts_resident", static_cast<double>(x.resident));
+  }
+  s += fmt::format("sluice_weights_read_bytes_total{{tier=\"disk\",kind=\"experts\"}} {}\n", static_cast<double>(disk_bytes));
+  s += fmt::format("sluice_weights_read_bytes_total{{tier=\"host\",kind=\"experts\"}} {}\n", static_cast<double>(host_bytes));
+  return s;
+}
+
+uint64_t ExpertStore::slot_bytes_for(const ModelFile& file, const ModelHparams& hp) {
+  uint64_t most = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    if (!hp.layer_is_moe(l)) continue;
+    auto t = expert_tensors(file, hp, l);
+    if (!t.ok()) continue;
+    for (int64_t e = 0; e < hp.n_expert; ++e) most = std::max(most, expert_layout(*t, hp.n_expert, e).buffer_bytes);
+  }
+  return most;
+}
+
+uint64_t ExpertStore::expert_bytes_for(const ModelFile& file, const ModelHparams& hp) {
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    if (!hp.layer_is_moe(l)) continue;
+    auto t = expert_tensors(file, hp, l);
+    if (!t.ok()) return 0;
+    uint64_t n = 0;
+    for (const TensorInfo* x : *t) n += x->n_bytes / static_cast<uint64_t>(hp.n_expert);
+    return n;
+  }
+  return 0;
+}
+
+ExpertStore::ExpertStore(const ModelHparams& hp, const ExpertStoreOptions& o, BandwidthArbiter& arbiter,
+                         WeightCounters& counters)
+    : hp_(hp),
+      arbiter_(arbiter),
+      counters_(counters),
+      slot_bytes_(o.slot_bytes),
+      cache_({.n_layer = hp.n_layer, .n_expert = hp.n_expert, .n_slots = o.n_slots, .policy = o.policy}),
+      io_(static_cast<size_t>(o.n_slots)),
+      predicted_(static_cast<size_t>(hp.n_layer * hp.n_expert), 0),
+      layer_counters_(new LayerCounters[static_cast<size_t>(hp.n_layer)]),
+      resident_(new std::atomic<int64_t>[static_cast<size_t>(hp.n_layer)]),
+      policy_(o.policy) {
+  for (int64_t l = 0; l < hp.n_layer; ++l) resident_[static_cast<size_t>(l)].store(0);
+  pinned_.reserve(static_cast<size_t>(hp.n_expert));
+  in_flight_.reserve(static_cast<size_t>(o.n_slots));
+}
+
+ExpertStore::~ExpertStore() {
+  for (int64_t s : in_flight_) arbiter_.cancel(io_[static_cast<size_t>(s)].transfer);
+}
+
+StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::open(const ModelFile& file, const ModelHparams& hp,
+                                                         const ExpertStoreOptions& o, BandwidthArbiter& arbiter,
+                                                         WeightCounters& counters) {
+  if (!hp.is_moe()) return invalid_argument("expert streaming needs a mixture-of-experts model");
+  if (o.n_slots < hp.n_expert)
+    return invalid_argument("{} expert slots cannot hold the {} experts one layer may need", o.n_slots, hp.n_expert);
+  std::unique_ptr<ExpertStore> s(new ExpertStore(hp, o, arbiter, counters));
+  s->experts_.resize(static_cast<size_t>(hp.n_layer * hp.n_expert));
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    if (!hp.layer_is_moe(l)) continue;
+    ASSIGN_OR_RETURN(auto t, expert_tensors(file, hp, l));
+    for (int64_t e = 0; e < hp.n_expert; ++e) {
+      ExpertInfo& x = s->info(l, e);
+      x.layout = expert_layout(t, hp.n_expert, e);
+      if (x.layout.buffer_bytes > o.slot_bytes)
+        return invalid_argument("expert {} of layer {} needs {} bytes but slots hold {}", e, l, x.layout.buffer_bytes,
+                                o.slot_bytes);
+      for (size_t i = 0; i < 3; ++i) x.offsets[i] = x.layout.tensor_offsets[i];
+    }
+    if (s->expert_bytes_ == 0)
+      for (const TensorInfo* x : t) s->expert_bytes_ += x->n_bytes / static_cast<uint64_t>(hp.n_expert);
+  }
+  ASSIGN_OR_RETURN(s->pool_, AlignedBuffer::allocate(static_cast<uint64_t>(o.n_slots) * o.slot_bytes));
+  return s;
+}
+
+void ExpertStore::stop_read(int64_t slot) {
+  SlotIo& io = io_[static_cast<size_t>(slot)];
+  if (!io.transfer) return;
+  uint64_t bytes = 0;
+  arbiter_.cancel(io.transfer, &bytes);
+  disk_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  counters_.add_disk_read(bytes);
+  io = SlotIo{};
+  in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), slot));
+}
+
+void ExpertStore::forget(int64_t slot) {
+  stop_read(slot);
+  const int64_t layer = cache_.slot_layer(slot);
+  if (layer >= 0) resident_[static_cast<size_t>(layer)].fetch_sub(1, std::memory_order_relaxed);
+  cache_.clear_slot(slot);
+}
+
+void ExpertStore::retire_landed() {
+  for (size_t i = 0; i < in_flight_.size();) {
+    SlotIo& io = io_[static_cast<size_t>(in_flight_[i])];
+    if (!arbiter_.landed(io.transfer)) {
+      ++i;
+      continue;
+    }
+    const TransferResult r = arbiter_.wait(io.transfer);
+    disk_bytes_.fetch_add(r.bytes, std::memory_order_relaxed);
+    counters_.add_disk_read(r.bytes);
+    io.transfer = 0;
+    const int64_t slot = in_flight_[i];
+    in_flight_[i] = in_flight_.back();
+    in_flight_.pop_back();
+    if (!r.status.ok()) forget(slot);  // a failed read holds nothing
+  }
+}
+
+StatusOr<bool> ExpertStore::start(int64_t layer, int64_t expert, TransferClass cls, bool predicted) {
+  const ExpertCache::Placement p = cache_.insert(layer, expert);
+  if (p.slot < 0) return false;
+  stop_read(p.slot);  // the evicted expert's read, if it was still going
+  resident_[static_cast<size_t>(layer)].fetch_add(1, std::memory_order_relaxed);
+  if (p.evicted_layer >= 0) resident_[static_cast<size_t>(p.evicted_layer)].fetch_sub(1, std::memory_order_relaxed);
+  const ExpertInfo& x = info(layer, expert);
+  StatusOr<TransferId> id =
+      arbiter_.submit(cls, x.layout.extents, pool_.data() + static_cast<uint64_t>(p.slot) * slot_bytes_);
+  if (!id.ok()) {
+    forget(p.slot);
+    return id.status();
+  }
+  io_[static_cast<size_t>(p.slot)] = SlotIo{.transfer = *id, .cls = cls, .predicted = predicted};
+  in_flight_.push_back(p.slot);
+  return true;
+}
+
+void ExpertStore::predict(int64_t layer, std::span<const int32_t> experts) {
+  retire_landed();
+  LayerCounters& c = layer_counters_[static_cast<size_t>(layer)];
+  for (int32_t e : experts) {
+    predicted_[static_cast<size_t>(layer * hp_.n_expert + e)] = 1;
+    cache_.protect(layer, e);
+    if (cache_.slot_of(layer, e) >= 0) continue;
+    // A prefetch that finds no slot or no transfer record is dropped: the
+    // expert is read on demand if it is chosen.
+    StatusOr<bool> started = start(layer, e, TransferClass::kPrefetch, true);
+    if (started.ok() && *started) c.prefetch_reads.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
+  CHECK(pinned_.empty());  // release() the previous layer first
+  retire_landed();
+  LayerCounters& c = layer_counters_[static_cast<size_t>(layer)];
+  int32_t* pred = predicted_.data() + layer * hp_.n_expert;
+  cache_.unprotect_layer(layer);
+  // Predictions the routing did not choose: stop those still reading.
+  uint64_t n_predicted = 0, n_predicted_chosen = 0;
+  for (int64_t e = 0; e < hp_.n_expert; ++e) {
+    if (!pred[e]) continue;
+    ++n_predicted;
+    const bool chosen = std::find(experts.begin(), experts.end(), static_cast<int32_t>(e)) != experts.end();
+    n_predicted_chosen += chosen;
+    const int64_t slot = cache_.slot_of(layer, e);
+    if (!chosen && slot >= 0 && io_[static_cast<size_t>(slot)].transfer) {
+      forget(slot);
+      c.cancelled.fetch_add(1, std::memory_order_relaxed);
+    }
+    pred[e] = 0;
+  }
+  c.predicted.fetch_add(n_predicted, std::memory_order_relaxed);
+  c.predicted_chosen.fetch_add(n_predicted_chosen, std::memory_order_relaxed);
+  c.chosen.fetch_add(experts.size(), std::memory_order_relaxed);
+  // Chosen experts: in a slot (landed, or still reading: promoted), or read now.
+  for (int32_t e : experts) {
+    int64_t slot = cache_.slot_of(layer, e);
+    if (slot >= 0) {
+      SlotIo& io = io_[static_cast<size_t>(slot)];
+      if (!io.transfer || arbiter_.landed(io.transfer)) {
+        c.ready.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        c.late.fetch_add(1, std::memory_order_relaxed);
+        if (io.cls != TransferClass::kCritical) {
+          arbiter_.reprioritize(io.transfer, TransferClass::kCritical);
+          io.cls = TransferClass::kCritical;
+        }
+      }
+    } else {
+      c.missed.fetch_add(1, std::memory_order_relaxed);
+      ASSIGN_OR_RETURN(const bool started, start(layer, e, TransferClass::kCritical, false));
+      if (!started) return resource_exhausted("no free expert slot for expert {} of layer {}", e, layer);
+      slot = cache_.slot_of(layer, e);
+    }
+    cache_.pin(layer, e);
+    cache_.note_use(layer, e);
+    pinned_.push_back(e);
+  }
+  pinned_layer_ = layer;
+  // Wait for the reads the layer needs.
+  double stall_s = 0;
+  Status status;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const int64_t slot = cache_.slot_of(layer, experts[i]);
+    SlotIo& io = io_[static_cast<size_t>(slot)];
+    if (io.transfer) {
+      const bool landed = arbiter_.landed(io.transfer);
+      const TransferResult r = arbiter_.wait(io.transfer);
+      if (!landed) stall_s += r.wait_s;
+      disk_bytes_.fetch_add(r.bytes, std::memory_order_relaxed);
+      counters_.add_disk_read(r.bytes);
+      io.transfer = 0;
+      in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), slot));
+      if (!r.status.ok() && status.ok()) status = r.status.with_context(fmt::format("reading expert {} of layer {}", experts[i], layer));
+    }
+    const uint8_t* base = pool_.data() + static_cast<uint64_t>(slot) * slot_bytes_;
+    const ExpertInfo& x = info(layer, experts[i]);
+    out[i] = ExpertPointers{base + x.offsets[0], base + x.offsets[1], base + x.offsets[2]};
+  }
+  if (stall_s > 0) counters_.add_stall(stall_s);
+  host_bytes_.fetch_add(expert_bytes_ * experts.size(), std::memory_order_relaxed);
+  counters_.add_host_read(expert_bytes_ * experts.size());
+  return status;
+}
+
+void ExpertStore::release(int64_t layer) {
+  if (pinned_layer_ != layer) return;
+  for (int32_t e : pinned_) cache_.unpin(layer, e);
+  pinned_.clear();
+  pinned_layer_ = -1;
+}
+
+void ExpertStore::end_step() { cache_.end_step(); }
+
+ExpertStatsSnapshot ExpertStore::stats() const {
+  ExpertStatsSnapshot s{.n_slots = cache_.n_slots(), .policy = policy_};
+  s.layers.resize(static_cast<size_t>(hp_.n_layer));
+  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+    const LayerCounters& c = layer_counters_[static_cast<size_t>(l)];
+    ExpertLayerStats& x = s.layers[static_cast<size_t>(l)];
+    x.chosen = c.chosen.load(std::memory_order_relaxed);
+    x.predicted = c.predicted.load(std::memory_order_relaxed);
+    x.predicted_chosen = c.predicted_chosen.load(std::memory_order_relaxed);
+    x.ready = c.ready.load(std::memory_order_relaxed);
+    x.late = c.late.load(std::memory_order_relaxed);
+    x.missed = c.missed.load(std::memory_order_relaxed);
+    x.prefetch_reads = c.prefetch_reads.load(std::memory_order_relaxed);
+    x.cancelled = c.cancelled.load(std::memory_order_relaxed);
+    x.resident = resident_[static_cast<size_t>(l)].load(std::memory_order_relaxed);
+  }
+  s.disk_bytes = disk_bytes_.load(std::memory_order_relaxed);
+  s.host_bytes = host_bytes_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace sluice::weights

@@ -1,0 +1,149 @@
+// ExpertStore: a routed model's experts, one expert of one layer at a time,
+// in a pool of slots in the compute tier, fed from the model file.
+//
+// An expert is its three slices of the layer's stacked tensors (gate, up and
+// down rows e*n_ff .. (e+1)*n_ff): three aligned extents read with O_DIRECT
+// through the arbiter into one slot. Which experts the slots hold is the
+// ExpertCache's decision (expert_cache.h: pinned while their layer runs,
+// protected while predicted, the least used given up first).
+//
+//   predict(l, likely)      before layer l routes: each likely expert not in a
+//                           slot is read at prefetch priority, and all are
+//                           protected from eviction
+//   acquire(l, chosen)      after it routes: predictions it did not choose are
+//                           cancelled if still reading (else left as cache);
+//                           chosen experts not in a slot are read at critical
+//                           priority, prefetches still reading are promoted;
+//                           blocks until all have landed (stall time)
+//   release(l)              unpins them
+//
+// Counted per layer: chosen, predicted, predicted and chosen (precision and
+// recall), ready (landed when the layer routed), late (a prefetch still
+// reading), missed (read on demand), and bytes: read from disk, served from
+// slots. Threads: calls from the forward pass's thread; counters() from any.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "format/model_file.h"
+#include "model/hparams.h"
+#include "model/weight_source.h"
+#include "weights/arbiter.h"
+#include "weights/expert_cache.h"
+#include "weights/extent_layout.h"
+#include "weights/weight_counters.h"
+
+namespace sluice::weights {
+
+struct ExpertLayerStats {
+  uint64_t chosen = 0;            // distinct experts routing chose (summed over steps)
+  uint64_t predicted = 0;         // distinct experts predicted
+  uint64_t predicted_chosen = 0;  // predicted and chosen
+  uint64_t ready = 0;             // chosen and landed when the layer routed
+  uint64_t late = 0;              // chosen, predicted, still reading
+  uint64_t missed = 0;            // chosen, not in a slot: read on demand
+  uint64_t prefetch_reads = 0;    // experts read because they were predicted
+  uint64_t cancelled = 0;         // prefetches stopped (not chosen)
+  int64_t resident = 0;           // experts of this layer in slots now
+
+  double recall() const { return chosen ? static_cast<double>(predicted_chosen) / static_cast<double>(chosen) : 0.0; }
+  double precision() const {
+    return predicted ? static_cast<double>(predicted_chosen) / static_cast<double>(predicted) : 0.0;
+  }
+  double hit_rate() const { return chosen ? static_cast<double>(ready) / static_cast<double>(chosen) : 0.0; }
+};
+
+struct ExpertStatsSnapshot {
+  std::vector<ExpertLayerStats> layers;  // [n_layer]; dense layers all zero
+  uint64_t disk_bytes = 0;               // expert bytes read from the file
+  uint64_t host_bytes = 0;               // expert bytes the layers used from slots
+  int64_t n_slots = 0;
+  CachePolicy policy = CachePolicy::kUsage;
+
+  ExpertLayerStats total() const;
+  // Per layer: resident experts, recall, precision, hit rate; Prometheus lines.
+  std::string table() const;
+  std::string prometheus() const;
+};
+
+struct ExpertStoreOptions {
+  int64_t n_slots = 0;
+  uint64_t slot_bytes = 0;   // at least the largest expert's aligned extents
+  CachePolicy policy = CachePolicy::kUsage;
+};
+
+class ExpertStore {
+ public:
+  // The largest aligned buffer one expert of this model needs.
+  static uint64_t slot_bytes_for(const ModelFile& file, const ModelHparams& hp);
+  // One expert's own bytes (its three slices), the same for every expert of a model.
+  static uint64_t expert_bytes_for(const ModelFile& file, const ModelHparams& hp);
+
+  // Errors: the file has no stacked expert tensors by offset; slot allocation.
+  static StatusOr<std::unique_ptr<ExpertStore>> open(const ModelFile& file, const ModelHparams& hp,
+                                                     const ExpertStoreOptions& options, BandwidthArbiter& arbiter,
+                                                     WeightCounters& counters);
+  ~ExpertStore();
+
+  void predict(int64_t layer, std::span<const int32_t> experts);
+  Status acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out);
+  void release(int64_t layer);
+  void end_step();
+
+  ExpertStatsSnapshot stats() const;
+  int64_t n_slots() const { return cache_.n_slots(); }
+
+ private:
+  struct ExpertInfo {
+    ExtentLayout layout;       // gate, up, down slices
+    uint64_t offsets[3] = {};  // where they land in a slot
+  };
+  struct SlotIo {
+    TransferId transfer = 0;   // a read not yet retired
+    TransferClass cls = TransferClass::kPrefetch;
+    bool predicted = false;    // read because of a prediction
+  };
+  struct LayerCounters {
+    std::atomic<uint64_t> chosen{0}, predicted{0}, predicted_chosen{0}, ready{0}, late{0}, missed{0},
+        prefetch_reads{0}, cancelled{0};
+  };
+
+  ExpertStore(const ModelHparams& hp, const ExpertStoreOptions& options, BandwidthArbiter& arbiter,
+              WeightCounters& counters);
+  ExpertInfo& info(int64_t layer, int64_t expert) { return experts_[static_cast<size_t>(layer * hp_.n_expert + expert)]; }
+  // Reads (l, e) into a slot the cache chooses; false if every slot is pinned.
+  // Errors: no transfer record free.
+  StatusOr<bool> start(int64_t layer, int64_t expert, TransferClass cls, bool predicted);
+  // Stops a slot's read (if any) and retires it.
+  void stop_read(int64_t slot);
+  // Empties a slot (its read stopped first).
+  void forget(int64_t slot);
+  // Retires reads that have landed, so transfer records stay few.
+  void retire_landed();
+
+  ModelHparams hp_;
+  BandwidthArbiter& arbiter_;
+  WeightCounters& counters_;
+  uint64_t slot_bytes_ = 0;
+  uint64_t expert_bytes_ = 0;
+  ExpertCache cache_;
+  AlignedBuffer pool_;                       // [n_slots, slot_bytes]
+  std::vector<ExpertInfo> experts_;          // [n_layer * n_expert]
+  std::vector<SlotIo> io_;                   // [n_slots]
+  std::vector<int64_t> in_flight_;           // slots with a read not retired
+  std::vector<int32_t> pinned_;              // experts pinned for pinned_layer_
+  int64_t pinned_layer_ = -1;
+  std::vector<int32_t> predicted_;           // [n_layer * n_expert] 1: predicted since the layer last routed
+  std::unique_ptr<LayerCounters[]> layer_counters_;  // [n_layer]
+  std::unique_ptr<std::atomic<int64_t>[]> resident_;  // [n_layer] experts in slots (for stats())
+  std::atomic<uint64_t> disk_bytes_{0};
+  std::atomic<uint64_t> host_bytes_{0};
+  CachePolicy policy_;
+};
+
+}  // namespace sluice::weights

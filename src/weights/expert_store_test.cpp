@@ -1,0 +1,113 @@
+// The expert cache's rules, and routed models streamed expert by expert giving
+// the tokens they give resident.
+#include <gtest/gtest.h>
+
+#include "base/test_data.h"
+#include "model/generate.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "sample/sampler.h"
+#include "weights/expert_cache.h"
+#include "weights/store_source.h"
+#include "weights/weights_test_util.h"
+
+namespace sluice::weights {
+namespace {
+
+TEST(ExpertCache, PinnedStayProtectedGoLastLeastUsedGoFirst) {
+  ExpertCache c({.n_layer = 2, .n_expert = 4, .n_slots = 3, .policy = CachePolicy::kUsage});
+  EXPECT_EQ(c.insert(0, 0).slot, 0);
+  EXPECT_EQ(c.insert(0, 1).slot, 1);
+  EXPECT_EQ(c.insert(0, 2).slot, 2);
+  for (int i = 0; i < 3; ++i) c.note_use(0, 1);  // expert 1 is the most used
+  c.note_use(0, 2);
+  c.note_use(0, 0);
+  c.pin(0, 0);
+  // Full: the least used unpinned expert (0, 2) gives way, not (0, 0), pinned.
+  ExpertCache::Placement p = c.insert(1, 3);
+  EXPECT_EQ(p.evicted_layer, 0);
+  EXPECT_EQ(p.evicted_expert, 2);
+  EXPECT_EQ(c.slot_of(0, 2), -1);
+  EXPECT_EQ(c.count_layer(1), 1);
+  // A protected (predicted) expert goes after every unprotected one.
+  c.protect(1, 3);
+  p = c.insert(1, 0);
+  EXPECT_EQ(p.evicted_expert, 1);  // (1, 3) is less used but protected
+  c.unprotect_layer(1);
+  c.unpin(0, 0);
+  // Nothing left but pinned slots: no room.
+  c.pin(0, 0);
+  c.pin(1, 0);
+  c.pin(1, 3);
+  EXPECT_EQ(c.insert(0, 3).slot, -1);
+}
+
+TEST(ExpertCache, LruEvictsTheLeastRecentlyUsed) {
+  ExpertCache c({.n_layer = 1, .n_expert = 4, .n_slots = 2, .policy = CachePolicy::kLru});
+  c.insert(0, 0);
+  c.insert(0, 1);
+  for (int i = 0; i < 5; ++i) c.note_use(0, 0);
+  c.note_use(0, 1);  // used once, but last
+  EXPECT_EQ(c.insert(0, 2).evicted_expert, 0);
+}
+
+std::vector<int32_t> greedy(const std::shared_ptr<const ModelFile>& file, std::shared_ptr<LayerWeightSource> source,
+                            const std::vector<int32_t>& prompt, int n) {
+  auto m = Model::load(file, ModelOptions{.n_threads = 2, .weights = std::move(source)});
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  if (!m.ok()) return {};
+  KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + n);
+  Sampler s(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));
+  auto r = generate(**m, kv, prompt, s, GenerateParams{.n_predict = n});
+  EXPECT_TRUE(r.ok());
+  return r->tokens;
+}
+
+// Streamed under `budget` (0: the smallest workable), the same greedy tokens.
+void expect_streamed_equals_resident(const std::shared_ptr<const ModelFile>& file, uint64_t budget,
+                                     const std::vector<int32_t>& prompt) {
+  const auto resident = greedy(file, nullptr, prompt, 40);
+  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
+  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = budget, .n_threads = 2, .direct = direct});
+  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+  const PlacementPlan& plan = setup->source->store().plan();
+  ASSERT_GT(plan.n_expert_slots, 0);
+  EXPECT_EQ(plan.n_streamed, 0);  // experts stream one by one, layers stay
+  EXPECT_LT(plan.host_bytes, plan.total_tensor_bytes);
+  EXPECT_EQ(greedy(file, setup->source, prompt, 40), resident);
+  const ExpertStatsSnapshot s = setup->source->store().expert_stats();
+  EXPECT_GT(s.total().chosen, 0u);
+  EXPECT_GT(s.total().predicted, 0u);
+  EXPECT_GT(s.disk_bytes, 0u);
+  EXPECT_LE(s.total().resident, plan.n_expert_slots);
+}
+
+TEST(ExpertStore, StoriesMoeStreamedExpertByExpertGivesTheResidentTokens) {
+  const std::string path = sluice::testing::model_path("stories-moe/stories-moe.gguf");
+  SKIP_UNLESS_EXISTS(path);
+  auto mf = open_model_file(path);
+  ASSERT_TRUE(mf.ok());
+  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  // Far below the model: resident parts plus 17 expert slots.
+  EXPECT_FALSE(open_streaming(file, {.mem_budget_bytes = 1'000'000, .n_threads = 2}).ok());
+  expect_streamed_equals_resident(file, 2'200'000, {1, 403, 407, 261, 378});
+}
+
+TEST(ExpertStore, SynthQwen2MoeAtAThirdOfItsSizeGivesTheResidentTokens) {
+  // The qwen2moe family with many small experts, as the real ones have (most
+  // of the bytes are experts).
+  SynthShape shape = synth_preset("tiny-qwen2moe").value();
+  shape.n_vocab = 1024;
+  shape.n_expert = 48;
+  shape.n_ff_shared = 256;
+  const std::string path = testing::scratch_dir() + "/expert_store_qwen2moe.gguf";
+  auto bytes = write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 4, .n_threads = 2}, path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  auto mf = open_model_file(path);
+  ASSERT_TRUE(mf.ok());
+  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  expect_streamed_equals_resident(file, file->total_tensor_bytes() / 3, {1, 300, 301, 302, 500, 77});
+}
+
+}  // namespace
+}  // namespace sluice::weights
