@@ -6,6 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "base/metrics.h"
+#include "base/test_data.h"
 #include "model/synth.h"
 #include "sluice/engine.h"
 #include "weights/placement.h"
@@ -62,6 +66,31 @@ TEST(StreamedEngine, SameTokensAsResidentForConcurrentRequests) {
   const auto got = run_all(**streamed, 4);
   ASSERT_EQ(got.size(), want.size());
   for (auto& [id, toks] : want) EXPECT_EQ(got.at(id), toks) << "request " << id;
+}
+
+// A routed model with its experts streamed one by one through the engine:
+// the same tokens, and the per-layer expert figures in the engine's report,
+// its JSON and the metric registry (what /metrics serves).
+TEST(StreamedEngine, MixtureOfExpertsStreamsExpertByExpert) {
+  const std::string path = testing::model_path("stories-moe/stories-moe.gguf");
+  SKIP_UNLESS_EXISTS(path);
+  EngineConfig cfg{.model_path = path, .n_threads = 2, .max_seqs = 4, .ctx_size = 64, .check_invariants = true};
+  auto resident = Engine::create(cfg);
+  ASSERT_TRUE(resident.ok()) << resident.status().to_string();
+  const auto want = run_all(**resident, 4);
+  resident->reset();
+
+  cfg.mem_budget_bytes = 2'400'000;
+  auto streamed = Engine::create(cfg);
+  ASSERT_TRUE(streamed.ok()) << streamed.status().to_string();
+  EXPECT_NE((*streamed)->placement_report().find("experts: a pool of"), std::string::npos) << (*streamed)->placement_report();
+  const auto got = run_all(**streamed, 4);
+  for (auto& [id, toks] : want) EXPECT_EQ(got.at(id), toks) << "request " << id;
+  EXPECT_NE((*streamed)->weights_report().find("recall"), std::string::npos);
+  const auto j = nlohmann::json::parse((*streamed)->weights_json());
+  EXPECT_GT(j["experts"]["recall"].get<double>(), 0.5);
+  streamed->reset();  // the last figures are published as the engine stops
+  EXPECT_GT(global_metrics().value("sluice_expert_recall", "layer=\"1\""), 0.5);
 }
 
 }  // namespace

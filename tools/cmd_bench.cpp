@@ -233,6 +233,7 @@ int run(const BenchArgs& a) {
       j["weights_overlap_efficiency"] = w.overlap_efficiency();
       j["weights_resident_fraction"] = w.resident_fraction();
       j["weights_disk_in_flight_gbps"] = stream->store().arbiter_stats().in_flight_gbps();
+      if (stream->store().streams_experts()) j["experts"] = stream->store().expert_stats().json(w);
     }
     j["pp_tokens"] = a.n_prompt;
     j["tg_tokens"] = a.n_gen;
@@ -291,6 +292,14 @@ int run(const BenchArgs& a) {
                dtype_name(cal->matmul_type));
   }
   fmt::print("\n");
+  if (stream) {
+    const weights::WeightCountersSnapshot w = stream->store().counters();
+    fmt::print("{}\n", w.summary());
+    if (stream->store().streams_experts()) {
+      const weights::ExpertStatsSnapshot ex = stream->store().expert_stats();
+      fmt::print("{}\n{}", ex.per_token(w), ex.table());
+    }
+  }
   return 0;
 }
 

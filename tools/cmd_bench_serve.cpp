@@ -70,6 +70,7 @@ struct BenchServeArgs {
   int64_t max_batch_tokens = 512;
   int64_t ctx_size = 0;
   uint64_t kv_budget_bytes = 0;
+  uint64_t mem_budget = 0;
   double sample_ms = 5;
   double timeout_s = 600;
   std::string dump_workload;
@@ -410,6 +411,7 @@ int run(const BenchServeArgs& a) {
                    .ctx_size = a.ctx_size,
                    .kv_budget_bytes = a.kv_budget_bytes,
                    .max_queued = std::max<int64_t>(1024, a.n_requests),
+                   .mem_budget_bytes = a.mem_budget,
                    .speculative = cfg.speculative,
                    .draft_model_path = cfg.draft_model_path,
                    .spec_max_draft = cfg.spec_max_draft,
@@ -421,6 +423,7 @@ int run(const BenchServeArgs& a) {
   Engine& engine = **engine_or;
   const double load_s = load_sw.seconds();
   fmt::print(stderr, "[sluice] bench-serve {}: loaded in {:.2f} s\n[sluice] {}\n", a.model, load_s, engine.summary());
+  if (!a.json && !engine.placement_report().empty()) fmt::print(stderr, "{}", engine.placement_report());
   if (const std::string spec = engine.speculative_summary(); !spec.empty()) fmt::print(stderr, "[sluice] {}\n", spec);
 
   auto items_or = make_workload(a, engine.tokenizer());
@@ -490,6 +493,7 @@ int run(const BenchServeArgs& a) {
     j["spec_accepted"] = es.spec_accepted;
     j["spec_acceptance_rate"] = es.spec_acceptance_rate();
     j["spec_tokens_per_pass"] = es.spec_tokens_per_pass();
+    if (const std::string w = engine.weights_json(); !w.empty()) j["weights"] = nlohmann::json::parse(w);
     j["config"] = {{"model", a.model},
                    {"requests", a.n_requests},
                    {"prompt_len", a.prompt_len},
@@ -521,6 +525,7 @@ int run(const BenchServeArgs& a) {
   fmt::print("KV blocks used: peak {:.1f}%, mean {:.1f}% ({} samples) | prefix cache hits {:.1f}% | preemptions {}\n",
              100 * fig.kv_util_peak, 100 * fig.kv_util_mean, fig.n_kv_samples, 100 * prefix_hit_rate, n_preemptions);
   if (const std::string spec = speculative_line(engine.stats()); !spec.empty()) fmt::print("{}\n", spec);
+  if (const std::string w = engine.weights_report(); !w.empty()) fmt::print("{}", w);
   return 0;
 }
 
@@ -547,6 +552,7 @@ Runner add_bench_serve(CLI::App& app) {
   c->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens per engine step")->capture_default_str();
   c->add_option("-c,--ctx-size", a->ctx_size, "positions per sequence (default: min(trained, 4096))");
   c->add_option("--kv-budget", a->kv_budget_bytes, "KV pool bytes (default: the engine's)");
+  add_mem_budget_option(c, &a->mem_budget);
   c->add_option("--sample-ms", a->sample_ms, "period of the KV use samples")->capture_default_str();
   c->add_option("--timeout", a->timeout_s, "abort and fail after this many seconds")->capture_default_str();
   c->add_option("--dump-workload", a->dump_workload,

@@ -180,7 +180,10 @@ int run(RunArgs a) {
     const weights::ArbiterStats io = lm.stream->store().arbiter_stats();
     fmt::print(stderr, "[sluice] {}\n[sluice] disk: {:.2f} GB read from the model file at {:.2f} GB/s while reads were in flight\n",
                lm.stream->store().counters().summary(), static_cast<double>(io.total_bytes()) / 1e9, io.in_flight_gbps());
-    if (lm.stream->store().streams_experts()) fmt::print(stderr, "[sluice] {}", lm.stream->store().expert_stats().table());
+    if (lm.stream->store().streams_experts()) {
+      const weights::ExpertStatsSnapshot ex = lm.stream->store().expert_stats();
+      fmt::print(stderr, "[sluice] {}\n[sluice] {}", ex.per_token(lm.stream->store().counters()), ex.table());
+    }
   }
   if (!lm.model->repack_summary().empty()) fmt::print(stderr, "[sluice] weights: {}\n", lm.model->repack_summary());
   return 0;

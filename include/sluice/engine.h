@@ -147,6 +147,11 @@ class Engine {
   std::string chat_template() const;
   // The weight placement map when weights stream (else "").
   std::string placement_report() const;
+  // When weights stream: the weight store's counters so far (bytes per tier
+  // per token, stall) and, for experts streamed one by one, the per-layer
+  // prediction and cache figures; as text, and as a JSON object. "" otherwise.
+  std::string weights_report() const;
+  std::string weights_json() const;
   int64_t n_vocab() const;
   // The speculative decoding setup ("" when off), for the startup log.
   std::string speculative_summary() const;

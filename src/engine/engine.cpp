@@ -148,6 +148,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e.sampling.reserve(static_cast<size_t>(config.max_seqs));
   e.tasks.reserve(static_cast<size_t>(config.max_seqs));
   e.metrics.kv_blocks_total->set(static_cast<double>(n_blocks));
+  if (e.stream && e.stream->store().streams_experts()) e.metrics.init_experts(e.model->hparams().n_layer);
   e.publish_stats();
   e.loop = std::thread([p = impl.get()] { p->run(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -233,27 +234,7 @@ int64_t Engine::ctx_size() const { return impl_->ctx; }
 std::string Engine::chat_template() const {
   return impl_->file->metadata.get_string("tokenizer.chat_template").value_or("");
 }
-std::string Engine::placement_report() const { return impl_->placement; }
-std::string Engine::speculative_summary() const {
-  const Impl& e = *impl_;
-  if (!e.proposer) return "";
-  return fmt::format("speculative decoding: {}, drafts of up to {} tokens{}", e.proposer->describe(),
-                     e.cfg.spec_max_draft, e.cfg.spec_adaptive ? ", length adapted to acceptance" : "");
-}
 int64_t Engine::n_vocab() const { return impl_->model->hparams().n_vocab; }
-
-std::string Engine::summary() const {
-  const Impl& e = *impl_;
-  const KvLayout& l = e.kv.layout();
-  return fmt::format(
-      "model {} | context {} per sequence | KV {} in {} blocks of {} tokens ({} tokens, {:.1f} MiB){} | "
-      "batch {} tokens, {} sequences | prefix caching {} | threads {}{}",
-      e.name, e.ctx, kv_dtype_name(l.dtype), e.kv.n_blocks(), l.block_size, e.kv.n_blocks() * l.block_size,
-      static_cast<double>(e.kv.bytes()) / (1 << 20),
-      e.host_kv ? fmt::format(", swap pool {} blocks", e.host_kv->n_blocks()) : "", e.cfg.max_batch_tokens,
-      e.cfg.max_seqs, e.cfg.prefix_caching ? "on" : "off", e.model->n_threads(),
-      e.model->repack_summary().empty() ? "" : " | " + e.model->repack_summary());
-}
 
 void Engine::Impl::run() {
   for (;;) {
@@ -579,6 +560,10 @@ void Engine::Impl::publish_stats() {
   st.spec_emitted = spec_emitted;
   metrics.publish(st);
   if (stream) metrics.publish_weights(stream->store().counters());
+  if (stream && stream->store().streams_experts() && (stop || now_seconds() - experts_published_s > 0.25)) {
+    metrics.publish_experts(stream->store().expert_stats());  // per layer: a few times a second is enough
+    experts_published_s = now_seconds();
+  }
   std::lock_guard<std::mutex> lock(stats_mu);
   snapshot = st;
 }

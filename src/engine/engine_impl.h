@@ -106,7 +106,8 @@ struct Engine::Impl {
   SeqId next_seq = 1;
   std::vector<SeqSampling> sampling;  // [scheduled sequences] of the step being run
   std::vector<spec::DraftTask> tasks;
-  spec::StepCost step_cost;           // target forward seconds against batch tokens
+  spec::StepCost step_cost;
+  double experts_published_s = 0;  // when the per-layer expert gauges were last set           // target forward seconds against batch tokens
   spec::DraftLength all_seqs_len{{.decay = 0.98}};  // acceptance over every sequence: the prior of new ones
   double draft_s_per_token = 0;       // proposer seconds per draft position (EMA)
   int64_t spec_drafted = 0, spec_accepted = 0, spec_passes = 0, spec_emitted = 0;

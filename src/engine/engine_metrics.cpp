@@ -1,5 +1,7 @@
 #include "engine/engine_metrics.h"
 
+#include <fmt/format.h>
+
 namespace sluice {
 
 EngineMetrics::EngineMetrics() {
@@ -60,6 +62,30 @@ void EngineMetrics::publish(const EngineStats& s) {
   prefix_hit_ratio->set(s.prefix_hit_rate);
   spec_acceptance->set(s.spec_acceptance_rate());
   spec_tokens_per_pass->set(s.spec_tokens_per_pass());
+}
+
+void EngineMetrics::init_experts(int64_t n_layer) {
+  MetricRegistry& r = global_metrics();
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const std::string label = fmt::format("layer=\"{}\"", l);
+    expert_recall.push_back(r.gauge("sluice_expert_recall", "Share of chosen experts the prediction named", label));
+    expert_precision.push_back(r.gauge("sluice_expert_precision", "Share of predicted experts the routing chose", label));
+    expert_hit_rate.push_back(r.gauge("sluice_expert_hit_rate", "Share of chosen experts in a slot when routed", label));
+    experts_resident.push_back(r.gauge("sluice_experts_resident", "Experts of the layer in slots", label));
+  }
+  expert_disk_bytes = r.gauge("sluice_expert_read_bytes", "Expert bytes read", "tier=\"disk\"");
+  expert_host_bytes = r.gauge("sluice_expert_read_bytes", "Expert bytes read", "tier=\"host\"");
+}
+
+void EngineMetrics::publish_experts(const weights::ExpertStatsSnapshot& s) {
+  for (size_t l = 0; l < s.layers.size() && l < expert_recall.size(); ++l) {
+    expert_recall[l]->set(s.layers[l].recall());
+    expert_precision[l]->set(s.layers[l].precision());
+    expert_hit_rate[l]->set(s.layers[l].hit_rate());
+    experts_resident[l]->set(static_cast<double>(s.layers[l].resident));
+  }
+  if (expert_disk_bytes) expert_disk_bytes->set(static_cast<double>(s.disk_bytes));
+  if (expert_host_bytes) expert_host_bytes->set(static_cast<double>(s.host_bytes));
 }
 
 void EngineMetrics::publish_weights(const weights::WeightCountersSnapshot& w) {

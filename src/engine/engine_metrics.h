@@ -13,11 +13,15 @@
 //   sluice_spec_draft_tokens_total, sluice_spec_accepted_tokens_total,
 //   sluice_spec_verify_passes_total, sluice_spec_emitted_tokens_total   counters
 //   sluice_spec_acceptance_rate, sluice_spec_tokens_per_pass            gauges
+//   sluice_expert_recall{layer}, sluice_expert_precision{layer},
+//   sluice_expert_hit_rate{layer}, sluice_experts_resident{layer},
+//   sluice_expert_read_bytes{tier="disk|host"}   gauges, when experts stream
 // Several engines in one process share these series.
 #pragma once
 
 #include "base/metrics.h"
 #include "sluice/engine.h"
+#include "weights/expert_store.h"
 #include "weights/weight_counters.h"
 
 namespace sluice {
@@ -27,6 +31,9 @@ struct EngineMetrics {
   void observe_finished(const RequestTimings& t, FinishReason reason);
   void publish(const EngineStats& s);
   void publish_weights(const weights::WeightCountersSnapshot& w);
+  // Creates the per-layer expert series (once, at engine creation).
+  void init_experts(int64_t n_layer);
+  void publish_experts(const weights::ExpertStatsSnapshot& s);
 
   Counter* requests[5];  // by FinishReason
   Counter* generated_tokens;
@@ -54,6 +61,10 @@ struct EngineMetrics {
   Counter* spec_emitted;
   Gauge* spec_acceptance;
   Gauge* spec_tokens_per_pass;
+  // [n_layer] each, empty unless experts stream.
+  std::vector<Gauge*> expert_recall, expert_precision, expert_hit_rate, experts_resident;
+  Gauge* expert_disk_bytes = nullptr;
+  Gauge* expert_host_bytes = nullptr;
 };
 
 }  // namespace sluice

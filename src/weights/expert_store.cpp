@@ -53,6 +53,39 @@ ExpertLayerStats ExpertStatsSnapshot::total() const {
   return t;
 }
 
+std::string ExpertStatsSnapshot::per_token(const WeightCountersSnapshot& w) const {
+  const double n = static_cast<double>(std::max<uint64_t>(1, w.n_tokens));
+  const double dense_host = static_cast<double>(w.host_read_bytes - std::min(w.host_read_bytes, host_bytes));
+  return fmt::format("per token: experts {:.2f} MB from disk + {:.2f} MB from slots, dense weights {:.2f} MB from "
+                     "host; stall {:.2f} ms",
+                     static_cast<double>(disk_bytes) / n / 1e6, static_cast<double>(host_bytes) / n / 1e6,
+                     dense_host / n / 1e6, w.stall_s / n * 1e3);
+}
+
+nlohmann::ordered_json ExpertStatsSnapshot::json(const WeightCountersSnapshot& w) const {
+  const double n = static_cast<double>(std::max<uint64_t>(1, w.n_tokens));
+  nlohmann::ordered_json j;
+  j["slots"] = n_slots;
+  j["policy"] = cache_policy_name(policy);
+  j["disk_bytes_per_token"] = static_cast<double>(disk_bytes) / n;
+  j["host_bytes_per_token"] = static_cast<double>(host_bytes) / n;
+  j["dense_host_bytes_per_token"] = static_cast<double>(w.host_read_bytes - std::min(w.host_read_bytes, host_bytes)) / n;
+  j["stall_s_per_token"] = w.stall_s / n;
+  const ExpertLayerStats t = total();
+  j["recall"] = t.recall();
+  j["precision"] = t.precision();
+  j["hit_rate"] = t.hit_rate();
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const ExpertLayerStats& x = layers[l];
+    if (x.chosen == 0 && x.resident == 0) continue;
+    rows.push_back({{"layer", l}, {"resident", x.resident}, {"recall", x.recall()}, {"precision", x.precision()},
+                    {"hit_rate", x.hit_rate()}, {"late", x.late}, {"missed", x.missed}, {"cancelled", x.cancelled}});
+  }
+  j["layers"] = rows;
+  return j;
+}
+
 std::string ExpertStatsSnapshot::table() const {
   std::string s = fmt::format("experts ({} slots, {} policy): {:.1f} MB read from disk, {:.1f} MB used from slots\n",
                               n_slots, cache_policy_name(policy), static_cast<double>(disk_bytes) / 1e6,

@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "format/model_file.h"
 #include "model/hparams.h"
 #include "model/weight_source.h"
@@ -66,6 +68,14 @@ struct ExpertStatsSnapshot {
   CachePolicy policy = CachePolicy::kUsage;
 
   ExpertLayerStats total() const;
+  // Bytes per token by tier, split into experts and dense weights, given the
+  // weight store's counters of the same run: "experts a MB from disk + b MB
+  // from slots, dense c MB from host; stall d ms per token".
+  std::string per_token(const WeightCountersSnapshot& w) const;
+  // {"slots", "policy", "disk_bytes_per_token", "host_bytes_per_token",
+  //  "dense_host_bytes_per_token", "stall_s_per_token", "recall", "precision",
+  //  "hit_rate", "layers": [{"layer", "resident", "recall", "precision", "hit_rate", ...}]}
+  nlohmann::ordered_json json(const WeightCountersSnapshot& w) const;
   // Per layer: resident experts, recall, precision, hit rate; Prometheus lines.
   std::string table() const;
   std::string prometheus() const;

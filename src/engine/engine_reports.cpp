@@ -1,0 +1,52 @@
+// Engine: what it tells its callers about itself for logs and benchmarks
+// (the KV pool and batching, speculation, the weight placement and counters).
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine_impl.h"
+
+namespace sluice {
+
+std::string Engine::placement_report() const { return impl_->placement; }
+std::string Engine::weights_report() const {
+  if (!impl_->stream) return "";
+  const weights::WeightStore& store = impl_->stream->store();
+  const weights::WeightCountersSnapshot w = store.counters();
+  std::string out = w.summary() + "\n";
+  if (store.streams_experts()) {
+    const weights::ExpertStatsSnapshot ex = store.expert_stats();
+    out += ex.per_token(w) + "\n" + ex.table();
+  }
+  return out;
+}
+std::string Engine::weights_json() const {
+  if (!impl_->stream) return "";
+  const weights::WeightStore& store = impl_->stream->store();
+  const weights::WeightCountersSnapshot w = store.counters();
+  nlohmann::ordered_json j{{"disk_bytes_per_token", w.disk_bytes_per_token()},
+                           {"host_bytes_per_token", w.host_bytes_per_token()},
+                           {"stall_s", w.stall_s},
+                           {"resident_fraction", w.resident_fraction()}};
+  if (store.streams_experts()) j["experts"] = store.expert_stats().json(w);
+  return j.dump();
+}
+std::string Engine::speculative_summary() const {
+  const Impl& e = *impl_;
+  if (!e.proposer) return "";
+  return fmt::format("speculative decoding: {}, drafts of up to {} tokens{}", e.proposer->describe(),
+                     e.cfg.spec_max_draft, e.cfg.spec_adaptive ? ", length adapted to acceptance" : "");
+}
+std::string Engine::summary() const {
+  const Impl& e = *impl_;
+  const KvLayout& l = e.kv.layout();
+  return fmt::format(
+      "model {} | context {} per sequence | KV {} in {} blocks of {} tokens ({} tokens, {:.1f} MiB){} | "
+      "batch {} tokens, {} sequences | prefix caching {} | threads {}{}",
+      e.name, e.ctx, kv_dtype_name(l.dtype), e.kv.n_blocks(), l.block_size, e.kv.n_blocks() * l.block_size,
+      static_cast<double>(e.kv.bytes()) / (1 << 20),
+      e.host_kv ? fmt::format(", swap pool {} blocks", e.host_kv->n_blocks()) : "", e.cfg.max_batch_tokens,
+      e.cfg.max_seqs, e.cfg.prefix_caching ? "on" : "off", e.model->n_threads(),
+      e.model->repack_summary().empty() ? "" : " | " + e.model->repack_summary());
+}
+
+}  // namespace sluice
