@@ -16,6 +16,7 @@
 #include "plan/calibrate.h"
 #include "plan/deployment.h"
 #include "plan/kv_plan.h"
+#include "plan/expert_plan.h"
 #include "runtime/measure.h"
 #include "plan/measure_rounds.h"
 #include "plan/roofline.h"
@@ -70,6 +71,7 @@ struct PlanArgs {
   double layer_params = 0;
   double active_fraction = 1;
   int64_t layers = 0;
+  std::optional<double> hit_rate;  // experts: measured hit rate (else the uniform estimate)
   // Speculative decoding.
   double acceptance = 0.8;
   int64_t draft = 5;
@@ -246,6 +248,52 @@ int run_kv(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
   return 0;
 }
 
+// Expert streaming: per disk and batch, the pool the budget leaves, the hit
+// rate, the experts read per step and the step time (plan/expert_plan.h).
+int run_experts(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
+  auto m = load_model_input(a);
+  if (!m.ok()) return fail(m.status());
+  if (!m->shape.is_moe()) return fail(invalid_argument("{} is not a mixture-of-experts model", m->shape.name));
+  auto h = load_hardware(a, cal);
+  if (!h.ok()) return fail(h.status());
+  const pl::ParamCount pc = pl::count_params(m->shape);
+  std::string t = fmt::format("model     {}\n", pl::shape_summary(m->shape));
+  t += fmt::format("weights   {:.2f} GB ({}), {:.2f} GB of routed experts; active per token {:.2f} B params\n",
+                   m->weights.total() / 1e9, m->weights_note, m->weights.of(pl::TensorClass::kExperts) / 1e9,
+                   pc.active() / 1e9);
+  t += fmt::format("compute   {} ({:.0f} GB/s, {:.3g} TFLOP/s); budget {:.1f} GB for weights{}\n\n", h->name, h->mem_gbps,
+                   h->peak_tflops, a.ram_gb, a.hit_rate ? fmt::format(", hit rate {:.0f}% (given)", 100 * *a.hit_rate) : "");
+  t += fmt::format("{:<18} {:>6} {:>8} {:>9} {:>6} {:>11} {:>10} {:>9} {:>9} {:>10}\n", "disk", "batch", "slots",
+                   "distinct", "hit", "read GB", "compute ms", "disk ms", "step ms", "tokens/s");
+  json rows = json::array();
+  for (const std::string& d : a.disks) {
+    auto disk = pl::disk_profile(d);
+    if (!disk.ok()) return fail(disk.status());
+    for (int64_t b : a.batches) {
+      auto p = pl::plan_expert_stream({.shape = m->shape, .weights = m->weights, .hw = *h, .disk_gbps = disk->gbps,
+                                       .mem_budget_bytes = a.ram_gb * 1e9, .tokens_per_step = b,
+                                       .hit_rate = a.hit_rate});
+      if (!p.ok()) return fail(p.status());
+      if (!p->fits) {
+        t += fmt::format("{:<18} {:>6} {}\n", disk->name, b, p->verdict);
+      } else {
+        t += fmt::format("{:<18} {:>6} {:>8} {:>9.1f} {:>5.0f}% {:>11.3f} {:>10.2f} {:>9.2f} {:>9.2f} {:>10.1f}\n",
+                         disk->name, b, p->n_slots, p->distinct_per_layer, 100 * p->hit_rate, p->read_bytes / 1e9,
+                         p->compute_s * 1e3, p->disk_s * 1e3, p->step_s * 1e3, p->tokens_per_s);
+      }
+      rows.push_back({{"disk", disk->name}, {"batch", b}, {"fits", p->fits}, {"slots", p->n_slots},
+                      {"distinct_per_layer", p->distinct_per_layer}, {"hit_rate", p->hit_rate},
+                      {"read_bytes", p->read_bytes}, {"active_bytes", p->active_bytes}, {"compute_s", p->compute_s},
+                      {"disk_s", p->disk_s}, {"step_s", p->step_s}, {"tokens_per_s", p->tokens_per_s},
+                      {"verdict", p->verdict}});
+    }
+  }
+  t += "\nhit: experts of a step already in a slot (slots per routed layer / experts, uniform routing, unless given);\n"
+       "distinct: experts a step's tokens choose per routed layer; step = max(compute, disk)\n";
+  emit(a, json{{"model", pl::shape_summary(m->shape)}, {"rows", rows}}, t);
+  return 0;
+}
+
 int run_stream(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
   pl::StreamGridInputs in{.flops_per_param = a.flops_per_param, .host_budget_bytes = a.ram_gb * 1e9,
                           .device_budget_bytes = a.vram_gb * 1e9};
@@ -398,6 +446,7 @@ struct StreamedDecode {
   double disk_bytes_per_token = 0;
   double run_disk_gbps = 0;      // 0: nothing was read
   double disk_busy_fraction = 0;
+  double expert_hit_rate = -1;   // experts streamed one by one: share of chosen ones in a slot (timed tokens)
 };
 
 StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_ptr<const ModelFile> file,
@@ -417,6 +466,7 @@ StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_
   RETURN_IF_ERROR(model->forward(first, kv, logits.data(), false));  // fills the ring
   std::vector<double> per_token;
   const weights::ArbiterStats before = stream->store().arbiter_stats();
+  const weights::ExpertLayerStats experts_before = stream->store().expert_stats().total();
   double wall_s = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t tok[1] = {static_cast<int32_t>((i * 7919 + 11) % model->hparams().n_vocab)};
@@ -426,6 +476,11 @@ StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_
     wall_s += per_token.back();
   }
   const weights::ArbiterStats after = stream->store().arbiter_stats();
+  if (stream->store().streams_experts()) {
+    const weights::ExpertLayerStats e = stream->store().expert_stats().total();
+    const uint64_t chosen = e.chosen - experts_before.chosen;
+    out.expert_hit_rate = chosen ? static_cast<double>(e.ready - experts_before.ready) / static_cast<double>(chosen) : 0.0;
+  }
   const double bytes = static_cast<double>(after.total_bytes() - before.total_bytes());
   const double busy_s = after.busy_s - before.busy_s;
   out.disk_bytes_per_token = bytes / static_cast<double>(n);
@@ -455,6 +510,12 @@ struct MeasureRound {
   pl::RoundFigures streamed_at_run_disk() const {
     const double gbps = stream->run_disk_gbps > 0 ? stream->run_disk_gbps : stream->plan.disk_gbps;
     return {1.0 / stream->plan.predicted_step_s_at(gbps), stream->measured_tps};
+  }
+  // Experts streamed one by one: the plan given the run's hit rate (and disk
+  // rate), the planner's step time "under a budget given a hit rate".
+  pl::RoundFigures streamed_at_run_hit_rate() const {
+    const double gbps = stream->run_disk_gbps > 0 ? stream->run_disk_gbps : stream->plan.disk_gbps;
+    return {1.0 / stream->plan.predicted_step_s_given(stream->expert_hit_rate, gbps), stream->measured_tps};
   }
 };
 
@@ -580,12 +641,16 @@ int run_measure(const PlanArgs& a) {
   row("decode tokens/s (roofline)", decode);
   row("decode tokens/s (bandwidth bound)", bandwidth);
   row(prefill_name, prefill);
-  std::optional<pl::RoundsSummary> stream, stream_at_run_disk;
+  std::optional<pl::RoundsSummary> stream, stream_at_run_disk, stream_at_hit;
   if (streamed) {
     stream = summarize(rounds, [](const MeasureRound& r) { return r.streamed(); });
     stream_at_run_disk = summarize(rounds, [](const MeasureRound& r) { return r.streamed_at_run_disk(); });
     row(stream_name, *stream);
     row("  the same at the run's disk rate", *stream_at_run_disk);
+    if (rounds.front().stream->expert_hit_rate >= 0) {
+      stream_at_hit = summarize(rounds, [](const MeasureRound& r) { return r.streamed_at_run_hit_rate(); });
+      row("  and at the run's expert hit rate", *stream_at_hit);
+    }
   }
   t += fmt::format("\ndecode achieves {:.2f} GB/s of the {:.2f} GB/s roof ({}; memory read {:.2f}); prefill {:.2f} of "
                    "{:.2f} GFLOP/s (medians)\n",
@@ -607,6 +672,9 @@ int run_measure(const PlanArgs& a) {
                      "({:.2f}x the predicted rate), in flight {:.0f}% of the time\n",
                      sd.disk_bytes_per_token / 1e6, sd.run_disk_gbps,
                      p.disk_gbps > 0 ? sd.run_disk_gbps / p.disk_gbps : 0.0, 100 * sd.disk_busy_fraction);
+    if (sd.expert_hit_rate >= 0)
+      t += fmt::format("          experts: {} slots, hit rate {:.1f}% measured ({:.1f}% planned before prediction)\n",
+                       p.n_expert_slots, 100 * sd.expert_hit_rate, 100 * p.expected_hit_rate);
   }
   if (streamed) {
     t += "stream    a disk-bound round's measured/pred = (run's disk rate / predicted rate) x (time in flight) x "
@@ -625,6 +693,7 @@ int run_measure(const PlanArgs& a) {
     j["stream"]["budget_gb"] = a.budget_gb;
     j["stream"]["n_layer"] = rounds.front().stream->plan.n_layer;
     j["stream"]["at_run_disk"] = summary_json(*stream_at_run_disk);
+    if (stream_at_hit) j["stream"]["at_run_hit_rate"] = summary_json(*stream_at_hit);
   }
   j["rounds"] = json::array();
   for (size_t i = 0; i < rounds.size(); ++i) j["rounds"].push_back(round_json(static_cast<int>(i) + 1, rounds[i]));
@@ -686,6 +755,12 @@ Runner add_plan(CLI::App& app) {
   stream->add_option("--active-fraction", a->active_fraction, "share of --layer-params doing FLOPs (MoE)");
   stream->add_option("--layers", a->layers, "layer count (instead of -m)");
 
+  CLI::App* experts = p->add_subcommand("experts", "MoE under a memory budget: expert slots, hit rate, reads, step time");
+  workload_flags(experts, *a);
+  experts->add_option("--disks", a->disks, "disks (nvme-gen3, 2x nvme-gen4, ...)")->delimiter(',');
+  experts->add_option("--ram-gb", a->ram_gb, "memory for weights, GB")->capture_default_str();
+  experts->add_option("--hit-rate", a->hit_rate, "share of chosen experts already in a slot (default: uniform routing)");
+
   CLI::App* spec = p->add_subcommand("spec", "speculative decoding speedup and best draft length");
   spec->add_option("--acceptance", a->acceptance, "acceptance rate")->capture_default_str();
   spec->add_option("--draft", a->draft, "draft length k")->capture_default_str();
@@ -697,7 +772,7 @@ Runner add_plan(CLI::App& app) {
   cost->add_option("--price-per-hour", a->price_per_hour, "hourly price, $");
   cost->add_option("--tokens-per-s", a->tokens_per_s, "sustained throughput (else predicted from the model)");
 
-  return [a, p, rounds, decode, kv, stream, spec, cost]() {
+  return [a, p, rounds, decode, kv, stream, experts, spec, cost]() {
     if (!a->measure.empty()) return run_measure(*a);  // calibrates in every round
     if (rounds->count() > 0) return fail(invalid_argument("--rounds goes with --measure"));
     std::optional<pl::Calibration> cal;
@@ -705,12 +780,13 @@ Runner add_plan(CLI::App& app) {
       auto c = pl::calibrate({.n_threads = a->n_threads});
       if (!c.ok()) return fail(c.status());
       cal = *c;
-      const bool more = decode->parsed() || kv->parsed() || stream->parsed() || cost->parsed();
+      const bool more = decode->parsed() || kv->parsed() || stream->parsed() || experts->parsed() || cost->parsed();
       if (!a->json && more) fmt::print(stderr, "{}", calibration_text(*cal));
     }
     if (decode->parsed()) return run_decode(*a, cal);
     if (kv->parsed()) return run_kv(*a, cal);
     if (stream->parsed()) return run_stream(*a, cal);
+    if (experts->parsed()) return run_experts(*a, cal);
     if (spec->parsed()) return run_spec(*a);
     if (cost->parsed()) return run_cost(*a, cal);
     if (cal) {

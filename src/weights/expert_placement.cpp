@@ -5,11 +5,11 @@
 //          + n_slots x slot (one expert's aligned extents)
 //   n_slots >= n_expert, so one routed layer can always hold every expert a
 //   step of many tokens may route to; the pool is shared by all layers.
-// Expected reads per step, before any prediction: with s = n_slots / n_layer_moe
-// slots per routed layer and uniform routing, a chosen expert is in a slot
-// with probability h = s / n_expert; a step of T tokens chooses
-// n_expert (1 - (1 - k / n_expert)^T) distinct experts per routed layer, and
-// reads (1 - h) of them.
+// Expected reads per step, before any prediction, as the planner reckons them
+// (plan/expert_plan.h): with s = n_slots / n_layer_moe slots per routed layer
+// and uniform routing, a chosen expert is in a slot with probability
+// h = s / n_expert; a step of T tokens chooses distinct_experts(T) per routed
+// layer, and reads (1 - h) of them.
 #include <algorithm>
 #include <cmath>
 
@@ -17,6 +17,7 @@
 
 #include "model/hparams.h"
 #include "model/model_weights.h"
+#include "plan/expert_plan.h"
 #include "weights/expert_store.h"
 #include "weights/placement.h"
 
@@ -79,12 +80,11 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
   for (const TensorPlacement& t : p.tensors)
     if (t.tier == Tier::kDisk) p.streamed_bytes += t.n_bytes;
 
-  const double k = static_cast<double>(hp.n_expert_used), e = static_cast<double>(hp.n_expert);
   const double per_layer = static_cast<double>(p.n_expert_slots) / static_cast<double>(p.n_layer_moe);
-  p.expected_hit_rate = std::min(1.0, per_layer / e);
-  const double distinct = e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(p.tokens_per_step)));
-  p.expert_disk_bytes_per_step = static_cast<double>(p.n_layer_moe) * distinct * (1.0 - p.expected_hit_rate) *
-                                 static_cast<double>(p.expert_bytes);
+  p.expected_hit_rate = std::min(1.0, per_layer / static_cast<double>(hp.n_expert));
+  p.experts_per_step = static_cast<double>(p.n_layer_moe) *
+                       plan::distinct_experts(hp.n_expert, hp.n_expert_used, p.tokens_per_step);
+  p.expert_disk_bytes_per_step = p.experts_per_step * (1.0 - p.expected_hit_rate) * static_cast<double>(p.expert_bytes);
   p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
   set_disk_figures(p, in.disk_gbps);
   return p;

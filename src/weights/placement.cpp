@@ -235,6 +235,13 @@ double PlacementPlan::predicted_step_s_at(double gbps) const {
   return std::max(predicted_compute_s, disk_s_per_step(*this, gbps));
 }
 
+double PlacementPlan::predicted_step_s_given(double hit_rate, double gbps) const {
+  CHECK(gbps > 0);
+  const double experts = experts_per_step * (1.0 - std::clamp(hit_rate, 0.0, 1.0)) * static_cast<double>(expert_bytes);
+  const double disk = (static_cast<double>(n_streamed) * static_cast<double>(slot_bytes) + experts) / (gbps * 1e9);
+  return std::max(predicted_compute_s, disk);
+}
+
 void PlacementPlan::rerate_disk(double gbps, std::string note) {
   CHECK(gbps > 0);
   if (n_streamed == 0 && n_expert_slots == 0) return;

@@ -104,6 +104,10 @@ struct PlacementPlan {
   // actually got): transfers take disk_gbps / gbps times as long, compute is
   // unchanged; the step is the longer of the two. gbps > 0.
   double predicted_step_s_at(double gbps) const;
+  // The same plan with experts found in a slot at `hit_rate` (the share a run
+  // measured) instead of expected_hit_rate, the disk at `gbps`: the planner's
+  // step time given a hit rate. Plans without expert slots ignore hit_rate.
+  double predicted_step_s_given(double hit_rate, double gbps) const;
   // Re-derives the disk figures (transfer_s, predicted_disk_s and _stall_s)
   // at `gbps`, keeping the ring and its sizing; `note` says where the rate
   // came from. For a rate measured after sizing. gbps > 0.
@@ -120,6 +124,7 @@ struct PlacementPlan {
   int64_t n_layer_moe = 0;
   double expected_hit_rate = 0;          // slots per routed layer / experts (uniform routing, no prediction)
   double expert_disk_bytes_per_step = 0; // expected expert bytes read per step at that hit rate
+  double experts_per_step = 0;           // distinct experts a step chooses over all routed layers
   plan::StreamPlan stream;               // plan_stream over the streamed layers
   std::string note;                      // why the ring was trimmed, or empty
   std::string io_note;                   // filled by whoever opens the store (io backend)
