@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/thread_pool.h"
 #include "base/timer.h"
@@ -123,9 +124,10 @@ Runner add_synth(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand("synth", "write a random-weight GGUF at a real model shape");
-  c->add_option("--preset", a->preset, "shape: tiny, 110m, 1b, 8b, 70b-slice")->capture_default_str();
+  c->add_option("--preset", a->preset, "shape: " + fmt::format("{}", fmt::join(synth_preset_names(), ", ")))
+      ->capture_default_str();
   c->add_option("--type", a->type, "weights: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m")->capture_default_str();
-  c->add_option("--layers", a->layers, "override the layer count (e.g. for 70b-slice)");
+  c->add_option("--layers", a->layers, "override the layer count (a slice: 70b-slice, mixtral-8x7b, ...)");
   c->add_option("--seed", a->seed, "RNG seed (same seed -> identical file)")->capture_default_str();
   c->add_option("-t,--threads", a->n_threads, "threads");
   c->add_option("-o,--output", a->output, "output .gguf path")->required();
