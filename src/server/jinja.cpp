@@ -84,7 +84,20 @@ void Renderer::undefined_error(const JinjaValue& v, int line) const {
   fail(line, hint.empty() ? "use of an undefined value" : hint);
 }
 
+Renderer::DepthGuard::DepthGuard(Renderer* r, int line) : r_(r) {
+  if (++r_->render_depth_ > kMaxRenderDepth) {
+    --r_->render_depth_;
+    over_limit(line, "rendering nested more than " + std::to_string(kMaxRenderDepth) +
+                         " levels deep (limit kMaxRenderDepth)");
+  }
+}
+
 Renderer::Flow Renderer::render(const NodeList& nodes, std::string* out) {
+  DepthGuard guard(this, nodes.empty() ? 0 : nodes.front()->line);
+  return render_nodes(nodes, out);
+}
+
+Renderer::Flow Renderer::render_nodes(const NodeList& nodes, std::string* out) {
   for (const NodePtr& n : nodes) {
     switch (n->kind) {
       case Node::Kind::kText: *out += n->text; break;

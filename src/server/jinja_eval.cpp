@@ -69,6 +69,11 @@ int compare_values(const JinjaValue& a, const JinjaValue& b, int line) {
 }
 
 JinjaValue Renderer::eval(const Expr& e) {
+  DepthGuard guard(this, e.line);
+  return eval_expr(e);
+}
+
+JinjaValue Renderer::eval_expr(const Expr& e) {
   switch (e.kind) {
     case Expr::Kind::kLiteral: return e.literal;
     case Expr::Kind::kName: return lookup(e.name);

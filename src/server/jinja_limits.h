@@ -27,6 +27,12 @@ inline constexpr int kMaxCallDepth = 64;
 // renderer recurse once per level, so this bounds their stack use.
 inline constexpr int kMaxParseDepth = 200;
 
+// Depth of the renderer's own recursion: expressions being evaluated inside
+// expressions, blocks inside blocks, summed across macro calls. Parse depth and
+// call depth each stay small, but a macro whose deep expression calls the macro
+// again multiplies them; this caps the product, and so the C++ stack a render uses.
+inline constexpr int kMaxRenderDepth = 1000;
+
 // Size of the template source itself.
 inline constexpr size_t kMaxTemplateBytes = size_t{1} << 20;  // 1 MiB
 

@@ -54,6 +54,15 @@ TEST(JinjaLimits, MacroRecursion) {
   EXPECT_EQ(*t->render(nlohmann::ordered_json::object()), "54321");
 }
 
+TEST(JinjaLimits, DeepExpressionsTimesMacroCalls) {
+  // Each call nests a 150-level expression before recursing: within the parse
+  // and call limits, but their product is what the stack would pay.
+  std::string deep = "f(n + 1)";
+  for (int i = 0; i < 150; ++i) deep = "(" + deep + " ~ '')";
+  expect_limit("{% macro f(n) %}{% if n < 60 %}{{ " + deep + " }}{% endif %}{% endmacro %}{{ f(0) }}",
+               "kMaxRenderDepth");
+}
+
 TEST(JinjaLimits, ParseNesting) {
   const int n = 100000;
   expect_limit("{{ " + std::string(n, '(') + "1" + std::string(n, ')') + " }}", "kMaxParseDepth");

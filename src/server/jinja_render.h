@@ -52,6 +52,14 @@ class Renderer {
   [[noreturn]] void undefined_error(const JinjaValue& v, int line) const;
 
  private:
+  // Counts one level of recursion against kMaxRenderDepth while alive.
+  struct DepthGuard {
+    DepthGuard(Renderer* r, int line);
+    ~DepthGuard() { --r_->render_depth_; }
+    Renderer* r_;
+  };
+  JinjaValue eval_expr(const Expr& e);
+  Flow render_nodes(const NodeList& nodes, std::string* out);
   JinjaValue lookup(const std::string& name) const;
   void assign(const std::string& name, JinjaValue v) { frames_.back()[name] = std::move(v); }
   Flow render_for(const Node& n, std::string* out);
@@ -72,6 +80,7 @@ class Renderer {
   std::vector<std::map<std::string, JinjaValue>> frames_;  // [0]: globals and context
   int64_t iterations_ = 0;
   int call_depth_ = 0;
+  int render_depth_ = 0;
 };
 
 // Helpers shared by the renderer's files.
