@@ -213,30 +213,34 @@ Renderer::Flow Renderer::render_for(const Node& n, std::string* out) {
     render(n.else_body, out);
     return Flow::kNormal;
   }
+  // One loop object per loop, updated in place each iteration, as jinja2's
+  // LoopContext is (and so that an iteration costs no new dict).
   const int64_t len = static_cast<int64_t>(items.size());
+  auto index = std::make_shared<int64_t>(0);
+  JinjaValue loop = JinjaValue::dict({{"index", {}}, {"index0", {}}, {"revindex", {}}, {"revindex0", {}},
+                                      {"first", {}}, {"last", {}}, {"previtem", {}}, {"nextitem", {}},
+                                      {"length", JinjaValue::integer(len)}, {"depth", JinjaValue::integer(1)},
+                                      {"depth0", JinjaValue::integer(0)}});
+  loop.set("cycle", JinjaValue::function([index, line = n.line](JinjaArgs& a) {
+    if (a.positional.empty()) fail(line, "loop.cycle() needs at least one item");
+    return a.positional[static_cast<size_t>(*index) % a.positional.size()];
+  }));
   for (int64_t i = 0; i < len; ++i) {
     count_iterations(1, n.line);
     frames_.emplace_back();
     auto& f = frames_.back();
     bind(f, items[static_cast<size_t>(i)]);
-    JinjaValue loop = JinjaValue::dict({
-        {"index", JinjaValue::integer(i + 1)},
-        {"index0", JinjaValue::integer(i)},
-        {"revindex", JinjaValue::integer(len - i)},
-        {"revindex0", JinjaValue::integer(len - i - 1)},
-        {"first", JinjaValue::boolean(i == 0)},
-        {"last", JinjaValue::boolean(i == len - 1)},
-        {"length", JinjaValue::integer(len)},
-        {"depth", JinjaValue::integer(1)},
-        {"depth0", JinjaValue::integer(0)},
-        {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : JinjaValue::undefined("there is no previous item")},
-        {"nextitem", i + 1 < len ? items[static_cast<size_t>(i + 1)] : JinjaValue::undefined("there is no next item")},
-    });
-    loop.set("cycle", JinjaValue::function([i, line = n.line](JinjaArgs& a) {
-      if (a.positional.empty()) fail(line, "loop.cycle() needs at least one item");
-      return a.positional[static_cast<size_t>(i) % a.positional.size()];
-    }));
-    f["loop"] = std::move(loop);
+    *index = i;
+    JinjaDict& d = loop.entries();  // in the order created above
+    d[0].second = JinjaValue::integer(i + 1);
+    d[1].second = JinjaValue::integer(i);
+    d[2].second = JinjaValue::integer(len - i);
+    d[3].second = JinjaValue::integer(len - i - 1);
+    d[4].second = JinjaValue::boolean(i == 0);
+    d[5].second = JinjaValue::boolean(i == len - 1);
+    d[6].second = i > 0 ? items[static_cast<size_t>(i - 1)] : JinjaValue::undefined("there is no previous item");
+    d[7].second = i + 1 < len ? items[static_cast<size_t>(i + 1)] : JinjaValue::undefined("there is no next item");
+    f["loop"] = loop;
     const Flow flow = render(n.body, out);
     frames_.pop_back();
     if (flow == Flow::kBreak) break;

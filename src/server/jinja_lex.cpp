@@ -12,7 +12,8 @@ bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c 
 
 // Tokenizes from src[*pos] up to the closing delimiter `close` ("}}" or "%}"),
 // honoring a '-' before it. Leaves *pos after the delimiter.
-std::vector<Token> lex_tag(std::string_view src, size_t* pos, int* line, const std::string& close, bool* strip_after) {
+std::vector<Token> lex_tag(std::string_view src, size_t* pos, int* line, const std::string& close, bool* strip_after,
+                           bool* keep_after) {
   std::vector<Token> out;
   size_t i = *pos;
   static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "+", "-", "*", "/", "%", "~", "<", ">",
@@ -26,16 +27,19 @@ std::vector<Token> lex_tag(std::string_view src, size_t* pos, int* line, const s
     if (src.compare(i, 2, close) == 0) {
       *pos = i + 2;
       *strip_after = false;
+      *keep_after = false;
       return out;
     }
     if (src[i] == '-' && src.compare(i + 1, 2, close) == 0) {
       *pos = i + 3;
       *strip_after = true;
+      *keep_after = false;
       return out;
     }
-    if (src[i] == '+' && src.compare(i + 1, 2, close) == 0) {  // "+%}": disable trim_blocks; same as none here
+    if (src[i] == '+' && src.compare(i + 1, 2, close) == 0) {  // "+%}": trim_blocks off for this tag
       *pos = i + 3;
       *strip_after = false;
+      *keep_after = true;
       return out;
     }
     Token t;
@@ -177,8 +181,9 @@ std::vector<Segment> split_all(std::string_view src) {
     Segment seg;
     seg.kind = kind == '{' ? Segment::Kind::kExpr : Segment::Kind::kStmt;
     seg.line = line;
-    seg.tokens = lex_tag(src, &p, &line, kind == '{' ? "}}" : "%}", &strip_next);
-    trim_newline = kind == '%';
+    bool keep_newline = false;  // "+%}": trim_blocks off for this tag
+    seg.tokens = lex_tag(src, &p, &line, kind == '{' ? "}}" : "%}", &strip_next, &keep_newline);
+    trim_newline = kind == '%' && !keep_newline;
     segs.push_back(std::move(seg));
     i = p;
   }

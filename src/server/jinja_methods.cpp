@@ -47,7 +47,7 @@ JinjaList split(const std::string& s, const JinjaValue& sep, int64_t maxsplit, b
       parts.push_back(strip_chars(s.substr(words[splits - 1].first), kWhitespace, false, true));
     } else {
       const size_t first_whole = n - splits + 1;
-      parts.push_back(strip_chars(s.substr(0, words[first_whole - 1].second), kWhitespace, true, false));
+      parts.push_back(s.substr(0, words[first_whole - 1].second));  // leading whitespace kept, as Python does
       for (size_t w = first_whole; w < n; ++w) parts.push_back(s.substr(words[w].first, words[w].second - words[w].first));
     }
   } else {
