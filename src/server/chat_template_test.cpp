@@ -110,6 +110,28 @@ TEST(ChatTemplate, UnsupportedConstructsFailAtCreationByName) {
   EXPECT_NE(syntax.status().message().find("endif"), std::string::npos);
 }
 
+TEST(ChatTemplate, PassesToolsDocumentsAndToolMessagesAsHuggingFace) {
+  auto t = ChatTemplate::create(
+      "{{ messages | tojson }}|{{ tools is defined }}|{{ documents | length }}|{{ add_generation_prompt }}", "", "");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  const std::vector<ChatMessage> msgs = {
+      {.role = "assistant",
+       .content = "",
+       .tool_calls = nlohmann::ordered_json::parse(
+           R"([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}])")},
+      {.role = "tool", .content = "r", .tool_call_id = "c1", .name = "f"},
+  };
+  const std::string json_msgs =
+      R"([{"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": )"
+      R"({"name": "f", "arguments": {"x": 1}}}]}, {"role": "tool", "content": "r", "tool_call_id": "c1", "name": "f"}])";
+  // Without tools or documents the variables stay undefined, as under HF.
+  EXPECT_EQ(*t->apply(msgs, ChatOptions{.add_generation_prompt = false}), json_msgs + "|False|0|False");
+  const ChatOptions with = {.add_generation_prompt = true,
+                            .tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])"),
+                            .documents = nlohmann::ordered_json::parse(R"([{"title": "t"}])")};
+  EXPECT_EQ(*t->apply(msgs, with), json_msgs + "|True|1|True");
+}
+
 TEST(ChatTemplate, MissingFileIsNotFound) {
   auto t = ChatTemplate::from_file("/nonexistent/template.jinja", "", "");
   ASSERT_FALSE(t.ok());

@@ -4,8 +4,8 @@
 // lstrip_blocks and loop controls, default Undefined, HF's tojson.
 //
 // Globals available to every template: raise_exception(msg) (the render fails
-// with kInvalidArgument carrying msg), range(), namespace(), dict(), joiner(),
-// cycler(), strftime_now(fmt). Filters are in jinja_filters.cpp, tests (`is ...`)
+// with kInvalidArgument carrying msg), range(), namespace(), dict(),
+// strftime_now(fmt). Filters are in jinja_filters.cpp, tests (`is ...`)
 // in jinja_tests.cpp, methods of strings, dicts and lists in jinja_methods.cpp;
 // all are Python's. Using an undefined value where jinja2 raises (attribute,
 // arithmetic, call) fails with jinja2's wording ("'x' is undefined").
