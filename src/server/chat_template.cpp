@@ -28,15 +28,29 @@ StatusOr<ChatTemplate> ChatTemplate::from_file(const std::string& path, std::str
 }
 
 StatusOr<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  nlohmann::json msgs = nlohmann::json::array();
-  for (const auto& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
-  const nlohmann::json context = {
-      {"messages", std::move(msgs)},
-      {"add_generation_prompt", add_generation_prompt},
-      {"bos_token", bos_},
-      {"eos_token", eos_},
-  };
-  return tmpl_.render(context);
+  return apply(messages, ChatOptions{.add_generation_prompt = add_generation_prompt});
+}
+
+StatusOr<std::string> ChatTemplate::apply(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+  for (const auto& m : messages) {
+    nlohmann::ordered_json j = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.is_null()) j["tool_calls"] = m.tool_calls;
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) j["name"] = m.name;
+    msgs.push_back(std::move(j));
+  }
+  return apply_json(msgs, options);
+}
+
+StatusOr<std::string> ChatTemplate::apply_json(const nlohmann::ordered_json& messages, const ChatOptions& options) const {
+  nlohmann::ordered_json context = {{"messages", messages}};
+  if (!options.tools.is_null()) context["tools"] = options.tools;
+  if (!options.documents.is_null()) context["documents"] = options.documents;
+  context["add_generation_prompt"] = options.add_generation_prompt;
+  context["bos_token"] = bos_;
+  context["eos_token"] = eos_;
+  return tmpl_.render(context, JinjaRenderOptions{.now_unix = options.now_unix});
 }
 
 std::vector<int32_t> tokenize_chat_prompt(const Tokenizer& tokenizer, const std::string& text) {

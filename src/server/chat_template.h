@@ -2,6 +2,11 @@
 // trained on, by rendering the model's Jinja chat template (from the GGUF key
 // `tokenizer.chat_template`, or a file given with --chat-template).
 //
+// The template sees what Hugging Face's apply_chat_template passes: `messages`
+// (each with role and content, and tool_calls / tool_call_id / name when set),
+// `tools` and `documents` when given (undefined otherwise), add_generation_prompt,
+// bos_token and eos_token; globals as jinja.h lists.
+//
 // create() parses the template and renders a one-message conversation, so a
 // template that uses something the renderer does not support fails at startup
 // with kUnimplemented naming the construct, not on the first request.
@@ -9,8 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "server/jinja.h"
 #include "sluice/status.h"
@@ -24,6 +32,20 @@ namespace sluice::server {
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant", "tool", ...
   std::string content;  // text parts already joined
+  // Assistant tool calls, as HF templates expect them: an array of
+  // {"id", "type": "function", "function": {"name", "arguments": {...}}} with
+  // the arguments a JSON object (an OpenAI client's JSON string parsed first).
+  // Null: the message has none (the key is absent).
+  nlohmann::ordered_json tool_calls;
+  std::string tool_call_id;  // role "tool": the call this answers ("": absent)
+  std::string name;          // role "tool": the function's name ("": absent)
+};
+
+struct ChatOptions {
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json tools;      // array of {"type": "function", "function": {...}}; null: undefined
+  nlohmann::ordered_json documents;  // array of objects; null: undefined
+  std::optional<int64_t> now_unix;   // strftime_now's clock (UTC); unset: the real local time
 };
 
 class ChatTemplate {
@@ -36,6 +58,9 @@ class ChatTemplate {
   // The prompt text. A template's raise_exception (e.g. roles that do not
   // alternate) is kInvalidArgument with the template's message.
   StatusOr<std::string> apply(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  StatusOr<std::string> apply(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
+  // The same from messages already in HF's JSON form (an array of objects).
+  StatusOr<std::string> apply_json(const nlohmann::ordered_json& messages, const ChatOptions& options) const;
   const std::string& source() const { return source_; }
 
  private:

@@ -87,15 +87,16 @@ TEST(ChatTemplate, Gemma) {
 }
 
 TEST(ChatTemplate, UnsupportedConstructsFailAtCreationByName) {
-  auto macro = ChatTemplate::create("{% macro f() %}x{% endmacro %}{{ f() }}", "", "");
-  ASSERT_FALSE(macro.ok());
-  EXPECT_EQ(macro.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(macro.status().message().find("macro"), std::string::npos) << macro.status().message();
+  auto include = ChatTemplate::create("{% include 'other.jinja' %}", "", "");
+  ASSERT_FALSE(include.ok());
+  EXPECT_EQ(include.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(include.status().message().find("include"), std::string::npos) << include.status().message();
 
-  auto filter = ChatTemplate::create("{{ messages | selectattr('role', 'equalto', 'user') | list }}", "", "");
+  auto filter = ChatTemplate::create("{{ messages | groupby('role') | list }}", "", "");
   ASSERT_FALSE(filter.ok());
   EXPECT_EQ(filter.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(filter.status().message().find("selectattr"), std::string::npos);
+  EXPECT_NE(filter.status().message().find("groupby"), std::string::npos);
+  EXPECT_NE(filter.status().message().find("line 1"), std::string::npos);
 
   // Methods are only known at render time: the trial render at creation finds them.
   auto method = ChatTemplate::create("{{ messages[0].content.zfill(3) }}", "", "");
@@ -107,6 +108,28 @@ TEST(ChatTemplate, UnsupportedConstructsFailAtCreationByName) {
   ASSERT_FALSE(syntax.ok());
   EXPECT_EQ(syntax.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(syntax.status().message().find("endif"), std::string::npos);
+}
+
+TEST(ChatTemplate, PassesToolsDocumentsAndToolMessagesAsHuggingFace) {
+  auto t = ChatTemplate::create(
+      "{{ messages | tojson }}|{{ tools is defined }}|{{ documents | length }}|{{ add_generation_prompt }}", "", "");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  const std::vector<ChatMessage> msgs = {
+      {.role = "assistant",
+       .content = "",
+       .tool_calls = nlohmann::ordered_json::parse(
+           R"([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}])")},
+      {.role = "tool", .content = "r", .tool_call_id = "c1", .name = "f"},
+  };
+  const std::string json_msgs =
+      R"([{"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": )"
+      R"({"name": "f", "arguments": {"x": 1}}}]}, {"role": "tool", "content": "r", "tool_call_id": "c1", "name": "f"}])";
+  // Without tools or documents the variables stay undefined, as under HF.
+  EXPECT_EQ(*t->apply(msgs, ChatOptions{.add_generation_prompt = false}), json_msgs + "|False|0|False");
+  const ChatOptions with = {.add_generation_prompt = true,
+                            .tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])"),
+                            .documents = nlohmann::ordered_json::parse(R"([{"title": "t"}])")};
+  EXPECT_EQ(*t->apply(msgs, with), json_msgs + "|True|1|True");
 }
 
 TEST(ChatTemplate, MissingFileIsNotFound) {

@@ -48,6 +48,77 @@ TEST(Jinja, LoopsScopesAndNamespaces) {
   EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"), "6");
 }
 
+TEST(Jinja, MacrosAndCaller) {
+  EXPECT_EQ(render("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}"
+                   "{{ greet('a') }}|{{ greet('b', '?') }}|{{ greet(name='c', punct='.') }}"),
+            "Hi a!|Hi b?|Hi c.");
+  EXPECT_EQ(render("{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}"
+                   "{% call wrap('b') %}bold{% endcall %}"),
+            "<b>bold</b>");
+  EXPECT_EQ(render("{% macro list(xs) %}{% for x in xs %}{{ caller(x) }}{% endfor %}{% endmacro %}"
+                   "{% call(item) list([1, 2]) %}[{{ item }}]{% endcall %}"),
+            "[1][2]");
+}
+
+TEST(Jinja, BlockSetFilterBlockAndLoopControls) {
+  EXPECT_EQ(render("{% set block %}  text {{ 1 + 1 }}  {% endset %}[{{ block }}]|"
+                   "{% set t | trim | upper %} ab {% endset %}{{ t }}"),
+            "[  text 2  ]|AB");
+  EXPECT_EQ(render("{% filter upper %}hello {{ 'x' }}{% endfilter %}"), "HELLO X");
+  EXPECT_EQ(render("{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}"
+                   "{% endif %}{{ i }}{% endfor %}"),
+            "0134");
+  EXPECT_EQ(render("{% set ns = namespace(items=[]) %}{% for i in range(3) %}{% set ns.items = ns.items + [i] %}"
+                   "{% endfor %}{{ ns.items }}"),
+            "[0, 1, 2]");
+}
+
+TEST(Jinja, TheLoopObject) {
+  EXPECT_EQ(render("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}"
+                   "{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.cycle('a', 'b') }};{% endfor %}",
+                   {{"xs", {"p", "q", "r"}}}),
+            "1032TrueFalse3a;2121FalseFalse3b;3210FalseTrue3a;");
+  EXPECT_EQ(render("{% for x in xs %}{{ loop.previtem | default('-') }}{{ x }}{{ loop.nextitem | default('-') }} "
+                   "{% endfor %}",
+                   {{"xs", {1, 2, 3}}}),
+            "-12 123 23- ");
+  // A loop filter: loop.* counts the kept items only.
+  EXPECT_EQ(render("{% for x in xs if x > 1 %}{{ x }}{{ loop.index }}{{ loop.length }} {% else %}none{% endfor %}",
+                   {{"xs", {1, 2, 3}}}),
+            "212 322 ");
+}
+
+TEST(Jinja, ExpressionsAsJinja2PrintsThem) {
+  EXPECT_EQ(render("{{ s[1:] }}|{{ s[:-1] }}|{{ s[::-1] }}|{{ s[::2] }}|{{ s[-2:] }}|{{ l[::-1] }}|{{ l[1:3] }}|"
+                   "{{ l[-1] }}|{{ l[5:] }}",
+                   {{"s", "héllo"}, {"l", {1, 2, 3, 4}}}),
+            "éllo|héll|olléh|hlo|lo|[4, 3, 2, 1]|[2, 3]|4|[]");
+  EXPECT_EQ(render("{{ 'a' in 'cat' }}{{ 'z' not in 'cat' }}{{ 1 in [1, 2] }}{{ 'k' in d }}{{ 'q' not in d }}|"
+                   "{{ 'a' ~ 1 ~ none ~ true }}|{{ 'y' if x else 'n' }}{{ 'y' if not x else 'n' }}|"
+                   "{{ x is not defined }}",
+                   {{"d", {{"k", 1}}}, {"x", 0}}),
+            "TrueTrueTrueTrueTrue|a1NoneTrue|ny|False");
+  EXPECT_EQ(render("{{ 1 + 2 * 3 - 4 / 2 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % 3 }}|{{ -7 % 3 }}|{{ 2 ** 10 }}|"
+                   "{{ 2 ** -1 }}|{{ 1.5 + 1 }}|{{ 10 / 4 }}|{{ 'ab' * 3 }}|{{ [1] * 3 }}"),
+            "5.0|3|-4|1|2|1024|0.5|2.5|2.5|ababab|[1, 1, 1]");
+  EXPECT_EQ(render("{{ {'a': 1, 'b': [1, 'x']} }}|{{ [\"it's\", 'q\"'] }}|{{ none }}|{{ true }}|{{ 1.0 }}|{{ (1, 2) }}"),
+            "{'a': 1, 'b': [1, 'x']}|[\"it's\", 'q\"']|None|True|1.0|(1, 2)");
+}
+
+TEST(Jinja, UndefinedValuesFailAsJinja2Does) {
+  EXPECT_NE(render("{{ m.nope.x }}", {{"m", nlohmann::json::object()}}).find("'dict object' has no attribute 'nope'"),
+            std::string::npos);
+  EXPECT_NE(render("{{ nope + 1 }}").find("'nope' is undefined"), std::string::npos);
+  EXPECT_EQ(render("[{{ nope }}]{{ nope | length }}{% for x in nope %}x{% endfor %}{{ nope is iterable }}"), "[]0True");
+}
+
+TEST(Jinja, StrftimeNowReadsTheGivenClock) {
+  auto t = JinjaTemplate::parse("{{ strftime_now('%d %b %Y %H:%M:%S') }}");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*t->render(nlohmann::ordered_json::object(), JinjaRenderOptions{.now_unix = 1767323045}),
+            "02 Jan 2026 03:04:05");
+}
+
 TEST(Jinja, WhitespaceControlAndHfBlockTrimming) {
   // '-' strips on its side; trim_blocks eats the newline after a block tag;
   // lstrip_blocks eats indentation before one; one trailing newline is dropped.
@@ -56,6 +127,12 @@ TEST(Jinja, WhitespaceControlAndHfBlockTrimming) {
   EXPECT_EQ(render("x\n    {% if true %}\n  y\n    {% endif %}\nz"), "x\n  y\nz");
   EXPECT_EQ(render("{# comment #}k"), "k");
   EXPECT_EQ(render("{{ 'a\\nb' }}"), "a\nb");
+  EXPECT_EQ(render("x\n  {%- if true -%}\n  y  \n  {%- endif %}\nz\n  {% if true %}\n    w\n  {% endif %}\nend\n"
+                   "{# c #}\nk\n{{ 'v' }}\n{% for i in [1,2] +%}\n{{ i }}\n{% endfor %}\n"),
+            "xyz\n    w\nend\nk\nv\n\n1\n\n2\n");
+  EXPECT_EQ(render("x\n  {%- if true -%}\n  y  \n  {%- endif %}\nz\n  {% if true %}\n    w\n  {% endif %}\nend\n"
+                   "{# c #}\nk\n{{ 'v' }}\n{% for i in [1,2] +%}\n{{ i }}\n{% endfor %}\n"),
+            "xyz\n    w\nend\nk\nv\n\n1\n\n2\n");
 }
 
 TEST(Jinja, ErrorsAreStatusesNamingTheProblem) {
@@ -63,7 +140,9 @@ TEST(Jinja, ErrorsAreStatusesNamingTheProblem) {
   EXPECT_NE(render("{{ x.y }}").find("undefined"), std::string::npos);
   EXPECT_NE(render("{{ 1 + 'a' }}").find("unsupported operand"), std::string::npos);
   EXPECT_NE(render("{% include 'x' %}").find("unsupported: "), std::string::npos);
-  EXPECT_NE(render("{% for x in xs if x %}{% endfor %}").find("loop filter"), std::string::npos);
+  EXPECT_NE(render("{% for x in xs recursive %}{% endfor %}").find("recursive loop"), std::string::npos);
+  EXPECT_NE(render("{% break %}").find("outside a loop"), std::string::npos);
+  EXPECT_NE(render("{% macro m() %}{% endmacro %}{{ m(") .find("invalid argument"), std::string::npos);
   EXPECT_NE(render("{{ x | wordwrap }}").find("wordwrap"), std::string::npos);
   EXPECT_NE(render("{{ unknown_fn() }}").find("unknown_fn"), std::string::npos);
   EXPECT_NE(render("{{ 'unterminated }}").find("invalid argument: "), std::string::npos);

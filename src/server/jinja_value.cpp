@@ -6,6 +6,12 @@
 
 namespace sluice::server {
 
+JinjaValue JinjaValue::undefined(std::string hint) {
+  JinjaValue v;
+  v.s_ = std::make_shared<std::string>(std::move(hint));
+  return v;
+}
+
 JinjaValue JinjaValue::none() {
   JinjaValue v;
   v.kind_ = Kind::kNone;
@@ -40,10 +46,22 @@ JinjaValue JinjaValue::string(std::string s) {
   return v;
 }
 
+JinjaValue JinjaValue::markup(std::string s) {
+  JinjaValue v = string(std::move(s));
+  v.b_ = true;
+  return v;
+}
+
 JinjaValue JinjaValue::list(JinjaList items) {
   JinjaValue v;
   v.kind_ = Kind::kList;
   v.list_ = std::make_shared<JinjaList>(std::move(items));
+  return v;
+}
+
+JinjaValue JinjaValue::tuple(JinjaList items) {
+  JinjaValue v = list(std::move(items));
+  v.b_ = true;
   return v;
 }
 
@@ -61,20 +79,20 @@ JinjaValue JinjaValue::function(JinjaFunction fn) {
   return v;
 }
 
-JinjaValue JinjaValue::from_json(const nlohmann::json& j) {
+JinjaValue JinjaValue::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return none();
-    case nlohmann::json::value_t::boolean: return boolean(j.get<bool>());
-    case nlohmann::json::value_t::number_integer: return integer(j.get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return integer(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::json::value_t::number_float: return number(j.get<double>());
-    case nlohmann::json::value_t::string: return string(j.get<std::string>());
-    case nlohmann::json::value_t::array: {
+    case nlohmann::ordered_json::value_t::null: return none();
+    case nlohmann::ordered_json::value_t::boolean: return boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: return integer(static_cast<int64_t>(j.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_float: return number(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
       JinjaList items;
       for (const auto& e : j) items.push_back(from_json(e));
       return list(std::move(items));
     }
-    case nlohmann::json::value_t::object: {
+    case nlohmann::ordered_json::value_t::object: {
       JinjaDict items;
       for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e));
       return dict(std::move(items));
@@ -117,10 +135,12 @@ bool JinjaValue::truthy() const {
 }
 
 JinjaValue JinjaValue::get(const std::string& key) const {
-  if (kind_ != Kind::kDict) return JinjaValue();
-  for (const auto& [k, v] : *dict_)
-    if (k == key) return v;
-  return JinjaValue();
+  if (kind_ == Kind::kDict) {
+    for (const auto& [k, v] : *dict_)
+      if (k == key) return v;
+  }
+  return undefined(std::string("'") + (kind_ == Kind::kDict ? "dict" : type_name()) + " object' has no attribute '" +
+                   key + "'");
 }
 
 void JinjaValue::set(const std::string& key, JinjaValue v) const {
@@ -143,17 +163,18 @@ std::string float_repr(double d) {
   return fmt::format("{}", d);
 }
 
+// Python repr() of a str: single quotes unless the text has a ' and no ".
 std::string quote(const std::string& s) {
-  std::string out = "'";
+  const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, q);
   for (char c : s) {
-    if (c == '\'' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
+    if (c == q || c == '\\') out += '\\';
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else out += c;
   }
-  return out + "'";
+  return out + q;
 }
 
 }  // namespace
@@ -175,8 +196,9 @@ std::string JinjaValue::repr() const {
     case Kind::kFloat: return float_repr(d_);
     case Kind::kString: return quote(*s_);
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = b_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
+      if (b_) return out + (list_->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::kDict: {

@@ -2,7 +2,9 @@
 //
 // Python semantics where chat templates depend on them: bool is a number
 // (`0 == false`), `+` concatenates strings and lists, truthiness of "" / [] / {}
-// is false, and an undefined value renders as "" but fails when indexed.
+// is false, and an undefined value renders as "" but fails when indexed; an
+// undefined value remembers why it is undefined ("'x' is undefined", "'dict
+// object' has no attribute 'y'"), which is the message when it is misused.
 // Lists and dicts are shared (a copy of a Value aliases the same container),
 // which is what makes `namespace()` attribute assignment visible across loop
 // scopes. Values are not thread-safe; each render builds its own.
@@ -31,20 +33,28 @@ class JinjaValue {
   enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction };
 
   JinjaValue() = default;  // undefined
+  static JinjaValue undefined(std::string hint);
   static JinjaValue none();
   static JinjaValue boolean(bool b);
   static JinjaValue integer(int64_t i);
   static JinjaValue number(double d);
   static JinjaValue string(std::string s);
+  // A string marked safe (jinja2's Markup, made by `| safe` and `| escape`): `+`
+  // with a plain string HTML-escapes the plain side, as Markup.__add__ does.
+  static JinjaValue markup(std::string s);
   static JinjaValue list(JinjaList items = {});
+  // A list that prints as a Python tuple: (a, b). Otherwise a list.
+  static JinjaValue tuple(JinjaList items);
   static JinjaValue dict(JinjaDict items = {});
   static JinjaValue function(JinjaFunction fn);
-  static JinjaValue from_json(const nlohmann::json& j);
+  // Objects keep their key order, as Python dicts from json.loads do.
+  static JinjaValue from_json(const nlohmann::ordered_json& j);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && b_; }
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_dict() const { return kind_ == Kind::kDict; }
@@ -54,13 +64,15 @@ class JinjaValue {
   int64_t as_int() const;     // bool/int/float -> int
   double as_double() const;   // bool/int/float -> double
   const std::string& as_string() const { return *s_; }
+  // Why an undefined value is undefined, as jinja2 words it; "" if not known.
+  std::string undefined_hint() const { return kind_ == Kind::kUndefined && s_ ? *s_ : std::string(); }
   JinjaList& items() const { return *list_; }
   JinjaDict& entries() const { return *dict_; }
   const JinjaFunction& fn() const { return *fn_; }
 
   // Python truthiness.
   bool truthy() const;
-  // Dict lookup; undefined if absent (or if this is not a dict).
+  // Dict lookup; undefined (with jinja2's hint) if absent or not a dict.
   JinjaValue get(const std::string& key) const;
   // Inserts or replaces a dict entry.
   void set(const std::string& key, JinjaValue v) const;
@@ -77,7 +89,7 @@ class JinjaValue {
 
  private:
   Kind kind_ = Kind::kUndefined;
-  bool b_ = false;
+  bool b_ = false;  // kBool: the value; kList: a tuple; kString: markup
   int64_t i_ = 0;
   double d_ = 0;
   std::shared_ptr<std::string> s_;
