@@ -58,7 +58,8 @@ TEST_P(SynthInvariants, DecodeEqualsPrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, SynthInvariants,
-                         ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m"));
+                         ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m", "q4_1",
+                                           "q5_0", "q5_1", "iq4_nl", "q2_k", "q3_k_m", "q5_k_s", "iq4_xs"));
 
 // Q4_0 and Q8_0 matrices repacked at load (backend/cpu/repack.h) give the same
 // logits, bit for bit, as the same model on GGUF rows, for a prefill and for

@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -16,6 +17,7 @@
 #include "format/llama2c.h"
 #include "model/synth.h"
 #include "quant/quant.h"
+#include "quant/quant_mix.h"
 
 namespace sluice::cli {
 namespace {
@@ -64,20 +66,33 @@ int convert(const ConvertArgs& a) {
   if (!mf_or.ok()) return fail(mf_or.status());
   const ModelFile& mf = *mf_or;
 
-  std::optional<DType> to;
+  std::optional<QuantMix> to;
   if (!a.type.empty()) {
-    to = dtype_from_name(a.type);
-    if (!to) return fail(invalid_argument("unknown --type '{}' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", a.type));
+    auto mix = quant_mix_from_name(a.type);
+    if (!mix.ok()) return fail(mix.status());
+    to = *mix;
   }
+  // Layers and grouped-query ratio, which some rules of llama.cpp's mixes read.
+  const std::string arch = mf.metadata.get_string("general.architecture").value_or("llama");
+  const int64_t n_layer = mf.metadata.get_int(arch + ".block_count").value_or(0);
+  const int64_t n_head = mf.metadata.get_int(arch + ".attention.head_count").value_or(1);
+  const int64_t n_head_kv = mf.metadata.get_int(arch + ".attention.head_count_kv").value_or(n_head);
+  bool has_output = false;
+  for (const TensorInfo& t : mf.tensors) has_output |= t.name == "output.weight";
   GgufWriter w;
   w.set_metadata(mf.metadata);
   ThreadPool pool(a.n_threads);
   int n_converted = 0;
   for (const TensorInfo& t : mf.tensors) {
     const bool matrix = t.ne.size() == 2 && t.name.size() > 7 && t.name.ends_with(".weight");
-    if (to && matrix && *to != t.type && t.ne[0] % dtype_traits(*to).block_size == 0) {
+    DType dst_type = t.type;
+    const bool fits = to && matrix &&
+                      quant_mix_type(*to, MixTensor{.name = t.name, .ne0 = t.ne[0], .n_layer = n_layer,
+                                                    .n_gqa = n_head / std::max<int64_t>(1, n_head_kv),
+                                                    .has_output = has_output},
+                                     &dst_type);
+    if (fits && dst_type != t.type) {
       const TensorInfo* src = &t;
-      const DType dst_type = *to;
       Status st = w.add_tensor(t.name, dst_type, t.ne, [src, dst_type, &pool](uint8_t* dst, size_t) {
         const int64_t n = src->ne[0];
         const size_t in_rb = row_bytes(src->type, n), out_rb = row_bytes(dst_type, n);
@@ -95,10 +110,10 @@ int convert(const ConvertArgs& a) {
       return fail(st);
     }
   }
-  if (to) w.metadata().erase("general.file_type");
+  if (to) w.metadata().set("general.file_type", MetaValue::u32(static_cast<uint32_t>(to->file_type)));
   if (Status st = w.write(a.output, progress_printer("writing " + a.output)); !st.ok()) return fail(st);
   fmt::print(stderr, "[sluice] wrote {} ({} tensors, {} converted to {}, {})\n", a.output, mf.tensors.size(),
-             n_converted, to ? dtype_name(*to) : "-", human_bytes(w.total_tensor_bytes()));
+             n_converted, to ? to->name : "-", human_bytes(w.total_tensor_bytes()));
   return 0;
 }
 
@@ -110,7 +125,7 @@ Runner add_convert(CLI::App& app) {
   c->add_option("input", a->input, "HF folder, llama2.c .bin, or GGUF file")->required();
   c->add_option("-o,--output", a->output, "output .gguf path")->required();
   c->add_option("--tokenizer", a->tokenizer, "llama2.c tokenizer .bin (for llama2.c checkpoints)");
-  c->add_option("--type", a->type, "re-quantize weight matrices to this type (f16, q8_0, q4_0, q4_k, ...)");
+  c->add_option("--type", a->type, "re-quantize weight matrices to this type (f16, q8_0, q5_k, ...) or llama.cpp mix (q4_k_m, q3_k_s, iq4_xs, ...)");
   c->add_option("-t,--threads", a->n_threads, "threads for re-quantization");
   return [a] { return convert(*a); };
 }
@@ -126,7 +141,7 @@ Runner add_synth(CLI::App& app) {
   CLI::App* c = app.add_subcommand("synth", "write a random-weight GGUF at a real model shape");
   c->add_option("--preset", a->preset, "shape: " + fmt::format("{}", fmt::join(synth_preset_names(), ", ")))
       ->capture_default_str();
-  c->add_option("--type", a->type, "weights: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m")->capture_default_str();
+  c->add_option("--type", a->type, "weights: a type (f16, q8_0, q4_0, q5_k, iq4_nl, ...) or llama.cpp mix (q2_k, q3_k_m, q4_k_m, q5_k_s, iq4_xs, ...)")->capture_default_str();
   c->add_option("--layers", a->layers, "override the layer count (a slice: 70b-slice, mixtral-8x7b, ...)");
   c->add_option("--seed", a->seed, "RNG seed (same seed -> identical file)")->capture_default_str();
   c->add_option("-t,--threads", a->n_threads, "threads");

@@ -216,8 +216,8 @@ TEST(GgufReader, RefusesBadTensorInfos) {
   }
   {
     GgufBuilder b;
-    b.tensor("blk.0.ffn_up.weight", {256}, 13, 0).data_bytes(256);  // q5_K
-    expect_error(b.parse(), StatusCode::kUnimplemented, {"blk.0.ffn_up.weight", "q5_K"});
+    b.tensor("blk.0.ffn_up.weight", {256}, 16, 0).data_bytes(256);  // iq2_xxs: not supported
+    expect_error(b.parse(), StatusCode::kUnimplemented, {"blk.0.ffn_up.weight", "iq2_xxs"});
   }
   {
     GgufBuilder b;

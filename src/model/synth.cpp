@@ -11,6 +11,7 @@
 #include "model/hparams.h"
 #include "model/model_weights.h"
 #include "quant/quant.h"
+#include "quant/quant_mix.h"
 
 namespace sluice {
 namespace {
@@ -48,23 +49,6 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
   uint64_t h = 1469598103934665603ull ^ seed;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
-}
-
-// llama.cpp's file type ids, so other tools label synth files correctly.
-int64_t file_type_id(const std::string& type) {
-  if (type == "f32") return 0;
-  if (type == "f16") return 1;
-  if (type == "q4_0") return 2;
-  if (type == "q8_0") return 7;
-  if (type == "q4_k") return 14;  // Q4_K_S
-  if (type == "q4_k_m") return 15;
-  if (type == "q6_k") return 18;
-  if (type == "bf16") return 32;
-  return 0;
-}
-
-bool use_more_bits(int64_t layer, int64_t n_layer) {
-  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
 }
 
 }  // namespace
@@ -152,16 +136,14 @@ SynthVocab synth_vocab(int64_t n_vocab) {
 
 StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& path) {
   const SynthShape& s = o.shape;
-  const bool mix = o.type == "q4_k_m";
-  std::optional<DType> base = mix ? DType::kQ4_K : dtype_from_name(o.type);
-  if (!base) return invalid_argument("unknown weight type '{}' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m)", o.type);
+  ASSIGN_OR_RETURN(const QuantMix mix, quant_mix_from_name(o.type));
   const ArchSpec* spec = find_arch(s.arch);
   if (!spec) return invalid_argument("shape {}: unknown architecture '{}' ({})", s.name, s.arch, supported_arch_names());
   if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv != 0 || (s.head_dim == 0 && s.n_embd % s.n_head != 0)) {
     return invalid_argument("shape {}: heads {} / kv heads {} do not divide embedding {}", s.name, s.n_head, s.n_head_kv, s.n_embd);
   }
   const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
-  const int64_t bs = dtype_traits(*base).block_size;
+  const int64_t bs = dtype_traits(mix.base).block_size;
   for (int64_t d : {s.n_embd, s.n_ff, s.n_ff_expert, s.n_ff_shared, head_dim * s.n_head}) {
     if (d % bs != 0) {
       return invalid_argument("type {} needs dims divisible by {} (embedding {}, ffn {}, expert ffn {}, shared ffn {})",
@@ -175,7 +157,7 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
   auto u32 = [](int64_t v) { return MetaValue::u32(static_cast<uint32_t>(v)); };
   md.set("general.architecture", MetaValue::str(s.arch));
   md.set("general.name", MetaValue::str(fmt::format("synth-{}-{}", s.name, o.type)));
-  md.set("general.file_type", u32(file_type_id(o.type)));
+  md.set("general.file_type", u32(mix.file_type));
   md.set(a + "vocab_size", u32(s.n_vocab));
   md.set(a + "context_length", u32(s.n_ctx));
   md.set(a + "embedding_length", u32(s.n_embd));
@@ -243,16 +225,15 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
       for (int64_t i = 0; i < n; ++i) f[i] = norm ? 1.0f : 0.02f * rng.normal();
     });
   };
-  // The type of a matrix: routers stay f32; the q4_k_m mix gives Q6_K to the
-  // output and to attn_v / ffn_down (experts' too) in the layers llama.cpp's
-  // mix promotes.
-  auto type_of = [&](const TensorSpec& t, int64_t layer) {
+  // The type of a matrix: routers stay f32; others as the type or llama.cpp
+  // mix named by o.type chooses (quant/quant_mix.h, docs/QUANT_MIXES.md).
+  auto type_of = [&](const TensorSpec& t, const std::string& name, int64_t ne0) {
     if (t.role == TensorRole::kFfnRouter) return DType::kF32;
-    if (!mix) return *base;
-    if (t.role == TensorRole::kOutput) return DType::kQ6_K;
-    const bool promotable = t.role == TensorRole::kAttnV || t.role == TensorRole::kFfnDown ||
-                            t.role == TensorRole::kFfnDownExps || t.role == TensorRole::kFfnDownShexp;
-    return promotable && use_more_bits(layer, s.n_layer) ? DType::kQ6_K : *base;
+    DType type = mix.base;
+    quant_mix_type(mix, MixTensor{.name = name, .ne0 = ne0, .n_layer = s.n_layer,
+                                  .n_gqa = s.n_head / s.n_head_kv},
+                   &type);  // the dims check above makes every choice fit
+    return type;
   };
   auto add = [&](const TensorSpec& t, int64_t layer) -> Status {
     const bool bias = t.role == TensorRole::kAttnQBias || t.role == TensorRole::kAttnKBias ||
@@ -269,7 +250,8 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
       return add_vector(name, ne[0], norm);
     }
     const float stddev = t.role == TensorRole::kTokenEmbd ? 1.0f : 1.0f / std::sqrt(static_cast<float>(ne[0]));
-    return add_matrix(name, type_of(t, layer), std::move(ne), stddev);
+    const DType type = type_of(t, name, ne[0]);
+    return add_matrix(name, type, std::move(ne), stddev);
   };
   for (const TensorSpec& t : spec->tensors)
     if (!t.per_layer) RETURN_IF_ERROR(add(t, -1));

@@ -49,8 +49,10 @@ struct SynthShape {
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override = 0);
 std::vector<std::string> synth_preset_names();
 
-// Weight "type" names accepted by synth: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k,
-// and q4_k_m (Q4_K with Q6_K for output, and attn_v/ffn_down in some layers).
+// Weight "type" names accepted by synth: a type for every matrix (f32, f16,
+// bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q3_k, q4_k, q5_k, iq4_nl) or one of
+// llama.cpp's mixes (q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s,
+// q5_k_m, q6_k, iq4_xs), per-tensor rules in quant/quant_mix.h.
 // Routers (ffn_gate_inp) and 1-D tensors are f32 whatever the type, as GGUF
 // quantizers leave them.
 struct SynthOptions {

@@ -1,5 +1,7 @@
 // Quantized block layouts, byte-compatible with the blocks ggml writes into GGUF
-// files (ggml-common.h: block_q8_0, block_q4_0, block_q4_K, block_q6_K).
+// files (ggml-common.h: block_q8_0, block_q4_0, block_q4_K, block_q6_K; the
+// further formats Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS are in
+// quant/blocks_more.h).
 //
 // These are plain packed structs read straight out of mmapped weights; they own
 // nothing. All multi-byte fields are little-endian (as in GGUF) and f16 fields are

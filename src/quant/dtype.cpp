@@ -8,13 +8,21 @@
 namespace sluice {
 namespace {
 
-constexpr std::array<DTypeTraits, 7> kTraits = {{
+constexpr std::array<DTypeTraits, 15> kTraits = {{
     {DType::kF32, "f32", 1, 4},
     {DType::kF16, "f16", 1, 2},
     {DType::kQ4_0, "q4_0", 32, 18},
+    {DType::kQ4_1, "q4_1", 32, 20},
+    {DType::kQ5_0, "q5_0", 32, 22},
+    {DType::kQ5_1, "q5_1", 32, 24},
     {DType::kQ8_0, "q8_0", 32, 34},
+    {DType::kQ2_K, "q2_K", 256, 84},
+    {DType::kQ3_K, "q3_K", 256, 110},
     {DType::kQ4_K, "q4_K", 256, 144},
+    {DType::kQ5_K, "q5_K", 256, 176},
     {DType::kQ6_K, "q6_K", 256, 210},
+    {DType::kIQ4_NL, "iq4_nl", 32, 18},
+    {DType::kIQ4_XS, "iq4_xs", 256, 136},
     {DType::kBF16, "bf16", 1, 2},
 }};
 

@@ -12,6 +12,15 @@
 //   Q4_0      32          18           4.5   [f16 d][16 bytes: q[i] | q[i+16] << 4]
 //   Q4_K     256         144           4.5   super-block of 8 x 32, 6-bit scales/mins
 //   Q6_K     256         210           6.5625 super-block of 16 x 16, 8-bit scales
+//   Q4_1      32          20           5     [f16 d][f16 m][16 bytes of nibbles]
+//   Q5_0      32          22           5.5   [f16 d][4 bytes fifth bits][16 bytes]
+//   Q5_1      32          24           6     [f16 d][f16 m][4 bytes][16 bytes]
+//   Q2_K     256          84           2.625 super-block of 16 x 16, 4-bit scales/mins
+//   Q3_K     256         110           3.4375 super-block of 16 x 16, 6-bit scales
+//   Q5_K     256         176           5.5   as Q4_K plus a fifth bit per element
+//   IQ4_NL    32          18           4.5   [f16 d][16 bytes of codebook indices]
+//   IQ4_XS   256         136           4.25  8 x 32, 6-bit scales, codebook indices
+// (Q4_1 .. IQ4_XS layouts: quant/blocks_more.h.)
 #pragma once
 
 #include <cstddef>
@@ -26,9 +35,17 @@ enum class DType : uint32_t {
   kF32 = 0,
   kF16 = 1,
   kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
   kQ4_K = 12,
+  kQ5_K = 13,
   kQ6_K = 14,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   kBF16 = 30,
 };
 

@@ -10,6 +10,10 @@
 //   F32  x             F16  f16_to_f32(h)          BF16  bf16_to_f32(b)
 //   Q8_0 d * q         Q4_0 (q - 8) * d
 //   Q4_K (d * sc) * q - (dmin * m)                 Q6_K (d * sc) * (q - 32)
+//   Q4_1, Q5_1  q * d + m                           Q5_0 (q - 16) * d
+//   Q2_K (d * sc) * q - (dmin * m)                 Q3_K (d * (sc - 32)) * (q - 4)
+//   Q5_K (d * sc) * q - (dmin * m)                 IQ4_NL d * kIq4NlValues[q]
+//   IQ4_XS (d * (ls - 32)) * kIq4NlValues[q]
 // where d, dmin are the block's f16 scales converted to float.
 #pragma once
 
@@ -32,6 +36,8 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 //         against f16 super-block scales, then quants re-fitted to those
 //   Q6_K  per sub-block weighted scale search, 8-bit scales against an f16 d,
 //         then quants re-fitted
+//   Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_NL IQ4_XS: see their headers
+//         (quant_q4_1_q5.h, quant_k_low.h, quant_q5_k.h, quant_iq4.h)
 //   F16/BF16 round to nearest even; F32 copies.
 // src: [n]; n a multiple of the block size.
 void quantize_row(DType type, const float* src, void* dst, int64_t n);

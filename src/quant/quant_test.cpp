@@ -19,8 +19,9 @@
 namespace sluice {
 namespace {
 
-constexpr DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                               DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,  DType::kQ4_0,
+                               DType::kQ4_K, DType::kQ6_K, DType::kQ4_1, DType::kQ5_0,  DType::kQ5_1,
+                               DType::kQ2_K, DType::kQ3_K, DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS};
 constexpr uint8_t kGuard = 0xA5;
 constexpr size_t kGuardBytes = 64;
 
@@ -171,7 +172,15 @@ INSTANTIATE_TEST_SUITE_P(AllBlockTypes, RoundTripRmse,
                          ::testing::Values(RmseCase{DType::kQ8_0, 0.0058f},
                                            RmseCase{DType::kQ4_0, 0.093f},
                                            RmseCase{DType::kQ4_K, 0.078f},
-                                           RmseCase{DType::kQ6_K, 0.0195f}),
+                                           RmseCase{DType::kQ6_K, 0.0195f},
+                                           RmseCase{DType::kQ4_1, 0.078f},
+                                           RmseCase{DType::kQ5_0, 0.044f},
+                                           RmseCase{DType::kQ5_1, 0.037f},
+                                           RmseCase{DType::kQ2_K, 0.31f},
+                                           RmseCase{DType::kQ3_K, 0.166f},
+                                           RmseCase{DType::kQ5_K, 0.040f},
+                                           RmseCase{DType::kIQ4_NL, 0.081f},
+                                           RmseCase{DType::kIQ4_XS, 0.082f}),
                          [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
 TEST(QuantTest, KQuantsBeatLegacyAtSameBits) {
@@ -183,6 +192,21 @@ TEST(QuantTest, KQuantsBeatLegacyAtSameBits) {
   const double e6k = rmse(x, round_trip(DType::kQ6_K, x));
   EXPECT_LT(e4k, 0.9 * e40);
   EXPECT_LT(e6k, 0.35 * e4k);
+}
+
+TEST(QuantTest, MoreBitsGiveLessError) {
+  // Within each family the error falls as bits per weight rise, and the
+  // codebook of IQ4_NL beats the linear grid of Q4_0 at the same 4.5 bits.
+  const std::vector<float> x = gaussian(256 * 32, 12);
+  auto err = [&](DType t) { return rmse(x, round_trip(t, x)); };
+  EXPECT_LT(err(DType::kQ3_K), 0.6 * err(DType::kQ2_K));
+  EXPECT_LT(err(DType::kQ4_K), 0.6 * err(DType::kQ3_K));
+  EXPECT_LT(err(DType::kQ5_K), 0.6 * err(DType::kQ4_K));
+  EXPECT_LT(err(DType::kQ6_K), 0.6 * err(DType::kQ5_K));
+  EXPECT_LT(err(DType::kQ5_0), 0.6 * err(DType::kQ4_0));
+  EXPECT_LT(err(DType::kQ5_1), 0.6 * err(DType::kQ4_1));
+  EXPECT_LT(err(DType::kIQ4_NL), 0.95 * err(DType::kQ4_0));
+  EXPECT_LT(err(DType::kIQ4_XS), 0.95 * err(DType::kQ4_0));
 }
 
 TEST(QuantTest, ScaleSearchImprovesOnNaiveFit) {
@@ -292,7 +316,8 @@ TEST(QuantTest, QuantizeTensorIsRowByRow) {
 
 TEST(QuantTest, QuantizeIsDeterministicAndRequantizeIsStable) {
   // Dequantized K-quant data re-quantizes to (nearly) the same values.
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ4_1, DType::kQ5_0,
+                  DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS}) {
     const std::vector<float> x = gaussian(512, 51);
     const std::vector<float> y1 = round_trip(t, x);
     EXPECT_EQ(round_trip(t, x), y1) << dtype_name(t);

@@ -10,8 +10,9 @@
 namespace sluice::cpu {
 namespace {
 
-constexpr std::array<DType, 7> kTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                                         DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+constexpr std::array<DType, 15> kTypes = {
+    DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,  DType::kQ4_K,   DType::kQ6_K,  DType::kQ4_1,
+    DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS};
 
 MatmulKernel lookup(DType type, Isa isa, WeightLayout layout) {
   for (int level = static_cast<int>(isa); level >= 0; --level) {
@@ -82,9 +83,10 @@ void matmul_group_impl(std::span<const MatmulJob> jobs, const float* x, int64_t 
                        uint8_t* scratch, ThreadPool& pool, Isa isa,
                        const FunctionRef<void(int64_t, int64_t)>* prepare) {
   CHECK(!jobs.empty() && jobs.size() <= 4);
-  // Activation buffers: one per distinct weight type (at most two).
+  // Activation buffers: one per distinct activation format (at most two); weight
+  // types with the same conversion (Q4_K and Q6_K, say) share one.
   struct Act {
-    DType type;
+    decltype(MatmulKernel::convert_act) convert;
     const MatmulKernel* k;
     uint8_t* data;
     size_t stride;
@@ -102,13 +104,13 @@ void matmul_group_impl(std::span<const MatmulJob> jobs, const float* x, int64_t 
     job_base += jobs[j].w.n_out;
     kernel_of[j] = &matmul_kernel(jobs[j].w.type, isa, jobs[j].w.layout);
     int found = -1;
+    const MatmulKernel& k = matmul_kernel(jobs[j].w.type, isa);
     for (int a = 0; a < n_acts; ++a)
-      if (acts[a].type == jobs[j].w.type) found = a;
+      if (acts[a].convert == k.convert_act) found = a;
     if (found < 0) {
       CHECK(n_acts < 2);
-      const MatmulKernel& k = matmul_kernel(jobs[j].w.type, isa);
       const size_t stride = (k.act_row_bytes(n_in) + 63) & ~size_t{63};
-      acts[n_acts] = Act{jobs[j].w.type, &k, next, stride};
+      acts[n_acts] = Act{k.convert_act, &k, next, stride};
       next += stride * static_cast<size_t>(n_tok);
       found = n_acts++;
     }

@@ -57,7 +57,7 @@ bool matmul_supports(DType type);
 // Implemented by the kernel families; return a kernel with rows == nullptr if
 // they have none for that exact (type, isa, layout).
 MatmulKernel float_matmul_kernel(DType type, Isa isa);  // F32, F16, BF16 (GGUF rows)
-MatmulKernel quant_matmul_kernel(DType type, Isa isa,   // Q8_0, Q4_0, Q4_K, Q6_K; Q4_0x4, Q8_0x4, Q8_0x16
+MatmulKernel quant_matmul_kernel(DType type, Isa isa,   // every block type; Q4_0x4, Q8_0x4, Q8_0x16
                                  WeightLayout layout = WeightLayout::kRows);
 
 // One output of a matmul group: y = w x, y: [n_tok, w.n_out].

@@ -39,12 +39,14 @@ using testing::GuardedFloats;
 using testing::nmse;
 using testing::random_floats;
 
-constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
-constexpr double kNmseBound32 = 1e-4;    // Q8_0, Q4_0: activation blocks of 32
-constexpr double kNmseBound256 = 1.5e-4; // Q4_K, Q6_K: activation blocks of 256
+constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K,   DType::kQ6_K,  DType::kQ4_1, DType::kQ5_0,
+                            DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS};
+constexpr double kNmseBound32 = 1e-4;    // Q8_0, Q4_0, ...: activation blocks of 32
+constexpr double kNmseBound256 = 1.5e-4; // K-quants, IQ4_XS: activation blocks of 256
 constexpr double kIsaAgreeBound = 1e-10; // levels differ only in float summation order
 
-bool is_k_quant(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+// Types on 256-element super-blocks, whose activations are ActQ8x256.
+bool is_k_quant(DType t) { return dtype_traits(t).block_size == 256; }
 double nmse_bound(DType t) { return is_k_quant(t) ? kNmseBound256 : kNmseBound32; }
 
 std::vector<Isa> isas() {

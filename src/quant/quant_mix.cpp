@@ -1,0 +1,170 @@
+#include "quant/quant_mix.h"
+
+#include <array>
+#include <cctype>
+#include <cstdlib>
+
+namespace sluice {
+namespace {
+
+enum class Mix { kNone, kQ2_K, kQ3_K_S, kQ3_K_M, kQ3_K_L, kQ4_K_S, kQ4_K_M, kQ5_K_S, kQ5_K_M, kQ6_K, kIQ4_XS };
+
+struct NamedMix {
+  const char* name;
+  Mix mix;
+  DType base;
+  int64_t file_type;  // llama_ftype
+};
+
+// llama.cpp's mixes, by llama-quantize's names (lower case).
+constexpr std::array<NamedMix, 10> kMixes = {{
+    {"q2_k", Mix::kQ2_K, DType::kQ2_K, 10},
+    {"q3_k_s", Mix::kQ3_K_S, DType::kQ3_K, 11},
+    {"q3_k_m", Mix::kQ3_K_M, DType::kQ3_K, 12},
+    {"q3_k_l", Mix::kQ3_K_L, DType::kQ3_K, 13},
+    {"q4_k_s", Mix::kQ4_K_S, DType::kQ4_K, 14},
+    {"q4_k_m", Mix::kQ4_K_M, DType::kQ4_K, 15},
+    {"q5_k_s", Mix::kQ5_K_S, DType::kQ5_K, 16},
+    {"q5_k_m", Mix::kQ5_K_M, DType::kQ5_K, 17},
+    {"q6_k", Mix::kQ6_K, DType::kQ6_K, 18},
+    {"iq4_xs", Mix::kIQ4_XS, DType::kIQ4_XS, 30},
+}};
+
+// Single types and the llama_ftype of a file whose matrices are all that type
+// (q4_k, q3_k and q5_k have no file type of their own: their _S mix's).
+struct NamedType {
+  const char* name;
+  DType type;
+  int64_t file_type;
+};
+constexpr std::array<NamedType, 12> kTypes = {{
+    {"f32", DType::kF32, 0},     {"f16", DType::kF16, 1},      {"bf16", DType::kBF16, 32},
+    {"q8_0", DType::kQ8_0, 7},   {"q4_0", DType::kQ4_0, 2},    {"q4_1", DType::kQ4_1, 3},
+    {"q5_0", DType::kQ5_0, 8},   {"q5_1", DType::kQ5_1, 9},    {"q3_k", DType::kQ3_K, 11},
+    {"q4_k", DType::kQ4_K, 14},  {"q5_k", DType::kQ5_K, 16},   {"iq4_nl", DType::kIQ4_NL, 25},
+}};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+Mix mix_of(const QuantMix& m) {
+  if (!m.is_mix) return Mix::kNone;
+  for (const NamedMix& n : kMixes)
+    if (m.name == n.name) return n.mix;
+  return Mix::kNone;
+}
+
+// "blk.<layer>.<role>.weight" -> layer and role; other names: layer -1, the name.
+void split_name(std::string_view name, int64_t* layer, std::string_view* role) {
+  *layer = -1;
+  *role = name;
+  if (name.ends_with(".weight")) *role = name.substr(0, name.size() - 7);
+  if (!role->starts_with("blk.")) return;
+  const std::string_view rest = role->substr(4);
+  const size_t dot = rest.find('.');
+  if (dot == std::string_view::npos) return;
+  *layer = std::atoll(std::string(rest.substr(0, dot)).c_str());
+  *role = rest.substr(dot + 1);
+}
+
+// llama.cpp's rules for the K mixes and IQ4_XS, tensor by tensor.
+DType mix_rule(Mix mix, DType base, std::string_view role, int64_t layer, const MixTensor& t) {
+  const int64_t n = t.n_layer;
+  // The output matrix (the token embedding when it doubles as the output).
+  if (role == "output" || (role == "token_embd" && !t.has_output)) return DType::kQ6_K;
+  if (role == "attn_v") {
+    switch (mix) {
+      case Mix::kQ2_K: return t.n_gqa >= 4 ? DType::kQ4_K : DType::kQ3_K;
+      case Mix::kQ3_K_M: return layer < 2 ? DType::kQ5_K : DType::kQ4_K;
+      case Mix::kQ3_K_L: return DType::kQ5_K;
+      case Mix::kIQ4_XS: return t.n_gqa >= 4 ? DType::kQ5_K : base;
+      case Mix::kQ4_K_M:
+      case Mix::kQ5_K_M: return mix_uses_more_bits(layer, n) ? DType::kQ6_K : base;
+      case Mix::kQ4_K_S: return layer < 4 ? DType::kQ5_K : base;
+      default: return base;
+    }
+  }
+  if (role == "ffn_down" || role == "ffn_down_exps" || role == "ffn_down_shexp") {
+    switch (mix) {
+      case Mix::kQ2_K: return DType::kQ3_K;
+      case Mix::kQ3_K_M: return layer < n / 16 ? DType::kQ5_K : DType::kQ4_K;
+      case Mix::kQ3_K_L: return DType::kQ5_K;
+      case Mix::kQ4_K_M:
+      case Mix::kQ5_K_M: return mix_uses_more_bits(layer, n) ? DType::kQ6_K : base;
+      case Mix::kQ4_K_S: return layer < n / 8 ? DType::kQ5_K : base;
+      default: return base;
+    }
+  }
+  if (role == "attn_output") {
+    switch (mix) {
+      case Mix::kQ2_K: return DType::kQ3_K;
+      case Mix::kQ3_K_M: return DType::kQ4_K;
+      case Mix::kQ3_K_L: return DType::kQ5_K;
+      default: return base;
+    }
+  }
+  if (role == "attn_qkv") {
+    switch (mix) {
+      case Mix::kQ3_K_M:
+      case Mix::kQ3_K_L: return DType::kQ4_K;
+      case Mix::kQ4_K_M: return DType::kQ5_K;
+      case Mix::kQ5_K_M: return DType::kQ6_K;
+      default: return base;
+    }
+  }
+  return base;
+}
+
+// llama.cpp's replacement for a K type when rows do not split into super-blocks.
+DType small_row_fallback(DType type) {
+  switch (type) {
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kIQ4_XS: return DType::kIQ4_NL;
+    case DType::kQ4_K: return DType::kQ5_0;
+    case DType::kQ5_K: return DType::kQ5_1;
+    case DType::kQ6_K: return DType::kQ8_0;
+    default: return type;
+  }
+}
+
+}  // namespace
+
+bool mix_uses_more_bits(int64_t layer, int64_t n_layer) {
+  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+StatusOr<QuantMix> quant_mix_from_name(std::string_view name) {
+  const std::string l = lower(name);
+  for (const NamedMix& m : kMixes)
+    if (l == m.name) return QuantMix{.name = l, .base = m.base, .is_mix = true, .file_type = m.file_type};
+  for (const NamedType& t : kTypes)
+    if (l == t.name) return QuantMix{.name = l, .base = t.type, .is_mix = false, .file_type = t.file_type};
+  return invalid_argument("unknown weight type '{}' ({})", name, quant_mix_names());
+}
+
+std::string quant_mix_names() {
+  std::string s;
+  for (const NamedType& t : kTypes) s += std::string(s.empty() ? "" : ", ") + t.name;
+  for (const NamedMix& m : kMixes) s += std::string(", ") + m.name;
+  return s;
+}
+
+bool quant_mix_type(const QuantMix& mix, const MixTensor& t, DType* type) {
+  DType chosen = mix.base;
+  if (mix.is_mix) {
+    int64_t layer = -1;
+    std::string_view role;
+    split_name(t.name, &layer, &role);
+    chosen = mix_rule(mix_of(mix), mix.base, role, layer, t);
+    if (t.ne0 % dtype_traits(chosen).block_size != 0) chosen = small_row_fallback(chosen);
+  }
+  if (t.ne0 % dtype_traits(chosen).block_size != 0) return false;
+  *type = chosen;
+  return true;
+}
+
+}  // namespace sluice
