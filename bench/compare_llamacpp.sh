@@ -8,7 +8,8 @@
 #     --llama-cpp-dir DIR  llama.cpp checkout with build/bin/llama-bench
 #                          (env LLAMA_CPP_DIR; default: ../llama.cpp beside this repo)
 #     --sluice PATH        sluice binary (env SLUICE; default: build/sluice)
-#     --presets "P ..."    synth presets (default: "110m 1b")
+#     --presets "P ..."    synth presets (default: "110m 1b"); PRESET@N writes N layers
+#                          (e.g. mixtral-8x7b@4, a slice of Mixtral's layers)
 #     --types "T ..."      weight types (default: "f16 q8_0 q4_0 q4_k_m")
 #     --rounds N           alternating rounds per model (env ROUNDS; default 3)
 #     -r, --reps R         repetitions inside each run (env REPS; default 5)
@@ -84,6 +85,8 @@ mkdir -p "$RUN_DIR"
   echo "sluice commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "llama.cpp commit: $(git -C "$LLAMA_CPP_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)"
+  echo "cpu flags: $(grep -o -w -E 'avx512f|avx512_vnni|avx2|fma|f16c' /proc/cpuinfo 2>/dev/null | sort -u | tr '\n' ' ')"
+  echo "sluice isa: ${SLUICE_ISA:-(highest supported)}"
   echo "cpus online: $(nproc)"
   echo "memory: $(free -g 2>/dev/null | awk '/^Mem:/ {print $2 " GiB"}')"
   echo "threads: $THREADS; pp $N_PROMPT, tg $N_GEN; rounds $ROUNDS x reps $REPS"
@@ -106,13 +109,16 @@ run_one() {
   fi
 }
 
-for preset in $PRESETS; do
+for spec in $PRESETS; do
+  preset="${spec%@*}"
+  layers=""
+  [[ "$spec" == *@* ]] && layers="${spec#*@}"
   for type in $TYPES; do
-    name="$preset-$type"
+    name="$preset${layers:+-${layers}l}-$type"
     file="$MODELS_DIR/$name.gguf"
     if [[ ! -s "$file" ]]; then
       echo "[bench] synth $name -> $file" >&2
-      "$SLUICE" synth --preset "$preset" --type "$type" -o "$file.tmp" >&2
+      "$SLUICE" synth --preset "$preset" --type "$type" ${layers:+--layers "$layers"} -o "$file.tmp" >&2
       mv "$file.tmp" "$file"
     fi
     for ((round = 1; round <= ROUNDS; round++)); do

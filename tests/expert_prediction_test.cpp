@@ -32,7 +32,7 @@ TEST(ExpertPrediction, StoriesMoeRecallReadsAndReadinessAgainstLru) {
     EXPECT_GE(ours[static_cast<size_t>(l)].recall(), 0.80) << "layer " << l;
     EXPECT_LE(ours[static_cast<size_t>(l)].read_ratio(), 1.5) << "layer " << l;
   }
-  EXPECT_GE(weights::replay_total(ours).ready_rate(), 2.5 * weights::replay_total(lru).ready_rate());
+  EXPECT_GE(weights::replay_total(ours).hit_rate(), 2.5 * weights::replay_total(lru).hit_rate());
 }
 
 }  // namespace

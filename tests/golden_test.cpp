@@ -9,6 +9,7 @@
 
 #include "backend/reference_backend.h"
 #include "base/test_data.h"
+#include "golden_params.h"
 #include "format/gguf_reader.h"
 #include "format/gguf_writer.h"
 #include "format/llama2c.h"
@@ -57,13 +58,10 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
     ref_ = load_reference();
-    const std::string param = GetParam();
-    const size_t at = param.find('@');
-    file_ = open_format(param.substr(0, at));
+    const testing::GoldenParam param = testing::parse_golden_param(GetParam());
+    file_ = open_format(param.format);
     ASSERT_TRUE(file_);
-    std::shared_ptr<Backend> backend;
-    if (at != std::string::npos) backend = create_backend({.name = param.substr(at + 1)}).value();
-    auto m = Model::load(file_, ModelOptions{.n_threads = 2, .backend = backend});
+    auto m = Model::load(file_, ModelOptions{.n_threads = 2, .backend = param.backend});
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model_ = std::move(*m);
     auto tok = Tokenizer::from_metadata(file_->metadata);
@@ -118,11 +116,7 @@ TEST_P(GoldenTest, TextMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, GoldenTest, ::testing::Values("gguf", "hf", "llama2c", "gguf@reference"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '@', '_');
-                           return name;
-                         });
+                         testing::golden_param_name);
 
 }  // namespace
 }  // namespace sluice

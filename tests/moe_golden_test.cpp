@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/test_data.h"
+#include "golden_params.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "sample/sampler.h"
@@ -26,15 +27,11 @@ class MoeGoldenTest : public ::testing::TestWithParam<std::string> {
     SKIP_UNLESS_EXISTS(model_path("stories-moe/reference.json"));
     std::ifstream in(model_path("stories-moe/reference.json"));
     ref_ = nlohmann::json::parse(in);
-    const std::string param = GetParam();
-    const size_t at = param.find('@');
-    const std::string format = param.substr(0, at);
-    auto mf = open_model_file(model_path(format == "hf" ? "stories-moe/hf" : "stories-moe/stories-moe.gguf"));
+    const testing::GoldenParam param = testing::parse_golden_param(GetParam());
+    auto mf = open_model_file(model_path(param.format == "hf" ? "stories-moe/hf" : "stories-moe/stories-moe.gguf"));
     ASSERT_TRUE(mf.ok()) << mf.status().to_string();
-    std::shared_ptr<Backend> backend;
-    if (at != std::string::npos) backend = create_backend({.name = param.substr(at + 1)}).value();
     auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)),
-                         ModelOptions{.n_threads = 2, .n_batch = 64, .backend = backend});
+                         ModelOptions{.n_threads = 2, .n_batch = 64, .backend = param.backend});
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model_ = std::move(*m);
   }
@@ -97,11 +94,7 @@ TEST_P(MoeGoldenTest, LogitsAndRoutingMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, MoeGoldenTest, ::testing::Values("gguf", "hf", "gguf@reference"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '@', '_');
-                           return name;
-                         });
+                         testing::golden_param_name);
 
 }  // namespace
 }  // namespace sluice

@@ -52,14 +52,14 @@ int run(const Args& a) {
   struct Run {
     const char* name;
     weights::ReplayOptions options;
-    std::vector<weights::LayerReplay> layers;
+    std::vector<weights::ExpertLayerStats> layers;
   };
   std::vector<Run> runs = {{"lru", {.n_slots = slots, .policy = weights::CachePolicy::kLru, .use_prediction = false}},
                            {"usage", {.n_slots = slots, .policy = weights::CachePolicy::kUsage, .use_prediction = false}},
                            {"usage+prediction", {.n_slots = slots, .policy = weights::CachePolicy::kUsage}}};
   for (Run& r : runs) r.layers = weights::replay_routing(*trace, r.options);
-  const double lru = weights::replay_total(runs[0].layers).ready_rate();
-  const double best = weights::replay_total(runs[2].layers).ready_rate();
+  const double lru = weights::replay_total(runs[0].layers).hit_rate();
+  const double best = weights::replay_total(runs[2].layers).hit_rate();
   if (a.json) {
     nlohmann::ordered_json j;
     j["model"] = a.model;
@@ -67,10 +67,9 @@ int run(const Args& a) {
     j["slots"] = slots;
     for (const Run& r : runs) {
       nlohmann::ordered_json layers = nlohmann::json::array();
-      for (const weights::LayerReplay& l : r.layers)
-        layers.push_back({{"recall", l.recall()}, {"precision", l.precision()}, {"ready", l.ready_rate()},
-                          {"predictor_fetch_ratio", l.predictor_fetch_ratio()},
-                          {"reads_per_chosen", l.chosen ? static_cast<double>(l.fetched) / l.chosen : 0.0}});
+      for (const weights::ExpertLayerStats& l : r.layers)
+        layers.push_back({{"recall", l.recall()}, {"precision", l.precision()}, {"ready", l.hit_rate()},
+                          {"predictor_fetch_ratio", l.predictor_fetch_ratio()}, {"reads_per_chosen", l.read_ratio()}});
       j[r.name] = layers;
     }
     j["ready_over_lru"] = lru > 0 ? best / lru : 0.0;

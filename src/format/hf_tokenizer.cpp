@@ -109,6 +109,10 @@ class Importer {
 
   Status run() {
     ASSIGN_OR_RETURN(std::string text, read_text_file(json_path_));
+    return run_text(text);
+  }
+
+  Status run_text(std::string_view text) {
     root_ = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (root_.is_discarded() || !root_.is_object()) return fail("not a valid JSON object");
     const json* model = member(root_, "model");
@@ -453,6 +457,14 @@ Status import_hf_tokenizer(const std::string& dir, Metadata* md) {
   // exception (e.g. allocation failure) escaping the module.
   try {
     return Importer(dir, md).run();
+  } catch (const std::exception& e) {
+    return data_loss("{}/tokenizer.json: {}", dir, e.what());
+  }
+}
+
+Status import_hf_tokenizer_json(std::string_view text, const std::string& dir, Metadata* md) {
+  try {
+    return Importer(dir, md).run_text(text);
   } catch (const std::exception& e) {
     return data_loss("{}/tokenizer.json: {}", dir, e.what());
   }

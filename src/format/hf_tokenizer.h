@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "format/metadata.h"
 #include "sluice/status.h"
@@ -14,5 +15,8 @@ namespace sluice {
 // eos_token_id, unknown_token_id, padding_token_id, add_bos_token, add_eos_token}
 // and tokenizer.chat_template in `md`. Errors name the file and the problem.
 Status import_hf_tokenizer(const std::string& dir, Metadata* md);
+// The same from tokenizer.json's text (dir names it in messages and is where
+// tokenizer_config.json would be looked for).
+Status import_hf_tokenizer_json(std::string_view text, const std::string& dir, Metadata* md);
 
 }  // namespace sluice

@@ -1,5 +1,7 @@
 #include "format/llama2c.h"
 
+#include "arch/arch_spec.h"
+
 #include <cstring>
 #include <memory>
 
@@ -200,9 +202,15 @@ StatusOr<ModelFile> import_llama2c(const std::string& checkpoint_path,
                                    const std::string& tokenizer_bin_path) {
   ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::open(checkpoint_path));
   auto mapping = std::make_shared<MappedFile>(std::move(mapped));
-  const uint8_t* data = mapping->data();
-  const uint64_t size = mapping->size();
-  const std::string& name = checkpoint_path;
+  ASSIGN_OR_RETURN(MappedFile tok, MappedFile::open(tokenizer_bin_path));
+  ASSIGN_OR_RETURN(ModelFile mf, parse_llama2c(mapping->data(), mapping->size(), checkpoint_path, tok.data(),
+                                               tok.size(), tokenizer_bin_path));
+  mf.hold(std::move(mapping));
+  return mf;
+}
+
+StatusOr<ModelFile> parse_llama2c(const uint8_t* data, uint64_t size, const std::string& name,
+                                  const uint8_t* tokenizer, size_t tokenizer_size, const std::string& tokenizer_name) {
   if (size < kLegacyHeaderBytes) {
     return data_loss("{}: {} bytes, too short for a llama2.c checkpoint", name, size);
   }
@@ -254,21 +262,19 @@ StatusOr<ModelFile> import_llama2c(const std::string& checkpoint_path,
   }
 
   ModelFile mf;
-  mf.source_path = checkpoint_path;
+  mf.source_path = name;
   mf.format = "llama2c";
-  set_hparams(c, stem(checkpoint_path), &mf.metadata);
-  {
-    ASSIGN_OR_RETURN(MappedFile tok, MappedFile::open(tokenizer_bin_path));
-    RETURN_IF_ERROR(import_llama2c_tokenizer(tok.data(), tok.size(), tokenizer_bin_path,
-                                             c.vocab_size, &mf.metadata));
-  }
+  set_hparams(c, stem(name), &mf.metadata);
+  RETURN_IF_ERROR(import_llama2c_tokenizer(tokenizer, tokenizer_size, tokenizer_name, c.vocab_size, &mf.metadata));
 
   const int64_t dim = c.dim, hidden = c.hidden_dim;
   const int64_t kv_dim = dim * c.n_kv_heads / c.n_heads;
-  // Adds the tensor at float offset `elem` (from the data start) of shape ne.
-  auto add = [&](std::string tname, uint64_t elem, std::vector<int64_t> ne) {
+  // Adds the tensor of a llama role (its GGUF name from the llama table) at
+  // float offset `elem` (from the data start) of shape ne.
+  const ArchSpec& llama = *find_arch("llama");
+  auto add = [&](TensorRole role, int64_t layer, uint64_t elem, std::vector<int64_t> ne) {
     TensorInfo t;
-    t.name = std::move(tname);
+    t.name = gguf_tensor_name(*llama.find(role), layer);
     t.type = DType::kF32;
     t.ne = std::move(ne);
     t.n_bytes = static_cast<uint64_t>(t.n_elements()) * 4;
@@ -276,23 +282,22 @@ StatusOr<ModelFile> import_llama2c(const std::string& checkpoint_path,
     t.data = data + t.file_offset;
     mf.tensors.push_back(std::move(t));
   };
-  add("token_embd.weight", l.tok_emb, {dim, c.vocab_size});
-  add("output_norm.weight", l.rms_final, {dim});
-  if (!c.shared_classifier) add("output.weight", l.wcls, {dim, c.vocab_size});
+  using R = TensorRole;
+  add(R::kTokenEmbd, -1, l.tok_emb, {dim, c.vocab_size});
+  add(R::kOutputNorm, -1, l.rms_final, {dim});
+  if (!c.shared_classifier) add(R::kOutput, -1, l.wcls, {dim, c.vocab_size});
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const uint64_t li = static_cast<uint64_t>(i);
-    const std::string p = "blk." + std::to_string(i) + ".";
-    add(p + "attn_q.weight", l.wq + li * dim * dim, {dim, dim});
-    add(p + "attn_k.weight", l.wk + li * kv_dim * dim, {dim, kv_dim});
-    add(p + "attn_v.weight", l.wv + li * kv_dim * dim, {dim, kv_dim});
-    add(p + "attn_output.weight", l.wo + li * dim * dim, {dim, dim});
-    add(p + "attn_norm.weight", l.rms_att + li * dim, {dim});
-    add(p + "ffn_gate.weight", l.w1 + li * hidden * dim, {dim, hidden});
-    add(p + "ffn_down.weight", l.w2 + li * dim * hidden, {hidden, dim});
-    add(p + "ffn_up.weight", l.w3 + li * hidden * dim, {dim, hidden});
-    add(p + "ffn_norm.weight", l.rms_ffn + li * dim, {dim});
+    add(R::kAttnQ, i, l.wq + li * dim * dim, {dim, dim});
+    add(R::kAttnK, i, l.wk + li * kv_dim * dim, {dim, kv_dim});
+    add(R::kAttnV, i, l.wv + li * kv_dim * dim, {dim, kv_dim});
+    add(R::kAttnOutput, i, l.wo + li * dim * dim, {dim, dim});
+    add(R::kAttnNorm, i, l.rms_att + li * dim, {dim});
+    add(R::kFfnGate, i, l.w1 + li * hidden * dim, {dim, hidden});
+    add(R::kFfnDown, i, l.w2 + li * dim * hidden, {hidden, dim});
+    add(R::kFfnUp, i, l.w3 + li * hidden * dim, {dim, hidden});
+    add(R::kFfnNorm, i, l.rms_ffn + li * dim, {dim});
   }
-  mf.hold(std::move(mapping));
   return mf;
 }
 

@@ -36,6 +36,12 @@ namespace sluice {
 StatusOr<ModelFile> import_llama2c(const std::string& checkpoint_path,
                                    const std::string& tokenizer_bin_path);
 
+// The same from bytes in memory: the tensors point into `data`, which the
+// caller keeps alive as long as the ModelFile. `name` and `tokenizer_name`
+// label messages.
+StatusOr<ModelFile> parse_llama2c(const uint8_t* data, uint64_t size, const std::string& name,
+                                  const uint8_t* tokenizer, size_t tokenizer_size, const std::string& tokenizer_name);
+
 // Parses a llama2.c tokenizer of exactly `n_vocab` tokens into tokenizer.ggml.{model,
 // tokens, scores, token_type, bos/eos/unknown_token_id, add_bos/add_eos_token}:
 // ' ' becomes U+2581, "\n<s>\n" / "\n</s>\n" become "<s>" / "</s>".

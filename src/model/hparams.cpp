@@ -127,7 +127,17 @@ StatusOr<ModelHparams> hparams_from_metadata(const Metadata& md) {
     }
     return unimplemented("architecture '{}' is not supported (supported: {})", *arch, supported_arch_names());
   }
-  return read_hparams(md);
+  ASSIGN_OR_RETURN(ModelHparams hp, read_hparams(md));
+  // Routing rules beyond softmax top-k (DeepSeek's sigmoid gating and scaled
+  // weights) are refused by name rather than run wrong.
+  const std::string a = *arch + ".";
+  if (auto gating = md.get_int(a + "expert_gating_func"); gating && *gating != 1) {
+    return unimplemented("{}expert_gating_func {} (sigmoid gating) is not supported; softmax (1) is", a, *gating);
+  }
+  if (auto scale = md.get_float(a + "expert_weights_scale"); scale && *scale != 1.0) {
+    return unimplemented("{}expert_weights_scale {} is not supported (1 is)", a, *scale);
+  }
+  return hp;
 }
 
 std::string hparams_summary(const ModelHparams& hp) {

@@ -350,7 +350,10 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
       moe_route(step, moe);
       if (hook_) emit_routing("ffn_moe_ids", moe_ids_.data(), l, n, hp_.n_expert_used);
       if (stream_experts) {
-        if (Status st = acquire_experts(l, n, w); !st.ok()) return st;
+        if (Status st = acquire_experts(l, n, w); !st.ok()) {
+          source_->release(l);  // the layer and whatever experts it pinned
+          return st;
+        }
         moe.experts = streamed_experts_;
       }
       moe_experts(step, moe);

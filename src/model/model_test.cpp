@@ -95,6 +95,29 @@ TEST(Model, RefusesUnsupportedArchitectureByName) {
   EXPECT_NE(m.status().message().find("gemma2"), std::string::npos);
 }
 
+// Routed variants this decoder does not run are refused by name, not run wrong.
+TEST(Model, RefusesOtherMoeVariantsByName) {
+  auto load_arch = [](const char* arch) {
+    auto mf = std::make_shared<ModelFile>();
+    mf->format = "gguf";
+    mf->metadata.set("general.architecture", MetaValue::str(arch));
+    return Model::load(std::move(mf));
+  };
+  auto m = load_arch("deepseek2");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("MLA"), std::string::npos) << m.status().message();
+  EXPECT_NE(load_arch("gpt-oss").status().message().find("gpt-oss"), std::string::npos);
+  // A llama file with sigmoid expert gating (DeepSeek's rule).
+  SKIP_UNLESS_EXISTS(model_path("stories-moe/stories-moe.gguf"));
+  auto moe = open_model_file(model_path("stories-moe/stories-moe.gguf"));
+  ASSERT_TRUE(moe.ok());
+  moe->metadata.set("llama.expert_gating_func", MetaValue::u32(2));
+  auto g = Model::load(std::make_shared<const ModelFile>(std::move(*moe)));
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("expert_gating_func"), std::string::npos) << g.status().message();
+}
+
 TEST(Model, RefusesMissingOrMisshapenTensorsByName) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   auto mf = stories();

@@ -20,9 +20,9 @@ std::vector<int32_t> distinct(const std::vector<int32_t>& ids) {
 
 }  // namespace
 
-std::vector<LayerReplay> replay_routing(const RoutingTrace& trace, const ReplayOptions& o) {
+std::vector<ExpertLayerStats> replay_routing(const RoutingTrace& trace, const ReplayOptions& o) {
   ExpertCache cache({.n_layer = trace.n_layer, .n_expert = trace.n_expert, .n_slots = o.n_slots, .policy = o.policy});
-  std::vector<LayerReplay> out(static_cast<size_t>(trace.n_layer));
+  std::vector<ExpertLayerStats> out(static_cast<size_t>(trace.n_layer));
   std::vector<int32_t> held;  // the experts the running layer pins
   int64_t held_layer = -1;
   for (const auto& step : trace.steps) {
@@ -30,15 +30,14 @@ std::vector<LayerReplay> replay_routing(const RoutingTrace& trace, const ReplayO
     for (int64_t l = 0; l < trace.n_layer; ++l) {
       const RoutingTrace::Layer& tl = step[static_cast<size_t>(l)];
       if (tl.chosen.empty()) continue;
-      LayerReplay& r = out[static_cast<size_t>(l)];
+      ExpertLayerStats& r = out[static_cast<size_t>(l)];
       // Prediction, while the previous routed layer still pins its experts.
       const std::vector<int32_t> predicted = o.use_prediction ? distinct(tl.predicted) : std::vector<int32_t>{};
       for (int32_t e : predicted) {
         cache.protect(l, e);
         if (cache.slot_of(l, e) >= 0) continue;
         if (cache.insert(l, e).slot < 0) continue;  // no room: the prefetch is dropped
-        ++r.prefetched;
-        ++r.fetched;
+        ++r.prefetch_reads;
       }
       for (int32_t e : held) cache.unpin(held_layer, e);
       held.clear();
@@ -53,7 +52,7 @@ std::vector<LayerReplay> replay_routing(const RoutingTrace& trace, const ReplayO
           ++r.ready;
         } else {
           CHECK(cache.insert(l, e).slot >= 0);
-          ++r.fetched;
+          ++r.missed;
         }
         cache.pin(l, e);
         cache.note_use(l, e);
@@ -68,28 +67,21 @@ std::vector<LayerReplay> replay_routing(const RoutingTrace& trace, const ReplayO
   return out;
 }
 
-LayerReplay replay_total(const std::vector<LayerReplay>& layers, int64_t first, int64_t last) {
+ExpertLayerStats replay_total(const std::vector<ExpertLayerStats>& layers, int64_t first, int64_t last) {
   if (last < 0) last = static_cast<int64_t>(layers.size()) - 1;
-  LayerReplay t;
-  for (int64_t l = first; l <= last; ++l) {
-    const LayerReplay& r = layers[static_cast<size_t>(l)];
-    t.chosen += r.chosen;
-    t.predicted += r.predicted;
-    t.predicted_chosen += r.predicted_chosen;
-    t.ready += r.ready;
-    t.prefetched += r.prefetched;
-    t.fetched += r.fetched;
-  }
+  ExpertLayerStats t;
+  for (int64_t l = first; l <= last; ++l) t += layers[static_cast<size_t>(l)];
   return t;
 }
 
-std::string replay_table(const std::vector<LayerReplay>& layers, int64_t n_steps) {
+std::string replay_table(const std::vector<ExpertLayerStats>& layers, int64_t n_steps) {
   std::string s = fmt::format("  {:>5} {:>8} {:>9} {:>12} {:>7} {:>11} {:>12}\n", "layer", "recall", "precision",
                               "predictor x", "ready", "reads/step", "read/chosen");
-  auto row = [&](const std::string& name, const LayerReplay& r) {
+  auto row = [&](const std::string& name, const ExpertLayerStats& r) {
     s += fmt::format("  {:>5} {:>7.1f}% {:>8.1f}% {:>11.2f}x {:>6.1f}% {:>11.2f} {:>11.2f}x\n", name, 100 * r.recall(),
-                     100 * r.precision(), r.predictor_fetch_ratio(), 100 * r.ready_rate(),
-                     n_steps ? static_cast<double>(r.fetched) / static_cast<double>(n_steps) : 0.0, r.read_ratio());
+                     100 * r.precision(), r.predictor_fetch_ratio(), 100 * r.hit_rate(),
+                     n_steps ? static_cast<double>(r.prefetch_reads + r.missed) / static_cast<double>(n_steps) : 0.0,
+                     r.read_ratio());
   };
   for (size_t l = 0; l < layers.size(); ++l)
     if (layers[l].chosen > 0) row(std::to_string(l), layers[l]);

@@ -14,8 +14,9 @@
 //               protections dropped, their use counted
 //   release(l): unpinned
 //
-// Ready = a hit at route(l) (it assumes a prefetch lands before its layer
-// routes; the weight store's own counters say whether it did). Pure function.
+// Counted per layer in ExpertLayerStats (expert_stats.h); ready = a hit at
+// route(l) (it assumes a prefetch lands before its layer routes; the weight
+// store's own counters say whether it did). Pure function.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "weights/expert_cache.h"
+#include "weights/expert_stats.h"
 
 namespace sluice::weights {
 
@@ -43,35 +45,14 @@ struct ReplayOptions {
   bool use_prediction = true;
 };
 
-struct LayerReplay {
-  int64_t chosen = 0;            // distinct experts chosen, summed over steps
-  int64_t predicted = 0;         // distinct experts predicted
-  int64_t predicted_chosen = 0;  // of them, chosen
-  int64_t ready = 0;             // chosen experts already in a slot when the layer routed
-  int64_t prefetched = 0;        // experts read because they were predicted
-  int64_t fetched = 0;           // experts read in all (prefetches + misses)
-
-  double recall() const { return chosen ? static_cast<double>(predicted_chosen) / chosen : 0.0; }
-  double precision() const { return predicted ? static_cast<double>(predicted_chosen) / predicted : 0.0; }
-  double ready_rate() const { return chosen ? static_cast<double>(ready) / chosen : 0.0; }
-  // Experts read (prefetches and misses) per chosen expert: the disk traffic
-  // against what the chosen experts alone need.
-  double read_ratio() const { return chosen ? static_cast<double>(fetched) / chosen : 0.0; }
-  // What the predictor alone would read (its predictions plus the chosen
-  // experts it missed), per chosen expert: 1 is a perfect predictor.
-  double predictor_fetch_ratio() const {
-    return chosen ? static_cast<double>(predicted + chosen - predicted_chosen) / chosen : 0.0;
-  }
-};
-
 // Per layer (dense layers all zero). Errors are the caller's: CHECKs that the
 // trace fits n_layer x n_expert and that a step's layer needs at most n_slots.
-std::vector<LayerReplay> replay_routing(const RoutingTrace& trace, const ReplayOptions& options);
+std::vector<ExpertLayerStats> replay_routing(const RoutingTrace& trace, const ReplayOptions& options);
 
 // The per-layer table (recall, precision, predictor fetch ratio, ready rate,
 // reads per step and per chosen expert), with the totals.
-std::string replay_table(const std::vector<LayerReplay>& layers, int64_t n_steps);
+std::string replay_table(const std::vector<ExpertLayerStats>& layers, int64_t n_steps);
 // Sums over layers [first, last].
-LayerReplay replay_total(const std::vector<LayerReplay>& layers, int64_t first = 0, int64_t last = -1);
+ExpertLayerStats replay_total(const std::vector<ExpertLayerStats>& layers, int64_t first = 0, int64_t last = -1);
 
 }  // namespace sluice::weights

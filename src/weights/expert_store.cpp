@@ -39,17 +39,7 @@ ExtentLayout expert_layout(const std::array<const TensorInfo*, 3>& t, int64_t n_
 
 ExpertLayerStats ExpertStatsSnapshot::total() const {
   ExpertLayerStats t;
-  for (const ExpertLayerStats& l : layers) {
-    t.chosen += l.chosen;
-    t.predicted += l.predicted;
-    t.predicted_chosen += l.predicted_chosen;
-    t.ready += l.ready;
-    t.late += l.late;
-    t.missed += l.missed;
-    t.prefetch_reads += l.prefetch_reads;
-    t.cancelled += l.cancelled;
-    t.resident += l.resident;
-  }
+  for (const ExpertLayerStats& l : layers) t += l;
   return t;
 }
 

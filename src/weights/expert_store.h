@@ -37,28 +37,11 @@
 #include "model/weight_source.h"
 #include "weights/arbiter.h"
 #include "weights/expert_cache.h"
+#include "weights/expert_stats.h"
 #include "weights/extent_layout.h"
 #include "weights/weight_counters.h"
 
 namespace sluice::weights {
-
-struct ExpertLayerStats {
-  uint64_t chosen = 0;            // distinct experts routing chose (summed over steps)
-  uint64_t predicted = 0;         // distinct experts predicted
-  uint64_t predicted_chosen = 0;  // predicted and chosen
-  uint64_t ready = 0;             // chosen and landed when the layer routed
-  uint64_t late = 0;              // chosen, predicted, still reading
-  uint64_t missed = 0;            // chosen, not in a slot: read on demand
-  uint64_t prefetch_reads = 0;    // experts read because they were predicted
-  uint64_t cancelled = 0;         // prefetches stopped (not chosen)
-  int64_t resident = 0;           // experts of this layer in slots now
-
-  double recall() const { return chosen ? static_cast<double>(predicted_chosen) / static_cast<double>(chosen) : 0.0; }
-  double precision() const {
-    return predicted ? static_cast<double>(predicted_chosen) / static_cast<double>(predicted) : 0.0;
-  }
-  double hit_rate() const { return chosen ? static_cast<double>(ready) / static_cast<double>(chosen) : 0.0; }
-};
 
 struct ExpertStatsSnapshot {
   std::vector<ExpertLayerStats> layers;  // [n_layer]; dense layers all zero

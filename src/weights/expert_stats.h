@@ -1,0 +1,61 @@
+// ExpertLayerStats: what happened to one routed layer's experts, counted the
+// same way by the weight store at run time (expert_store.h) and by a replay of
+// recorded routing (expert_replay.h).
+//
+//   chosen            distinct experts the routing chose (summed over steps)
+//   predicted         distinct experts predicted for the layer before it ran
+//   predicted_chosen  both
+//   ready             chosen and already in a slot when the layer routed (a hit)
+//   late              chosen, predicted, still being read (run time only)
+//   missed            chosen, not in a slot: read on demand
+//   prefetch_reads    experts read because they were predicted
+//   cancelled         predicted, not chosen, stopped while still being read
+// Plain value.
+#pragma once
+
+#include <cstdint>
+
+namespace sluice::weights {
+
+struct ExpertLayerStats {
+  uint64_t chosen = 0;
+  uint64_t predicted = 0;
+  uint64_t predicted_chosen = 0;
+  uint64_t ready = 0;
+  uint64_t late = 0;
+  uint64_t missed = 0;
+  uint64_t prefetch_reads = 0;
+  uint64_t cancelled = 0;
+  int64_t resident = 0;  // experts of the layer in slots (run time, at the snapshot)
+
+  double recall() const { return chosen ? static_cast<double>(predicted_chosen) / static_cast<double>(chosen) : 0.0; }
+  double precision() const {
+    return predicted ? static_cast<double>(predicted_chosen) / static_cast<double>(predicted) : 0.0;
+  }
+  double hit_rate() const { return chosen ? static_cast<double>(ready) / static_cast<double>(chosen) : 0.0; }
+  // Experts read (prefetches and misses) per chosen expert: the disk traffic
+  // against what the chosen experts alone need.
+  double read_ratio() const {
+    return chosen ? static_cast<double>(prefetch_reads + missed) / static_cast<double>(chosen) : 0.0;
+  }
+  // What the predictor alone would read (its predictions plus the chosen
+  // experts it missed), per chosen expert: 1 is a perfect predictor.
+  double predictor_fetch_ratio() const {
+    return chosen ? static_cast<double>(predicted + chosen - predicted_chosen) / static_cast<double>(chosen) : 0.0;
+  }
+
+  ExpertLayerStats& operator+=(const ExpertLayerStats& o) {
+    chosen += o.chosen;
+    predicted += o.predicted;
+    predicted_chosen += o.predicted_chosen;
+    ready += o.ready;
+    late += o.late;
+    missed += o.missed;
+    prefetch_reads += o.prefetch_reads;
+    cancelled += o.cancelled;
+    resident += o.resident;
+    return *this;
+  }
+};
+
+}  // namespace sluice::weights

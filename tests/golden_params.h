@@ -1,0 +1,35 @@
+// The golden suites' parameter: "FORMAT" runs the model from that file form on
+// the CPU backend, "FORMAT@BACKEND" on the named backend (the seam's other
+// implementations reproduce the reference too).
+#pragma once
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "backend/backend.h"
+
+namespace sluice::testing {
+
+struct GoldenParam {
+  std::string format;
+  std::shared_ptr<Backend> backend;  // null: the default (CPU)
+};
+
+inline GoldenParam parse_golden_param(const std::string& param) {
+  const size_t at = param.find('@');
+  GoldenParam g{.format = param.substr(0, at)};
+  if (at != std::string::npos) g.backend = create_backend({.name = param.substr(at + 1)}).value();
+  return g;
+}
+
+// gtest names: "gguf@reference" -> "gguf_reference".
+inline std::string golden_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '@', '_');
+  return name;
+}
+
+}  // namespace sluice::testing
