@@ -4,18 +4,13 @@
 //
 //   | u32 k (LE) | checkpoint: min(k, rest) bytes | tokenizer.bin: the rest |
 //
-// The pair goes through the checkpoint importer; the tokenizer part is also
+// The pair goes through parse_llama2c; the tokenizer part is also
 // parsed alone with the vocabulary size the checkpoint header claims (clamped to
 // the importer's own cap), since a checkpoint that fails its size check never
 // reaches the tokenizer. An accepted tokenizer is loaded as a Tokenizer and
 // encodes and decodes a fixed text.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
-#include <cstdlib>
 #include <string>
 
 #include "format/llama2c.h"
@@ -24,32 +19,6 @@
 
 namespace sluice::fuzz {
 namespace {
-
-// import_llama2c takes paths: an in-memory file (memfd) stands in for each, so
-// no input touches the disk.
-class MemFile {
- public:
-  explicit MemFile(const char* name) : fd_(memfd_create(name, MFD_CLOEXEC)) {
-    if (fd_ < 0) {
-      std::perror("memfd_create");
-      std::abort();
-    }
-    path_ = "/proc/self/fd/" + std::to_string(fd_);
-  }
-  const std::string& write(const uint8_t* data, size_t size) {
-    FUZZ_CHECK(ftruncate(fd_, 0) == 0);
-    for (size_t done = 0; done < size;) {
-      const ssize_t n = pwrite(fd_, data + done, size - done, static_cast<off_t>(done));
-      FUZZ_CHECK(n > 0);
-      done += static_cast<size_t>(n);
-    }
-    return path_;
-  }
-
- private:
-  int fd_;
-  std::string path_;
-};
 
 void exercise_tokenizer(const Metadata& md) {
   StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::from_metadata(md);
@@ -70,15 +39,13 @@ void fuzz_llama2c(const uint8_t* data, size_t size) {
   const uint8_t* tok = ckpt + ckpt_size;
   const size_t tok_size = size - 4 - ckpt_size;
 
-  static MemFile ckpt_file("ckpt.bin"), tok_file("tokenizer.bin");
-  const std::string& ckpt_path = ckpt_file.write(ckpt, ckpt_size);
-  const std::string& tok_path = tok_file.write(tok, tok_size);
-  StatusOr<ModelFile> mf = import_llama2c(ckpt_path, tok_path);
+  StatusOr<ModelFile> mf = parse_llama2c(ckpt, ckpt_size, "ckpt.bin", tok, tok_size, "tokenizer.bin");
   if (mf.ok()) {
     for (const TensorInfo& t : mf->tensors) {
       FUZZ_CHECK(t.file_offset >= 0 && static_cast<uint64_t>(t.file_offset) <= ckpt_size);
       FUZZ_CHECK(t.n_bytes <= ckpt_size - static_cast<uint64_t>(t.file_offset));
       FUZZ_CHECK(t.n_bytes == static_cast<uint64_t>(t.n_elements()) * 4);
+      FUZZ_CHECK(t.data == ckpt + t.file_offset);
     }
     exercise_tokenizer(mf->metadata);
   } else {
