@@ -42,7 +42,10 @@ const Served& served() {
 }  // namespace
 
 void fuzz_openai_request(const uint8_t* data, size_t size) {
-  if (size == 0) return;
+  if (size == 0) {
+    (void)served();
+    return;
+  }
   const server::Endpoint endpoint = data[0] & 1 ? server::Endpoint::kChat : server::Endpoint::kCompletions;
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   const Served& s = served();
