@@ -264,7 +264,10 @@ class Renderer {
         JinjaValue v = eval(*e.operands[0]);
         if (e.name == "not") return JinjaValue::boolean(!v.truthy());
         if (v.kind() == JinjaValue::Kind::kFloat) return JinjaValue::number(-v.as_double());
-        if (v.is_number()) return JinjaValue::integer(-v.as_int());
+        if (v.is_number()) {
+          if (v.as_int() == INT64_MIN) fail(e.line, "integer overflow in unary -");
+          return JinjaValue::integer(-v.as_int());
+        }
         fail(e.line, std::string("bad operand type for unary -: '") + v.type_name() + "'");
       }
       case Expr::Kind::kBinary: return binary(e);
@@ -674,13 +677,27 @@ class Renderer {
       if (op == "%") return JinjaValue::number(a - b * std::floor(a / b));
       if (op == "**") return JinjaValue::number(std::pow(a, b));
     } else {
+      // Python integers are unbounded, ours are 64-bit: a result that does not
+      // fit is an error rather than undefined behaviour.
       const int64_t a = l.as_int(), b = r.as_int();
-      if (op == "+") return JinjaValue::integer(a + b);
-      if (op == "-") return JinjaValue::integer(a - b);
-      if (op == "*") return JinjaValue::integer(a * b);
-      if (op == "//") return JinjaValue::integer((a - py_mod(a, b)) / b);
+      int64_t v = 0;
+      const auto fits = [&](bool overflow) {
+        if (overflow) fail(e.line, "integer overflow in '" + op + "'");
+        return JinjaValue::integer(v);
+      };
+      if (op == "+") return fits(__builtin_add_overflow(a, b, &v));
+      if (op == "-") return fits(__builtin_sub_overflow(a, b, &v));
+      if (op == "*") return fits(__builtin_mul_overflow(a, b, &v));
+      if ((op == "//" || op == "%") && a == INT64_MIN && b == -1) fits(true);
+      if (op == "//") return JinjaValue::integer(a / b - (a % b != 0 && (a < 0) != (b < 0)));  // floor
       if (op == "%") return JinjaValue::integer(py_mod(a, b));
-      if (op == "**") return b >= 0 ? JinjaValue::integer(static_cast<int64_t>(std::pow(a, b))) : JinjaValue::number(std::pow(a, b));
+      if (op == "**") {
+        const double p = std::pow(a, b);
+        if (b < 0) return JinjaValue::number(p);
+        if (!(p >= -0x1p63 && p < 0x1p63)) fits(true);
+        v = static_cast<int64_t>(p);
+        return fits(false);
+      }
     }
     unsupported(e.line, "the operator '" + op + "'");
   }
