@@ -63,7 +63,7 @@ Metadata spm_vocab_metadata() {
     toks.push_back(hex);
     types.push_back(6);
   }
-  const char* words[] = {"\xe2\x96\x81", "\xe2\x96\x81t", "he", "\xe2\x96\x81the", "\xe2\x96\x81" "a", "a", "b",
+  const char* words[] = {"\xe2\x96\x81", "\xe2\x96\x81t", "he", "\xe2\x96\x81the", "\u2581a", "a", "b",
                          "c", "e", "h", "t", "o", "n", "\xe2\x96\x81on", "ce", "\xe2\x96\x81once", "<|user|>"};
   for (const char* w : words) {
     toks.push_back(w);
