@@ -1,6 +1,7 @@
 // Replays every input the fuzzers once crashed on (tests/fuzz/regressions/
 // <harness>/*) through the same harness function, so each fixed crash, leak or
-// sanitizer report stays fixed. Passing means no crash: the harnesses abort on
+// sanitizer report stays fixed; and the seed corpora (corpus/<harness>/), so the
+// harnesses keep building and running in the normal suite. Passing means no crash: the harnesses abort on
 // a broken invariant, and the parsers answer these inputs with an error Status.
 // scripts/test also runs this binary under ASan + UBSan.
 #include <gtest/gtest.h>
@@ -19,9 +20,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<fs::path> regression_files(const std::string& harness) {
+// The files of tests/fuzz/<kind>/<harness>/, sorted.
+std::vector<fs::path> saved_inputs(const char* kind, const std::string& harness) {
   std::vector<fs::path> files;
-  const fs::path dir = fs::path(SLUICE_FUZZ_DIR) / "regressions" / harness;
+  const fs::path dir = fs::path(SLUICE_FUZZ_DIR) / kind / harness;
   if (!fs::is_directory(dir)) return files;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     if (e.is_regular_file() && e.path().filename().string()[0] != '.') files.push_back(e.path());
@@ -32,10 +34,7 @@ std::vector<fs::path> regression_files(const std::string& harness) {
 
 class FuzzRegressionTest : public ::testing::TestWithParam<Harness> {};
 
-TEST_P(FuzzRegressionTest, EverySavedInputRunsCleanly) {
-  const Harness& h = GetParam();
-  const std::vector<fs::path> files = regression_files(h.name);
-  if (files.empty()) GTEST_SKIP() << "no saved inputs for " << h.name;
+void run_all(const Harness& h, const std::vector<fs::path>& files) {
   for (const fs::path& path : files) {
     SCOPED_TRACE(path.string());
     std::ifstream f(path, std::ios::binary);
@@ -43,6 +42,18 @@ TEST_P(FuzzRegressionTest, EverySavedInputRunsCleanly) {
     const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(f), {}};
     h.run(bytes.data(), bytes.size());
   }
+}
+
+TEST_P(FuzzRegressionTest, EverySavedFindingRunsCleanly) {
+  const std::vector<fs::path> files = saved_inputs("regressions", GetParam().name);
+  if (files.empty()) GTEST_SKIP() << "no saved findings for " << GetParam().name;
+  run_all(GetParam(), files);
+}
+
+TEST_P(FuzzRegressionTest, EverySeedRunsCleanly) {
+  const std::vector<fs::path> files = saved_inputs("corpus", GetParam().name);
+  EXPECT_FALSE(files.empty()) << "no seeds for " << GetParam().name;
+  run_all(GetParam(), files);
 }
 
 INSTANTIATE_TEST_SUITE_P(Harnesses, FuzzRegressionTest, ::testing::ValuesIn(kHarnesses),
