@@ -8,6 +8,8 @@
 // Invariants: ids are in range; byte-level BPE round-trips any bytes when
 // specials are not parsed; a stream decodes to the same text as decode() when
 // that text is valid UTF-8.
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
