@@ -1,6 +1,8 @@
 #include "server/jinja_parse.h"
 
 #include <cctype>
+#include <charconv>
+#include <cstdlib>
 #include <set>
 
 namespace sluice::server::jinja {
@@ -18,6 +20,16 @@ struct ParseError {
 [[noreturn]] void unsupported(int line, const std::string& what) {
   throw ParseError{StatusCode::kUnimplemented,
                    "chat template line " + std::to_string(line) + " uses " + what + ", which sluice does not support"};
+}
+
+// The value of an integer literal token (digits, '_' ends it as std::stoll did).
+// Python's integers are unbounded; one that does not fit int64 is an error.
+int64_t int_literal(const std::string& text, int line) {
+  int64_t v = 0;
+  if (std::from_chars(text.data(), text.data() + text.size(), v).ec != std::errc()) {
+    syntax_error(line, "integer literal " + text + " does not fit in 64 bits");
+  }
+  return v;
 }
 
 struct Token {
@@ -374,7 +386,8 @@ class ExprParser {
       if (accept_op(".")) {
         if (!at_end() && toks_[i_].kind == Token::Kind::kInt) {  // a.0 == a[0]
           auto idx = make(Expr::Kind::kLiteral, "", {});
-          std::const_pointer_cast<Expr>(idx)->literal = JinjaValue::integer(std::stoll(toks_[i_++].text));
+          const Token& t = toks_[i_++];
+          std::const_pointer_cast<Expr>(idx)->literal = JinjaValue::integer(int_literal(t.text, t.line));
           e = make(Expr::Kind::kIndex, "", {e, idx});
         } else {
           e = make(Expr::Kind::kAttr, expect_name(), {e});
@@ -460,11 +473,11 @@ class ExprParser {
       }
       case Token::Kind::kInt:
         ++i_;
-        lit->literal = JinjaValue::integer(std::stoll(t.text));
+        lit->literal = JinjaValue::integer(int_literal(t.text, t.line));
         return lit;
       case Token::Kind::kFloat:
         ++i_;
-        lit->literal = JinjaValue::number(std::stod(t.text));
+        lit->literal = JinjaValue::number(std::strtod(t.text.c_str(), nullptr));  // inf if too large, as Python
         return lit;
       case Token::Kind::kName: {
         ++i_;
