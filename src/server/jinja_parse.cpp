@@ -243,6 +243,9 @@ const std::set<std::string>& known_tests() {
   return k;
 }
 
+// Deepest nesting of (sub)expressions: chat templates use a handful.
+constexpr int kMaxExprDepth = 64;
+
 class ExprParser {
  public:
   ExprParser(const std::vector<Token>& tokens, size_t start) : toks_(tokens), i_(start) {}
@@ -356,6 +359,13 @@ class ExprParser {
     return l;
   }
   ExprPtr parse_unary(bool with_filter) {
+    // Every nested subexpression passes here: bound the parser's recursion (and
+    // the renderer's, which follows the tree) before it overflows the stack.
+    if (++depth_ > kMaxExprDepth) syntax_error(line(), "expression nested deeper than " + std::to_string(kMaxExprDepth));
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
     ExprPtr e;
     if (accept_op("-")) e = make(Expr::Kind::kUnary, "-", {parse_unary(false)});
     else if (accept_op("+")) e = parse_unary(false);
@@ -521,6 +531,7 @@ class ExprParser {
 
   const std::vector<Token>& toks_;
   size_t i_;
+  int depth_ = 0;  // parse_unary calls in progress
 };
 
 class TemplateParser {
