@@ -243,8 +243,9 @@ const std::set<std::string>& known_tests() {
   return k;
 }
 
-// Deepest nesting of (sub)expressions: chat templates use a handful.
+// Deepest nesting of (sub)expressions and of if/for blocks: chat templates use a handful.
 constexpr int kMaxExprDepth = 64;
+constexpr int kMaxBlockDepth = 64;
 
 class ExprParser {
  public:
@@ -548,6 +549,14 @@ class TemplateParser {
   // Parses nodes until a statement whose keyword is in `terminators` (returned
   // in *stop, its segment consumed) or the end (then *stop is "").
   NodeList parse_body(const std::set<std::string>& terminators, std::string* stop) {
+    // Nested if/for blocks recurse here (and in the renderer): bound the depth.
+    if (++depth_ > kMaxBlockDepth) {
+      syntax_error(i_ < segs_.size() ? segs_[i_].line : 1, "blocks nested deeper than " + std::to_string(kMaxBlockDepth));
+    }
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
     NodeList out;
     while (i_ < segs_.size()) {
       const Segment& seg = segs_[i_];
@@ -667,6 +676,7 @@ class TemplateParser {
 
   std::vector<Segment> segs_;
   size_t i_ = 0;
+  int depth_ = 0;  // parse_body calls in progress
 };
 
 }  // namespace
