@@ -127,10 +127,11 @@ class Renderer {
       }
       if (step == 0) throw RenderError{StatusCode::kInvalidArgument, "chat template: range() step must not be zero"};
       JinjaList items;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         if (static_cast<int64_t>(items.size()) >= kMaxIterations)
           throw RenderError{StatusCode::kInvalidArgument, "chat template: range() too large"};
         items.push_back(JinjaValue::integer(i));
+        if (__builtin_add_overflow(i, step, &i)) break;  // the next value is past int64, so past stop
       }
       return JinjaValue::list(std::move(items));
     });
