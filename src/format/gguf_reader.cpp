@@ -294,6 +294,11 @@ Status GgufParser::read_tensor_info(std::unordered_set<std::string>* names, Tens
       return data_loss("{}: tensor '{}' dimension {} is {}, which is negative as int64", name_,
                        tn, d, ne);
     }
+    if (ne == 0) {
+      // Row arithmetic downstream divides by ne[0]; no model has an empty tensor.
+      return data_loss("{}: tensor '{}' dimension {} is 0 (every dimension must be at least 1)",
+                       name_, tn, d);
+    }
     t->ne[d] = static_cast<int64_t>(ne);
     if (__builtin_mul_overflow(n_elements, t->ne[d], &n_elements)) {
       return data_loss("{}: tensor '{}' element count overflows int64 (shape {})", name_, tn,

@@ -33,7 +33,7 @@ struct TensorInfo {
   int64_t file_offset = -1;
 
   int64_t n_elements() const;
-  int64_t n_rows() const { return ne.empty() ? 0 : n_elements() / ne[0]; }
+  int64_t n_rows() const { return ne.empty() || ne[0] == 0 ? 0 : n_elements() / ne[0]; }
   std::string shape_string() const;  // "[64, 512]" in GGUF order
 };
 

@@ -31,8 +31,10 @@ void Renderer::install_globals(const JinjaRenderOptions& options) {
       if (a.positional.size() >= 3) step = a.positional[2].as_int();
     }
     if (step == 0) fail(0, "range() step must not be zero");
-    const int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
-                               : (start > stop ? (start - stop - step - 1) / -step : 0);
+    // In 128 bits: stop - start and -step may not fit in 64.
+    const __int128 lo = start, hi = stop, st = step;
+    const __int128 count = step > 0 ? (hi > lo ? (hi - lo + st - 1) / st : 0) : (lo > hi ? (lo - hi - st - 1) / -st : 0);
+    const int64_t n = count > INT64_MAX ? INT64_MAX : static_cast<int64_t>(count);
     count_iterations(n, 0);
     JinjaList items;
     items.reserve(static_cast<size_t>(n));

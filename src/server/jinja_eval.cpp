@@ -96,7 +96,10 @@ JinjaValue Renderer::eval_expr(const Expr& e) {
       JinjaValue v = eval(*e.operands[0]);
       if (e.name == "not") return JinjaValue::boolean(!v.truthy());
       if (v.kind() == JinjaValue::Kind::kFloat) return JinjaValue::number(-v.as_double());
-      if (v.is_number()) return JinjaValue::integer(-v.as_int());
+      if (v.is_number()) {
+        if (v.as_int() == INT64_MIN) fail(e.line, "integer overflow in unary -");
+        return JinjaValue::integer(-v.as_int());
+      }
       if (v.is_undefined()) undefined_error(v, e.line);
       fail(e.line, std::string("bad operand type for unary -: '") + v.type_name() + "'");
     }
@@ -317,19 +320,28 @@ JinjaValue Renderer::binary(const Expr& e) {
     if (op == "%") return JinjaValue::number(a - b * std::floor(a / b));
     if (op == "**") return JinjaValue::number(std::pow(a, b));
   } else {
+    // Python's integers are unbounded, ours are 64-bit: a result that does not
+    // fit is an error, not undefined behaviour or a silent wrap.
     const int64_t a = l.as_int(), b = r.as_int();
-    if (op == "+") return JinjaValue::integer(a + b);
-    if (op == "-") return JinjaValue::integer(a - b);
-    if (op == "*") return JinjaValue::integer(a * b);
-    if (op == "//") return JinjaValue::integer((a - py_mod(a, b)) / b);
+    int64_t v = 0;
+    const auto fits = [&](bool overflow) {
+      if (overflow) fail(e.line, "integer overflow in '" + op + "'");
+      return JinjaValue::integer(v);
+    };
+    if (op == "+") return fits(__builtin_add_overflow(a, b, &v));
+    if (op == "-") return fits(__builtin_sub_overflow(a, b, &v));
+    if (op == "*") return fits(__builtin_mul_overflow(a, b, &v));
+    if ((op == "//" || op == "%") && a == INT64_MIN && b == -1) fits(true);
+    if (op == "//") return JinjaValue::integer(a / b - (a % b != 0 && (a < 0) != (b < 0)));  // floor
     if (op == "%") return JinjaValue::integer(py_mod(a, b));
     if (op == "**") {
-      uint64_t result = 1, base = static_cast<uint64_t>(a);  // by squaring; wraps like int64
-      for (uint64_t ex = static_cast<uint64_t>(b); ex != 0; ex >>= 1) {
-        if (ex & 1) result *= base;
-        base *= base;
+      int64_t base = a;  // by squaring, each product checked
+      v = 1;
+      for (int64_t ex = b; ex != 0; ex >>= 1) {
+        if ((ex & 1) && __builtin_mul_overflow(v, base, &v)) fits(true);
+        if ((ex >> 1) != 0 && __builtin_mul_overflow(base, base, &base)) fits(true);
       }
-      return JinjaValue::integer(static_cast<int64_t>(result));
+      return fits(false);
     }
   }
   unsupported(e.line, "the operator '" + op + "'");

@@ -383,7 +383,7 @@ JinjaValue Renderer::apply_filter(const std::string& f, const JinjaValue& v, Jin
         const int64_t r = std::stoll(s, &used, static_cast<int>(base));
         if (used == s.size()) return JinjaValue::integer(r);
         const double d = std::stod(s, &used);
-        return used == s.size() ? JinjaValue::integer(static_cast<int64_t>(d)) : fallback;
+        return used == s.size() ? JinjaValue::integer(JinjaValue::number(d).as_int()) : fallback;
       } catch (...) {
         return fallback;
       }

@@ -1,6 +1,8 @@
 #include "server/jinja_parse.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <set>
 
 #include "server/jinja_error.h"
@@ -9,6 +11,13 @@
 
 namespace sluice::server::jinja {
 namespace {
+
+JinjaValue int_literal(const Token& t) {  // Python's ints are unbounded, ours 64-bit: past int64 is an error
+  int64_t v = 0;
+  if (std::from_chars(t.text.data(), t.text.data() + t.text.size(), v).ec != std::errc())
+    fail(t.line, "integer literal " + t.text + " does not fit in 64 bits");
+  return JinjaValue::integer(v);
+}
 
 [[noreturn]] void too_deep(int line) {
   over_limit(line, "nesting deeper than " + std::to_string(kMaxParseDepth) + " levels (limit kMaxParseDepth)");
@@ -135,17 +144,11 @@ class ExprParser {
   }
   ExprPtr make(Expr::Kind kind, std::string name, std::vector<ExprPtr> operands) {
     auto e = std::make_shared<Expr>();
-    e->kind = kind;
-    e->line = line();
-    e->name = std::move(name);
-    e->operands = std::move(operands);
+    e->kind = kind, e->line = line(), e->name = std::move(name), e->operands = std::move(operands);
     return finish(e);
   }
-  // Guards the recursion of nested parentheses, lists and unary operators.
-  struct DepthGuard {
-    explicit DepthGuard(ExprParser* p) : p_(p) {
-      if (++p_->depth_ > kMaxParseDepth) too_deep(p_->line());
-    }
+  struct DepthGuard {  // guards the recursion of nested parentheses, lists and unary operators
+    explicit DepthGuard(ExprParser* p) : p_(p) { if (++p_->depth_ > kMaxParseDepth) too_deep(p_->line()); }
     ~DepthGuard() { --p_->depth_; }
     ExprParser* p_;
   };
@@ -229,7 +232,7 @@ class ExprParser {
         if (!at_end() && toks_[i_].kind == Token::Kind::kInt) {  // a.0 == a[0]
           auto idx = std::make_shared<Expr>();
           idx->line = line();
-          idx->literal = JinjaValue::integer(std::stoll(toks_[i_++].text));
+          idx->literal = int_literal(toks_[i_++]);
           e = make(Expr::Kind::kIndex, "", {e, idx});
         } else {
           e = make(Expr::Kind::kAttr, expect_name(), {e});
@@ -314,15 +317,11 @@ class ExprParser {
       }
       case Token::Kind::kInt:
         ++i_;
-        try {
-          lit->literal = JinjaValue::integer(std::stoll(t.text));
-        } catch (...) {
-          fail(t.line, "integer literal " + t.text + " out of range");
-        }
+        lit->literal = int_literal(t);
         return lit;
       case Token::Kind::kFloat:
         ++i_;
-        lit->literal = JinjaValue::number(std::stod(t.text));
+        lit->literal = JinjaValue::number(std::strtod(t.text.c_str(), nullptr));  // inf past double, as Python
         return lit;
       case Token::Kind::kName: {
         ++i_;
@@ -581,8 +580,7 @@ class TemplateParser {
 
   std::vector<Segment> segs_;
   size_t i_ = 0;
-  int depth_ = 0;
-  int loop_depth_ = 0;  // enclosing {% for %} bodies in the current macro/block scope
+  int depth_ = 0, loop_depth_ = 0;  // loop_depth_: enclosing {% for %} bodies in the current macro/block scope
 };
 
 }  // namespace

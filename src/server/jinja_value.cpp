@@ -105,7 +105,11 @@ int64_t JinjaValue::as_int() const {
   switch (kind_) {
     case Kind::kBool: return b_ ? 1 : 0;
     case Kind::kInt: return i_;
-    case Kind::kFloat: return static_cast<int64_t>(d_);
+    case Kind::kFloat:  // saturating: casting a NaN or out-of-range double is undefined
+      if (std::isnan(d_)) return 0;
+      if (d_ >= 0x1p63) return INT64_MAX;
+      if (d_ < -0x1p63) return INT64_MIN;
+      return static_cast<int64_t>(d_);
     default: return 0;
   }
 }
