@@ -95,6 +95,7 @@ StatusOr<ModelHparams> read_hparams(const Metadata& md) {
     return data_loss("rms epsilon {} and rope.freq_base {} must be positive", hp.rms_eps, hp.rope_freq_base);
   }
   RETURN_IF_ERROR(read_moe(md, a, &hp));
+  ASSIGN_OR_RETURN(hp.n_swa, optional_int(md, a + "attention.sliding_window", 0));
   if (hp.n_ff == 0 && (!hp.is_moe() || hp.n_layer_dense > 0)) {
     return data_loss("missing metadata key '{}feed_forward_length'", a);
   }
@@ -155,6 +156,11 @@ std::string hparams_summary(const ModelHparams& hp) {
                        hp.expert_weights_norm ? ", renormalized" : "", hp.n_ff_expert);
     if (hp.n_ff_shared > 0) out += fmt::format(", shared ff {}", hp.n_ff_shared);
     if (hp.n_layer_dense > 0) out += fmt::format(", {} dense layers first", hp.n_layer_dense);
+  }
+  if (hp.n_swa > 0) {
+    out += hp.swa_pattern <= 1 ? fmt::format(" | sliding window {}", hp.n_swa)
+                               : fmt::format(" | sliding window {} ({} of every {} layers)", hp.n_swa,
+                                             hp.swa_pattern - 1, hp.swa_pattern);
   }
   return out;
 }

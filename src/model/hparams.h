@@ -45,12 +45,21 @@ struct ModelHparams {
   int64_t n_ff_shared = 0;      // shared experts' total width: expert_shared_count x expert_shared_feed_forward_length
   int64_t n_layer_dense = 0;    // {arch}.leading_dense_block_count
   bool expert_weights_norm = true;  // top-k weights renormalized ({arch}.expert_weights_norm, else the spec)
+  // Sliding-window attention (n_swa 0: every layer attends to every earlier position).
+  // A windowed layer's query at position P attends to positions P - n_swa + 1 .. P.
+  int64_t n_swa = 0;        // {arch}.attention.sliding_window
+  int64_t swa_pattern = 1;  // with n_swa > 0: layer l is windowed when l % swa_pattern < swa_pattern - 1
+                            // (1: every layer; gemma2: 2, even layers)
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
   bool is_moe() const { return n_expert > 0; }
   // Whether layer l's FFN is routed.
   bool layer_is_moe(int64_t l) const { return is_moe() && l >= n_layer_dense; }
+  // Whether layer l attends over a window of n_swa positions only.
+  bool layer_is_swa(int64_t l) const {
+    return n_swa > 0 && (swa_pattern <= 1 || l % swa_pattern < swa_pattern - 1);
+  }
   // The size a symbolic dimension stands for (kNone: 1).
   int64_t dim(Dim d) const;
 };

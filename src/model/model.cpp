@@ -84,6 +84,10 @@ Status Model::check_supported() const {
   if (spec.embd_scale_sqrt || spec.attn_softcap || spec.final_softcap || spec.sliding_window) {
     return unimplemented("{}: the decoder does not implement all of this architecture's features", spec.name);
   }
+  if (hp_.n_swa > 0) {
+    return unimplemented("{}: sliding-window attention ({}.attention.sliding_window = {}) is not implemented",
+                         spec.name, spec.name, hp_.n_swa);
+  }
   Backend& be = *backend_;
   auto need = [&](Op op, OpTypes types, const std::string& what) -> Status {
     if (be.supports(op, types)) return Status();
