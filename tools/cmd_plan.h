@@ -1,0 +1,75 @@
+// The `sluice plan` command's arguments and the pieces its two halves share:
+// cmd_plan.cpp answers from the performance model alone (decode, kv, experts,
+// stream, spec, cost, --calibrate); cmd_plan_measure.cpp checks those answers
+// against the engine on this machine (--measure).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/calibrate.h"
+
+namespace sluice::cli::plan_cmd {
+
+constexpr int kMaxRounds = 100;            // --rounds: more would take hours on a large model
+constexpr double kRoundTolerance = 0.15;   // "within 15%": |measured / predicted - 1| <= this
+
+struct PlanArgs {
+  bool json = false;
+  bool calibrate = false;
+  std::string measure;
+  double budget_gb = 0;
+  int n_threads = 0;
+  // Model and formats.
+  std::string model = "llama-3-8b";
+  std::string weights = "bf16";
+  std::string kv = "f16";
+  // Hardware.
+  std::string hw = "h100";
+  double mem_gbps = 0;
+  double tflops = 0;
+  double memory_gb = 0;
+  // Workload.
+  std::vector<int64_t> batches = {1, 8, 32, 64, 128, 256};
+  std::vector<int64_t> ctxs = {4096, 32768, 131072};
+  int64_t ctx = 4096;
+  int64_t prompt = 1024;
+  int64_t measure_prompt = 128;
+  int64_t measure_decode = 32;
+  int rounds = 3;                  // --measure: calibrate-then-measure rounds (medians reported)
+  int64_t chunk = 0;
+  double reserve_gb = 0;
+  double price_per_hour = 0;
+  double tokens_per_s = 0;
+  // Streaming.
+  std::vector<std::string> disks = {"nvme-gen3", "nvme-gen4", "2x nvme-gen4", "2x nvme-gen5"};
+  std::vector<std::string> links = {"pcie3", "pcie4", "pcie5"};
+  double ram_gb = 32;
+  double vram_gb = 24;
+  double flops_per_param = 2;
+  double layer_gb = 0;
+  double layer_params = 0;
+  double active_fraction = 1;
+  int64_t layers = 0;
+  std::optional<double> hit_rate;  // experts: measured hit rate (else the uniform estimate)
+  // Speculative decoding.
+  double acceptance = 0.8;
+  int64_t draft = 5;
+  double cost_ratio = 0.05;
+  int64_t max_draft = 16;
+};
+
+// Prints `j` with --json, else `text`.
+void emit(const PlanArgs& a, const nlohmann::json& j, const std::string& text);
+nlohmann::json calibration_json(const plan::Calibration& c);
+std::string calibration_text(const plan::Calibration& c);
+
+// `plan --measure FILE`: --rounds rounds of calibrate-then-measure, each
+// prediction against the engine's measured figures, and their medians.
+int run_measure(const PlanArgs& a);
+
+}  // namespace sluice::cli::plan_cmd
