@@ -325,23 +325,6 @@ struct KernelQ6_K {
   }
 };
 
-// Rows [r0, r1) (multiples of 4) of a 4-row interleaved layout: tiles of 4 rows
-// x up to 2 tokens (8 accumulators, 4 weight and 4 scale registers).
-template <class K>
-void rows_x4(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
-  constexpr int kX4Toks = 2;
-  int64_t chunk = static_cast<int64_t>(kChunkActBytes / (a.xa_stride ? a.xa_stride : 1));
-  chunk = chunk < kX4Toks ? kX4Toks : chunk / kX4Toks * kX4Toks;
-  for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
-    const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
-    for (int64_t r = r0; r < r1; r += 4) {
-      int64_t t = t0;
-      for (; t + kX4Toks <= t1; t += kX4Toks) K::template tile<kX4Toks>(a, r, t);
-      if (t < t1) K::template tile<1>(a, r, t);
-    }
-  }
-}
-
 }  // namespace
 
 void quant_rows_q8_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
