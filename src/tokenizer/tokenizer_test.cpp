@@ -245,7 +245,7 @@ TEST(Bpe, PreNameFlags) {
 TEST(Bpe, JinaV2MaskTakesTheSpaceBeforeIt) {
   const std::string g = "\xC4\xA0";
   std::vector<Tok> toks = {{"a"}, {g}, {"<mask>", 0, TokenType::kControl}};
-  Metadata md = make_metadata("gpt2", toks, {});
+  Metadata md = make_metadata("gpt2", toks, {"a a"});
   md.set("tokenizer.ggml.pre", MetaValue::str("jina-v2-de"));
   auto t = make(md);
   ASSERT_TRUE(t);
