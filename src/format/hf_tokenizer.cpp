@@ -285,54 +285,96 @@ class Importer {
     spm_ = true;
   }
 
-  Status import_byte_level(const std::vector<const json*>& pre) {
-    std::string regex;
-    bool byte_level_regex = false;
-    for (const json* p : pre) {
-      const std::string type = member_string(*p, "type");
-      if (type == "ByteLevel") {
-        if (member_bool(*p, "add_prefix_space", false)) {
-          return Status(StatusCode::kUnimplemented,
-                        fmt::format("{}: ByteLevel add_prefix_space=true is not supported", json_path_));
-        }
-        byte_level_regex = member_bool(*p, "use_regex", true);
-      } else if (type == "Split") {
-        const json* pattern = member(*p, "pattern");
-        const std::string r = pattern ? member_string(*pattern, "Regex") : std::string();
-        if (r.empty() || !regex.empty()) {
-          return Status(StatusCode::kUnimplemented,
-                        fmt::format("{}: only one Split pre-tokenizer with a Regex pattern is supported",
-                                    json_path_));
-        }
-        regex = r;
+  // One pre_tokenizer component as split steps ("isolated:<regex>" /
+  // "removed:<regex>", see kPreSplitKey), appended to `steps`.
+  Status byte_level_steps(const json& p, std::vector<std::string>* steps) const {
+    const std::string type = member_string(p, "type");
+    const auto behavior_step = [&](const std::string& regex) -> Status {
+      const std::string behavior = member_string(p, "behavior");
+      if (member_bool(p, "invert", false)) {
+        return Status(StatusCode::kUnimplemented,
+                      fmt::format("{}: {} pre-tokenizer with invert=true is not supported", json_path_, type));
+      }
+      if (behavior.empty() || behavior == "Isolated") {
+        steps->push_back("isolated:" + regex);
+      } else if (behavior == "Removed") {
+        steps->push_back("removed:" + regex);
       } else {
         return Status(StatusCode::kUnimplemented,
-                      fmt::format("{}: pre-tokenizer '{}' is not supported", json_path_, type));
+                      fmt::format("{}: {} pre-tokenizer behavior '{}' is not supported (supported: "
+                                  "Isolated, Removed)", json_path_, type, behavior));
       }
-    }
-    std::string pre_name;
-    if (regex.empty()) {
-      if (!byte_level_regex) {
+      return Status::ok_status();
+    };
+    if (type == "ByteLevel") {
+      if (member_bool(p, "add_prefix_space", false)) {
         return Status(StatusCode::kUnimplemented,
-                      fmt::format("{}: byte-level BPE without a split regex is not supported", json_path_));
+                      fmt::format("{}: ByteLevel add_prefix_space=true is not supported", json_path_));
       }
-      pre_name = "gpt-2";
-    } else if (regex == kGpt2Regex) {
-      pre_name = "gpt-2";
-    } else if (regex == kLlama3Regex) {
-      pre_name = "llama-bpe";
-    } else if (regex == kQwen2Regex) {
-      pre_name = "qwen2";
-    } else {
+      if (member_bool(p, "use_regex", true)) steps->push_back("isolated:" + std::string(kGpt2Regex));
+      return Status::ok_status();
+    }
+    if (type == "Split") {
+      const json* pattern = member(p, "pattern");
+      const json* regex = pattern ? member(*pattern, "Regex") : nullptr;
+      const json* literal = pattern ? member(*pattern, "String") : nullptr;
+      if (regex && regex->is_string() && !regex->get<std::string>().empty()) {
+        return behavior_step(regex->get<std::string>());
+      }
+      if (literal && literal->is_string() && !literal->get<std::string>().empty()) {
+        std::string escaped;
+        for (const char c : literal->get<std::string>()) {
+          if (std::string_view("\\^$.|?*+()[]{}").find(c) != std::string_view::npos) escaped += '\\';
+          escaped += c;
+        }
+        return behavior_step(escaped);
+      }
       return Status(StatusCode::kUnimplemented,
-                    fmt::format("{}: pre-tokenizer regex '{}' is not supported (known: GPT-2, "
-                                "Llama 3, Qwen2)", json_path_, regex));
+                    fmt::format("{}: a Split pre-tokenizer needs a non-empty pattern "
+                                "{{\"Regex\": ...}} or {{\"String\": ...}}", json_path_));
+    }
+    if (type == "Digits") {
+      steps->push_back(member_bool(p, "individual_digits", false) ? "isolated:\\p{N}" : "isolated:\\p{N}+");
+      return Status::ok_status();
+    }
+    if (type == "Punctuation") {
+      // HF's punctuation: Unicode P categories and every ASCII punctuation character.
+      return behavior_step(R"([\p{P}!-/:-@\[-`{-~])");
+    }
+    return Status(StatusCode::kUnimplemented,
+                  fmt::format("{}: pre-tokenizer '{}' is not supported with byte-level BPE (supported: "
+                              "Sequence, Split, ByteLevel, Digits, Punctuation)",
+                              json_path_, type.empty() ? "(no type)" : type));
+  }
+
+  Status import_byte_level(const std::vector<const json*>& pre) {
+    std::vector<std::string> steps;
+    for (const json* p : pre) RETURN_IF_ERROR(byte_level_steps(*p, &steps));
+    // The named pre-tokenizers keep their tokenizer.ggml.pre name (so a GGUF
+    // written from this metadata works elsewhere); anything else is kept as steps.
+    std::string pre_name;
+    if (steps.size() == 1 && steps[0] == "isolated:" + std::string(kGpt2Regex)) {
+      pre_name = "gpt-2";
+    } else if (steps.size() == 1 && steps[0] == "isolated:" + std::string(kLlama3Regex)) {
+      pre_name = "llama-bpe";
+    } else if (steps.size() == 1 && steps[0] == "isolated:" + std::string(kQwen2Regex)) {
+      pre_name = "qwen2";
+    }
+    md_->erase(kPreSplitKey);
+    md_->erase("tokenizer.ggml.pre");
+    if (!pre_name.empty()) {
+      md_->set("tokenizer.ggml.pre", MetaValue::str(pre_name));
+    } else {
+      md_->set(kPreSplitKey, string_array(std::move(steps)));
+    }
+    md_->erase(kIgnoreMergesKey);
+    if (const json* im = member(*model_, "ignore_merges"); im && im->is_boolean()) {
+      md_->set(kIgnoreMergesKey, MetaValue::boolean(im->get<bool>()));
     }
     std::vector<std::string> merges;
     merges.reserve(merges_.size());
     for (const auto& [a, b] : merges_) merges.push_back(a + " " + b);
     md_->set("tokenizer.ggml.model", MetaValue::str("gpt2"));
-    md_->set("tokenizer.ggml.pre", MetaValue::str(pre_name));
     md_->set("tokenizer.ggml.merges", string_array(std::move(merges)));
     return Status::ok_status();
   }

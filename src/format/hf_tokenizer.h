@@ -10,6 +10,17 @@
 
 namespace sluice {
 
+// Keys beyond GGUF's that the importer writes for byte-level BPE:
+// kIgnoreMergesKey (bool): tokenizer.json's model "ignore_merges", when stated;
+//   otherwise the tokenizer.ggml.pre name decides.
+inline constexpr const char* kIgnoreMergesKey = "sluice.tokenizer.ignore_merges";
+// kPreSplitKey (string array): the pre_tokenizer as split steps, one per string,
+//   "isolated:<regex>" (matches and the text between them become words) or
+//   "removed:<regex>" (matches are dropped); written, and tokenizer.ggml.pre
+//   erased, when the pre_tokenizer is not one of the named ones (gpt-2,
+//   llama-bpe, qwen2). The tokenizer prefers it to tokenizer.ggml.pre.
+inline constexpr const char* kPreSplitKey = "sluice.tokenizer.pre_split";
+
 // Reads `dir`/tokenizer.json and, if present, `dir`/tokenizer_config.json, and sets
 // tokenizer.ggml.{model, pre, tokens, scores, token_type, merges, bos_token_id,
 // eos_token_id, unknown_token_id, padding_token_id, add_bos_token, add_eos_token}

@@ -102,10 +102,105 @@ TEST_F(HfTokenizerTest, RecognizesSplitRegexes) {
   auto qwen2 = pre_for(kQwen2Regex);
   ASSERT_TRUE(qwen2.ok()) << qwen2.status().to_string();
   EXPECT_EQ(*qwen2, "qwen2");
+  // Any other regex is kept as a split step instead of a name.
   auto other = pre_for(R"(\p{N}{1,5}|\s+)");
-  ASSERT_FALSE(other.ok());
-  EXPECT_EQ(other.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(other.status().message().find(R"(\p{N}{1,5}|\s+)"), std::string::npos);
+  ASSERT_TRUE(other.ok()) << other.status().to_string();
+  EXPECT_EQ(*other, "");
+}
+
+// Split steps the importer stored (kPreSplitKey) for a pre_tokenizer definition.
+std::vector<std::string> pre_steps(const Metadata& md) {
+  const MetaArray* a = md.get_array(kPreSplitKey);
+  return a ? a->strings : std::vector<std::string>{};
+}
+
+TEST_F(HfTokenizerTest, PreTokenizerComponentsBecomeSplitSteps) {
+  json pre = {{"type", "Sequence"},
+              {"pretokenizers",
+               json::array({{{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Removed"}},
+                            {{"type", "Split"}, {"pattern", {{"String", "a+b"}}}, {"behavior", "Isolated"}},
+                            {{"type", "Digits"}, {"individual_digits", true}},
+                            {{"type", "Digits"}, {"individual_digits", false}},
+                            {{"type", "Punctuation"}},
+                            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+  json tj = byte_level(pre, json::array({"a b"}));
+  tj["model"]["ignore_merges"] = true;
+  write("tokenizer.json", tj.dump());
+  Metadata md;
+  ASSERT_TRUE(import(&md).ok());
+  EXPECT_EQ(pre_steps(md), (std::vector<std::string>{"removed: ", R"(isolated:a\+b)", R"(isolated:\p{N})",
+                                                     R"(isolated:\p{N}+)", R"(isolated:[\p{P}!-/:-@\[-`{-~])"}));
+  EXPECT_FALSE(md.get_string("tokenizer.ggml.pre").has_value());
+  EXPECT_EQ(md.get_bool(kIgnoreMergesKey), true);
+  auto tok = Tokenizer::from_metadata(md);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  // The spaces are removed, so "ab ab" is two words "ab" (id 3), not 3 2 3.
+  EXPECT_EQ((*tok)->encode("ab ab", false), (std::vector<int32_t>{3, 3}));
+  EXPECT_EQ((*tok)->vocab().ignore_merges(), true);
+
+  // ByteLevel's own regex is GPT-2's: named, no steps stored.
+  write("tokenizer.json", byte_level({{"type", "ByteLevel"}, {"use_regex", true}}, json::array({"a b"})).dump());
+  Metadata md2;
+  ASSERT_TRUE(import(&md2).ok());
+  EXPECT_EQ(md2.get_string("tokenizer.ggml.pre"), "gpt-2");
+  EXPECT_TRUE(pre_steps(md2).empty());
+}
+
+TEST_F(HfTokenizerTest, DeepSeekCoderDefinitionSplitsAsItsPreName) {
+  // tokenizer.json's pre_tokenizer of DeepSeek Coder: the same regexes as the
+  // "deepseek-coder" name, in HF form.
+  json pre = {{"type", "Sequence"},
+              {"pretokenizers",
+               json::array({{{"type", "Split"}, {"pattern", {{"Regex", "[\r\n]"}}}, {"behavior", "Isolated"}},
+                            {{"type", "Split"}, {"pattern", {{"Regex", R"(\s?\p{L}+)"}}}, {"behavior", "Isolated"}},
+                            {{"type", "Split"}, {"pattern", {{"Regex", R"(\s?\p{P}+)"}}}, {"behavior", "Isolated"}},
+                            {{"type", "Split"}, {"pattern", {{"Regex", "[一-龥ࠀ-一가-퟿]+"}}}, {"behavior", "Isolated"}},
+                            {{"type", "Digits"}, {"individual_digits", true}},
+                            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+  write("tokenizer.json", byte_level(pre, json::array({"a b"})).dump());
+  Metadata md;
+  ASSERT_TRUE(import(&md).ok());
+  std::vector<PreSplitStep> steps;
+  for (const std::string& s : pre_steps(md)) {
+    ASSERT_EQ(s.rfind("isolated:", 0), 0u) << s;
+    steps.push_back({s.substr(9), false});
+  }
+  auto from_hf = PreTokenizer::from_steps(steps);
+  auto named = PreTokenizer::for_pre("deepseek-coder");
+  ASSERT_TRUE(from_hf.ok() && named.ok());
+  for (std::string_view text : {"int x = 42;\r\n  return  中文字符 y;", "Héllo, wörld!! 123\n\n", "\t(a)[b]{c}"}) {
+    std::vector<std::string_view> a, b;
+    (*from_hf)->split(text, &a);
+    (*named)->split(text, &b);
+    EXPECT_EQ(a, b) << text;
+  }
+}
+
+TEST_F(HfTokenizerTest, UnsupportedPreTokenizerPartsAreNamed) {
+  const auto error_for = [&](const json& component) {
+    write("tokenizer.json", byte_level({{"type", "Sequence"},
+                                        {"pretokenizers", json::array({component, {{"type", "ByteLevel"}}})}},
+                                       json::array({"a b"}))
+                                .dump());
+    Metadata md;
+    return import(&md);
+  };
+  Status s = error_for({{"type", "Split"}, {"pattern", {{"Regex", "x"}}}, {"behavior", "MergedWithPrevious"}});
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("MergedWithPrevious"), std::string::npos) << s.to_string();
+  s = error_for({{"type", "Split"}, {"pattern", {{"Regex", "x"}}}, {"invert", true}});
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("invert"), std::string::npos) << s.to_string();
+  s = error_for({{"type", "Whitespace"}});
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("'Whitespace'"), std::string::npos) << s.to_string();
+  s = error_for({{"type", "Split"}, {"pattern", {{"Regex", ""}}}});
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  // A regex PCRE2 cannot compile is refused when the tokenizer is built.
+  ASSERT_TRUE(error_for({{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}}).ok());
+  Metadata md;
+  ASSERT_TRUE(import(&md).ok());
+  EXPECT_EQ(Tokenizer::from_metadata(md).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(HfTokenizerTest, Llama3PostProcessorAddsBos) {

@@ -1,11 +1,17 @@
-// PreTokenizer: splits text into words with a byte-level BPE model's regex.
+// PreTokenizer: splits text into words before byte-level BPE, with a sequence of
+// regexes as llama.cpp and HF tokenizers apply them.
 //
-// The pattern is compiled once (PCRE2, UTF + UCP so \p{L}, \p{N} and \s follow
-// Unicode) when the PreTokenizer is created; split() scans the text left to right,
-// taking successive matches as words. Text between matches (none for the known
-// patterns) and bytes that are not valid UTF-8 become words of their own, so the
-// words always concatenate back to the input. split() is const and thread-safe
-// (each call uses its own match data, allocated once per call).
+// Each step's regex (PCRE2, UTF + UCP so \p{L}, \p{N}, \p{P}, \s follow Unicode;
+// `$` only at the very end) splits every word the previous steps produced: within
+// a word, successive leftmost matches become words, and so do the stretches
+// between them. The word is the regex's whole subject, so lookaheads and `$` stop
+// at its end. A step may instead drop its matches (HF Split "Removed"); without
+// such a step the words always concatenate back to the input. Bytes that are not
+// valid UTF-8 are words of their own before any step runs.
+//
+// The steps of each tokenizer.ggml.pre name are in pre_tokenizer_table.h.
+// split() is const and thread-safe (each call uses its own match data, allocated
+// once per call, and writes only to the caller's vector).
 #pragma once
 
 #include <memory>
@@ -17,23 +23,20 @@
 
 namespace sluice {
 
-// The split regexes of the supported tokenizer.ggml.pre values.
-// GPT-2: contractions, optional space + letters / digits / other, whitespace.
-extern const char* const kGpt2Pattern;
-// Llama 3: case-insensitive contractions, digit groups of 1-3, newlines kept together.
-extern const char* const kLlama3Pattern;
-// Qwen2: as Llama 3, but every digit is its own word.
-extern const char* const kQwen2Pattern;
-
-// Pattern for a tokenizer.ggml.pre name ("", "default", "gpt-2", "llama-bpe",
-// "llama3", "qwen2"), or nullptr if the name is not supported.
-const char* pre_tokenizer_pattern(std::string_view pre);
+struct PreSplitStep {
+  std::string regex;
+  bool remove_matches = false;  // drop the matched text (HF Split behavior "Removed")
+};
 
 class PreTokenizer {
  public:
-  // Compiles `pattern`; a bad pattern is kInvalidArgument with PCRE2's message.
+  // Compiles every step's regex; a bad one is kInvalidArgument with PCRE2's message.
+  // No steps: the text is one word.
+  static StatusOr<std::unique_ptr<PreTokenizer>> from_steps(std::vector<PreSplitStep> steps);
+  // One isolating step.
   static StatusOr<std::unique_ptr<PreTokenizer>> from_pattern(const std::string& pattern);
-  // The pre-tokenizer for a tokenizer.ggml.pre name; unknown names are kUnimplemented.
+  // The pre-tokenizer for a tokenizer.ggml.pre name ("" is "default"); unknown
+  // names are kUnimplemented, listing the supported ones.
   static StatusOr<std::unique_ptr<PreTokenizer>> for_pre(std::string_view pre);
 
   ~PreTokenizer();
@@ -42,14 +45,15 @@ class PreTokenizer {
 
   // Appends the words of `text` (views into it, in order, never empty) to `words`.
   void split(std::string_view text, std::vector<std::string_view>* words) const;
-  const std::string& pattern() const { return pattern_; }
+  const std::vector<PreSplitStep>& steps() const { return steps_; }
 
  private:
   PreTokenizer() = default;
-  void split_valid(std::string_view text, void* match_data, std::vector<std::string_view>* words) const;
+  void split_step(size_t step, std::string_view text, void* match_data,
+                  std::vector<std::string_view>* words) const;
 
-  std::string pattern_;
-  void* code_ = nullptr;  // pcre2_code_8*, owned
+  std::vector<PreSplitStep> steps_;
+  std::vector<void*> codes_;  // [steps_.size()] pcre2_code_8*, owned
 };
 
 }  // namespace sluice

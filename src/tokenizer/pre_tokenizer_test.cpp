@@ -1,4 +1,4 @@
-// Splits of the GPT-2, Llama 3 and Qwen2 pre-tokenizer regexes on hand-written
+// Splits of the pre-tokenizers (single regexes and sequences) on hand-written
 // strings. Expected words follow from the patterns' alternatives, tried in order
 // at each position (see the comments next to the less obvious cases).
 #include "tokenizer/pre_tokenizer.h"
@@ -38,7 +38,6 @@ TEST(PreTokenizer, Gpt2) {
   EXPECT_EQ(split("gpt-2", " ...!? x"), (Words{" ...!?", " x"}));
   // \p{L} is Unicode-aware.
   EXPECT_EQ(split("gpt-2", "naïve 日本語 text"), (Words{"naïve", " 日本語", " text"}));
-  EXPECT_EQ(split("default", "a1"), (Words{"a", "1"}));
 }
 
 TEST(PreTokenizer, Llama3) {
@@ -67,16 +66,54 @@ TEST(PreTokenizer, Qwen2) {
   EXPECT_EQ(split("qwen2", "你好，世界"), (Words{"你好", "，世界"}));
 }
 
+// Names with several regexes: each one splits every word the earlier ones made.
+TEST(PreTokenizer, RegexSequences) {
+  EXPECT_EQ(split("deepseek-coder", "a\nb x12"), (Words{"a", "\n", "b", " x", "1", "2"}));
+  // Falcon: GPT-2's words, then digit runs cut into threes.
+  EXPECT_EQ(split("falcon", "n=1234567"), (Words{"n", "=", "123", "456", "7"}));
+  // Tekken: a letter run breaks where lower case turns upper.
+  EXPECT_EQ(split("tekken", "camelCaseWord HTTPServer"), (Words{"camel", "Case", "Word", " HTTPServer"}));
+  // The default: punctuation runs first, then GPT-2's words, then digits.
+  EXPECT_EQ(split("default", "a1, b..."), (Words{"a", "1", ",", " b", "..."}));
+  EXPECT_EQ(split("", "a1"), split("default", "a1"));
+  // Poro/BLOOM: words end at whitespace and the listed punctuation.
+  EXPECT_EQ(split("bloom", "Hi, you. 你好。"), (Words{"Hi", ",", " you", ".", " 你好", "。"}));
+}
+
+TEST(PreTokenizer, StepSemantics) {
+  const auto words = [](std::vector<PreSplitStep> steps, std::string_view text) {
+    auto pt = PreTokenizer::from_steps(std::move(steps));
+    EXPECT_TRUE(pt.ok()) << pt.status().to_string();
+    std::vector<std::string_view> w;
+    if (pt.ok()) (*pt)->split(text, &w);
+    return Words(w.begin(), w.end());
+  };
+  // `$` is the end of the word only, not before a final newline.
+  EXPECT_EQ(words({{"x$"}}, "x\n"), (Words{"x\n"}));
+  EXPECT_EQ(words({{"x$"}}, "ax"), (Words{"a", "x"}));
+  // Removed steps drop their matches.
+  EXPECT_EQ(words({{" ", true}}, "a b  c "), (Words{"a", "b", "c"}));
+  // Empty matches are not words.
+  EXPECT_EQ(words({{"x*"}}, "axxb"), (Words{"a", "xx", "b"}));
+  // A lookahead sees only the current word: "(?!\S)" holds at its end.
+  EXPECT_EQ(words({{"[\n]"}, {R"(a(?!\S))"}}, "ba\nb"), (Words{"b", "a", "\n", "b"}));
+  // No steps: the text is one word.
+  EXPECT_EQ(words({}, "a b"), (Words{"a b"}));
+}
+
 TEST(PreTokenizer, InvalidUtf8BytesStandAlone) {
   EXPECT_EQ(split("gpt-2", "ab\xFF" "cd"), (Words{"ab", "\xFF", "cd"}));
   EXPECT_EQ(split("llama-bpe", "\xE6\x97 x"), (Words{"\xE6", "\x97", " x"}));
 }
 
 TEST(PreTokenizer, UnknownNamesAndBadPatterns) {
-  auto pt = PreTokenizer::for_pre("falcon");
+  auto pt = PreTokenizer::for_pre("no-such-pre");
   ASSERT_FALSE(pt.ok());
   EXPECT_EQ(pt.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(pt.status().message().find("falcon"), std::string::npos);
+  EXPECT_NE(pt.status().message().find("no-such-pre"), std::string::npos);
+  // The message lists what is supported.
+  EXPECT_NE(pt.status().message().find("deepseek-coder"), std::string::npos);
+  EXPECT_NE(pt.status().message().find("megrez"), std::string::npos);
   auto bad = PreTokenizer::from_pattern("(unclosed");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);

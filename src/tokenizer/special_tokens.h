@@ -4,7 +4,9 @@
 // with the surrounding text. User-defined tokens are always split out (as HF
 // tokenizers do with added tokens); control and unknown tokens ("<s>",
 // "<|im_start|>") only when parse_special is set. Longer tokens are split out
-// first, each at every occurrence, leftmost first. Stateless; thread-safe.
+// first, each at every occurrence, leftmost first. With the jina-v2-* pre-tokenizers,
+// "<mask>" also takes the ASCII whitespace before it (as llama.cpp's lstrip
+// attribute does). Stateless; thread-safe.
 #pragma once
 
 #include <cstdint>

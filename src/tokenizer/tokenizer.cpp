@@ -33,13 +33,36 @@ const std::string& empty_string() {
   return kEmpty;
 }
 
+// The steps an importer stored under kPreSplitKey.
+StatusOr<std::vector<PreSplitStep>> pre_split_steps(const Metadata& md) {
+  const MetaArray* arr = md.get_array(kPreSplitKey);
+  if (arr->elem_type != GgufType::kString) return data_loss("{} is not an array of strings", kPreSplitKey);
+  std::vector<PreSplitStep> steps;
+  for (const std::string& s : arr->strings) {
+    const std::string_view v(s);
+    if (v.starts_with("isolated:")) {
+      steps.push_back({std::string(v.substr(9)), false});
+    } else if (v.starts_with("removed:")) {
+      steps.push_back({std::string(v.substr(8)), true});
+    } else {
+      return data_loss("{}: step '{}' is neither 'isolated:<regex>' nor 'removed:<regex>'", kPreSplitKey, s);
+    }
+  }
+  return steps;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_metadata(const Metadata& md) {
   ASSIGN_OR_RETURN(Vocab vocab, Vocab::load(md));
   std::unique_ptr<Tokenizer> tok(new Tokenizer(std::move(vocab)));
   if (tok->vocab_.model() == VocabModel::kBpe) {
-    ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::for_pre(tok->vocab_.pre()));
+    if (md.get_array(kPreSplitKey)) {
+      ASSIGN_OR_RETURN(std::vector<PreSplitStep> steps, pre_split_steps(md));
+      ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::from_steps(std::move(steps)));
+    } else {
+      ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::for_pre(tok->vocab_.pre()));
+    }
   }
   tok->build_pieces();
   return tok;

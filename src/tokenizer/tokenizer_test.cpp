@@ -220,6 +220,42 @@ TEST(Bpe, Llama3IgnoresMergesForWholeWords) {
   EXPECT_EQ(t->encode("abc", false), (std::vector<int32_t>{3, 2}));  // merges only
 }
 
+TEST(Bpe, PreNameFlags) {
+  std::vector<Tok> toks = {{"a"}, {"b"}, {"c"}, {"ab"}, {"abc"}, {"<s>", 0, TokenType::kControl}};
+  Metadata md = make_metadata("gpt2", toks, {"a b"});
+  md.set("tokenizer.ggml.bos_token_id", MetaValue::u32(5));
+  // Tekken ignores merges and adds BOS by default, like Llama 3; dbrx has Llama 3's
+  // regex but neither flag.
+  md.set("tokenizer.ggml.pre", MetaValue::str("tekken"));
+  auto t = make(md);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->encode("abc", true), (std::vector<int32_t>{5, 4}));
+  md.set("tokenizer.ggml.pre", MetaValue::str("dbrx"));
+  t = make(md);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->encode("abc", true), (std::vector<int32_t>{3, 2}));
+  // The file's add_bos_token wins over the name's default.
+  md.set("tokenizer.ggml.pre", MetaValue::str("chameleon"));
+  md.set("tokenizer.ggml.add_bos_token", MetaValue::boolean(false));
+  t = make(md);
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(t->add_bos());
+}
+
+TEST(Bpe, JinaV2MaskTakesTheSpaceBeforeIt) {
+  const std::string g = "\xC4\xA0";
+  std::vector<Tok> toks = {{"a"}, {g}, {"<mask>", 0, TokenType::kControl}};
+  Metadata md = make_metadata("gpt2", toks, {"a a"});
+  md.set("tokenizer.ggml.pre", MetaValue::str("jina-v2-de"));
+  auto t = make(md);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->encode("a \t <mask> a", false, true), (std::vector<int32_t>{0, 2, 1, 0}));
+  md.set("tokenizer.ggml.pre", MetaValue::str("jina-v1-en"));
+  t = make(md);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->encode("a <mask> a", false, true), (std::vector<int32_t>{0, 1, 2, 1, 0}));
+}
+
 TEST(Refusal, UnsupportedModelsByName) {
   for (const char* model : {"bert", "rwkv", "t5", "no_vocab"}) {
     auto t = Tokenizer::from_metadata(make_metadata(model, {{"a"}}));
@@ -228,11 +264,11 @@ TEST(Refusal, UnsupportedModelsByName) {
     EXPECT_NE(t.status().message().find(model), std::string::npos) << t.status().to_string();
   }
   Metadata md = make_metadata("gpt2", {{"a"}}, {"a a"});
-  md.set("tokenizer.ggml.pre", MetaValue::str("deepseek-coder"));
+  md.set("tokenizer.ggml.pre", MetaValue::str("no-such-pre"));
   auto t = Tokenizer::from_metadata(md);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(t.status().message().find("deepseek-coder"), std::string::npos);
+  EXPECT_NE(t.status().message().find("no-such-pre"), std::string::npos);
 }
 
 TEST(Refusal, MalformedMetadata) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tokenizer/pre_tokenizer_table.h"
 #include "tokenizer/unicode.h"
 
 namespace sluice {
@@ -148,8 +149,12 @@ void Vocab::load_specials(const Metadata& md) {
   eot_id_ = id_or("tokenizer.ggml.eot_token_id", -1);
   eom_id_ = id_or("tokenizer.ggml.eom_token_id", -1);
 
-  ignore_merges_ = !spm && (pre_ == "llama-bpe" || pre_ == "llama3");
-  add_bos_ = md.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || ignore_merges_);
+  // The pre-tokenizer name sets BPE defaults (unknown names are refused by the
+  // Tokenizer); an importer may state ignore_merges explicitly.
+  const PreName* pre = spm ? nullptr : find_pre_name(pre_);
+  ignore_merges_ = md.get_bool(kIgnoreMergesKey).value_or(pre && pre->ignore_merges);
+  if (spm) ignore_merges_ = false;
+  add_bos_ = md.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || (pre && pre->add_bos));
   add_eos_ = md.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   add_space_prefix_ = md.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
   if (add_bos_ && bos_id_ < 0) add_bos_ = false;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "format/hf_tokenizer.h"
 #include "format/metadata.h"
 #include "sluice/status.h"
 

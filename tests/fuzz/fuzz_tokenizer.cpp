@@ -1,13 +1,16 @@
 // Encoding and decoding arbitrary bytes with each tokenizer sluice supports.
 //
 // Input: | flags byte | text ... |
-//   flags bits 0-1: 0 SPM, 1 BPE gpt-2, 2 BPE llama-bpe (llama 3), 3 BPE qwen2
+//   flags bits 0-1 and 5-7 (kind = bits 0-1 | bits 5-7 << 2): 0 SPM; k > 0 BPE with
+//   pre-tokenizer type (k - 1) mod n of the table (pre_tokenizer_table.h), in the
+//   order gpt2, llama3, qwen2, then the others, so every type is reachable.
 //   bit 2: add_special, bit 3: parse_special, bit 4: render_special
 // The text is encoded and the ids decoded (whole and through a StreamDecoder);
 // the text's bytes are also read as int32 ids, in or out of range, and decoded.
 // Invariants: ids are in range; byte-level BPE round-trips any bytes when
 // specials are not parsed; a stream decodes to the same text as decode() when
 // that text is valid UTF-8.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +20,7 @@
 
 #include "fuzz_vocab.h"
 #include "harnesses.h"
+#include "tokenizer/pre_tokenizer_table.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -25,7 +29,8 @@ namespace sluice::fuzz {
 namespace {
 
 struct Tokenizers {
-  std::unique_ptr<Tokenizer> by_kind[4];
+  std::unique_ptr<Tokenizer> spm;
+  std::vector<std::unique_ptr<Tokenizer>> bpe;  // one per pre-tokenizer type
 };
 
 std::unique_ptr<Tokenizer> must_load(const Metadata& md) {
@@ -40,10 +45,20 @@ std::unique_ptr<Tokenizer> must_load(const Metadata& md) {
 const Tokenizers& tokenizers() {
   static const Tokenizers* t = [] {
     auto* t = new Tokenizers;
-    t->by_kind[0] = must_load(spm_vocab_metadata());
-    t->by_kind[1] = must_load(bpe_vocab_metadata("gpt-2"));
-    t->by_kind[2] = must_load(bpe_vocab_metadata("llama-bpe"));
-    t->by_kind[3] = must_load(bpe_vocab_metadata("qwen2"));
+    t->spm = must_load(spm_vocab_metadata());
+    // A name of each type; the three long-standing ones first.
+    std::vector<int> types;
+    for (const char* pre : {"gpt-2", "llama-bpe", "qwen2"}) types.push_back(find_pre_name(pre)->type);
+    for (int i = 0; i < static_cast<int>(pre_types().size()); ++i) {
+      if (std::find(types.begin(), types.end(), i) == types.end()) types.push_back(i);
+    }
+    for (int type : types) {
+      for (const PreName& n : pre_names()) {
+        if (n.type != type) continue;
+        t->bpe.push_back(must_load(bpe_vocab_metadata(std::string(n.name))));
+        break;
+      }
+    }
     return t;
   }();
   return *t;
@@ -76,10 +91,11 @@ void fuzz_tokenizer(const uint8_t* data, size_t size) {
     return;
   }
   const uint8_t flags = data[0];
-  const int kind = flags & 3;
+  const int kind = (flags & 3) | ((flags >> 5) << 2);
   const bool add_special = flags & 4, parse_special = flags & 8, render_special = flags & 16;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  const Tokenizer& tok = *tokenizers().by_kind[kind];
+  const Tokenizers& all = tokenizers();
+  const Tokenizer& tok = kind == 0 ? *all.spm : *all.bpe[(kind - 1) % all.bpe.size()];
 
   const std::vector<int32_t> ids = tok.encode(text, add_special, parse_special);
   for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < tok.n_vocab());
