@@ -50,6 +50,9 @@ struct ModelHparams {
   int64_t n_swa = 0;        // {arch}.attention.sliding_window
   int64_t swa_pattern = 1;  // with n_swa > 0: layer l is windowed when l % swa_pattern < swa_pattern - 1
                             // (1: every layer; gemma2: 2, even layers)
+  // Attention-logit soft cap: scores s -> attn_softcap * tanh(s / attn_softcap) before the
+  // softmax (0: none). {arch}.attn_logit_softcapping, read where the spec's attn_softcap is set.
+  float attn_softcap = 0.0f;
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
