@@ -63,6 +63,10 @@ struct ModelHparams {
   bool layer_is_swa(int64_t l) const {
     return n_swa > 0 && (swa_pattern <= 1 || l % swa_pattern < swa_pattern - 1);
   }
+  // The window of every layer (0 when any layer attends to all positions): a
+  // query at position P or later reads no K/V before P - kv_window() + 1, so the
+  // KV blocks wholly before it can be freed.
+  int64_t kv_window() const { return n_swa > 0 && swa_pattern <= 1 ? n_swa : 0; }
   // The size a symbolic dimension stands for (kNone: 1).
   int64_t dim(Dim d) const;
 };
