@@ -122,6 +122,22 @@ TEST(Cli, SynthWritesALoadableModel) {
   EXPECT_EQ(b1, b2);
 }
 
+// --sliding-window writes {arch}.attention.sliding_window; `info` names it and
+// `run` generates with the window.
+TEST(Cli, SynthSlidingWindowOverride) {
+  const std::string out = ::testing::TempDir() + "/cli_synth_window.gguf";
+  CliResult s = run_cli("synth --preset tiny-mistral --sliding-window 24 --type q8_0 --layers 1 -o " + out);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  CliResult info = run_cli("info " + out);
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("sliding window 24"), std::string::npos) << info.out;
+  CliResult r = run_cli("run -m " + out + " -p 'hello world' -n 40 --seed 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].size(), 40u);
+  CliResult bad = run_cli("synth --preset tiny --sliding-window -3 -o " + ::testing::TempDir() + "/never_w.gguf");
+  EXPECT_NE(bad.exit_code, 0);
+}
+
 // `plan --measure --rounds`: the model loaded once, then per round a calibration
 // and the decode, prefill and streamed measurements; the JSON holds the medians
 // and every round. 1 MB budget: just above stories260K's smallest workable one

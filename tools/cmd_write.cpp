@@ -136,6 +136,7 @@ Runner add_synth(CLI::App& app) {
     int64_t layers = 0;
     uint64_t seed = 1;
     int n_threads = 0;
+    int64_t sliding_window = 0;
   };
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand("synth", "write a random-weight GGUF at a real model shape");
@@ -145,10 +146,14 @@ Runner add_synth(CLI::App& app) {
   c->add_option("--layers", a->layers, "override the layer count (a slice: 70b-slice, mixtral-8x7b, ...)");
   c->add_option("--seed", a->seed, "RNG seed (same seed -> identical file)")->capture_default_str();
   c->add_option("-t,--threads", a->n_threads, "threads");
+  CLI::Option* window = c->add_option("--sliding-window", a->sliding_window,
+                                      "attention window of every layer in positions (0: none; default: the preset's)")
+                           ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   c->add_option("-o,--output", a->output, "output .gguf path")->required();
-  return [a] {
+  return [a, window] {
     auto shape = synth_preset(a->preset, a->layers);
     if (!shape.ok()) return fail(shape.status());
+    if (window->count() > 0) shape->n_swa = a->sliding_window;
     SynthOptions o{.shape = *shape, .type = a->type, .seed = a->seed, .n_threads = a->n_threads,
                    .progress = progress_printer("synth " + a->preset + " " + a->type)};
     auto n = write_synth_model(o, a->output);

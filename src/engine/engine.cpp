@@ -136,7 +136,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       SchedulerConfig{.max_batch_tokens = config.max_batch_tokens, .max_seqs = config.max_seqs,
                       .preemption_mode = config.preempt_swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute},
       BlockManagerConfig{.n_blocks = n_blocks, .block_size = layout.block_size, .n_host_blocks = n_host_blocks,
-                         .enable_prefix_caching = config.prefix_caching});
+                         .enable_prefix_caching = config.prefix_caching,
+                         .window = e.model->hparams().kv_window()});
   for (int32_t id = 0; id < e.tok->n_vocab(); ++id)
     if (e.tok->is_eog(id)) e.eog.push_back(id);
   // Logits rows: one per sampling sequence, plus one per draft token verified.

@@ -44,7 +44,11 @@ std::string Engine::summary() const {
       "batch {} tokens, {} sequences | prefix caching {} | threads {}{}",
       e.name, e.ctx, kv_dtype_name(l.dtype), e.kv.n_blocks(), l.block_size, e.kv.n_blocks() * l.block_size,
       static_cast<double>(e.kv.bytes()) / (1 << 20),
-      e.host_kv ? fmt::format(", swap pool {} blocks", e.host_kv->n_blocks()) : "", e.cfg.max_batch_tokens,
+      (e.host_kv ? fmt::format(", swap pool {} blocks", e.host_kv->n_blocks()) : "") +
+          (e.sched->blocks().window() > 0
+               ? fmt::format(", sliding window {}: blocks behind it freed", e.sched->blocks().window())
+               : ""),
+      e.cfg.max_batch_tokens,
       e.cfg.max_seqs, e.cfg.prefix_caching ? "on" : "off", e.model->n_threads(),
       e.model->repack_summary().empty() ? "" : " | " + e.model->repack_summary());
 }

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -46,12 +47,20 @@ std::vector<int32_t> fake_draft(SeqId id, std::span<const int32_t> committed, in
   return draft;
 }
 
+// The fake model with a sliding window (window > 0): the next token depends on
+// the last `window` tokens only, as a windowed model's last query reads them.
+inline int32_t fake_next_token_windowed(SeqId id, std::span<const int32_t> tokens, int64_t window, int32_t vocab) {
+  if (window > 0 && static_cast<int64_t>(tokens.size()) > window) tokens = tokens.last(static_cast<size_t>(window));
+  return fake_next_token(id, tokens, vocab);
+}
+
 // What generation gives for one sequence alone: the reference outputs.
 inline std::vector<int32_t> reference_generate(SeqId id, std::vector<int32_t> tokens, int64_t max_tokens,
-                                               const std::vector<int32_t>& stop_tokens, int32_t vocab) {
+                                               const std::vector<int32_t>& stop_tokens, int32_t vocab,
+                                               int64_t window = 0) {
   std::vector<int32_t> out;
   while (static_cast<int64_t>(out.size()) < max_tokens) {
-    const int32_t t = fake_next_token(id, tokens, vocab);
+    const int32_t t = fake_next_token_windowed(id, tokens, window, vocab);
     out.push_back(t);
     tokens.push_back(t);
     bool stop = false;
@@ -96,9 +105,13 @@ class FakeRunner {
         device_[static_cast<size_t>(block * block_size_ + pos % block_size_)] = Cell{s.tokens[i], pos};
       }
       if (!s.sample) continue;
-      std::vector<int32_t> seen;
-      seen.reserve(static_cast<size_t>(end));
-      for (int64_t pos = 0; pos < end; ++pos) {
+      // With a window, positions before the first query's window are not read
+      // (their blocks may be released).
+      const int64_t window = blocks.window();
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, s.pos0 - window + 1) : 0;
+      std::vector<int32_t> seen;  // tokens of positions lo .. end - 1
+      seen.reserve(static_cast<size_t>(end - lo));
+      for (int64_t pos = lo; pos < end; ++pos) {
         const int32_t block = s.block_table[static_cast<size_t>(pos / block_size_)];
         const Cell& c = device_[static_cast<size_t>(block * block_size_ + pos % block_size_)];
         EXPECT_EQ(c.pos, pos) << "seq " << s.id << " reads a row of another position in block " << block;
@@ -110,7 +123,10 @@ class FakeRunner {
       const std::span<const int32_t> draft = std::span<const int32_t>(s.tokens).last(static_cast<size_t>(s.n_draft));
       SeqOutput o{.id = s.id};
       for (size_t i = 0;; ++i) {
-        o.tokens.push_back(fake_next_token(s.id, std::span<const int32_t>(seen).first(n_before + i), vocab_));
+        // Without a window lo is 0 and the prefix is whole; with one, the prefix
+        // from lo holds at least the window of its last query.
+        o.tokens.push_back(
+            fake_next_token_windowed(s.id, std::span<const int32_t>(seen).first(n_before + i), window, vocab_));
         if (i == draft.size() || o.tokens.back() != draft[i]) break;
       }
       n_drafted += s.n_draft;

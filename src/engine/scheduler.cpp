@@ -31,6 +31,12 @@ Scheduler::Scheduler(const SchedulerConfig& config, const BlockManagerConfig& bl
   CHECK(validate_scheduler_config(config, blocks).ok());
 }
 
+int64_t Scheduler::longest_chunk() const {
+  return config_.long_prefill_token_threshold > 0
+             ? std::min(config_.max_batch_tokens, config_.long_prefill_token_threshold)
+             : config_.max_batch_tokens;
+}
+
 Sequence& Scheduler::seq(SeqId id) {
   auto it = seqs_.find(id);
   CHECK(it != seqs_.end());
@@ -59,9 +65,21 @@ Status Scheduler::add(SeqId id, SequenceParams params) {
   if (seqs_.count(id)) return invalid_argument("scheduler: sequence id {} is in use", id);
   // The most slots a sequence reserves is prompt + max_tokens - 1 (its last token
   // is sampled, never computed); it must fit the whole pool, or it could never run.
-  const int64_t n_capacity = blocks_.pool().n_total() * blocks_.block_size();
+  // With a sliding window, slots are reserved a chunk at a time and released
+  // behind the window, so a sequence holds at most the window's blocks and a
+  // chunk's (longest_chunk()), however long it gets.
+  const int64_t n_total_blocks = blocks_.pool().n_total();
+  const int64_t n_capacity = n_total_blocks * blocks_.block_size();
   const int64_t n_prompt = static_cast<int64_t>(params.prompt.size());
-  if (n_prompt > n_capacity || params.stop.max_tokens - 1 > n_capacity - n_prompt) {
+  if (blocks_.window() > 0) {
+    const int64_t need = blocks_.window_blocks() + blocks_.blocks_for(longest_chunk());
+    if (need > n_total_blocks) {
+      return resource_exhausted(
+          "scheduler: sequence {} with a sliding window of {} and chunks of up to {} tokens needs {} blocks, the pool "
+          "has {}",
+          id, blocks_.window(), longest_chunk(), need, n_total_blocks);
+    }
+  } else if (n_prompt > n_capacity || params.stop.max_tokens - 1 > n_capacity - n_prompt) {
     return resource_exhausted("scheduler: sequence {} needs up to {} + {} - 1 token slots, the pool has {}", id,
                               n_prompt, params.stop.max_tokens, n_capacity);
   }
@@ -70,12 +88,24 @@ Status Scheduler::add(SeqId id, SequenceParams params) {
   return Status::ok_status();
 }
 
-void Scheduler::reserve_slots(Sequence& s, StepPlan* plan) {
+int64_t Scheduler::chunk_size(const Sequence& s, int64_t budget) const {
+  int64_t n = std::min(s.n_uncomputed(), budget);
+  if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
+  return n;
+}
+
+int64_t Scheduler::reserve_end(const Sequence& s, int64_t budget) const {
+  if (blocks_.window() == 0) return s.n_total();
+  return std::max(blocks_.n_tokens(s.id), s.n_computed + chunk_size(s, budget));
+}
+
+void Scheduler::reserve_slots(Sequence& s, int64_t end, StepPlan* plan) {
   const int64_t n_reserved = blocks_.n_tokens(s.id);
-  CHECK(n_reserved <= s.n_total());
-  if (n_reserved == s.n_total()) return;
-  StatusOr<std::vector<BlockCopy>> copies =
-      blocks_.append(s.id, std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(n_reserved)));
+  CHECK(n_reserved <= end && end <= s.n_total());
+  if (n_reserved == end) return;
+  StatusOr<std::vector<BlockCopy>> copies = blocks_.append(
+      s.id, std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(n_reserved),
+                                                       static_cast<size_t>(end - n_reserved)));
   CHECK(copies.ok());  // the caller checked can_append
   plan->copies.insert(plan->copies.end(), copies->begin(), copies->end());
 }
@@ -91,9 +121,9 @@ void Scheduler::fit_draft(Sequence& s, int64_t budget) {
 
 void Scheduler::schedule_chunk(const Sequence& s, int64_t* budget, StepPlan* plan) {
   CHECK(s.n_uncomputed() > 0 && *budget > 0);
-  int64_t n = std::min(s.n_uncomputed(), *budget);
-  if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
+  const int64_t n = chunk_size(s, *budget);
   CHECK(s.n_draft == 0 || n == s.n_uncomputed());  // fit_draft ran
+  CHECK(s.n_computed + n <= blocks_.n_tokens(s.id));  // reserve_slots ran
   const std::span<const int32_t> chunk =
       std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(s.n_computed), static_cast<size_t>(n));
   const std::span<const int32_t> table = blocks_.block_table(s.id);
@@ -150,7 +180,8 @@ StepPlan Scheduler::schedule() {
       const int64_t need = blocks_.blocks_needed_to_append(s.id, s.n_total() - blocks_.n_tokens(s.id));
       if (need > blocks_.pool().n_available() - n_later) s.drop_draft();
     }
-    const int64_t n_new = s.n_total() - blocks_.n_tokens(s.id);
+    const int64_t end = reserve_end(s, budget);
+    const int64_t n_new = end - blocks_.n_tokens(s.id);
     bool self_preempted = false;
     while (!blocks_.can_append(s.id, n_new)) {
       if (running_.size() - 1 > i) {
@@ -165,7 +196,7 @@ StepPlan Scheduler::schedule() {
       }
     }
     if (self_preempted) break;  // it was the last one
-    reserve_slots(s, &plan);
+    reserve_slots(s, end, &plan);
     schedule_chunk(s, &budget, &plan);
     ++i;
   }
@@ -175,7 +206,8 @@ StepPlan Scheduler::schedule() {
   while (!preempted_any && !swapped_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_seqs) {
     Sequence& s = seq(swapped_.front());
-    if (!blocks_.can_swap_in(s.id, s.n_total() - blocks_.n_tokens(s.id))) break;
+    const int64_t end = reserve_end(s, budget);
+    if (!blocks_.can_swap_in(s.id, end - blocks_.n_tokens(s.id))) break;
     StatusOr<std::vector<BlockSwap>> moves = blocks_.swap_in(s.id);
     CHECK(moves.ok());
     plan.swap_in.insert(plan.swap_in.end(), moves->begin(), moves->end());
@@ -183,7 +215,7 @@ StepPlan Scheduler::schedule() {
     s.state = SeqState::kRunning;
     insert_sorted(&running_, s.id);
     ++stats_.n_swapped_in;
-    reserve_slots(s, &plan);
+    reserve_slots(s, end, &plan);
     schedule_chunk(s, &budget, &plan);
   }
 
@@ -192,8 +224,17 @@ StepPlan Scheduler::schedule() {
          static_cast<int64_t>(running_.size()) < config_.max_seqs) {
     Sequence& s = seq(waiting_.front());
     const int64_t reserve = running_.empty() ? 0 : config_.watermark_blocks;
-    if (!blocks_.can_allocate(s.tokens, reserve)) break;
-    StatusOr<int64_t> n_cached = blocks_.allocate(s.id, s.tokens);
+    // With a window, slots only through the first chunk (after any cached prefix).
+    std::span<const int32_t> tokens(s.tokens);
+    if (blocks_.window() > 0) {
+      const int64_t n_cached = blocks_.match_prefix(tokens);
+      const int64_t n_chunk = std::min(s.n_total() - n_cached, budget);
+      tokens = tokens.first(static_cast<size_t>(
+          n_cached + (config_.long_prefill_token_threshold > 0 ? std::min(n_chunk, config_.long_prefill_token_threshold)
+                                                               : n_chunk)));
+    }
+    if (!blocks_.can_allocate(tokens, reserve)) break;
+    StatusOr<int64_t> n_cached = blocks_.allocate(s.id, tokens);
     CHECK(n_cached.ok());
     s.n_computed = *n_cached;
     waiting_.erase(waiting_.begin());
@@ -313,7 +354,7 @@ Status Scheduler::fork(SeqId parent, SeqId child, std::optional<int32_t> child_l
   const Sequence& p = it->second;
   if (p.state == SeqState::kSwapped) return invalid_argument("scheduler fork: sequence {} is swapped out", parent);
   if (p.state == SeqState::kRunning) {
-    if (blocks_.n_tokens(parent) != p.n_computed) {
+    if (blocks_.n_tokens(parent) != p.n_computed || p.n_committed() - p.n_computed > 1) {
       return invalid_argument("scheduler fork: sequence {} is still in prefill", parent);
     }
     if (static_cast<int64_t>(running_.size()) >= config_.max_seqs) {

@@ -29,6 +29,12 @@
 //     are trimmed to the step budget, dropped when their slots would need a
 //     preemption or when the sequence is preempted).
 //
+// With a sliding window (BlockManagerConfig::window), update()'s mark_computed
+// releases the blocks a sequence's next queries can no longer read, slots are
+// reserved only through the chunk being scheduled, so a long generation (or
+// prompt) holds a flat number of blocks, and add() accepts sequences longer
+// than the pool (the window's blocks and a chunk's must fit it).
+//
 // Queue order everywhere: higher priority first, then earlier arrival.
 // A sequence that fits the pool alone is always admitted eventually (add()
 // refuses the others), so a non-empty scheduler always yields a non-empty plan.
@@ -137,8 +143,16 @@ class Scheduler {
   Sequence& seq(SeqId id);
   void insert_sorted(std::vector<SeqId>* queue, SeqId id);
   static void erase_from(std::vector<SeqId>* queue, SeqId id);
-  // Reserves slots for tokens n_reserved .. n_total of a resident sequence.
-  void reserve_slots(Sequence& s, StepPlan* plan);
+  // Tokens of s's next chunk under `budget` (all its drafts once fit_draft ran).
+  int64_t chunk_size(const Sequence& s, int64_t budget) const;
+  // The most tokens one chunk can have (max_batch_tokens, long_prefill_token_threshold).
+  int64_t longest_chunk() const;
+  // Slots s holds before its next chunk: all its tokens, or with a sliding
+  // window only through that chunk (the rest come chunk by chunk, so a sequence
+  // longer than the pool runs in its window's blocks).
+  int64_t reserve_end(const Sequence& s, int64_t budget) const;
+  // Reserves slots for tokens n_reserved .. end of a resident sequence.
+  void reserve_slots(Sequence& s, int64_t end, StepPlan* plan);
   // Trims s's drafts so that its decode chunk fits `budget` tokens.
   void fit_draft(Sequence& s, int64_t budget);
   // Adds s's next chunk to the plan and takes it from the budget.

@@ -47,7 +47,9 @@ struct Totals {
   int64_t aborts = 0, forks = 0, finished = 0, chunked = 0, drafted = 0, accepted = 0;
 };
 
-void run_workload(uint64_t seed, Totals* totals) {
+// window > 0: every sequence runs under a sliding window (blocks released
+// behind it) and the reference is the windowed fake model.
+void run_workload(uint64_t seed, Totals* totals, int64_t window = 0) {
   Rand r(seed);
   const int64_t block_size = std::vector<int64_t>{1, 2, 4, 8}[static_cast<size_t>(r.below(4))];
   const SchedulerConfig sc{
@@ -59,18 +61,26 @@ void run_workload(uint64_t seed, Totals* totals) {
   };
   const int max_prompt = 30, max_gen = 20;
   // Small pools: the longest sequence just fits, so preemption is frequent.
-  const int64_t min_blocks = (max_prompt + max_gen - 1 + block_size - 1) / block_size;
+  int64_t min_blocks = (max_prompt + max_gen - 1 + block_size - 1) / block_size;
+  if (window > 0) {
+    // What add() requires: the window's blocks and the longest chunk's.
+    const int64_t chunk = sc.long_prefill_token_threshold > 0
+                              ? std::min(sc.max_batch_tokens, sc.long_prefill_token_threshold)
+                              : sc.max_batch_tokens;
+    min_blocks = std::max(min_blocks, (window + block_size - 1) / block_size + 1 + (chunk + block_size - 1) / block_size);
+  }
   const BlockManagerConfig bc{
       .n_blocks = min_blocks + r.below(static_cast<int>(min_blocks)),
       .block_size = block_size,
       .n_host_blocks = std::vector<int64_t>{0, min_blocks / 2, 4 * min_blocks}[static_cast<size_t>(r.below(3))],
       .enable_prefix_caching = r.chance(75),
+      .window = window,
   };
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " block_size " << block_size << " blocks " << bc.n_blocks
                                     << " host " << bc.n_host_blocks << " budget " << sc.max_batch_tokens
                                     << " max_seqs " << sc.max_seqs << " swap "
                                     << (sc.preemption_mode == PreemptionMode::kSwap) << " caching "
-                                    << bc.enable_prefix_caching);
+                                    << bc.enable_prefix_caching << " window " << window);
   Scheduler sched(sc, bc);
   FakeRunner runner(bc.n_blocks, bc.n_host_blocks, bc.block_size, kVocab);
 
@@ -167,7 +177,8 @@ void run_workload(uint64_t seed, Totals* totals) {
     const Sequence& s = finished.at(id);
     std::vector<int32_t> want = e.before;
     const std::vector<int32_t> rest =
-        reference_generate(id, e.start, e.max_tokens - static_cast<int64_t>(e.before.size()), e.stop_tokens, kVocab);
+        reference_generate(id, e.start, e.max_tokens - static_cast<int64_t>(e.before.size()), e.stop_tokens, kVocab,
+                           window);
     want.insert(want.end(), rest.begin(), rest.end());
     const std::vector<int32_t> got(s.generated().begin(), s.generated().end());
     if (s.finish_reason == FinishReason::kAbort) {
@@ -214,6 +225,28 @@ TEST(SchedulerRandomTest, WorkloadsMatchUnbatchedRunsWithInvariantsAfterEverySte
               static_cast<long long>(totals.preempt_swap), static_cast<long long>(totals.swap_ins),
               static_cast<long long>(totals.prefix_hits), static_cast<long long>(totals.cow),
               static_cast<long long>(totals.evictions), static_cast<long long>(totals.aborts),
+              static_cast<long long>(totals.forks), static_cast<long long>(totals.accepted),
+              static_cast<long long>(totals.drafted));
+}
+
+// The same workloads under sliding windows of 3, 7 and 12 positions: blocks
+// behind the window are released as sequences advance, and every mechanism
+// above (shared prefixes, forks, both preemptions, drafts, aborts) still gives
+// each sequence what it generates alone.
+TEST(SchedulerRandomTest, WindowedWorkloadsMatchUnbatchedWindowedRuns) {
+  Totals totals;
+  for (uint64_t seed = 1; seed <= 45; ++seed) {
+    run_workload(seed, &totals, std::vector<int64_t>{3, 7, 12}[seed % 3]);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(totals.preempt_recompute + totals.preempt_swap, 0);
+  EXPECT_GT(totals.prefix_hits, 0);
+  EXPECT_GT(totals.forks, 0);
+  EXPECT_GT(totals.accepted, 0);
+  std::printf("45 windowed workloads: %lld finished, %lld recompute + %lld swap preemptions, %lld prefix-hit tokens, "
+              "%lld forks, %lld of %lld drafts accepted\n",
+              static_cast<long long>(totals.finished), static_cast<long long>(totals.preempt_recompute),
+              static_cast<long long>(totals.preempt_swap), static_cast<long long>(totals.prefix_hits),
               static_cast<long long>(totals.forks), static_cast<long long>(totals.accepted),
               static_cast<long long>(totals.drafted));
 }

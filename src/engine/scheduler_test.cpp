@@ -456,5 +456,61 @@ TEST(SchedulerTest, DraftsAreTrimmedToTheBudgetAndDroppedOnPreemption) {
   EXPECT_EQ(e.n_invariant_failures, 0);
 }
 
+
+// A sliding window of 8 over blocks of 4: a sequence of 10 + 80 tokens runs in a
+// pool of 6 blocks (24 positions), holding at most the window's blocks once it
+// decodes, and produces what the windowed fake model gives alone.
+TEST(SchedulerWindowTest, LongSequenceRunsInAPoolSmallerThanIt) {
+  Driver d({.max_batch_tokens = 4}, {.n_blocks = 6, .block_size = 4, .window = 8}, kVocab);
+  const SequenceParams p{.prompt = make_prompt(10, 3), .stop = {.max_tokens = 80}};
+  ASSERT_TRUE(d.sched.add(1, p).ok());
+  int64_t max_used = 0;
+  for (int i = 0; i < 200 && d.sched.has_unfinished(); ++i) {
+    ASSERT_FALSE(d.step().empty());
+    const Sequence* s = d.sched.find(1);
+    if (s && s->n_computed >= 10) max_used = std::max(max_used, d.sched.blocks().stats().n_used);
+  }
+  ASSERT_FALSE(d.sched.has_unfinished());
+  EXPECT_LE(max_used, d.sched.blocks().window_blocks());
+  EXPECT_EQ(generated_of(d.finished.at(1)), reference_generate(1, p.prompt, 80, {}, kVocab, 8));
+  EXPECT_NE(reference_generate(1, p.prompt, 80, {}, kVocab, 8), reference_generate(1, p.prompt, 80, {}, kVocab))
+      << "the window must matter for this check to mean anything";
+  // Without a window it could never fit.
+  Driver full({.max_batch_tokens = 4}, {.n_blocks = 6, .block_size = 4}, kVocab);
+  EXPECT_EQ(full.sched.add(1, p).code(), StatusCode::kResourceExhausted);
+  // A pool too small for the window and one chunk is refused up front.
+  Driver tiny({.max_batch_tokens = 4}, {.n_blocks = 3, .block_size = 4, .window = 8}, kVocab);
+  EXPECT_EQ(tiny.sched.add(1, p).code(), StatusCode::kResourceExhausted);
+}
+
+// Several windowed sequences sharing a prompt prefix in a tight pool, preempted
+// by swap or by recompute, with and without prefix caching: every one produces
+// what it would alone.
+TEST(SchedulerWindowTest, SharedPrefixesAndPreemptionKeepOutputs) {
+  for (bool swap : {false, true}) {
+    for (bool caching : {false, true}) {
+      Driver d({.max_batch_tokens = 8, .preemption_mode = swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute},
+               {.n_blocks = 10, .block_size = 4, .n_host_blocks = swap ? 12 : 0, .enable_prefix_caching = caching,
+                .window = 6},
+               kVocab);
+      std::map<SeqId, SequenceParams> params;
+      const std::vector<int32_t> prefix = make_prompt(13, 5);
+      for (SeqId id = 1; id <= 4; ++id) {
+        std::vector<int32_t> prompt = prefix;
+        prompt.push_back(static_cast<int32_t>(id));
+        params[id] = {.prompt = prompt, .stop = {.max_tokens = 30 + 5 * id}};
+        ASSERT_TRUE(d.sched.add(id, params[id]).ok());
+      }
+      ASSERT_TRUE(d.run_to_completion(2000)) << "swap " << swap << " caching " << caching;
+      EXPECT_EQ(d.n_invariant_failures, 0);
+      for (const auto& [id, p] : params) {
+        EXPECT_EQ(generated_of(d.finished.at(id)), reference_generate(id, p.prompt, p.stop.max_tokens, {}, kVocab, 6))
+            << "seq " << id << " swap " << swap << " caching " << caching;
+      }
+      EXPECT_EQ(d.sched.blocks().stats().n_used, 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice

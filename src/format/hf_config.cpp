@@ -204,6 +204,15 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
   if (md.get_int(a + ".expert_count") && !cfg.spec->moe) {
     return unimplemented("{}: model_type '{}' with experts is not supported", name, cfg.model_type);
   }
+  // Mistral v0.1 (and llama configs that set one): every layer attends over the
+  // last sliding_window positions; null, absent or use_sliding_window false: none.
+  if (cfg.model_type == "mistral" || cfg.model_type == "llama") {
+    std::optional<int64_t> window;
+    RETURN_IF_ERROR(r.count(j, "sliding_window", false, &window));
+    const auto use = j.find("use_sliding_window");
+    const bool off = use != j.end() && use->is_boolean() && !use->get<bool>();
+    if (window && !off) md.set(a + ".attention.sliding_window", u32(*window));
+  }
   return cfg;
 }
 

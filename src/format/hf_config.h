@@ -19,6 +19,7 @@
 //   head_dim | hidden/heads -> {arch}.rope.dimension_count (+ key/value_length if given)
 //   vocab_size              -> {arch}.vocab_size
 //   rope_scaling            -> {arch}.rope.scaling.* (linear, llama3)
+//   sliding_window          -> {arch}.attention.sliding_window (mistral, llama; null: none)
 //   num_local_experts | num_experts, num_experts_per_tok, moe_intermediate_size,
 //   shared_expert_intermediate_size, norm_topk_prob
 //                           -> {arch}.expert_count, expert_used_count,

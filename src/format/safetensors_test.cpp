@@ -323,6 +323,26 @@ TEST(HfConfig, RopeScaling) {
   EXPECT_NE(neg.status().message().find("-3"), std::string::npos);
 }
 
+// Mistral v0.1 writes its window; v0.2+ writes null; qwen2-style configs turn it off.
+TEST(HfConfig, SlidingWindowOfMistralAndLlama) {
+  const std::string base = R"({"hidden_size": 64, "intermediate_size": 4, "num_hidden_layers": 1,
+      "num_attention_heads": 8, "vocab_size": 3, "max_position_embeddings": 64, )";
+  auto v01 = parse_hf_config(base + R"("model_type": "mistral", "sliding_window": 4096})", "c", "m");
+  ASSERT_TRUE(v01.ok()) << v01.status().to_string();
+  EXPECT_EQ(v01->metadata.get_int("llama.attention.sliding_window"), 4096);
+  EXPECT_EQ(v01->metadata.find("llama.attention.sliding_window")->type, GgufType::kUint32);
+  auto v02 = parse_hf_config(base + R"("model_type": "mistral", "sliding_window": null})", "c", "m");
+  ASSERT_TRUE(v02.ok());
+  EXPECT_FALSE(v02->metadata.get_int("llama.attention.sliding_window").has_value());
+  auto off = parse_hf_config(base + R"("model_type": "llama", "sliding_window": 32, "use_sliding_window": false})",
+                             "c", "m");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->metadata.get_int("llama.attention.sliding_window").has_value());
+  auto bad = parse_hf_config(base + R"("model_type": "mistral", "sliding_window": -1})", "c", "m");
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("sliding_window"), std::string::npos);
+}
+
 std::vector<uint8_t> with_header(const std::string& json, size_t data_bytes) {
   std::string file(8, '\0');
   const uint64_t n = json.size();

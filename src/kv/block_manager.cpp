@@ -9,9 +9,10 @@ namespace sluice {
 BlockManager::BlockManager(const BlockManagerConfig& config)
     : block_size_(config.block_size),
       enable_prefix_caching_(config.enable_prefix_caching),
+      window_(config.window),
       pool_(config.n_blocks),
       n_host_total_(config.n_host_blocks) {
-  CHECK(config.block_size > 0 && config.n_blocks > 0 && config.n_host_blocks >= 0);
+  CHECK(config.block_size > 0 && config.n_blocks > 0 && config.n_host_blocks >= 0 && config.window >= 0);
   host_free_.reserve(static_cast<size_t>(n_host_total_));
   for (int64_t s = n_host_total_ - 1; s >= 0; --s) host_free_.push_back(static_cast<int32_t>(s));
 }
@@ -33,6 +34,12 @@ void BlockManager::match_blocks(std::span<const int32_t> tokens, std::vector<int
   }
 }
 
+int64_t BlockManager::skipped_prefix_blocks(int64_t n_matched) const {
+  if (window_ == 0) return 0;
+  // The first computed query is at position n_matched * block_size.
+  return std::max<int64_t>(0, n_matched * block_size_ - window_ + 1) / block_size_;
+}
+
 int64_t BlockManager::match_prefix(std::span<const int32_t> tokens) const {
   std::vector<int32_t> blocks;
   std::vector<uint64_t> hashes;
@@ -44,9 +51,11 @@ bool BlockManager::can_allocate(std::span<const int32_t> tokens, int64_t n_reser
   std::vector<int32_t> blocks;
   std::vector<uint64_t> hashes;
   match_blocks(tokens, &blocks, &hashes);
-  // Matched blocks that are cached free stop being available once shared.
+  // Matched blocks that are cached free stop being available once shared (those
+  // before a window are not taken).
+  const int64_t n_skip = skipped_prefix_blocks(static_cast<int64_t>(blocks.size()));
   int64_t n_matched_cached = 0;
-  for (const int32_t b : blocks) n_matched_cached += pool_.ref_count(b) == 0 ? 1 : 0;
+  for (size_t i = static_cast<size_t>(n_skip); i < blocks.size(); ++i) n_matched_cached += pool_.ref_count(blocks[i]) == 0 ? 1 : 0;
   const int64_t n_fresh = blocks_for(static_cast<int64_t>(tokens.size())) - static_cast<int64_t>(blocks.size());
   return n_fresh <= pool_.n_available() - n_matched_cached - n_reserve;
 }
@@ -61,8 +70,13 @@ StatusOr<int64_t> BlockManager::allocate(SeqId seq, std::span<const int32_t> tok
   SeqBlocks s;
   match_blocks(tokens, &s.table, &s.hashes);
   // Take the matched blocks before allocating: a fresh allocation may evict any
-  // cached free block, and these must not be among the victims.
-  for (const int32_t b : s.table) pool_.ref(b);
+  // cached free block, and these must not be among the victims. With a window,
+  // the ones wholly before the first query's window are not taken at all.
+  s.n_released = skipped_prefix_blocks(static_cast<int64_t>(s.table.size()));
+  for (size_t i = 0; i < s.table.size(); ++i) {
+    if (static_cast<int64_t>(i) < s.n_released) s.table[i] = kReleasedBlock;
+    else pool_.ref(s.table[i]);
+  }
   const int64_t n_blocks = blocks_for(static_cast<int64_t>(tokens.size()));
   while (static_cast<int64_t>(s.table.size()) < n_blocks) {
     const std::optional<int32_t> b = pool_.allocate();
@@ -149,8 +163,8 @@ Status BlockManager::mark_computed(SeqId seq, int64_t n_computed) {
     const uint64_t h = kv_block_hash(
         prev, tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_)));
     s->hashes.push_back(h);
-    if (!enable_prefix_caching_) continue;
     const int32_t b = s->table[static_cast<size_t>(i)];
+    if (!enable_prefix_caching_ || b == kReleasedBlock) continue;
     if (pool_.has_hash(b)) {
       // Shared with a fork that registered it first: same tokens, same hash.
       if (pool_.hash(b) != h) {
@@ -162,14 +176,26 @@ Status BlockManager::mark_computed(SeqId seq, int64_t n_computed) {
     // private duplicate and is simply freed later.
     (void)pool_.register_hash(b, h);
   }
+  if (window_ > 0) release_before(s, n_computed - window_ + 1);
   return Status::ok_status();
+}
+
+void BlockManager::release_before(SeqBlocks* s, int64_t pos) {
+  const int64_t n_before = std::min<int64_t>(pos / block_size_, static_cast<int64_t>(s->table.size()));
+  // In position order: the oldest blocks become the first cached ones evicted.
+  for (; s->n_released < n_before; ++s->n_released) {
+    int32_t& b = s->table[static_cast<size_t>(s->n_released)];
+    pool_.unref(b);
+    b = kReleasedBlock;
+  }
 }
 
 Status BlockManager::fork(SeqId parent, SeqId child) {
   ASSIGN_OR_RETURN(SeqBlocks* p, find_device_seq(parent, "fork"));
   if (seqs_.count(child)) return invalid_argument("kv fork: sequence {} already exists", child);
   SeqBlocks c = *p;
-  for (const int32_t b : c.table) pool_.ref(b);
+  for (const int32_t b : c.table)
+    if (b != kReleasedBlock) pool_.ref(b);
   seqs_.emplace(child, std::move(c));
   return Status::ok_status();
 }
@@ -179,6 +205,10 @@ Status BlockManager::truncate(SeqId seq, int64_t n_tokens) {
   if (n_tokens < 0 || n_tokens > static_cast<int64_t>(s->tokens.size())) {
     return invalid_argument("kv truncate: sequence {} has {} tokens, cannot keep {}", seq, s->tokens.size(),
                             n_tokens);
+  }
+  if (n_tokens <= s->n_released * block_size_ && s->n_released > 0) {
+    return invalid_argument("kv truncate: sequence {} released its blocks before position {}, cannot keep {} tokens",
+                            seq, s->n_released * block_size_, n_tokens);
   }
   const size_t n_keep = static_cast<size_t>(blocks_for(n_tokens));
   // Free the tail last block first, so it is the first cached block evicted.
@@ -198,7 +228,8 @@ Status BlockManager::truncate(SeqId seq, int64_t n_tokens) {
 void BlockManager::release_device_blocks(SeqBlocks* s) {
   // Reverse order: a sequence's deepest blocks are the least likely to be shared
   // and useless without the ones before them, so they should be evicted first.
-  for (auto it = s->table.rbegin(); it != s->table.rend(); ++it) pool_.unref(*it);
+  for (auto it = s->table.rbegin(); it != s->table.rend(); ++it)
+    if (*it != kReleasedBlock) pool_.unref(*it);
   s->table.clear();
 }
 
@@ -207,7 +238,8 @@ Status BlockManager::free(SeqId seq) {
   if (it == seqs_.end()) return invalid_argument("kv free: unknown sequence {}", seq);
   SeqBlocks& s = it->second;
   release_device_blocks(&s);
-  for (const int32_t slot : s.host_table) host_free_.push_back(slot);
+  for (const int32_t slot : s.host_table)
+    if (slot != kReleasedBlock) host_free_.push_back(slot);
   seqs_.erase(it);
   return Status::ok_status();
 }
@@ -215,7 +247,8 @@ Status BlockManager::free(SeqId seq) {
 bool BlockManager::can_swap_out(SeqId seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end() || it->second.swapped) return false;
-  return static_cast<int64_t>(it->second.table.size()) <= static_cast<int64_t>(host_free_.size());
+  const int64_t n_held = static_cast<int64_t>(it->second.table.size()) - it->second.n_released;
+  return n_held <= static_cast<int64_t>(host_free_.size());
 }
 
 StatusOr<std::vector<BlockSwap>> BlockManager::swap_out(SeqId seq) {
@@ -227,6 +260,10 @@ StatusOr<std::vector<BlockSwap>> BlockManager::swap_out(SeqId seq) {
   std::vector<BlockSwap> moves;
   moves.reserve(s->table.size());
   for (const int32_t b : s->table) {
+    if (b == kReleasedBlock) {
+      s->host_table.push_back(kReleasedBlock);
+      continue;
+    }
     const int32_t slot = host_free_.back();
     host_free_.pop_back();
     s->host_table.push_back(slot);
@@ -242,7 +279,8 @@ bool BlockManager::can_swap_in(SeqId seq, int64_t n_new) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end() || !it->second.swapped || n_new < 0) return false;
   // Counted as if every block were fresh: prefix-cache hits only lower the need.
-  return blocks_for(static_cast<int64_t>(it->second.tokens.size()) + n_new) <= pool_.n_available();
+  return blocks_for(static_cast<int64_t>(it->second.tokens.size()) + n_new) - it->second.n_released <=
+         pool_.n_available();
 }
 
 StatusOr<std::vector<BlockSwap>> BlockManager::swap_in(SeqId seq) {
@@ -259,7 +297,7 @@ StatusOr<std::vector<BlockSwap>> BlockManager::swap_in(SeqId seq) {
   // First share every full block still registered (before any allocation can
   // evict it), then fill the gaps with fresh blocks to copy into.
   s.table.assign(n_blocks, -1);
-  for (size_t i = 0; i < s.hashes.size() && enable_prefix_caching_; ++i) {
+  for (size_t i = static_cast<size_t>(s.n_released); i < s.hashes.size() && enable_prefix_caching_; ++i) {
     const std::optional<int32_t> b = pool_.find(s.hashes[i]);
     if (!b) continue;
     pool_.ref(*b);
@@ -267,6 +305,7 @@ StatusOr<std::vector<BlockSwap>> BlockManager::swap_in(SeqId seq) {
   }
   std::vector<BlockSwap> moves;
   for (size_t i = 0; i < n_blocks; ++i) {
+    if (s.host_table[i] == kReleasedBlock) continue;  // stays released
     if (s.table[i] < 0) {
       const std::optional<int32_t> b = pool_.allocate();
       CHECK(b.has_value());
@@ -296,6 +335,11 @@ std::span<const int32_t> BlockManager::tokens(SeqId seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return {};
   return it->second.tokens;
+}
+
+int64_t BlockManager::n_released(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : it->second.n_released;
 }
 
 std::span<const int32_t> BlockManager::block_table(SeqId seq) const {
@@ -339,14 +383,25 @@ Status BlockManager::check_invariants() const {
                                     block_size_)) {
       return internal_error("kv: sequence {} block hashes do not chain over its tokens", id);
     }
-    for (size_t i = 0; i < s.host_table.size(); ++i) {
+    if (s.n_released < 0 || s.n_released > static_cast<int64_t>(held.size()) ||
+        (s.n_released > 0 && (window_ == 0 || s.n_released * block_size_ > static_cast<int64_t>(s.tokens.size())))) {
+      return internal_error("kv: sequence {} released {} blocks of {} tokens (window {})", id, s.n_released,
+                            s.tokens.size(), window_);
+    }
+    for (size_t i = 0; i < held.size(); ++i) {
+      if ((held[i] == kReleasedBlock) != (static_cast<int64_t>(i) < s.n_released)) {
+        return internal_error("kv: sequence {} entry {} is {} with {} released", id, i,
+                              held[i] == kReleasedBlock ? "released" : "held", s.n_released);
+      }
+    }
+    for (size_t i = static_cast<size_t>(s.n_released); i < s.host_table.size(); ++i) {
       const int32_t slot = s.host_table[i];
       if (slot < 0 || slot >= n_host_total_ || host_held[slot]) {
         return internal_error("kv: sequence {} holds bad or shared host slot {}", id, slot);
       }
       host_held[slot] = 1;
     }
-    for (size_t i = 0; i < s.table.size(); ++i) {
+    for (size_t i = static_cast<size_t>(s.n_released); i < s.table.size(); ++i) {
       const int32_t b = s.table[i];
       if (b < 0 || b >= n) return internal_error("kv: sequence {} table holds bad block id {}", id, b);
       ++refs[b];

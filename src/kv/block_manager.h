@@ -14,6 +14,16 @@
 // prefix_cache.h) only once it is full AND every row of it has been computed, so a
 // prefix hit never reads rows that are still to be written.
 //
+// Sliding window (config.window > 0: every layer of the model attends to the
+// last `window` positions only): once a sequence's first n tokens are computed,
+// its next query is at position n or later and reads positions >= n - window + 1,
+// so mark_computed releases the blocks wholly before that position. The table
+// keeps its indexing; a released entry holds kReleasedBlock. A released block
+// shared with another table (fork, prefix hit) only loses this table's
+// reference; a hashed one becomes cached free like any released block, so prefix
+// caching keeps working. truncate() cannot go back into released blocks; swap
+// moves only the blocks still held.
+//
 // Memory is not touched here: operations that need bytes moved return them as
 // plain data (BlockCopy for copy-on-write, BlockSwap for swap) and the caller
 // moves the K/V rows before the next forward pass. Host slots are a second,
@@ -53,7 +63,12 @@ struct BlockManagerConfig {
   int64_t block_size = 16;             // tokens per block
   int64_t n_host_blocks = 0;           // host slots for swap; 0 disables swap
   bool enable_prefix_caching = true;
+  int64_t window = 0;                  // every layer's sliding window in positions (0: none; a model
+                                       // with any global layer keeps all blocks)
 };
+
+// A table entry whose block was released (before the sliding window).
+constexpr int32_t kReleasedBlock = -1;
 
 struct BlockStats {
   int64_t n_total = 0;             // device blocks
@@ -77,14 +92,22 @@ class BlockManager {
   int64_t block_size() const { return block_size_; }
   // Blocks that hold n_tokens tokens: ceil(n_tokens / block_size).
   int64_t blocks_for(int64_t n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
+  int64_t window() const { return window_; }
+  // With a window: the most blocks a decoding sequence holds after it passed the
+  // window, ceil(window / block_size) + 1 (the window's positions span at most
+  // that many blocks; the next token's slot is in one of them or the next); 0
+  // without a window.
+  int64_t window_blocks() const { return window_ > 0 ? blocks_for(window_) + 1 : 0; }
 
   // Leading tokens of `tokens` covered by registered full blocks, a multiple of
   // block_size and at most n - 1 rounded down (one token is always left to compute).
   int64_t match_prefix(std::span<const int32_t> tokens) const;
   // Whether allocate(tokens) would succeed and still leave n_reserve blocks available.
   bool can_allocate(std::span<const int32_t> tokens, int64_t n_reserve = 0) const;
-  // Creates seq's table for `tokens`: matched prefix blocks are shared (refcount+1),
-  // the rest are fresh. Returns the number of leading tokens already computed.
+  // Creates seq's table for `tokens`: matched prefix blocks are shared (refcount+1;
+  // with a window, those wholly before the first computed query's window are
+  // entered released), the rest are fresh. Returns the number of leading tokens
+  // already computed.
   // Errors: seq exists, tokens empty, not enough blocks.
   StatusOr<int64_t> allocate(SeqId seq, std::span<const int32_t> tokens);
 
@@ -97,7 +120,9 @@ class BlockManager {
   // Errors: unknown or swapped seq, not enough blocks.
   StatusOr<std::vector<BlockCopy>> append(SeqId seq, std::span<const int32_t> tokens);
   // Records that seq's first n_computed tokens have K/V; registers the hashes of
-  // the full blocks this completes. Errors: unknown/swapped seq, n past the tokens.
+  // the full blocks this completes; with a window, releases the blocks wholly
+  // before position n_computed - window + 1. Errors: unknown/swapped seq, n past
+  // the tokens.
   Status mark_computed(SeqId seq, int64_t n_computed);
 
   // child gets parent's tokens and shares all its blocks; the first append to
@@ -105,6 +130,7 @@ class BlockManager {
   Status fork(SeqId parent, SeqId child);
   // Keeps seq's first n_tokens tokens: frees blocks past them and unhashes a last
   // block that is no longer full (unless another table still holds it whole).
+  // Errors: n_tokens would end in a released block (sliding window).
   Status truncate(SeqId seq, int64_t n_tokens);
   // Releases seq's blocks (hashed ones become cached free) or host slots.
   Status free(SeqId seq);
@@ -124,8 +150,11 @@ class BlockManager {
   int64_t n_tokens(SeqId seq) const;
   // seq's reserved tokens (empty if unknown).
   std::span<const int32_t> tokens(SeqId seq) const;
-  // seq's device block ids in position order (empty if unknown or swapped).
+  // seq's device block ids in position order (empty if unknown or swapped);
+  // leading entries may be kReleasedBlock (sliding window).
   std::span<const int32_t> block_table(SeqId seq) const;
+  // Leading table entries of seq released (0 for an unknown seq).
+  int64_t n_released(SeqId seq) const;
   int64_t n_seqs() const { return static_cast<int64_t>(seqs_.size()); }
 
   BlockStats stats() const;
@@ -141,8 +170,9 @@ class BlockManager {
   struct SeqBlocks {
     std::vector<int32_t> tokens;      // reserved positions, in order
     std::vector<int32_t> table;       // device blocks; empty while swapped
-    std::vector<int32_t> host_table;  // host slots; only while swapped
+    std::vector<int32_t> host_table;  // host slots; only while swapped (kReleasedBlock where released)
     std::vector<uint64_t> hashes;     // chained hashes of the leading full, computed blocks
+    int64_t n_released = 0;           // leading entries released (sliding window)
     bool swapped = false;
   };
 
@@ -150,10 +180,16 @@ class BlockManager {
   void match_blocks(std::span<const int32_t> tokens, std::vector<int32_t>* blocks,
                     std::vector<uint64_t>* hashes) const;
   StatusOr<SeqBlocks*> find_device_seq(SeqId seq, const char* op);
+  // Of n_matched prefix-cache blocks, the leading ones a window puts out of reach
+  // of the first computed query (not taken by allocate()).
+  int64_t skipped_prefix_blocks(int64_t n_matched) const;
   void release_device_blocks(SeqBlocks* s);
+  // Releases s's held blocks wholly before position pos.
+  void release_before(SeqBlocks* s, int64_t pos);
 
   int64_t block_size_;
   bool enable_prefix_caching_;
+  int64_t window_;
   BlockPool pool_;
   std::vector<int32_t> host_free_;  // free host slots; back is taken first
   int64_t n_host_total_;

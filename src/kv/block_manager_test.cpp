@@ -419,5 +419,106 @@ TEST(BlockManagerTest, RandomOperationsKeepInvariantsAndLeakNothing) {
   }
 }
 
+
+// Sliding window of 8 over blocks of 4: after n computed tokens the next query
+// reads positions >= n - 7, so the blocks wholly before it are released.
+TEST(BlockManagerWindowTest, ReleasesBlocksThatLeftTheWindowAndStaysFlat) {
+  BlockManager m({.n_blocks = 6, .block_size = 4, .enable_prefix_caching = false, .window = 8});
+  EXPECT_EQ(m.window_blocks(), 3);
+  ASSERT_EQ(*m.allocate(1, std::vector<int32_t>{1, 2, 3}), 0);
+  int64_t max_used_past_window = 0;
+  // 100 tokens in a pool of 6 blocks (24 positions): one token at a time.
+  for (int32_t n = 3; n < 100; ++n) {
+    ASSERT_TRUE(m.mark_computed(1, n).ok());
+    const std::vector<int32_t> table = table_of(m, 1);
+    const int64_t lo = std::max<int64_t>(0, n - 7);  // first position the next query reads
+    for (int64_t b = 0; b < static_cast<int64_t>(table.size()); ++b) {
+      EXPECT_EQ(table[static_cast<size_t>(b)] == kReleasedBlock, (b + 1) * 4 <= lo) << "n " << n << " block " << b;
+    }
+    EXPECT_EQ(m.n_released(1), lo / 4);
+    if (n >= 8) max_used_past_window = std::max(max_used_past_window, m.stats().n_used);
+    EXPECT_INVARIANTS(m);
+    ASSERT_TRUE(m.append(1, std::vector<int32_t>{n}).ok()) << "n " << n;
+  }
+  EXPECT_LE(max_used_past_window, m.window_blocks());
+  EXPECT_EQ(m.n_tokens(1), 100);
+  EXPECT_EQ(static_cast<int64_t>(table_of(m, 1).size()), 25) << "the table keeps its indexing";
+  ASSERT_TRUE(m.free(1).ok());
+  EXPECT_EQ(m.stats().n_used, 0);
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(BlockManagerWindowTest, SharedBlocksOnlyLoseOneReference) {
+  BlockManager m({.n_blocks = 16, .block_size = 4, .window = 4});
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  ASSERT_EQ(*m.allocate(1, a), 0);
+  ASSERT_TRUE(m.mark_computed(1, 6).ok());  // next query at 6 reads 3.. : nothing wholly before
+  ASSERT_TRUE(m.fork(1, 2).ok());
+  const std::vector<int32_t> t = table_of(m, 1);
+  ASSERT_TRUE(m.mark_computed(1, 10).ok());  // reads 7..: block 0 released by 1, still held by 2
+  EXPECT_EQ(table_of(m, 1)[0], kReleasedBlock);
+  EXPECT_EQ(table_of(m, 2)[0], t[0]);
+  EXPECT_EQ(m.pool().ref_count(t[0]), 1);
+  EXPECT_INVARIANTS(m);
+  // A fork of a sequence with released blocks shares only the held ones.
+  ASSERT_TRUE(m.fork(1, 3).ok());
+  EXPECT_EQ(table_of(m, 3)[0], kReleasedBlock);
+  EXPECT_EQ(m.pool().ref_count(t[1]), 3);
+  EXPECT_INVARIANTS(m);
+  // Truncating back into the released blocks is refused; past them it works.
+  EXPECT_EQ(m.truncate(1, 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(m.truncate(1, 9).ok());
+  EXPECT_INVARIANTS(m);
+  for (SeqId s : {1, 2, 3}) ASSERT_TRUE(m.free(s).ok());
+  EXPECT_EQ(m.stats().n_used, 0);
+  EXPECT_INVARIANTS(m);
+}
+
+// A released block keeps its hash: a later prompt with the same prefix shares
+// the cached blocks it still needs and enters the ones before its window released.
+TEST(BlockManagerWindowTest, PrefixCacheHitsSkipBlocksBeforeTheWindow) {
+  BlockManager m({.n_blocks = 16, .block_size = 4, .window = 4});
+  std::vector<int32_t> a(17);
+  for (int32_t i = 0; i < 17; ++i) a[static_cast<size_t>(i)] = 100 + i;
+  ASSERT_EQ(*m.allocate(1, a), 0);
+  ASSERT_TRUE(m.mark_computed(1, 17).ok());
+  EXPECT_EQ(m.n_released(1), 3);  // the next query at 17 reads 14..
+  EXPECT_EQ(m.stats().n_cached, 3);
+  std::vector<int32_t> b = a;
+  b.push_back(7);
+  ASSERT_EQ(*m.allocate(2, b), 16);  // first computed query at 16 reads 13..: blocks 0..2 are not needed
+  const std::vector<int32_t> tb = table_of(m, 2);
+  EXPECT_EQ(m.n_released(2), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(tb[static_cast<size_t>(i)], kReleasedBlock);
+  EXPECT_EQ(tb[3], table_of(m, 1)[3]);
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(BlockManagerWindowTest, SwapMovesOnlyHeldBlocks) {
+  BlockManager m({.n_blocks = 8, .block_size = 4, .n_host_blocks = 4, .enable_prefix_caching = false, .window = 4});
+  std::vector<int32_t> a(14, 5);
+  ASSERT_EQ(*m.allocate(1, a), 0);
+  ASSERT_TRUE(m.mark_computed(1, 14).ok());  // reads 11..: blocks 0, 1 released
+  ASSERT_EQ(m.n_released(1), 2);
+  ASSERT_TRUE(m.can_swap_out(1));
+  auto out = m.swap_out(1);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->size(), 2u);
+  EXPECT_EQ(m.stats().n_host_used, 2);
+  EXPECT_INVARIANTS(m);
+  ASSERT_TRUE(m.can_swap_in(1, 1));
+  auto in = m.swap_in(1);
+  ASSERT_TRUE(in.ok());
+  EXPECT_EQ(in->size(), 2u);
+  const std::vector<int32_t> t = table_of(m, 1);
+  EXPECT_EQ(t[0], kReleasedBlock);
+  EXPECT_EQ(t[1], kReleasedBlock);
+  EXPECT_NE(t[2], kReleasedBlock);
+  EXPECT_EQ(m.stats().n_host_used, 0);
+  EXPECT_INVARIANTS(m);
+  ASSERT_TRUE(m.free(1).ok());
+  EXPECT_INVARIANTS(m);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -1,5 +1,7 @@
 #include "model/hparams.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 namespace sluice {
@@ -96,6 +98,12 @@ StatusOr<ModelHparams> read_hparams(const Metadata& md) {
   }
   RETURN_IF_ERROR(read_moe(md, a, &hp));
   ASSIGN_OR_RETURN(hp.n_swa, optional_int(md, a + "attention.sliding_window", 0));
+  if (hp.spec && hp.spec->attn_softcap) {
+    hp.attn_softcap = static_cast<float>(md.get_float(a + "attn_logit_softcapping").value_or(0.0));
+    if (!(hp.attn_softcap >= 0.0f) || !std::isfinite(hp.attn_softcap)) {
+      return data_loss("{}attn_logit_softcapping {} must be a finite non-negative number", a, hp.attn_softcap);
+    }
+  }
   if (hp.n_ff == 0 && (!hp.is_moe() || hp.n_layer_dense > 0)) {
     return data_loss("missing metadata key '{}feed_forward_length'", a);
   }

@@ -50,6 +50,9 @@ struct ModelHparams {
   int64_t n_swa = 0;        // {arch}.attention.sliding_window
   int64_t swa_pattern = 1;  // with n_swa > 0: layer l is windowed when l % swa_pattern < swa_pattern - 1
                             // (1: every layer; gemma2: 2, even layers)
+  // Attention-logit soft cap: scores s -> attn_softcap * tanh(s / attn_softcap) before the
+  // softmax (0: none). {arch}.attn_logit_softcapping, read where the spec's attn_softcap is set.
+  float attn_softcap = 0.0f;
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
@@ -60,6 +63,10 @@ struct ModelHparams {
   bool layer_is_swa(int64_t l) const {
     return n_swa > 0 && (swa_pattern <= 1 || l % swa_pattern < swa_pattern - 1);
   }
+  // The window of every layer (0 when any layer attends to all positions): a
+  // query at position P or later reads no K/V before P - kv_window() + 1, so the
+  // KV blocks wholly before it can be freed.
+  int64_t kv_window() const { return n_swa > 0 && swa_pattern <= 1 ? n_swa : 0; }
   // The size a symbolic dimension stands for (kNone: 1).
   int64_t dim(Dim d) const;
 };

@@ -84,10 +84,6 @@ Status Model::check_supported() const {
   if (spec.embd_scale_sqrt || spec.attn_softcap || spec.final_softcap || spec.sliding_window) {
     return unimplemented("{}: the decoder does not implement all of this architecture's features", spec.name);
   }
-  if (hp_.n_swa > 0) {
-    return unimplemented("{}: sliding-window attention ({}.attention.sliding_window = {}) is not implemented",
-                         spec.name, spec.name, hp_.n_swa);
-  }
   Backend& be = *backend_;
   auto need = [&](Op op, OpTypes types, const std::string& what) -> Status {
     if (be.supports(op, types)) return Status();
@@ -213,7 +209,11 @@ Status Model::validate(std::span<const ForwardSeq> seqs, const KvStore& kv) cons
     if (static_cast<int64_t>(s.block_table.size()) < blocks_needed) {
       return invalid_argument("block table of {} blocks does not cover position {}", s.block_table.size(), s.pos0 + len - 1);
     }
-    for (int64_t b = 0; b < blocks_needed; ++b) {
+    // With a window on every layer, entries wholly before the first query's
+    // window are never read (the KV manager may have released them).
+    const int64_t w = hp_.kv_window();
+    const int64_t first_block = w > 0 ? std::max<int64_t>(0, s.pos0 - w + 1) / l.block_size : 0;
+    for (int64_t b = first_block; b < blocks_needed; ++b) {
       const int32_t id = s.block_table[static_cast<size_t>(b)];
       if (id < 0 || id >= kv.n_blocks()) return invalid_argument("block id {} out of range [0, {})", id, kv.n_blocks());
     }

@@ -55,7 +55,7 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
 
 std::vector<std::string> synth_preset_names() {
   return {"tiny", "110m", "1b", "8b", "70b-slice", "mixtral-8x7b", "qwen2moe-a2.7b", "qwen3-30b-a3b",
-          "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3", "tiny-qwen3moe"};
+          "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3", "tiny-qwen3moe", "mistral-7b", "tiny-mistral"};
 }
 
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override) {
@@ -85,6 +85,12 @@ StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_overr
     s = {name, 4096, 256, 4, 8, 4, 768, 2048, 10000.0f, "qwen3", 64};
   } else if (name == "tiny-qwen3moe") {
     s = {name, 4096, 256, 4, 8, 4, 768, 2048, 10000.0f, "qwen3moe", 64, 16, 4, 256, 0};
+  } else if (name == "mistral-7b") {  // Mistral-7B-v0.1
+    s = {name, 32000, 4096, 32, 32, 8, 14336, 32768, 10000.0f};
+    s.n_swa = 4096;
+  } else if (name == "tiny-mistral") {
+    s = {name, 4096, 256, 4, 8, 4, 768, 2048, 10000.0f};
+    s.n_swa = 64;
   } else {
     std::string known;
     for (const std::string& n : synth_preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -178,6 +184,7 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
     md.set(a + "expert_feed_forward_length", u32(s.n_ff_expert));
     if (s.n_ff_shared > 0) md.set(a + "expert_shared_feed_forward_length", u32(s.n_ff_shared));
   }
+  if (s.n_swa > 0) md.set(a + "attention.sliding_window", u32(s.n_swa));
   SynthVocab vocab = synth_vocab(s.n_vocab);
   md.set("tokenizer.ggml.model", MetaValue::str("llama"));
   MetaArray toks{.elem_type = GgufType::kString};

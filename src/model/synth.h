@@ -36,6 +36,7 @@ struct SynthShape {
   int64_t n_ff_expert = 0;
   int64_t n_ff_shared = 0;     // the shared expert's width (architectures that have one)
   bool qkv_bias = false;       // write the optional q/k/v biases (Qwen2-family files carry them)
+  int64_t n_swa = 0;           // {arch}.attention.sliding_window (0: not written)
 };
 
 // Named presets (layer count from n_layer_override):
@@ -46,6 +47,9 @@ struct SynthShape {
 //   qwen3-30b-a3b                                  48 layers, dim 2048, 32 heads of 128, 128 experts
 //                                                  (top 8) of ffn 768, q/k norm
 //   tiny-mixtral, tiny-qwen2moe, tiny-qwen3, tiny-qwen3moe   the same families at the tiny shape
+//   mistral-7b                                     Mistral-7B-v0.1: 32 layers, dim 4096, 32 heads (8 kv),
+//                                                  ffn 14336, sliding window 4096 on every layer
+//   tiny-mistral                                   the tiny shape with a sliding window of 64
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override = 0);
 std::vector<std::string> synth_preset_names();
 

@@ -34,5 +34,17 @@ TEST(Synth, PresetsHaveTheirRealShapesAndUnknownOnesAreRefused) {
   EXPECT_FALSE(synth_preset("3t").ok());
 }
 
+TEST(Synth, MistralPresetsCarryTheirSlidingWindow) {
+  auto m = synth_preset("mistral-7b");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->n_swa, 4096);
+  EXPECT_EQ(m->n_ff, 14336);
+  EXPECT_EQ(m->n_head_kv, 8);
+  auto t = synth_preset("tiny-mistral");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->n_swa, 64);
+  EXPECT_EQ(synth_preset("tiny")->n_swa, 0);
+}
+
 }  // namespace
 }  // namespace sluice
