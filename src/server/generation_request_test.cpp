@@ -69,7 +69,7 @@ TEST_F(GenerationRequestTest, ToolsReachTheTemplateAsToolChoiceSays) {
   chat_ = ChatTemplate::create(
               "{% if tools is defined %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif %}"
               "{% for m in messages %}{{ m.role }}: {{ m.content }}"
-              "{% for c in m.tool_calls %}<{{ c.function.name }} {{ c.function.arguments.city }}>{% endfor %}\n{% endfor %}",
+              "{% for c in m.tool_calls %}<{{ c.function.name }} {{ c.function.arguments.city }}>{% endfor %}|{% endfor %}",
               "<s>", "</s>")
               .value();
   const std::string tools =
@@ -91,7 +91,7 @@ TEST_F(GenerationRequestTest, ToolsReachTheTemplateAsToolChoiceSays) {
     return std::get<GenerationPlan>(v).request.prompt;
   };
   // Content null reaches the template as none (printed "None").
-  const std::string convo = "user: hi\nassistant: None<a Paris>\ntool: sunny\n";
+  const std::string convo = "user: hi|assistant: None<a Paris>|tool: sunny|";
   ToolParsing p;
   EXPECT_EQ(prompt_of("", &p), tokenize_chat_prompt(*tok_, "[a][b]" + convo));
   EXPECT_EQ(p.format, ToolCallFormat::kHermes);
