@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include "server/tool_calls.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -196,6 +198,8 @@ json read_message_tool_calls(const json& calls, size_t i) {
         wrong_type(cp + ".function.arguments", "a JSON string or an object", *a);
       }
     }
+    if (!json_depth_within(args, kMaxToolJsonDepth))
+      bad(cp + ".function.arguments", fmt::format("arguments nest deeper than {} levels", kMaxToolJsonDepth));
     json entry = json::object();
     if (const json* id = field(call, "id")) {
       if (!id->is_string()) wrong_type(cp + ".id", "a string", *id);
@@ -237,6 +241,8 @@ json read_tools(const json& body) {
     if (const json* ps = field(*fn, "parameters"); ps && !ps->is_object())
       wrong_type(p + ".function.parameters", "an object (a JSON Schema)", *ps);
     if (const json* s = field(*fn, "strict"); s && !s->is_boolean()) wrong_type(p + ".function.strict", "a boolean", *s);
+    if (!json_depth_within(tool, kMaxToolJsonDepth))
+      bad(p, fmt::format("'{}' nests deeper than {} levels", p, kMaxToolJsonDepth));
   }
   return *t;
 }

@@ -178,6 +178,14 @@ TEST(OpenAiRequest, MalformedToolsToolChoiceAndToolMessagesAre400s) {
        "missing_required_parameter"},
       {Endpoint::kChat, chat_with("", R"([{"role":"tool","content":"r","tool_call_id":5}])"), "messages[0].tool_call_id",
        "invalid_type"},
+      {Endpoint::kChat,
+       chat_with(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"a":)" + std::string(100, '[') +
+                 std::string(100, ']') + "}}}]"),
+       "tools[0]", "invalid_value"},
+      {Endpoint::kChat,
+       chat_with("", R"([{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":{"a":)" +
+                         std::string(100, '[') + std::string(100, ']') + "}}}]}]"),
+       "messages[0].tool_calls[0].function.arguments", "invalid_value"},
   };
   for (const Case& c : cases) {
     ApiError e = error_of(c.ep, c.body);

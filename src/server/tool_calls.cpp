@@ -94,7 +94,7 @@ bool arguments_text(const ojson* args, std::string* out) {
 
 // {"name": ..., <args_key>: {...}} (either "arguments" or "parameters").
 bool call_from_object(const ojson& obj, std::string* name, std::string* args, std::string* id) {
-  if (!obj.is_object()) return false;
+  if (!obj.is_object() || !json_depth_within(obj, kMaxToolJsonDepth)) return false;
   auto n = obj.find("name");
   if (n == obj.end() || !n->is_string() || n->get<std::string>().empty()) return false;
   *name = n->get<std::string>();
@@ -114,6 +114,14 @@ uint64_t splitmix64(uint64_t x) {
 }
 
 }  // namespace
+
+bool json_depth_within(const nlohmann::ordered_json& j, int max_depth) {
+  if (!j.is_structured()) return true;
+  if (max_depth <= 0) return false;
+  for (const auto& v : j)
+    if (!json_depth_within(v, max_depth - 1)) return false;
+  return true;
+}
 
 const char* tool_call_format_name(ToolCallFormat f) {
   switch (f) {
@@ -330,7 +338,7 @@ bool ToolCallParser::step_call(ParsedOutput* out, bool at_end) {
         args = trim(args);
       }
       const ojson j = ojson::parse(args.empty() ? std::string_view("{}") : args, nullptr, false);
-      if (name.empty() || !j.is_object()) return fail(out), false;
+      if (name.empty() || !j.is_object() || !json_depth_within(j, kMaxToolJsonDepth)) return fail(out), false;
       add_call(std::string(name), j.dump(), "", out);
       pos_ += i + e + kDsCallEnd.size();
       call_start_ = pos_;

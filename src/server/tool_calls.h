@@ -26,6 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sluice/status.h"
 
 namespace sluice::server {
@@ -96,6 +98,13 @@ class ToolCallParser {
   int32_t n_calls_ = 0;
   int32_t n_parsed_ = 0;
 };
+
+// Tools and tool-call arguments nest at most this deep (arrays and objects);
+// deeper ones are refused (requests) or left as content (model output), so
+// what reaches the template and JSON writers stays shallow.
+constexpr int kMaxToolJsonDepth = 64;
+// True if `j` nests at most max_depth arrays/objects deep (recursion bounded by it).
+bool json_depth_within(const nlohmann::ordered_json& j, int max_depth);
 
 // The whole output at once: push(text) + finish().
 ParsedOutput parse_tool_calls(ToolCallFormat format, std::string_view text, uint64_t id_seed = 0);

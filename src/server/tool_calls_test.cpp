@@ -125,6 +125,8 @@ TEST(ToolCalls, MalformedOrUnfinishedCallsBecomeContent) {
            {ToolCallFormat::kMistral, "[TOOL_CALLS] nope"},
            {ToolCallFormat::kDeepSeek, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{oops}\n```<｜tool▁call▁end｜>"},
            {ToolCallFormat::kDeepSeek, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}"},
+           {ToolCallFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": " + std::string(100, '[') +
+                                         std::string(100, ']') + "}}</tool_call>"},
        }) {
     SCOPED_TRACE(text);
     expect_parse(f, text, {text, {}});
