@@ -236,6 +236,7 @@ void ToolCallParser::drain_plain(ParsedOutput* out, bool at_end) {
     } else {
       pos_ += marker.size();
       in_calls_block_ = marker == kDsCallsBegin;
+      block_start_ = call_start_;
     }
     mode_ = Mode::kCall;
     return;
@@ -309,6 +310,7 @@ bool ToolCallParser::step_call(ParsedOutput* out, bool at_end) {
       while (i < rest.size() && is_space(rest[i])) ++i;
       rest.remove_prefix(i);
       if (rest.substr(0, kDsCallsEnd.size()) == kDsCallsEnd) {
+        if (!in_calls_block_ || call_start_ == block_start_) return fail(out), false;  // a block without calls
         pos_ += i + kDsCallsEnd.size();
         mode_ = Mode::kPlain;
         return true;

@@ -95,6 +95,7 @@ class ToolCallParser {
   size_t call_start_ = 0;   // where the held call text starts in buf_
   bool seen_text_ = false;  // non-whitespace content released (or a call parsed)
   bool in_calls_block_ = false;  // deepseek: inside <｜tool▁calls▁begin｜>
+  size_t block_start_ = 0;       // deepseek: call_start_ when the block began (unchanged: no call yet)
   int32_t n_calls_ = 0;
   int32_t n_parsed_ = 0;
 };

@@ -4,7 +4,9 @@
 // holds back only what may start a call; formats detected from the real templates.
 #include "server/tool_calls.h"
 
+#include <algorithm>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <sstream>
 
@@ -130,6 +132,45 @@ TEST(ToolCalls, MalformedOrUnfinishedCallsBecomeContent) {
        }) {
     SCOPED_TRACE(text);
     expect_parse(f, text, {text, {}});
+  }
+}
+
+// Random outputs built from marker fragments, JSON pieces and text, fed in
+// random chunks: the same result as the whole output; without calls the
+// content is the output itself; with calls, no more content than output.
+TEST(ToolCalls, RandomOutputsInRandomChunksParseAsTheWhole) {
+  const std::vector<std::string> parts = {
+      "<tool_call>", "</tool_call>", "<tool_", "[TOOL_CALLS]", "[TOOL", "<|python_tag|>", "<｜tool▁calls▁begin｜>",
+      "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "function", "```json\n",
+      "```", "{\"name\": \"f\", \"arguments\": {\"a\": 1}}", "{\"name\": \"g\", \"parameters\": {}}", "{", "}",
+      "[", "]", "\"", "\\", ";", " ", "\n", "text", "é", "get_weather\n"};
+  std::mt19937 rng(12345);
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string text;
+    const int n = 1 + static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) text += parts[rng() % parts.size()];
+    for (ToolCallFormat f : {ToolCallFormat::kLlama3, ToolCallFormat::kHermes, ToolCallFormat::kMistral,
+                             ToolCallFormat::kDeepSeek}) {
+      const ParsedOutput whole = parse_tool_calls(f, text, 9);
+      ParsedOutput chunked;
+      ToolCallParser p(f, 9);
+      for (size_t i = 0; i < text.size();) {
+        const size_t len = std::min(text.size() - i, static_cast<size_t>(1 + rng() % 7));
+        p.push(std::string_view(text).substr(i, len), &chunked);
+        i += len;
+      }
+      p.finish(&chunked);
+      SCOPED_TRACE(std::string(tool_call_format_name(f)) + ": " + text);
+      ASSERT_EQ(chunked.content, whole.content);
+      ASSERT_EQ(chunked.tool_calls.size(), whole.tool_calls.size());
+      for (size_t c = 0; c < whole.tool_calls.size(); ++c) {
+        EXPECT_EQ(chunked.tool_calls[c].name, whole.tool_calls[c].name);
+        EXPECT_EQ(chunked.tool_calls[c].arguments, whole.tool_calls[c].arguments);
+        EXPECT_TRUE(nlohmann::json::parse(whole.tool_calls[c].arguments, nullptr, false).is_object());
+      }
+      if (whole.tool_calls.empty()) ASSERT_EQ(whole.content, text);
+      else ASSERT_LT(whole.content.size(), text.size());
+    }
   }
 }
 
