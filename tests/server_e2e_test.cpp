@@ -5,6 +5,8 @@
 //                            package (npm install; skipped, saying why, without
 //                            npm or the registry): streaming, chat, burst of 64,
 //                            disconnects, drain, 429, and the README's curl examples
+//   ServerE2e.ToolCalls...   tests/server_e2e/tool_calls.mjs: tool calls in the four
+//                            formats through the SDK, against sluice_fixture_server
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -273,6 +275,28 @@ TEST(ServerE2e, OpenAiNodeSdk) {
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("E2E PASSED"), std::string::npos) << out;
   std::printf("%s", out.substr(out.find_last_of('\n', out.size() - 2) + 1).c_str());
+}
+
+// Tool calls in each of the four formats through the SDK, against
+// sluice_fixture_server (the real server and request path, a fixed model output).
+TEST(ServerE2e, ToolCallsThroughTheNodeSdkForEachFormat) {
+  const std::string templates = testing::shared_dir() + "/chat-templates";
+  SKIP_UNLESS_EXISTS(kModel);
+  SKIP_UNLESS_EXISTS(templates + "/expected.json");
+  if (shell("command -v node").first != 0 || shell("command -v npm").first != 0)
+    GTEST_SKIP() << "node or npm is not installed: the OpenAI SDK end-to-end test cannot run";
+  if (shell("test -f " + kE2eDir + "/node_modules/openai/package.json").first != 0) {
+    auto [npm_code, npm_out] =
+        shell("cd " + kE2eDir + " && timeout 300 npm install --no-audit --no-fund --no-package-lock --loglevel=error");
+    if (npm_code != 0) GTEST_SKIP() << "npm install of the openai package failed (registry unreachable?); output:\n" << npm_out;
+  }
+  const std::string cmd = "cd " + kE2eDir + " && SLUICE_FIXTURE_SERVER='" + SLUICE_FIXTURE_SERVER +
+                          "' SLUICE_TOKENIZER='" + kModel + "' SLUICE_TEMPLATES='" + templates +
+                          "' timeout 150 node tool_calls.mjs";
+  auto [code, out] = shell(cmd);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("TOOL CALLS E2E PASSED"), std::string::npos) << out;
+  std::printf("%s", out.c_str());
 }
 
 }  // namespace

@@ -56,6 +56,9 @@ int serve(ServeArgs a) {
   finish_speculative_options(&a.engine);
   if (a.server.http_threads <= 0) a.server.http_threads = static_cast<int>(std::max<int64_t>(16, 2 * a.engine.max_seqs));
 
+  if (a.server.tool_call_format != "auto") {
+    if (auto f = server::parse_tool_call_format(a.server.tool_call_format); !f.ok()) return fail(f.status());
+  }
   server::HttpServer http(a.server, global_metrics());
   if (Status st = http.bind(); !st.ok()) return fail(st);
   http.start();
@@ -112,10 +115,14 @@ int serve(ServeArgs a) {
   std::shared_ptr<Engine> engine(std::move(engine_or).value());
   if (const std::string spec = engine->speculative_summary(); !spec.empty()) fmt::print(stderr, "[sluice] {}\n", spec);
   if (!chat) fmt::print(stderr, "[sluice] the model has no chat template: /v1/chat/completions needs --chat-template FILE\n");
-  http.set_engine(engine, std::move(chat));
-  fmt::print(stderr, "[sluice] ready: model '{}' | ctx {} | {}\n",
+  if (Status st = http.set_engine(engine, std::move(chat)); !st.ok()) {
+    http.shutdown(0);
+    stop_signal_thread();
+    return fail(st);
+  }
+  fmt::print(stderr, "[sluice] ready: model '{}' | ctx {} | tool calls: {} | {}\n",
              a.server.served_model_name.empty() ? engine->model_name() : a.server.served_model_name, engine->ctx_size(),
-             engine->summary());
+             server::tool_call_format_name(http.tool_call_format()), engine->summary());
 
   int sig;
   {
@@ -142,6 +149,9 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--api-key", a->server.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
   c->add_option("--served-model-name", a->server.served_model_name, "model id clients must send (default: the model's name)");
   c->add_option("--chat-template", a->chat_template, "Jinja chat template file (overrides the model's)");
+  c->add_option("--tool-call-format", a->server.tool_call_format,
+                "how the model writes tool calls: auto (from the chat template), none, llama3, hermes, mistral, deepseek")
+      ->capture_default_str();
   c->add_option("--max-body-bytes", a->server.max_body_bytes, "larger request bodies get 413")->capture_default_str();
   c->add_option("--http-threads", a->server.http_threads, "connections served at once (default: max(16, 2 x max-seqs))");
   c->add_option("--stream-keepalive", a->server.stream_keepalive_s, "seconds without tokens before a keep-alive comment")

@@ -10,6 +10,11 @@
 // create() parses the template and renders a one-message conversation, so a
 // template that uses something the renderer does not support fails at startup
 // with kUnimplemented naming the construct, not on the first request.
+//
+// Tool-call arguments: HF templates take them as a mapping (`arguments | tojson`),
+// a few concatenate them as a string (DeepSeek R1: '```json\n' + arguments).
+// create() renders a probe call both ways and apply() passes arguments as the
+// template can use them: a mapping, or JSON text as Python's json.dumps writes it.
 // Immutable after creation; apply() is safe from several threads at once.
 #pragma once
 
@@ -32,6 +37,7 @@ namespace sluice::server {
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant", "tool", ...
   std::string content;  // text parts already joined
+  bool content_null = false;  // an assistant message with tool calls and content null: the template sees none
   // Assistant tool calls, as HF templates expect them: an array of
   // {"id", "type": "function", "function": {"name", "arguments": {...}}} with
   // the arguments a JSON object (an OpenAI client's JSON string parsed first).
@@ -62,8 +68,13 @@ class ChatTemplate {
   // The same from messages already in HF's JSON form (an array of objects).
   StatusOr<std::string> apply_json(const nlohmann::ordered_json& messages, const ChatOptions& options) const;
   const std::string& source() const { return source_; }
+  // True when apply() passes tool-call arguments as JSON text (see above).
+  bool string_arguments() const { return string_arguments_; }
 
  private:
+  // Whether a call with arguments {"probe_arg": "probe_value"} renders them.
+  bool renders_probe_call(bool as_string) const;
+
   ChatTemplate(std::string source, JinjaTemplate tmpl, std::string bos, std::string eos)
       : source_(std::move(source)), tmpl_(std::move(tmpl)), bos_(std::move(bos)), eos_(std::move(eos)) {}
 
@@ -71,7 +82,11 @@ class ChatTemplate {
   JinjaTemplate tmpl_;
   std::string bos_;
   std::string eos_;
+  bool string_arguments_ = false;
 };
+
+// JSON text as Python's json.dumps writes it by default (", " and ": "), UTF-8 kept.
+std::string python_json_dumps(const nlohmann::ordered_json& j);
 
 // Token ids of a rendered chat prompt: special-token texts become their ids, and
 // BOS is prepended when the tokenizer adds one and the text did not start with it.

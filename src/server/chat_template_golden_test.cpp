@@ -11,6 +11,7 @@
 
 #include "base/test_data.h"
 #include "server/chat_template.h"
+#include "server/openai_request.h"
 
 namespace sluice::server {
 namespace {
@@ -61,6 +62,50 @@ TEST(ChatTemplateGolden, AllTemplatesMatchJinja2) {
   }
   EXPECT_EQ(n_templates, 17);
   EXPECT_GE(n_cases, 17 * 7);
+}
+
+// The tool conversation as an OpenAI client sends it (arguments a JSON string)
+// goes through request parsing and the template and gives the same text
+// jinja2 renders for the HF form.
+TEST(ChatTemplateGolden, OpenAiToolConversationRendersAsHuggingFaceForm) {
+  const std::string dir = testing::shared_dir() + "/chat-templates";
+  SKIP_UNLESS_EXISTS(dir + "/expected.json");
+  const ojson all = ojson::parse(read_text(dir + "/expected.json"));
+  const ojson& conv = all.at("conversations").at("tool_result");
+  ojson body = {{"model", "m"}, {"messages", conv.at("messages")}, {"tools", conv.at("tools")}};
+  for (auto& m : body["messages"]) {
+    if (!m.contains("tool_calls")) continue;
+    for (auto& c : m["tool_calls"]) c["function"]["arguments"] = c["function"]["arguments"].dump();
+  }
+  auto parsed = parse_generation_request(Endpoint::kChat, body.dump());
+  ASSERT_TRUE(std::holds_alternative<GenerationRequest>(parsed)) << std::get<ApiError>(parsed).message;
+  const GenerationRequest& req = std::get<GenerationRequest>(parsed);
+  int n_compared = 0;
+  for (const auto& [name, cases] : all.at("templates").items()) {
+    SCOPED_TRACE(name);
+    if (!cases.contains("tool_result") || !cases.at("tool_result").contains("text")) continue;
+    auto tmpl = ChatTemplate::create(read_text(dir + "/" + name), "<s>", "</s>");
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
+    auto out = tmpl->apply(req.messages, ChatOptions{.tools = req.tools, .now_unix = 1767323045});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_EQ(*out, cases.at("tool_result").at("text").get<std::string>());
+    ++n_compared;
+  }
+  EXPECT_GE(n_compared, 10);
+
+  // Content null (what OpenAI clients send beside tool calls) reaches the
+  // template as none: DeepSeek-R1's renders the call from history only then.
+  body["messages"][1]["content"] = nullptr;
+  auto with_null = parse_generation_request(Endpoint::kChat, body.dump());
+  ASSERT_TRUE(std::holds_alternative<GenerationRequest>(with_null));
+  auto ds = ChatTemplate::create(read_text(dir + "/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"), "<s>", "</s>");
+  ASSERT_TRUE(ds.ok());
+  const GenerationRequest& r2 = std::get<GenerationRequest>(with_null);
+  auto text = ds->apply(r2.messages, ChatOptions{.tools = r2.tools});
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_NE(text->find("<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```"),
+            std::string::npos)
+      << *text;
 }
 
 }  // namespace

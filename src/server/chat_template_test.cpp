@@ -132,6 +132,28 @@ TEST(ChatTemplate, PassesToolsDocumentsAndToolMessagesAsHuggingFace) {
   EXPECT_EQ(*t->apply(msgs, with), json_msgs + "|True|1|True");
 }
 
+TEST(ChatTemplate, ToolCallArgumentsAreAMappingOrTextAsTheTemplateUsesThem) {
+  const std::vector<ChatMessage> msgs = {
+      {.role = "user", .content = "hi"},
+      {.role = "assistant",
+       .content_null = true,
+       .tool_calls = nlohmann::ordered_json::parse(
+           R"([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"city": "Paris", "n": [1, 2]}}}])")},
+  };
+  const std::string body =
+      "{% for m in messages %}{% if m.tool_calls is defined %}{% for c in m.tool_calls %}";
+  auto mapping = ChatTemplate::create(body + "{{ c.function.arguments | tojson }}|{{ m.content is none }}{% endfor %}{% endif %}{% endfor %}", "", "");
+  ASSERT_TRUE(mapping.ok()) << mapping.status().to_string();
+  EXPECT_FALSE(mapping->string_arguments());
+  EXPECT_EQ(*mapping->apply(msgs, false), R"({"city": "Paris", "n": [1, 2]}|True)");
+  auto text = ChatTemplate::create(body + "{{ '```json\n' + c.function.arguments + '\n```' }}{% endfor %}{% endif %}{% endfor %}", "", "");
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_TRUE(text->string_arguments());
+  EXPECT_EQ(*text->apply(msgs, false), "```json\n{\"city\": \"Paris\", \"n\": [1, 2]}\n```");
+  EXPECT_EQ(python_json_dumps(nlohmann::ordered_json::parse(R"({"b": {"x": "é"}, "a": [true, null, 1.5]})")),
+            R"({"b": {"x": "é"}, "a": [true, null, 1.5]})");
+}
+
 TEST(ChatTemplate, MissingFileIsNotFound) {
   auto t = ChatTemplate::from_file("/nonexistent/template.jinja", "", "");
   ASSERT_FALSE(t.ok());

@@ -24,7 +24,13 @@ std::variant<GenerationPlan, ApiError> build_generation_request(Endpoint ep, std
     if (!model.chat)
       return invalid_request("messages", "this model has no chat template; start the server with --chat-template FILE",
                              "chat_template_missing");
-    auto text = model.chat->apply(g.messages, /*add_generation_prompt=*/true);
+    ChatOptions options{.add_generation_prompt = true};
+    if (!g.tools.is_null() && g.tool_choice != ToolChoice::kNone) {
+      options.tools = nlohmann::ordered_json::array();
+      for (const auto& t : g.tools)
+        if (g.tool_choice != ToolChoice::kNamed || t["function"]["name"] == g.tool_choice_name) options.tools.push_back(t);
+    }
+    auto text = model.chat->apply(g.messages, options);
     if (!text.ok()) {
       if (text.status().code() == StatusCode::kUnimplemented)
         return api_error(500, "server_error", "chat_template_unsupported", text.status().message());
@@ -57,6 +63,8 @@ std::variant<GenerationPlan, ApiError> build_generation_request(Endpoint ep, std
                            "context_length_exceeded");
 
   GenerationPlan plan{.n_prompt = n_prompt, .stream = g.stream, .include_usage = g.include_usage};
+  if (ep == Endpoint::kChat && !g.tools.is_null() && g.tool_choice != ToolChoice::kNone)
+    plan.tools = ToolParsing{.format = model.tool_format, .max_calls = g.parallel_tool_calls ? 1 << 30 : 1};
   Request& r = plan.request;
   r.prompt = std::move(prompt);
   r.max_tokens = static_cast<int32_t>(max_tokens);

@@ -4,7 +4,7 @@
 //
 //   body -> parse_generation_request (schema, types, ranges)
 //        -> the served model's name
-//        -> prompt tokens: chat template + tokenizer (chat), ids or text (completions)
+//        -> prompt tokens: chat template (with the tools) + tokenizer (chat), ids or text (completions)
 //        -> context checks (prompt < ctx, max_tokens within what is left)
 //        -> Request (sampling, stop strings, logprobs) + what the response needs
 // Thread-safe (reads its inputs only).
@@ -19,6 +19,7 @@
 #include "server/chat_template.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/tool_calls.h"
 #include "sluice/engine.h"
 
 namespace sluice {
@@ -33,7 +34,9 @@ struct ServedModel {
   const std::optional<ChatTemplate>& chat;  // nullopt: chat requests are refused
   int64_t ctx = 0;                          // positions per sequence
   std::string id;                           // the model name clients must send
+  ToolCallFormat tool_format = ToolCallFormat::kNone;  // how its output writes tool calls
 };
+
 
 struct GenerationPlan {
   Request request;        // for Engine::submit
@@ -41,6 +44,7 @@ struct GenerationPlan {
   int64_t n_prompt = 0;
   bool stream = false;
   bool include_usage = false;
+  ToolParsing tools;
 };
 
 // `seed` is used when the body gives none (the caller draws it).

@@ -65,6 +65,46 @@ TEST_F(GenerationRequestTest, RefusesWithTheRightStatusAndField) {
   EXPECT_EQ(error(build(Endpoint::kCompletions, R"({"model":"m","prompt":"a","n":99})")).param, "n");
 }
 
+TEST_F(GenerationRequestTest, ToolsReachTheTemplateAsToolChoiceSays) {
+  chat_ = ChatTemplate::create(
+              "{% if tools is defined %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif %}"
+              "{% for m in messages %}{{ m.role }}: {{ m.content }}"
+              "{% for c in m.tool_calls %}<{{ c.function.name }} {{ c.function.arguments.city }}>{% endfor %}|{% endfor %}",
+              "<s>", "</s>")
+              .value();
+  const std::string tools =
+      R"("tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}])";
+  const std::string msgs =
+      R"("messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[)"
+      R"({"id":"c1","type":"function","function":{"name":"a","arguments":"{\"city\": \"Paris\"}"}}]},)"
+      R"({"role":"tool","tool_call_id":"c1","content":"sunny"}])";
+  auto prompt_of = [&](const std::string& extra, ToolParsing* parsing) {
+    auto v = build_generation_request(Endpoint::kChat, R"({"model":"m",)" + msgs + "," + tools + extra + "}",
+                                      {.tokenizer = *tok_, .chat = chat_, .ctx = 256, .id = "m",
+                                       .tool_format = ToolCallFormat::kHermes},
+                                      1);
+    if (!std::holds_alternative<GenerationPlan>(v)) {
+      ADD_FAILURE() << error(v).message;
+      return std::vector<int32_t>();
+    }
+    *parsing = std::get<GenerationPlan>(v).tools;
+    return std::get<GenerationPlan>(v).request.prompt;
+  };
+  // Content null reaches the template as none (printed "None").
+  const std::string convo = "user: hi|assistant: None<a Paris>|tool: sunny|";
+  ToolParsing p;
+  EXPECT_EQ(prompt_of("", &p), tokenize_chat_prompt(*tok_, "[a][b]" + convo));
+  EXPECT_EQ(p.format, ToolCallFormat::kHermes);
+  EXPECT_EQ(p.max_calls, 1 << 30);
+  EXPECT_EQ(prompt_of(R"(,"tool_choice":"required","parallel_tool_calls":false)", &p),
+            tokenize_chat_prompt(*tok_, "[a][b]" + convo));
+  EXPECT_EQ(p.max_calls, 1);
+  EXPECT_EQ(prompt_of(R"(,"tool_choice":{"type":"function","function":{"name":"b"}})", &p),
+            tokenize_chat_prompt(*tok_, "[b]" + convo));
+  EXPECT_EQ(prompt_of(R"(,"tool_choice":"none")", &p), tokenize_chat_prompt(*tok_, convo));
+  EXPECT_EQ(p.format, ToolCallFormat::kNone);
+}
+
 TEST_F(GenerationRequestTest, ChatWithoutATemplateIsRefused) {
   chat_.reset();
   const ApiError e = error(build(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"hi"}]})"));

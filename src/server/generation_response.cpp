@@ -36,12 +36,33 @@ void stream_response(httplib::Response& res, GenerationOutput g, std::chrono::mi
             out += sse_json(api_error(500, "server_error", "generation_failed", g.acc->error().value_or("")).body());
             continue;
           }
-          const bool has_news = !d.text.empty() || !d.finish_reason.empty() ||
+          if (d.index < 0 || d.index >= static_cast<int32_t>(st->sent_first.size())) continue;
+          auto first = [&] {
+            const bool f = !st->sent_first[static_cast<size_t>(d.index)];
+            st->sent_first[static_cast<size_t>(d.index)] = true;
+            return f;
+          };
+          // Content first, then each tool call (name, then arguments), then the finish reason.
+          const bool has_calls = !d.tool_calls.empty();
+          const bool has_news = !d.text.empty() || (!d.finish_reason.empty() && !has_calls) ||
                                 (g.info.logprobs && !d.logprobs.empty()) || (g.info.token_ids && !d.token_ids.empty());
-          if (!has_news || d.index < 0 || d.index >= static_cast<int32_t>(st->sent_first.size())) continue;
-          const bool first = !st->sent_first[static_cast<size_t>(d.index)];
-          st->sent_first[static_cast<size_t>(d.index)] = true;
-          out += sse_json(chunk_json(g.info, d, first, g.acc->text_before_last(d.index)));
+          if (has_news) {
+            if (!has_calls) {
+              out += sse_json(chunk_json(g.info, d, first(), g.acc->text_before_last(d.index)));
+            } else {
+              ChoiceOutput head = d;  // rare: the piece that completes a call
+              head.finish_reason.clear();
+              out += sse_json(chunk_json(g.info, head, first(), g.acc->text_before_last(d.index)));
+            }
+          }
+          if (!has_calls) continue;
+          for (size_t i = 0; i < d.tool_calls.size(); ++i) {
+            const int32_t call_index = d.first_call_index + static_cast<int32_t>(i);
+            out += sse_json(tool_call_chunk_json(g.info, d.index, call_index, d.tool_calls[i], false, first()));
+            out += sse_json(tool_call_chunk_json(g.info, d.index, call_index, d.tool_calls[i], true, false));
+          }
+          if (!d.finish_reason.empty())
+            out += sse_json(chunk_json(g.info, ChoiceOutput{.index = d.index, .finish_reason = d.finish_reason}, false, 0));
         }
         const bool finished = g.acc->all_finished();
         if (finished) {

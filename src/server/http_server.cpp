@@ -91,10 +91,22 @@ void HttpServer::start() {
   listener_ = std::thread([this] { http_->listen_after_bind(); });
 }
 
-void HttpServer::set_engine(std::shared_ptr<Engine> engine, std::optional<ChatTemplate> chat_template) {
-  engine_ = std::move(engine);
+Status HttpServer::set_engine(std::shared_ptr<Engine> engine, std::optional<ChatTemplate> chat_template) {
+  return set_service(std::make_shared<EngineService>(std::move(engine)), std::move(chat_template));
+}
+
+Status HttpServer::set_service(std::shared_ptr<GenerationService> service, std::optional<ChatTemplate> chat_template) {
+  if (config_.tool_call_format == "auto") {
+    tool_format_ = chat_template ? detect_tool_call_format(chat_template->source()) : ToolCallFormat::kNone;
+  } else {
+    auto f = parse_tool_call_format(config_.tool_call_format);
+    if (!f.ok()) return f.status();
+    tool_format_ = *f;
+  }
+  engine_ = std::move(service);
   chat_ = std::move(chat_template);
   ready_.store(true, std::memory_order_release);
+  return Status();
 }
 
 bool HttpServer::shutdown(double timeout_s) {
@@ -227,10 +239,10 @@ void HttpServer::handle_generation(int endpoint_int, const httplib::Request& req
   if (req.body.size() > config_.max_body_bytes)
     return fail(api_error(413, "invalid_request_error", "request_too_large",
                           fmt::format("the request body exceeds {} bytes", config_.max_body_bytes)));
-  Engine& engine = *engine_;
+  GenerationService& engine = *engine_;
   auto built = build_generation_request(ep, req.body,
                                         {.tokenizer = engine.tokenizer(), .chat = chat_, .ctx = engine.ctx_size(),
-                                         .id = model_id()},
+                                         .id = model_id(), .tool_format = tool_format_},
                                         random_seed());
   if (const ApiError* e = std::get_if<ApiError>(&built)) return fail(*e);
   GenerationPlan& plan = std::get<GenerationPlan>(built);
@@ -252,7 +264,8 @@ void HttpServer::handle_generation(int endpoint_int, const httplib::Request& req
   plan.info.id = fmt::format("{}-{}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
   plan.info.created = unix_now();
   GenerationOutput out{.queue = queue,
-                       .acc = std::make_shared<ChoiceAccumulator>(engine.tokenizer(), n, plan.info.logprobs, ignore_eos),
+                       .acc = std::make_shared<ChoiceAccumulator>(engine.tokenizer(), n, plan.info.logprobs, ignore_eos,
+                                                                  plan.tools, random_seed()),
                        .info = plan.info,
                        .n_prompt = plan.n_prompt,
                        .include_usage = plan.include_usage};

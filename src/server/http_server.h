@@ -27,7 +27,9 @@
 #include <thread>
 
 #include "server/chat_template.h"
+#include "server/generation_service.h"
 #include "server/server_metrics.h"
+#include "server/tool_calls.h"
 #include "sluice/engine.h"
 #include "sluice/status.h"
 
@@ -47,6 +49,9 @@ struct ServerConfig {
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
   int http_threads = 128;           // connections served at once
   double stream_keepalive_s = 2.0;  // a ": keep-alive" comment after this long without tokens
+  // How model output writes tool calls: "auto" (from the chat template's
+  // source, see detect_tool_call_format), or a format name (tool_calls.h).
+  std::string tool_call_format = "auto";
 };
 
 class HttpServer {
@@ -63,7 +68,13 @@ class HttpServer {
   // Serves in a background thread.
   void start();
   // Hands over the loaded engine and, if the model has one, its chat template.
-  void set_engine(std::shared_ptr<Engine> engine, std::optional<ChatTemplate> chat_template);
+  // kInvalidArgument if config.tool_call_format names no format (the server
+  // stays not ready).
+  Status set_engine(std::shared_ptr<Engine> engine, std::optional<ChatTemplate> chat_template);
+  // The same for any GenerationService (set_engine wraps the Engine in one).
+  Status set_service(std::shared_ptr<GenerationService> service, std::optional<ChatTemplate> chat_template);
+  // The tool-call format chat outputs are parsed with (after set_engine).
+  ToolCallFormat tool_call_format() const { return tool_format_; }
   // Refuses new work, drains the engine (timeout_s), waits for responses in
   // flight to be written, stops the listener. Returns true if nothing had to be
   // cut off. Idempotent.
@@ -83,8 +94,9 @@ class HttpServer {
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;
   int port_ = 0;
-  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<GenerationService> engine_;
   std::optional<ChatTemplate> chat_;
+  ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> in_flight_{0};

@@ -1,5 +1,9 @@
 #include "server/openai_request.h"
 
+#include "server/tool_calls.h"
+
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -34,7 +38,8 @@ const char* endpoint_name(Endpoint e) { return e == Endpoint::kChat ? "chat.comp
 
 namespace {
 
-using json = nlohmann::json;
+// Ordered, so tools and tool-call arguments reach the template in the order sent.
+using json = nlohmann::ordered_json;
 
 // Thrown by the field readers below, caught in parse_generation_request.
 struct FieldError {
@@ -155,6 +160,126 @@ std::string message_content(const json& m, size_t i, const std::string& role) {
   return text;
 }
 
+// A function name as OpenAI accepts it: a-z, A-Z, 0-9, '_' and '-', 1 to 64 characters.
+void check_function_name(const std::string& param, const json& name) {
+  if (!name.is_string()) wrong_type(param, "a string", name);
+  const std::string& s = name.get_ref<const std::string&>();
+  bool ok = !s.empty() && s.size() <= 64;
+  for (char c : s) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+  if (!ok) bad(param, fmt::format("'{}' must be 1 to 64 letters, digits, '_' or '-', got '{}'", param, s));
+}
+
+// An assistant message's tool_calls in HF's form: arguments sent as a JSON
+// string become the object it holds (a string that is not JSON stays a string).
+json read_message_tool_calls(const json& calls, size_t i) {
+  const std::string param = fmt::format("messages[{}].tool_calls", i);
+  if (!calls.is_array()) wrong_type(param, "an array", calls);
+  json out = json::array();
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const std::string cp = fmt::format("{}[{}]", param, c);
+    const json& call = calls[c];
+    if (!call.is_object()) wrong_type(cp, "an object", call);
+    if (const std::string type = read_string(call, "type"); !type.empty() && type != "function")
+      bad(cp + ".type", fmt::format("tool call type '{}' is not supported (only 'function')", type));
+    const json* fn = field(call, "function");
+    if (!fn) bad(cp + ".function", fmt::format("'{}.function' is required", cp), "missing_required_parameter");
+    if (!fn->is_object()) wrong_type(cp + ".function", "an object", *fn);
+    const json* name = field(*fn, "name");
+    if (!name) bad(cp + ".function.name", fmt::format("'{}.function.name' is required", cp), "missing_required_parameter");
+    if (!name->is_string()) wrong_type(cp + ".function.name", "a string", *name);
+    json args = json::object();
+    if (const json* a = field(*fn, "arguments")) {
+      if (a->is_string()) {
+        json parsed = json::parse(a->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        args = parsed.is_discarded() ? *a : std::move(parsed);
+      } else if (a->is_object()) {
+        args = *a;
+      } else {
+        wrong_type(cp + ".function.arguments", "a JSON string or an object", *a);
+      }
+    }
+    if (!json_depth_within(args, kMaxToolJsonDepth))
+      bad(cp + ".function.arguments", fmt::format("arguments nest deeper than {} levels", kMaxToolJsonDepth));
+    json entry = json::object();
+    if (const json* id = field(call, "id")) {
+      if (!id->is_string()) wrong_type(cp + ".id", "a string", *id);
+      entry["id"] = *id;
+    }
+    entry["type"] = "function";
+    entry["function"] = {{"name", *name}, {"arguments", std::move(args)}};
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}]
+json read_tools(const json& body) {
+  const json* t = field(body, "tools");
+  if (!t) return json();
+  if (!t->is_array()) wrong_type("tools", "an array", *t);
+  if (t->empty()) return json();
+  if (t->size() > static_cast<size_t>(kMaxTools)) bad("tools", fmt::format("'tools' takes at most {} tools, got {}", kMaxTools, t->size()));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < t->size(); ++i) {
+    const std::string p = fmt::format("tools[{}]", i);
+    const json& tool = (*t)[i];
+    if (!tool.is_object()) wrong_type(p, "an object", tool);
+    const json* type = field(tool, "type");
+    if (!type) bad(p + ".type", fmt::format("'{}.type' is required", p), "missing_required_parameter");
+    if (!type->is_string() || type->get<std::string>() != "function")
+      bad(p + ".type", fmt::format("'{}.type' must be 'function'", p));
+    const json* fn = field(tool, "function");
+    if (!fn) bad(p + ".function", fmt::format("'{}.function' is required", p), "missing_required_parameter");
+    if (!fn->is_object()) wrong_type(p + ".function", "an object", *fn);
+    const json* name = field(*fn, "name");
+    if (!name) bad(p + ".function.name", fmt::format("'{}.function.name' is required", p), "missing_required_parameter");
+    check_function_name(p + ".function.name", *name);
+    if (std::find(names.begin(), names.end(), name->get<std::string>()) != names.end())
+      bad(p + ".function.name", fmt::format("two tools are named '{}'", name->get<std::string>()));
+    names.push_back(name->get<std::string>());
+    if (const json* d = field(*fn, "description"); d && !d->is_string()) wrong_type(p + ".function.description", "a string", *d);
+    if (const json* ps = field(*fn, "parameters"); ps && !ps->is_object())
+      wrong_type(p + ".function.parameters", "an object (a JSON Schema)", *ps);
+    if (const json* s = field(*fn, "strict"); s && !s->is_boolean()) wrong_type(p + ".function.strict", "a boolean", *s);
+    if (!json_depth_within(tool, kMaxToolJsonDepth))
+      bad(p, fmt::format("'{}' nests deeper than {} levels", p, kMaxToolJsonDepth));
+  }
+  return *t;
+}
+
+// tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
+void read_tool_choice(const json& body, GenerationRequest* r) {
+  const json* c = field(body, "tool_choice");
+  if (!c) return;
+  if (c->is_string()) {
+    const std::string s = c->get<std::string>();
+    if (s == "none") r->tool_choice = ToolChoice::kNone;
+    else if (s == "auto") r->tool_choice = ToolChoice::kAuto;
+    else if (s == "required") r->tool_choice = ToolChoice::kRequired;
+    else bad("tool_choice", fmt::format("'tool_choice' must be 'none', 'auto', 'required' or a function object, got '{}'", s));
+  } else if (c->is_object()) {
+    if (read_string(*c, "type") != "function") bad("tool_choice.type", "'tool_choice.type' must be 'function'");
+    const json* fn = field(*c, "function");
+    if (!fn || !fn->is_object())
+      bad("tool_choice.function", "'tool_choice.function' must be an object with a 'name'", "missing_required_parameter");
+    const json* name = field(*fn, "name");
+    if (!name) bad("tool_choice.function.name", "'tool_choice.function.name' is required", "missing_required_parameter");
+    check_function_name("tool_choice.function.name", *name);
+    r->tool_choice = ToolChoice::kNamed;
+    r->tool_choice_name = name->get<std::string>();
+  } else {
+    wrong_type("tool_choice", "a string or an object", *c);
+  }
+  const bool named_or_required = r->tool_choice == ToolChoice::kNamed || r->tool_choice == ToolChoice::kRequired;
+  if (named_or_required && r->tools.is_null())
+    bad("tool_choice", "'tool_choice' 'required' or a named function needs 'tools'");
+  if (r->tool_choice == ToolChoice::kNamed) {
+    bool found = false;
+    for (const auto& t : r->tools) found = found || t["function"]["name"] == r->tool_choice_name;
+    if (!found) bad("tool_choice.function.name", fmt::format("'tool_choice' names '{}', which is not in 'tools'", r->tool_choice_name));
+  }
+}
+
 void parse_messages(const json& body, GenerationRequest* r) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) bad("messages", "'messages' is required", "missing_required_parameter");
@@ -171,9 +296,22 @@ void parse_messages(const json& body, GenerationRequest* r) {
     if (r_name == "developer") r_name = "system";
     if (r_name != "system" && r_name != "user" && r_name != "assistant" && r_name != "tool")
       bad(rp, fmt::format("unknown role '{}' (expected system, developer, user, assistant or tool)", r_name));
-    if (const json* calls = field(m, "tool_calls"); calls && !(calls->is_array() && calls->empty()))
-      bad(fmt::format("messages[{}].tool_calls", i), "tool calls are not supported");
-    r->messages.push_back(ChatMessage{.role = r_name, .content = message_content(m, i, r_name)});
+    ChatMessage msg{.role = r_name};
+    if (const json* calls = field(m, "tool_calls"); calls && !(calls->is_array() && calls->empty())) {
+      if (r_name != "assistant") bad(fmt::format("messages[{}].tool_calls", i), "only assistant messages carry 'tool_calls'");
+      msg.tool_calls = read_message_tool_calls(*calls, i);
+    }
+    msg.content = message_content(m, i, r_name);
+    msg.content_null = !msg.tool_calls.is_null() && field(m, "content") == nullptr;
+    if (r_name == "tool") {
+      for (auto [key, dst] : {std::pair{"tool_call_id", &msg.tool_call_id}, std::pair{"name", &msg.name}}) {
+        const json* v = field(m, key);
+        if (!v) continue;
+        if (!v->is_string()) wrong_type(fmt::format("messages[{}].{}", i, key), "a string", *v);
+        *dst = v->get<std::string>();
+      }
+    }
+    r->messages.push_back(std::move(msg));
   }
 }
 
@@ -214,8 +352,9 @@ void refuse_unsupported(const json& body, int32_t n) {
     if (!lb->is_object()) wrong_type("logit_bias", "an object", *lb);
     if (!lb->empty()) bad("logit_bias", "'logit_bias' is not supported");
   }
-  for (const char* f : {"tools", "functions"}) {
-    if (const json* t = field(body, f); t && !(t->is_array() && t->empty())) bad(f, fmt::format("'{}' is not supported", f));
+  for (const char* f : {"functions", "function_call"}) {
+    if (const json* t = field(body, f); t && !(t->is_array() && t->empty()))
+      bad(f, fmt::format("'{}' (deprecated by OpenAI) is not supported; send 'tools' and 'tool_choice'", f));
   }
   if (const json* rf = field(body, "response_format")) {
     if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
@@ -268,6 +407,14 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(Endpoint endp
     } else {
       if (const json* lp = field(body, "logprobs"); lp && lp->is_boolean()) wrong_type("logprobs", "an integer", *lp);
       if (auto lp = read_int(body, "logprobs", 0, kMaxCompletionLogprobs)) r.top_logprobs = static_cast<int32_t>(*lp);
+    }
+    if (endpoint == Endpoint::kChat) {
+      r.tools = read_tools(body);
+      read_tool_choice(body, &r);
+      r.parallel_tool_calls = read_bool(body, "parallel_tool_calls", true);
+    } else {
+      for (const char* f : {"tools", "tool_choice", "parallel_tool_calls"})
+        if (field(body, f)) bad(f, fmt::format("'{}' is only accepted by /v1/chat/completions", f));
     }
     r.ignore_eos = read_bool(body, "ignore_eos", false);
     r.return_token_ids = read_bool(body, "return_token_ids", false);

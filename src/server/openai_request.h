@@ -3,8 +3,8 @@
 //
 // Validation here is everything that can be judged from the body alone: JSON
 // syntax, field types, ranges (n, temperature, top_p, penalties, logprobs,
-// stop), and features sluice refuses (echo, suffix, best_of > n, logit_bias,
-// tools, image content). Checks that need the model (model name, prompt length
+// stop, tools, tool_choice), and features sluice refuses (echo, suffix, best_of > n,
+// logit_bias, the deprecated functions/function_call, image content). Checks that need the model (model name, prompt length
 // against the context, max_tokens against what is left) are the server's.
 // Plain functions of their inputs; thread-safe.
 #pragma once
@@ -46,6 +46,13 @@ constexpr int32_t kMaxChoices = 16;       // n
 constexpr int32_t kMaxStopStrings = 4;
 constexpr int32_t kMaxCompletionLogprobs = 5;
 constexpr int32_t kMaxChatTopLogprobs = 20;
+constexpr int32_t kMaxTools = 128;
+
+// What tool_choice asks for. Without constrained decoding none of them can
+// force a call: kNone leaves the tools out of the prompt and the output
+// unparsed; kAuto and kRequired give the template every tool; kNamed gives it
+// only the named one. Output is parsed for calls in all but kNone.
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -56,6 +63,11 @@ struct GenerationRequest {
   bool prompt_is_ids = false;
   // Chat: the conversation.
   std::vector<ChatMessage> messages;
+  // Chat: the tools, validated, as the template gets them (null: none given).
+  nlohmann::ordered_json tools;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;        // kNamed: the function
+  bool parallel_tool_calls = true;     // false: only the first parsed call is returned
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
   int32_t n = 1;

@@ -113,8 +113,6 @@ TEST(OpenAiRequest, RefusesBadBodiesWith400NamingTheField) {
        "invalid_value"},
       {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
        "top_logprobs", "invalid_value"},
-      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools",
-       "invalid_value"},
   };
   for (const Case& c : cases) {
     ApiError e = error_of(c.ep, c.body);
@@ -124,6 +122,149 @@ TEST(OpenAiRequest, RefusesBadBodiesWith400NamingTheField) {
     EXPECT_EQ(e.code, c.code) << c.body << ": " << e.message;
     EXPECT_FALSE(e.message.empty());
   }
+}
+
+// A chat body with `extra` fields after the messages.
+std::string chat_with(const std::string& extra, const std::string& messages = R"([{"role":"user","content":"x"}])") {
+  return R"({"model":"m","messages":)" + messages + (extra.empty() ? "" : "," + extra) + "}";
+}
+
+const std::string kTool = R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}})";
+
+TEST(OpenAiRequest, MalformedToolsToolChoiceAndToolMessagesAre400s) {
+  struct Case {
+    Endpoint ep;
+    std::string body, param, code;
+  };
+  const std::vector<Case> cases = {
+      {Endpoint::kChat, chat_with(R"("tools":"get_weather")"), "tools", "invalid_type"},
+      {Endpoint::kChat, chat_with(R"("tools":[7])"), "tools[0]", "invalid_type"},
+      {Endpoint::kChat, chat_with(R"("tools":[{"type":"function"}])"), "tools[0].function", "missing_required_parameter"},
+      {Endpoint::kChat, chat_with(R"("tools":[{"function":{"name":"f"}}])"), "tools[0].type", "missing_required_parameter"},
+      {Endpoint::kChat, chat_with(R"("tools":[{"type":"code_interpreter","function":{"name":"f"}}])"), "tools[0].type",
+       "invalid_value"},
+      {Endpoint::kChat, chat_with(R"("tools":[{"type":"function","function":{"description":"d"}}])"),
+       "tools[0].function.name", "missing_required_parameter"},
+      {Endpoint::kChat, chat_with(R"("tools":[{"type":"function","function":{"name":"get weather!"}}])"),
+       "tools[0].function.name", "invalid_value"},
+      {Endpoint::kChat, chat_with(R"("tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}])"),
+       "tools[0].function.parameters", "invalid_type"},
+      {Endpoint::kChat, chat_with(R"("tools":[{"type":"function","function":{"name":"f","description":3}}])"),
+       "tools[0].function.description", "invalid_type"},
+      {Endpoint::kChat, chat_with(R"("tools":[)" + kTool + "," + kTool + "]"), "tools[1].function.name", "invalid_value"},
+      {Endpoint::kChat, chat_with(R"("tools":[)" + kTool + R"(],"tool_choice":"sometimes")"), "tool_choice", "invalid_value"},
+      {Endpoint::kChat, chat_with(R"("tool_choice":"required")"), "tool_choice", "invalid_value"},
+      {Endpoint::kChat, chat_with(R"("tools":[)" + kTool + R"(],"tool_choice":7)"), "tool_choice", "invalid_type"},
+      {Endpoint::kChat, chat_with(R"("tools":[)" + kTool + R"(],"tool_choice":{"type":"function","function":{"name":"other"}})"),
+       "tool_choice.function.name", "invalid_value"},
+      {Endpoint::kChat, chat_with(R"("tools":[)" + kTool + R"(],"tool_choice":{"type":"function"})"), "tool_choice.function",
+       "missing_required_parameter"},
+      {Endpoint::kChat, chat_with(R"("tools":[)" + kTool + R"(],"parallel_tool_calls":"yes")"), "parallel_tool_calls",
+       "invalid_type"},
+      {Endpoint::kChat, chat_with(R"("functions":[{"name":"f"}])"), "functions", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","tools":[)" + kTool + "]}", "tools", "invalid_value"},
+      {Endpoint::kChat, chat_with("", R"([{"role":"assistant","content":null,"tool_calls":{"id":"a"}}])"),
+       "messages[0].tool_calls", "invalid_type"},
+      {Endpoint::kChat, chat_with("", R"([{"role":"user","content":"x","tool_calls":[{"function":{"name":"f"}}]}])"),
+       "messages[0].tool_calls", "invalid_value"},
+      {Endpoint::kChat, chat_with("", R"([{"role":"assistant","tool_calls":[{"id":"a","type":"function"}]}])"),
+       "messages[0].tool_calls[0].function", "missing_required_parameter"},
+      {Endpoint::kChat, chat_with("", R"([{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}])"),
+       "messages[0].tool_calls[0].function.name", "missing_required_parameter"},
+      {Endpoint::kChat,
+       chat_with("", R"([{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":[1]}}]}])"),
+       "messages[0].tool_calls[0].function.arguments", "invalid_type"},
+      {Endpoint::kChat, chat_with("", R"([{"role":"tool","tool_call_id":"a"}])"), "messages[0].content",
+       "missing_required_parameter"},
+      {Endpoint::kChat, chat_with("", R"([{"role":"tool","content":"r","tool_call_id":5}])"), "messages[0].tool_call_id",
+       "invalid_type"},
+      {Endpoint::kChat,
+       chat_with(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"a":)" + std::string(100, '[') +
+                 std::string(100, ']') + "}}}]"),
+       "tools[0]", "invalid_value"},
+      {Endpoint::kChat,
+       chat_with("", R"([{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":{"a":)" +
+                         std::string(100, '[') + std::string(100, ']') + "}}}]}]"),
+       "messages[0].tool_calls[0].function.arguments", "invalid_value"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = error_of(c.ep, c.body);
+    EXPECT_EQ(e.http_status, 400) << c.body;
+    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_EQ(e.code, c.code) << c.body << ": " << e.message;
+    EXPECT_FALSE(e.message.empty());
+  }
+}
+
+TEST(OpenAiRequest, ParsesToolsToolChoiceAndAToolConversation) {
+  GenerationRequest r = ok_of(
+      Endpoint::kChat,
+      chat_with(R"("tools":[{"type":"function","function":{"name":"get_weather","description":"d",)"
+                R"("parameters":{"type":"object","properties":{"unit":{},"city":{}}}}}],)"
+                R"("tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false)",
+                R"([{"role":"user","content":"Weather in Paris?"},)"
+                R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",)"
+                R"("function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},)"
+                R"({"role":"tool","tool_call_id":"call_1","name":"get_weather","content":"18 C"}])"));
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1].content, "");
+  // The arguments string reaches the template as the object it holds (HF's convention).
+  EXPECT_EQ(r.messages[1].tool_calls.dump(),
+            R"([{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}}])");
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+  EXPECT_EQ(r.messages[2].name, "get_weather");
+  EXPECT_EQ(r.messages[2].content, "18 C");
+  // Key order is kept as sent ("unit" before "city").
+  EXPECT_EQ(r.tools[0]["function"]["parameters"]["properties"].dump(), R"({"unit":{},"city":{}})");
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(r.tool_choice_name, "get_weather");
+  EXPECT_FALSE(r.parallel_tool_calls);
+
+  EXPECT_EQ(ok_of(Endpoint::kChat, chat_with(R"("tools":[)" + kTool + R"(],"tool_choice":"none")")).tool_choice,
+            ToolChoice::kNone);
+  EXPECT_EQ(ok_of(Endpoint::kChat, chat_with(R"("tools":[)" + kTool + R"(],"tool_choice":"required")")).tool_choice,
+            ToolChoice::kRequired);
+  const GenerationRequest plain = ok_of(Endpoint::kChat, chat_with(R"("tools":[],"tool_choice":"auto")"));
+  EXPECT_TRUE(plain.tools.is_null());
+  EXPECT_TRUE(plain.parallel_tool_calls);
+  // Arguments that are not JSON stay a string.
+  const GenerationRequest odd = ok_of(
+      Endpoint::kChat,
+      chat_with("", R"([{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"not json"}}]}])"));
+  EXPECT_EQ(odd.messages[0].tool_calls[0]["function"]["arguments"], "not json");
+}
+
+TEST(OpenAiResponse, ToolCallsInMessagesAndChunks) {
+  ResponseInfo info{.endpoint = Endpoint::kChat, .id = "chatcmpl-1", .created = 7, .model = "m"};
+  const ToolCall call{.id = "call_1", .name = "get_weather", .arguments = R"({"city":"Paris"})"};
+  ChoiceOutput c{.index = 0, .tool_calls = {call}, .finish_reason = "tool_calls"};
+  nlohmann::json r = response_json(info, {c}, usage_json(3, 2));
+  const nlohmann::json& m = r["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["tool_calls"][0]["id"], "call_1");
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  c.text = "Checking.";
+  EXPECT_EQ(response_json(info, {c}, usage_json(3, 2))["choices"][0]["message"]["content"], "Checking.");
+  EXPECT_FALSE(response_json(info, {ChoiceOutput{.text = "hi"}}, usage_json(1, 1))["choices"][0]["message"].contains("tool_calls"));
+
+  const nlohmann::json name = tool_call_chunk_json(info, 0, 2, call, false, true);
+  const nlohmann::json& d = name["choices"][0]["delta"];
+  EXPECT_EQ(d["role"], "assistant");
+  EXPECT_TRUE(d["content"].is_null());
+  EXPECT_EQ(d["tool_calls"][0]["index"], 2);
+  EXPECT_EQ(d["tool_calls"][0]["id"], "call_1");
+  EXPECT_EQ(d["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(d["tool_calls"][0]["function"]["arguments"], "");
+  const nlohmann::json args = tool_call_chunk_json(info, 0, 2, call, true, false);
+  EXPECT_FALSE(args["choices"][0]["delta"].contains("role"));
+  EXPECT_FALSE(args["choices"][0]["delta"]["tool_calls"][0].contains("id"));
+  EXPECT_EQ(args["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  EXPECT_TRUE(args["choices"][0]["finish_reason"].is_null());
 }
 
 TEST(OpenAiRequest, ErrorBodyHasTheOpenAiShape) {

@@ -20,6 +20,10 @@ json bytes_of(const std::string& s) {
 
 json finish(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
 
+json tool_call_json(const ToolCall& c) {
+  return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
 json header(const ResponseInfo& info, const char* object) {
   return {{"id", info.id}, {"object", object}, {"created", info.created}, {"model", info.model}};
 }
@@ -56,8 +60,18 @@ json response_json(const ResponseInfo& info, const std::vector<ChoiceOutput>& ch
   json arr = json::array();
   for (const auto& c : choices) {
     json choice = {{"index", c.index}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else choice["text"] = c.text;
+    if (chat) {
+      json message = {{"role", "assistant"}};
+      message["content"] = c.text.empty() && !c.tool_calls.empty() ? json(nullptr) : json(c.text);
+      if (!c.tool_calls.empty()) {
+        json calls = json::array();
+        for (const ToolCall& t : c.tool_calls) calls.push_back(tool_call_json(t));
+        message["tool_calls"] = std::move(calls);
+      }
+      choice["message"] = std::move(message);
+    } else {
+      choice["text"] = c.text;
+    }
     choice["logprobs"] = info.logprobs ? logprobs_json(info.endpoint, c.logprobs, 0) : json(nullptr);
     choice["finish_reason"] = finish(c.finish_reason);
     if (info.token_ids) choice["token_ids"] = c.token_ids;
@@ -85,6 +99,27 @@ json chunk_json(const ResponseInfo& info, const ChoiceOutput& delta, bool first,
   choice["finish_reason"] = finish(delta.finish_reason);
   if (info.token_ids) choice["token_ids"] = delta.token_ids;
   out["choices"] = json::array({std::move(choice)});
+  return out;
+}
+
+json tool_call_chunk_json(const ResponseInfo& info, int32_t choice_index, int32_t call_index, const ToolCall& call,
+                          bool arguments_part, bool first) {
+  json out = header(info, "chat.completion.chunk");
+  json d = json::object();
+  if (first) {
+    d["role"] = "assistant";
+    d["content"] = nullptr;
+  }
+  json entry = {{"index", call_index}};
+  if (arguments_part) {
+    entry["function"] = {{"arguments", call.arguments}};
+  } else {
+    entry["id"] = call.id;
+    entry["type"] = "function";
+    entry["function"] = {{"name", call.name}, {"arguments", ""}};
+  }
+  d["tool_calls"] = json::array({std::move(entry)});
+  out["choices"] = json::array({{{"index", choice_index}, {"delta", std::move(d)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 
 namespace sluice::server {
 
@@ -28,7 +29,9 @@ struct TokenLogprob {
 // What one of the n outputs produced (whole, or since the last chunk).
 struct ChoiceOutput {
   int32_t index = 0;
-  std::string text;
+  std::string text;                  // chat: content (without the tool calls' text)
+  std::vector<ToolCall> tool_calls;  // chat: calls parsed from the output
+  int32_t first_call_index = 0;      // in a delta: the index of tool_calls[0] in the choice
   std::string finish_reason;  // "" while unfinished (null in JSON)
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprob> logprobs;
@@ -49,13 +52,22 @@ nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 // before these tokens (completions' text_offset).
 nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& lps, size_t text_offset_start);
 
-// The whole non-streaming response.
+// The whole non-streaming response. A chat choice with tool calls has
+// message.tool_calls, and content null when the model wrote no other text.
 nlohmann::json response_json(const ResponseInfo& info, const std::vector<ChoiceOutput>& choices,
                              const nlohmann::json& usage);
 
 // One stream chunk for one choice. `first`: the choice's first chunk (chat sends
-// the role then). text_offset_start as for logprobs_json.
+// the role then). text_offset_start as for logprobs_json. Tool calls are not in
+// it: they go in chunks of their own (tool_call_chunk_json).
 nlohmann::json chunk_json(const ResponseInfo& info, const ChoiceOutput& delta, bool first, size_t text_offset_start);
+
+// A chat chunk with one tool-call delta. Each call is sent as two: first
+// {index, id, type: "function", function: {name, arguments: ""}}, then
+// (arguments_part) {index, function: {arguments}}. `first`: the choice's
+// first chunk (role "assistant", content null).
+nlohmann::json tool_call_chunk_json(const ResponseInfo& info, int32_t choice_index, int32_t call_index,
+                                    const ToolCall& call, bool arguments_part, bool first);
 
 // The last chunk when stream_options.include_usage: no choices, only usage.
 nlohmann::json usage_chunk_json(const ResponseInfo& info, const nlohmann::json& usage);

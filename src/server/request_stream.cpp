@@ -26,10 +26,14 @@ bool EventQueue::finished() const {
   return finished_;
 }
 
-ChoiceAccumulator::ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, bool ignore_eos)
+ChoiceAccumulator::ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, bool ignore_eos,
+                                     ToolParsing tools, uint64_t id_seed)
     : tok_(tokenizer), with_logprobs_(with_logprobs), ignore_eos_(ignore_eos) {
   totals_.resize(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) totals_[static_cast<size_t>(i)].index = i;
+  for (int32_t i = 0; i < n; ++i) {
+    totals_[static_cast<size_t>(i)].index = i;
+    parsers_.emplace_back(tools.format, id_seed + static_cast<uint64_t>(i) * 0x100000001b3ull, tools.max_calls);
+  }
   before_.assign(static_cast<size_t>(n), 0);
   finished_.assign(static_cast<size_t>(n), false);
 }
@@ -50,13 +54,22 @@ ChoiceOutput ChoiceAccumulator::apply(const TokenEvent& e) {
       d.logprobs.push_back(std::move(lp));
     }
   }
-  d.text = e.text;
+  ToolCallParser& parser = parsers_[static_cast<size_t>(e.index)];
+  ParsedOutput parsed;
+  parser.push(e.text, &parsed);
   if (e.finished && !finished_[static_cast<size_t>(e.index)]) {
     finished_[static_cast<size_t>(e.index)] = true;
     ++n_finished_;
+    parser.finish(&parsed);
     d.finish_reason = finish_reason_name(e.finish_reason);  // the OpenAI names
     if (e.finish_reason == FinishReason::kError) error_ = e.error.empty() ? "generation failed" : e.error;
+    if (parser.n_calls() > 0 && (e.finish_reason == FinishReason::kStop || e.finish_reason == FinishReason::kLength))
+      d.finish_reason = "tool_calls";
   }
+  d.text = std::move(parsed.content);
+  d.first_call_index = static_cast<int32_t>(total.tool_calls.size());
+  d.tool_calls = std::move(parsed.tool_calls);
+  total.tool_calls.insert(total.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
   total.text += d.text;
   total.token_ids.insert(total.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
   total.logprobs.insert(total.logprobs.end(), d.logprobs.begin(), d.logprobs.end());

@@ -2,6 +2,7 @@
 //
 //   engine thread                      HTTP worker thread
 //   on_event(TokenEvent) --push-->  EventQueue  --take(timeout)--> ChoiceAccumulator
+//                                                                    (tool calls split from content)
 //                                                                    -> per-choice deltas (stream chunks)
 //                                                                    -> totals (the whole response)
 //
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "server/openai_response.h"
+#include "server/tool_calls.h"
 #include "sluice/engine.h"
 
 namespace sluice {
@@ -52,7 +54,11 @@ class ChoiceAccumulator {
  public:
   // with_logprobs: collect logprobs; ignore_eos: keep end-of-generation tokens
   // in the output (otherwise they end a choice without appearing in it).
-  ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, bool ignore_eos);
+  // tools: how each output is read for tool calls (a ToolCallParser per
+  // choice; call ids from id_seed and the choice index). A choice that ends
+  // (stop or length) with a parsed call finishes with "tool_calls".
+  ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, bool ignore_eos, ToolParsing tools = {},
+                    uint64_t id_seed = 0);
 
   // Applies one event; returns what it added to its choice (index set).
   ChoiceOutput apply(const TokenEvent& e);
@@ -71,6 +77,7 @@ class ChoiceAccumulator {
   bool with_logprobs_;
   bool ignore_eos_;
   std::vector<ChoiceOutput> totals_;
+  std::vector<ToolCallParser> parsers_;  // [n]
   std::vector<size_t> before_;
   std::vector<bool> finished_;
   int32_t n_finished_ = 0;

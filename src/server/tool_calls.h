@@ -1,0 +1,113 @@
+// Tool calls in model output: which format a model writes them in, and a
+// parser that splits its text into content and OpenAI tool calls as it streams.
+//
+// Formats (what the model emits; the chat template tells which one):
+//   llama3    {"name": "f", "parameters": {...}}  at the start of the output,
+//             or after <|python_tag|>; several separated by ';' or whitespace
+//   hermes    <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>  (Hermes 2/3, Qwen 2.5); repeated
+//   mistral   [TOOL_CALLS][{"name": "f", "arguments": {...}, "id": "abcdef123"}, ...]
+//             (a bare [{"name": ...}] at the start too: GGUFs mark [TOOL_CALLS] as a
+//             control token, whose text the engine does not emit)
+//   deepseek  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>
+//             ... <｜tool▁calls▁end｜>  (DeepSeek R1 / V3)
+//
+// ToolCallParser is fed the output text piece by piece. Plain text is released
+// as content at once, except a tail that may begin a call marker (and trailing
+// whitespace, which is dropped when a call follows). Text inside a call is
+// held until the call is complete; a complete call whose body does not parse
+// (or an unfinished one at the end) is released as content, and from then on
+// everything is content. Calls get ids "call_" + 16 hex digits derived from the
+// seed; Mistral calls keep the model's id, or get 9 letters and digits (its
+// template refuses other ids). One parser per output; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/status.h"
+
+namespace sluice::server {
+
+enum class ToolCallFormat { kNone, kLlama3, kHermes, kMistral, kDeepSeek };
+
+// "none", "llama3", "hermes", "mistral", "deepseek".
+const char* tool_call_format_name(ToolCallFormat f);
+// The inverse of tool_call_format_name; kInvalidArgument naming the accepted names.
+StatusOr<ToolCallFormat> parse_tool_call_format(std::string_view name);
+// The format a chat template's model writes, from markers in its source:
+// <｜tool▁calls▁begin｜> deepseek, <tool_call> hermes, an ipython role or
+// <|python_tag|> with <|start_header_id|> llama3 (functionary's <function=
+// excluded), [TOOL_CALLS] mistral; kNone otherwise.
+ToolCallFormat detect_tool_call_format(std::string_view template_source);
+
+// How a chat request's output is read for tool calls.
+struct ToolParsing {
+  ToolCallFormat format = ToolCallFormat::kNone;  // kNone: no tools, tool_choice "none", or a model without a format
+  int32_t max_calls = 1 << 30;                     // 1 when parallel_tool_calls is false
+};
+
+struct ToolCall {
+  std::string id;         // "call_..." (or the model's own)
+  std::string name;       // the function
+  std::string arguments;  // a JSON object as text, as OpenAI sends it
+};
+
+// What a piece of output (or a whole one) turned into.
+struct ParsedOutput {
+  std::string content;
+  std::vector<ToolCall> tool_calls;
+};
+
+class ToolCallParser {
+ public:
+  // kNone passes all text through as content. Calls past max_calls (e.g. 1 for
+  // parallel_tool_calls: false) are parsed and dropped.
+  explicit ToolCallParser(ToolCallFormat format, uint64_t id_seed = 0, int32_t max_calls = 1 << 30);
+
+  // Feeds the next piece of output; appends released content and completed
+  // calls to *out.
+  void push(std::string_view text, ParsedOutput* out);
+  // End of output: releases what is held (unfinished calls as content).
+  void finish(ParsedOutput* out);
+  // Calls parsed so far (kept ones).
+  int32_t n_calls() const { return n_calls_; }
+  ToolCallFormat format() const { return format_; }
+
+ private:
+  enum class Mode { kPlain, kCall, kFailed };
+  void drain(ParsedOutput* out, bool at_end);
+  void drain_plain(ParsedOutput* out, bool at_end);
+  // In kCall: parses what it can of buf_[pos_..]; false if more text is needed.
+  bool step_call(ParsedOutput* out, bool at_end);
+  void add_call(std::string name, std::string arguments, std::string id, ParsedOutput* out);
+  void fail(ParsedOutput* out);  // the held call text becomes content
+
+  ToolCallFormat format_;
+  uint64_t id_seed_;
+  int32_t max_calls_;
+  Mode mode_ = Mode::kPlain;
+  std::string buf_;         // text not yet released: buf_[pos_..]
+  size_t pos_ = 0;
+  size_t call_start_ = 0;   // where the held call text starts in buf_
+  bool seen_text_ = false;  // non-whitespace content released (or a call parsed)
+  bool in_calls_block_ = false;  // deepseek: inside <｜tool▁calls▁begin｜>
+  size_t block_start_ = 0;       // deepseek: call_start_ when the block began (unchanged: no call yet)
+  int32_t n_calls_ = 0;
+  int32_t n_parsed_ = 0;
+};
+
+// Tools and tool-call arguments nest at most this deep (arrays and objects);
+// deeper ones are refused (requests) or left as content (model output), so
+// what reaches the template and JSON writers stays shallow.
+constexpr int kMaxToolJsonDepth = 64;
+// True if `j` nests at most max_depth arrays/objects deep (recursion bounded by it).
+bool json_depth_within(const nlohmann::ordered_json& j, int max_depth);
+
+// The whole output at once: push(text) + finish().
+ParsedOutput parse_tool_calls(ToolCallFormat format, std::string_view text, uint64_t id_seed = 0);
+
+}  // namespace sluice::server
