@@ -105,11 +105,17 @@ struct AttentionSeq {
   float* out = nullptr;      // [n_tok, n_head, head_dim]
   int64_t n_tok = 0;         // queries at positions pos0 .. pos0 + n_tok - 1
   int64_t pos0 = 0;
-  const int32_t* block_table = nullptr;  // covers positions 0 .. pos0 + n_tok - 1
+  const int32_t* block_table = nullptr;  // covers positions 0 .. pos0 + n_tok - 1 (entries before the
+                                         // first query's window start unread)
 };
 
 // Causal grouped-query attention of every sequence over its own K/V in layer
-// `layer` of the store, read through its block table.
+// `layer` of the store, read through its block table. A query at position P
+// attends to positions lo(P) .. P, lo(P) = max(0, P - window + 1) (0 with no
+// window); positions before lo(P) are never read, so block-table entries wholly
+// before the first query's lo may be invalid (freed). Scores are
+//   s = scale * q . k,  then s = softcap * tanh(s / softcap) when softcap > 0,
+// before the softmax.
 struct AttentionArgs {
   std::span<const AttentionSeq> seqs;
   const KvStore* kv = nullptr;
@@ -117,7 +123,9 @@ struct AttentionArgs {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
-  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+  float scale = 1.0f;    // usually 1 / sqrt(head_dim)
+  int64_t window = 0;    // positions a query attends to, itself included (0: all)
+  float softcap = 0.0f;  // attention-logit soft cap (0: none)
 };
 
 // One expert's matrices.  gate, up: [n_ff, n_embd];  down: [n_embd, n_ff]

@@ -125,32 +125,38 @@ void ReferenceBackend::attention(const AttentionArgs& a) {
   const int64_t bs = kv.layout().block_size;
   const int64_t n_kv = a.n_head_kv * a.head_dim;
   const int64_t group = a.n_head / a.n_head_kv;
+  // First position a query at position p attends to.
+  auto lo_of = [&](int64_t p) { return a.window > 0 ? std::max<int64_t>(0, p - a.window + 1) : int64_t{0}; };
   for (const AttentionSeq& s : a.seqs) {
     const int64_t n_pos = s.pos0 + s.n_tok;
     CHECK(static_cast<size_t>(n_pos * n_kv) <= k_.size());
-    for (int64_t p = 0; p < n_pos; ++p) {
+    // Rows before the first query's window are not read (their blocks may be freed).
+    for (int64_t p = lo_of(s.pos0); p < n_pos; ++p) {
       const int64_t row = static_cast<int64_t>(s.block_table[p / bs]) * bs + p % bs;
       kv.load_row(kv.k_layer(a.layer), row, k_.data() + p * n_kv);
       kv.load_row(kv.v_layer(a.layer), row, v_.data() + p * n_kv);
     }
     for (int64_t t = 0; t < s.n_tok; ++t) {
-      const int64_t last = s.pos0 + t;  // causal: positions 0 .. last
+      const int64_t last = s.pos0 + t;  // causal: positions first .. last
+      const int64_t first = lo_of(last);
       for (int64_t h = 0; h < a.n_head; ++h) {
         const float* q = s.q + (t * a.n_head + h) * a.head_dim;
         const int64_t off = (h / group) * a.head_dim;
         float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t p = 0; p <= last; ++p) {
+        for (int64_t p = first; p <= last; ++p) {
           float dot = 0;
           for (int64_t i = 0; i < a.head_dim; ++i) dot += q[i] * k_[static_cast<size_t>(p * n_kv + off + i)];
-          scores_[static_cast<size_t>(p)] = dot * a.scale;
-          mx = std::max(mx, scores_[static_cast<size_t>(p)]);
+          float sc = dot * a.scale;
+          if (a.softcap > 0.0f) sc = a.softcap * std::tanh(sc / a.softcap);
+          scores_[static_cast<size_t>(p)] = sc;
+          mx = std::max(mx, sc);
         }
         double sum = 0;
-        for (int64_t p = 0; p <= last; ++p) sum += std::exp(static_cast<double>(scores_[static_cast<size_t>(p)] - mx));
+        for (int64_t p = first; p <= last; ++p) sum += std::exp(static_cast<double>(scores_[static_cast<size_t>(p)] - mx));
         float* out = s.out + (t * a.n_head + h) * a.head_dim;
         for (int64_t i = 0; i < a.head_dim; ++i) {
           double acc = 0;
-          for (int64_t p = 0; p <= last; ++p)
+          for (int64_t p = first; p <= last; ++p)
             acc += std::exp(static_cast<double>(scores_[static_cast<size_t>(p)] - mx)) * v_[static_cast<size_t>(p * n_kv + off + i)];
           out[i] = static_cast<float>(acc / sum);
         }

@@ -23,7 +23,8 @@ void attention_block(const LayerStep& s) {
   s.emit("k", s.layer, s.k, s.n_tok, h.n_embd_kv());
   s.emit("v", s.layer, s.v, s.n_tok, h.n_embd_kv());
   s.be.attention({.seqs = s.seqs, .kv = &s.kv, .layer = s.layer, .n_head = h.n_head, .n_head_kv = h.n_head_kv,
-                  .head_dim = h.head_dim, .scale = h.attn_scale});
+                  .head_dim = h.head_dim, .scale = h.attn_scale,
+                  .window = h.layer_is_swa(s.layer) ? h.n_swa : 0, .softcap = h.attn_softcap});
   s.emit("attn_out", s.layer, s.att, s.n_tok, h.n_embd_q());
   const MatmulOut wo[1] = {{w.mat(R::kAttnOutput), s.proj}};
   s.be.matmul(wo, s.att, h.n_embd_q(), s.n_tok);

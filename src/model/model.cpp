@@ -87,10 +87,6 @@ Status Model::check_supported() const {
   const ArchSpec& spec = arch();
   // Features the table may describe that these builders do not run yet.
   if (hp_.is_moe() && !spec.moe) return unimplemented("{}: expert_count is set but the architecture is not routed", spec.name);
-  if (hp_.n_swa > 0) {
-    return unimplemented("{}: sliding-window attention ({}.attention.sliding_window = {}) is not implemented",
-                         spec.name, spec.name, hp_.n_swa);
-  }
   Backend& be = *backend_;
   auto need = [&](Op op, OpTypes types, const std::string& what) -> Status {
     if (be.supports(op, types)) return Status();

@@ -270,7 +270,7 @@ void CpuBackend::attention(const ::sluice::AttentionArgs& a) {
                                             .row_bytes = kv.row_bytes(), .block_size = kv.layout().block_size,
                                             .type = row_type(kv.layout().dtype), .n_slices = kv.n_slices()},
                                      .n_head = a.n_head, .n_head_kv = a.n_head_kv, .head_dim = a.head_dim,
-                                     .scale = a.scale},
+                                     .scale = a.scale, .window = a.window, .softcap = a.softcap},
                   attn_partials_.data(), attn_partials_.size(), *pool_, isa_);
 }
 

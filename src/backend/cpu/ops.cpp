@@ -1,5 +1,6 @@
 #include "backend/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -98,14 +99,16 @@ void attention(const AttentionArgs& a, float* scratch, ThreadPool& pool) {
       const int64_t h = item % a.n_head;
       const int64_t kvh = h / group;
       const float* q = a.q + (t * a.n_head + h) * a.head_dim;
-      const int64_t n_pos = a.pos0 + t + 1;  // causal: positions 0 .. pos0 + t
+      const int64_t n_pos = a.pos0 + t + 1;  // causal: positions lo .. pos0 + t
+      const int64_t lo = a.window > 0 ? std::max<int64_t>(0, n_pos - a.window) : 0;
       float m = -std::numeric_limits<float>::infinity();
       float l = 0.0f;
       for (int64_t d = 0; d < a.head_dim; ++d) acc[d] = 0.0f;
-      for (int64_t j = 0; j < n_pos; ++j) {
+      for (int64_t j = lo; j < n_pos; ++j) {
         const float* k = a.k + j * kv_stride + kvh * a.head_dim;
         const float* v = a.v + j * kv_stride + kvh * a.head_dim;
-        const float s = dot_f32(q, k, a.head_dim) * a.scale;
+        float s = dot_f32(q, k, a.head_dim) * a.scale;
+        if (a.softcap > 0.0f) s = a.softcap * std::tanh(s / a.softcap);
         if (s > m) {
           const float rescale = std::exp(m - s);  // 0 on the first position
           for (int64_t d = 0; d < a.head_dim; ++d) acc[d] *= rescale;

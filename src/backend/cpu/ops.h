@@ -47,7 +47,8 @@ float gelu_tanh(float x);
 // out = gelu_tanh(gate) * up, elementwise over n (GeGLU). out may alias gate (not up).
 void geglu(const float* gate, const float* up, float* out, int64_t n);
 
-// Causal grouped-query attention with an online softmax (no score matrix).
+// Causal grouped-query attention with an online softmax (no score matrix),
+// optionally over a sliding window and with soft-capped scores.
 //   q:     [n_tokens, n_head, head_dim]       query for token t is at position pos0 + t
 //   k, v:  [n_ctx, n_head_kv, head_dim]       cache rows 0 .. pos0 + n_tokens - 1 valid
 //   out:   [n_tokens, n_head, head_dim]
@@ -63,6 +64,8 @@ struct AttentionArgs {
   int64_t n_head_kv;
   int64_t head_dim;
   float scale;  // usually 1/sqrt(head_dim)
+  int64_t window = 0;    // a query at position P sees P - window + 1 .. P (0: all)
+  float softcap = 0.0f;  // s = softcap * tanh(s / softcap) after the scale (0: none)
 };
 void attention(const AttentionArgs& a, float* scratch, ThreadPool& pool);
 

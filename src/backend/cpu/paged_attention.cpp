@@ -75,6 +75,11 @@ class Runner {
   // Positions the last query of the item attends to.
   int64_t n_pos(const Item& it) const { return a_.seqs[it.seq].pos0 + it.tok0 + it.n_tok; }
   int64_t n_chunks(const Item& it) const { return (n_pos(it) + kPagedKvChunk - 1) / kPagedKvChunk; }
+  // First position a query at position p attends to.
+  int64_t lo(int64_t p) const { return a_.window > 0 ? std::max<int64_t>(0, p - a_.window + 1) : 0; }
+  // First position any query of the item attends to (its first query's), and its chunk.
+  int64_t first_pos(const Item& it) const { return lo(a_.seqs[it.seq].pos0 + it.tok0); }
+  int64_t first_chunk(const Item& it) const { return first_pos(it) / kPagedKvChunk; }
 
   // Address of head `kvh`'s values at position j (through the block table), and
   // the index of its first value there (q8_0 addresses blocks of 32 from it).
@@ -155,6 +160,9 @@ class Runner {
   //   k, v: [n, hd] f32 rows;  sc, pr: [kKvTile]
   void tile_composed(const float* q, const float* k, const float* v, int64_t n, float* x, float* sc, float* pr) const {
     ops_.scores(q, k, n, hd_, a_.scale, sc);
+    if (a_.softcap > 0.0f) {
+      for (int64_t j = 0; j < n; ++j) sc[j] = a_.softcap * std::tanh(sc[j] / a_.softcap);
+    }
     float mb = sc[0];
     for (int64_t j = 1; j < n; ++j) mb = std::max(mb, sc[j]);
     float r = 1.0f;
@@ -168,9 +176,10 @@ class Runner {
     ops_.accumulate(x + 2, r, pr, v, n, hd_);
   }
 
-  // Fresh states over positions [j0, j1) (one chunk) for every query of the item.
-  // f32/f16 K/V are read in place by the fused tile kernel where the level has
-  // one; otherwise (and always for q8_0) each tile is first converted to floats.
+  // Fresh states over positions [j0, j1) (one chunk) for every query of the item,
+  // each query from its window start on. f32/f16 K/V are read in place by the
+  // fused tile kernel where the level has one (and scores are not soft-capped);
+  // otherwise (and always for q8_0) each tile is first converted to floats.
   //   st: item_state_floats();  work: K tile, V tile, scores, probabilities
   void chunk(const Item& it, int64_t j0, int64_t j1, float* st, float* work) const {
     const PagedSeq& s = a_.seqs[it.seq];
@@ -184,41 +193,48 @@ class Runner {
     float* vt = kt + kKvTile * hd_;
     float* sc = vt + kKvTile * hd_;
     float* pr = sc + kKvTile;
-    const bool in_place = ops_.tile != nullptr && a_.kv.type != KvRowType::kQ8_0;
+    const bool fused = ops_.tile != nullptr && a_.softcap == 0.0f;
+    const bool in_place = fused && a_.kv.type != KvRowType::kQ8_0;
     const size_t elem = a_.kv.type == KvRowType::kF16 ? 2 : 4;
     const int64_t stride = in_place ? static_cast<int64_t>(a_.kv.row_bytes / static_cast<size_t>(a_.kv.n_slices))
                                     : hd_ * 4;
+    const int64_t first = first_pos(it);  // no query of the item reads before it
     for (int64_t b = j0, b1; b < j1; b = b1) {
-      b1 = tile_end(b, j1);
+      b1 = tile_end(b, j1);  // the tile grid, a function of positions only
+      if (b1 <= first) continue;
+      const int64_t bb = std::max(b, first);  // rows of the tile that are read: [bb, b1)
       // The item's kv heads in order: with head-major blocks their slices of a
       // block are neighbours, read front to back.
       for (int32_t hi = 0; hi < it.n_kvh; ++hi) {
         const int64_t kvh = it.kvh + hi;
-        if (hi + 1 < it.n_kvh) prefetch_head(it, b, kvh + 1);
+        if (hi + 1 < it.n_kvh) prefetch_head(it, bb, kvh + 1);
         else if (b1 < j1) prefetch_head(it, b1, it.kvh);
-        const uint8_t* kp;
+        const uint8_t* kp;  // row bb of the tile
         const uint8_t* vp;
         if (in_place) {
           int64_t e0 = 0;
-          kp = head_at(a_.kv.k, s.block_table, b, kvh, &e0) + static_cast<size_t>(e0) * elem;
-          vp = head_at(a_.kv.v, s.block_table, b, kvh, &e0) + static_cast<size_t>(e0) * elem;
+          kp = head_at(a_.kv.k, s.block_table, bb, kvh, &e0) + static_cast<size_t>(e0) * elem;
+          vp = head_at(a_.kv.v, s.block_table, bb, kvh, &e0) + static_cast<size_t>(e0) * elem;
         } else {
-          load_rows(a_.kv.k, s.block_table, b, b1, kvh, kt);
-          load_rows(a_.kv.v, s.block_table, b, b1, kvh, vt);
+          load_rows(a_.kv.k, s.block_table, bb, b1, kvh, kt);
+          load_rows(a_.kv.v, s.block_table, bb, b1, kvh, vt);
           kp = reinterpret_cast<const uint8_t*>(kt);
           vp = reinterpret_cast<const uint8_t*>(vt);
         }
         for (int32_t qi = 0; qi < it.n_tok; ++qi) {
-          const int64_t limit = s.pos0 + it.tok0 + qi + 1;  // causal: positions < limit
-          const int64_t n = std::min(b1, limit) - b;
+          const int64_t pos = s.pos0 + it.tok0 + qi;
+          const int64_t from = std::max(bb, lo(pos));         // window: positions >= from
+          const int64_t n = std::min(b1, pos + 1) - from;     // causal: positions <= pos
           if (n <= 0) continue;
+          const int64_t skip = from - bb;                     // rows of the tile before the window
           const float* q0 = s.q + ((static_cast<int64_t>(it.tok0) + qi) * a_.n_head + kvh * group_) * hd_;
           for (int64_t g = 0; g < group_; ++g) {
             float* x = st + static_cast<size_t>((qi * it.n_kvh + hi) * group_ + g) * sf;  // [m, l, acc]
-            if (ops_.tile != nullptr) {
-              ops_.tile(q0 + g * hd_, kp, vp, stride, in_place && elem == 2, n, hd_, a_.scale, x);
+            if (fused) {
+              ops_.tile(q0 + g * hd_, kp + skip * stride, vp + skip * stride, stride, in_place && elem == 2, n, hd_,
+                        a_.scale, x);
             } else {
-              tile_composed(q0 + g * hd_, kt, vt, n, x, sc, pr);
+              tile_composed(q0 + g * hd_, kt + skip * hd_, vt + skip * hd_, n, x, sc, pr);
             }
           }
         }
@@ -233,6 +249,10 @@ class Runner {
       float* x = into + static_cast<size_t>(k) * sf;
       const float* y = part + static_cast<size_t>(k) * sf;
       if (y[0] == kNegInf) continue;  // this query saw no position of the chunk
+      if (x[0] == kNegInf) {          // nor of the ones before (a window starting later): take the chunk's
+        std::copy(y, y + sf, x);
+        continue;
+      }
       const float m = std::max(x[0], y[0]);
       const float a1 = x[0] == kNegInf ? 0.0f : std::exp(x[0] - m);
       const float a2 = std::exp(y[0] - m);
@@ -260,14 +280,15 @@ class Runner {
     return {c * kPagedKvChunk, std::min(n_pos(it), (c + 1) * kPagedKvChunk)};
   }
 
-  // The whole item on one thread: chunk 0, then fold chunks 1.. in order.
+  // The whole item on one thread: its first chunk, then fold the later ones in order.
   void whole(const Item& it, float* scratch) const {
     float* run = scratch;
     float* part = scratch + item_state_floats(a_.n_head_kv);
     float* work = part + item_state_floats(a_.n_head_kv);
-    auto [j0, j1] = chunk_range(it, 0);
+    const int64_t c0 = first_chunk(it);
+    auto [j0, j1] = chunk_range(it, c0);
     chunk(it, j0, j1, run, work);
-    for (int64_t c = 1; c < n_chunks(it); ++c) {
+    for (int64_t c = c0 + 1; c < n_chunks(it); ++c) {
       std::tie(j0, j1) = chunk_range(it, c);
       chunk(it, j0, j1, part, work);
       merge(it, run, part);
@@ -355,7 +376,7 @@ void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_part
         const Item it = item_at(i, hpi);
         if (i_next < n_items) {
           const Item next_item = item_at(i_next, hpi);
-          run.prefetch_head(next_item, 0, next_item.kvh);
+          run.prefetch_head(next_item, run.first_pos(next_item), next_item.kvh);
         }
         run.whole(it, scratch);
       }
@@ -369,7 +390,7 @@ void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_part
     for (int64_t u = ti; u < n_units; u += n) {
       const Item it = item_at(u / max_chunks, 1);
       const int64_t c = u % max_chunks;
-      if (c >= run.n_chunks(it)) continue;
+      if (c < run.first_chunk(it) || c >= run.n_chunks(it)) continue;
       auto [j0, j1] = run.chunk_range(it, c);
       run.chunk(it, j0, j1, split_buf + static_cast<size_t>(u) * isf, work);
     }
@@ -378,8 +399,9 @@ void paged_attention(const PagedAttentionArgs& a, float* partials, size_t n_part
   pool.run_on_all([&](int ti, int n) {
     for (int64_t i = ti; i < n_head_items; i += n) {
       const Item it = item_at(i, 1);
-      float* acc = split_buf + static_cast<size_t>(i * max_chunks) * isf;
-      for (int64_t c = 1; c < run.n_chunks(it); ++c) run.merge(it, acc, split_buf + static_cast<size_t>(i * max_chunks + c) * isf);
+      const int64_t c0 = run.first_chunk(it);
+      float* acc = split_buf + static_cast<size_t>(i * max_chunks + c0) * isf;
+      for (int64_t c = c0 + 1; c < run.n_chunks(it); ++c) run.merge(it, acc, split_buf + static_cast<size_t>(i * max_chunks + c) * isf);
       run.write_out(it, acc);
     }
   });

@@ -22,6 +22,18 @@
 // kernel (16 scores at once, vector exp, f16 converted in registers); q8_0, and
 // the levels without that kernel, convert a tile to floats first.
 //
+// A sliding window (window > 0) keeps this grid: a query at P reads positions
+// lo = max(0, P - window + 1) .. P, so its first chunk is lo / 256 and its first
+// tile the grid's tile holding lo, cut to start at lo. Chunks and tiles wholly
+// before the first query of a work item are skipped without touching their
+// blocks (which the KV manager may have freed); a chunk that is empty for a
+// later query of the item leaves its state untouched (merging into an empty
+// state copies).
+//
+// Soft-capping (softcap > 0) applies softcap * tanh(s / softcap) to each score;
+// it always takes the composed scores/accumulate path (never the fused tile
+// kernel), so every level this machine can run checks it against the scalar one.
+//
 // Because chunking, tiling and fold order depend only on a query's position, its
 // output has the same bits whether it is decoded alone or inside a prefill batch,
 // and whatever the thread count. Work items are (sequence, up to 8 tokens, a run
@@ -60,7 +72,8 @@ struct PagedSeq {
   float* out = nullptr;      // [n_tokens, n_head, head_dim]
   int64_t n_tokens = 0;      // query tokens at positions pos0 .. pos0 + n_tokens - 1
   int64_t pos0 = 0;
-  const int32_t* block_table = nullptr;  // covers positions 0 .. pos0 + n_tokens - 1
+  const int32_t* block_table = nullptr;  // covers positions 0 .. pos0 + n_tokens - 1; entries wholly
+                                         // before the first query's window are never read
 };
 
 struct PagedAttentionArgs {
@@ -70,6 +83,8 @@ struct PagedAttentionArgs {
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
   float scale = 1.0f;
+  int64_t window = 0;    // a query at position P attends to max(0, P - window + 1) .. P (0: 0 .. P)
+  float softcap = 0.0f;  // scores s -> softcap * tanh(s / softcap) after the scale (0: none)
 };
 
 // Floats of `partials` needed for any call with at most max_items (token, kv head)

@@ -102,8 +102,9 @@ PagedData make_paged(const Shape& s, uint32_t seed) {
 }
 
 // Runs paged attention for queries at positions pos0 .. pos0 + n - 1 of one sequence.
+// window / softcap as PagedAttentionArgs has them.
 std::vector<float> run_paged(const Shape& s, const PagedData& d, const std::vector<float>& q, int64_t pos0,
-                             int64_t n, int threads, Isa isa) {
+                             int64_t n, int threads, Isa isa, int64_t window = 0, float softcap = 0.0f) {
   ThreadPool pool(threads);
   GuardedFloats out(static_cast<size_t>(n * s.n_head * s.hd));
   PagedSeq seq{.q = q.data(), .out = out.data(), .n_tokens = n, .pos0 = pos0, .block_table = d.table.data()};
@@ -111,7 +112,7 @@ std::vector<float> run_paged(const Shape& s, const PagedData& d, const std::vect
                        .kv = {.k = d.k.data(), .v = d.v.data(), .row_bytes = d.row_bytes, .block_size = s.bs, .type = s.type,
                               .n_slices = d.slices},
                        .n_head = s.n_head, .n_head_kv = s.n_head_kv, .head_dim = s.hd,
-                       .scale = 1.0f / std::sqrt(static_cast<float>(s.hd))};
+                       .scale = 1.0f / std::sqrt(static_cast<float>(s.hd)), .window = window, .softcap = softcap};
   const size_t np = paged_attention_partials_floats(n * s.n_head_kv, s.n_ctx, s.n_head, s.n_head_kv, s.hd, threads);
   std::vector<float> partials(np);
   paged_attention(a, partials.data(), np, pool, isa);
@@ -120,13 +121,15 @@ std::vector<float> run_paged(const Shape& s, const PagedData& d, const std::vect
 }
 
 // The contiguous scalar reference (ops.h) over the stored (rounded) K/V values.
-std::vector<float> reference(const Shape& s, const PagedData& d, const std::vector<float>& q, int64_t pos0, int64_t n) {
+std::vector<float> reference(const Shape& s, const PagedData& d, const std::vector<float>& q, int64_t pos0, int64_t n,
+                             int64_t window = 0, float softcap = 0.0f) {
   std::vector<float> ref(q.size());
   ThreadPool one(1);
   std::vector<float> scratch(static_cast<size_t>(s.hd));
   attention(AttentionArgs{.q = q.data(), .k = d.k_ref.data(), .v = d.v_ref.data(), .out = ref.data(),
                           .n_tokens = n, .pos0 = pos0, .n_head = s.n_head, .n_head_kv = s.n_head_kv,
-                          .head_dim = s.hd, .scale = 1.0f / std::sqrt(static_cast<float>(s.hd))},
+                          .head_dim = s.hd, .scale = 1.0f / std::sqrt(static_cast<float>(s.hd)),
+                          .window = window, .softcap = softcap},
             scratch.data(), one);
   return ref;
 }
@@ -252,6 +255,111 @@ TEST(PagedAttention, ManySequencesOfDifferentLengthsInOneCall) {
   for (size_t i = 0; i < shapes.size(); ++i) {
     const auto alone = run_paged(s, d, qs[i], shapes[i].first, shapes[i].second, 2, active_isa());
     EXPECT_EQ(alone, outs[i]) << "sequence " << i;
+  }
+}
+
+// Sliding windows of odd sizes (1, a block less one, not a multiple of the
+// 256-position chunk, exactly a chunk, past the context) and soft-capped scores,
+// for every row type, layout and level this machine runs, prefill at the start
+// and at the end of the context.
+TEST(PagedAttention, WindowAndSoftcapMatchTheContiguousReference) {
+  for (KvRowType type : {KvRowType::kF32, KvRowType::kF16, KvRowType::kQ8_0})
+  for (bool by_head : {false, true})
+  for (Shape s : {Shape{8, 2, 64, 600}, Shape{6, 3, 64, 90, 8}}) {
+    s.type = type;
+    s.slices = by_head ? s.n_head_kv : 1;
+    const PagedData d = make_paged(s, 23);
+    for (int64_t window : {int64_t{1}, s.bs - 1, int64_t{37}, int64_t{256}, int64_t{300}, s.n_ctx + 5})
+    for (float softcap : {0.0f, 0.6f})
+    for (int64_t pos0 : {int64_t{0}, s.n_ctx - 21}) {
+      const int64_t n = 21;
+      const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 7);
+      const auto ref = reference(s, d, q, pos0, n, window, softcap);
+      for (int isa = 0; isa <= static_cast<int>(max_supported_isa()); ++isa) {
+        const auto out = run_paged(s, d, q, pos0, n, 2, static_cast<Isa>(isa), window, softcap);
+        EXPECT_LT(nmse(out.data(), ref.data(), out.size()), 1e-10)
+            << "type " << static_cast<int>(type) << " slices " << s.slices << " window " << window << " softcap "
+            << softcap << " pos0 " << pos0 << " isa " << isa;
+      }
+    }
+  }
+}
+
+// The reference itself: a window of 1 gives each query its own V row; a window
+// covering the context changes nothing; a soft cap changes the result.
+TEST(PagedAttention, ReferenceWindowAndSoftcapMeanWhatTheySay) {
+  Shape s{4, 2, 32, 100};
+  const PagedData d = make_paged(s, 29);
+  const int64_t n = 10, pos0 = s.n_ctx - n;
+  const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 8);
+  const auto own = reference(s, d, q, pos0, n, 1);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < s.n_head; ++h)
+      for (int64_t i = 0; i < s.hd; ++i)
+        ASSERT_EQ(own[(t * s.n_head + h) * s.hd + i],
+                  d.v_ref[static_cast<size_t>((pos0 + t) * s.n_head_kv * s.hd + h / 2 * s.hd + i)]);
+  EXPECT_EQ(reference(s, d, q, pos0, n, s.n_ctx), reference(s, d, q, pos0, n));
+  EXPECT_EQ(run_paged(s, d, q, pos0, n, 2, active_isa(), s.n_ctx), run_paged(s, d, q, pos0, n, 2, active_isa()));
+  const auto full = reference(s, d, q, pos0, n);
+  const auto capped = reference(s, d, q, pos0, n, 0, 0.2f);
+  EXPECT_GT(nmse(capped.data(), full.data(), full.size()), 1e-6);
+}
+
+// A windowed query's output depends only on its position: decoded alone (the
+// split-KV path with 2 and 3 threads, whose first chunk is not chunk 0), inside a
+// prefill batch, or with any thread count, the same bits.
+TEST(PagedAttention, WindowedDecodeEqualsPrefillBitForBitAcrossThreadCounts) {
+  for (float softcap : {0.0f, 30.0f}) {
+    Shape s{8, 2, 64, 700};
+    s.type = KvRowType::kF16;
+    s.slices = 2;
+    const PagedData d = make_paged(s, 5);
+    const int64_t n = 40, pos0 = s.n_ctx - n, window = 300;
+    const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 9);
+    const auto batch = run_paged(s, d, q, pos0, n, 3, active_isa(), window, softcap);
+    const int64_t per_tok = s.n_head * s.hd;
+    for (int threads : {1, 2, 3}) {
+      for (int64_t t = 0; t < n; t += 7) {
+        std::vector<float> q1(q.begin() + t * per_tok, q.begin() + (t + 1) * per_tok);
+        const auto one = run_paged(s, d, q1, pos0 + t, 1, threads, active_isa(), window, softcap);
+        for (int64_t i = 0; i < per_tok; ++i)
+          ASSERT_EQ(one[i], batch[t * per_tok + i]) << "token " << t << " threads " << threads;
+      }
+    }
+  }
+}
+
+// Blocks wholly before the first query's window may have been freed: their table
+// entries point far outside the pool and their rows hold NaN, and neither is
+// read (a read would fault or turn the output into NaN).
+TEST(PagedAttention, WindowNeverReadsBlocksBeforeIt) {
+  for (KvRowType type : {KvRowType::kF32, KvRowType::kF16, KvRowType::kQ8_0}) {
+    Shape s{8, 2, 64, 600};
+    s.type = type;
+    s.slices = 2;
+    PagedData d = make_paged(s, 37);
+    const int64_t n = 9, pos0 = s.n_ctx - n, window = 200;
+    const auto q = random_floats(static_cast<size_t>(n * s.n_head * s.hd), 10);
+    const auto ref = reference(s, d, q, pos0, n, window);
+    const int64_t first_block = (pos0 - window + 1) / s.bs;  // the first query's window starts in it
+    for (int64_t b = 0; b < first_block; ++b) {
+      const size_t at = static_cast<size_t>(d.table[static_cast<size_t>(b)]) * static_cast<size_t>(s.bs) * d.row_bytes;
+      std::fill_n(d.k.begin() + static_cast<std::ptrdiff_t>(at), s.bs * static_cast<int64_t>(d.row_bytes), uint8_t{0xFF});
+      std::fill_n(d.v.begin() + static_cast<std::ptrdiff_t>(at), s.bs * static_cast<int64_t>(d.row_bytes), uint8_t{0xFF});
+    }
+    PagedData freed = d;
+    for (int64_t b = 0; b < first_block; ++b) freed.table[static_cast<size_t>(b)] = 1 << 30;
+    for (int isa = 0; isa <= static_cast<int>(max_supported_isa()); ++isa) {
+      for (int threads : {1, 2}) {
+        for (const PagedData* data : {&d, &freed}) {
+          const auto out = run_paged(s, *data, q, pos0, n, threads, static_cast<Isa>(isa), window);
+          EXPECT_LT(nmse(out.data(), ref.data(), out.size()), 1e-10) << "type " << static_cast<int>(type);
+          const auto one = run_paged(s, *data, std::vector<float>(q.begin(), q.begin() + s.n_head * s.hd), pos0, 1,
+                                     threads, static_cast<Isa>(isa), window);
+          EXPECT_TRUE(std::all_of(one.begin(), one.end(), [](float x) { return std::isfinite(x); }));
+        }
+      }
+    }
   }
 }
 
