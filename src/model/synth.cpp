@@ -292,7 +292,11 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
                         t.role == TensorRole::kFfnPostNorm;
       return add_vector(name, ne[0], norm);
     }
-    const float stddev = t.role == TensorRole::kTokenEmbd ? 1.0f : 1.0f / std::sqrt(static_cast<float>(ne[0]));
+    // Embeddings N(0, 1); an architecture that scales them by sqrt(n_embd)
+    // (gemma) gets N(0, 1/n_embd), so the scaled rows have unit RMS as in its
+    // real checkpoints (and the tied head's logits the size they have there).
+    const float embd_std = spec->embd_scale_sqrt ? 1.0f / std::sqrt(static_cast<float>(s.n_embd)) : 1.0f;
+    const float stddev = t.role == TensorRole::kTokenEmbd ? embd_std : 1.0f / std::sqrt(static_cast<float>(ne[0]));
     const DType type = type_of(t, name, ne[0]);
     return add_matrix(name, type, std::move(ne), stddev);
   };
