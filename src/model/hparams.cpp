@@ -86,7 +86,7 @@ Status read_window_and_caps(const Metadata& md, const std::string& a, ModelHpara
   }
   if (auto q = md.get_float(a + "attention.query_pre_attn_scalar")) scalar = *q;
   if (!(scalar > 0.0)) return data_loss("{}attention.query_pre_attn_scalar must be positive", a);
-  hp->attn_scale = static_cast<float>(1.0 / std::sqrt(scalar));
+  hp->attn_scale = 1.0f / std::sqrt(static_cast<float>(scalar));  // as 1.0f / sqrtf(head_dim) before
   return Status();
 }
 
@@ -147,7 +147,7 @@ StatusOr<ModelHparams> read_hparams(const Metadata& md) {
   }
   RETURN_IF_ERROR(read_moe(md, a, &hp));
   ASSIGN_OR_RETURN(hp.n_swa, optional_int(md, a + "attention.sliding_window", 0));
-  hp.attn_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp.head_dim)));
+  hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
   RETURN_IF_ERROR(read_window_and_caps(md, a, &hp));
   if (hp.n_ff == 0 && (!hp.is_moe() || hp.n_layer_dense > 0)) {
     return data_loss("missing metadata key '{}feed_forward_length'", a);
