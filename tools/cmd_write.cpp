@@ -133,7 +133,7 @@ Runner add_convert(CLI::App& app) {
 Runner add_synth(CLI::App& app) {
   struct Args {
     std::string preset = "tiny", type = "f16", output;
-    int64_t layers = 0;
+    int64_t layers = 0, vocab = 0;
     uint64_t seed = 1;
     int n_threads = 0;
     int64_t sliding_window = 0;
@@ -144,6 +144,7 @@ Runner add_synth(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--type", a->type, "weights: a type (f16, q8_0, q4_0, q5_k, iq4_nl, ...) or llama.cpp mix (q2_k, q3_k_m, q4_k_m, q5_k_s, iq4_xs, ...)")->capture_default_str();
   c->add_option("--layers", a->layers, "override the layer count (a slice: 70b-slice, mixtral-8x7b, ...)");
+  c->add_option("--vocab", a->vocab, "override the vocabulary size (small test models)");
   c->add_option("--seed", a->seed, "RNG seed (same seed -> identical file)")->capture_default_str();
   c->add_option("-t,--threads", a->n_threads, "threads");
   CLI::Option* window = c->add_option("--sliding-window", a->sliding_window,
@@ -154,6 +155,7 @@ Runner add_synth(CLI::App& app) {
     auto shape = synth_preset(a->preset, a->layers);
     if (!shape.ok()) return fail(shape.status());
     if (window->count() > 0) shape->n_swa = a->sliding_window;
+    if (a->vocab > 0) shape->n_vocab = a->vocab;
     SynthOptions o{.shape = *shape, .type = a->type, .seed = a->seed, .n_threads = a->n_threads,
                    .progress = progress_printer("synth " + a->preset + " " + a->type)};
     auto n = write_synth_model(o, a->output);

@@ -73,6 +73,39 @@ constexpr std::array<TensorSpec, 4> kQwenShared = {{
     {R::kFfnDownShexp, "ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", true, K::kMatrix, {D::kFfShared, D::kEmbd}, false, P::kShared, 6},
 }};
 
+// Gemma 2/3: the embedding table is the head (no output.weight); each block's
+// output is RMS-normed before its residual add. HF names the attention
+// post-norm post_attention_layernorm, which llama-family checkpoints use for
+// the FFN's pre-norm.
+constexpr std::array<TensorSpec, 2> kGlobalTied = {{
+    {R::kTokenEmbd, "token_embd.weight", "model.embed_tokens.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, false, P::kAny, -1},
+    {R::kOutputNorm, "output_norm.weight", "model.norm.weight", false, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+}};
+constexpr std::array<TensorSpec, 6> kGemmaPostNormFfn = {{
+    {R::kAttnPostNorm, "post_attention_norm.weight", "post_attention_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+    {R::kFfnNorm, "ffn_norm.weight", "pre_feedforward_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+    {R::kFfnGate, "ffn_gate.weight", "mlp.gate_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf}, false, P::kDense, 2},
+    {R::kFfnUp, "ffn_up.weight", "mlp.up_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf}, false, P::kDense, 2},
+    {R::kFfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, K::kMatrix, {D::kFf, D::kEmbd}, false, P::kDense, 3},
+    {R::kFfnPostNorm, "post_ffw_norm.weight", "post_feedforward_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+}};
+// Phi-3: q/k/v in one matrix, gate and up in one (GGUF calls it ffn_up).
+constexpr std::array<TensorSpec, 6> kPhi3Layer = {{
+    {R::kAttnNorm, "attn_norm.weight", "input_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+    {R::kAttnQkv, "attn_qkv.weight", "self_attn.qkv_proj.weight", true, K::kMatrix, {D::kEmbd, D::kEmbdQkv}, false, P::kAny, 0},
+    {R::kAttnOutput, "attn_output.weight", "self_attn.o_proj.weight", true, K::kMatrix, {D::kEmbdQ, D::kEmbd}, false, P::kAny, 1},
+    {R::kFfnNorm, "ffn_norm.weight", "post_attention_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+    {R::kFfnGateUp, "ffn_up.weight", "mlp.gate_up_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf2}, false, P::kDense, 2},
+    {R::kFfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, K::kMatrix, {D::kFf, D::kEmbd}, false, P::kDense, 3},
+}};
+constexpr std::array<TensorSpec, 2> kGlobalUntied = {{
+    {R::kTokenEmbd, "token_embd.weight", "model.embed_tokens.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, false, P::kAny, -1},
+    {R::kOutputNorm, "output_norm.weight", "model.norm.weight", false, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+}};
+constexpr std::array<TensorSpec, 1> kOutputHead = {{
+    {R::kOutput, "output.weight", "lm_head.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, true, P::kAny, 0},
+}};
+
 // Llama 2/3, Mistral, TinyLlama, SmolLM and, with experts, Mixtral.
 constexpr auto kLlamaTensors = concat(kGlobal, kAttention, kQkvBias, kDenseFfn, kMixtralExperts);
 // Qwen2: the llama layer (its q/k/v biases), never routed (that is qwen2moe).
@@ -83,11 +116,21 @@ constexpr auto kQwen2MoeTensors = concat(kGlobal, kAttention, kQkvBias, kDenseFf
 constexpr auto kQwen3Tensors = concat(kGlobal, kAttention, kQkNorm, kDenseFfn);
 constexpr auto kQwen3MoeTensors = concat(kGlobal, kAttention, kQkNorm, kDenseFfn, kQwenExperts);
 
+// Gemma 2: the llama attention block; GeGLU FFN; post-norms.
+constexpr auto kGemma2Tensors = concat(kGlobalTied, kAttention, kGemmaPostNormFfn);
+// Gemma 3 (text): Gemma 2's layer with per-head q/k norms.
+constexpr auto kGemma3Tensors = concat(kGlobalTied, kAttention, kQkNorm, kGemmaPostNormFfn);
+// Phi-3 (mini, medium; Phi-4 uses this architecture name too).
+constexpr auto kPhi3Tensors = concat(kGlobalUntied, kOutputHead, kPhi3Layer);
+
 constexpr const char* kLlamaHf[] = {"llama", "mistral", "mixtral"};
 constexpr const char* kQwen2Hf[] = {"qwen2"};
 constexpr const char* kQwen2MoeHf[] = {"qwen2_moe"};
 constexpr const char* kQwen3Hf[] = {"qwen3"};
 constexpr const char* kQwen3MoeHf[] = {"qwen3_moe"};
+constexpr const char* kGemma2Hf[] = {"gemma2"};
+constexpr const char* kGemma3Hf[] = {"gemma3_text"};
+constexpr const char* kPhi3Hf[] = {"phi3"};
 
 constexpr ArchSpec kLlama{
     .name = "llama",
@@ -126,7 +169,44 @@ constexpr ArchSpec kQwen3Moe{
     .moe = MoeSpec{.renormalize = true},
 };
 
-constexpr const ArchSpec* kArchs[] = {&kLlama, &kQwen2, &kQwen2Moe, &kQwen3, &kQwen3Moe};
+constexpr ArchSpec kGemma2{
+    .name = "gemma2",
+    .tensors = kGemma2Tensors,
+    .hf_model_types = kGemma2Hf,
+    .rope = RopeLayout::kNeox,
+    .act = Activation::kGelu,
+    .embd_scale_sqrt = true,
+    .attn_softcap = true,
+    .final_softcap = true,
+    .sliding_window = true,
+    .swa_pattern = 2,
+    .hf_norm_plus_one = true,
+};
+constexpr ArchSpec kGemma3{
+    .name = "gemma3",
+    .tensors = kGemma3Tensors,
+    .hf_model_types = kGemma3Hf,
+    .rope = RopeLayout::kNeox,
+    .act = Activation::kGelu,
+    .qk_norm = true,
+    .embd_scale_sqrt = true,
+    .sliding_window = true,
+    .swa_pattern = 6,
+    .swa_rope_base = 10000.0f,
+    .hf_norm_plus_one = true,
+};
+constexpr ArchSpec kPhi3{
+    .name = "phi3",
+    .tensors = kPhi3Tensors,
+    .hf_model_types = kPhi3Hf,
+    .rope = RopeLayout::kNeox,
+    .sliding_window = true,
+};
+
+constexpr const ArchSpec* kArchs[] = {&kLlama, &kQwen2, &kQwen2Moe, &kQwen3, &kQwen3Moe, &kGemma2, &kGemma3, &kPhi3};
+
+constexpr TensorRole kQkvParts[] = {R::kAttnQ, R::kAttnK, R::kAttnV};
+constexpr TensorRole kGateUpParts[] = {R::kFfnGate, R::kFfnUp};
 
 struct Refusal {
   const char* name;
@@ -157,10 +237,14 @@ const char* tensor_role_name(TensorRole role) {
     case R::kAttnVBias: return "attn_v.bias";
     case R::kAttnQNorm: return "attn_q_norm";
     case R::kAttnKNorm: return "attn_k_norm";
+    case R::kAttnQkv: return "attn_qkv";
+    case R::kAttnPostNorm: return "post_attention_norm";
     case R::kFfnNorm: return "ffn_norm";
     case R::kFfnGate: return "ffn_gate";
     case R::kFfnUp: return "ffn_up";
     case R::kFfnDown: return "ffn_down";
+    case R::kFfnGateUp: return "ffn_up (gate+up)";
+    case R::kFfnPostNorm: return "post_ffw_norm";
     case R::kFfnRouter: return "ffn_gate_inp";
     case R::kFfnGateExps: return "ffn_gate_exps";
     case R::kFfnUpExps: return "ffn_up_exps";
@@ -212,6 +296,12 @@ const ArchSpec* find_arch_by_hf_model_type(std::string_view model_type) {
     for (const char* t : a->hf_model_types)
       if (model_type == t) return a;
   return nullptr;
+}
+
+std::span<const TensorRole> fused_parts(TensorRole role) {
+  if (role == R::kAttnQkv) return kQkvParts;
+  if (role == R::kFfnGateUp) return kGateUpParts;
+  return {};
 }
 
 std::pair<int64_t, std::string> split_layer_name(std::string_view name) {

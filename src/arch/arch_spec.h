@@ -63,11 +63,17 @@ enum class TensorRole : uint8_t {
   kAttnVBias,
   kAttnQNorm,  // per-head RMSNorm of q before RoPE
   kAttnKNorm,
+  kAttnQkv,       // q, k and v in one matrix [n_embd, n_embd_q + 2 n_embd_kv] (phi3); bound as
+                  // three row slices in kAttnQ/K/V
+  kAttnPostNorm,  // RMSNorm of the attention output before the residual add (gemma2/3)
   // Dense FFN block.
   kFfnNorm,
   kFfnGate,
   kFfnUp,
   kFfnDown,
+  kFfnGateUp,     // gate and up in one matrix [n_embd, 2 n_ff], gate rows first (phi3); bound
+                  // as two row slices in kFfnGate/kFfnUp
+  kFfnPostNorm,   // RMSNorm of the FFN output before the residual add (gemma2/3)
   // Mixture-of-experts FFN block.
   kFfnRouter,      // ffn_gate_inp: [n_embd, n_expert]
   kFfnGateExps,
@@ -96,6 +102,8 @@ enum class Dim : uint8_t {
   kExpert,    // n_expert
   kFfExpert,  // one routed expert's FFN width
   kFfShared,  // the shared expert's FFN width
+  kEmbdQkv,   // n_embd_q + 2 n_embd_kv (a fused q/k/v matrix)
+  kFf2,       // 2 n_ff (a fused gate/up matrix)
 };
 
 enum class TensorKind : uint8_t {
@@ -148,6 +156,10 @@ struct ArchSpec {
   bool attn_softcap = false;           // attention logits soft-capped ({arch}.attn_logit_softcapping)
   bool final_softcap = false;          // output logits soft-capped ({arch}.final_logit_softcapping)
   bool sliding_window = false;         // layers may attend over a window only ({arch}.attention.sliding_window)
+  int swa_pattern = 1;                 // with a window: layer l is windowed when l % swa_pattern < swa_pattern - 1
+                                       // (1: every layer; gemma2: 2, even layers; gemma3: 6, five of six)
+  float swa_rope_base = 0.0f;          // RoPE base of windowed layers, unscaled (gemma3: 10000); 0: as the others
+  bool hf_norm_plus_one = false;       // HF stores RMSNorm weights w for a scale of (1 + w); GGUF stores 1 + w
   // Mixture of experts: set for architectures whose FFN is routed whenever
   // {arch}.expert_count > 0 (llama: Mixtral).
   std::optional<MoeSpec> moe;
@@ -170,6 +182,10 @@ std::optional<std::string> refusal_reason(std::string_view name);
 
 // The architecture an HF config.json model_type maps to, or nullptr.
 const ArchSpec* find_arch_by_hf_model_type(std::string_view model_type);
+
+// The roles a fused matrix is bound as (row slices, in row order): attn_qkv
+// -> q, k, v; ffn_up (gate/up) -> gate, up. Empty for other roles.
+std::span<const TensorRole> fused_parts(TensorRole role);
 
 // Splits "blk.12.attn_q.weight" into (12, "attn_q.weight"); -1 and the whole
 // name for anything else.

@@ -62,7 +62,8 @@ struct NormMatmulArgs {
   std::span<const MatmulOut> outs;  // every w.n_in == n_embd
 };
 
-// h[t] = act(gate[t]) * up[t] (written over gate), then out.y = W h.
+// h[t] = act(gate[t]) * up[t] (written over gate), then out.y = W h; act is
+// SiLU (SwiGLU) or tanh-approximated GELU (GeGLU).
 struct GluMatmulArgs {
   float* gate = nullptr;      // [n_tok, n_ff] in; h out
   const float* up = nullptr;  // [n_tok, n_ff]
@@ -275,6 +276,9 @@ class Backend {
   virtual void expert_ffn(const ExpertFfnArgs& a) = 0;
   // x += y over n floats (the residual add).
   virtual void add(float* x, const float* y, int64_t n) = 0;
+  // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * norm: an RMSNorm no matmul
+  // follows (Gemma's post-norms).  x, out: [n_tok, n] (may alias);  norm: [n]
+  virtual void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) = 0;
   virtual void logits(const LogitsArgs& a) = 0;
 };
 

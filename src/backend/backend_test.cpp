@@ -83,6 +83,45 @@ TEST_P(BackendOps, NormMatmulAndGluMatmulMatchTheReference) {
   EXPECT_LT(nmse(a.y.data(), b.y.data(), a.y.size()), 4 * bound(type));
 }
 
+TEST_P(BackendOps, GegluMatmulMatchesTheReference) {
+  const DType type = GetParam();
+  const int64_t n_embd = 256, n_ff = 512, n_tok = 6;
+  reserve({.n_tok = n_tok, .n_in_max = n_ff});
+  Matrix down(type, n_ff, n_embd, 11);
+  const auto g0 = random_floats(static_cast<size_t>(n_tok * n_ff), 12, 3.0f);
+  const auto u = random_floats(static_cast<size_t>(n_tok * n_ff), 13);
+  auto run = [&](Backend& be, GuardedFloats& g, GuardedFloats& y) {
+    std::copy(g0.begin(), g0.end(), g.data());
+    be.glu_matmul({.gate = g.data(), .up = u.data(), .n_ff = n_ff, .n_tok = n_tok, .act = Activation::kGelu,
+                   .out = {down.view, y.data()}});
+  };
+  GuardedFloats ga(n_tok * n_ff), ya(n_tok * n_embd), gb(n_tok * n_ff), yb(n_tok * n_embd);
+  run(cpu_, ga, ya);
+  run(ref_, gb, yb);
+  EXPECT_TRUE(ga.guards_intact() && ya.guards_intact());
+  EXPECT_LT(nmse(ga.data(), gb.data(), ga.size()), 1e-11);  // h = gelu(g) * u
+  EXPECT_LT(nmse(ya.data(), yb.data(), ya.size()), 4 * bound(type));
+  // GeGLU is not SwiGLU: the same inputs through SiLU give another h.
+  GuardedFloats gs(n_tok * n_ff), ys(n_tok * n_embd);
+  std::copy(g0.begin(), g0.end(), gs.data());
+  ref_.glu_matmul({.gate = gs.data(), .up = u.data(), .n_ff = n_ff, .n_tok = n_tok, .out = {down.view, ys.data()}});
+  EXPECT_GT(nmse(gs.data(), gb.data(), gs.size()), 1e-3);
+}
+
+TEST_P(BackendOps, RmsnormMatchesTheReference) {
+  const int64_t n = 320, n_tok = 9;
+  const auto x = random_floats(static_cast<size_t>(n_tok * n), 14, 5.0f);
+  const auto w = random_floats(static_cast<size_t>(n), 15);
+  GuardedFloats a(n_tok * n), b(n_tok * n), inplace(n_tok * n);
+  cpu_.rmsnorm(x.data(), w.data(), 1e-6f, a.data(), n_tok, n);
+  ref_.rmsnorm(x.data(), w.data(), 1e-6f, b.data(), n_tok, n);
+  EXPECT_TRUE(a.guards_intact());
+  EXPECT_LT(nmse(a.data(), b.data(), a.size()), 1e-12);
+  std::copy(x.begin(), x.end(), inplace.data());
+  cpu_.rmsnorm(inplace.data(), w.data(), 1e-6f, inplace.data(), n_tok, n);
+  EXPECT_EQ(0, std::memcmp(inplace.data(), a.data(), a.size() * sizeof(float)));
+}
+
 TEST_P(BackendOps, PreparedWeightsGiveTheBitsOfGgufRows) {
   const DType type = GetParam();
   const int64_t n_in = 256, n_out = 64, n_tok = 5;
@@ -250,7 +289,8 @@ TEST(Backend, EmbedAndLogitsMatchTheReference) {
 TEST(Backend, SupportsAndCreateSayWhatIsThere) {
   cpu::CpuBackend cpu({.n_threads = 1});
   EXPECT_TRUE(cpu.supports(Op::kMatmul, {.weight = DType::kQ4_K}));
-  EXPECT_FALSE(cpu.supports(Op::kGluMatmul, {.weight = DType::kQ8_0, .act = Activation::kGelu}));
+  EXPECT_TRUE(cpu.supports(Op::kGluMatmul, {.weight = DType::kQ8_0, .act = Activation::kGelu}));
+  EXPECT_FALSE(cpu.supports(Op::kExpertFfn, {.weight = DType::kQ8_0, .act = Activation::kGelu}));
   EXPECT_TRUE(create_backend({.name = "reference"}).ok());
   auto bad = create_backend({.name = "tpu"});
   ASSERT_FALSE(bad.ok());

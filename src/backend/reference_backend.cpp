@@ -41,7 +41,8 @@ ReferenceBackend::ReferenceBackend() : pool_(std::make_unique<ThreadPool>(1)) {}
 
 bool ReferenceBackend::supports(Op op, const OpTypes& types) const {
   // Every operator; the activation of gated FFNs is SwiGLU only so far.
-  if (op == Op::kGluMatmul || op == Op::kExpertFfn) return types.act == Activation::kSilu;
+  if (op == Op::kGluMatmul) return true;  // SwiGLU and GeGLU
+  if (op == Op::kExpertFfn) return types.act == Activation::kSilu;
   return true;  // dot_row and dequantize_row cover every DType
 }
 
@@ -93,8 +94,8 @@ void ReferenceBackend::norm_matmul(const NormMatmulArgs& a) {
 }
 
 void ReferenceBackend::glu_matmul(const GluMatmulArgs& a) {
-  CHECK(a.act == Activation::kSilu);
-  cpu::swiglu(a.gate, a.up, a.gate, a.n_tok * a.n_ff);
+  if (a.act == Activation::kGelu) cpu::geglu(a.gate, a.up, a.gate, a.n_tok * a.n_ff);
+  else cpu::swiglu(a.gate, a.up, a.gate, a.n_tok * a.n_ff);
   matmul_rows(a.out.w, a.gate, a.out.y, a.n_tok);
 }
 
@@ -194,6 +195,10 @@ void ReferenceBackend::expert_ffn(const ExpertFfnArgs& a) {
 
 void ReferenceBackend::add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void ReferenceBackend::rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) {
+  cpu::rmsnorm(x, norm, out, n_tok, n, eps);
 }
 
 void ReferenceBackend::logits(const LogitsArgs& a) {

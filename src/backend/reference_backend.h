@@ -42,6 +42,7 @@ class ReferenceBackend final : public Backend {
   void route(const RouteArgs& a) override { route_topk(a); }
   void expert_ffn(const ExpertFfnArgs& a) override;
   void add(float* x, const float* y, int64_t n) override;
+  void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
   void logits(const LogitsArgs& a) override;
 
  private:

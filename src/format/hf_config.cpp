@@ -125,6 +125,63 @@ Status set_rope_scaling(const ConfigReader& r, const json& rs, const std::string
   return Status::ok_status();
 }
 
+// Sliding window, soft-caps and the attention scale (gemma2, gemma3 text,
+// phi3) -> the GGUF keys hparams reads:
+//   sliding_window            -> {arch}.attention.sliding_window
+//   attn_logit_softcapping    -> {arch}.attn_logit_softcapping (gemma2)
+//   final_logit_softcapping   -> {arch}.final_logit_softcapping (gemma2)
+//   query_pre_attn_scalar     -> {arch}.attention.query_pre_attn_scalar (gemma)
+//   rope_local_base_freq      -> {arch}.rope.freq_base_swa (gemma3)
+//   partial_rotary_factor     -> {arch}.rope.dimension_count (phi3)
+// Layouts the ArchSpec does not describe (another window pattern, soft-caps
+// on Gemma 3) are refused by name.
+Status set_window_and_caps(const ConfigReader& r, const json& j, const std::string& name, const HfConfig& cfg,
+                           int64_t head_dim, Metadata* md) {
+  const ArchSpec& spec = *cfg.spec;
+  const std::string& a = cfg.arch;
+  if (!spec.sliding_window) return Status::ok_status();
+  std::optional<int64_t> window, pattern;
+  RETURN_IF_ERROR(r.count(j, "sliding_window", false, &window));
+  if (window) md->set(a + ".attention.sliding_window", MetaValue::u32(static_cast<uint32_t>(*window)));
+  RETURN_IF_ERROR(r.count(j, "sliding_window_pattern", false, &pattern));
+  if (pattern && *pattern != spec.swa_pattern) {
+    return unimplemented("{}: sliding_window_pattern {} is not supported ({} has {})", name, *pattern, a,
+                         spec.swa_pattern);
+  }
+  if (const auto lt = j.find("layer_types"); lt != j.end() && lt->is_array()) {
+    for (size_t l = 0; l < lt->size(); ++l) {
+      const bool windowed = (*lt)[l] == "sliding_attention";
+      const bool want = spec.swa_pattern <= 1 || static_cast<int64_t>(l) % spec.swa_pattern < spec.swa_pattern - 1;
+      if (windowed != want) {
+        return unimplemented("{}: layer_types[{}] is {}, which the {} layer pattern does not have", name, l,
+                             (*lt)[l].dump(), a);
+      }
+    }
+  }
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    std::optional<double> cap;
+    RETURN_IF_ERROR(r.number(j, key, &cap));
+    if (!cap) continue;
+    const bool supported = std::string(key) == "attn_logit_softcapping" ? spec.attn_softcap : spec.final_softcap;
+    if (!supported) return unimplemented("{}: '{}' is not supported for {}", name, key, a);
+    md->set(a + "." + key, MetaValue::f32(static_cast<float>(*cap)));
+  }
+  std::optional<double> qpas, local_base, partial;
+  RETURN_IF_ERROR(r.number(j, "query_pre_attn_scalar", &qpas));
+  if (qpas) md->set(a + ".attention.query_pre_attn_scalar", MetaValue::f32(static_cast<float>(*qpas)));
+  RETURN_IF_ERROR(r.number(j, "rope_local_base_freq", &local_base));
+  if (local_base) md->set(a + ".rope.freq_base_swa", MetaValue::f32(static_cast<float>(*local_base)));
+  RETURN_IF_ERROR(r.number(j, "partial_rotary_factor", &partial));
+  if (partial && *partial != 1.0) {
+    const auto n_rot = static_cast<int64_t>(static_cast<double>(head_dim) * *partial);
+    if (!(*partial > 0.0 && *partial <= 1.0) || n_rot % 2 != 0) {
+      return data_loss("{}: partial_rotary_factor {} does not give an even rotary width", name, *partial);
+    }
+    md->set(a + ".rope.dimension_count", MetaValue::u32(static_cast<uint32_t>(n_rot)));
+  }
+  return Status::ok_status();
+}
+
 }  // namespace
 
 StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::string& name,
@@ -170,6 +227,8 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
   std::optional<double> eps, theta;
   RETURN_IF_ERROR(r.number(j, "rms_norm_eps", &eps));
   RETURN_IF_ERROR(r.number(j, "rope_theta", &theta));
+  // Architectures whose head is always the embedding table (gemma) tie by default, as transformers does.
+  cfg.tie_word_embeddings = !cfg.spec->find(TensorRole::kOutput);
   if (const auto tie = j.find("tie_word_embeddings"); tie != j.end() && !tie->is_null()) {
     if (!tie->is_boolean()) return data_loss("{}: 'tie_word_embeddings' must be a bool", name);
     cfg.tie_word_embeddings = tie->get<bool>();
@@ -201,6 +260,7 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
     RETURN_IF_ERROR(set_rope_scaling(r, *rs, name, a, &md));
   }
   RETURN_IF_ERROR(set_moe(r, j, name, a, &md));
+  RETURN_IF_ERROR(set_window_and_caps(r, j, name, cfg, n_rot, &md));
   if (md.get_int(a + ".expert_count") && !cfg.spec->moe) {
     return unimplemented("{}: model_type '{}' with experts is not supported", name, cfg.model_type);
   }

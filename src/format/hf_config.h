@@ -25,6 +25,14 @@
 //                           -> {arch}.expert_count, expert_used_count,
 //                              expert_feed_forward_length,
 //                              expert_shared_feed_forward_length, expert_weights_norm
+//   sliding_window, attn_logit_softcapping, final_logit_softcapping,
+//   query_pre_attn_scalar, rope_local_base_freq, partial_rotary_factor
+//                           -> {arch}.attention.sliding_window, {arch}.attn_logit_softcapping,
+//                              {arch}.final_logit_softcapping,
+//                              {arch}.attention.query_pre_attn_scalar,
+//                              {arch}.rope.freq_base_swa, {arch}.rope.dimension_count
+//                              (gemma2, gemma3_text, phi3; a window pattern other than the
+//                              architecture's is refused)
 // Pure function of its input; thread-safe.
 #pragma once
 

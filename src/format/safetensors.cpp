@@ -13,6 +13,7 @@
 #include "base/mapped_file.h"
 #include "format/hf_config.h"
 #include "format/safetensors_header.h"
+#include "quant/quant.h"
 
 namespace sluice {
 namespace {
@@ -67,6 +68,21 @@ std::optional<GgufTarget> gguf_target(const ArchSpec& spec, const std::string& h
       return GgufTarget{"blk." + layer + "." + t.gguf, *e};
   }
   return std::nullopt;
+}
+
+bool is_norm_role(TensorRole r) {
+  switch (r) {
+    case TensorRole::kAttnNorm:
+    case TensorRole::kFfnNorm:
+    case TensorRole::kOutputNorm:
+    case TensorRole::kAttnQNorm:
+    case TensorRole::kAttnKNorm:
+    case TensorRole::kAttnPostNorm:
+    case TensorRole::kFfnPostNorm:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // One expert's matrix, waiting to be stacked.
@@ -244,6 +260,21 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
       t.data = mapping->data() + e.offset;
       t.file_offset = shards.size() == 1 ? static_cast<int64_t>(e.offset) : -1;
 
+      if (cfg.spec->hf_norm_plus_one) {
+        // Gemma checkpoints hold w of a (1 + w) RMSNorm scale; GGUF holds 1 + w.
+        const TensorSpec* ts = cfg.spec->find_tensor(t.name);
+        if (ts && is_norm_role(ts->role)) {
+          if (t.ne.size() != 1) return data_loss("{}: norm '{}' is not a vector", path, e.name);
+          std::vector<uint8_t> bytes(static_cast<size_t>(t.ne[0]) * sizeof(float));
+          auto* f = reinterpret_cast<float*>(bytes.data());
+          dequantize_row(t.type, t.data, f, t.ne[0]);
+          for (int64_t i = 0; i < t.ne[0]; ++i) f[i] += 1.0f;
+          t.data = mf.own(std::move(bytes));
+          t.type = DType::kF32;
+          t.n_bytes = static_cast<uint64_t>(t.ne[0]) * sizeof(float);
+          t.file_offset = -1;
+        }
+      }
       const bool is_q = name->find(".attn_q.") != std::string::npos;
       const bool is_k = name->find(".attn_k.") != std::string::npos;
       if (cfg.permute_qk && (is_q || is_k)) {

@@ -23,11 +23,12 @@ void attention_block(const LayerStep& s) {
   s.emit("k", s.layer, s.k, s.n_tok, h.n_embd_kv());
   s.emit("v", s.layer, s.v, s.n_tok, h.n_embd_kv());
   s.be.attention({.seqs = s.seqs, .kv = &s.kv, .layer = s.layer, .n_head = h.n_head, .n_head_kv = h.n_head_kv,
-                  .head_dim = h.head_dim, .scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim)),
+                  .head_dim = h.head_dim, .scale = h.attn_scale,
                   .window = h.layer_is_swa(s.layer) ? h.n_swa : 0, .softcap = h.attn_softcap});
   s.emit("attn_out", s.layer, s.att, s.n_tok, h.n_embd_q());
   const MatmulOut wo[1] = {{w.mat(R::kAttnOutput), s.proj}};
   s.be.matmul(wo, s.att, h.n_embd_q(), s.n_tok);
+  if (const float* post = w.vec(R::kAttnPostNorm)) s.be.rmsnorm(s.proj, post, h.rms_eps, s.proj, s.n_tok, h.n_embd);
   s.be.add(s.x, s.proj, s.n_tok * h.n_embd);
 }
 
@@ -40,6 +41,7 @@ void dense_ffn_block(const LayerStep& s) {
                     .n_tok = s.n_tok, .outs = gate_up});
   s.be.glu_matmul({.gate = s.gate, .up = s.up, .n_ff = h.n_ff, .n_tok = s.n_tok, .act = h.spec->act,
                    .out = {w.mat(R::kFfnDown), s.proj}});
+  if (const float* post = w.vec(R::kFfnPostNorm)) s.be.rmsnorm(s.proj, post, h.rms_eps, s.proj, s.n_tok, h.n_embd);
   s.be.add(s.x, s.proj, s.n_tok * h.n_embd);
 }
 

@@ -3,9 +3,12 @@
 // role and the architecture's flags from the hyper-parameters' spec:
 //
 //   attention_block   n = norm(x) -> [q k v] = n W{q,k,v} -> bias, RoPE, K/V rows
-//                     into the store -> paged attention -> x += att Wo
+//                     into the store -> paged attention (scale, window and
+//                     soft-cap from the hyper-parameters) -> x += post(att Wo)
 //   dense_ffn_block   n = norm(x) -> [g u] = n W{gate,up} -> h = act(g) * u
-//                     -> x += h Wdown
+//                     -> x += post(h Wdown)
+//   (post: the block's post-norm where the layer has one (gemma), else nothing;
+//    fused q/k/v and gate/up matrices arrive as their parts' row slices)
 //   moe_ffn_block     n = norm(x) -> router logits = n Wrouter -> top-k of the
 //                     softmax (renormalized as the spec says) -> x += sum of
 //                     the selected experts' FFNs, weighted (+ the gated shared
@@ -45,7 +48,7 @@ struct LayerStep {
   float* proj;     // [n_tok, n_embd]
   float* gate;     // [n_tok, n_ff]
   float* up;       // [n_tok, n_ff]
-  const float* cos_sin;  // [n_tok, n_rot / 2, 2]
+  const float* cos_sin;  // [n_tok, n_rot / 2, 2] this layer's (gemma3's windowed layers have their own)
   // The step's sequences (queries point into q, outputs into att).
   std::span<const AttentionSeq> seqs;
   KvStore& kv;

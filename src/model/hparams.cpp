@@ -43,6 +43,53 @@ Status read_moe(const Metadata& md, const std::string& a, ModelHparams* hp) {
   return Status();
 }
 
+// Sliding window, soft-caps, attention and embedding scales, with llama.cpp's
+// defaults where its files may lack a key.
+Status read_window_and_caps(const Metadata& md, const std::string& a, ModelHparams* hp) {
+  const ArchSpec* spec = hp->spec;
+  if (!spec) return Status();
+  if (spec->sliding_window) {
+    hp->swa_pattern = spec->swa_pattern;
+    hp->rope_freq_base_swa = spec->swa_rope_base;
+    if (spec->swa_rope_base > 0.0f) {
+      hp->rope_freq_base_swa = static_cast<float>(md.get_float(a + "rope.freq_base_swa").value_or(spec->swa_rope_base));
+      if (!(hp->rope_freq_base_swa > 0.0f)) return data_loss("{}rope.freq_base_swa must be positive", a);
+    }
+    if (!md.get_int(a + "attention.sliding_window")) {
+      if (hp->arch == "gemma2") {
+        hp->n_swa = 4096;
+      } else if (hp->arch == "phi3") {
+        // Phi-3 files converted before the key existed (mini/medium 4k and 128k).
+        if ((hp->n_layer == 32 || hp->n_layer == 40) && hp->n_ctx_train == 4096) hp->n_swa = 2047;
+        else if (hp->n_layer == 32 && hp->n_head_kv == 32 && hp->n_ctx_train == 131072) hp->n_swa = 262144;
+        else if (hp->n_layer == 40 && hp->n_ctx_train == 131072) hp->n_swa = 131072;
+      }
+      if (hp->n_swa == 0) return data_loss("missing metadata key '{}attention.sliding_window'", a);
+    }
+  }
+  if (spec->attn_softcap) {
+    hp->attn_softcap = static_cast<float>(md.get_float(a + "attn_logit_softcapping").value_or(50.0));
+    if (!(hp->attn_softcap > 0.0f)) return data_loss("{}attn_logit_softcapping must be positive", a);
+  }
+  if (spec->final_softcap) {
+    hp->final_softcap = static_cast<float>(md.get_float(a + "final_logit_softcapping").value_or(30.0));
+    if (!(hp->final_softcap > 0.0f)) return data_loss("{}final_logit_softcapping must be positive", a);
+  }
+  if (spec->embd_scale_sqrt) hp->embd_scale = std::sqrt(static_cast<float>(hp->n_embd));
+  // Gemma scales q by 1/sqrt(query_pre_attn_scalar): head_dim, except the
+  // 27B models' n_embd / n_head. GGUF has no key for it; llama.cpp picks by
+  // layer count (gemma2 46, gemma3 62 layers). HF configs carry it and the
+  // converter keeps it under this key.
+  double scalar = static_cast<double>(hp->head_dim);
+  if ((hp->arch == "gemma2" && hp->n_layer == 46) || (hp->arch == "gemma3" && hp->n_layer == 62)) {
+    scalar = static_cast<double>(hp->n_embd / hp->n_head);
+  }
+  if (auto q = md.get_float(a + "attention.query_pre_attn_scalar")) scalar = *q;
+  if (!(scalar > 0.0)) return data_loss("{}attention.query_pre_attn_scalar must be positive", a);
+  hp->attn_scale = 1.0f / std::sqrt(static_cast<float>(scalar));  // as 1.0f / sqrtf(head_dim) before
+  return Status();
+}
+
 }  // namespace
 
 int64_t ModelHparams::dim(Dim d) const {
@@ -58,6 +105,8 @@ int64_t ModelHparams::dim(Dim d) const {
     case Dim::kExpert: return n_expert;
     case Dim::kFfExpert: return n_ff_expert;
     case Dim::kFfShared: return n_ff_shared;
+    case Dim::kEmbdQkv: return n_embd_q() + 2 * n_embd_kv();
+    case Dim::kFf2: return 2 * n_ff;
   }
   return 0;
 }
@@ -98,12 +147,8 @@ StatusOr<ModelHparams> read_hparams(const Metadata& md) {
   }
   RETURN_IF_ERROR(read_moe(md, a, &hp));
   ASSIGN_OR_RETURN(hp.n_swa, optional_int(md, a + "attention.sliding_window", 0));
-  if (hp.spec && hp.spec->attn_softcap) {
-    hp.attn_softcap = static_cast<float>(md.get_float(a + "attn_logit_softcapping").value_or(0.0));
-    if (!(hp.attn_softcap >= 0.0f) || !std::isfinite(hp.attn_softcap)) {
-      return data_loss("{}attn_logit_softcapping {} must be a finite non-negative number", a, hp.attn_softcap);
-    }
-  }
+  hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+  RETURN_IF_ERROR(read_window_and_caps(md, a, &hp));
   if (hp.n_ff == 0 && (!hp.is_moe() || hp.n_layer_dense > 0)) {
     return data_loss("missing metadata key '{}feed_forward_length'", a);
   }
@@ -164,6 +209,9 @@ std::string hparams_summary(const ModelHparams& hp) {
                        hp.expert_weights_norm ? ", renormalized" : "", hp.n_ff_expert);
     if (hp.n_ff_shared > 0) out += fmt::format(", shared ff {}", hp.n_ff_shared);
     if (hp.n_layer_dense > 0) out += fmt::format(", {} dense layers first", hp.n_layer_dense);
+  }
+  if (hp.attn_softcap > 0.0f || hp.final_softcap > 0.0f) {
+    out += fmt::format(" | softcap attn {:g}, final {:g}", hp.attn_softcap, hp.final_softcap);
   }
   if (hp.n_swa > 0) {
     out += hp.swa_pattern <= 1 ? fmt::format(" | sliding window {}", hp.n_swa)

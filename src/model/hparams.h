@@ -49,16 +49,22 @@ struct ModelHparams {
   // A windowed layer's query at position P attends to positions P - n_swa + 1 .. P.
   int64_t n_swa = 0;        // {arch}.attention.sliding_window
   int64_t swa_pattern = 1;  // with n_swa > 0: layer l is windowed when l % swa_pattern < swa_pattern - 1
-                            // (1: every layer; gemma2: 2, even layers)
-  // Attention-logit soft cap: scores s -> attn_softcap * tanh(s / attn_softcap) before the
-  // softmax (0: none). {arch}.attn_logit_softcapping, read where the spec's attn_softcap is set.
-  float attn_softcap = 0.0f;
+                            // (1: every layer; gemma2: 2, even layers; from the spec)
+  float rope_freq_base_swa = 0.0f;  // windowed layers' RoPE base, unscaled (gemma3: 10000); 0: as the others
+  // Attention: scores = attn_scale * q.k, then soft-capped when attn_softcap > 0.
+  float attn_scale = 0.0f;     // 1/sqrt({arch}.attention.query_pre_attn_scalar), else 1/sqrt(head_dim)
+                               // (gemma 27B: 1/sqrt(n_embd / n_head), as llama.cpp)
+  float attn_softcap = 0.0f;   // cap * tanh(score / cap) ({arch}.attn_logit_softcapping; gemma2: 50)
+  float final_softcap = 0.0f;  // the same on the output logits ({arch}.final_logit_softcapping; gemma2: 30)
+  float embd_scale = 1.0f;     // embeddings times this (gemma: sqrt(n_embd))
 
   int64_t n_embd_q() const { return n_head * head_dim; }
   int64_t n_embd_kv() const { return n_head_kv * head_dim; }
   bool is_moe() const { return n_expert > 0; }
   // Whether layer l's FFN is routed.
   bool layer_is_moe(int64_t l) const { return is_moe() && l >= n_layer_dense; }
+  // Whether layer l rotates with rope_freq_base_swa, unscaled, instead of the model's RoPE.
+  bool layer_has_own_rope(int64_t l) const { return rope_freq_base_swa > 0.0f && layer_is_swa(l); }
   // Whether layer l attends over a window of n_swa positions only.
   bool layer_is_swa(int64_t l) const {
     return n_swa > 0 && (swa_pattern <= 1 || l % swa_pattern < swa_pattern - 1);

@@ -67,6 +67,12 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
   ASSIGN_OR_RETURN(m->weights_, bind_weights(*m->file_, m->hp_, m->source_.get()));
   RETURN_IF_ERROR(m->check_supported());
   m->inv_freq_ = rope_inv_freq(m->hp_, m->weights_.rope_freqs);
+  if (m->hp_.rope_freq_base_swa > 0.0f && m->hp_.n_swa > 0) {
+    ModelHparams local = m->hp_;  // windowed layers: their own base, unscaled
+    local.rope_freq_base = m->hp_.rope_freq_base_swa;
+    local.rope_scaling = RopeScaling::kNone;
+    m->inv_freq_swa_ = rope_inv_freq(local, {});
+  }
   m->n_ctx_max_ = options.n_ctx_max > 0 ? options.n_ctx_max : m->hp_.n_ctx_train;
   m->plan_buffers();
   if (options.repack && !m->source_) {
@@ -81,9 +87,6 @@ Status Model::check_supported() const {
   const ArchSpec& spec = arch();
   // Features the table may describe that these builders do not run yet.
   if (hp_.is_moe() && !spec.moe) return unimplemented("{}: expert_count is set but the architecture is not routed", spec.name);
-  if (spec.embd_scale_sqrt || spec.attn_softcap || spec.final_softcap || spec.sliding_window) {
-    return unimplemented("{}: the decoder does not implement all of this architecture's features", spec.name);
-  }
   Backend& be = *backend_;
   auto need = [&](Op op, OpTypes types, const std::string& what) -> Status {
     if (be.supports(op, types)) return Status();
@@ -98,6 +101,10 @@ Status Model::check_supported() const {
       const Op op = t.kind == TensorKind::kExperts ? Op::kExpertFfn : Op::kMatmul;
       RETURN_IF_ERROR(need(op, {.weight = weights_.layers[l].mat(t.role).type, .act = spec.act},
                            gguf_tensor_name(t, static_cast<int64_t>(l))));
+    }
+    if (weights_.layers[l].has_mat(TensorRole::kFfnDown)) {
+      RETURN_IF_ERROR(need(Op::kGluMatmul, {.weight = weights_.layers[l].mat(TensorRole::kFfnDown).type, .act = spec.act},
+                           fmt::format("the FFN activation of layer {}", l)));
     }
   }
   return Status();
@@ -118,6 +125,7 @@ void Model::plan_buffers() {
   gate_ = floats(std::max<int64_t>(1, h.n_ff));
   up_ = floats(std::max<int64_t>(1, h.n_ff));
   cos_sin_ = floats(h.n_rot);
+  if (!inv_freq_swa_.empty()) cos_sin_swa_ = floats(h.n_rot);
   if (h.is_moe()) {
     router_ = floats(h.n_expert);
     moe_ids_.resize(static_cast<size_t>(nb * h.n_expert_used));
@@ -257,15 +265,20 @@ Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logi
   Backend& be = *backend_;
   int64_t t = 0;
   for (const ForwardSeq& s : seqs) {
-    be.embed(weights_.token_embd, s.tokens, 1.0f, x_->floats() + t * h.n_embd);
+    be.embed(weights_.token_embd, s.tokens, h.embd_scale, x_->floats() + t * h.n_embd);
     t += static_cast<int64_t>(s.tokens.size());
   }
   emit("embd", -1, x_->floats(), n, h.n_embd);
   be.rope_tables(std::span(positions_.data(), static_cast<size_t>(n)), inv_freq_, cos_sin_->floats());
+  if (cos_sin_swa_) be.rope_tables(std::span(positions_.data(), static_cast<size_t>(n)), inv_freq_swa_, cos_sin_swa_->floats());
   RETURN_IF_ERROR(run_layers(seqs, n, kv));
   if (n_out == 0) return Status();
   be.logits({.x = x_->floats(), .rows = logit_rows_.data(), .n_out = n_out, .norm = weights_.output_norm.data(),
              .eps = h.rms_eps, .n_embd = h.n_embd, .xn = xn_->floats(), .output = weights_.output, .logits = logits});
+  if (h.final_softcap > 0.0f) {  // gemma2: cap * tanh(logit / cap)
+    const float cap = h.final_softcap, inv = 1.0f / h.final_softcap;
+    for (int64_t i = 0; i < n_out * h.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] * inv);
+  }
   emit("logits", -1, logits, n_out, h.n_vocab);
   return Status();
 }
@@ -344,7 +357,8 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
     const LayerStep step{.be = *backend_, .hp = hp_, .w = w, .layer = l, .n_tok = n,
                          .x = x_->floats(), .xn = xn_->floats(), .q = q_->floats(), .k = k_->floats(),
                          .v = v_->floats(), .att = att_->floats(), .proj = proj_->floats(),
-                         .gate = gate_->floats(), .up = up_->floats(), .cos_sin = cos_sin_->floats(),
+                         .gate = gate_->floats(), .up = up_->floats(),
+                         .cos_sin = hp_.layer_has_own_rope(l) ? cos_sin_swa_->floats() : cos_sin_->floats(),
                          .seqs = std::span(attn_seqs_.data(), seqs.size()), .kv = kv, .kv_rows = kv_rows_.data(),
                          .emit = emit_fn};
     attention_block(step);

@@ -148,6 +148,7 @@ class Model {
   ModelWeights weights_;
   PreparedWeights prepared_;
   std::vector<double> inv_freq_;  // [n_rot / 2] after scaling
+  std::vector<double> inv_freq_swa_;  // [n_rot / 2] windowed layers' own RoPE (gemma3), or empty
 
   // Activations from the backend, [n_batch, ...] each, planned at load.
   std::unique_ptr<Buffer> x_;        // [n_batch, n_embd]   residual stream
@@ -160,6 +161,7 @@ class Model {
   std::unique_ptr<Buffer> gate_;     // [n_batch, n_ff]
   std::unique_ptr<Buffer> up_;       // [n_batch, n_ff]
   std::unique_ptr<Buffer> cos_sin_;  // [n_batch, n_rot / 2, 2]
+  std::unique_ptr<Buffer> cos_sin_swa_;  // [n_batch, n_rot / 2, 2] from inv_freq_swa_, or null
   std::unique_ptr<Buffer> router_;   // [n_batch, n_expert] (MoE)
   // Plain host data describing the step.
   std::vector<int64_t> positions_;   // [n_batch] each token's position

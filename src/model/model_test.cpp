@@ -88,11 +88,11 @@ TEST(Model, RefusesUnsupportedArchitectureByName) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   auto mf = stories();
   ASSERT_TRUE(mf.ok());
-  mf->metadata.set("general.architecture", MetaValue::str("gemma2"));
+  mf->metadata.set("general.architecture", MetaValue::str("starcoder2"));
   auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)));
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(m.status().message().find("gemma2"), std::string::npos);
+  EXPECT_NE(m.status().message().find("starcoder2"), std::string::npos);
 }
 
 // Routed variants this decoder does not run are refused by name, not run wrong.

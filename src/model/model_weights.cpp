@@ -77,6 +77,24 @@ class Binder {
   const LayerWeightSource* source_;
 };
 
+// Row slices of a fused matrix (q/k/v; gate/up) into its parts' views.
+void split_fused(LayerWeights& lw, const ModelHparams& hp) {
+  for (TensorRole fused : {TensorRole::kAttnQkv, TensorRole::kFfnGateUp}) {
+    const WeightView& f = lw.mat(fused);
+    if (f.n_out == 0) continue;
+    const int64_t qkv[3] = {hp.n_embd_q(), hp.n_embd_kv(), hp.n_embd_kv()};
+    const int64_t gu[2] = {hp.n_ff, hp.n_ff};
+    const int64_t* rows = fused == TensorRole::kAttnQkv ? qkv : gu;
+    int64_t row = 0, i = 0;
+    for (TensorRole part : fused_parts(fused)) {
+      lw.mat(part) = WeightView{.type = f.type,
+                                .data = f.data ? f.data + static_cast<size_t>(row) * row_bytes(f.type, f.n_in) : nullptr,
+                                .n_in = f.n_in, .n_out = rows[i]};
+      row += rows[i++];
+    }
+  }
+}
+
 }  // namespace
 
 bool applies_to_layer(const TensorSpec& t, const ModelHparams& hp, int64_t layer) {
@@ -105,6 +123,11 @@ StatusOr<ModelWeights> bind_weights(const ModelFile& f, ModelHparams& hp, const 
     return data_loss("tokenizer has {} tokens but {} only {} rows", hp.n_vocab, embd->name, embd->ne[1]);
   }
   hp.n_vocab = embd->ne[1];
+  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    if (f.find(name)) {
+      return unimplemented("{}: LongRoPE scaling ('{}', the 128k-context variants) is not supported", spec.name, name);
+    }
+  }
   ASSIGN_OR_RETURN(const uint8_t* embd_data, b.resident(*embd));
   w.token_embd = WeightView{.type = embd->type, .data = embd_data, .n_in = hp.n_embd, .n_out = hp.n_vocab};
   w.bytes_per_token += row_bytes(embd->type, hp.n_embd);  // one row per token
@@ -126,6 +149,11 @@ StatusOr<ModelWeights> bind_weights(const ModelFile& f, ModelHparams& hp, const 
     }
   }
 
+  if (!spec.find(TensorRole::kOutput)) {  // the architecture always ties the head (gemma)
+    w.output = w.token_embd;
+    w.bytes_per_token += embd->n_bytes;
+  }
+
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     LayerWeights& lw = w.layers[static_cast<size_t>(l)];
@@ -140,6 +168,7 @@ StatusOr<ModelWeights> bind_weights(const ModelFile& f, ModelHparams& hp, const 
                                                           : bytes;
     }
     if (hp.layer_is_moe(l)) bind_experts(lw, hp.n_expert);
+    split_fused(lw, hp);
   }
   return w;
 }
@@ -161,6 +190,17 @@ void bind_layer(LayerWeights& layer, const LayerWeightPointers& p) {
   for (size_t r = 0; r < layer.mats.size(); ++r)
     if (layer.mats[r].n_out > 0) layer.mats[r].data = p.by_role[r];
   if (!layer.experts.empty()) bind_experts(layer, static_cast<int64_t>(layer.experts.size()));
+  // The parts of a fused matrix follow its bytes.
+  for (TensorRole fused : {TensorRole::kAttnQkv, TensorRole::kFfnGateUp}) {
+    const WeightView& f = layer.mat(fused);
+    if (f.n_out == 0) continue;
+    int64_t row = 0;
+    for (TensorRole part : fused_parts(fused)) {
+      WeightView& v = layer.mat(part);
+      v.data = f.data ? f.data + static_cast<size_t>(row) * row_bytes(f.type, f.n_in) : nullptr;
+      row += v.n_out;
+    }
+  }
 }
 
 std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const ArchSpec& spec) {
@@ -170,8 +210,14 @@ std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const Arc
   for (LayerWeights& lw : w.layers) {
     for (int g = 0; g <= max_group; ++g) {
       std::vector<WeightView*> group;
-      for (const TensorSpec& t : spec.tensors)
-        if (t.per_layer && t.group == g && lw.has_mat(t.role)) group.push_back(&lw.mat(t.role));
+      for (const TensorSpec& t : spec.tensors) {
+        if (!t.per_layer || t.group != g || !lw.has_mat(t.role)) continue;
+        if (fused_parts(t.role).empty()) {
+          group.push_back(&lw.mat(t.role));
+        } else {
+          for (TensorRole part : fused_parts(t.role)) group.push_back(&lw.mat(part));  // repacked as its parts
+        }
+      }
       if (!group.empty()) groups.push_back(std::move(group));
     }
     for (ExpertWeights& e : lw.experts) {

@@ -4,7 +4,10 @@
 // needs for this model's hyper-parameters (dense or routed FFN per layer) must
 // be present with the spec's shape; optional ones may be missing. Matrices are
 // views of the file's bytes (or of a weight source's resident copies); 1-D
-// tensors are converted to f32. With a weight source, layer matrices are bound
+// tensors are converted to f32. A fused matrix (phi3's attn_qkv, its gate/up
+// ffn_up) is bound under its own role and as row slices under its parts'
+// roles (q, k, v; gate, up), which the decoder and the backend's weight
+// preparation use. With a weight source, layer matrices are bound
 // per layer at acquire() (bind_layer) and their views carry no data until then.
 #pragma once
 

@@ -55,7 +55,8 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
 
 std::vector<std::string> synth_preset_names() {
   return {"tiny", "110m", "1b", "8b", "70b-slice", "mixtral-8x7b", "qwen2moe-a2.7b", "qwen3-30b-a3b",
-          "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3", "tiny-qwen3moe", "mistral-7b", "tiny-mistral"};
+          "gemma2-2b", "gemma2-9b", "gemma3-1b", "gemma3-4b", "phi3-mini",
+          "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3", "tiny-qwen3moe", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "mistral-7b", "tiny-mistral"};
 }
 
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override) {
@@ -91,6 +92,35 @@ StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_overr
   } else if (name == "tiny-mistral") {
     s = {name, 4096, 256, 4, 8, 4, 768, 2048, 10000.0f};
     s.n_swa = 64;
+  } else if (name == "gemma2-2b") {
+    s = {name, 256000, 2304, 26, 8, 4, 9216, 8192, 10000.0f, "gemma2", 256};
+    s.n_swa = 4096;
+  } else if (name == "gemma2-9b") {
+    s = {name, 256000, 3584, 42, 16, 8, 14336, 8192, 10000.0f, "gemma2", 256};
+    s.n_swa = 4096;
+  } else if (name == "gemma3-1b") {
+    s = {name, 262144, 1152, 26, 4, 1, 6912, 32768, 1e6f, "gemma3", 256};
+    s.n_swa = 512;
+  } else if (name == "gemma3-4b") {
+    s = {name, 262144, 2560, 34, 8, 4, 10240, 131072, 1e6f, "gemma3", 256};
+    s.n_swa = 1024;
+    s.rope_scale_linear = 8.0f;
+  } else if (name == "phi3-mini") {  // Phi-3-mini-4k-instruct
+    s = {name, 32064, 3072, 32, 32, 32, 8192, 4096, 10000.0f, "phi3"};
+    s.n_swa = 2047;
+  } else if (name == "tiny-gemma2") {
+    s = {name, 4096, 64, 26, 4, 2, 128, 2048, 10000.0f, "gemma2"};
+    s.n_swa = 8;
+    s.norm_noise = 0.1f;
+  } else if (name == "tiny-gemma3") {
+    s = {name, 4096, 64, 6, 4, 2, 128, 2048, 1e6f, "gemma3"};
+    s.n_swa = 8;
+    s.rope_scale_linear = 8.0f;
+    s.norm_noise = 0.1f;
+  } else if (name == "tiny-phi3") {
+    s = {name, 4096, 64, 4, 4, 2, 128, 2048, 10000.0f, "phi3"};
+    s.n_swa = 8;
+    s.norm_noise = 0.1f;
   } else {
     std::string known;
     for (const std::string& n : synth_preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -178,6 +208,13 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
   md.set(a + "rope.dimension_count", u32(head_dim));
   md.set(a + "rope.freq_base", MetaValue::f32(s.rope_freq_base));
   md.set(a + "attention.layer_norm_rms_epsilon", MetaValue::f32(1e-5f));
+  if (spec->sliding_window || s.n_swa > 0) md.set(a + "attention.sliding_window", u32(s.n_swa));
+  if (spec->attn_softcap) md.set(a + "attn_logit_softcapping", MetaValue::f32(50.0f));
+  if (spec->final_softcap) md.set(a + "final_logit_softcapping", MetaValue::f32(30.0f));
+  if (s.rope_scale_linear > 0.0f) {
+    md.set(a + "rope.scaling.type", MetaValue::str("linear"));
+    md.set(a + "rope.scaling.factor", MetaValue::f32(s.rope_scale_linear));
+  }
   if (s.n_expert > 0) {
     md.set(a + "expert_count", u32(s.n_expert));
     md.set(a + "expert_used_count", u32(s.n_expert_used));
@@ -223,13 +260,18 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
       });
     });
   };
-  // Norm weights are ones; other vectors (biases, the shared expert's gate) small noise.
+  // Norm weights are ones (plus the shape's norm_noise); other vectors
+  // (biases, the shared expert's gate) small noise.
   auto add_vector = [&](const std::string& name, int64_t n, bool norm) {
     const uint64_t seed = hash_name(name, o.seed);
+    const float noise = s.norm_noise;
     return w.add_tensor(name, DType::kF32, {n}, [=](uint8_t* dst, size_t) {
       float* f = reinterpret_cast<float*>(dst);
       SplitMix rng{seed};
-      for (int64_t i = 0; i < n; ++i) f[i] = norm ? 1.0f : 0.02f * rng.normal();
+      for (int64_t i = 0; i < n; ++i) {
+        if (!norm) f[i] = 0.02f * rng.normal();
+        else f[i] = noise > 0.0f ? 1.0f + noise * rng.normal() : 1.0f;
+      }
     });
   };
   // The type of a matrix: routers stay f32; others as the type or llama.cpp
@@ -253,10 +295,15 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
     if (t.kind == TensorKind::kVector) {
       const bool norm = t.role == TensorRole::kAttnNorm || t.role == TensorRole::kFfnNorm ||
                         t.role == TensorRole::kOutputNorm || t.role == TensorRole::kAttnQNorm ||
-                        t.role == TensorRole::kAttnKNorm;
+                        t.role == TensorRole::kAttnKNorm || t.role == TensorRole::kAttnPostNorm ||
+                        t.role == TensorRole::kFfnPostNorm;
       return add_vector(name, ne[0], norm);
     }
-    const float stddev = t.role == TensorRole::kTokenEmbd ? 1.0f : 1.0f / std::sqrt(static_cast<float>(ne[0]));
+    // Embeddings N(0, 1); an architecture that scales them by sqrt(n_embd)
+    // (gemma) gets N(0, 1/n_embd), so the scaled rows have unit RMS as in its
+    // real checkpoints (and the tied head's logits the size they have there).
+    const float embd_std = spec->embd_scale_sqrt ? 1.0f / std::sqrt(static_cast<float>(s.n_embd)) : 1.0f;
+    const float stddev = t.role == TensorRole::kTokenEmbd ? embd_std : 1.0f / std::sqrt(static_cast<float>(ne[0]));
     const DType type = type_of(t, name, ne[0]);
     return add_matrix(name, type, std::move(ne), stddev);
   };

@@ -36,7 +36,10 @@ struct SynthShape {
   int64_t n_ff_expert = 0;
   int64_t n_ff_shared = 0;     // the shared expert's width (architectures that have one)
   bool qkv_bias = false;       // write the optional q/k/v biases (Qwen2-family files carry them)
-  int64_t n_swa = 0;           // {arch}.attention.sliding_window (0: not written)
+  int64_t n_swa = 0;           // {arch}.attention.sliding_window (architectures with windowed layers)
+  float rope_scale_linear = 0.0f;  // linear RoPE scaling factor (0: none; gemma3 4B: 8)
+  float norm_noise = 0.0f;     // RMSNorm weights 1 + norm_noise * N(0, 1) (0: ones; the tiny
+                               // gemma/phi3 presets use 0.1 so a misapplied norm shows)
 };
 
 // Named presets (layer count from n_layer_override):
@@ -46,10 +49,21 @@ struct SynthShape {
 //                                                  (top 4) of ffn 1408, shared expert ffn 5632
 //   qwen3-30b-a3b                                  48 layers, dim 2048, 32 heads of 128, 128 experts
 //                                                  (top 8) of ffn 768, q/k norm
+//   gemma2-2b, gemma2-9b                           Gemma 2: 26 / 42 layers, dim 2304 / 3584, heads of 256,
+//                                                  GeGLU ffn 9216 / 14336, window 4096 on even layers,
+//                                                  soft-caps 50 / 30, vocab 256000
+//   gemma3-1b, gemma3-4b                           Gemma 3 text: 26 / 34 layers, dim 1152 / 2560, heads of
+//                                                  256, window 512 / 1024 on 5 of 6 layers, q/k norm,
+//                                                  global RoPE 1e6 (4b: linear x8), vocab 262144
+//   phi3-mini                                      Phi-3-mini-4k: 32 layers, dim 3072, 32 heads, fused
+//                                                  qkv and gate/up (ffn 8192), window 2047, vocab 32064
 //   tiny-mixtral, tiny-qwen2moe, tiny-qwen3, tiny-qwen3moe   the same families at the tiny shape
 //   mistral-7b                                     Mistral-7B-v0.1: 32 layers, dim 4096, 32 heads (8 kv),
 //                                                  ffn 14336, sliding window 4096 on every layer
 //   tiny-mistral                                   the tiny shape with a sliding window of 64
+//   tiny-gemma2, tiny-gemma3, tiny-phi3            dim 64, 4 heads of 16 (2 kv), ffn 128, window 8;
+//                                                  gemma2 26 layers (llama.cpp knows Gemma 2 only at
+//                                                  26/42/46 layers), gemma3 6, phi3 4
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override = 0);
 std::vector<std::string> synth_preset_names();
 

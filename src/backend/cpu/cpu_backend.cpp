@@ -73,6 +73,7 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
     case Op::kEmbed:
       return matmul_supports(types.weight);
     case Op::kGluMatmul:
+      return matmul_supports(types.weight);  // SwiGLU and GeGLU
     case Op::kExpertFfn:
       return matmul_supports(types.weight) && types.act == Activation::kSilu;
     case Op::kQkvStore:
@@ -213,10 +214,13 @@ void CpuBackend::norm_matmul(const NormMatmulArgs& a) {
 }
 
 void CpuBackend::glu_matmul(const GluMatmulArgs& a) {
-  CHECK(a.act == Activation::kSilu);
   const MatmulOut out[1] = {a.out};
+  const bool gelu = a.act == Activation::kGelu;
   matmul_group(out, a.gate, a.n_ff, a.n_tok, act_.data(), *pool_, isa_, [&](int64_t t0, int64_t t1) {
-    fast::swiglu(a.gate + t0 * a.n_ff, a.up + t0 * a.n_ff, a.gate + t0 * a.n_ff, (t1 - t0) * a.n_ff, isa_);
+    float* g = a.gate + t0 * a.n_ff;
+    const float* u = a.up + t0 * a.n_ff;
+    if (gelu) fast::geglu(g, u, g, (t1 - t0) * a.n_ff, isa_);
+    else fast::swiglu(g, u, g, (t1 - t0) * a.n_ff, isa_);
   });
 }
 
@@ -333,6 +337,12 @@ void CpuBackend::expert_ffn(const ExpertFfnArgs& a) {
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t n) { fast::add(x, y, x, n, isa_); }
+
+void CpuBackend::rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) {
+  auto rows = [&](int64_t t0, int64_t t1) { fast::rmsnorm(x + t0 * n, norm, out + t0 * n, t1 - t0, n, eps, isa_); };
+  if (n_tok >= 4) pool_->parallel_for_claimed(n_tok, 1, rows);
+  else rows(0, n_tok);
+}
 
 void CpuBackend::logits(const LogitsArgs& a) {
   for (int64_t i = 0; i < a.n_out; ++i)

@@ -5,7 +5,7 @@
 // operator is one parallel dispatch of the kernels in this folder:
 //
 //   norm_matmul   matmul_group with the RMSNorm as the per-token prepare step
-//   glu_matmul    matmul_group with SwiGLU as the prepare step
+//   glu_matmul    matmul_group with SwiGLU / GeGLU as the prepare step
 //   qkv_store     bias, RoPE and the K/V rows into the store, tokens claimed
 //                 one at a time by the threads
 //   attention     paged_attention (tiles read K/V where they lie)
@@ -64,6 +64,7 @@ class CpuBackend final : public Backend {
   void route(const RouteArgs& a) override { route_topk(a); }
   void expert_ffn(const ExpertFfnArgs& a) override;
   void add(float* x, const float* y, int64_t n) override;
+  void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
   void logits(const LogitsArgs& a) override;
 
  private:

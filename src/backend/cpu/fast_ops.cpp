@@ -34,6 +34,14 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, Isa isa) 
   }
 }
 
+void geglu(const float* gate, const float* up, float* out, int64_t n, Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return geglu_avx512(gate, up, out, n);
+    case Isa::kAvx2: return geglu_avx2(gate, up, out, n);
+    case Isa::kScalar: return cpu::geglu(gate, up, out, n);
+  }
+}
+
 void add(const float* a, const float* b, float* out, int64_t n, Isa isa) {
   switch (isa) {
     case Isa::kAvx512: return add_avx512(a, b, out, n);

@@ -1,4 +1,4 @@
-// Vectorized forward-pass operators: RMSNorm, RoPE, SwiGLU and residual add,
+// Vectorized forward-pass operators: RMSNorm, RoPE, SwiGLU, GeGLU and residual add,
 // each with AVX-512 and AVX2 kernels and a scalar
 // fallback, dispatched by instruction-set level. The scalar reference operators
 // in ops.h are their test oracles (same signatures, same semantics; results
@@ -33,6 +33,10 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const floa
 
 // out = silu(gate) * up over n elements (as cpu::swiglu); out may alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n, Isa isa = active_isa());
+
+// out = gelu_tanh(gate) * up over n elements (as cpu::geglu); out may alias gate.
+// Computed as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)), the same function.
+void geglu(const float* gate, const float* up, float* out, int64_t n, Isa isa = active_isa());
 
 // out = a + b over n elements (residual add); out may alias a or b.
 void add(const float* a, const float* b, float* out, int64_t n, Isa isa = active_isa());

@@ -117,6 +117,20 @@ void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+void geglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 c1 = _mm256_set1_ps(-2.0f * 0.79788456080286535588f);
+  const __m256 c3 = _mm256_set1_ps(-2.0f * 0.79788456080286535588f * 0.044715f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = tail_mask(n - i < 8 ? n - i : 8);
+    const __m256 g = _mm256_maskload_ps(gate + i, m);
+    const __m256 neg2u = _mm256_mul_ps(g, _mm256_fmadd_ps(_mm256_mul_ps(g, g), c3, c1));
+    const __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(one, exp_ps(neg2u)));
+    _mm256_maskstore_ps(out + i, m, _mm256_mul_ps(gelu, _mm256_maskload_ps(up + i, m)));
+  }
+}
+
 void add_avx2(const float* a, const float* b, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));

@@ -95,6 +95,20 @@ void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+void geglu_avx512(const float* gate, const float* up, float* out, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 c1 = _mm512_set1_ps(-2.0f * 0.79788456080286535588f);
+  const __m512 c3 = _mm512_set1_ps(-2.0f * 0.79788456080286535588f * 0.044715f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 neg2u = _mm512_mul_ps(g, _mm512_fmadd_ps(_mm512_mul_ps(g, g), c3, c1));
+    const __m512 gelu = _mm512_div_ps(g, _mm512_add_ps(one, exp_ps(neg2u)));
+    store_masked(out + i, m, _mm512_mul_ps(gelu, _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
 void add_avx512(const float* a, const float* b, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));

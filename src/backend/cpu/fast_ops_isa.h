@@ -12,11 +12,13 @@ namespace sluice::cpu::fast {
 void rmsnorm_avx2(const float* x, const float* weight, float* out, int64_t n_tokens, int64_t n, float eps);
 void rope_avx2(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_sin, bool neox);
 void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n);
+void geglu_avx2(const float* gate, const float* up, float* out, int64_t n);
 void add_avx2(const float* a, const float* b, float* out, int64_t n);
 
 void rmsnorm_avx512(const float* x, const float* weight, float* out, int64_t n_tokens, int64_t n, float eps);
 void rope_avx512(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_sin, bool neox);
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
+void geglu_avx512(const float* gate, const float* up, float* out, int64_t n);
 void add_avx512(const float* a, const float* b, float* out, int64_t n);
 
 }  // namespace sluice::cpu::fast

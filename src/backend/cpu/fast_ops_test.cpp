@@ -85,6 +85,28 @@ TEST(FastOps, RopeMatchesReferenceForBothLayouts) {
   }
 }
 
+TEST(FastOps, GegluMatchesReference) {
+  for (Isa isa : levels()) {
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 100, 1001}) {
+      auto gate = random_floats(static_cast<size_t>(n), 6, 4.0f);
+      const auto up = random_floats(static_cast<size_t>(n), 7);
+      // Saturating values: gelu(-100) ~ -0, gelu(100) = 100, and the tanh's knee.
+      if (n > 4) { gate[0] = -100.0f; gate[1] = 100.0f; gate[2] = -9.0f; gate[3] = 0.0f; }
+      std::vector<float> ref(static_cast<size_t>(n));
+      cpu::geglu(gate.data(), up.data(), ref.data(), n);
+      GuardedFloats out(static_cast<size_t>(n));
+      fast::geglu(gate.data(), up.data(), out.data(), n, isa);
+      EXPECT_TRUE(out.guards_intact()) << isa_name(isa) << " n=" << n;
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_NEAR(out.data()[i], ref[i], 2e-6 * (1 + std::abs(ref[i]))) << isa_name(isa) << " i=" << i;
+      GuardedFloats inplace(static_cast<size_t>(n));  // out aliases gate
+      copy_in(inplace, gate);
+      fast::geglu(inplace.data(), up.data(), inplace.data(), n, isa);
+      EXPECT_TRUE(same_bits(inplace.data(), out.data(), static_cast<size_t>(n))) << isa_name(isa);
+    }
+  }
+}
+
 TEST(FastOps, SwigluMatchesReference) {
   for (Isa isa : levels()) {
     for (int64_t n : {1, 7, 8, 15, 16, 17, 100, 1001}) {

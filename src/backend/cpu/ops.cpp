@@ -79,6 +79,15 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu_tanh(gate[i]) * up[i];
+}
+
 void attention(const AttentionArgs& a, float* scratch, ThreadPool& pool) {
   const int64_t group = a.n_head / a.n_head_kv;
   const int64_t kv_stride = a.n_head_kv * a.head_dim;  // floats per cached position

@@ -42,6 +42,11 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const floa
 // out = silu(gate) * up, elementwise over n. out may alias gate (not up).
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+float gelu_tanh(float x);
+// out = gelu_tanh(gate) * up, elementwise over n (GeGLU). out may alias gate (not up).
+void geglu(const float* gate, const float* up, float* out, int64_t n);
+
 // Causal grouped-query attention with an online softmax (no score matrix),
 // optionally over a sliding window and with soft-capped scores.
 //   q:     [n_tokens, n_head, head_dim]       query for token t is at position pos0 + t

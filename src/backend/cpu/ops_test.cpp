@@ -89,6 +89,21 @@ TEST(CpuOps, RopeLayoutsRotateTheRightPairs) {
   EXPECT_EQ(neox[5], 6);
 }
 
+TEST(CpuOps, GeluTanhKnownValues) {
+  // Values of 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in double precision.
+  EXPECT_EQ(gelu_tanh(0.0f), 0.0f);
+  EXPECT_NEAR(gelu_tanh(1.0f), 0.8411919906, 1e-6);
+  EXPECT_NEAR(gelu_tanh(-1.0f), -0.1588080094, 1e-6);
+  EXPECT_NEAR(gelu_tanh(2.5f), 2.4849157339, 1e-5);
+  EXPECT_NEAR(gelu_tanh(-30.0f), 0.0f, 1e-12);
+  const float g[3] = {1.0f, -1.0f, 0.5f}, u[3] = {2.0f, 3.0f, -1.0f};
+  float o[3];
+  geglu(g, u, o, 3);
+  EXPECT_NEAR(o[0], 2 * 0.8411919906, 1e-6);
+  EXPECT_NEAR(o[1], 3 * -0.1588080094, 1e-6);
+  EXPECT_NEAR(o[2], -0.3457140098, 1e-6);
+}
+
 TEST(CpuOps, SwiGlu) {
   const float g[3] = {-2, 0, 3}, u[3] = {1, 5, -2};
   float o[3];
