@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -89,8 +90,34 @@ TEST(Cli, InfoPrintsMetadataAndTensors) {
   EXPECT_NE(r.out.find("tensors: 48"), std::string::npos);
   // The architecture's table names each tensor's role.
   EXPECT_NE(r.out.find("architecture: llama"), std::string::npos) << r.out;
+  // The tokenizer (and a BPE file's pre-tokenizer) and the chat template are named.
+  EXPECT_NE(r.out.find("tokenizer: llama (SentencePiece), 512 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chat template: none in the file"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("attn_output"), std::string::npos);
   EXPECT_EQ(r.out.find("missing:"), std::string::npos);
+}
+
+TEST(Cli, InfoNamesThePreTokenizerAndTheChatTemplateWithItsToolCallFormat) {
+  SKIP_UNLESS_EXISTS(model_path("vocab/ggml-vocab-gpt-2.gguf"));
+  CliResult r = run_cli("info --no-tensors " + model_path("vocab/ggml-vocab-gpt-2.gguf"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("tokenizer: gpt2 (byte-level BPE), pre-tokenizer 'gpt-2', 50257 tokens"), std::string::npos)
+      << r.out;
+  // An HF folder whose tokenizer_config.json carries a Hermes-style template.
+  SKIP_UNLESS_EXISTS(model_path("stories260K/hf/config.json"));
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "cli_info_template_hf";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
+    std::filesystem::copy_file(model_path(std::string("stories260K/hf/") + f), dir / f,
+                               std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": "<s>", "eos_token": "</s>", "chat_template": )"
+      << R"("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %})"
+      << R"({% if tools %}<tools>{{ tools | tojson }}</tools> Answer with <tool_call></tool_call>{% endif %}"})";
+  CliResult i = run_cli("info --no-tensors " + dir.string());
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  EXPECT_NE(i.out.find("chat template: tokenizer.chat_template, "), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("tool calls: hermes"), std::string::npos) << i.out;
 }
 
 TEST(Cli, ConvertLlama2cThenRun) {

@@ -5,6 +5,8 @@
 #include "cli.h"
 #include "model/hparams.h"
 #include "model/model_weights.h"
+#include "server/tool_calls.h"
+#include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
 namespace {
@@ -98,6 +100,19 @@ Runner add_info(CLI::App& app) {
       }
     } else {
       fmt::print("model: not loadable: {}\n", hp.status().message());
+    }
+    if (mf.metadata.get_array("tokenizer.ggml.tokens")) {
+      auto tok = Tokenizer::from_metadata(mf.metadata);
+      fmt::print("tokenizer: {}\n", tok.ok() ? (*tok)->summary() : "not loadable: " + tok.status().message());
+    } else {
+      fmt::print("tokenizer: none in the file\n");
+    }
+    if (auto tmpl = mf.metadata.get_string("tokenizer.chat_template")) {
+      const server::ToolCallFormat f = server::detect_tool_call_format(*tmpl);
+      fmt::print("chat template: tokenizer.chat_template, {} bytes; tool calls: {}\n", tmpl->size(),
+                 server::tool_call_format_name(f));
+    } else {
+      fmt::print("chat template: none in the file (serve needs --chat-template FILE for chat)\n");
     }
     fmt::print("tensors: {} totalling {}\n", mf.tensors.size(), human_bytes(mf.total_tensor_bytes()));
     if (!a->no_tensors) {

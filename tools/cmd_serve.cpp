@@ -114,15 +114,18 @@ int serve(ServeArgs a) {
   }
   std::shared_ptr<Engine> engine(std::move(engine_or).value());
   if (const std::string spec = engine->speculative_summary(); !spec.empty()) fmt::print(stderr, "[sluice] {}\n", spec);
+  const bool has_chat = chat.has_value();
   if (!chat) fmt::print(stderr, "[sluice] the model has no chat template: /v1/chat/completions needs --chat-template FILE\n");
   if (Status st = http.set_engine(engine, std::move(chat)); !st.ok()) {
     http.shutdown(0);
     stop_signal_thread();
     return fail(st);
   }
-  fmt::print(stderr, "[sluice] ready: model '{}' | ctx {} | tool calls: {} | {}\n",
+  const std::string template_origin =
+      !has_chat ? "none" : a.chat_template.empty() ? "the model's tokenizer.chat_template" : a.chat_template;
+  fmt::print(stderr, "[sluice] ready: model '{}' | ctx {} | chat template: {} | tool calls: {} | {}\n",
              a.server.served_model_name.empty() ? engine->model_name() : a.server.served_model_name, engine->ctx_size(),
-             server::tool_call_format_name(http.tool_call_format()), engine->summary());
+             template_origin, server::tool_call_format_name(http.tool_call_format()), engine->summary());
 
   int sig;
   {

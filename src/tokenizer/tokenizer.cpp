@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "tokenizer/bpe.h"
@@ -59,13 +61,20 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_metadata(const Metadata& md
   if (tok->vocab_.model() == VocabModel::kBpe) {
     if (md.get_array(kPreSplitKey)) {
       ASSIGN_OR_RETURN(std::vector<PreSplitStep> steps, pre_split_steps(md));
+      tok->pre_desc_ = fmt::format("pre-tokenizer of {} split steps from tokenizer.json", steps.size());
       ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::from_steps(std::move(steps)));
     } else {
       ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::for_pre(tok->vocab_.pre()));
+      tok->pre_desc_ = fmt::format("pre-tokenizer '{}'", tok->vocab_.pre().empty() ? "default" : tok->vocab_.pre());
     }
   }
   tok->build_pieces();
   return tok;
+}
+
+std::string Tokenizer::summary() const {
+  if (vocab_.model() == VocabModel::kSpm) return fmt::format("llama (SentencePiece), {} tokens", vocab_.n_vocab());
+  return fmt::format("gpt2 (byte-level BPE), {}, {} tokens", pre_desc_, vocab_.n_vocab());
 }
 
 void Tokenizer::build_pieces() {

@@ -65,6 +65,10 @@ class Tokenizer {
   // Id of the token spelled exactly `text`.
   std::optional<int32_t> token_id(std::string_view text) const;
   const Vocab& vocab() const { return vocab_; }
+  // "gpt2 (byte-level BPE), pre-tokenizer 'llama-bpe', 128256 tokens" (or "llama
+  // (SentencePiece)", or "split steps from tokenizer.json"), for `sluice info`
+  // and the server's start-up line.
+  std::string summary() const;
 
  private:
   explicit Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
@@ -73,6 +77,7 @@ class Tokenizer {
 
   Vocab vocab_;
   std::unique_ptr<PreTokenizer> pre_;  // gpt2 only
+  std::string pre_desc_;               // gpt2: which pre-tokenizer, for summary()
   std::vector<std::string> pieces_;    // [n_vocab] token_to_piece(id, false)
 };
 

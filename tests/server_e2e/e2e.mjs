@@ -142,6 +142,15 @@ async function main() {
     '--stream-keepalive', '0.2']);
   const client = new OpenAI({ apiKey: KEY, baseURL: `${main.url}/v1`, maxRetries: 0, timeout: 120_000 });
 
+  // --- the start-up line names the architecture, the tokenizer and its
+  // pre-tokenizer (SentencePiece here), the chat template and the tool-call format
+  for (const t0 = Date.now(); !/\] ready: .*\n/.test(main.stderr) && Date.now() - t0 < 10_000;) await sleep(20);
+  const ready = (/\] ready: (.*)\n/.exec(main.stderr) || [])[1] || '';
+  check(ready.includes(`chat template: ${TEMPLATE}`), `ready line names the chat template: ${ready}`);
+  check(/tool calls: [a-z0-9]+/.test(ready), `ready line names the tool-call format: ${ready}`);
+  check(ready.includes('arch llama'), `ready line names the architecture: ${ready}`);
+  check(ready.includes('tokenizer llama (SentencePiece)'), `ready line names the tokenizer: ${ready}`);
+
   // --- models, health, metrics baseline
   const models = await client.models.list();
   const modelId = models.data[0].id;
