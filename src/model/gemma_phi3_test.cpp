@@ -12,6 +12,7 @@
 // The llama.cpp data was produced by a program against libllama (described in
 // the JSON's "source"), on the files synth() writes.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +21,6 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
-#include "base/half.h"
 #include "model/model.h"
 #include "model/model_weights.h"
 #include "format/hf_config.h"
@@ -72,9 +72,6 @@ struct Facts {
   bool qk_norm = false;
   bool fused = false;              // phi3: attn_qkv, ffn_up = [gate; up]
   double eps = 1e-5;
-  // llama.cpp's CPU GELU: a table of f16 outputs indexed by the f16-rounded
-  // input (GGML_GELU_FP16), identity above 10 and 0 below -10.
-  bool gelu_f16_table = false;
 };
 
 struct Ref {
@@ -120,13 +117,6 @@ void rope_neox(double* x, int64_t d, int64_t p, double base, double linear) {
 
 double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 double silu(double x) { return x / (1 + std::exp(-x)); }
-double gelu_f16_table(double x) {
-  if (x <= -10) return 0;
-  if (x >= 10) return x;
-  const float xr = f16_to_f32(f32_to_f16(static_cast<float>(x)));
-  const float g = 0.5f * xr * (1.0f + std::tanh(0.79788456080286535588f * xr * (1.0f + 0.044715f * xr * xr)));
-  return f16_to_f32(f32_to_f16(g));
-}
 
 // Logits [n_tok][n_vocab] of every position.
 std::vector<std::vector<double>> reference_logits(const Ref& r, const std::vector<int32_t>& toks) {
@@ -212,7 +202,7 @@ std::vector<std::vector<double>> reference_logits(const Ref& r, const std::vecto
         u = mv(r.l(l, "ffn_up.weight"), xn, h.n_ff);
       }
       for (size_t i = 0; i < g.size(); ++i) {
-        const double act = !h.gemma ? silu(g[i]) : h.gelu_f16_table ? gelu_f16_table(g[i]) : gelu_tanh(g[i]);
+        const double act = !h.gemma ? silu(g[i]) : gelu_tanh(g[i]);
         g[i] = act * u[i];
       }
       std::vector<double> o = mv(r.l(l, "ffn_down.weight"), g, h.n_embd);
@@ -327,6 +317,22 @@ TEST(Gemma3Scalar, EachDistinctPartChangesTheLogits) {
 
 // ---------------------------------------------------------------------------
 // llama.cpp on the same files.
+//
+// `models` holds stock llama.cpp; `models_exact_gelu` the same program against
+// llama.cpp built without its f16 GELU table (see the JSON's source notes).
+// Stock llama.cpp's CPU GELU reads a table of f16 values at the f16-rounded
+// input, so its own Gemma 2 logits sit 3.8e-3 from the same build computing
+// GELU in f32; Phi-3 has no GELU and the two builds agree exactly. sluice
+// computes GELU in f32, so the architecture is checked against the f32 build
+// to 1e-3 and against stock llama.cpp to the table's own deviation.
+double max_logit_diff(const nlohmann::json& want, std::span<const float> got, size_t n_pos, int64_t n_vocab) {
+  double max_err = 0;
+  for (size_t p = 0; p < n_pos; ++p)
+    for (int64_t v = 0; v < n_vocab; ++v)
+      max_err = std::max(max_err, std::abs(want["logits"][p][v].get<double>() - got[p * n_vocab + v]));
+  return max_err;
+}
+
 TEST(GemmaPhi3AgainstLlamaCpp, LogitsAndGreedyTokensMatch) {
   std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/tests/data/gemma_phi3_llamacpp.json");
   ASSERT_TRUE(in.good());
@@ -340,17 +346,19 @@ TEST(GemmaPhi3AgainstLlamaCpp, LogitsAndGreedyTokensMatch) {
     KvCache kv = (*m)->make_kv_cache(64, KvDtype::kF32).value();
     std::vector<float> lg(toks.size() * static_cast<size_t>(n_vocab));
     ASSERT_TRUE((*m)->forward(toks, kv, lg.data(), true).ok());
-    double max_err = 0;
-    for (size_t p = 0; p < toks.size(); ++p)
-      for (int64_t v = 0; v < n_vocab; ++v)
-        max_err = std::max(max_err, std::abs(want["logits"][p][v].get<double>() - lg[p * n_vocab + v]));
-    // Phi-3 agrees to f32 rounding (measured 1.6e-6). llama.cpp's CPU GELU
-    // reads a table of f16 values at the f16-rounded input, so its Gemma 2
-    // logits move by up to ~2e-3 whenever upstream rounding flips an input
-    // across an f16 step (the next test: the scalar implementation with that
-    // table is within 2.2e-3 of llama.cpp); sluice computes GELU in f32 (within 1e-5 of the exact scalar
-    // implementation above). Measured here: 3.8e-3 at logits up to ~4.
-    EXPECT_LT(max_err, preset == "tiny-gemma2" ? 1e-2 : 1e-3) << preset;
+    // Measured: phi3 1.7e-6 against stock llama.cpp; gemma2 3.8e-6 against the
+    // f32-GELU build and 3.8e-3 against stock (the table's steps, above).
+    const double stock = max_logit_diff(want, lg, toks.size(), n_vocab);
+    if (preset == "tiny-gemma2") {
+      const double exact = max_logit_diff(ref["models_exact_gelu"][preset], lg, toks.size(), n_vocab);
+      std::printf("[llama.cpp] %s: max |logit diff| %.2g (f32-GELU build), %.2g (stock)\n", preset.c_str(), exact, stock);
+      EXPECT_LT(exact, 1e-3) << preset;
+      EXPECT_LT(stock, 1e-2) << preset;
+      EXPECT_EQ(ref["models_exact_gelu"][preset]["greedy"], want["greedy"]);
+    } else {
+      std::printf("[llama.cpp] %s: max |logit diff| %.2g\n", preset.c_str(), stock);
+      EXPECT_LT(stock, 1e-3) << preset;
+    }
     // Greedy continuation, one token at a time through the window.
     std::vector<int32_t> greedy;
     const float* last = lg.data() + (toks.size() - 1) * n_vocab;
@@ -367,25 +375,26 @@ TEST(GemmaPhi3AgainstLlamaCpp, LogitsAndGreedyTokensMatch) {
   }
 }
 
-// The scalar implementation, with llama.cpp's f16 GELU table in place of the
-// exact function, reproduces llama.cpp's logits: the architectures agree, and
-// what is left of the Gemma 2 difference is the table's f16 steps.
-TEST(GemmaPhi3AgainstLlamaCpp, ScalarWithLlamaCppGeluTableMatchesLlamaCpp) {
+// The independent scalar implementation agrees with llama.cpp too: the
+// f32-GELU build for Gemma 2, stock for Phi-3. With llama.cpp's f16 GELU table
+// in its place it does not reproduce stock llama.cpp to better than a few
+// 1e-3: upstream rounding differences move inputs across f16 steps, so the
+// table is compared with, not emulated.
+TEST(GemmaPhi3AgainstLlamaCpp, ScalarReferenceMatchesLlamaCpp) {
   std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/tests/data/gemma_phi3_llamacpp.json");
   ASSERT_TRUE(in.good());
   const auto ref = nlohmann::json::parse(in);
   const auto toks = ref["tokens"].get<std::vector<int32_t>>();
   for (const auto& [preset, facts] : {std::pair{"tiny-gemma2", tiny_gemma2()}, std::pair{"tiny-phi3", tiny_phi3()}}) {
-    Facts h = facts;
-    h.gelu_f16_table = true;
     auto file = synth(preset, ref["n_vocab"].get<int64_t>());
-    const auto got = reference_logits(Ref{*file, h}, toks);
+    const auto got = reference_logits(Ref{*file, facts}, toks);
+    const auto& want = std::string(preset) == "tiny-gemma2" ? ref["models_exact_gelu"][preset] : ref["models"][preset];
     double max_err = 0;
     for (size_t p = 0; p < toks.size(); ++p)
       for (size_t v = 0; v < got[p].size(); ++v)
-        max_err = std::max(max_err, std::abs(ref["models"][preset]["logits"][p][v].get<double>() - got[p][v]));
-    // Measured: 2.2e-3 (gemma2) and 1.6e-6 (phi3).
-    EXPECT_LT(max_err, std::string(preset) == "tiny-gemma2" ? 4e-3 : 1e-3) << preset;
+        max_err = std::max(max_err, std::abs(want["logits"][p][v].get<double>() - got[p][v]));
+    std::printf("[scalar vs llama.cpp] %s: max |logit diff| %.2g\n", preset, max_err);
+    EXPECT_LT(max_err, 1e-3) << preset;
   }
 }
 
