@@ -179,7 +179,10 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
     return invalid_argument("shape {}: heads {} / kv heads {} do not divide embedding {}", s.name, s.n_head, s.n_head_kv, s.n_embd);
   }
   const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
-  const int64_t bs = dtype_traits(mix.base).block_size;
+  // A mix falls back per tensor to a 32-element type (Q5_0, Q5_1, IQ4_NL,
+  // Q8_0) where a row does not split into 256-element super-blocks, as
+  // llama.cpp's quantizer does (Qwen1.5-MoE's expert ffn is 1408 = 5.5 x 256).
+  const int64_t bs = mix.is_mix ? 32 : dtype_traits(mix.base).block_size;
   for (int64_t d : {s.n_embd, s.n_ff, s.n_ff_expert, s.n_ff_shared, head_dim * s.n_head}) {
     if (d % bs != 0) {
       return invalid_argument("type {} needs dims divisible by {} (embedding {}, ffn {}, expert ffn {}, shared ffn {})",

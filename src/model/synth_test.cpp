@@ -1,6 +1,9 @@
 #include "model/synth.h"
 
 #include <set>
+#include <unistd.h>
+
+#include "format/model_file.h"
 
 #include <gtest/gtest.h>
 
@@ -44,6 +47,34 @@ TEST(Synth, MistralPresetsCarryTheirSlidingWindow) {
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->n_swa, 64);
   EXPECT_EQ(synth_preset("tiny")->n_swa, 0);
+}
+
+// A mix falls back per tensor, as llama.cpp's quantizer does, where a row does
+// not split into 256-element super-blocks (Qwen1.5-MoE's experts: 1408 wide);
+// the plain K type has no fallback and is refused with the dims.
+TEST(Synth, MixesFallBackWhereRowsDoNotSplitIntoSuperBlocks) {
+  SynthShape shape = synth_preset("tiny-qwen2moe", 2).value();
+  shape.n_vocab = 512;
+  shape.n_ff_expert = 352;  // 11 x 32, not a multiple of 256
+  const std::string path = ::testing::TempDir() + "/synth_fallback_" + std::to_string(getpid()) + ".gguf";
+  auto n = write_synth_model(SynthOptions{.shape = shape, .type = "q4_k_m", .n_threads = 1}, path);
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  auto mf = open_model_file(path);
+  ASSERT_TRUE(mf.ok()) << mf.status().to_string();
+  int n_down = 0;
+  for (const TensorInfo& t : mf->tensors) {
+    if (t.name.find("ffn_down_exps") != std::string::npos) {
+      ++n_down;  // Q4_K falls back to Q5_0, and Q6_K (promoted layers) to Q8_0
+      EXPECT_TRUE(t.type == DType::kQ5_0 || t.type == DType::kQ8_0) << t.name << " " << dtype_traits(t.type).name;
+    } else if (t.name.find("ffn_gate_exps") != std::string::npos) {
+      EXPECT_EQ(t.type, DType::kQ4_K) << t.name;  // rows of 256: no fallback
+    }
+  }
+  EXPECT_EQ(n_down, 2);
+  std::remove(path.c_str());
+  auto plain = write_synth_model(SynthOptions{.shape = shape, .type = "q4_k", .n_threads = 1}, path);
+  ASSERT_FALSE(plain.ok());
+  EXPECT_NE(plain.status().message().find("expert ffn 352"), std::string::npos) << plain.status().message();
 }
 
 }  // namespace
