@@ -36,6 +36,25 @@ ChoiceAccumulator::ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool
   }
   before_.assign(static_cast<size_t>(n), 0);
   finished_.assign(static_cast<size_t>(n), false);
+  tool_format_ = tools.format;
+  if (tool_format_ != ToolCallFormat::kNone) {
+    markers_.resize(static_cast<size_t>(n));
+    for (MarkerTrack& m : markers_) m.plain = std::make_unique<StreamDecoder>(tok_);
+  }
+}
+
+void ChoiceAccumulator::feed(MarkerTrack& track, ToolCallParser& parser, std::string_view text, ParsedOutput* out) {
+  while (!track.waiting.empty() && track.waiting.front().first <= track.fed + text.size()) {
+    const auto [at, marker] = track.waiting.front();
+    track.waiting.pop_front();
+    const size_t n = at > track.fed ? at - track.fed : 0;
+    parser.push(text.substr(0, n), out);
+    text.remove_prefix(n);
+    track.fed += n;
+    parser.push_marker(marker, out);
+  }
+  parser.push(text, out);
+  track.fed += text.size();
 }
 
 ChoiceOutput ChoiceAccumulator::apply(const TokenEvent& e) {
@@ -56,10 +75,22 @@ ChoiceOutput ChoiceAccumulator::apply(const TokenEvent& e) {
   }
   ToolCallParser& parser = parsers_[static_cast<size_t>(e.index)];
   ParsedOutput parsed;
-  parser.push(e.text, &parsed);
+  if (tool_format_ == ToolCallFormat::kNone) {
+    parser.push(e.text, &parsed);
+  } else {
+    MarkerTrack& track = markers_[static_cast<size_t>(e.index)];
+    if (e.token >= 0) {
+      // A control token adds no text, so the plain text decoded so far ends where it stands.
+      if (tok_.is_control(e.token) && is_tool_call_marker(tool_format_, tok_.token_text(e.token)))
+        track.waiting.emplace_back(track.decoded, tok_.token_text(e.token));
+      track.decoded += track.plain->push(e.token).size();
+    }
+    feed(track, parser, e.text, &parsed);
+  }
   if (e.finished && !finished_[static_cast<size_t>(e.index)]) {
     finished_[static_cast<size_t>(e.index)] = true;
     ++n_finished_;
+    if (!markers_.empty()) markers_[static_cast<size_t>(e.index)].waiting.clear();  // past a stop string
     parser.finish(&parsed);
     d.finish_reason = finish_reason_name(e.finish_reason);  // the OpenAI names
     if (e.finish_reason == FinishReason::kError) error_ = e.error.empty() ? "generation failed" : e.error;

@@ -17,18 +17,18 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "server/openai_response.h"
 #include "server/tool_calls.h"
 #include "sluice/engine.h"
-
-namespace sluice {
-class Tokenizer;
-}
+#include "tokenizer/stream_decoder.h"
 
 namespace sluice::server {
 
@@ -57,6 +57,13 @@ class ChoiceAccumulator {
   // tools: how each output is read for tool calls (a ToolCallParser per
   // choice; call ids from id_seed and the choice index). A choice that ends
   // (stop or length) with a parsed call finishes with "tool_calls".
+  // Tool-call markers that the vocabulary holds as control tokens (no text in
+  // the event) reach the parser through push_marker, placed where the token
+  // stands in the text: a StreamDecoder per choice, decoding the ids as the
+  // engine does, counts the text before each marker, and the marker goes in
+  // when the event text reaches that point (text the engine holds back for
+  // stop strings or an unfinished character comes out after it; a marker past
+  // a stop string is dropped). Their text never reaches content.
   ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, bool ignore_eos, ToolParsing tools = {},
                     uint64_t id_seed = 0);
 
@@ -78,6 +85,17 @@ class ChoiceAccumulator {
   bool ignore_eos_;
   std::vector<ChoiceOutput> totals_;
   std::vector<ToolCallParser> parsers_;  // [n]
+  // Control-token markers of one choice, while tools are parsed.
+  struct MarkerTrack {
+    std::unique_ptr<StreamDecoder> plain;  // the choice's ids, decoded as the engine decodes them
+    size_t decoded = 0;                    // bytes plain has released
+    size_t fed = 0;                        // bytes of event text given to the parser
+    std::deque<std::pair<size_t, std::string_view>> waiting;  // (text offset, marker) in order
+  };
+  // Gives the parser `text`, with the waiting markers at their offsets.
+  void feed(MarkerTrack& track, ToolCallParser& parser, std::string_view text, ParsedOutput* out);
+  ToolCallFormat tool_format_ = ToolCallFormat::kNone;
+  std::vector<MarkerTrack> markers_;  // [n] when tool_format_ is not kNone
   std::vector<size_t> before_;
   std::vector<bool> finished_;
   int32_t n_finished_ = 0;

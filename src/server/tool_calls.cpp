@@ -165,11 +165,38 @@ void ToolCallParser::push(std::string_view text, ParsedOutput* out) {
   drain(out, /*at_end=*/false);
 }
 
+void ToolCallParser::push_marker(std::string_view marker, ParsedOutput* out) {
+  if (format_ == ToolCallFormat::kNone || mode_ == Mode::kFailed || marker.empty()) return;
+  hidden_.emplace_back(buf_.size(), buf_.size() + marker.size());
+  buf_.append(marker);
+  drain(out, /*at_end=*/false);
+}
+
 void ToolCallParser::finish(ParsedOutput* out) {
   if (format_ == ToolCallFormat::kNone || mode_ == Mode::kFailed) return;
   drain(out, /*at_end=*/true);
   buf_.clear();
+  hidden_.clear();
   pos_ = 0;
+}
+
+bool ToolCallParser::release_visible(size_t from, size_t to, ParsedOutput* out) {
+  bool text = false;
+  const auto emit = [&](size_t a, size_t b) {
+    if (a >= b) return;
+    const std::string_view piece = std::string_view(buf_).substr(a, b - a);
+    if (!trim(piece).empty()) text = true;
+    out->content.append(piece);
+  };
+  size_t at = from;
+  for (const auto& [begin, end] : hidden_) {
+    if (end <= at) continue;
+    if (begin >= to) break;
+    emit(at, std::min(begin, to));
+    at = std::max(at, end);
+  }
+  emit(at, to);
+  return text;
 }
 
 void ToolCallParser::drain(ParsedOutput* out, bool at_end) {
@@ -186,6 +213,12 @@ void ToolCallParser::drain(ParsedOutput* out, bool at_end) {
   // Keep the buffer small: drop what was released or consumed.
   if (mode_ == Mode::kPlain && pos_ > 0) {
     buf_.erase(0, pos_);
+    size_t kept = 0;
+    for (auto& [begin, end] : hidden_) {
+      if (end <= pos_) continue;
+      hidden_[kept++] = {begin > pos_ ? begin - pos_ : 0, end - pos_};
+    }
+    hidden_.resize(kept);
     pos_ = 0;
     call_start_ = 0;
   }
@@ -220,9 +253,7 @@ void ToolCallParser::drain_plain(ParsedOutput* out, bool at_end) {
     if (at < k) k = at, marker = m;
   }
   auto release = [&](size_t n) {
-    const std::string_view text = rest.substr(0, n);
-    if (!trim(text).empty()) seen_text_ = true;
-    out->content.append(text);
+    if (release_visible(pos_, pos_ + n, out)) seen_text_ = true;
     pos_ += n;
   };
   if (k != std::string_view::npos) {
@@ -370,8 +401,9 @@ void ToolCallParser::add_call(std::string name, std::string arguments, std::stri
 }
 
 void ToolCallParser::fail(ParsedOutput* out) {
-  out->content.append(std::string_view(buf_).substr(call_start_));
+  release_visible(call_start_, buf_.size(), out);
   buf_.clear();
+  hidden_.clear();
   pos_ = 0;
   call_start_ = 0;
   mode_ = Mode::kFailed;
@@ -383,6 +415,18 @@ ParsedOutput parse_tool_calls(ToolCallFormat format, std::string_view text, uint
   p.push(text, &out);
   p.finish(&out);
   return out;
+}
+
+bool is_tool_call_marker(ToolCallFormat format, std::string_view text) {
+  switch (format) {
+    case ToolCallFormat::kLlama3: return text == kPythonTag;
+    case ToolCallFormat::kHermes: return text == kHermesOpen || text == kHermesClose;
+    case ToolCallFormat::kMistral: return text == kMistralOpen;
+    case ToolCallFormat::kDeepSeek:
+      return text == kDsCallsBegin || text == kDsCallsEnd || text == kDsCallBegin || text == kDsCallEnd || text == kDsSep;
+    case ToolCallFormat::kNone: break;
+  }
+  return false;
 }
 
 }  // namespace sluice::server

@@ -6,10 +6,26 @@
 //             or after <|python_tag|>; several separated by ';' or whitespace
 //   hermes    <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>  (Hermes 2/3, Qwen 2.5); repeated
 //   mistral   [TOOL_CALLS][{"name": "f", "arguments": {...}, "id": "abcdef123"}, ...]
-//             (a bare [{"name": ...}] at the start too: GGUFs mark [TOOL_CALLS] as a
-//             control token, whose text the engine does not emit)
+//             (a bare [{"name": ...}] at the start too)
 //   deepseek  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>
 //             ... <｜tool▁calls▁end｜>  (DeepSeek R1 / V3)
+//
+// How real files type the markers. llama.cpp's converter makes an HF added
+// token CONTROL when it is "special": true or looks special (<|...|>, <｜...｜>),
+// else USER_DEFINED; a SentencePiece model's own control pieces stay CONTROL:
+//   Llama 3.1    <|python_tag|> (128010): special: true, like every Llama 3
+//                added token -> control
+//   Qwen 2.5     <tool_call> (151657), </tool_call> (151658): special: false
+//                -> user-defined, so they are text
+//   Mistral v3   [TOOL_CALLS] (5 in v0.3's 32768 vocabulary): a control token
+//                (special: true; Mistral's own decoder skips it too) -> control
+//   DeepSeek V3 / R1  <｜tool▁calls▁begin｜> ... <｜tool▁sep｜>: look special ->
+//                control in GGUFs whatever tokenizer.json says
+// sluice's HF importer types added tokens by "special" alone. Control tokens
+// give no text when decoded (Tokenizer::token_to_piece), so the server hands
+// their markers to the parser apart from the text, with push_marker() (see
+// ChoiceAccumulator); user-defined markers arrive in the text. Either way the
+// marker is recognised, and a marker given by push_marker never becomes content.
 //
 // ToolCallParser is fed the output text piece by piece. Plain text is released
 // as content at once, except a tail that may begin a call marker (and trailing
@@ -24,6 +40,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -71,6 +88,11 @@ class ToolCallParser {
   // Feeds the next piece of output; appends released content and completed
   // calls to *out.
   void push(std::string_view text, ParsedOutput* out);
+  // Feeds a marker that a control token stands for (its text, e.g.
+  // "<|python_tag|>"), at this point of the output. It is read as the text
+  // would be, but never released as content (a failed call's text comes out
+  // without it). Dropped when the format is kNone or parsing has failed.
+  void push_marker(std::string_view marker, ParsedOutput* out);
   // End of output: releases what is held (unfinished calls as content).
   void finish(ParsedOutput* out);
   // Calls parsed so far (kept ones).
@@ -85,12 +107,16 @@ class ToolCallParser {
   bool step_call(ParsedOutput* out, bool at_end);
   void add_call(std::string name, std::string arguments, std::string id, ParsedOutput* out);
   void fail(ParsedOutput* out);  // the held call text becomes content
+  // Appends buf_[from, to) to content, less the push_marker ranges; true if
+  // that text has non-space characters.
+  bool release_visible(size_t from, size_t to, ParsedOutput* out);
 
   ToolCallFormat format_;
   uint64_t id_seed_;
   int32_t max_calls_;
   Mode mode_ = Mode::kPlain;
   std::string buf_;         // text not yet released: buf_[pos_..]
+  std::vector<std::pair<size_t, size_t>> hidden_;  // [begin, end) in buf_ of push_marker text, in order
   size_t pos_ = 0;
   size_t call_start_ = 0;   // where the held call text starts in buf_
   bool seen_text_ = false;  // non-whitespace content released (or a call parsed)
@@ -109,5 +135,10 @@ bool json_depth_within(const nlohmann::ordered_json& j, int max_depth);
 
 // The whole output at once: push(text) + finish().
 ParsedOutput parse_tool_calls(ToolCallFormat format, std::string_view text, uint64_t id_seed = 0);
+
+// True if `text` is one of the markers `format` is written with (the ones a
+// vocabulary may hold as tokens): <|python_tag|>; <tool_call>, </tool_call>;
+// [TOOL_CALLS]; DeepSeek's five <｜tool▁...｜> markers.
+bool is_tool_call_marker(ToolCallFormat format, std::string_view text);
 
 }  // namespace sluice::server

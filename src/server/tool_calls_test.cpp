@@ -271,3 +271,70 @@ TEST(ToolCalls, FormatIsDetectedFromTheRealTemplates) {
 
 }  // namespace
 }  // namespace sluice::server
+
+namespace sluice::server {
+namespace {
+
+// Feeds `parts` in order: text as push(), a part in markers as push_marker().
+ParsedOutput with_markers(ToolCallFormat f, const std::vector<std::string>& parts,
+                          const std::vector<std::string>& markers) {
+  ParsedOutput out;
+  ToolCallParser p(f, 7);
+  for (const std::string& s : parts) {
+    if (std::find(markers.begin(), markers.end(), s) != markers.end()) {
+      if (f != ToolCallFormat::kNone) {
+        EXPECT_TRUE(is_tool_call_marker(f, s)) << s;
+      }
+      p.push_marker(s, &out);
+    } else {
+      p.push(s, &out);
+    }
+  }
+  p.finish(&out);
+  return out;
+}
+
+TEST(ToolCalls, MarkersFedApartParseAsTheirTextAndNeverBecomeContent) {
+  const std::string json = R"({"name": "get_weather", "arguments": {"city": "Paris"}})";
+  const std::vector<std::string> hermes = {"<tool_call>", "</tool_call>"};
+  ParsedOutput o = with_markers(ToolCallFormat::kHermes, {"Sure.\n", "<tool_call>", "\n" + json + "\n", "</tool_call>"}, hermes);
+  EXPECT_EQ(o.content, "Sure.");
+  ASSERT_EQ(o.tool_calls.size(), 1u);
+  EXPECT_EQ(o.tool_calls[0].arguments, kParis);
+  // A call that fails: its text is content, without the markers fed apart.
+  o = with_markers(ToolCallFormat::kHermes, {"Sure.\n", "<tool_call>", "{bad}", "</tool_call>", " after"}, hermes);
+  EXPECT_TRUE(o.tool_calls.empty());
+  EXPECT_EQ(o.content, "Sure.\n{bad} after");
+  // An unfinished one at the end.
+  o = with_markers(ToolCallFormat::kHermes, {"<tool_call>", "{\"name\": "}, hermes);
+  EXPECT_EQ(o.content, "{\"name\": ");
+  // A closing marker in plain text is not content either.
+  o = with_markers(ToolCallFormat::kHermes, {"a ", "</tool_call>", " b"}, hermes);
+  EXPECT_EQ(o.content, "a  b");
+  o = with_markers(ToolCallFormat::kLlama3,
+                   {"Looking.", "<|python_tag|>", R"({"name": "get_weather", "parameters": {"city": "Paris"}})"},
+                   {"<|python_tag|>"});
+  EXPECT_EQ(o.content, "Looking.");
+  ASSERT_EQ(o.tool_calls.size(), 1u);
+  o = with_markers(ToolCallFormat::kMistral,
+                   {"Now.", "[TOOL_CALLS]", R"([{"name": "get_weather", "arguments": {"city": "Paris"}}])"},
+                   {"[TOOL_CALLS]"});
+  EXPECT_EQ(o.content, "Now.");
+  ASSERT_EQ(o.tool_calls.size(), 1u);
+  const std::vector<std::string> ds = {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+                                       "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"};
+  o = with_markers(ToolCallFormat::kDeepSeek,
+                   {"Hm.", ds[0], ds[1], "function", ds[2], "get_weather\n```json\n{\"city\": \"Paris\"}\n```", ds[3], ds[4]},
+                   ds);
+  EXPECT_EQ(o.content, "Hm.");
+  ASSERT_EQ(o.tool_calls.size(), 1u);
+  EXPECT_EQ(o.tool_calls[0].arguments, kParis);
+  // No format: markers are dropped, text passes.
+  o = with_markers(ToolCallFormat::kNone, {"a", "<tool_call>", "b"}, hermes);
+  EXPECT_EQ(o.content, "ab");
+  EXPECT_FALSE(is_tool_call_marker(ToolCallFormat::kHermes, "<|python_tag|>"));
+  EXPECT_FALSE(is_tool_call_marker(ToolCallFormat::kNone, "<tool_call>"));
+}
+
+}  // namespace
+}  // namespace sluice::server

@@ -30,7 +30,8 @@ struct PreName {
   // Default of tokenizer.ggml.add_bos_token when the key is absent.
   bool add_bos = false;
   // HF clean_up_tokenization_spaces as llama.cpp sets it (" ." -> "." when
-  // detokenizing); recorded for callers, not applied by Tokenizer::decode.
+  // detokenizing; Vocab::clean_spaces, applied by Tokenizer::decode and
+  // StreamDecoder).
   bool clean_spaces = true;
   // The "<mask>" token swallows the whitespace before it (jina-v2-*).
   bool mask_lstrip = false;

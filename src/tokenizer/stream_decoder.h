@@ -5,8 +5,10 @@
 // pieces) are held until the character is complete. Bytes that can never form a
 // valid character are replaced by U+FFFD as soon as that is known; finish() flushes
 // a still-incomplete tail as one U+FFFD. Uses Tokenizer::piece_after, so the SPM
-// leading-space rule matches decode(): for valid UTF-8 the concatenated output of
-// push() and finish() equals decode() of the same ids.
+// leading-space rule matches decode(), and, when the tokenizer has clean_spaces,
+// the same rewrites through a SpaceCleaner (which holds back a space, or " '",
+// " 'r", " 'v", until the next bytes decide): for valid UTF-8 the concatenated
+// output of push() and finish() equals decode() of the same ids.
 // Holds a reference to the Tokenizer (which must outlive it). One StreamDecoder per
 // stream; not thread-safe.
 #pragma once
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tokenizer/clean_spaces.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sluice {
@@ -29,8 +32,14 @@ class StreamDecoder {
   std::string finish();
 
  private:
+  // Moves the complete characters of pending_ to *out (U+FFFD for bytes that
+  // cannot form one); keeps an incomplete tail.
+  void drain(std::string* out);
+
   const Tokenizer& tok_;
   bool render_special_;
+  bool clean_;           // tok_.clean_spaces()
+  SpaceCleaner cleaner_;
   int32_t prev_id_ = -1;
   std::string pending_;  // bytes of a character not yet complete (at most 3)
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/clean_spaces.h"
 #include "tokenizer/special_tokens.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/unicode.h"
@@ -166,7 +167,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_speci
     out.append(piece_after(prev, id, render_special));
     prev = id;
   }
-  return out;
+  return vocab_.clean_spaces() ? sluice::clean_spaces(out) : out;
 }
 
 bool Tokenizer::is_eog(int32_t id) const {

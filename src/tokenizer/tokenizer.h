@@ -49,8 +49,12 @@ class Tokenizer {
   // leading space. The view stays valid for the Tokenizer's lifetime.
   std::string_view piece_after(int32_t prev_id, int32_t id, bool render_special = false) const;
 
-  // Ids -> bytes (concatenated piece_after; may end inside a UTF-8 character).
+  // Ids -> bytes: the concatenated piece_after, then, if clean_spaces(), the
+  // clean_spaces rewrites (" ." -> ".", "it 's" -> "it's"; clean_spaces.h), as
+  // llama.cpp's llama_detokenize. May end inside a UTF-8 character.
   std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
+  // Whether decode() and StreamDecoder apply the clean_spaces rewrites.
+  bool clean_spaces() const { return vocab_.clean_spaces(); }
 
   int32_t n_vocab() const { return vocab_.n_vocab(); }
   int32_t bos_id() const { return vocab_.bos_id(); }  // -1 if none

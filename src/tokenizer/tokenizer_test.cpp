@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tokenizer/stream_decoder.h"
+
 namespace sluice {
 namespace {
 
@@ -205,6 +207,31 @@ TEST(Bpe, RankedMergesOnSmallVocab) {
   t = make(md);
   ASSERT_TRUE(t);
   EXPECT_EQ(t->encode("ab ab", false), (std::vector<int32_t>{3, 5}));
+}
+
+// The pre-tokenizer name decides whether decode() and StreamDecoder apply the
+// clean_spaces rewrites (gpt-2 does, qwen2 does not), split pieces included.
+TEST(Bpe, CleanSpacesFollowsTheNameInDecodeAndStreams) {
+  const std::string g = "\xC4\xA0";  // ' '
+  std::vector<Tok> toks = {{"it"}, {g}, {"'"}, {"s"}, {"."}, {g + "'"}, {"<|x|>", 0, TokenType::kControl}, {"i"}, {"t"}};
+  Metadata md = make_metadata("gpt2", toks, {"i t"});
+  const std::vector<int32_t> ids = {0, 1, 2, 3, 1, 4, 1, 0, 5, 6, 3, 1, 6, 4};  // "it 's . it 's ." around a control token
+  for (const char* pre : {"gpt-2", "qwen2"}) {
+    md.set("tokenizer.ggml.pre", MetaValue::str(pre));
+    auto t = make(md);
+    ASSERT_TRUE(t);
+    const bool clean = std::string(pre) == "gpt-2";
+    EXPECT_EQ(t->clean_spaces(), clean);
+    const std::string want = clean ? "it's. it's." : "it 's . it 's .";
+    EXPECT_EQ(t->decode(ids), want) << pre;
+    StreamDecoder stream(*t);
+    std::string streamed;
+    for (int32_t id : ids) streamed += stream.push(id);
+    streamed += stream.finish();
+    EXPECT_EQ(streamed, want) << pre;
+    // A control token rendered as text is text to the rewrites too.
+    EXPECT_EQ(t->decode({0, 6, 1, 4}, /*render_special=*/true), clean ? "it<|x|>." : "it<|x|> .") << pre;
+  }
 }
 
 TEST(Bpe, Llama3IgnoresMergesForWholeWords) {

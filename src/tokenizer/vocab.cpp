@@ -154,6 +154,7 @@ void Vocab::load_specials(const Metadata& md) {
   const PreName* pre = spm ? nullptr : find_pre_name(pre_);
   ignore_merges_ = md.get_bool(kIgnoreMergesKey).value_or(pre && pre->ignore_merges);
   if (spm) ignore_merges_ = false;
+  clean_spaces_ = !spm && (pre == nullptr || pre->clean_spaces);
   add_bos_ = md.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || (pre && pre->add_bos));
   add_eos_ = md.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   add_space_prefix_ = md.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);

@@ -80,6 +80,10 @@ class Vocab {
   bool add_space_prefix() const { return add_space_prefix_; }
   // BPE: a pre-tokenized word that is itself a token is not merged (Llama 3).
   bool ignore_merges() const { return ignore_merges_; }
+  // Detokenized text gets the clean_spaces rewrites (clean_spaces.h): BPE by the
+  // pre-tokenizer name's flag (pre_tokenizer_table.cpp; true for "default"),
+  // never SPM, as llama.cpp decides it.
+  bool clean_spaces() const { return clean_spaces_; }
   // Control, user-defined and unknown tokens, longest text first (for splitting).
   const std::vector<int32_t>& special_tokens() const { return special_tokens_; }
   // End-of-generation ids: eos, eot, eom and known end-of-turn texts.
@@ -103,6 +107,7 @@ class Vocab {
   std::vector<int32_t> eog_ids_;
   int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1, pad_id_ = -1, eot_id_ = -1, eom_id_ = -1;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false, ignore_merges_ = false;
+  bool clean_spaces_ = false;
 };
 
 }  // namespace sluice
