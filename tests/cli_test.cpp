@@ -210,6 +210,27 @@ TEST(Cli, PlanMeasureRoundsJson) {
   }
 }
 
+// `plan kv` counts the window: Mistral 7B (window 4096 on every layer) keeps
+// 4112 positions per sequence in blocks of 16, 4352 in blocks of 256; Gemma 2
+// (global layers too) keeps every position, and the output says which.
+TEST(Cli, PlanKvTakesTheWindowIntoAccount) {
+  CliResult r = run_cli("plan kv -m mistral-7b --ctxs 4096,32768 --batch 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["contexts"][0]["kv_tokens_kept"], 4096);
+  EXPECT_EQ(j["contexts"][1]["kv_tokens_kept"], 4112);
+  EXPECT_DOUBLE_EQ(j["contexts"][1]["kv_bytes_per_seq"].get<double>(), 4112.0 * 131072);
+  EXPECT_NE(j["kv_window_note"].get<std::string>().find("every layer"), std::string::npos) << r.out;
+  r = run_cli("plan kv -m mistral-7b --ctxs 32768 --batch 1 --kv-block 256 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["contexts"][0]["kv_tokens_kept"], 4096 + 256);
+  r = run_cli("plan kv -m gemma2-9b --ctxs 8192 --batch 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("window    sliding window 4096 on 21 of 42 layers: KV of every position kept"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("output tied to the embeddings"), std::string::npos) << r.out;
+}
+
 TEST(Cli, PlanMeasureRejectsBadRounds) {
   for (const char* n : {"0", "-2", "101"}) {
     // Checked before the model is opened: the path does not matter.

@@ -167,5 +167,48 @@ TEST(SlidingWindowEngine, KvBlocksStayFlatPastTheWindowAndTokensMatchAFullCacheR
               static_cast<long long>((static_cast<int64_t>(prompt.size()) + n_gen + 15) / 16));
 }
 
+// Speculative decoding with a windowed draft model (the same file: every draft
+// is accepted, so rounds are long) in the 8-block pool: the target's blocks stay
+// at the window's, the draft model's own pool frees its blocks too (checked in
+// spec/draft_model_test.cpp), and the tokens are still the full-cache run's.
+TEST(SlidingWindowEngine, WindowedDraftModelKeepsTheTokens) {
+  const std::string path = synth_path(32, "w32_draft");
+  const int64_t n_gen = 300;
+  const std::vector<int32_t> prompt = tokens_of(20, 512);
+  const std::vector<int32_t> want = greedy_full_cache(path, prompt, n_gen);
+  const uint64_t block_bytes = 2 * 2 * 16 * 64 * 4;
+  EngineConfig cfg{.model_path = path, .n_threads = 2, .max_batch_tokens = 16, .max_seqs = 1, .ctx_size = 512,
+                   .kv_budget_bytes = 8 * block_bytes, .kv_dtype = "f32", .kv_block_size = 16,
+                   .check_invariants = true, .speculative = "draft", .draft_model_path = path, .spec_max_draft = 4,
+                   .spec_adaptive = false};
+  auto e = Engine::create(cfg);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  Engine& engine = **e;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> got;
+  bool done = false;
+  Request r{.prompt = prompt, .max_tokens = static_cast<int32_t>(n_gen), .sampling = {.temperature = 0},
+            .ignore_eos = true};
+  auto id = engine.submit(r, [&](const TokenEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (ev.token >= 0) got.push_back(ev.token);
+    if (ev.timings) {
+      done = true;
+      cv.notify_all();
+    }
+  });
+  ASSERT_TRUE(id.ok()) << id.status().to_string();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return done; }));
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_NE(engine.summary().find("sliding window 32: blocks behind it freed"), std::string::npos) << engine.summary();
+  // Drafting ran the whole way (the draft is the target: nearly all accepted).
+  EXPECT_GT(engine.stats().spec_drafted, n_gen / 2);
+  EXPECT_GT(engine.stats().spec_acceptance_rate(), 0.9);
+}
+
 }  // namespace
 }  // namespace sluice

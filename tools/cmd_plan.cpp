@@ -88,8 +88,7 @@ StatusOr<ModelInput> load_model_input(const PlanArgs& a) {
   const bool hf = is_dir(spec) || (spec.size() >= 11 && spec.ends_with("config.json"));
   if (spec.ends_with(".gguf")) {
     ASSIGN_OR_RETURN(ModelFile mf, open_model_file(spec));
-    ASSIGN_OR_RETURN(m.shape, pl::shape_from_metadata(mf.metadata));
-    if (m.shape.n_vocab == 0 && mf.find("token_embd.weight")) m.shape.n_vocab = mf.find("token_embd.weight")->ne[1];
+    ASSIGN_OR_RETURN(m.shape, pl::shape_from_model_file(mf));
     m.weights = pl::weight_bytes_of_file(mf, m.shape);
     m.weights_note = "exact tensor bytes of the file";
   } else if (hf) {
@@ -145,9 +144,13 @@ int run_decode(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
   auto kvf = pl::parse_weight_format(a.kv);
   if (!kvf.ok()) return fail(kvf.status());
   if (a.ctx < 0 || a.prompt < 1) return fail(invalid_argument("--ctx must be >= 0 and --prompt >= 1"));
+  if (a.kv_block < 1) return fail(invalid_argument("--kv-block must be >= 1, got {}", a.kv_block));
   const pl::ModelCost cost = pl::model_cost(m->shape, m->weights, *kvf);
+  const pl::KvKept kept = pl::kv_tokens_kept(m->shape, a.ctx + 1, a.kv_block);
   std::string t = header(*m, *h);
-  json j = {{"model", m->shape.name}, {"hardware", h->name}, {"ctx", a.ctx}, {"kv_bytes_per_token", cost.kv_bytes_per_token}};
+  if (!kept.note.empty()) t += fmt::format("window    {}\n", kept.note);
+  json j = {{"model", m->shape.name}, {"hardware", h->name}, {"ctx", a.ctx}, {"kv_bytes_per_token", cost.kv_bytes_per_token},
+            {"kv_tokens_kept_per_seq", kept.n_tokens}, {"kv_window_note", kept.note}};
   const pl::StepEstimate pre = pl::prefill_step(cost, *h, a.prompt);
   t += fmt::format("TTFT      {:.1f} ms for a {}-token prompt ({}-bound, {:.0f} tokens/s)\n", pre.step_s * 1e3, a.prompt,
                    pre.compute_bound ? "compute" : "memory", pre.tokens_per_s);
@@ -168,7 +171,7 @@ int run_decode(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
   for (int64_t b : a.batches) {
     if (b < 1) return fail(invalid_argument("batch sizes must be >= 1"));
     const pl::StepEstimate e = pl::decode_step(cost, *h, b, a.ctx);
-    const double resident = m->weights.total() + b * (a.ctx + 1) * cost.kv_bytes_per_token;
+    const double resident = m->weights.total() + b * kept.n_tokens * cost.kv_bytes_per_token;
     const bool fits = h->mem_capacity_gb <= 0 || resident <= h->mem_capacity_gb * 1e9;
     json r = step_json(e);
     r["fits"] = fits;
@@ -195,31 +198,38 @@ int run_kv(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
   if (!h.ok()) return fail(h.status());
   auto kvf = pl::parse_weight_format(a.kv);
   if (!kvf.ok()) return fail(kvf.status());
+  if (a.kv_block < 1) return fail(invalid_argument("--kv-block must be >= 1, got {}", a.kv_block));
   const double per_token = pl::kv_bytes_per_token(m->shape, *kvf);
   std::string t = header(*m, *h);
-  t += fmt::format("KV        {} bytes per token ({}); equals the weights at {:.0f} tokens of context\n\n", per_token,
+  t += fmt::format("KV        {} bytes per token ({}); equals the weights at {:.0f} tokens of context\n", per_token,
                    kvf->name, pl::kv_break_even_ctx(m->shape, *kvf, m->weights.total()));
-  json j = {{"model", m->shape.name}, {"kv_format", kvf->name}, {"kv_bytes_per_token", per_token}};
+  const std::string window_note = pl::kv_tokens_kept(m->shape, 0, a.kv_block).note;
+  if (!window_note.empty()) t += fmt::format("window    {}\n", window_note);
+  t += "\n";
+  json j = {{"model", m->shape.name}, {"kv_format", kvf->name}, {"kv_bytes_per_token", per_token},
+            {"kv_block", a.kv_block}, {"kv_window_note", window_note}};
   t += fmt::format("{:>9}", "context");
   for (int64_t b : a.batches) t += fmt::format(" {:>12}", fmt::format("B={} GiB", b));
-  t += fmt::format(" {:>10}\n", "max batch");
+  t += fmt::format(" {:>10} {:>10}\n", "max batch", "KV kept");
   json rows = json::array();
   for (int64_t c : a.ctxs) {
     if (c < 1) return fail(invalid_argument("context lengths must be >= 1"));
-    const double seq = pl::kv_bytes_per_seq(m->shape, *kvf, c);
+    const pl::KvKept kept = pl::kv_tokens_kept(m->shape, c, a.kv_block);
+    const double seq = pl::kv_bytes_per_seq(m->shape, *kvf, kept.n_tokens);
     t += fmt::format("{:>9}", c);
-    json r = {{"ctx", c}, {"kv_bytes_per_seq", seq}};
+    json r = {{"ctx", c}, {"kv_bytes_per_seq", seq}, {"kv_tokens_kept", kept.n_tokens}};
     for (int64_t b : a.batches) t += fmt::format(" {:>12.2f}", b * seq / pl::kGiB);
     auto budget = pl::max_batch_for_budget({.memory_bytes = h->mem_capacity_gb * 1e9,
                                             .weight_bytes = static_cast<double>(m->weights.total()),
                                             .reserve_bytes = a.reserve_gb * 1e9, .kv_bytes_per_seq = seq});
     if (!budget.ok()) return fail(budget.status());
-    t += fmt::format(" {:>10}\n", budget->max_batch);
+    t += fmt::format(" {:>10} {:>10}\n", budget->max_batch, kept.n_tokens);
     r["max_batch"] = budget->max_batch;
     r["kv_budget_bytes"] = budget->kv_budget_bytes;
     rows.push_back(r);
   }
-  t += fmt::format("\nmax batch: ({:.0f} GB memory - {:.2f} GB weights - {:.2f} GB reserve) / KV per sequence\n",
+  t += fmt::format("\nmax batch: ({:.0f} GB memory - {:.2f} GB weights - {:.2f} GB reserve) / KV per sequence; "
+                   "KV kept: positions per sequence the engine keeps\n",
                    h->mem_capacity_gb, m->weights.total() / 1e9, a.reserve_gb);
   j["contexts"] = rows;
   emit(a, j, t);
@@ -402,6 +412,7 @@ void workload_flags(CLI::App* c, PlanArgs& a) {
   c->add_option("--memory-gb", a.memory_gb, "override memory capacity, GB");
   c->add_option("--batch", a.batches, "batch sizes")->delimiter(',');
   c->add_option("--ctx", a.ctx, "context length per sequence")->capture_default_str();
+  c->add_option("--kv-block", a.kv_block, "KV block size in tokens (a window is kept in whole blocks)")->capture_default_str();
 }
 
 }  // namespace

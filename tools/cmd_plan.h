@@ -37,6 +37,7 @@ struct PlanArgs {
   std::vector<int64_t> batches = {1, 8, 32, 64, 128, 256};
   std::vector<int64_t> ctxs = {4096, 32768, 131072};
   int64_t ctx = 4096;
+  int64_t kv_block = 16;           // KV block size in tokens (the engine's --kv-block-size default)
   int64_t prompt = 1024;
   int64_t measure_prompt = 128;
   int64_t measure_decode = 32;

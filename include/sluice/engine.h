@@ -77,7 +77,7 @@ struct EngineConfig {
   int64_t max_batch_tokens = 512;  // tokens per step over all sequences
   int64_t max_seqs = 64;           // sequences running at once
   int64_t ctx_size = 0;            // positions per sequence; 0: min(trained context, 4096)
-  uint64_t kv_budget_bytes = 0;    // KV pool; 0: enough for max_seqs / 4 full contexts, at most 4 GiB
+  uint64_t kv_budget_bytes = 0;    // KV pool; 0: enough for max_seqs / 4 full contexts (windowed: windows), at most 4 GiB
   std::string kv_dtype = "auto";   // auto (f32 for F32 models, else f16), f32, f16, q8_0
   int64_t kv_block_size = 16;
   bool prefix_caching = true;

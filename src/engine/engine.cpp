@@ -114,13 +114,22 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   ASSIGN_OR_RETURN(KvDtype dtype, parse_kv_dtype(config.kv_dtype, e.model->default_kv_dtype()));
   const KvLayout layout = e.model->kv_layout(dtype, config.kv_block_size);
   ASSIGN_OR_RETURN(int64_t block_bytes, kv_block_bytes(layout));
-  const int64_t blocks_per_ctx = (e.ctx + layout.block_size - 1) / layout.block_size;
+  const int64_t window = e.model->hparams().kv_window();
   int64_t n_blocks;
   if (config.kv_budget_bytes > 0) {
     ASSIGN_OR_RETURN(n_blocks, kv_blocks_for_budget(config.kv_budget_bytes, layout));
   } else {
-    const int64_t want = blocks_per_ctx * std::max<int64_t>(1, config.max_seqs / 4);
-    const int64_t cap = std::max<int64_t>(blocks_per_ctx, (int64_t{4} << 30) / block_bytes);
+    // Room for a quarter of max_seqs at full length, where a sequence with a
+    // window on every layer holds at most the window's blocks; never less than
+    // one sequence needs (with a window: the window's blocks and a chunk's, see
+    // Scheduler::add), and at most 4 GiB beyond that.
+    const int64_t per_seq = kv_blocks_per_seq(e.ctx, layout.block_size, window);
+    const int64_t floor =
+        window > 0 ? kv_window_blocks(window, layout.block_size) +
+                         (config.max_batch_tokens + layout.block_size - 1) / layout.block_size
+                   : per_seq;
+    const int64_t want = std::max(floor, per_seq * std::max<int64_t>(1, config.max_seqs / 4));
+    const int64_t cap = std::max<int64_t>(floor, (int64_t{4} << 30) / block_bytes);
     n_blocks = std::min(want, cap);
   }
   if (n_blocks < 1) return resource_exhausted("KV budget holds no block of {} bytes", block_bytes);
@@ -137,7 +146,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                       .preemption_mode = config.preempt_swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute},
       BlockManagerConfig{.n_blocks = n_blocks, .block_size = layout.block_size, .n_host_blocks = n_host_blocks,
                          .enable_prefix_caching = config.prefix_caching,
-                         .window = e.model->hparams().kv_window()});
+                         .window = window});
   for (int32_t id = 0; id < e.tok->n_vocab(); ++id)
     if (e.tok->is_eog(id)) e.eog.push_back(id);
   // Logits rows: one per sampling sequence, plus one per draft token verified.

@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include "base/test_data.h"
+#include "kv/block_manager.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "model/synth.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -72,6 +74,39 @@ std::vector<int32_t> alone(Model& m, const Tokenizer& tok, const std::vector<int
   auto r = generate(m, kv, prompt, greedy, gp);
   EXPECT_TRUE(r.ok());
   return r->tokens;
+}
+
+// Without a KV budget the pool holds a quarter of max_seqs at full length; a
+// model whose every layer attends over a window of 32 keeps at most
+// ceil(32 / 16) + 1 = 3 blocks per sequence, so its pool is sized by that, not
+// by the context (1024 positions: 64 blocks), and 16 sequences of 1000 tokens
+// run in it.
+TEST(EngineKvSizing, DefaultPoolOfAWindowedModelCountsTheWindow) {
+  auto pool_of = [](int64_t n_swa, const std::string& tag) -> int64_t {
+    SynthShape shape{.name = "swa", .n_vocab = 512, .n_embd = 64, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+                     .n_ff = 128, .n_ctx = 1024};
+    shape.n_swa = n_swa;
+    const std::string path = ::testing::TempDir() + "/engine_kv_sizing_" + tag + ".gguf";
+    EXPECT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = "f32", .seed = 3, .n_threads = 1}, path).ok());
+    auto e = Engine::create({.model_path = path, .n_threads = 1, .max_batch_tokens = 64, .max_seqs = 64,
+                             .ctx_size = 1024, .kv_dtype = "f32", .kv_block_size = 16});
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    if (!e.ok()) return -1;
+    if (n_swa > 0) {
+      // The pool runs sixteen windowed sequences of 1000 positions at once.
+      Collector c;
+      for (int i = 0; i < 16; ++i) {
+        std::vector<int32_t> prompt = {static_cast<int32_t>(1 + i), 7, 9};
+        EXPECT_TRUE((*e)->submit({.prompt = prompt, .max_tokens = 997, .sampling = {.temperature = 0},
+                                  .ignore_eos = true}, c.callback()).ok());
+      }
+      c.wait(16);
+      for (const auto& [id, r] : c.results_) EXPECT_EQ(r.tokens.at(0).size(), 997u) << id;
+    }
+    return (*e)->stats().kv_blocks_total;
+  };
+  EXPECT_EQ(pool_of(0, "plain"), 64 / 4 * 64);
+  EXPECT_EQ(pool_of(32, "w32"), 64 / 4 * kv_window_blocks(32, 16));
 }
 
 class EngineTest : public ::testing::Test {

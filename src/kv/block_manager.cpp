@@ -6,6 +6,17 @@
 
 namespace sluice {
 
+int64_t kv_window_blocks(int64_t window, int64_t block_size) {
+  CHECK(window >= 0 && block_size > 0);
+  return window > 0 ? (window + block_size - 1) / block_size + 1 : 0;
+}
+
+int64_t kv_blocks_per_seq(int64_t n_ctx, int64_t block_size, int64_t window) {
+  CHECK(n_ctx >= 0 && block_size > 0 && window >= 0);
+  const int64_t all = (n_ctx + block_size - 1) / block_size;
+  return window > 0 ? std::min(all, kv_window_blocks(window, block_size)) : all;
+}
+
 BlockManager::BlockManager(const BlockManagerConfig& config)
     : block_size_(config.block_size),
       enable_prefix_caching_(config.enable_prefix_caching),

@@ -67,6 +67,18 @@ struct BlockManagerConfig {
                                        // with any global layer keeps all blocks)
 };
 
+// The most blocks one sequence of up to n_ctx positions holds: ceil(n_ctx /
+// block_size), or, with a sliding window on every layer (window > 0, see
+// BlockManager), no more than kv_window_blocks(window, block_size), since the
+// blocks wholly behind the window are released. A model with any global layer
+// passes window 0 (it keeps every block). The engine's pool sizing and the
+// planner both count with this.
+int64_t kv_blocks_per_seq(int64_t n_ctx, int64_t block_size, int64_t window);
+// Blocks a decoding sequence holds once past a window of `window` positions:
+// ceil(window / block_size) + 1 (the window's positions span at most that many
+// blocks; the next token's slot is in one of them or the next); 0 without one.
+int64_t kv_window_blocks(int64_t window, int64_t block_size);
+
 // A table entry whose block was released (before the sliding window).
 constexpr int32_t kReleasedBlock = -1;
 
@@ -97,7 +109,7 @@ class BlockManager {
   // window, ceil(window / block_size) + 1 (the window's positions span at most
   // that many blocks; the next token's slot is in one of them or the next); 0
   // without a window.
-  int64_t window_blocks() const { return window_ > 0 ? blocks_for(window_) + 1 : 0; }
+  int64_t window_blocks() const { return kv_window_blocks(window_, block_size_); }
 
   // Leading tokens of `tokens` covered by registered full blocks, a multiple of
   // block_size and at most n - 1 rounded down (one token is always left to compute).

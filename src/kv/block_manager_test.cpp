@@ -422,6 +422,21 @@ TEST(BlockManagerTest, RandomOperationsKeepInvariantsAndLeakNothing) {
 
 // Sliding window of 8 over blocks of 4: after n computed tokens the next query
 // reads positions >= n - 7, so the blocks wholly before it are released.
+TEST(BlockManagerWindowTest, BlocksPerSequenceStopAtTheWindow) {
+  // No window: every position, rounded up to blocks.
+  EXPECT_EQ(kv_blocks_per_seq(32768, 16, 0), 2048);
+  EXPECT_EQ(kv_blocks_per_seq(33, 16, 0), 3);
+  EXPECT_EQ(kv_window_blocks(0, 16), 0);
+  // Window 4096 on every layer (Mistral 7B): ceil(4096 / 16) + 1 blocks, 4112
+  // positions, however long the context; a shorter context keeps what it has.
+  EXPECT_EQ(kv_window_blocks(4096, 16), 257);
+  EXPECT_EQ(kv_blocks_per_seq(32768, 16, 4096), 257);
+  EXPECT_EQ(kv_blocks_per_seq(1000, 16, 4096), 63);
+  // A window off the block grid: 33 positions span at most 3 + 1 blocks of 16.
+  EXPECT_EQ(kv_window_blocks(33, 16), 4);
+  EXPECT_EQ(kv_blocks_per_seq(10000, 16, 33), 4);
+}
+
 TEST(BlockManagerWindowTest, ReleasesBlocksThatLeftTheWindowAndStaysFlat) {
   BlockManager m({.n_blocks = 6, .block_size = 4, .enable_prefix_caching = false, .window = 8});
   EXPECT_EQ(m.window_blocks(), 3);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -351,6 +352,13 @@ CalibrateOptions with_model_weights(CalibrateOptions o, const ModelFile& file) {
   // Layer 0's matrices in the dispatches the forward pass makes: the spec's
   // matmul groups, in group order.
   std::vector<MatmulGroup> layer;
+  // The matmul probe's type: the up projection's (blk.0.ffn_up.weight: alone,
+  // fused with the gate as in phi3, or a shared expert's in a routed block),
+  // else that of the layer's largest matrix (a routed block without a shared
+  // expert multiplies its attention matrices in these dispatches).
+  constexpr TensorRole kUpRoles[] = {TensorRole::kFfnUp, TensorRole::kFfnGateUp, TensorRole::kFfnUpShexp};
+  std::optional<DType> up_type, largest_type;
+  int64_t largest = 0;
   int max_group = -1;
   for (const TensorSpec& t : spec.tensors) max_group = std::max<int>(max_group, t.per_layer ? t.group : -1);
   for (int g = 0; g <= max_group; ++g) {
@@ -361,11 +369,17 @@ CalibrateOptions with_model_weights(CalibrateOptions o, const ModelFile& file) {
       if (!info) continue;
       if (info->ne.size() != 2 || (!group.empty() && group.front().n_in != info->ne[0])) return o;
       group.push_back({.type = info->type, .n_in = info->ne[0], .n_out = info->ne[1]});
-      if (t.role == TensorRole::kFfnUp) o.matmul_type = info->type;
+      if (!up_type && std::find(std::begin(kUpRoles), std::end(kUpRoles), t.role) != std::end(kUpRoles))
+        up_type = info->type;
+      if (info->ne[0] * info->ne[1] > largest) {
+        largest = info->ne[0] * info->ne[1];
+        largest_type = info->type;
+      }
     }
     if (!group.empty()) layer.push_back(std::move(group));
   }
   if (layer.empty()) return o;
+  o.matmul_type = up_type ? *up_type : *largest_type;
   o.weight_read_layer = std::move(layer);
   uint64_t block_matrix_bytes = 0;
   for (const TensorInfo& t : file.tensors)

@@ -155,7 +155,9 @@ struct DiskProbe {
 StatusOr<DiskProbe> probe_disk_read(const std::string& path, const std::string& temp_dir, uint64_t bytes);
 
 // `options` with the probes set to the model's own weights, so every caller
-// probes a model the same way: the matmul probe on blk.0.ffn_up.weight's type,
+// probes a model the same way: the matmul probe on blk.0.ffn_up.weight's type
+// (the up projection, or phi3's fused gate/up, or a routed block's shared
+// expert's up; else the layer's largest matrix's type),
 // the weight-read probe on layer 0's matrices (types and shapes) in the
 // forward pass's dispatches (q/k/v, o, gate/up, down), and both it and the
 // layer matmul probe over the model's own working set: its block matrices'

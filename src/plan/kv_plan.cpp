@@ -1,6 +1,12 @@
 #include "plan/kv_plan.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include <fmt/format.h>
+
+#include "base/check.h"
+#include "kv/block_manager.h"
 
 namespace sluice::plan {
 
@@ -15,6 +21,32 @@ double kv_bytes_per_seq(const ModelShape& s, const WeightFormat& kv, int64_t n_c
 
 double kv_break_even_ctx(const ModelShape& s, const WeightFormat& kv, double weight_bytes) {
   return weight_bytes / kv_bytes_per_token(s, kv);
+}
+
+KvKept kv_tokens_kept(const ModelShape& s, int64_t n_ctx, int64_t block_tokens) {
+  CHECK(n_ctx >= 0 && block_tokens > 0);
+  KvKept k{.n_tokens = n_ctx};
+  const int64_t window = s.kv_window();
+  if (window > 0) {
+    const int64_t cap = kv_blocks_per_seq(n_ctx, block_tokens, window) * block_tokens;
+    k.windowed = cap < n_ctx;
+    k.n_tokens = std::min(n_ctx, cap);
+    k.note = fmt::format(
+        "sliding window {} on every layer: KV kept per sequence at most {} positions ({} blocks of {}), "
+        "the blocks behind the window are freed",
+        window, kv_window_blocks(window, block_tokens) * block_tokens, kv_window_blocks(window, block_tokens),
+        block_tokens);
+  } else if (s.n_swa > 0 && s.n_layer_swa > 0) {
+    k.note = fmt::format(
+        "sliding window {} on {} of {} layers: KV of every position kept (the engine frees blocks only when every "
+        "layer is windowed; the global layers read the whole context)",
+        s.n_swa, s.n_layer_swa, s.n_layer);
+  }
+  return k;
+}
+
+double kv_bytes_kept_per_seq(const ModelShape& s, const WeightFormat& kv, int64_t n_ctx, int64_t block_tokens) {
+  return kv_bytes_per_seq(s, kv, kv_tokens_kept(s, n_ctx, block_tokens).n_tokens);
 }
 
 StatusOr<KvBudget> max_batch_for_budget(const KvBudgetInputs& in) {

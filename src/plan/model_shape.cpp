@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "arch/arch_spec.h"
 #include "model/hparams.h"
 
 namespace sluice::plan {
@@ -34,7 +35,48 @@ std::vector<ModelShape> presets() {
   glm.n_ff_shared = 1536;
   glm.n_layer_dense = 3;
   p.push_back(glm);
+  // Mistral 7B v0.1: a window of 4096 on every block.
+  ModelShape mistral = dense("mistral-7b", 32000, 4096, 32, 32, 8, 14336, 32768);
+  mistral.n_swa = 4096;
+  mistral.n_layer_swa = 32;
+  p.push_back(mistral);
+  // Gemma 2 9B: heads of 256, post-norms, window 4096 on the even blocks, no LM head.
+  ModelShape gemma2 = dense("gemma2-9b", 256000, 3584, 42, 16, 8, 14336, 8192);
+  gemma2.head_dim = 256;
+  gemma2.tied_embeddings = true;
+  gemma2.n_norm_layer = 4;
+  gemma2.n_swa = 4096;
+  gemma2.n_layer_swa = 21;
+  p.push_back(gemma2);
+  // Gemma 3 4B (text): q/k norms, window 1024 on 5 of every 6 blocks (29 of 34).
+  ModelShape gemma3 = dense("gemma3-4b", 262144, 2560, 34, 8, 4, 10240, 131072);
+  gemma3.head_dim = 256;
+  gemma3.tied_embeddings = true;
+  gemma3.n_norm_layer = 4;
+  gemma3.qk_norm = true;
+  gemma3.n_swa = 1024;
+  gemma3.n_layer_swa = 29;
+  p.push_back(gemma3);
   return p;
+}
+
+// What an architecture's table says that the hyper-parameters do not: the
+// norms of a block, q/k norms, and whether it has an LM head at all.
+void apply_arch(const ArchSpec& spec, ModelShape* s) {
+  s->n_norm_layer = 0;
+  for (const TensorSpec& t : spec.tensors) {
+    const bool block_norm = t.role == TensorRole::kAttnNorm || t.role == TensorRole::kFfnNorm ||
+                            t.role == TensorRole::kAttnPostNorm || t.role == TensorRole::kFfnPostNorm;
+    if (t.per_layer && block_norm && !t.optional) ++s->n_norm_layer;
+  }
+  s->qk_norm = spec.find(TensorRole::kAttnQNorm) != nullptr;
+  s->tied_embeddings = spec.find(TensorRole::kOutput) == nullptr;
+}
+
+int64_t count_windowed_layers(const ModelHparams& hp) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l) n += hp.layer_is_swa(l) ? 1 : 0;
+  return n;
 }
 
 StatusOr<int64_t> json_int(const nlohmann::json& j, const char* key, const std::string& name) {
@@ -67,6 +109,9 @@ Status validate_shape(const ModelShape& s) {
     return invalid_argument("{}: dense model needs a positive FFN width", s.name);
   }
   if (s.n_layer_dense > 0 && s.n_ff <= 0) return invalid_argument("{}: dense blocks need an FFN width", s.name);
+  if (s.n_norm_layer < 0) return invalid_argument("{}: {} norms per block", s.name, s.n_norm_layer);
+  if (s.n_swa < 0 || s.n_layer_swa < 0 || s.n_layer_swa > s.n_layer)
+    return invalid_argument("{}: sliding window {} on {} of {} layers", s.name, s.n_swa, s.n_layer_swa, s.n_layer);
   return Status::ok_status();
 }
 
@@ -82,7 +127,7 @@ ParamCount count_params(const ModelShape& s) {
   c.experts = 3 * s.n_embd * s.n_ff_expert * s.n_expert * n_moe;
   c.experts_active = 3 * s.n_embd * s.n_ff_expert * s.n_expert_used * n_moe;
   c.router = s.n_embd * s.n_expert * n_moe;
-  c.norm = 2 * s.n_embd * s.n_layer + s.n_embd;
+  c.norm = s.n_norm_layer * s.n_embd * s.n_layer + s.n_embd + (s.qk_norm ? 2 * s.head_dim_or_default() * s.n_layer : 0);
   return c;
 }
 
@@ -118,7 +163,16 @@ StatusOr<ModelShape> shape_from_metadata(const Metadata& md) {
                .n_ff_expert = hp.n_ff_expert,
                .n_ff_shared = hp.n_ff_shared,
                .n_layer_dense = hp.n_layer_dense};
+  if (hp.spec) apply_arch(*hp.spec, &s);
+  s.n_swa = hp.n_swa;
+  s.n_layer_swa = count_windowed_layers(hp);
   RETURN_IF_ERROR(validate_shape(s));
+  return s;
+}
+
+StatusOr<ModelShape> shape_from_model_file(const ModelFile& file) {
+  ASSIGN_OR_RETURN(ModelShape s, shape_from_metadata(file.metadata));
+  s.tied_embeddings = file.find("output.weight") == nullptr;
   return s;
 }
 
@@ -138,7 +192,23 @@ StatusOr<ModelShape> shape_from_hf_config(const std::string& json_text, const st
   s.head_dim = json_int_or(j, "head_dim", s.n_embd / s.n_head);
   s.n_ff = json_int_or(j, "intermediate_size", 0);
   s.n_ctx_train = json_int_or(j, "max_position_embeddings", 0);
-  s.tied_embeddings = j.value("tie_word_embeddings", false);
+  const ArchSpec* spec = find_arch_by_hf_model_type(s.name);
+  if (spec) apply_arch(*spec, &s);
+  // An absent key means the config class's default: tied where the
+  // architecture has no LM head (gemma), untied otherwise.
+  if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean())
+    s.tied_embeddings = j["tie_word_embeddings"].get<bool>();
+  // Sliding window: "sliding_window" (null or absent: none; qwen2 also needs
+  // use_sliding_window), on the blocks the architecture windows.
+  const bool use_swa = !j.contains("use_sliding_window") || j.value("use_sliding_window", false);
+  if (use_swa && json_int_or(j, "sliding_window", 0) > 0) {
+    ModelHparams hp;
+    hp.n_layer = s.n_layer;
+    hp.n_swa = json_int_or(j, "sliding_window", 0);
+    hp.swa_pattern = json_int_or(j, "sliding_window_pattern", spec && spec->sliding_window ? spec->swa_pattern : 1);
+    s.n_swa = hp.n_swa;
+    s.n_layer_swa = count_windowed_layers(hp);
+  }
   const int64_t n_expert = json_int_or(j, "num_local_experts", json_int_or(j, "n_routed_experts", json_int_or(j, "num_experts", 0)));
   if (n_expert > 0) {
     s.n_expert = n_expert;
@@ -158,6 +228,11 @@ std::string shape_summary(const ModelShape& s) {
   if (s.is_moe())
     out += fmt::format(", MoE {} experts ({} used) of ffn {}, shared ffn {}, {} dense blocks", s.n_expert,
                        s.n_expert_used, s.n_ff_expert, s.n_ff_shared, s.n_layer_dense);
+  if (s.n_swa > 0 && s.n_layer_swa > 0)
+    out += s.n_layer_swa == s.n_layer ? fmt::format(", sliding window {}", s.n_swa)
+                                      : fmt::format(", sliding window {} on {} of {} layers", s.n_swa, s.n_layer_swa,
+                                                    s.n_layer);
+  if (s.tied_embeddings) out += ", output tied to the embeddings";
   return out;
 }
 

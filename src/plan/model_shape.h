@@ -15,7 +15,12 @@
 //   ffn        dense SwiGLU      3 n_embd n_ff  (+ shared experts in MoE blocks)
 //   experts    routed experts    3 n_embd n_ff_expert x n_expert   (per MoE block)
 //   router     gate              n_embd x n_expert                  (per MoE block)
-//   norm       RMSNorm vectors   2 n_embd per block + n_embd
+//   norm       RMSNorm vectors   n_norm_layer n_embd per block + n_embd
+//                                (+ 2 head_dim per block with per-head q/k norms)
+//
+// Sliding window: n_layer_swa of the blocks attend to the last n_swa positions
+// only. When every block does, the engine keeps a sequence's KV for the window
+// only (kv_plan.h kv_tokens_kept); with any global block it keeps every position.
 // Plain values; all functions are pure and thread-safe.
 #pragma once
 
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "format/metadata.h"
+#include "format/model_file.h"
 #include "sluice/status.h"
 
 namespace sluice::plan {
@@ -38,7 +44,12 @@ struct ModelShape {
   int64_t head_dim = 0;      // 0: n_embd / n_head
   int64_t n_ff = 0;          // dense FFN width
   int64_t n_ctx_train = 0;
-  bool tied_embeddings = false;
+  bool tied_embeddings = false;  // no LM head: logits from token_embd (gemma)
+  int64_t n_norm_layer = 2;      // RMSNorm vectors of n_embd per block (gemma2/3: 4, with post-norms)
+  bool qk_norm = false;          // per-head RMSNorm of q and k (qwen3, gemma3)
+  // Sliding-window attention (0: every block attends to every earlier position).
+  int64_t n_swa = 0;             // window in positions
+  int64_t n_layer_swa = 0;       // blocks that attend over the window only
   // Mixture of experts (all zero for a dense model).
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
@@ -51,6 +62,9 @@ struct ModelShape {
   int64_t n_embd_kv() const { return n_head_kv * head_dim_or_default(); }
   bool is_moe() const { return n_expert > 0; }
   int64_t n_layer_moe() const { return is_moe() ? n_layer - n_layer_dense : 0; }
+  // The window every block attends over, or 0 when any block is global (the
+  // engine's ModelHparams::kv_window()).
+  int64_t kv_window() const { return n_swa > 0 && n_layer_swa == n_layer ? n_swa : 0; }
 };
 
 // Parameter counts by class (see the table above).
@@ -83,17 +97,29 @@ Status validate_shape(const ModelShape& shape);
 ParamCount count_params(const ModelShape& shape);
 
 // Named presets: llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, llama-3-70b,
-// llama-3.1-405b (alias 405b), glm-4.7 (the MoE of the QLoRA streaming essay).
+// llama-3.1-405b (alias 405b), glm-4.7 (the MoE of the QLoRA streaming essay),
+// mistral-7b (window 4096 on every block), gemma2-9b (window 4096 on half the
+// blocks, tied embeddings), gemma3-4b (text; window 1024 on 5 of 6 blocks, tied).
 StatusOr<ModelShape> preset_shape(const std::string& name);
 std::vector<std::string> preset_names();
 
 // From GGUF-convention metadata ({arch}.embedding_length, ...; any architecture
 // that uses those keys), read by the engine's own reader (model/hparams.h
-// read_hparams), so the planner sees the values the model loads with.
+// read_hparams), so the planner sees the values the model loads with. For an
+// architecture sluice runs, its table (arch/arch_spec.h) adds what metadata
+// does not say: the norms per block, q/k norms, which blocks are windowed, and
+// tied embeddings where it has no LM head. An optional LM head counts as
+// present (metadata cannot tell): shape_from_model_file() looks.
 StatusOr<ModelShape> shape_from_metadata(const Metadata& md);
+// shape_from_metadata() of the file's metadata, with tied embeddings when the
+// file has no output.weight.
+StatusOr<ModelShape> shape_from_model_file(const ModelFile& file);
 
 // From the text of an HF config.json (llama, mistral, qwen2, mixtral, qwen2_moe,
-// deepseek/glm-style MoE keys). `name` labels messages.
+// deepseek/glm-style MoE keys, gemma2/3, phi3). tie_word_embeddings defaults
+// as the model type's config class does (true for gemma), sliding_window is
+// read (unless use_sliding_window is false) with the windowed blocks of the
+// model type's architecture. `name` labels messages.
 StatusOr<ModelShape> shape_from_hf_config(const std::string& json_text, const std::string& name);
 
 // One line: "llama-3-70b: 80 layers, dim 8192, 64 heads (8 KV), ffn 28672, vocab 128256".

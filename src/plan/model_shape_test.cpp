@@ -12,6 +12,8 @@
 #include "format/model_file.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "plan/kv_plan.h"
+#include "plan/roofline.h"
 #include "plan/weight_bytes.h"
 
 namespace sluice::plan {
@@ -122,6 +124,137 @@ TEST_F(SynthFile, GgufShapeAndBytesMatchTheEngine) {
   auto model = Model::load(file, {.n_threads = 1, .n_batch = 8});
   ASSERT_TRUE(model.ok());
   EXPECT_EQ(exact.matrix_read_bytes(1), static_cast<double>((*model)->weight_bytes()));
+}
+
+// Gemma ties its output to the token embeddings (no output.weight) and has
+// post-norms (gemma3 also q/k norms); phi3 fuses q/k/v and gate/up. For each
+// tiny preset written in f32, the planner's bytes of the shape equal the
+// file's tensor bytes, class by class.
+TEST(ModelShape, PlannedBytesEqualTheSynthFileForEveryArchitecture) {
+  for (const std::string preset : {"tiny", "tiny-mistral", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-qwen3"}) {
+    SCOPED_TRACE(preset);
+    const std::string path = fmt::format("/tmp/sluice-plan-bytes-{}-{}.gguf", ::getpid(), preset);
+    ASSERT_TRUE(write_synth_model({.shape = synth_preset(preset).value(), .type = "f32", .seed = 4, .n_threads = 1}, path).ok());
+    auto mf = open_model_file(path);
+    std::remove(path.c_str());
+    ASSERT_TRUE(mf.ok()) << mf.status().to_string();
+    auto s = shape_from_model_file(*mf);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    const bool gemma = preset.starts_with("tiny-gemma");
+    EXPECT_EQ(s->tied_embeddings, gemma);
+    EXPECT_EQ(shape_from_metadata(mf->metadata)->tied_embeddings, gemma) << "from the architecture's table alone";
+    const WeightBytes planned = weight_bytes(*s, uniform_mix(parse_weight_format("f32").value()));
+    const WeightBytes exact = weight_bytes_of_file(*mf, *s);
+    EXPECT_EQ(planned.total(), mf->total_tensor_bytes());
+    EXPECT_EQ(static_cast<uint64_t>(count_params(*s).total()) * 4, mf->total_tensor_bytes());
+    for (int c = 0; c < kNumTensorClasses; ++c) EXPECT_EQ(planned.stored[c], exact.stored[c]) << c;
+  }
+}
+
+TEST(ModelShape, GemmaPresetsAndConfigsAreTied) {
+  // Gemma 2 9B: 9.24B parameters (with an untied head it would be 10.16B).
+  const ModelShape g2 = preset_shape("gemma2-9b").value();
+  EXPECT_EQ(billions(count_params(g2).total()), "9.24");
+  EXPECT_EQ(billions(count_params(preset_shape("mistral-7b").value()).total()), "7.24");
+  // An HF config without the key: Gemma's config classes default to tied.
+  const std::string gemma2 = R"({"model_type": "gemma2", "hidden_size": 3584, "num_hidden_layers": 42,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336,
+    "vocab_size": 256000, "sliding_window": 4096})";
+  const ModelShape h = shape_from_hf_config(gemma2, "config.json").value();
+  EXPECT_TRUE(h.tied_embeddings);
+  EXPECT_EQ(count_params(h).total(), count_params(g2).total());
+  EXPECT_EQ(h.n_layer_swa, 21);
+  EXPECT_EQ(h.kv_window(), 0);
+  const std::string phi3 = R"({"model_type": "phi3", "hidden_size": 3072, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "intermediate_size": 8192, "vocab_size": 32064, "sliding_window": 2047})";
+  const ModelShape p = shape_from_hf_config(phi3, "config.json").value();
+  EXPECT_FALSE(p.tied_embeddings);
+  EXPECT_EQ(p.kv_window(), 2047);
+}
+
+// The window as the engine sees it: every layer windowed (tiny-mistral) or
+// some (tiny-gemma2: even layers; tiny-gemma3: 5 of 6), from GGUF metadata and
+// HF configs.
+TEST(ModelShape, WindowOfEveryLayerMatchesTheEngine) {
+  for (const std::string preset : {"tiny-mistral", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny"}) {
+    SCOPED_TRACE(preset);
+    const std::string path = fmt::format("/tmp/sluice-plan-window-{}-{}.gguf", ::getpid(), preset);
+    ASSERT_TRUE(write_synth_model({.shape = synth_preset(preset).value(), .type = "f16", .seed = 4, .n_threads = 1}, path).ok());
+    auto mf = open_model_file(path);
+    std::remove(path.c_str());
+    ASSERT_TRUE(mf.ok());
+    const ModelShape s = shape_from_metadata(mf->metadata).value();
+    const ModelHparams hp = hparams_from_metadata(mf->metadata).value();
+    EXPECT_EQ(s.kv_window(), hp.kv_window());
+    EXPECT_EQ(s.n_swa, hp.n_swa);
+    int64_t n_swa_layers = 0;
+    for (int64_t l = 0; l < hp.n_layer; ++l) n_swa_layers += hp.layer_is_swa(l) ? 1 : 0;
+    EXPECT_EQ(s.n_layer_swa, n_swa_layers);
+  }
+  const std::string qwen2 = R"({"model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24,
+    "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936,
+    "sliding_window": 32768, "use_sliding_window": false})";
+  EXPECT_EQ(shape_from_hf_config(qwen2, "config.json")->n_layer_swa, 0);
+  const std::string mistral = R"({"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+    "sliding_window": 4096})";
+  EXPECT_EQ(shape_from_hf_config(mistral, "config.json")->kv_window(), 4096);
+  const std::string gemma3 = R"({"model_type": "gemma3_text", "hidden_size": 2560, "num_hidden_layers": 34,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 10240,
+    "vocab_size": 262144, "sliding_window": 1024, "sliding_window_pattern": 6})";
+  const ModelShape g3 = shape_from_hf_config(gemma3, "config.json").value();
+  EXPECT_EQ(g3.n_layer_swa, 29);
+  EXPECT_EQ(count_params(g3).total(), count_params(preset_shape("gemma3-4b").value()).total());
+}
+
+// KV kept per sequence: Mistral 7B (window 4096 on every layer, blocks of 16)
+// keeps 4112 positions however long the context; Gemma 2 (global layers too)
+// keeps every position, and says so.
+TEST(KvPlan, KeptPositionsFollowTheWindow) {
+  const ModelShape m = preset_shape("mistral-7b").value();
+  const WeightFormat f16 = parse_weight_format("f16").value();
+  const KvKept k = kv_tokens_kept(m, 32768, 16);
+  EXPECT_EQ(k.n_tokens, 4096 + 16);
+  EXPECT_TRUE(k.windowed);
+  EXPECT_NE(k.note.find("sliding window 4096 on every layer"), std::string::npos) << k.note;
+  EXPECT_DOUBLE_EQ(kv_bytes_kept_per_seq(m, f16, 32768, 16), kv_bytes_per_seq(m, f16, 4112));
+  EXPECT_EQ(kv_tokens_kept(m, 1000, 16).n_tokens, 1000);  // inside the window: what there is
+  EXPECT_FALSE(kv_tokens_kept(m, 1000, 16).windowed);
+  EXPECT_EQ(kv_tokens_kept(m, 32768, 256).n_tokens, 4096 + 256);
+  // 128 KiB per token (32 layers x 8 x 128 x 2 x 2 bytes): 80 GB less 14.5 GB
+  // of weights holds 15 sequences of 32768 positions, or 121 of the kept 4112.
+  const double weights = 14.5e9;
+  auto full = max_batch_for_budget({.memory_bytes = 80e9, .weight_bytes = weights,
+                                    .kv_bytes_per_seq = kv_bytes_per_seq(m, f16, 32768)});
+  auto kept = max_batch_for_budget({.memory_bytes = 80e9, .weight_bytes = weights,
+                                    .kv_bytes_per_seq = kv_bytes_kept_per_seq(m, f16, 32768, 16)});
+  EXPECT_EQ(full->max_batch, 15);
+  EXPECT_EQ(kept->max_batch, 121);
+
+  const ModelShape g = preset_shape("gemma2-9b").value();
+  const KvKept gk = kv_tokens_kept(g, 8192, 16);
+  EXPECT_EQ(gk.n_tokens, 8192);
+  EXPECT_FALSE(gk.windowed);
+  EXPECT_NE(gk.note.find("21 of 42 layers"), std::string::npos) << gk.note;
+  EXPECT_TRUE(kv_tokens_kept(preset_shape("llama-3-8b").value(), 8192, 16).note.empty());
+}
+
+// Decode reads: a windowed layer reads the window's positions only.
+TEST(KvPlan, DecodeReadsOfWindowedLayersStopAtTheWindow) {
+  const WeightFormat f16 = parse_weight_format("f16").value();
+  const Hardware h = hardware_profile("h100").value();
+  const ModelShape m = preset_shape("mistral-7b").value();
+  const ModelCost c = model_cost(m, uniform_mix(f16), f16);
+  EXPECT_DOUBLE_EQ(decode_step(c, h, 4, 32768).kv_bytes, 4 * 4096 * c.kv_bytes_per_token);
+  EXPECT_DOUBLE_EQ(decode_step(c, h, 4, 100).kv_bytes, 4 * 101 * c.kv_bytes_per_token);
+  // Gemma 2: half the layers read the window, half the whole context.
+  const ModelShape g = preset_shape("gemma2-9b").value();
+  const ModelCost gc = model_cost(g, uniform_mix(f16), f16);
+  EXPECT_DOUBLE_EQ(decode_step(gc, h, 1, 8191).kv_bytes, (0.5 * 8192 + 0.5 * 4096) * gc.kv_bytes_per_token);
+  // Without a window nothing changes.
+  const ModelShape l = preset_shape("llama-3-8b").value();
+  const ModelCost lc = model_cost(l, uniform_mix(f16), f16);
+  EXPECT_DOUBLE_EQ(decode_step(lc, h, 2, 8191).kv_bytes, 2 * 8192 * lc.kv_bytes_per_token);
 }
 
 }  // namespace

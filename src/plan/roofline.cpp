@@ -32,13 +32,26 @@ StepEstimate estimate_step(const ModelCost& c, const Hardware& hw, const StepInp
   const double t = static_cast<double>(in.n_tokens_per_seq);
   const double ctx = static_cast<double>(in.n_ctx);
   e.weight_bytes = c.weights.matrix_read_bytes(e.n_tokens) + static_cast<double>(c.weights.of(TensorClass::kNorm));
-  // Each sequence reads its cached context and writes its new tokens.
-  e.kv_bytes = static_cast<double>(in.n_seqs) * (ctx + t) * c.kv_bytes_per_token;
+  // Share of the layers that attend over a window only: they read at most the
+  // window's positions, whatever the engine keeps.
+  const double n_layer = static_cast<double>(std::max<int64_t>(1, c.shape.n_layer));
+  const double swa = c.shape.n_swa > 0 ? static_cast<double>(c.shape.n_layer_swa) / n_layer : 0.0;
+  const double w = static_cast<double>(c.shape.n_swa);
+  // Each sequence reads its cached context (a windowed layer: the window's,
+  // w - 1 before the new tokens) and writes its new tokens.
+  const double read_swa = std::min(ctx, std::max(0.0, w - 1.0)) + t;
+  e.kv_bytes = static_cast<double>(in.n_seqs) * ((1.0 - swa) * (ctx + t) + swa * read_swa) * c.kv_bytes_per_token;
   // Active matmul params per token: shared matrices + the experts one token uses.
   const double matmul_params = static_cast<double>(c.params.active_matmul());
-  // Keys attended by the new tokens of one sequence: ctx + 1, ctx + 2, ..., ctx + t.
+  // Keys attended by the new tokens of one sequence: ctx + 1, ctx + 2, ..., ctx + t,
+  // and by a windowed layer min(ctx + i, w).
   const double keys = t * ctx + t * (t + 1.0) / 2.0;
-  const double attn_flops = 4.0 * static_cast<double>(c.shape.n_embd_q()) * static_cast<double>(c.shape.n_layer) * keys;
+  double keys_swa = keys;
+  if (swa > 0) {
+    const double a = std::clamp(w - ctx, 0.0, t);  // new tokens whose window still starts at 0
+    keys_swa = a * ctx + a * (a + 1.0) / 2.0 + (t - a) * w;
+  }
+  const double attn_flops = 4.0 * static_cast<double>(c.shape.n_embd_q()) * n_layer * ((1.0 - swa) * keys + swa * keys_swa);
   e.flops = static_cast<double>(in.n_seqs) * (2.0 * matmul_params * t + attn_flops);
   const double bytes = e.weight_bytes + e.kv_bytes;
   e.memory_s = bytes / (hw.mem_gbps * 1e9);

@@ -6,6 +6,8 @@
 //          + KV bytes read (every sequence's context) and written (new tokens)
 //   flops  = 2 x active matmul params x new tokens
 //          + 4 x n_embd_q x n_layer x keys attended        (QK^T and AV)
+// A layer with a sliding window of w (ModelShape::n_layer_swa of them) reads and
+// attends to at most w positions per new token, whatever the engine keeps.
 //
 // Decode is a step of n_batch sequences x 1 new token over n_ctx cached tokens;
 // prefill is one sequence x n_prompt new tokens. TTFT is the prefill time (the

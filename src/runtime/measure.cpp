@@ -18,7 +18,7 @@ StatusOr<MeasuredModel> load_for_measure(const MeasureOptions& o) {
   ASSIGN_OR_RETURN(LoadedModel lm, load_model(o.model_path, {.n_threads = o.n_threads, .n_batch = o.n_prompt}));
   m.file = lm.file;
   m.model = std::move(lm.model);
-  ASSIGN_OR_RETURN(m.shape, shape_from_metadata(m.file->metadata));
+  ASSIGN_OR_RETURN(m.shape, shape_from_model_file(*m.file));
   m.shape.n_vocab = m.model->hparams().n_vocab;
   m.weights = weight_bytes_of_file(*m.file, m.shape);
   return m;

@@ -55,8 +55,12 @@ StatusOr<std::unique_ptr<DraftModel>> DraftModel::create(const DraftModelConfig&
       config.kv_tokens > 0 ? config.kv_tokens : std::max(config.n_ctx, config.max_seqs * config.n_ctx / 4);
   const int64_t n_blocks = (kv_tokens + layout.block_size - 1) / layout.block_size;
   ASSIGN_OR_RETURN(d->kv_, d->model_->backend().create_kv(layout, n_blocks));
-  d->blocks_ = std::make_unique<BlockManager>(
-      BlockManagerConfig{.n_blocks = n_blocks, .block_size = layout.block_size, .enable_prefix_caching = false});
+  // With a window on every layer, blocks wholly behind it are released as the
+  // target's are (the model skips table entries before a query's window).
+  d->blocks_ = std::make_unique<BlockManager>(BlockManagerConfig{.n_blocks = n_blocks,
+                                                                 .block_size = layout.block_size,
+                                                                 .enable_prefix_caching = false,
+                                                                 .window = d->model_->hparams().kv_window()});
   d->logits_.resize(static_cast<size_t>(config.max_seqs * d->model_->hparams().n_vocab));
   d->fseqs_.reserve(static_cast<size_t>(config.max_seqs));
   d->owner_.reserve(static_cast<size_t>(config.max_seqs));
@@ -65,8 +69,11 @@ StatusOr<std::unique_ptr<DraftModel>> DraftModel::create(const DraftModelConfig&
 }
 
 std::string DraftModel::describe() const {
-  return fmt::format("draft model {} ({:.1f} MiB of weights, KV {} blocks)", name_,
-                     static_cast<double>(model_->weight_bytes()) / (1 << 20), kv_.n_blocks());
+  return fmt::format("draft model {} ({:.1f} MiB of weights, KV {} blocks{})", name_,
+                     static_cast<double>(model_->weight_bytes()) / (1 << 20), kv_.n_blocks(),
+                     blocks_->window() > 0
+                         ? fmt::format(", sliding window {}: blocks behind it freed", blocks_->window())
+                         : "");
 }
 
 void DraftModel::release(SeqId seq) {
@@ -111,7 +118,15 @@ Status DraftModel::propose(std::span<DraftTask> tasks) {
     SeqState& st = seqs_[t.seq];
     const size_t n_common = static_cast<size_t>(
         std::mismatch(st.cached.begin(), st.cached.end(), t.tokens.begin(), t.tokens.end()).first - st.cached.begin());
-    const int64_t keep = std::min<int64_t>(static_cast<int64_t>(n_common), len - 1);
+    int64_t keep = std::min<int64_t>(static_cast<int64_t>(n_common), len - 1);
+    const int64_t n_released = blocks_->has_seq(t.seq) ? blocks_->n_released(t.seq) : 0;
+    if (n_released > 0 && keep - blocks_->window() + 1 < n_released * bs) {
+      // Rolled back so far that the first query's window reaches released
+      // blocks (preemption, a rollback into the prompt): start over.
+      CHECK(blocks_->free(t.seq).ok());
+      st.cached.clear();
+      keep = 0;
+    }
     const int64_t n_blocks = (len + t.max_draft - 1 + bs - 1) / bs;
     make_room(n_blocks, tasks);
     if (blocks_->has_seq(t.seq)) {
@@ -181,6 +196,14 @@ Status DraftModel::propose(std::span<DraftTask> tasks) {
   }
   RETURN_IF_ERROR(run_pass());
   cost_.catch_up_s = now_seconds() - t_catch_up;
+  // The committed tokens have K/V now and are never rolled back past (a
+  // rollback that would be starts over, above), so with a window the blocks
+  // wholly before the next round's first query's window can go. Drafts are
+  // left out: they may be rejected, and the query after a rejection reads the
+  // window ending at the last committed token.
+  for (size_t ti = 0; ti < tasks.size(); ++ti) {
+    if (from[ti] >= 0) CHECK(blocks_->mark_computed(tasks[ti].seq, static_cast<int64_t>(tasks[ti].tokens.size())).ok());
+  }
 
   // 3. Single-token steps: feed d_r, draw d_{r+1}.
   const double t_steps = now_seconds();

@@ -16,6 +16,13 @@
 // than the batch are split). Drafts are the draft model's argmax, or draws from
 // the task's sampler (probs filled). A task whose cache does not fit the pool
 // gets an empty draft.
+//
+// A draft model with a sliding window on every layer releases the blocks wholly
+// behind the window of its next query, as the target's KV manager does: after a
+// round's catch-up, those before position len - window + 1 (len: the task's
+// committed tokens, which a later round does not roll back past; one that does
+// recomputes the task from its first token). Its blocks in use stay flat in a
+// long generation.
 // Not thread-safe: engine thread only.
 #pragma once
 
@@ -53,6 +60,8 @@ class DraftModel : public Proposer {
   ProposeCost last_cost() const override { return cost_; }
 
   const Model& model() const { return *model_; }
+  // The draft cache's block accounting (blocks in use, ...).
+  BlockStats kv_stats() const { return blocks_->stats(); }
 
  private:
   struct SeqState {

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "base/test_data.h"
+#include "kv/block_manager.h"
 #include "model/generate.h"
+#include "model/synth.h"
 
 namespace sluice::spec {
 namespace {
@@ -116,6 +118,63 @@ TEST_F(DraftModelTest, FullPoolGivesEmptyDraftsAndMismatchedVocabulariesAreRefus
   EXPECT_NE(bad.status().message().find("vocabulary"), std::string::npos) << bad.status().message();
   auto missing = DraftModel::create({.path = "/nonexistent.gguf"}, *tok_);
   EXPECT_FALSE(missing.ok());
+}
+
+// A draft model whose two layers both attend over a window of 32 positions
+// (blocks of 16), drafting for itself through a long generation with rollbacks:
+// its drafts are those of a full-cache run of the same model, and its blocks in
+// use stay at the window's (they would grow with every 16 tokens otherwise).
+TEST(DraftModelWindow, BlocksStayFlatInALongGenerationAndDraftsAreUnchanged) {
+  SynthShape shape{.name = "swa-draft", .n_vocab = 512, .n_embd = 128, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
+                   .n_ff = 256, .n_ctx = 1024};
+  shape.n_swa = 32;
+  const std::string path = ::testing::TempDir() + "/draft_model_window.gguf";
+  ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = "f32", .seed = 5, .n_threads = 1}, path).ok());
+  auto mf = open_model_file(path);
+  ASSERT_TRUE(mf.ok()) << mf.status().to_string();
+  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  auto tok = Tokenizer::from_metadata(file->metadata);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto ref = Model::load(file, ModelOptions{.n_threads = 1, .n_batch = 64});
+  ASSERT_TRUE(ref.ok());
+  ASSERT_EQ((*ref)->hparams().kv_window(), 32);
+  // The reference: greedy continuation with a contiguous cache holding every position.
+  auto greedy = [&](const std::vector<int32_t>& prompt, int n) {
+    KvCache kv = (*ref)->make_kv_cache(static_cast<int64_t>(prompt.size()) + n + 1);
+    Sampler s(SamplingParams{.temperature = 0}, static_cast<int32_t>((*ref)->hparams().n_vocab));
+    auto r = generate(**ref, kv, prompt, s, GenerateParams{.n_predict = n});
+    EXPECT_TRUE(r.ok());
+    return r->tokens;
+  };
+
+  auto d = DraftModel::create({.path = path, .n_threads = 1, .n_batch = 64, .max_seqs = 2, .n_ctx = 512}, **tok);
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_NE((*d)->describe().find("sliding window 32"), std::string::npos) << (*d)->describe();
+  const int32_t k = 4;
+  const int64_t bound = kv_window_blocks(32 + k - 1, 16);  // the window plus the drafts in flight: 4 blocks
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 20; ++i) tokens.push_back(static_cast<int32_t>((i * 37 + 5) % 512));
+  std::vector<int32_t> draft;
+  int64_t peak = 0, n_rounds = 0;
+  for (int round = 0; tokens.size() < 400; ++round, ++n_rounds) {
+    std::vector<DraftTask> tasks = {{.seq = 1, .tokens = tokens, .max_draft = k, .draft = &draft}};
+    ASSERT_TRUE((*d)->propose(tasks).ok()) << "round " << round;
+    ASSERT_EQ(draft, greedy(tokens, k)) << "round " << round << " at " << tokens.size() << " tokens";
+    peak = std::max(peak, (*d)->kv_stats().n_used);
+    // Accept 0..3 drafts, then a token of another choice every third round (the
+    // next round rolls the cache back over the rejected drafts).
+    const int j = round % k;
+    tokens.insert(tokens.end(), draft.begin(), draft.begin() + j);
+    tokens.push_back(round % 3 == 0 ? (draft[static_cast<size_t>(j)] + 1) % 512 : draft[static_cast<size_t>(j)]);
+  }
+  EXPECT_GT(n_rounds, 100);
+  EXPECT_LE(peak, bound) << "blocks in use grew past the window over " << tokens.size() << " tokens";
+  // A rollback far behind the released blocks starts the sequence over.
+  tokens.resize(30);
+  std::vector<DraftTask> tasks = {{.seq = 1, .tokens = tokens, .max_draft = k, .draft = &draft}};
+  ASSERT_TRUE((*d)->propose(tasks).ok());
+  EXPECT_EQ(draft, greedy(tokens, k));
+  EXPECT_LE((*d)->kv_stats().n_used, bound);
 }
 
 }  // namespace
