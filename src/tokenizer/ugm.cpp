@@ -32,6 +32,10 @@ size_t utf8_structural_len(std::string_view text, size_t i) {
   return n;
 }
 
+// A path score as stored: float, saturated (file scores may be huge, and a float
+// conversion of a finite double beyond the float range is undefined).
+float stored_score(double s) { return s > FLT_MAX ? FLT_MAX : s < -FLT_MAX ? -FLT_MAX : static_cast<float>(s); }
+
 // Fields of one packed double-array node.
 uint32_t xcda_base(uint32_t node) { return (node >> 10) << ((node & (1u << 9)) >> 6); }
 uint32_t xcda_lcheck(uint32_t node) { return node & ((1u << 31) | 0xFFu); }
@@ -55,7 +59,7 @@ StatusOr<std::unique_ptr<UgmEncoder>> UgmEncoder::create(const Vocab& vocab) {
                        n_bytes, blob.size());
     }
     enc->xcda_.resize(n_bytes / 4);
-    std::memcpy(enc->xcda_.data(), blob.data() + 4, n_bytes);
+    if (n_bytes > 0) std::memcpy(enc->xcda_.data(), blob.data() + 4, n_bytes);
     enc->replacements_ = std::string_view(reinterpret_cast<const char*>(blob.data()) + 4 + n_bytes,
                                           blob.size() - 4 - n_bytes);
   }
@@ -179,11 +183,11 @@ void UgmEncoder::encode(std::string_view text, std::vector<int32_t>* out) const 
       if (id < 0) continue;
       if (end - i == char_len) single_char_token = true;
       const double score = base + (vocab_.type(id) == TokenType::kUserDefined ? 0.0 : vocab_.score(id));
-      if (score > best[end].score) best[end] = Best{id, i, static_cast<float>(score)};
+      if (score > best[end].score) best[end] = Best{id, i, stored_score(score)};
     }
     if (!single_char_token) {
       const double score = base + unknown_score_;
-      if (score > best[i + char_len].score) best[i + char_len] = Best{unk, i, static_cast<float>(score)};
+      if (score > best[i + char_len].score) best[i + char_len] = Best{unk, i, stored_score(score)};
     }
     i += char_len;
   }

@@ -1,6 +1,7 @@
 #include "tokenizer/vocab.h"
 
 #include <algorithm>
+#include <cfloat>
 
 #include "tokenizer/pre_tokenizer_table.h"
 #include "tokenizer/unicode.h"
@@ -146,7 +147,10 @@ Status Vocab::load_arrays(const Metadata& md) {
       return data_loss("{} has {} entries, expected {}", kScoresKey, scores->size(), n);
     }
     if (scores->floats.size() == n) {
-      for (size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>(scores->floats[i]);
+      for (size_t i = 0; i < n; ++i) {
+        // float64 scores beyond the float range saturate (their conversion is undefined).
+        scores_[i] = static_cast<float>(std::clamp(scores->floats[i], -double{FLT_MAX}, double{FLT_MAX}));
+      }
     } else if (scores->ints.size() == n) {
       for (size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>(scores->ints[i]);
     } else {
