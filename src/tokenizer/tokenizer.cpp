@@ -6,9 +6,12 @@
 
 #include "tokenizer/bpe.h"
 #include "tokenizer/clean_spaces.h"
+#include "tokenizer/rwkv.h"
 #include "tokenizer/special_tokens.h"
 #include "tokenizer/spm.h"
+#include "tokenizer/ugm.h"
 #include "tokenizer/unicode.h"
+#include "tokenizer/wpm.h"
 
 namespace sluice {
 
@@ -56,9 +59,28 @@ StatusOr<std::vector<PreSplitStep>> pre_split_steps(const Metadata& md) {
 
 }  // namespace
 
+Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
+Tokenizer::~Tokenizer() = default;
+
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_metadata(const Metadata& md) {
   ASSIGN_OR_RETURN(Vocab vocab, Vocab::load(md));
   std::unique_ptr<Tokenizer> tok(new Tokenizer(std::move(vocab)));
+  // The encoders keep a reference to tok->vocab_, which never moves again.
+  switch (tok->vocab_.model()) {
+    case VocabModel::kWpm:
+      tok->wpm_ = std::make_unique<WpmEncoder>(tok->vocab_);
+      break;
+    case VocabModel::kUgm: {
+      ASSIGN_OR_RETURN(tok->ugm_, UgmEncoder::create(tok->vocab_));
+      break;
+    }
+    case VocabModel::kRwkv:
+      tok->rwkv_ = std::make_unique<RwkvEncoder>(tok->vocab_);
+      break;
+    case VocabModel::kSpm:
+    case VocabModel::kBpe:
+      break;
+  }
   if (tok->vocab_.model() == VocabModel::kBpe) {
     if (md.get_array(kPreSplitKey)) {
       ASSIGN_OR_RETURN(std::vector<PreSplitStep> steps, pre_split_steps(md));
@@ -74,18 +96,36 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_metadata(const Metadata& md
 }
 
 std::string Tokenizer::summary() const {
-  if (vocab_.model() == VocabModel::kSpm) return fmt::format("llama (SentencePiece), {} tokens", vocab_.n_vocab());
-  return fmt::format("gpt2 (byte-level BPE), {}, {} tokens", pre_desc_, vocab_.n_vocab());
+  switch (vocab_.model()) {
+    case VocabModel::kSpm:
+      return fmt::format("llama (SentencePiece), {} tokens", vocab_.n_vocab());
+    case VocabModel::kBpe:
+      return fmt::format("gpt2 (byte-level BPE), {}, {} tokens", pre_desc_, vocab_.n_vocab());
+    case VocabModel::kWpm:
+      return fmt::format("bert (WordPiece), {} tokens", vocab_.n_vocab());
+    case VocabModel::kUgm:
+      return fmt::format("t5 (unigram{}), {} tokens",
+                         vocab_.precompiled_charsmap().empty() ? "" : ", precompiled charsmap", vocab_.n_vocab());
+    case VocabModel::kRwkv:
+      return fmt::format("rwkv (RWKV World), {} tokens", vocab_.n_vocab());
+  }
+  return {};
 }
 
 void Tokenizer::build_pieces() {
-  const bool spm = vocab_.model() == VocabModel::kSpm;
+  const bool bpe = vocab_.model() == VocabModel::kBpe;
+  const bool rwkv = vocab_.model() == VocabModel::kRwkv;
   pieces_.resize(vocab_.n_vocab());
   for (int32_t id = 0; id < vocab_.n_vocab(); ++id) {
     const std::string& text = vocab_.text(id);
-    switch (vocab_.type(id)) {
+    const TokenType type = vocab_.type(id);
+    if (rwkv && type != TokenType::kControl && type != TokenType::kUnknown) {
+      pieces_[id] = rwkv_unescape(text);  // every token is a byte string
+      continue;
+    }
+    switch (type) {
       case TokenType::kNormal:
-        pieces_[id] = spm ? unescape_spm(text) : byte_level_decode(text);
+        pieces_[id] = bpe ? byte_level_decode(text) : unescape_spm(text);
         break;
       case TokenType::kUserDefined:
         pieces_[id] = text;
@@ -107,6 +147,9 @@ void Tokenizer::build_pieces() {
 }
 
 void Tokenizer::encode_text(std::string_view text, bool after_special, std::vector<int32_t>* out) const {
+  if (wpm_) return wpm_->encode(text, out);
+  if (ugm_) return ugm_->encode(text, out);
+  if (rwkv_) return rwkv_->encode(text, out);
   if (vocab_.model() == VocabModel::kSpm) {
     std::string escaped;
     if (vocab_.add_space_prefix() && after_special) {
@@ -136,6 +179,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     }
   }
   if (add_special && vocab_.add_eos()) out.push_back(vocab_.eos_id());
+  if (add_special && vocab_.model() == VocabModel::kWpm && vocab_.sep_id() >= 0) out.push_back(vocab_.sep_id());
   return out;
 }
 
@@ -149,15 +193,19 @@ std::string_view Tokenizer::piece_after(int32_t prev_id, int32_t id, bool render
       piece = vocab_.text(id);
     }
   }
-  if (vocab_.model() == VocabModel::kSpm && vocab_.add_space_prefix() && prev_id >= 0 &&
-      prev_id == vocab_.bos_id() && !piece.empty() && piece[0] == ' ') {
-    piece.remove_prefix(1);
+  if (vocab_.add_space_prefix() && !piece.empty() && piece[0] == ' ') {
+    const bool after_bos = prev_id >= 0 && prev_id == vocab_.bos_id();
+    if ((vocab_.model() == VocabModel::kSpm && after_bos) || (vocab_.model() == VocabModel::kUgm && prev_id < 0)) {
+      piece.remove_prefix(1);
+    }
   }
   return piece;
 }
 
 std::string Tokenizer::token_to_piece(int32_t id, bool render_special) const {
-  return std::string(piece_after(-1, id, render_special));
+  // A piece on its own keeps its space: use an id that is no token and not -1 as
+  // the predecessor so that no leading-space rule applies.
+  return std::string(piece_after(vocab_.n_vocab(), id, render_special));
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_special) const {

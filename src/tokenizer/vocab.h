@@ -32,9 +32,15 @@ enum class TokenType : int32_t {
 };
 
 enum class VocabModel {
-  kSpm,  // "llama": SentencePiece-style scored merges over characters
-  kBpe,  // "gpt2": byte-level BPE with ranked merges
+  kSpm,   // "llama": SentencePiece-style scored merges over characters
+  kBpe,   // "gpt2": byte-level BPE with ranked merges
+  kWpm,   // "bert": WordPiece, greedy longest match after BERT normalization
+  kUgm,   // "t5": SentencePiece unigram, best-scoring segmentation (Viterbi)
+  kRwkv,  // "rwkv": RWKV World, greedy longest match over escaped byte strings
 };
+
+// The tokenizer.ggml.model name of `model` ("llama", "gpt2", "bert", "t5", "rwkv").
+const char* vocab_model_name(VocabModel model);
 
 // Hash and equality that let unordered_map<std::string, V> be queried with a
 // std::string_view without building a std::string.
@@ -47,7 +53,9 @@ using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal
 class Vocab {
  public:
   // Reads tokenizer.ggml.*; refuses unsupported models by name (kUnimplemented) and
-  // malformed arrays (kDataLoss).
+  // malformed arrays or values of the wrong type (kDataLoss). Special ids and the
+  // add-* flags default per model as llama.cpp's loader does (e.g. "bert": [CLS]
+  // 101 as BOS, [UNK] 100, [SEP] 102; "t5": EOS 1, UNK 2, add_eos).
   static StatusOr<Vocab> load(const Metadata& md);
 
   VocabModel model() const { return model_; }
@@ -73,16 +81,22 @@ class Vocab {
   int32_t eos_id() const { return eos_id_; }
   int32_t unk_id() const { return unk_id_; }
   int32_t pad_id() const { return pad_id_; }
+  int32_t sep_id() const { return sep_id_; }  // "bert": [SEP], appended after the text
   int32_t eot_id() const { return eot_id_; }
   int32_t eom_id() const { return eom_id_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
   bool add_space_prefix() const { return add_space_prefix_; }
+  // "t5": collapse whitespace runs and trim the ends (tokenizer.ggml.remove_extra_whitespaces).
+  bool remove_extra_whitespaces() const { return remove_extra_whitespaces_; }
+  // "t5": SentencePiece's normalization table (tokenizer.ggml.precompiled_charsmap;
+  // empty if absent). Its structure is checked by the UgmEncoder.
+  const std::vector<uint8_t>& precompiled_charsmap() const { return precompiled_charsmap_; }
   // BPE: a pre-tokenized word that is itself a token is not merged (Llama 3).
   bool ignore_merges() const { return ignore_merges_; }
   // Detokenized text gets the clean_spaces rewrites (clean_spaces.h): BPE by the
   // pre-tokenizer name's flag (pre_tokenizer_table.cpp; true for "default"),
-  // never SPM, as llama.cpp decides it.
+  // WordPiece always, never SPM, unigram or RWKV, as llama.cpp decides it.
   bool clean_spaces() const { return clean_spaces_; }
   // Control, user-defined and unknown tokens, longest text first (for splitting).
   const std::vector<int32_t>& special_tokens() const { return special_tokens_; }
@@ -92,7 +106,8 @@ class Vocab {
  private:
   Status load_arrays(const Metadata& md);
   Status load_merges(const Metadata& md);
-  void load_specials(const Metadata& md);
+  Status load_charsmap(const Metadata& md);
+  Status load_specials(const Metadata& md);
   void build_byte_tokens();
 
   VocabModel model_ = VocabModel::kSpm;
@@ -105,9 +120,11 @@ class Vocab {
   std::array<int32_t, 256> byte_tokens_{};
   std::vector<int32_t> special_tokens_;
   std::vector<int32_t> eog_ids_;
-  int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1, pad_id_ = -1, eot_id_ = -1, eom_id_ = -1;
+  std::vector<uint8_t> precompiled_charsmap_;
+  int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1, pad_id_ = -1, eot_id_ = -1, eom_id_ = -1, sep_id_ = -1;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false, ignore_merges_ = false;
   bool clean_spaces_ = false;
+  bool remove_extra_whitespaces_ = false;
 };
 
 }  // namespace sluice

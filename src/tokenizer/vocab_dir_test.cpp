@@ -2,8 +2,8 @@
 // VOCAB.gguf with VOCAB.gguf.inp and VOCAB.gguf.out in the folder named by
 // SLUICE_VOCAB_DIR must give exactly the .out ids for each .inp text (encoded
 // as llama.cpp's test-tokenizer-0 does: no BOS/EOS, specials not parsed).
-// Vocabularies of a model type sluice does not support (e.g. "bert", WPM) are
-// listed and skipped. Skipped as a whole when SLUICE_VOCAB_DIR is unset.
+// Vocabularies of a model type sluice does not support are listed and skipped.
+// Skipped as a whole when SLUICE_VOCAB_DIR is unset.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -1,14 +1,15 @@
 // Encoding and decoding arbitrary bytes with each tokenizer sluice supports.
 //
 // Input: | flags byte | text ... |
-//   flags bits 0-1 and 5-7 (kind = bits 0-1 | bits 5-7 << 2): 0 SPM; k > 0 BPE with
-//   pre-tokenizer type (k - 1) mod n of the table (pre_tokenizer_table.h), in the
-//   order gpt2, llama3, qwen2, then the others, so every type is reachable.
+//   flags bits 0-1 and 5-7 (kind = bits 0-1 | bits 5-7 << 2): 0 SPM; 29 WordPiece,
+//   30 unigram, 31 RWKV; k in 1..28 BPE with pre-tokenizer type (k - 1) mod n of the
+//   table (pre_tokenizer_table.h), in the order gpt2, llama3, qwen2, then the
+//   others, so every type is reachable.
 //   bit 2: add_special, bit 3: parse_special, bit 4: render_special
 // The text is encoded and the ids decoded (whole and through a StreamDecoder);
 // the text's bytes are also read as int32 ids, in or out of range, and decoded.
-// Invariants: ids are in range; byte-level BPE round-trips any bytes when
-// specials are not parsed (through the clean_spaces rewrites when the
+// Invariants: ids are in range; byte-level BPE and RWKV round-trip any bytes
+// when specials are not parsed (through the clean_spaces rewrites when the
 // pre-tokenizer sets them); a stream decodes to the same text as decode() when
 // that text is valid UTF-8.
 #include <algorithm>
@@ -33,6 +34,7 @@ namespace {
 struct Tokenizers {
   std::unique_ptr<Tokenizer> spm;
   std::vector<std::unique_ptr<Tokenizer>> bpe;  // one per pre-tokenizer type
+  std::unique_ptr<Tokenizer> wpm, ugm, rwkv;
 };
 
 std::unique_ptr<Tokenizer> must_load(const Metadata& md) {
@@ -48,6 +50,9 @@ const Tokenizers& tokenizers() {
   static const Tokenizers* t = [] {
     auto* t = new Tokenizers;
     t->spm = must_load(spm_vocab_metadata());
+    t->wpm = must_load(wpm_vocab_metadata());
+    t->ugm = must_load(ugm_vocab_metadata());
+    t->rwkv = must_load(rwkv_vocab_metadata());
     // A name of each type; the three long-standing ones first.
     std::vector<int> types;
     for (const char* pre : {"gpt-2", "llama-bpe", "qwen2"}) types.push_back(find_pre_name(pre)->type);
@@ -97,11 +102,16 @@ void fuzz_tokenizer(const uint8_t* data, size_t size) {
   const bool add_special = flags & 4, parse_special = flags & 8, render_special = flags & 16;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
   const Tokenizers& all = tokenizers();
-  const Tokenizer& tok = kind == 0 ? *all.spm : *all.bpe[(kind - 1) % all.bpe.size()];
+  const bool bpe = kind >= 1 && kind <= 28;
+  const Tokenizer& tok = kind == 0    ? *all.spm
+                         : kind == 29 ? *all.wpm
+                         : kind == 30 ? *all.ugm
+                         : kind == 31 ? *all.rwkv
+                                      : *all.bpe[(kind - 1) % all.bpe.size()];
 
   const std::vector<int32_t> ids = tok.encode(text, add_special, parse_special);
   for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < tok.n_vocab());
-  if (kind != 0 && !parse_special)
+  if ((bpe || kind == 31) && !parse_special)
     FUZZ_CHECK(tok.decode(ids, false) == (tok.clean_spaces() ? clean_spaces(text) : std::string(text)));
   check_decoders(tok, ids, render_special);
 

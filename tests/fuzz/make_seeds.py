@@ -315,6 +315,13 @@ def tokenizer_seeds():
         seen.add(t)
         flags = (i % 4) | (4 if i % 3 == 0 else 0) | (8 if i % 5 == 0 else 0) | (16 if i % 2 else 0)
         put("tokenizer", f"text-{i:03d}", bytes([flags]) + t)
+    # The WordPiece, unigram and RWKV kinds (29, 30, 31: bits 0-1 and 5-7 of the flags).
+    extra = [b"Hello, WORLD! caf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd", b"  the\t\tonce \xef\xac\x81 <extra_id_0>[CLS]",
+             b"\xff\xfe\x00 \xe2\x96\x81 \\x41\\n 12345"]
+    for kind in (29, 30, 31):
+        for j, t in enumerate(extra):
+            flags = (kind & 3) | ((kind >> 2) << 5) | (4 if j != 1 else 0) | (8 if j == 1 else 0) | (16 if j == 2 else 0)
+            put("tokenizer", f"kind{kind}-{j}", bytes([flags]) + t)
 
 
 # ---------------------------------------------------------------- Jinja templates
