@@ -162,6 +162,37 @@ TEST(LongRopeChoice, DecodeEqualsPrefillBitForBitAcrossTheOriginalContext) {
   }
 }
 
+// Two sequences of different lengths past the original context in one step
+// give the bits each gives alone (the factor set is the model's, not a
+// sequence's).
+TEST(LongRopeChoice, BatchedEqualsAloneBitForBit) {
+  auto m = Model::load(open_file(synth_longrope()), ModelOptions{.n_threads = 2, .n_batch = 256, .n_ctx_max = 256});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_EQ((*m)->longrope_factors(), LongRopeFactors::kLong);
+  const auto a = tokens_of(100);
+  std::vector<int32_t> b(80);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>((i * 11 + 3) % kVocab);
+  auto run = [&](std::vector<int> which) {
+    KvCache kv = (*m)->make_kv_cache(256, KvDtype::kF32).value();  // blocks of 16: a in 0..7, b in 8..15
+    const std::span<const int32_t> table = kv.block_table();
+    std::vector<ForwardSeq> seqs;
+    size_t n = 0;
+    for (int w : which) {
+      const std::vector<int32_t>& t = w == 0 ? a : b;
+      seqs.push_back(ForwardSeq{.tokens = t, .pos0 = 0, .block_table = table.subspan(w == 0 ? 0 : 8, 8),
+                                .n_logits = static_cast<int64_t>(t.size())});
+      n += t.size();
+    }
+    std::vector<float> out(n * kVocab);
+    EXPECT_TRUE((*m)->forward(seqs, kv.store(), out.data()).ok());
+    return out;
+  };
+  const auto alone_a = run({0}), alone_b = run({1}), both = run({0, 1});
+  ASSERT_EQ(both.size(), alone_a.size() + alone_b.size());
+  EXPECT_EQ(std::memcmp(both.data(), alone_a.data(), alone_a.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(both.data() + alone_a.size(), alone_b.data(), alone_b.size() * 4), 0);
+}
+
 // ---------------------------------------------------------------------------
 // llama.cpp on the same file, at n_ctx 64 (short factors) and 128 (long).
 TEST(LongRopeAgainstLlamaCpp, LogitsAndGreedyTokensMatch) {
