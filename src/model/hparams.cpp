@@ -163,9 +163,9 @@ StatusOr<ModelHparams> read_hparams(const Metadata& md) {
   } else if (scaling != "none" && scaling != "") {
     return unimplemented("rope scaling type '{}' is not supported (none, linear, llama3)", scaling);
   }
-  hp.rope_orig_ctx = md.get_int(a + "rope.scaling.original_context_length")
-                        .value_or(hp.rope_scaling == RopeScaling::kLlama3 ? 8192 : hp.n_ctx_train);
-  if (hp.rope_orig_ctx <= 0) return data_loss("{}rope.scaling.original_context_length {} must be positive", a, hp.rope_orig_ctx);
+  // 0 says nothing and counts as absent (files that loaded before keep loading).
+  hp.rope_orig_ctx = md.get_int(a + "rope.scaling.original_context_length").value_or(0);
+  if (hp.rope_orig_ctx <= 0) hp.rope_orig_ctx = hp.rope_scaling == RopeScaling::kLlama3 ? 8192 : hp.n_ctx_train;
   hp.rope_attn_factor = static_cast<float>(md.get_float(a + "rope.scaling.attn_factor").value_or(1.0));
   if (!(hp.rope_attn_factor > 0.0f) || !std::isfinite(hp.rope_attn_factor)) {
     return data_loss("{}rope.scaling.attn_factor {} must be positive and finite", a, hp.rope_attn_factor);
