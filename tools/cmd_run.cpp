@@ -116,8 +116,9 @@ int run(RunArgs a) {
     if (a.n_ctx > 0) a.spec.ctx_size = a.n_ctx;
     return run_speculative(a, sp);
   }
-  auto lm_or = load_model_verbose(a.model, {.n_threads = a.n_threads, .backend = a.backend,
-                                           .mem_budget_bytes = a.mem_budget});
+  // -c plans the model for that context (LongRoPE chooses its factors by it); without it, the trained one.
+  auto lm_or = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_ctx_max = std::max<int64_t>(0, a.n_ctx),
+                                           .backend = a.backend, .mem_budget_bytes = a.mem_budget});
   if (!lm_or.ok()) return fail(lm_or.status());
   LoadedModel& lm = *lm_or;
   const Tokenizer& tok = *lm.tokenizer;
@@ -186,6 +187,11 @@ int run(RunArgs a) {
     }
   }
   if (!lm.model->repack_summary().empty()) fmt::print(stderr, "[sluice] weights: {}\n", lm.model->repack_summary());
+  if (const LongRopeFactors f = lm.model->longrope_factors(); f != LongRopeFactors::kNone) {
+    fmt::print(stderr, "[sluice] LongRoPE: {} factors (context {} {} the original {}; --ctx-size chooses)\n",
+               longrope_factors_name(f), lm.model->n_ctx_max(), f == LongRopeFactors::kLong ? "past" : "within",
+               lm.model->hparams().rope_orig_ctx);
+  }
   return 0;
 }
 

@@ -105,6 +105,13 @@ constexpr std::array<TensorSpec, 2> kGlobalUntied = {{
 constexpr std::array<TensorSpec, 1> kOutputHead = {{
     {R::kOutput, "output.weight", "lm_head.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, true, P::kAny, 0},
 }};
+// LongRoPE (Phi-3 128k, Phi-3.5): one divisor per rotated pair for each
+// context regime (model/rope_scaling.h). HF keeps them in config.json
+// (rope_scaling.long_factor / short_factor), hence no HF tensor name.
+constexpr std::array<TensorSpec, 2> kLongRopeFactors = {{
+    {R::kRopeFactorsLong, "rope_factors_long.weight", "", false, K::kVector, {D::kRotHalf}, true, P::kAny, -1},
+    {R::kRopeFactorsShort, "rope_factors_short.weight", "", false, K::kVector, {D::kRotHalf}, true, P::kAny, -1},
+}};
 
 // Llama 2/3, Mistral, TinyLlama, SmolLM and, with experts, Mixtral.
 constexpr auto kLlamaTensors = concat(kGlobal, kAttention, kQkvBias, kDenseFfn, kMixtralExperts);
@@ -121,7 +128,7 @@ constexpr auto kGemma2Tensors = concat(kGlobalTied, kAttention, kGemmaPostNormFf
 // Gemma 3 (text): Gemma 2's layer with per-head q/k norms.
 constexpr auto kGemma3Tensors = concat(kGlobalTied, kAttention, kQkNorm, kGemmaPostNormFfn);
 // Phi-3 (mini, medium; Phi-4 uses this architecture name too).
-constexpr auto kPhi3Tensors = concat(kGlobalUntied, kOutputHead, kPhi3Layer);
+constexpr auto kPhi3Tensors = concat(kGlobalUntied, kOutputHead, kLongRopeFactors, kPhi3Layer);
 
 constexpr const char* kLlamaHf[] = {"llama", "mistral", "mixtral"};
 constexpr const char* kQwen2Hf[] = {"qwen2"};
@@ -227,6 +234,8 @@ const char* tensor_role_name(TensorRole role) {
     case R::kOutputNorm: return "output_norm";
     case R::kOutput: return "output";
     case R::kRopeFreqs: return "rope_freqs";
+    case R::kRopeFactorsLong: return "rope_factors_long";
+    case R::kRopeFactorsShort: return "rope_factors_short";
     case R::kAttnNorm: return "attn_norm";
     case R::kAttnQ: return "attn_q";
     case R::kAttnK: return "attn_k";

@@ -52,6 +52,8 @@ enum class TensorRole : uint8_t {
   kOutputNorm,
   kOutput,     // the LM head; absent means tied to kTokenEmbd
   kRopeFreqs,  // per-frequency RoPE divisors (llama 3.1 GGUFs)
+  kRopeFactorsLong,   // LongRoPE divisors for contexts past the original one (phi3 128k)
+  kRopeFactorsShort,  // LongRoPE divisors within the original context
   // Attention block.
   kAttnNorm,
   kAttnQ,

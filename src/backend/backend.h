@@ -264,8 +264,9 @@ class Backend {
   // --- operators (shapes in the argument structs above) --------------------
   // x[t] = scale * row tokens[t] of the table.  x: [tokens.size(), table.n_in]
   virtual void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) = 0;
-  // cos_sin[t][i] = (cos, sin)(positions[t] * inv_freq[i]).  cos_sin: [n_tok, inv_freq.size(), 2]
-  virtual void rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, float* cos_sin) = 0;
+  // cos_sin[t][i] = magnitude * (cos, sin)(positions[t] * inv_freq[i]).  cos_sin: [n_tok, inv_freq.size(), 2]
+  virtual void rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
+                           float* cos_sin) = 0;
   // The matmuls of one dispatch that share the input x: [n_tok, n_in].
   virtual void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) = 0;
   virtual void norm_matmul(const NormMatmulArgs& a) = 0;

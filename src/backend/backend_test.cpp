@@ -179,7 +179,7 @@ TEST_P(AttentionOps, QkvStoreAndAttentionMatchTheReference) {
                 .head_dim = head_dim, .max_seqs = 3});
     KvStore kv = be.create_kv(layout, 12).value();
     std::vector<float> cs(static_cast<size_t>(n * n_rot));
-    be.rope_tables(positions, inv_freq, cs.data());
+    be.rope_tables(positions, inv_freq, 1.0, cs.data());
     // Earlier positions of each sequence first (their own step), then this step.
     auto q = random_floats(static_cast<size_t>(n * n_q), 13), k = random_floats(static_cast<size_t>(n * n_kv), 14);
     auto v = random_floats(static_cast<size_t>(n * n_kv), 15);

@@ -76,9 +76,9 @@ void ReferenceBackend::embed(const WeightView& table, std::span<const int32_t> t
   }
 }
 
-void ReferenceBackend::rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq,
-                                   float* cos_sin) {
-  rope_cos_sin(positions, inv_freq, cos_sin);
+void ReferenceBackend::rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
+                              float* cos_sin) {
+  rope_cos_sin(positions, inv_freq, magnitude, cos_sin);
 }
 
 void ReferenceBackend::matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) {

@@ -33,7 +33,8 @@ class ReferenceBackend final : public Backend {
   PreparedWeights prepare_weights(std::span<const WeightGroup> groups) override { return {}; }
 
   void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) override;
-  void rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, float* cos_sin) override;
+  void rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
+                   float* cos_sin) override;
   void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) override;
   void norm_matmul(const NormMatmulArgs& a) override;
   void glu_matmul(const GluMatmulArgs& a) override;

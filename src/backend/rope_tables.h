@@ -8,8 +8,10 @@
 
 namespace sluice {
 
-// cos_sin[t][i] = (cos, sin)(positions[t] * inv_freq[i]).
+// cos_sin[t][i] = magnitude * (cos, sin)(positions[t] * inv_freq[i]), in
+// double, rounded once (magnitude: RoPE's attention factor, 1 for most models).
 //   cos_sin: [positions.size(), inv_freq.size(), 2]
-void rope_cos_sin(std::span<const int64_t> positions, std::span<const double> inv_freq, float* cos_sin);
+void rope_cos_sin(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
+                  float* cos_sin);
 
 }  // namespace sluice

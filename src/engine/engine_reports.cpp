@@ -40,9 +40,15 @@ std::string Engine::summary() const {
   const Impl& e = *impl_;
   const KvLayout& l = e.kv.layout();
   return fmt::format(
-      "model {} | arch {} | tokenizer {} | context {} per sequence | KV {} in {} blocks of {} tokens ({} tokens, {:.1f} MiB){} | "
+      "model {} | arch {} | tokenizer {} | context {} per sequence{} | KV {} in {} blocks of {} tokens ({} tokens, {:.1f} MiB){} | "
       "batch {} tokens, {} sequences | prefix caching {} | threads {}{}",
-      e.name, e.model->arch().name, e.tok->summary(), e.ctx, kv_dtype_name(l.dtype), e.kv.n_blocks(), l.block_size, e.kv.n_blocks() * l.block_size,
+      e.name, e.model->arch().name, e.tok->summary(), e.ctx,
+      e.model->longrope_factors() == LongRopeFactors::kNone
+          ? ""
+          : fmt::format(" (LongRoPE {} factors: {} the original {})", longrope_factors_name(e.model->longrope_factors()),
+                        e.model->longrope_factors() == LongRopeFactors::kLong ? "past" : "within",
+                        e.model->hparams().rope_orig_ctx),
+      kv_dtype_name(l.dtype), e.kv.n_blocks(), l.block_size, e.kv.n_blocks() * l.block_size,
       static_cast<double>(e.kv.bytes()) / (1 << 20),
       (e.host_kv ? fmt::format(", swap pool {} blocks", e.host_kv->n_blocks()) : "") +
           (e.sched->blocks().window() > 0

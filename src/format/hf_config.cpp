@@ -1,6 +1,8 @@
 #include "format/hf_config.h"
 
+#include <cmath>
 #include <optional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -86,8 +88,58 @@ Status set_moe(const ConfigReader& r, const json& j, const std::string& name, co
   return Status::ok_status();
 }
 
-Status set_rope_scaling(const ConfigReader& r, const json& rs, const std::string& name,
-                        const std::string& arch, Metadata* md) {
+// A list of positive finite numbers: rope_scaling.<key>.
+Status factor_list(const json& rs, const char* key, const std::string& name, std::vector<float>* out) {
+  const auto it = rs.find(key);
+  if (it == rs.end() || !it->is_array() || it->empty()) {
+    return data_loss("{}: LongRoPE rope_scaling needs '{}', a list of numbers", name, key);
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& v = (*it)[i];
+    if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>())) {
+      return data_loss("{}: rope_scaling.{}[{}] is {}, expected a positive number", name, key, i, v.dump());
+    }
+    out->push_back(static_cast<float>(v.get<double>()));
+  }
+  return Status::ok_status();
+}
+
+// LongRoPE ("longrope", formerly "su"; Phi-3 128k, Phi-3.5):
+//   long_factor, short_factor         -> HfConfig::rope_factors_long / _short
+//                                        (the GGUF tensors rope_factors_{long,short}.weight)
+//   original_max_position_embeddings  -> {arch}.rope.scaling.original_context_length
+//   (top level, or inside rope_scaling)
+//   attention_factor, else sqrt(1 + ln(s) / ln(original)) with
+//   s = max_position_embeddings / original (1 when s <= 1)
+//                                     -> {arch}.rope.scaling.attn_factor
+Status set_longrope(const ConfigReader& r, const json& rs, const std::string& name, int64_t n_ctx, HfConfig* cfg) {
+  std::optional<int64_t> original;
+  RETURN_IF_ERROR(r.count(r.root(), "original_max_position_embeddings", false, &original));
+  if (!original) RETURN_IF_ERROR(r.count(rs, "original_max_position_embeddings", false, &original));
+  if (!original) return data_loss("{}: LongRoPE needs 'original_max_position_embeddings'", name);
+  RETURN_IF_ERROR(factor_list(rs, "long_factor", name, &cfg->rope_factors_long));
+  RETURN_IF_ERROR(factor_list(rs, "short_factor", name, &cfg->rope_factors_short));
+  if (cfg->rope_factors_long.size() != cfg->rope_factors_short.size()) {
+    return data_loss("{}: rope_scaling.long_factor has {} entries but short_factor {}", name,
+                     cfg->rope_factors_long.size(), cfg->rope_factors_short.size());
+  }
+  std::optional<double> attn;
+  RETURN_IF_ERROR(r.number(rs, "attention_factor", &attn));
+  if (!attn) {
+    const double s = static_cast<double>(n_ctx) / static_cast<double>(*original);
+    attn = s > 1.0 ? std::sqrt(1.0 + std::log(s) / std::log(static_cast<double>(*original))) : 1.0;
+  }
+  if (!(*attn > 0.0)) return data_loss("{}: rope_scaling.attention_factor {} must be positive", name, *attn);
+  const std::string p = cfg->arch + ".rope.scaling.";
+  cfg->metadata.set(p + "original_context_length", MetaValue::u32(static_cast<uint32_t>(*original)));
+  cfg->metadata.set(p + "attn_factor", MetaValue::f32(static_cast<float>(*attn)));
+  return Status::ok_status();
+}
+
+Status set_rope_scaling(const ConfigReader& r, const json& rs, const std::string& name, int64_t n_ctx,
+                        HfConfig* cfg) {
+  const std::string& arch = cfg->arch;
+  Metadata* md = &cfg->metadata;
   if (rs.is_null()) return Status::ok_status();
   if (!rs.is_object()) return data_loss("{}: 'rope_scaling' must be an object or null", name);
   std::string type;
@@ -99,9 +151,12 @@ Status set_rope_scaling(const ConfigReader& r, const json& rs, const std::string
     }
   }
   if (type.empty() || type == "default") return Status::ok_status();
+  if ((type == "longrope" || type == "su") && cfg->spec->find(TensorRole::kRopeFactorsLong)) {
+    return set_longrope(r, rs, name, n_ctx, cfg);
+  }
   if (type != "linear" && type != "llama3") {
-    return unimplemented("{}: rope_scaling type '{}' is not supported (linear, llama3 are)", name,
-                         type);
+    return unimplemented("{}: rope_scaling type '{}' is not supported for {} (linear, llama3{} are)", name,
+                         type, arch, cfg->spec->find(TensorRole::kRopeFactorsLong) ? ", longrope" : "");
   }
   std::optional<double> factor;
   RETURN_IF_ERROR(r.number(rs, "factor", &factor));
@@ -257,10 +312,17 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
   }
   md.set(a + ".vocab_size", u32(*n_vocab));
   if (const auto rs = j.find("rope_scaling"); rs != j.end()) {
-    RETURN_IF_ERROR(set_rope_scaling(r, *rs, name, a, &md));
+    RETURN_IF_ERROR(set_rope_scaling(r, *rs, name, *n_ctx, &cfg));
   }
   RETURN_IF_ERROR(set_moe(r, j, name, a, &md));
   RETURN_IF_ERROR(set_window_and_caps(r, j, name, cfg, n_rot, &md));
+  if (!cfg.rope_factors_long.empty()) {
+    const int64_t n_rot_final = md.get_int(a + ".rope.dimension_count").value_or(n_rot);
+    if (static_cast<int64_t>(cfg.rope_factors_long.size()) != n_rot_final / 2) {
+      return data_loss("{}: rope_scaling.long_factor has {} entries, expected {} (one per rotated pair: {} rotary dims / 2)",
+                       name, cfg.rope_factors_long.size(), n_rot_final / 2, n_rot_final);
+    }
+  }
   if (md.get_int(a + ".expert_count") && !cfg.spec->moe) {
     return unimplemented("{}: model_type '{}' with experts is not supported", name, cfg.model_type);
   }

@@ -18,7 +18,10 @@
 //   rope_theta              -> {arch}.rope.freq_base (default 10000)
 //   head_dim | hidden/heads -> {arch}.rope.dimension_count (+ key/value_length if given)
 //   vocab_size              -> {arch}.vocab_size
-//   rope_scaling            -> {arch}.rope.scaling.* (linear, llama3)
+//   rope_scaling            -> {arch}.rope.scaling.* (linear, llama3; longrope/su for phi3:
+//                              original_max_position_embeddings -> original_context_length,
+//                              the magnitude -> attn_factor, the factor lists -> the
+//                              rope_factors_{long,short} fields below)
 //   sliding_window          -> {arch}.attention.sliding_window (mistral, llama; null: none)
 //   num_local_experts | num_experts, num_experts_per_tok, moe_intermediate_size,
 //   shared_expert_intermediate_size, norm_topk_prob
@@ -38,6 +41,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "arch/arch_spec.h"
 #include "format/metadata.h"
@@ -54,6 +58,10 @@ struct HfConfig {
   int64_t n_head_kv = 0;
   bool tie_word_embeddings = false;
   Metadata metadata;           // general.architecture, general.name, {arch}.*
+  // LongRoPE divisors from rope_scaling.long_factor / short_factor, [n_rot / 2]
+  // each, or empty: the importer adds them as rope_factors_{long,short}.weight.
+  std::vector<float> rope_factors_long;
+  std::vector<float> rope_factors_short;
 };
 
 // Parses config.json text. `name` (the file, for messages) and `model_name`

@@ -308,6 +308,15 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
   if (!cfg.tie_word_embeddings && !mf.find("output.weight")) {
     return data_loss("{}: tie_word_embeddings is false but there is no lm_head.weight", dir);
   }
+  // LongRoPE factors live in config.json; GGUF files carry them as tensors.
+  for (const auto& [name, factors] : {std::pair{"rope_factors_long.weight", &cfg.rope_factors_long},
+                                      std::pair{"rope_factors_short.weight", &cfg.rope_factors_short}}) {
+    if (factors->empty()) continue;
+    std::vector<uint8_t> bytes(factors->size() * sizeof(float));
+    std::memcpy(bytes.data(), factors->data(), bytes.size());
+    mf.tensors.push_back(TensorInfo{.name = name, .type = DType::kF32, .ne = {static_cast<int64_t>(factors->size())},
+                                    .n_bytes = bytes.size(), .data = mf.own(std::move(bytes))});
+  }
   std::stable_sort(mf.tensors.begin(), mf.tensors.end(),
                    [&](const TensorInfo& a, const TensorInfo& b) {
                      return gguf_order(*cfg.spec, a.name) < gguf_order(*cfg.spec, b.name);

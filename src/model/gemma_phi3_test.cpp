@@ -473,28 +473,17 @@ TEST(GemmaPhi3Hf, ConfigsOutsideTheTablesAreRefusedByName) {
   auto caps = parse_hf_config(R"({"model_type": "gemma3_text", "final_logit_softcapping": 30.0, )" + base + "}", "c", "m");
   ASSERT_FALSE(caps.ok());
   EXPECT_NE(caps.status().message().find("final_logit_softcapping"), std::string::npos);
-  auto longrope = parse_hf_config(
-      R"({"model_type": "phi3", "rope_scaling": {"type": "longrope", "long_factor": [1], "short_factor": [1]}, )" + base + "}",
-      "c", "m");
-  ASSERT_FALSE(longrope.ok());
-  EXPECT_NE(longrope.status().message().find("longrope"), std::string::npos);
+  auto yarn = parse_hf_config(R"({"model_type": "phi3", "rope_scaling": {"type": "yarn", "factor": 4.0}, )" + base + "}",
+                              "c", "m");
+  ASSERT_FALSE(yarn.ok());
+  EXPECT_NE(yarn.status().message().find("'yarn' is not supported for phi3 (linear, llama3, longrope are)"),
+            std::string::npos)
+      << yarn.status().message();
   auto ok = parse_hf_config(R"({"model_type": "gemma2", "query_pre_attn_scalar": 144, )" + base + "}", "c", "m");
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
   EXPECT_TRUE(ok->tie_word_embeddings);  // gemma always ties
   EXPECT_EQ(ok->metadata.get_int("gemma2.attention.sliding_window"), 8);
   EXPECT_EQ(ok->metadata.get_float("gemma2.attention.query_pre_attn_scalar"), 144.0);
-}
-
-TEST(GemmaPhi3Weights, LongRopeFactorsAreRefusedByName) {
-  synth("tiny-phi3");
-  auto opened = open_model_file(own_path("arch_tiny-phi3.gguf"));
-  ASSERT_TRUE(opened.ok());
-  ModelFile f = std::move(*opened);
-  f.tensors.push_back(TensorInfo{.name = "rope_factors_long.weight", .type = DType::kF32, .ne = {8},
-                                 .n_bytes = 32, .data = f.tensors[0].data});
-  auto m = Model::load(std::make_shared<const ModelFile>(std::move(f)), ModelOptions{.n_threads = 1});
-  ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("rope_factors_long"), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------

@@ -160,9 +160,15 @@ StatusOr<ModelHparams> read_hparams(const Metadata& md) {
     hp.rope_scaling = RopeScaling::kLlama3;
     hp.rope_low_freq_factor = static_cast<float>(md.get_float(a + "rope.scaling.low_freq_factor").value_or(1.0));
     hp.rope_high_freq_factor = static_cast<float>(md.get_float(a + "rope.scaling.high_freq_factor").value_or(4.0));
-    hp.rope_orig_ctx = md.get_int(a + "rope.scaling.original_context_length").value_or(8192);
   } else if (scaling != "none" && scaling != "") {
     return unimplemented("rope scaling type '{}' is not supported (none, linear, llama3)", scaling);
+  }
+  // 0 says nothing and counts as absent (files that loaded before keep loading).
+  hp.rope_orig_ctx = md.get_int(a + "rope.scaling.original_context_length").value_or(0);
+  if (hp.rope_orig_ctx <= 0) hp.rope_orig_ctx = hp.rope_scaling == RopeScaling::kLlama3 ? 8192 : hp.n_ctx_train;
+  hp.rope_attn_factor = static_cast<float>(md.get_float(a + "rope.scaling.attn_factor").value_or(1.0));
+  if (!(hp.rope_attn_factor > 0.0f) || !std::isfinite(hp.rope_attn_factor)) {
+    return data_loss("{}rope.scaling.attn_factor {} must be positive and finite", a, hp.rope_attn_factor);
   }
   if (hp.rope_scaling != RopeScaling::kNone) {
     hp.rope_scale_factor = static_cast<float>(md.get_float(a + "rope.scaling.factor").value_or(1.0));
@@ -209,6 +215,9 @@ std::string hparams_summary(const ModelHparams& hp) {
                        hp.expert_weights_norm ? ", renormalized" : "", hp.n_ff_expert);
     if (hp.n_ff_shared > 0) out += fmt::format(", shared ff {}", hp.n_ff_shared);
     if (hp.n_layer_dense > 0) out += fmt::format(", {} dense layers first", hp.n_layer_dense);
+  }
+  if (hp.rope_attn_factor != 1.0f) {
+    out += fmt::format(" | rope magnitude x{:g}, original ctx {}", hp.rope_attn_factor, hp.rope_orig_ctx);
   }
   if (hp.attn_softcap > 0.0f || hp.final_softcap > 0.0f) {
     out += fmt::format(" | softcap attn {:g}, final {:g}", hp.attn_softcap, hp.final_softcap);

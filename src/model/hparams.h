@@ -37,7 +37,11 @@ struct ModelHparams {
   float rope_scale_factor = 1.0f;
   float rope_low_freq_factor = 1.0f;
   float rope_high_freq_factor = 4.0f;
+  // {arch}.rope.scaling.original_context_length: the context the model was
+  // trained at before its RoPE was stretched (llama3: default 8192; otherwise
+  // n_ctx_train). LongRoPE picks its factors by it (model/rope_scaling.h).
   int64_t rope_orig_ctx = 8192;
+  float rope_attn_factor = 1.0f;  // {arch}.rope.scaling.attn_factor: RoPE's cos and sin times this
   // Mixture of experts (all 0 for a dense model).
   int64_t n_expert = 0;         // {arch}.expert_count
   int64_t n_expert_used = 0;    // {arch}.expert_used_count

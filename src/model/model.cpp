@@ -7,6 +7,7 @@
 
 #include "base/check.h"
 #include "model/decoder_blocks.h"
+#include "model/rope_scaling.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -15,34 +16,6 @@ namespace {
 // Predicted experts past the top-k are kept while their probability is at
 // least this fraction of the k-th's (Model::predict_routing).
 constexpr float kPredictMargin = 0.8f;
-
-// Inverse RoPE frequencies after linear / llama3 scaling and an optional
-// per-frequency divisor tensor (rope_freqs.weight, as llama-3.1 GGUFs carry).
-std::vector<double> rope_inv_freq(const ModelHparams& hp, const std::vector<float>& freq_factors) {
-  const int64_t half = hp.n_rot / 2;
-  std::vector<double> inv(static_cast<size_t>(half));
-  const double pi = 3.14159265358979323846;
-  for (int64_t i = 0; i < half; ++i) {
-    double f = std::pow(static_cast<double>(hp.rope_freq_base), -2.0 * static_cast<double>(i) / hp.n_rot);
-    if (hp.rope_scaling == RopeScaling::kLinear) {
-      f /= hp.rope_scale_factor;
-    } else if (hp.rope_scaling == RopeScaling::kLlama3) {
-      const double wavelen = 2.0 * pi / f;
-      const double low_wavelen = hp.rope_orig_ctx / hp.rope_low_freq_factor;
-      const double high_wavelen = hp.rope_orig_ctx / hp.rope_high_freq_factor;
-      if (wavelen > low_wavelen) {
-        f /= hp.rope_scale_factor;
-      } else if (wavelen >= high_wavelen) {
-        const double smooth = (hp.rope_orig_ctx / wavelen - hp.rope_low_freq_factor) /
-                              (hp.rope_high_freq_factor - hp.rope_low_freq_factor);
-        f = (1.0 - smooth) * f / hp.rope_scale_factor + smooth * f;
-      }
-    }
-    if (!freq_factors.empty()) f /= freq_factors[static_cast<size_t>(i)];
-    inv[static_cast<size_t>(i)] = f;
-  }
-  return inv;
-}
 
 }  // namespace
 
@@ -66,14 +39,21 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
   }
   ASSIGN_OR_RETURN(m->weights_, bind_weights(*m->file_, m->hp_, m->source_.get()));
   RETURN_IF_ERROR(m->check_supported());
-  m->inv_freq_ = rope_inv_freq(m->hp_, m->weights_.rope_freqs);
+  RETURN_IF_ERROR(check_longrope_factors(m->weights_));
+  m->n_ctx_max_ = options.n_ctx_max > 0 ? options.n_ctx_max : m->hp_.n_ctx_train;
+  // LongRoPE: one factor set for the model's life, from n_ctx_max (model/rope_scaling.h).
+  m->longrope_ = choose_longrope_factors(m->weights_, m->hp_, m->n_ctx_max_);
+  const std::span<const float> divisors =
+      m->longrope_ != LongRopeFactors::kNone ? longrope_divisors(m->weights_, m->longrope_)
+                                             : std::span<const float>(m->weights_.rope_freqs);
+  m->rope_ = rope_freqs(m->hp_, divisors);
   if (m->hp_.rope_freq_base_swa > 0.0f && m->hp_.n_swa > 0) {
     ModelHparams local = m->hp_;  // windowed layers: their own base, unscaled
     local.rope_freq_base = m->hp_.rope_freq_base_swa;
     local.rope_scaling = RopeScaling::kNone;
-    m->inv_freq_swa_ = rope_inv_freq(local, {});
+    local.rope_attn_factor = 1.0f;
+    m->rope_swa_ = rope_freqs(local, {});
   }
-  m->n_ctx_max_ = options.n_ctx_max > 0 ? options.n_ctx_max : m->hp_.n_ctx_train;
   m->plan_buffers();
   if (options.repack && !m->source_) {
     std::vector<std::vector<WeightView*>> groups = dispatch_groups(m->weights_, m->arch());
@@ -125,7 +105,7 @@ void Model::plan_buffers() {
   gate_ = floats(std::max<int64_t>(1, h.n_ff));
   up_ = floats(std::max<int64_t>(1, h.n_ff));
   cos_sin_ = floats(h.n_rot);
-  if (!inv_freq_swa_.empty()) cos_sin_swa_ = floats(h.n_rot);
+  if (!rope_swa_.inv_freq.empty()) cos_sin_swa_ = floats(h.n_rot);
   if (h.is_moe()) {
     router_ = floats(h.n_expert);
     moe_ids_.resize(static_cast<size_t>(nb * h.n_expert_used));
@@ -269,8 +249,9 @@ Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logi
     t += static_cast<int64_t>(s.tokens.size());
   }
   emit("embd", -1, x_->floats(), n, h.n_embd);
-  be.rope_tables(std::span(positions_.data(), static_cast<size_t>(n)), inv_freq_, cos_sin_->floats());
-  if (cos_sin_swa_) be.rope_tables(std::span(positions_.data(), static_cast<size_t>(n)), inv_freq_swa_, cos_sin_swa_->floats());
+  const std::span<const int64_t> positions(positions_.data(), static_cast<size_t>(n));
+  be.rope_tables(positions, rope_.inv_freq, rope_.magnitude, cos_sin_->floats());
+  if (cos_sin_swa_) be.rope_tables(positions, rope_swa_.inv_freq, rope_swa_.magnitude, cos_sin_swa_->floats());
   RETURN_IF_ERROR(run_layers(seqs, n, kv));
   if (n_out == 0) return Status();
   be.logits({.x = x_->floats(), .rows = logit_rows_.data(), .n_out = n_out, .norm = weights_.output_norm.data(),

@@ -30,6 +30,7 @@
 #include "kv/kv_cache.h"
 #include "model/hparams.h"
 #include "model/model_weights.h"
+#include "model/rope_scaling.h"
 #include "model/weight_source.h"
 
 namespace sluice {
@@ -89,6 +90,9 @@ class Model {
   int n_threads() const { return backend_->n_threads(); }
   // The longest context a sequence may reach (ModelOptions::n_ctx_max as resolved).
   int64_t n_ctx_max() const { return n_ctx_max_; }
+  // The LongRoPE factor set chosen at load from n_ctx_max (kNone without
+  // factors; model/rope_scaling.h says why it never changes afterwards).
+  LongRopeFactors longrope_factors() const { return longrope_; }
   // Bytes of weights one forward pass reads (all matrices + embeddings row).
   uint64_t weight_bytes() const { return weights_.bytes_per_token; }
   // Bytes of matrices copied into a repacked layout at load (0 if none), and a
@@ -147,8 +151,9 @@ class Model {
   std::shared_ptr<LayerWeightSource> source_;
   ModelWeights weights_;
   PreparedWeights prepared_;
-  std::vector<double> inv_freq_;  // [n_rot / 2] after scaling
-  std::vector<double> inv_freq_swa_;  // [n_rot / 2] windowed layers' own RoPE (gemma3), or empty
+  LongRopeFactors longrope_ = LongRopeFactors::kNone;
+  RopeFreqs rope_;      // inv_freq [n_rot / 2] after scaling, and the cos/sin magnitude
+  RopeFreqs rope_swa_;  // windowed layers' own RoPE (gemma3), or empty inv_freq
 
   // Activations from the backend, [n_batch, ...] each, planned at load.
   std::unique_ptr<Buffer> x_;        // [n_batch, n_embd]   residual stream
@@ -161,7 +166,7 @@ class Model {
   std::unique_ptr<Buffer> gate_;     // [n_batch, n_ff]
   std::unique_ptr<Buffer> up_;       // [n_batch, n_ff]
   std::unique_ptr<Buffer> cos_sin_;  // [n_batch, n_rot / 2, 2]
-  std::unique_ptr<Buffer> cos_sin_swa_;  // [n_batch, n_rot / 2, 2] from inv_freq_swa_, or null
+  std::unique_ptr<Buffer> cos_sin_swa_;  // [n_batch, n_rot / 2, 2] from rope_swa_, or null
   std::unique_ptr<Buffer> router_;   // [n_batch, n_expert] (MoE)
   // Plain host data describing the step.
   std::vector<int64_t> positions_;   // [n_batch] each token's position

@@ -123,11 +123,6 @@ StatusOr<ModelWeights> bind_weights(const ModelFile& f, ModelHparams& hp, const 
     return data_loss("tokenizer has {} tokens but {} only {} rows", hp.n_vocab, embd->name, embd->ne[1]);
   }
   hp.n_vocab = embd->ne[1];
-  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
-    if (f.find(name)) {
-      return unimplemented("{}: LongRoPE scaling ('{}', the 128k-context variants) is not supported", spec.name, name);
-    }
-  }
   ASSIGN_OR_RETURN(const uint8_t* embd_data, b.resident(*embd));
   w.token_embd = WeightView{.type = embd->type, .data = embd_data, .n_in = hp.n_embd, .n_out = hp.n_vocab};
   w.bytes_per_token += row_bytes(embd->type, hp.n_embd);  // one row per token
@@ -138,6 +133,8 @@ StatusOr<ModelWeights> bind_weights(const ModelFile& f, ModelHparams& hp, const 
       case TensorRole::kTokenEmbd: break;
       case TensorRole::kOutputNorm: RETURN_IF_ERROR(b.bind(t, -1, nullptr, &w.output_norm, nullptr)); break;
       case TensorRole::kRopeFreqs: RETURN_IF_ERROR(b.bind(t, -1, nullptr, &w.rope_freqs, nullptr)); break;
+      case TensorRole::kRopeFactorsLong: RETURN_IF_ERROR(b.bind(t, -1, nullptr, &w.rope_factors_long, nullptr)); break;
+      case TensorRole::kRopeFactorsShort: RETURN_IF_ERROR(b.bind(t, -1, nullptr, &w.rope_factors_short, nullptr)); break;
       case TensorRole::kOutput:
         RETURN_IF_ERROR(b.bind(t, -1, &w.output, nullptr, &w.bytes_per_token));
         if (w.output.n_out == 0) {

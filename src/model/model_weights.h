@@ -46,6 +46,8 @@ struct ModelWeights {
   WeightView output;                // [n_vocab, n_embd] (token_embd when tied)
   std::vector<float> output_norm;   // [n_embd]
   std::vector<float> rope_freqs;    // [n_rot / 2] or empty
+  std::vector<float> rope_factors_long;   // [n_rot / 2] or empty (LongRoPE, model/rope_scaling.h)
+  std::vector<float> rope_factors_short;  // [n_rot / 2] or empty
   std::vector<LayerWeights> layers; // [n_layer]
   uint64_t bytes_per_token = 0;     // every matrix once (routed experts at the share one
                                     // token uses, n_used / n_expert), plus one embedding row

@@ -55,8 +55,8 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
 
 std::vector<std::string> synth_preset_names() {
   return {"tiny", "110m", "1b", "8b", "70b-slice", "mixtral-8x7b", "qwen2moe-a2.7b", "qwen3-30b-a3b",
-          "gemma2-2b", "gemma2-9b", "gemma3-1b", "gemma3-4b", "phi3-mini",
-          "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3", "tiny-qwen3moe", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "mistral-7b", "tiny-mistral"};
+          "gemma2-2b", "gemma2-9b", "gemma3-1b", "gemma3-4b", "phi3-mini", "phi3-mini-128k",
+          "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3", "tiny-qwen3moe", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-phi3-128k", "mistral-7b", "tiny-mistral"};
 }
 
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override) {
@@ -108,6 +108,10 @@ StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_overr
   } else if (name == "phi3-mini") {  // Phi-3-mini-4k-instruct
     s = {name, 32064, 3072, 32, 32, 32, 8192, 4096, 10000.0f, "phi3"};
     s.n_swa = 2047;
+  } else if (name == "phi3-mini-128k") {  // Phi-3-mini-128k-instruct
+    s = {name, 32064, 3072, 32, 32, 32, 8192, 131072, 10000.0f, "phi3"};
+    s.n_swa = 262144;
+    s.longrope_orig_ctx = 4096;
   } else if (name == "tiny-gemma2") {
     s = {name, 4096, 64, 26, 4, 2, 128, 2048, 10000.0f, "gemma2"};
     s.n_swa = 8;
@@ -121,6 +125,11 @@ StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_overr
     s = {name, 4096, 64, 4, 4, 2, 128, 2048, 10000.0f, "phi3"};
     s.n_swa = 8;
     s.norm_noise = 0.1f;
+  } else if (name == "tiny-phi3-128k") {
+    s = {name, 4096, 64, 4, 4, 2, 128, 2048, 10000.0f, "phi3"};
+    s.n_swa = 8;
+    s.norm_noise = 0.1f;
+    s.longrope_orig_ctx = 64;
   } else {
     std::string known;
     for (const std::string& n : synth_preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -218,6 +227,13 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
     md.set(a + "rope.scaling.type", MetaValue::str("linear"));
     md.set(a + "rope.scaling.factor", MetaValue::f32(s.rope_scale_linear));
   }
+  if (s.longrope_orig_ctx > 0) {
+    if (!spec->find(TensorRole::kRopeFactorsLong)) return invalid_argument("{} has no LongRoPE factors", s.arch);
+    const double scale = static_cast<double>(s.n_ctx) / static_cast<double>(s.longrope_orig_ctx);
+    const double attn = scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(s.longrope_orig_ctx))) : 1.0;
+    md.set(a + "rope.scaling.original_context_length", u32(s.longrope_orig_ctx));
+    md.set(a + "rope.scaling.attn_factor", MetaValue::f32(static_cast<float>(attn)));
+  }
   if (s.n_expert > 0) {
     md.set(a + "expert_count", u32(s.n_expert));
     md.set(a + "expert_used_count", u32(s.n_expert_used));
@@ -312,6 +328,24 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
   };
   for (const TensorSpec& t : spec->tensors)
     if (!t.per_layer) RETURN_IF_ERROR(add(t, -1));
+  if (s.longrope_orig_ctx > 0) {
+    // Increasing in the pair index (slow pairs are stretched most), with noise.
+    const int64_t half = head_dim / 2;
+    const double long_max = 2.0 * static_cast<double>(s.n_ctx) / static_cast<double>(s.longrope_orig_ctx);
+    for (const bool is_long : {true, false}) {
+      const std::string name = is_long ? "rope_factors_long.weight" : "rope_factors_short.weight";
+      const uint64_t seed = hash_name(name, o.seed);
+      RETURN_IF_ERROR(w.add_tensor(name, DType::kF32, {half}, [=](uint8_t* dst, size_t) {
+        float* f = reinterpret_cast<float*>(dst);
+        SplitMix rng{seed};
+        for (int64_t i = 0; i < half; ++i) {
+          const double x = half > 1 ? static_cast<double>(i) / static_cast<double>(half - 1) : 0.0;
+          const double base = is_long ? std::exp(std::log(long_max) * x * x) : 1.0 + 1.7 * std::pow(x, 1.5);
+          f[i] = static_cast<float>(base * (1.0 + 0.02 * std::abs(rng.normal())));
+        }
+      }));
+    }
+  }
   for (int64_t l = 0; l < s.n_layer; ++l)
     for (const TensorSpec& t : spec->tensors)
       if (t.per_layer && applies_to_layer(t, hp, l)) RETURN_IF_ERROR(add(t, l));

@@ -40,6 +40,12 @@ struct SynthShape {
   float rope_scale_linear = 0.0f;  // linear RoPE scaling factor (0: none; gemma3 4B: 8)
   float norm_noise = 0.0f;     // RMSNorm weights 1 + norm_noise * N(0, 1) (0: ones; the tiny
                                // gemma/phi3 presets use 0.1 so a misapplied norm shows)
+  // LongRoPE (phi3): the original context (0: none). Writes
+  // rope.scaling.original_context_length, rope.scaling.attn_factor
+  // (sqrt(1 + ln(n_ctx / orig) / ln(orig))) and rope_factors_{long,short}.weight,
+  // random but shaped like Phi-3's: short rising from ~1 to ~2.7 across the
+  // pairs, long from ~1 to ~2 x (n_ctx / orig).
+  int64_t longrope_orig_ctx = 0;
 };
 
 // Named presets (layer count from n_layer_override):
@@ -57,6 +63,8 @@ struct SynthShape {
 //                                                  global RoPE 1e6 (4b: linear x8), vocab 262144
 //   phi3-mini                                      Phi-3-mini-4k: 32 layers, dim 3072, 32 heads, fused
 //                                                  qkv and gate/up (ffn 8192), window 2047, vocab 32064
+//   phi3-mini-128k                                 Phi-3-mini-128k: the same with LongRoPE, context 131072
+//                                                  (original 4096), window 262144
 //   tiny-mixtral, tiny-qwen2moe, tiny-qwen3, tiny-qwen3moe   the same families at the tiny shape
 //   mistral-7b                                     Mistral-7B-v0.1: 32 layers, dim 4096, 32 heads (8 kv),
 //                                                  ffn 14336, sliding window 4096 on every layer
@@ -64,6 +72,7 @@ struct SynthShape {
 //   tiny-gemma2, tiny-gemma3, tiny-phi3            dim 64, 4 heads of 16 (2 kv), ffn 128, window 8;
 //                                                  gemma2 26 layers (llama.cpp knows Gemma 2 only at
 //                                                  26/42/46 layers), gemma3 6, phi3 4
+//   tiny-phi3-128k                                 tiny-phi3 with LongRoPE: context 2048, original 64
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override = 0);
 std::vector<std::string> synth_preset_names();
 

@@ -198,8 +198,9 @@ void CpuBackend::embed(const WeightView& table, std::span<const int32_t> tokens,
   }
 }
 
-void CpuBackend::rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, float* cos_sin) {
-  rope_cos_sin(positions, inv_freq, cos_sin);
+void CpuBackend::rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
+                              float* cos_sin) {
+  rope_cos_sin(positions, inv_freq, magnitude, cos_sin);
 }
 
 void CpuBackend::matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) {
