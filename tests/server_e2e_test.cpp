@@ -254,23 +254,36 @@ TEST(ServerE2e, SpeculativeServingKeepsGreedyOutputAndCountsDrafts) {
   EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.log();
 }
 
+// The Node tests share tests/server_e2e/node_modules, and ctest runs them in
+// parallel: npm install holds an exclusive lock on it, a node run a shared one,
+// so no test imports the package while another rewrites it.
+const std::string kSdkLock = ::testing::TempDir() + "/sluice_e2e_node_modules.lock";
+const std::string kUnderSdkLock = "flock -s '" + kSdkLock + "' ";
+
+// Installs the openai package (package.json pins it). Returns why the Node
+// tests must skip, or "" when the SDK is there.
+std::string install_openai_sdk() {
+  if (shell("command -v node").first != 0 || shell("command -v npm").first != 0 ||
+      shell("command -v flock").first != 0)
+    return "node, npm or flock is not installed: the OpenAI SDK end-to-end tests cannot run";
+  auto [npm_code, npm_out] = shell("cd " + kE2eDir + " && flock -x '" + kSdkLock +
+                                   "' timeout 300 npm install --no-audit --no-fund --no-package-lock --loglevel=error");
+  if (npm_code != 0 && shell("test -f " + kE2eDir + "/node_modules/openai/package.json").first != 0)
+    return "npm install of the openai package failed (registry unreachable?); output:\n" + npm_out;
+  return "";
+}
+
 TEST(ServerE2e, OpenAiNodeSdk) {
   SKIP_UNLESS_EXISTS(kModel);
-  if (shell("command -v node").first != 0 || shell("command -v npm").first != 0)
-    GTEST_SKIP() << "node or npm is not installed: the OpenAI SDK end-to-end test cannot run";
-  auto [npm_code, npm_out] =
-      shell("cd " + kE2eDir + " && timeout 300 npm install --no-audit --no-fund --no-package-lock --loglevel=error");
-  if (npm_code != 0) {
-    if (shell("test -f " + kE2eDir + "/node_modules/openai/package.json").first != 0)
-      GTEST_SKIP() << "npm install of the openai package failed (registry unreachable?); output:\n" << npm_out;
-  }
+  if (const std::string why = install_openai_sdk(); !why.empty()) GTEST_SKIP() << why;
   const json ref = greedy_reference(64);
   ASSERT_EQ(ref["finish_reason"], "length");
   const std::string ref_path = ::testing::TempDir() + "/sluice_e2e_ref_" + std::to_string(getpid()) + ".json";
   std::ofstream(ref_path) << ref.dump();
   const std::string cmd = "cd " + kE2eDir + " && SLUICE_BINARY='" + SLUICE_BINARY + "' SLUICE_MODEL='" + kModel +
                           "' SLUICE_TEMPLATE='" + kTemplate + "' SLUICE_README='" + kE2eDir +
-                          "/readme_examples.sh' SLUICE_REF_FILE='" + ref_path + "' timeout 330 node e2e.mjs";
+                          "/readme_examples.sh' SLUICE_REF_FILE='" + ref_path + "' " + kUnderSdkLock +
+                          "timeout 330 node e2e.mjs";
   auto [code, out] = shell(cmd);
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("E2E PASSED"), std::string::npos) << out;
@@ -283,16 +296,10 @@ TEST(ServerE2e, ToolCallsThroughTheNodeSdkForEachFormat) {
   const std::string templates = testing::shared_dir() + "/chat-templates";
   SKIP_UNLESS_EXISTS(kModel);
   SKIP_UNLESS_EXISTS(templates + "/expected.json");
-  if (shell("command -v node").first != 0 || shell("command -v npm").first != 0)
-    GTEST_SKIP() << "node or npm is not installed: the OpenAI SDK end-to-end test cannot run";
-  if (shell("test -f " + kE2eDir + "/node_modules/openai/package.json").first != 0) {
-    auto [npm_code, npm_out] =
-        shell("cd " + kE2eDir + " && timeout 300 npm install --no-audit --no-fund --no-package-lock --loglevel=error");
-    if (npm_code != 0) GTEST_SKIP() << "npm install of the openai package failed (registry unreachable?); output:\n" << npm_out;
-  }
+  if (const std::string why = install_openai_sdk(); !why.empty()) GTEST_SKIP() << why;
   const std::string cmd = "cd " + kE2eDir + " && SLUICE_FIXTURE_SERVER='" + SLUICE_FIXTURE_SERVER +
-                          "' SLUICE_TOKENIZER='" + kModel + "' SLUICE_TEMPLATES='" + templates +
-                          "' timeout 150 node tool_calls.mjs";
+                          "' SLUICE_TOKENIZER='" + kModel + "' SLUICE_TEMPLATES='" + templates + "' " + kUnderSdkLock +
+                          "timeout 150 node tool_calls.mjs";
   auto [code, out] = shell(cmd);
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("TOOL CALLS E2E PASSED"), std::string::npos) << out;
