@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "model/greedy_test_util.h"
 #include "model/model.h"
 #include "model/model_weights.h"
 #include "format/hf_config.h"
@@ -360,17 +361,8 @@ TEST(GemmaPhi3AgainstLlamaCpp, LogitsAndGreedyTokensMatch) {
       EXPECT_LT(stock, 1e-3) << preset;
     }
     // Greedy continuation, one token at a time through the window.
-    std::vector<int32_t> greedy;
-    const float* last = lg.data() + (toks.size() - 1) * n_vocab;
-    std::vector<float> step(static_cast<size_t>(n_vocab));
-    const auto n_greedy = want["greedy"].size();
-    for (size_t g = 0; g < n_greedy; ++g) {
-      const auto tok = static_cast<int32_t>(std::max_element(last, last + n_vocab) - last);
-      greedy.push_back(tok);
-      if (g + 1 == n_greedy) break;
-      ASSERT_TRUE((*m)->forward(std::span(&tok, 1), kv, step.data(), false).ok());
-      last = step.data();
-    }
+    const std::vector<int32_t> greedy = testing_util::greedy_continuation(
+        **m, kv, lg.data() + (toks.size() - 1) * n_vocab, n_vocab, want["greedy"].size());
     EXPECT_EQ(greedy, want["greedy"].get<std::vector<int32_t>>()) << preset;
   }
 }

@@ -20,6 +20,7 @@
 #include "format/gguf_writer.h"
 #include "format/hf_config.h"
 #include "format/safetensors.h"
+#include "model/greedy_test_util.h"
 #include "model/model.h"
 #include "model/rope_scaling.h"
 #include "model/synth.h"
@@ -215,17 +216,8 @@ TEST(LongRopeAgainstLlamaCpp, LogitsAndGreedyTokensMatch) {
       for (int64_t v = 0; v < kVocab; ++v)
         max_err = std::max(max_err, std::abs(want["logits"][p][v].get<double>() - lg[p * kVocab + v]));
     EXPECT_LT(max_err, 1e-3) << which;  // measured 2.3e-6 (short), 2.5e-6 (long)
-    std::vector<int32_t> greedy;
-    const float* last = lg.data() + (toks.size() - 1) * kVocab;
-    std::vector<float> step(kVocab);
-    const auto n_greedy = want["greedy"].size();
-    for (size_t g = 0; g < n_greedy; ++g) {
-      const auto tok = static_cast<int32_t>(std::max_element(last, last + kVocab) - last);
-      greedy.push_back(tok);
-      if (g + 1 == n_greedy) break;
-      ASSERT_TRUE((*m)->forward(std::span(&tok, 1), kv, step.data(), false).ok());
-      last = step.data();
-    }
+    const std::vector<int32_t> greedy = testing_util::greedy_continuation(
+        **m, kv, lg.data() + (toks.size() - 1) * kVocab, kVocab, want["greedy"].size());
     EXPECT_EQ(greedy, want["greedy"].get<std::vector<int32_t>>()) << which;
   }
   // The two goldens differ (the factor sets matter at these positions).
