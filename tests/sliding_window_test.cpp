@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 
 #include <gtest/gtest.h>
@@ -107,6 +108,34 @@ std::vector<int32_t> greedy_full_cache(const std::string& path, const std::vecto
   return out;
 }
 
+// Runs one greedy request of n_gen tokens to its end; on_token sees each token
+// as it arrives (on the engine's thread). Returns the tokens, or {} on timeout.
+std::vector<int32_t> generate(Engine& engine, const std::vector<int32_t>& prompt, int64_t n_gen,
+                              const std::function<void(int32_t)>& on_token = {}) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> got;
+  bool done = false;
+  Request r{.prompt = prompt, .max_tokens = static_cast<int32_t>(n_gen), .sampling = {.temperature = 0},
+            .ignore_eos = true};
+  auto id = engine.submit(r, [&](const TokenEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (ev.token >= 0) {
+      got.push_back(ev.token);
+      if (on_token) on_token(ev.token);
+    }
+    if (ev.timings) {
+      done = true;
+      cv.notify_all();
+    }
+  });
+  EXPECT_TRUE(id.ok()) << id.status().to_string();
+  if (!id.ok()) return {};
+  std::unique_lock<std::mutex> lock(mu);
+  EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return done; }));
+  return done ? got : std::vector<int32_t>{};
+}
+
 // The must-show: window 32, blocks of 16, 300 generated tokens in a KV
 // pool of 8 blocks (128 positions). Sampled at every token, the blocks in use
 // never exceed ceil(32 / 16) + 1 = 3 once the window is passed, the pool never
@@ -130,30 +159,9 @@ TEST(SlidingWindowEngine, KvBlocksStayFlatPastTheWindowAndTokensMatchAFullCacheR
   ASSERT_EQ(engine.stats().kv_blocks_total, 8);
   EXPECT_NE(engine.summary().find("sliding window 32: blocks behind it freed"), std::string::npos) << engine.summary();
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> got;
   std::vector<int64_t> used;  // blocks in use when each token arrives
-  bool done = false;
-  Request r{.prompt = prompt, .max_tokens = static_cast<int32_t>(n_gen), .sampling = {.temperature = 0},
-            .ignore_eos = true};
-  auto id = engine.submit(r, [&](const TokenEvent& ev) {
-    const int64_t in_use = engine.stats().kv_blocks_used;
-    std::lock_guard<std::mutex> lock(mu);
-    if (ev.token >= 0) {
-      got.push_back(ev.token);
-      used.push_back(in_use);
-    }
-    if (ev.timings) {
-      done = true;
-      cv.notify_all();
-    }
-  });
-  ASSERT_TRUE(id.ok()) << id.status().to_string();
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return done; }));
-  }
+  const std::vector<int32_t> got =
+      generate(engine, prompt, n_gen, [&](int32_t) { used.push_back(engine.stats().kv_blocks_used); });
   EXPECT_EQ(got, want);
   ASSERT_EQ(static_cast<int64_t>(used.size()), n_gen);
   int64_t peak_past_window = 0;
@@ -184,25 +192,7 @@ TEST(SlidingWindowEngine, WindowedDraftModelKeepsTheTokens) {
   auto e = Engine::create(cfg);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   Engine& engine = **e;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> got;
-  bool done = false;
-  Request r{.prompt = prompt, .max_tokens = static_cast<int32_t>(n_gen), .sampling = {.temperature = 0},
-            .ignore_eos = true};
-  auto id = engine.submit(r, [&](const TokenEvent& ev) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (ev.token >= 0) got.push_back(ev.token);
-    if (ev.timings) {
-      done = true;
-      cv.notify_all();
-    }
-  });
-  ASSERT_TRUE(id.ok()) << id.status().to_string();
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return done; }));
-  }
+  const std::vector<int32_t> got = generate(engine, prompt, n_gen);
   EXPECT_EQ(got, want);
   EXPECT_NE(engine.summary().find("sliding window 32: blocks behind it freed"), std::string::npos) << engine.summary();
   // Drafting ran the whole way (the draft is the target: nearly all accepted).
