@@ -107,11 +107,47 @@ struct KernelQ4_0 {
   }
 };
 
+// The 8 scales of a 4-row record, [row i: d(2p), d(2p+1)], as two vectors per
+// block (h = 0, 1) whose 128-bit halves both hold [row 0, 1, 2, 3]: row i's
+// scale is then an in-lane broadcast (vpermilps with an immediate), which needs
+// no index register.
+struct X4Scales {
+  __m256 by_block[2];
+  explicit X4Scales(const uint8_t* rec) {
+    const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+    by_block[0] = _mm256_permutevar8x32_ps(sc, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+    by_block[1] = _mm256_permutevar8x32_ps(sc, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
+  }
+  template <int I>
+  __m256 row(int h) const {
+    return _mm256_permute_ps(by_block[h], I * 0x55);
+  }
+};
+
 // Q4_0 repacked in groups of 4 rows (repack.h). Per record (block pair) row i's
 // 32 nibble bytes give block 2p with one mask and block 2p + 1 with a shift and
-// a mask; the 8 scales of the record are converted once and broadcast per row.
-// The same values and operations per block as KernelQ4_0, so the same bits.
+// a mask. The same values and operations per block as KernelQ4_0, so the same
+// bits. Rows are visited one at a time inside a block (one weight register, the
+// activations' correction and scale read from memory), so the 4 x NT
+// accumulators stay in registers: holding all 4 rows' weights and scales at once
+// spilled the accumulators to the stack on every block.
 struct KernelQ4_0x4 {
+  template <int I, int NT>
+  static void row(const uint8_t* rec, int h, const X4Scales& sc, const __m256i (&aq)[NT],
+                  const ActQ8x64* const (&xp)[NT], __m256 (&acc)[4][NT]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    const __m256i packed = loadu256(rec + 16 + 32 * I);
+    const __m256i wv = _mm256_and_si256(h == 0 ? packed : _mm256_srli_epi16(packed, 4), nib);
+    const __m256 ws = sc.row<I>(h);
+    for (int j = 0; j < NT; ++j) {
+      const __m256i corr = loadu256(xp[j]->corr + 8 * h);
+      const __m256 ad = _mm256_loadu_ps(xp[j]->d + 8 * h);
+      const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv, aq[j]), ones), corr);
+      acc[I][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, ad), acc[I][j]);
+    }
+  }
+
   template <int NT>
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_pairs = a.n_in / 64;
@@ -121,30 +157,17 @@ struct KernelQ4_0x4 {
     __m256 acc[4][NT];
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i nib = _mm256_set1_epi8(0x0F);
     for (int64_t p = 0; p < n_pairs; ++p, rec += kQ4_0x4RecordBytes) {
-      // [row 0: d(2p), d(2p+1), row 1: ..., row 3: ...]
-      const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
-      __m256i packed[4];
-      for (int i = 0; i < 4; ++i) packed[i] = loadu256(rec + 16 + 32 * i);
+      const X4Scales sc(rec);
+      const ActQ8x64* xp[NT];
+      for (int j = 0; j < NT; ++j) xp[j] = xt[j] + p;
       for (int h = 0; h < 2; ++h) {  // block 2p + h
-        __m256i wv[4];
-        __m256 ws[4];
-        for (int i = 0; i < 4; ++i) {
-          wv[i] = _mm256_and_si256(h == 0 ? packed[i] : _mm256_srli_epi16(packed[i], 4), nib);
-          ws[i] = _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(2 * i + h));
-        }
-        for (int j = 0; j < NT; ++j) {
-          const ActQ8x64& x = xt[j][p];
-          const __m256i aq = loadu256(x.q + 32 * h);
-          const __m256i corr = loadu256(x.corr + 8 * h);
-          const __m256 ad = _mm256_loadu_ps(x.d + 8 * h);
-          for (int i = 0; i < 4; ++i) {
-            const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[i], aq), ones), corr);
-            acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[i], ad), acc[i][j]);
-          }
-        }
+        __m256i aq[NT];
+        for (int j = 0; j < NT; ++j) aq[j] = loadu256(xp[j]->q + 32 * h);
+        row<0, NT>(rec, h, sc, aq, xp, acc);
+        row<1, NT>(rec, h, sc, aq, xp, acc);
+        row<2, NT>(rec, h, sc, aq, xp, acc);
+        row<3, NT>(rec, h, sc, aq, xp, acc);
       }
     }
     store_acc8<4, NT>(a, r, t, acc);
@@ -152,8 +175,25 @@ struct KernelQ4_0x4 {
 };
 
 // Q8_0 repacked in groups of 4 rows (repack.h): the biased bytes are flipped
-// back to signed (one xor) and go through KernelQ8_0's operations per block.
+// back to signed (one xor) and go through KernelQ8_0's operations per block,
+// rows one at a time as in KernelQ4_0x4.
 struct KernelQ8_0x4 {
+  template <int I, int NT>
+  static void row(const uint8_t* rec, int h, const X4Scales& sc, const __m256i (&aq)[NT],
+                  const ActQ8x64* const (&xp)[NT], __m256 (&acc)[4][NT]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+    const __m256i wv = _mm256_xor_si256(loadu256(rec + 16 + 64 * I + 32 * h), bias);
+    const __m256i wabs = _mm256_abs_epi8(wv);
+    const __m256 ws = sc.row<I>(h);
+    for (int j = 0; j < NT; ++j) {
+      const __m256 ad = _mm256_loadu_ps(xp[j]->d + 8 * h);
+      const __m256i pr = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(aq[j], wv));
+      const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pr, ones));
+      acc[I][j] = _mm256_fmadd_ps(lanes, _mm256_mul_ps(ws, ad), acc[I][j]);
+    }
+  }
+
   template <int NT>
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_pairs = a.n_in / 64;
@@ -163,28 +203,17 @@ struct KernelQ8_0x4 {
     __m256 acc[4][NT];
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
     for (int64_t p = 0; p < n_pairs; ++p, rec += kQ8_0x4RecordBytes) {
-      const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
+      const X4Scales sc(rec);
+      const ActQ8x64* xp[NT];
+      for (int j = 0; j < NT; ++j) xp[j] = xt[j] + p;
       for (int h = 0; h < 2; ++h) {  // block 2p + h
-        __m256i wv[4], wabs[4];
-        __m256 ws[4];
-        for (int i = 0; i < 4; ++i) {
-          wv[i] = _mm256_xor_si256(loadu256(rec + 16 + 64 * i + 32 * h), bias);
-          wabs[i] = _mm256_abs_epi8(wv[i]);
-          ws[i] = _mm256_permutevar8x32_ps(sc, _mm256_set1_epi32(2 * i + h));
-        }
-        for (int j = 0; j < NT; ++j) {
-          const ActQ8x64& x = xt[j][p];
-          const __m256i aq = loadu256(x.q + 32 * h);
-          const __m256 ad = _mm256_loadu_ps(x.d + 8 * h);
-          for (int i = 0; i < 4; ++i) {
-            const __m256i pr = _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(aq, wv[i]));
-            const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pr, ones));
-            acc[i][j] = _mm256_fmadd_ps(lanes, _mm256_mul_ps(ws[i], ad), acc[i][j]);
-          }
-        }
+        __m256i aq[NT];
+        for (int j = 0; j < NT; ++j) aq[j] = loadu256(xp[j]->q + 32 * h);
+        row<0, NT>(rec, h, sc, aq, xp, acc);
+        row<1, NT>(rec, h, sc, aq, xp, acc);
+        row<2, NT>(rec, h, sc, aq, xp, acc);
+        row<3, NT>(rec, h, sc, aq, xp, acc);
       }
     }
     store_acc8<4, NT>(a, r, t, acc);
