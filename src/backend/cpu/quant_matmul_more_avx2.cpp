@@ -232,10 +232,20 @@ struct TraitsQ3_K {
     __m256i sc16;  // the same as int16
     float d;
   };
+  // q3_k_scale() for all 16 at once: u0, u1 hold the low nibbles (scales 0..7
+  // in the low halves of bytes 0..7, 8..15 in the high halves), u2 the 2-bit
+  // high parts (scale s at bits 2 (s / 4) of byte 8 + s % 4).
   static void prepare(const Block& b, State* s) {
-    int8_t sc[16];
-    for (int k = 0; k < 16; ++k) sc[k] = static_cast<int8_t>(q3_k_scale(b.scales, k) - 32);
-    s->sc8 = loadu128(sc);
+    uint32_t u[3];
+    std::memcpy(u, b.scales, 12);
+    const uint32_t lo = 0x0f0f0f0fu, hi = 0x03030303u;
+    const uint32_t a0 = (u[0] & lo) | ((u[2] & hi) << 4);
+    const uint32_t a1 = (u[1] & lo) | (((u[2] >> 2) & hi) << 4);
+    const uint32_t a2 = ((u[0] >> 4) & lo) | (((u[2] >> 4) & hi) << 4);
+    const uint32_t a3 = ((u[1] >> 4) & lo) | (((u[2] >> 6) & hi) << 4);
+    s->sc8 = _mm_sub_epi8(_mm_setr_epi32(static_cast<int>(a0), static_cast<int>(a1), static_cast<int>(a2),
+                                         static_cast<int>(a3)),
+                          _mm_set1_epi8(32));
     s->sc16 = _mm256_cvtepi8_epi16(s->sc8);
     s->d = f16(b.d);
   }
@@ -264,17 +274,17 @@ struct TraitsQ5_K {
     __m256i mins;  // [m0 m0 m1 m1 .. m7 m7] int16, against bsum per 16
     float d, dmin;
   };
+  // q4_k_scale_min() for all 8 at once, as KernelQ4_K decodes them.
   static void prepare(const Block& b, State* s) {
-    int8_t sc[16];
-    int16_t m[16];
-    for (int k = 0; k < 8; ++k) {
-      uint8_t scv = 0, mv = 0;
-      q4_k_scale_min(b.scales, k, &scv, &mv);
-      sc[2 * k] = sc[2 * k + 1] = static_cast<int8_t>(scv);
-      m[2 * k] = m[2 * k + 1] = mv;
-    }
-    s->sc8 = loadu128(sc);
-    s->mins = loadu256(m);
+    uint32_t u[3];
+    std::memcpy(u, b.scales, 12);
+    const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    const __m128i s8 = _mm_cvtsi64_si128(static_cast<long long>(sc_lo | static_cast<uint64_t>(sc_hi) << 32));
+    const __m128i m8 = _mm_cvtsi64_si128(static_cast<long long>(m_lo | static_cast<uint64_t>(m_hi) << 32));
+    s->sc8 = _mm_unpacklo_epi8(s8, s8);
+    s->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
     s->d = f16(b.d);
     s->dmin = f16(b.dmin);
   }
