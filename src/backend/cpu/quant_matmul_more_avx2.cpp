@@ -310,10 +310,20 @@ struct TraitsIq4Xs {
     __m128i sc8;  // [16] ls - 32 per 16 elements (each sub-block's twice)
     float d;
   };
+  // iq4_xs_scale() for all 8 at once: the low nibbles of scales_l interleaved
+  // with the high ones give the low 4 bits in order; the 2-bit fields of
+  // scales_h are spread to one per byte (4 bits per 16-bit slot, then 2 per byte).
   static void prepare(const Block& b, State* s) {
-    int8_t sc[16];
-    for (int k = 0; k < 8; ++k) sc[2 * k] = sc[2 * k + 1] = static_cast<int8_t>(iq4_xs_scale(b, k) - 32);
-    s->sc8 = loadu128(sc);
+    uint32_t l;
+    std::memcpy(&l, b.scales_l, 4);
+    const uint64_t h = b.scales_h;
+    uint64_t t = (h & 0x000F) | ((h & 0x00F0) << 12) | ((h & 0x0F00) << 24) | ((h & 0xF000) << 36);
+    t = (t & 0x0003000300030003ULL) | ((t & 0x000C000C000C000CULL) << 6);
+    const __m128i low = _mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(l & 0x0f0f0f0fu)),
+                                          _mm_cvtsi32_si128(static_cast<int>((l >> 4) & 0x0f0f0f0fu)));
+    const __m128i ls = _mm_or_si128(low, _mm_slli_epi16(_mm_cvtsi64_si128(static_cast<long long>(t)), 4));
+    const __m128i v = _mm_sub_epi8(ls, _mm_set1_epi8(32));
+    s->sc8 = _mm_unpacklo_epi8(v, v);
     s->d = f16(b.d);
   }
   static void weights(const Block& b, const State& s, __m256i table, int k, __m256i* w, __m256i* sc) {
