@@ -17,9 +17,10 @@
 // Register tiles of R rows x T tokens run R*T chains side by side; tiles change
 // which chains run together, never the operations inside one, so results do not
 // depend on the tiling (16 ymm registers):
-//   GEMV (n_tok == 1): 1 row x 1 token, one sequential stream per thread (as
-//                      in the AVX-512 file: 8 interleaved rows were up to 2x
-//                      slower at n_in = 768).
+//   GEMV (n_tok == 1): 4 rows x 1 token for rows of n_in >= kGemvMultiMinIn,
+//                      else 1 row x 1 token, one sequential stream per thread
+//                      (as in the AVX-512 file: 8 interleaved rows were up to
+//                      2x slower at n_in = 768).
 //   GEMM:              4 rows x 3 tokens (12 accumulators + 3 x + 1 weight).
 //                      Each activation vector, read from L2, feeds 4 FMAs and
 //                      each weight vector, read from L1, 3: 2 rows x 6 tokens
@@ -34,6 +35,10 @@ namespace {
 
 constexpr int kTileRows = 4;
 constexpr int kTileTokens = 3;
+// Rows at least this long decode 4 rows per tile (4 weight streams): on Zen 3
+// one F16 stream per core read 12-15 GB/s and four 17-20 at n_in 2048-5632 (in
+// a kernel benchmark, one thread); at n_in = 768 four were 0.85x of one.
+constexpr int64_t kGemvMultiMinIn = 1024;
 // Elements per partial sum: each chain sums kBlock elements into a fresh
 // accumulator, then adds it to a running total (shorter rounding chains).
 constexpr int64_t kBlock = 256;
@@ -177,12 +182,15 @@ void sweep_tokens(const TileSet& set, const uint8_t* w, size_t w_row_bytes, int6
 }
 
 // Runs the tiles over rows [r0, r1) x all tokens.
-//   multi: 4-row tiles;  single: 1-row tiles (also the GEMV).
+//   multi: 4-row tiles (also the GEMV of long rows);  single: 1-row tiles.
 void drive(const TileSet& multi, const TileSet& single, size_t act_bytes_per_token,
            const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride, int64_t n_tok,
            float* y, int64_t y_stride, int64_t r0, int64_t r1) {
   if (n_tok == 1) {
-    for (int64_t r = r0; r < r1; ++r) single.by_tokens[1](w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, 0);
+    int64_t r = r0;
+    if (n_in >= kGemvMultiMinIn)
+      for (; r + kTileRows <= r1; r += kTileRows) multi.by_tokens[1](w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, 0);
+    for (; r < r1; ++r) single.by_tokens[1](w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, 0);
     return;
   }
   int64_t block = kActBlockBytes / static_cast<int64_t>(act_bytes_per_token);

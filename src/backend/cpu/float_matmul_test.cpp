@@ -146,6 +146,41 @@ TEST(FloatMatmul, EveryTypeAndIsaMatchesDoubleReferenceAndIsBitStable) {
   }
 }
 
+// Long rows take other paths: the GEMV tiles several rows at once from n_in =
+// 1024 (AVX2), and a batch is cut into token blocks (at least 48 tokens each at
+// AVX2), so 100 tokens of 1100 or 4000 elements cross block boundaries. Every
+// token alone and every prefix give the bits of the whole batch.
+TEST(FloatMatmul, LongRowsAndManyTokensKeepTheBits) {
+  for (int level = 0; level <= static_cast<int>(max_supported_isa()); ++level) {
+    for (DType type : kTypes) {
+      const MatmulKernel k = float_matmul_kernel(type, static_cast<Isa>(level));
+      for (int64_t n_in : {1100, 4000}) {
+        SCOPED_TRACE(::testing::Message() << k.name << " n_in=" << n_in);
+        const int64_t n_out = 13, n_tok = 100;
+        const Problem p = make_problem(k, type, n_in, n_out, n_tok, static_cast<uint32_t>(n_in + 17));
+        bool ok = true;
+        const auto full = run(k, p, n_tok, {}, &ok);
+        ASSERT_TRUE(ok);
+        const auto ref = reference(p);
+        std::vector<float> reff(ref.begin(), ref.end());
+        EXPECT_LT(nmse(full.data(), reff.data(), full.size()), nmse_bound(k));
+        for (int64_t part : {49, 97}) {
+          const auto y = run(k, p, part, {5}, &ok);
+          ASSERT_TRUE(ok);
+          EXPECT_TRUE(same_bits(y.data(), full.data(), y.size())) << "n_tok=" << part;
+        }
+        for (int64_t t = 0; t < n_tok; t += 11) {
+          GuardedFloats y1(static_cast<size_t>(n_out));
+          k.rows(p.w.data(), p.w_row_bytes, n_in, p.xa.data() + t * p.xa_stride, p.xa_stride, 1, y1.data(), n_out, 0,
+                 n_out);
+          ASSERT_TRUE(y1.guards_intact());
+          EXPECT_TRUE(same_bits(y1.data(), full.data() + t * n_out, static_cast<size_t>(n_out))) << "token " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(FloatMatmul, ScalarKernelIsBitIdenticalToDotRow) {
   for (DType type : kTypes) {
     const MatmulKernel k = float_matmul_kernel(type, Isa::kScalar);

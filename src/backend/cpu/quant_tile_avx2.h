@@ -23,8 +23,9 @@ struct Avx2Tiles {
   static constexpr int kGemvRows = 1;
   static constexpr size_t kChunkActBytes = 256 * 1024;
 };
-// 4-row interleaved layouts: tiles of 4 rows x up to 2 tokens (8 accumulators,
-// 4 weight and 4 scale registers).
+// 4-row interleaved layouts: tiles of 4 rows x up to 2 tokens (8 accumulators;
+// inside a block the kernels visit the rows one at a time, so one weight and
+// one scale register are live besides the 2 tokens' activations).
 struct Avx2X4Tiles : Avx2Tiles {
   static constexpr int kTileToks = 2;
 };
