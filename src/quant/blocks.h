@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace sluice {
 
@@ -117,6 +118,18 @@ inline void q4_k_scale_min(const uint8_t* scales, int s, uint8_t* sc, uint8_t* m
     *sc = static_cast<uint8_t>((scales[s + 4] & 15) | ((scales[s - 4] >> 6) << 4));
     *m = static_cast<uint8_t>((scales[s + 4] >> 4) | ((scales[s] >> 6) << 4));
   }
+}
+
+// All 8 scales and mins of q4_k_scale_min() at once: byte s of *sc (*m) is
+// sub-block s's scale (min). Word operations, for the SIMD kernels.
+inline void q4_k_scales_mins(const uint8_t* scales, uint64_t* sc, uint64_t* m) {
+  uint32_t u[3];
+  std::memcpy(u, scales, 12);
+  const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+  *sc = sc_lo | static_cast<uint64_t>(sc_hi) << 32;
+  *m = m_lo | static_cast<uint64_t>(m_hi) << 32;
 }
 
 // Packs 6-bit scales sc[8] and mins m[8] (each 0..63) into scales[12].

@@ -119,6 +119,12 @@ TEST(BlocksTest, Q4_KScalePackingAllValues) {
       ASSERT_EQ(a, sc[s]);
       ASSERT_EQ(b, m[s]);
     }
+    uint64_t all_sc = 0, all_m = 0;  // the word-level decoder the SIMD kernels use
+    q4_k_scales_mins(packed, &all_sc, &all_m);
+    for (int s = 0; s < 8; ++s) {
+      ASSERT_EQ((all_sc >> (8 * s)) & 0xFF, sc[s]);
+      ASSERT_EQ((all_m >> (8 * s)) & 0xFF, m[s]);
+    }
   }
 }
 

@@ -124,6 +124,34 @@ struct X4Scales {
   }
 };
 
+// The tile of a 4-row interleaved layout (repack.h) for NT tokens: per record
+// (block pair) and block, K::row<I> adds row I's products with the NT tokens'
+// activations to acc[I]. Group r / 4 starts at 4 rows' bytes each.
+template <class K, size_t kRecordBytes, int NT>
+void x4_tile(const Args& a, int64_t r, int64_t t) {
+  const int64_t n_pairs = a.n_in / 64;
+  const uint8_t* rec = a.w + r * a.w_row_bytes;
+  const ActQ8x64* xt[NT];
+  for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
+  __m256 acc[4][NT];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < n_pairs; ++p, rec += kRecordBytes) {
+    const X4Scales sc(rec);
+    const ActQ8x64* xp[NT];
+    for (int j = 0; j < NT; ++j) xp[j] = xt[j] + p;
+    for (int h = 0; h < 2; ++h) {  // block 2p + h
+      __m256i aq[NT];
+      for (int j = 0; j < NT; ++j) aq[j] = loadu256(xp[j]->q + 32 * h);
+      K::template row<0, NT>(rec, h, sc, aq, xp, acc);
+      K::template row<1, NT>(rec, h, sc, aq, xp, acc);
+      K::template row<2, NT>(rec, h, sc, aq, xp, acc);
+      K::template row<3, NT>(rec, h, sc, aq, xp, acc);
+    }
+  }
+  store_acc8<4, NT>(a, r, t, acc);
+}
+
 // Q4_0 repacked in groups of 4 rows (repack.h). Per record (block pair) row i's
 // 32 nibble bytes give block 2p with one mask and block 2p + 1 with a shift and
 // a mask. The same values and operations per block as KernelQ4_0, so the same
@@ -150,27 +178,7 @@ struct KernelQ4_0x4 {
 
   template <int NT>
   static void tile(const Args& a, int64_t r, int64_t t) {
-    const int64_t n_pairs = a.n_in / 64;
-    const uint8_t* rec = a.w + r * a.w_row_bytes;  // group r / 4 starts at 4 rows' bytes each
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
-    __m256 acc[4][NT];
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
-    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ4_0x4RecordBytes) {
-      const X4Scales sc(rec);
-      const ActQ8x64* xp[NT];
-      for (int j = 0; j < NT; ++j) xp[j] = xt[j] + p;
-      for (int h = 0; h < 2; ++h) {  // block 2p + h
-        __m256i aq[NT];
-        for (int j = 0; j < NT; ++j) aq[j] = loadu256(xp[j]->q + 32 * h);
-        row<0, NT>(rec, h, sc, aq, xp, acc);
-        row<1, NT>(rec, h, sc, aq, xp, acc);
-        row<2, NT>(rec, h, sc, aq, xp, acc);
-        row<3, NT>(rec, h, sc, aq, xp, acc);
-      }
-    }
-    store_acc8<4, NT>(a, r, t, acc);
+    x4_tile<KernelQ4_0x4, kQ4_0x4RecordBytes, NT>(a, r, t);
   }
 };
 
@@ -196,27 +204,7 @@ struct KernelQ8_0x4 {
 
   template <int NT>
   static void tile(const Args& a, int64_t r, int64_t t) {
-    const int64_t n_pairs = a.n_in / 64;
-    const uint8_t* rec = a.w + r * a.w_row_bytes;
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
-    __m256 acc[4][NT];
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
-    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ8_0x4RecordBytes) {
-      const X4Scales sc(rec);
-      const ActQ8x64* xp[NT];
-      for (int j = 0; j < NT; ++j) xp[j] = xt[j] + p;
-      for (int h = 0; h < 2; ++h) {  // block 2p + h
-        __m256i aq[NT];
-        for (int j = 0; j < NT; ++j) aq[j] = loadu256(xp[j]->q + 32 * h);
-        row<0, NT>(rec, h, sc, aq, xp, acc);
-        row<1, NT>(rec, h, sc, aq, xp, acc);
-        row<2, NT>(rec, h, sc, aq, xp, acc);
-        row<3, NT>(rec, h, sc, aq, xp, acc);
-      }
-    }
-    store_acc8<4, NT>(a, r, t, acc);
+    x4_tile<KernelQ8_0x4, kQ8_0x4RecordBytes, NT>(a, r, t);
   }
 };
 
@@ -240,13 +228,10 @@ struct KernelQ4_K {
       float d[NR], dmin[NR];
       for (int i = 0; i < NR; ++i) {
         const BlockQ4_K& blk = wr[i][b];
-        uint32_t u[3];
-        std::memcpy(u, blk.scales, 12);
-        const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
-        const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-        const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-        const __m128i s8 = _mm_cvtsi64_si128(static_cast<long long>(sc_lo | static_cast<uint64_t>(sc_hi) << 32));
-        const __m128i m8 = _mm_cvtsi64_si128(static_cast<long long>(m_lo | static_cast<uint64_t>(m_hi) << 32));
+        uint64_t sc_bytes = 0, m_bytes = 0;
+        q4_k_scales_mins(blk.scales, &sc_bytes, &m_bytes);
+        const __m128i s8 = _mm_cvtsi64_si128(static_cast<long long>(sc_bytes));
+        const __m128i m8 = _mm_cvtsi64_si128(static_cast<long long>(m_bytes));
         sc[i] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(s8));
         const __m128i m16 = _mm_cvtepu8_epi16(m8);
         mins[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(m16, m16)),

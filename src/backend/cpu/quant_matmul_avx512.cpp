@@ -177,13 +177,10 @@ struct KernelQ4_K {
       float d[NR], dmin[NR];
       for (int i = 0; i < NR; ++i) {
         const BlockQ4_K& blk = wr[i][b];
-        uint32_t u[3];
-        std::memcpy(u, blk.scales, 12);
-        const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
-        const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-        const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-        const __m128i s8 = _mm_cvtsi64_si128(static_cast<long long>(sc_lo | static_cast<uint64_t>(sc_hi) << 32));
-        const __m128i m8 = _mm_cvtsi64_si128(static_cast<long long>(m_lo | static_cast<uint64_t>(m_hi) << 32));
+        uint64_t sc_bytes = 0, m_bytes = 0;
+        q4_k_scales_mins(blk.scales, &sc_bytes, &m_bytes);
+        const __m128i s8 = _mm_cvtsi64_si128(static_cast<long long>(sc_bytes));
+        const __m128i m8 = _mm_cvtsi64_si128(static_cast<long long>(m_bytes));
         sc[i] = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(s8));
         const __m128i m16 = _mm_cvtepu8_epi16(m8);
         mins[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(m16, m16)),

@@ -276,13 +276,10 @@ struct TraitsQ5_K {
   };
   // q4_k_scale_min() for all 8 at once, as KernelQ4_K decodes them.
   static void prepare(const Block& b, State* s) {
-    uint32_t u[3];
-    std::memcpy(u, b.scales, 12);
-    const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
-    const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-    const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-    const __m128i s8 = _mm_cvtsi64_si128(static_cast<long long>(sc_lo | static_cast<uint64_t>(sc_hi) << 32));
-    const __m128i m8 = _mm_cvtsi64_si128(static_cast<long long>(m_lo | static_cast<uint64_t>(m_hi) << 32));
+    uint64_t sc_bytes = 0, m_bytes = 0;
+    q4_k_scales_mins(b.scales, &sc_bytes, &m_bytes);
+    const __m128i s8 = _mm_cvtsi64_si128(static_cast<long long>(sc_bytes));
+    const __m128i m8 = _mm_cvtsi64_si128(static_cast<long long>(m_bytes));
     s->sc8 = _mm_unpacklo_epi8(s8, s8);
     s->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
     s->d = f16(b.d);
