@@ -115,26 +115,15 @@ void tile_f32(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t*
       for (int b = 0; b < T; ++b) acc[a][b] = _mm256_setzero_ps();
     int64_t i = kb;
     for (; i + 8 <= kend; i += 8) {
-      if constexpr (R > T) {  // T activations in registers, one weight vector at a time
-        __m256 xv[T];
+      // T activations in registers, then one weight vector at a time.
+      __m256 xv[T];
 #pragma GCC unroll 8
-        for (int b = 0; b < T; ++b) xv[b] = _mm256_loadu_ps(xt[b] + i);
+      for (int b = 0; b < T; ++b) xv[b] = _mm256_loadu_ps(xt[b] + i);
 #pragma GCC unroll 8
-        for (int a = 0; a < R; ++a) {
-          const __m256 wv = Load::full(wr[a], i);
+      for (int a = 0; a < R; ++a) {
+        const __m256 wv = Load::full(wr[a], i);
 #pragma GCC unroll 8
-          for (int b = 0; b < T; ++b) acc[a][b] = _mm256_fmadd_ps(wv, xv[b], acc[a][b]);
-        }
-      } else {  // R weight vectors in registers, one activation vector at a time
-        __m256 wv[R];
-#pragma GCC unroll 8
-        for (int a = 0; a < R; ++a) wv[a] = Load::full(wr[a], i);
-#pragma GCC unroll 8
-        for (int b = 0; b < T; ++b) {
-          const __m256 xv = _mm256_loadu_ps(xt[b] + i);
-#pragma GCC unroll 8
-          for (int a = 0; a < R; ++a) acc[a][b] = _mm256_fmadd_ps(wv[a], xv, acc[a][b]);
-        }
+        for (int b = 0; b < T; ++b) acc[a][b] = _mm256_fmadd_ps(wv, xv[b], acc[a][b]);
       }
     }
     if (i < kend) {
