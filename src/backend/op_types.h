@@ -18,7 +18,7 @@ namespace sluice {
 enum class WeightLayout {
   kRows,    // GGUF order: row after row
   kQ4_0x4,  // Q4_0, rows interleaved in groups of 4; same byte count
-  kQ8_0x4,  // Q8_0, likewise
+  kQ8_0x8,  // Q8_0, rows side by side in groups of 8; same byte count
   kQ8_0x16, // Q8_0, 16 rows side by side in 4-byte lanes; same byte count
 };
 

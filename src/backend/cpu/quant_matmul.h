@@ -49,24 +49,27 @@ void quant_rows_q4_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
 void quant_rows_q4_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 
-// Q8_0 repacked to WeightLayout::kQ8_0x4: the same contract, below the AVX-512
-// level (at AVX-512, Q8_0 is repacked to kQ8_0x16 instead).
-void quant_rows_q8_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+// Q8_0 repacked to WeightLayout::kQ8_0x8 (n_in % 32 == 0, r0 and r1 multiples
+// of 8): the AVX2 kernel gives the same bits as quant_rows_q8_0_avx2 on the GGUF
+// rows (which stages them into these records); the scalar one the same bits as
+// quant_rows_q8_0_scalar. At AVX-512, Q8_0 is repacked to kQ8_0x16 instead.
+void quant_rows_q8_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q8_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+void quant_rows_q8_0x8_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 
 // Q8_0 repacked to WeightLayout::kQ8_0x16 (n_in % 32 == 0, r0 and r1 multiples
 // of 16): the AVX-512 kernel gives the same bits as quant_rows_q8_0_avx512 on the
 // GGUF rows (which stages them into these records); the scalar one the same bits
 // as quant_rows_q8_0_scalar. There is no AVX2 kernel for it: the AVX2 level
-// repacks Q8_0 to kQ8_0x4 (repack_layout).
+// repacks Q8_0 to kQ8_0x8 (repack_layout).
 void quant_rows_q8_0x16_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 void quant_rows_q8_0x16_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 
-// AVX2 (quant_matmul_avx2.cpp): maddubs + madd on 8 int32 lanes, tiles of rows x tokens.
+// AVX2 (quant_matmul_avx2.cpp): maddubs + madd on 8 int32 lanes, tiles of rows x
+// tokens; Q8_0 in quant_q8_0x8_avx2.cpp, one row per lane as Q8_0x8 records.
 void quant_rows_q8_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 void quant_rows_q4_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,

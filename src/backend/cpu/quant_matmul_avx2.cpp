@@ -1,4 +1,5 @@
-// AVX2 kernels for quantized weights x ActQ8x64 / ActQ8x256 activations.
+// AVX2 kernels for quantized weights x ActQ8x64 / ActQ8x256 activations (Q8_0
+// has its own file, quant_q8_0x8_avx2.cpp).
 //
 // Same structure as the AVX-512 kernels (one tile template over NR rows x NT
 // tokens, used with NT = 1 for decode, so y does not depend on n_tok or the row
@@ -7,8 +8,6 @@
 // internal linkage except the quant_rows_*_avx2 functions.
 //
 // Lanes (8 int32 / 8 f32):
-//   Q8_0  per block: maddubs(|w|, sign(q, w)) (|w| <= 128 keeps pairs below
-//         int16 overflow), madd with 1; acc += cvt(lanes) * (wd * ad).
 //   Q4_0  per block: maddubs(nibbles, q), madd with 1, + ActQ8x64::corr
 //         (the -8 offset); acc += cvt(lanes) * (wd * ad).
 //   Q4_K  per 32 elements: maddubs, madd with the 6-bit scale, summed over the
@@ -28,44 +27,6 @@
 
 namespace sluice::cpu {
 namespace {
-
-// ------------------------------------------------------------------------ Q8_0 --
-
-struct KernelQ8_0 {
-  template <int NR, int NT>
-  static void tile(const Args& a, int64_t r, int64_t t) {
-    const int64_t n_blocks = a.n_in / 32;
-    const BlockQ8_0* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = reinterpret_cast<const BlockQ8_0*>(a.w + (r + i) * a.w_row_bytes);
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
-    __m256 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      __m256i wv[NR], wabs[NR];
-      __m256 ws[NR];
-      for (int i = 0; i < NR; ++i) {
-        wv[i] = loadu256(wr[i][b].qs);
-        wabs[i] = _mm256_abs_epi8(wv[i]);
-        ws[i] = _mm256_set1_ps(f16(wr[i][b].d));
-      }
-      for (int j = 0; j < NT; ++j) {
-        const ActQ8x64& x = xt[j][b / 2];
-        const int h = static_cast<int>(b % 2);
-        const __m256i aq = loadu256(x.q + 32 * h);
-        const __m256 ad = _mm256_loadu_ps(x.d + 8 * h);
-        for (int i = 0; i < NR; ++i) {
-          const __m256i p = _mm256_maddubs_epi16(wabs[i], _mm256_sign_epi8(aq, wv[i]));
-          const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-          acc[i][j] = _mm256_fmadd_ps(lanes, _mm256_mul_ps(ws[i], ad), acc[i][j]);
-        }
-      }
-    }
-    store_acc8<NR, NT>(a, r, t, acc);
-  }
-};
 
 // ------------------------------------------------------------------------ Q4_0 --
 
@@ -179,32 +140,6 @@ struct KernelQ4_0x4 {
   template <int NT>
   static void tile(const Args& a, int64_t r, int64_t t) {
     x4_tile<KernelQ4_0x4, kQ4_0x4RecordBytes, NT>(a, r, t);
-  }
-};
-
-// Q8_0 repacked in groups of 4 rows (repack.h): the biased bytes are flipped
-// back to signed (one xor) and go through KernelQ8_0's operations per block,
-// rows one at a time as in KernelQ4_0x4.
-struct KernelQ8_0x4 {
-  template <int I, int NT>
-  static void row(const uint8_t* rec, int h, const X4Scales& sc, const __m256i (&aq)[NT],
-                  const ActQ8x64* const (&xp)[NT], __m256 (&acc)[4][NT]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-    const __m256i wv = _mm256_xor_si256(loadu256(rec + 16 + 64 * I + 32 * h), bias);
-    const __m256i wabs = _mm256_abs_epi8(wv);
-    const __m256 ws = sc.row<I>(h);
-    for (int j = 0; j < NT; ++j) {
-      const __m256 ad = _mm256_loadu_ps(xp[j]->d + 8 * h);
-      const __m256i pr = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(aq[j], wv));
-      const __m256 lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pr, ones));
-      acc[I][j] = _mm256_fmadd_ps(lanes, _mm256_mul_ps(ws, ad), acc[I][j]);
-    }
-  }
-
-  template <int NT>
-  static void tile(const Args& a, int64_t r, int64_t t) {
-    x4_tile<KernelQ8_0x4, kQ8_0x4RecordBytes, NT>(a, r, t);
   }
 };
 
@@ -341,14 +276,6 @@ struct KernelQ6_K {
 
 }  // namespace
 
-void quant_rows_q8_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                          size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                          int64_t r1) {
-  rows<KernelQ8_0>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
-                        .y_stride = y_stride},
-                   n_tok, r0, r1);
-}
-
 void quant_rows_q4_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                           size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                           int64_t r1) {
@@ -362,15 +289,6 @@ void quant_rows_q4_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
                             int64_t r1) {
   CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
   rows_x4<KernelQ4_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
-                             .y = y, .y_stride = y_stride},
-                        n_tok, r0, r1);
-}
-
-void quant_rows_q8_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
-  rows_x4<KernelQ8_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
                              .y = y, .y_stride = y_stride},
                         n_tok, r0, r1);
 }

@@ -28,16 +28,15 @@ float dot_q8_0(const BlockQ8_0* wb, const ActQ8x64* a, int64_t n_blocks) {
   return total;
 }
 
-// Row r of a Q8_0x4 matrix, unpacked record by record; same terms as dot_q8_0.
-float dot_q8_0x4(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
+// Row r of a Q8_0x8 matrix, unpacked block by block; same terms as dot_q8_0.
+float dot_q8_0x8(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
   const size_t rb = row_bytes(DType::kQ8_0, n_in);
-  const uint8_t* group = w + static_cast<size_t>(r / kX4Rows) * kX4Rows * rb;
+  const uint8_t* group = w + static_cast<size_t>(r / kX8Rows) * kX8Rows * rb;
   float total = 0.0f;
-  for (int64_t p = 0; p < n_in / 64; ++p) {
-    BlockQ8_0 blk[2];
-    unpack_q8_0x4_row(group + p * kQ8_0x4RecordBytes, reinterpret_cast<uint8_t*>(blk), 64, r % kX4Rows);
-    total += q8_0_term(blk[0], a[p], 0);
-    total += q8_0_term(blk[1], a[p], 1);
+  for (int64_t b = 0; b < n_in / 32; ++b) {
+    BlockQ8_0 blk;
+    unpack_q8_0x8_row(group + b * kQ8_0x8RecordBytes, reinterpret_cast<uint8_t*>(&blk), 32, r % kX8Rows);
+    total += q8_0_term(blk, a[b / 2], static_cast<int>(b % 2));
   }
   return total;
 }
@@ -142,13 +141,13 @@ void quant_rows_q8_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
   }
 }
 
-void quant_rows_q8_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+void quant_rows_q8_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                               size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                               int64_t r1) {
-  CHECK(n_in % 64 == 0 && r0 % kX4Rows == 0 && r1 % kX4Rows == 0);
+  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
   for (int64_t t = 0; t < n_tok; ++t) {
     const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
-    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q8_0x4(w, n_in, r, a);
+    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q8_0x8(w, n_in, r, a);
   }
 }
 

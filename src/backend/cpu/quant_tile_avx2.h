@@ -30,14 +30,14 @@ struct Avx2X4Tiles : Avx2Tiles {
   static constexpr int kTileToks = 2;
 };
 
-float hsum8(__m256 v) {
+[[maybe_unused]] float hsum8(__m256 v) {
   __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
   return _mm_cvtss_f32(s4);
 }
 
-float f16(uint16_t h) { return _cvtsh_ss(h); }
+[[maybe_unused]] float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 __m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 

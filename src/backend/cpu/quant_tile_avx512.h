@@ -28,12 +28,12 @@ struct Avx512Tiles {
 };
 constexpr int kPrefetchBytes = 512;            // software prefetch distance per row stream
 
-void prefetch_ahead(const void* p) {
+[[maybe_unused]] void prefetch_ahead(const void* p) {
   _mm_prefetch(static_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
 }
 
 // Sum of 16 lanes in a fixed order.
-float hsum16(__m512 v) {
+[[maybe_unused]] float hsum16(__m512 v) {
   __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
   __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
   s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
@@ -42,17 +42,17 @@ float hsum16(__m512 v) {
 }
 
 // Sum of 8 lanes in a fixed order.
-float hsum8(__m256 v) {
+[[maybe_unused]] float hsum8(__m256 v) {
   __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
   return _mm_cvtss_f32(s4);
 }
 
-float f16(uint16_t h) { return _cvtsh_ss(h); }
+[[maybe_unused]] float f16(uint16_t h) { return _cvtsh_ss(h); }
 
 // Sum of the two 256-bit halves of 16 int32 lanes.
-__m256i fold(__m512i v) {
+[[maybe_unused]] __m256i fold(__m512i v) {
   return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 

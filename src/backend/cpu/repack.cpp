@@ -11,9 +11,9 @@ WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in, Isa isa) {
   if (n_out <= 0) return WeightLayout::kRows;
   if (type == DType::kQ8_0 && isa == Isa::kAvx512)
     return n_out % kX16Rows == 0 && n_in % 32 == 0 ? WeightLayout::kQ8_0x16 : WeightLayout::kRows;
-  if (n_in % 64 != 0 || n_out % kX4Rows != 0) return WeightLayout::kRows;
-  if (type == DType::kQ4_0) return WeightLayout::kQ4_0x4;
-  if (type == DType::kQ8_0) return WeightLayout::kQ8_0x4;
+  if (type == DType::kQ8_0)
+    return n_out % kX8Rows == 0 && n_in % 32 == 0 ? WeightLayout::kQ8_0x8 : WeightLayout::kRows;
+  if (type == DType::kQ4_0 && n_in % 64 == 0 && n_out % kX4Rows == 0) return WeightLayout::kQ4_0x4;
   return WeightLayout::kRows;
 }
 
@@ -29,8 +29,8 @@ void group_layouts(std::span<const WeightView> group, Isa isa, WeightLayout* lay
 
 int64_t repack_group_rows(WeightLayout layout) {
   switch (layout) {
-    case WeightLayout::kQ4_0x4:
-    case WeightLayout::kQ8_0x4: return kX4Rows;
+    case WeightLayout::kQ4_0x4: return kX4Rows;
+    case WeightLayout::kQ8_0x8: return kX8Rows;
     case WeightLayout::kQ8_0x16: return kX16Rows;
     case WeightLayout::kRows: break;
   }
@@ -40,7 +40,7 @@ int64_t repack_group_rows(WeightLayout layout) {
 const char* layout_name(WeightLayout layout) {
   switch (layout) {
     case WeightLayout::kQ4_0x4: return "q4_0x4";
-    case WeightLayout::kQ8_0x4: return "q8_0x4";
+    case WeightLayout::kQ8_0x8: return "q8_0x8";
     case WeightLayout::kQ8_0x16: return "q8_0x16";
     case WeightLayout::kRows: break;
   }
@@ -50,7 +50,7 @@ const char* layout_name(WeightLayout layout) {
 void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
   switch (layout) {
     case WeightLayout::kQ4_0x4: repack_q4_0x4(src, dst, n_in, r0, r1); return;
-    case WeightLayout::kQ8_0x4: repack_q8_0x4(src, dst, n_in, r0, r1); return;
+    case WeightLayout::kQ8_0x8: repack_q8_0x8(src, dst, n_in, r0, r1); return;
     case WeightLayout::kQ8_0x16: repack_q8_0x16(src, dst, n_in, r0, r1); return;
     case WeightLayout::kRows: break;
   }
@@ -100,37 +100,30 @@ void unpack_q4_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r
   }
 }
 
-void repack_q8_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
-  CHECK(n_in % 64 == 0 && r0 % kX4Rows == 0 && r1 % kX4Rows == 0);
+void repack_q8_0x8(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
+  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
   const size_t rb = row_bytes(DType::kQ8_0, n_in);
-  for (int64_t g = r0 / kX4Rows; g < r1 / kX4Rows; ++g) {
-    uint8_t* rec = dst + static_cast<size_t>(g) * kX4Rows * rb;
-    for (int64_t p = 0; p < n_in / 64; ++p, rec += kQ8_0x4RecordBytes) {
-      for (int i = 0; i < kX4Rows; ++i) {
-        const auto* row = reinterpret_cast<const BlockQ8_0*>(src + static_cast<size_t>(4 * g + i) * rb);
-        uint8_t* u = rec + 16 + 64 * i;
-        for (int h = 0; h < 2; ++h) {
-          const BlockQ8_0& b = row[2 * p + h];
-          std::memcpy(rec + 4 * i + 2 * h, &b.d, 2);
-          for (int k = 0; k < 32; ++k) u[32 * h + k] = static_cast<uint8_t>(b.qs[k]) ^ 0x80;
-        }
+  for (int64_t g = r0 / kX8Rows; g < r1 / kX8Rows; ++g) {
+    uint8_t* rec = dst + static_cast<size_t>(g) * kX8Rows * rb;
+    for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ8_0x8RecordBytes) {
+      for (int i = 0; i < kX8Rows; ++i) {
+        const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(src + static_cast<size_t>(8 * g + i) * rb)[b];
+        std::memcpy(rec + 2 * i, &blk.d, 2);
+        for (int e = 0; e < 32; ++e) rec[16 + 32 * (e / 4) + 4 * i + e % 4] = static_cast<uint8_t>(blk.qs[e]);
       }
     }
   }
 }
 
-void unpack_q8_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r) {
-  CHECK(n_in % 64 == 0);
+void unpack_q8_0x8_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r) {
+  CHECK(n_in % 32 == 0);
   const size_t rb = row_bytes(DType::kQ8_0, n_in);
-  const int i = static_cast<int>(r % kX4Rows);
-  const uint8_t* rec = src + static_cast<size_t>(r / kX4Rows) * kX4Rows * rb;
+  const int i = static_cast<int>(r % kX8Rows);
+  const uint8_t* rec = src + static_cast<size_t>(r / kX8Rows) * kX8Rows * rb;
   auto* out = reinterpret_cast<BlockQ8_0*>(dst);
-  for (int64_t p = 0; p < n_in / 64; ++p, rec += kQ8_0x4RecordBytes) {
-    for (int h = 0; h < 2; ++h) {
-      BlockQ8_0& b = out[2 * p + h];
-      std::memcpy(&b.d, rec + 4 * i + 2 * h, 2);
-      for (int k = 0; k < 32; ++k) b.qs[k] = static_cast<int8_t>(rec[16 + 64 * i + 32 * h + k] ^ 0x80);
-    }
+  for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ8_0x8RecordBytes) {
+    std::memcpy(&out[b].d, rec + 2 * i, 2);
+    for (int e = 0; e < 32; ++e) out[b].qs[e] = static_cast<int8_t>(rec[16 + 32 * (e / 4) + 4 * i + e % 4]);
   }
 }
 

@@ -26,16 +26,23 @@
 // A group of 4 rows is n_in / 64 records, 4 * row_bytes bytes, so row group g
 // starts at byte 4 * g * row_bytes as in the GGUF matrix.
 //
-// Q8_0x4: the same grouping for Q8_0, a record of 272 bytes per block pair:
+// Q8_0x8: 8 rows side by side, for the AVX2 kernel, which holds one row per
+// int32 lane: one maddubs multiplies 4 bytes of each of the 8 rows by the same 4
+// activation bytes (broadcast), so a block's dot product is summed in integers
+// and takes one float update per token for all 8 rows. Per group of rows
+// 8g .. 8g+7, for each block b of those rows, a record of 272 bytes:
 //
-//   byte 0                    16        80        144       208       272
-//        +--------------------+---------+---------+---------+---------+
-//        | d[4][2] f16        | u r0    | u r1    | u r2    | u r3    |
-//        +--------------------+---------+---------+---------+---------+
+//   byte 0            16         48         80               240        272
+//        +-------------+----------+----------+--- ... ---+----------+
+//        | d[8] f16    | chunk 0  | chunk 1  |           | chunk 7  |
+//        | row i: d(b) | 32 bytes | 32 bytes |           | 32 bytes |
+//        +-------------+----------+----------+--- ... ---+----------+
 //
-//   u byte k (0..63) of row i = q ^ 0x80 (= q + 128) of element k of the pair
-//   (block 2p then 2p + 1): the unsigned operand vpdpbusd takes, without the
-//   per-load xor the GGUF-row kernel needs; the scales as in Q4_0x4.
+//   chunk k, bytes 4i .. 4i+3 = q (signed, as in GGUF) of elements 4k .. 4k+3
+//   of block b of row i (lane i of the 256-bit vector the chunk is loaded into).
+//
+// A group of 8 rows is n_in / 32 records, 8 * row_bytes bytes, so row group g
+// starts at byte 8 * g * row_bytes as in the GGUF matrix.
 //
 // Q8_0x16: 16 rows side by side, for the AVX-512 VNNI kernel, which holds one
 // row per int32 lane: one vpdpbusd multiplies 4 bytes of each of the 16 rows by
@@ -55,8 +62,9 @@
 // A group of 16 rows is n_in / 32 records, 16 * row_bytes bytes, so row group g
 // starts at byte 16 * g * row_bytes as in the GGUF matrix.
 //
-// Repacking needs n_out % 4 == 0 and n_in % 64 == 0 (whole block pairs) for the
-// x4 layouts and n_out % 16 == 0 for Q8_0x16; other matrices keep GGUF rows.
+// Repacking needs n_out % 4 == 0 and n_in % 64 == 0 (whole block pairs) for
+// Q4_0x4, n_out % 8 == 0 for Q8_0x8 and n_out % 16 == 0 for Q8_0x16 (n_in a
+// multiple of 32 for both); other matrices keep GGUF rows.
 // Functions are pure and thread-safe.
 #pragma once
 
@@ -73,13 +81,14 @@ namespace sluice::cpu {
 constexpr int64_t kX4Rows = 4;               // rows per interleaved group
 constexpr int64_t kQ4_0x4Rows = kX4Rows;
 constexpr size_t kQ4_0x4RecordBytes = 144;  // one block pair of 4 rows
-constexpr size_t kQ8_0x4RecordBytes = 272;
+constexpr int64_t kX8Rows = 8;               // rows per Q8_0x8 group
+constexpr size_t kQ8_0x8RecordBytes = 272;   // one block of 8 rows
 constexpr int64_t kX16Rows = 16;             // rows per Q8_0x16 group
 constexpr size_t kQ8_0x16RecordBytes = 544;  // one block of 16 rows
 
 // The layout a matrix of (type, n_out, n_in) is repacked to for the kernels of
 // instruction-set level `isa`; kRows if none. Q8_0 goes to kQ8_0x16 at the
-// AVX-512 level (its kernel there) and to kQ8_0x4 below it; Q4_0 to kQ4_0x4.
+// AVX-512 level (its kernel there) and to kQ8_0x8 at AVX2; Q4_0 to kQ4_0x4.
 WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in, Isa isa);
 
 // The layout each matrix of one matmul_group dispatch gets at load: all of them
@@ -88,10 +97,10 @@ WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in, Isa isa);
 //   layouts: [group.size()] out
 void group_layouts(std::span<const WeightView> group, Isa isa, WeightLayout* layouts);
 
-// Rows per interleaved group of a repacked layout (4 or 16); 1 for kRows.
+// Rows per interleaved group of a repacked layout (4, 8 or 16); 1 for kRows.
 int64_t repack_group_rows(WeightLayout layout);
 
-// "q4_0x4", "q8_0x4", "q8_0x16" or "rows".
+// "q4_0x4", "q8_0x8", "q8_0x16" or "rows".
 const char* layout_name(WeightLayout layout);
 
 // Rows [r0, r1) of src (GGUF Q4_0 rows) -> dst, both laid out for the whole
@@ -104,9 +113,9 @@ void repack_q4_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, i
 // (row_bytes(kQ4_0, n_in)) to dst. For tests and the scalar kernel.
 void unpack_q4_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
 
-// The same pair for Q8_0x4.
-void repack_q8_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
-void unpack_q8_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
+// The same pair for Q8_0x8 (r0, r1 multiples of 8; n_in a multiple of 32).
+void repack_q8_0x8(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
+void unpack_q8_0x8_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
 
 // The same pair for Q8_0x16 (r0, r1 multiples of 16; n_in a multiple of 32).
 void repack_q8_0x16(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
