@@ -14,7 +14,7 @@
 //
 // prepare_weights() copies resident matrices into one arena on huge pages,
 // repacked where a faster interleaved layout exists at this level (repack.h:
-// Q4_0 -> Q4_0x4; Q8_0 -> Q8_0x16 at AVX-512, Q8_0x8 below), so decode reads
+// Q8_0 -> Q8_0x16, Q4_0 -> Q4_0x4 at AVX-512; Q8_0x8, Q4_0x8 at AVX2), so decode reads
 // one sequential stream per thread; the kernels give the same bits on either
 // layout. Buffers are host memory. Not thread-safe: one operator at a time
 // (the scratch is shared by every model on this backend).

@@ -46,7 +46,7 @@ struct MatmulKernel {
 
 // The kernel for a weight type and layout at an instruction-set level (falls
 // back to the best lower level that has one; every type has a scalar kernel on
-// GGUF rows, Q4_0 and Q8_0 one on kQ4_0x4 / kQ8_0x8 / kQ8_0x16). For repacked layouts rows()
+// GGUF rows, Q4_0 and Q8_0 one on each of their repacked layouts). For repacked layouts rows()
 // takes r0, r1 on the layout's row groups (repack.h); w_row_bytes stays the
 // GGUF row size.
 const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout = WeightLayout::kRows);
@@ -57,7 +57,7 @@ bool matmul_supports(DType type);
 // Implemented by the kernel families; return a kernel with rows == nullptr if
 // they have none for that exact (type, isa, layout).
 MatmulKernel float_matmul_kernel(DType type, Isa isa);  // F32, F16, BF16 (GGUF rows)
-MatmulKernel quant_matmul_kernel(DType type, Isa isa,   // every block type; Q4_0x4, Q8_0x8, Q8_0x16
+MatmulKernel quant_matmul_kernel(DType type, Isa isa,   // every block type; the repacked layouts
                                  WeightLayout layout = WeightLayout::kRows);
 
 // One output of a matmul group: y = w x, y: [n_tok, w.n_out].

@@ -54,8 +54,12 @@ const Family kQ4_0 = {act_row_bytes_q8x64,
                       {"q4_0/scalar-int8", "q4_0/avx2-int8", "q4_0/avx512-vnni"}};
 const Family kQ4_0x4 = {act_row_bytes_q8x64,
                         {act_q4_0_scalar, act_q4_0_avx2, act_q4_0_avx512},
-                        {quant_rows_q4_0x4_scalar, quant_rows_q4_0x4_avx2, quant_rows_q4_0x4_avx512},
-                        {"q4_0x4/scalar-int8", "q4_0x4/avx2-int8", "q4_0x4/avx512-vnni"}};
+                        {quant_rows_q4_0x4_scalar, nullptr, quant_rows_q4_0x4_avx512},
+                        {"q4_0x4/scalar-int8", "", "q4_0x4/avx512-vnni"}};
+const Family kQ4_0x8 = {act_row_bytes_q8x64,
+                        {act_q4_0_scalar, act_q4_0_avx2, act_q4_0_avx512},
+                        {quant_rows_q4_0x8_scalar, quant_rows_q4_0x8_avx2, nullptr},
+                        {"q4_0x8/scalar-int8", "q4_0x8/avx2-int8", ""}};
 const Family kQ8_0x8 = {act_row_bytes_q8x64,
                         {act_q8_0_scalar, act_q8_0_avx2, act_q8_0_avx512},
                         {quant_rows_q8_0x8_scalar, quant_rows_q8_0x8_avx2, nullptr},
@@ -121,6 +125,9 @@ MatmulKernel quant_matmul_kernel(DType type, Isa isa, WeightLayout layout) {
   } else if (layout == WeightLayout::kQ8_0x8) {
     if (type != DType::kQ8_0) return MatmulKernel{};
     f = &kQ8_0x8;
+  } else if (layout == WeightLayout::kQ4_0x8) {
+    if (type != DType::kQ4_0) return MatmulKernel{};
+    f = &kQ4_0x8;
   } else if (layout == WeightLayout::kQ8_0x16) {
     if (type != DType::kQ8_0) return MatmulKernel{};
     f = &kQ8_0x16;

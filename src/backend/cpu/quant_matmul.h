@@ -41,10 +41,9 @@ void quant_rows_q6_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
 // Q4_0 repacked to WeightLayout::kQ4_0x4 (repack.h): n_in % 64 == 0, r0 and r1
 // multiples of 4; w_row_bytes is row_bytes(kQ4_0, n_in) (a group of 4 rows is 4
 // of them). Each level gives the same bits as its quant_rows_q4_0_* on the GGUF
-// rows the matrix was repacked from.
+// rows the matrix was repacked from. No AVX2 kernel: that level repacks Q4_0
+// to kQ4_0x8.
 void quant_rows_q4_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q4_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 void quant_rows_q4_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
@@ -58,6 +57,14 @@ void quant_rows_q8_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in
 void quant_rows_q8_0x8_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 
+// Q4_0 repacked to WeightLayout::kQ4_0x8 (n_in % 32 == 0, r0 and r1 multiples
+// of 8), as Q8_0x8: the AVX2 kernel gives the bits of quant_rows_q4_0_avx2 on
+// the GGUF rows, the scalar one those of quant_rows_q4_0_scalar.
+void quant_rows_q4_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_q4_0x8_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+
 // Q8_0 repacked to WeightLayout::kQ8_0x16 (n_in % 32 == 0, r0 and r1 multiples
 // of 16): the AVX-512 kernel gives the same bits as quant_rows_q8_0_avx512 on the
 // GGUF rows (which stages them into these records); the scalar one the same bits
@@ -69,7 +76,7 @@ void quant_rows_q8_0x16_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_i
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 
 // AVX2 (quant_matmul_avx2.cpp): maddubs + madd on 8 int32 lanes, tiles of rows x
-// tokens; Q8_0 in quant_q8_0x8_avx2.cpp, one row per lane as Q8_0x8 records.
+// tokens; Q8_0 and Q4_0 in quant_x8_avx2.cpp, one row per lane as x8 records.
 void quant_rows_q8_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 void quant_rows_q4_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,

@@ -1,5 +1,5 @@
-// AVX2 kernels for quantized weights x ActQ8x64 / ActQ8x256 activations (Q8_0
-// has its own file, quant_q8_0x8_avx2.cpp).
+// AVX2 kernels for quantized weights x ActQ8x256 activations (Q4_K, Q6_K; Q8_0
+// and Q4_0 have their own file, quant_x8_avx2.cpp).
 //
 // Same structure as the AVX-512 kernels (one tile template over NR rows x NT
 // tokens, used with NT = 1 for decode, so y does not depend on n_tok or the row
@@ -8,8 +8,6 @@
 // internal linkage except the quant_rows_*_avx2 functions.
 //
 // Lanes (8 int32 / 8 f32):
-//   Q4_0  per block: maddubs(nibbles, q), madd with 1, + ActQ8x64::corr
-//         (the -8 offset); acc += cvt(lanes) * (wd * ad).
 //   Q4_K  per 32 elements: maddubs, madd with the 6-bit scale, summed over the
 //         super-block; acc += cvt * d*ad, -= cvt(mins) * dmin*ad.
 //   Q6_K  per 32 elements (2 sub-blocks of 16): maddubs, madd with the int8
@@ -21,127 +19,11 @@
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_tile_avx2.h"
-#include "backend/cpu/repack.h"
 #include "base/check.h"
 #include "quant/blocks.h"
 
 namespace sluice::cpu {
 namespace {
-
-// ------------------------------------------------------------------------ Q4_0 --
-
-struct KernelQ4_0 {
-  template <int NR, int NT>
-  static void tile(const Args& a, int64_t r, int64_t t) {
-    const int64_t n_blocks = a.n_in / 32;
-    const BlockQ4_0* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = reinterpret_cast<const BlockQ4_0*>(a.w + (r + i) * a.w_row_bytes);
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
-    __m256 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      __m256i wv[NR];
-      __m256 ws[NR];
-      for (int i = 0; i < NR; ++i) {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[i][b].qs));
-        // [low nibbles: elements 0..15 | high nibbles: elements 16..31]
-        wv[i] = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1), nib);
-        ws[i] = _mm256_set1_ps(f16(wr[i][b].d));
-      }
-      for (int j = 0; j < NT; ++j) {
-        const ActQ8x64& x = xt[j][b / 2];
-        const int h = static_cast<int>(b % 2);
-        const __m256i aq = loadu256(x.q + 32 * h);
-        const __m256i corr = loadu256(x.corr + 8 * h);
-        const __m256 ad = _mm256_loadu_ps(x.d + 8 * h);
-        for (int i = 0; i < NR; ++i) {
-          const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[i], aq), ones), corr);
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[i], ad), acc[i][j]);
-        }
-      }
-    }
-    store_acc8<NR, NT>(a, r, t, acc);
-  }
-};
-
-// The 8 scales of a 4-row record, [row i: d(2p), d(2p+1)], as two vectors per
-// block (h = 0, 1) whose 128-bit halves both hold [row 0, 1, 2, 3]: row i's
-// scale is then an in-lane broadcast (vpermilps with an immediate), which needs
-// no index register.
-struct X4Scales {
-  __m256 by_block[2];
-  explicit X4Scales(const uint8_t* rec) {
-    const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec)));
-    by_block[0] = _mm256_permutevar8x32_ps(sc, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
-    by_block[1] = _mm256_permutevar8x32_ps(sc, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
-  }
-  template <int I>
-  __m256 row(int h) const {
-    return _mm256_permute_ps(by_block[h], I * 0x55);
-  }
-};
-
-// The tile of a 4-row interleaved layout (repack.h) for NT tokens: per record
-// (block pair) and block, K::row<I> adds row I's products with the NT tokens'
-// activations to acc[I]. Group r / 4 starts at 4 rows' bytes each.
-template <class K, size_t kRecordBytes, int NT>
-void x4_tile(const Args& a, int64_t r, int64_t t) {
-  const int64_t n_pairs = a.n_in / 64;
-  const uint8_t* rec = a.w + r * a.w_row_bytes;
-  const ActQ8x64* xt[NT];
-  for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
-  __m256 acc[4][NT];
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < n_pairs; ++p, rec += kRecordBytes) {
-    const X4Scales sc(rec);
-    const ActQ8x64* xp[NT];
-    for (int j = 0; j < NT; ++j) xp[j] = xt[j] + p;
-    for (int h = 0; h < 2; ++h) {  // block 2p + h
-      __m256i aq[NT];
-      for (int j = 0; j < NT; ++j) aq[j] = loadu256(xp[j]->q + 32 * h);
-      K::template row<0, NT>(rec, h, sc, aq, xp, acc);
-      K::template row<1, NT>(rec, h, sc, aq, xp, acc);
-      K::template row<2, NT>(rec, h, sc, aq, xp, acc);
-      K::template row<3, NT>(rec, h, sc, aq, xp, acc);
-    }
-  }
-  store_acc8<4, NT>(a, r, t, acc);
-}
-
-// Q4_0 repacked in groups of 4 rows (repack.h). Per record (block pair) row i's
-// 32 nibble bytes give block 2p with one mask and block 2p + 1 with a shift and
-// a mask. The same values and operations per block as KernelQ4_0, so the same
-// bits. Rows are visited one at a time inside a block (one weight register, the
-// activations' correction and scale read from memory), so the 4 x NT
-// accumulators stay in registers: holding all 4 rows' weights and scales at once
-// spilled the accumulators to the stack on every block.
-struct KernelQ4_0x4 {
-  template <int I, int NT>
-  static void row(const uint8_t* rec, int h, const X4Scales& sc, const __m256i (&aq)[NT],
-                  const ActQ8x64* const (&xp)[NT], __m256 (&acc)[4][NT]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-    const __m256i packed = loadu256(rec + 16 + 32 * I);
-    const __m256i wv = _mm256_and_si256(h == 0 ? packed : _mm256_srli_epi16(packed, 4), nib);
-    const __m256 ws = sc.row<I>(h);
-    for (int j = 0; j < NT; ++j) {
-      const __m256i corr = loadu256(xp[j]->corr + 8 * h);
-      const __m256 ad = _mm256_loadu_ps(xp[j]->d + 8 * h);
-      const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv, aq[j]), ones), corr);
-      acc[I][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws, ad), acc[I][j]);
-    }
-  }
-
-  template <int NT>
-  static void tile(const Args& a, int64_t r, int64_t t) {
-    x4_tile<KernelQ4_0x4, kQ4_0x4RecordBytes, NT>(a, r, t);
-  }
-};
 
 // ------------------------------------------------------------------------ Q4_K --
 
@@ -275,23 +157,6 @@ struct KernelQ6_K {
 };
 
 }  // namespace
-
-void quant_rows_q4_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                          size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                          int64_t r1) {
-  rows<KernelQ4_0>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
-                        .y_stride = y_stride},
-                   n_tok, r0, r1);
-}
-
-void quant_rows_q4_0x4_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
-  rows_x4<KernelQ4_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
-                             .y = y, .y_stride = y_stride},
-                        n_tok, r0, r1);
-}
 
 void quant_rows_q4_k_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                           size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,

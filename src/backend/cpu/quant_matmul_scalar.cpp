@@ -88,6 +88,19 @@ float dot_q4_0x4(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
   return total;
 }
 
+// Row r of a Q4_0x8 matrix, unpacked block by block; same terms as dot_q4_0.
+float dot_q4_0x8(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
+  const size_t rb = row_bytes(DType::kQ4_0, n_in);
+  const uint8_t* group = w + static_cast<size_t>(r / kX8Rows) * kX8Rows * rb;
+  float total = 0.0f;
+  for (int64_t b = 0; b < n_in / 32; ++b) {
+    BlockQ4_0 blk;  // one record is itself a Q4_0x8 matrix of 8 rows x 32 columns
+    unpack_q4_0x8_row(group + b * kQ4_0x8RecordBytes, reinterpret_cast<uint8_t*>(&blk), 32, r % kX8Rows);
+    total += q4_0_term(blk, a[b / 2], static_cast<int>(b % 2));
+  }
+  return total;
+}
+
 // Q4_K: isum = sum_s sc_s * sum(n * q), msum = sum_s m_s * (qsum of sub-block s).
 float dot_q4_k(const BlockQ4_K* wb, const ActQ8x256* a, int64_t n_blocks) {
   float total = 0.0f;
@@ -178,6 +191,16 @@ void quant_rows_q4_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in
   for (int64_t t = 0; t < n_tok; ++t) {
     const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
     for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q4_0x4(w, n_in, r, a);
+  }
+}
+
+void quant_rows_q4_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
+                              int64_t r1) {
+  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
+    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q4_0x8(w, n_in, r, a);
   }
 }
 

@@ -262,10 +262,12 @@ TEST(QuantMatmul, LevelsAgreeAndWriteIdenticalActivations) {
 // ----------------------------------------------------------- repacked layouts --
 
 TEST(Repack, LayoutRuleAndRoundTripOfEveryRow) {
-  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 128, Isa::kAvx2), WeightLayout::kQ4_0x4);
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 128, Isa::kAvx2), WeightLayout::kQ4_0x8);
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 96, Isa::kAvx2), WeightLayout::kQ4_0x8);   // odd blocks are fine
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 4, 128, Isa::kAvx2), WeightLayout::kRows);   // rows not a multiple of 8
   EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 128, Isa::kAvx512), WeightLayout::kQ4_0x4);
-  EXPECT_EQ(repack_layout(DType::kQ4_0, 6, 128, Isa::kAvx2), WeightLayout::kRows);   // rows not a multiple of 4
-  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 96, Isa::kAvx2), WeightLayout::kRows);    // odd block count
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 6, 128, Isa::kAvx512), WeightLayout::kRows);  // rows not a multiple of 4
+  EXPECT_EQ(repack_layout(DType::kQ4_0, 8, 96, Isa::kAvx512), WeightLayout::kRows);   // odd block count
   EXPECT_EQ(repack_layout(DType::kQ8_0, 8, 128, Isa::kAvx2), WeightLayout::kQ8_0x8);
   EXPECT_EQ(repack_layout(DType::kQ8_0, 8, 96, Isa::kAvx2), WeightLayout::kQ8_0x8);   // odd blocks are fine
   EXPECT_EQ(repack_layout(DType::kQ8_0, 12, 128, Isa::kAvx2), WeightLayout::kRows);  // rows not a multiple of 8
@@ -275,11 +277,13 @@ TEST(Repack, LayoutRuleAndRoundTripOfEveryRow) {
   EXPECT_EQ(repack_group_rows(WeightLayout::kQ8_0x16), 16);
   EXPECT_EQ(repack_group_rows(WeightLayout::kQ4_0x4), 4);
   EXPECT_EQ(repack_group_rows(WeightLayout::kQ8_0x8), 8);
+  EXPECT_EQ(repack_group_rows(WeightLayout::kQ4_0x8), 8);
   struct Case {
     DType type;
     Isa isa;
   };
-  for (Case c : {Case{DType::kQ4_0, Isa::kAvx2}, Case{DType::kQ8_0, Isa::kAvx2}, Case{DType::kQ8_0, Isa::kAvx512}}) {
+  for (Case c : {Case{DType::kQ4_0, Isa::kAvx2}, Case{DType::kQ4_0, Isa::kAvx512}, Case{DType::kQ8_0, Isa::kAvx2},
+                 Case{DType::kQ8_0, Isa::kAvx512}}) {
     const int64_t n_out = 48;
     const WeightLayout layout = repack_layout(c.type, n_out, 64, c.isa);
     const int64_t group = repack_group_rows(layout);
@@ -294,6 +298,7 @@ TEST(Repack, LayoutRuleAndRoundTripOfEveryRow) {
       std::vector<uint8_t> row(p.w_row);
       for (int64_t r = 0; r < n_out; ++r) {
         if (layout == WeightLayout::kQ4_0x4) unpack_q4_0x4_row(whole.data(), row.data(), n_in, r);
+        else if (layout == WeightLayout::kQ4_0x8) unpack_q4_0x8_row(whole.data(), row.data(), n_in, r);
         else if (layout == WeightLayout::kQ8_0x8) unpack_q8_0x8_row(whole.data(), row.data(), n_in, r);
         else unpack_q8_0x16_row(whole.data(), row.data(), n_in, r);
         ASSERT_EQ(std::memcmp(row.data(), p.w.data() + r * p.w_row, p.w_row), 0)
@@ -322,7 +327,7 @@ TEST(Repack, AGroupIsRepackedTogetherOrNotAtAll) {
 // (row, token) as the GGUF-row kernel of their level, so they must give the same
 // bits for every token count, tile position and row split (which is what lets
 // resident repacked weights and streamed GGUF weights produce identical tokens).
-// The layout is the one each level repacks to (Q8_0: x8 at AVX2, x16 at AVX-512).
+// The layout is the one each level repacks to (AVX2: x8; AVX-512: Q4_0x4, Q8_0x16).
 TEST(QuantMatmul, RepackedLayoutsEqualGgufRowsBitForBitAtEveryLevel) {
   const int64_t kToks[] = {1, 2, 3, 4, 5, 8, 9, 16, 33};
   uint32_t seed = 1300;

@@ -1,6 +1,6 @@
 // What the AVX2 quantized-matmul kernels (quant_matmul_avx2.cpp,
-// quant_matmul_more_avx2.cpp) share: their tile shapes for the driver of
-// quant_tile.h (rows<K>, rows_x4<K>), horizontal sums and the accumulator
+// quant_matmul_more_avx2.cpp, quant_x8_avx2.cpp) share: their tile shapes for the driver of
+// quant_tile.h (rows<K>), horizontal sums and the accumulator
 // store. Include only from files compiled for AVX2 (*_avx2.cpp): everything
 // here has internal linkage.
 #pragma once
@@ -23,13 +23,6 @@ struct Avx2Tiles {
   static constexpr int kGemvRows = 1;
   static constexpr size_t kChunkActBytes = 256 * 1024;
 };
-// 4-row interleaved layouts: tiles of 4 rows x up to 2 tokens (8 accumulators;
-// inside a block the kernels visit the rows one at a time, so one weight and
-// one scale register are live besides the 2 tokens' activations).
-struct Avx2X4Tiles : Avx2Tiles {
-  static constexpr int kTileToks = 2;
-};
-
 [[maybe_unused]] float hsum8(__m256 v) {
   __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
@@ -50,11 +43,6 @@ void store_acc8(const Args& a, int64_t r, int64_t t, const __m256 (&acc)[NR][NT]
 template <class K>
 void rows(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
   tiled_rows<Avx2Tiles, K>(a, n_tok, r0, r1);
-}
-
-template <class K>
-void rows_x4(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
-  tiled_rows_x4<Avx2X4Tiles, K>(a, n_tok, r0, r1);
 }
 
 }  // namespace

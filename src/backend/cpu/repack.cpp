@@ -11,9 +11,11 @@ WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in, Isa isa) {
   if (n_out <= 0) return WeightLayout::kRows;
   if (type == DType::kQ8_0 && isa == Isa::kAvx512)
     return n_out % kX16Rows == 0 && n_in % 32 == 0 ? WeightLayout::kQ8_0x16 : WeightLayout::kRows;
-  if (type == DType::kQ8_0)
-    return n_out % kX8Rows == 0 && n_in % 32 == 0 ? WeightLayout::kQ8_0x8 : WeightLayout::kRows;
-  if (type == DType::kQ4_0 && n_in % 64 == 0 && n_out % kX4Rows == 0) return WeightLayout::kQ4_0x4;
+  if (type == DType::kQ4_0 && isa == Isa::kAvx512)
+    return n_out % kX4Rows == 0 && n_in % 64 == 0 ? WeightLayout::kQ4_0x4 : WeightLayout::kRows;
+  if (n_out % kX8Rows != 0 || n_in % 32 != 0) return WeightLayout::kRows;
+  if (type == DType::kQ8_0) return WeightLayout::kQ8_0x8;
+  if (type == DType::kQ4_0) return WeightLayout::kQ4_0x8;
   return WeightLayout::kRows;
 }
 
@@ -30,7 +32,8 @@ void group_layouts(std::span<const WeightView> group, Isa isa, WeightLayout* lay
 int64_t repack_group_rows(WeightLayout layout) {
   switch (layout) {
     case WeightLayout::kQ4_0x4: return kX4Rows;
-    case WeightLayout::kQ8_0x8: return kX8Rows;
+    case WeightLayout::kQ8_0x8:
+    case WeightLayout::kQ4_0x8: return kX8Rows;
     case WeightLayout::kQ8_0x16: return kX16Rows;
     case WeightLayout::kRows: break;
   }
@@ -41,6 +44,7 @@ const char* layout_name(WeightLayout layout) {
   switch (layout) {
     case WeightLayout::kQ4_0x4: return "q4_0x4";
     case WeightLayout::kQ8_0x8: return "q8_0x8";
+    case WeightLayout::kQ4_0x8: return "q4_0x8";
     case WeightLayout::kQ8_0x16: return "q8_0x16";
     case WeightLayout::kRows: break;
   }
@@ -51,6 +55,7 @@ void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t 
   switch (layout) {
     case WeightLayout::kQ4_0x4: repack_q4_0x4(src, dst, n_in, r0, r1); return;
     case WeightLayout::kQ8_0x8: repack_q8_0x8(src, dst, n_in, r0, r1); return;
+    case WeightLayout::kQ4_0x8: repack_q4_0x8(src, dst, n_in, r0, r1); return;
     case WeightLayout::kQ8_0x16: repack_q8_0x16(src, dst, n_in, r0, r1); return;
     case WeightLayout::kRows: break;
   }
@@ -124,6 +129,33 @@ void unpack_q8_0x8_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r
   for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ8_0x8RecordBytes) {
     std::memcpy(&out[b].d, rec + 2 * i, 2);
     for (int e = 0; e < 32; ++e) out[b].qs[e] = static_cast<int8_t>(rec[16 + 32 * (e / 4) + 4 * i + e % 4]);
+  }
+}
+
+void repack_q4_0x8(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
+  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
+  const size_t rb = row_bytes(DType::kQ4_0, n_in);
+  for (int64_t g = r0 / kX8Rows; g < r1 / kX8Rows; ++g) {
+    uint8_t* rec = dst + static_cast<size_t>(g) * kX8Rows * rb;
+    for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ4_0x8RecordBytes) {
+      for (int i = 0; i < kX8Rows; ++i) {
+        const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(src + static_cast<size_t>(8 * g + i) * rb)[b];
+        std::memcpy(rec + 2 * i, &blk.d, 2);
+        for (int c = 0; c < 4; ++c) std::memcpy(rec + 16 + 32 * c + 4 * i, blk.qs + 4 * c, 4);
+      }
+    }
+  }
+}
+
+void unpack_q4_0x8_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r) {
+  CHECK(n_in % 32 == 0);
+  const size_t rb = row_bytes(DType::kQ4_0, n_in);
+  const int i = static_cast<int>(r % kX8Rows);
+  const uint8_t* rec = src + static_cast<size_t>(r / kX8Rows) * kX8Rows * rb;
+  auto* out = reinterpret_cast<BlockQ4_0*>(dst);
+  for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ4_0x8RecordBytes) {
+    std::memcpy(&out[b].d, rec + 2 * i, 2);
+    for (int c = 0; c < 4; ++c) std::memcpy(out[b].qs + 4 * c, rec + 16 + 32 * c + 4 * i, 4);
   }
 }
 

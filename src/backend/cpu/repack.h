@@ -44,6 +44,20 @@
 // A group of 8 rows is n_in / 32 records, 8 * row_bytes bytes, so row group g
 // starts at byte 8 * g * row_bytes as in the GGUF matrix.
 //
+// Q4_0x8: the same 8 rows side by side for Q4_0 at the AVX2 level, a record of
+// 144 bytes per block b:
+//
+//   byte 0            16         48         80         112        144
+//        +-------------+----------+----------+----------+----------+
+//        | d[8] f16    | chunk 0  | chunk 1  | chunk 2  | chunk 3  |
+//        | row i: d(b) | 32 bytes each                            |
+//        +-------------+----------+----------+----------+----------+
+//
+//   chunk c, bytes 4i .. 4i+3 = row i's qs[4c .. 4c+3] of block b, as in GGUF:
+//   the low nibbles are elements 4c .. 4c+3, the high ones 16 + 4c .. 16 + 4c+3.
+//
+// A group of 8 rows is n_in / 32 records, 8 * row_bytes bytes.
+//
 // Q8_0x16: 16 rows side by side, for the AVX-512 VNNI kernel, which holds one
 // row per int32 lane: one vpdpbusd multiplies 4 bytes of each of the 16 rows by
 // the same 4 activation bytes, so a block's dot product is summed in integers
@@ -63,8 +77,8 @@
 // starts at byte 16 * g * row_bytes as in the GGUF matrix.
 //
 // Repacking needs n_out % 4 == 0 and n_in % 64 == 0 (whole block pairs) for
-// Q4_0x4, n_out % 8 == 0 for Q8_0x8 and n_out % 16 == 0 for Q8_0x16 (n_in a
-// multiple of 32 for both); other matrices keep GGUF rows.
+// Q4_0x4, n_out % 8 == 0 for Q8_0x8 and Q4_0x8 and n_out % 16 == 0 for Q8_0x16
+// (n_in a multiple of 32 for these); other matrices keep GGUF rows.
 // Functions are pure and thread-safe.
 #pragma once
 
@@ -81,14 +95,15 @@ namespace sluice::cpu {
 constexpr int64_t kX4Rows = 4;               // rows per interleaved group
 constexpr int64_t kQ4_0x4Rows = kX4Rows;
 constexpr size_t kQ4_0x4RecordBytes = 144;  // one block pair of 4 rows
-constexpr int64_t kX8Rows = 8;               // rows per Q8_0x8 group
+constexpr int64_t kX8Rows = 8;               // rows per Q8_0x8 / Q4_0x8 group
 constexpr size_t kQ8_0x8RecordBytes = 272;   // one block of 8 rows
+constexpr size_t kQ4_0x8RecordBytes = 144;
 constexpr int64_t kX16Rows = 16;             // rows per Q8_0x16 group
 constexpr size_t kQ8_0x16RecordBytes = 544;  // one block of 16 rows
 
 // The layout a matrix of (type, n_out, n_in) is repacked to for the kernels of
-// instruction-set level `isa`; kRows if none. Q8_0 goes to kQ8_0x16 at the
-// AVX-512 level (its kernel there) and to kQ8_0x8 at AVX2; Q4_0 to kQ4_0x4.
+// instruction-set level `isa`; kRows if none. At the AVX-512 level Q8_0 goes to
+// kQ8_0x16 and Q4_0 to kQ4_0x4, at AVX2 to kQ8_0x8 and kQ4_0x8 (their kernels).
 WeightLayout repack_layout(DType type, int64_t n_out, int64_t n_in, Isa isa);
 
 // The layout each matrix of one matmul_group dispatch gets at load: all of them
@@ -100,7 +115,7 @@ void group_layouts(std::span<const WeightView> group, Isa isa, WeightLayout* lay
 // Rows per interleaved group of a repacked layout (4, 8 or 16); 1 for kRows.
 int64_t repack_group_rows(WeightLayout layout);
 
-// "q4_0x4", "q8_0x8", "q8_0x16" or "rows".
+// "q4_0x4", "q4_0x8", "q8_0x8", "q8_0x16" or "rows".
 const char* layout_name(WeightLayout layout);
 
 // Rows [r0, r1) of src (GGUF Q4_0 rows) -> dst, both laid out for the whole
@@ -116,6 +131,10 @@ void unpack_q4_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r
 // The same pair for Q8_0x8 (r0, r1 multiples of 8; n_in a multiple of 32).
 void repack_q8_0x8(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
 void unpack_q8_0x8_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
+
+// The same pair for Q4_0x8 (r0, r1 multiples of 8; n_in a multiple of 32).
+void repack_q4_0x8(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
+void unpack_q4_0x8_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r);
 
 // The same pair for Q8_0x16 (r0, r1 multiples of 16; n_in a multiple of 32).
 void repack_q8_0x16(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
