@@ -163,16 +163,7 @@ class Runner {
     if (a_.softcap > 0.0f) {
       for (int64_t j = 0; j < n; ++j) sc[j] = a_.softcap * std::tanh(sc[j] / a_.softcap);
     }
-    float mb = sc[0];
-    for (int64_t j = 1; j < n; ++j) mb = std::max(mb, sc[j]);
-    float r = 1.0f;
-    if (mb > x[0]) {
-      r = x[0] == kNegInf ? 0.0f : std::exp(x[0] - mb);
-      x[0] = mb;
-    }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < n; ++j) sum += (pr[j] = std::exp(sc[j] - x[0]));
-    x[1] = x[1] * r + sum;
+    const float r = softmax_step(x, sc, pr, n);
     ops_.accumulate(x + 2, r, pr, v, n, hd_);
   }
 

@@ -19,8 +19,9 @@
 // Inside a chunk, tiles of at most 16 positions that never span two blocks
 // (so one head's positions of a tile are equally spaced) are the unit of a
 // softmax rescale. At AVX-512, f32 and f16 K/V are read in place by a fused
-// kernel (16 scores at once, vector exp, f16 converted in registers); q8_0, and
-// the levels without that kernel, convert a tile to floats first.
+// kernel (16 scores at once, vector exp, f16 converted in registers); at AVX2 by
+// the composed arithmetic (dot products, scalar softmax, accumulation) reading
+// rows where they lie; q8_0, and the scalar level, convert a tile to floats first.
 //
 // A sliding window (window > 0) keeps this grid: a query at P reads positions
 // lo = max(0, P - window + 1) .. P, so its first chunk is lo / 256 and its first

@@ -3,7 +3,9 @@
 // that level only) and are called only when active_isa() allows.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace sluice::cpu {
 
@@ -25,6 +27,25 @@ struct PagedVecOps {
   void (*tile)(const float* q, const uint8_t* k, const uint8_t* v, int64_t stride, bool f16, int64_t n, int64_t hd,
                float scale, float* x);
 };
+
+// The online-softmax step of a tile given its n scores sc (composed paths):
+// m' = max(m, max_j sc[j]), pr[j] = e^(sc[j] - m'), l' = l r + sum_j pr[j];
+// returns r = e^(m - m') (1 if m does not change, 0 from the empty state), by
+// which the caller scales acc before adding sum_j pr[j] v[j].
+//   x: [m, l, ...]   sc, pr: [n]
+inline float softmax_step(float* x, const float* sc, float* pr, int64_t n) {
+  float mb = sc[0];
+  for (int64_t j = 1; j < n; ++j) mb = mb < sc[j] ? sc[j] : mb;
+  float r = 1.0f;
+  if (mb > x[0]) {
+    r = x[0] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(x[0] - mb);
+    x[0] = mb;
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) sum += (pr[j] = std::exp(sc[j] - x[0]));
+  x[1] = x[1] * r + sum;
+  return r;
+}
 
 PagedVecOps paged_vec_ops_avx2();
 PagedVecOps paged_vec_ops_avx512();
