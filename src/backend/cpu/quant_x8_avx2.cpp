@@ -94,6 +94,13 @@ struct Q8_0x8 {
     }
   }
 
+  // One GGUF block (at blk) times the block's 32 activations xq: 8 int32 lanes
+  // whose sum is the block's isum (lane l: elements 4l .. 4l+3).
+  static __m256i row_dot(const uint8_t* blk, __m256i xq, __m256i ones) {
+    const __m256i w = loadu256(blk + 2);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xq, w)), ones);
+  }
+
   // Block b of 8 GGUF rows (null: absent, zero) -> one record. An 8 x 8
   // transpose of dwords: v[i] = row i's dwords 0..7; chunk k = dword k of rows 0..7.
   static void stage(const uint8_t* const (&row)[kX8Rows], size_t at, uint8_t* rec) {
@@ -170,6 +177,14 @@ struct Q4_0x8 {
     }
 #pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(p[j], ones));
+  }
+
+  // As Q8_0x8::row_dot; the lanes' sum lacks corr(t, b).
+  static __m256i row_dot(const uint8_t* blk, __m256i xq, __m256i ones) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m256i n = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
+                                       _mm256_set1_epi8(0x0F));  // [elements 0..15 | 16..31]
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(n, xq), ones);
   }
 
   // Block b of 8 GGUF rows (null: absent, zero) -> one record. Row i's chunk c
@@ -309,9 +324,61 @@ void rows_x8(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
   }
 }
 
+// [sum of the lanes of v[0], ..., of v[7]] (integers: the order is free).
+__m256i lane_sums8(const __m256i (&v)[kX8Rows]) {
+  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i lo = _mm256_hadd_epi32(h01, h23);  // [rows 0..3: lanes 0..3 | lanes 4..7]
+  const __m256i hi = _mm256_hadd_epi32(h45, h67);  // rows 4..7
+  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// One token over GGUF rows [r0, r1) (any): staging 8 rows into a record costs
+// as much as the record's products with one token, so decode sums each row's
+// block in its own vector and folds the 8 rows' lanes into one vector of block
+// sums (lane_sums8). The same isum(r, t, b) and float update per block as the
+// tiles, so the same bits.
+template <class P>
+void gemv_gguf(const Args& a, size_t block_bytes, int64_t r0, int64_t r1) {
+  const int64_t n_blocks = a.n_in / 32;
+  int32_t corr[P::kCorr ? kCorrInts : 1];
+  if (P::kCorr) {
+    CHECK(n_blocks <= kCorrInts);
+    block_corr(a, n_blocks, 0, 1, corr);
+  }
+  const auto* x = reinterpret_cast<const ActQ8x64*>(a.xa);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t r = r0; r < r1; r += kX8Rows) {
+    const int nr = static_cast<int>(std::min<int64_t>(kX8Rows, r1 - r));
+    const uint8_t* row[kX8Rows];
+    for (int i = 0; i < kX8Rows; ++i) row[i] = a.w + (r + (i < nr ? i : 0)) * a.w_row_bytes;
+    const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const size_t at = static_cast<size_t>(b) * block_bytes;
+      const int h = static_cast<int>(b & 1);
+      const __m256i xq = loadu256(x[b >> 1].q + 32 * h);
+      __m256i v[kX8Rows];
+      for (int i = 0; i < kX8Rows; ++i) v[i] = P::row_dot(row[i] + at, xq, ones);  // rows past nr repeat row 0
+      __m256i isum = lane_sums8(v);
+      if (P::kCorr) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(corr[b]));
+      auto d = [&](int i) {
+        uint16_t h;
+        std::memcpy(&h, row[i] + at, 2);
+        return static_cast<short>(h);
+      };
+      const __m256 wd = _mm256_cvtph_ps(_mm_setr_epi16(d(0), d(1), d(2), d(3), d(4), d(5), d(6), d(7)));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(wd, _mm256_set1_ps(x[b >> 1].d[8 * h])), acc);
+    }
+    if (nr == kX8Rows) _mm256_storeu_ps(a.y + r, acc);
+    else _mm256_maskstore_ps(a.y + r, lanes, acc);
+  }
+}
+
 // Rows [r0, r1) (any) of a matrix in GGUF rows: the same tiles on staged records.
 template <class P>
 void rows_gguf(const Args& a, size_t block_bytes, int64_t n_tok, int64_t r0, int64_t r1) {
+  if (n_tok == 1) return gemv_gguf<P>(a, block_bytes, r0, r1);
   const int64_t n_blocks = a.n_in / 32;
   int32_t corr[P::kCorr ? kCorrInts : 1];
   alignas(64) uint8_t stage[kStageBlocks * P::kRecordBytes];
