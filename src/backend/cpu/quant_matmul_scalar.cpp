@@ -28,30 +28,31 @@ float dot_q8_0(const BlockQ8_0* wb, const ActQ8x64* a, int64_t n_blocks) {
   return total;
 }
 
-// Row r of a Q8_0x8 matrix, unpacked block by block; same terms as dot_q8_0.
-float dot_q8_0x8(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
-  const size_t rb = row_bytes(DType::kQ8_0, n_in);
-  const uint8_t* group = w + static_cast<size_t>(r / kX8Rows) * kX8Rows * rb;
+// Row r of a matrix in a layout of one record per block of `kRows` rows (Q8_0x8,
+// Q8_0x16, Q4_0x8), unpacked block by block: a record is itself such a matrix
+// of kRows rows x 32 columns. The same terms, in the same order, as the dot of
+// the GGUF row.
+template <class Block, int64_t kRows, size_t kRecordBytes, void (*Unpack)(const uint8_t*, uint8_t*, int64_t, int64_t),
+          float (*Term)(const Block&, const ActQ8x64&, int)>
+float dot_per_block(const uint8_t* w, size_t row_bytes, int64_t n_in, int64_t r, const ActQ8x64* a) {
+  const uint8_t* group = w + static_cast<size_t>(r / kRows) * kRows * row_bytes;
   float total = 0.0f;
   for (int64_t b = 0; b < n_in / 32; ++b) {
-    BlockQ8_0 blk;
-    unpack_q8_0x8_row(group + b * kQ8_0x8RecordBytes, reinterpret_cast<uint8_t*>(&blk), 32, r % kX8Rows);
-    total += q8_0_term(blk, a[b / 2], static_cast<int>(b % 2));
+    Block blk;
+    Unpack(group + b * kRecordBytes, reinterpret_cast<uint8_t*>(&blk), 32, r % kRows);
+    total += Term(blk, a[b / 2], static_cast<int>(b % 2));
   }
   return total;
 }
 
-// Row r of a Q8_0x16 matrix, unpacked block by block; same terms as dot_q8_0.
+float dot_q8_0x8(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
+  return dot_per_block<BlockQ8_0, kX8Rows, kQ8_0x8RecordBytes, unpack_q8_0x8_row, q8_0_term>(
+      w, row_bytes(DType::kQ8_0, n_in), n_in, r, a);
+}
+
 float dot_q8_0x16(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
-  const size_t rb = row_bytes(DType::kQ8_0, n_in);
-  const uint8_t* group = w + static_cast<size_t>(r / kX16Rows) * kX16Rows * rb;
-  float total = 0.0f;
-  for (int64_t b = 0; b < n_in / 32; ++b) {
-    BlockQ8_0 blk;  // one record is itself a Q8_0x16 matrix of 16 rows x 32 columns
-    unpack_q8_0x16_row(group + b * kQ8_0x16RecordBytes, reinterpret_cast<uint8_t*>(&blk), 32, r % kX16Rows);
-    total += q8_0_term(blk, a[b / 2], static_cast<int>(b % 2));
-  }
-  return total;
+  return dot_per_block<BlockQ8_0, kX16Rows, kQ8_0x16RecordBytes, unpack_q8_0x16_row, q8_0_term>(
+      w, row_bytes(DType::kQ8_0, n_in), n_in, r, a);
 }
 
 // Q4_0: element i < 16 is the low nibble of qs[i], element 16 + i the high one.
@@ -88,17 +89,9 @@ float dot_q4_0x4(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
   return total;
 }
 
-// Row r of a Q4_0x8 matrix, unpacked block by block; same terms as dot_q4_0.
 float dot_q4_0x8(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
-  const size_t rb = row_bytes(DType::kQ4_0, n_in);
-  const uint8_t* group = w + static_cast<size_t>(r / kX8Rows) * kX8Rows * rb;
-  float total = 0.0f;
-  for (int64_t b = 0; b < n_in / 32; ++b) {
-    BlockQ4_0 blk;  // one record is itself a Q4_0x8 matrix of 8 rows x 32 columns
-    unpack_q4_0x8_row(group + b * kQ4_0x8RecordBytes, reinterpret_cast<uint8_t*>(&blk), 32, r % kX8Rows);
-    total += q4_0_term(blk, a[b / 2], static_cast<int>(b % 2));
-  }
-  return total;
+  return dot_per_block<BlockQ4_0, kX8Rows, kQ4_0x8RecordBytes, unpack_q4_0x8_row, q4_0_term>(
+      w, row_bytes(DType::kQ4_0, n_in), n_in, r, a);
 }
 
 // Q4_K: isum = sum_s sc_s * sum(n * q), msum = sum_s m_s * (qsum of sub-block s).
