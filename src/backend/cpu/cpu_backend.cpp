@@ -174,7 +174,7 @@ PreparedWeights CpuBackend::prepare_weights(std::span<const WeightGroup> groups)
     }
   }
   std::string layouts;
-  for (WeightLayout l : {WeightLayout::kQ4_0x4, WeightLayout::kQ4_0x8, WeightLayout::kQ8_0x8, WeightLayout::kQ8_0x16})
+  for (WeightLayout l : kRepackedLayouts)
     if (layouts_used & (1u << static_cast<unsigned>(l)))
       layouts += fmt::format("{}{} ({}-row interleave)", layouts.empty() ? "" : ", ", layout_name(l),
                              repack_group_rows(l));

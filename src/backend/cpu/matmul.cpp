@@ -35,31 +35,15 @@ const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout) {
       for (size_t j = 0; j < kTypes.size(); ++j) t[i][j] = lookup(kTypes[j], static_cast<Isa>(i), WeightLayout::kRows);
     return t;
   }();
-  static const auto packed = [] {  // [isa][0: Q4_0x4, 1: Q8_0x8, 2: Q8_0x16, 3: Q4_0x8]
-    std::array<std::array<MatmulKernel, 4>, 3> t{};
-    for (int i = 0; i < 3; ++i) {
-      t[i][0] = lookup(DType::kQ4_0, static_cast<Isa>(i), WeightLayout::kQ4_0x4);
-      t[i][1] = lookup(DType::kQ8_0, static_cast<Isa>(i), WeightLayout::kQ8_0x8);
-      t[i][2] = lookup(DType::kQ8_0, static_cast<Isa>(i), WeightLayout::kQ8_0x16);
-      t[i][3] = lookup(DType::kQ4_0, static_cast<Isa>(i), WeightLayout::kQ4_0x8);
-    }
+  static const auto packed = [] {  // [isa][layout], every repacked layout
+    std::array<std::array<MatmulKernel, std::size(kRepackedLayouts) + 1>, 3> t{};
+    for (int i = 0; i < 3; ++i)
+      for (WeightLayout l : kRepackedLayouts) t[i][static_cast<size_t>(l)] = lookup(repacked_type(l), static_cast<Isa>(i), l);
     return t;
   }();
-  if (layout == WeightLayout::kQ4_0x4) {
-    CHECK(type == DType::kQ4_0);
-    return packed[static_cast<size_t>(isa)][0];
-  }
-  if (layout == WeightLayout::kQ8_0x8) {
-    CHECK(type == DType::kQ8_0);
-    return packed[static_cast<size_t>(isa)][1];
-  }
-  if (layout == WeightLayout::kQ8_0x16) {
-    CHECK(type == DType::kQ8_0);
-    return packed[static_cast<size_t>(isa)][2];
-  }
-  if (layout == WeightLayout::kQ4_0x8) {
-    CHECK(type == DType::kQ4_0);
-    return packed[static_cast<size_t>(isa)][3];
+  if (layout != WeightLayout::kRows) {
+    CHECK(type == repacked_type(layout));
+    return packed[static_cast<size_t>(isa)][static_cast<size_t>(layout)];
   }
   for (size_t j = 0; j < kTypes.size(); ++j) {
     if (kTypes[j] == type) {

@@ -5,6 +5,7 @@
 #include "backend/cpu/act_quant.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant_matmul_more.h"
+#include "backend/cpu/repack.h"
 
 namespace sluice::cpu {
 namespace {
@@ -119,20 +120,17 @@ const Family kIQ4_XS = {act_row_bytes_q8x256,
 
 MatmulKernel quant_matmul_kernel(DType type, Isa isa, WeightLayout layout) {
   const Family* f = nullptr;
-  if (layout == WeightLayout::kQ4_0x4) {
-    if (type != DType::kQ4_0) return MatmulKernel{};
-    f = &kQ4_0x4;
-  } else if (layout == WeightLayout::kQ8_0x8) {
-    if (type != DType::kQ8_0) return MatmulKernel{};
-    f = &kQ8_0x8;
-  } else if (layout == WeightLayout::kQ4_0x8) {
-    if (type != DType::kQ4_0) return MatmulKernel{};
-    f = &kQ4_0x8;
-  } else if (layout == WeightLayout::kQ8_0x16) {
-    if (type != DType::kQ8_0) return MatmulKernel{};
-    f = &kQ8_0x16;
-  } else
-  switch (type) {
+  if (layout != WeightLayout::kRows) {
+    if (type != repacked_type(layout)) return MatmulKernel{};
+    switch (layout) {
+      case WeightLayout::kQ4_0x4: f = &kQ4_0x4; break;
+      case WeightLayout::kQ4_0x8: f = &kQ4_0x8; break;
+      case WeightLayout::kQ8_0x8: f = &kQ8_0x8; break;
+      case WeightLayout::kQ8_0x16: f = &kQ8_0x16; break;
+      case WeightLayout::kRows: break;
+    }
+  } else {
+    switch (type) {
       case DType::kQ8_0: f = &kQ8_0; break;
       case DType::kQ4_0: f = &kQ4_0; break;
       case DType::kQ4_K: f = &kQ4_K; break;
@@ -147,6 +145,7 @@ MatmulKernel quant_matmul_kernel(DType type, Isa isa, WeightLayout layout) {
       case DType::kIQ4_XS: f = &kIQ4_XS; break;
       default: return MatmulKernel{};
     }
+  }
   const int i = static_cast<int>(isa);
   if (f->rows[i] == nullptr) return MatmulKernel{};  // none at this level: the caller falls back
   return MatmulKernel{.act_row_bytes = f->act_row_bytes, .convert_act = f->convert[i],

@@ -94,6 +94,18 @@ float dot_q4_0x8(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
       w, row_bytes(DType::kQ4_0, n_in), n_in, r, a);
 }
 
+// Rows [r0, r1) (multiples of kRows; n_in a multiple of kInMultiple) of a
+// repacked matrix, each (row, token) by Dot.
+template <float (*Dot)(const uint8_t*, int64_t, int64_t, const ActQ8x64*), int64_t kRows, int64_t kInMultiple>
+void rows_of_layout(const uint8_t* w, int64_t n_in, const uint8_t* xa, size_t xa_stride, int64_t n_tok, float* y,
+                    int64_t y_stride, int64_t r0, int64_t r1) {
+  CHECK(n_in % kInMultiple == 0 && r0 % kRows == 0 && r1 % kRows == 0);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
+    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = Dot(w, n_in, r, a);
+  }
+}
+
 // Q4_K: isum = sum_s sc_s * sum(n * q), msum = sum_s m_s * (qsum of sub-block s).
 float dot_q4_k(const BlockQ4_K* wb, const ActQ8x256* a, int64_t n_blocks) {
   float total = 0.0f;
@@ -150,21 +162,13 @@ void quant_rows_q8_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
 void quant_rows_q8_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                               size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                               int64_t r1) {
-  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
-    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q8_0x8(w, n_in, r, a);
-  }
+  rows_of_layout<dot_q8_0x8, kX8Rows, 32>(w, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
 void quant_rows_q8_0x16_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                                size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                                int64_t r1) {
-  CHECK(n_in % 32 == 0 && r0 % kX16Rows == 0 && r1 % kX16Rows == 0);
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
-    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q8_0x16(w, n_in, r, a);
-  }
+  rows_of_layout<dot_q8_0x16, kX16Rows, 32>(w, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
 void quant_rows_q4_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
@@ -180,21 +184,13 @@ void quant_rows_q4_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
 void quant_rows_q4_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                               size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                               int64_t r1) {
-  CHECK(n_in % 64 == 0 && r0 % kQ4_0x4Rows == 0 && r1 % kQ4_0x4Rows == 0);
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
-    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q4_0x4(w, n_in, r, a);
-  }
+  rows_of_layout<dot_q4_0x4, kQ4_0x4Rows, 64>(w, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
 void quant_rows_q4_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                               size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                               int64_t r1) {
-  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
-    for (int64_t r = r0; r < r1; ++r) y[t * y_stride + r] = dot_q4_0x8(w, n_in, r, a);
-  }
+  rows_of_layout<dot_q4_0x8, kX8Rows, 32>(w, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
 void quant_rows_q4_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,

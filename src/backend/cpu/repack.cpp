@@ -40,6 +40,18 @@ int64_t repack_group_rows(WeightLayout layout) {
   return 1;
 }
 
+DType repacked_type(WeightLayout layout) {
+  switch (layout) {
+    case WeightLayout::kQ4_0x4:
+    case WeightLayout::kQ4_0x8: return DType::kQ4_0;
+    case WeightLayout::kQ8_0x8:
+    case WeightLayout::kQ8_0x16: return DType::kQ8_0;
+    case WeightLayout::kRows: break;
+  }
+  CHECK(false && "repacked_type: not a repacked layout");
+  return DType::kQ8_0;
+}
+
 const char* layout_name(WeightLayout layout) {
   switch (layout) {
     case WeightLayout::kQ4_0x4: return "q4_0x4";
@@ -105,85 +117,75 @@ void unpack_q4_0x4_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r
   }
 }
 
+namespace {
+
+// The layouts of one record per block and group of `rows` rows (Q8_0x8, Q4_0x8,
+// Q8_0x16, repack.h): the rows' f16 scales, then their quant bytes in 4-byte
+// lanes, for e below the block's quant bytes:
+//
+//   rec[2 * rows + rows * 4 * (e / 4) + 4 * i + e % 4] = (quant byte e of row i) ^ bias
+struct PerBlock {
+  int64_t rows;
+  size_t block_bytes;  // GGUF block: f16 d, then block_bytes - 2 quant bytes
+  uint8_t bias;
+  constexpr size_t record_bytes() const { return static_cast<size_t>(rows) * block_bytes; }
+  size_t lane_byte(int64_t i, size_t e) const {
+    return static_cast<size_t>(rows) * (2 + 4 * (e / 4)) + 4 * static_cast<size_t>(i) + e % 4;
+  }
+};
+constexpr PerBlock kQ8_0x8Codec{kX8Rows, sizeof(BlockQ8_0), 0};
+constexpr PerBlock kQ4_0x8Codec{kX8Rows, sizeof(BlockQ4_0), 0};
+constexpr PerBlock kQ8_0x16Codec{kX16Rows, sizeof(BlockQ8_0), 0x80};
+static_assert(kQ8_0x8Codec.record_bytes() == kQ8_0x8RecordBytes && kQ4_0x8Codec.record_bytes() == kQ4_0x8RecordBytes &&
+                  kQ8_0x16Codec.record_bytes() == kQ8_0x16RecordBytes,
+              "a record holds exactly its rows' blocks");
+
+void repack_per_block(const PerBlock& c, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
+  CHECK(n_in % 32 == 0 && r0 % c.rows == 0 && r1 % c.rows == 0);
+  const size_t rb = static_cast<size_t>(n_in / 32) * c.block_bytes;
+  for (int64_t g = r0 / c.rows; g < r1 / c.rows; ++g) {
+    uint8_t* rec = dst + static_cast<size_t>(g * c.rows) * rb;
+    for (int64_t b = 0; b < n_in / 32; ++b, rec += c.record_bytes()) {
+      for (int64_t i = 0; i < c.rows; ++i) {
+        const uint8_t* blk = src + static_cast<size_t>(g * c.rows + i) * rb + static_cast<size_t>(b) * c.block_bytes;
+        std::memcpy(rec + 2 * i, blk, 2);
+        for (size_t e = 0; e + 2 < c.block_bytes; ++e) rec[c.lane_byte(i, e)] = blk[2 + e] ^ c.bias;
+      }
+    }
+  }
+}
+
+void unpack_per_block_row(const PerBlock& c, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r) {
+  CHECK(n_in % 32 == 0);
+  const size_t rb = static_cast<size_t>(n_in / 32) * c.block_bytes;
+  const int64_t i = r % c.rows;
+  const uint8_t* rec = src + static_cast<size_t>(r / c.rows * c.rows) * rb;
+  for (int64_t b = 0; b < n_in / 32; ++b, rec += c.record_bytes()) {
+    uint8_t* blk = dst + static_cast<size_t>(b) * c.block_bytes;
+    std::memcpy(blk, rec + 2 * i, 2);
+    for (size_t e = 0; e + 2 < c.block_bytes; ++e) blk[2 + e] = rec[c.lane_byte(i, e)] ^ c.bias;
+  }
+}
+
+}  // namespace
+
 void repack_q8_0x8(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
-  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
-  const size_t rb = row_bytes(DType::kQ8_0, n_in);
-  for (int64_t g = r0 / kX8Rows; g < r1 / kX8Rows; ++g) {
-    uint8_t* rec = dst + static_cast<size_t>(g) * kX8Rows * rb;
-    for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ8_0x8RecordBytes) {
-      for (int i = 0; i < kX8Rows; ++i) {
-        const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(src + static_cast<size_t>(8 * g + i) * rb)[b];
-        std::memcpy(rec + 2 * i, &blk.d, 2);
-        for (int e = 0; e < 32; ++e) rec[16 + 32 * (e / 4) + 4 * i + e % 4] = static_cast<uint8_t>(blk.qs[e]);
-      }
-    }
-  }
+  repack_per_block(kQ8_0x8Codec, src, dst, n_in, r0, r1);
 }
-
 void unpack_q8_0x8_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r) {
-  CHECK(n_in % 32 == 0);
-  const size_t rb = row_bytes(DType::kQ8_0, n_in);
-  const int i = static_cast<int>(r % kX8Rows);
-  const uint8_t* rec = src + static_cast<size_t>(r / kX8Rows) * kX8Rows * rb;
-  auto* out = reinterpret_cast<BlockQ8_0*>(dst);
-  for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ8_0x8RecordBytes) {
-    std::memcpy(&out[b].d, rec + 2 * i, 2);
-    for (int e = 0; e < 32; ++e) out[b].qs[e] = static_cast<int8_t>(rec[16 + 32 * (e / 4) + 4 * i + e % 4]);
-  }
+  unpack_per_block_row(kQ8_0x8Codec, src, dst, n_in, r);
 }
-
 void repack_q4_0x8(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
-  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
-  const size_t rb = row_bytes(DType::kQ4_0, n_in);
-  for (int64_t g = r0 / kX8Rows; g < r1 / kX8Rows; ++g) {
-    uint8_t* rec = dst + static_cast<size_t>(g) * kX8Rows * rb;
-    for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ4_0x8RecordBytes) {
-      for (int i = 0; i < kX8Rows; ++i) {
-        const BlockQ4_0& blk = reinterpret_cast<const BlockQ4_0*>(src + static_cast<size_t>(8 * g + i) * rb)[b];
-        std::memcpy(rec + 2 * i, &blk.d, 2);
-        for (int c = 0; c < 4; ++c) std::memcpy(rec + 16 + 32 * c + 4 * i, blk.qs + 4 * c, 4);
-      }
-    }
-  }
+  repack_per_block(kQ4_0x8Codec, src, dst, n_in, r0, r1);
 }
-
 void unpack_q4_0x8_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r) {
-  CHECK(n_in % 32 == 0);
-  const size_t rb = row_bytes(DType::kQ4_0, n_in);
-  const int i = static_cast<int>(r % kX8Rows);
-  const uint8_t* rec = src + static_cast<size_t>(r / kX8Rows) * kX8Rows * rb;
-  auto* out = reinterpret_cast<BlockQ4_0*>(dst);
-  for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ4_0x8RecordBytes) {
-    std::memcpy(&out[b].d, rec + 2 * i, 2);
-    for (int c = 0; c < 4; ++c) std::memcpy(out[b].qs + 4 * c, rec + 16 + 32 * c + 4 * i, 4);
-  }
+  unpack_per_block_row(kQ4_0x8Codec, src, dst, n_in, r);
 }
-
 void repack_q8_0x16(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
-  CHECK(n_in % 32 == 0 && r0 % kX16Rows == 0 && r1 % kX16Rows == 0);
-  const size_t rb = row_bytes(DType::kQ8_0, n_in);
-  for (int64_t g = r0 / kX16Rows; g < r1 / kX16Rows; ++g) {
-    uint8_t* rec = dst + static_cast<size_t>(g) * kX16Rows * rb;
-    for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ8_0x16RecordBytes) {
-      for (int i = 0; i < kX16Rows; ++i) {
-        const BlockQ8_0& blk = reinterpret_cast<const BlockQ8_0*>(src + static_cast<size_t>(16 * g + i) * rb)[b];
-        std::memcpy(rec + 2 * i, &blk.d, 2);
-        for (int e = 0; e < 32; ++e) rec[32 + 64 * (e / 4) + 4 * i + e % 4] = static_cast<uint8_t>(blk.qs[e]) ^ 0x80;
-      }
-    }
-  }
+  repack_per_block(kQ8_0x16Codec, src, dst, n_in, r0, r1);
 }
-
 void unpack_q8_0x16_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r) {
-  CHECK(n_in % 32 == 0);
-  const size_t rb = row_bytes(DType::kQ8_0, n_in);
-  const int i = static_cast<int>(r % kX16Rows);
-  const uint8_t* rec = src + static_cast<size_t>(r / kX16Rows) * kX16Rows * rb;
-  auto* out = reinterpret_cast<BlockQ8_0*>(dst);
-  for (int64_t b = 0; b < n_in / 32; ++b, rec += kQ8_0x16RecordBytes) {
-    std::memcpy(&out[b].d, rec + 2 * i, 2);
-    for (int e = 0; e < 32; ++e) out[b].qs[e] = static_cast<int8_t>(rec[32 + 64 * (e / 4) + 4 * i + e % 4] ^ 0x80);
-  }
+  unpack_per_block_row(kQ8_0x16Codec, src, dst, n_in, r);
 }
 
 }  // namespace sluice::cpu

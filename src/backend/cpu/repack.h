@@ -115,6 +115,14 @@ void group_layouts(std::span<const WeightView> group, Isa isa, WeightLayout* lay
 // Rows per interleaved group of a repacked layout (4, 8 or 16); 1 for kRows.
 int64_t repack_group_rows(WeightLayout layout);
 
+// Every repacked layout (they follow kRows in the enum).
+constexpr WeightLayout kRepackedLayouts[] = {WeightLayout::kQ4_0x4, WeightLayout::kQ8_0x8, WeightLayout::kQ8_0x16,
+                                             WeightLayout::kQ4_0x8};
+static_assert(static_cast<int>(WeightLayout::kRows) == 0, "kRows is the first layout");
+
+// The weight type a repacked layout holds (kQ4_0 or kQ8_0); kRows: none (CHECK).
+DType repacked_type(WeightLayout layout);
+
 // "q4_0x4", "q4_0x8", "q8_0x8", "q8_0x16" or "rows".
 const char* layout_name(WeightLayout layout);
 
