@@ -1,18 +1,26 @@
-// Paged-attention vector helpers for avx2 (this file is compiled for avx2). The
-// fused tile() is the composed arithmetic read in place (f16 widened in registers).
+// Paged-attention vector helpers for avx2 (this file is compiled for avx2).
+// The fused tile() reads K/V in place (f16 widened in registers) and runs one
+// query head's online-softmax step over up to 16 positions:
+//   s[j] = scale * q . k[j]        8 rows at a time: 8 FMA chains over hd, one
+//                                  transposed sum (hsum8x8) per 8 rows
+//   m' = max(m, max_j s[j]);  r = e^(m - m');  p[j] = e^(s[j] - m')   (vector exp)
+//   l' = l r + sum_j p[j];    acc = acc r + sum_j p[j] v[j]            (j in order)
+// The composed scores/accumulate (used for q8_0 rows and soft-capped scores)
+// sum q . k[j] in another order and take std::exp, so the two paths agree to
+// rounding, not to the bit.
 #include <immintrin.h>
 
+#include <limits>
+
 #include "backend/cpu/paged_attention_simd.h"
+#include "backend/cpu/vec_math_avx2.h"
 
 namespace sluice::cpu {
 namespace {
 
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using avx2::exp_ps;
+using avx2::hmax;
+using avx2::hsum;
 
 // Rows j = 0, 1, ... of floats (T = float) or f16 bits (T = uint16_t), `stride`
 // bytes apart. f16 is widened in registers, exactly, so a value computes the same
@@ -112,21 +120,71 @@ void accumulate(float* acc, float r, const float* p, const float* v, int64_t n, 
   accumulate_rows(acc, r, p, float_rows(v, hd), n, hd);
 }
 
-// The composed arithmetic (scores, softmax_step, accumulate) on K/V rows where
-// they lie: the same bits as converting the tile to floats first, without the
-// copy (which was most of the attention time of a 16-sequence decode step).
+// Scores of rows j0 .. j0+7 (rows past n repeat row n - 1; the caller masks
+// them): lane j is scale * q . k[j0 + j]. C > 0: hd == 8 C.
+template <typename T, int C>
+__m256 scores8(const float* q, const Rows<T>& k, int64_t j0, int64_t n, int64_t hd, float scale) {
+  const int64_t nc = C > 0 ? C : hd / 8;
+  int64_t jr[8];
+  for (int64_t j = 0; j < 8; ++j) jr[j] = j0 + j < n ? j0 + j : n - 1;
+  __m256 dots[8];
+  for (__m256& d : dots) d = _mm256_setzero_ps();
+  for (int64_t c = 0; c < nc; ++c) {
+    const __m256 qc = _mm256_loadu_ps(q + c * 8);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) dots[j] = _mm256_fmadd_ps(qc, k.load8(jr[j], c * 8), dots[j]);
+  }
+  __m256 s = avx2::hsum8x8(dots);
+  if (C == 0 && hd % 8 != 0) {  // the last hd % 8 elements, per row after its 8-lane sum
+    alignas(32) float t[8];
+    _mm256_store_ps(t, s);
+    for (int j = 0; j < 8; ++j)
+      for (int64_t i = nc * 8; i < hd; ++i) t[j] += q[i] * k.at(jr[j], i);
+    s = _mm256_load_ps(t);
+  }
+  return _mm256_mul_ps(s, _mm256_set1_ps(scale));
+}
+
+// Lanes j < live of v, the others `fill`.
+__m256 keep_first(__m256 v, int64_t live, float fill) {
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 m = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(live)), idx));
+  return _mm256_blendv_ps(_mm256_set1_ps(fill), v, m);
+}
+
+template <typename T, int C>
+void tile_t(const float* q, const Rows<T>& k, const Rows<T>& v, int64_t n, int64_t hd, float scale, float* x) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const __m256 s0 = keep_first(scores8<T, C>(q, k, 0, n, hd, scale), n, kNegInf);
+  const __m256 s1 = n > 8 ? keep_first(scores8<T, C>(q, k, 8, n, hd, scale), n - 8, kNegInf) : _mm256_set1_ps(kNegInf);
+  const float mb = hmax(_mm256_max_ps(s0, s1));
+  float r = 1.0f;
+  if (mb > x[0]) {
+    r = x[0] == kNegInf ? 0.0f : _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(x[0] - mb)));
+    x[0] = mb;
+  }
+  const __m256 m = _mm256_set1_ps(x[0]);
+  const __m256 p0 = exp_ps(_mm256_sub_ps(s0, m)), p1 = exp_ps(_mm256_sub_ps(s1, m));  // e^-inf = 0
+  x[1] = x[1] * r + hsum(_mm256_add_ps(p0, p1));
+  alignas(32) float pj[kPagedTileMax];
+  _mm256_store_ps(pj, p0);
+  _mm256_store_ps(pj + 8, p1);
+  accumulate_rows(x + 2, r, pj, v, n, hd);
+}
+
 template <typename T>
-void tile_rows(const float* q, const Rows<T>& k, const Rows<T>& v, int64_t n, int64_t hd, float scale, float* x) {
-  float sc[kPagedTileMax] = {}, pr[kPagedTileMax];  // (zeroed: GCC cannot see scores_rows fill [0, n))
-  scores_rows(q, k, n, hd, scale, sc);
-  const float r = softmax_step(x, sc, pr, n);
-  accumulate_rows(x + 2, r, pr, v, n, hd);
+void tile_of(const float* q, const Rows<T>& k, const Rows<T>& v, int64_t n, int64_t hd, float scale, float* x) {
+  switch (hd) {
+    case 64: return tile_t<T, 8>(q, k, v, n, hd, scale, x);
+    case 128: return tile_t<T, 16>(q, k, v, n, hd, scale, x);
+    default: return tile_t<T, 0>(q, k, v, n, hd, scale, x);
+  }
 }
 
 void tile(const float* q, const uint8_t* k, const uint8_t* v, int64_t stride, bool f16, int64_t n, int64_t hd,
           float scale, float* x) {
-  if (f16) tile_rows(q, Rows<uint16_t>{k, stride}, Rows<uint16_t>{v, stride}, n, hd, scale, x);
-  else tile_rows(q, Rows<float>{k, stride}, Rows<float>{v, stride}, n, hd, scale, x);
+  if (f16) tile_of(q, Rows<uint16_t>{k, stride}, Rows<uint16_t>{v, stride}, n, hd, scale, x);
+  else tile_of(q, Rows<float>{k, stride}, Rows<float>{v, stride}, n, hd, scale, x);
 }
 
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
