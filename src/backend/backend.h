@@ -169,6 +169,12 @@ struct ExpertFfnArgs {
   const ExpertWeights* shared = nullptr;   // the always-on expert, or null
   int64_t n_ff_shared = 0;                 // its width
   const float* shared_gate = nullptr;      // [n_embd] or null
+  // The order to compute the selected experts in (experts streamed from disk:
+  // the order they land). Null: ascending ids. Else (*next)() returns each
+  // selected expert id once, then -1; an expert's bytes are read only after it
+  // was returned, and one never returned (an error) is not read. The outputs
+  // do not depend on the order.
+  const FunctionRef<int64_t()>* next = nullptr;
 };
 
 // Logits of chosen tokens: rows[i] of x is normed and multiplied by the output

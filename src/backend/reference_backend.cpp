@@ -176,6 +176,9 @@ void ReferenceBackend::expert_ffn(const ExpertFfnArgs& a) {
     for (int64_t i = 0; i < n_ff; ++i) g[i] = silu(g[i]) * u[i];
     matmul_rows(w.down, g, y_.data(), 1);
   };
+  if (a.next)  // every selected expert handed out (landed) before any is read
+    while ((*a.next)() >= 0) {
+    }
   for (int64_t t = 0; t < a.n_tok; ++t) {
     const float* x = a.x + t * a.n_embd;
     float* o = a.out + t * a.n_embd;

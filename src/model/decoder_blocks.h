@@ -62,6 +62,7 @@ struct MoeStep {
   int32_t* ids;     // [n_tok, n_used] host memory
   float* weights;   // [n_tok, n_used] host memory
   std::span<const ExpertWeights> experts;  // [n_expert] the layer's, with data for every selected one
+  const FunctionRef<int64_t()>* next = nullptr;  // ExpertFfnArgs::next (experts streamed from disk)
 };
 
 void attention_block(const LayerStep& s);

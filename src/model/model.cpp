@@ -308,9 +308,9 @@ void Model::predict_routing(int64_t layer, int64_t n) {
   }
 }
 
-Status Model::acquire_experts(int64_t layer, int64_t n, const LayerWeights& w) {
+Status Model::begin_experts(int64_t layer, int64_t n, const LayerWeights& w) {
   distinct_experts(moe_ids_.data(), n * hp_.n_expert_used);
-  RETURN_IF_ERROR(source_->acquire_experts(layer, unique_ids_, expert_ptrs_.data()));
+  RETURN_IF_ERROR(source_->begin_experts(layer, unique_ids_, expert_ptrs_.data()));
   for (size_t i = 0; i < unique_ids_.size(); ++i) {
     const auto e = static_cast<size_t>(unique_ids_[i]);
     ExpertWeights& x = streamed_experts_[e];
@@ -348,14 +348,28 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
                   .experts = w.experts};
       moe_route(step, moe);
       if (hook_) emit_routing("ffn_moe_ids", moe_ids_.data(), l, n, hp_.n_expert_used);
+      // Streamed experts are computed one by one as they land, so the ones
+      // already in memory run while the others are still reading.
+      Status read_status;
+      auto next = [&]() -> int64_t {
+        int64_t i = -1;
+        if (read_status.ok()) read_status = source_->next_expert(l, &i);
+        return read_status.ok() && i >= 0 ? unique_ids_[static_cast<size_t>(i)] : -1;
+      };
+      const FunctionRef<int64_t()> next_ref(next);
       if (stream_experts) {
-        if (Status st = acquire_experts(l, n, w); !st.ok()) {
+        if (Status st = begin_experts(l, n, w); !st.ok()) {
           source_->release(l);  // the layer and whatever experts it pinned
           return st;
         }
         moe.experts = streamed_experts_;
+        moe.next = &next_ref;
       }
       moe_experts(step, moe);
+      if (!read_status.ok()) {
+        source_->release(l);
+        return read_status;
+      }
     } else {
       dense_ffn_block(step);
     }

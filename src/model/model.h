@@ -137,8 +137,9 @@ class Model {
   int64_t n_pred_candidates() const;
   // The predicted routing of routed layer `layer` from x: hook and weight source.
   void predict_routing(int64_t layer, int64_t n);
-  // The experts of a streamed routed layer: the distinct ones chosen, from the source.
-  Status acquire_experts(int64_t layer, int64_t n, const LayerWeights& w);
+  // The experts of a streamed routed layer: the distinct ones chosen, asked of the
+  // source (reads started; next_expert() hands them out as they land).
+  Status begin_experts(int64_t layer, int64_t n, const LayerWeights& w);
   // The distinct experts in ids[0 .. n_ids) (negative ids skipped), into unique_ids_.
   void distinct_experts(const int32_t* ids, int64_t n_ids);
 

@@ -40,6 +40,9 @@ struct ExpertPointers {
 //
 //   acquire(l) -> [route] -> acquire_experts(l, chosen) -> compute -> release(l)
 //   predict_experts(l', likely)   any time before layer l' routes: a hint to prefetch
+// or, to compute each expert as soon as it has landed,
+//   acquire(l) -> [route] -> begin_experts(l, chosen)
+//              -> (next_expert(l) -> compute that one)* -> release(l)
 class LayerWeightSource {
  public:
   virtual ~LayerWeightSource() = default;
@@ -58,6 +61,16 @@ class LayerWeightSource {
   // Makes the experts available until release(layer); blocks until they have
   // landed. out: [experts.size()], out[i] for experts[i] (distinct ids).
   virtual Status acquire_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
+    return unimplemented("this weight source keeps experts with their layer");
+  }
+  // As acquire_experts(), but returns before the bytes have landed: read
+  // expert i only once next_expert() has handed out i.
+  virtual Status begin_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
+    return unimplemented("this weight source keeps experts with their layer");
+  }
+  // *index = i of an expert of the last begin_experts() that has landed and was
+  // not handed out before, waiting for one if none has; -1 when all were.
+  virtual Status next_expert(int64_t layer, int64_t* index) {
     return unimplemented("this weight source keeps experts with their layer");
   }
 };

@@ -147,6 +147,7 @@ ExpertStore::ExpertStore(const ModelHparams& hp, const ExpertStoreOptions& o, Ba
       policy_(o.policy) {
   for (int64_t l = 0; l < hp.n_layer; ++l) resident_[static_cast<size_t>(l)].store(0);
   pinned_.reserve(static_cast<size_t>(hp.n_expert));
+  handed_.reserve(static_cast<size_t>(hp.n_expert));
   in_flight_.reserve(static_cast<size_t>(o.n_slots));
 }
 
@@ -229,7 +230,7 @@ StatusOr<bool> ExpertStore::start(int64_t layer, int64_t expert, TransferClass c
     forget(p.slot);
     return id.status();
   }
-  io_[static_cast<size_t>(p.slot)] = SlotIo{.transfer = *id, .cls = cls, .predicted = predicted};
+  io_[static_cast<size_t>(p.slot)] = SlotIo{.transfer = *id, .cls = cls, .predicted = predicted, .seq = ++next_seq_};
   in_flight_.push_back(p.slot);
   return true;
 }
@@ -248,7 +249,7 @@ void ExpertStore::predict(int64_t layer, std::span<const int32_t> experts) {
   }
 }
 
-Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
+Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out, bool wait) {
   CHECK(pinned_.empty());  // release() the previous layer first
   retire_landed();
   LayerCounters& c = layer_counters_[static_cast<size_t>(layer)];
@@ -296,36 +297,67 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
     pinned_.push_back(e);
   }
   pinned_layer_ = layer;
-  // Wait for the reads the layer needs.
-  double stall_s = 0;
-  Status status;
+  handed_.assign(pinned_.size(), 0);
   for (size_t i = 0; i < experts.size(); ++i) {
-    const int64_t slot = cache_.slot_of(layer, experts[i]);
-    SlotIo& io = io_[static_cast<size_t>(slot)];
-    if (io.transfer) {
-      const bool landed = arbiter_.landed(io.transfer);
-      const TransferResult r = arbiter_.wait(io.transfer);
-      if (!landed) stall_s += r.wait_s;
-      disk_bytes_.fetch_add(r.bytes, std::memory_order_relaxed);
-      counters_.add_disk_read(r.bytes);
-      io.transfer = 0;
-      in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), slot));
-      if (!r.status.ok() && status.ok()) status = r.status.with_context(fmt::format("reading expert {} of layer {}", experts[i], layer));
-    }
-    const uint8_t* base = pool_.data() + static_cast<uint64_t>(slot) * slot_bytes_;
+    const uint8_t* base = pool_.data() + static_cast<uint64_t>(cache_.slot_of(layer, experts[i])) * slot_bytes_;
     const ExpertInfo& x = info(layer, experts[i]);
     out[i] = ExpertPointers{base + x.offsets[0], base + x.offsets[1], base + x.offsets[2]};
   }
-  if (stall_s > 0) counters_.add_stall(stall_s);
   host_bytes_.fetch_add(expert_bytes_ * experts.size(), std::memory_order_relaxed);
   counters_.add_host_read(expert_bytes_ * experts.size());
+  if (!wait) return Status();
+  // Wait for the reads the layer needs.
+  Status status;
+  for (size_t i = 0; i < experts.size(); ++i) {
+    Status st = land(i);
+    if (!st.ok() && status.ok()) status = std::move(st);
+  }
   return status;
+}
+
+Status ExpertStore::land(size_t i) {
+  handed_[i] = 1;
+  const int32_t e = pinned_[i];
+  SlotIo& io = io_[static_cast<size_t>(cache_.slot_of(pinned_layer_, e))];
+  if (!io.transfer) return Status();
+  const bool landed = arbiter_.landed(io.transfer);
+  const TransferResult r = arbiter_.wait(io.transfer);
+  if (!landed) counters_.add_stall(r.wait_s);
+  disk_bytes_.fetch_add(r.bytes, std::memory_order_relaxed);
+  counters_.add_disk_read(r.bytes);
+  in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), cache_.slot_of(pinned_layer_, e)));
+  io = SlotIo{};
+  if (!r.status.ok()) return r.status.with_context(fmt::format("reading expert {} of layer {}", e, pinned_layer_));
+  return Status();
+}
+
+Status ExpertStore::next_landed(int64_t layer, int64_t* index) {
+  CHECK(layer == pinned_layer_);
+  *index = -1;
+  // One that has landed (or never needed a read), else the one the arbiter
+  // finishes first: critical reads go oldest first, so the lowest sequence.
+  uint64_t first_seq = 0;
+  for (size_t i = 0; i < pinned_.size(); ++i) {
+    if (handed_[i]) continue;
+    const SlotIo& io = io_[static_cast<size_t>(cache_.slot_of(layer, pinned_[i]))];
+    if (!io.transfer || arbiter_.landed(io.transfer)) {
+      *index = static_cast<int64_t>(i);
+      break;
+    }
+    if (*index < 0 || io.seq < first_seq) {
+      *index = static_cast<int64_t>(i);
+      first_seq = io.seq;
+    }
+  }
+  if (*index < 0) return Status();
+  return land(static_cast<size_t>(*index));
 }
 
 void ExpertStore::release(int64_t layer) {
   if (pinned_layer_ != layer) return;
   for (int32_t e : pinned_) cache_.unpin(layer, e);
   pinned_.clear();
+  handed_.clear();
   pinned_layer_ = -1;
 }
 

@@ -14,7 +14,12 @@
 //                           cancelled if still reading (else left as cache);
 //                           chosen experts not in a slot are read at critical
 //                           priority, prefetches still reading are promoted;
-//                           blocks until all have landed (stall time)
+//                           blocks until all have landed (stall time), or
+//                           with wait = false returns at once, and
+//   next_landed(l, &i)      hands out the chosen experts one at a time in the
+//                           order they land (waiting for the next if none
+//                           has), so the layer computes the ones in memory
+//                           while the others are still reading
 //   release(l)              unpins them
 //
 // Counted per layer: chosen, predicted, predicted and chosen (precision and
@@ -84,7 +89,12 @@ class ExpertStore {
   ~ExpertStore();
 
   void predict(int64_t layer, std::span<const int32_t> experts);
-  Status acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out);
+  // out[i]: where experts[i] is (or will be, with wait = false) in memory.
+  Status acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out, bool wait = true);
+  // After acquire(layer, ..., false): *index = i of an expert of that call that
+  // has now landed and was not handed out before (-1 when all were). Errors:
+  // its read failed.
+  Status next_landed(int64_t layer, int64_t* index);
   void release(int64_t layer);
   void end_step();
 
@@ -100,6 +110,7 @@ class ExpertStore {
     TransferId transfer = 0;   // a read not yet retired
     TransferClass cls = TransferClass::kPrefetch;
     bool predicted = false;    // read because of a prediction
+    uint64_t seq = 0;          // submission order (the arbiter serves a class oldest first)
   };
   struct LayerCounters {
     std::atomic<uint64_t> chosen{0}, predicted{0}, predicted_chosen{0}, ready{0}, late{0}, missed{0},
@@ -116,6 +127,8 @@ class ExpertStore {
   void stop_read(int64_t slot);
   // Empties a slot (its read stopped first).
   void forget(int64_t slot);
+  // Waits for pinned expert i's read (if any) and retires it; marks it handed out.
+  Status land(size_t i);
   // Retires reads that have landed, so transfer records stay few.
   void retire_landed();
 
@@ -130,6 +143,8 @@ class ExpertStore {
   std::vector<SlotIo> io_;                   // [n_slots]
   std::vector<int64_t> in_flight_;           // slots with a read not retired
   std::vector<int32_t> pinned_;              // experts pinned for pinned_layer_
+  std::vector<char> handed_;                 // [pinned_.size()] landed and handed out
+  uint64_t next_seq_ = 0;
   int64_t pinned_layer_ = -1;
   std::vector<int32_t> predicted_;           // [n_layer * n_expert] 1: predicted since the layer last routed
   std::unique_ptr<LayerCounters[]> layer_counters_;  // [n_layer]

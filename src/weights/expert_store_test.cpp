@@ -1,5 +1,7 @@
 // The expert cache's rules, and routed models streamed expert by expert giving
 // the tokens they give resident.
+#include <cstring>
+
 #include <gtest/gtest.h>
 
 #include "base/test_data.h"
@@ -91,6 +93,48 @@ TEST(ExpertStore, StoriesMoeStreamedExpertByExpertGivesTheResidentTokens) {
   // Far below the model: resident parts plus 17 expert slots.
   EXPECT_FALSE(open_streaming(file, {.mem_budget_bytes = 1'000'000, .n_threads = 2}).ok());
   expect_streamed_equals_resident(file, 2'200'000, {1, 403, 407, 261, 378});
+}
+
+// acquire without waiting, then next_landed(): every chosen expert handed out
+// once, its bytes in place when it is, then -1.
+TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
+  SynthShape shape = synth_preset("tiny-qwen2moe").value();
+  shape.n_vocab = 256;
+  shape.n_expert = 16;
+  const std::string path = testing::scratch_dir() + "/expert_store_landing.gguf";
+  auto bytes = write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 5, .n_threads = 2}, path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  auto mf = open_model_file(path);
+  ASSERT_TRUE(mf.ok());
+  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
+  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = file->total_tensor_bytes() / 2,
+                                                     .n_threads = 2, .direct = direct});
+  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+  WeightStore& store = setup->source->store();
+  ASSERT_TRUE(store.streams_experts());
+  const TensorInfo* gate = file->find("blk.1.ffn_gate_exps.weight");
+  ASSERT_NE(gate, nullptr);
+  const uint64_t slice = gate->n_bytes / static_cast<uint64_t>(shape.n_expert);
+  const std::vector<int32_t> chosen = {3, 11, 0, 7};
+  store.predict_experts(1, std::vector<int32_t>{11});  // one already reading at prefetch priority
+  ExpertPointers out[4];
+  ASSERT_TRUE(store.acquire_experts(1, chosen, out, /*wait=*/false).ok());
+  std::vector<int> handed(chosen.size(), 0);
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    int64_t i = -1;
+    ASSERT_TRUE(store.next_expert(1, &i).ok());
+    ASSERT_GE(i, 0);
+    ASSERT_LT(i, static_cast<int64_t>(chosen.size()));
+    ++handed[static_cast<size_t>(i)];
+    const uint8_t* want = gate->data + static_cast<uint64_t>(chosen[static_cast<size_t>(i)]) * slice;
+    EXPECT_EQ(std::memcmp(out[i].gate, want, slice), 0) << "expert " << chosen[static_cast<size_t>(i)];
+  }
+  EXPECT_EQ(handed, std::vector<int>(chosen.size(), 1));
+  int64_t i = 0;
+  ASSERT_TRUE(store.next_expert(1, &i).ok());
+  EXPECT_EQ(i, -1);
+  store.release(1);
 }
 
 TEST(ExpertStore, SynthQwen2MoeAtAThirdOfItsSizeGivesTheResidentTokens) {

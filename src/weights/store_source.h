@@ -37,6 +37,10 @@ class StoreWeightSource : public LayerWeightSource {
   Status acquire_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) override {
     return store_->acquire_experts(layer, experts, out);
   }
+  Status begin_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) override {
+    return store_->acquire_experts(layer, experts, out, /*wait=*/false);
+  }
+  Status next_expert(int64_t layer, int64_t* index) override { return store_->next_expert(layer, index); }
   WeightStore& store() { return *store_; }
   const WeightStore& store() const { return *store_; }
 

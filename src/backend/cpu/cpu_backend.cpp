@@ -294,11 +294,17 @@ void CpuBackend::expert_ffn(const ExpertFfnArgs& a) {
     order[row] = p;
     row_of[p] = row;
   }
+  // The shared expert over every token (first: streamed experts may still be reading).
+  if (a.shared) {
+    const MatmulOut gate_up[2] = {{a.shared->gate, shared_gate_.data()}, {a.shared->up, shared_up_.data()}};
+    matmul_group(gate_up, a.x, a.n_embd, a.n_tok, act_.data(), *pool_, isa_);
+    glu_matmul({.gate = shared_gate_.data(), .up = shared_up_.data(), .n_ff = a.n_ff_shared, .n_tok = a.n_tok,
+                .act = a.act, .out = {a.shared->down, shared_y_.data()}});
+  }
   // Each selected expert: gather its tokens, gate/up in one dispatch, the
   // activation and down in another, into its rows of expert_y_.
-  for (int64_t e = 0; e < n_expert; ++e) {
+  auto run_expert = [&](int64_t e) {
     const int64_t n = expert_count_[e];
-    if (n == 0) continue;
     const ExpertWeights& w = a.experts[static_cast<size_t>(e)];
     for (int64_t i = 0; i < n; ++i) {
       const int64_t t = order[expert_start_[e] + i] / a.n_used;
@@ -308,13 +314,15 @@ void CpuBackend::expert_ffn(const ExpertFfnArgs& a) {
     matmul_group(gate_up, expert_x_.data(), a.n_embd, n, act_.data(), *pool_, isa_);
     glu_matmul({.gate = expert_gate_.data(), .up = expert_up_.data(), .n_ff = a.n_ff, .n_tok = n, .act = a.act,
                 .out = {w.down, expert_y_.data() + expert_start_[e] * a.n_embd}});
-  }
-  // The shared expert over every token.
-  if (a.shared) {
-    const MatmulOut gate_up[2] = {{a.shared->gate, shared_gate_.data()}, {a.shared->up, shared_up_.data()}};
-    matmul_group(gate_up, a.x, a.n_embd, a.n_tok, act_.data(), *pool_, isa_);
-    glu_matmul({.gate = shared_gate_.data(), .up = shared_up_.data(), .n_ff = a.n_ff_shared, .n_tok = a.n_tok,
-                .act = a.act, .out = {a.shared->down, shared_y_.data()}});
+  };
+  if (a.next) {
+    for (int64_t e = (*a.next)(); e >= 0; e = (*a.next)()) {
+      CHECK(e < n_expert);
+      if (expert_count_[e] > 0) run_expert(e);
+    }
+  } else {
+    for (int64_t e = 0; e < n_expert; ++e)
+      if (expert_count_[e] > 0) run_expert(e);
   }
   // out[t] = sum over slots in order of weight * expert output, then the
   // gated shared expert: the same arithmetic whatever other tokens share the step.
