@@ -95,18 +95,27 @@ TEST(ExpertStore, StoriesMoeStreamedExpertByExpertGivesTheResidentTokens) {
   expect_streamed_equals_resident(file, 2'200'000, {1, 403, 407, 261, 378});
 }
 
+// A small tiny-qwen2moe with n_expert experts, written to the scratch dir in Q8_0.
+std::shared_ptr<const ModelFile> synth_qwen2moe(const std::string& name, int64_t n_vocab, int64_t n_expert,
+                                                int64_t n_ff_shared, uint64_t seed) {
+  SynthShape shape = synth_preset("tiny-qwen2moe").value();
+  shape.n_vocab = n_vocab;
+  shape.n_expert = n_expert;
+  if (n_ff_shared > 0) shape.n_ff_shared = n_ff_shared;
+  const std::string path = testing::scratch_dir() + "/" + name;
+  auto bytes = write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = seed, .n_threads = 2}, path);
+  EXPECT_TRUE(bytes.ok()) << bytes.status().to_string();
+  auto mf = open_model_file(path);
+  EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+  return mf.ok() ? std::make_shared<const ModelFile>(std::move(*mf)) : nullptr;
+}
+
 // acquire without waiting, then next_landed(): every chosen expert handed out
 // once, its bytes in place when it is, then -1.
 TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
-  SynthShape shape = synth_preset("tiny-qwen2moe").value();
-  shape.n_vocab = 256;
-  shape.n_expert = 16;
-  const std::string path = testing::scratch_dir() + "/expert_store_landing.gguf";
-  auto bytes = write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 5, .n_threads = 2}, path);
-  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
-  auto mf = open_model_file(path);
-  ASSERT_TRUE(mf.ok());
-  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  constexpr int64_t kExperts = 16;
+  const auto file = synth_qwen2moe("expert_store_landing.gguf", 256, kExperts, 0, 5);
+  ASSERT_NE(file, nullptr);
   const bool direct = testing::dir_supports_direct(testing::scratch_dir());
   auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = file->total_tensor_bytes() / 2,
                                                      .n_threads = 2, .direct = direct});
@@ -115,7 +124,7 @@ TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
   ASSERT_TRUE(store.streams_experts());
   const TensorInfo* gate = file->find("blk.1.ffn_gate_exps.weight");
   ASSERT_NE(gate, nullptr);
-  const uint64_t slice = gate->n_bytes / static_cast<uint64_t>(shape.n_expert);
+  const uint64_t slice = gate->n_bytes / static_cast<uint64_t>(kExperts);
   const std::vector<int32_t> chosen = {3, 11, 0, 7};
   store.predict_experts(1, std::vector<int32_t>{11});  // one already reading at prefetch priority
   ExpertPointers out[4];
@@ -140,16 +149,8 @@ TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
 TEST(ExpertStore, SynthQwen2MoeAtAThirdOfItsSizeGivesTheResidentTokens) {
   // The qwen2moe family with many small experts, as the real ones have (most
   // of the bytes are experts).
-  SynthShape shape = synth_preset("tiny-qwen2moe").value();
-  shape.n_vocab = 1024;
-  shape.n_expert = 48;
-  shape.n_ff_shared = 256;
-  const std::string path = testing::scratch_dir() + "/expert_store_qwen2moe.gguf";
-  auto bytes = write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 4, .n_threads = 2}, path);
-  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
-  auto mf = open_model_file(path);
-  ASSERT_TRUE(mf.ok());
-  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  const auto file = synth_qwen2moe("expert_store_qwen2moe.gguf", 1024, 48, 256, 4);
+  ASSERT_NE(file, nullptr);
   expect_streamed_equals_resident(file, file->total_tensor_bytes() / 3, {1, 300, 301, 302, 500, 77});
 }
 
