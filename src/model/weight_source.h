@@ -38,11 +38,10 @@ struct ExpertPointers {
 // instead of with the layer: then acquire() leaves the stacked expert tensors
 // unbound, and the model asks for the experts its routing chose.
 //
-//   acquire(l) -> [route] -> acquire_experts(l, chosen) -> compute -> release(l)
-//   predict_experts(l', likely)   any time before layer l' routes: a hint to prefetch
-// or, to compute each expert as soon as it has landed,
 //   acquire(l) -> [route] -> begin_experts(l, chosen)
 //              -> (next_expert(l) -> compute that one)* -> release(l)
+//   predict_experts(l', likely)   any time before layer l' routes: a hint to prefetch
+// Each expert is computed as soon as it has landed, while the others read.
 class LayerWeightSource {
  public:
   virtual ~LayerWeightSource() = default;
@@ -54,17 +53,13 @@ class LayerWeightSource {
   // One forward step of n_tokens tokens is done (for per-token counters).
   virtual void end_step(int64_t n_tokens) = 0;
 
-  // Whether experts come from acquire_experts() (default: with their layer).
+  // Whether experts come from begin_experts() (default: with their layer).
   virtual bool streams_experts() const { return false; }
   // These experts of `layer` will probably be needed (its predicted routing).
   virtual void predict_experts(int64_t layer, std::span<const int32_t> experts) {}
-  // Makes the experts available until release(layer); blocks until they have
-  // landed. out: [experts.size()], out[i] for experts[i] (distinct ids).
-  virtual Status acquire_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
-    return unimplemented("this weight source keeps experts with their layer");
-  }
-  // As acquire_experts(), but returns before the bytes have landed: read
-  // expert i only once next_expert() has handed out i.
+  // Makes the experts available until release(layer), without waiting for
+  // them: read expert i only once next_expert() has handed out i.
+  // out: [experts.size()], out[i] for experts[i] (distinct ids).
   virtual Status begin_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
     return unimplemented("this weight source keeps experts with their layer");
   }

@@ -249,7 +249,7 @@ void ExpertStore::predict(int64_t layer, std::span<const int32_t> experts) {
   }
 }
 
-Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out, bool wait) {
+Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
   CHECK(pinned_.empty());  // release() the previous layer first
   retire_landed();
   LayerCounters& c = layer_counters_[static_cast<size_t>(layer)];
@@ -305,14 +305,7 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
   }
   host_bytes_.fetch_add(expert_bytes_ * experts.size(), std::memory_order_relaxed);
   counters_.add_host_read(expert_bytes_ * experts.size());
-  if (!wait) return Status();
-  // Wait for the reads the layer needs.
-  Status status;
-  for (size_t i = 0; i < experts.size(); ++i) {
-    Status st = land(i);
-    if (!st.ok() && status.ok()) status = std::move(st);
-  }
-  return status;
+  return Status();
 }
 
 Status ExpertStore::land(size_t i) {

@@ -14,12 +14,11 @@
 //                           cancelled if still reading (else left as cache);
 //                           chosen experts not in a slot are read at critical
 //                           priority, prefetches still reading are promoted;
-//                           blocks until all have landed (stall time), or
-//                           with wait = false returns at once, and
+//                           returns without waiting
 //   next_landed(l, &i)      hands out the chosen experts one at a time in the
 //                           order they land (waiting for the next if none
-//                           has), so the layer computes the ones in memory
-//                           while the others are still reading
+//                           has: stall time), so the layer computes the ones
+//                           in memory while the others are still reading
 //   release(l)              unpins them
 //
 // Counted per layer: chosen, predicted, predicted and chosen (precision and
@@ -89,9 +88,10 @@ class ExpertStore {
   ~ExpertStore();
 
   void predict(int64_t layer, std::span<const int32_t> experts);
-  // out[i]: where experts[i] is (or will be, with wait = false) in memory.
-  Status acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out, bool wait = true);
-  // After acquire(layer, ..., false): *index = i of an expert of that call that
+  // out[i]: where experts[i] will be in memory; read it only once
+  // next_landed() has handed out i.
+  Status acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out);
+  // After acquire(layer, ...): *index = i of an expert of that call that
   // has now landed and was not handed out before (-1 when all were). Errors:
   // its read failed.
   Status next_landed(int64_t layer, int64_t* index);

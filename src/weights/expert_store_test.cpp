@@ -128,7 +128,7 @@ TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
   const std::vector<int32_t> chosen = {3, 11, 0, 7};
   store.predict_experts(1, std::vector<int32_t>{11});  // one already reading at prefetch priority
   ExpertPointers out[4];
-  ASSERT_TRUE(store.acquire_experts(1, chosen, out, /*wait=*/false).ok());
+  ASSERT_TRUE(store.begin_experts(1, chosen, out).ok());
   std::vector<int> handed(chosen.size(), 0);
   for (size_t k = 0; k < chosen.size(); ++k) {
     int64_t i = -1;

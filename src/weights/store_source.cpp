@@ -17,7 +17,7 @@ Status StoreWeightSource::acquire(int64_t layer, LayerWeightPointers* out) {
   const bool experts_apart = store_->streams_experts();
   for (const TensorSpec& t : hp_.spec->tensors) {
     if (!t.per_layer || t.kind == TensorKind::kVector || !applies_to_layer(t, hp_, layer)) continue;
-    if (experts_apart && t.kind == TensorKind::kExperts) continue;  // acquire_experts() brings them
+    if (experts_apart && t.kind == TensorKind::kExperts) continue;  // begin_experts() brings them
     const uint8_t* p = v.find(t.gguf);
     if (!p && !t.optional) return internal_error("weight store: layer {} has no tensor {}", layer, t.gguf);
     out->by_role[static_cast<size_t>(t.role)] = p;

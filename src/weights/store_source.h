@@ -34,11 +34,8 @@ class StoreWeightSource : public LayerWeightSource {
   void predict_experts(int64_t layer, std::span<const int32_t> experts) override {
     store_->predict_experts(layer, experts);
   }
-  Status acquire_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) override {
-    return store_->acquire_experts(layer, experts, out);
-  }
   Status begin_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) override {
-    return store_->acquire_experts(layer, experts, out, /*wait=*/false);
+    return store_->begin_experts(layer, experts, out);
   }
   Status next_expert(int64_t layer, int64_t* index) override { return store_->next_expert(layer, index); }
   WeightStore& store() { return *store_; }

@@ -127,8 +127,8 @@ class WeightStore {
   // their layer's view. release(l) also releases layer l's experts.
   bool streams_experts() const { return experts_ != nullptr; }
   void predict_experts(int64_t layer, std::span<const int32_t> experts) { experts_->predict(layer, experts); }
-  Status acquire_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out, bool wait = true) {
-    return experts_->acquire(layer, experts, out, wait);
+  Status begin_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
+    return experts_->acquire(layer, experts, out);
   }
   Status next_expert(int64_t layer, int64_t* index) { return experts_->next_landed(layer, index); }
   // Per-layer expert counters (empty when experts are not streamed).
