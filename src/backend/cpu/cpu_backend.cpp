@@ -160,7 +160,7 @@ PreparedWeights CpuBackend::prepare_weights(std::span<const WeightGroup> groups)
       if (j.layout == WeightLayout::kRows)
         std::memcpy(next + r0 * rb, w->data + r0 * rb, static_cast<size_t>(r1 - r0) * rb);
       else
-        repack_rows(j.layout, w->data, next, w->n_in, r0, r1);
+        repack_rows_at(isa_, j.layout, w->data, next, w->n_in, r0, r1);
     });
     w->data = next;
     w->layout = j.layout;

@@ -295,6 +295,13 @@ TEST(Repack, LayoutRuleAndRoundTripOfEveryRow) {
       repack_rows(layout, p.w.data(), split.data(), n_in, 0, group);
       ASSERT_TRUE(whole.guards_intact() && split.guards_intact());
       ASSERT_EQ(std::memcmp(whole.data(), split.data(), p.w.size()), 0);
+      for (Isa isa : isas()) {  // every level's code writes the same bytes
+        testing::GuardedBytes at(p.w.size());
+        repack_rows_at(isa, layout, p.w.data(), at.data(), n_in, group, n_out);
+        repack_rows_at(isa, layout, p.w.data(), at.data(), n_in, 0, group);
+        ASSERT_TRUE(at.guards_intact());
+        ASSERT_EQ(std::memcmp(whole.data(), at.data(), p.w.size()), 0) << layout_name(layout) << " " << isa_name(isa);
+      }
       std::vector<uint8_t> row(p.w_row);
       for (int64_t r = 0; r < n_out; ++r) {
         if (layout == WeightLayout::kQ4_0x4) unpack_q4_0x4_row(whole.data(), row.data(), n_in, r);

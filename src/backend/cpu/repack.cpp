@@ -74,6 +74,14 @@ void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t 
   CHECK(false && "repack_rows: not a repacked layout");
 }
 
+void repack_rows_at(Isa isa, WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0,
+                    int64_t r1) {
+  if (isa >= Isa::kAvx2 && (layout == WeightLayout::kQ4_0x8 || layout == WeightLayout::kQ8_0x8))
+    repack_x8_avx2(layout, src, dst, n_in, r0, r1);
+  else
+    repack_rows(layout, src, dst, n_in, r0, r1);
+}
+
 void repack_q4_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
   CHECK(n_in % 64 == 0 && r0 % kQ4_0x4Rows == 0 && r1 % kQ4_0x4Rows == 0);
   const size_t rb = row_bytes(DType::kQ4_0, n_in);
@@ -125,7 +133,7 @@ namespace {
 //
 //   rec[2 * rows + rows * 4 * (e / 4) + 4 * i + e % 4] = (quant byte e of row i) ^ bias
 struct PerBlock {
-  int64_t rows;
+  int64_t rows;  // the quant bytes of a block are whole 4-byte lanes (16 or 32)
   size_t block_bytes;  // GGUF block: f16 d, then block_bytes - 2 quant bytes
   uint8_t bias;
   constexpr size_t record_bytes() const { return static_cast<size_t>(rows) * block_bytes; }
@@ -146,10 +154,19 @@ void repack_per_block(const PerBlock& c, const uint8_t* src, uint8_t* dst, int64
   for (int64_t g = r0 / c.rows; g < r1 / c.rows; ++g) {
     uint8_t* rec = dst + static_cast<size_t>(g * c.rows) * rb;
     for (int64_t b = 0; b < n_in / 32; ++b, rec += c.record_bytes()) {
+      // Lane by lane (4 quant bytes at a time): streamed experts are
+      // repacked as they land, so this runs at copy speed, not byte by byte.
+      const uint32_t bias = 0x01010101u * c.bias;
       for (int64_t i = 0; i < c.rows; ++i) {
         const uint8_t* blk = src + static_cast<size_t>(g * c.rows + i) * rb + static_cast<size_t>(b) * c.block_bytes;
         std::memcpy(rec + 2 * i, blk, 2);
-        for (size_t e = 0; e + 2 < c.block_bytes; ++e) rec[c.lane_byte(i, e)] = blk[2 + e] ^ c.bias;
+        uint8_t* lane = rec + c.lane_byte(i, 0);
+        for (size_t k = 0; k < (c.block_bytes - 2) / 4; ++k) {
+          uint32_t v;
+          std::memcpy(&v, blk + 2 + 4 * k, 4);
+          v ^= bias;
+          std::memcpy(lane + 4 * static_cast<size_t>(c.rows) * k, &v, 4);
+        }
       }
     }
   }

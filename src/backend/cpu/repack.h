@@ -150,5 +150,11 @@ void unpack_q8_0x16_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t 
 
 // Repacks rows [r0, r1) of a matrix into `layout` (not kRows), as above.
 void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
+// The same bytes with the fastest code level `isa` has for the layout (the x8
+// layouts: repack_x8_avx2, a transpose in registers, several times faster).
+void repack_rows_at(Isa isa, WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0,
+                    int64_t r1);
+// repack_rows for kQ4_0x8 and kQ8_0x8 in AVX2 (repack_avx2.cpp); needs an AVX2 CPU.
+void repack_x8_avx2(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
 
 }  // namespace sluice::cpu
