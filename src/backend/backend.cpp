@@ -23,6 +23,10 @@ const char* op_name(Op op) {
   return "?";
 }
 
+void Backend::in_place_layouts(std::span<const WeightView> group, WeightLayout* layouts) const {
+  for (size_t i = 0; i < group.size(); ++i) layouts[i] = WeightLayout::kRows;
+}
+
 void route_topk(const RouteArgs& a) {
   for (int64_t t = 0; t < a.n_tok; ++t) {
     const float* lg = a.logits + t * a.n_expert;

@@ -266,6 +266,14 @@ class Backend {
   // place; matrices of one group end up in compatible layouts. A backend may
   // also leave them where they are.
   virtual PreparedWeights prepare_weights(std::span<const WeightGroup> groups) = 0;
+  // Matrices a weight source brought into writable host memory of its own (an
+  // expert that just landed): the layouts prepare_in_place() gives the
+  // matrices of one dispatch (kRows for those it leaves as they are), and the
+  // reordering itself, done where the bytes are (no copy; the byte count is
+  // unchanged) and recorded in each view's layout. Default: nothing moves.
+  //   group: at most 4 views;  layouts: [group.size()] out
+  virtual void in_place_layouts(std::span<const WeightView> group, WeightLayout* layouts) const;
+  virtual void prepare_in_place(std::span<WeightView> group) {}
 
   // --- operators (shapes in the argument structs above) --------------------
   // x[t] = scale * row tokens[t] of the table.  x: [tokens.size(), table.n_in]

@@ -311,6 +311,13 @@ void Model::predict_routing(int64_t layer, int64_t n) {
 Status Model::begin_experts(int64_t layer, int64_t n, const LayerWeights& w) {
   distinct_experts(moe_ids_.data(), n * hp_.n_expert_used);
   RETURN_IF_ERROR(source_->begin_experts(layer, unique_ids_, expert_ptrs_.data()));
+  // Experts reordered for the backend when they first landed (prepare_expert)
+  // are in the layouts it gives; the others are still GGUF rows.
+  const ExpertWeights& any = w.experts[0];
+  const WeightView gate_up[2] = {any.gate, any.up};
+  WeightLayout gate_up_layouts[2], down_layout;
+  backend_->in_place_layouts(gate_up, gate_up_layouts);
+  backend_->in_place_layouts(std::span(&any.down, 1), &down_layout);
   for (size_t i = 0; i < unique_ids_.size(); ++i) {
     const auto e = static_cast<size_t>(unique_ids_[i]);
     ExpertWeights& x = streamed_experts_[e];
@@ -318,8 +325,24 @@ Status Model::begin_experts(int64_t layer, int64_t n, const LayerWeights& w) {
     x.gate.data = expert_ptrs_[i].gate;
     x.up.data = expert_ptrs_[i].up;
     x.down.data = expert_ptrs_[i].down;
+    if (expert_ptrs_[i].prepared) {
+      x.gate.layout = gate_up_layouts[0];
+      x.up.layout = gate_up_layouts[1];
+      x.down.layout = down_layout;
+    }
   }
   return Status();
+}
+
+void Model::prepare_expert(int64_t layer, int64_t i) {
+  if (expert_ptrs_[static_cast<size_t>(i)].prepared) return;
+  ExpertWeights& x = streamed_experts_[static_cast<size_t>(unique_ids_[static_cast<size_t>(i)])];
+  WeightView gate_up[2] = {x.gate, x.up};
+  backend_->prepare_in_place(gate_up);
+  x.gate = gate_up[0];
+  x.up = gate_up[1];
+  backend_->prepare_in_place(std::span(&x.down, 1));
+  source_->expert_prepared(layer, i);
 }
 
 Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv) {
@@ -354,7 +377,12 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
       auto next = [&]() -> int64_t {
         int64_t i = -1;
         if (read_status.ok()) read_status = source_->next_expert(l, &i);
-        return read_status.ok() && i >= 0 ? unique_ids_[static_cast<size_t>(i)] : -1;
+        if (!read_status.ok() || i < 0) return -1;
+        // Landed from disk in GGUF rows: reordered once, where it lies, for
+        // the backend's fastest kernels (the same bits as rows); a later hit
+        // on the same slot finds it so.
+        prepare_expert(l, i);
+        return unique_ids_[static_cast<size_t>(i)];
       };
       const FunctionRef<int64_t()> next_ref(next);
       if (stream_experts) {

@@ -137,6 +137,10 @@ class Model {
   int64_t n_pred_candidates() const;
   // The predicted routing of routed layer `layer` from x: hook and weight source.
   void predict_routing(int64_t layer, int64_t n);
+  // Streamed expert i of the current begin_experts(), handed out: reorders
+  // its bytes in place for the backend unless that was done when it landed
+  // before, and tells the source.
+  void prepare_expert(int64_t layer, int64_t i);
   // The experts of a streamed routed layer: the distinct ones chosen, asked of the
   // source (reads started; next_expert() hands them out as they land).
   Status begin_experts(int64_t layer, int64_t n, const LayerWeights& w);

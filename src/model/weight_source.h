@@ -28,10 +28,15 @@ struct LayerWeightPointers {
 };
 
 // One expert's matrices (GGUF rows of its slices of the stacked tensors).
+// The bytes are in the source's own writable memory: once handed out, the
+// model may reorder them in place for its backend (Backend::prepare_in_place)
+// and says so with expert_prepared(); `prepared` tells it the next time the
+// same bytes come back (a cache hit).
 struct ExpertPointers {
   const uint8_t* gate = nullptr;
   const uint8_t* up = nullptr;
   const uint8_t* down = nullptr;
+  bool prepared = false;
 };
 
 // Sources may also hold a routed layer's experts one by one (an expert cache)
@@ -39,7 +44,8 @@ struct ExpertPointers {
 // unbound, and the model asks for the experts its routing chose.
 //
 //   acquire(l) -> [route] -> begin_experts(l, chosen)
-//              -> (next_expert(l) -> compute that one)* -> release(l)
+//              -> (next_expert(l) -> [prepare, expert_prepared] -> compute
+//                  that one)* -> release(l)
 //   predict_experts(l', likely)   any time before layer l' routes: a hint to prefetch
 // Each expert is computed as soon as it has landed, while the others read.
 class LayerWeightSource {
@@ -68,6 +74,9 @@ class LayerWeightSource {
   virtual Status next_expert(int64_t layer, int64_t* index) {
     return unimplemented("this weight source keeps experts with their layer");
   }
+  // Expert `index` of the last begin_experts() (handed out) was reordered in
+  // place; it stays so until it is read again.
+  virtual void expert_prepared(int64_t layer, int64_t index) {}
 };
 
 }  // namespace sluice

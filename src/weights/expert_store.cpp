@@ -141,6 +141,7 @@ ExpertStore::ExpertStore(const ModelHparams& hp, const ExpertStoreOptions& o, Ba
       slot_bytes_(o.slot_bytes),
       cache_({.n_layer = hp.n_layer, .n_expert = hp.n_expert, .n_slots = o.n_slots, .policy = o.policy}),
       io_(static_cast<size_t>(o.n_slots)),
+      prepared_(static_cast<size_t>(o.n_slots), 0),
       predicted_(static_cast<size_t>(hp.n_layer * hp.n_expert), 0),
       layer_counters_(new LayerCounters[static_cast<size_t>(hp.n_layer)]),
       resident_(new std::atomic<int64_t>[static_cast<size_t>(hp.n_layer)]),
@@ -231,6 +232,7 @@ StatusOr<bool> ExpertStore::start(int64_t layer, int64_t expert, TransferClass c
     return id.status();
   }
   io_[static_cast<size_t>(p.slot)] = SlotIo{.transfer = *id, .cls = cls, .predicted = predicted, .seq = ++next_seq_};
+  prepared_[static_cast<size_t>(p.slot)] = 0;
   in_flight_.push_back(p.slot);
   return true;
 }
@@ -301,7 +303,8 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
   for (size_t i = 0; i < experts.size(); ++i) {
     const uint8_t* base = pool_.data() + static_cast<uint64_t>(cache_.slot_of(layer, experts[i])) * slot_bytes_;
     const ExpertInfo& x = info(layer, experts[i]);
-    out[i] = ExpertPointers{base + x.offsets[0], base + x.offsets[1], base + x.offsets[2]};
+    out[i] = ExpertPointers{base + x.offsets[0], base + x.offsets[1], base + x.offsets[2],
+                            prepared_[static_cast<size_t>(cache_.slot_of(layer, experts[i]))] != 0};
   }
   host_bytes_.fetch_add(expert_bytes_ * experts.size(), std::memory_order_relaxed);
   counters_.add_host_read(expert_bytes_ * experts.size());
@@ -344,6 +347,11 @@ Status ExpertStore::next_landed(int64_t layer, int64_t* index) {
   }
   if (*index < 0) return Status();
   return land(static_cast<size_t>(*index));
+}
+
+void ExpertStore::mark_prepared(int64_t layer, int64_t index) {
+  CHECK(layer == pinned_layer_ && handed_[static_cast<size_t>(index)]);
+  prepared_[static_cast<size_t>(cache_.slot_of(layer, pinned_[static_cast<size_t>(index)]))] = 1;
 }
 
 void ExpertStore::release(int64_t layer) {

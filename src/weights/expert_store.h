@@ -19,6 +19,9 @@
 //                           order they land (waiting for the next if none
 //                           has: stall time), so the layer computes the ones
 //                           in memory while the others are still reading
+//   mark_prepared(l, i)     the caller reordered handed-out expert i in place
+//                           (ExpertPointers::prepared says so while the slot
+//                           holds it; a new read clears it)
 //   release(l)              unpins them
 //
 // Counted per layer: chosen, predicted, predicted and chosen (precision and
@@ -95,6 +98,7 @@ class ExpertStore {
   // has now landed and was not handed out before (-1 when all were). Errors:
   // its read failed.
   Status next_landed(int64_t layer, int64_t* index);
+  void mark_prepared(int64_t layer, int64_t index);
   void release(int64_t layer);
   void end_step();
 
@@ -141,6 +145,7 @@ class ExpertStore {
   AlignedBuffer pool_;                       // [n_slots, slot_bytes]
   std::vector<ExpertInfo> experts_;          // [n_layer * n_expert]
   std::vector<SlotIo> io_;                   // [n_slots]
+  std::vector<char> prepared_;               // [n_slots] reordered in place since it was read
   std::vector<int64_t> in_flight_;           // slots with a read not retired
   std::vector<int32_t> pinned_;              // experts pinned for pinned_layer_
   std::vector<char> handed_;                 // [pinned_.size()] landed and handed out

@@ -143,6 +143,13 @@ TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
   int64_t i = 0;
   ASSERT_TRUE(store.next_expert(1, &i).ok());
   EXPECT_EQ(i, -1);
+  for (const ExpertPointers& p : out) EXPECT_FALSE(p.prepared);  // fresh from disk
+  store.expert_prepared(1, 2);  // the caller reordered expert 0 (chosen[2]) in place
+  store.release(1);
+  // The same experts again: all in slots now, expert 0 as the caller left it.
+  ASSERT_TRUE(store.begin_experts(1, chosen, out).ok());
+  for (size_t k = 0; k < chosen.size(); ++k) EXPECT_EQ(out[k].prepared, k == 2) << "expert " << chosen[k];
+  for (size_t k = 0; k < chosen.size(); ++k) ASSERT_TRUE(store.next_expert(1, &i).ok());
   store.release(1);
 }
 

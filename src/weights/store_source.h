@@ -38,6 +38,7 @@ class StoreWeightSource : public LayerWeightSource {
     return store_->begin_experts(layer, experts, out);
   }
   Status next_expert(int64_t layer, int64_t* index) override { return store_->next_expert(layer, index); }
+  void expert_prepared(int64_t layer, int64_t index) override { store_->expert_prepared(layer, index); }
   WeightStore& store() { return *store_; }
   const WeightStore& store() const { return *store_; }
 

@@ -131,6 +131,7 @@ class WeightStore {
     return experts_->acquire(layer, experts, out);
   }
   Status next_expert(int64_t layer, int64_t* index) { return experts_->next_landed(layer, index); }
+  void expert_prepared(int64_t layer, int64_t index) { experts_->mark_prepared(layer, index); }
   // Per-layer expert counters (empty when experts are not streamed).
   ExpertStatsSnapshot expert_stats() const { return experts_ ? experts_->stats() : ExpertStatsSnapshot{}; }
 

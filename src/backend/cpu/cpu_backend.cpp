@@ -120,6 +120,43 @@ void CpuBackend::move_kv_block(const KvStore& from, int32_t src, KvStore& to, in
   KvStore::move_block(from, src, to, dst);
 }
 
+void CpuBackend::in_place_layouts(std::span<const WeightView> group, WeightLayout* layouts) const {
+  if (isa_ == Isa::kScalar) {  // the scalar kernels read GGUF rows
+    Backend::in_place_layouts(group, layouts);
+    return;
+  }
+  group_layouts(group, isa_, layouts);
+}
+
+void CpuBackend::prepare_in_place(std::span<WeightView> group) {
+  CHECK(group.size() <= 4);
+  WeightLayout layouts[4];
+  in_place_layouts(group, layouts);
+  for (size_t i = 0; i < group.size(); ++i) {
+    WeightView& w = group[i];
+    if (layouts[i] == WeightLayout::kRows || w.layout == layouts[i]) continue;
+    CHECK(w.layout == WeightLayout::kRows);
+    // A group of rows occupies the same bytes in both layouts, so each group is
+    // copied aside and repacked back where it was.
+    const int64_t rows = repack_group_rows(layouts[i]);
+    const size_t group_bytes = row_bytes(w.type, w.n_in) * static_cast<size_t>(rows);
+    uint8_t* data = const_cast<uint8_t*>(w.data);  // the caller's writable memory (contract above)
+    const WeightLayout layout = layouts[i];
+    const int64_t n_in = w.n_in;
+    pool_->parallel_for(w.n_out / rows, [&](int64_t g0, int64_t g1) {
+      // Grows once per thread to the largest row group seen, then is reused.
+      thread_local std::vector<uint8_t> aside;
+      if (aside.size() < group_bytes) aside.resize(group_bytes);
+      for (int64_t g = g0; g < g1; ++g) {
+        uint8_t* base = data + static_cast<size_t>(g) * group_bytes;
+        std::memcpy(aside.data(), base, group_bytes);
+        repack_rows_at(isa_, layout, aside.data(), base, n_in, 0, rows);
+      }
+    });
+    w.layout = layout;
+  }
+}
+
 PreparedWeights CpuBackend::prepare_weights(std::span<const WeightGroup> groups) {
   PreparedWeights out;
   if (isa_ == Isa::kScalar) return out;  // the scalar kernels read GGUF rows

@@ -53,6 +53,8 @@ class CpuBackend final : public Backend {
   void copy_kv_block(KvStore& kv, int32_t src, int32_t dst) override;
   void move_kv_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst) override;
   PreparedWeights prepare_weights(std::span<const WeightGroup> groups) override;
+  void in_place_layouts(std::span<const WeightView> group, WeightLayout* layouts) const override;
+  void prepare_in_place(std::span<WeightView> group) override;
 
   void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) override;
   void rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,

@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/act_quant.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/op_test_util.h"
 #include "backend/cpu/repack.h"
@@ -328,6 +329,45 @@ TEST(Repack, AGroupIsRepackedTogetherOrNotAtAll) {
   for (WeightLayout x : l) EXPECT_EQ(x, WeightLayout::kRows);
   group_layouts(all, Isa::kScalar, l);
   for (WeightLayout x : l) EXPECT_EQ(x, WeightLayout::kRows);
+}
+
+// A weight source's own memory (an expert that just landed) is repacked where
+// it lies: the bytes repack_rows() writes elsewhere, the layout prepare_weights
+// would choose, and a group with one matrix that cannot be repacked stays rows.
+TEST(Repack, InPlaceEqualsRepackingIntoAnotherBuffer) {
+  for (Isa isa : isas()) {
+    CpuBackend be({.n_threads = 2, .isa = isa});
+    for (DType type : {DType::kQ4_0, DType::kQ8_0})
+    for (int64_t n_in : {64, 2816}) {
+      const int64_t n_out = 48;
+      const Problem p(type, n_in, n_out, 1, 1400 + static_cast<uint32_t>(n_in));
+      std::vector<uint8_t> a = p.w, b = p.w;
+      WeightView views[2] = {{.type = type, .data = a.data(), .n_in = n_in, .n_out = n_out},
+                             {.type = type, .data = b.data(), .n_in = n_in, .n_out = n_out}};
+      WeightLayout want[2];
+      be.in_place_layouts(views, want);
+      be.prepare_in_place(views);
+      const WeightLayout expect = isa == Isa::kScalar ? WeightLayout::kRows : repack_layout(type, n_out, n_in, isa);
+      for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(views[i].layout, expect) << isa_name(isa);
+        EXPECT_EQ(want[i], expect);
+      }
+      std::vector<uint8_t> elsewhere = p.w;
+      if (expect != WeightLayout::kRows) repack_rows(expect, p.w.data(), elsewhere.data(), n_in, 0, n_out);
+      EXPECT_EQ(a, elsewhere) << isa_name(isa) << " " << dtype_name(type) << " n_in " << n_in;
+      EXPECT_EQ(b, elsewhere);
+      // Twice is once: a prepared view is left alone.
+      be.prepare_in_place(std::span(views, 1));
+      EXPECT_EQ(a, elsewhere);
+      // 44 rows has no interleaved layout, so its group partner stays rows too.
+      std::vector<uint8_t> c = p.w;
+      WeightView mixed[2] = {{.type = type, .data = c.data(), .n_in = n_in, .n_out = n_out},
+                             {.type = type, .data = b.data(), .n_in = n_in, .n_out = 44}};
+      be.prepare_in_place(mixed);
+      EXPECT_EQ(mixed[0].layout, WeightLayout::kRows);
+      EXPECT_EQ(c, p.w);
+    }
+  }
 }
 
 // The repacked kernels compute the same integer sums and float operations per
