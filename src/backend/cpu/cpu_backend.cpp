@@ -126,6 +126,15 @@ void CpuBackend::in_place_layouts(std::span<const WeightView> group, WeightLayou
     return;
   }
   group_layouts(group, isa_, layouts);
+  // Only where the repack runs at copy speed (the x8 layouts' AVX2 transpose):
+  // a landed expert is used a few times before it gives way, and a byte-wise
+  // repack (the AVX-512 layouts today) costs more than those uses save.
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (layouts[i] != WeightLayout::kQ4_0x8 && layouts[i] != WeightLayout::kQ8_0x8) {
+      Backend::in_place_layouts(group, layouts);
+      return;
+    }
+  }
 }
 
 void CpuBackend::prepare_in_place(std::span<WeightView> group) {
