@@ -154,8 +154,7 @@ void repack_per_block(const PerBlock& c, const uint8_t* src, uint8_t* dst, int64
   for (int64_t g = r0 / c.rows; g < r1 / c.rows; ++g) {
     uint8_t* rec = dst + static_cast<size_t>(g * c.rows) * rb;
     for (int64_t b = 0; b < n_in / 32; ++b, rec += c.record_bytes()) {
-      // Lane by lane (4 quant bytes at a time): streamed experts are
-      // repacked as they land, so this runs at copy speed, not byte by byte.
+      // Lane by lane (4 quant bytes at a time), not byte by byte.
       const uint32_t bias = 0x01010101u * c.bias;
       for (int64_t i = 0; i < c.rows; ++i) {
         const uint8_t* blk = src + static_cast<size_t>(g * c.rows + i) * rb + static_cast<size_t>(b) * c.block_bytes;
