@@ -178,7 +178,9 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   p.n_ring_slots_planned = full.n_ring_slots;
   p.min_budget_bytes = p.essentials_bytes + 2 * p.slot_bytes;
   p.full_ring_budget_bytes = p.essentials_bytes + static_cast<uint64_t>(full.n_ring_slots) * p.slot_bytes;
-  const uint64_t budget = in.stream_all ? p.full_ring_budget_bytes : in.mem_budget_bytes;
+  const uint64_t budget = !in.stream_all ? in.mem_budget_bytes
+                          : in.mem_budget_bytes > 0 ? std::min(p.full_ring_budget_bytes, in.mem_budget_bytes)
+                                                    : p.full_ring_budget_bytes;
   p.budget_bytes = budget;
   if (budget < p.min_budget_bytes) {
     return resource_exhausted(

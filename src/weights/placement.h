@@ -54,7 +54,7 @@ struct PlacementInputs {
   int64_t tokens_per_step = 1;       // what layer_compute_s was measured for (shown in the map)
   uint64_t max_gap = kDefaultMaxGap; // extent merging (extent_layout.h)
   bool stream_all = false;           // benchmarks: stream every layer through the full planned
-                                     // ring; the budget is ignored
+                                     // ring, trimmed to mem_budget_bytes when that is not 0
 };
 
 struct TensorPlacement {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/meminfo.h"
 #include "base/timer.h"
 
 namespace sluice::weights {
@@ -99,7 +100,8 @@ Status WeightStore::load(const WeightStoreOptions& options) {
     }
     groups[is_essential_tensor(t, info) ? 0 : static_cast<size_t>(t.layer + 1)].tensors.push_back(i);
   }
-  uint64_t load_bytes = 0;
+  uint64_t host_bytes = (streams ? static_cast<uint64_t>(k) * plan_.slot_bytes : 0) +
+                        static_cast<uint64_t>(plan_.n_expert_slots) * plan_.expert_slot_bytes;
   for (Group& g : groups) {
     if (g.tensors.empty()) continue;
     std::vector<TensorRange> ranges;
@@ -108,6 +110,23 @@ Status WeightStore::load(const WeightStoreOptions& options) {
       ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
     }
     g.layout = layout_extents(ranges, kDirectAlign);
+    host_bytes += g.layout.buffer_bytes;
+  }
+  // Past what the machine has, allocation does not fail: the process is
+  // killed later, mid-load or mid-run. Refuse the plan while that is cheap.
+  const std::optional<uint64_t> available =
+      options.host_available_bytes ? options.host_available_bytes : meminfo_bytes("MemAvailable");
+  if (available && host_bytes > *available) {
+    return resource_exhausted(
+        "the placement needs {} of host buffers (resident weights, ring, expert pool) but {} of memory is "
+        "available{}; lower --mem-budget below {} (leaving room for the KV cache and activations)",
+        format_bytes(static_cast<double>(host_bytes)), format_bytes(static_cast<double>(*available)),
+        options.host_available_bytes ? "" : " (MemAvailable in /proc/meminfo)",
+        format_bytes(static_cast<double>(*available)));
+  }
+  uint64_t load_bytes = 0;
+  for (Group& g : groups) {
+    if (g.tensors.empty()) continue;
     ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(g.layout.buffer_bytes));
     for (size_t j = 0; j < g.tensors.size(); ++j)
       resident_[f.tensors[plan_.tensors[g.tensors[j]].index].name] = buf.data() + g.layout.tensor_offsets[j];

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -88,12 +89,17 @@ struct WeightStoreOptions {
   double cap_bytes_per_s = 0;       // bandwidth cap of the arbiter; 0: none
   bool auto_prefetch = true;        // keep the next layers in flight (off: only explicit prefetch)
   double ring_probe_s = 0;          // seconds of the ring's own reads at open, to re-rate the plan (0: off)
+  // Host memory the store's buffers may take; nullopt: MemAvailable from
+  // /proc/meminfo at open (no check where it cannot be read).
+  std::optional<uint64_t> host_available_bytes;
 };
 
 class WeightStore {
  public:
   // Reads the resident set and starts the ring. Errors: the file cannot be
-  // opened or read; the plan does not match the file.
+  // opened or read; the plan does not match the file; the plan's host buffers
+  // (resident set read from the file, ring, expert pool) exceed the host memory
+  // available (resource exhausted, before anything is allocated).
   static StatusOr<std::unique_ptr<WeightStore>> open(std::shared_ptr<const ModelFile> file, PlacementPlan plan,
                                                      const WeightStoreOptions& options = {});
   // Cancels transfers in flight before freeing the slots.

@@ -335,6 +335,24 @@ TEST(WeightStore, ResidentModes) {
   EXPECT_DOUBLE_EQ((*direct)->counters().resident_fraction(), 1.0);
 }
 
+TEST(WeightStore, RefusesBuffersBeyondTheMemoryAvailable) {
+  auto file = synth_file("f16");
+  const PlacementPlan resident = plan_placement(*file, {}).value();
+  const PlacementPlan ring = plan_with_ring(*file, 3, 0);
+  for (const PlacementPlan* plan : {&resident, &ring}) {
+    // The buffers the store would allocate: resident extents plus the ring.
+    const uint64_t need = plan->host_bytes;
+    auto refused = WeightStore::open(file, *plan, {.queue_depth = 4, .host_available_bytes = need / 2});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(refused.status().message().find("--mem-budget"), std::string::npos) << refused.status().message();
+    auto fits = WeightStore::open(file, *plan, {.queue_depth = 4, .host_available_bytes = 2 * need + (16u << 20)});
+    EXPECT_TRUE(fits.ok()) << fits.status().to_string();
+  }
+  // Served from the memory map, nothing is allocated: no check to fail.
+  EXPECT_TRUE(WeightStore::open(file, resident, {.direct = false, .host_available_bytes = 0}).ok());
+}
+
 TEST(WeightStore, RefusesAPlanForAnotherFile) {
   auto a = synth_file("f16");
   auto b = synth_file("q8_0");
