@@ -32,7 +32,7 @@ EngineMetrics::EngineMetrics() {
   weight_disk_bytes = r.gauge("sluice_weight_read_bytes", wb, "tier=\"disk\"");
   weight_host_bytes = r.gauge("sluice_weight_read_bytes", wb, "tier=\"host\"");
   weight_stall_s = r.gauge("sluice_weight_stall_seconds", "Seconds the forward pass waited for weight transfers");
-  weight_overlap = r.gauge("sluice_weight_overlap_efficiency", "1 - stall / compute time of the forward pass");
+  weight_overlap = r.gauge("sluice_weight_overlap_efficiency", "compute / (compute + stall) time of the forward pass");
   weight_resident_fraction = r.gauge("sluice_weight_resident_fraction", "Fraction of weight bytes resident in memory");
   spec_drafted = r.counter("sluice_spec_draft_tokens_total", "Draft tokens verified by the target");
   spec_accepted = r.counter("sluice_spec_accepted_tokens_total", "Draft tokens accepted");

@@ -12,7 +12,9 @@ double WeightCountersSnapshot::host_bytes_per_token() const {
   return n_tokens ? static_cast<double>(host_read_bytes) / static_cast<double>(n_tokens) : 0.0;
 }
 
-double WeightCountersSnapshot::overlap_efficiency() const { return compute_s > 0 ? 1.0 - stall_s / compute_s : 1.0; }
+double WeightCountersSnapshot::overlap_efficiency() const {
+  return compute_s + stall_s > 0 ? compute_s / (compute_s + stall_s) : 1.0;
+}
 
 double WeightCountersSnapshot::resident_fraction() const {
   const uint64_t total = resident_bytes + streamed_bytes;

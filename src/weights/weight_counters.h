@@ -9,7 +9,9 @@
 //   sluice_weights_acquires_total
 //   sluice_weights_tokens_total                    tokens the caller reported per step
 //   sluice_weights_resident_bytes / _streamed_bytes (gauges: the placement)
-// Derived: bytes per tier per token, overlap efficiency = 1 - stall / compute,
+// Derived: bytes per tier per token, overlap efficiency = compute / (compute +
+// stall) (the share of the forward pass spent computing rather than waiting for
+// weights: 1 when every transfer hid behind compute, toward 0 when disk-bound),
 // resident fraction = resident / (resident + streamed).
 //
 // Plain relaxed atomics: any thread may add, any thread may snapshot; a snapshot
@@ -38,7 +40,7 @@ struct WeightCountersSnapshot {
   // Per reported token (0 before any token was reported).
   double disk_bytes_per_token() const;
   double host_bytes_per_token() const;
-  // 1 - stall / compute; 1 when nothing was computed yet.
+  // compute / (compute + stall), in [0, 1]; 1 when nothing ran yet.
   double overlap_efficiency() const;
   double resident_fraction() const;
   // Prometheus text exposition, one "name{labels} value" line per counter.
