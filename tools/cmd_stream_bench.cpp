@@ -39,6 +39,7 @@
 #include "base/meminfo.h"
 #include "base/timer.h"
 #include "cli.h"
+#include "model/hparams.h"
 #include "plan/calibrate.h"
 #include "plan/stream_plan.h"
 #include "weights/arbiter.h"
@@ -234,6 +235,15 @@ int run(const StreamBenchArgs& a) {
   auto layout = w::plan_placement(*file, {});
   if (!layout.ok()) return fail(layout.status());
   const int64_t n_layer = layout->n_layer;
+  // The pipeline rows move whole layers; a routed model streams expert by
+  // expert instead, which these rows do not measure.
+  std::string moe_note;
+  if (auto hp = hparams_from_metadata(file->metadata); hp.ok() && hp->is_moe())
+    moe_note = fmt::format(
+        "a mixture-of-experts model ({} experts, {} per token): the pipeline rows stream whole layers, every "
+        "expert included; `sluice bench --mem-budget` and `sluice plan --measure` measure expert-by-expert "
+        "streaming",
+        hp->n_expert, hp->n_expert_used);
   uint64_t slot_bytes = 0;
   for (const w::LayerPlacement& l : layout->layers) slot_bytes = std::max(slot_bytes, l.extent_bytes);
   ThreadPool pool(a.n_threads);
@@ -417,6 +427,7 @@ int run(const StreamBenchArgs& a) {
   if (a.json) {
     ordered_json j;
     j["model"] = a.model;
+    if (!moe_note.empty()) j["note"] = moe_note;
     j["n_layer"] = n_layer;
     j["slot_bytes"] = slot_bytes;
     j["n_threads"] = pool.n_threads();
@@ -464,6 +475,7 @@ int run(const StreamBenchArgs& a) {
   fmt::print("sluice stream-bench: {} ({} layers, slot {:.1f} MB, {} threads)\n", a.model, n_layer,
              static_cast<double>(slot_bytes) / 1e6, pool.n_threads());
   fmt::print("io: {}\n\n", engine->describe());
+  if (!moe_note.empty()) fmt::print("note: {}\n\n", moe_note);
   fmt::print("disk read GB/s ({}), block size x queue depth:\n", direct ? "O_DIRECT" : "buffered");
   fmt::print("  {:>8}", "block");
   for (int qd : a.depths) fmt::print(" {:>8}", fmt::format("qd {}", qd));
