@@ -319,7 +319,7 @@ Runner add_bench(CLI::App& app) {
   c->add_flag("--json", a->json, "print one JSON object instead of the table");
   c->add_flag("--no-probe", a->no_probe, "skip the machine probes (read GB/s, matmul FLOP/s)");
   add_backend_option(c, &a->backend);
-  c->add_flag("--no-repack", a->no_repack, "keep Q4_0/Q8_0 matrices in GGUF row order (no interleaved repack at load)");
+  c->add_flag("--no-repack", a->no_repack, "keep Q4_0/Q8_0 matrices in GGUF row order (no interleaved repack at load, nor of streamed experts as they land)");
   add_mem_budget_option(c, &a->mem_budget);
   return [a] { return run(*a); };
 }

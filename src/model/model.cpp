@@ -26,7 +26,8 @@ Model::Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, cons
       max_seqs_(options.max_seqs),
       backend_(options.backend),
       source_(options.weights),
-      predict_experts_(options.predict_experts || (options.weights && options.weights->streams_experts())) {}
+      predict_experts_(options.predict_experts || (options.weights && options.weights->streams_experts())),
+      repack_(options.repack) {}
 
 Model::~Model() = default;
 
@@ -335,7 +336,7 @@ Status Model::begin_experts(int64_t layer, int64_t n, const LayerWeights& w) {
 }
 
 void Model::prepare_expert(int64_t layer, int64_t i) {
-  if (expert_ptrs_[static_cast<size_t>(i)].prepared) return;
+  if (!repack_ || expert_ptrs_[static_cast<size_t>(i)].prepared) return;
   ExpertWeights& x = streamed_experts_[static_cast<size_t>(unique_ids_[static_cast<size_t>(i)])];
   WeightView gate_up[2] = {x.gate, x.up};
   backend_->prepare_in_place(gate_up);

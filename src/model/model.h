@@ -49,7 +49,8 @@ struct ModelOptions {
   // Let the backend copy resident matrices into its own memory and layouts at
   // load (Backend::prepare_weights; on the CPU a huge-page arena with
   // interleaved Q4_0/Q8_0 layouts). Results are bit-identical either way; the
-  // copy costs memory. Never with a weight source.
+  // copy costs memory. Never with a weight source; there, experts streamed from
+  // it are reordered where they land (Backend::prepare_in_place) only when set.
   bool repack = true;
   // Mixture of experts: before each routed layer, predict its routing from the
   // hidden state entering the layer (the layer's router applied to its FFN norm
@@ -181,6 +182,7 @@ class Model {
   std::vector<int32_t> moe_ids_;     // [n_batch, n_expert_used] the step's routing in a layer
   std::vector<float> moe_weights_;   // [n_batch, n_expert_used]
   bool predict_experts_ = false;
+  bool repack_ = true;                   // ModelOptions::repack
   std::unique_ptr<Buffer> pred_router_;  // [n_batch, n_expert] predicted router logits
   std::unique_ptr<Buffer> pred_xn_;      // [n_batch, n_embd]
   std::vector<int32_t> pred_ids_;        // [n_batch, n_pred_candidates()] -1: not predicted

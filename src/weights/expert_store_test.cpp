@@ -161,5 +161,55 @@ TEST(ExpertStore, SynthQwen2MoeAtAThirdOfItsSizeGivesTheResidentTokens) {
   expect_streamed_equals_resident(file, file->total_tensor_bytes() / 3, {1, 300, 301, 302, 500, 77});
 }
 
+// Forwards to a store source and counts the experts the model reports as
+// reordered in place.
+class CountingSource : public LayerWeightSource {
+ public:
+  explicit CountingSource(std::shared_ptr<StoreWeightSource> s) : s_(std::move(s)) {}
+  const uint8_t* resident(const std::string& name) const override { return s_->resident(name); }
+  Status acquire(int64_t layer, LayerWeightPointers* out) override { return s_->acquire(layer, out); }
+  void release(int64_t layer) override { s_->release(layer); }
+  void end_step(int64_t n_tokens) override { s_->end_step(n_tokens); }
+  bool streams_experts() const override { return s_->streams_experts(); }
+  void predict_experts(int64_t layer, std::span<const int32_t> experts) override { s_->predict_experts(layer, experts); }
+  Status begin_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) override {
+    return s_->begin_experts(layer, experts, out);
+  }
+  Status next_expert(int64_t layer, int64_t* index) override { return s_->next_expert(layer, index); }
+  void expert_prepared(int64_t layer, int64_t index) override {
+    ++n_prepared;
+    s_->expert_prepared(layer, index);
+  }
+  int64_t n_prepared = 0;
+
+ private:
+  std::shared_ptr<StoreWeightSource> s_;
+};
+
+TEST(ExpertStore, NoRepackLeavesLandedExpertsInGgufRows) {
+  const auto file = synth_qwen2moe("expert_store_norepack.gguf", 256, 16, 0, 6);
+  ASSERT_NE(file, nullptr);
+  const std::vector<int32_t> prompt = {1, 20, 30, 40};
+  const auto resident = greedy(file, nullptr, prompt, 12);
+  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
+  for (const bool repack : {true, false}) {
+    auto setup = open_streaming(
+        file, StreamingOptions{.mem_budget_bytes = file->total_tensor_bytes() / 2, .n_threads = 2, .direct = direct});
+    ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+    auto counting = std::make_shared<CountingSource>(setup->source);
+    auto m = Model::load(file, ModelOptions{.n_threads = 2, .weights = counting, .repack = repack});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + 12);
+    Sampler sampler(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));
+    auto r = generate(**m, kv, prompt, sampler, GenerateParams{.n_predict = 12});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->tokens, resident) << "repack " << repack;
+    // Landed experts are reordered (and reported) only when repacking is on.
+    if (repack) EXPECT_GT(counting->n_prepared, 0);
+    else EXPECT_EQ(counting->n_prepared, 0);
+    EXPECT_GT(setup->source->store().expert_stats().disk_bytes, 0u);
+  }
+}
+
 }  // namespace
 }  // namespace sluice::weights
