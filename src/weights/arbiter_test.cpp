@@ -36,8 +36,8 @@ std::vector<uint8_t> ArbiterTest::bytes_;
 std::vector<IoExtent> one(uint64_t off, uint64_t len) { return {{.file_offset = off, .length = len, .dst_offset = 0}}; }
 
 TEST_F(ArbiterTest, ServesCriticalThenKvSwapThenPrefetchThenAge) {
-  BandwidthArbiter arb(*engine_, {.chunk_bytes = 1u << 20, .start_paused = true});
   auto buf = AlignedBuffer::allocate(5 * 65536);
+  BandwidthArbiter arb(*engine_, {.chunk_bytes = 1u << 20, .start_paused = true});
   ASSERT_TRUE(buf.ok());
   const auto e0 = one(0, 65536), e1 = one(65536, 65536), e2 = one(131072, 65536), e3 = one(196608, 65536),
              e4 = one(262144, 65536);
@@ -72,8 +72,8 @@ TEST_F(ArbiterTest, ServesCriticalThenKvSwapThenPrefetchThenAge) {
 }
 
 TEST_F(ArbiterTest, ReprioritizeMovesATransferAhead) {
-  BandwidthArbiter arb(*engine_, {.start_paused = true});
   auto buf = AlignedBuffer::allocate(2 * 65536);
+  BandwidthArbiter arb(*engine_, {.start_paused = true});
   const auto e0 = one(0, 65536), e1 = one(65536, 65536);
   const TransferId a = *arb.submit(TransferClass::kPrefetch, e0, buf->data());
   const TransferId b = *arb.submit(TransferClass::kPrefetch, e1, buf->data() + 65536);
@@ -86,12 +86,12 @@ TEST_F(ArbiterTest, ReprioritizeMovesATransferAhead) {
 TEST_F(ArbiterTest, ChunksLargeTransfersAndLandsEveryExtent) {
   auto e = IoEngine::open({.path = path_, .backend = IoBackend::kUring, .queue_depth = 8});
   ASSERT_TRUE(e.ok());
+  auto buf = AlignedBuffer::allocate((4u << 20) + 8192);
   BandwidthArbiter arb(**e, {.chunk_bytes = 256u << 10});
   // Three extents scattered in the file, packed in the buffer.
   const std::vector<IoExtent> ext = {{.file_offset = 4096, .length = 3u << 20, .dst_offset = 0},
                                      {.file_offset = 5u << 20, .length = 8192, .dst_offset = 3u << 20},
                                      {.file_offset = 6u << 20, .length = 1u << 20, .dst_offset = (3u << 20) + 8192}};
-  auto buf = AlignedBuffer::allocate((4u << 20) + 8192);
   const TransferId id = *arb.submit(TransferClass::kCritical, ext, buf->data());
   const TransferResult r = arb.wait(id);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
@@ -102,8 +102,8 @@ TEST_F(ArbiterTest, ChunksLargeTransfersAndLandsEveryExtent) {
 }
 
 TEST_F(ArbiterTest, CancelStopsATransferAndRetiresIt) {
-  BandwidthArbiter arb(*engine_, {.start_paused = true});
   auto buf = AlignedBuffer::allocate(65536);
+  BandwidthArbiter arb(*engine_, {.start_paused = true});
   const auto e0 = one(0, 65536);
   const TransferId a = *arb.submit(TransferClass::kPrefetch, e0, buf->data());
   uint64_t bytes = 1;
@@ -124,9 +124,9 @@ TEST_F(ArbiterTest, CancelStopsATransferAndRetiresIt) {
 
 TEST_F(ArbiterTest, CapLimitsBandwidth) {
   const double cap = 16e6;  // 16 MB/s
+  auto buf = AlignedBuffer::allocate(4u << 20);
   BandwidthArbiter arb(*engine_, {.chunk_bytes = 256u << 10, .cap_bytes_per_s = cap});
   const auto ext = one(0, 4u << 20);
-  auto buf = AlignedBuffer::allocate(4u << 20);
   Stopwatch sw;
   const TransferResult r = arb.wait(*arb.submit(TransferClass::kCritical, ext, buf->data()));
   const double s = sw.seconds();
@@ -150,8 +150,8 @@ TEST_F(ArbiterTest, CapLimitsBandwidth) {
 // transfer runs, never more than the wall time around it, and still once the
 // queue has drained.
 TEST_F(ArbiterTest, BusyTimeIsTheTimeWithReadsInFlight) {
-  BandwidthArbiter arb(*engine_, {.chunk_bytes = 64u << 10});
   auto buf = AlignedBuffer::allocate(8u << 20);
+  BandwidthArbiter arb(*engine_, {.chunk_bytes = 64u << 10});
   const auto ext = one(0, 8u << 20);
   EXPECT_EQ(arb.stats().busy_s, 0.0);
   Stopwatch sw;
@@ -166,8 +166,8 @@ TEST_F(ArbiterTest, BusyTimeIsTheTimeWithReadsInFlight) {
 }
 
 TEST_F(ArbiterTest, RefusesMoreTransfersThanRecords) {
-  BandwidthArbiter arb(*engine_, {.max_transfers = 2, .start_paused = true});
   auto buf = AlignedBuffer::allocate(3 * 4096);
+  BandwidthArbiter arb(*engine_, {.max_transfers = 2, .start_paused = true});
   const auto e0 = one(0, 4096);
   const TransferId a = *arb.submit(TransferClass::kPrefetch, e0, buf->data());
   const TransferId b = *arb.submit(TransferClass::kPrefetch, e0, buf->data() + 4096);
