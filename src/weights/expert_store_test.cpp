@@ -205,8 +205,11 @@ TEST(ExpertStore, NoRepackLeavesLandedExpertsInGgufRows) {
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->tokens, resident) << "repack " << repack;
     // Landed experts are reordered (and reported) only when repacking is on.
-    if (repack) EXPECT_GT(counting->n_prepared, 0);
-    else EXPECT_EQ(counting->n_prepared, 0);
+    if (repack) {
+      EXPECT_GT(counting->n_prepared, 0);
+    } else {
+      EXPECT_EQ(counting->n_prepared, 0);
+    }
     EXPECT_GT(setup->source->store().expert_stats().disk_bytes, 0u);
   }
 }
