@@ -8,16 +8,14 @@
 
 namespace sluice {
 
-namespace {
-constexpr size_t kHugePage = size_t{2} << 20;
-}  // namespace
+void advise_huge_pages(void* p, size_t n_bytes) { madvise(p, n_bytes, MADV_HUGEPAGE); }
 
 HugeBuffer::HugeBuffer(size_t n_bytes) : size_(n_bytes) {
   if (n_bytes == 0) return;
-  mapped_ = (n_bytes + kHugePage - 1) / kHugePage * kHugePage;
+  mapped_ = (n_bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECK(p != MAP_FAILED && "HugeBuffer: mmap failed");
-  madvise(p, mapped_, MADV_HUGEPAGE);  // a hint: without THP the pages stay 4 KiB
+  advise_huge_pages(p, mapped_);
   data_ = static_cast<uint8_t*>(p);
 }
 

@@ -12,6 +12,14 @@
 
 namespace sluice {
 
+// The transparent huge page size on x86-64.
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// Asks the kernel to back [p, p + n_bytes) with transparent huge pages at its
+// first touch (madvise(MADV_HUGEPAGE)); p should be kHugePageBytes-aligned. A
+// hint: where THP is off the pages stay 4 KiB.
+void advise_huge_pages(void* p, size_t n_bytes);
+
 class HugeBuffer {
  public:
   HugeBuffer() = default;

@@ -1,7 +1,6 @@
 #include "weights/io_engine.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/huge_buffer.h"
 #include "base/timer.h"
 
 namespace sluice::weights {
@@ -23,12 +23,11 @@ StatusOr<AlignedBuffer> AlignedBuffer::allocate(uint64_t bytes) {
   // Weights are read from these buffers over and over: from 2 MiB up they sit
   // on transparent huge pages where the kernel gives them (one page walk per
   // 2 MiB instead of per 4 KiB; a hint, ordinary pages otherwise).
-  constexpr uint64_t kHugePage = uint64_t{2} << 20;
-  const uint64_t align = bytes >= kHugePage ? kHugePage : kDirectAlign;
+  const uint64_t align = bytes >= kHugePageBytes ? kHugePageBytes : kDirectAlign;
   const uint64_t rounded = align_up(bytes, align);
   void* p = std::aligned_alloc(align, rounded);
   if (!p) return resource_exhausted("cannot allocate {} bytes of aligned host memory", rounded);
-  if (align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);
+  if (align == kHugePageBytes) advise_huge_pages(p, rounded);
   std::memset(p, 0, rounded);
   b.data_ = static_cast<uint8_t*>(p);
   b.size_ = rounded;
