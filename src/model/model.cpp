@@ -112,6 +112,7 @@ void Model::plan_buffers() {
     moe_ids_.resize(static_cast<size_t>(nb * h.n_expert_used));
     moe_weights_.resize(static_cast<size_t>(nb * h.n_expert_used));
     unique_ids_.reserve(static_cast<size_t>(h.n_expert));
+    pred_unique_ids_.reserve(static_cast<size_t>(h.n_expert));
     seen_.resize(static_cast<size_t>(h.n_expert));
     expert_ptrs_.resize(static_cast<size_t>(h.n_expert));
     streamed_experts_.resize(static_cast<size_t>(h.n_expert));
@@ -273,17 +274,17 @@ void Model::emit_routing(const char* name, const int32_t* ids, int64_t layer, in
 
 int64_t Model::n_pred_candidates() const { return std::min(hp_.n_expert, 2 * hp_.n_expert_used); }
 
-void Model::distinct_experts(const int32_t* ids, int64_t n_ids) {
-  unique_ids_.clear();
+void Model::distinct_experts(const int32_t* ids, int64_t n_ids, std::vector<int32_t>& out) {
+  out.clear();
   std::fill(seen_.begin(), seen_.end(), 0);
   for (int64_t i = 0; i < n_ids; ++i) {
     if (ids[i] < 0 || seen_[static_cast<size_t>(ids[i])]) continue;
     seen_[static_cast<size_t>(ids[i])] = 1;
-    unique_ids_.push_back(ids[i]);
+    out.push_back(ids[i]);
   }
 }
 
-void Model::predict_routing(int64_t layer, int64_t n) {
+void Model::predict_routing(int64_t layer, int64_t n, bool early) {
   const ModelHparams& h = hp_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const MatmulOut router[1] = {{w.mat(TensorRole::kFfnRouter), pred_router_->floats()}};
@@ -295,22 +296,22 @@ void Model::predict_routing(int64_t layer, int64_t n) {
   // is worth a prefetch (stories-moe, replayed: recall at layers 1-3 from
   // 82/88/74% to 92/97/82% for 0.4 more experts read per token with the
   // cache's help).
-  const int64_t k = h.n_expert_used, c = n_pred_candidates();
+  const int64_t k = h.n_expert_used, c = early ? k : n_pred_candidates();
   be.route({.logits = pred_router_->floats(), .n_tok = n, .n_expert = h.n_expert, .n_used = c,
             .renormalize = false, .ids = pred_ids_.data(), .weights = pred_weights_.data()});
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = k; j < c; ++j)
       if (pred_weights_[static_cast<size_t>(t * c + j)] < kPredictMargin * pred_weights_[static_cast<size_t>(t * c + k - 1)])
         pred_ids_[static_cast<size_t>(t * c + j)] = -1;
-  if (hook_) emit_routing("ffn_moe_pred", pred_ids_.data(), layer, n, c);
+  if (hook_ && !early) emit_routing("ffn_moe_pred", pred_ids_.data(), layer, n, c);
   if (source_ && source_->streams_experts()) {
-    distinct_experts(pred_ids_.data(), n * c);
-    source_->predict_experts(layer, unique_ids_);
+    distinct_experts(pred_ids_.data(), n * c, pred_unique_ids_);
+    source_->predict_experts(layer, pred_unique_ids_);
   }
 }
 
 Status Model::begin_experts(int64_t layer, int64_t n, const LayerWeights& w) {
-  distinct_experts(moe_ids_.data(), n * hp_.n_expert_used);
+  distinct_experts(moe_ids_.data(), n * hp_.n_expert_used, unique_ids_);
   RETURN_IF_ERROR(source_->begin_experts(layer, unique_ids_, expert_ptrs_.data()));
   // Experts reordered for the backend when they first landed (prepare_expert)
   // are in the layouts it gives; the others are still GGUF rows.
@@ -393,6 +394,11 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
         }
         moe.experts = streamed_experts_;
         moe.next = &next_ref;
+        // A first guess at the next routed layer's experts, from the state
+        // before this layer's experts are added: its reads queue behind this
+        // layer's (prefetch after critical), so the disk does not idle while
+        // the last of them computes. Refined below once the layer is done.
+        if (l + 1 < hp_.n_layer && hp_.layer_is_moe(l + 1)) predict_routing(l + 1, n, /*early=*/true);
       }
       moe_experts(step, moe);
       if (!read_status.ok()) {

@@ -136,8 +136,10 @@ class Model {
   void emit_routing(const char* name, const int32_t* ids, int64_t layer, int64_t n, int64_t width) const;
   // Candidates per token the prediction considers (2 x n_expert_used, at most n_expert).
   int64_t n_pred_candidates() const;
-  // The predicted routing of routed layer `layer` from x: hook and weight source.
-  void predict_routing(int64_t layer, int64_t n);
+  // The predicted routing of routed layer `layer` from x: hook and weight
+  // source. `early`: a first guess from the state before the previous layer's
+  // experts are added, for the weight source only (a later call refines it).
+  void predict_routing(int64_t layer, int64_t n, bool early = false);
   // Streamed expert i of the current begin_experts(), handed out: reorders
   // its bytes in place for the backend unless that was done when it landed
   // before, and tells the source.
@@ -145,8 +147,8 @@ class Model {
   // The experts of a streamed routed layer: the distinct ones chosen, asked of the
   // source (reads started; next_expert() hands them out as they land).
   Status begin_experts(int64_t layer, int64_t n, const LayerWeights& w);
-  // The distinct experts in ids[0 .. n_ids) (negative ids skipped), into unique_ids_.
-  void distinct_experts(const int32_t* ids, int64_t n_ids);
+  // The distinct experts in ids[0 .. n_ids) (negative ids skipped), into out.
+  void distinct_experts(const int32_t* ids, int64_t n_ids, std::vector<int32_t>& out);
 
   std::shared_ptr<const ModelFile> file_;
   ModelHparams hp_;
@@ -188,6 +190,7 @@ class Model {
   std::vector<int32_t> pred_ids_;        // [n_batch, n_pred_candidates()] -1: not predicted
   std::vector<float> pred_weights_;      // [n_batch, n_pred_candidates()]
   std::vector<int32_t> unique_ids_;      // [n_expert] distinct experts of a step's layer
+  std::vector<int32_t> pred_unique_ids_;  // [n_expert] distinct experts of a prediction
   std::vector<uint8_t> seen_;            // [n_expert]
   std::vector<ExpertPointers> expert_ptrs_;  // [n_expert]
   std::vector<ExpertWeights> streamed_experts_;  // [n_expert] views of a streamed layer's acquired experts

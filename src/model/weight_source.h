@@ -46,7 +46,8 @@ struct ExpertPointers {
 //   acquire(l) -> [route] -> begin_experts(l, chosen)
 //              -> (next_expert(l) -> [prepare, expert_prepared] -> compute
 //                  that one)* -> release(l)
-//   predict_experts(l', likely)   any time before layer l' routes: a hint to prefetch
+//   predict_experts(l', likely)   any time before layer l' routes: a hint to prefetch;
+//                                 a later call for the same l' replaces it
 // Each expert is computed as soon as it has landed, while the others read.
 class LayerWeightSource {
  public:
@@ -62,6 +63,7 @@ class LayerWeightSource {
   // Whether experts come from begin_experts() (default: with their layer).
   virtual bool streams_experts() const { return false; }
   // These experts of `layer` will probably be needed (its predicted routing).
+  // A later prediction of the same layer replaces this one.
   virtual void predict_experts(int64_t layer, std::span<const int32_t> experts) {}
   // Makes the experts available until release(layer), without waiting for
   // them: read expert i only once next_expert() has handed out i.

@@ -83,6 +83,8 @@ void ExpertCache::unpin(int64_t layer, int64_t expert) {
 
 void ExpertCache::protect(int64_t layer, int64_t expert) { protected_[index(layer, expert)] = 1; }
 
+void ExpertCache::unprotect(int64_t layer, int64_t expert) { protected_[index(layer, expert)] = 0; }
+
 void ExpertCache::unprotect_layer(int64_t layer) {
   for (int64_t e = 0; e < config_.n_expert; ++e) protected_[index(layer, e)] = 0;
 }

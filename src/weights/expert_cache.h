@@ -66,6 +66,7 @@ class ExpertCache {
   void pin(int64_t layer, int64_t expert);
   void unpin(int64_t layer, int64_t expert);
   void protect(int64_t layer, int64_t expert);
+  void unprotect(int64_t layer, int64_t expert);
   // Drops the protection of every expert of a layer (its routing is known).
   void unprotect_layer(int64_t layer);
   // The layer used these experts now (usage counts, recency).

@@ -203,7 +203,8 @@ void ExpertStore::forget(int64_t slot) {
 void ExpertStore::retire_landed() {
   for (size_t i = 0; i < in_flight_.size();) {
     SlotIo& io = io_[static_cast<size_t>(in_flight_[i])];
-    if (!arbiter_.landed(io.transfer)) {
+    // A pinned expert's read is retired by land(), which reports its errors.
+    if (cache_.pinned(in_flight_[i]) || !arbiter_.landed(io.transfer)) {
       ++i;
       continue;
     }
@@ -240,6 +241,18 @@ StatusOr<bool> ExpertStore::start(int64_t layer, int64_t expert, TransferClass c
 void ExpertStore::predict(int64_t layer, std::span<const int32_t> experts) {
   retire_landed();
   LayerCounters& c = layer_counters_[static_cast<size_t>(layer)];
+  // An earlier prediction of this layer: what this one drops is demoted.
+  int32_t* pred = predicted_.data() + layer * hp_.n_expert;
+  for (int64_t e = 0; e < hp_.n_expert; ++e) {
+    if (!pred[e] || std::find(experts.begin(), experts.end(), static_cast<int32_t>(e)) != experts.end()) continue;
+    pred[e] = 0;
+    cache_.unprotect(layer, e);
+    const int64_t slot = cache_.slot_of(layer, e);
+    if (slot >= 0 && io_[static_cast<size_t>(slot)].transfer && !cache_.pinned(slot)) {
+      forget(slot);
+      c.cancelled.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   for (int32_t e : experts) {
     predicted_[static_cast<size_t>(layer * hp_.n_expert + e)] = 1;
     cache_.protect(layer, e);

@@ -9,7 +9,10 @@
 //
 //   predict(l, likely)      before layer l routes: each likely expert not in a
 //                           slot is read at prefetch priority, and all are
-//                           protected from eviction
+//                           protected from eviction; a later predict() of
+//                           the same layer replaces it (experts it no longer
+//                           names lose their protection, and their reads are
+//                           cancelled if still going)
 //   acquire(l, chosen)      after it routes: predictions it did not choose are
 //                           cancelled if still reading (else left as cache);
 //                           chosen experts not in a slot are read at critical

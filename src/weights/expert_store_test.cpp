@@ -153,6 +153,35 @@ TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
   store.release(1);
 }
 
+// The model predicts a layer twice (a first guess before the previous
+// layer's experts are added, then the refined one): the second replaces the
+// first, so an expert only the first named is neither counted as predicted
+// nor kept reading.
+TEST(ExpertStore, ALaterPredictionOfALayerReplacesTheEarlierOne) {
+  const auto file = synth_qwen2moe("expert_store_repredict.gguf", 256, 16, 0, 7);
+  ASSERT_NE(file, nullptr);
+  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
+  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = file->total_tensor_bytes() / 2,
+                                                     .n_threads = 2, .direct = direct});
+  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+  WeightStore& store = setup->source->store();
+  store.predict_experts(1, std::vector<int32_t>{3, 5, 9});
+  store.predict_experts(1, std::vector<int32_t>{3, 12});
+  const std::vector<int32_t> chosen = {3, 12};
+  ExpertPointers out[2];
+  ASSERT_TRUE(store.begin_experts(1, chosen, out).ok());
+  int64_t i = 0;
+  for (size_t k = 0; k < chosen.size(); ++k) ASSERT_TRUE(store.next_expert(1, &i).ok());
+  store.release(1);
+  const ExpertLayerStats l = store.expert_stats().layers[1];
+  EXPECT_EQ(l.predicted, 2u);  // 3 and 12, not 5 and 9
+  EXPECT_EQ(l.predicted_chosen, 2u);
+  EXPECT_EQ(l.chosen, 2u);
+  EXPECT_EQ(l.missed, 0u);  // both were reading or landed when the layer routed
+  EXPECT_EQ(l.prefetch_reads, 4u);  // 3, 5, 9, then 12
+  EXPECT_LE(l.cancelled, 2u);       // 5 and 9, if still reading when dropped
+}
+
 TEST(ExpertStore, SynthQwen2MoeAtAThirdOfItsSizeGivesTheResidentTokens) {
   // The qwen2moe family with many small experts, as the real ones have (most
   // of the bytes are experts).
