@@ -336,15 +336,33 @@ Status Model::begin_experts(int64_t layer, int64_t n, const LayerWeights& w) {
   return Status();
 }
 
-void Model::prepare_expert(int64_t layer, int64_t i) {
-  if (!repack_ || expert_ptrs_[static_cast<size_t>(i)].prepared) return;
-  ExpertWeights& x = streamed_experts_[static_cast<size_t>(unique_ids_[static_cast<size_t>(i)])];
+void Model::reorder_expert(ExpertWeights& x) {
   WeightView gate_up[2] = {x.gate, x.up};
   backend_->prepare_in_place(gate_up);
   x.gate = gate_up[0];
   x.up = gate_up[1];
   backend_->prepare_in_place(std::span(&x.down, 1));
+}
+
+void Model::prepare_expert(int64_t layer, int64_t i) {
+  if (!repack_ || expert_ptrs_[static_cast<size_t>(i)].prepared) return;
+  reorder_expert(streamed_experts_[static_cast<size_t>(unique_ids_[static_cast<size_t>(i)])]);
   source_->expert_prepared(layer, i);
+}
+
+void Model::prepare_while_waiting(int64_t layer) {
+  if (!repack_) return;
+  int64_t l = -1;
+  int32_t e = -1;
+  ExpertPointers p;
+  while (!source_->next_expert_ready(layer) && source_->unprepared_expert(&l, &e, &p)) {
+    ExpertWeights x = weights_.layers[static_cast<size_t>(l)].experts[static_cast<size_t>(e)];  // shapes and types
+    x.gate.data = p.gate;
+    x.up.data = p.up;
+    x.down.data = p.down;
+    reorder_expert(x);
+    source_->unpinned_expert_prepared(l, e);
+  }
 }
 
 Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv) {
@@ -378,6 +396,7 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
       Status read_status;
       auto next = [&]() -> int64_t {
         int64_t i = -1;
+        prepare_while_waiting(l);
         if (read_status.ok()) read_status = source_->next_expert(l, &i);
         if (!read_status.ok() || i < 0) return -1;
         // Landed from disk in GGUF rows: reordered once, where it lies, for

@@ -144,6 +144,12 @@ class Model {
   // its bytes in place for the backend unless that was done when it landed
   // before, and tells the source.
   void prepare_expert(int64_t layer, int64_t i);
+  // While the next of layer's streamed experts is still reading: reorders
+  // experts that landed before and are not in use (predicted ones first),
+  // so the wait does what a later hit would do on the critical path.
+  void prepare_while_waiting(int64_t layer);
+  // Reorders one expert's bytes in place for the backend (the same bits).
+  void reorder_expert(ExpertWeights& x);
   // The experts of a streamed routed layer: the distinct ones chosen, asked of the
   // source (reads started; next_expert() hands them out as they land).
   Status begin_experts(int64_t layer, int64_t n, const LayerWeights& w);

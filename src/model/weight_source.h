@@ -48,6 +48,9 @@ struct ExpertPointers {
 //                  that one)* -> release(l)
 //   predict_experts(l', likely)   any time before layer l' routes: a hint to prefetch;
 //                                 a later call for the same l' replaces it
+//   while !next_expert_ready(l): unprepared_expert() -> [prepare] ->
+//       unpinned_expert_prepared()   the wait for a read is spent reordering
+//                                    experts that landed earlier
 // Each expert is computed as soon as it has landed, while the others read.
 class LayerWeightSource {
  public:
@@ -79,6 +82,13 @@ class LayerWeightSource {
   // Expert `index` of the last begin_experts() (handed out) was reordered in
   // place; it stays so until it is read again.
   virtual void expert_prepared(int64_t layer, int64_t index) {}
+  // Whether next_expert(layer) would return without waiting.
+  virtual bool next_expert_ready(int64_t layer) const { return true; }
+  // An expert (of any layer) in memory, not in use and not reordered yet, for
+  // the caller to reorder while it would wait; false: none.
+  virtual bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const { return false; }
+  // That expert was reordered in place; it stays so until it is read again.
+  virtual void unpinned_expert_prepared(int64_t layer, int32_t expert) {}
 };
 
 }  // namespace sluice

@@ -367,6 +367,42 @@ void ExpertStore::mark_prepared(int64_t layer, int64_t index) {
   prepared_[static_cast<size_t>(cache_.slot_of(layer, pinned_[static_cast<size_t>(index)]))] = 1;
 }
 
+bool ExpertStore::next_ready(int64_t layer) const {
+  CHECK(layer == pinned_layer_);
+  for (size_t i = 0; i < pinned_.size(); ++i) {
+    if (handed_[i]) continue;
+    const SlotIo& io = io_[static_cast<size_t>(cache_.slot_of(layer, pinned_[i]))];
+    if (!io.transfer || arbiter_.landed(io.transfer)) return true;
+  }
+  return std::all_of(handed_.begin(), handed_.end(), [](char h) { return h != 0; });
+}
+
+bool ExpertStore::unprepared(int64_t* layer, int32_t* expert, ExpertPointers* out) const {
+  // Predicted experts first: they are the likeliest to be used next.
+  int64_t best = -1;
+  for (int64_t s = 0; s < cache_.n_slots(); ++s) {
+    const int64_t l = cache_.slot_layer(s);
+    if (l < 0 || prepared_[static_cast<size_t>(s)] || cache_.pinned(s)) continue;
+    const SlotIo& io = io_[static_cast<size_t>(s)];
+    if (io.transfer && !arbiter_.landed(io.transfer)) continue;
+    best = s;
+    if (predicted_[static_cast<size_t>(l * hp_.n_expert + cache_.slot_expert(s))]) break;
+  }
+  if (best < 0) return false;
+  *layer = cache_.slot_layer(best);
+  *expert = static_cast<int32_t>(cache_.slot_expert(best));
+  const uint8_t* base = pool_.data() + static_cast<uint64_t>(best) * slot_bytes_;
+  const ExpertInfo& x = experts_[static_cast<size_t>(*layer * hp_.n_expert + *expert)];
+  *out = ExpertPointers{base + x.offsets[0], base + x.offsets[1], base + x.offsets[2], false};
+  return true;
+}
+
+void ExpertStore::mark_prepared_expert(int64_t layer, int32_t expert) {
+  const int64_t slot = cache_.slot_of(layer, expert);
+  CHECK(slot >= 0 && !cache_.pinned(slot));
+  prepared_[static_cast<size_t>(slot)] = 1;
+}
+
 void ExpertStore::release(int64_t layer) {
   if (pinned_layer_ != layer) return;
   for (int32_t e : pinned_) cache_.unpin(layer, e);

@@ -26,6 +26,13 @@
 //                           (ExpertPointers::prepared says so while the slot
 //                           holds it; a new read clears it)
 //   release(l)              unpins them
+//   next_ready(l)           whether next_landed(l) would return without
+//                           waiting
+//   unprepared(&l, &e, &p)  while the caller would wait: an expert that has
+//                           landed in a slot, is not pinned and was not
+//                           reordered yet (predicted ones first), for the
+//                           caller to reorder with its idle threads; then
+//                           mark_prepared_expert(l, e)
 //
 // Counted per layer: chosen, predicted, predicted and chosen (precision and
 // recall), ready (landed when the layer routed), late (a prefetch still
@@ -102,6 +109,10 @@ class ExpertStore {
   // its read failed.
   Status next_landed(int64_t layer, int64_t* index);
   void mark_prepared(int64_t layer, int64_t index);
+  bool next_ready(int64_t layer) const;
+  // false: none.
+  bool unprepared(int64_t* layer, int32_t* expert, ExpertPointers* out) const;
+  void mark_prepared_expert(int64_t layer, int32_t expert);
   void release(int64_t layer);
   void end_step();
 

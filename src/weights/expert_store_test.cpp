@@ -1,6 +1,8 @@
 // The expert cache's rules, and routed models streamed expert by expert giving
 // the tokens they give resident.
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -182,6 +184,72 @@ TEST(ExpertStore, ALaterPredictionOfALayerReplacesTheEarlierOne) {
   EXPECT_LE(l.cancelled, 2u);       // 5 and 9, if still reading when dropped
 }
 
+// While a layer would wait for a read, the model reorders experts that landed
+// earlier and are not in use: the store offers those (predicted ones first,
+// never a pinned one), and a later hit finds them reordered.
+TEST(ExpertStore, LandedExpertsNotInUseAreOfferedForReorderingWhileWaiting) {
+  constexpr int64_t kExperts = 16;
+  const auto file = synth_qwen2moe("expert_store_idle.gguf", 256, kExperts, 0, 8);
+  ASSERT_NE(file, nullptr);
+  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
+  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = file->total_tensor_bytes() / 2,
+                                                     .n_threads = 2, .direct = direct});
+  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+  WeightStore& store = setup->source->store();
+  auto drain = [&](int64_t layer, size_t n) {
+    int64_t i = 0;
+    for (size_t k = 0; k < n; ++k) ASSERT_TRUE(store.next_expert(layer, &i).ok());
+    EXPECT_TRUE(store.next_expert_ready(layer));  // all handed out: nothing to wait for
+  };
+  int64_t l = -1;
+  int32_t e = -1;
+  ExpertPointers p;
+  ExpertPointers out[2];
+  // Layer 1's experts 2 and 6 land and are used without being reordered.
+  ASSERT_TRUE(store.begin_experts(1, std::vector<int32_t>{2, 6}, out).ok());
+  drain(1, 2);
+  store.release(1);
+  // Expert 2 in use again (pinned): only 6 is offered.
+  ASSERT_TRUE(store.begin_experts(1, std::vector<int32_t>{2}, out).ok());
+  EXPECT_TRUE(store.next_expert_ready(1));  // it is in its slot
+  ASSERT_TRUE(store.unprepared_expert(&l, &e, &p));
+  EXPECT_EQ(l, 1);
+  EXPECT_EQ(e, 6);
+  store.unpinned_expert_prepared(1, 6);
+  EXPECT_FALSE(store.unprepared_expert(&l, &e, &p));
+  drain(1, 1);
+  store.release(1);
+  // A predicted expert of layer 2 goes first once it has landed.
+  store.predict_experts(2, std::vector<int32_t>{9});
+  bool found = false;
+  for (int tries = 0; tries < 1000 && !found; ++tries) {
+    ASSERT_TRUE(store.unprepared_expert(&l, &e, &p));
+    found = l == 2 && e == 9;
+    if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(found);
+  const TensorInfo* gate = file->find("blk.2.ffn_gate_exps.weight");
+  ASSERT_NE(gate, nullptr);
+  const uint64_t slice = gate->n_bytes / static_cast<uint64_t>(kExperts);
+  EXPECT_EQ(std::memcmp(p.gate, gate->data + 9 * slice, slice), 0);
+  store.unpinned_expert_prepared(2, 9);
+  ASSERT_TRUE(store.unprepared_expert(&l, &e, &p));  // layer 1's expert 2, used but never reordered
+  EXPECT_EQ(l, 1);
+  EXPECT_EQ(e, 2);
+  store.unpinned_expert_prepared(1, 2);
+  EXPECT_FALSE(store.unprepared_expert(&l, &e, &p));
+  // Hits find them reordered.
+  ASSERT_TRUE(store.begin_experts(2, std::vector<int32_t>{9}, out).ok());
+  EXPECT_TRUE(out[0].prepared);
+  drain(2, 1);
+  store.release(2);
+  ASSERT_TRUE(store.begin_experts(1, std::vector<int32_t>{2, 6}, out).ok());
+  EXPECT_TRUE(out[0].prepared);
+  EXPECT_TRUE(out[1].prepared);
+  drain(1, 2);
+  store.release(1);
+}
+
 TEST(ExpertStore, SynthQwen2MoeAtAThirdOfItsSizeGivesTheResidentTokens) {
   // The qwen2moe family with many small experts, as the real ones have (most
   // of the bytes are experts).
@@ -208,6 +276,14 @@ class CountingSource : public LayerWeightSource {
   void expert_prepared(int64_t layer, int64_t index) override {
     ++n_prepared;
     s_->expert_prepared(layer, index);
+  }
+  bool next_expert_ready(int64_t layer) const override { return s_->next_expert_ready(layer); }
+  bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const override {
+    return s_->unprepared_expert(layer, expert, out);
+  }
+  void unpinned_expert_prepared(int64_t layer, int32_t expert) override {
+    ++n_prepared;
+    s_->unpinned_expert_prepared(layer, expert);
   }
   int64_t n_prepared = 0;
 

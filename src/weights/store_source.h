@@ -39,6 +39,13 @@ class StoreWeightSource : public LayerWeightSource {
   }
   Status next_expert(int64_t layer, int64_t* index) override { return store_->next_expert(layer, index); }
   void expert_prepared(int64_t layer, int64_t index) override { store_->expert_prepared(layer, index); }
+  bool next_expert_ready(int64_t layer) const override { return store_->next_expert_ready(layer); }
+  bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const override {
+    return store_->unprepared_expert(layer, expert, out);
+  }
+  void unpinned_expert_prepared(int64_t layer, int32_t expert) override {
+    store_->unpinned_expert_prepared(layer, expert);
+  }
   WeightStore& store() { return *store_; }
   const WeightStore& store() const { return *store_; }
 

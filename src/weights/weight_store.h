@@ -138,6 +138,11 @@ class WeightStore {
   }
   Status next_expert(int64_t layer, int64_t* index) { return experts_->next_landed(layer, index); }
   void expert_prepared(int64_t layer, int64_t index) { experts_->mark_prepared(layer, index); }
+  bool next_expert_ready(int64_t layer) const { return experts_->next_ready(layer); }
+  bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const {
+    return experts_->unprepared(layer, expert, out);
+  }
+  void unpinned_expert_prepared(int64_t layer, int32_t expert) { experts_->mark_prepared_expert(layer, expert); }
   // Per-layer expert counters (empty when experts are not streamed).
   ExpertStatsSnapshot expert_stats() const { return experts_ ? experts_->stats() : ExpertStatsSnapshot{}; }
 
