@@ -112,15 +112,20 @@ std::shared_ptr<const ModelFile> synth_qwen2moe(const std::string& name, int64_t
   return mf.ok() ? std::make_shared<const ModelFile>(std::move(*mf)) : nullptr;
 }
 
+// The file streamed under half its size: the experts of more than one layer fit.
+StatusOr<StreamingSetup> stream_at_half(const std::shared_ptr<const ModelFile>& file) {
+  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
+  return open_streaming(file, StreamingOptions{.mem_budget_bytes = file->total_tensor_bytes() / 2, .n_threads = 2,
+                                               .direct = direct});
+}
+
 // acquire without waiting, then next_landed(): every chosen expert handed out
 // once, its bytes in place when it is, then -1.
 TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
   constexpr int64_t kExperts = 16;
   const auto file = synth_qwen2moe("expert_store_landing.gguf", 256, kExperts, 0, 5);
   ASSERT_NE(file, nullptr);
-  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
-  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = file->total_tensor_bytes() / 2,
-                                                     .n_threads = 2, .direct = direct});
+  auto setup = stream_at_half(file);
   ASSERT_TRUE(setup.ok()) << setup.status().to_string();
   WeightStore& store = setup->source->store();
   ASSERT_TRUE(store.streams_experts());
@@ -162,9 +167,7 @@ TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
 TEST(ExpertStore, ALaterPredictionOfALayerReplacesTheEarlierOne) {
   const auto file = synth_qwen2moe("expert_store_repredict.gguf", 256, 16, 0, 7);
   ASSERT_NE(file, nullptr);
-  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
-  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = file->total_tensor_bytes() / 2,
-                                                     .n_threads = 2, .direct = direct});
+  auto setup = stream_at_half(file);
   ASSERT_TRUE(setup.ok()) << setup.status().to_string();
   WeightStore& store = setup->source->store();
   store.predict_experts(1, std::vector<int32_t>{3, 5, 9});
@@ -191,9 +194,7 @@ TEST(ExpertStore, LandedExpertsNotInUseAreOfferedForReorderingWhileWaiting) {
   constexpr int64_t kExperts = 16;
   const auto file = synth_qwen2moe("expert_store_idle.gguf", 256, kExperts, 0, 8);
   ASSERT_NE(file, nullptr);
-  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
-  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = file->total_tensor_bytes() / 2,
-                                                     .n_threads = 2, .direct = direct});
+  auto setup = stream_at_half(file);
   ASSERT_TRUE(setup.ok()) << setup.status().to_string();
   WeightStore& store = setup->source->store();
   auto drain = [&](int64_t layer, size_t n) {
@@ -296,10 +297,8 @@ TEST(ExpertStore, NoRepackLeavesLandedExpertsInGgufRows) {
   ASSERT_NE(file, nullptr);
   const std::vector<int32_t> prompt = {1, 20, 30, 40};
   const auto resident = greedy(file, nullptr, prompt, 12);
-  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
   for (const bool repack : {true, false}) {
-    auto setup = open_streaming(
-        file, StreamingOptions{.mem_budget_bytes = file->total_tensor_bytes() / 2, .n_threads = 2, .direct = direct});
+    auto setup = stream_at_half(file);
     ASSERT_TRUE(setup.ok()) << setup.status().to_string();
     auto counting = std::make_shared<CountingSource>(setup->source);
     auto m = Model::load(file, ModelOptions{.n_threads = 2, .weights = counting, .repack = repack});
