@@ -182,6 +182,11 @@ StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::open(const ModelFile& file, 
   return s;
 }
 
+bool ExpertStore::bytes_in(int64_t slot) const {
+  const SlotIo& io = io_[static_cast<size_t>(slot)];
+  return !io.transfer || arbiter_.landed(io.transfer);
+}
+
 void ExpertStore::stop_read(int64_t slot) {
   SlotIo& io = io_[static_cast<size_t>(slot)];
   if (!io.transfer) return;
@@ -292,7 +297,7 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
     int64_t slot = cache_.slot_of(layer, e);
     if (slot >= 0) {
       SlotIo& io = io_[static_cast<size_t>(slot)];
-      if (!io.transfer || arbiter_.landed(io.transfer)) {
+      if (bytes_in(slot)) {
         c.ready.fetch_add(1, std::memory_order_relaxed);
       } else {
         c.late.fetch_add(1, std::memory_order_relaxed);
@@ -348,8 +353,9 @@ Status ExpertStore::next_landed(int64_t layer, int64_t* index) {
   uint64_t first_seq = 0;
   for (size_t i = 0; i < pinned_.size(); ++i) {
     if (handed_[i]) continue;
-    const SlotIo& io = io_[static_cast<size_t>(cache_.slot_of(layer, pinned_[i]))];
-    if (!io.transfer || arbiter_.landed(io.transfer)) {
+    const int64_t slot = cache_.slot_of(layer, pinned_[i]);
+    const SlotIo& io = io_[static_cast<size_t>(slot)];
+    if (bytes_in(slot)) {
       *index = static_cast<int64_t>(i);
       break;
     }
@@ -369,12 +375,13 @@ void ExpertStore::mark_prepared(int64_t layer, int64_t index) {
 
 bool ExpertStore::next_ready(int64_t layer) const {
   CHECK(layer == pinned_layer_);
+  bool left = false;
   for (size_t i = 0; i < pinned_.size(); ++i) {
     if (handed_[i]) continue;
-    const SlotIo& io = io_[static_cast<size_t>(cache_.slot_of(layer, pinned_[i]))];
-    if (!io.transfer || arbiter_.landed(io.transfer)) return true;
+    if (bytes_in(cache_.slot_of(layer, pinned_[i]))) return true;
+    left = true;
   }
-  return std::all_of(handed_.begin(), handed_.end(), [](char h) { return h != 0; });
+  return !left;  // all handed out
 }
 
 bool ExpertStore::unprepared(int64_t* layer, int32_t* expert, ExpertPointers* out) const {
@@ -382,9 +389,7 @@ bool ExpertStore::unprepared(int64_t* layer, int32_t* expert, ExpertPointers* ou
   int64_t best = -1;
   for (int64_t s = 0; s < cache_.n_slots(); ++s) {
     const int64_t l = cache_.slot_layer(s);
-    if (l < 0 || prepared_[static_cast<size_t>(s)] || cache_.pinned(s)) continue;
-    const SlotIo& io = io_[static_cast<size_t>(s)];
-    if (io.transfer && !arbiter_.landed(io.transfer)) continue;
+    if (l < 0 || prepared_[static_cast<size_t>(s)] || cache_.pinned(s) || !bytes_in(s)) continue;
     best = s;
     if (predicted_[static_cast<size_t>(l * hp_.n_expert + cache_.slot_expert(s))]) break;
   }

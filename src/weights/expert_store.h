@@ -141,6 +141,8 @@ class ExpertStore {
   // Reads (l, e) into a slot the cache chooses; false if every slot is pinned.
   // Errors: no transfer record free.
   StatusOr<bool> start(int64_t layer, int64_t expert, TransferClass cls, bool predicted);
+  // Whether a slot's bytes are in memory: no read, or its read has landed.
+  bool bytes_in(int64_t slot) const;
   // Stops a slot's read (if any) and retires it.
   void stop_read(int64_t slot);
   // Empties a slot (its read stopped first).
