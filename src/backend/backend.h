@@ -251,6 +251,10 @@ class Backend {
   // True when buffers from alloc() are ordinary host memory (the activation
   // hook reads them in place).
   virtual bool host_visible() const = 0;
+  // Copies n floats from a buffer of alloc() (or host memory) to host memory,
+  // after the operators enqueued before it: how the activation hook reads the
+  // buffers of a backend that is not host-visible. Default: memcpy.
+  virtual void read_floats(const float* src, float* dst, int64_t n);
   // Sizes the operators' scratch for calls up to `needs` (grows, never
   // shrinks; a backend shared by two models keeps the larger of each).
   virtual void reserve(const ScratchNeeds& needs) = 0;
@@ -305,7 +309,7 @@ float shared_gate_weight(const float* gate, const float* x, int64_t n);
 
 // Options for the backends create_backend() knows.
 struct BackendOptions {
-  std::string name = "cpu";  // "cpu" or "reference"
+  std::string name = "cpu";  // "cpu", "cuda" (builds with nvcc) or "reference"
   int n_threads = 0;         // <= 0: one per core
 };
 

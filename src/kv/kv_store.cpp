@@ -9,7 +9,7 @@
 
 namespace sluice {
 
-StatusOr<KvStore> KvStore::create(const KvLayout& layout, int64_t n_blocks) {
+StatusOr<KvStore> KvStore::shape(const KvLayout& layout, int64_t n_blocks) {
   if (n_blocks <= 0) return invalid_argument("KV store needs at least one block, got {}", n_blocks);
   ASSIGN_OR_RETURN(int64_t row, kv_row_bytes(layout.dtype, layout.n_embd_kv));
   KvStore s;
@@ -19,9 +19,31 @@ StatusOr<KvStore> KvStore::create(const KvLayout& layout, int64_t n_blocks) {
   s.n_slices_ = kv_slices(layout);
   s.block_bytes_ = s.row_bytes_ * static_cast<size_t>(layout.block_size);
   s.layer_bytes_ = s.block_bytes_ * static_cast<size_t>(n_blocks);
+  return s;
+}
+
+StatusOr<KvStore> KvStore::create(const KvLayout& layout, int64_t n_blocks) {
+  ASSIGN_OR_RETURN(KvStore s, shape(layout, n_blocks));
   const size_t total = s.layer_bytes_ * static_cast<size_t>(layout.n_layer);
   s.k_ = HugeBuffer(total);  // zero-filled
   s.v_ = HugeBuffer(total);
+  s.k_base_ = s.k_.data();
+  s.v_base_ = s.v_.data();
+  return s;
+}
+
+StatusOr<size_t> KvStore::side_bytes(const KvLayout& layout, int64_t n_blocks) {
+  ASSIGN_OR_RETURN(KvStore s, shape(layout, n_blocks));
+  return s.layer_bytes_ * static_cast<size_t>(layout.n_layer);
+}
+
+StatusOr<KvStore> KvStore::create_external(const KvLayout& layout, int64_t n_blocks, std::shared_ptr<void> owner,
+                                           uint8_t* k, uint8_t* v) {
+  CHECK(owner != nullptr && k != nullptr && v != nullptr);
+  ASSIGN_OR_RETURN(KvStore s, shape(layout, n_blocks));
+  s.k_base_ = k;
+  s.v_base_ = v;
+  s.owner_ = std::move(owner);
   return s;
 }
 
@@ -106,6 +128,7 @@ void KvStore::prefetch_row(const uint8_t* layer, int64_t row) const {
 }
 
 void KvStore::load_row(const uint8_t* layer, int64_t row, float* dst) const {
+  CHECK(host_memory());
   const int64_t bs = layout_.block_size, n = layout_.n_embd_kv / n_slices_;
   const size_t slice = row_bytes_ / static_cast<size_t>(n_slices_);
   const uint8_t* block = layer + static_cast<size_t>(row / bs) * block_bytes_ + static_cast<size_t>(row % bs) * slice;
@@ -114,6 +137,7 @@ void KvStore::load_row(const uint8_t* layer, int64_t row, float* dst) const {
 }
 
 void KvStore::copy_block(int32_t src, int32_t dst) {
+  CHECK(host_memory());
   CHECK(src >= 0 && src < n_blocks_ && dst >= 0 && dst < n_blocks_);
   for (int64_t l = 0; l < layout_.n_layer; ++l) {
     std::memcpy(k_layer(l) + dst * block_bytes_, k_layer(l) + src * block_bytes_, block_bytes_);
@@ -122,6 +146,7 @@ void KvStore::copy_block(int32_t src, int32_t dst) {
 }
 
 void KvStore::move_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst) {
+  CHECK(from.host_memory() && to.host_memory());
   CHECK(from.block_bytes_ == to.block_bytes_ && from.layout_.n_layer == to.layout_.n_layer);
   CHECK(src >= 0 && src < from.n_blocks_ && dst >= 0 && dst < to.n_blocks_);
   for (int64_t l = 0; l < from.layout_.n_layer; ++l) {

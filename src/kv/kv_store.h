@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "base/huge_buffer.h"
@@ -38,17 +39,31 @@ class KvStore {
   // Errors: invalid layout (see kv_block_bytes), n_blocks <= 0.
   static StatusOr<KvStore> create(const KvLayout& layout, int64_t n_blocks);
 
+  // A store over memory a backend owns elsewhere (a GPU's): the same layout
+  // and accessors, but the bytes are not host memory, so the host-side
+  // store_row, load_row, prefetch_row, copy_block and move_block must not be
+  // called (the backend moves rows and blocks itself). k and v each hold
+  // side_bytes(layout, n_blocks); `owner` keeps them alive.
+  // Errors: as create().
+  static StatusOr<KvStore> create_external(const KvLayout& layout, int64_t n_blocks, std::shared_ptr<void> owner,
+                                           uint8_t* k, uint8_t* v);
+  // Bytes of all layers' K (or V) rows. Errors: as create().
+  static StatusOr<size_t> side_bytes(const KvLayout& layout, int64_t n_blocks);
+
+  // False for create_external() stores.
+  bool host_memory() const { return owner_ == nullptr; }
+  size_t block_bytes() const { return block_bytes_; }  // one layer's K (or V) rows of one block
   const KvLayout& layout() const { return layout_; }
   int64_t n_blocks() const { return n_blocks_; }
   size_t row_bytes() const { return row_bytes_; }
   int64_t n_slices() const { return n_slices_; }
-  uint64_t bytes() const { return static_cast<uint64_t>(k_.size() + v_.size()); }
+  uint64_t bytes() const { return 2 * static_cast<uint64_t>(layer_bytes_) * static_cast<uint64_t>(layout_.n_layer); }
 
   // Base of layer l's K (or V) rows: [n_blocks][n_slices][block_size][slice].
-  uint8_t* k_layer(int64_t l) { return k_.data() + static_cast<size_t>(l) * layer_bytes_; }
-  uint8_t* v_layer(int64_t l) { return v_.data() + static_cast<size_t>(l) * layer_bytes_; }
-  const uint8_t* k_layer(int64_t l) const { return k_.data() + static_cast<size_t>(l) * layer_bytes_; }
-  const uint8_t* v_layer(int64_t l) const { return v_.data() + static_cast<size_t>(l) * layer_bytes_; }
+  uint8_t* k_layer(int64_t l) { return k_base_ + static_cast<size_t>(l) * layer_bytes_; }
+  uint8_t* v_layer(int64_t l) { return v_base_ + static_cast<size_t>(l) * layer_bytes_; }
+  const uint8_t* k_layer(int64_t l) const { return k_base_ + static_cast<size_t>(l) * layer_bytes_; }
+  const uint8_t* v_layer(int64_t l) const { return v_base_ + static_cast<size_t>(l) * layer_bytes_; }
 
   // Stores n_embd_kv floats as row `row` (= block * block_size + slot) of a
   // layer's K or V (`layer`: k_layer() or v_layer()), converted to the dtype.
@@ -68,6 +83,9 @@ class KvStore {
   static void move_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst);
 
  private:
+  // Every size of a store but its memory. Errors: those of create().
+  static StatusOr<KvStore> shape(const KvLayout& layout, int64_t n_blocks);
+
   KvLayout layout_;
   int64_t n_blocks_ = 0;
   size_t row_bytes_ = 0;
@@ -76,6 +94,9 @@ class KvStore {
   size_t layer_bytes_ = 0;  // one layer's K (or V) rows of every block
   HugeBuffer k_;  // [n_layer][n_blocks][block_size][row]; huge pages: attention reads
   HugeBuffer v_;  // short slices of rows scattered over blocks
+  uint8_t* k_base_ = nullptr;      // k_.data(), or the external memory
+  uint8_t* v_base_ = nullptr;
+  std::shared_ptr<void> owner_;    // external memory's owner (null: host HugeBuffers)
 };
 
 }  // namespace sluice

@@ -218,10 +218,14 @@ Status Model::validate(std::span<const ForwardSeq> seqs, const KvStore& kv) cons
 
 void Model::emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const {
   if (!hook_) return;
-  // Backends whose buffers are not host memory would copy to host first; the
-  // backends in this tree are host-visible.
-  CHECK(backend_->host_visible());
-  hook_(name, layer, data, n_tokens, n);
+  if (backend_->host_visible()) {
+    hook_(name, layer, data, n_tokens, n);
+    return;
+  }
+  // A GPU's buffers: copied to the host first (a debugging path; it waits).
+  hook_copy_.resize(static_cast<size_t>(n_tokens * n));
+  backend_->read_floats(data, hook_copy_.data(), n_tokens * n);
+  hook_(name, layer, hook_copy_.data(), n_tokens, n);
 }
 
 Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits) {

@@ -202,6 +202,7 @@ class Model {
   std::vector<ExpertWeights> streamed_experts_;  // [n_expert] views of a streamed layer's acquired experts
 
   ActivationHook hook_;
+  mutable std::vector<float> hook_copy_;  // emit(): a device buffer's floats on the host
 };
 
 }  // namespace sluice

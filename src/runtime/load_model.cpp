@@ -23,6 +23,11 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   if (!mo.backend) {
     ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads}));
   }
+  if (o.mem_budget_bytes > 0 && !mo.backend->host_visible()) {
+    return unimplemented("--mem-budget streams weights through host memory, which the {} backend does not read yet; "
+                         "load the model whole on it (no --mem-budget) or use --backend cpu",
+                         mo.backend->name());
+  }
   if (o.mem_budget_bytes > 0) {
     ASSIGN_OR_RETURN(weights::StreamingSetup setup,
                      weights::open_streaming(lm.file, {.mem_budget_bytes = o.mem_budget_bytes,
