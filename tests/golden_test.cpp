@@ -59,6 +59,7 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {
     SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
     ref_ = load_reference();
     const testing::GoldenParam param = testing::parse_golden_param(GetParam());
+    if (!param.skip.empty()) GTEST_SKIP() << param.skip;
     file_ = open_format(param.format);
     ASSERT_TRUE(file_);
     auto m = Model::load(file_, ModelOptions{.n_threads = 2, .backend = param.backend});
@@ -115,7 +116,7 @@ TEST_P(GoldenTest, TextMatchesReference) {
   EXPECT_EQ(tok_->decode(all), g["generated_text"].get<std::string>());
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, GoldenTest, ::testing::Values("gguf", "hf", "llama2c", "gguf@reference"),
+INSTANTIATE_TEST_SUITE_P(Formats, GoldenTest, ::testing::Values("gguf", "hf", "llama2c", "gguf@reference", "gguf@cuda"),
                          testing::golden_param_name);
 
 }  // namespace

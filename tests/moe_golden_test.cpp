@@ -28,6 +28,7 @@ class MoeGoldenTest : public ::testing::TestWithParam<std::string> {
     std::ifstream in(model_path("stories-moe/reference.json"));
     ref_ = nlohmann::json::parse(in);
     const testing::GoldenParam param = testing::parse_golden_param(GetParam());
+    if (!param.skip.empty()) GTEST_SKIP() << param.skip;
     auto mf = open_model_file(model_path(param.format == "hf" ? "stories-moe/hf" : "stories-moe/stories-moe.gguf"));
     ASSERT_TRUE(mf.ok()) << mf.status().to_string();
     auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)),
@@ -93,7 +94,7 @@ TEST_P(MoeGoldenTest, LogitsAndRoutingMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, MoeGoldenTest, ::testing::Values("gguf", "hf", "gguf@reference"),
+INSTANTIATE_TEST_SUITE_P(Formats, MoeGoldenTest, ::testing::Values("gguf", "hf", "gguf@reference", "gguf@cuda"),
                          testing::golden_param_name);
 
 }  // namespace

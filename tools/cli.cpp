@@ -23,8 +23,10 @@ StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
 }
 
 void add_backend_option(CLI::App* c, std::string* name) {
-  c->add_option("--backend", *name, "backend the model runs on: cpu, or reference (scalar, slow: for checking)")
-      ->check(CLI::IsMember({"cpu", "reference"}))
+  c->add_option("--backend", *name,
+                "backend the model runs on: cpu, cuda (an NVIDIA GPU; in builds where CMake found nvcc), or "
+                "reference (scalar, slow: for checking)")
+      ->check(CLI::IsMember({"cpu", "cuda", "reference"}))
       ->capture_default_str();
 }
 

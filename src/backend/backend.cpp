@@ -5,6 +5,9 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/reference_backend.h"
+#ifdef SLUICE_HAVE_CUDA
+#include "backend/cuda/cuda_api.h"
+#endif
 
 namespace sluice {
 
@@ -69,7 +72,14 @@ float shared_gate_weight(const float* gate, const float* x, int64_t n) {
 StatusOr<std::shared_ptr<Backend>> create_backend(const BackendOptions& o) {
   if (o.name == "cpu") return std::shared_ptr<Backend>(std::make_shared<cpu::CpuBackend>(cpu::CpuBackendOptions{.n_threads = o.n_threads}));
   if (o.name == "reference") return std::shared_ptr<Backend>(std::make_shared<ReferenceBackend>());
-  return invalid_argument("unknown backend '{}' (cpu, reference)", o.name);
+  if (o.name == "cuda") {
+#ifdef SLUICE_HAVE_CUDA
+    return cuda::create_cuda_backend({});
+#else
+    return unimplemented("this sluice was built without CUDA (no nvcc found at configure time)");
+#endif
+  }
+  return invalid_argument("unknown backend '{}' (cpu, cuda, reference)", o.name);
 }
 
 }  // namespace sluice

@@ -294,7 +294,11 @@ TEST(Backend, SupportsAndCreateSayWhatIsThere) {
   EXPECT_TRUE(create_backend({.name = "reference"}).ok());
   auto bad = create_backend({.name = "tpu"});
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("cpu, reference"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("cpu, cuda, reference"), std::string::npos);
+  // "cuda" is known by name in every build: without nvcc, or without a GPU,
+  // creating it fails with the reason, never with "unknown backend".
+  auto gpu = create_backend({.name = "cuda"});
+  if (!gpu.ok()) EXPECT_EQ(gpu.status().message().find("unknown backend"), std::string::npos) << gpu.status().to_string();
 }
 
 }  // namespace

@@ -1,0 +1,520 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "backend/cuda/cuda_api.h"
+#include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_kernels.cuh"
+#include "backend/cuda/cuda_matmul.cuh"
+#include "backend/cuda/cuda_matmul_q8.cuh"
+#include "backend/rope_tables.h"
+#include "base/check.h"
+#include "kv/kv_store.h"
+#include "quant/quant.h"
+
+namespace sluice::cuda {
+namespace {
+
+enum ScratchArea {
+  kPartial, kLogits, kExpertX, kExpertGate, kExpertUp, kExpertDown, kExpertY, kSharedY, kXq, kXd, kXs, kNumScratch
+};
+
+constexpr int64_t kMaxHeadDim = 256;   // attention_kernel<8>
+constexpr int64_t kTargetBlocks = 264;  // two waves of 132 SMs: below it, attention splits the keys
+constexpr int64_t kMaxSplitItems = 1024;  // (query, head, split) partial results the scratch holds
+
+class DeviceBuffer final : public Buffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : size_(bytes) {
+    SLUICE_CUDA_OK(cudaMalloc(&data_, std::max<size_t>(bytes, 4)));
+    SLUICE_CUDA_OK(cudaMemset(data_, 0, std::max<size_t>(bytes, 4)));
+  }
+  ~DeviceBuffer() override { cudaFree(data_); }
+  uint8_t* data() override { return static_cast<uint8_t*>(data_); }
+  size_t size() const override { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_;
+};
+
+KvLayerDev kv_layer(const KvStore& kv, int64_t layer) {
+  const KvLayout& l = kv.layout();
+  const int64_t n_slices = kv.n_slices();
+  return KvLayerDev{.k = const_cast<uint8_t*>(kv.k_layer(layer)),
+                    .v = const_cast<uint8_t*>(kv.v_layer(layer)),
+                    .block_bytes = static_cast<int64_t>(kv.block_bytes()),
+                    .block_size = static_cast<int32_t>(l.block_size),
+                    .slice_len = static_cast<int32_t>(l.n_embd_kv / n_slices),
+                    .slice_bytes = static_cast<int32_t>(kv.row_bytes() / static_cast<size_t>(n_slices)),
+                    .elem_bytes = l.dtype == KvDtype::kF32 ? 4 : 2};
+}
+
+}  // namespace
+
+// ---- staging ----------------------------------------------------------------
+
+Staging::~Staging() {
+  if (sent_) cudaEventDestroy(sent_);
+  if (host_) cudaFreeHost(host_);
+}
+
+uint8_t* Staging::host(size_t n) {
+  if (sent_) SLUICE_CUDA_OK(cudaEventSynchronize(sent_));
+  if (n > cap_) {
+    if (host_) SLUICE_CUDA_OK(cudaFreeHost(host_));
+    cap_ = std::max<size_t>(n, 2 * cap_);
+    SLUICE_CUDA_OK(cudaMallocHost(&host_, cap_));
+  }
+  return host_;
+}
+
+void Staging::send(void* dst, size_t n, cudaStream_t s) {
+  if (!sent_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&sent_, cudaEventDisableTiming));
+  SLUICE_CUDA_OK(cudaMemcpyAsync(dst, host_, n, cudaMemcpyHostToDevice, s));
+  SLUICE_CUDA_OK(cudaEventRecord(sent_, s));
+}
+
+Mirror::~Mirror() {
+  if (dev_) cudaFree(dev_);
+}
+
+const void* Mirror::upload(const void* src, size_t n, cudaStream_t s) {
+  if (n == last_.size() && n > 0 && std::memcmp(src, last_.data(), n) == 0) return dev_;
+  if (n > cap_) {
+    // Kernels still queued may read the old copy: free it only after them.
+    if (dev_) {
+      SLUICE_CUDA_OK(cudaStreamSynchronize(s));
+      SLUICE_CUDA_OK(cudaFree(dev_));
+    }
+    cap_ = std::max<size_t>(n, 2 * cap_);
+    SLUICE_CUDA_OK(cudaMalloc(&dev_, cap_));
+  }
+  std::memcpy(staging_.host(n), src, n);
+  staging_.send(dev_, n, s);
+  last_.assign(static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(src) + n);
+  return dev_;
+}
+
+// ---- the backend ------------------------------------------------------------
+
+CudaBackend::CudaBackend(int device) : device_(device), pool_(std::make_unique<ThreadPool>(0)) {
+  SLUICE_CUDA_OK(cudaSetDevice(device_));
+  SLUICE_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  scratch_.assign(kNumScratch, {nullptr, 0});
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  for (auto& [p, n] : scratch_)
+    if (p) cudaFree(p);
+  for (void* p : vec_blocks_) cudaFree(p);
+  cudaStreamDestroy(stream_);
+}
+
+bool CudaBackend::supports(Op op, const OpTypes& t) const {
+  switch (op) {
+    case Op::kEmbed:
+    case Op::kRoute:
+      return true;  // on the host: dequantize_row and route_topk cover every type
+    case Op::kQkvStore:
+    case Op::kAttention:
+      return t.kv == KvDtype::kF32 || t.kv == KvDtype::kF16;
+    case Op::kMatmul:
+    case Op::kNormMatmul:
+    case Op::kGluMatmul:
+    case Op::kExpertFfn:
+    case Op::kLogits:
+      return matmul_supports(t.weight);
+  }
+  return false;
+}
+
+std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) { return std::make_unique<DeviceBuffer>(bytes); }
+
+void CudaBackend::read_floats(const float* src, float* dst, int64_t n) {
+  SLUICE_CUDA_OK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDefault, stream_));
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
+}
+
+float* CudaBackend::scratch(int which, int64_t n) {
+  auto& [p, cap] = scratch_[static_cast<size_t>(which)];
+  if (n > cap) {
+    if (p) {
+      SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
+      SLUICE_CUDA_OK(cudaFree(p));
+    }
+    SLUICE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&p), static_cast<size_t>(n) * sizeof(float)));
+    cap = n;
+  }
+  return p;
+}
+
+void CudaBackend::reserve(const ScratchNeeds& n) {
+  needs_ = n;
+  scratch(kPartial, kMaxSplitItems * (n.head_dim + 2));
+  const int64_t x_rows = n.n_tok * std::max<int64_t>(1, n.n_used);  // expert rows gathered
+  scratch(kXq, (x_rows * n.n_in_max + 3) / 4);
+  scratch(kXd, x_rows * n.n_in_max / 32 + 1);
+  scratch(kXs, x_rows * n.n_in_max / 32 + 1);
+  if (n.n_expert > 0) {
+    const int64_t rows = n.n_tok * std::max<int64_t>(1, n.n_used);
+    const int64_t ff = std::max(n.n_ff_expert, n.n_ff_shared);
+    scratch(kExpertX, rows * n.n_embd);
+    scratch(kExpertGate, n.n_tok * ff);
+    scratch(kExpertUp, n.n_tok * ff);
+    scratch(kExpertDown, n.n_tok * n.n_embd);
+    scratch(kExpertY, rows * n.n_embd);
+    if (n.n_ff_shared > 0) scratch(kSharedY, n.n_tok * n.n_embd);
+  }
+}
+
+StatusOr<KvStore> CudaBackend::create_kv(const KvLayout& layout, int64_t n_blocks) {
+  if (layout.dtype != KvDtype::kF32 && layout.dtype != KvDtype::kF16)
+    return unimplemented("the cuda backend keeps the KV cache in f32 or f16, not {}", kv_dtype_name(layout.dtype));
+  ASSIGN_OR_RETURN(size_t side, KvStore::side_bytes(layout, n_blocks));
+  size_t free_bytes = 0, total = 0;
+  SLUICE_CUDA_OK(cudaMemGetInfo(&free_bytes, &total));
+  if (2 * side > free_bytes)
+    return resource_exhausted("KV cache of {:.2f} GiB does not fit in the {:.2f} GiB free on the GPU",
+                              2.0 * static_cast<double>(side) / (1 << 30), static_cast<double>(free_bytes) / (1 << 30));
+  uint8_t* mem = nullptr;
+  SLUICE_CUDA_OK(cudaMalloc(&mem, 2 * side));
+  SLUICE_CUDA_OK(cudaMemset(mem, 0, 2 * side));
+  std::shared_ptr<void> owner(mem, [](void* p) { cudaFree(p); });
+  return KvStore::create_external(layout, n_blocks, std::move(owner), mem, mem + side);
+}
+
+void CudaBackend::copy_kv_block(KvStore& kv, int32_t src, int32_t dst) {
+  CHECK(src >= 0 && src < kv.n_blocks() && dst >= 0 && dst < kv.n_blocks());
+  const size_t bb = kv.block_bytes();
+  for (int64_t l = 0; l < kv.layout().n_layer; ++l) {
+    SLUICE_CUDA_OK(cudaMemcpyAsync(kv.k_layer(l) + dst * bb, kv.k_layer(l) + src * bb, bb, cudaMemcpyDeviceToDevice, stream_));
+    SLUICE_CUDA_OK(cudaMemcpyAsync(kv.v_layer(l) + dst * bb, kv.v_layer(l) + src * bb, bb, cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
+void CudaBackend::move_kv_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst) {
+  CHECK(from.block_bytes() == to.block_bytes() && from.layout().n_layer == to.layout().n_layer);
+  CHECK(src >= 0 && src < from.n_blocks() && dst >= 0 && dst < to.n_blocks());
+  const size_t bb = from.block_bytes();
+  for (int64_t l = 0; l < from.layout().n_layer; ++l) {
+    SLUICE_CUDA_OK(cudaMemcpyAsync(to.k_layer(l) + dst * bb, from.k_layer(l) + src * bb, bb, cudaMemcpyDefault, stream_));
+    SLUICE_CUDA_OK(cudaMemcpyAsync(to.v_layer(l) + dst * bb, from.v_layer(l) + src * bb, bb, cudaMemcpyDefault, stream_));
+  }
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // host memory may be pageable and is read right after
+}
+
+PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups) {
+  // One device arena for every matrix, each 256-byte aligned; a matrix seen
+  // twice (the same host bytes) is copied once.
+  auto bytes_of = [](const WeightView& w) { return row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out); };
+  auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
+  std::unordered_map<const uint8_t*, size_t> offset;
+  size_t total = 0;
+  for (const WeightGroup& g : groups)
+    for (WeightView* w : g) {
+      if (!w->data || offset.count(w->data)) continue;
+      CHECK(w->layout == WeightLayout::kRows);
+      offset[w->data] = total;
+      total += aligned(bytes_of(*w));
+    }
+  PreparedWeights p;
+  if (total == 0) return p;
+  auto arena = std::make_unique<DeviceBuffer>(total);
+  std::unordered_map<const uint8_t*, bool> copied;
+  for (const WeightGroup& g : groups)
+    for (WeightView* w : g) {
+      if (!w->data) continue;
+      const uint8_t* host = w->data;
+      uint8_t* dev = arena->data() + offset.at(host);
+      if (!copied[host]) {
+        SLUICE_CUDA_OK(cudaMemcpy(dev, host, bytes_of(*w), cudaMemcpyHostToDevice));
+        copied[host] = true;
+      }
+      w->data = dev;
+    }
+  p.copied_bytes = total;
+  p.summary = fmt::format("{:.2f} GiB of weights copied to {}", static_cast<double>(total) / (1 << 30), device_description());
+  p.arena = std::move(arena);
+  return p;
+}
+
+const float* CudaBackend::vec(const float* host, int64_t n) {
+  if (!host) return nullptr;
+  auto it = vecs_.find(host);
+  if (it != vecs_.end()) return it->second;
+  const size_t bytes = (static_cast<size_t>(n) * sizeof(float) + 255) / 256 * 256;
+  if (bytes > vec_left_) {
+    const size_t block = std::max<size_t>(bytes, size_t{4} << 20);
+    void* p = nullptr;
+    SLUICE_CUDA_OK(cudaMalloc(&p, block));
+    vec_blocks_.push_back(p);
+    vec_next_ = static_cast<uint8_t*>(p);
+    vec_left_ = block;
+  }
+  auto* dev = reinterpret_cast<float*>(vec_next_);
+  vec_next_ += bytes;
+  vec_left_ -= bytes;
+  SLUICE_CUDA_OK(cudaMemcpy(dev, host, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice));
+  vecs_[host] = dev;
+  return dev;
+}
+
+void CudaBackend::embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) {
+  const int64_t n = table.n_in, n_tok = static_cast<int64_t>(tokens.size());
+  const size_t rb = row_bytes(table.type, n);
+  auto* rows = reinterpret_cast<float*>(embed_staging_.host(static_cast<size_t>(n_tok * n) * sizeof(float)));
+  for (int64_t t = 0; t < n_tok; ++t) {
+    float* row = rows + t * n;
+    dequantize_row(table.type, table.data + static_cast<size_t>(tokens[static_cast<size_t>(t)]) * rb, row, n);
+    if (scale != 1.0f)
+      for (int64_t i = 0; i < n; ++i) row[i] *= scale;
+  }
+  embed_staging_.send(x, static_cast<size_t>(n_tok * n) * sizeof(float), stream_);
+}
+
+void CudaBackend::rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
+                              float* cos_sin) {
+  const size_t bytes = positions.size() * inv_freq.size() * 2 * sizeof(float);
+  rope_cos_sin(positions, inv_freq, magnitude, reinterpret_cast<float*>(rope_staging_.host(bytes)));
+  rope_staging_.send(cos_sin, bytes, stream_);
+}
+
+void CudaBackend::matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) {
+  if (outs.size() > 4) {  // launches take up to 4 parts
+    matmul(outs.first(4), x, n_in, n_tok);
+    matmul(outs.subspan(4), x, n_in, n_tok);
+    return;
+  }
+  WeightView ws[4];
+  float* ys[4];
+  bool all_q8 = true;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    CHECK(outs[i].w.n_in == n_in);
+    ws[i] = outs[i].w;
+    ys[i] = outs[i].y;
+    all_q8 = all_q8 && matmul_q8_takes(ws[i]) && ws[i].type == ws[0].type;
+  }
+  const std::span<const WeightView> wspan(ws, outs.size());
+  const std::span<float* const> yspan(ys, outs.size());
+  // Q4_0 / Q8_0: x quantized to 8 bits once, the group in one launch.
+  if (all_q8 && !outs.empty()) {
+    const QuantizedX qx = quantized_x(n_in, n_tok);
+    quantize_x(x, n_in, n_in, n_tok, qx, stream_);
+    launch_matmul_q8(wspan, yspan, qx, n_tok, stream_);
+    return;
+  }
+  if (outs.size() > 1 && matmul_groupable(wspan) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    launch_matmul_group(wspan, yspan, x, n_tok, stream_);
+    return;
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {  // mixed types (llama.cpp's mixes): one launch each
+    if (matmul_q8_takes(ws[i])) {
+      const QuantizedX qx = quantized_x(n_in, n_tok);
+      quantize_x(x, n_in, n_in, n_tok, qx, stream_);
+      launch_matmul_q8(wspan.subspan(i, 1), yspan.subspan(i, 1), qx, n_tok, stream_);
+    } else {
+      launch_matmul(ws[i], x, n_in, n_tok, ys[i], ws[i].n_out, stream_);
+    }
+  }
+}
+
+bool CudaBackend::one_q8_launch(std::span<const MatmulOut> outs) const {
+  if (outs.empty() || outs.size() > 4) return false;
+  for (const MatmulOut& o : outs)
+    if (!matmul_q8_takes(o.w) || o.w.type != outs[0].w.type) return false;
+  return true;
+}
+
+QuantizedX CudaBackend::quantized_x(int64_t n_in, int64_t n_tok) {
+  return QuantizedX{.q = reinterpret_cast<int8_t*>(scratch(kXq, (n_tok * n_in + 3) / 4)),
+                    .d = scratch(kXd, n_tok * n_in / 32), .s = scratch(kXs, n_tok * n_in / 32), .n_in = n_in};
+}
+
+void CudaBackend::launch_q8(std::span<const MatmulOut> outs, const QuantizedX& qx, int64_t n_tok) {
+  WeightView ws[4];
+  float* ys[4];
+  for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].w, ys[i] = outs[i].y;
+  launch_matmul_q8(std::span<const WeightView>(ws, outs.size()), std::span<float* const>(ys, outs.size()), qx, n_tok,
+                   stream_);
+}
+
+void CudaBackend::norm_matmul(const NormMatmulArgs& a) {
+  const float* norm = vec(a.norm, a.n_embd);
+  if (one_q8_launch(a.outs)) {  // the norm writes xn and its 8-bit copy in one kernel
+    const QuantizedX qx = quantized_x(a.n_embd, a.n_tok);
+    rmsnorm_quantize_x(a.x, norm, a.eps, a.xn, a.n_tok, a.n_embd, qx, stream_);
+    launch_q8(a.outs, qx, a.n_tok);
+    return;
+  }
+  launch_rmsnorm(a.x, nullptr, norm, a.eps, a.xn, a.n_tok, a.n_embd, stream_);
+  matmul(a.outs, a.xn, a.n_embd, a.n_tok);
+}
+
+void CudaBackend::glu_matmul(const GluMatmulArgs& a) {
+  if (one_q8_launch(std::span(&a.out, 1))) {  // the activation writes h and its 8-bit copy in one kernel
+    const QuantizedX qx = quantized_x(a.n_ff, a.n_tok);
+    glu_quantize_x(a.gate, a.up, a.n_tok, a.n_ff, a.act, qx, stream_);
+    launch_q8(std::span(&a.out, 1), qx, a.n_tok);
+    return;
+  }
+  launch_glu(a.gate, a.up, a.n_tok * a.n_ff, a.act, stream_);
+  matmul(std::span(&a.out, 1), a.gate, a.n_ff, a.n_tok);
+}
+
+void CudaBackend::qkv_store(const QkvStoreArgs& a) {
+  const int64_t n_q = a.n_head * a.head_dim, n_kv = a.n_head_kv * a.head_dim;
+  const auto* rows = static_cast<const int64_t*>(
+      kv_rows_.upload(a.kv_rows, static_cast<size_t>(a.n_tok) * sizeof(int64_t), stream_));
+  launch_qkv_store({.q = a.q, .k = a.k, .v = a.v, .bq = vec(a.bq, n_q), .bk = vec(a.bk, n_kv), .bv = vec(a.bv, n_kv),
+                    .q_norm = vec(a.q_norm, a.head_dim), .k_norm = vec(a.k_norm, a.head_dim), .norm_eps = a.norm_eps,
+                    .cos_sin = a.cos_sin, .kv_rows = rows, .n_tok = static_cast<int32_t>(a.n_tok),
+                    .n_head = static_cast<int32_t>(a.n_head), .n_head_kv = static_cast<int32_t>(a.n_head_kv),
+                    .head_dim = static_cast<int32_t>(a.head_dim), .n_rot = static_cast<int32_t>(a.n_rot),
+                    .rope = a.rope, .kv = kv_layer(*a.kv, a.layer)},
+                   stream_);
+}
+
+void CudaBackend::attention(const AttentionArgs& a) {
+  CHECK(a.head_dim <= kMaxHeadDim && a.n_head % a.n_head_kv == 0);
+  const int64_t bs = a.kv->layout().block_size;
+  // Host packing: [n_query] AttnQuery, then every sequence's block table.
+  int64_t n_query = 0, n_table = 0, max_keys = 0;
+  for (const AttentionSeq& s : a.seqs) {
+    n_query += s.n_tok;
+    n_table += (s.pos0 + s.n_tok + bs - 1) / bs;
+  }
+  const size_t q_bytes = static_cast<size_t>(n_query) * sizeof(AttnQuery);
+  pack_.resize(q_bytes + static_cast<size_t>(n_table) * sizeof(int32_t));
+  auto* queries = reinterpret_cast<AttnQuery*>(pack_.data());
+  auto* tables = reinterpret_cast<int32_t*>(pack_.data() + q_bytes);
+  int64_t qi = 0, ti = 0;
+  const int64_t row = a.n_head * a.head_dim;
+  for (const AttentionSeq& s : a.seqs) {
+    const int64_t n_entries = (s.pos0 + s.n_tok + bs - 1) / bs;
+    std::memcpy(tables + ti, s.block_table, static_cast<size_t>(n_entries) * sizeof(int32_t));
+    for (int64_t t = 0; t < s.n_tok; ++t) {
+      const int64_t pos = s.pos0 + t, lo = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
+      queries[qi++] = AttnQuery{.q = s.q + t * row, .out = s.out + t * row, .lo = static_cast<int32_t>(lo),
+                                .pos = static_cast<int32_t>(pos), .table = static_cast<int32_t>(ti)};
+      max_keys = std::max(max_keys, pos - lo + 1);
+    }
+    ti += n_entries;
+  }
+  const auto* dev = static_cast<const uint8_t*>(attn_.upload(pack_.data(), pack_.size(), stream_));
+  // Few (query, head) pairs (decode): split the keys so the GPU has blocks enough.
+  const int64_t items = n_query * a.n_head;
+  int64_t n_split = 1;
+  if (items < kTargetBlocks && max_keys > 64) {
+    n_split = std::min({(kTargetBlocks + items - 1) / items, (max_keys + 31) / 32, kMaxSplitItems / items});
+    n_split = std::max<int64_t>(n_split, 1);
+  }
+  const int64_t per_split = (max_keys + n_split - 1) / n_split;
+  launch_attention({.queries = reinterpret_cast<const AttnQuery*>(dev),
+                    .tables = reinterpret_cast<const int32_t*>(dev + q_bytes),
+                    .n_query = static_cast<int32_t>(n_query), .n_head = static_cast<int32_t>(a.n_head),
+                    .n_head_kv = static_cast<int32_t>(a.n_head_kv), .head_dim = static_cast<int32_t>(a.head_dim),
+                    .scale = a.scale, .softcap = a.softcap, .n_split = static_cast<int32_t>(n_split),
+                    .keys_per_split = static_cast<int32_t>(per_split),
+                    .partial = scratch(kPartial, kMaxSplitItems * (a.head_dim + 2)), .kv = kv_layer(*a.kv, a.layer)},
+                   stream_);
+}
+
+void CudaBackend::route(const RouteArgs& a) {
+  host_logits_.resize(static_cast<size_t>(a.n_tok * a.n_expert));
+  SLUICE_CUDA_OK(cudaMemcpyAsync(host_logits_.data(), a.logits, host_logits_.size() * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
+  RouteArgs h = a;
+  h.logits = host_logits_.data();
+  route_topk(h);
+}
+
+void CudaBackend::ffn_rows(const ExpertWeights& w, const float* x, int64_t n, int64_t n_embd, int64_t n_ff,
+                           Activation act, float* y) {
+  float* g = scratch(kExpertGate, n * n_ff);
+  float* u = scratch(kExpertUp, n * n_ff);
+  const MatmulOut gate_up[2] = {{w.gate, g}, {w.up, u}};
+  matmul(gate_up, x, n_embd, n);
+  launch_glu(g, u, n * n_ff, act, stream_);
+  const MatmulOut down{w.down, y};
+  matmul(std::span(&down, 1), g, n_ff, n);
+}
+
+void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
+  const int64_t n_slot = a.n_tok * a.n_used, n_expert = static_cast<int64_t>(a.experts.size());
+  // The order experts are computed in: as handed out, else ascending ids.
+  std::vector<int32_t>& order = order_;
+  order.clear();
+  if (a.next) {
+    for (int64_t e; (e = (*a.next)()) >= 0;) order.push_back(static_cast<int32_t>(e));
+  } else {
+    seen_.assign(static_cast<size_t>(n_expert), 0);
+    for (int64_t i = 0; i < n_slot; ++i)
+      if (a.ids[i] >= 0) seen_[static_cast<size_t>(a.ids[i])] = 1;
+    for (int32_t e = 0; e < n_expert; ++e)
+      if (seen_[static_cast<size_t>(e)]) order.push_back(e);
+  }
+  // Host packing: [n_slot] token of each gathered row, [n_slot] slot it lands
+  // in (t * n_used + j), grouped by expert in `order`; then the weights.
+  pack_.resize(static_cast<size_t>(n_slot) * (2 * sizeof(int32_t) + sizeof(float)));
+  auto* tok = reinterpret_cast<int32_t*>(pack_.data());
+  int32_t* slot = tok + n_slot;
+  auto* wts = reinterpret_cast<float*>(slot + n_slot);
+  std::memcpy(wts, a.weights, static_cast<size_t>(n_slot) * sizeof(float));
+  counts_.clear();
+  int64_t k = 0;
+  for (int32_t e : order) {
+    const int64_t start = k;
+    for (int64_t i = 0; i < n_slot; ++i)
+      if (a.ids[i] == e) tok[k] = static_cast<int32_t>(i / a.n_used), slot[k] = static_cast<int32_t>(i), ++k;
+    counts_.push_back(k - start);
+  }
+  const auto* dev = static_cast<const uint8_t*>(experts_.upload(pack_.data(), pack_.size(), stream_));
+  const auto* d_tok = reinterpret_cast<const int32_t*>(dev);
+  const int32_t* d_slot = d_tok + n_slot;
+  const auto* d_wts = reinterpret_cast<const float*>(d_slot + n_slot);
+  float* xg = scratch(kExpertX, n_slot * a.n_embd);
+  float* yd = scratch(kExpertDown, a.n_tok * a.n_embd);
+  float* y = scratch(kExpertY, n_slot * a.n_embd);
+  int64_t off = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int64_t c = counts_[i];
+    const ExpertWeights& w = a.experts[static_cast<size_t>(order[i])];
+    launch_gather_rows(a.x, d_tok + off, xg, c, a.n_embd, stream_);
+    ffn_rows(w, xg, c, a.n_embd, a.n_ff, a.act, yd);
+    launch_scatter_rows(yd, d_slot + off, y, c, a.n_embd, stream_);
+    off += c;
+  }
+  float* ys = nullptr;
+  if (a.shared) {
+    ys = scratch(kSharedY, a.n_tok * a.n_embd);
+    ffn_rows(*a.shared, a.x, a.n_tok, a.n_embd, a.n_ff_shared, a.act, ys);
+  }
+  launch_expert_sum(y, d_wts, a.n_used, ys, vec(a.shared_gate, a.n_embd), a.x, a.out, a.n_tok, a.n_embd, stream_);
+}
+
+void CudaBackend::add(float* x, const float* y, int64_t n) { launch_add(x, y, n, stream_); }
+
+void CudaBackend::rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) {
+  launch_rmsnorm(x, nullptr, vec(norm, n), eps, out, n_tok, n, stream_);
+}
+
+void CudaBackend::logits(const LogitsArgs& a) {
+  const auto* rows = static_cast<const int64_t*>(
+      logit_rows_.upload(a.rows, static_cast<size_t>(a.n_out) * sizeof(int64_t), stream_));
+  launch_rmsnorm(a.x, rows, vec(a.norm, a.n_embd), a.eps, a.xn, a.n_out, a.n_embd, stream_);
+  const int64_t n_vocab = a.output.n_out;
+  float* dev = scratch(kLogits, a.n_out * n_vocab);
+  const MatmulOut out{a.output, dev};
+  matmul(std::span(&out, 1), a.xn, a.n_embd, a.n_out);
+  SLUICE_CUDA_OK(cudaMemcpyAsync(a.logits, dev, static_cast<size_t>(a.n_out * n_vocab) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace sluice::cuda

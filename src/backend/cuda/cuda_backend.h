@@ -1,0 +1,141 @@
+// CudaBackend: the Backend on one NVIDIA GPU.
+//
+// What lives where:
+//   device   every matrix prepare_weights() is given (copied once, GGUF rows),
+//            the norm/bias vectors (copied on first use), activations (alloc()),
+//            the KV store (create_kv), and the operators' scratch (reserve()).
+//   host     the token embedding table (one row per token is dequantized on
+//            the host and sent), the routing (the weight store wants the ids on
+//            the host anyway), and the logits the caller asked for.
+// Everything runs in order on one stream. An operator returns once its work
+// is enqueued; those that hand results to the host (logits, route) wait for
+// them. Small host inputs (tokens' rows, RoPE tables, KV rows, block tables,
+// expert lists) go through pinned staging buffers; one that is the same as
+// the last call's (every layer of a step) is not sent again.
+//
+// Not yet: weights streamed from a WeightStore (load_model refuses
+// --mem-budget on this backend), a Q8_0 KV cache, CUDA graphs.
+// Calls come from one thread at a time (backend.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_matmul_q8.cuh"
+
+namespace sluice::cuda {
+
+// Pinned host memory for inputs sent to the device: host() hands it out only
+// once the copy that last read it has finished.
+class Staging {
+ public:
+  Staging() = default;
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging();
+  // n bytes of pinned memory, free to write (grows on first use of a size).
+  uint8_t* host(size_t n);
+  // Copies the first n bytes of host() to dst, in stream order.
+  void send(void* dst, size_t n, cudaStream_t s);
+
+ private:
+  uint8_t* host_ = nullptr;
+  size_t cap_ = 0;
+  cudaEvent_t sent_ = nullptr;  // recorded after the last send
+};
+
+// Host data kept mirrored in device memory: upload() sends it only when it
+// differs from what was sent last.
+class Mirror {
+ public:
+  Mirror() = default;
+  Mirror(const Mirror&) = delete;
+  Mirror& operator=(const Mirror&) = delete;
+  ~Mirror();
+  // The device copy of n bytes at src.
+  const void* upload(const void* src, size_t n, cudaStream_t s);
+  // Marks the device copy stale (its bytes will be sent again).
+  void forget() { last_.clear(); }
+
+ private:
+  Staging staging_;
+  uint8_t* dev_ = nullptr;
+  size_t cap_ = 0;
+  std::vector<uint8_t> last_;  // what dev_ holds
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // The device must be usable (create_cuda_backend checks).
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  int n_threads() const override { return 1; }
+  bool supports(Op op, const OpTypes& types) const override;
+  ThreadPool& host_pool() override { return *pool_; }
+
+  std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  bool host_visible() const override { return false; }
+  void read_floats(const float* src, float* dst, int64_t n) override;
+  void reserve(const ScratchNeeds& needs) override;
+  StatusOr<KvStore> create_kv(const KvLayout& layout, int64_t n_blocks) override;
+  void copy_kv_block(KvStore& kv, int32_t src, int32_t dst) override;
+  void move_kv_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst) override;
+  // Copies every matrix to the device, as GGUF rows.
+  PreparedWeights prepare_weights(std::span<const WeightGroup> groups) override;
+
+  void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) override;
+  void rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
+                   float* cos_sin) override;
+  void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) override;
+  void norm_matmul(const NormMatmulArgs& a) override;
+  void glu_matmul(const GluMatmulArgs& a) override;
+  void qkv_store(const QkvStoreArgs& a) override;
+  void attention(const AttentionArgs& a) override;
+  void route(const RouteArgs& a) override;
+  void expert_ffn(const ExpertFfnArgs& a) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
+  void logits(const LogitsArgs& a) override;
+
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  // The device copy of a host vector of n floats (norms, biases), copied on
+  // its first use; null for null.
+  const float* vec(const float* host, int64_t n);
+  // Whether the matrices go as one 8-bit-activation launch (Q4_0 / Q8_0, one type).
+  bool one_q8_launch(std::span<const MatmulOut> outs) const;
+  // The scratch for x quantized to 8 bits, n_tok rows of n_in.
+  QuantizedX quantized_x(int64_t n_in, int64_t n_tok);
+  void launch_q8(std::span<const MatmulOut> outs, const QuantizedX& qx, int64_t n_tok);
+  // A device scratch area of at least n floats (grows; `which` names it).
+  float* scratch(int which, int64_t n);
+  // y = W x for one expert (or the shared one) over n rows already gathered in xg_.
+  void ffn_rows(const ExpertWeights& w, const float* x, int64_t n, int64_t n_embd, int64_t n_ff, Activation act,
+                float* y);
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unordered_map<const float*, float*> vecs_;  // host vector -> device copy
+  std::vector<void*> vec_blocks_;                  // device memory of the copies
+  uint8_t* vec_next_ = nullptr;
+  size_t vec_left_ = 0;
+  std::vector<std::pair<float*, int64_t>> scratch_;  // device scratch areas, floats each
+  Staging embed_staging_, rope_staging_;
+  Mirror kv_rows_, attn_, logit_rows_, experts_;
+  std::vector<float> host_logits_;     // route(): the router's outputs
+  std::vector<uint8_t> pack_;          // host packing of attention / expert lists
+  std::vector<int32_t> order_;         // expert_ffn: experts in compute order
+  std::vector<int64_t> counts_;        //   rows each of them takes
+  std::vector<uint8_t> seen_;          //   [n_expert] selected
+  ScratchNeeds needs_;
+};
+
+}  // namespace sluice::cuda

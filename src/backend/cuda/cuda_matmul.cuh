@@ -1,0 +1,40 @@
+// The CUDA matmul (GEMV / small GEMM) kernels with fused dequantization, for
+// every weight type sluice reads (cuda_api.h: matmul_supports). Weights stay in
+// their GGUF blocks in device memory; each kernel decodes them in registers and
+// multiplies with up to 8 token rows of x per pass, so a weight byte is read
+// once per 8 tokens. Decode at batch 1 is bound by memory bandwidth, the figure
+// these kernels are written for (cuda_matmul.cu explains the layout of work).
+//
+// Contract: y[t][o] depends only on row o of W and row t of x, and every y[t][o]
+// for t < n_tok, o < w.n_out is written. Thread-safe; nothing is allocated.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include <cuda_runtime.h>
+
+#include "backend/op_types.h"
+
+namespace sluice::cuda {
+
+// y[t][o] = sum_i W[o][i] * x[t][i]   x: [n_tok, w.n_in] (row stride x_stride floats)  y: [n_tok, w.n_out] (row stride y_stride floats)
+// w.data is device memory in GGUF row order (w.layout == kRows). Enqueued on `stream`; no sync, no allocation.
+// Requirements (CHECKed): matmul_supports(w.type); n_in a multiple of the block
+// size, and of 8 for F32/F16/BF16; x 16-byte aligned with x_stride % 4 == 0;
+// w.data 16-byte aligned for F32/F16/BF16, 4 for blocks of a multiple of 4
+// bytes, 2 for the rest (so a view may start at any row).
+void launch_matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
+                   cudaStream_t stream);
+
+// Whether launch_matmul_group takes these matrices as one launch: 1..4 of one
+// type and width, GGUF rows, and for float types rows the fast kernel reads
+// (n_in % 8 == 0, 16-byte aligned).
+bool matmul_groupable(std::span<const WeightView> ws);
+// y_p = W_p x for every part p in one launch (q/k/v, gate/up: fewer launches,
+// and small matrices no longer run alone on a mostly idle GPU).
+//   x: [n_tok, n_in] (16-byte aligned)  ys[p]: [n_tok, ws[p].n_out]
+void launch_matmul_group(std::span<const WeightView> ws, std::span<float* const> ys, const float* x, int64_t n_tok,
+                         cudaStream_t stream);
+
+}  // namespace sluice::cuda

@@ -1,0 +1,304 @@
+#include "backend/cuda/cuda_matmul_q8.cuh"
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_check.cuh"
+#include "base/check.h"
+#include "quant/blocks.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // per thread block; a warp owns R output rows
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// A warp per block of 32: lane i quantizes element i.
+__global__ void quantize_x_kernel(const float* x, int64_t x_stride, int64_t n_blocks, QuantizedX qx) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t t = blockIdx.y;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (b >= n_blocks) return;
+  const float v = x[t * x_stride + b * 32 + lane];
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
+  qx.q[t * qx.n_in + b * 32 + lane] = static_cast<int8_t>(q);
+  const float sum = warp_sum(static_cast<float>(q));
+  if (lane == 0) {
+    qx.d[t * (qx.n_in / 32) + b] = d;
+    qx.s[t * (qx.n_in / 32) + b] = d * sum;
+  }
+}
+
+// Lane i of a warp holds element i of block b of token t: quantize it into qx.
+__device__ __forceinline__ void quantize_lane(float v, int64_t t, int64_t b, int lane, const QuantizedX& qx) {
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
+  qx.q[t * qx.n_in + b * 32 + lane] = static_cast<int8_t>(q);
+  const float sum = warp_sum(static_cast<float>(q));
+  if (lane == 0) {
+    qx.d[t * (qx.n_in / 32) + b] = d;
+    qx.s[t * (qx.n_in / 32) + b] = d * sum;
+  }
+}
+
+// A block per token: the sum of squares, then a warp per 32-block writes xn
+// and its quantization. Same arithmetic as launch_rmsnorm (cuda_kernels.cu).
+__global__ void rmsnorm_quantize_kernel(const float* x, const float* w, float eps, float* xn, int64_t n,
+                                        QuantizedX qx) {
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  const float* xt = x + t * n;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int n_warps = static_cast<int>(blockDim.x) / 32;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xt[i] * xt[i];
+  ss = warp_sum(ss);
+  if (lane == 0) red[warp] = ss;
+  __syncthreads();
+  ss = warp_sum(lane < n_warps ? red[lane] : 0.0f);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+  for (int64_t b = warp; b < n / 32; b += n_warps) {
+    const int64_t i = b * 32 + lane;
+    const float v = xt[i] * inv * w[i];
+    xn[t * n + i] = v;
+    quantize_lane(v, t, b, lane, qx);
+  }
+}
+
+__global__ void glu_quantize_kernel(float* gate, const float* up, int64_t n, int gelu, QuantizedX qx) {
+  const int64_t t = blockIdx.y;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (b >= n / 32) return;
+  const int64_t i = t * n + b * 32 + lane;
+  const float g = gate[i];
+  float a;
+  if (gelu) {
+    constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+    a = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+  } else {
+    a = g / (1.0f + expf(-g));
+  }
+  const float h = a * up[i];
+  gate[i] = h;
+  quantize_lane(h, t, b, lane, qx);
+}
+
+__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint16_t*>(p)); }
+__device__ __forceinline__ int ld32_a2(const uint8_t* p) { return static_cast<int>(ld16(p) | ld16(p + 2) << 16); }
+__device__ __forceinline__ float f16(uint32_t bits) { return __half2float(__ushort_as_half(static_cast<uint16_t>(bits))); }
+
+// One 32-weight block's raw bytes: d and 4 (Q4_0) or 8 (Q8_0) words of quants.
+template <bool Q8>
+struct Block {
+  uint32_t d;
+  int w[Q8 ? 8 : 4];
+};
+
+template <bool Q8>
+__device__ __forceinline__ Block<Q8> load_block(const uint8_t* p) {
+  Block<Q8> b;
+  b.d = ld16(p);
+#pragma unroll
+  for (int i = 0; i < (Q8 ? 8 : 4); ++i) b.w[i] = ld32_a2(p + 2 + 4 * i);
+  return b;
+}
+
+// d_w * (d * sum q_w q - [8 s]) for one block and one token's x block.
+template <bool Q8>
+__device__ __forceinline__ float block_dot(const Block<Q8>& b, const int4 xa, const int4 xb, float d, float s) {
+  int sumi = 0;
+  if constexpr (Q8) {
+    sumi = __dp4a(b.w[0], xa.x, sumi);
+    sumi = __dp4a(b.w[1], xa.y, sumi);
+    sumi = __dp4a(b.w[2], xa.z, sumi);
+    sumi = __dp4a(b.w[3], xa.w, sumi);
+    sumi = __dp4a(b.w[4], xb.x, sumi);
+    sumi = __dp4a(b.w[5], xb.y, sumi);
+    sumi = __dp4a(b.w[6], xb.z, sumi);
+    sumi = __dp4a(b.w[7], xb.w, sumi);
+    return f16(b.d) * d * static_cast<float>(sumi);
+  } else {
+    // qs[j] = q[j] | q[j + 16] << 4: word i holds elements 4i..4i+3 (low
+    // nibbles) and 16+4i..16+4i+3 (high nibbles).
+    const int xs_lo[4] = {xa.x, xa.y, xa.z, xa.w};
+    const int xs_hi[4] = {xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sumi = __dp4a(b.w[i] & 0x0f0f0f0f, xs_lo[i], sumi);
+      sumi = __dp4a((b.w[i] >> 4) & 0x0f0f0f0f, xs_hi[i], sumi);
+    }
+    return f16(b.d) * (d * static_cast<float>(sumi) - 8.0f * s);
+  }
+}
+
+// Up to kMaxParts matrices of one type and width sharing x (q/k/v, gate/up),
+// their rows one after the other: part p covers global rows [end[p-1], end[p]).
+constexpr int kMaxParts = 4;
+struct Parts {
+  const uint8_t* w[kMaxParts] = {};
+  float* y[kMaxParts] = {};        // [n_tok, its n_out]
+  int64_t end[kMaxParts] = {};
+  int64_t stride[kMaxParts] = {};  // y row stride
+  int n = 0;
+};
+
+__device__ __forceinline__ int part_of(const Parts& p, int64_t g) {
+  int i = 0;
+#pragma unroll
+  for (int k = 0; k < kMaxParts - 1; ++k) i += (k < p.n - 1 && g >= p.end[k]) ? 1 : 0;
+  return i;
+}
+
+// Warp w of a thread block owns rows row0 .. row0 + R - 1; lane l takes quant
+// blocks l, l + 32, ... of those rows, kUnroll of them loaded before use.
+template <bool Q8, int R, int NT>
+__global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int64_t row_bytes, int n_blocks,
+                                                                 int64_t n_out, QuantizedX qx) {
+  constexpr int kBytes = Q8 ? 34 : 18;
+  constexpr int kUnroll = NT <= 2 ? 4 : 2;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
+  if (row0 >= n_out) return;
+  const uint8_t* wr[R];
+  float* yr[R];
+  int64_t ys[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t g = row0 + r < n_out ? row0 + r : n_out - 1;
+    const int p = part_of(parts, g);
+    const int64_t local = g - (p == 0 ? 0 : parts.end[p - 1]);
+    wr[r] = parts.w[p] + local * row_bytes;
+    yr[r] = parts.y[p] + local;
+    ys[r] = parts.stride[p];
+  }
+  float acc[R][NT] = {};
+  const int64_t nb_x = qx.n_in / 32;
+  for (int b0 = lane; b0 < n_blocks; b0 += 32 * kUnroll) {
+    Block<Q8> blk[kUnroll][R];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int b = b0 + 32 * u;
+      if (b < n_blocks)
+#pragma unroll
+        for (int r = 0; r < R; ++r) blk[u][r] = load_block<Q8>(wr[r] + static_cast<int64_t>(b) * kBytes);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int b = b0 + 32 * u;
+      if (b >= n_blocks) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int4* xq = reinterpret_cast<const int4*>(qx.q + t * qx.n_in + static_cast<int64_t>(b) * 32);
+        const int4 xa = __ldg(xq), xb = __ldg(xq + 1);
+        const float d = __ldg(qx.d + t * nb_x + b), s = Q8 ? 0.0f : __ldg(qx.s + t * nb_x + b);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][t] += block_dot<Q8>(blk[u][r], xa, xb, d, s);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float v = warp_sum(acc[r][t]);
+      if (lane == 0 && row0 + r < n_out) yr[r][t * ys[r]] = v;
+    }
+}
+
+template <bool Q8, int R>
+void launch_rows(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx, int64_t n_tok, cudaStream_t s) {
+  const int64_t row_bytes = static_cast<int64_t>(n_in / 32) * (Q8 ? 34 : 18);
+  const int n_blocks = static_cast<int>(n_in / 32);
+  const dim3 grid(static_cast<unsigned>((n_out + kWarps * R - 1) / (kWarps * R)));
+  for (int64_t t0 = 0; t0 < n_tok;) {
+    QuantizedX c = qx;
+    c.q += t0 * qx.n_in;
+    c.d += t0 * (qx.n_in / 32);
+    c.s += t0 * (qx.n_in / 32);
+    Parts pc = parts;
+    for (int p = 0; p < parts.n; ++p) pc.y[p] += t0 * parts.stride[p];
+    const int64_t left = n_tok - t0;
+    const int nt = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    switch (nt) {
+      case 8: matmul_q8_kernel<Q8, R, 8><<<grid, kWarps * 32, 0, s>>>(pc, row_bytes, n_blocks, n_out, c); break;
+      case 4: matmul_q8_kernel<Q8, R, 4><<<grid, kWarps * 32, 0, s>>>(pc, row_bytes, n_blocks, n_out, c); break;
+      case 2: matmul_q8_kernel<Q8, R, 2><<<grid, kWarps * 32, 0, s>>>(pc, row_bytes, n_blocks, n_out, c); break;
+      default: matmul_q8_kernel<Q8, R, 1><<<grid, kWarps * 32, 0, s>>>(pc, row_bytes, n_blocks, n_out, c); break;
+    }
+    SLUICE_CUDA_LAUNCHED();
+    t0 += nt;
+  }
+}
+
+}  // namespace
+
+bool matmul_q8_takes(const WeightView& w) {
+  return (w.type == DType::kQ4_0 || w.type == DType::kQ8_0) && w.layout == WeightLayout::kRows && w.n_in % 32 == 0;
+}
+
+void quantize_x(const float* x, int64_t x_stride, int64_t n_in, int64_t n_tok, const QuantizedX& qx, cudaStream_t s) {
+  CHECK(n_in % 32 == 0 && qx.n_in >= n_in);
+  if (n_tok == 0 || n_in == 0) return;
+  const int64_t n_blocks = n_in / 32;
+  const dim3 grid(static_cast<unsigned>((n_blocks + 7) / 8), static_cast<unsigned>(n_tok));
+  quantize_x_kernel<<<grid, 256, 0, s>>>(x, x_stride, n_blocks, qx);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void rmsnorm_quantize_x(const float* x, const float* w, float eps, float* xn, int64_t n_tok, int64_t n,
+                        const QuantizedX& qx, cudaStream_t s) {
+  CHECK(n % 32 == 0 && qx.n_in == n);
+  if (n_tok == 0) return;
+  rmsnorm_quantize_kernel<<<static_cast<unsigned>(n_tok), n >= 2048 ? 1024 : 256, 0, s>>>(x, w, eps, xn, n, qx);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void glu_quantize_x(float* gate, const float* up, int64_t n_tok, int64_t n, Activation act, const QuantizedX& qx,
+                    cudaStream_t s) {
+  CHECK(n % 32 == 0 && qx.n_in == n);
+  if (n_tok == 0) return;
+  const dim3 grid(static_cast<unsigned>((n / 32 + 7) / 8), static_cast<unsigned>(n_tok));
+  glu_quantize_kernel<<<grid, 256, 0, s>>>(gate, up, n, act == Activation::kGelu, qx);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
+                      cudaStream_t s) {
+  CHECK(!ws.empty() && ws.size() <= static_cast<size_t>(kMaxParts) && ws.size() == ys.size());
+  Parts parts;
+  int64_t end = 0;
+  for (size_t p = 0; p < ws.size(); ++p) {
+    CHECK(matmul_q8_takes(ws[p]) && ws[p].type == ws[0].type && ws[p].n_in == ws[0].n_in && qx.n_in >= ws[p].n_in);
+    end += ws[p].n_out;
+    parts.w[p] = ws[p].data;
+    parts.y[p] = ys[p];
+    parts.end[p] = end;
+    parts.stride[p] = ws[p].n_out;
+  }
+  parts.n = static_cast<int>(ws.size());
+  if (end == 0 || n_tok == 0) return;
+  // Two rows a warp halve the x reads where rows are many; one where few
+  // rows must still spread over every SM.
+  const bool two = end >= 8192;
+  const int64_t n_in = ws[0].n_in;
+  if (ws[0].type == DType::kQ8_0) {
+    two ? launch_rows<true, 2>(parts, n_in, end, qx, n_tok, s) : launch_rows<true, 1>(parts, n_in, end, qx, n_tok, s);
+  } else {
+    two ? launch_rows<false, 2>(parts, n_in, end, qx, n_tok, s) : launch_rows<false, 1>(parts, n_in, end, qx, n_tok, s);
+  }
+}
+
+}  // namespace sluice::cuda

@@ -1,0 +1,56 @@
+// Matmuls of Q4_0 and Q8_0 weights against 8-bit activations, with integer
+// dot products (dp4a): the decode path for the two most used block types.
+//
+// The float kernels of cuda_matmul.cuh decode every weight to float and read
+// x as floats: per 32 weights ~160 instructions and 128 bytes of x from L1
+// against 18 bytes of Q4_0 from HBM, so they run out of issue slots long
+// before HBM runs out of bandwidth. Here x is first quantized once per
+// dispatch to blocks of 32 int8 with a float scale (quantize_x), and a
+// 32-weight block costs 8 dp4a on 4-byte words and 32 bytes of x.
+//
+//   x block b of token t:  q[32] int8, d = max|x| / 127, q = round(x / d)
+//                          s = d * sum(q)      (Q4_0's -8 offset: sum (q_w - 8) q_x = sum q_w q_x - 8 sum q_x)
+//   Q8_0 . x = d_w * d * sum(q_w * q)
+//   Q4_0 . x = d_w * (d * sum(q_w * q) - 8 * s)
+//
+// Like the CPU backend's 8-bit activations, this is not the float reference
+// bit for bit (the per-op suite bounds the error); a token's result still
+// depends on that token alone.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include <cuda_runtime.h>
+
+#include "backend/op_types.h"
+
+namespace sluice::cuda {
+
+// x quantized to blocks of 32: [n_tok, n_in] int8, [n_tok, n_in / 32] scales and scaled sums.
+struct QuantizedX {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  float* s = nullptr;
+  int64_t n_in = 0;  // row stride of q; of d and s: n_in / 32
+};
+
+// Whether launch_matmul_q8 takes this matrix (Q4_0 / Q8_0 rows, n_in a multiple of 32).
+bool matmul_q8_takes(const WeightView& w);
+// qx = quantize(x).  x: [n_tok, x_stride] (n_in used), n_in % 32 == 0.
+void quantize_x(const float* x, int64_t x_stride, int64_t n_in, int64_t n_tok, const QuantizedX& qx, cudaStream_t s);
+// The same quantization fused with the operation that makes x, one kernel
+// instead of two (decode is a chain of small launches):
+//   xn[t] = rmsnorm(x[t]) * w, qx = quantize(xn)      x, xn: [n_tok, n]
+void rmsnorm_quantize_x(const float* x, const float* w, float eps, float* xn, int64_t n_tok, int64_t n,
+                        const QuantizedX& qx, cudaStream_t s);
+//   gate[t] = act(gate[t]) * up[t], qx = quantize(gate)   gate, up: [n_tok, n]
+void glu_quantize_x(float* gate, const float* up, int64_t n_tok, int64_t n, Activation act, const QuantizedX& qx,
+                    cudaStream_t s);
+
+// ys[p][t][o] = W_p[o] . x[t] with x as quantized, for 1..4 matrices of one
+// type and width in one launch (q/k/v, gate/up).  ys[p]: [n_tok, ws[p].n_out]
+void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
+                      cudaStream_t s);
+
+}  // namespace sluice::cuda
