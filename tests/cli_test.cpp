@@ -50,6 +50,30 @@ TEST(Cli, RunJsonGivesReferenceGreedyTokens) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>(), expected);
 }
 
+// The README's GPU run: the reference tokens on a GPU; without one (or
+// without nvcc) a clear refusal and exit code 1, never a crash. gpu-bench
+// likewise.
+TEST(Cli, RunOnCudaGivesReferenceTokensOrSaysWhyNot) {
+  SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
+  const auto ref = reference();
+  const auto& g = ref["generation"][1];
+  const auto all = g["tokens"].get<std::vector<int32_t>>();
+  const size_t n_prompt = g["prompt_tokens"].size();
+  const std::vector<int32_t> expected(all.begin() + static_cast<long>(n_prompt), all.end());
+  CliResult r = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n " +
+                        std::to_string(expected.size()) + " --temp 0 --json --backend cuda");
+  if (r.exit_code != 0) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("cuda"), std::string::npos) << r.err;
+    CliResult b = run_cli("gpu-bench --types q4_0 --tokens 1 --reps 1");
+    EXPECT_EQ(b.exit_code, 1) << b.err;
+    EXPECT_NE(b.err.find("error: "), std::string::npos) << b.err;
+    GTEST_SKIP() << "no GPU here: " << r.err;
+  }
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>(), expected);
+}
+
 TEST(Cli, RunStreamsOnlyTheContinuation) {
   SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   CliResult r = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n 20 --temp 0");

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   runners["bench-spec"] = sluice::cli::add_bench_spec(app);
   runners["bench-experts"] = sluice::cli::add_bench_experts(app);
   runners["serve"] = sluice::cli::add_serve(app);
+  runners["gpu-bench"] = sluice::cli::add_gpu_bench(app);
   CLI11_PARSE(app, argc, argv);
   for (const CLI::App* sub : app.get_subcommands()) return runners.at(sub->get_name())();
   return 1;
