@@ -39,7 +39,7 @@ Runner add_gpu_bench(CLI::App& app) {
   c->add_option("--reps", a->reps, "calls per timed run")->capture_default_str()->check(CLI::Range(1, 100000));
   return [a] {
 #ifndef SLUICE_HAVE_CUDA
-    return fail(unimplemented("this sluice was built without CUDA (no nvcc found at configure time)"));
+    return fail(unimplemented("gpu-bench needs the cuda backend, which is not in this build (CMake found no nvcc)"));
 #else
     auto be_or = create_backend({.name = "cuda"});
     if (!be_or.ok()) return fail(be_or.status());

@@ -76,7 +76,7 @@ StatusOr<std::shared_ptr<Backend>> create_backend(const BackendOptions& o) {
 #ifdef SLUICE_HAVE_CUDA
     return cuda::create_cuda_backend({});
 #else
-    return unimplemented("this sluice was built without CUDA (no nvcc found at configure time)");
+    return unimplemented("the cuda backend is not in this build (CMake found no nvcc at configure time)");
 #endif
   }
   return invalid_argument("unknown backend '{}' (cpu, cuda, reference)", o.name);
