@@ -136,6 +136,24 @@ TEST_F(BenchServe, DumpedWorkloadFollowsTheSeedAndLengths) {
   EXPECT_GT(last_arrival, 0.0);
 }
 
+// --backend reaches the engine: the scalar reference backend serves the whole
+// workload, and a backend that cannot run here (cuda without a GPU) fails
+// with its reason, an unknown one at parsing.
+TEST_F(BenchServe, BackendFlagReachesTheEngine) {
+  const CliResult cpu = run_cli(common() + " --json");
+  const CliResult ref = run_cli(common() + " --backend reference --json");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  EXPECT_EQ(nlohmann::json::parse(cpu.out)["n_output_tokens"], nlohmann::json::parse(ref.out)["n_output_tokens"]);
+  const CliResult gpu = run_cli(common() + " --backend cuda --json");
+  if (gpu.exit_code != 0) {
+    EXPECT_EQ(gpu.exit_code, 1) << gpu.err;
+    EXPECT_NE(gpu.err.find("cuda"), std::string::npos) << gpu.err;
+  }
+  const CliResult bad = run_cli(common() + " --backend tpu --json");
+  EXPECT_NE(bad.exit_code, 0);
+}
+
 TEST_F(BenchServe, BadArgumentsFailCleanly) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {common("uniform:9:3"), "--prompt-len: bad distribution 'uniform:9:3'"},

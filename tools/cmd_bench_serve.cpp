@@ -71,6 +71,7 @@ struct BenchServeArgs {
   int64_t ctx_size = 0;
   uint64_t kv_budget_bytes = 0;
   uint64_t mem_budget = 0;
+  std::string backend = "cpu";
   double sample_ms = 5;
   double timeout_s = 600;
   std::string dump_workload;
@@ -405,6 +406,7 @@ int run(const BenchServeArgs& a) {
   EngineConfig cfg = a.spec;  // speculative flags
   finish_speculative_options(&cfg);
   cfg = EngineConfig{.model_path = a.model,
+                   .backend = a.backend,
                    .n_threads = a.n_threads,
                    .max_batch_tokens = a.max_batch_tokens,
                    .max_seqs = a.max_seqs,
@@ -553,6 +555,7 @@ Runner add_bench_serve(CLI::App& app) {
   c->add_option("-c,--ctx-size", a->ctx_size, "positions per sequence (default: min(trained, 4096))");
   c->add_option("--kv-budget", a->kv_budget_bytes, "KV pool bytes (default: the engine's)");
   add_mem_budget_option(c, &a->mem_budget);
+  add_backend_option(c, &a->backend);
   c->add_option("--sample-ms", a->sample_ms, "period of the KV use samples")->capture_default_str();
   c->add_option("--timeout", a->timeout_s, "abort and fail after this many seconds")->capture_default_str();
   c->add_option("--dump-workload", a->dump_workload,

@@ -45,6 +45,7 @@ struct BenchSpecArgs {
   int n_threads = 0;
   float temp = 0;
   uint64_t mem_budget = 0;
+  std::string backend = "cpu";
   bool json = false;
   EngineConfig spec;  // speculative flags
 };
@@ -105,6 +106,7 @@ int run(BenchSpecArgs a) {
   spec.n_threads = a.n_threads;
   spec.max_seqs = 1;
   spec.mem_budget_bytes = a.mem_budget;
+  spec.backend = a.backend;
   fmt::print(stderr, "[sluice] bench-spec: loading {}{}\n", a.model,
              a.mem_budget ? fmt::format(" (weights beyond {} stream)", human_bytes(a.mem_budget)) : "");
   auto engine_or = Engine::create(spec);
@@ -199,6 +201,7 @@ Runner add_bench_spec(CLI::App& app) {
   c->add_option("-t,--threads", a->n_threads, "threads (default: all cores)");
   c->add_option("--temp", a->temp, "sampling temperature (default: greedy, outputs checked identical)");
   add_mem_budget_option(c, &a->mem_budget);
+  add_backend_option(c, &a->backend);
   add_speculative_options(c, &a->spec);
   c->add_flag("--json", a->json, "print one JSON object instead of the table");
   return [a] { return run(*a); };

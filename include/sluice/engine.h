@@ -72,7 +72,7 @@ using EventCallback = std::function<void(const TokenEvent&)>;
 
 struct EngineConfig {
   std::string model_path;          // GGUF file or HF folder
-  std::string backend = "cpu";     // what the model runs on: cpu, reference (scalar; for checking)
+  std::string backend = "cpu";     // what the model runs on: cpu, cuda (a GPU), reference (scalar; for checking)
   int n_threads = 0;               // 0: one per core
   int64_t max_batch_tokens = 512;  // tokens per step over all sequences
   int64_t max_seqs = 64;           // sequences running at once
