@@ -21,9 +21,11 @@ namespace sluice::cuda {
 // y[t][o] = sum_i W[o][i] * x[t][i]   x: [n_tok, w.n_in] (row stride x_stride floats)  y: [n_tok, w.n_out] (row stride y_stride floats)
 // w.data is device memory in GGUF row order (w.layout == kRows). Enqueued on `stream`; no sync, no allocation.
 // Requirements (CHECKed): matmul_supports(w.type); n_in a multiple of the block
-// size, and of 8 for F32/F16/BF16; x 16-byte aligned with x_stride % 4 == 0;
-// w.data 16-byte aligned for F32/F16/BF16, 4 for blocks of a multiple of 4
-// bytes, 2 for the rest (so a view may start at any row).
+// size; for block types x 16-byte aligned with x_stride % 4 == 0, and w.data 4-
+// byte aligned for blocks of a multiple of 4 bytes, 2 for the rest (so a view
+// may start at any row). F32/F16/BF16 rows the fast kernel cannot read (n_in
+// not a multiple of 8, w.data or x not 16-byte aligned) go to a plain
+// warp-per-row kernel instead.
 void launch_matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
                    cudaStream_t stream);
 
