@@ -103,7 +103,11 @@ const void* Mirror::upload(const void* src, size_t n, cudaStream_t s) {
 
 CudaBackend::CudaBackend(int device) : device_(device), pool_(std::make_unique<ThreadPool>(0)) {
   SLUICE_CUDA_OK(cudaSetDevice(device_));
-  SLUICE_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // A blocking stream: the plain cudaMemcpy/cudaMemset of loading (weights,
+  // vectors, zeroed buffers) run on the legacy default stream, and a copy from
+  // pageable memory may still be in flight when cudaMemcpy returns; a
+  // blocking stream's kernels wait for them.
+  SLUICE_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
   scratch_.assign(kNumScratch, {nullptr, 0});
 }
 
