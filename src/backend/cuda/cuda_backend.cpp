@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -101,8 +102,8 @@ const void* Mirror::upload(const void* src, size_t n, cudaStream_t s) {
 
 // ---- the backend ------------------------------------------------------------
 
-CudaBackend::CudaBackend(int device) : device_(device), pool_(std::make_unique<ThreadPool>(0)) {
-  SLUICE_CUDA_OK(cudaSetDevice(device_));
+CudaBackend::CudaBackend(int device) : pool_(std::make_unique<ThreadPool>(0)) {
+  SLUICE_CUDA_OK(cudaSetDevice(device));
   // A blocking stream: the plain cudaMemcpy/cudaMemset of loading (weights,
   // vectors, zeroed buffers) run on the legacy default stream, and a copy from
   // pageable memory may still be in flight when cudaMemcpy returns; a
@@ -158,7 +159,6 @@ float* CudaBackend::scratch(int which, int64_t n) {
 }
 
 void CudaBackend::reserve(const ScratchNeeds& n) {
-  needs_ = n;
   scratch(kPartial, kMaxSplitItems * (n.head_dim + 2));
   const int64_t x_rows = n.n_tok * std::max<int64_t>(1, n.n_used);  // expert rows gathered
   scratch(kXq, (x_rows * n.n_in_max + 3) / 4);
@@ -294,36 +294,31 @@ void CudaBackend::matmul(std::span<const MatmulOut> outs, const float* x, int64_
     matmul(outs.subspan(4), x, n_in, n_tok);
     return;
   }
-  WeightView ws[4];
-  float* ys[4];
-  bool all_q8 = true;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    CHECK(outs[i].w.n_in == n_in);
-    ws[i] = outs[i].w;
-    ys[i] = outs[i].y;
-    all_q8 = all_q8 && matmul_q8_takes(ws[i]) && ws[i].type == ws[0].type;
-  }
-  const std::span<const WeightView> wspan(ws, outs.size());
-  const std::span<float* const> yspan(ys, outs.size());
-  // Q4_0 / Q8_0: x quantized to 8 bits once, the group in one launch.
-  if (all_q8 && !outs.empty()) {
-    const QuantizedX qx = quantized_x(n_in, n_tok);
-    quantize_x(x, n_in, n_in, n_tok, qx, stream_);
-    launch_matmul_q8(wspan, yspan, qx, n_tok, stream_);
+  for (const MatmulOut& o : outs) CHECK(o.w.n_in == n_in);
+  // Q4_0 / Q8_0 matrices take x quantized to 8 bits, once for the call.
+  std::optional<QuantizedX> qx;
+  auto quantized = [&] {
+    if (!qx) {
+      qx = quantized_x(n_in, n_tok);
+      quantize_x(x, n_in, n_in, n_tok, *qx, stream_);
+    }
+    return *qx;
+  };
+  if (one_q8_launch(outs)) {  // the group in one launch
+    launch_q8(outs, quantized(), n_tok);
     return;
   }
+  WeightView ws[4];
+  float* ys[4];
+  for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].w, ys[i] = outs[i].y;
+  const std::span<const WeightView> wspan(ws, outs.size());
   if (outs.size() > 1 && matmul_groupable(wspan) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    launch_matmul_group(wspan, yspan, x, n_tok, stream_);
+    launch_matmul_group(wspan, std::span<float* const>(ys, outs.size()), x, n_tok, stream_);
     return;
   }
   for (size_t i = 0; i < outs.size(); ++i) {  // mixed types (llama.cpp's mixes): one launch each
-    if (matmul_q8_takes(ws[i])) {
-      const QuantizedX qx = quantized_x(n_in, n_tok);
-      quantize_x(x, n_in, n_in, n_tok, qx, stream_);
-      launch_matmul_q8(wspan.subspan(i, 1), yspan.subspan(i, 1), qx, n_tok, stream_);
-    } else {
-      launch_matmul(ws[i], x, n_in, n_tok, ys[i], ws[i].n_out, stream_);
-    }
+    if (matmul_q8_takes(ws[i])) launch_q8(outs.subspan(i, 1), quantized(), n_tok);
+    else launch_matmul(ws[i], x, n_in, n_tok, ys[i], ws[i].n_out, stream_);
   }
 }
 

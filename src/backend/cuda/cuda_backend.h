@@ -120,7 +120,6 @@ class CudaBackend final : public Backend {
   void ffn_rows(const ExpertWeights& w, const float* x, int64_t n, int64_t n_embd, int64_t n_ff, Activation act,
                 float* y);
 
-  int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<ThreadPool> pool_;
   std::unordered_map<const float*, float*> vecs_;  // host vector -> device copy
@@ -135,7 +134,6 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> order_;         // expert_ffn: experts in compute order
   std::vector<int64_t> counts_;        //   rows each of them takes
   std::vector<uint8_t> seen_;          //   [n_expert] selected
-  ScratchNeeds needs_;
 };
 
 }  // namespace sluice::cuda

@@ -22,24 +22,6 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// A warp per block of 32: lane i quantizes element i.
-__global__ void quantize_x_kernel(const float* x, int64_t x_stride, int64_t n_blocks, QuantizedX qx) {
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int64_t t = blockIdx.y;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (b >= n_blocks) return;
-  const float v = x[t * x_stride + b * 32 + lane];
-  const float amax = warp_max(fabsf(v));
-  const float d = amax / 127.0f;
-  const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
-  qx.q[t * qx.n_in + b * 32 + lane] = static_cast<int8_t>(q);
-  const float sum = warp_sum(static_cast<float>(q));
-  if (lane == 0) {
-    qx.d[t * (qx.n_in / 32) + b] = d;
-    qx.s[t * (qx.n_in / 32) + b] = d * sum;
-  }
-}
-
 // Lane i of a warp holds element i of block b of token t: quantize it into qx.
 __device__ __forceinline__ void quantize_lane(float v, int64_t t, int64_t b, int lane, const QuantizedX& qx) {
   const float amax = warp_max(fabsf(v));
@@ -51,6 +33,15 @@ __device__ __forceinline__ void quantize_lane(float v, int64_t t, int64_t b, int
     qx.d[t * (qx.n_in / 32) + b] = d;
     qx.s[t * (qx.n_in / 32) + b] = d * sum;
   }
+}
+
+// A warp per block of 32: lane i quantizes element i.
+__global__ void quantize_x_kernel(const float* x, int64_t x_stride, int64_t n_blocks, QuantizedX qx) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t t = blockIdx.y;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (b >= n_blocks) return;
+  quantize_lane(x[t * x_stride + b * 32 + lane], t, b, lane, qx);
 }
 
 // A block per token: the sum of squares, then a warp per 32-block writes xn
