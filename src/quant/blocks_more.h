@@ -185,6 +185,20 @@ inline int q3_k_scale(const uint8_t* scales, int s) {
   return low | (high << 4);
 }
 
+// q3_k_scale() of all 16 sub-blocks at once, with word operations: byte s of
+// *lo (s < 8) or of *hi (s >= 8, byte s - 8) is the scale of sub-block s.
+inline void q3_k_scales16(const uint8_t* scales, uint64_t* lo, uint64_t* hi) {
+  uint32_t u[3];
+  std::memcpy(u, scales, 12);
+  const uint32_t low4 = 0x0f0f0f0fu, high2 = 0x03030303u;
+  const uint32_t a0 = (u[0] & low4) | ((u[2] & high2) << 4);           // scales 0..3
+  const uint32_t a1 = (u[1] & low4) | (((u[2] >> 2) & high2) << 4);    // 4..7
+  const uint32_t a2 = ((u[0] >> 4) & low4) | (((u[2] >> 4) & high2) << 4);  // 8..11
+  const uint32_t a3 = ((u[1] >> 4) & low4) | (((u[2] >> 6) & high2) << 4);  // 12..15
+  *lo = a0 | static_cast<uint64_t>(a1) << 32;
+  *hi = a2 | static_cast<uint64_t>(a3) << 32;
+}
+
 // Packs 16 6-bit scales (0..63) into a Q3_K scales[12]; inverse of q3_k_scale.
 inline void q3_k_pack_scales(const uint8_t* sc, uint8_t* scales) {
   std::memset(scales, 0, kKScaleBytes);
@@ -205,6 +219,23 @@ inline int q5_k_quant(const BlockQ5_K& b, int e) {
 // The 6-bit scale (0..63, value ls - 32) of sub-block s (0..7) of an IQ4_XS block.
 inline int iq4_xs_scale(const BlockIq4Xs& b, int s) {
   return ((b.scales_l[s / 2] >> (4 * (s % 2))) & 15) | (((b.scales_h >> (2 * s)) & 3) << 4);
+}
+
+// iq4_xs_scale() of all 8 sub-blocks at once: byte s is the scale of sub-block
+// s. The low nibbles of scales_l interleaved with the high ones are the low 4
+// bits in order; the 2-bit fields of scales_h are spread to one per byte.
+inline uint64_t iq4_xs_scales8(const BlockIq4Xs& b) {
+  uint32_t l;
+  std::memcpy(&l, b.scales_l, 4);
+  auto spread = [](uint64_t x) {  // byte k -> byte 2k (k < 4)
+    x = (x | x << 16) & 0x0000FFFF0000FFFFULL;
+    return (x | x << 8) & 0x00FF00FF00FF00FFULL;
+  };
+  const uint64_t low = spread(l & 0x0f0f0f0fu) | spread((l >> 4) & 0x0f0f0f0fu) << 8;
+  const uint64_t h = b.scales_h;
+  uint64_t t = (h & 0x000F) | ((h & 0x00F0) << 12) | ((h & 0x0F00) << 24) | ((h & 0xF000) << 36);
+  t = (t & 0x0003000300030003ULL) | ((t & 0x000C000C000C000CULL) << 6);
+  return low | t << 4;
 }
 
 }  // namespace sluice

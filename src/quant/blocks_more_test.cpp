@@ -205,5 +205,24 @@ TEST(BlocksMoreTest, Iq4XsHandBuilt) {
     }
 }
 
+// The word-level scale decoders the SIMD kernels use give every scalar
+// accessor's value, for scale bytes that set every bit pattern in turn.
+TEST(BlocksMoreTest, WordScaleDecodersEqualTheScalarAccessors) {
+  for (int v = 0; v < 256; ++v) {
+    uint8_t q3[12];
+    for (int i = 0; i < 12; ++i) q3[i] = static_cast<uint8_t>(v * 7 + 31 * i + (v >> 3) * i);
+    uint64_t lo = 0, hi = 0;
+    q3_k_scales16(q3, &lo, &hi);
+    for (int s = 0; s < 16; ++s)
+      ASSERT_EQ(((s < 8 ? lo : hi) >> (8 * (s % 8))) & 0xFF, static_cast<uint64_t>(q3_k_scale(q3, s))) << v << " " << s;
+    BlockIq4Xs b{};
+    b.scales_h = static_cast<uint16_t>(v * 0x0101 ^ (v << 5));
+    for (int i = 0; i < 4; ++i) b.scales_l[i] = static_cast<uint8_t>(v * 13 + 71 * i);
+    const uint64_t ls = iq4_xs_scales8(b);
+    for (int s = 0; s < 8; ++s)
+      ASSERT_EQ((ls >> (8 * s)) & 0xFF, static_cast<uint64_t>(iq4_xs_scale(b, s))) << v << " " << s;
+  }
+}
+
 }  // namespace
 }  // namespace sluice

@@ -78,43 +78,42 @@ const Family kQ6_K = {act_row_bytes_q8x256,
                       {quant_rows_q6_k_scalar, quant_rows_q6_k_avx2, quant_rows_q6_k_avx512},
                       {"q6_K/scalar-int8", "q6_K/avx2-int8", "q6_K/avx512-vnni"}};
 
-// The types of quant_matmul_more.h. The AVX-512 level runs their AVX2 kernels
-// (on its own, byte-identical, activations) until they have AVX-512 ones.
+// The types of quant_matmul_more.h.
 constexpr ConvertFn kQSum[3] = {act_qsum_scalar, act_qsum_avx2, act_qsum_avx512};
 constexpr ConvertFn kQ5_0Act[3] = {act_q5_0_scalar, act_q5_0_avx2, act_q5_0_avx512};
 constexpr ConvertFn kPlain[3] = {act_plain_scalar, act_plain_avx2, act_plain_avx512};
 const Family kQ4_1 = {act_row_bytes_q8x64,
                       {kQSum[0], kQSum[1], kQSum[2]},
-                      {quant_rows_q4_1_scalar, quant_rows_q4_1_avx2, quant_rows_q4_1_avx2},
-                      {"q4_1/scalar-int8", "q4_1/avx2-int8", "q4_1/avx2-int8"}};
+                      {quant_rows_q4_1_scalar, quant_rows_q4_1_avx2, quant_rows_q4_1_avx512},
+                      {"q4_1/scalar-int8", "q4_1/avx2-int8", "q4_1/avx512-vnni"}};
 const Family kQ5_0 = {act_row_bytes_q8x64,
                       {kQ5_0Act[0], kQ5_0Act[1], kQ5_0Act[2]},
-                      {quant_rows_q5_0_scalar, quant_rows_q5_0_avx2, quant_rows_q5_0_avx2},
-                      {"q5_0/scalar-int8", "q5_0/avx2-int8", "q5_0/avx2-int8"}};
+                      {quant_rows_q5_0_scalar, quant_rows_q5_0_avx2, quant_rows_q5_0_avx512},
+                      {"q5_0/scalar-int8", "q5_0/avx2-int8", "q5_0/avx512-vnni"}};
 const Family kQ5_1 = {act_row_bytes_q8x64,
                       {kQSum[0], kQSum[1], kQSum[2]},
-                      {quant_rows_q5_1_scalar, quant_rows_q5_1_avx2, quant_rows_q5_1_avx2},
-                      {"q5_1/scalar-int8", "q5_1/avx2-int8", "q5_1/avx2-int8"}};
+                      {quant_rows_q5_1_scalar, quant_rows_q5_1_avx2, quant_rows_q5_1_avx512},
+                      {"q5_1/scalar-int8", "q5_1/avx2-int8", "q5_1/avx512-vnni"}};
 const Family kIQ4_NL = {act_row_bytes_q8x64,
                         {kPlain[0], kPlain[1], kPlain[2]},
-                        {quant_rows_iq4_nl_scalar, quant_rows_iq4_nl_avx2, quant_rows_iq4_nl_avx2},
-                        {"iq4_nl/scalar-int8", "iq4_nl/avx2-int8", "iq4_nl/avx2-int8"}};
+                        {quant_rows_iq4_nl_scalar, quant_rows_iq4_nl_avx2, quant_rows_iq4_nl_avx512},
+                        {"iq4_nl/scalar-int8", "iq4_nl/avx2-int8", "iq4_nl/avx512-vnni"}};
 const Family kQ2_K = {act_row_bytes_q8x256,
                       {convert_act_q8x256_scalar, convert_act_q8x256_avx2, convert_act_q8x256_avx512},
-                      {quant_rows_q2_k_scalar, quant_rows_q2_k_avx2, quant_rows_q2_k_avx2},
-                      {"q2_K/scalar-int8", "q2_K/avx2-int8", "q2_K/avx2-int8"}};
+                      {quant_rows_q2_k_scalar, quant_rows_q2_k_avx2, quant_rows_q2_k_avx512},
+                      {"q2_K/scalar-int8", "q2_K/avx2-int8", "q2_K/avx512-vnni"}};
 const Family kQ3_K = {act_row_bytes_q8x256,
                       {convert_act_q8x256_scalar, convert_act_q8x256_avx2, convert_act_q8x256_avx512},
-                      {quant_rows_q3_k_scalar, quant_rows_q3_k_avx2, quant_rows_q3_k_avx2},
-                      {"q3_K/scalar-int8", "q3_K/avx2-int8", "q3_K/avx2-int8"}};
+                      {quant_rows_q3_k_scalar, quant_rows_q3_k_avx2, quant_rows_q3_k_avx512},
+                      {"q3_K/scalar-int8", "q3_K/avx2-int8", "q3_K/avx512-vnni"}};
 const Family kQ5_K = {act_row_bytes_q8x256,
                       {convert_act_q8x256_scalar, convert_act_q8x256_avx2, convert_act_q8x256_avx512},
-                      {quant_rows_q5_k_scalar, quant_rows_q5_k_avx2, quant_rows_q5_k_avx2},
-                      {"q5_K/scalar-int8", "q5_K/avx2-int8", "q5_K/avx2-int8"}};
+                      {quant_rows_q5_k_scalar, quant_rows_q5_k_avx2, quant_rows_q5_k_avx512},
+                      {"q5_K/scalar-int8", "q5_K/avx2-int8", "q5_K/avx512-vnni"}};
 const Family kIQ4_XS = {act_row_bytes_q8x256,
                         {convert_act_q8x256_scalar, convert_act_q8x256_avx2, convert_act_q8x256_avx512},
-                        {quant_rows_iq4_xs_scalar, quant_rows_iq4_xs_avx2, quant_rows_iq4_xs_avx2},
-                        {"iq4_xs/scalar-int8", "iq4_xs/avx2-int8", "iq4_xs/avx2-int8"}};
+                        {quant_rows_iq4_xs_scalar, quant_rows_iq4_xs_avx2, quant_rows_iq4_xs_avx512},
+                        {"iq4_xs/scalar-int8", "iq4_xs/avx2-int8", "iq4_xs/avx512-vnni"}};
 
 }  // namespace
 

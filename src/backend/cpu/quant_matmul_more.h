@@ -49,8 +49,7 @@ void quant_rows_iq4_xs_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 
 // AVX2 (quant_matmul_more_avx2.cpp): maddubs + madd on 8 int32 lanes, tiles of
-// rows x tokens (quant_tile_avx2.h). The AVX-512 level runs these too: there are
-// no AVX-512 kernels for these types yet.
+// rows x tokens (quant_tile_avx2.h).
 void quant_rows_q4_1_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 void quant_rows_q5_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
@@ -66,6 +65,26 @@ void quant_rows_q3_k_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, co
 void quant_rows_q5_k_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 void quant_rows_iq4_xs_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+
+// AVX-512 VNNI (quant_matmul_more_avx512.cpp): two 32-element blocks or 64
+// elements of a super-block per zmm, vpdpbusd / vpdpwssd on 16 int32 lanes,
+// tiles of 4 rows x 4 tokens (quant_tile_avx512.h).
+void quant_rows_q4_1_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_q5_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_q5_1_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_iq4_nl_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_q2_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_q3_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_q5_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+void quant_rows_iq4_xs_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
     size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
 
 }  // namespace sluice::cpu

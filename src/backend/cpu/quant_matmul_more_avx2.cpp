@@ -232,20 +232,10 @@ struct TraitsQ3_K {
     __m256i sc16;  // the same as int16
     float d;
   };
-  // q3_k_scale() for all 16 at once: u0, u1 hold the low nibbles (scales 0..7
-  // in the low halves of bytes 0..7, 8..15 in the high halves), u2 the 2-bit
-  // high parts (scale s at bits 2 (s / 4) of byte 8 + s % 4).
   static void prepare(const Block& b, State* s) {
-    uint32_t u[3];
-    std::memcpy(u, b.scales, 12);
-    const uint32_t lo = 0x0f0f0f0fu, hi = 0x03030303u;
-    const uint32_t a0 = (u[0] & lo) | ((u[2] & hi) << 4);
-    const uint32_t a1 = (u[1] & lo) | (((u[2] >> 2) & hi) << 4);
-    const uint32_t a2 = ((u[0] >> 4) & lo) | (((u[2] >> 4) & hi) << 4);
-    const uint32_t a3 = ((u[1] >> 4) & lo) | (((u[2] >> 6) & hi) << 4);
-    s->sc8 = _mm_sub_epi8(_mm_setr_epi32(static_cast<int>(a0), static_cast<int>(a1), static_cast<int>(a2),
-                                         static_cast<int>(a3)),
-                          _mm_set1_epi8(32));
+    uint64_t lo = 0, hi = 0;
+    q3_k_scales16(b.scales, &lo, &hi);
+    s->sc8 = _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)), _mm_set1_epi8(32));
     s->sc16 = _mm256_cvtepi8_epi16(s->sc8);
     s->d = f16(b.d);
   }
@@ -307,19 +297,8 @@ struct TraitsIq4Xs {
     __m128i sc8;  // [16] ls - 32 per 16 elements (each sub-block's twice)
     float d;
   };
-  // iq4_xs_scale() for all 8 at once: the low nibbles of scales_l interleaved
-  // with the high ones give the low 4 bits in order; the 2-bit fields of
-  // scales_h are spread to one per byte (4 bits per 16-bit slot, then 2 per byte).
   static void prepare(const Block& b, State* s) {
-    uint32_t l;
-    std::memcpy(&l, b.scales_l, 4);
-    const uint64_t h = b.scales_h;
-    uint64_t t = (h & 0x000F) | ((h & 0x00F0) << 12) | ((h & 0x0F00) << 24) | ((h & 0xF000) << 36);
-    t = (t & 0x0003000300030003ULL) | ((t & 0x000C000C000C000CULL) << 6);
-    const __m128i low = _mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(l & 0x0f0f0f0fu)),
-                                          _mm_cvtsi32_si128(static_cast<int>((l >> 4) & 0x0f0f0f0fu)));
-    const __m128i ls = _mm_or_si128(low, _mm_slli_epi16(_mm_cvtsi64_si128(static_cast<long long>(t)), 4));
-    const __m128i v = _mm_sub_epi8(ls, _mm_set1_epi8(32));
+    const __m128i v = _mm_sub_epi8(_mm_cvtsi64_si128(static_cast<long long>(iq4_xs_scales8(b))), _mm_set1_epi8(32));
     s->sc8 = _mm_unpacklo_epi8(v, v);
     s->d = f16(b.d);
   }
