@@ -83,10 +83,14 @@ mkdir -p "$RUN_DIR"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "sluice commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
-  echo "llama.cpp commit: $(git -C "$LLAMA_CPP_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # The checkout the build folder belongs to (build/ may be a link to another build tree).
+  llama_src="$(dirname "$(readlink -f "$LLAMA_CPP_DIR/build")")"
+  echo "llama.cpp commit: $(git -C "$llama_src" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)"
   echo "cpu flags: $(grep -o -w -E 'avx512f|avx512_vnni|avx2|fma|f16c' /proc/cpuinfo 2>/dev/null | sort -u | tr '\n' ' ')"
   echo "sluice isa: ${SLUICE_ISA:-(highest supported)}"
+  echo "llama.cpp build: $(grep -E '^GGML_(NATIVE|AVX|AVX2|AVX512|AVX512_VNNI|AVX_VNNI|FMA|F16C):' \
+    "$LLAMA_CPP_DIR/build/CMakeCache.txt" 2>/dev/null | sed 's/:BOOL=/=/' | tr '\n' ' ' || echo unknown)"
   echo "cpus online: $(nproc)"
   echo "memory: $(free -g 2>/dev/null | awk '/^Mem:/ {print $2 " GiB"}')"
   echo "threads: $THREADS; pp $N_PROMPT, tg $N_GEN; rounds $ROUNDS x reps $REPS"
