@@ -47,16 +47,6 @@ __m256i fifth_bits(const uint8_t* qh) {
 
 __m256i codebook() { return _mm256_broadcastsi128_si256(loadu128(kIq4NlValues)); }
 
-template <typename Act>
-const Act* act_row(const Args& a, int64_t t) {
-  return reinterpret_cast<const Act*>(a.xa + t * a.xa_stride);
-}
-
-template <typename Block>
-const Block* weight_row(const Args& a, int64_t r) {
-  return reinterpret_cast<const Block*>(a.w + r * a.w_row_bytes);
-}
-
 // ------------------------------------------------------- blocks of 32 elements --
 
 // One kernel for Q4_1, Q5_0, Q5_1, IQ4_NL: Traits::load gives the block's 32

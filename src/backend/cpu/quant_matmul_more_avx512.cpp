@@ -59,16 +59,6 @@ __m512i apply_sign(__m512i q, __mmask64 negative) {
   return _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);
 }
 
-template <typename Act>
-const Act* act_row(const Args& a, int64_t t) {
-  return reinterpret_cast<const Act*>(a.xa + t * a.xa_stride);
-}
-
-template <typename Block>
-const Block* weight_row(const Args& a, int64_t r) {
-  return reinterpret_cast<const Block*>(a.w + r * a.w_row_bytes);
-}
-
 // ------------------------------------------------------- blocks of 32 elements --
 
 // Traits::load(b0, b1, two, table, ...) gives blocks b0 and b1 as 64 weight

@@ -36,6 +36,17 @@ struct Args {
 
 using TileFn = void (*)(const Args&, int64_t r, int64_t t);
 
+// Token t's activations and row r's weight blocks, typed.
+template <typename Act>
+const Act* act_row(const Args& a, int64_t t) {
+  return reinterpret_cast<const Act*>(a.xa + t * a.xa_stride);
+}
+
+template <typename Block>
+const Block* weight_row(const Args& a, int64_t r) {
+  return reinterpret_cast<const Block*>(a.w + r * a.w_row_bytes);
+}
+
 // Tokens per chunk for S: a multiple of S::kTileToks, at least one tile.
 template <class S>
 int64_t token_chunk(const Args& a) {
