@@ -131,7 +131,9 @@ TEST_P(BackendOps, PreparedWeightsGiveTheBitsOfGgufRows) {
   WeightView* group[2] = {&pq, &pk};
   const WeightGroup groups[1] = {group};
   const PreparedWeights prepared = cpu_.prepare_weights(groups);
-  if (cpu_.isa() != cpu::Isa::kScalar) EXPECT_NE(pq.data, q.view.data);  // copied into the backend's arena
+  if (cpu_.isa() != cpu::Isa::kScalar) {
+    EXPECT_NE(pq.data, q.view.data);  // copied into the backend's arena
+  }
   const auto x = random_floats(static_cast<size_t>(n_tok * n_in), 9);
   GuardedFloats y0(n_tok * n_out), y1(n_tok * n_out), z0(n_tok * n_out), z1(n_tok * n_out);
   const MatmulOut rows[2] = {{q.view, y0.data()}, {k.view, z0.data()}};
@@ -298,7 +300,9 @@ TEST(Backend, SupportsAndCreateSayWhatIsThere) {
   // "cuda" is known by name in every build: without nvcc, or without a GPU,
   // creating it fails with the reason, never with "unknown backend".
   auto gpu = create_backend({.name = "cuda"});
-  if (!gpu.ok()) EXPECT_EQ(gpu.status().message().find("unknown backend"), std::string::npos) << gpu.status().to_string();
+  if (!gpu.ok()) {
+    EXPECT_EQ(gpu.status().message().find("unknown backend"), std::string::npos) << gpu.status().to_string();
+  }
 }
 
 }  // namespace
