@@ -126,11 +126,11 @@ void CpuBackend::in_place_layouts(std::span<const WeightView> group, WeightLayou
     return;
   }
   group_layouts(group, isa_, layouts);
-  // Only where the repack runs at copy speed (the x8 layouts' AVX2 transpose):
-  // a landed expert is used a few times before it gives way, and a byte-wise
-  // repack (the AVX-512 layouts today) costs more than those uses save.
+  // Only where the repack runs in vector registers (repack_rows_at: the x8
+  // layouts and Q4_0x4): a landed expert is used a few times before it gives
+  // way, and a byte-wise repack (Q8_0x16 today) costs more than those uses save.
   for (size_t i = 0; i < group.size(); ++i) {
-    if (layouts[i] != WeightLayout::kQ4_0x8 && layouts[i] != WeightLayout::kQ8_0x8) {
+    if (layouts[i] == WeightLayout::kQ8_0x16 || layouts[i] == WeightLayout::kRows) {
       Backend::in_place_layouts(group, layouts);
       return;
     }

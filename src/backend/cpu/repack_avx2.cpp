@@ -1,8 +1,15 @@
-// The x8 repacks (repack.h: Q4_0x8, Q8_0x8) at the AVX2 level: a block's 8 rows
-// are an 8 x 4 (Q4_0) or 8 x 8 (Q8_0) matrix of 4-byte lanes, and a record is
-// its transpose, so each 16 quant bytes of 8 rows go through one in-register
-// 4 x 4 transpose per 128-bit half. Byte for byte what repack_per_block writes
-// (Repack tests); streamed experts are repacked with it as they land.
+// Repacks in vector registers, for CPUs with AVX2 (byte for byte what the
+// reference repacks in repack.cpp write: Repack tests); streamed experts are
+// repacked with them as they land.
+//
+// The x8 layouts (repack.h: Q4_0x8, Q8_0x8): a block's 8 rows are an 8 x 4
+// (Q4_0) or 8 x 8 (Q8_0) matrix of 4-byte lanes, and a record is its
+// transpose, so each 16 quant bytes of 8 rows go through one in-register
+// 4 x 4 transpose per 128-bit half.
+//
+// Q4_0x4: a row's 32 nibble bytes of a record are its two blocks' 16 quant
+// bytes each, nibbles regrouped by element (low nibbles of both blocks, then
+// high nibbles): two masks, two shifts and two ors per 16 bytes.
 #include <immintrin.h>
 
 #include <cstring>
@@ -52,6 +59,33 @@ void repack_x8_avx2(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64
       for (size_t h = 0; h < quant; h += 16) transpose16(blk, 2 + h, rec + 2 * kX8Rows + 8 * h);
       rec += kX8Rows * block;
       for (const uint8_t*& p : blk) p += block;
+    }
+  }
+}
+
+void repack_q4_0x4_avx2(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {
+  CHECK(n_in % 64 == 0 && r0 % kQ4_0x4Rows == 0 && r1 % kQ4_0x4Rows == 0);
+  const size_t rb = row_bytes(DType::kQ4_0, n_in);
+  const int64_t n_pairs = n_in / 64;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  for (int64_t g = r0 / kQ4_0x4Rows; g < r1 / kQ4_0x4Rows; ++g) {
+    uint8_t* rec = dst + static_cast<size_t>(g * kQ4_0x4Rows) * rb;
+    const uint8_t* row[kQ4_0x4Rows];
+    for (int64_t i = 0; i < kQ4_0x4Rows; ++i) row[i] = src + static_cast<size_t>(g * kQ4_0x4Rows + i) * rb;
+    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ4_0x4RecordBytes) {
+      for (int i = 0; i < kQ4_0x4Rows; ++i) {
+        const uint8_t* b0 = row[i] + 2 * p * sizeof(BlockQ4_0);  // d, qs[16]; then block 2p + 1
+        const uint8_t* b1 = b0 + sizeof(BlockQ4_0);
+        std::memcpy(rec + 4 * i, b0, 2);
+        std::memcpy(rec + 4 * i + 2, b1, 2);
+        const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2));
+        const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 2));
+        // Elements k: low nibbles of both; elements 16 + k: high nibbles of both.
+        const __m128i lo = _mm_or_si128(_mm_and_si128(q0, low4), _mm_slli_epi16(_mm_and_si128(q1, low4), 4));
+        const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(q0, 4), low4), _mm_andnot_si128(low4, q1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(rec + 16 + 32 * i), lo);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(rec + 16 + 32 * i + 16), hi);
+      }
     }
   }
 }
