@@ -126,11 +126,11 @@ void CpuBackend::in_place_layouts(std::span<const WeightView> group, WeightLayou
     return;
   }
   group_layouts(group, isa_, layouts);
-  // Only where the repack runs in vector registers (repack_rows_at: the x8
-  // layouts and Q4_0x4): a landed expert is used a few times before it gives
-  // way, and a byte-wise repack (Q8_0x16 today) costs more than those uses save.
+  // The repack runs in vector registers from AVX2 up (repack_rows_at), near
+  // copy speed: a landed expert is used a few times before it gives way, and a
+  // byte-by-byte repack would cost more than those uses save.
   for (size_t i = 0; i < group.size(); ++i) {
-    if (layouts[i] == WeightLayout::kQ8_0x16 || layouts[i] == WeightLayout::kRows) {
+    if (layouts[i] == WeightLayout::kRows) {
       Backend::in_place_layouts(group, layouts);
       return;
     }

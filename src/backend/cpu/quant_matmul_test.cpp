@@ -333,8 +333,8 @@ TEST(Repack, AGroupIsRepackedTogetherOrNotAtAll) {
 
 // A weight source's own memory (an expert that just landed) is repacked where
 // it lies: the bytes repack_rows() writes elsewhere, the layout prepare_weights
-// would choose (where its repack runs in vector registers: not Q8_0x16), and a
-// group with one matrix that cannot be repacked stays rows.
+// would choose (not at the scalar level, which reads GGUF rows), and a group
+// with one matrix that cannot be repacked stays rows.
 TEST(Repack, InPlaceEqualsRepackingIntoAnotherBuffer) {
   for (Isa isa : isas()) {
     CpuBackend be({.n_threads = 2, .isa = isa});
@@ -348,11 +348,7 @@ TEST(Repack, InPlaceEqualsRepackingIntoAnotherBuffer) {
       WeightLayout want[2];
       be.in_place_layouts(views, want);
       be.prepare_in_place(views);
-      // In place where the repack runs in registers: the x8 layouts at AVX2 and
-      // Q4_0x4 at AVX-512, not Q8_0x16 (byte by byte) nor the scalar level.
-      const WeightLayout packed = repack_layout(type, n_out, n_in, isa);
-      const WeightLayout expect =
-          isa == Isa::kScalar || packed == WeightLayout::kQ8_0x16 ? WeightLayout::kRows : packed;
+      const WeightLayout expect = isa == Isa::kScalar ? WeightLayout::kRows : repack_layout(type, n_out, n_in, isa);
       for (int i = 0; i < 2; ++i) {
         EXPECT_EQ(views[i].layout, expect) << isa_name(isa);
         EXPECT_EQ(want[i], expect);

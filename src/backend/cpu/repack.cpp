@@ -76,12 +76,9 @@ void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t 
 
 void repack_rows_at(Isa isa, WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0,
                     int64_t r1) {
-  if (isa >= Isa::kAvx2 && (layout == WeightLayout::kQ4_0x8 || layout == WeightLayout::kQ8_0x8))
-    repack_x8_avx2(layout, src, dst, n_in, r0, r1);
-  else if (isa >= Isa::kAvx2 && layout == WeightLayout::kQ4_0x4)
-    repack_q4_0x4_avx2(src, dst, n_in, r0, r1);
-  else
-    repack_rows(layout, src, dst, n_in, r0, r1);
+  if (isa < Isa::kAvx2) repack_rows(layout, src, dst, n_in, r0, r1);
+  else if (layout == WeightLayout::kQ4_0x4) repack_q4_0x4_avx2(src, dst, n_in, r0, r1);
+  else repack_lanes_avx2(layout, src, dst, n_in, r0, r1);
 }
 
 void repack_q4_0x4(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1) {

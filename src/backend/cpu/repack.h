@@ -151,12 +151,12 @@ void unpack_q8_0x16_row(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t 
 // Repacks rows [r0, r1) of a matrix into `layout` (not kRows), as above.
 void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
 // The same bytes with the fastest code level `isa` has for the layout (from
-// AVX2 up, every layout but Q8_0x16 in vector registers: repack_x8_avx2 and
-// repack_q4_0x4_avx2, several times faster).
+// AVX2 up, in vector registers: repack_lanes_avx2 and repack_q4_0x4_avx2,
+// several times faster).
 void repack_rows_at(Isa isa, WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0,
                     int64_t r1);
-// repack_rows for kQ4_0x8 and kQ8_0x8 in AVX2 (repack_avx2.cpp); needs an AVX2 CPU.
-void repack_x8_avx2(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
+// repack_rows for kQ4_0x8, kQ8_0x8 and kQ8_0x16 in AVX2 (repack_avx2.cpp); needs an AVX2 CPU.
+void repack_lanes_avx2(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
 // repack_q4_0x4 in AVX2 (repack_avx2.cpp); needs an AVX2 CPU.
 void repack_q4_0x4_avx2(const uint8_t* src, uint8_t* dst, int64_t n_in, int64_t r0, int64_t r1);
 
