@@ -121,20 +121,10 @@ void CpuBackend::move_kv_block(const KvStore& from, int32_t src, KvStore& to, in
 }
 
 void CpuBackend::in_place_layouts(std::span<const WeightView> group, WeightLayout* layouts) const {
-  if (isa_ == Isa::kScalar) {  // the scalar kernels read GGUF rows
-    Backend::in_place_layouts(group, layouts);
-    return;
-  }
+  // What prepare_weights would choose (all rows at the scalar level, or if any
+  // matrix has no layout). Worth it for a landed expert, used only a few times
+  // before it gives way, because repack_rows_at runs near copy speed from AVX2 up.
   group_layouts(group, isa_, layouts);
-  // The repack runs in vector registers from AVX2 up (repack_rows_at), near
-  // copy speed: a landed expert is used a few times before it gives way, and a
-  // byte-by-byte repack would cost more than those uses save.
-  for (size_t i = 0; i < group.size(); ++i) {
-    if (layouts[i] == WeightLayout::kRows) {
-      Backend::in_place_layouts(group, layouts);
-      return;
-    }
-  }
 }
 
 void CpuBackend::prepare_in_place(std::span<WeightView> group) {
