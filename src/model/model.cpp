@@ -61,7 +61,24 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
     std::vector<WeightGroup> spans(groups.begin(), groups.end());
     m->prepared_ = m->backend_->prepare_weights(spans);
   }
+  if (options.repack && m->source_) m->reorder_resident();
   return m;
+}
+
+void Model::reorder_resident() {
+  // Views bound per layer at acquire() keep their layout across binds, and a
+  // resident layer is bound to the same bytes every time.
+  for (const std::vector<WeightView*>& g : dispatch_groups(weights_, arch())) {
+    WeightView views[4];
+    bool movable = g.size() <= 4;
+    for (size_t i = 0; movable && i < g.size(); ++i) {
+      views[i] = *g[i];
+      movable = g[i]->data && source_->reorderable(g[i]->data);
+    }
+    if (!movable) continue;
+    backend_->prepare_in_place(std::span(views, g.size()));
+    for (size_t i = 0; i < g.size(); ++i) g[i]->layout = views[i].layout;
+  }
 }
 
 Status Model::check_supported() const {

@@ -49,8 +49,9 @@ struct ModelOptions {
   // Let the backend copy resident matrices into its own memory and layouts at
   // load (Backend::prepare_weights; on the CPU a huge-page arena with
   // interleaved Q4_0/Q8_0 layouts). Results are bit-identical either way; the
-  // copy costs memory. Never with a weight source; there, experts streamed from
-  // it are reordered where they land (Backend::prepare_in_place) only when set.
+  // copy costs memory. Never with a weight source; there, when set, experts
+  // streamed from it are reordered where they land, and the matrices it keeps
+  // resident in memory of its own once at load (Backend::prepare_in_place).
   bool repack = true;
   // Mixture of experts: before each routed layer, predict its routing from the
   // hidden state entering the layer (the layer's router applied to its FFN norm
@@ -150,6 +151,10 @@ class Model {
   void prepare_while_waiting(int64_t layer);
   // Reorders one expert's bytes in place for the backend (the same bits).
   void reorder_expert(ExpertWeights& x);
+  // With a weight source: the matrices it keeps resident in memory of its own
+  // (LayerWeightSource::reorderable), reordered there once at load, as
+  // prepare_weights() would have copied them; the rest stay as they are.
+  void reorder_resident();
   // The experts of a streamed routed layer: the distinct ones chosen, asked of the
   // source (reads started; next_expert() hands them out as they land).
   Status begin_experts(int64_t layer, int64_t n, const LayerWeights& w);

@@ -286,13 +286,22 @@ class CountingSource : public LayerWeightSource {
     ++n_prepared;
     s_->unpinned_expert_prepared(layer, expert);
   }
+  uint8_t* reorderable(const uint8_t* data) const override {
+    uint8_t* p = s_->reorderable(data);
+    n_reorderable += p != nullptr;
+    return p;
+  }
   int64_t n_prepared = 0;
+  mutable int64_t n_reorderable = 0;
 
  private:
   std::shared_ptr<StoreWeightSource> s_;
 };
 
-TEST(ExpertStore, NoRepackLeavesLandedExpertsInGgufRows) {
+// Resident matrices (attention, head) sit in the store's own buffers, so with
+// repacking on they are reordered there once at load, where the backend's
+// level has a layout for them; the tokens stay the same.
+TEST(ExpertStore, NoRepackLeavesLandedExpertsAndResidentMatricesInGgufRows) {
   const auto file = synth_qwen2moe("expert_store_norepack.gguf", 256, 16, 0, 6);
   ASSERT_NE(file, nullptr);
   const std::vector<int32_t> prompt = {1, 20, 30, 40};
@@ -311,9 +320,20 @@ TEST(ExpertStore, NoRepackLeavesLandedExpertsInGgufRows) {
     // Landed experts are reordered (and reported) only when repacking is on.
     if (repack) {
       EXPECT_GT(counting->n_prepared, 0);
+      EXPECT_GT(counting->n_reorderable, 0);
     } else {
       EXPECT_EQ(counting->n_prepared, 0);
+      EXPECT_EQ(counting->n_reorderable, 0);
     }
+    const TensorInfo* out = file->find("output.weight");
+    ASSERT_NE(out, nullptr);
+    const WeightView head{.type = out->type, .data = out->data, .n_in = out->ne[0], .n_out = out->ne[1]};
+    WeightLayout layout = WeightLayout::kRows;
+    (*m)->backend().in_place_layouts(std::span(&head, 1), &layout);
+    const uint8_t* held = setup->source->store().resident_tensor("output.weight");
+    ASSERT_NE(held, nullptr);
+    EXPECT_EQ(std::memcmp(held, out->data, out->n_bytes) != 0, repack && layout != WeightLayout::kRows)
+        << "repack " << repack;
     EXPECT_GT(setup->source->store().expert_stats().disk_bytes, 0u);
   }
 }

@@ -478,6 +478,12 @@ const uint8_t* WeightStore::resident_tensor(const std::string& name) const {
   return it == resident_.end() ? nullptr : it->second;
 }
 
+uint8_t* WeightStore::own_resident_bytes(const uint8_t* data) const {
+  for (const AlignedBuffer& b : resident_bufs_)
+    if (data >= b.data() && data < b.data() + b.size()) return const_cast<uint8_t*>(data);
+  return nullptr;
+}
+
 LayerState WeightStore::state(int64_t layer) const {
   CHECK(layer >= 0 && layer < plan_.n_layer);
   if (!layers_[static_cast<size_t>(layer)].streamed) return LayerState::kResident;
