@@ -45,10 +45,24 @@ StatusOr<ExpertStreamPlan> plan_expert_stream(const ExpertStreamInputs& in) {
   const double flops = 2.0 * static_cast<double>(c.active_matmul()) * static_cast<double>(in.tokens_per_step);
   p.compute_s = std::max(p.active_bytes / (in.hw.mem_gbps * 1e9), flops / (in.hw.peak_tflops * 1e12));
   p.disk_s = p.read_bytes / (in.disk_gbps * 1e9);
-  p.step_s = std::max(p.compute_s, p.disk_s);
+  auto roofline_s = [&](double bytes, double params, double tokens) {
+    return std::max(bytes / (in.hw.mem_gbps * 1e9), 2.0 * params * tokens / (in.hw.peak_tflops * 1e12));
+  };
+  const double tokens = static_cast<double>(in.tokens_per_step);
+  const double per_expert_tokens = tokens * static_cast<double>(s.n_expert_used) / p.distinct_per_layer;
+  const double head_bytes = static_cast<double>(in.weights.tied_embeddings ? in.weights.of(TensorClass::kEmbedding)
+                                                                           : in.weights.of(TensorClass::kOutput));
+  const double dense_layer_bytes =
+      static_cast<double>(in.weights.of(TensorClass::kAttention) + in.weights.of(TensorClass::kFfn)) /
+      static_cast<double>(s.n_layer);
+  p.boundary_s = roofline_s(p.expert_bytes, static_cast<double>(c.experts) / static_cast<double>(n_moe * s.n_expert),
+                            per_expert_tokens) +
+                 roofline_s(head_bytes, static_cast<double>(c.output > 0 ? c.output : c.embedding), tokens) +
+                 static_cast<double>(s.n_layer_dense) * dense_layer_bytes / (in.hw.mem_gbps * 1e9);
+  p.step_s = std::max(p.compute_s, p.disk_s + p.boundary_s);
   p.tokens_per_s = static_cast<double>(in.tokens_per_step) / p.step_s;
   if (p.fits)
-    p.verdict = p.disk_s > p.compute_s ? "disk-bound: the experts a step misses take longer to read than the step computes"
+    p.verdict = p.disk_s + p.boundary_s > p.compute_s ? "disk-bound: the experts a step misses take longer to read than the step computes"
                                        : "compute-bound: the misses are read while the step computes";
   return p;
 }

@@ -8,9 +8,14 @@
 //   of which a share h (the hit rate) is already in a slot:
 //     h = slots per routed layer / E           without prediction (uniform routing)
 //   so the disk reads  (1 - h) x distinct(T) x expert bytes  per routed layer.
-//   step_s = max(compute_s, disk_s)            transfers overlap compute (prefetch),
+//   step_s = max(compute_s, disk_s + boundary_s)  transfers overlap compute (prefetch),
 //     compute_s = max(bytes the step multiplies / memory rate, FLOPs / FLOP rate)
 //     disk_s    = bytes read / disk rate
+//     boundary_s = what the disk waits for at each step boundary: the next
+//                  step's first routed layer can be predicted only once its
+//                  tokens are known, so after the step's last read come the
+//                  last expert's compute and the output head, and before the
+//                  next step's first read its dense leading layers
 // A measured hit rate (the run's counters) can replace the uniform estimate:
 // "step time under a budget given a hit rate".
 // Pure functions.
@@ -50,6 +55,7 @@ struct ExpertStreamPlan {
   double active_bytes = 0;          // weight bytes the step multiplies
   double compute_s = 0;
   double disk_s = 0;
+  double boundary_s = 0;
   double step_s = 0;
   double tokens_per_s = 0;
   bool fits = true;                 // the budget holds the resident part and one layer's experts

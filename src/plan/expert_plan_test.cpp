@@ -34,7 +34,12 @@ TEST(ExpertPlan, StepUnderABudgetFromTheHitRate) {
   EXPECT_DOUBLE_EQ(p->hit_rate, 0.25);
   EXPECT_NEAR(p->read_bytes, 0.75 * 2 * expert * 4, 1e-6 * expert);
   EXPECT_DOUBLE_EQ(p->disk_s, p->read_bytes / 1e9);
-  EXPECT_DOUBLE_EQ(p->step_s, std::max(p->compute_s, p->disk_s));
+  // At the step boundary the disk waits for one expert and the head, both
+  // read at the memory rate here (one token).
+  const double head = static_cast<double>(w.of(TensorClass::kOutput));
+  EXPECT_NEAR(p->boundary_s, (expert + head) / 50e9, 1e-12);
+  EXPECT_DOUBLE_EQ(p->step_s, std::max(p->compute_s, p->disk_s + p->boundary_s));
+  EXPECT_GT(p->disk_s, p->compute_s);  // disk-bound: the boundary counts
   // The run's measured hit rate replaces the estimate.
   auto q = plan_expert_stream({.shape = s, .weights = w, .hw = hw, .disk_gbps = 1,
                                .mem_budget_bytes = resident + 16 * expert + 1, .tokens_per_step = 1, .hit_rate = 0.9});

@@ -9,7 +9,9 @@
 // (plan/expert_plan.h): with s = n_slots / n_layer_moe slots per routed layer
 // and uniform routing, a chosen expert is in a slot with probability
 // h = s / n_expert; a step of T tokens chooses distinct_experts(T) per routed
-// layer, and reads (1 - h) of them.
+// layer, and reads (1 - h) of them. The step is max(compute, disk + boundary):
+// at each step boundary the disk waits for the step's last expert, the head
+// and any dense layers before the first routed one (placement.h).
 #include <algorithm>
 #include <cmath>
 
@@ -86,6 +88,8 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
                        plan::distinct_experts(hp.n_expert, hp.n_expert_used, p.tokens_per_step);
   p.expert_disk_bytes_per_step = p.experts_per_step * (1.0 - p.expected_hit_rate) * static_cast<double>(p.expert_bytes);
   p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
+  p.predicted_boundary_s = in.expert_compute_s + in.head_compute_s +
+                           static_cast<double>(hp.n_layer_dense) * in.layer_compute_s;
   set_disk_figures(p, in.disk_gbps);
   return p;
 }

@@ -78,6 +78,10 @@ void expect_streamed_equals_resident(const std::shared_ptr<const ModelFile>& fil
   ASSERT_GT(plan.n_expert_slots, 0);
   EXPECT_EQ(plan.n_streamed, 0);  // experts stream one by one, layers stay
   EXPECT_LT(plan.host_bytes, plan.total_tensor_bytes);
+  // The disk waits at each step boundary (the last expert, the head).
+  EXPECT_GT(plan.predicted_boundary_s, 0.0);
+  EXPECT_NEAR(plan.predicted_step_s(),
+              std::max(plan.predicted_compute_s, plan.predicted_disk_s + plan.predicted_boundary_s), 1e-12);
   EXPECT_EQ(greedy(file, setup->source, prompt, 40), resident);
   const ExpertStatsSnapshot s = setup->source->store().expert_stats();
   EXPECT_GT(s.total().chosen, 0u);

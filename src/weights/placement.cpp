@@ -29,7 +29,7 @@ void set_disk_figures(PlacementPlan& p, double gbps) {
   p.disk_gbps = gbps;
   p.transfer_s = static_cast<double>(p.slot_bytes) / (gbps * 1e9);
   p.predicted_disk_s = disk_s_per_step(p, gbps);
-  p.predicted_stall_s = std::max(0.0, p.predicted_disk_s - p.predicted_compute_s);
+  p.predicted_stall_s = std::max(0.0, p.predicted_disk_s + p.predicted_boundary_s - p.predicted_compute_s);
 }
 
 std::string format_bytes(double bytes) {
@@ -234,14 +234,14 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
 
 double PlacementPlan::predicted_step_s_at(double gbps) const {
   CHECK(gbps > 0);
-  return std::max(predicted_compute_s, disk_s_per_step(*this, gbps));
+  return std::max(predicted_compute_s, disk_s_per_step(*this, gbps) + predicted_boundary_s);
 }
 
 double PlacementPlan::predicted_step_s_given(double hit_rate, double gbps) const {
   CHECK(gbps > 0);
   const double experts = experts_per_step * (1.0 - std::clamp(hit_rate, 0.0, 1.0)) * static_cast<double>(expert_bytes);
   const double disk = (static_cast<double>(n_streamed) * static_cast<double>(slot_bytes) + experts) / (gbps * 1e9);
-  return std::max(predicted_compute_s, disk);
+  return std::max(predicted_compute_s, disk + predicted_boundary_s);
 }
 
 void PlacementPlan::rerate_disk(double gbps, std::string note) {
@@ -289,9 +289,11 @@ std::string placement_map(const PlacementPlan& p) {
          "experts resident per layer start at 0 and follow use (the run's summary prints them)\n";
     if (!p.disk_note.empty()) s += fmt::format("  disk: {:.2f} GB/s, {}\n", p.disk_gbps, p.disk_note);
     s += fmt::format("  predicted per step ({} token(s)): hit rate {:.0f}% before prediction (slots per layer / "
-                     "experts), {} of experts read, compute {}, disk {}, stall {}; smallest workable budget {} bytes\n",
+                     "experts), {} of experts read, compute {}, disk {} + {} at the step boundary, stall {}; smallest "
+                     "workable budget {} bytes\n",
                      p.tokens_per_step, 100 * p.expected_hit_rate, mb(p.expert_disk_bytes_per_step),
-                     ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_stall_s), p.min_budget_bytes);
+                     ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_boundary_s),
+                     ms(p.predicted_stall_s), p.min_budget_bytes);
   } else {
     s += fmt::format("  {:<7} {:>10} {:>8}  {} streamed layers\n", "disk", mb(static_cast<double>(disk_tensor_bytes)),
                      n_disk, p.n_streamed);

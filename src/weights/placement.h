@@ -52,6 +52,10 @@ struct PlacementInputs {
   double disk_gbps = 0;              // measured O_DIRECT read rate; needed when streaming
   double layer_compute_s = 0;        // compute per layer per step; needed when streaming
   int64_t tokens_per_step = 1;       // what layer_compute_s was measured for (shown in the map)
+  // Experts streamed one by one: one expert's compute and the output head's,
+  // at tokens_per_step (PlacementPlan::predicted_boundary_s).
+  double expert_compute_s = 0;
+  double head_compute_s = 0;
   uint64_t max_gap = kDefaultMaxGap; // extent merging (extent_layout.h)
   bool stream_all = false;           // benchmarks: stream every layer through the full planned
                                      // ring, trimmed to mem_budget_bytes when that is not 0
@@ -99,10 +103,18 @@ struct PlacementPlan {
   double predicted_compute_s = 0;        // per step
   double predicted_disk_s = 0;           // per step
   double predicted_stall_s = 0;          // per step (one token in decode)
+  // Experts streamed one by one: what the disk cannot overlap at each step
+  // boundary. The next step's first routed layer can be predicted only once
+  // its tokens are known, so from the last expert read of a step to the first
+  // of the next the disk waits for: that last expert's compute, the output
+  // head (sampling is negligible), and the dense layers before the first
+  // routed one. The step is then max(compute, disk + boundary). 0 otherwise.
+  double predicted_boundary_s = 0;
   double predicted_step_s() const { return predicted_compute_s + predicted_stall_s; }
   // The same plan with the disk at `gbps` instead of disk_gbps (the rate a run
   // actually got): transfers take disk_gbps / gbps times as long, compute is
-  // unchanged; the step is the longer of the two. gbps > 0.
+  // unchanged; the step is the longer of the two (the disk's side with the
+  // boundary). gbps > 0.
   double predicted_step_s_at(double gbps) const;
   // The same plan with experts found in a slot at `hit_rate` (the share a run
   // measured) instead of expected_hit_rate, the disk at `gbps`: the planner's

@@ -97,10 +97,39 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
   const double flop_s = 2.0 * static_cast<double>(layer_params) * static_cast<double>(o.tokens_per_step) /
                         (cal.matmul_tflops * 1e12);
   const double compute_s = std::max(mem_s, flop_s);
+  // What the disk waits for at a step boundary when experts stream
+  // (PlacementPlan::predicted_boundary_s): one expert with its share of the
+  // step's tokens, and the output head over the step's tokens.
+  auto roofline_s = [&](double bytes, double params, double tokens) {
+    return std::max(bytes / (cal.decode_read_gbps() * 1e9), 2.0 * params * tokens / (cal.matmul_tflops * 1e12));
+  };
+  double expert_s = 0, head_s = 0;
+  const std::string first_moe = fmt::format("blk.{}.", hp.n_layer_dense);
+  double expert_bytes = 0, expert_params = 0;
+  const TensorInfo* output = nullptr;
+  const TensorInfo* embd = nullptr;
+  for (const TensorInfo& t : file->tensors) {
+    if (t.ne.size() == 3 && hp.n_expert > 0 && t.name.rfind(first_moe, 0) == 0) {
+      expert_bytes += static_cast<double>(t.n_bytes) / static_cast<double>(hp.n_expert);
+      expert_params += static_cast<double>(t.n_elements()) / static_cast<double>(hp.n_expert);
+    }
+    if (t.name == "output.weight") output = &t;
+    if (t.name == "token_embd.weight") embd = &t;
+  }
+  if (experts_read > 0) {
+    const double tokens = static_cast<double>(o.tokens_per_step * hp.n_expert_used) / experts_read;
+    expert_s = roofline_s(expert_bytes, expert_params, tokens);
+  }
+  if (const TensorInfo* head = output ? output : embd) {
+    head_s = roofline_s(static_cast<double>(head->n_bytes), static_cast<double>(head->n_elements()),
+                        static_cast<double>(o.tokens_per_step));
+  }
   ASSIGN_OR_RETURN(PlacementPlan plan, plan_placement(*file, {.mem_budget_bytes = o.mem_budget_bytes,
                                                                .disk_gbps = cal.disk_read_gbps,
                                                                .layer_compute_s = compute_s,
-                                                               .tokens_per_step = o.tokens_per_step}));
+                                                               .tokens_per_step = o.tokens_per_step,
+                                                               .expert_compute_s = expert_s,
+                                                               .head_compute_s = head_s}));
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store,
                    WeightStore::open(file, std::move(plan),
                                      WeightStoreOptions{.direct = o.direct, .ring_probe_s = o.ring_probe_s}));
