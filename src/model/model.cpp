@@ -83,8 +83,16 @@ void Model::reorder_resident() {
     }
     if (!movable) continue;
     backend_->prepare_in_place(std::span(views, g.size()));
-    for (size_t i = 0; i < g.size(); ++i) g[i]->layout = views[i].layout;
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (views[i].layout == g[i]->layout) continue;
+      g[i]->layout = views[i].layout;
+      prepared_.repacked_bytes += row_bytes(views[i].type, views[i].n_in) * static_cast<uint64_t>(views[i].n_out);
+      ++prepared_.n_repacked;
+    }
   }
+  if (prepared_.n_repacked > 0)
+    prepared_.summary = fmt::format("{} resident matrices reordered in place at load ({:.1f} MiB)",
+                                    prepared_.n_repacked, static_cast<double>(prepared_.repacked_bytes) / (1 << 20));
 }
 
 Status Model::check_supported() const {
