@@ -57,11 +57,11 @@ class LayerWeightSource {
   virtual ~LayerWeightSource() = default;
   // Bytes of a tensor that stays resident (full GGUF name), or nullptr.
   virtual const uint8_t* resident(const std::string& name) const = 0;
-  // `data`, a resident tensor's bytes from resident(), as writable memory if
-  // they are the source's own copy, which it never reads into again: the
-  // model may reorder them in place for its backend (Backend::prepare_in_place)
-  // before its first step. nullptr: leave them as they are (default).
-  virtual uint8_t* reorderable(const uint8_t* data) const { return nullptr; }
+  // Whether `data`, a resident tensor's bytes from resident(), is the
+  // source's own writable copy, which it never reads into again: then the
+  // model may reorder it in place for its backend (Backend::prepare_in_place)
+  // before its first step. Default: no, leave it as it is.
+  virtual bool reorderable(const uint8_t* data) const { return false; }
   // Layer l's matrices; blocks only if their transfer has not landed.
   virtual Status acquire(int64_t layer, LayerWeightPointers* out) = 0;
   virtual void release(int64_t layer) = 0;

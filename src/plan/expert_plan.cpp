@@ -42,28 +42,31 @@ StatusOr<ExpertStreamPlan> plan_expert_stream(const ExpertStreamInputs& in) {
   p.read_bytes = (1.0 - p.hit_rate) * p.distinct_per_layer * p.expert_bytes * static_cast<double>(n_moe);
   p.active_bytes = in.weights.matrix_read_bytes(in.tokens_per_step);
   const ParamCount c = count_params(s);
-  const double flops = 2.0 * static_cast<double>(c.active_matmul()) * static_cast<double>(in.tokens_per_step);
-  p.compute_s = std::max(p.active_bytes / (in.hw.mem_gbps * 1e9), flops / (in.hw.peak_tflops * 1e12));
-  p.disk_s = p.read_bytes / (in.disk_gbps * 1e9);
-  auto roofline_s = [&](double bytes, double params, double tokens) {
-    return std::max(bytes / (in.hw.mem_gbps * 1e9), 2.0 * params * tokens / (in.hw.peak_tflops * 1e12));
-  };
   const double tokens = static_cast<double>(in.tokens_per_step);
+  const double flops = 2.0 * static_cast<double>(c.active_matmul()) * tokens;
+  // Roofline: the larger of reading the bytes and their matmul FLOPs.
+  auto roofline_s = [&](double bytes, double flops) {
+    return std::max(bytes / (in.hw.mem_gbps * 1e9), flops / (in.hw.peak_tflops * 1e12));
+  };
+  p.compute_s = roofline_s(p.active_bytes, flops);
+  p.disk_s = p.read_bytes / (in.disk_gbps * 1e9);
   const double per_expert_tokens = tokens * static_cast<double>(s.n_expert_used) / p.distinct_per_layer;
   const double head_bytes = static_cast<double>(in.weights.tied_embeddings ? in.weights.of(TensorClass::kEmbedding)
                                                                            : in.weights.of(TensorClass::kOutput));
   const double dense_layer_bytes =
       static_cast<double>(in.weights.of(TensorClass::kAttention) + in.weights.of(TensorClass::kFfn)) /
       static_cast<double>(s.n_layer);
-  p.boundary_s = roofline_s(p.expert_bytes, static_cast<double>(c.experts) / static_cast<double>(n_moe * s.n_expert),
-                            per_expert_tokens) +
-                 roofline_s(head_bytes, static_cast<double>(c.output > 0 ? c.output : c.embedding), tokens) +
+  const double expert_params = static_cast<double>(c.experts) / static_cast<double>(n_moe * s.n_expert);
+  const double head_params = static_cast<double>(c.output > 0 ? c.output : c.embedding);
+  p.boundary_s = roofline_s(p.expert_bytes, 2.0 * expert_params * per_expert_tokens) +
+                 roofline_s(head_bytes, 2.0 * head_params * tokens) +
                  static_cast<double>(s.n_layer_dense) * dense_layer_bytes / (in.hw.mem_gbps * 1e9);
   p.step_s = std::max(p.compute_s, p.disk_s + p.boundary_s);
-  p.tokens_per_s = static_cast<double>(in.tokens_per_step) / p.step_s;
+  p.tokens_per_s = tokens / p.step_s;
   if (p.fits)
-    p.verdict = p.disk_s + p.boundary_s > p.compute_s ? "disk-bound: the experts a step misses take longer to read than the step computes"
-                                       : "compute-bound: the misses are read while the step computes";
+    p.verdict = p.disk_s + p.boundary_s > p.compute_s
+                    ? "disk-bound: the experts a step misses take longer to read than the step computes"
+                    : "compute-bound: the misses are read while the step computes";
   return p;
 }
 

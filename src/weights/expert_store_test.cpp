@@ -290,10 +290,10 @@ class CountingSource : public LayerWeightSource {
     ++n_prepared;
     s_->unpinned_expert_prepared(layer, expert);
   }
-  uint8_t* reorderable(const uint8_t* data) const override {
-    uint8_t* p = s_->reorderable(data);
-    n_reorderable += p != nullptr;
-    return p;
+  bool reorderable(const uint8_t* data) const override {
+    const bool yes = s_->reorderable(data);
+    n_reorderable += yes;
+    return yes;
   }
   int64_t n_prepared = 0;
   mutable int64_t n_reorderable = 0;

@@ -73,57 +73,49 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
     ASSIGN_OR_RETURN(probed, calibrate_for_model(*file, o.n_threads, o.direct, o.mem_budget_bytes));
   }
   const plan::Calibration& cal = o.calibration ? *o.calibration : probed;
-  // Compute per layer (roofline): the larger of reading the layer's weights at
-  // memory bandwidth and its matmul FLOPs at the measured rate.
-  // A layer's matrices as a step reads and multiplies them: of stacked
-  // experts, the experts the step's tokens route to (uniform routing).
+  // Roofline: the larger of reading the bytes at memory bandwidth and their
+  // matmul FLOPs at the measured rate.
+  auto roofline_s = [&](double bytes, double params, double tokens) {
+    return std::max(bytes / (cal.decode_read_gbps() * 1e9), 2.0 * params * tokens / (cal.matmul_tflops * 1e12));
+  };
+  // Compute per layer: its matrices as a step reads and multiplies them; of
+  // stacked experts, the experts the step's tokens route to (uniform routing).
+  // And what the disk waits for at a step boundary when experts stream
+  // (PlacementPlan::predicted_boundary_s): one expert with its share of the
+  // step's tokens, and the output head over the step's tokens.
   const double experts_read = hp.n_expert > 0 ? static_cast<double>(hp.n_expert) *
                                                     (1.0 - std::pow(1.0 - static_cast<double>(hp.n_expert_used) / hp.n_expert,
                                                                     static_cast<double>(o.tokens_per_step)))
                                               : 0.0;
-  double layer_bytes = 0;
-  int64_t layer_params = 0;
-  for (const TensorInfo& t : file->tensors) {
-    if (t.name.rfind("blk.0.", 0) != 0) continue;
-    if (t.ne.size() == 2) {
-      layer_params += t.n_elements();
-      layer_bytes += static_cast<double>(t.n_bytes);
-    } else if (t.ne.size() == 3 && hp.n_expert > 0) {
-      layer_params += t.n_elements() / hp.n_expert * hp.n_expert_used;
-      layer_bytes += static_cast<double>(t.n_bytes) / static_cast<double>(hp.n_expert) * experts_read;
-    }
-  }
-  const double mem_s = layer_bytes / (cal.decode_read_gbps() * 1e9);
-  const double flop_s = 2.0 * static_cast<double>(layer_params) * static_cast<double>(o.tokens_per_step) /
-                        (cal.matmul_tflops * 1e12);
-  const double compute_s = std::max(mem_s, flop_s);
-  // What the disk waits for at a step boundary when experts stream
-  // (PlacementPlan::predicted_boundary_s): one expert with its share of the
-  // step's tokens, and the output head over the step's tokens.
-  auto roofline_s = [&](double bytes, double params, double tokens) {
-    return std::max(bytes / (cal.decode_read_gbps() * 1e9), 2.0 * params * tokens / (cal.matmul_tflops * 1e12));
-  };
-  double expert_s = 0, head_s = 0;
   const std::string first_moe = fmt::format("blk.{}.", hp.n_layer_dense);
-  double expert_bytes = 0, expert_params = 0;
+  double layer_bytes = 0, layer_params = 0, expert_bytes = 0, expert_params = 0;
   const TensorInfo* output = nullptr;
   const TensorInfo* embd = nullptr;
   for (const TensorInfo& t : file->tensors) {
-    if (t.ne.size() == 3 && hp.n_expert > 0 && t.name.rfind(first_moe, 0) == 0) {
-      expert_bytes += static_cast<double>(t.n_bytes) / static_cast<double>(hp.n_expert);
-      expert_params += static_cast<double>(t.n_elements()) / static_cast<double>(hp.n_expert);
-    }
     if (t.name == "output.weight") output = &t;
     if (t.name == "token_embd.weight") embd = &t;
+    const bool stacked = t.ne.size() == 3 && hp.n_expert > 0;
+    if (stacked && t.name.rfind(first_moe, 0) == 0) {
+      expert_bytes += static_cast<double>(t.n_bytes) / static_cast<double>(hp.n_expert);
+      expert_params += static_cast<double>(t.n_elements() / hp.n_expert);
+    }
+    if (t.name.rfind("blk.0.", 0) != 0) continue;
+    if (t.ne.size() == 2) {
+      layer_params += static_cast<double>(t.n_elements());
+      layer_bytes += static_cast<double>(t.n_bytes);
+    } else if (stacked) {
+      layer_params += static_cast<double>(t.n_elements() / hp.n_expert * hp.n_expert_used);
+      layer_bytes += static_cast<double>(t.n_bytes) / static_cast<double>(hp.n_expert) * experts_read;
+    }
   }
-  if (experts_read > 0) {
-    const double tokens = static_cast<double>(o.tokens_per_step * hp.n_expert_used) / experts_read;
-    expert_s = roofline_s(expert_bytes, expert_params, tokens);
-  }
-  if (const TensorInfo* head = output ? output : embd) {
-    head_s = roofline_s(static_cast<double>(head->n_bytes), static_cast<double>(head->n_elements()),
-                        static_cast<double>(o.tokens_per_step));
-  }
+  const double tokens = static_cast<double>(o.tokens_per_step);
+  const double compute_s = roofline_s(layer_bytes, layer_params, tokens);
+  const double expert_s =
+      experts_read > 0 ? roofline_s(expert_bytes, expert_params, tokens * static_cast<double>(hp.n_expert_used) / experts_read)
+                       : 0.0;
+  const TensorInfo* head = output ? output : embd;
+  const double head_s =
+      head ? roofline_s(static_cast<double>(head->n_bytes), static_cast<double>(head->n_elements()), tokens) : 0.0;
   ASSIGN_OR_RETURN(PlacementPlan plan, plan_placement(*file, {.mem_budget_bytes = o.mem_budget_bytes,
                                                                .disk_gbps = cal.disk_read_gbps,
                                                                .layer_compute_s = compute_s,

@@ -27,7 +27,7 @@ class StoreWeightSource : public LayerWeightSource {
  public:
   StoreWeightSource(std::unique_ptr<WeightStore> store, const ModelHparams& hp) : store_(std::move(store)), hp_(hp) {}
   const uint8_t* resident(const std::string& name) const override { return store_->resident_tensor(name); }
-  uint8_t* reorderable(const uint8_t* data) const override { return store_->own_resident_bytes(data); }
+  bool reorderable(const uint8_t* data) const override { return store_->owns_resident(data); }
   Status acquire(int64_t layer, LayerWeightPointers* out) override;
   void release(int64_t layer) override { store_->release(layer); }
   void end_step(int64_t n_tokens) override { store_->end_step(n_tokens); }

@@ -478,10 +478,10 @@ const uint8_t* WeightStore::resident_tensor(const std::string& name) const {
   return it == resident_.end() ? nullptr : it->second;
 }
 
-uint8_t* WeightStore::own_resident_bytes(const uint8_t* data) const {
+bool WeightStore::owns_resident(const uint8_t* data) const {
   for (const AlignedBuffer& b : resident_bufs_)
-    if (data >= b.data() && data < b.data() + b.size()) return const_cast<uint8_t*>(data);
-  return nullptr;
+    if (data >= b.data() && data < b.data() + b.size()) return true;
+  return false;
 }
 
 LayerState WeightStore::state(int64_t layer) const {

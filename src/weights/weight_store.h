@@ -149,10 +149,10 @@ class WeightStore {
   // A resident tensor by full name ("token_embd.weight", "blk.3.attn_norm.weight",
   // or any tensor of a resident layer); nullptr for streamed or unknown names.
   const uint8_t* resident_tensor(const std::string& name) const;
-  // `data` (a resident tensor's bytes) as writable memory when it lies in a
-  // buffer the store read once at open and never reads into again; else
-  // nullptr (the ModelFile's memory, a ring slot, an expert slot).
-  uint8_t* own_resident_bytes(const uint8_t* data) const;
+  // Whether `data` (a resident tensor's bytes) lies in a buffer the store read
+  // once at open and never reads into again; not the ModelFile's memory, a
+  // ring slot or an expert slot.
+  bool owns_resident(const uint8_t* data) const;
   LayerState state(int64_t layer) const;
   int64_t n_layer() const { return plan_.n_layer; }
   const PlacementPlan& plan() const { return plan_; }
