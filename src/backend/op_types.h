@@ -21,6 +21,8 @@ enum class WeightLayout {
   kQ8_0x8,  // Q8_0, rows side by side in groups of 8; same byte count
   kQ8_0x16, // Q8_0, 16 rows side by side in 4-byte lanes; same byte count
   kQ4_0x8,  // Q4_0, rows side by side in groups of 8; same byte count
+  kSplitScales,  // Q4_0 / Q8_0: every block's quants, row after row, then every
+                 // block's f16 scale (quant/split_scales.h); same byte count
 };
 
 // A weight matrix: n_out rows of n_in elements of `type`, in GGUF row order

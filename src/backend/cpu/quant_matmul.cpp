@@ -119,6 +119,7 @@ const Family kIQ4_XS = {act_row_bytes_q8x256,
 
 MatmulKernel quant_matmul_kernel(DType type, Isa isa, WeightLayout layout) {
   const Family* f = nullptr;
+  if (layout == WeightLayout::kSplitScales) return MatmulKernel{};  // the CUDA backend's layout
   if (layout != WeightLayout::kRows) {
     if (type != repacked_type(layout)) return MatmulKernel{};
     switch (layout) {
@@ -126,7 +127,8 @@ MatmulKernel quant_matmul_kernel(DType type, Isa isa, WeightLayout layout) {
       case WeightLayout::kQ4_0x8: f = &kQ4_0x8; break;
       case WeightLayout::kQ8_0x8: f = &kQ8_0x8; break;
       case WeightLayout::kQ8_0x16: f = &kQ8_0x16; break;
-      case WeightLayout::kRows: break;
+      case WeightLayout::kRows:
+      case WeightLayout::kSplitScales: break;
     }
   } else {
     switch (type) {

@@ -35,7 +35,8 @@ int64_t repack_group_rows(WeightLayout layout) {
     case WeightLayout::kQ8_0x8:
     case WeightLayout::kQ4_0x8: return kX8Rows;
     case WeightLayout::kQ8_0x16: return kX16Rows;
-    case WeightLayout::kRows: break;
+    case WeightLayout::kRows:
+    case WeightLayout::kSplitScales: break;
   }
   return 1;
 }
@@ -46,7 +47,8 @@ DType repacked_type(WeightLayout layout) {
     case WeightLayout::kQ4_0x8: return DType::kQ4_0;
     case WeightLayout::kQ8_0x8:
     case WeightLayout::kQ8_0x16: return DType::kQ8_0;
-    case WeightLayout::kRows: break;
+    case WeightLayout::kRows:
+    case WeightLayout::kSplitScales: break;
   }
   CHECK(false && "repacked_type: not a repacked layout");
   return DType::kQ8_0;
@@ -58,6 +60,7 @@ const char* layout_name(WeightLayout layout) {
     case WeightLayout::kQ8_0x8: return "q8_0x8";
     case WeightLayout::kQ4_0x8: return "q4_0x8";
     case WeightLayout::kQ8_0x16: return "q8_0x16";
+    case WeightLayout::kSplitScales: return "split-scales";
     case WeightLayout::kRows: break;
   }
   return "rows";
@@ -69,7 +72,8 @@ void repack_rows(WeightLayout layout, const uint8_t* src, uint8_t* dst, int64_t 
     case WeightLayout::kQ8_0x8: repack_q8_0x8(src, dst, n_in, r0, r1); return;
     case WeightLayout::kQ4_0x8: repack_q4_0x8(src, dst, n_in, r0, r1); return;
     case WeightLayout::kQ8_0x16: repack_q8_0x16(src, dst, n_in, r0, r1); return;
-    case WeightLayout::kRows: break;
+    case WeightLayout::kRows:
+    case WeightLayout::kSplitScales: break;
   }
   CHECK(false && "repack_rows: not a repacked layout");
 }
