@@ -60,8 +60,13 @@ TEST(Cli, RunOnCudaGivesReferenceTokensOrSaysWhyNot) {
   const auto all = g["tokens"].get<std::vector<int32_t>>();
   const size_t n_prompt = g["prompt_tokens"].size();
   const std::vector<int32_t> expected(all.begin() + static_cast<long>(n_prompt), all.end());
-  CliResult r = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n " +
-                        std::to_string(expected.size()) + " --temp 0 --json --backend cuda");
+  const std::string run = "run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n " +
+                          std::to_string(expected.size()) + " --temp 0 --json ";
+  // --gpu-budget is GPU memory: refused by name on another backend, anywhere.
+  CliResult cpu = run_cli(run + "--backend cpu --gpu-budget 500K");
+  EXPECT_EQ(cpu.exit_code, 1) << cpu.err;
+  EXPECT_NE(cpu.err.find("--gpu-budget"), std::string::npos) << cpu.err;
+  CliResult r = run_cli(run + "--backend cuda");
   if (r.exit_code != 0) {
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
@@ -72,6 +77,16 @@ TEST(Cli, RunOnCudaGivesReferenceTokensOrSaysWhyNot) {
     GTEST_SKIP() << "no GPU here: " << r.err;
   }
   EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>(), expected);
+  // Under a GPU budget below the model's 1.0 MB: the first dispatches and the
+  // head resident, the rest streamed through the ring, the same tokens; below
+  // the head and the ring, a refusal that names the smallest budget.
+  CliResult s = run_cli(run + "--backend cuda --gpu-budget 500K");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.err.find("stream from pinned host memory"), std::string::npos) << s.err;
+  EXPECT_EQ(nlohmann::json::parse(s.out)["tokens"].get<std::vector<int32_t>>(), expected);
+  CliResult t = run_cli(run + "--backend cuda --gpu-budget 100K");
+  EXPECT_EQ(t.exit_code, 1) << t.err;
+  EXPECT_NE(t.err.find("smallest"), std::string::npos) << t.err;
 }
 
 TEST(Cli, RunStreamsOnlyTheContinuation) {

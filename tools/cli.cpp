@@ -41,6 +41,18 @@ void add_mem_budget_option(CLI::App* c, uint64_t* bytes) {
        "memory for weights (e.g. 600M, 2G): layers beyond it stream from disk through the weight store");
 }
 
+void add_gpu_budget_option(CLI::App* c, uint64_t* bytes) {
+  c->add_option_function<std::string>(
+       "--gpu-budget",
+       [bytes](const std::string& v) {
+         auto n = weights::parse_byte_size(v);
+         if (!n.ok()) throw CLI::ValidationError("--gpu-budget", n.status().message());
+         *bytes = *n;
+       },
+       "GPU memory for weights with --backend cuda (e.g. 6G): the layers beyond it stay in pinned host memory and "
+       "are copied to the GPU ahead of use, each step");
+}
+
 void add_speculative_options(CLI::App* c, EngineConfig* config) {
   c->add_option("--spec", config->speculative, "speculative decoding: off, lookup (n-gram prompt lookup), draft")
       ->check(CLI::IsMember({"off", "lookup", "draft"}))

@@ -47,6 +47,8 @@ void add_backend_option(CLI::App* c, std::string* name);
 
 // Adds --mem-budget (e.g. 600M, 2G) to a subcommand, parsed into *bytes.
 void add_mem_budget_option(CLI::App* c, uint64_t* bytes);
+// --gpu-budget SIZE: GPU memory for weights (--backend cuda).
+void add_gpu_budget_option(CLI::App* c, uint64_t* bytes);
 
 // Adds the speculative decoding flags (--spec, --draft-model, --draft-max,
 // --no-spec-adapt, --spec-ngram) to a subcommand that runs the engine.

@@ -59,6 +59,7 @@ struct BenchArgs {
   bool no_repack = false;
   bool no_probe = false;
   uint64_t mem_budget = 0;
+  uint64_t gpu_budget = 0;
   std::string backend = "cpu";
 };
 
@@ -150,7 +151,7 @@ int run(const BenchArgs& a) {
 
   auto lm = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch),
                                          .repack = !a.no_repack, .backend = a.backend,
-                                         .mem_budget_bytes = a.mem_budget}, a.json);
+                                         .mem_budget_bytes = a.mem_budget, .gpu_budget_bytes = a.gpu_budget}, a.json);
   if (!lm.ok()) return fail(lm.status());
   const std::shared_ptr<const ModelFile>& file = lm->file;
   const std::shared_ptr<weights::StoreWeightSource>& stream = lm->stream;
@@ -173,13 +174,16 @@ int run(const BenchArgs& a) {
 
   // Warm-up (pages the weights in, settles the thread pool), then the timed repetitions.
   std::vector<double> pp_tps, tg_tps;
+  uint64_t tg_streamed = 0;  // bytes of streamed weights copied during the timed generations
   for (int r = -1; r < a.n_reps; ++r) {
     auto pp_s = time_prefill(model, kv, prompt, logits.data());
     if (!pp_s.ok()) return fail(pp_s.status());
     if (r >= 0) pp_tps.push_back(static_cast<double>(a.n_prompt) / *pp_s);
     if (a.n_gen > 0) {
+      const uint64_t streamed0 = model.backend().bytes_streamed();
       auto tg_s = time_generate(model, kv, gen, logits.data());
       if (!tg_s.ok()) return fail(tg_s.status());
+      if (r >= 0) tg_streamed += model.backend().bytes_streamed() - streamed0;
       if (r >= 0) tg_tps.push_back(static_cast<double>(a.n_gen) / *tg_s);
     }
   }
@@ -204,10 +208,12 @@ int run(const BenchArgs& a) {
 
   std::optional<plan::Calibration> cal;
   double gpu_copy_gbps = 0;  // on a GPU the roof is its device-to-device copy bandwidth
+  double gpu_h2d_gbps = 0;   // and streamed weights' is its pinned host-to-device copy
 #ifdef SLUICE_HAVE_CUDA
   if (a.backend == "cuda" && !a.no_probe) {
     const cuda::CopyBandwidth bw = cuda::measure_copy_bandwidth();
     gpu_copy_gbps = bw.d2d_gbps;
+    gpu_h2d_gbps = bw.h2d_pinned_gbps;
     fmt::print(stderr, "[sluice] {}: device copy {:.0f} GB/s (read + write), host to device {:.1f} GB/s pinned, "
                "{:.1f} GB/s pageable\n", cuda::device_description(), bw.d2d_gbps, bw.h2d_pinned_gbps,
                bw.h2d_pageable_gbps);
@@ -298,6 +304,15 @@ int run(const BenchArgs& a) {
                  machine_gbps, gpu_copy_gbps > 0 ? "device copy" : "weight read");
     fmt::print("\n");
   }
+  if (has_tg && tg_streamed > 0) {
+    const double per_token = static_cast<double>(tg_streamed) / static_cast<double>(a.n_gen * a.n_reps);
+    fmt::print("tg: {:.1f} MB of streamed weights copied host to device per token -> {:.2f} GB/s", per_token / 1e6,
+               per_token * tg.median / 1e9);
+    if (gpu_h2d_gbps > 0)
+      fmt::print(" = {:.1f}% of the measured {:.1f} GB/s pinned host-to-device copy (the streaming roof)",
+                 100 * per_token * tg.median / 1e9 / gpu_h2d_gbps, gpu_h2d_gbps);
+    fmt::print("\n");
+  }
   fmt::print("pp: {:.2f} GFLOP per prompt ({:.1f}% attention) -> {:.2f} GFLOP/s", pp_flops / 1e9,
              100 * pp_attn_flops / pp_flops, pp_gflops);
   if (cal) {
@@ -334,6 +349,7 @@ Runner add_bench(CLI::App& app) {
   add_backend_option(c, &a->backend);
   c->add_flag("--no-repack", a->no_repack, "keep Q4_0/Q8_0 matrices in GGUF row order (no interleaved repack at load, nor of streamed experts as they land)");
   add_mem_budget_option(c, &a->mem_budget);
+  add_gpu_budget_option(c, &a->gpu_budget);
   return [a] { return run(*a); };
 }
 

@@ -71,6 +71,7 @@ struct BenchServeArgs {
   int64_t ctx_size = 0;
   uint64_t kv_budget_bytes = 0;
   uint64_t mem_budget = 0;
+  uint64_t gpu_budget = 0;
   std::string backend = "cpu";
   double sample_ms = 5;
   double timeout_s = 600;
@@ -414,6 +415,7 @@ int run(const BenchServeArgs& a) {
                    .kv_budget_bytes = a.kv_budget_bytes,
                    .max_queued = std::max<int64_t>(1024, a.n_requests),
                    .mem_budget_bytes = a.mem_budget,
+                   .gpu_budget_bytes = a.gpu_budget,
                    .speculative = cfg.speculative,
                    .draft_model_path = cfg.draft_model_path,
                    .spec_max_draft = cfg.spec_max_draft,
@@ -555,6 +557,7 @@ Runner add_bench_serve(CLI::App& app) {
   c->add_option("-c,--ctx-size", a->ctx_size, "positions per sequence (default: min(trained, 4096))");
   c->add_option("--kv-budget", a->kv_budget_bytes, "KV pool bytes (default: the engine's)");
   add_mem_budget_option(c, &a->mem_budget);
+  add_gpu_budget_option(c, &a->gpu_budget);
   add_backend_option(c, &a->backend);
   c->add_option("--sample-ms", a->sample_ms, "period of the KV use samples")->capture_default_str();
   c->add_option("--timeout", a->timeout_s, "abort and fail after this many seconds")->capture_default_str();

@@ -27,6 +27,7 @@ struct RunArgs {
   bool ignore_eos = false;
   int64_t seed = -1;
   uint64_t mem_budget = 0;
+  uint64_t gpu_budget = 0;
   std::string backend = "cpu";
   SamplingParams sampling;
   EngineConfig spec;  // speculative decoding flags only
@@ -40,6 +41,7 @@ int run_speculative(const RunArgs& a, SamplingParams sp) {
   cfg.n_threads = a.n_threads;
   cfg.max_seqs = 1;
   cfg.mem_budget_bytes = a.mem_budget;
+  cfg.gpu_budget_bytes = a.gpu_budget;
   cfg.backend = a.backend;
   const double t0 = now_seconds();
   auto engine_or = Engine::create(cfg);
@@ -118,7 +120,8 @@ int run(RunArgs a) {
   }
   // -c plans the model for that context (LongRoPE chooses its factors by it); without it, the trained one.
   auto lm_or = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_ctx_max = std::max<int64_t>(0, a.n_ctx),
-                                           .backend = a.backend, .mem_budget_bytes = a.mem_budget});
+                                           .backend = a.backend, .mem_budget_bytes = a.mem_budget,
+                                           .gpu_budget_bytes = a.gpu_budget});
   if (!lm_or.ok()) return fail(lm_or.status());
   LoadedModel& lm = *lm_or;
   const Tokenizer& tok = *lm.tokenizer;
@@ -187,6 +190,8 @@ int run(RunArgs a) {
     }
   }
   if (!lm.model->repack_summary().empty()) fmt::print(stderr, "[sluice] weights: {}\n", lm.model->repack_summary());
+  if (const uint64_t streamed = lm.model->backend().bytes_streamed(); streamed > 0)
+    fmt::print(stderr, "[sluice] gpu: {:.3f} GB of streamed weights copied host to device\n", static_cast<double>(streamed) / 1e9);
   if (const LongRopeFactors f = lm.model->longrope_factors(); f != LongRopeFactors::kNone) {
     fmt::print(stderr, "[sluice] LongRoPE: {} factors (context {} {} the original {}; --ctx-size chooses)\n",
                longrope_factors_name(f), lm.model->n_ctx_max(), f == LongRopeFactors::kLong ? "past" : "within",
@@ -218,6 +223,7 @@ Runner add_run(CLI::App& app) {
   c->add_flag("--special", a->special, "parse special-token text (e.g. <|im_start|>) in the prompt");
   c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
   add_mem_budget_option(c, &a->mem_budget);
+  add_gpu_budget_option(c, &a->gpu_budget);
   add_backend_option(c, &a->backend);
   add_speculative_options(c, &a->spec);
   return [a] { return run(*a); };

@@ -175,6 +175,7 @@ Runner add_serve(CLI::App& app) {
   c->add_flag("--preempt-swap", a->engine.preempt_swap, "preempt by swapping KV to host memory (else recompute)");
   c->add_option("--swap-budget-mib", a->swap_budget_mib, "host swap pool in MiB (default: the KV budget)");
   add_mem_budget_option(c, &a->engine.mem_budget_bytes);
+  add_gpu_budget_option(c, &a->engine.gpu_budget_bytes);
   add_backend_option(c, &a->engine.backend);
   return [a] { return serve(*a); };
 }

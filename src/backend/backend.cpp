@@ -70,11 +70,15 @@ float shared_gate_weight(const float* gate, const float* x, int64_t n) {
 }
 
 StatusOr<std::shared_ptr<Backend>> create_backend(const BackendOptions& o) {
+  if (o.device_budget_bytes > 0 && o.name != "cuda")
+    return invalid_argument("--gpu-budget is a budget of GPU memory: it applies to --backend cuda, not {} "
+                            "(host memory for weights is --mem-budget)",
+                            o.name);
   if (o.name == "cpu") return std::shared_ptr<Backend>(std::make_shared<cpu::CpuBackend>(cpu::CpuBackendOptions{.n_threads = o.n_threads}));
   if (o.name == "reference") return std::shared_ptr<Backend>(std::make_shared<ReferenceBackend>());
   if (o.name == "cuda") {
 #ifdef SLUICE_HAVE_CUDA
-    return cuda::create_cuda_backend({});
+    return cuda::create_cuda_backend({.budget_bytes = o.device_budget_bytes});
 #else
     return unimplemented("the cuda backend is not in this build (CMake found no nvcc at configure time)");
 #endif

@@ -230,6 +230,7 @@ struct PreparedWeights {
   uint64_t copied_bytes = 0;      // matrices copied as they are
   int64_t n_repacked = 0;
   std::string summary;            // one line, "" if nothing was prepared
+  Status status;                  // not ok: the weights cannot be placed (a budget too small, say)
 };
 
 class Backend {
@@ -279,6 +280,10 @@ class Backend {
   virtual void in_place_layouts(std::span<const WeightView> group, WeightLayout* layouts) const;
   virtual void prepare_in_place(std::span<WeightView> group) {}
 
+  // Bytes of weights this backend copied into its memory from a slower tier
+  // while running (the cuda backend's streamed dispatches), since creation.
+  virtual uint64_t bytes_streamed() const { return 0; }
+
   // --- operators (shapes in the argument structs above) --------------------
   // x[t] = scale * row tokens[t] of the table.  x: [tokens.size(), table.n_in]
   virtual void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) = 0;
@@ -311,6 +316,9 @@ float shared_gate_weight(const float* gate, const float* x, int64_t n);
 struct BackendOptions {
   std::string name = "cpu";  // "cpu", "cuda" (builds with nvcc) or "reference"
   int n_threads = 0;         // <= 0: one per core
+  // cuda: device memory for the weights; those beyond it stream from pinned
+  // host memory through a ring of device slots (0: all resident).
+  uint64_t device_budget_bytes = 0;
 };
 
 // A backend by name. Errors: an unknown name (the message lists the known ones).

@@ -79,6 +79,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                                                  .max_seqs = config.max_seqs,
                                                                  .backend = config.backend,
                                                                  .mem_budget_bytes = config.mem_budget_bytes,
+                                                                 .gpu_budget_bytes = config.gpu_budget_bytes,
                                                                  .tokens_per_step = config.max_seqs}));
   e.file = lm.file;
   e.tok = std::move(lm.tokenizer);

@@ -66,6 +66,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
     std::vector<std::vector<WeightView*>> groups = dispatch_groups(m->weights_, m->arch());
     std::vector<WeightGroup> spans(groups.begin(), groups.end());
     m->prepared_ = m->backend_->prepare_weights(spans);
+    RETURN_IF_ERROR(m->prepared_.status);
   }
   if (options.repack && m->source_) m->reorder_resident();
   return m;

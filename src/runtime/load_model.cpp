@@ -21,7 +21,11 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   ModelOptions mo{.n_threads = o.n_threads, .n_batch = o.n_batch, .n_ctx_max = n_ctx, .max_seqs = o.max_seqs,
                   .backend = o.shared_backend, .repack = o.repack, .predict_experts = o.predict_experts};
   if (!mo.backend) {
-    ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads}));
+    ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads,
+                                                 .device_budget_bytes = o.gpu_budget_bytes}));
+  } else if (o.gpu_budget_bytes > 0) {
+    return invalid_argument("--gpu-budget is set where the model shares another model's backend (a draft model): "
+                            "the budget belongs to the backend's creation");
   }
   if (o.mem_budget_bytes > 0 && !mo.backend->host_visible()) {
     return unimplemented("--mem-budget streams weights through host memory, which the {} backend does not read yet; "

@@ -38,6 +38,9 @@ struct LoadOptions {
   // (0: all resident). tokens_per_step is what the placement's compute
   // estimate is for (1: decode); calibration, when set, replaces the probes.
   uint64_t mem_budget_bytes = 0;
+  // --backend cuda: GPU memory for the weights; those beyond it stream from
+  // pinned host memory (BackendOptions::device_budget_bytes; 0: all resident).
+  uint64_t gpu_budget_bytes = 0;
   int64_t tokens_per_step = 1;
   const plan::Calibration* calibration = nullptr;
 };

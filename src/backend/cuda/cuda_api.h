@@ -51,6 +51,7 @@ CopyBandwidth measure_copy_bandwidth(size_t bytes = size_t{1} << 30, int reps = 
 
 struct CudaBackendOptions {
   int device = 0;
+  uint64_t budget_bytes = 0;  // device memory for weights (BackendOptions::device_budget_bytes)
 };
 // Errors: no usable device (the message says why).
 StatusOr<std::shared_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& options);

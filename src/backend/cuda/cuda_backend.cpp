@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -11,10 +12,12 @@
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/rope_tables.h"
 #include "base/check.h"
 #include "kv/kv_store.h"
 #include "quant/quant.h"
+#include "quant/split_scales.h"
 
 namespace sluice::cuda {
 namespace {
@@ -102,7 +105,8 @@ const void* Mirror::upload(const void* src, size_t n, cudaStream_t s) {
 
 // ---- the backend ------------------------------------------------------------
 
-CudaBackend::CudaBackend(int device) : pool_(std::make_unique<ThreadPool>(0)) {
+CudaBackend::CudaBackend(int device, uint64_t budget_bytes)
+    : budget_(budget_bytes), pool_(std::make_unique<ThreadPool>(0)) {
   SLUICE_CUDA_OK(cudaSetDevice(device));
   // A blocking stream: the plain cudaMemcpy/cudaMemset of loading (weights,
   // vectors, zeroed buffers) run on the legacy default stream, and a copy from
@@ -141,6 +145,7 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
 std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) { return std::make_unique<DeviceBuffer>(bytes); }
 
 void CudaBackend::read_floats(const float* src, float* dst, int64_t n) {
+  flush_add();
   SLUICE_CUDA_OK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDefault, stream_));
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
 }
@@ -159,6 +164,7 @@ float* CudaBackend::scratch(int which, int64_t n) {
 }
 
 void CudaBackend::reserve(const ScratchNeeds& n) {
+  flush_add();
   scratch(kPartial, kMaxSplitItems * (n.head_dim + 2));
   const int64_t x_rows = n.n_tok * std::max<int64_t>(1, n.n_used);  // expert rows gathered
   scratch(kXq, (x_rows * n.n_in_max + 3) / 4);
@@ -177,6 +183,7 @@ void CudaBackend::reserve(const ScratchNeeds& n) {
 }
 
 StatusOr<KvStore> CudaBackend::create_kv(const KvLayout& layout, int64_t n_blocks) {
+  flush_add();
   if (layout.dtype != KvDtype::kF32 && layout.dtype != KvDtype::kF16)
     return unimplemented("the cuda backend keeps the KV cache in f32 or f16, not {}", kv_dtype_name(layout.dtype));
   ASSIGN_OR_RETURN(size_t side, KvStore::side_bytes(layout, n_blocks));
@@ -193,6 +200,7 @@ StatusOr<KvStore> CudaBackend::create_kv(const KvLayout& layout, int64_t n_block
 }
 
 void CudaBackend::copy_kv_block(KvStore& kv, int32_t src, int32_t dst) {
+  flush_add();
   CHECK(src >= 0 && src < kv.n_blocks() && dst >= 0 && dst < kv.n_blocks());
   const size_t bb = kv.block_bytes();
   for (int64_t l = 0; l < kv.layout().n_layer; ++l) {
@@ -202,6 +210,7 @@ void CudaBackend::copy_kv_block(KvStore& kv, int32_t src, int32_t dst) {
 }
 
 void CudaBackend::move_kv_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst) {
+  flush_add();
   CHECK(from.block_bytes() == to.block_bytes() && from.layout().n_layer == to.layout().n_layer);
   CHECK(src >= 0 && src < from.n_blocks() && dst >= 0 && dst < to.n_blocks());
   const size_t bb = from.block_bytes();
@@ -213,38 +222,151 @@ void CudaBackend::move_kv_block(const KvStore& from, int32_t src, KvStore& to, i
 }
 
 PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups) {
-  // One device arena for every matrix, each 256-byte aligned; a matrix seen
-  // twice (the same host bytes) is copied once.
+  flush_add();
+  // One device arena for the resident matrices, each 256-byte aligned; a
+  // matrix seen twice (the same host bytes) is copied once, with the first
+  // group that has it. Q4_0 / Q8_0 go with their scales split off
+  // (quant/split_scales.h) unless SLUICE_CUDA_Q8_LAYOUT=rows.
+  const char* env = std::getenv("SLUICE_CUDA_Q8_LAYOUT");
+  const bool split = !(env && std::strcmp(env, "rows") == 0);
+  auto splits = [&](const WeightView& w) { return split && split_scales_takes(w.type, w.n_in); };
   auto bytes_of = [](const WeightView& w) { return row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out); };
   auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
-  std::unordered_map<const uint8_t*, size_t> offset;
+  const size_t n_groups = groups.size();
+  std::unordered_map<const uint8_t*, size_t> owner;  // host bytes -> the first group that has them
+  std::vector<size_t> group_bytes(n_groups, 0);
   size_t total = 0;
-  for (const WeightGroup& g : groups)
-    for (WeightView* w : g) {
-      if (!w->data || offset.count(w->data)) continue;
+  for (size_t gi = 0; gi < n_groups; ++gi)
+    for (WeightView* w : groups[gi]) {
+      if (!w->data || owner.count(w->data)) continue;
       CHECK(w->layout == WeightLayout::kRows);
-      offset[w->data] = total;
+      owner[w->data] = gi;
+      group_bytes[gi] += aligned(bytes_of(*w));
       total += aligned(bytes_of(*w));
     }
   PreparedWeights p;
   if (total == 0) return p;
-  auto arena = std::make_unique<DeviceBuffer>(total);
-  std::unordered_map<const uint8_t*, bool> copied;
-  for (const WeightGroup& g : groups)
-    for (WeightView* w : g) {
+
+  // Under a budget: the largest group (the output head) and the groups from
+  // the front stay resident while they fit beside a ring of kSlots slots the
+  // size of the largest streamed group; every group after them streams.
+  constexpr int kSlots = 3;
+  std::vector<uint8_t> streams(n_groups, 0);
+  size_t slot = 0;
+  if (budget_ > 0 && total > budget_) {
+    if (ring_) {
+      p.status = invalid_argument("--gpu-budget: the cuda backend streams the weights of one model, and one is "
+                                     "already streaming on it");
+      return p;
+    }
+    const size_t largest = static_cast<size_t>(std::max_element(group_bytes.begin(), group_bytes.end()) - group_bytes.begin());
+    for (size_t gi = 0; gi < n_groups; ++gi)
+      if (gi != largest) slot = std::max(slot, group_bytes[gi]);
+    const size_t floor = group_bytes[largest] + kSlots * slot;
+    if (budget_ < floor) {
+      p.status = resource_exhausted(
+          "--gpu-budget {:.2f} GiB is below the smallest that can stream these weights, {:.2f} GiB: the largest "
+          "dispatch ({:.2f} GiB, resident) and a ring of {} slots of {:.2f} GiB",
+          static_cast<double>(budget_) / (1 << 30), static_cast<double>(floor) / (1 << 30),
+          static_cast<double>(group_bytes[largest]) / (1 << 30), kSlots, static_cast<double>(slot) / (1 << 30));
+      return p;
+    }
+    size_t resident = floor;
+    bool spill = false;
+    for (size_t gi = 0; gi < n_groups; ++gi) {
+      if (gi == largest || group_bytes[gi] == 0) continue;
+      spill = spill || resident + group_bytes[gi] > budget_;
+      if (spill) streams[gi] = 1;
+      else resident += group_bytes[gi];
+    }
+  }
+  // Offsets: resident matrices in the arena, streamed ones in their group.
+  std::vector<int> ring_index(n_groups, -1);
+  std::vector<size_t> streamed_bytes;
+  for (size_t gi = 0; gi < n_groups; ++gi)
+    if (streams[gi]) {
+      ring_index[gi] = static_cast<int>(streamed_bytes.size());
+      streamed_bytes.push_back(group_bytes[gi]);
+    }
+  std::unordered_map<const uint8_t*, size_t> offset;  // in the arena, or in the group
+  std::vector<size_t> group_fill(n_groups, 0);
+  size_t arena_bytes = 0;
+  for (size_t gi = 0; gi < n_groups; ++gi)
+    for (WeightView* w : groups[gi]) {
+      if (!w->data || owner.at(w->data) != gi || offset.count(w->data)) continue;
+      size_t& at = streams[gi] ? group_fill[gi] : arena_bytes;
+      offset[w->data] = at;
+      at += aligned(bytes_of(*w));
+    }
+  std::unique_ptr<DeviceBuffer> arena;
+  if (arena_bytes > 0) arena = std::make_unique<DeviceBuffer>(arena_bytes);
+  if (!streamed_bytes.empty()) ring_ = std::make_unique<WeightRing>(streamed_bytes, kSlots);
+  std::unordered_map<const uint8_t*, const uint8_t*> placed;  // host bytes -> where the views now point
+  std::vector<uint8_t> tmp;  // one resident matrix in the split layout
+  size_t n_split = 0, split_bytes = 0;
+  for (size_t gi = 0; gi < n_groups; ++gi)
+    for (WeightView* w : groups[gi]) {
       if (!w->data) continue;
       const uint8_t* host = w->data;
-      uint8_t* dev = arena->data() + offset.at(host);
-      if (!copied[host]) {
-        SLUICE_CUDA_OK(cudaMemcpy(dev, host, bytes_of(*w), cudaMemcpyHostToDevice));
-        copied[host] = true;
+      const bool sp = splits(*w);
+      auto it = placed.find(host);
+      if (it == placed.end()) {
+        const size_t g = owner.at(host), off = offset.at(host), n = bytes_of(*w);
+        if (streams[g]) {  // into the pinned host tier, in the layout the kernels read
+          uint8_t* dst = ring_->host(ring_index[g]) + off;
+          if (sp) split_scales(w->type, host, w->n_out, w->n_in, dst);
+          else std::memcpy(dst, host, n);
+          streamed_[dst] = StreamedAt{.group = ring_index[g], .offset = off};
+          it = placed.emplace(host, dst).first;
+        } else {
+          const uint8_t* src = host;
+          if (sp) {
+            tmp.resize(n);
+            split_scales(w->type, host, w->n_out, w->n_in, tmp.data());
+            src = tmp.data();
+          }
+          uint8_t* dev = arena->data() + off;
+          SLUICE_CUDA_OK(cudaMemcpy(dev, src, n, cudaMemcpyHostToDevice));
+          it = placed.emplace(host, dev).first;
+        }
+        if (sp) ++n_split, split_bytes += n;
       }
-      w->data = dev;
+      w->data = it->second;
+      if (sp) w->layout = WeightLayout::kSplitScales;
     }
   p.copied_bytes = total;
-  p.summary = fmt::format("{:.2f} GiB of weights copied to {}", static_cast<double>(total) / (1 << 30), device_description());
+  p.summary = fmt::format("{:.2f} GiB of weights copied to {}", static_cast<double>(arena_bytes) / (1 << 30),
+                          device_description());
+  if (ring_)
+    p.summary += fmt::format("; {:.2f} GiB in {} dispatches stream from pinned host memory through {} slots of "
+                             "{:.1f} MiB (--gpu-budget {:.2f} GiB)",
+                             static_cast<double>(ring_->host_bytes()) / (1 << 30), ring_->n_groups(), ring_->n_slots(),
+                             static_cast<double>(ring_->slot_bytes()) / (1 << 20), static_cast<double>(budget_) / (1 << 30));
+  if (n_split > 0)
+    p.summary += fmt::format("; {} Q4_0/Q8_0 matrices ({:.2f} GiB) with their scales split off for 16-byte loads",
+                             n_split, static_cast<double>(split_bytes) / (1 << 30));
   p.arena = std::move(arena);
   return p;
+}
+
+int CudaBackend::bind(std::span<const MatmulOut> outs, MatmulOut* bound, Held* held) {
+  int n = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    bound[i] = outs[i];
+    if (streamed_.empty()) continue;
+    const auto it = streamed_.find(outs[i].w.data);
+    if (it == streamed_.end()) continue;
+    const int g = it->second.group;
+    int j = 0;
+    while (j < n && held[j].group != g) ++j;
+    if (j == n) held[n++] = Held{.group = g, .base = ring_->acquire(g, stream_)};
+    bound[i].w.data = held[j].base + it->second.offset;
+  }
+  return n;
+}
+
+void CudaBackend::unbind(const Held* held, int n) {
+  for (int i = 0; i < n; ++i) ring_->release(held[i].group, stream_);
 }
 
 const float* CudaBackend::vec(const float* host, int64_t n) {
@@ -269,6 +391,7 @@ const float* CudaBackend::vec(const float* host, int64_t n) {
 }
 
 void CudaBackend::embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) {
+  flush_add();
   const int64_t n = table.n_in, n_tok = static_cast<int64_t>(tokens.size());
   const size_t rb = row_bytes(table.type, n);
   auto* rows = reinterpret_cast<float*>(embed_staging_.host(static_cast<size_t>(n_tok * n) * sizeof(float)));
@@ -283,17 +406,31 @@ void CudaBackend::embed(const WeightView& table, std::span<const int32_t> tokens
 
 void CudaBackend::rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
                               float* cos_sin) {
+  flush_add();
   const size_t bytes = positions.size() * inv_freq.size() * 2 * sizeof(float);
   rope_cos_sin(positions, inv_freq, magnitude, reinterpret_cast<float*>(rope_staging_.host(bytes)));
   rope_staging_.send(cos_sin, bytes, stream_);
 }
 
 void CudaBackend::matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) {
+  flush_add();
   if (outs.size() > 4) {  // launches take up to 4 parts
     matmul(outs.first(4), x, n_in, n_tok);
     matmul(outs.subspan(4), x, n_in, n_tok);
     return;
   }
+  MatmulOut bound[4];
+  Held held[4];
+  const int n_held = bind(outs, bound, held);
+  {
+    std::optional<PdlBlock> plain;  // weights a copy just brought in: no early start (cuda_pdl.cuh)
+    if (n_held > 0) plain.emplace();
+    matmul_bound(std::span<const MatmulOut>(bound, outs.size()), x, n_in, n_tok);
+  }
+  unbind(held, n_held);
+}
+
+void CudaBackend::matmul_bound(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) {
   for (const MatmulOut& o : outs) CHECK(o.w.n_in == n_in);
   // Q4_0 / Q8_0 matrices take x quantized to 8 bits, once for the call.
   std::optional<QuantizedX> qx;
@@ -325,7 +462,7 @@ void CudaBackend::matmul(std::span<const MatmulOut> outs, const float* x, int64_
 bool CudaBackend::one_q8_launch(std::span<const MatmulOut> outs) const {
   if (outs.empty() || outs.size() > 4) return false;
   for (const MatmulOut& o : outs)
-    if (!matmul_q8_takes(o.w) || o.w.type != outs[0].w.type) return false;
+    if (!matmul_q8_takes(o.w) || o.w.type != outs[0].w.type || o.w.layout != outs[0].w.layout) return false;
   return true;
 }
 
@@ -343,29 +480,51 @@ void CudaBackend::launch_q8(std::span<const MatmulOut> outs, const QuantizedX& q
 }
 
 void CudaBackend::norm_matmul(const NormMatmulArgs& a) {
+  const float* add = take_add(a.x, a.n_tok * a.n_embd);  // the residual add before this norm, fused
+  auto* x = const_cast<float*>(a.x);  // written only when add is set (then it is add()'s x)
   const float* norm = vec(a.norm, a.n_embd);
-  if (one_q8_launch(a.outs)) {  // the norm writes xn and its 8-bit copy in one kernel
-    const QuantizedX qx = quantized_x(a.n_embd, a.n_tok);
-    rmsnorm_quantize_x(a.x, norm, a.eps, a.xn, a.n_tok, a.n_embd, qx, stream_);
-    launch_q8(a.outs, qx, a.n_tok);
-    return;
+  CHECK(a.outs.size() <= 4);
+  MatmulOut bound[4];
+  Held held[4];
+  const int n_held = bind(a.outs, bound, held);
+  const std::span<const MatmulOut> outs(bound, a.outs.size());
+  {
+    std::optional<PdlBlock> plain;  // as in matmul()
+    if (n_held > 0) plain.emplace();
+    if (one_q8_launch(outs)) {  // the norm writes xn and its 8-bit copy in one kernel
+      const QuantizedX qx = quantized_x(a.n_embd, a.n_tok);
+      rmsnorm_quantize_x(x, add, norm, a.eps, a.xn, a.n_tok, a.n_embd, qx, stream_);
+      launch_q8(outs, qx, a.n_tok);
+    } else {
+      launch_rmsnorm(x, nullptr, norm, a.eps, a.xn, a.n_tok, a.n_embd, stream_, add);
+      matmul_bound(outs, a.xn, a.n_embd, a.n_tok);
+    }
   }
-  launch_rmsnorm(a.x, nullptr, norm, a.eps, a.xn, a.n_tok, a.n_embd, stream_);
-  matmul(a.outs, a.xn, a.n_embd, a.n_tok);
+  unbind(held, n_held);
 }
 
 void CudaBackend::glu_matmul(const GluMatmulArgs& a) {
-  if (one_q8_launch(std::span(&a.out, 1))) {  // the activation writes h and its 8-bit copy in one kernel
-    const QuantizedX qx = quantized_x(a.n_ff, a.n_tok);
-    glu_quantize_x(a.gate, a.up, a.n_tok, a.n_ff, a.act, qx, stream_);
-    launch_q8(std::span(&a.out, 1), qx, a.n_tok);
-    return;
+  flush_add();
+  MatmulOut bound[1];
+  Held held[1];
+  const int n_held = bind(std::span(&a.out, 1), bound, held);
+  {
+    std::optional<PdlBlock> plain;  // as in matmul()
+    if (n_held > 0) plain.emplace();
+    if (one_q8_launch(std::span(bound, 1))) {  // the activation writes h and its 8-bit copy in one kernel
+      const QuantizedX qx = quantized_x(a.n_ff, a.n_tok);
+      glu_quantize_x(a.gate, a.up, a.n_tok, a.n_ff, a.act, qx, stream_);
+      launch_q8(std::span(bound, 1), qx, a.n_tok);
+    } else {
+      launch_glu(a.gate, a.up, a.n_tok * a.n_ff, a.act, stream_);
+      matmul_bound(std::span(bound, 1), a.gate, a.n_ff, a.n_tok);
+    }
   }
-  launch_glu(a.gate, a.up, a.n_tok * a.n_ff, a.act, stream_);
-  matmul(std::span(&a.out, 1), a.gate, a.n_ff, a.n_tok);
+  unbind(held, n_held);
 }
 
 void CudaBackend::qkv_store(const QkvStoreArgs& a) {
+  flush_add();
   const int64_t n_q = a.n_head * a.head_dim, n_kv = a.n_head_kv * a.head_dim;
   const auto* rows = static_cast<const int64_t*>(
       kv_rows_.upload(a.kv_rows, static_cast<size_t>(a.n_tok) * sizeof(int64_t), stream_));
@@ -379,6 +538,7 @@ void CudaBackend::qkv_store(const QkvStoreArgs& a) {
 }
 
 void CudaBackend::attention(const AttentionArgs& a) {
+  flush_add();
   CHECK(a.head_dim <= kMaxHeadDim && a.n_head % a.n_head_kv == 0);
   const int64_t bs = a.kv->layout().block_size;
   // Host packing: [n_query] AttnQuery, then every sequence's block table.
@@ -424,6 +584,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
 }
 
 void CudaBackend::route(const RouteArgs& a) {
+  flush_add();
   host_logits_.resize(static_cast<size_t>(a.n_tok * a.n_expert));
   SLUICE_CUDA_OK(cudaMemcpyAsync(host_logits_.data(), a.logits, host_logits_.size() * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream_));
@@ -445,6 +606,7 @@ void CudaBackend::ffn_rows(const ExpertWeights& w, const float* x, int64_t n, in
 }
 
 void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
+  flush_add();
   const int64_t n_slot = a.n_tok * a.n_used, n_expert = static_cast<int64_t>(a.experts.size());
   // The order experts are computed in: as handed out, else ascending ids.
   std::vector<int32_t>& order = order_;
@@ -497,13 +659,34 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   launch_expert_sum(y, d_wts, a.n_used, ys, vec(a.shared_gate, a.n_embd), a.x, a.out, a.n_tok, a.n_embd, stream_);
 }
 
-void CudaBackend::add(float* x, const float* y, int64_t n) { launch_add(x, y, n, stream_); }
+void CudaBackend::add(float* x, const float* y, int64_t n) {
+  flush_add();
+  pending_ = {x, y, n};  // launched by the next call, or fused into its norm
+}
+
+void CudaBackend::flush_add() {
+  if (!pending_.x) return;
+  launch_add(pending_.x, pending_.y, pending_.n, stream_);
+  pending_ = {};
+}
+
+const float* CudaBackend::take_add(const float* x, int64_t n) {
+  if (pending_.x && pending_.x == x && pending_.n == n) {
+    const float* y = pending_.y;
+    pending_ = {};
+    return y;
+  }
+  flush_add();
+  return nullptr;
+}
 
 void CudaBackend::rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) {
-  launch_rmsnorm(x, nullptr, vec(norm, n), eps, out, n_tok, n, stream_);
+  const float* add = take_add(x, n_tok * n);
+  launch_rmsnorm(x, nullptr, vec(norm, n), eps, out, n_tok, n, stream_, add);
 }
 
 void CudaBackend::logits(const LogitsArgs& a) {
+  flush_add();
   const auto* rows = static_cast<const int64_t*>(
       logit_rows_.upload(a.rows, static_cast<size_t>(a.n_out) * sizeof(int64_t), stream_));
   launch_rmsnorm(a.x, rows, vec(a.norm, a.n_embd), a.eps, a.xn, a.n_out, a.n_embd, stream_);

@@ -1,20 +1,23 @@
 // CudaBackend: the Backend on one NVIDIA GPU.
 //
 // What lives where:
-//   device   every matrix prepare_weights() is given (copied once, GGUF rows),
+//   device   every matrix prepare_weights() is given (copied once: GGUF rows,
+//            Q4_0 / Q8_0 with their scales split off, quant/split_scales.h),
 //            the norm/bias vectors (copied on first use), activations (alloc()),
 //            the KV store (create_kv), and the operators' scratch (reserve()).
 //   host     the token embedding table (one row per token is dequantized on
 //            the host and sent), the routing (the weight store wants the ids on
 //            the host anyway), and the logits the caller asked for.
-// Everything runs in order on one stream. An operator returns once its work
+// Everything runs in order on one stream. The residual add() is fused into
+// the norm that follows it (the next layer's). An operator returns once its work
 // is enqueued; those that hand results to the host (logits, route) wait for
 // them. Small host inputs (tokens' rows, RoPE tables, KV rows, block tables,
 // expert lists) go through pinned staging buffers; one that is the same as
 // the last call's (every layer of a step) is not sent again.
 //
-// Not yet: weights streamed from a WeightStore (load_model refuses
-// --mem-budget on this backend), a Q8_0 KV cache, CUDA graphs.
+// Under --gpu-budget the weights past it stream from pinned host memory
+// (prepare_weights). Not yet: weights streamed from disk through a WeightStore
+// (load_model refuses --mem-budget on this backend), a Q8_0 KV cache, CUDA graphs.
 // Calls come from one thread at a time (backend.h).
 #pragma once
 
@@ -26,6 +29,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_matmul_q8.cuh"
+#include "backend/cuda/cuda_weight_ring.h"
 
 namespace sluice::cuda {
 
@@ -70,8 +74,9 @@ class Mirror {
 
 class CudaBackend final : public Backend {
  public:
-  // The device must be usable (create_cuda_backend checks).
-  explicit CudaBackend(int device);
+  // The device must be usable (create_cuda_backend checks). budget_bytes:
+  // device memory for weights, 0 for no limit (then every matrix is resident).
+  CudaBackend(int device, uint64_t budget_bytes);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
@@ -86,7 +91,11 @@ class CudaBackend final : public Backend {
   StatusOr<KvStore> create_kv(const KvLayout& layout, int64_t n_blocks) override;
   void copy_kv_block(KvStore& kv, int32_t src, int32_t dst) override;
   void move_kv_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst) override;
-  // Copies every matrix to the device, as GGUF rows.
+  // Copies every matrix to the device (Q4_0 / Q8_0 with their scales split
+  // off). Under a budget the dispatches past it, in the order given, go to
+  // pinned host memory instead and stream through a ring of device slots
+  // (cuda_weight_ring.h); the largest dispatch (the output head) and the
+  // first ones stay resident.
   PreparedWeights prepare_weights(std::span<const WeightGroup> groups) override;
 
   void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) override;
@@ -103,6 +112,7 @@ class CudaBackend final : public Backend {
   void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
   void logits(const LogitsArgs& a) override;
 
+  uint64_t bytes_streamed() const override { return ring_ ? ring_->bytes_copied() : 0; }
   cudaStream_t stream() const { return stream_; }
 
  private:
@@ -114,12 +124,42 @@ class CudaBackend final : public Backend {
   // The scratch for x quantized to 8 bits, n_tok rows of n_in.
   QuantizedX quantized_x(int64_t n_in, int64_t n_tok);
   void launch_q8(std::span<const MatmulOut> outs, const QuantizedX& qx, int64_t n_tok);
+  // add() is deferred to the next call: a norm over the same rows takes it
+  // (take_add returns its y, to fuse; else it launches it and returns null),
+  // every other entry point launches it first (flush_add).
+  void flush_add();
+  const float* take_add(const float* x, int64_t n);
+  // Streamed matrices: bind() copies outs to bound with the views of streamed
+  // matrices pointed into their ring slots (acquired), and returns how many
+  // groups it acquired, in held; unbind() releases them once the launches
+  // that read them are enqueued.
+  struct Held {
+    int group;
+    uint8_t* base;
+  };
+  int bind(std::span<const MatmulOut> outs, MatmulOut* bound, Held* held);
+  void unbind(const Held* held, int n);
+  // matmul() on views already bound.
+  void matmul_bound(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok);
   // A device scratch area of at least n floats (grows; `which` names it).
   float* scratch(int which, int64_t n);
   // y = W x for one expert (or the shared one) over n rows already gathered in xg_.
   void ffn_rows(const ExpertWeights& w, const float* x, int64_t n, int64_t n_embd, int64_t n_ff, Activation act,
                 float* y);
 
+  struct PendingAdd {
+    float* x = nullptr;
+    const float* y = nullptr;
+    int64_t n = 0;
+  };
+  PendingAdd pending_;  // x += y, not launched yet
+  uint64_t budget_ = 0;
+  std::unique_ptr<WeightRing> ring_;  // the streamed matrices (null: all resident)
+  struct StreamedAt {
+    int group;      // in ring_
+    size_t offset;  // of the matrix in its group
+  };
+  std::unordered_map<const uint8_t*, StreamedAt> streamed_;  // by the view's (pinned host) data
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<ThreadPool> pool_;
   std::unordered_map<const float*, float*> vecs_;  // host vector -> device copy

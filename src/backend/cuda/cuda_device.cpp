@@ -101,7 +101,7 @@ StatusOr<std::shared_ptr<Backend>> create_cuda_backend(const CudaBackendOptions&
   int n = 0;
   SLUICE_CUDA_OK(cudaGetDeviceCount(&n));
   if (o.device < 0 || o.device >= n) return invalid_argument("cuda device {} does not exist ({} found)", o.device, n);
-  return std::shared_ptr<Backend>(std::make_shared<CudaBackend>(o.device));
+  return std::shared_ptr<Backend>(std::make_shared<CudaBackend>(o.device, o.budget_bytes));
 }
 
 }  // namespace sluice::cuda

@@ -5,42 +5,51 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_rows.cuh"
 
 namespace sluice::cuda {
 namespace {
 
 constexpr int kBlock = 256;
 
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sum over the block; every thread gets it. `red`: [32] shared.
-__device__ float block_sum(float v, float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
-  v = warp_sum(v);
-  __syncthreads();  // red may still be read from a previous call
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float s = lane < n_warp ? red[lane] : 0.0f;
-  return warp_sum(s);
-}
-
 int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kBlock - 1) / kBlock, 65535 * 4)); }
 
 // ---- norms, activations, add ------------------------------------------------
 
-__global__ void rmsnorm_kernel(const float* x, const int64_t* rows, const float* w, float eps, float* out, int64_t n) {
+// Row t: x_t = x + (rows ? rows[t] : t) * n; with `add` (rows null), x_t +=
+// add_t is written back first. out[t] = x_t * inv_rms * w. K > 0: the row is
+// read once into registers (cuda_rows.cuh); K == 0: long rows, read twice.
+template <int K>
+__global__ void rmsnorm_kernel(const float* x, const int64_t* rows, const float* add, const float* w, float eps,
+                               float* out, int64_t n) {
+  pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
   const float* xt = x + (rows ? rows[t] : t) * n;
+  float* xs = const_cast<float*>(xt);  // written only with `add`, when x is the caller's writable rows
+  const float* at = add ? add + t * n : nullptr;
   float* ot = out + t * n;
-  float ss = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xt[i] * xt[i];
-  ss = block_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ot[i] = xt[i] * inv * w[i];
+  if constexpr (K > 0) {
+    float v[K], wv[K];
+    const float ss = load_row<K>(xt, at, xs, w, n, v, wv, red);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t i = row_elem(k);
+      if (i < n) ot[i] = v[k] * inv * wv[k];
+    }
+  } else {
+    float ss = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      float a = xt[i];
+      if (at) xs[i] = a = a + at[i];
+      ss += a * a;
+    }
+    ss = block_sum(ss, red);  // its barrier also orders the writes to xs before the reads below
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ot[i] = xt[i] * inv * w[i];
+  }
 }
 
 __device__ float gelu_tanh(float x) {
@@ -49,6 +58,7 @@ __device__ float gelu_tanh(float x) {
 }
 
 __global__ void glu_kernel(float* gate, const float* up, int64_t n, int gelu) {
+  pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
     gate[i] = (gelu ? gelu_tanh(g) : g / (1.0f + expf(-g))) * up[i];
@@ -56,6 +66,7 @@ __global__ void glu_kernel(float* gate, const float* up, int64_t n, int gelu) {
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
+  pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) x[i] += y[i];
 }
 
@@ -92,6 +103,7 @@ __device__ void head_norms(float* x, const float* w, int n_head, int head_dim, f
 
 // One token per block: biases, q/k norms, RoPE, then K and V into the store.
 __global__ void qkv_store_kernel(QkvStoreDev a) {
+  pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   const int t = blockIdx.x;
   const int n_q = a.n_head * a.head_dim, n_kv = a.n_head_kv * a.head_dim;
   float* q = a.q + int64_t{t} * n_q;
@@ -103,27 +115,45 @@ __global__ void qkv_store_kernel(QkvStoreDev a) {
     if (a.bk) k[i] += a.bk[i];
     if (a.bv) v[i] += a.bv[i];
   }
-  __syncthreads();
+  // The barriers only where a step writes what another thread reads next
+  // (the conditions are the same for the whole block).
+  if (a.bq || a.bk) __syncthreads();
   if (a.q_norm) head_norms(q, a.q_norm, a.n_head, a.head_dim, a.norm_eps);
   if (a.k_norm) head_norms(k, a.k_norm, a.n_head_kv, a.head_dim, a.norm_eps);
-  __syncthreads();
+  if (a.q_norm || a.k_norm) __syncthreads();
+  // RoPE, then K and V into the store. A thread stores the k pair it rotated
+  // and the v and unrotated k elements it added a bias to (if any), so no
+  // barrier is needed between. Row `row` of the store: element e at slice
+  // e / slice_len of its block, place e % slice_len (kv_elem, unrolled).
+  const int64_t row = a.kv_rows[t];
+  const int64_t row_off = row / a.kv.block_size * a.kv.block_bytes + row % a.kv.block_size * a.kv.slice_bytes;
+  const int64_t slice_step = int64_t{a.kv.block_size} * a.kv.slice_bytes;
+  auto store = [&](uint8_t* base, int e, float val) {
+    kv_put(base + row_off + e / a.kv.slice_len * slice_step + int64_t{e % a.kv.slice_len} * a.kv.elem_bytes,
+           a.kv.elem_bytes, val);
+  };
   const int half = a.n_rot / 2;
   const float* cs = a.cos_sin + int64_t{t} * a.n_rot;
   for (int idx = threadIdx.x; idx < (a.n_head + a.n_head_kv) * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
-    float* xh = h < a.n_head ? q + h * a.head_dim : k + (h - a.n_head) * a.head_dim;
+    const bool is_k = h >= a.n_head;
+    float* xh = is_k ? k + (h - a.n_head) * a.head_dim : q + h * a.head_dim;
     const float c = cs[2 * i], s = cs[2 * i + 1];
     const int i0 = a.rope == RopeLayout::kAdjacent ? 2 * i : i;
     const int i1 = a.rope == RopeLayout::kAdjacent ? 2 * i + 1 : i + half;
     const float x0 = xh[i0], x1 = xh[i1];
-    xh[i0] = x0 * c - x1 * s;
-    xh[i1] = x0 * s + x1 * c;
+    const float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
+    xh[i0] = y0;
+    xh[i1] = y1;
+    if (is_k) {
+      const int e0 = (h - a.n_head) * a.head_dim;
+      store(a.kv.k, e0 + i0, y0);
+      store(a.kv.k, e0 + i1, y1);
+    }
   }
-  __syncthreads();
-  const int64_t row = a.kv_rows[t];
   for (int e = threadIdx.x; e < n_kv; e += blockDim.x) {
-    kv_put(kv_elem(a.kv.k, a.kv, row, e), a.kv.elem_bytes, k[e]);
-    kv_put(kv_elem(a.kv.v, a.kv, row, e), a.kv.elem_bytes, v[e]);
+    store(a.kv.v, e, v[e]);
+    if (e % a.head_dim >= a.n_rot) store(a.kv.k, e, k[e]);  // past the rotated dims
   }
 }
 
@@ -139,6 +169,7 @@ constexpr int kAttnWarps = 8;
 
 template <int DPL>
 __global__ void attention_kernel(AttentionDev a) {
+  pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   const AttnQuery qy = a.queries[blockIdx.x];
   const int h = blockIdx.y, split = blockIdx.z;
   const int group = a.n_head / a.n_head_kv, kvh = h / group;
@@ -209,6 +240,7 @@ __global__ void attention_kernel(AttentionDev a) {
 
 // Block (query, head): merges the n_split partial results.
 __global__ void attention_combine(AttentionDev a) {
+  pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   const AttnQuery qy = a.queries[blockIdx.x];
   const int h = blockIdx.y;
   const float* part = a.partial + (int64_t{blockIdx.x} * a.n_head + h) * a.n_split * (a.head_dim + 2);
@@ -231,12 +263,14 @@ __global__ void attention_combine(AttentionDev a) {
 // ---- expert gathers -------------------------------------------------------------
 
 __global__ void gather_rows_kernel(const float* src, const int32_t* rows, float* dst, int64_t n) {
+  pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   const float* s = src + int64_t{rows[blockIdx.x]} * n;
   float* d = dst + int64_t{blockIdx.x} * n;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
 }
 
 __global__ void scatter_rows_kernel(const float* src, const int32_t* rows, float* dst, int64_t n) {
+  pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   const float* s = src + int64_t{blockIdx.x} * n;
   float* d = dst + int64_t{rows[blockIdx.x]} * n;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
@@ -244,6 +278,7 @@ __global__ void scatter_rows_kernel(const float* src, const int32_t* rows, float
 
 __global__ void expert_sum_kernel(const float* y, const float* w, int64_t n_used, const float* ys, const float* gate,
                                   const float* x, float* out, int64_t n) {
+  pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
   float g = 1.0f;
@@ -263,9 +298,18 @@ __global__ void expert_sum_kernel(const float* y, const float* w, int64_t n_used
 }  // namespace
 
 void launch_rmsnorm(const float* x, const int64_t* rows, const float* w, float eps, float* out, int64_t n_tok, int64_t n,
-                    cudaStream_t s) {
+                    cudaStream_t s, const float* add) {
   if (n_tok == 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(n_tok), n >= 2048 ? 1024 : kBlock, 0, s>>>(x, rows, w, eps, out, n);
+  const RowShape rs = row_shape(n);
+  const unsigned grid = static_cast<unsigned>(n_tok);
+  switch (rs.k) {
+    case 1: rmsnorm_kernel<1><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n); break;
+    case 2: rmsnorm_kernel<2><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n); break;
+    case 4: rmsnorm_kernel<4><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n); break;
+    case 8: rmsnorm_kernel<8><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n); break;
+    case 16: rmsnorm_kernel<16><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n); break;
+    default: rmsnorm_kernel<0><<<grid, 1024, 0, s>>>(x, rows, add, w, eps, out, n); break;
+  }
   SLUICE_CUDA_LAUNCHED();
 }
 
@@ -283,7 +327,10 @@ void launch_add(float* x, const float* y, int64_t n, cudaStream_t s) {
 
 void launch_qkv_store(const QkvStoreDev& a, cudaStream_t s) {
   if (a.n_tok == 0) return;
-  qkv_store_kernel<<<static_cast<unsigned>(a.n_tok), kBlock, 0, s>>>(a);
+  // Wide enough that RoPE over q and k is one or two passes (a decode token is one block).
+  const int work = (a.n_head + a.n_head_kv) * (a.n_rot / 2);
+  const int threads = work >= 2048 ? 1024 : work >= 512 ? 512 : kBlock;
+  qkv_store_kernel<<<static_cast<unsigned>(a.n_tok), threads, 0, s>>>(a);
   SLUICE_CUDA_LAUNCHED();
 }
 

@@ -16,8 +16,10 @@ namespace sluice::cuda {
 
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w; row t of x is x + rows[t] * n
 // when rows is set (a device array), else x + t * n.  x, out: [.., n] (may alias)
+// With `add` (rows null; [n_tok, n]), x[t] += add[t] is done first and
+// written back: the residual add fused into the norm that follows it.
 void launch_rmsnorm(const float* x, const int64_t* rows, const float* w, float eps, float* out, int64_t n_tok, int64_t n,
-                    cudaStream_t s);
+                    cudaStream_t s, const float* add = nullptr);
 // gate[i] = act(gate[i]) * up[i] over n floats.
 void launch_glu(float* gate, const float* up, int64_t n, Activation act, cudaStream_t s);
 // x[i] += y[i] over n floats.

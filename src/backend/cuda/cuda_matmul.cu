@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_matmul.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "base/check.h"
 
 // cuda_api.h is not included: its sluice/status.h pulls in fmt, whose consteval
@@ -94,6 +95,7 @@ template <class D, int NT>
 __global__ void __launch_bounds__(kThreads) matmul_kernel(const MatmulArgs a) {
   constexpr int kPerStep = kThreads / D::kLanes;  // D blocks a step covers
   constexpr int kUnroll = unroll_for(NT);
+  pdl_trigger();
   const int c = static_cast<int>(threadIdx.x) % D::kLanes;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const uint8_t* w[kRows];
@@ -111,8 +113,8 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(const MatmulArgs a) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 
-  for (int b = static_cast<int>(threadIdx.x) / D::kLanes; b < a.n_blocks; b += kUnroll * kPerStep) {
-    typename D::Raw raw[kUnroll][kRows];
+  typename D::Raw raw[kUnroll][kRows];
+  auto load = [&](int b) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int bu = b + u * kPerStep;
@@ -121,6 +123,12 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(const MatmulArgs a) {
         for (int r = 0; r < kRows; ++r) raw[u][r] = D::load(w[r] + static_cast<int64_t>(bu) * D::kBytes, c);
       }
     }
+  };
+  const int b_first = static_cast<int>(threadIdx.x) / D::kLanes;
+  load(b_first);  // the first weights, before the kernel this one follows is done (cuda_pdl.cuh)
+  pdl_wait();
+  for (int b = b_first; b < a.n_blocks; b += kUnroll * kPerStep) {
+    if (b != b_first) load(b);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int bu = b + u * kPerStep;
@@ -191,16 +199,16 @@ void launch_type(MatmulArgs a, int64_t n_tok, cudaStream_t stream) {
     chunk.x = a.x + t0 * a.x_stride;
     for (int p = 0; p < a.n_parts; ++p) chunk.part_y[p] = a.part_y[p] + t0 * a.part_stride[p];
     if (left >= 8) {
-      matmul_kernel<D, 8><<<grid, kThreads, 0, stream>>>(chunk);
+      launch_pdl(matmul_kernel<D, 8>, grid, kThreads, stream, chunk);
       t0 += 8;
     } else if (left >= 4) {
-      matmul_kernel<D, 4><<<grid, kThreads, 0, stream>>>(chunk);
+      launch_pdl(matmul_kernel<D, 4>, grid, kThreads, stream, chunk);
       t0 += 4;
     } else if (left >= 2) {
-      matmul_kernel<D, 2><<<grid, kThreads, 0, stream>>>(chunk);
+      launch_pdl(matmul_kernel<D, 2>, grid, kThreads, stream, chunk);
       t0 += 2;
     } else {
-      matmul_kernel<D, 1><<<grid, kThreads, 0, stream>>>(chunk);
+      launch_pdl(matmul_kernel<D, 1>, grid, kThreads, stream, chunk);
       t0 += 1;
     }
     SLUICE_CUDA_LAUNCHED();

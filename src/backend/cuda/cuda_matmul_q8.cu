@@ -3,6 +3,9 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_kernels.cuh"
+#include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_rows.cuh"
 #include "base/check.h"
 #include "quant/blocks.h"
 
@@ -10,17 +13,6 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // per thread block; a warp owns R output rows
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // Lane i of a warp holds element i of block b of token t: quantize it into qx.
 __device__ __forceinline__ void quantize_lane(float v, int64_t t, int64_t b, int lane, const QuantizedX& qx) {
@@ -37,6 +29,7 @@ __device__ __forceinline__ void quantize_lane(float v, int64_t t, int64_t b, int
 
 // A warp per block of 32: lane i quantizes element i.
 __global__ void quantize_x_kernel(const float* x, int64_t x_stride, int64_t n_blocks, QuantizedX qx) {
+  pdl_trigger();
   const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int64_t t = blockIdx.y;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -44,31 +37,32 @@ __global__ void quantize_x_kernel(const float* x, int64_t x_stride, int64_t n_bl
   quantize_lane(x[t * x_stride + b * 32 + lane], t, b, lane, qx);
 }
 
-// A block per token: the sum of squares, then a warp per 32-block writes xn
-// and its quantization. Same arithmetic as launch_rmsnorm (cuda_kernels.cu).
-__global__ void rmsnorm_quantize_kernel(const float* x, const float* w, float eps, float* xn, int64_t n,
+// A block per token: the row into registers (x += add first, when set), its
+// sum of squares, then each warp writes xn and the quantization of its 32-blocks
+// (cuda_rows.cuh's register order). Same arithmetic as launch_rmsnorm.
+template <int K>
+__global__ void rmsnorm_quantize_kernel(float* x, const float* add, const float* w, float eps, float* xn, int64_t n,
                                         QuantizedX qx) {
+  pdl_trigger();
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
-  const float* xt = x + t * n;
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int n_warps = static_cast<int>(blockDim.x) / 32;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xt[i] * xt[i];
-  ss = warp_sum(ss);
-  if (lane == 0) red[warp] = ss;
-  __syncthreads();
-  ss = warp_sum(lane < n_warps ? red[lane] : 0.0f);
+  float* xt = x + t * n;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  float v[K], wv[K];
+  const float ss = load_row<K>(xt, add ? add + t * n : nullptr, xt, w, n, v, wv, red);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
-  for (int64_t b = warp; b < n / 32; b += n_warps) {
-    const int64_t i = b * 32 + lane;
-    const float v = xt[i] * inv * w[i];
-    xn[t * n + i] = v;
-    quantize_lane(v, t, b, lane, qx);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int64_t i = row_elem(k);
+    if (i >= n) break;  // the same for the whole warp: n % 32 == 0
+    const float y = v[k] * inv * wv[k];
+    xn[t * n + i] = y;
+    quantize_lane(y, t, i / 32, lane, qx);
   }
 }
 
 __global__ void glu_quantize_kernel(float* gate, const float* up, int64_t n, int gelu, QuantizedX qx) {
+  pdl_trigger();
   const int64_t t = blockIdx.y;
   const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -98,13 +92,34 @@ struct Block {
   int w[Q8 ? 8 : 4];
 };
 
-template <bool Q8>
-__device__ __forceinline__ Block<Q8> load_block(const uint8_t* p) {
-  Block<Q8> b;
-  b.d = ld16(p);
+// Where a row's blocks are. GGUF rows: block b at q + b * (2 + QB), its scale
+// first. Split scales: its quants at q + b * QB (16-byte aligned), its scale at d[b].
+struct RowAt {
+  const uint8_t* q;
+  const uint16_t* d;
+};
+
+template <bool Q8, bool Split>
+__device__ __forceinline__ Block<Q8> load_block(const RowAt& r, int b) {
+  Block<Q8> blk;
+  if constexpr (Split) {
+    const uint4* p = reinterpret_cast<const uint4*>(r.q + static_cast<int64_t>(b) * (Q8 ? 32 : 16));
+    const uint4 a = __ldg(p);
+    blk.w[0] = static_cast<int>(a.x), blk.w[1] = static_cast<int>(a.y);
+    blk.w[2] = static_cast<int>(a.z), blk.w[3] = static_cast<int>(a.w);
+    if constexpr (Q8) {
+      const uint4 c = __ldg(p + 1);
+      blk.w[4] = static_cast<int>(c.x), blk.w[5] = static_cast<int>(c.y);
+      blk.w[6] = static_cast<int>(c.z), blk.w[7] = static_cast<int>(c.w);
+    }
+    blk.d = __ldg(r.d + b);
+  } else {
+    const uint8_t* p = r.q + static_cast<int64_t>(b) * (Q8 ? 34 : 18);
+    blk.d = ld16(p);
 #pragma unroll
-  for (int i = 0; i < (Q8 ? 8 : 4); ++i) b.w[i] = ld32_a2(p + 2 + 4 * i);
-  return b;
+    for (int i = 0; i < (Q8 ? 8 : 4); ++i) blk.w[i] = ld32_a2(p + 2 + 4 * i);
+  }
+  return blk;
 }
 
 // d_w * (d * sum q_w q - [8 s]) for one block and one token's x block.
@@ -155,37 +170,50 @@ __device__ __forceinline__ int part_of(const Parts& p, int64_t g) {
 
 // Warp w of a thread block owns rows row0 .. row0 + R - 1; lane l takes quant
 // blocks l, l + 32, ... of those rows, kUnroll of them loaded before use.
-template <bool Q8, int R, int NT>
-__global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int64_t row_bytes, int n_blocks,
-                                                                 int64_t n_out, QuantizedX qx) {
-  constexpr int kBytes = Q8 ? 34 : 18;
-  constexpr int kUnroll = NT <= 2 ? 4 : 2;
+// kUnroll: blocks a lane loads before using them (fewer with more tokens,
+// whose x takes registers). 8 for one token and one row was slower on an
+// H200 (the down projection 17.7 against 15.0 us): its registers cost a
+// third of the warps, so the rows took two waves.
+template <bool Q8, bool Split, int R, int NT, int kUnroll>
+__global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int n_blocks, int64_t n_out, QuantizedX qx) {
+  constexpr int kQB = Q8 ? 32 : 16;  // quant bytes of a block
+  pdl_trigger();
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
   if (row0 >= n_out) return;
-  const uint8_t* wr[R];
+  RowAt wr[R];
   float* yr[R];
   int64_t ys[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int64_t g = row0 + r < n_out ? row0 + r : n_out - 1;
     const int p = part_of(parts, g);
-    const int64_t local = g - (p == 0 ? 0 : parts.end[p - 1]);
-    wr[r] = parts.w[p] + local * row_bytes;
+    const int64_t start = p == 0 ? 0 : parts.end[p - 1], local = g - start;
+    if constexpr (Split) {
+      const uint8_t* scales = parts.w[p] + (parts.end[p] - start) * n_blocks * kQB;
+      wr[r] = {parts.w[p] + local * n_blocks * kQB, reinterpret_cast<const uint16_t*>(scales) + local * n_blocks};
+    } else {
+      wr[r] = {parts.w[p] + local * n_blocks * (kQB + 2), nullptr};
+    }
     yr[r] = parts.y[p] + local;
     ys[r] = parts.stride[p];
   }
   float acc[R][NT] = {};
   const int64_t nb_x = qx.n_in / 32;
-  for (int b0 = lane; b0 < n_blocks; b0 += 32 * kUnroll) {
-    Block<Q8> blk[kUnroll][R];
+  Block<Q8> blk[kUnroll][R];
+  auto load = [&](int b0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int b = b0 + 32 * u;
       if (b < n_blocks)
 #pragma unroll
-        for (int r = 0; r < R; ++r) blk[u][r] = load_block<Q8>(wr[r] + static_cast<int64_t>(b) * kBytes);
+        for (int r = 0; r < R; ++r) blk[u][r] = load_block<Q8, Split>(wr[r], b);
     }
+  };
+  load(lane);  // the first weights, before the kernel this one follows is done (cuda_pdl.cuh)
+  pdl_wait();
+  for (int b0 = lane; b0 < n_blocks; b0 += 32 * kUnroll) {
+    if (b0 != lane) load(b0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int b = b0 + 32 * u;
@@ -209,9 +237,8 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int
     }
 }
 
-template <bool Q8, int R>
+template <bool Q8, bool Split, int R>
 void launch_rows(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx, int64_t n_tok, cudaStream_t s) {
-  const int64_t row_bytes = static_cast<int64_t>(n_in / 32) * (Q8 ? 34 : 18);
   const int n_blocks = static_cast<int>(n_in / 32);
   const dim3 grid(static_cast<unsigned>((n_out + kWarps * R - 1) / (kWarps * R)));
   for (int64_t t0 = 0; t0 < n_tok;) {
@@ -224,20 +251,29 @@ void launch_rows(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx,
     const int64_t left = n_tok - t0;
     const int nt = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
     switch (nt) {
-      case 8: matmul_q8_kernel<Q8, R, 8><<<grid, kWarps * 32, 0, s>>>(pc, row_bytes, n_blocks, n_out, c); break;
-      case 4: matmul_q8_kernel<Q8, R, 4><<<grid, kWarps * 32, 0, s>>>(pc, row_bytes, n_blocks, n_out, c); break;
-      case 2: matmul_q8_kernel<Q8, R, 2><<<grid, kWarps * 32, 0, s>>>(pc, row_bytes, n_blocks, n_out, c); break;
-      default: matmul_q8_kernel<Q8, R, 1><<<grid, kWarps * 32, 0, s>>>(pc, row_bytes, n_blocks, n_out, c); break;
+      case 8: launch_pdl(matmul_q8_kernel<Q8, Split, R, 8, 2>, grid, kWarps * 32, s, pc, n_blocks, n_out, c); break;
+      case 4: launch_pdl(matmul_q8_kernel<Q8, Split, R, 4, 2>, grid, kWarps * 32, s, pc, n_blocks, n_out, c); break;
+      case 2: launch_pdl(matmul_q8_kernel<Q8, Split, R, 2, 4>, grid, kWarps * 32, s, pc, n_blocks, n_out, c); break;
+      default: launch_pdl(matmul_q8_kernel<Q8, Split, R, 1, 4>, grid, kWarps * 32, s, pc, n_blocks, n_out, c); break;
     }
     SLUICE_CUDA_LAUNCHED();
     t0 += nt;
   }
 }
 
+template <bool Q8, bool Split>
+void launch_type(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx, int64_t n_tok, cudaStream_t s) {
+  // Two rows a warp halve the x reads where rows are many; one where few
+  // rows must still spread over every SM.
+  if (n_out >= 8192) launch_rows<Q8, Split, 2>(parts, n_in, n_out, qx, n_tok, s);
+  else launch_rows<Q8, Split, 1>(parts, n_in, n_out, qx, n_tok, s);
+}
+
 }  // namespace
 
 bool matmul_q8_takes(const WeightView& w) {
-  return (w.type == DType::kQ4_0 || w.type == DType::kQ8_0) && w.layout == WeightLayout::kRows && w.n_in % 32 == 0;
+  return (w.type == DType::kQ4_0 || w.type == DType::kQ8_0) && w.n_in % 32 == 0 &&
+         (w.layout == WeightLayout::kRows || w.layout == WeightLayout::kSplitScales);
 }
 
 void quantize_x(const float* x, int64_t x_stride, int64_t n_in, int64_t n_tok, const QuantizedX& qx, cudaStream_t s) {
@@ -249,11 +285,23 @@ void quantize_x(const float* x, int64_t x_stride, int64_t n_in, int64_t n_tok, c
   SLUICE_CUDA_LAUNCHED();
 }
 
-void rmsnorm_quantize_x(const float* x, const float* w, float eps, float* xn, int64_t n_tok, int64_t n,
+void rmsnorm_quantize_x(float* x, const float* add, const float* w, float eps, float* xn, int64_t n_tok, int64_t n,
                         const QuantizedX& qx, cudaStream_t s) {
   CHECK(n % 32 == 0 && qx.n_in == n);
   if (n_tok == 0) return;
-  rmsnorm_quantize_kernel<<<static_cast<unsigned>(n_tok), n >= 2048 ? 1024 : 256, 0, s>>>(x, w, eps, xn, n, qx);
+  const RowShape rs = row_shape(n);
+  const unsigned grid = static_cast<unsigned>(n_tok);
+  switch (rs.k) {
+    case 1: rmsnorm_quantize_kernel<1><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx); break;
+    case 2: rmsnorm_quantize_kernel<2><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx); break;
+    case 4: rmsnorm_quantize_kernel<4><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx); break;
+    case 8: rmsnorm_quantize_kernel<8><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx); break;
+    case 16: rmsnorm_quantize_kernel<16><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx); break;
+    default:  // n > 16384: two launches
+      launch_rmsnorm(x, nullptr, w, eps, xn, n_tok, n, s, add);
+      quantize_x(xn, n, n, n_tok, qx, s);
+      return;
+  }
   SLUICE_CUDA_LAUNCHED();
 }
 
@@ -272,7 +320,8 @@ void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys
   Parts parts;
   int64_t end = 0;
   for (size_t p = 0; p < ws.size(); ++p) {
-    CHECK(matmul_q8_takes(ws[p]) && ws[p].type == ws[0].type && ws[p].n_in == ws[0].n_in && qx.n_in >= ws[p].n_in);
+    CHECK(matmul_q8_takes(ws[p]) && ws[p].type == ws[0].type && ws[p].layout == ws[0].layout && ws[p].n_in == ws[0].n_in &&
+          qx.n_in >= ws[p].n_in);
     end += ws[p].n_out;
     parts.w[p] = ws[p].data;
     parts.y[p] = ys[p];
@@ -281,15 +330,12 @@ void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys
   }
   parts.n = static_cast<int>(ws.size());
   if (end == 0 || n_tok == 0) return;
-  // Two rows a warp halve the x reads where rows are many; one where few
-  // rows must still spread over every SM.
-  const bool two = end >= 8192;
   const int64_t n_in = ws[0].n_in;
-  if (ws[0].type == DType::kQ8_0) {
-    two ? launch_rows<true, 2>(parts, n_in, end, qx, n_tok, s) : launch_rows<true, 1>(parts, n_in, end, qx, n_tok, s);
-  } else {
-    two ? launch_rows<false, 2>(parts, n_in, end, qx, n_tok, s) : launch_rows<false, 1>(parts, n_in, end, qx, n_tok, s);
-  }
+  const bool q8 = ws[0].type == DType::kQ8_0, split = ws[0].layout == WeightLayout::kSplitScales;
+  if (q8 && split) launch_type<true, true>(parts, n_in, end, qx, n_tok, s);
+  else if (q8) launch_type<true, false>(parts, n_in, end, qx, n_tok, s);
+  else if (split) launch_type<false, true>(parts, n_in, end, qx, n_tok, s);
+  else launch_type<false, false>(parts, n_in, end, qx, n_tok, s);
 }
 
 }  // namespace sluice::cuda

@@ -35,21 +35,25 @@ struct QuantizedX {
   int64_t n_in = 0;  // row stride of q; of d and s: n_in / 32
 };
 
-// Whether launch_matmul_q8 takes this matrix (Q4_0 / Q8_0 rows, n_in a multiple of 32).
+// Whether launch_matmul_q8 takes this matrix: Q4_0 / Q8_0, n_in a multiple of
+// 32, as GGUF rows or with the scales split off (quant/split_scales.h; the
+// layout prepare_weights gives them: each block's quants one or two 16-byte
+// loads instead of nine or seventeen 2-byte ones).
 bool matmul_q8_takes(const WeightView& w);
 // qx = quantize(x).  x: [n_tok, x_stride] (n_in used), n_in % 32 == 0.
 void quantize_x(const float* x, int64_t x_stride, int64_t n_in, int64_t n_tok, const QuantizedX& qx, cudaStream_t s);
 // The same quantization fused with the operation that makes x, one kernel
 // instead of two (decode is a chain of small launches):
-//   xn[t] = rmsnorm(x[t]) * w, qx = quantize(xn)      x, xn: [n_tok, n]
-void rmsnorm_quantize_x(const float* x, const float* w, float eps, float* xn, int64_t n_tok, int64_t n,
+//   x[t] += add[t] (when add is set: the residual add before the norm),
+//   xn[t] = rmsnorm(x[t]) * w, qx = quantize(xn)      x, xn, add: [n_tok, n]
+void rmsnorm_quantize_x(float* x, const float* add, const float* w, float eps, float* xn, int64_t n_tok, int64_t n,
                         const QuantizedX& qx, cudaStream_t s);
 //   gate[t] = act(gate[t]) * up[t], qx = quantize(gate)   gate, up: [n_tok, n]
 void glu_quantize_x(float* gate, const float* up, int64_t n_tok, int64_t n, Activation act, const QuantizedX& qx,
                     cudaStream_t s);
 
 // ys[p][t][o] = W_p[o] . x[t] with x as quantized, for 1..4 matrices of one
-// type and width in one launch (q/k/v, gate/up).  ys[p]: [n_tok, ws[p].n_out]
+// type, width and layout in one launch (q/k/v, gate/up).  ys[p]: [n_tok, ws[p].n_out]
 void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
                       cudaStream_t s);
 
