@@ -271,6 +271,9 @@ class Backend {
   // place; matrices of one group end up in compatible layouts. A backend may
   // also leave them where they are.
   virtual PreparedWeights prepare_weights(std::span<const WeightGroup> groups) = 0;
+  // Device memory under the backend's budget (BackendOptions::device_budget_bytes)
+  // that prepare_weights leaves to the caller (the KV pool). Default: ignored.
+  virtual void set_device_reserve(uint64_t bytes) {}
   // Matrices a weight source brought into writable host memory of its own (an
   // expert that just landed): the layouts prepare_in_place() gives the
   // matrices of one dispatch (kRows for those it leaves as they are), and the

@@ -59,6 +59,42 @@ StatusOr<KvDtype> parse_kv_dtype(const std::string& s, KvDtype automatic) {
   return invalid_argument("unknown KV dtype '{}' (auto, f32, f16, q8_0)", s);
 }
 
+// The device KV pool: its layout and block count, from --kv-budget or else
+// room for a quarter of max_seqs at full length, where a sequence with a
+// window on every layer holds at most the window's blocks; never less than one
+// sequence needs (with a window: the window's blocks and a chunk's, see
+// Scheduler::add), and at most 4 GiB beyond that. Asked before the weights are
+// prepared too (ModelOptions::device_reserve), so it depends on the model's
+// shape alone.
+struct KvPool {
+  KvLayout layout;
+  int64_t block_bytes = 0;
+  int64_t window = 0;
+  int64_t n_blocks = 0;
+};
+
+StatusOr<KvPool> plan_kv_pool(const EngineConfig& config, const Model& model) {
+  KvPool p;
+  ASSIGN_OR_RETURN(KvDtype dtype, parse_kv_dtype(config.kv_dtype, model.default_kv_dtype()));
+  p.layout = model.kv_layout(dtype, config.kv_block_size);
+  ASSIGN_OR_RETURN(p.block_bytes, kv_block_bytes(p.layout));
+  p.window = model.hparams().kv_window();
+  if (config.kv_budget_bytes > 0) {
+    ASSIGN_OR_RETURN(p.n_blocks, kv_blocks_for_budget(config.kv_budget_bytes, p.layout));
+  } else {
+    const int64_t per_seq = kv_blocks_per_seq(model.n_ctx_max(), p.layout.block_size, p.window);
+    const int64_t floor =
+        p.window > 0 ? kv_window_blocks(p.window, p.layout.block_size) +
+                           (config.max_batch_tokens + p.layout.block_size - 1) / p.layout.block_size
+                     : per_seq;
+    const int64_t want = std::max(floor, per_seq * std::max<int64_t>(1, config.max_seqs / 4));
+    const int64_t cap = std::max<int64_t>(floor, (int64_t{4} << 30) / p.block_bytes);
+    p.n_blocks = std::min(want, cap);
+  }
+  if (p.n_blocks < 1) return resource_exhausted("KV budget holds no block of {} bytes", p.block_bytes);
+  return p;
+}
+
 }  // namespace
 
 
@@ -72,6 +108,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     return invalid_argument("max_batch_tokens ({}) and max_seqs ({}) must be positive", config.max_batch_tokens,
                             config.max_seqs);
   }
+  // Under --gpu-budget the KV pool is kept first and the weights get the rest:
+  // a longer context or more sequences leave fewer layers resident.
+  std::function<StatusOr<uint64_t>(const Model&)> kv_reserve;
+  if (config.gpu_budget_bytes > 0) {
+    kv_reserve = [&config](const Model& m) -> StatusOr<uint64_t> {
+      ASSIGN_OR_RETURN(const KvPool pool, plan_kv_pool(config, m));
+      return static_cast<uint64_t>(pool.n_blocks) * static_cast<uint64_t>(pool.block_bytes);
+    };
+  }
   ASSIGN_OR_RETURN(LoadedModel lm, load_model(config.model_path, {.n_threads = config.n_threads,
                                                                  .n_batch = config.max_batch_tokens,
                                                                  .n_ctx_max = config.ctx_size,
@@ -80,6 +125,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                                                  .backend = config.backend,
                                                                  .mem_budget_bytes = config.mem_budget_bytes,
                                                                  .gpu_budget_bytes = config.gpu_budget_bytes,
+                                                                 .device_reserve = kv_reserve,
                                                                  .tokens_per_step = config.max_seqs}));
   e.file = lm.file;
   e.tok = std::move(lm.tokenizer);
@@ -112,28 +158,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   } else if (!config.draft_model_path.empty()) {
     return invalid_argument("a draft model was given but speculative decoding is off");
   }
-  ASSIGN_OR_RETURN(KvDtype dtype, parse_kv_dtype(config.kv_dtype, e.model->default_kv_dtype()));
-  const KvLayout layout = e.model->kv_layout(dtype, config.kv_block_size);
-  ASSIGN_OR_RETURN(int64_t block_bytes, kv_block_bytes(layout));
-  const int64_t window = e.model->hparams().kv_window();
-  int64_t n_blocks;
-  if (config.kv_budget_bytes > 0) {
-    ASSIGN_OR_RETURN(n_blocks, kv_blocks_for_budget(config.kv_budget_bytes, layout));
-  } else {
-    // Room for a quarter of max_seqs at full length, where a sequence with a
-    // window on every layer holds at most the window's blocks; never less than
-    // one sequence needs (with a window: the window's blocks and a chunk's, see
-    // Scheduler::add), and at most 4 GiB beyond that.
-    const int64_t per_seq = kv_blocks_per_seq(e.ctx, layout.block_size, window);
-    const int64_t floor =
-        window > 0 ? kv_window_blocks(window, layout.block_size) +
-                         (config.max_batch_tokens + layout.block_size - 1) / layout.block_size
-                   : per_seq;
-    const int64_t want = std::max(floor, per_seq * std::max<int64_t>(1, config.max_seqs / 4));
-    const int64_t cap = std::max<int64_t>(floor, (int64_t{4} << 30) / block_bytes);
-    n_blocks = std::min(want, cap);
-  }
-  if (n_blocks < 1) return resource_exhausted("KV budget holds no block of {} bytes", block_bytes);
+  ASSIGN_OR_RETURN(const KvPool pool, plan_kv_pool(config, *e.model));
+  const KvLayout& layout = pool.layout;
+  const int64_t block_bytes = pool.block_bytes, window = pool.window, n_blocks = pool.n_blocks;
   ASSIGN_OR_RETURN(e.kv, e.model->backend().create_kv(layout, n_blocks));
   int64_t n_host_blocks = 0;
   if (config.preempt_swap) {

@@ -62,6 +62,10 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
     m->rope_swa_ = rope_freqs(local, {});
   }
   m->plan_buffers();
+  if (options.device_reserve) {
+    ASSIGN_OR_RETURN(const uint64_t reserve, options.device_reserve(*m));
+    m->backend_->set_device_reserve(reserve);
+  }
   if (options.repack && !m->source_) {
     std::vector<std::vector<WeightView*>> groups = dispatch_groups(m->weights_, m->arch());
     std::vector<WeightGroup> spans(groups.begin(), groups.end());

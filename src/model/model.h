@@ -35,6 +35,8 @@
 
 namespace sluice {
 
+class Model;
+
 struct ModelOptions {
   int n_threads = 0;      // threads of the CPU backend created when `backend` is null; <= 0: one per core
   int64_t n_batch = 256;  // most tokens in one forward pass (all sequences together)
@@ -59,6 +61,11 @@ struct ModelOptions {
   // prefetches them; always on then) and to the activation hook
   // ("ffn_moe_pred"). Costs one small matmul per routed layer.
   bool predict_experts = false;
+  // Device memory the caller keeps for itself out of the backend's budget
+  // (Backend::set_device_reserve), asked once the model's shape is known and
+  // before its weights are prepared: the engine's KV pool, so that under
+  // --gpu-budget a longer context leaves fewer layers resident. Null: none.
+  std::function<StatusOr<uint64_t>(const Model&)> device_reserve;
 };
 
 // One sequence's part of a batched forward pass.

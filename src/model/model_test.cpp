@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/reference_backend.h"
 #include "base/test_data.h"
 
 namespace sluice {
@@ -153,6 +154,43 @@ TEST(Model, ActivationHookNamesEveryLayer) {
   ASSERT_TRUE((*m)->forward(toks, kv, logits.data(), false).ok());
   EXPECT_NE(std::find(seen.begin(), seen.end(), "l_out@4"), seen.end());
   EXPECT_NE(std::find(seen.begin(), seen.end(), "embd@-1"), seen.end());
+}
+
+// ModelOptions::device_reserve is asked once the model's shape is known and
+// before its weights are prepared, and what it returns reaches the backend
+// (the engine keeps its KV pool out of --gpu-budget this way); an error from
+// it fails the load.
+TEST(Model, DeviceReserveIsAskedWithTheModelAndHandedToTheBackendBeforePreparing) {
+  SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
+  struct Recording final : ReferenceBackend {
+    std::vector<std::string> calls;
+    void set_device_reserve(uint64_t bytes) override { calls.push_back("reserve " + std::to_string(bytes)); }
+    PreparedWeights prepare_weights(std::span<const WeightGroup> groups) override {
+      calls.push_back("prepare");
+      return ReferenceBackend::prepare_weights(groups);
+    }
+  };
+  auto be = std::make_shared<Recording>();
+  int64_t layers_seen = 0;
+  auto mf = stories();
+  ASSERT_TRUE(mf.ok());
+  auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)),
+                       ModelOptions{.backend = be, .device_reserve = [&](const Model& model) -> StatusOr<uint64_t> {
+                                      layers_seen = model.hparams().n_layer;
+                                      return uint64_t{12345};
+                                    }});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(layers_seen, 5);
+  EXPECT_EQ(be->calls, (std::vector<std::string>{"reserve 12345", "prepare"}));
+  auto mf2 = stories();
+  ASSERT_TRUE(mf2.ok());
+  auto bad = Model::load(std::make_shared<const ModelFile>(std::move(*mf2)),
+                         ModelOptions{.backend = std::make_shared<Recording>(),
+                                      .device_reserve = [](const Model&) -> StatusOr<uint64_t> {
+                                        return resource_exhausted("no room for the KV pool");
+                                      }});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("KV pool"), std::string::npos);
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
     n_ctx = std::min(hp.n_ctx_train, o.ctx_cap);
   }
   ModelOptions mo{.n_threads = o.n_threads, .n_batch = o.n_batch, .n_ctx_max = n_ctx, .max_seqs = o.max_seqs,
-                  .backend = o.shared_backend, .repack = o.repack, .predict_experts = o.predict_experts};
+                  .backend = o.shared_backend, .repack = o.repack, .predict_experts = o.predict_experts,
+                  .device_reserve = o.device_reserve};
   if (!mo.backend) {
     ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads,
                                                  .device_budget_bytes = o.gpu_budget_bytes}));

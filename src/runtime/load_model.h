@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,8 @@ struct LoadOptions {
   // --backend cuda: GPU memory for the weights; those beyond it stream from
   // pinned host memory (BackendOptions::device_budget_bytes; 0: all resident).
   uint64_t gpu_budget_bytes = 0;
+  // Out of gpu_budget_bytes, what the caller keeps (ModelOptions::device_reserve).
+  std::function<StatusOr<uint64_t>(const Model&)> device_reserve;
   int64_t tokens_per_step = 1;
   const plan::Calibration* calibration = nullptr;
 };

@@ -253,7 +253,14 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
   constexpr int kSlots = 3;
   std::vector<uint8_t> streams(n_groups, 0);
   size_t slot = 0;
-  if (budget_ > 0 && total > budget_) {
+  if (budget_ > 0 && reserve_ >= budget_) {
+    p.status = resource_exhausted("--gpu-budget {:.2f} GiB leaves nothing for weights after the {:.2f} GiB kept for "
+                                  "the KV cache (a shorter context, fewer sequences or --kv-budget shrink it)",
+                                  static_cast<double>(budget_) / (1 << 30), static_cast<double>(reserve_) / (1 << 30));
+    return p;
+  }
+  const uint64_t budget = budget_ > 0 ? budget_ - reserve_ : 0;  // for the weights
+  if (budget > 0 && total > budget) {
     if (ring_) {
       p.status = invalid_argument("--gpu-budget: the cuda backend streams the weights of one model, and one is "
                                      "already streaming on it");
@@ -263,11 +270,13 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
     for (size_t gi = 0; gi < n_groups; ++gi)
       if (gi != largest) slot = std::max(slot, group_bytes[gi]);
     const size_t floor = group_bytes[largest] + kSlots * slot;
-    if (budget_ < floor) {
+    if (budget < floor) {
       p.status = resource_exhausted(
-          "--gpu-budget {:.2f} GiB is below the smallest that can stream these weights, {:.2f} GiB: the largest "
-          "dispatch ({:.2f} GiB, resident) and a ring of {} slots of {:.2f} GiB",
-          static_cast<double>(budget_) / (1 << 30), static_cast<double>(floor) / (1 << 30),
+          "--gpu-budget {:.2f} GiB leaves {:.2f} GiB for weights (after {:.2f} GiB for the KV cache), below the "
+          "smallest that can stream them, {:.2f} GiB: the largest dispatch ({:.2f} GiB, resident) and a ring of {} "
+          "slots of {:.2f} GiB",
+          static_cast<double>(budget_) / (1 << 30), static_cast<double>(budget) / (1 << 30),
+          static_cast<double>(reserve_) / (1 << 30), static_cast<double>(floor) / (1 << 30),
           static_cast<double>(group_bytes[largest]) / (1 << 30), kSlots, static_cast<double>(slot) / (1 << 30));
       return p;
     }
@@ -275,7 +284,7 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
     bool spill = false;
     for (size_t gi = 0; gi < n_groups; ++gi) {
       if (gi == largest || group_bytes[gi] == 0) continue;
-      spill = spill || resident + group_bytes[gi] > budget_;
+      spill = spill || resident + group_bytes[gi] > budget;
       if (spill) streams[gi] = 1;
       else resident += group_bytes[gi];
     }
@@ -339,9 +348,10 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
                           device_description());
   if (ring_)
     p.summary += fmt::format("; {:.2f} GiB in {} dispatches stream from pinned host memory through {} slots of "
-                             "{:.1f} MiB (--gpu-budget {:.2f} GiB)",
+                             "{:.1f} MiB (--gpu-budget {:.2f} GiB, {:.2f} GiB of it kept for the KV cache)",
                              static_cast<double>(ring_->host_bytes()) / (1 << 30), ring_->n_groups(), ring_->n_slots(),
-                             static_cast<double>(ring_->slot_bytes()) / (1 << 20), static_cast<double>(budget_) / (1 << 30));
+                             static_cast<double>(ring_->slot_bytes()) / (1 << 20), static_cast<double>(budget_) / (1 << 30),
+                             static_cast<double>(reserve_) / (1 << 30));
   if (n_split > 0)
     p.summary += fmt::format("; {} Q4_0/Q8_0 matrices ({:.2f} GiB) with their scales split off for 16-byte loads",
                              n_split, static_cast<double>(split_bytes) / (1 << 30));

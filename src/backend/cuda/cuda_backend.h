@@ -97,6 +97,8 @@ class CudaBackend final : public Backend {
   // (cuda_weight_ring.h); the largest dispatch (the output head) and the
   // first ones stay resident.
   PreparedWeights prepare_weights(std::span<const WeightGroup> groups) override;
+  // Under a budget, the weights get what is left after this (the KV pool).
+  void set_device_reserve(uint64_t bytes) override { reserve_ = bytes; }
 
   void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) override;
   void rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
@@ -154,6 +156,7 @@ class CudaBackend final : public Backend {
   };
   PendingAdd pending_;  // x += y, not launched yet
   uint64_t budget_ = 0;
+  uint64_t reserve_ = 0;  // of budget_, kept for the caller (set_device_reserve)
   std::unique_ptr<WeightRing> ring_;  // the streamed matrices (null: all resident)
   struct StreamedAt {
     int group;      // in ring_
