@@ -72,6 +72,19 @@ class Mirror {
   std::vector<uint8_t> last_;  // what dev_ holds
 };
 
+// One cudaMalloc, zeroed: what alloc() returns and prepare_weights' arena.
+class DeviceBuffer final : public Buffer {
+ public:
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer() override { cudaFree(data_); }
+  uint8_t* data() override { return static_cast<uint8_t*>(data_); }
+  size_t size() const override { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_;
+};
+
 class CudaBackend final : public Backend {
  public:
   // The device must be usable (create_cuda_backend checks). budget_bytes:

@@ -1,0 +1,183 @@
+// CudaBackend's weight placement: prepare_weights (the resident arena, the
+// split-scales layout, and under --gpu-budget the dispatches that stream from
+// pinned host memory through the WeightRing) and bind / unbind, which point a
+// call's streamed views into their ring slots.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "backend/cuda/cuda_api.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.cuh"
+#include "base/check.h"
+#include "quant/quant.h"
+#include "quant/split_scales.h"
+
+namespace sluice::cuda {
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : size_(bytes) {
+  SLUICE_CUDA_OK(cudaMalloc(&data_, std::max<size_t>(bytes, 4)));
+  SLUICE_CUDA_OK(cudaMemset(data_, 0, std::max<size_t>(bytes, 4)));
+}
+
+PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups) {
+  flush_add();
+  // One device arena for the resident matrices, each 256-byte aligned; a
+  // matrix seen twice (the same host bytes) is copied once, with the first
+  // group that has it. Q4_0 / Q8_0 go with their scales split off
+  // (quant/split_scales.h) unless SLUICE_CUDA_Q8_LAYOUT=rows.
+  const char* env = std::getenv("SLUICE_CUDA_Q8_LAYOUT");
+  const bool split = !(env && std::strcmp(env, "rows") == 0);
+  auto splits = [&](const WeightView& w) { return split && split_scales_takes(w.type, w.n_in); };
+  auto bytes_of = [](const WeightView& w) { return row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out); };
+  auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t n_groups = groups.size();
+  std::unordered_map<const uint8_t*, size_t> owner;  // host bytes -> the first group that has them
+  std::vector<size_t> group_bytes(n_groups, 0);
+  size_t total = 0;
+  for (size_t gi = 0; gi < n_groups; ++gi)
+    for (WeightView* w : groups[gi]) {
+      if (!w->data || owner.count(w->data)) continue;
+      CHECK(w->layout == WeightLayout::kRows);
+      owner[w->data] = gi;
+      group_bytes[gi] += aligned(bytes_of(*w));
+      total += aligned(bytes_of(*w));
+    }
+  PreparedWeights p;
+  if (total == 0) return p;
+
+  // Under a budget: the largest group (the output head) and the groups from
+  // the front stay resident while they fit beside a ring of kSlots slots the
+  // size of the largest streamed group; every group after them streams.
+  constexpr int kSlots = 3;
+  std::vector<uint8_t> streams(n_groups, 0);
+  size_t slot = 0;
+  if (budget_ > 0 && reserve_ >= budget_) {
+    p.status = resource_exhausted("--gpu-budget {:.2f} GiB leaves nothing for weights after the {:.2f} GiB kept for "
+                                  "the KV cache (a shorter context, fewer sequences or --kv-budget shrink it)",
+                                  static_cast<double>(budget_) / (1 << 30), static_cast<double>(reserve_) / (1 << 30));
+    return p;
+  }
+  const uint64_t budget = budget_ > 0 ? budget_ - reserve_ : 0;  // for the weights
+  if (budget > 0 && total > budget) {
+    if (ring_) {
+      p.status = invalid_argument("--gpu-budget: the cuda backend streams the weights of one model, and one is "
+                                     "already streaming on it");
+      return p;
+    }
+    const size_t largest = static_cast<size_t>(std::max_element(group_bytes.begin(), group_bytes.end()) - group_bytes.begin());
+    for (size_t gi = 0; gi < n_groups; ++gi)
+      if (gi != largest) slot = std::max(slot, group_bytes[gi]);
+    const size_t floor = group_bytes[largest] + kSlots * slot;
+    if (budget < floor) {
+      p.status = resource_exhausted(
+          "--gpu-budget {:.2f} GiB leaves {:.2f} GiB for weights (after {:.2f} GiB for the KV cache), below the "
+          "smallest that can stream them, {:.2f} GiB: the largest dispatch ({:.2f} GiB, resident) and a ring of {} "
+          "slots of {:.2f} GiB",
+          static_cast<double>(budget_) / (1 << 30), static_cast<double>(budget) / (1 << 30),
+          static_cast<double>(reserve_) / (1 << 30), static_cast<double>(floor) / (1 << 30),
+          static_cast<double>(group_bytes[largest]) / (1 << 30), kSlots, static_cast<double>(slot) / (1 << 30));
+      return p;
+    }
+    size_t resident = floor;
+    bool spill = false;
+    for (size_t gi = 0; gi < n_groups; ++gi) {
+      if (gi == largest || group_bytes[gi] == 0) continue;
+      spill = spill || resident + group_bytes[gi] > budget;
+      if (spill) streams[gi] = 1;
+      else resident += group_bytes[gi];
+    }
+  }
+  // Offsets: resident matrices in the arena, streamed ones in their group.
+  std::vector<int> ring_index(n_groups, -1);
+  std::vector<size_t> streamed_bytes;
+  for (size_t gi = 0; gi < n_groups; ++gi)
+    if (streams[gi]) {
+      ring_index[gi] = static_cast<int>(streamed_bytes.size());
+      streamed_bytes.push_back(group_bytes[gi]);
+    }
+  std::unordered_map<const uint8_t*, size_t> offset;  // in the arena, or in the group
+  std::vector<size_t> group_fill(n_groups, 0);
+  size_t arena_bytes = 0;
+  for (size_t gi = 0; gi < n_groups; ++gi)
+    for (WeightView* w : groups[gi]) {
+      if (!w->data || owner.at(w->data) != gi || offset.count(w->data)) continue;
+      size_t& at = streams[gi] ? group_fill[gi] : arena_bytes;
+      offset[w->data] = at;
+      at += aligned(bytes_of(*w));
+    }
+  std::unique_ptr<DeviceBuffer> arena;
+  if (arena_bytes > 0) arena = std::make_unique<DeviceBuffer>(arena_bytes);
+  if (!streamed_bytes.empty()) ring_ = std::make_unique<WeightRing>(streamed_bytes, kSlots);
+  std::unordered_map<const uint8_t*, const uint8_t*> placed;  // host bytes -> where the views now point
+  std::vector<uint8_t> tmp;  // one resident matrix in the split layout
+  size_t n_split = 0, split_bytes = 0;
+  for (size_t gi = 0; gi < n_groups; ++gi)
+    for (WeightView* w : groups[gi]) {
+      if (!w->data) continue;
+      const uint8_t* host = w->data;
+      const bool sp = splits(*w);
+      auto it = placed.find(host);
+      if (it == placed.end()) {
+        const size_t g = owner.at(host), off = offset.at(host), n = bytes_of(*w);
+        if (streams[g]) {  // into the pinned host tier, in the layout the kernels read
+          uint8_t* dst = ring_->host(ring_index[g]) + off;
+          if (sp) split_scales(w->type, host, w->n_out, w->n_in, dst);
+          else std::memcpy(dst, host, n);
+          streamed_[dst] = StreamedAt{.group = ring_index[g], .offset = off};
+          it = placed.emplace(host, dst).first;
+        } else {
+          const uint8_t* src = host;
+          if (sp) {
+            tmp.resize(n);
+            split_scales(w->type, host, w->n_out, w->n_in, tmp.data());
+            src = tmp.data();
+          }
+          uint8_t* dev = arena->data() + off;
+          SLUICE_CUDA_OK(cudaMemcpy(dev, src, n, cudaMemcpyHostToDevice));
+          it = placed.emplace(host, dev).first;
+        }
+        if (sp) ++n_split, split_bytes += n;
+      }
+      w->data = it->second;
+      if (sp) w->layout = WeightLayout::kSplitScales;
+    }
+  p.copied_bytes = total;
+  p.summary = fmt::format("{:.2f} GiB of weights copied to {}", static_cast<double>(arena_bytes) / (1 << 30),
+                          device_description());
+  if (ring_)
+    p.summary += fmt::format("; {:.2f} GiB in {} dispatches stream from pinned host memory through {} slots of "
+                             "{:.1f} MiB (--gpu-budget {:.2f} GiB, {:.2f} GiB of it kept for the KV cache)",
+                             static_cast<double>(ring_->host_bytes()) / (1 << 30), ring_->n_groups(), ring_->n_slots(),
+                             static_cast<double>(ring_->slot_bytes()) / (1 << 20), static_cast<double>(budget_) / (1 << 30),
+                             static_cast<double>(reserve_) / (1 << 30));
+  if (n_split > 0)
+    p.summary += fmt::format("; {} Q4_0/Q8_0 matrices ({:.2f} GiB) with their scales split off for 16-byte loads",
+                             n_split, static_cast<double>(split_bytes) / (1 << 30));
+  p.arena = std::move(arena);
+  return p;
+}
+
+int CudaBackend::bind(std::span<const MatmulOut> outs, MatmulOut* bound, Held* held) {
+  int n = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    bound[i] = outs[i];
+    if (streamed_.empty()) continue;
+    const auto it = streamed_.find(outs[i].w.data);
+    if (it == streamed_.end()) continue;
+    const int g = it->second.group;
+    int j = 0;
+    while (j < n && held[j].group != g) ++j;
+    if (j == n) held[n++] = Held{.group = g, .base = ring_->acquire(g, stream_)};
+    bound[i].w.data = held[j].base + it->second.offset;
+  }
+  return n;
+}
+
+void CudaBackend::unbind(const Held* held, int n) {
+  for (int i = 0; i < n; ++i) ring_->release(held[i].group, stream_);
+}
+
+}  // namespace sluice::cuda
