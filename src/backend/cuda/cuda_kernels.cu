@@ -302,14 +302,10 @@ void launch_rmsnorm(const float* x, const int64_t* rows, const float* w, float e
   if (n_tok == 0) return;
   const RowShape rs = row_shape(n);
   const unsigned grid = static_cast<unsigned>(n_tok);
-  switch (rs.k) {
-    case 1: rmsnorm_kernel<1><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n); break;
-    case 2: rmsnorm_kernel<2><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n); break;
-    case 4: rmsnorm_kernel<4><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n); break;
-    case 8: rmsnorm_kernel<8><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n); break;
-    case 16: rmsnorm_kernel<16><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n); break;
-    default: rmsnorm_kernel<0><<<grid, 1024, 0, s>>>(x, rows, add, w, eps, out, n); break;
-  }
+  const bool in_regs = with_row_regs(rs, [&](auto k) {
+    rmsnorm_kernel<decltype(k)::value><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n);
+  });
+  if (!in_regs) rmsnorm_kernel<0><<<grid, 1024, 0, s>>>(x, rows, add, w, eps, out, n);
   SLUICE_CUDA_LAUNCHED();
 }
 

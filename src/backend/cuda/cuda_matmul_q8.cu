@@ -291,16 +291,13 @@ void rmsnorm_quantize_x(float* x, const float* add, const float* w, float eps, f
   if (n_tok == 0) return;
   const RowShape rs = row_shape(n);
   const unsigned grid = static_cast<unsigned>(n_tok);
-  switch (rs.k) {
-    case 1: rmsnorm_quantize_kernel<1><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx); break;
-    case 2: rmsnorm_quantize_kernel<2><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx); break;
-    case 4: rmsnorm_quantize_kernel<4><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx); break;
-    case 8: rmsnorm_quantize_kernel<8><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx); break;
-    case 16: rmsnorm_quantize_kernel<16><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx); break;
-    default:  // n > 16384: two launches
-      launch_rmsnorm(x, nullptr, w, eps, xn, n_tok, n, s, add);
-      quantize_x(xn, n, n, n_tok, qx, s);
-      return;
+  const bool in_regs = with_row_regs(rs, [&](auto k) {
+    rmsnorm_quantize_kernel<decltype(k)::value><<<grid, rs.threads, 0, s>>>(x, add, w, eps, xn, n, qx);
+  });
+  if (!in_regs) {  // n > 16384: two launches
+    launch_rmsnorm(x, nullptr, w, eps, xn, n_tok, n, s, add);
+    quantize_x(xn, n, n, n_tok, qx, s);
+    return;
   }
   SLUICE_CUDA_LAUNCHED();
 }

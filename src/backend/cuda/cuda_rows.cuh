@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace sluice::cuda {
 
@@ -81,6 +82,20 @@ inline RowShape row_shape(int64_t n) {
   const int64_t per = (blocks + 31) / 32;
   s.k = per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : per <= 8 ? 8 : per <= 16 ? 16 : 0;
   return s;
+}
+
+// Calls f(std::integral_constant<int, K>{}) for the shape's K and returns
+// true; returns false, calling nothing, for K == 0 (rows read from memory).
+template <class F>
+bool with_row_regs(const RowShape& s, F&& f) {
+  switch (s.k) {
+    case 1: f(std::integral_constant<int, 1>{}); return true;
+    case 2: f(std::integral_constant<int, 2>{}); return true;
+    case 4: f(std::integral_constant<int, 4>{}); return true;
+    case 8: f(std::integral_constant<int, 8>{}); return true;
+    case 16: f(std::integral_constant<int, 16>{}); return true;
+    default: return false;
+  }
 }
 
 }  // namespace sluice::cuda
