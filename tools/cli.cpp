@@ -30,27 +30,32 @@ void add_backend_option(CLI::App* c, std::string* name) {
       ->capture_default_str();
 }
 
-void add_mem_budget_option(CLI::App* c, uint64_t* bytes) {
+namespace {
+
+// An option taking a size in bytes (600M, 2G, ...; weights::parse_byte_size).
+void add_byte_size_option(CLI::App* c, const std::string& name, uint64_t* bytes, const std::string& help) {
   c->add_option_function<std::string>(
-       "--mem-budget",
-       [bytes](const std::string& v) {
-         auto n = weights::parse_byte_size(v);
-         if (!n.ok()) throw CLI::ValidationError("--mem-budget", n.status().message());
-         *bytes = *n;
-       },
-       "memory for weights (e.g. 600M, 2G): layers beyond it stream from disk through the weight store");
+      name,
+      [name, bytes](const std::string& v) {
+        auto n = weights::parse_byte_size(v);
+        if (!n.ok()) throw CLI::ValidationError(name, n.status().message());
+        *bytes = *n;
+      },
+      help);
+}
+
+}  // namespace
+
+void add_mem_budget_option(CLI::App* c, uint64_t* bytes) {
+  add_byte_size_option(c, "--mem-budget", bytes,
+                       "memory for weights (e.g. 600M, 2G): layers beyond it stream from disk through the weight store");
 }
 
 void add_gpu_budget_option(CLI::App* c, uint64_t* bytes) {
-  c->add_option_function<std::string>(
-       "--gpu-budget",
-       [bytes](const std::string& v) {
-         auto n = weights::parse_byte_size(v);
-         if (!n.ok()) throw CLI::ValidationError("--gpu-budget", n.status().message());
-         *bytes = *n;
-       },
-       "GPU memory for weights with --backend cuda (e.g. 6G): the layers beyond it stay in pinned host memory and "
-       "are copied to the GPU ahead of use, each step");
+  add_byte_size_option(c, "--gpu-budget", bytes,
+                       "GPU memory for weights with --backend cuda (e.g. 6G; serve and bench-serve keep their KV pool "
+                       "out of it first): the layers beyond it stay in pinned host memory and are copied to the GPU "
+                       "ahead of use, each step");
 }
 
 void add_speculative_options(CLI::App* c, EngineConfig* config) {
