@@ -37,7 +37,11 @@ struct StreamedDecode {
   double disk_bytes_per_token = 0;
   double run_disk_gbps = 0;      // 0: nothing was read
   double disk_busy_fraction = 0;
-  double expert_hit_rate = -1;   // experts streamed one by one: share of chosen ones in a slot (timed tokens)
+  // Experts streamed one by one (timed tokens): the share of chosen ones the
+  // cache kept (no read since their layer last routed: the planner's hit
+  // rate), and the share in memory when their layer routed.
+  double expert_hit_rate = -1;
+  double expert_ready_rate = -1;
 };
 
 StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_ptr<const ModelFile> file,
@@ -70,7 +74,9 @@ StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_
   if (stream->store().streams_experts()) {
     const weights::ExpertLayerStats e = stream->store().expert_stats().total();
     const uint64_t chosen = e.chosen - experts_before.chosen;
-    out.expert_hit_rate = chosen ? static_cast<double>(e.ready - experts_before.ready) / static_cast<double>(chosen) : 0.0;
+    const auto share = [&](uint64_t n) { return chosen ? static_cast<double>(n) / static_cast<double>(chosen) : 0.0; };
+    out.expert_hit_rate = share(e.kept - experts_before.kept);
+    out.expert_ready_rate = share(e.ready - experts_before.ready);
   }
   const double bytes = static_cast<double>(after.total_bytes() - before.total_bytes());
   const double busy_s = after.busy_s - before.busy_s;
@@ -166,6 +172,10 @@ json round_json(int index, const MeasureRound& r) {
     j["stream"]["run_disk_gbps"] = r.stream->run_disk_gbps;
     j["stream"]["disk_busy_fraction"] = r.stream->disk_busy_fraction;
     j["stream"]["disk_bytes_per_token"] = r.stream->disk_bytes_per_token;
+    if (r.stream->expert_hit_rate >= 0) {
+      j["stream"]["expert_hit_rate"] = r.stream->expert_hit_rate;
+      j["stream"]["expert_ready_rate"] = r.stream->expert_ready_rate;
+    }
   }
   return j;
 }
@@ -266,8 +276,10 @@ int run_measure(const PlanArgs& a) {
                      sd.disk_bytes_per_token / 1e6, sd.run_disk_gbps,
                      p.disk_gbps > 0 ? sd.run_disk_gbps / p.disk_gbps : 0.0, 100 * sd.disk_busy_fraction);
     if (sd.expert_hit_rate >= 0)
-      t += fmt::format("          experts: {} slots, hit rate {:.1f}% measured ({:.1f}% planned before prediction)\n",
-                       p.n_expert_slots, 100 * sd.expert_hit_rate, 100 * p.expected_hit_rate);
+      t += fmt::format("          experts: {} slots, hit rate {:.1f}% measured ({:.1f}% planned), ready when routed "
+                       "{:.1f}%\n",
+                       p.n_expert_slots, 100 * sd.expert_hit_rate, 100 * p.expected_hit_rate,
+                       100 * sd.expert_ready_rate);
   }
   if (streamed) {
     t += "stream    a disk-bound round's measured/pred = (run's disk rate / predicted rate) x (time in flight) x "

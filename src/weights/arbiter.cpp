@@ -96,16 +96,15 @@ bool BandwidthArbiter::landed(TransferId id) const {
   return lookup(id).landed;
 }
 
-bool BandwidthArbiter::cancel(TransferId id, uint64_t* bytes_read) {
+BandwidthArbiter::Cancelled BandwidthArbiter::cancel(TransferId id) {
   std::unique_lock<std::mutex> lock(mu_);
   Transfer& t = lookup(id);
   t.cancelled = true;
   state_cv_.wait(lock, [&] { return t.in_flight == 0; });
-  const bool was_pending = !t.landed;
-  if (was_pending) ++stats_.n_cancelled;
-  if (bytes_read) *bytes_read = t.bytes;
+  const Cancelled c{.was_pending = !t.landed, .bytes_read = t.bytes, .untouched = !t.issued};
+  if (c.was_pending) ++stats_.n_cancelled;
   retire(static_cast<int>(&t - transfers_.data()));
-  return was_pending;
+  return c;
 }
 
 void BandwidthArbiter::reprioritize(TransferId id, TransferClass cls) {
@@ -187,6 +186,7 @@ void BandwidthArbiter::issue(int index) {
                   .dst = t.base + e.dst_offset + t.next_pos,
                   .tag = static_cast<uint64_t>(index)});
   ++t.in_flight;
+  t.issued = true;
   ++stats_.n_reads;
   t.next_pos += len;
   if (t.next_pos == e.length) {

@@ -90,10 +90,13 @@ class BandwidthArbiter {
   TransferResult wait(TransferId id);
   // True once every read of the transfer has completed (it is not retired).
   bool landed(TransferId id) const;
-  // Stops issuing the transfer's reads, waits for those in flight and retires
-  // it. Returns true if it had not landed yet; *bytes_read (if given) gets the
-  // bytes its reads brought in before it stopped.
-  bool cancel(TransferId id, uint64_t* bytes_read = nullptr);
+  // Stops issuing the transfer's reads, waits for those in flight and retires it.
+  struct Cancelled {
+    bool was_pending = false;  // it had not landed yet
+    uint64_t bytes_read = 0;   // what its reads brought in before it stopped
+    bool untouched = false;    // no read of it was ever issued: its buffer is as it was
+  };
+  Cancelled cancel(TransferId id);
   // Moves a transfer to another class; it keeps its age within the new class.
   void reprioritize(TransferId id, TransferClass cls);
 
@@ -115,6 +118,7 @@ class BandwidthArbiter {
     size_t next_extent = 0;           // next read starts at extents[next_extent] + next_pos
     uint64_t next_pos = 0;
     int in_flight = 0;
+    bool issued = false;              // a read of it went to the engine
     bool cancelled = false;
     bool landed = false;
     uint64_t bytes = 0;

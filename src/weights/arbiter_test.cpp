@@ -106,9 +106,10 @@ TEST_F(ArbiterTest, CancelStopsATransferAndRetiresIt) {
   BandwidthArbiter arb(*engine_, {.start_paused = true});
   const auto e0 = one(0, 65536);
   const TransferId a = *arb.submit(TransferClass::kPrefetch, e0, buf->data());
-  uint64_t bytes = 1;
-  EXPECT_TRUE(arb.cancel(a, &bytes));
-  EXPECT_EQ(bytes, 0u);
+  const BandwidthArbiter::Cancelled ca = arb.cancel(a);
+  EXPECT_TRUE(ca.was_pending);
+  EXPECT_EQ(ca.bytes_read, 0u);
+  EXPECT_TRUE(ca.untouched);
   arb.resume();
   // Nothing was read into the buffer.
   for (uint64_t i = 0; i < 65536; ++i) ASSERT_EQ(buf->data()[i], 0);
@@ -118,8 +119,10 @@ TEST_F(ArbiterTest, CancelStopsATransferAndRetiresIt) {
   const TransferId b = *arb.submit(TransferClass::kPrefetch, e0, buf->data());
   while (!arb.landed(b)) {
   }
-  EXPECT_FALSE(arb.cancel(b, &bytes));
-  EXPECT_EQ(bytes, 65536u);
+  const BandwidthArbiter::Cancelled cb = arb.cancel(b);
+  EXPECT_FALSE(cb.was_pending);
+  EXPECT_EQ(cb.bytes_read, 65536u);
+  EXPECT_FALSE(cb.untouched);
 }
 
 TEST_F(ArbiterTest, CapLimitsBandwidth) {

@@ -69,6 +69,13 @@ void ExpertCache::clear_slot(int64_t s) {
   slot = Slot{};
 }
 
+void ExpertCache::restore(int64_t s, int64_t layer, int64_t expert) {
+  Slot& slot = slots_[static_cast<size_t>(s)];
+  CHECK(slot.layer < 0 && where_[index(layer, expert)] < 0);
+  slot = Slot{.layer = layer, .expert = expert};
+  where_[index(layer, expert)] = s;
+}
+
 void ExpertCache::pin(int64_t layer, int64_t expert) {
   const int64_t s = where_[index(layer, expert)];
   CHECK(s >= 0);

@@ -62,6 +62,10 @@ class ExpertCache {
   Placement insert(int64_t layer, int64_t expert);
   // Forgets what a slot holds (e.g. a prefetch that was cancelled).
   void clear_slot(int64_t slot);
+  // Puts (l, e) back into an empty slot whose bytes still hold it (a read
+  // that would have replaced it was cancelled before it began). Its use
+  // counts are as they were.
+  void restore(int64_t slot, int64_t layer, int64_t expert);
 
   void pin(int64_t layer, int64_t expert);
   void unpin(int64_t layer, int64_t expert);

@@ -33,11 +33,13 @@ std::vector<ExpertLayerStats> replay_routing(const RoutingTrace& trace, const Re
       ExpertLayerStats& r = out[static_cast<size_t>(l)];
       // Prediction, while the previous routed layer still pins its experts.
       const std::vector<int32_t> predicted = o.use_prediction ? distinct(tl.predicted) : std::vector<int32_t>{};
+      std::vector<int32_t> read_ahead;
       for (int32_t e : predicted) {
         cache.protect(l, e);
         if (cache.slot_of(l, e) >= 0) continue;
         if (cache.insert(l, e).slot < 0) continue;  // no room: the prefetch is dropped
         ++r.prefetch_reads;
+        read_ahead.push_back(e);
       }
       for (int32_t e : held) cache.unpin(held_layer, e);
       held.clear();
@@ -50,6 +52,7 @@ std::vector<ExpertLayerStats> replay_routing(const RoutingTrace& trace, const Re
         if (std::binary_search(predicted.begin(), predicted.end(), e)) ++r.predicted_chosen;
         if (cache.slot_of(l, e) >= 0) {
           ++r.ready;
+          r.kept += std::find(read_ahead.begin(), read_ahead.end(), e) == read_ahead.end();
         } else {
           CHECK(cache.insert(l, e).slot >= 0);
           ++r.missed;

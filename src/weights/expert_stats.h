@@ -6,6 +6,9 @@
 //   predicted         distinct experts predicted for the layer before it ran
 //   predicted_chosen  both
 //   ready             chosen and already in a slot when the layer routed (a hit)
+//   kept              chosen and in a slot no read filled since the layer last
+//                     routed: what the cache kept, not the prediction's
+//                     read-ahead (the planner's hit rate, plan/expert_plan.h)
 //   late              chosen, predicted, still being read (run time only)
 //   missed            chosen, not in a slot: read on demand
 //   prefetch_reads    experts read because they were predicted
@@ -22,6 +25,7 @@ struct ExpertLayerStats {
   uint64_t predicted = 0;
   uint64_t predicted_chosen = 0;
   uint64_t ready = 0;
+  uint64_t kept = 0;
   uint64_t late = 0;
   uint64_t missed = 0;
   uint64_t prefetch_reads = 0;
@@ -33,6 +37,7 @@ struct ExpertLayerStats {
     return predicted ? static_cast<double>(predicted_chosen) / static_cast<double>(predicted) : 0.0;
   }
   double hit_rate() const { return chosen ? static_cast<double>(ready) / static_cast<double>(chosen) : 0.0; }
+  double kept_rate() const { return chosen ? static_cast<double>(kept) / static_cast<double>(chosen) : 0.0; }
   // Experts read (prefetches and misses) per chosen expert: the disk traffic
   // against what the chosen experts alone need.
   double read_ratio() const {
@@ -49,6 +54,7 @@ struct ExpertLayerStats {
     predicted += o.predicted;
     predicted_chosen += o.predicted_chosen;
     ready += o.ready;
+    kept += o.kept;
     late += o.late;
     missed += o.missed;
     prefetch_reads += o.prefetch_reads;

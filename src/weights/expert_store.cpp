@@ -57,6 +57,7 @@ nlohmann::ordered_json ExpertStatsSnapshot::json(const WeightCountersSnapshot& w
   nlohmann::ordered_json j;
   j["slots"] = n_slots;
   j["policy"] = cache_policy_name(policy);
+  j["restored"] = restored;
   j["disk_bytes_per_token"] = static_cast<double>(disk_bytes) / n;
   j["host_bytes_per_token"] = static_cast<double>(host_bytes) / n;
   j["dense_host_bytes_per_token"] = static_cast<double>(w.host_read_bytes - std::min(w.host_read_bytes, host_bytes)) / n;
@@ -65,26 +66,29 @@ nlohmann::ordered_json ExpertStatsSnapshot::json(const WeightCountersSnapshot& w
   j["recall"] = t.recall();
   j["precision"] = t.precision();
   j["hit_rate"] = t.hit_rate();
+  j["kept_rate"] = t.kept_rate();
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (size_t l = 0; l < layers.size(); ++l) {
     const ExpertLayerStats& x = layers[l];
     if (x.chosen == 0 && x.resident == 0) continue;
     rows.push_back({{"layer", l}, {"resident", x.resident}, {"recall", x.recall()}, {"precision", x.precision()},
-                    {"hit_rate", x.hit_rate()}, {"late", x.late}, {"missed", x.missed}, {"cancelled", x.cancelled}});
+                    {"hit_rate", x.hit_rate()}, {"kept_rate", x.kept_rate()}, {"late", x.late}, {"missed", x.missed}, {"cancelled", x.cancelled}});
   }
   j["layers"] = rows;
   return j;
 }
 
 std::string ExpertStatsSnapshot::table() const {
-  std::string s = fmt::format("experts ({} slots, {} policy): {:.1f} MB read from disk, {:.1f} MB used from slots\n",
+  std::string s = fmt::format("experts ({} slots, {} policy): {:.1f} MB read from disk, {:.1f} MB used from slots; "
+                              "{} cancelled prefetches had not begun and left their slot's expert in place\n",
                               n_slots, cache_policy_name(policy), static_cast<double>(disk_bytes) / 1e6,
-                              static_cast<double>(host_bytes) / 1e6);
-  s += fmt::format("  {:>5} {:>9} {:>8} {:>9} {:>8} {:>6} {:>7} {:>9}\n", "layer", "resident", "recall", "precision",
-                   "hit", "late", "missed", "cancelled");
+                              static_cast<double>(host_bytes) / 1e6, restored);
+  s += fmt::format("  {:>5} {:>9} {:>8} {:>9} {:>8} {:>8} {:>6} {:>7} {:>9}\n", "layer", "resident", "recall",
+                   "precision", "hit", "kept", "late", "missed", "cancelled");
   auto row = [&](const std::string& name, const ExpertLayerStats& l) {
-    s += fmt::format("  {:>5} {:>9} {:>7.1f}% {:>8.1f}% {:>7.1f}% {:>6} {:>7} {:>9}\n", name, l.resident,
-                     100 * l.recall(), 100 * l.precision(), 100 * l.hit_rate(), l.late, l.missed, l.cancelled);
+    s += fmt::format("  {:>5} {:>9} {:>7.1f}% {:>8.1f}% {:>7.1f}% {:>7.1f}% {:>6} {:>7} {:>9}\n", name, l.resident,
+                     100 * l.recall(), 100 * l.precision(), 100 * l.hit_rate(), 100 * l.kept_rate(), l.late, l.missed,
+                     l.cancelled);
   };
   for (size_t l = 0; l < layers.size(); ++l)
     if (layers[l].chosen > 0 || layers[l].resident > 0) row(std::to_string(l), layers[l]);
@@ -102,6 +106,7 @@ std::string ExpertStatsSnapshot::prometheus() const {
     line("sluice_experts_predicted_total", static_cast<double>(x.predicted));
     line("sluice_experts_predicted_chosen_total", static_cast<double>(x.predicted_chosen));
     line("sluice_experts_ready_total", static_cast<double>(x.ready));
+    line("sluice_experts_kept_total", static_cast<double>(x.kept));
     line("sluice_experts_missed_total", static_cast<double>(x.missed));
     line("sluice_experts_resident", static_cast<double>(x.resident));
   }
@@ -142,6 +147,7 @@ ExpertStore::ExpertStore(const ModelHparams& hp, const ExpertStoreOptions& o, Ba
       cache_({.n_layer = hp.n_layer, .n_expert = hp.n_expert, .n_slots = o.n_slots, .policy = o.policy}),
       io_(static_cast<size_t>(o.n_slots)),
       prepared_(static_cast<size_t>(o.n_slots), 0),
+      fresh_(static_cast<size_t>(o.n_slots), 0),
       predicted_(static_cast<size_t>(hp.n_layer * hp.n_expert), 0),
       layer_counters_(new LayerCounters[static_cast<size_t>(hp.n_layer)]),
       resident_(new std::atomic<int64_t>[static_cast<size_t>(hp.n_layer)]),
@@ -187,15 +193,15 @@ bool ExpertStore::bytes_in(int64_t slot) const {
   return !io.transfer || arbiter_.landed(io.transfer);
 }
 
-void ExpertStore::stop_read(int64_t slot) {
+bool ExpertStore::stop_read(int64_t slot) {
   SlotIo& io = io_[static_cast<size_t>(slot)];
-  if (!io.transfer) return;
-  uint64_t bytes = 0;
-  arbiter_.cancel(io.transfer, &bytes);
-  disk_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  counters_.add_disk_read(bytes);
+  if (!io.transfer) return false;
+  const BandwidthArbiter::Cancelled c = arbiter_.cancel(io.transfer);
+  disk_bytes_.fetch_add(c.bytes_read, std::memory_order_relaxed);
+  counters_.add_disk_read(c.bytes_read);
   io = SlotIo{};
   in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), slot));
+  return c.untouched;
 }
 
 void ExpertStore::forget(int64_t slot) {
@@ -203,6 +209,18 @@ void ExpertStore::forget(int64_t slot) {
   const int64_t layer = cache_.slot_layer(slot);
   if (layer >= 0) resident_[static_cast<size_t>(layer)].fetch_sub(1, std::memory_order_relaxed);
   cache_.clear_slot(slot);
+}
+
+void ExpertStore::drop_prefetch(int64_t slot) {
+  const SlotIo io = io_[static_cast<size_t>(slot)];
+  const bool untouched = stop_read(slot);
+  forget(slot);
+  if (!untouched || io.prev_layer < 0 || cache_.slot_of(io.prev_layer, io.prev_expert) >= 0) return;
+  cache_.restore(slot, io.prev_layer, io.prev_expert);
+  resident_[static_cast<size_t>(io.prev_layer)].fetch_add(1, std::memory_order_relaxed);
+  prepared_[static_cast<size_t>(slot)] = io.prev_prepared;
+  fresh_[static_cast<size_t>(slot)] = io.prev_fresh;
+  restored_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ExpertStore::retire_landed() {
@@ -227,7 +245,26 @@ void ExpertStore::retire_landed() {
 StatusOr<bool> ExpertStore::start(int64_t layer, int64_t expert, TransferClass cls, bool predicted) {
   const ExpertCache::Placement p = cache_.insert(layer, expert);
   if (p.slot < 0) return false;
-  stop_read(p.slot);  // the evicted expert's read, if it was still going
+  // What this read replaces stays whole in the slot until the read begins:
+  // an evicted expert that had landed, or what an evicted read that never
+  // began had replaced itself.
+  const SlotIo old = io_[static_cast<size_t>(p.slot)];
+  const bool whole = p.evicted_layer >= 0 && bytes_in(p.slot);
+  const bool was_prepared = prepared_[static_cast<size_t>(p.slot)] != 0;
+  const bool was_fresh = fresh_[static_cast<size_t>(p.slot)] != 0;
+  const bool untouched = stop_read(p.slot);  // the evicted expert's read, if it was still going
+  SlotIo io{.cls = cls, .predicted = predicted, .seq = ++next_seq_};
+  if (whole) {
+    io.prev_layer = p.evicted_layer;
+    io.prev_expert = static_cast<int32_t>(p.evicted_expert);
+    io.prev_prepared = was_prepared;
+    io.prev_fresh = was_fresh;
+  } else if (untouched) {
+    io.prev_layer = old.prev_layer;
+    io.prev_expert = old.prev_expert;
+    io.prev_prepared = old.prev_prepared;
+    io.prev_fresh = old.prev_fresh;
+  }
   resident_[static_cast<size_t>(layer)].fetch_add(1, std::memory_order_relaxed);
   if (p.evicted_layer >= 0) resident_[static_cast<size_t>(p.evicted_layer)].fetch_sub(1, std::memory_order_relaxed);
   const ExpertInfo& x = info(layer, expert);
@@ -237,8 +274,10 @@ StatusOr<bool> ExpertStore::start(int64_t layer, int64_t expert, TransferClass c
     forget(p.slot);
     return id.status();
   }
-  io_[static_cast<size_t>(p.slot)] = SlotIo{.transfer = *id, .cls = cls, .predicted = predicted, .seq = ++next_seq_};
+  io.transfer = *id;
+  io_[static_cast<size_t>(p.slot)] = io;
   prepared_[static_cast<size_t>(p.slot)] = 0;
+  fresh_[static_cast<size_t>(p.slot)] = 1;
   in_flight_.push_back(p.slot);
   return true;
 }
@@ -254,7 +293,7 @@ void ExpertStore::predict(int64_t layer, std::span<const int32_t> experts) {
     cache_.unprotect(layer, e);
     const int64_t slot = cache_.slot_of(layer, e);
     if (slot >= 0 && io_[static_cast<size_t>(slot)].transfer && !cache_.pinned(slot)) {
-      forget(slot);
+      drop_prefetch(slot);
       c.cancelled.fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -284,7 +323,7 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
     n_predicted_chosen += chosen;
     const int64_t slot = cache_.slot_of(layer, e);
     if (!chosen && slot >= 0 && io_[static_cast<size_t>(slot)].transfer) {
-      forget(slot);
+      drop_prefetch(slot);
       c.cancelled.fetch_add(1, std::memory_order_relaxed);
     }
     pred[e] = 0;
@@ -297,6 +336,7 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
     int64_t slot = cache_.slot_of(layer, e);
     if (slot >= 0) {
       SlotIo& io = io_[static_cast<size_t>(slot)];
+      if (!fresh_[static_cast<size_t>(slot)]) c.kept.fetch_add(1, std::memory_order_relaxed);
       if (bytes_in(slot)) {
         c.ready.fetch_add(1, std::memory_order_relaxed);
       } else {
@@ -316,6 +356,9 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
     cache_.note_use(layer, e);
     pinned_.push_back(e);
   }
+  // What the layer holds now counts as kept at its next routing.
+  for (int64_t s = 0; s < cache_.n_slots(); ++s)
+    if (cache_.slot_layer(s) == layer) fresh_[static_cast<size_t>(s)] = 0;
   pinned_layer_ = layer;
   handed_.assign(pinned_.size(), 0);
   for (size_t i = 0; i < experts.size(); ++i) {
@@ -428,6 +471,7 @@ ExpertStatsSnapshot ExpertStore::stats() const {
     x.predicted = c.predicted.load(std::memory_order_relaxed);
     x.predicted_chosen = c.predicted_chosen.load(std::memory_order_relaxed);
     x.ready = c.ready.load(std::memory_order_relaxed);
+    x.kept = c.kept.load(std::memory_order_relaxed);
     x.late = c.late.load(std::memory_order_relaxed);
     x.missed = c.missed.load(std::memory_order_relaxed);
     x.prefetch_reads = c.prefetch_reads.load(std::memory_order_relaxed);
@@ -436,6 +480,7 @@ ExpertStatsSnapshot ExpertStore::stats() const {
   }
   s.disk_bytes = disk_bytes_.load(std::memory_order_relaxed);
   s.host_bytes = host_bytes_.load(std::memory_order_relaxed);
+  s.restored = restored_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -64,6 +64,7 @@ struct ExpertStatsSnapshot {
   std::vector<ExpertLayerStats> layers;  // [n_layer]; dense layers all zero
   uint64_t disk_bytes = 0;               // expert bytes read from the file
   uint64_t host_bytes = 0;               // expert bytes the layers used from slots
+  uint64_t restored = 0;                 // cancelled prefetches that left their slot's expert in place
   int64_t n_slots = 0;
   CachePolicy policy = CachePolicy::kUsage;
 
@@ -129,9 +130,16 @@ class ExpertStore {
     TransferClass cls = TransferClass::kPrefetch;
     bool predicted = false;    // read because of a prediction
     uint64_t seq = 0;          // submission order (the arbiter serves a class oldest first)
+    // The expert this read evicted, whole in the slot until the read's first
+    // byte lands: a prefetch cancelled before it began gives the slot back to
+    // it (layer -1: none, or its bytes were not whole).
+    int64_t prev_layer = -1;
+    int32_t prev_expert = -1;
+    bool prev_prepared = false;
+    bool prev_fresh = false;
   };
   struct LayerCounters {
-    std::atomic<uint64_t> chosen{0}, predicted{0}, predicted_chosen{0}, ready{0}, late{0}, missed{0},
+    std::atomic<uint64_t> chosen{0}, predicted{0}, predicted_chosen{0}, ready{0}, kept{0}, late{0}, missed{0},
         prefetch_reads{0}, cancelled{0};
   };
 
@@ -143,10 +151,14 @@ class ExpertStore {
   StatusOr<bool> start(int64_t layer, int64_t expert, TransferClass cls, bool predicted);
   // Whether a slot's bytes are in memory: no read, or its read has landed.
   bool bytes_in(int64_t slot) const;
-  // Stops a slot's read (if any) and retires it.
-  void stop_read(int64_t slot);
+  // Stops a slot's read (if any) and retires it. True if no read of it had
+  // begun, so the slot's bytes are as they were before it was started.
+  bool stop_read(int64_t slot);
   // Empties a slot (its read stopped first).
   void forget(int64_t slot);
+  // A prediction's read that is no longer wanted: stopped, and the slot given
+  // back to the expert it evicted if not a byte of it was overwritten.
+  void drop_prefetch(int64_t slot);
   // Waits for pinned expert i's read (if any) and retires it; marks it handed out.
   Status land(size_t i);
   // Retires reads that have landed, so transfer records stay few.
@@ -162,6 +174,7 @@ class ExpertStore {
   std::vector<ExpertInfo> experts_;          // [n_layer * n_expert]
   std::vector<SlotIo> io_;                   // [n_slots]
   std::vector<char> prepared_;               // [n_slots] reordered in place since it was read
+  std::vector<char> fresh_;                  // [n_slots] read since its layer last routed
   std::vector<int64_t> in_flight_;           // slots with a read not retired
   std::vector<int32_t> pinned_;              // experts pinned for pinned_layer_
   std::vector<char> handed_;                 // [pinned_.size()] landed and handed out
@@ -171,6 +184,7 @@ class ExpertStore {
   std::unique_ptr<LayerCounters[]> layer_counters_;  // [n_layer]
   std::unique_ptr<std::atomic<int64_t>[]> resident_;  // [n_layer] experts in slots (for stats())
   std::atomic<uint64_t> disk_bytes_{0};
+  std::atomic<uint64_t> restored_{0};  // drop_prefetch() gave a slot back
   std::atomic<uint64_t> host_bytes_{0};
   CachePolicy policy_;
 };

@@ -8,10 +8,14 @@
 
 #include "base/test_data.h"
 #include "model/generate.h"
+#include "model/hparams.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "sample/sampler.h"
+#include "weights/arbiter.h"
 #include "weights/expert_cache.h"
+#include "weights/expert_store.h"
+#include "weights/io_engine.h"
 #include "weights/store_source.h"
 #include "weights/weights_test_util.h"
 
@@ -162,6 +166,56 @@ TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
   for (size_t k = 0; k < chosen.size(); ++k) EXPECT_EQ(out[k].prepared, k == 2) << "expert " << chosen[k];
   for (size_t k = 0; k < chosen.size(); ++k) ASSERT_TRUE(store.next_expert(1, &i).ok());
   store.release(1);
+}
+
+// A prediction's read that the arbiter had not begun when it was dropped
+// leaves the slot to the expert it evicted: the slot's bytes were never
+// touched, so that expert is still a hit, with no read.
+TEST(ExpertStore, ADroppedPrefetchThatNeverBeganKeepsTheExpertItEvicted) {
+  constexpr int64_t kExperts = 8;
+  const auto file = synth_qwen2moe("expert_store_restore.gguf", 256, kExperts, 0, 9);
+  ASSERT_NE(file, nullptr);
+  auto hp = hparams_from_metadata(file->metadata);
+  ASSERT_TRUE(hp.ok()) << hp.status().to_string();
+  auto engine = IoEngine::open({.path = file->source_path, .backend = IoBackend::kPread, .queue_depth = 4,
+                                .direct = testing::dir_supports_direct(testing::scratch_dir())});
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  BandwidthArbiter arbiter(**engine, {});
+  WeightCounters counters;
+  auto store = ExpertStore::open(*file, *hp, {.n_slots = kExperts, .slot_bytes = ExpertStore::slot_bytes_for(*file, *hp)},
+                                 arbiter, counters);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  ExpertStore& es = **store;
+  // Every slot holds a landed expert of layer 1.
+  std::vector<int32_t> all(kExperts);
+  for (int32_t e = 0; e < kExperts; ++e) all[static_cast<size_t>(e)] = e;
+  std::vector<ExpertPointers> out(kExperts);
+  auto take_all = [&](int64_t layer, std::span<const int32_t> experts) {
+    ASSERT_TRUE(es.acquire(layer, experts, out.data()).ok());
+    int64_t i = 0;
+    for (size_t k = 0; k < experts.size(); ++k) ASSERT_TRUE(es.next_landed(layer, &i).ok());
+    es.release(layer);
+  };
+  take_all(1, all);
+  const uint64_t read_before = es.stats().disk_bytes;
+  // With the disk held, layer 0's prediction evicts one of them for a read
+  // that is queued but not issued; the refined prediction drops it.
+  arbiter.pause();
+  es.predict(0, std::vector<int32_t>{5});
+  es.predict(0, std::vector<int32_t>{});
+  arbiter.resume();
+  EXPECT_EQ(es.stats().restored, 1u);
+  EXPECT_EQ(es.stats().disk_bytes, read_before);
+  // Layer 1 again: all of its experts are in their slots, none read.
+  take_all(1, all);
+  const ExpertLayerStats l1 = es.stats().layers[1];
+  EXPECT_EQ(l1.ready, static_cast<uint64_t>(kExperts));
+  EXPECT_EQ(l1.missed, static_cast<uint64_t>(kExperts));  // the first time only
+  EXPECT_EQ(l1.kept, static_cast<uint64_t>(kExperts));    // the second time, all
+  EXPECT_EQ(es.stats().disk_bytes, read_before);
+  EXPECT_EQ(es.stats().layers[1].resident, kExperts);
+  EXPECT_EQ(es.stats().layers[0].resident, 0);
+  EXPECT_EQ(es.stats().layers[0].cancelled, 1u);
 }
 
 // The model predicts a layer twice (a first guess before the previous

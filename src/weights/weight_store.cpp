@@ -278,9 +278,7 @@ void WeightStore::drop(int s) {
   Slot& slot = slots_[static_cast<size_t>(s)];
   CHECK(!slot.acquired);
   if (slot.transfer) {
-    uint64_t bytes = 0;
-    arbiter_->cancel(slot.transfer, &bytes);
-    counters_.add_disk_read(bytes);
+    counters_.add_disk_read(arbiter_->cancel(slot.transfer).bytes_read);
     slot.transfer = 0;
   }
   if (slot.layer >= 0) layer_slot_[static_cast<size_t>(slot.layer)] = -1;
