@@ -13,6 +13,14 @@ double distinct_experts(int64_t n_expert, int64_t n_used, int64_t n_tokens) {
   return e * (1.0 - std::pow(1.0 - static_cast<double>(n_used) / e, static_cast<double>(n_tokens)));
 }
 
+double expected_hit_rate(int64_t n_slots, int64_t n_layer_moe, int64_t n_expert, double distinct_per_layer) {
+  const double all = static_cast<double>(n_layer_moe * n_expert);
+  const double s = static_cast<double>(n_slots);
+  if (s >= all) return 1.0;
+  if (all - distinct_per_layer <= 0) return 0.0;
+  return std::clamp((s - distinct_per_layer) / (all - distinct_per_layer), 0.0, 1.0);
+}
+
 StatusOr<ExpertStreamPlan> plan_expert_stream(const ExpertStreamInputs& in) {
   const ModelShape& s = in.shape;
   if (!s.is_moe()) return invalid_argument("{}: expert streaming needs a mixture-of-experts model", s.name);
@@ -38,7 +46,7 @@ StatusOr<ExpertStreamPlan> plan_expert_stream(const ExpertStreamInputs& in) {
   p.distinct_per_layer = distinct_experts(s.n_expert, s.n_expert_used, in.tokens_per_step);
   p.hit_rate_measured = in.hit_rate.has_value();
   p.hit_rate = in.hit_rate ? std::clamp(*in.hit_rate, 0.0, 1.0)
-                           : std::min(1.0, p.slots_per_layer / static_cast<double>(s.n_expert));
+                           : expected_hit_rate(p.n_slots, n_moe, s.n_expert, p.distinct_per_layer);
   p.read_bytes = (1.0 - p.hit_rate) * p.distinct_per_layer * p.expert_bytes * static_cast<double>(n_moe);
   p.active_bytes = in.weights.matrix_read_bytes(in.tokens_per_step);
   const ParamCount c = count_params(s);

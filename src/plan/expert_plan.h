@@ -5,9 +5,13 @@
 //
 //   per routed layer, a step of T tokens chooses
 //     distinct(T) = E (1 - (1 - k/E)^T)        experts (uniform routing)
-//   of which a share h (the hit rate) is already in a slot:
-//     h = slots per routed layer / E           without prediction (uniform routing)
-//   so the disk reads  (1 - h) x distinct(T) x expert bytes  per routed layer.
+//   of which a share h (the hit rate) is already in a slot (expected_hit_rate):
+//     h = (S - d) / (L E - d)                  S slots, L routed layers, d = distinct(T)
+//   (uniform routing): before a routed layer runs, the experts predicted for it
+//   are read into slots of their own, so about d slots hold the coming layer's
+//   read-ahead and the other S - d keep earlier steps' experts, a uniform share
+//   of the L E - d others. (Without prediction it would be S / (L E).)
+//   So the disk reads  (1 - h) x distinct(T) x expert bytes  per routed layer.
 //   step_s = max(compute_s, disk_s + boundary_s)  transfers overlap compute (prefetch),
 //     compute_s = max(bytes the step multiplies / memory rate, FLOPs / FLOP rate)
 //     disk_s    = bytes read / disk rate
@@ -67,5 +71,9 @@ StatusOr<ExpertStreamPlan> plan_expert_stream(const ExpertStreamInputs& in);
 
 // Expected distinct experts a step of n_tokens chooses per routed layer.
 double distinct_experts(int64_t n_expert, int64_t n_used, int64_t n_tokens);
+
+// The expected hit rate above: (n_slots - distinct) / (n_layer_moe * n_expert
+// - distinct), in [0, 1]; 1 once every expert has a slot.
+double expected_hit_rate(int64_t n_slots, int64_t n_layer_moe, int64_t n_expert, double distinct_per_layer);
 
 }  // namespace sluice::plan

@@ -82,10 +82,9 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
   for (const TensorPlacement& t : p.tensors)
     if (t.tier == Tier::kDisk) p.streamed_bytes += t.n_bytes;
 
-  const double per_layer = static_cast<double>(p.n_expert_slots) / static_cast<double>(p.n_layer_moe);
-  p.expected_hit_rate = std::min(1.0, per_layer / static_cast<double>(hp.n_expert));
-  p.experts_per_step = static_cast<double>(p.n_layer_moe) *
-                       plan::distinct_experts(hp.n_expert, hp.n_expert_used, p.tokens_per_step);
+  const double distinct = plan::distinct_experts(hp.n_expert, hp.n_expert_used, p.tokens_per_step);
+  p.expected_hit_rate = plan::expected_hit_rate(p.n_expert_slots, p.n_layer_moe, hp.n_expert, distinct);
+  p.experts_per_step = static_cast<double>(p.n_layer_moe) * distinct;
   p.expert_disk_bytes_per_step = p.experts_per_step * (1.0 - p.expected_hit_rate) * static_cast<double>(p.expert_bytes);
   p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
   p.predicted_boundary_s = in.expert_compute_s + in.head_compute_s +

@@ -288,8 +288,8 @@ std::string placement_map(const PlacementPlan& p) {
     s += "  resident: embeddings, output, and every layer's attention, norms, routers and shared experts; "
          "experts resident per layer start at 0 and follow use (the run's summary prints them)\n";
     if (!p.disk_note.empty()) s += fmt::format("  disk: {:.2f} GB/s, {}\n", p.disk_gbps, p.disk_note);
-    s += fmt::format("  predicted per step ({} token(s)): hit rate {:.0f}% before prediction (slots per layer / "
-                     "experts), {} of experts read, compute {}, disk {} + {} at the step boundary, stall {}; smallest "
+    s += fmt::format("  predicted per step ({} token(s)): hit rate {:.0f}% (slots less one layer's "
+                     "read-ahead, over the other experts), {} of experts read, compute {}, disk {} + {} at the step boundary, stall {}; smallest "
                      "workable budget {} bytes\n",
                      p.tokens_per_step, 100 * p.expected_hit_rate, mb(p.expert_disk_bytes_per_step),
                      ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_boundary_s),

@@ -134,7 +134,7 @@ struct PlacementPlan {
   int64_t n_expert = 0;                  // experts per routed layer
   int64_t n_expert_used = 0;
   int64_t n_layer_moe = 0;
-  double expected_hit_rate = 0;          // slots per routed layer / experts (uniform routing, no prediction)
+  double expected_hit_rate = 0;          // plan::expected_hit_rate (uniform routing, the prediction's read-ahead)
   double expert_disk_bytes_per_step = 0; // expected expert bytes read per step at that hit rate
   double experts_per_step = 0;           // distinct experts a step chooses over all routed layers
   plan::StreamPlan stream;               // plan_stream over the streamed layers
