@@ -33,6 +33,10 @@ TEST(ExpertPrediction, StoriesMoeRecallReadsAndReadinessAgainstLru) {
     EXPECT_LE(ours[static_cast<size_t>(l)].read_ratio(), 1.5) << "layer " << l;
   }
   EXPECT_GE(weights::replay_total(ours).hit_rate(), 2.5 * weights::replay_total(lru).hit_rate());
+  // Without prediction every hit is one the cache kept; with it, the
+  // read-ahead's hits are ready but not kept.
+  EXPECT_EQ(weights::replay_total(lru).kept, weights::replay_total(lru).ready);
+  EXPECT_LT(weights::replay_total(ours).kept, weights::replay_total(ours).ready);
 }
 
 }  // namespace

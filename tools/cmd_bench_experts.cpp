@@ -68,7 +68,7 @@ int run(const Args& a) {
     for (const Run& r : runs) {
       nlohmann::ordered_json layers = nlohmann::json::array();
       for (const weights::ExpertLayerStats& l : r.layers)
-        layers.push_back({{"recall", l.recall()}, {"precision", l.precision()}, {"ready", l.hit_rate()},
+        layers.push_back({{"recall", l.recall()}, {"precision", l.precision()}, {"ready", l.hit_rate()}, {"kept", l.kept_rate()},
                           {"predictor_fetch_ratio", l.predictor_fetch_ratio()}, {"reads_per_chosen", l.read_ratio()}});
       j[r.name] = layers;
     }

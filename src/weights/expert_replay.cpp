@@ -78,11 +78,12 @@ ExpertLayerStats replay_total(const std::vector<ExpertLayerStats>& layers, int64
 }
 
 std::string replay_table(const std::vector<ExpertLayerStats>& layers, int64_t n_steps) {
-  std::string s = fmt::format("  {:>5} {:>8} {:>9} {:>12} {:>7} {:>11} {:>12}\n", "layer", "recall", "precision",
-                              "predictor x", "ready", "reads/step", "read/chosen");
+  std::string s = fmt::format("  {:>5} {:>8} {:>9} {:>12} {:>7} {:>7} {:>11} {:>12}\n", "layer", "recall",
+                              "precision", "predictor x", "ready", "kept", "reads/step", "read/chosen");
   auto row = [&](const std::string& name, const ExpertLayerStats& r) {
-    s += fmt::format("  {:>5} {:>7.1f}% {:>8.1f}% {:>11.2f}x {:>6.1f}% {:>11.2f} {:>11.2f}x\n", name, 100 * r.recall(),
-                     100 * r.precision(), r.predictor_fetch_ratio(), 100 * r.hit_rate(),
+    s += fmt::format("  {:>5} {:>7.1f}% {:>8.1f}% {:>11.2f}x {:>6.1f}% {:>6.1f}% {:>11.2f} {:>11.2f}x\n", name,
+                     100 * r.recall(), 100 * r.precision(), r.predictor_fetch_ratio(), 100 * r.hit_rate(),
+                     100 * r.kept_rate(),
                      n_steps ? static_cast<double>(r.prefetch_reads + r.missed) / static_cast<double>(n_steps) : 0.0,
                      r.read_ratio());
   };
