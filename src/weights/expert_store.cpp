@@ -72,7 +72,8 @@ nlohmann::ordered_json ExpertStatsSnapshot::json(const WeightCountersSnapshot& w
     const ExpertLayerStats& x = layers[l];
     if (x.chosen == 0 && x.resident == 0) continue;
     rows.push_back({{"layer", l}, {"resident", x.resident}, {"recall", x.recall()}, {"precision", x.precision()},
-                    {"hit_rate", x.hit_rate()}, {"kept_rate", x.kept_rate()}, {"late", x.late}, {"missed", x.missed}, {"cancelled", x.cancelled}});
+                    {"hit_rate", x.hit_rate()}, {"kept_rate", x.kept_rate()}, {"late", x.late},
+                    {"missed", x.missed}, {"cancelled", x.cancelled}});
   }
   j["layers"] = rows;
   return j;

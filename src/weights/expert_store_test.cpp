@@ -182,8 +182,8 @@ TEST(ExpertStore, ADroppedPrefetchThatNeverBeganKeepsTheExpertItEvicted) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   BandwidthArbiter arbiter(**engine, {});
   WeightCounters counters;
-  auto store = ExpertStore::open(*file, *hp, {.n_slots = kExperts, .slot_bytes = ExpertStore::slot_bytes_for(*file, *hp)},
-                                 arbiter, counters);
+  const ExpertStoreOptions options{.n_slots = kExperts, .slot_bytes = ExpertStore::slot_bytes_for(*file, *hp)};
+  auto store = ExpertStore::open(*file, *hp, options, arbiter, counters);
   ASSERT_TRUE(store.ok()) << store.status().to_string();
   ExpertStore& es = **store;
   // Every slot holds a landed expert of layer 1.
