@@ -221,13 +221,19 @@ void BandwidthArbiter::io_loop() {
           cap_blocked_since = -1;
         }
       }
+      // Busy time is every period with reads in flight, from the first issued
+      // to the last landed, including the time this thread spends between
+      // waits (the lock, completions, issuing), when the disk keeps working.
+      // Each submission is a system call that starts its read, so a period
+      // begins before the first of a refill, not after the last.
+      if (busy_since_ < 0) busy_since_ = now_seconds();
       issue(i);
     }
-    // Busy time is every period with reads in flight, from the first issued to
-    // the last landed, including the time this thread spends between waits
-    // (the lock, completions, issuing), when the disk keeps working.
-    if (engine_.in_flight() > 0 && busy_since_ < 0) busy_since_ = now_seconds();
     if (engine_.in_flight() == 0) {
+      if (busy_since_ >= 0) {  // what was issued finished at once (nothing to read)
+        stats_.busy_s += now_seconds() - busy_since_;
+        busy_since_ = -1;
+      }
       if (stop_) break;  // every transfer is cancelled, nothing in flight
       if (cap_sleep_s > 0) {
         work_cv_.wait_for(lock, std::chrono::duration<double>(cap_sleep_s));
