@@ -104,8 +104,10 @@ class IoEngine {
 
   // Reads in flight (submitted, completion not yet returned by wait()).
   virtual int in_flight() const = 0;
-  // Starts a read; in_flight() < queue_depth() is required (CHECK). Misaligned
-  // direct reads are a bug in the caller (CHECK).
+  // Queues a read; in_flight() < queue_depth() is required (CHECK). Misaligned
+  // direct reads are a bug in the caller (CHECK). A backend may hold the reads
+  // submitted back to back until the next wait(), to start them with one
+  // system call.
   virtual void submit(const IoRead& read) = 0;
   // Appends finished reads to `out`. Blocks until at least one completes, an
   // interrupt() arrives or `timeout_s` passes (< 0: no timeout; 0: poll).
