@@ -23,7 +23,8 @@ std::vector<int32_t> distinct(const std::vector<int32_t>& ids) {
 std::vector<ExpertLayerStats> replay_routing(const RoutingTrace& trace, const ReplayOptions& o) {
   ExpertCache cache({.n_layer = trace.n_layer, .n_expert = trace.n_expert, .n_slots = o.n_slots, .policy = o.policy});
   std::vector<ExpertLayerStats> out(static_cast<size_t>(trace.n_layer));
-  std::vector<int32_t> held;  // the experts the running layer pins
+  std::vector<int32_t> held;        // the experts the running layer pins
+  std::vector<int32_t> read_ahead;  // the layer's predicted experts read for it this step
   int64_t held_layer = -1;
   for (const auto& step : trace.steps) {
     CHECK(static_cast<int64_t>(step.size()) == trace.n_layer);
@@ -33,7 +34,7 @@ std::vector<ExpertLayerStats> replay_routing(const RoutingTrace& trace, const Re
       ExpertLayerStats& r = out[static_cast<size_t>(l)];
       // Prediction, while the previous routed layer still pins its experts.
       const std::vector<int32_t> predicted = o.use_prediction ? distinct(tl.predicted) : std::vector<int32_t>{};
-      std::vector<int32_t> read_ahead;
+      read_ahead.clear();
       for (int32_t e : predicted) {
         cache.protect(l, e);
         if (cache.slot_of(l, e) >= 0) continue;

@@ -216,11 +216,12 @@ void ExpertStore::drop_prefetch(int64_t slot) {
   const SlotIo io = io_[static_cast<size_t>(slot)];
   const bool untouched = stop_read(slot);
   forget(slot);
-  if (!untouched || io.prev_layer < 0 || cache_.slot_of(io.prev_layer, io.prev_expert) >= 0) return;
-  cache_.restore(slot, io.prev_layer, io.prev_expert);
-  resident_[static_cast<size_t>(io.prev_layer)].fetch_add(1, std::memory_order_relaxed);
-  prepared_[static_cast<size_t>(slot)] = io.prev_prepared;
-  fresh_[static_cast<size_t>(slot)] = io.prev_fresh;
+  const Evicted& e = io.prev;
+  if (!untouched || e.layer < 0 || cache_.slot_of(e.layer, e.expert) >= 0) return;
+  cache_.restore(slot, e.layer, e.expert);
+  resident_[static_cast<size_t>(e.layer)].fetch_add(1, std::memory_order_relaxed);
+  prepared_[static_cast<size_t>(slot)] = e.prepared;
+  fresh_[static_cast<size_t>(slot)] = e.fresh;
   restored_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -249,23 +250,14 @@ StatusOr<bool> ExpertStore::start(int64_t layer, int64_t expert, TransferClass c
   // What this read replaces stays whole in the slot until the read begins:
   // an evicted expert that had landed, or what an evicted read that never
   // began had replaced itself.
-  const SlotIo old = io_[static_cast<size_t>(p.slot)];
+  const size_t si = static_cast<size_t>(p.slot);
+  const Evicted landed{.layer = p.evicted_layer, .expert = static_cast<int32_t>(p.evicted_expert),
+                       .prepared = prepared_[si] != 0, .fresh = fresh_[si] != 0};
   const bool whole = p.evicted_layer >= 0 && bytes_in(p.slot);
-  const bool was_prepared = prepared_[static_cast<size_t>(p.slot)] != 0;
-  const bool was_fresh = fresh_[static_cast<size_t>(p.slot)] != 0;
+  const Evicted before = io_[si].prev;
   const bool untouched = stop_read(p.slot);  // the evicted expert's read, if it was still going
-  SlotIo io{.cls = cls, .predicted = predicted, .seq = ++next_seq_};
-  if (whole) {
-    io.prev_layer = p.evicted_layer;
-    io.prev_expert = static_cast<int32_t>(p.evicted_expert);
-    io.prev_prepared = was_prepared;
-    io.prev_fresh = was_fresh;
-  } else if (untouched) {
-    io.prev_layer = old.prev_layer;
-    io.prev_expert = old.prev_expert;
-    io.prev_prepared = old.prev_prepared;
-    io.prev_fresh = old.prev_fresh;
-  }
+  SlotIo io{.cls = cls, .predicted = predicted, .seq = ++next_seq_,
+            .prev = whole ? landed : (untouched ? before : Evicted{})};
   resident_[static_cast<size_t>(layer)].fetch_add(1, std::memory_order_relaxed);
   if (p.evicted_layer >= 0) resident_[static_cast<size_t>(p.evicted_layer)].fetch_sub(1, std::memory_order_relaxed);
   const ExpertInfo& x = info(layer, expert);

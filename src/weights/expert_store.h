@@ -125,18 +125,22 @@ class ExpertStore {
     ExtentLayout layout;       // gate, up, down slices
     uint64_t offsets[3] = {};  // where they land in a slot
   };
+  // An expert a read evicted, with its slot's flags (prepared_, fresh_).
+  struct Evicted {
+    int64_t layer = -1;  // -1: none
+    int32_t expert = -1;
+    bool prepared = false;
+    bool fresh = false;
+  };
   struct SlotIo {
     TransferId transfer = 0;   // a read not yet retired
     TransferClass cls = TransferClass::kPrefetch;
     bool predicted = false;    // read because of a prediction
     uint64_t seq = 0;          // submission order (the arbiter serves a class oldest first)
-    // The expert this read evicted, whole in the slot until the read's first
-    // byte lands: a prefetch cancelled before it began gives the slot back to
-    // it (layer -1: none, or its bytes were not whole).
-    int64_t prev_layer = -1;
-    int32_t prev_expert = -1;
-    bool prev_prepared = false;
-    bool prev_fresh = false;
+    // What this read evicted, whole in the slot until the read's first byte
+    // lands: a prefetch cancelled before it began gives the slot back to it
+    // (none if its bytes were not whole).
+    Evicted prev;
   };
   struct LayerCounters {
     std::atomic<uint64_t> chosen{0}, predicted{0}, predicted_chosen{0}, ready{0}, kept{0}, late{0}, missed{0},
