@@ -166,27 +166,27 @@ PreparedWeights CpuBackend::prepare_weights(std::span<const WeightGroup> groups)
     WeightView* w;
     WeightLayout layout;
   };
-  std::vector<Job> todo;
+  std::vector<Job> jobs;
   for (const WeightGroup& g : groups) {
     CHECK(g.size() <= 4);
     WeightView views[4];
     WeightLayout layouts[4];
     for (size_t i = 0; i < g.size(); ++i) views[i] = *g[i];
     group_layouts(std::span(views, g.size()), isa_, layouts);
-    for (size_t i = 0; i < g.size(); ++i) todo.push_back({g[i], layouts[i]});
+    for (size_t i = 0; i < g.size(); ++i) jobs.push_back({g[i], layouts[i]});
   }
-  if (todo.empty()) return out;
+  if (jobs.empty()) return out;
 
   // One arena (64-byte aligned slices) on huge pages: decode streams all of it
   // every token, and with 4 KiB pages of the mapping it would take a page walk
   // every few rows.
   auto matrix_bytes = [](const WeightView& w) { return row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out); };
   size_t total = 0;
-  for (const Job& j : todo) total += (matrix_bytes(*j.w) + 63) / 64 * 64;
+  for (const Job& j : jobs) total += (matrix_bytes(*j.w) + 63) / 64 * 64;
   out.arena = std::make_unique<ArenaBuffer>(total);
   uint8_t* next = out.arena->data();
   unsigned layouts_used = 0;  // bit (1 << WeightLayout)
-  for (const Job& j : todo) {
+  for (const Job& j : jobs) {
     WeightView* w = j.w;
     const size_t bytes = matrix_bytes(*w);
     const int64_t group = j.layout == WeightLayout::kRows ? 64 : repack_group_rows(j.layout);
