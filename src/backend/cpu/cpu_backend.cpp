@@ -80,6 +80,8 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
     case Op::kAttention:
     case Op::kRoute:
       return true;  // f32, f16 and q8_0 K/V
+    case Op::kLora:
+      return false;
   }
   return false;
 }
