@@ -88,6 +88,8 @@ StatusOr<LoraAdapter> lora_from_gguf(const ModelFile& file) {
   }
   for (const TensorInfo& t : file.tensors) {
     if (ends_with(t.name, kSuffixB)) continue;
+    // A training checkpoint keeps the optimizer's moments beside the factors.
+    if (ends_with(t.name, ".adam_m") || ends_with(t.name, ".adam_v")) continue;
     if (!ends_with(t.name, kSuffixA)) {
       return data_loss("{}: tensor '{}' is neither a .lora_a nor a .lora_b", where, t.name);
     }
