@@ -1,5 +1,6 @@
 // sluice finetune: train a LoRA adapter over a frozen (quantized) base.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "train/finetune.h"
@@ -8,6 +9,7 @@ namespace sluice::cli {
 
 Runner add_finetune(CLI::App& app) {
   auto o = std::make_shared<FinetuneOptions>();
+  auto json = std::make_shared<bool>(false);
   CLI::App* c = app.add_subcommand("finetune", "train a LoRA adapter over the frozen base model");
   c->add_option("-m,--model", o->model_path, "base model (GGUF, HF folder)")->required();
   c->add_option("-d,--data", o->data_path,
@@ -44,14 +46,27 @@ Runner add_finetune(CLI::App& app) {
   c->add_option("--resume", o->resume, "continue from this checkpoint (same data and settings)");
   c->add_option("--chat-template", o->chat_template, "Jinja chat template for chat data (default: the model's)");
   c->add_option("-t,--threads", o->n_threads, "threads (default: one per core)");
+  c->add_flag("--json", *json, "print a summary object to stdout at the end");
   add_backend_option(c, &o->backend);
   add_mem_budget_option(c, &o->mem_budget_bytes);
   add_gpu_budget_option(c, &o->gpu_budget_bytes);
-  return [o] {
+  return [o, json] {
     auto res = finetune(*o, [](const std::string& line) {
       fmt::print(stderr, "[sluice] {}{}", line, !line.empty() && line.back() == '\n' ? "" : "\n");
     });
     if (!res.ok()) return fail(res.status());
+    if (*json) {
+      fmt::print("{}\n", nlohmann::json{{"engine", "sluice"},
+                                        {"steps", res->steps},
+                                        {"tokens_per_step", res->tokens_per_step},
+                                        {"tokens_per_s", res->tokens_per_s},
+                                        {"median_step_s", res->median_step_s},
+                                        {"first_loss", res->first_loss},
+                                        {"last_loss", res->last_loss},
+                                        {"heldout_before", res->heldout_before},
+                                        {"heldout_after", res->heldout_after}}
+                               .dump());
+    }
     return 0;
   };
 }

@@ -1,6 +1,7 @@
 #include "train/finetune.h"
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
 
 #include "runtime/load_model.h"
@@ -92,12 +93,15 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
   ASSIGN_OR_RETURN(res.heldout_before, eval(trainer->step() == 0 ? "before training" : "at resume"));
   const int64_t eval_every = o.eval_every > 0 ? o.eval_every : std::max<int64_t>(1, trainer->n_steps() / 10);
   const int64_t first = trainer->step();
+  std::vector<double> step_s;
   while (trainer->step() < trainer->n_steps()) {
     ASSIGN_OR_RETURN(const TrainReport r, trainer->train_step());
     if (r.step == first + 1) res.first_loss = r.loss;
     res.last_loss = r.loss;
     res.seconds += r.seconds;
     res.tokens_per_s = r.tokens_per_s;
+    res.tokens_per_step = r.tokens;
+    step_s.push_back(r.seconds);
     ++res.steps;
     if (o.log_every > 0 && (r.step % o.log_every == 0 || r.step == r.n_steps)) {
       log(fmt::format("step {}/{}  loss {:.4f}  lr {:.2e}  grad norm {:.3f}  {:.0f} tok/s  ETA {}", r.step,
@@ -108,6 +112,10 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
       RETURN_IF_ERROR(trainer->save_checkpoint(ckpt));
       log(fmt::format("checkpoint: {} (step {})", ckpt, r.step));
     }
+  }
+  if (!step_s.empty()) {
+    std::sort(step_s.begin(), step_s.end());
+    res.median_step_s = step_s[step_s.size() / 2];
   }
   ASSIGN_OR_RETURN(res.heldout_after, eval("after training"));
   RETURN_IF_ERROR(write_lora_gguf(params.to_adapter(), o.out_path));

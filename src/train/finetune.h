@@ -43,7 +43,9 @@ struct FinetuneResult {
   double heldout_before = -1;    // -1: no held-out data
   double heldout_after = -1;
   double seconds = 0;            // training time
-  double tokens_per_s = 0;
+  double tokens_per_s = 0;       // over the whole run
+  double median_step_s = 0;      // median wall time of a step
+  int64_t tokens_per_step = 0;   // input tokens of the last step
 };
 
 using LogFn = std::function<void(const std::string& line)>;
