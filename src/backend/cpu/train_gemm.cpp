@@ -87,6 +87,9 @@ TrainKernels train_kernels_scalar() {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Row stride of gemm_parallel's copy of a C block: not a power of two.
+constexpr int64_t kCbStride = kGemmNc + 16;
+
 }  // namespace
 
 const TrainKernels& train_kernels(Isa isa) {
@@ -176,6 +179,7 @@ void gemm_parallel(const TrainKernels& kn, ThreadPool& pool, int64_t m, int64_t 
   pool.run_on_all([&](int ti, int) {
     float* bp = scratch + static_cast<size_t>(ti) * kGemmScratchFloats;
     float* ap = bp + kGemmKs * kGemmNc;
+    float* cb = ap + kGemmMc * kGemmKc + 64;
     for (;;) {
       const int64_t blk = next.fetch_add(1, std::memory_order_relaxed);
       if (blk >= n_blocks) return;
@@ -192,11 +196,17 @@ void gemm_parallel(const TrainKernels& kn, ThreadPool& pool, int64_t m, int64_t 
           panel(ti, k0, std::min(kGemmKc, ke - k0), j0, nb, bp + (k0 - ks) * kGemmNc);
         for (int64_t i0 = r0; i0 < r1; i0 += kGemmMc) {
           const int64_t mc = std::min(kGemmMc, r1 - i0);
+          // The C block in a contiguous copy: C's own rows may lie a power of
+          // two apart, which would fold them onto a few cache sets.
+          const bool load = accumulate || ks > 0;
+          if (load)
+            for (int64_t i = 0; i < mc; ++i) std::copy(c + (i0 + i) * ldc + j0, c + (i0 + i) * ldc + j0 + nb, cb + i * kCbStride);
           for (int64_t k0 = ks; k0 < ke; k0 += kGemmKc) {
             const int64_t kc = std::min(kGemmKc, ke - k0);
             pack_a(kn, a, i0, mc, k0, kc, ap);
-            gemm_packed(kn, mc, nb, kc, ap, bp + (k0 - ks) * kGemmNc, c + i0 * ldc + j0, ldc, accumulate || k0 > 0);
+            gemm_packed(kn, mc, nb, kc, ap, bp + (k0 - ks) * kGemmNc, cb, kCbStride, load || k0 > ks);
           }
+          for (int64_t i = 0; i < mc; ++i) std::copy(cb + i * kCbStride, cb + i * kCbStride + nb, c + (i0 + i) * ldc + j0);
         }
       }
     }

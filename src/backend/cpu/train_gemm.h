@@ -104,7 +104,7 @@ constexpr int64_t kGemmMc = 96;
 constexpr int64_t kGemmKs = 2048;
 
 // Per-thread scratch gemm_parallel needs, in floats.
-constexpr size_t kGemmScratchFloats = kGemmKs * kGemmNc + kGemmMc * kGemmKc + 64;
+constexpr size_t kGemmScratchFloats = kGemmKs * kGemmNc + kGemmMc * kGemmKc + 64 + kGemmMc * (kGemmNc + 16);
 // Floats a packed A block may be written past its end (pack_a6).
 constexpr int64_t kPackSlackFloats = 8;
 
