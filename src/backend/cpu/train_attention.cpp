@@ -122,6 +122,16 @@ void backward_unit(const TrainKernels& kn, const TrainAttentionBackArgs& b, cons
   float* rows_b = cv.take(kAttnQueries * hp);  // dO_i, then Q_i as a B panel
   float* dk_acc = cv.take(kAttnKeys * hp);
   float* dv_acc = cv.take(kAttnKeys * hp);
+  float* dsum = cv.take(n_tok * group);  // [n_tok, group] D = dO . out
+
+  for (int64_t i = 0; i < n_tok; ++i) {
+    for (int64_t h = 0; h < group; ++h) {
+      const int64_t at = (sq.tok0 + i) * q_stride + (g * group + h) * hd;
+      double d = 0;
+      for (int64_t e = 0; e < hd; ++e) d += static_cast<double>(b.dout[at + e]) * a.out[at + e];
+      dsum[i * group + h] = static_cast<float>(d);
+    }
+  }
 
   const float* k = a.k + sq.tok0 * kv_stride + g * hd;
   const float* v = a.v + sq.tok0 * kv_stride + g * hd;
@@ -142,7 +152,6 @@ void backward_unit(const TrainKernels& kn, const TrainAttentionBackArgs& b, cons
       const int64_t bq = std::min(kAttnQueries, q_end - i0);
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         const float* q = a.q + sq.tok0 * q_stride + h * hd;
-        const float* out = a.out + sq.tok0 * q_stride + h * hd;
         const float* dout = b.dout + sq.tok0 * q_stride + h * hd;
         float* dq = b.dq + sq.tok0 * q_stride + h * hd;
         pack_a(kn, {.p = q, .rs = q_stride, .cs = 1, .scale = a.scale}, i0, bq, 0, hd, qa);
@@ -163,9 +172,7 @@ void backward_unit(const TrainKernels& kn, const TrainAttentionBackArgs& b, cons
           const int64_t n = sp.hi - sp.lo;
           if (a.softcap > 0) kn.softcap(srow + sp.lo, n, a.softcap);
           kn.exp_sum(srow + sp.lo, a.lse[(sq.tok0 + t) * a.n_head + h], prow + sp.lo, n);
-          double dsum = 0;  // D = dO . out
-          for (int64_t d = 0; d < hd; ++d) dsum += static_cast<double>(dout[t * q_stride + d]) * out[t * q_stride + d];
-          const auto dd = static_cast<float>(dsum);
+          const float dd = dsum[t * group + h - g * group];
           std::fill(drow, drow + sp.lo, 0.0f);
           std::fill(drow + sp.hi, drow + bk, 0.0f);
           for (int64_t j = sp.lo; j < sp.hi; ++j) {
@@ -202,12 +209,13 @@ void check_args(const TrainAttentionArgs& a) {
 
 }  // namespace
 
-size_t train_attention_scratch_floats(int64_t head_dim) {
+size_t train_attention_scratch_floats(int64_t head_dim, int64_t n_ctx, int64_t n_head) {
   const int64_t hp = round_up(head_dim, kMaxNr);
   auto r = [](int64_t n) { return round_up(n, 16); };
   const int64_t backward = 2 * r(a_block(kAttnQueries, head_dim)) + 3 * r(kAttnKeys * hp) +
                            3 * r(kAttnQueries * kAttnKeys) + r(a_block(kAttnQueries, kAttnKeys)) +
-                           r(a_block(kAttnKeys, kAttnQueries)) + r(kAttnQueries * hp) + 2 * r(kAttnKeys * hp);
+                           r(a_block(kAttnKeys, kAttnQueries)) + r(kAttnQueries * hp) + 2 * r(kAttnKeys * hp) +
+                           r(n_ctx * n_head);
   const int64_t forward = r(a_block(kAttnQueries, head_dim)) + 2 * r(kAttnKeys * hp) + r(kAttnQueries * kAttnKeys) +
                           r(a_block(kAttnQueries, kAttnKeys)) + r(kAttnQueries * hp) + 2 * r(kAttnQueries);
   return static_cast<size_t>(std::max(forward, backward));
@@ -216,7 +224,9 @@ size_t train_attention_scratch_floats(int64_t head_dim) {
 void train_attention(const TrainKernels& kn, ThreadPool& pool, const TrainAttentionArgs& a, float* scratch,
                      size_t per_thread) {
   check_args(a);
-  CHECK(per_thread >= train_attention_scratch_floats(a.head_dim));
+  int64_t n_ctx = 0;
+  for (const TrainSeq& sq : a.seqs) n_ctx = std::max(n_ctx, sq.n_tok);
+  CHECK(per_thread >= train_attention_scratch_floats(a.head_dim, n_ctx, a.n_head));
   // Units: (sequence, query block, head), the last query blocks (the longest)
   // first so the threads finish together.
   int64_t n_units = 0;
@@ -244,7 +254,9 @@ void train_attention_backward(const TrainKernels& kn, ThreadPool& pool, const Tr
                               float* scratch, size_t per_thread) {
   const TrainAttentionArgs& a = b.fwd;
   check_args(a);
-  CHECK(per_thread >= train_attention_scratch_floats(a.head_dim));
+  int64_t n_ctx = 0;
+  for (const TrainSeq& sq : a.seqs) n_ctx = std::max(n_ctx, sq.n_tok);
+  CHECK(per_thread >= train_attention_scratch_floats(a.head_dim, n_ctx, a.n_head));
   const int64_t n_units = static_cast<int64_t>(a.seqs.size()) * a.n_head_kv;
   std::atomic<int64_t> next{0};
   pool.run_on_all([&](int ti, int) {

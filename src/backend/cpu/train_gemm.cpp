@@ -135,6 +135,10 @@ void pack_a(const TrainKernels& kn, const StridedMatrix& a, int64_t i0, int64_t 
 }
 
 void pack_b(const TrainKernels& kn, const StridedMatrix& b, int64_t k0, int64_t k, int64_t j0, int64_t n, float* bp) {
+  if (b.rs == 1 && b.cs != 1 && kn.pack_b_t != nullptr) {  // rows of B^T: transpose in vectors
+    kn.pack_b_t(b.p + k0 + j0 * b.cs, b.cs, k, n, bp);
+    return;
+  }
   const int64_t nr = kn.nr;
   for (int64_t s = 0; s < n; s += nr, bp += nr * k) {
     const int64_t cols = std::min(nr, n - s);
@@ -142,7 +146,7 @@ void pack_b(const TrainKernels& kn, const StridedMatrix& b, int64_t k0, int64_t 
       const float* src = b.p + (k0 + kk) * b.rs + (j0 + s) * b.cs;
       float* dst = bp + kk * nr;
       if (b.cs == 1) {
-        std::memcpy(dst, src, static_cast<size_t>(cols) * sizeof(float));
+        for (int64_t j = 0; j < cols; ++j) dst[j] = src[j];  // short rows: no memcpy call
       } else {
         for (int64_t j = 0; j < cols; ++j) dst[j] = src[j * b.cs];
       }

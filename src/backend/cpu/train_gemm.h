@@ -48,6 +48,10 @@ struct TrainKernels {
   // A panel of 6 rows (mr == 6 only, else null): ap[kk * 6 + i] = row[i][kk] *
   // scale for kk < k; writes up to 2 floats past ap + 6 k.
   void (*pack_a6)(const float* const* row, int64_t k, float scale, float* ap) = nullptr;
+  // A B panel of B = S^T, S: [n rows of ld floats] x k (keys as columns):
+  // bp[s * k + kk * nr + j] = S[s + j][kk] per strip start s, zero past n.
+  // Null: pack_b gathers element by element.
+  void (*pack_b_t)(const float* s, int64_t ld, int64_t k, int64_t n, float* bp) = nullptr;
   // dst[0 .. nb * block_size) = nb consecutive GGUF blocks of `type` at src,
   // bit-identical to dequantize_row. False (nothing written) when the level
   // has no vector path for the type; the caller then uses dequantize_row.

@@ -157,6 +157,7 @@ TrainKernels train_kernels_avx2() {
                       .nr = kNr,
                       .tile = tile_avx2,
                       .pack_a6 = pack_a6_simd,
+                      .pack_b_t = pack_b_t_simd<kNr>,
                       .dequantize = dequantize_simd,
                       .exp_sum = exp_sum_avx2,
                       .max = max_avx2,

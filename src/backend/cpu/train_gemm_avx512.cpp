@@ -145,6 +145,7 @@ TrainKernels train_kernels_avx512() {
                       .nr = kNr,
                       .tile = tile_avx512,
                       .pack_a6 = pack_a6_simd,
+                      .pack_b_t = pack_b_t_simd<kNr>,
                       .dequantize = dequantize_simd,
                       .exp_sum = exp_sum_avx512,
                       .max = max_avx512,

@@ -32,9 +32,10 @@ void CpuTrainOps::reserve(const TrainScratchNeeds& n) {
   needs_.n_tok = std::max(needs_.n_tok, n.n_tok);
   needs_.n_ctx = std::max(needs_.n_ctx, n.n_ctx);
   needs_.head_dim = std::max(needs_.head_dim, n.head_dim);
+  needs_.n_head = std::max(needs_.n_head, n.n_head);
   grow(gemm_, matmul_t_scratch_floats(nt));
   if (needs_.head_dim > 0) {
-    attn_per_thread_ = train_attention_scratch_floats(needs_.head_dim);
+    attn_per_thread_ = train_attention_scratch_floats(needs_.head_dim, needs_.n_ctx, needs_.n_head);
     grow(attn_, static_cast<size_t>(nt) * attn_per_thread_);
   }
   grow(lora_du_, static_cast<size_t>(std::max<int64_t>(1, needs_.n_tok) * kMaxLoraRank));
@@ -105,12 +106,10 @@ void CpuTrainOps::glu_backward(const GluBackArgs& a) {
 }
 
 void CpuTrainOps::attention(const TrainAttentionArgs& a) {
-  CHECK(a.head_dim <= needs_.head_dim && "reserve() for this head_dim first");
   train_attention(kn_, pool_, a, floats(attn_), attn_per_thread_);
 }
 
 void CpuTrainOps::attention_backward(const TrainAttentionBackArgs& b) {
-  CHECK(b.fwd.head_dim <= needs_.head_dim && "reserve() for this head_dim first");
   train_attention_backward(kn_, pool_, b, floats(attn_), attn_per_thread_);
 }
 

@@ -1,6 +1,7 @@
 // Packing in 256-bit vectors, shared by the AVX2 and AVX-512 levels of the
 // training kernels (train_gemm.h): the 6-row A panels both levels use
-// (TrainKernels::pack_a6), and the dequantization of whole GGUF blocks to f32
+// (TrainKernels::pack_a6), B panels of transposed rows (pack_b_t), and the
+// dequantization of whole GGUF blocks to f32
 // for the B panels of matmul_t (TrainKernels::dequantize). Included by
 // train_gemm_avx2.cpp and train_gemm_avx512.cpp, each compiling it for its
 // level (internal linkage); include it nowhere else.
@@ -52,6 +53,52 @@ void pack_a6_simd(const float* const* row, int64_t k, float scale, float* ap) {
   }
   for (; kk < k; ++kk)
     for (int i = 0; i < 6; ++i) ap[kk * 6 + i] = row[i][kk] * scale;
+}
+
+// The 8 x 8 transpose of r: r[i][d] -> r[d][i].
+inline void transpose8(__m256 (&r)[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// A B panel of strips kNr wide for B = S^T, S: [n rows of ld floats] x k:
+// bp[s * k + kk * kNr + j] = S[s + j][kk] for each strip start s (columns
+// past n are 0). Whole 8 x 8 blocks through transpose8, edges one by one.
+template <int64_t kNr>
+void pack_b_t_simd(const float* src, int64_t ld, int64_t k, int64_t n, float* bp) {
+  for (int64_t s = 0; s < n; s += kNr, bp += kNr * k) {
+    const int64_t cols = n - s < kNr ? n - s : kNr;
+    int64_t kk = 0;
+    for (; kk + 8 <= k; kk += 8) {
+      for (int64_t jb = 0; jb < kNr; jb += 8) {
+        if (jb + 8 <= cols) {
+          __m256 r[8];
+          for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (s + jb + i) * ld + kk);
+          transpose8(r);
+          for (int d = 0; d < 8; ++d) _mm256_storeu_ps(bp + (kk + d) * kNr + jb, r[d]);
+        } else {
+          for (int d = 0; d < 8; ++d)
+            for (int64_t j = jb; j < jb + 8; ++j) bp[(kk + d) * kNr + j] = j < cols ? src[(s + j) * ld + kk + d] : 0.0f;
+        }
+      }
+    }
+    for (; kk < k; ++kk)
+      for (int64_t j = 0; j < kNr; ++j) bp[kk * kNr + j] = j < cols ? src[(s + j) * ld + kk] : 0.0f;
+  }
 }
 
 // dst[0..32) = scale * float(q[i]) - min for 32 unsigned bytes q
