@@ -61,7 +61,9 @@ void grow(std::vector<T>& v, size_t n) {
 }  // namespace
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
-    : pool_(std::make_unique<ThreadPool>(options.n_threads)), isa_(std::min(options.isa, max_supported_isa())) {}
+    : pool_(std::make_unique<ThreadPool>(options.n_threads)),
+      isa_(std::min(options.isa, max_supported_isa())),
+      train_ops_(*pool_, isa_) {}
 
 std::string CpuBackend::name() const { return fmt::format("cpu {}", isa_name(isa_)); }
 
