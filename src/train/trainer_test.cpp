@@ -66,7 +66,9 @@ std::vector<float> train_params(Model& model, const TrainData& data, const Train
     EXPECT_TRUE(st.ok()) << st.to_string();
   }
   while ((*t)->step() < stop_at) EXPECT_TRUE((*t)->train_step().ok());
-  if (!ckpt_out.empty()) EXPECT_TRUE((*t)->save_checkpoint(ckpt_out).ok());
+  if (!ckpt_out.empty()) {
+    EXPECT_TRUE((*t)->save_checkpoint(ckpt_out).ok());
+  }
   return std::vector<float>(p->params(), p->params() + p->n_params());
 }
 
