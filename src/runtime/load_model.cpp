@@ -41,7 +41,8 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                      weights::open_streaming(lm.file, {.mem_budget_bytes = o.mem_budget_bytes,
                                                        .n_threads = o.n_threads,
                                                        .tokens_per_step = o.tokens_per_step,
-                                                       .calibration = o.calibration}));
+                                                       .calibration = o.calibration,
+                                                       .training = o.training}));
     lm.stream = setup.source;
     lm.placement_report = std::move(setup.report);
     mo.weights = setup.source;

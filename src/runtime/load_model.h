@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -50,6 +51,10 @@ struct LoadOptions {
   const plan::Calibration* calibration = nullptr;
   // Adapters added to the model in this order (Model::add_lora: bit i is loras[i]).
   std::vector<LoraSpec> loras;
+  // Fine-tuning under mem_budget_bytes: the placement plans training's order
+  // and compute for micro-batches of tokens_per_step tokens
+  // (weights::StreamingOptions::training).
+  std::optional<plan::TrainWorkload> training;
 };
 
 struct LoadedModel {
