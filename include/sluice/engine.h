@@ -26,6 +26,9 @@
 namespace sluice {
 
 class Tokenizer;
+namespace dist {
+class Session;
+}
 
 using RequestId = int64_t;
 
@@ -94,6 +97,9 @@ struct EngineConfig {
   int32_t spec_max_draft = 5;      // longest draft per sequence and step (1 .. 16)
   bool spec_adaptive = true;       // draft length from each sequence's acceptance (else always the max)
   int32_t spec_ngram_max = 3;      // prompt lookup: longest n-gram matched (down to 1)
+  // Rank 0 of an MPI job (dist/session.h): the model's layers are spread over
+  // the job's processes (a pipeline); null: this process alone.
+  std::shared_ptr<dist::Session> parallel;
 };
 
 struct EngineStats {

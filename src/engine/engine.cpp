@@ -38,6 +38,7 @@
 #include "format/model_file.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
+#include "dist/session.h"
 #include "runtime/load_model.h"
 #include "sample/logprobs.h"
 #include "sample/sampler.h"
@@ -69,16 +70,20 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       return static_cast<uint64_t>(pool.n_blocks) * static_cast<uint64_t>(pool.block_bytes);
     };
   }
-  ASSIGN_OR_RETURN(LoadedModel lm, load_model(config.model_path, {.n_threads = config.n_threads,
-                                                                 .n_batch = config.max_batch_tokens,
-                                                                 .n_ctx_max = config.ctx_size,
-                                                                 .ctx_cap = 4096,
-                                                                 .max_seqs = config.max_seqs,
-                                                                 .backend = config.backend,
-                                                                 .mem_budget_bytes = config.mem_budget_bytes,
-                                                                 .gpu_budget_bytes = config.gpu_budget_bytes,
-                                                                 .device_reserve = kv_reserve,
-                                                                 .tokens_per_step = config.max_seqs}));
+  if (config.parallel && config.preempt_swap)
+    return unimplemented("preemption by swapping is not supported across processes (--parallel); drop --preempt-swap");
+  const LoadOptions lo{.n_threads = config.n_threads,
+                       .n_batch = config.max_batch_tokens,
+                       .n_ctx_max = config.ctx_size,
+                       .ctx_cap = 4096,
+                       .max_seqs = config.max_seqs,
+                       .backend = config.backend,
+                       .mem_budget_bytes = config.mem_budget_bytes,
+                       .gpu_budget_bytes = config.gpu_budget_bytes,
+                       .device_reserve = kv_reserve,
+                       .tokens_per_step = config.max_seqs};
+  ASSIGN_OR_RETURN(LoadedModel lm, config.parallel ? dist::load_pipelined(config.model_path, lo, *config.parallel)
+                                                   : load_model(config.model_path, lo));
   e.file = lm.file;
   e.tok = std::move(lm.tokenizer);
   e.model = std::move(lm.model);

@@ -46,6 +46,9 @@ struct LoadOptions {
   std::function<StatusOr<uint64_t>(const Model&)> device_reserve;
   int64_t tokens_per_step = 1;
   const plan::Calibration* calibration = nullptr;
+  // A pipeline stage's layers (ModelOptions::layer_begin/end; dist/session.h).
+  int64_t layer_begin = 0;
+  int64_t layer_end = -1;
 };
 
 struct LoadedModel {
