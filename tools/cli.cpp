@@ -11,8 +11,9 @@ int fail(const Status& status) {
   return 1;
 }
 
-StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet) {
-  ASSIGN_OR_RETURN(LoadedModel lm, load_model(path, options));
+StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet,
+                                         dist::Session* parallel) {
+  ASSIGN_OR_RETURN(LoadedModel lm, parallel ? dist::load_pipelined(path, options, *parallel) : load_model(path, options));
   if (!quiet && !lm.placement_report.empty()) fmt::print(stderr, "{}", lm.placement_report);
   return lm;
 }

@@ -1,0 +1,234 @@
+// End-to-end tests of --parallel pp: the same command run by 2 or 3 processes
+// of an MPI job on this machine (mpirun --oversubscribe) against one process.
+//
+//   Pipeline.RunMatchesOneProcess*   greedy tokens of `sluice run` equal, for
+//                                    dense and routed models (real and synth)
+//   Pipeline.BatchedMatchesOneProcess  bench-serve's requests, batched and cut
+//                                    into micro-batches, equal one process's
+//   Pipeline.Refuses*                a rank with another model file; a cut
+//                                    that does not fit the ranks' budgets
+//   Pipeline.HungRankFailsRequests   serve; a worker stopped (SIGSTOP) mid-
+//                                    request: the request ends with an error
+//                                    within the timeout and the job exits non-zero
+//
+// Each rank runs one thread (-t 1): three ranks share CI's two cores.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "dist/comm.h"
+
+namespace sluice {
+namespace {
+
+using testing::CliResult;
+using testing::run_cli;
+
+std::string model_path(const std::string& rel) { return std::string(SLUICE_SHARED_DIR) + "/models/" + rel; }
+
+// mpirun of `n` ranks, each running `sluice <args>` (root allowed, as CI is).
+std::string mpirun_prefix(int n) {
+  return fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp {} "
+                     "--oversubscribe --bind-to none -np {} ",
+                     SLUICE_MPIEXEC, n);
+}
+
+CliResult run_mpi(int n, const std::string& args) {
+  // run_cli prefixes the binary; a shell wrapper puts mpirun before it.
+  const std::string err_path = testing::cli_temp_path("mpi_stderr.txt");
+  const std::string cmd = mpirun_prefix(n) + SLUICE_BINARY + " " + args + " 2>" + err_path;
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "", "popen failed"};
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, got);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  std::remove(err_path.c_str());
+  return r;
+}
+
+class Pipeline : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!dist::have_mpi() || std::string(SLUICE_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+    if (!std::filesystem::exists(model_path("stories260K/stories260K.gguf")))
+      GTEST_SKIP() << "no shared models at " << SLUICE_SHARED_DIR;
+  }
+
+  static std::vector<int32_t> run_tokens(const CliResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    if (j.is_discarded()) return {};
+    return j["tokens"].get<std::vector<int32_t>>();
+  }
+
+  // `run` alone and over n ranks give the same greedy tokens.
+  static void expect_run_matches(const std::string& model, const std::vector<int>& ranks) {
+    const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
+    const std::vector<int32_t> alone = run_tokens(run_cli(args));
+    ASSERT_EQ(alone.size(), 24u);
+    for (int n : ranks) {
+      const CliResult r = run_mpi(n, args + " --parallel pp");
+      EXPECT_EQ(run_tokens(r), alone) << n << " ranks\n" << r.err;
+      EXPECT_NE(r.err.find("pipeline of " + std::to_string(n) + " ranks"), std::string::npos) << r.err;
+    }
+  }
+};
+
+TEST_F(Pipeline, RunMatchesOneProcessDense) { expect_run_matches(model_path("stories260K/stories260K.gguf"), {2, 3}); }
+
+TEST_F(Pipeline, RunMatchesOneProcessMoe) { expect_run_matches(model_path("stories-moe/stories-moe.gguf"), {2, 3}); }
+
+TEST_F(Pipeline, RunMatchesOneProcessSynth) {
+  for (const char* preset : {"tiny-gemma2", "tiny-qwen3moe"}) {
+    const std::string path = testing::cli_temp_path(std::string(preset) + ".gguf");
+    const CliResult w = run_cli(fmt::format("synth --preset {} --layers 3 --type q8_0 -t 1 -o {}", preset, path));
+    ASSERT_EQ(w.exit_code, 0) << w.err;
+    expect_run_matches(path, {2});
+    std::filesystem::remove(path);
+  }
+}
+
+TEST_F(Pipeline, BatchedMatchesOneProcess) {
+  for (const auto& [model, ranks] : std::vector<std::pair<std::string, std::vector<int>>>{
+           {"stories260K/stories260K.gguf", {2, 3}}, {"stories-moe/stories-moe.gguf", {2}}}) {
+    const std::string out = testing::cli_temp_path("outputs.json");
+    const std::string args = "bench-serve -m " + model_path(model) +
+                             " --requests 6 --prompt-len uniform:4:40 --output-len 10 --arrival all --max-seqs 6"
+                             " -t 1 --json --dump-outputs " + out;
+    auto outputs = [&](const CliResult& r) {
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      std::ifstream f(out);
+      return nlohmann::json::parse(f, nullptr, false);
+    };
+    const nlohmann::json alone = outputs(run_cli(args));
+    ASSERT_EQ(alone.size(), 6u);
+    for (int n : ranks) {
+      const CliResult r = run_mpi(n, args + " --parallel pp");
+      EXPECT_EQ(outputs(r), alone) << model << ", " << n << " ranks\n" << r.err;
+    }
+    std::filesystem::remove(out);
+  }
+}
+
+TEST_F(Pipeline, RefusesAnotherModelFile) {
+  const std::string a = model_path("stories260K/stories260K.gguf"), b = model_path("stories-moe/stories-moe.gguf");
+  // MPMD: rank 0 and rank 1 run the same command on different files.
+  const std::string cmd = fmt::format("-np 1 {} run -m {} -p hi -n 2 -t 1 --parallel pp : -np 1 {} run -m {} -p hi "
+                                      "-n 2 -t 1 --parallel pp",
+                                      SLUICE_BINARY, a, SLUICE_BINARY, b);
+  const std::string err_path = testing::cli_temp_path("mpmd_stderr.txt");
+  const int status = std::system((mpirun_prefix(1).substr(0, mpirun_prefix(1).find("-np")) + cmd + " >/dev/null 2>" +
+                                  err_path).c_str());
+  std::ifstream e(err_path);
+  const std::string err((std::istreambuf_iterator<char>(e)), {});
+  EXPECT_NE(status, 0);
+  EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("its model differs from rank 0's"), std::string::npos) << err;
+}
+
+TEST_F(Pipeline, RefusesBudgetsTooSmall) {
+  const CliResult r = run_mpi(2, "run -m " + model_path("stories260K/stories260K.gguf") +
+                                     " -p hi -n 2 -t 1 --mem-budget 100K --parallel pp");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot be cut into 2 ranges that fit"), std::string::npos) << r.err;
+}
+
+// The pid of the child of `parent` whose MPI rank is `rank` (from its environment).
+pid_t rank_pid(pid_t parent, int rank) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != parent) continue;
+    std::ifstream env(e.path() / "environ");
+    const std::string vars((std::istreambuf_iterator<char>(env)), {});
+    if (vars.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)
+      return static_cast<pid_t>(std::stoi(name));
+  }
+  return -1;
+}
+
+TEST_F(Pipeline, HungRankFailsRequests) {
+  const int port = 18000 + static_cast<int>(getpid() % 1000);
+  const std::string err_path = testing::cli_temp_path("serve_stderr.txt");
+  const std::string cmd = mpirun_prefix(2) + SLUICE_BINARY + " serve -m " +
+                          model_path("stories260K/stories260K.gguf") + " --port " + std::to_string(port) +
+                          " -t 1 --parallel pp --parallel-timeout 2 2>" + err_path;
+  const pid_t mpirun = fork();
+  ASSERT_GE(mpirun, 0);
+  if (mpirun == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  bool up = false;
+  for (int i = 0; i < 600 && !up; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto h = c.Get("/health");
+    up = h && h->status == 200;
+  }
+  ASSERT_TRUE(up) << "server did not come up";
+  const pid_t worker = rank_pid(mpirun, 1);
+  ASSERT_GT(worker, 0);
+  // A long generation; the worker stops answering a moment into it.
+  std::thread stopper([worker] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(worker, SIGSTOP);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const nlohmann::json body{{"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"temperature", 0},
+                            {"ignore_eos", true}};
+  auto res = c.Post("/v1/completions", body.dump(), "application/json");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stopper.join();
+  ASSERT_TRUE(res) << "no response";
+  EXPECT_EQ(res->status, 503) << res->body;
+  EXPECT_NE(res->body.find("did not complete"), std::string::npos) << res->body;
+  EXPECT_LT(took, 30.0);
+  // The job ends by itself, non-zero.
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 300 && done == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    done = waitpid(mpirun, &status, WNOHANG);
+  }
+  if (done == 0) {
+    kill(worker, SIGKILL);
+    kill(-mpirun, SIGKILL);
+    waitpid(mpirun, &status, 0);
+    FAIL() << "the job did not end";
+  }
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::ifstream e(err_path);
+  const std::string err((std::istreambuf_iterator<char>(e)), {});
+  EXPECT_NE(err.find("the pipeline failed"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace sluice
