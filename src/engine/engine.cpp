@@ -340,11 +340,13 @@ void Engine::Impl::step() {
   const Status run_status = runner->run(plan, sampling, &out);
   step_cost.observe(static_cast<double>(plan.n_batch_tokens), runner->last_forward_s());
   if (!run_status.ok()) {
-    // A bug or an impossible plan: fail the requests of this step, keep serving.
+    // A bug, an impossible plan or a process of the job that failed: the
+    // requests of this step end with the error (its code first:
+    // "unavailable: ..." is the server's 503), the engine keeps serving.
     fmt::print(stderr, "[sluice] step failed: {}\n", run_status.message());
     for (const ScheduledSeq& s : plan.seqs) {
       auto it = owner.find(s.id);
-      if (it != owner.end()) abort_request(it->second.first);
+      if (it != owner.end()) abort_request(it->second.first, FinishReason::kError, run_status.to_string());
     }
     return;
   }
@@ -510,7 +512,7 @@ void Engine::Impl::finish_output(Req& rq, Output& o, FinishReason reason, const 
   if (rq.cb) rq.cb(ev);
 }
 
-void Engine::Impl::abort_request(RequestId id) {
+void Engine::Impl::abort_request(RequestId id, FinishReason reason, const std::string& error) {
   auto it = reqs.find(id);
   if (it == reqs.end()) return;
   Req& rq = it->second;
@@ -523,7 +525,7 @@ void Engine::Impl::abort_request(RequestId id) {
   for (size_t i = 0; i < n; ++i) {
     auto again = reqs.find(id);
     if (again == reqs.end()) break;
-    finish_output(again->second, again->second.outs[i], FinishReason::kAbort);
+    finish_output(again->second, again->second.outs[i], reason, error);
   }
   for (Sequence& f : sched->take_finished()) {
     owner.erase(f.id);
