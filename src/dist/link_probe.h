@@ -2,8 +2,11 @@
 // measured at start by ping-pong (rank 0 sends, the rank echoes), for the
 // pipeline planner (plan/pipeline_plan.h) and the placement map.
 //
-//   latency   median of 16 round trips of 8 bytes, halved
-//   bandwidth 4 MiB each way, median of 4 round trips: bytes / (round trip / 2)
+//   latency   the fastest of 16 round trips of 8 bytes, halved
+//   bandwidth 4 MiB each way, the fastest of 4 round trips: bytes / (round
+//             trip / 2) (latency included: a lower bound)
+// The fastest, not the median: where processes share cores, the slower trips
+// measure the scheduler, not the link.
 //
 // Links between two workers are taken to be like their links to rank 0 (one
 // switch). Rank 0 probes the ranks one at a time; each waits its turn.

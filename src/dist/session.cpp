@@ -150,6 +150,22 @@ StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options
 Session::~Session() {
   if (!driver_) return;
   if (driver_->failed()) comm_->abort(1);
+  // What crossed each link, per token computed, against the plan's count of
+  // hidden rows (the step plans add their tokens and block tables).
+  const PipelineDriver& d = *driver_;
+  const int S = static_cast<int>(d.plan().n_stages());
+  if (S > 1 && d.tokens() > 0) {
+    std::string links;
+    auto add = [&](int src, int dst, uint64_t planned) {
+      const double per = static_cast<double>(d.link_bytes(src, dst)) / static_cast<double>(d.tokens());
+      links += fmt::format("{}{}->{} {:.0f} B/token (hidden rows {} B)", links.empty() ? "" : ", ", src, dst, per,
+                           planned);
+    };
+    for (int r = 1; r < S; ++r) add(r - 1, r, d.plan().hop_bytes(r, 1, 1));
+    for (int r = 2; r < S; ++r) add(0, r, 0);
+    add(S - 1, 0, d.plan().hop_bytes(0, 1, 1));
+    fmt::print(stderr, "[sluice] pipeline: {} steps, {} tokens; sent {}\n", d.steps(), d.tokens(), links);
+  }
   if (Status st = driver_->shutdown(); !st.ok()) {
     fmt::print(stderr, "error: ending the job: {}\n", st.message());
     comm_->abort(1);

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Benchmarks of --parallel pp on one machine standing in for two
+# (docs/BENCHMARKS.md, "Across processes"). Needs a quiet machine; prints the
+# raw lines each round and the medians at the end.
+#
+#   memory pooling   a model whose half fits each rank's --mem-budget but not
+#                    one rank's: 2 ranks (each its half in memory) against 1 rank
+#                    streaming the rest from disk under the same budget;
+#                    decode and prefill tokens/s, and each planner's prediction
+#   overhead         2 ranks on a model that fits either, bench-serve with 16
+#                    concurrent requests, against 1 rank with the same total
+#                    threads; bytes per token sent per link against the plan's
+#
+# Usage: bench/parallel_bench.sh [ROUNDS]   (env: SLUICE=build/sluice, WORK=/tmp/sluice-pp-bench)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+sluice=${SLUICE:-build/sluice}
+work=${WORK:-/tmp/sluice-pp-bench}
+mkdir -p "$work"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi="mpirun --oversubscribe --bind-to none"
+
+big=$work/1b-q4_0.gguf     # 22 layers, ~0.6 GiB
+small=$work/110m-q8_0.gguf # fits either rank
+[ -f "$big" ] || $sluice synth --preset 1b --type q4_0 -o "$big"
+[ -f "$small" ] || $sluice synth --preset 110m --type q8_0 -o "$small"
+budget=${BUDGET:-400M}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+: > "$work/pool.txt"
+: > "$work/serve.txt"
+for r in $(seq "$rounds"); do
+  echo "[bench] round $r: memory pooling"
+  # 2 ranks, 1 thread each, each its half in memory.
+  $mpi -np 2 $sluice bench -m "$big" -p 128 -n 32 -r 3 -t 1 --mem-budget "$budget" --json --parallel pp \
+    > "$work/pp2.json" 2> "$work/pp2.err"
+  pred=$(grep 'predicted: decode' "$work/pp2.err" | sed -E 's/.*decode ([0-9.]+) ms.*prefill [0-9]+ tokens [0-9.]+ ms \(([0-9]+) tokens.*/\1 \2/')
+  pp=$(json_field 'd["pp_tps"]' < "$work/pp2.json" || echo nan)
+  tg=$(json_field 'd["tg_tps"]' < "$work/pp2.json" || echo nan)
+  echo "pp2 $pp $tg $pred" | tee -a "$work/pool.txt"
+  # 1 rank, 1 thread, streaming beyond the same budget.
+  $sluice bench -m "$big" -p 128 -n 32 -r 3 -t 1 --mem-budget "$budget" --json > "$work/one.json" 2> "$work/one.err"
+  pp=$(json_field 'd["pp_tps"]' < "$work/one.json" || echo nan)
+  tg=$(json_field 'd["tg_tps"]' < "$work/one.json" || echo nan)
+  echo "one $pp $tg" | tee -a "$work/pool.txt"
+
+  echo "[bench] round $r: pipeline overhead, 16 concurrent requests"
+  args="--requests 32 --prompt-len 64 --output-len 64 --arrival all --max-seqs 16 --json"
+  $mpi -np 2 $sluice bench-serve -m "$small" $args -t 1 --parallel pp > "$work/s2.json" 2> "$work/s2.err"
+  echo "pp2 $(json_field 'd["output_tps"]' < "$work/s2.json") $(grep 'pipeline:' "$work/s2.err")" \
+    | tee -a "$work/serve.txt"
+  $sluice bench-serve -m "$small" $args -t 2 > "$work/s1.json" 2> "$work/s1.err"
+  echo "one $(json_field 'd["output_tps"]' < "$work/s1.json")" | tee -a "$work/serve.txt"
+done
+echo "[bench] medians (tokens/s): prefill, decode"
+for k in pp2 one; do
+  echo "$k prefill $(awk -v k=$k '$1==k {print $2}' "$work/pool.txt" | median) decode $(awk -v k=$k '$1==k {print $3}' "$work/pool.txt" | median)"
+done
+for k in pp2 one; do echo "serve $k $(awk -v k=$k '$1==k {print $2}' "$work/serve.txt" | median) output tokens/s"; done
