@@ -173,11 +173,10 @@ pid_t rank_pid(pid_t parent, int rank) {
 }
 
 TEST_F(Pipeline, HungRankFailsRequests) {
-  const int port = 18000 + static_cast<int>(getpid() % 1000);
   const std::string err_path = testing::cli_temp_path("serve_stderr.txt");
   const std::string cmd = mpirun_prefix(2) + SLUICE_BINARY + " serve -m " +
-                          model_path("stories260K/stories260K.gguf") + " --port " + std::to_string(port) +
-                          " -t 1 --parallel pp --parallel-timeout 2 2>" + err_path;
+                          model_path("stories260K/stories260K.gguf") +
+                          " --port 0 -t 1 --parallel pp --parallel-timeout 2 2>" + err_path;
   const pid_t mpirun = fork();
   ASSERT_GE(mpirun, 0);
   if (mpirun == 0) {
@@ -185,6 +184,19 @@ TEST_F(Pipeline, HungRankFailsRequests) {
     execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
+  auto read_err = [&] {
+    std::ifstream e(err_path);
+    return std::string((std::istreambuf_iterator<char>(e)), {});
+  };
+  // The port rank 0 bound (printed), then the model loaded.
+  int port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::string err = read_err();
+    const size_t at = err.find("listening on http://127.0.0.1:");
+    if (at != std::string::npos) port = std::atoi(err.c_str() + at + 30);
+  }
+  ASSERT_GT(port, 0) << read_err();
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60, 0);
   bool up = false;
@@ -193,24 +205,40 @@ TEST_F(Pipeline, HungRankFailsRequests) {
     auto h = c.Get("/health");
     up = h && h->status == 200;
   }
-  ASSERT_TRUE(up) << "server did not come up";
+  ASSERT_TRUE(up) << "server did not come up\n" << read_err();
   const pid_t worker = rank_pid(mpirun, 1);
   ASSERT_GT(worker, 0);
-  // A long generation; the worker stops answering a moment into it.
-  std::thread stopper([worker] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    kill(worker, SIGSTOP);
-  });
-  const auto t0 = std::chrono::steady_clock::now();
-  const nlohmann::json body{{"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"temperature", 0},
-                            {"ignore_eos", true}};
-  auto res = c.Post("/v1/completions", body.dump(), "application/json");
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stopper.join();
+  // A streamed generation; the worker stops answering once tokens flow.
+  const nlohmann::json body{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0},
+                            {"ignore_eos", true}, {"stream", true}};
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string stream;
+  bool stopped = false;
+  auto t_stop = std::chrono::steady_clock::now();
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    stream.append(data, len);
+    if (!stopped && stream.find("\"text\"") != std::string::npos) {
+      kill(worker, SIGSTOP);
+      stopped = true;
+      t_stop = std::chrono::steady_clock::now();
+    }
+    return true;
+  };
+  auto res = c.send(req);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_stop).count();
   ASSERT_TRUE(res) << "no response";
-  EXPECT_EQ(res->status, 503) << res->body;
-  EXPECT_NE(res->body.find("did not complete"), std::string::npos) << res->body;
-  EXPECT_LT(took, 30.0);
+  ASSERT_TRUE(stopped) << stream;
+  EXPECT_NE(stream.find("service_unavailable"), std::string::npos) << stream;
+  EXPECT_NE(stream.find("did not complete"), std::string::npos) << stream;
+  EXPECT_LT(took, 20.0);
+  // A request after the failure fails at once with 503, until the job ends.
+  auto again = c.Post("/v1/completions", nlohmann::json{{"prompt", "Hi"}, {"max_tokens", 4}}.dump(), "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 503) << again->body;
   // The job ends by itself, non-zero.
   int status = 0;
   pid_t done = 0;
@@ -225,8 +253,7 @@ TEST_F(Pipeline, HungRankFailsRequests) {
     FAIL() << "the job did not end";
   }
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  std::ifstream e(err_path);
-  const std::string err((std::istreambuf_iterator<char>(e)), {});
+  const std::string err = read_err();
   EXPECT_NE(err.find("the pipeline failed"), std::string::npos) << err;
 }
 

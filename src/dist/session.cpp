@@ -103,8 +103,18 @@ plan::PipelineInputs shape_inputs(const ModelFile& file, const ModelHparams& hp)
       in.layer_flops_per_token[static_cast<size_t>(layer)] += flops;
     } else {
       in.head_bytes += t.n_bytes;
-      if (t.name.rfind("output.", 0) == 0) in.head_flops_per_token += flops;
+      if (t.name.rfind("output.", 0) == 0) {
+        in.head_flops_per_token += flops;
+        in.head_read_bytes += t.n_bytes;
+      }
     }
+  }
+  if (in.head_flops_per_token == 0) {  // output tied to the embeddings: the head reads the table
+    for (const TensorInfo& t : file.tensors)
+      if (t.name == "token_embd.weight") {
+        in.head_flops_per_token = 2.0 * static_cast<double>(t.n_elements());
+        in.head_read_bytes += t.n_bytes;
+      }
   }
   return in;
 }

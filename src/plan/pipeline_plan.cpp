@@ -68,12 +68,15 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
   auto bytes_of = [&](int64_t r, int64_t b, int64_t e) {
     return pre_bytes[static_cast<size_t>(e)] - pre_bytes[static_cast<size_t>(b)] + (r == 0 ? in.head_bytes : 0);
   };
+  auto read_bytes = [&](int64_t r, int64_t b, int64_t e) {
+    return pre_bytes[static_cast<size_t>(e)] - pre_bytes[static_cast<size_t>(b)] + (r == 0 ? in.head_read_bytes : 0);
+  };
   // One token's stage time (decode): the cut minimizes the slowest stage, then the sum.
   auto cost = [&](int64_t r, int64_t b, int64_t e) {
     const RankResources& k = in.ranks[static_cast<size_t>(r)];
     const double flops = pre_flops[static_cast<size_t>(e)] - pre_flops[static_cast<size_t>(b)] +
                          (r == 0 ? in.head_flops_per_token : 0.0);
-    return std::max(static_cast<double>(bytes_of(r, b, e)) / (k.read_gbps * 1e9), flops / (k.tflops * 1e12));
+    return std::max(static_cast<double>(read_bytes(r, b, e)) / (k.read_gbps * 1e9), flops / (k.tflops * 1e12));
   };
   constexpr double kInf = std::numeric_limits<double>::infinity();
   // best[r][e]: (slowest, sum) over ranks 0..r holding layers [0, e).
@@ -121,7 +124,7 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
     const LayerRange g = p.ranges[static_cast<size_t>(r)];
     const RankResources& k = in.ranks[static_cast<size_t>(r)];
     p.stage_bytes.push_back(bytes_of(r, g.begin, g.end));
-    p.stage_read_s.push_back(static_cast<double>(p.stage_bytes.back()) / (k.read_gbps * 1e9));
+    p.stage_read_s.push_back(static_cast<double>(read_bytes(r, g.begin, g.end)) / (k.read_gbps * 1e9));
     p.stage_flops.push_back(pre_flops[static_cast<size_t>(g.end)] - pre_flops[static_cast<size_t>(g.begin)] +
                             (r == 0 ? in.head_flops_per_token : 0.0));
     p.stage_tflops.push_back(k.tflops);

@@ -48,6 +48,8 @@ struct PipelineInputs {
   std::vector<uint64_t> layer_bytes;         // [n_layer] weight bytes each layer reads per step
   std::vector<double> layer_flops_per_token; // [n_layer] (2 x the parameters one token multiplies)
   uint64_t head_bytes = 0;                   // rank 0's beside its layers: embeddings, output head, norms
+  uint64_t head_read_bytes = 0;              // of them, read every step (the output head; the
+                                             // embedding only a row per token)
   double head_flops_per_token = 0;           // the output head's
   int64_t n_embd = 0;
   std::vector<RankResources> ranks;          // [n_ranks]

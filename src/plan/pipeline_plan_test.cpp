@@ -10,6 +10,7 @@ PipelineInputs inputs(int n_layer, int n_ranks, uint64_t cap) {
   in.layer_bytes.assign(static_cast<size_t>(n_layer), 100);
   in.layer_flops_per_token.assign(static_cast<size_t>(n_layer), 200);
   in.head_bytes = 50;
+  in.head_read_bytes = 50;
   in.n_embd = 64;
   for (int r = 0; r < n_ranks; ++r) {
     in.ranks.push_back({.mem_cap_bytes = cap, .read_gbps = 1, .tflops = 1});
