@@ -347,6 +347,15 @@ void Engine::Impl::step() {
     for (const ScheduledSeq& s : plan.seqs) {
       auto it = owner.find(s.id);
       if (it != owner.end()) abort_request(it->second.first, FinishReason::kError, run_status.to_string());
+      else (void)sched->abort(s.id);
+    }
+    // Every sequence of the step is aborted: the update ends the step (the
+    // next schedule() needs none in flight) and frees their blocks.
+    if (Status st = sched->update(StepOutput{}); !st.ok())
+      fmt::print(stderr, "[sluice] scheduler update failed: {}\n", st.message());
+    for (Sequence& f : sched->take_finished()) {
+      owner.erase(f.id);
+      if (proposer) proposer->release(f.id);
     }
     return;
   }
