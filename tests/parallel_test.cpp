@@ -123,6 +123,12 @@ TEST_F(Pipeline, BatchedMatchesOneProcess) {
     for (int n : ranks) {
       const CliResult r = run_mpi(n, args + " --parallel pp");
       EXPECT_EQ(outputs(r), alone) << model << ", " << n << " ranks\n" << r.err;
+      // The prefill step was cut into micro-batches: more of them than steps.
+      int steps = 0, micro = 0;
+      const size_t at = r.err.find("[sluice] pipeline: ");
+      ASSERT_NE(at, std::string::npos) << r.err;
+      ASSERT_EQ(std::sscanf(r.err.c_str() + at, "[sluice] pipeline: %d steps in %d micro-batches", &steps, &micro), 2);
+      EXPECT_GT(micro, steps) << r.err;
     }
     std::filesystem::remove(out);
   }
@@ -209,7 +215,7 @@ TEST_F(Pipeline, HungRankFailsRequests) {
   const pid_t worker = rank_pid(mpirun, 1);
   ASSERT_GT(worker, 0);
   // A streamed generation; the worker stops answering once tokens flow.
-  const nlohmann::json body{{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0},
+  const nlohmann::json body{{"model", "llama"}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0},
                             {"ignore_eos", true}, {"stream", true}};
   httplib::Request req;
   req.method = "POST";
@@ -236,7 +242,7 @@ TEST_F(Pipeline, HungRankFailsRequests) {
   EXPECT_NE(stream.find("did not complete"), std::string::npos) << stream;
   EXPECT_LT(took, 20.0);
   // A request after the failure fails at once with 503, until the job ends.
-  auto again = c.Post("/v1/completions", nlohmann::json{{"prompt", "Hi"}, {"max_tokens", 4}}.dump(), "application/json");
+  auto again = c.Post("/v1/completions", nlohmann::json{{"model", "llama"}, {"prompt", "Hi"}, {"max_tokens", 4}}.dump(), "application/json");
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 503) << again->body;
   // The job ends by itself, non-zero.

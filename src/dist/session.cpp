@@ -174,7 +174,8 @@ Session::~Session() {
     for (int r = 1; r < S; ++r) add(r - 1, r, d.plan().hop_bytes(r, 1, 1));
     for (int r = 2; r < S; ++r) add(0, r, 0);
     add(S - 1, 0, d.plan().hop_bytes(0, 1, 1));
-    fmt::print(stderr, "[sluice] pipeline: {} steps, {} tokens; sent {}\n", d.steps(), d.tokens(), links);
+    fmt::print(stderr, "[sluice] pipeline: {} steps in {:.0f} micro-batches, {} tokens; sent {}\n", d.steps(),
+               global_metrics().value("sluice_dist_micro_batches_total"), d.tokens(), links);
   }
   if (Status st = driver_->shutdown(); !st.ok()) {
     fmt::print(stderr, "error: ending the job: {}\n", st.message());

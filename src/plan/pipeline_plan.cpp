@@ -8,7 +8,7 @@
 namespace sluice::plan {
 namespace {
 
-double gib(uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
+double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
 
 }  // namespace
 
@@ -104,12 +104,12 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
     std::string caps;
     for (int64_t r = 0; r < S; ++r) {
       cap += in.ranks[static_cast<size_t>(r)].mem_cap_bytes;
-      caps += fmt::format("{}rank {}: {:.2f} GiB", r ? ", " : "", r, gib(in.ranks[static_cast<size_t>(r)].mem_cap_bytes));
+      caps += fmt::format("{}rank {}: {:.1f} MiB", r ? ", " : "", r, mib(in.ranks[static_cast<size_t>(r)].mem_cap_bytes));
     }
     return resource_exhausted(
-        "the model's {:.2f} GiB of weights cannot be cut into {} ranges that fit the ranks' memory ({}; {:.2f} GiB "
+        "the model's {:.1f} MiB of weights cannot be cut into {} ranges that fit the ranks' memory ({}; {:.1f} MiB "
         "together): raise --mem-budget, or run more ranks",
-        gib(pre_bytes[static_cast<size_t>(L)] + in.head_bytes), S, caps, gib(cap));
+        mib(pre_bytes[static_cast<size_t>(L)] + in.head_bytes), S, caps, mib(cap));
   }
   PipelinePlan p;
   p.ranges.resize(static_cast<size_t>(S));
