@@ -35,18 +35,21 @@ json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; 
 : > "$work/serve.txt"
 for r in $(seq "$rounds"); do
   echo "[bench] round $r: memory pooling"
-  # 2 ranks, 1 thread each, each its half in memory.
-  $mpi -np 2 $sluice bench -m "$big" -p 128 -n 32 -r 3 -t 1 --mem-budget "$budget" --json --parallel pp \
-    > "$work/pp2.json" 2> "$work/pp2.err"
-  pred=$(grep 'predicted: decode' "$work/pp2.err" | sed -E 's/.*decode ([0-9.]+) ms.*prefill [0-9]+ tokens [0-9.]+ ms \(([0-9]+) tokens.*/\1 \2/')
-  pp=$(json_field 'd["pp_tps"]' < "$work/pp2.json" || echo nan)
-  tg=$(json_field 'd["tg_tps"]' < "$work/pp2.json" || echo nan)
-  echo "pp2 $pp $tg $pred" | tee -a "$work/pool.txt"
-  # 1 rank, 1 thread, streaming beyond the same budget.
-  $sluice bench -m "$big" -p 128 -n 32 -r 3 -t 1 --mem-budget "$budget" --json > "$work/one.json" 2> "$work/one.err"
-  pp=$(json_field 'd["pp_tps"]' < "$work/one.json" || echo nan)
-  tg=$(json_field 'd["tg_tps"]' < "$work/one.json" || echo nan)
-  echo "one $pp $tg" | tee -a "$work/pool.txt"
+  # 2 ranks, 1 thread each, each its half in memory; then 1 rank, 1 thread,
+  # streaming beyond the same budget. The tables' t/s, and each plan's prediction.
+  $mpi -np 2 $sluice bench -m "$big" -p 128 -n 32 -r 3 -t 1 --mem-budget "$budget" --parallel pp \
+    > "$work/pp2.txt" 2> "$work/pp2.err"
+  $sluice bench -m "$big" -p 128 -n 32 -r 3 -t 1 --mem-budget "$budget" > "$work/one.txt" 2> "$work/one.err"
+  for k in pp2 one; do
+    tps() { awk -F'|' -v t="$1" '$7 ~ t {gsub(/ /, "", $8); print $8}' "$work/$k.txt" "$work/$k.err" | head -1; }
+    if [ $k = pp2 ]; then  # decode ms/token and prefill tokens/s
+      pred=$(sed -nE 's/.*predicted: decode ([0-9.]+) ms.*prefill [0-9]+ tokens [0-9.]+ ms \(([0-9]+) tokens.*/\1 \2/p' "$work/pp2.err")
+    else                   # decode: compute + stall per step
+      pred=$(sed -nE 's/.*predicted per step: compute ([0-9.]+) ms, disk [0-9.]+ ms, stall ([0-9.]+) ms.*/\1 \2/p' "$work/one.err" \
+             | awk '{print $1 + $2, "-"}')
+    fi
+    echo "$k $(tps pp128) $(tps tg32) $pred" | tee -a "$work/pool.txt"
+  done
 
   echo "[bench] round $r: pipeline overhead, 16 concurrent requests"
   args="--requests 32 --prompt-len 64 --output-len 64 --arrival all --max-seqs 16 --json"
@@ -56,8 +59,9 @@ for r in $(seq "$rounds"); do
   $sluice bench-serve -m "$small" $args -t 2 > "$work/s1.json" 2> "$work/s1.err"
   echo "one $(json_field 'd["output_tps"]' < "$work/s1.json")" | tee -a "$work/serve.txt"
 done
-echo "[bench] medians (tokens/s): prefill, decode"
+echo "[bench] medians: prefill t/s, decode t/s, predicted decode ms/token, predicted prefill t/s"
 for k in pp2 one; do
-  echo "$k prefill $(awk -v k=$k '$1==k {print $2}' "$work/pool.txt" | median) decode $(awk -v k=$k '$1==k {print $3}' "$work/pool.txt" | median)"
+  echo "$k prefill $(awk -v k=$k '$1==k {print $2}' "$work/pool.txt" | median) decode $(awk -v k=$k '$1==k {print $3}' "$work/pool.txt" | median)" \
+       "predicted decode $(awk -v k=$k '$1==k {print $4}' "$work/pool.txt" | median) ms prefill $(awk -v k=$k '$1==k {print $5}' "$work/pool.txt" | median)"
 done
 for k in pp2 one; do echo "serve $k $(awk -v k=$k '$1==k {print $2}' "$work/serve.txt" | median) output tokens/s"; done

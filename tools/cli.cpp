@@ -14,7 +14,8 @@ int fail(const Status& status) {
 StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet,
                                          dist::Session* parallel) {
   ASSIGN_OR_RETURN(LoadedModel lm, parallel ? dist::load_pipelined(path, options, *parallel) : load_model(path, options));
-  if (!quiet && !lm.placement_report.empty()) fmt::print(stderr, "{}", lm.placement_report);
+  // A pipeline's map is printed even when quiet (--json): it says where every layer went.
+  if ((!quiet || parallel) && !lm.placement_report.empty()) fmt::print(stderr, "{}", lm.placement_report);
   return lm;
 }
 
