@@ -30,7 +30,9 @@
 
 namespace sluice::dist {
 
-enum Tag : int { kTagControl = 1, kTagHello = 2, kTagHidden = 3, kTagReturn = 4, kTagProbe = 5 };
+// kTagTurn: the rates are measured one rank at a time (rank r-1 -> r: "your
+// turn"), so ranks sharing a machine do not halve each other's figures.
+enum Tag : int { kTagControl = 1, kTagHello = 2, kTagHidden = 3, kTagReturn = 4, kTagProbe = 5, kTagTurn = 6 };
 
 enum class StepKind : int32_t { kStep = 1, kShutdown = 2 };
 

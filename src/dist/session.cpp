@@ -34,20 +34,26 @@ double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
 
 // This rank's fingerprint, memory and rates (the planner's probes on the
 // model's own layer, briefly), as the hello message.
-StatusOr<json> hello(const std::string& path, const ModelFile& file, int n_threads, uint64_t mem_budget,
-                     const std::string& host) {
+StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, int n_threads, uint64_t mem_budget) {
   ASSIGN_OR_RETURN(const Fingerprint fp, fingerprint(path));
+  // One rank at a time: ranks sharing a machine would otherwise measure each
+  // other (decode runs the stages in turn, not together).
+  std::vector<uint8_t> turn(1, 0);
+  if (c.rank() > 0)
+    RETURN_IF_ERROR(c.recv_message(c.rank() - 1, kTagTurn, &turn, "the turn to measure",
+                                   c.timeout_s() * kLoadTimeoutFactor));
   plan::CalibrateOptions co{.n_threads = n_threads, .n_repeats = 3, .mem_bytes = 64ull << 20, .probe_disk = false,
                             .min_probe_seconds = 0.05};
   co = plan::with_model_weights(co, file);
   co.weight_read_bytes = std::min<uint64_t>(co.weight_read_bytes, 256ull << 20);
   ASSIGN_OR_RETURN(const plan::Calibration cal, plan::calibrate(co));
+  if (c.rank() + 1 < c.size()) RETURN_IF_ERROR(c.send(c.rank() + 1, kTagTurn, turn.data(), 1, "the turn to measure"));
   const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
   return json{{"version", fp.version},
               {"binary_hash", fp.binary_hash},
               {"model_hash", fp.model_hash},
               {"model_bytes", fp.model_bytes},
-              {"host", host},
+              {"host", c.host()},
               {"mem_cap", mem_budget > 0 ? mem_budget
                                          : static_cast<uint64_t>(kAvailableShare * static_cast<double>(available))},
               {"budget_given", mem_budget > 0},
@@ -188,7 +194,7 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   const int S = c.size();
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
   ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(mf.metadata));
-  ASSIGN_OR_RETURN(const json mine, hello(path, mf, o.n_threads, o.mem_budget_bytes, c.host()));
+  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes));
   plan::PipelineInputs in = shape_inputs(mf, hp);
   in.ranks.push_back(resources_of(mine));
   std::string refusal;
@@ -241,7 +247,7 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
 Status run_worker(const std::string& path, const WorkerOptions& o, Session& session) {
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
-  ASSIGN_OR_RETURN(const json mine, hello(path, mf, o.n_threads, o.mem_budget_bytes, c.host()));
+  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes));
   RETURN_IF_ERROR(send_json(c, 0, kTagHello, mine, "hello"));
   RETURN_IF_ERROR(answer_link_probe(c));
   ASSIGN_OR_RETURN(const json setup, recv_json(c, 0, kTagControl, "setup", c.timeout_s() * kLoadTimeoutFactor));
