@@ -14,9 +14,11 @@ int fail(const Status& status) {
   return 1;
 }
 
-StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet) {
-  ASSIGN_OR_RETURN(LoadedModel lm, load_model(path, options));
-  if (!quiet && !lm.placement_report.empty()) fmt::print(stderr, "{}", lm.placement_report);
+StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet,
+                                         dist::Session* parallel) {
+  ASSIGN_OR_RETURN(LoadedModel lm, parallel ? dist::load_pipelined(path, options, *parallel) : load_model(path, options));
+  // A pipeline's map is printed even when quiet (--json): it says where every layer went.
+  if ((!quiet || parallel) && !lm.placement_report.empty()) fmt::print(stderr, "{}", lm.placement_report);
   return lm;
 }
 

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "dist/session.h"
 #include "format/model_file.h"
 #include "runtime/load_model.h"
 #include "model/model.h"
@@ -43,7 +44,10 @@ int fail(const Status& status);
 
 // load_model() (runtime/load_model.h), printing the placement map to stderr
 // when weights stream (unless quiet).
-StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet = false);
+// With a parallel session (rank 0 of an MPI job), through the pipeline
+// (dist::load_pipelined), printing its placement map.
+StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet = false,
+                                         dist::Session* parallel = nullptr);
 
 // Adds --backend NAME (cpu, reference) to a subcommand.
 void add_backend_option(CLI::App* c, std::string* name);

@@ -40,6 +40,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "base/timer.h"
 #include "cli.h"
+#include "cli_parallel.h"
 #include "plan/calibrate.h"
 
 namespace sluice::cli {
@@ -62,6 +63,7 @@ struct BenchArgs {
   uint64_t gpu_budget = 0;
   std::string backend = "cpu";
   std::vector<LoraSpec> loras;  // applied together to every token
+  ParallelArgs parallel;
 };
 
 // Spread of one test's tokens/s over the repetitions.
@@ -151,10 +153,16 @@ int run(const BenchArgs& a) {
   if (a.n_reps < 1) return fail(invalid_argument("-r must be >= 1 (got {})", a.n_reps));
   if (a.n_ubatch < 1) return fail(invalid_argument("--ubatch must be >= 1 (got {})", a.n_ubatch));
 
+  std::optional<int> worker_exit;
+  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.n_threads, .mem_budget_bytes = a.mem_budget,
+                                                      .backend = a.backend}, &worker_exit);
+  if (!parallel.ok()) return fail(parallel.status());
+  if (worker_exit) return *worker_exit;
   auto lm = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch),
                                          .repack = !a.no_repack, .backend = a.backend,
                                          .mem_budget_bytes = a.mem_budget, .gpu_budget_bytes = a.gpu_budget,
-                                         .loras = a.loras}, a.json);
+                                         .loras = a.loras}, a.json,
+                               parallel->get());
   if (!lm.ok()) return fail(lm.status());
   const std::shared_ptr<const ModelFile>& file = lm->file;
   const std::shared_ptr<weights::StoreWeightSource>& stream = lm->stream;
@@ -358,6 +366,7 @@ Runner add_bench(CLI::App& app) {
   add_backend_option(c, &a->backend);
   c->add_flag("--no-repack", a->no_repack, "keep Q4_0/Q8_0 matrices in GGUF row order (no interleaved repack at load, nor of streamed experts as they land)");
   add_mem_budget_option(c, &a->mem_budget);
+  add_parallel_options(c, &a->parallel);
   add_gpu_budget_option(c, &a->gpu_budget);
   add_lora_option(c, &a->loras);
   return [a] { return run(*a); };

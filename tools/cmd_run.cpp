@@ -9,6 +9,7 @@
 
 #include "base/timer.h"
 #include "cli.h"
+#include "cli_parallel.h"
 #include "model/generate.h"
 #include "sample/sampler.h"
 #include "tokenizer/stream_decoder.h"
@@ -32,12 +33,14 @@ struct RunArgs {
   SamplingParams sampling;
   EngineConfig spec;  // speculative decoding flags only
   std::vector<LoraSpec> loras;  // applied together
+  ParallelArgs parallel;
 };
 
 // With speculative decoding: one request through the engine, which drafts and
 // verifies (the plain path below has no proposer).
-int run_speculative(const RunArgs& a, SamplingParams sp) {
+int run_speculative(const RunArgs& a, SamplingParams sp, std::shared_ptr<dist::Session> parallel) {
   EngineConfig cfg = a.spec;
+  cfg.parallel = std::move(parallel);
   cfg.model_path = a.model;
   cfg.n_threads = a.n_threads;
   cfg.max_seqs = 1;
@@ -112,6 +115,11 @@ int run_speculative(const RunArgs& a, SamplingParams sp) {
 }
 
 int run(RunArgs a) {
+  std::optional<int> worker_exit;
+  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.n_threads, .mem_budget_bytes = a.mem_budget,
+                                                      .backend = a.backend}, &worker_exit);
+  if (!parallel.ok()) return fail(parallel.status());
+  if (worker_exit) return *worker_exit;
   finish_speculative_options(&a.spec);
   if (a.spec.speculative != "off") {
     SamplingParams sp = a.sampling;
@@ -119,12 +127,12 @@ int run(RunArgs a) {
                           : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     if (Status st = validate_sampling_params(sp); !st.ok()) return fail(st);
     if (a.n_ctx > 0) a.spec.ctx_size = a.n_ctx;
-    return run_speculative(a, sp);
+    return run_speculative(a, sp, *parallel);
   }
   // -c plans the model for that context (LongRoPE chooses its factors by it); without it, the trained one.
   auto lm_or = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_ctx_max = std::max<int64_t>(0, a.n_ctx),
                                            .backend = a.backend, .mem_budget_bytes = a.mem_budget,
-                                           .gpu_budget_bytes = a.gpu_budget, .loras = a.loras});
+                                           .gpu_budget_bytes = a.gpu_budget, .loras = a.loras}, /*quiet=*/false, parallel->get());
   if (!lm_or.ok()) return fail(lm_or.status());
   LoadedModel& lm = *lm_or;
   const Tokenizer& tok = *lm.tokenizer;
@@ -231,6 +239,7 @@ Runner add_run(CLI::App& app) {
   add_backend_option(c, &a->backend);
   add_speculative_options(c, &a->spec);
   add_lora_option(c, &a->loras);
+  add_parallel_options(c, &a->parallel);
   return [a] { return run(*a); };
 }
 

@@ -16,6 +16,7 @@
 
 #include "base/metrics.h"
 #include "cli.h"
+#include "cli_parallel.h"
 #include "server/http_server.h"
 
 namespace sluice::cli {
@@ -23,6 +24,7 @@ namespace {
 
 struct ServeArgs {
   std::string model;
+  ParallelArgs parallel;
   server::ServerConfig server;
   EngineConfig engine;
   std::string chat_template;
@@ -50,6 +52,13 @@ int serve(ServeArgs a) {
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  std::optional<int> worker_exit;
+  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.engine.n_threads,
+                                                      .mem_budget_bytes = a.engine.mem_budget_bytes,
+                                                      .backend = a.engine.backend}, &worker_exit);
+  if (!parallel.ok()) return fail(parallel.status());
+  if (worker_exit) return *worker_exit;
+  a.engine.parallel = *parallel;
   a.engine.model_path = a.model;
   a.engine.kv_budget_bytes = static_cast<uint64_t>(a.kv_budget_mib * 1024 * 1024);
   a.engine.swap_budget_bytes = static_cast<uint64_t>(a.swap_budget_mib * 1024 * 1024);
@@ -178,6 +187,7 @@ Runner add_serve(CLI::App& app) {
   c->add_flag("--preempt-swap", a->engine.preempt_swap, "preempt by swapping KV to host memory (else recompute)");
   c->add_option("--swap-budget-mib", a->swap_budget_mib, "host swap pool in MiB (default: the KV budget)");
   add_mem_budget_option(c, &a->engine.mem_budget_bytes);
+  add_parallel_options(c, &a->parallel);
   add_gpu_budget_option(c, &a->engine.gpu_budget_bytes);
   add_backend_option(c, &a->engine.backend);
   add_lora_option(c, &a->engine.loras,

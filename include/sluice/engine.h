@@ -27,6 +27,9 @@
 namespace sluice {
 
 class Tokenizer;
+namespace dist {
+class Session;
+}
 
 using RequestId = int64_t;
 
@@ -102,6 +105,9 @@ struct EngineConfig {
   // LoRA adapters loaded beside the model, always resident; a request picks
   // its own (Request::loras). The draft model runs without them.
   std::vector<LoraSpec> loras;
+  // Rank 0 of an MPI job (dist/session.h): the model's layers are spread over
+  // the job's processes (a pipeline); null: this process alone.
+  std::shared_ptr<dist::Session> parallel;
 };
 
 struct EngineStats {

@@ -34,6 +34,7 @@
 #include "model/model_adapters.h"
 #include "model/model_weights.h"
 #include "model/rope_scaling.h"
+#include "model/stage_runner.h"
 #include "model/weight_source.h"
 
 namespace sluice {
@@ -69,6 +70,11 @@ struct ModelOptions {
   // before its weights are prepared: the engine's KV pool, so that under
   // --gpu-budget a longer context leaves fewer layers resident. Null: none.
   std::function<StatusOr<uint64_t>(const Model&)> device_reserve;
+  // A pipeline stage (dist/): the layers [layer_begin, layer_end) this model
+  // holds and runs; the others are bound as views but never read or prepared
+  // (and the output head only by the stage that has layer 0). -1: n_layer.
+  int64_t layer_begin = 0;
+  int64_t layer_end = -1;
 };
 
 // One sequence's part of a batched forward pass.
@@ -144,6 +150,32 @@ class Model {
   StatusOr<int> add_lora(const LoraAdapter& adapter, float scale = 1.0f);
   const ModelAdapters& adapters() const { return adapters_; }
 
+  // --- pipeline stages (dist/): one step split over processes ---------------
+  // forward() is begin_step(embed) -> [the stage runner's run_step, or
+  // run_stage over every sequence] -> finish_step. A stage that is not the
+  // first fills hidden() itself and runs run_stage per micro-batch.
+  int64_t layer_begin() const { return layer_begin_; }
+  int64_t layer_end() const { return layer_end_; }
+  // When set, forward() hands the step's layers to it (not owned; null: none).
+  void set_stage_runner(StageRunner* runner) { stages_ = runner; }
+  StageRunner* stage_runner() const { return stages_; }
+  // Validates the step and lays out its host data (positions, KV rows,
+  // attention sequences, RoPE tables); with `embed`, the tokens' embeddings
+  // into hidden(). Errors: as forward().
+  Status begin_step(std::span<const ForwardSeq> seqs, KvStore& kv, bool embed);
+  // This model's layers over sequences [seq_begin, seq_end) of the step begun,
+  // whose tokens are the hidden rows [t0, t0 + n) (contiguous, in order).
+  Status run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n, KvStore& kv);
+  // The logits of the step begun, from the hidden rows of the tokens that ask
+  // for them (after the last layer). logits: [n_logits(), n_vocab].
+  Status finish_step(float* logits);
+  // The residual stream of the step begun: [n_batch, n_embd] host memory.
+  float* hidden() { return x_->floats(); }
+  // Rows of hidden() whose logits the step asks for, in output order.
+  std::span<const int64_t> logit_rows() const { return {logit_rows_.data(), static_cast<size_t>(step_n_out_)}; }
+  // Tokens of the step begun.
+  int64_t step_tokens() const { return step_n_; }
+
   // --- training's view (train/): the frozen weights, layer by layer --------
   const ModelWeights& weights() const { return weights_; }
   // Layer l's matrices, acquired from the weight source when one streams them
@@ -161,7 +193,9 @@ class Model {
   void plan_buffers();
   ScratchNeeds scratch_needs() const;
   Status validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const;
-  Status run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv);
+  // Whether a view is one this stage holds (its layers, or the output head at
+  // the first stage): the only ones prepared at load.
+  bool holds(const WeightView* v) const;
   void emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const;
   // The hook's view of a routed layer's choices ("ffn_moe_ids"; debug only: copies).
   void emit_routing(const char* name, const int32_t* ids, int64_t layer, int64_t n, int64_t width) const;
@@ -170,7 +204,8 @@ class Model {
   // The predicted routing of routed layer `layer` from x: hook and weight
   // source. `early`: a first guess from the state before the previous layer's
   // experts are added, for the weight source only (a later call refines it).
-  void predict_routing(int64_t layer, int64_t n, bool early = false);
+  //   x: [n, n_embd] the rows entering the layer
+  void predict_routing(int64_t layer, const float* x, int64_t n, bool early = false);
   // Streamed expert i of the current begin_experts(), handed out: reorders
   // its bytes in place for the backend unless that was done when it landed
   // before, and tells the source.
@@ -238,6 +273,11 @@ class Model {
   std::vector<uint8_t> seen_;            // [n_expert]
   std::vector<ExpertPointers> expert_ptrs_;  // [n_expert]
   std::vector<ExpertWeights> streamed_experts_;  // [n_expert] views of a streamed layer's acquired experts
+
+  int64_t layer_begin_ = 0, layer_end_ = 0;  // ModelOptions::layer_begin/end, resolved
+  StageRunner* stages_ = nullptr;
+  int64_t step_n_ = 0, step_n_out_ = 0;       // tokens and logits rows of the step begun
+  int64_t step_n_seqs_ = 0;
 
   ActivationHook hook_;
   mutable std::vector<float> hook_copy_;  // emit(): a device buffer's floats on the host

@@ -55,6 +55,9 @@ struct LoadOptions {
   // and compute for micro-batches of tokens_per_step tokens
   // (weights::StreamingOptions::training).
   std::optional<plan::TrainWorkload> training;
+  // A pipeline stage's layers (ModelOptions::layer_begin/end; dist/session.h).
+  int64_t layer_begin = 0;
+  int64_t layer_end = -1;
 };
 
 struct LoadedModel {
