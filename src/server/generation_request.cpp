@@ -83,6 +83,7 @@ std::variant<GenerationPlan, ApiError> build_generation_request(Endpoint ep, std
   r.top_logprobs = g.top_logprobs;
   plan.info = ResponseInfo{.endpoint = ep, .model = model.id, .logprobs = g.top_logprobs >= 0,
                            .token_ids = g.return_token_ids};
+  if (g.return_token_ids) plan.info.prompt_token_ids = r.prompt;
   return plan;
 }
 
