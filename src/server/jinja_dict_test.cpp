@@ -6,6 +6,8 @@
 // loopcontrols, HF's tojson); errors carry the message of jinja2's exception.
 #include <gtest/gtest.h>
 
+#include "server/jinja_test_util.h"
+
 #include "server/jinja.h"
 
 namespace sluice::server {
@@ -13,13 +15,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string render(const std::string& src, const ojson& ctx = ojson::object()) {
-  auto t = JinjaTemplate::parse(src);
-  if (!t.ok()) return "PARSE ERROR: " + t.status().to_string();
-  auto out = t->render(ctx);
-  if (!out.ok()) return "RENDER ERROR: " + out.status().to_string();
-  return *out;
-}
+using testing::render;
 
 // The render fails with kInvalidArgument carrying `message` (jinja2's, after the exception type).
 void expect_error(const std::string& src, const std::string& message) {
