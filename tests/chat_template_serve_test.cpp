@@ -3,8 +3,9 @@
 // the server tokenizes (usage.prompt_tokens, and the ids it reports with
 // return_token_ids) is the text Python's jinja2 renders, tokenized by the same
 // model's tokenizer; where jinja2 raises, the server answers 400 with the
-// template's message. And a template that runs away hits the render's
-// wall-clock limit: the request gets its 400 promptly, and the server goes on.
+// template's message. A template keyed by integers serves jinja2's prompt. And
+// a template that runs away hits the render's wall-clock limit: the request
+// gets its 400 promptly, and the server goes on.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -117,6 +118,49 @@ TEST(ChatTemplateServe, EveryTemplateTokenizesWhatJinja2Renders) {
   EXPECT_GE(n_refused, 8);
   std::printf("%d templates: %d prompts as jinja2 renders them, %d refusals with the template's message\n", n_templates,
               n_compared, n_refused);
+}
+
+// A template with an integer-keyed dict literal walked by dictsort (as 2025
+// reasoning models' templates have): every request used to get 400 ("'<' not
+// supported between instances of 'int' and 'str'"); now the prompt is jinja2's.
+TEST(ChatTemplateServe, IntegerKeyedDictTemplateServesJinja2sPrompt) {
+  SKIP_UNLESS_EXISTS(kModel);
+  auto tok = testing::load_gguf_tokenizer(kModel);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  const std::string path = ::testing::TempDir() + "/sluice_int_keys_" + std::to_string(getpid()) + ".jinja";
+  std::ofstream(path) << "{%- set effort_by_budget = {32768: 'high', 1024: 'low', 8192: 'medium', 0: 'none'} -%}\n"
+                         "{%- set effort = namespace(name='none') -%}\n"
+                         "{%- for budget, name in effort_by_budget | dictsort -%}\n"
+                         "    {%- if (thinking_budget | default(0)) >= budget -%}{%- set effort.name = name -%}{%- endif -%}\n"
+                         "{%- endfor -%}\n"
+                         "{{- bos_token -}}\n"
+                         "{%- for message in messages -%}\n"
+                         "    {{- '<|' + message.role + '|>' + message.content + '<|end|>\\n' -}}\n"
+                         "{%- endfor -%}\n"
+                         "{%- if add_generation_prompt -%}\n"
+                         "    {{- '<|assistant|><|effort:' + effort.name + '|>' -}}\n"
+                         "{%- endif -%}\n";
+  ServerProcess srv(kModel, {"--chat-template", path});
+  std::remove(path.c_str());
+  ASSERT_NE(srv.port(), 0) << srv.log();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models && models->status == 200);
+  const ojson body = {{"model", ojson::parse(models->body)["data"][0]["id"]},
+                      {"messages", ojson::parse(R"([{"role": "system", "content": "Be brief."},
+                          {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+                          {"role": "user", "content": "Sum 2+2"}])")},
+                      {"max_tokens", 1}, {"return_token_ids", true}};
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r) << "no response";
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string jinja2_text =  // jinja2 3.1, HF's settings, bos "<s>"
+      "<s><|system|>Be brief.<|end|>\n<|user|>Hi<|end|>\n<|assistant|>Hello.<|end|>\n<|user|>Sum 2+2<|end|>\n"
+      "<|assistant|><|effort:none|>";
+  EXPECT_EQ(ojson::parse(r->body)["prompt_token_ids"].get<std::vector<int32_t>>(),
+            server::tokenize_chat_prompt(**tok, jinja2_text));
+  EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.log();
 }
 
 // A template that would spend minutes on one conversation (a million-byte string
