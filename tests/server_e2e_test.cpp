@@ -33,9 +33,8 @@ namespace sluice {
 namespace {
 
 using json = nlohmann::json;
-using testing::model_path;
 
-const std::string kModel = model_path("stories260K/stories260K.gguf");
+const std::string kModel = testing::shipped_model_path("stories260K.gguf");
 const std::string kTemplate = std::string(SLUICE_SOURCE_DIR) + "/src/server/templates/qwen2.jinja";
 const std::string kE2eDir = std::string(SLUICE_SOURCE_DIR) + "/tests/server_e2e";
 
@@ -63,10 +62,12 @@ json greedy_reference(int n) {
 // A `sluice serve` child process on an OS-chosen loopback port.
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::vector<std::string>& extra) {
+  // with_model false: no -m (the shipped default model).
+  explicit ServerProcess(const std::vector<std::string>& extra, bool with_model = true) {
     int fds[2];
     if (pipe(fds) != 0) return;
-    std::vector<std::string> args = {SLUICE_BINARY, "serve", "-m", kModel, "--host", "127.0.0.1", "--port", "0"};
+    std::vector<std::string> args = {SLUICE_BINARY, "serve", "--host", "127.0.0.1", "--port", "0"};
+    if (with_model) args.insert(args.begin() + 2, {"-m", kModel});
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -150,7 +151,6 @@ void expect_error(const httplib::Result& r, int status, const std::string& code,
 }
 
 TEST(ServerE2e, RawHttpGreedyMatchesRunAndErrorsHoldTheirStatus) {
-  SKIP_UNLESS_EXISTS(kModel);
   const json ref = greedy_reference(48);
   ServerProcess srv({"--api-key", "k", "--chat-template", kTemplate, "--max-body-bytes", "32768"});
   ASSERT_NE(srv.port(), 0) << srv.log();
@@ -202,8 +202,28 @@ TEST(ServerE2e, RawHttpGreedyMatchesRunAndErrorsHoldTheirStatus) {
   EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.log();
 }
 
+// No -m: the shipped stories260K, named in one line on stderr, answers as `run` does.
+TEST(ServerE2e, WithoutAModelServesTheShippedOne) {
+  const json ref = greedy_reference(32);
+  ServerProcess srv({}, /*with_model=*/false);
+  ASSERT_NE(srv.port(), 0) << srv.log();
+  EXPECT_EQ(srv.log().rfind("[sluice] no model given: using the shipped stories260K (" + kModel + ")\n", 0), 0u)
+      << srv.log();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  const json greedy = {{"model", "llama"}, {"prompt", "Once upon a time"}, {"max_tokens", 32}, {"temperature", 0},
+                       {"return_token_ids", true}};
+  auto r = post(c, "/v1/completions", greedy.dump());
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["token_ids"], ref["tokens"]);
+  EXPECT_EQ(j["choices"][0]["text"], ref["text"]);
+  EXPECT_NE(j["choices"][0]["text"].get<std::string>().find("there was a little girl named Lily"), std::string::npos)
+      << r->body;
+  EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.log();
+}
+
 TEST(ServerE2e, TooManyQueuedRequestsGet429AndServingContinues) {
-  SKIP_UNLESS_EXISTS(kModel);
   ServerProcess srv({"--max-seqs", "1", "--max-queued", "1"});
   ASSERT_NE(srv.port(), 0) << srv.log();
   // Long enough that the first request is still running when the others arrive.
@@ -233,7 +253,6 @@ TEST(ServerE2e, TooManyQueuedRequestsGet429AndServingContinues) {
 }
 
 TEST(ServerE2e, SpeculativeServingKeepsGreedyOutputAndCountsDrafts) {
-  SKIP_UNLESS_EXISTS(kModel);
   const json ref = greedy_reference(48);
   ServerProcess srv({"--spec", "lookup", "--draft-max", "4"});
   ASSERT_NE(srv.port(), 0) << srv.log();
@@ -274,7 +293,6 @@ std::string install_openai_sdk() {
 }
 
 TEST(ServerE2e, OpenAiNodeSdk) {
-  SKIP_UNLESS_EXISTS(kModel);
   if (const std::string why = install_openai_sdk(); !why.empty()) GTEST_SKIP() << why;
   const json ref = greedy_reference(64);
   ASSERT_EQ(ref["finish_reason"], "length");
@@ -294,7 +312,6 @@ TEST(ServerE2e, OpenAiNodeSdk) {
 // sluice_fixture_server (the real server and request path, a fixed model output).
 TEST(ServerE2e, ToolCallsThroughTheNodeSdkForEachFormat) {
   const std::string templates = testing::shared_dir() + "/chat-templates";
-  SKIP_UNLESS_EXISTS(kModel);
   SKIP_UNLESS_EXISTS(templates + "/expected.json");
   if (const std::string why = install_openai_sdk(); !why.empty()) GTEST_SKIP() << why;
   const std::string cmd = "cd " + kE2eDir + " && SLUICE_FIXTURE_SERVER='" + SLUICE_FIXTURE_SERVER +
