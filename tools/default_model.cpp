@@ -1,7 +1,5 @@
 #include "default_model.h"
 
-#include <unistd.h>
-
 #include <filesystem>
 
 #include <fmt/format.h>
