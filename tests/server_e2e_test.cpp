@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <fstream>
 #include <chrono>
@@ -270,6 +271,79 @@ TEST(ServerE2e, SpeculativeServingKeepsGreedyOutputAndCountsDrafts) {
                            "sluice_spec_acceptance_rate", "sluice_spec_tokens_per_pass"}) {
     EXPECT_NE(metrics->body.find(name), std::string::npos) << name;
   }
+  EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.log();
+}
+
+// `sluice run --lora FILE --json` greedy reference with an adapter, no EOS stop.
+json greedy_with_lora(const std::string& lora, int n) {
+  auto [code, out] = shell(std::string(SLUICE_BINARY) + " run -m " + kModel + " --lora " + lora +
+                               " -p 'Once upon a time' -n " + std::to_string(n) + " --temp 0 --ignore-eos --json 2>/dev/null",
+                           /*with_stderr=*/false);
+  EXPECT_EQ(code, 0) << out;
+  return json::parse(out.substr(0, out.find('\n')));
+}
+
+// Two adapters served beside the base: /v1/models lists all three, and
+// requests on different adapters (and on none) running at the same time each
+// get what `sluice run` gives with their adapter alone.
+TEST(ServerE2e, LoraAdaptersArePickedPerRequestAndShareSteps) {
+  const std::string trained = model_path("stories260K-lora/lora-trained.gguf");
+  const std::string init = model_path("stories260K-lora/lora-init.gguf");
+  SKIP_UNLESS_EXISTS(kModel);
+  SKIP_UNLESS_EXISTS(trained);
+  const json ref_trained = greedy_with_lora(trained, 300), ref_init = greedy_with_lora(init, 32);
+  const json ref_base = greedy_with_lora(trained + ":0", 32);  // scale 0: the base model's tokens
+  ServerProcess srv({"--lora", trained, "--lora", init + ":1.0"});
+  ASSERT_NE(srv.port(), 0) << srv.log();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models && models->status == 200);
+  const json data = json::parse(models->body)["data"];
+  ASSERT_EQ(data.size(), 3u) << models->body;
+  const std::string base = data[0]["id"];
+  EXPECT_EQ(data[1]["id"], "lora-trained");
+  EXPECT_EQ(data[2]["id"], "lora-init");
+  EXPECT_EQ(data[2]["parent"], base);
+  auto one = c.Get("/v1/models/lora-init");
+  ASSERT_TRUE(one && one->status == 200);
+  EXPECT_EQ(json::parse(one->body)["id"], "lora-init");
+
+  // The long request on one adapter is still generating when the short ones
+  // (another adapter; the base, by its id and by an empty model) finish.
+  auto body = [](const std::string& model, int n) {
+    return json{{"model", model}, {"prompt", "Once upon a time"}, {"max_tokens", n}, {"temperature", 0},
+                {"ignore_eos", true}, {"return_token_ids", true}}.dump();
+  };
+  json long_reply;
+  std::atomic<bool> long_done{false};
+  std::thread long_request([&] {
+    httplib::Client lc("127.0.0.1", srv.port());
+    lc.set_read_timeout(60);
+    auto r = post(lc, "/v1/completions", body("lora-trained", 300));
+    if (r && r->status == 200) long_reply = json::parse(r->body);
+    long_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (const auto& [model, ref] : {std::pair<std::string, json>{"lora-init", ref_init}, {base, ref_base}, {"", ref_base}}) {
+    auto r = post(c, "/v1/completions", body(model, 32));
+    ASSERT_TRUE(r && r->status == 200) << model << ": " << (r ? r->body : "no response");
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["choices"][0]["token_ids"], ref["tokens"]) << model;
+    EXPECT_EQ(j["model"], model.empty() ? base : model);
+  }
+  const bool overlapped = !long_done.load();
+  long_request.join();
+  ASSERT_TRUE(long_reply.is_object()) << srv.log();
+  EXPECT_EQ(long_reply["choices"][0]["token_ids"], ref_trained["tokens"]);
+  EXPECT_TRUE(overlapped) << "the adapters' requests did not run at the same time";
+  EXPECT_NE(ref_trained["tokens"], ref_base["tokens"]);
+
+  json unknown = json::parse(body("lora-nope", 4));
+  auto r = post(c, "/v1/completions", unknown.dump());
+  expect_error(r, 404, "model_not_found", "unknown adapter");
+  EXPECT_NE(r->body.find("'lora-trained', 'lora-init'"), std::string::npos) << r->body;
+  expect_error(c.Get("/v1/models/lora-nope"), 404, "model_not_found", "unknown model id");
   EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.log();
 }
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -12,6 +13,7 @@
 #include "runtime/load_model.h"
 #include "model/model.h"
 #include "sluice/engine.h"
+#include "sluice/lora.h"
 #include "sluice/status.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/store_source.h"
@@ -34,6 +36,7 @@ Runner add_bench_spec(CLI::App& app);
 Runner add_bench_experts(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_gpu_bench(CLI::App& app);
+Runner add_finetune(CLI::App& app);
 
 // Prints "error: <message>" to stderr and returns 1.
 int fail(const Status& status);
@@ -49,6 +52,12 @@ void add_backend_option(CLI::App* c, std::string* name);
 void add_mem_budget_option(CLI::App* c, uint64_t* bytes);
 // --gpu-budget SIZE: GPU memory for weights (--backend cuda).
 void add_gpu_budget_option(CLI::App* c, uint64_t* bytes);
+
+// Adds --lora FILE[:SCALE] (repeatable): a llama.cpp adapter GGUF or a PEFT
+// folder, applied at SCALE (default 1: the file's alpha / rank). `several`:
+// the help's word on what several do in this subcommand.
+void add_lora_option(CLI::App* c, std::vector<LoraSpec>* loras,
+                     const std::string& several = "several apply together (their deltas add up)");
 
 // Adds the speculative decoding flags (--spec, --draft-model, --draft-max,
 // --no-spec-adapt, --spec-ngram) to a subcommand that runs the engine.

@@ -80,6 +80,7 @@ struct BenchServeArgs {
   bool dump_only = false;
   bool json = false;
   EngineConfig spec;  // speculative flags only
+  std::vector<LoraSpec> loras;  // request i runs with adapter i % n (mixed-adapter batches)
 };
 
 // A length distribution: N, uniform:A:B or normal:MEAN:SD (rounded, clamped to >= 1).
@@ -285,7 +286,9 @@ Request make_request(const BenchServeArgs& a, const WorkItem& w, size_t i) {
   SamplingParams s;
   s.temperature = a.temp.value_or(0.0f);
   s.seed = a.seed + i;
-  return Request{.prompt = w.prompt, .max_tokens = w.max_tokens, .sampling = s, .ignore_eos = true};
+  Request r{.prompt = w.prompt, .max_tokens = w.max_tokens, .sampling = s, .ignore_eos = true};
+  if (!a.loras.empty()) r.loras = {static_cast<int32_t>(i % a.loras.size())};
+  return r;
 }
 
 // Submits every item at t0 + arrival_s, samples KV use every a.sample_ms, and
@@ -421,7 +424,8 @@ int run(const BenchServeArgs& a) {
                    .draft_model_path = cfg.draft_model_path,
                    .spec_max_draft = cfg.spec_max_draft,
                    .spec_adaptive = cfg.spec_adaptive,
-                   .spec_ngram_max = cfg.spec_ngram_max};
+                   .spec_ngram_max = cfg.spec_ngram_max,
+                   .loras = a.loras};
   Stopwatch load_sw;
   auto engine_or = Engine::create(cfg);
   if (!engine_or.ok()) return fail(engine_or.status());
@@ -560,6 +564,7 @@ Runner add_bench_serve(CLI::App& app) {
   add_mem_budget_option(c, &a->mem_budget);
   add_gpu_budget_option(c, &a->gpu_budget);
   add_backend_option(c, &a->backend);
+  add_lora_option(c, &a->loras, "request i runs with adapter i mod their count");
   c->add_option("--sample-ms", a->sample_ms, "period of the KV use samples")->capture_default_str();
   c->add_option("--timeout", a->timeout_s, "abort and fail after this many seconds")->capture_default_str();
   c->add_option("--dump-workload", a->dump_workload,

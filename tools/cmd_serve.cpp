@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/metrics.h"
 #include "cli.h"
@@ -127,6 +128,8 @@ int serve(ServeArgs a) {
   fmt::print(stderr, "[sluice] ready: model '{}' | ctx {} | chat template: {} | tool calls: {} | {}\n",
              a.server.served_model_name.empty() ? engine->model_name() : a.server.served_model_name, engine->ctx_size(),
              template_origin, server::tool_call_format_name(http.tool_call_format()), engine->summary());
+  if (const auto ids = engine->lora_names(); !ids.empty())
+    fmt::print(stderr, "[sluice] adapters (a request's \"model\" picks one): {}\n", fmt::join(ids, ", "));
 
   int sig;
   {
@@ -178,6 +181,8 @@ Runner add_serve(CLI::App& app) {
   add_mem_budget_option(c, &a->engine.mem_budget_bytes);
   add_gpu_budget_option(c, &a->engine.gpu_budget_bytes);
   add_backend_option(c, &a->engine.backend);
+  add_lora_option(c, &a->engine.loras,
+                  "each is a model in /v1/models (id: the file's stem) that a request picks by its \"model\"");
   return [a] { return serve(*a); };
 }
 

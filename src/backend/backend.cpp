@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "base/check.h"
 #include "backend/reference_backend.h"
 #ifdef SLUICE_HAVE_CUDA
 #include "backend/cuda/cuda_api.h"
@@ -22,13 +23,20 @@ const char* op_name(Op op) {
     case Op::kExpertFfn: return "expert FFN";
     case Op::kLogits: return "logits";
     case Op::kEmbed: return "embedding";
+    case Op::kLora: return "LoRA";
   }
   return "?";
+}
+
+void Backend::lora(const LoraArgs& a) {
+  CHECK(false && "this backend has no LoRA operator: Model::load refuses adapters on it");
 }
 
 void Backend::read_floats(const float* src, float* dst, int64_t n) {
   std::copy(src, src + n, dst);
 }
+
+void Backend::write_floats(const float* src, float* dst, int64_t n) { std::copy(src, src + n, dst); }
 
 void Backend::in_place_layouts(std::span<const WeightView> group, WeightLayout* layouts) const {
   for (size_t i = 0; i < group.size(); ++i) layouts[i] = WeightLayout::kRows;

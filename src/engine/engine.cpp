@@ -78,7 +78,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                                                  .mem_budget_bytes = config.mem_budget_bytes,
                                                                  .gpu_budget_bytes = config.gpu_budget_bytes,
                                                                  .device_reserve = kv_reserve,
-                                                                 .tokens_per_step = config.max_seqs}));
+                                                                 .tokens_per_step = config.max_seqs,
+                                                                 .loras = config.loras}));
   e.file = lm.file;
   e.tok = std::move(lm.tokenizer);
   e.model = std::move(lm.model);
@@ -167,6 +168,14 @@ StatusOr<RequestId> Engine::submit(Request r, EventCallback on_event) {
                             r.max_tokens, e.ctx);
   }
   RETURN_IF_ERROR(validate_sampling_params(r.sampling));
+  uint64_t seen = 0;
+  for (int32_t a : r.loras) {
+    if (a < 0 || a >= e.model->adapters().size()) {
+      return invalid_argument("adapter {} out of range: {} adapters are loaded", a, e.model->adapters().size());
+    }
+    if (seen & (uint64_t{1} << a)) return invalid_argument("adapter {} is named twice", a);
+    seen |= uint64_t{1} << a;
+  }
   for (const std::string& s : r.stop_strings)
     if (s.empty()) return invalid_argument("stop strings must not be empty");
   if (e.n_unfinished.load() >= e.cfg.max_seqs + e.cfg.max_queued) {
@@ -256,6 +265,7 @@ void Engine::Impl::run() {
 
 Status Engine::Impl::add_sequence(Req& rq, Output& o, std::vector<int32_t> prompt, int64_t max_tokens) {
   SequenceParams sp{.prompt = std::move(prompt), .stop = rq.stop, .priority = rq.r.priority};
+  for (int32_t a : rq.r.loras) sp.loras |= uint64_t{1} << a;
   sp.stop.max_tokens = max_tokens;
   const SeqId seq = next_seq++;
   RETURN_IF_ERROR(sched->add(seq, std::move(sp)));

@@ -24,7 +24,7 @@ Status ModelRunner::run(const StepPlan& plan, std::span<const SeqSampling> sampl
   fseqs_.clear();
   for (const ScheduledSeq& s : plan.seqs) {
     fseqs_.push_back(ForwardSeq{.tokens = s.tokens, .pos0 = s.pos0, .block_table = s.block_table,
-                                .n_logits = s.sample ? 1 + s.n_draft : 0});
+                                .n_logits = s.sample ? 1 + s.n_draft : 0, .loras = s.loras});
   }
   Stopwatch sw;
   const Status st = model_.forward(fseqs_, kv_, logits_.data());

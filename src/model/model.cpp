@@ -32,6 +32,7 @@ Model::Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, cons
       max_seqs_(options.max_seqs),
       backend_(options.backend),
       source_(options.weights),
+      adapters_(hp, options.max_seqs),
       predict_experts_(options.predict_experts || (options.weights && options.weights->streams_experts())),
       repack_(options.repack) {}
 
@@ -75,6 +76,22 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
   if (options.repack && m->source_) m->reorder_resident();
   return m;
 }
+
+StatusOr<const LayerWeights*> Model::acquire_layer(int64_t l) {
+  LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+  if (source_) {
+    LayerWeightPointers p;
+    RETURN_IF_ERROR(source_->acquire(l, &p));
+    bind_layer(w, p);
+  }
+  return &w;
+}
+
+void Model::release_layer(int64_t l) {
+  if (source_) source_->release(l);
+}
+
+const RopeFreqs& Model::layer_rope(int64_t l) const { return hp_.layer_has_own_rope(l) ? rope_swa_ : rope_; }
 
 void Model::reorder_resident() {
   // Views bound per layer at acquire() keep their layout across binds, and a
@@ -163,10 +180,23 @@ void Model::plan_buffers() {
   kv_rows_.resize(static_cast<size_t>(nb));
   logit_rows_.resize(static_cast<size_t>(nb));
   attn_seqs_.resize(static_cast<size_t>(max_seqs_));
-  be.reserve({.n_tok = nb, .n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q(), h.n_ff_expert, h.n_ff_shared}),
-              .n_ctx = n_ctx_max_, .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
-              .max_seqs = max_seqs_, .n_expert = h.n_expert, .n_used = h.n_expert_used, .n_ff_expert = h.n_ff_expert,
-              .n_ff_shared = h.n_ff_shared, .n_embd = h.n_embd});
+  lora_masks_.resize(static_cast<size_t>(max_seqs_));
+  lora_lens_.resize(static_cast<size_t>(max_seqs_));
+  be.reserve(scratch_needs());
+}
+
+ScratchNeeds Model::scratch_needs() const {
+  const ModelHparams& h = hp_;
+  return {.n_tok = n_batch_, .n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q(), h.n_ff_expert, h.n_ff_shared}),
+          .n_ctx = n_ctx_max_, .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
+          .max_seqs = max_seqs_, .n_expert = h.n_expert, .n_used = h.n_expert_used, .n_ff_expert = h.n_ff_expert,
+          .n_ff_shared = h.n_ff_shared, .n_embd = h.n_embd, .lora_rank = adapters_.rank_max()};
+}
+
+StatusOr<int> Model::add_lora(const LoraAdapter& adapter, float scale) {
+  ASSIGN_OR_RETURN(const int index, adapters_.add(*backend_, *file_, adapter, scale));
+  backend_->reserve(scratch_needs());  // lora()'s A x rows for the widest rank
+  return index;
 }
 
 KvDtype Model::default_kv_dtype() const {
@@ -194,7 +224,7 @@ StatusOr<KvCache> Model::make_kv_cache(int64_t n_ctx, KvDtype dtype) {
   return KvCache::wrap(std::move(store), n_ctx);
 }
 
-Status Model::forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits) {
+Status Model::forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits, LoraMask loras) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return invalid_argument("forward() needs at least one token");
   if (kv.n_past() + n > kv.n_ctx()) {
@@ -205,7 +235,7 @@ Status Model::forward(std::span<const int32_t> tokens, KvCache& kv, float* logit
     const bool last_chunk = start + len == n;
     ForwardSeq seq{.tokens = tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)),
                    .pos0 = kv.n_past(), .block_table = kv.block_table(),
-                   .n_logits = all_logits ? len : (last_chunk ? 1 : 0)};
+                   .n_logits = all_logits ? len : (last_chunk ? 1 : 0), .loras = loras};
     float* out = all_logits ? logits + start * hp_.n_vocab : logits;
     RETURN_IF_ERROR(forward(std::span(&seq, 1), kv.store(), out));
     kv.set_n_past(kv.n_past() + len);
@@ -246,6 +276,10 @@ Status Model::validate(std::span<const ForwardSeq> seqs, const KvStore& kv) cons
     for (int32_t t : s.tokens) {
       if (t < 0 || t >= hp_.n_vocab) return invalid_argument("token id {} out of range [0, {})", t, hp_.n_vocab);
     }
+    if ((s.loras & ~adapters_.all()) != 0) {
+      return invalid_argument("adapter set {:#x} names adapters this model does not have ({} loaded)", s.loras,
+                              adapters_.size());
+    }
     n += len;
   }
   if (n > n_batch_) return invalid_argument("{} tokens in one step exceed n_batch {}", n, n_batch_);
@@ -282,6 +316,8 @@ Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logi
       kv_rows_[static_cast<size_t>(n + j)] = int64_t{s.block_table[static_cast<size_t>(pos / bs)]} * bs + pos % bs;
     }
     for (int64_t j = len - s.n_logits; j < len; ++j) logit_rows_[static_cast<size_t>(n_out++)] = n + j;
+    lora_masks_[i] = s.loras;
+    lora_lens_[i] = len;
     n += len;
   }
   Backend& be = *backend_;
@@ -406,6 +442,7 @@ void Model::prepare_while_waiting(int64_t layer) {
 }
 
 Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv) {
+  const bool adapted = adapters_.plan(std::span(lora_masks_.data(), seqs.size()), std::span(lora_lens_.data(), seqs.size()));
   auto emit_fn = [this](std::string_view name, int64_t layer, const float* data, int64_t n_tok, int64_t width) {
     emit(name, layer, data, n_tok, width);
   };
@@ -424,7 +461,7 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
                          .gate = gate_->floats(), .up = up_->floats(),
                          .cos_sin = hp_.layer_has_own_rope(l) ? cos_sin_swa_->floats() : cos_sin_->floats(),
                          .seqs = std::span(attn_seqs_.data(), seqs.size()), .kv = kv, .kv_rows = kv_rows_.data(),
-                         .emit = emit_fn};
+                         .emit = emit_fn, .lora = adapted ? &adapters_ : nullptr};
     attention_block(step);
     if (hp_.layer_is_moe(l)) {
       MoeStep moe{.router = router_->floats(), .ids = moe_ids_.data(), .weights = moe_weights_.data(),

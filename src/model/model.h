@@ -8,6 +8,8 @@
 //
 //   x += attention_block(x)     norm -> q/k/v -> bias, RoPE, K/V store -> paged attention -> o
 //   x += ffn_block(x)           norm -> gate/up -> activation -> down   (dense)
+// with each sequence's LoRA adapters' low-rank terms added after the adapted
+// matmuls (model/model_adapters.h);
 // then logits = output(norm(x)) for each sequence's trailing n_logits tokens.
 //
 // Weights are views of the ModelFile (kept alive by a shared_ptr), copies the
@@ -29,6 +31,7 @@
 #include "format/model_file.h"
 #include "kv/kv_cache.h"
 #include "model/hparams.h"
+#include "model/model_adapters.h"
 #include "model/model_weights.h"
 #include "model/rope_scaling.h"
 #include "model/weight_source.h"
@@ -74,6 +77,7 @@ struct ForwardSeq {
   int64_t pos0 = 0;
   std::span<const int32_t> block_table;  // the sequence's KV blocks, covering pos0 + tokens.size()
   int64_t n_logits = 1;                  // logits for this many trailing tokens (0 = none)
+  LoraMask loras = 0;                    // adapters applied (bit i: add_lora's i-th); 0: the base alone
 };
 
 // Called (when set) with each named activation of a forward chunk, so a pass can
@@ -127,16 +131,35 @@ class Model {
   Status forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits);
 
   // Single-sequence convenience: runs `tokens` at positions kv.n_past() .. in
-  // chunks of n_batch, and advances kv.n_past().
+  // chunks of n_batch with the adapters `loras`, and advances kv.n_past().
   //   logits: [n, n_vocab] if all_logits, else [1, n_vocab] (last token only)
-  Status forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits);
+  Status forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits, LoraMask loras = 0);
 
   void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
+
+  // Adds a LoRA adapter (model/model_adapters.h): its factors go to backend
+  // memory, resident whatever the weights' placement; returns its index, the
+  // bit ForwardSeq::loras selects it by. scale: the user's (1: the file's
+  // alpha / rank). Errors: ModelAdapters::add's.
+  StatusOr<int> add_lora(const LoraAdapter& adapter, float scale = 1.0f);
+  const ModelAdapters& adapters() const { return adapters_; }
+
+  // --- training's view (train/): the frozen weights, layer by layer --------
+  const ModelWeights& weights() const { return weights_; }
+  // Layer l's matrices, acquired from the weight source when one streams them
+  // (it may block until they land); valid until release_layer(l).
+  StatusOr<const LayerWeights*> acquire_layer(int64_t l);
+  void release_layer(int64_t l);
+  // The RoPE layer l rotates with (gemma3's windowed layers have their own).
+  const RopeFreqs& layer_rope(int64_t l) const;
+  // The weight source, or null when every matrix is resident.
+  LayerWeightSource* weight_source() const { return source_.get(); }
 
  private:
   Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, const ModelOptions& options);
   Status check_supported() const;
   void plan_buffers();
+  ScratchNeeds scratch_needs() const;
   Status validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const;
   Status run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv);
   void emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const;
@@ -199,6 +222,9 @@ class Model {
   std::vector<int64_t> kv_rows_;     // [n_batch] each token's row in the KV store
   std::vector<int64_t> logit_rows_;  // [n_batch] tokens whose logits are asked for
   std::vector<AttentionSeq> attn_seqs_;  // [max_seqs]
+  ModelAdapters adapters_;
+  std::vector<LoraMask> lora_masks_;     // [max_seqs] the step's sequences' adapters
+  std::vector<int64_t> lora_lens_;       // [max_seqs] and their token counts
   std::vector<int32_t> moe_ids_;     // [n_batch, n_expert_used] the step's routing in a layer
   std::vector<float> moe_weights_;   // [n_batch, n_expert_used]
   bool predict_experts_ = false;

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "base/timer.h"
+#include "lora/lora_adapter.h"
 
 namespace sluice {
 
@@ -44,6 +47,11 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
     mo.weights = setup.source;
   }
   ASSIGN_OR_RETURN(lm.model, Model::load(lm.file, mo));
+  for (const LoraSpec& l : o.loras) {
+    StatusOr<LoraAdapter> ad = read_lora(l.path, lm.file.get());
+    Status st = ad.ok() ? lm.model->add_lora(*ad, l.scale).status() : ad.status();
+    if (!st.ok()) return Status(st.code(), fmt::format("--lora {}: {}", l.path, st.message()));
+  }
   lm.load_seconds = sw.seconds();
   return lm;
 }
