@@ -33,7 +33,7 @@ using json = nlohmann::json;
 using testing::model_path;
 using testing::ServerProcess;
 
-const std::string kModel = model_path("stories260K/stories260K.gguf");
+const std::string kModel = testing::shipped_model_path("stories260K.gguf");
 const std::string kTemplate = std::string(SLUICE_SOURCE_DIR) + "/src/server/templates/qwen2.jinja";
 const std::string kE2eDir = std::string(SLUICE_SOURCE_DIR) + "/tests/server_e2e";
 
@@ -74,7 +74,6 @@ void expect_error(const httplib::Result& r, int status, const std::string& code,
 }
 
 TEST(ServerE2e, RawHttpGreedyMatchesRunAndErrorsHoldTheirStatus) {
-  SKIP_UNLESS_EXISTS(kModel);
   const json ref = greedy_reference(48);
   ServerProcess srv(kModel, {"--api-key", "k", "--chat-template", kTemplate, "--max-body-bytes", "32768"});
   ASSERT_NE(srv.port(), 0) << srv.log();
@@ -126,6 +125,27 @@ TEST(ServerE2e, RawHttpGreedyMatchesRunAndErrorsHoldTheirStatus) {
   EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.log();
 }
 
+// No -m: the shipped stories260K, named in one line on stderr, answers as `run` does.
+TEST(ServerE2e, WithoutAModelServesTheShippedOne) {
+  const json ref = greedy_reference(32);
+  ServerProcess srv("", {});  // no -m: the shipped default model
+  ASSERT_NE(srv.port(), 0) << srv.log();
+  EXPECT_EQ(srv.log().rfind("[sluice] no model given: using the shipped stories260K (" + kModel + ")\n", 0), 0u)
+      << srv.log();
+  httplib::Client c("127.0.0.1", srv.port());
+  c.set_read_timeout(60);
+  const json greedy = {{"model", "llama"}, {"prompt", "Once upon a time"}, {"max_tokens", 32}, {"temperature", 0},
+                       {"return_token_ids", true}};
+  auto r = post(c, "/v1/completions", greedy.dump());
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["token_ids"], ref["tokens"]);
+  EXPECT_EQ(j["choices"][0]["text"], ref["text"]);
+  EXPECT_NE(j["choices"][0]["text"].get<std::string>().find("there was a little girl named Lily"), std::string::npos)
+      << r->body;
+  EXPECT_EQ(srv.stop(SIGTERM), 0) << srv.log();
+}
+
 TEST(ServerE2e, TooManyQueuedRequestsGet429AndServingContinues) {
   SKIP_UNLESS_EXISTS(kModel);
   ServerProcess srv(kModel, {"--max-seqs", "1", "--max-queued", "1"});
@@ -157,7 +177,6 @@ TEST(ServerE2e, TooManyQueuedRequestsGet429AndServingContinues) {
 }
 
 TEST(ServerE2e, SpeculativeServingKeepsGreedyOutputAndCountsDrafts) {
-  SKIP_UNLESS_EXISTS(kModel);
   const json ref = greedy_reference(48);
   ServerProcess srv(kModel, {"--spec", "lookup", "--draft-max", "4"});
   ASSERT_NE(srv.port(), 0) << srv.log();
@@ -197,7 +216,7 @@ TEST(ServerE2e, LoraAdaptersArePickedPerRequestAndShareSteps) {
   SKIP_UNLESS_EXISTS(trained);
   const json ref_trained = greedy_with_lora(trained, 300), ref_init = greedy_with_lora(init, 32);
   const json ref_base = greedy_with_lora(trained + ":0", 32);  // scale 0: the base model's tokens
-  ServerProcess srv({"--lora", trained, "--lora", init + ":1.0"});
+  ServerProcess srv(kModel, {"--lora", trained, "--lora", init + ":1.0"});
   ASSERT_NE(srv.port(), 0) << srv.log();
   httplib::Client c("127.0.0.1", srv.port());
   c.set_read_timeout(60);
@@ -291,7 +310,6 @@ TEST(ServerE2e, OpenAiNodeSdk) {
 // sluice_fixture_server (the real server and request path, a fixed model output).
 TEST(ServerE2e, ToolCallsThroughTheNodeSdkForEachFormat) {
   const std::string templates = testing::shared_dir() + "/chat-templates";
-  SKIP_UNLESS_EXISTS(kModel);
   SKIP_UNLESS_EXISTS(templates + "/expected.json");
   REQUIRE_NODE_SDK();
   const std::string cmd = "cd " + kE2eDir + " && SLUICE_FIXTURE_SERVER='" + SLUICE_FIXTURE_SERVER +

@@ -21,13 +21,15 @@ extern char** environ;
 
 namespace sluice::testing {
 
-// `sluice serve -m model <extra>`; port() is 0 if it did not become ready in 60 s.
+// `sluice serve -m model <extra>` (model "": no -m, the shipped default
+// model); port() is 0 if it did not become ready in 60 s.
 class ServerProcess {
  public:
   ServerProcess(const std::string& model, const std::vector<std::string>& extra) {
     int fds[2];
     if (pipe(fds) != 0) return;
-    std::vector<std::string> args = {SLUICE_BINARY, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0"};
+    std::vector<std::string> args = {SLUICE_BINARY, "serve", "--host", "127.0.0.1", "--port", "0"};
+    if (!model.empty()) args.insert(args.begin() + 2, {"-m", model});
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

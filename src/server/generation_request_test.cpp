@@ -12,8 +12,7 @@ namespace {
 class GenerationRequestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = testing::model_path("stories260K/stories260K.gguf");
-    SKIP_UNLESS_EXISTS(path);
+    const std::string path = testing::shipped_model_path("stories260K.gguf");
     tok_ = std::move(testing::load_gguf_tokenizer(path).value());
     chat_ = ChatTemplate::create("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}", "<s>", "</s>").value();
   }
