@@ -39,6 +39,7 @@ PrefillMatmul::PrefillMatmul(int64_t max_scratch_elems) : max_scratch_(max_scrat
 PrefillMatmul::~PrefillMatmul() {
   if (x16_) cudaFree(x16_);
   if (w16_) cudaFree(w16_);
+  if (ycat_) cudaFree(ycat_);
 }
 
 bool PrefillMatmul::takes(std::span<const MatmulOut> outs, int64_t n_tok) const {
@@ -53,13 +54,14 @@ bool PrefillMatmul::takes(std::span<const MatmulOut> outs, int64_t n_tok) const 
   return true;
 }
 
-uint16_t* PrefillMatmul::grow(uint16_t** p, int64_t* cap, int64_t n, cudaStream_t s) {
+template <class T>
+T* PrefillMatmul::grow(T** p, int64_t* cap, int64_t n, cudaStream_t s) {
   if (n > *cap) {
     if (*p) {
       SLUICE_CUDA_OK(cudaStreamSynchronize(s));  // queued GEMMs may still read it
       SLUICE_CUDA_OK(cudaFree(*p));
     }
-    SLUICE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(p), static_cast<size_t>(n) * 2));
+    SLUICE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(p), static_cast<size_t>(n) * sizeof(T)));
     *cap = n;
   }
   return *p;
@@ -69,6 +71,13 @@ bool PrefillMatmul::run(std::span<const MatmulOut> outs, const float* x, int64_t
   CHECK(takes(outs, n_tok) && reinterpret_cast<uintptr_t>(x) % 16 == 0);
   uint16_t* xb = grow(&x16_, &x16_cap_, n_tok * n_in, s);
   launch_floats_to_bf16(x, n_tok * n_in, xb, s);
+  if (const int64_t total = merged_rows(outs, n_in); total > 0) {
+    const Status st = run_merged(outs, xb, total, n_in, n_tok, s);
+    if (st.ok()) return true;
+    fmt::print(stderr, "[sluice] cuda: tensor-core matmul off from here on: {}\n", st.message());
+    lt_.reset();
+    return false;
+  }
   for (const MatmulOut& o : outs) {
     const WeightView& w = o.w;
     CHECK(w.n_in == n_in);
@@ -92,6 +101,49 @@ bool PrefillMatmul::run(std::span<const MatmulOut> outs, const float* x, int64_t
     }
   }
   return true;
+}
+
+int64_t PrefillMatmul::merged_rows(std::span<const MatmulOut> outs, int64_t n_in) const {
+  if (outs.size() < 2 || outs.size() > 4) return 0;
+  auto is_bf16 = [](const WeightView& w) { return w.type == DType::kBF16 && w.layout == WeightLayout::kRows; };
+  const bool bf16 = is_bf16(outs[0].w);
+  int64_t total = 0, smallest = outs[0].w.n_out;
+  for (size_t p = 0; p < outs.size(); ++p) {
+    const WeightView& w = outs[p].w;
+    if (is_bf16(w) != bf16) return 0;
+    // BF16 parts must follow each other in memory (prepare_weights' arena keeps a group's order).
+    if (bf16 && p > 0 && w.data != outs[p - 1].w.data + outs[p - 1].w.n_out * n_in * 2) return 0;
+    total += w.n_out;
+    smallest = std::min(smallest, w.n_out);
+  }
+  if (smallest >= kMergeBelowRows || (!bf16 && total * n_in > max_scratch_)) return 0;
+  return total;
+}
+
+Status PrefillMatmul::run_merged(std::span<const MatmulOut> outs, const uint16_t* xb, int64_t total, int64_t n_in,
+                                 int64_t n_tok, cudaStream_t s) {
+  const uint16_t* w = reinterpret_cast<const uint16_t*>(outs[0].w.data);
+  if (outs[0].w.type != DType::kBF16) {
+    uint16_t* wb = grow(&w16_, &w16_cap_, total * n_in, s);
+    int64_t r = 0;
+    for (const MatmulOut& o : outs) {
+      launch_weights_to_bf16(o.w, 0, o.w.n_out, wb + r * n_in, s);
+      r += o.w.n_out;
+    }
+    w = wb;
+  }
+  float* y = grow(&ycat_, &ycat_cap_, n_tok * total, s);
+  const Status st = lt_->run(w, xb, y, total, n_in, n_tok, total, s);
+  if (!st.ok()) return st;
+  ColumnParts parts{.n_parts = static_cast<int>(outs.size())};
+  int64_t end = 0;
+  for (size_t p = 0; p < outs.size(); ++p) {
+    end += outs[p].w.n_out;
+    parts.y[p] = outs[p].y;
+    parts.end[p] = end;
+  }
+  launch_split_columns(y, n_tok, parts, s);
+  return Status();
 }
 
 double measure_gemm_bf16_tflops(int64_t n_tok, int64_t n_in, int64_t n_out, int reps) {

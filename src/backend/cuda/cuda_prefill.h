@@ -13,8 +13,15 @@
 // it against the reference: x and decoded weights rounded to BF16 give an
 // error of ~1e-3 of each output's scale).
 //
+// Parts that share x (q/k/v) go as one GEMM when one of them has fewer than
+// kMergeBelowRows rows (k and v of GQA alone would fill few SMs): their BF16
+// rows one after the other (decoded into the scratch, or BF16 matrices that
+// lie so in memory), into a float scratch [n_tok, rows of all], then split
+// into each part's y (cuda_to_bf16.cuh).
+//
 // Scratch (device): x in BF16 [n_tok, n_in], and one decoded matrix of at most
-// kMaxScratchElems (a larger matrix, the output head, goes in slices of rows).
+// kMaxScratchElems (a larger matrix, the output head, goes in slices of rows),
+// and the merged output.
 // Both grow to the largest call seen and are kept; growing waits for the
 // stream. If cuBLASLt cannot be initialised, or refuses a call, the path says
 // so once on stderr and turns itself off; the caller then runs the GEMV kernels.
@@ -42,6 +49,7 @@ class PrefillMatmul {
   static constexpr int64_t kMinTokensDecoded = 32;
   // 128 MiB of BF16: every Llama-8B matrix but the output head in one piece.
   static constexpr int64_t kMaxScratchElems = int64_t{64} << 20;
+  static constexpr int64_t kMergeBelowRows = 2048;
 
   // Tries cuBLASLt; without it the path is off (said once on stderr).
   // max_scratch_elems: the decoded matrix's scratch cap (tests make it small
@@ -61,8 +69,14 @@ class PrefillMatmul {
   bool run(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok, cudaStream_t s);
 
  private:
-  // A device scratch of at least n bf16, grown (after a stream sync) when short.
-  static uint16_t* grow(uint16_t** p, int64_t* cap, int64_t n, cudaStream_t s);
+  // A device scratch of at least n elements, grown (after a stream sync) when short.
+  template <class T>
+  static T* grow(T** p, int64_t* cap, int64_t n, cudaStream_t s);
+  // The rows of all parts when run() merges them into one GEMM (see above), else 0.
+  int64_t merged_rows(std::span<const MatmulOut> outs, int64_t n_in) const;
+  // One GEMM over the parts' rows, split into their ys.
+  Status run_merged(std::span<const MatmulOut> outs, const uint16_t* xb, int64_t total, int64_t n_in, int64_t n_tok,
+                    cudaStream_t s);
 
   std::unique_ptr<GemmLt> lt_;  // null: the path is off
   int64_t max_scratch_;
@@ -71,6 +85,8 @@ class PrefillMatmul {
   int64_t x16_cap_ = 0;
   uint16_t* w16_ = nullptr;  // a decoded matrix (or slice of rows)
   int64_t w16_cap_ = 0;
+  float* ycat_ = nullptr;    // a merged GEMM's output
+  int64_t ycat_cap_ = 0;
 };
 
 }  // namespace sluice::cuda

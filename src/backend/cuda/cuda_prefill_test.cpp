@@ -108,6 +108,39 @@ TEST_P(CudaPrefill, NormMatmulAndGluMatmulMatchTheReference) {
   }
 }
 
+// q/k/v-like parts (256, 64 and 64 rows) share x: one merged GEMM, then split
+// into each part's y (for BF16 because the three lie one after the other in
+// the prepared arena, which the test checks).
+TEST_P(CudaPrefill, PartsSharingXMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  auto be = gpu();
+  ReferenceBackend ref;
+  const DType type = GetParam();
+  const int64_t n_in = 512, n_tok = 64;
+  Matrix q(type, n_in, 256, 41), k(type, n_in, 64, 42), v(type, n_in, 64, 43);
+  auto prepared = to_device(*be, {&q.dev, &k.dev, &v.dev});
+  if (type == DType::kBF16) {
+    ASSERT_EQ(k.dev.data, q.dev.data + 256 * n_in * 2) << "BF16 parts not adjacent: the merged GEMM is not exercised";
+    ASSERT_EQ(v.dev.data, k.dev.data + 64 * n_in * 2);
+  }
+  be->reserve({.n_tok = n_tok, .n_in_max = n_in});
+  ref.reserve({.n_tok = n_tok, .n_in_max = n_in});
+  const auto x = random_floats(static_cast<size_t>(n_tok * n_in), 44);
+  Dev dx(*be, x), yq(*be, n_tok * 256), yk(*be, n_tok * 64), yv(*be, n_tok * 64);
+  const MatmulOut o[3] = {{q.dev, yq.p()}, {k.dev, yk.p()}, {v.dev, yv.p()}};
+  be->matmul(o, dx.p(), n_in, n_tok);
+  std::vector<float> rq(static_cast<size_t>(n_tok * 256)), rk(static_cast<size_t>(n_tok * 64)), rv(rk.size());
+  const MatmulOut ro[3] = {{q.host, rq.data()}, {k.host, rk.data()}, {v.host, rv.data()}};
+  ref.matmul(ro, x.data(), n_in, n_tok);
+  const std::vector<float>* refs[3] = {&rq, &rk, &rv};
+  const Dev* ys[3] = {&yq, &yk, &yv};
+  for (int p = 0; p < 3; ++p) {
+    const auto y = ys[p]->host(*be);
+    ASSERT_TRUE(all_finite(y)) << "part " << p;
+    EXPECT_LT(nmse(y.data(), refs[p]->data(), y.size()), bound(type, n_tok)) << "part " << p;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, CudaPrefill,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                                            DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,

@@ -91,6 +91,17 @@ __global__ void floats_to_bf16_tail(const float* x, int64_t from, int64_t n, uin
   if (i < n) out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
 }
 
+__global__ void split_columns(const float* y, int64_t n, ColumnParts parts) {
+  const int64_t width = parts.end[parts.n_parts - 1];
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / width, c = i % width;
+    int p = 0;
+    while (c >= parts.end[p]) ++p;
+    const int64_t start = p == 0 ? 0 : parts.end[p - 1];
+    parts.y[p][t * (parts.end[p] - start) + (c - start)] = y[i];
+  }
+}
+
 template <class D>
 void launch_rows(const WeightView& w, int64_t row0, int64_t n_rows, uint16_t* out, cudaStream_t s) {
   const int64_t rb = static_cast<int64_t>(row_bytes(w.type, w.n_in)), n_blocks = w.n_in / D::kElems;
@@ -162,6 +173,14 @@ void launch_weights_to_bf16(const WeightView& w, int64_t row0, int64_t n_rows, u
     case DType::kIQ4_XS: launch_rows<DecIq4Xs>(w, row0, n_rows, out, s); break;
     default: CHECK(false);
   }
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_split_columns(const float* y, int64_t n_tok, const ColumnParts& parts, cudaStream_t s) {
+  CHECK(parts.n_parts >= 1 && parts.n_parts <= 4);
+  const int64_t n = n_tok * parts.end[parts.n_parts - 1];
+  if (n == 0) return;
+  split_columns<<<grid_for(n), kThreads, 0, s>>>(y, n, parts);
   SLUICE_CUDA_LAUNCHED();
 }
 
