@@ -9,6 +9,10 @@
 //               bytes x calls / seconds, and its fraction of the copy roof.
 //               Each shape rotates over enough copies to exceed the L2 cache,
 //               so every call reads its weights from HBM.
+//   3. prefill  the same matmuls at many tokens (512 by default), which run on
+//               the tensor cores (backend/cuda/cuda_prefill.h): TFLOP/s and its
+//               fraction of cuBLASLt's BF16 GEMM measured alone at 512 x 4096 x
+//               14336 (the ceiling; the other types pay their decoding to BF16).
 // Timed by the host around --reps calls after a warm-up (the launch cost is
 // part of what decode pays), median of 5 such runs.
 #include <algorithm>
@@ -29,7 +33,7 @@ namespace sluice::cli {
 Runner add_gpu_bench(CLI::App& app) {
   struct Args {
     std::vector<std::string> types = {"bf16", "f16", "q8_0", "q4_0", "q4_K", "q6_K"};
-    std::vector<int64_t> tokens = {1, 4};
+    std::vector<int64_t> tokens = {1, 4, 512};
     int reps = 50;
   };
   auto a = std::make_shared<Args>();
@@ -46,8 +50,11 @@ Runner add_gpu_bench(CLI::App& app) {
     Backend& be = **be_or;
     fmt::print("device: {}\n", cuda::device_description());
     const cuda::CopyBandwidth bw = cuda::measure_copy_bandwidth();
-    fmt::print("copy: device to device {:.0f} GB/s (read + write) | host to device {:.1f} GB/s pinned, {:.1f} GB/s pageable\n\n",
+    fmt::print("copy: device to device {:.0f} GB/s (read + write) | host to device {:.1f} GB/s pinned, {:.1f} GB/s pageable\n",
                bw.d2d_gbps, bw.h2d_pinned_gbps, bw.h2d_pageable_gbps);
+    const double gemm_tflops = cuda::measure_gemm_bf16_tflops(512, 4096, 14336);
+    fmt::print("gemm: cuBLASLt BF16 512x4096x14336 {:.0f} TFLOP/s (the prefill ceiling){}\n\n", gemm_tflops,
+               gemm_tflops > 0 ? "" : " -- cuBLASLt unavailable");
     struct Shape {
       const char* name;
       int64_t n_in, n_out;
@@ -57,8 +64,9 @@ Runner add_gpu_bench(CLI::App& app) {
                             {"output 4096x128256", 4096, 128256}};
     const int64_t max_tok = *std::max_element(a->tokens.begin(), a->tokens.end());
     be.reserve({.n_tok = max_tok, .n_in_max = 14336});
-    fmt::print("| {:<8} | {:<20} | {:>6} | {:>10} | {:>9} | {:>8} |\n", "type", "shape", "tokens", "us/call", "GB/s", "of roof");
-    fmt::print("| {:-<8} | {:-<20} | {:->6} | {:->10} | {:->9} | {:->8} |\n", "", "", "", "", "", "");
+    fmt::print("| {:<8} | {:<20} | {:>6} | {:>10} | {:>9} | {:>8} | {:>8} | {:>8} |\n", "type", "shape", "tokens", "us/call",
+               "GB/s", "of roof", "TFLOP/s", "of gemm");
+    fmt::print("| {:-<8} | {:-<20} | {:->6} | {:->10} | {:->9} | {:->8} | {:->8} | {:->8} |\n", "", "", "", "", "", "", "", "");
     for (const std::string& tn : a->types) {
       const auto type = dtype_from_name(tn);
       if (!type) return fail(invalid_argument("unknown weight type '{}'", tn));
@@ -99,21 +107,26 @@ Runner add_gpu_bench(CLI::App& app) {
             be.read_floats(y->floats(), &sink, 1);  // waits for the calls
           };
           run(std::max(3, n_copies));
+          // Many tokens take ~1000x a decode call: fewer calls keep the run short.
+          const int reps = nt >= 64 ? std::max(1, a->reps / 10) : a->reps;
           std::vector<double> secs;
           for (int k = 0; k < 5; ++k) {
             const auto t0 = std::chrono::steady_clock::now();
-            run(a->reps);
-            secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / a->reps);
+            run(reps);
+            secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
           }
           std::sort(secs.begin(), secs.end());
           const double s = secs[2], gbps = static_cast<double>(bytes) / s / 1e9;
-          fmt::print("| {:<8} | {:<20} | {:>6} | {:>10.1f} | {:>9.0f} | {:>7.1f}% |\n", tn, sh.name, nt, s * 1e6, gbps,
-                     100 * gbps / bw.d2d_gbps);
+          const double tflops = 2.0 * static_cast<double>(nt * sh.n_in) * static_cast<double>(sh.n_out) / s / 1e12;
+          fmt::print("| {:<8} | {:<20} | {:>6} | {:>10.1f} | {:>9.0f} | {:>7.1f}% | {:>8.1f} | {:>7.1f}% |\n", tn, sh.name,
+                     nt, s * 1e6, gbps, 100 * gbps / bw.d2d_gbps, tflops, gemm_tflops > 0 ? 100 * tflops / gemm_tflops : 0.0);
         }
       }
     }
     fmt::print("\nGB/s: the matrix's bytes per call over the median time per call (host-timed, launches included);\n"
-               "roof: the device-to-device copy above.\n");
+               "roof: the device-to-device copy above. TFLOP/s: 2 x tokens x n_in x n_out per call; of gemm: of the\n"
+               "cuBLASLt BF16 ceiling above (BF16 from 16 tokens, F32 never, the other types from 32 run on the\n"
+               "tensor cores: backend/cuda/cuda_prefill.h; SLUICE_CUDA_GEMM_MIN_TOKENS moves both).\n");
     return 0;
 #endif
   };

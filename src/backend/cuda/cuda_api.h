@@ -49,6 +49,12 @@ struct CopyBandwidth {
 };
 CopyBandwidth measure_copy_bandwidth(size_t bytes = size_t{1} << 30, int reps = 10);
 
+// TFLOP/s of cuBLASLt's BF16 GEMM at y[n_tok, n_out] = x[n_tok, n_in] W^T
+// (float sums and output; random operands), the ceiling of the tensor-core
+// matmuls of prefill (cuda_prefill.h): median of 5 timed runs of `reps`
+// calls. 0 when cuBLASLt is unavailable.
+double measure_gemm_bf16_tflops(int64_t n_tok, int64_t n_in, int64_t n_out, int reps = 20);
+
 struct CudaBackendOptions {
   int device = 0;
   uint64_t budget_bytes = 0;  // device memory for weights (BackendOptions::device_budget_bytes)

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_flash_attn.cuh"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
@@ -97,6 +98,7 @@ CudaBackend::CudaBackend(int device, uint64_t budget_bytes)
   // blocking stream's kernels wait for them.
   SLUICE_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
   scratch_.assign(kNumScratch, {nullptr, 0});
+  prefill_ = std::make_unique<PrefillMatmul>();  // on this device
 }
 
 CudaBackend::~CudaBackend() {
@@ -291,6 +293,9 @@ void CudaBackend::matmul(std::span<const MatmulOut> outs, const float* x, int64_
 
 void CudaBackend::matmul_bound(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) {
   for (const MatmulOut& o : outs) CHECK(o.w.n_in == n_in);
+  // Many tokens: tensor cores (cuda_prefill.h); false when cuBLASLt failed, then the kernels below.
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && prefill_->takes(outs, n_tok) && prefill_->run(outs, x, n_in, n_tok, stream_))
+    return;
   // Q4_0 / Q8_0 matrices take x quantized to 8 bits, once for the call.
   std::optional<QuantizedX> qx;
   auto quantized = [&] {
@@ -300,7 +305,7 @@ void CudaBackend::matmul_bound(std::span<const MatmulOut> outs, const float* x, 
     }
     return *qx;
   };
-  if (one_q8_launch(outs)) {  // the group in one launch
+  if (one_q8_launch(outs, n_tok)) {  // the group in one launch
     launch_q8(outs, quantized(), n_tok);
     return;
   }
@@ -318,8 +323,8 @@ void CudaBackend::matmul_bound(std::span<const MatmulOut> outs, const float* x, 
   }
 }
 
-bool CudaBackend::one_q8_launch(std::span<const MatmulOut> outs) const {
-  if (outs.empty() || outs.size() > 4) return false;
+bool CudaBackend::one_q8_launch(std::span<const MatmulOut> outs, int64_t n_tok) const {
+  if (outs.empty() || outs.size() > 4 || prefill_->takes(outs, n_tok)) return false;
   for (const MatmulOut& o : outs)
     if (!matmul_q8_takes(o.w) || o.w.type != outs[0].w.type || o.w.layout != outs[0].w.layout) return false;
   return true;
@@ -354,7 +359,7 @@ void CudaBackend::norm_matmul(const NormMatmulArgs& a) {
   {
     std::optional<PdlBlock> plain;  // as in matmul()
     if (n_held > 0) plain.emplace();
-    if (one_q8_launch(outs)) {  // the norm writes xn and its 8-bit copy in one kernel
+    if (one_q8_launch(outs, a.n_tok)) {  // the norm writes xn and its 8-bit copy in one kernel
       const QuantizedX qx = quantized_x(a.n_embd, a.n_tok);
       rmsnorm_quantize_x(x, add, norm, a.eps, a.xn, a.n_tok, a.n_embd, qx, stream_);
       launch_q8(outs, qx, a.n_tok);
@@ -374,7 +379,7 @@ void CudaBackend::glu_matmul(const GluMatmulArgs& a) {
   {
     std::optional<PdlBlock> plain;  // as in matmul()
     if (n_held > 0) plain.emplace();
-    if (one_q8_launch(std::span(bound, 1))) {  // the activation writes h and its 8-bit copy in one kernel
+    if (one_q8_launch(std::span(bound, 1), a.n_tok)) {  // the activation writes h and its 8-bit copy in one kernel
       const QuantizedX qx = quantized_x(a.n_ff, a.n_tok);
       glu_quantize_x(a.gate, a.up, a.n_tok, a.n_ff, a.act, qx, stream_);
       launch_q8(std::span(bound, 1), qx, a.n_tok);
@@ -404,21 +409,39 @@ void CudaBackend::attention(const AttentionArgs& a) {
   flush_add();
   CHECK(a.head_dim <= kMaxHeadDim && a.n_head % a.n_head_kv == 0);
   const int64_t bs = a.kv->layout().block_size;
-  // Host packing: [n_query] AttnQuery, then every sequence's block table.
-  int64_t n_query = 0, n_table = 0, max_keys = 0;
+  const KvLayerDev kvd = kv_layer(*a.kv, a.layer);
+  // A sequence with many query tokens goes to flash attention (cuda_flash_attn.cuh).
+  const bool flash_shape = flash_attention_takes(a.head_dim, kvd);
+  auto flash = [&](const AttentionSeq& s) {
+    return flash_shape && s.n_tok >= kFlashMinQueries && reinterpret_cast<uintptr_t>(s.q) % 8 == 0 &&
+           reinterpret_cast<uintptr_t>(s.out) % 8 == 0;
+  };
+  // Host packing: [n_query] AttnQuery, [n_tiles] FlashTile, then every sequence's block table.
+  int64_t n_query = 0, n_tiles = 0, n_table = 0, max_keys = 0;
   for (const AttentionSeq& s : a.seqs) {
-    n_query += s.n_tok;
+    if (flash(s)) n_tiles += (s.n_tok + kFlashRows - 1) / kFlashRows;
+    else n_query += s.n_tok;
     n_table += (s.pos0 + s.n_tok + bs - 1) / bs;
   }
   const size_t q_bytes = static_cast<size_t>(n_query) * sizeof(AttnQuery);
-  pack_.resize(q_bytes + static_cast<size_t>(n_table) * sizeof(int32_t));
+  const size_t t_bytes = static_cast<size_t>(n_tiles) * sizeof(FlashTile);
+  pack_.resize(q_bytes + t_bytes + static_cast<size_t>(n_table) * sizeof(int32_t));
   auto* queries = reinterpret_cast<AttnQuery*>(pack_.data());
-  auto* tables = reinterpret_cast<int32_t*>(pack_.data() + q_bytes);
-  int64_t qi = 0, ti = 0;
+  auto* tiles = reinterpret_cast<FlashTile*>(pack_.data() + q_bytes);
+  auto* tables = reinterpret_cast<int32_t*>(pack_.data() + q_bytes + t_bytes);
+  int64_t qi = 0, fi = 0, ti = 0;
   const int64_t row = a.n_head * a.head_dim;
   for (const AttentionSeq& s : a.seqs) {
     const int64_t n_entries = (s.pos0 + s.n_tok + bs - 1) / bs;
     std::memcpy(tables + ti, s.block_table, static_cast<size_t>(n_entries) * sizeof(int32_t));
+    if (flash(s)) {  // the last tiles (most keys) first: they start first
+      for (int64_t t = (s.n_tok - 1) / kFlashRows * kFlashRows; t >= 0; t -= kFlashRows)
+        tiles[fi++] = FlashTile{.q = s.q + t * row, .out = s.out + t * row, .pos = static_cast<int32_t>(s.pos0 + t),
+                                .n_rows = static_cast<int32_t>(std::min<int64_t>(kFlashRows, s.n_tok - t)),
+                                .table = static_cast<int32_t>(ti)};
+      ti += n_entries;
+      continue;
+    }
     for (int64_t t = 0; t < s.n_tok; ++t) {
       const int64_t pos = s.pos0 + t, lo = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
       queries[qi++] = AttnQuery{.q = s.q + t * row, .out = s.out + t * row, .lo = static_cast<int32_t>(lo),
@@ -428,6 +451,14 @@ void CudaBackend::attention(const AttentionArgs& a) {
     ti += n_entries;
   }
   const auto* dev = static_cast<const uint8_t*>(attn_.upload(pack_.data(), pack_.size(), stream_));
+  const auto* dev_tables = reinterpret_cast<const int32_t*>(dev + q_bytes + t_bytes);
+  if (n_tiles > 0)
+    launch_flash_attention({.tiles = reinterpret_cast<const FlashTile*>(dev + q_bytes), .tables = dev_tables,
+                            .n_tiles = static_cast<int32_t>(n_tiles), .n_head = static_cast<int32_t>(a.n_head),
+                            .n_head_kv = static_cast<int32_t>(a.n_head_kv), .head_dim = static_cast<int32_t>(a.head_dim),
+                            .window = static_cast<int32_t>(a.window), .scale = a.scale, .softcap = a.softcap, .kv = kvd},
+                           stream_);
+  if (n_query == 0) return;
   // Few (query, head) pairs (decode): split the keys so the GPU has blocks enough.
   const int64_t items = n_query * a.n_head;
   int64_t n_split = 1;
@@ -437,12 +468,12 @@ void CudaBackend::attention(const AttentionArgs& a) {
   }
   const int64_t per_split = (max_keys + n_split - 1) / n_split;
   launch_attention({.queries = reinterpret_cast<const AttnQuery*>(dev),
-                    .tables = reinterpret_cast<const int32_t*>(dev + q_bytes),
+                    .tables = dev_tables,
                     .n_query = static_cast<int32_t>(n_query), .n_head = static_cast<int32_t>(a.n_head),
                     .n_head_kv = static_cast<int32_t>(a.n_head_kv), .head_dim = static_cast<int32_t>(a.head_dim),
                     .scale = a.scale, .softcap = a.softcap, .n_split = static_cast<int32_t>(n_split),
                     .keys_per_split = static_cast<int32_t>(per_split),
-                    .partial = scratch(kPartial, kMaxSplitItems * (a.head_dim + 2)), .kv = kv_layer(*a.kv, a.layer)},
+                    .partial = scratch(kPartial, kMaxSplitItems * (a.head_dim + 2)), .kv = kvd},
                    stream_);
 }
 

@@ -30,6 +30,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
+#include "backend/cuda/cuda_prefill.h"
 #include "backend/cuda/cuda_weight_ring.h"
 
 namespace sluice::cuda {
@@ -139,8 +140,9 @@ class CudaBackend final : public Backend {
   // The device copy of a host vector of n floats (norms, biases), copied on
   // its first use; null for null.
   const float* vec(const float* host, int64_t n);
-  // Whether the matrices go as one 8-bit-activation launch (Q4_0 / Q8_0, one type).
-  bool one_q8_launch(std::span<const MatmulOut> outs) const;
+  // Whether the matrices go as one 8-bit-activation launch (Q4_0 / Q8_0, one
+  // type) at n_tok tokens: not when the tensor-core path takes them.
+  bool one_q8_launch(std::span<const MatmulOut> outs, int64_t n_tok) const;
   // The scratch for x quantized to 8 bits, n_tok rows of n_in.
   QuantizedX quantized_x(int64_t n_in, int64_t n_tok);
   void launch_q8(std::span<const MatmulOut> outs, const QuantizedX& qx, int64_t n_tok);
@@ -176,6 +178,7 @@ class CudaBackend final : public Backend {
   uint64_t budget_ = 0;
   uint64_t reserve_ = 0;  // of budget_, kept for the caller (set_device_reserve)
   std::unique_ptr<WeightRing> ring_;  // the streamed matrices (null: all resident)
+  std::unique_ptr<PrefillMatmul> prefill_;  // matmuls of many tokens on the tensor cores
   struct StreamedAt {
     int group;      // in ring_
     size_t offset;  // of the matrix in its group
