@@ -112,6 +112,10 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
     case Op::kEmbed:
     case Op::kRoute:
       return true;  // on the host: dequantize_row and route_topk cover every type
+    case Op::kRopeTables:
+    case Op::kAdd:
+    case Op::kRmsnorm:
+      return true;
     case Op::kQkvStore:
     case Op::kAttention:
       return t.kv == KvDtype::kF32 || t.kv == KvDtype::kF16;
@@ -125,9 +129,19 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
   return false;
 }
 
+ActRounding CudaBackend::matmul_act_rounding(DType weight) const {
+  return weight == DType::kQ4_0 || weight == DType::kQ8_0 ? ActRounding::kInt8Blocks32 : ActRounding::kNone;
+}
+
 std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) { return std::make_unique<DeviceBuffer>(bytes); }
 
 void CudaBackend::read_floats(const float* src, float* dst, int64_t n) {
+  flush_add();
+  SLUICE_CUDA_OK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDefault, stream_));
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::write_floats(const float* src, float* dst, int64_t n) {
   flush_add();
   SLUICE_CUDA_OK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDefault, stream_));
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));

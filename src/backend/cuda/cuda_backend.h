@@ -95,11 +95,14 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   int n_threads() const override { return 1; }
   bool supports(Op op, const OpTypes& types) const override;
+  // Q4_0 / Q8_0: 8-bit activations in blocks of 32 (cuda_matmul_q8.cuh); the rest read floats.
+  ActRounding matmul_act_rounding(DType weight) const override;
   ThreadPool& host_pool() override { return *pool_; }
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;
   bool host_visible() const override { return false; }
   void read_floats(const float* src, float* dst, int64_t n) override;
+  void write_floats(const float* src, float* dst, int64_t n) override;
   void reserve(const ScratchNeeds& needs) override;
   StatusOr<KvStore> create_kv(const KvLayout& layout, int64_t n_blocks) override;
   void copy_kv_block(KvStore& kv, int32_t src, int32_t dst) override;
