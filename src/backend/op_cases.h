@@ -147,8 +147,8 @@ class OpRun {
 class OpCase {
  public:
   virtual ~OpCase() = default;
-  // The operators it runs, in order.
-  virtual std::vector<Op> ops() const = 0;
+  // The operators it runs, in order: the class's kOps (see add()).
+  virtual std::span<const Op> ops() const = 0;
   // The types they see, for supports().
   virtual OpTypes types() const { return {}; }
   // Whether the backend runs this case: by default, supports() of each op.
@@ -167,14 +167,17 @@ class OpCase {
 };
 
 struct OpCaseEntry {
-  std::string name;                           // [A-Za-z0-9_], unique
+  std::string name;        // [A-Za-z0-9_], unique
+  std::span<const Op> ops; // what make()'s case runs, known without building it
   std::function<std::unique_ptr<OpCase>()> make;
 };
 using OpCaseList = std::vector<OpCaseEntry>;
 
+// Adds a case of class C, built from args when a test runs it. C declares
+// `static constexpr Op kOps[]` (the operators it runs) and returns it from ops().
 template <typename C, typename... Args>
 void add(OpCaseList& list, std::string name, Args... args) {
-  list.push_back({std::move(name), [=] { return std::unique_ptr<OpCase>(new C(args...)); }});
+  list.push_back({std::move(name), C::kOps, [=] { return std::unique_ptr<OpCase>(new C(args...)); }});
 }
 
 // The families of the list (op_cases_*_test.cpp), and the whole list.

@@ -22,7 +22,8 @@ class RopeTablesCase final : public OpCase {
     for (size_t i = 0; i < inv_freq_.size(); ++i)
       inv_freq_[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
   }
-  std::vector<Op> ops() const override { return {Op::kRopeTables}; }
+  static constexpr Op kOps[] = {Op::kRopeTables};
+  std::span<const Op> ops() const override { return kOps; }
   int64_t n_tok() const override { return static_cast<int64_t>(positions_.size()); }
   void run(OpRun& r, int64_t t0, int64_t n) override {
     const auto n_rot = static_cast<int64_t>(2 * inv_freq_.size());
@@ -100,7 +101,8 @@ class AttentionCase final : public OpCase {
     }
   }
 
-  std::vector<Op> ops() const override { return {Op::kRopeTables, Op::kQkvStore, Op::kAttention}; }
+  static constexpr Op kOps[] = {Op::kRopeTables, Op::kQkvStore, Op::kAttention};
+  std::span<const Op> ops() const override { return kOps; }
   OpTypes types() const override { return {.kv = s_.kv}; }
 
   void run(OpRun& r, int64_t, int64_t) override {

@@ -19,7 +19,8 @@ class NormGluCase final : public OpCase {
         small_(type, n_embd, std::max<int64_t>(n_small, 1), 6),
         x_(random_floats(static_cast<size_t>(n_tok * n_embd), 4)), norm_(random_floats(static_cast<size_t>(n_embd), 5)) {}
 
-  std::vector<Op> ops() const override { return {Op::kNormMatmul, Op::kGluMatmul}; }
+  static constexpr Op kOps[] = {Op::kNormMatmul, Op::kGluMatmul};
+  std::span<const Op> ops() const override { return kOps; }
   OpTypes types() const override { return {.weight = type_, .act = act_}; }
   int64_t n_tok() const override { return n_tok_; }
 
@@ -59,7 +60,8 @@ class GluCase final : public OpCase {
         gate_(random_floats(static_cast<size_t>(n_tok * n_ff), 12, 3.0f)),
         up_(random_floats(static_cast<size_t>(n_tok * n_ff), 13)) {}
 
-  std::vector<Op> ops() const override { return {Op::kGluMatmul}; }
+  static constexpr Op kOps[] = {Op::kGluMatmul};
+  std::span<const Op> ops() const override { return kOps; }
   OpTypes types() const override { return {.weight = type_, .act = act_}; }
   int64_t n_tok() const override { return n_tok_; }
 
@@ -89,7 +91,8 @@ class MatmulCase final : public OpCase {
       : type_(type), n_in_(n_in), n_out_(n_out), n_tok_(n_tok), w_(type, n_in, n_out, 7),
         x_(random_floats(static_cast<size_t>(n_tok * n_in), 8)) {}
 
-  std::vector<Op> ops() const override { return {Op::kMatmul}; }
+  static constexpr Op kOps[] = {Op::kMatmul};
+  std::span<const Op> ops() const override { return kOps; }
   OpTypes types() const override { return {.weight = type_}; }
   int64_t n_tok() const override { return n_tok_; }
 
@@ -114,7 +117,8 @@ class EmbedCase final : public OpCase {
   EmbedCase(DType type, int64_t n_embd, int64_t n_vocab, std::vector<int32_t> tokens)
       : type_(type), n_embd_(n_embd), table_(type, n_embd, n_vocab, 80), tokens_(std::move(tokens)) {}
 
-  std::vector<Op> ops() const override { return {Op::kEmbed}; }
+  static constexpr Op kOps[] = {Op::kEmbed};
+  std::span<const Op> ops() const override { return kOps; }
   OpTypes types() const override { return {.weight = type_}; }
   int64_t n_tok() const override { return static_cast<int64_t>(tokens_.size()); }
 
@@ -152,7 +156,8 @@ class LogitsCase final : public OpCase {
     }
   }
 
-  std::vector<Op> ops() const override { return {Op::kLogits}; }
+  static constexpr Op kOps[] = {Op::kLogits};
+  std::span<const Op> ops() const override { return kOps; }
   OpTypes types() const override { return {.weight = type_}; }
   int64_t n_tok() const override { return 2; }  // the rows asked for
 

@@ -14,7 +14,8 @@ class RouteCase final : public OpCase {
   RouteCase(int64_t n_tok, int64_t n_expert, int64_t n_used, bool renormalize)
       : n_expert_(n_expert), n_used_(n_used), n_tok_(n_tok), renormalize_(renormalize),
         logits_(random_floats(static_cast<size_t>(n_tok * n_expert), 83)) {}
-  std::vector<Op> ops() const override { return {Op::kRoute}; }
+  static constexpr Op kOps[] = {Op::kRoute};
+  std::span<const Op> ops() const override { return kOps; }
   int64_t n_tok() const override { return n_tok_; }
   void run(OpRun& r, int64_t t0, int64_t n) override {
     // The router's outputs are in the backend's memory; ids and weights go to the host.
@@ -65,7 +66,8 @@ class ExpertFfnCase final : public OpCase {
     }
   }
 
-  std::vector<Op> ops() const override { return {Op::kExpertFfn}; }
+  static constexpr Op kOps[] = {Op::kExpertFfn};
+  std::span<const Op> ops() const override { return kOps; }
   OpTypes types() const override { return {.weight = s_.type, .act = Activation::kSilu}; }
   bool supported_by(const Backend& be) const override {
     return be.supports(Op::kExpertFfn, types()) &&

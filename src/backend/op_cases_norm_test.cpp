@@ -16,7 +16,8 @@ class AddCase final : public OpCase {
   AddCase(int64_t n_tok, int64_t n)
       : n_tok_(n_tok), n_(n), x_(random_floats(static_cast<size_t>(n_tok * n), 30, 2.0f)),
         y_(random_floats(static_cast<size_t>(n_tok * n), 31)) {}
-  std::vector<Op> ops() const override { return {Op::kAdd}; }
+  static constexpr Op kOps[] = {Op::kAdd};
+  std::span<const Op> ops() const override { return kOps; }
   int64_t n_tok() const override { return n_tok_; }
   void run(OpRun& r, int64_t t0, int64_t n) override {
     const auto rows = [&](const std::vector<float>& v) {
@@ -36,7 +37,8 @@ class RmsnormCase final : public OpCase {
   RmsnormCase(int64_t n_tok, int64_t n, float eps, double tol)
       : n_tok_(n_tok), n_(n), eps_(eps), tol_(tol), x_(random_floats(static_cast<size_t>(n_tok * n), 14, 5.0f)),
         w_(random_floats(static_cast<size_t>(n), 15)) {}
-  std::vector<Op> ops() const override { return {Op::kRmsnorm}; }
+  static constexpr Op kOps[] = {Op::kRmsnorm};
+  std::span<const Op> ops() const override { return kOps; }
   int64_t n_tok() const override { return n_tok_; }
   void run(OpRun& r, int64_t t0, int64_t n) override {
     const auto x = std::span(x_).subspan(static_cast<size_t>(t0 * n_), static_cast<size_t>(n * n_));
@@ -65,7 +67,8 @@ class AddRmsnormCase final : public OpCase {
   AddRmsnormCase(int64_t n_tok, int64_t n)
       : n_tok_(n_tok), n_(n), x_(random_floats(static_cast<size_t>(n_tok * n), 32, 2.0f)),
         y_(random_floats(static_cast<size_t>(n_tok * n), 82)), w_(random_floats(static_cast<size_t>(n), 81)) {}
-  std::vector<Op> ops() const override { return {Op::kAdd, Op::kRmsnorm}; }
+  static constexpr Op kOps[] = {Op::kAdd, Op::kRmsnorm};
+  std::span<const Op> ops() const override { return kOps; }
   int64_t n_tok() const override { return n_tok_; }
   void run(OpRun& r, int64_t t0, int64_t n) override {
     const auto rows = [&](const std::vector<float>& v) {
