@@ -14,7 +14,7 @@
 //   - the guards are intact (nothing written out of bounds);
 //   - the values are finite (nothing skipped: a NaN fails the comparison);
 //   - the normalized squared error against the reference backend's output of
-//     the same name is at most the output's tolerance (or the bits are equal).
+//     the same name is below the output's tolerance (or the bits are equal).
 // A case with n_tok() > 0 is also run one token at a time on the backend under
 // test: each token's rows must equal its rows in the whole batch, bit for bit
 // (backend.h, per-token determinism). On backends whose buffers are host
@@ -56,8 +56,8 @@ struct Tol {
   static Tol nmse(double e) { return {.kind = kNmse, .max_nmse = e}; }
   // The same bits.
   static Tol bits() { return {.kind = kBits}; }
-  // Only written (finite, guards intact): scratch or intermediates whose
-  // values the contract does not fix.
+  // Only written (finite, guards intact): an intermediate no bound is set
+  // for (act(gate) * up, between two matmuls' errors).
   static Tol written() { return {.kind = kWritten}; }
 };
 
