@@ -34,6 +34,7 @@ Runner add_bench_spec(CLI::App& app);
 Runner add_bench_experts(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_gpu_bench(CLI::App& app);
+Runner add_finetune(CLI::App& app);
 
 // Prints "error: <message>" to stderr and returns 1.
 int fail(const Status& status);

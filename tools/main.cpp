@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   runners["bench-experts"] = sluice::cli::add_bench_experts(app);
   runners["serve"] = sluice::cli::add_serve(app);
   runners["gpu-bench"] = sluice::cli::add_gpu_bench(app);
+  runners["finetune"] = sluice::cli::add_finetune(app);
   CLI11_PARSE(app, argc, argv);
   for (const CLI::App* sub : app.get_subcommands()) return runners.at(sub->get_name())();
   return 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/check.h"
 
 namespace sluice {
 
@@ -20,8 +21,13 @@ const char* op_name(Op op) {
     case Op::kRopeTables: return "RoPE tables";
     case Op::kAdd: return "residual add";
     case Op::kRmsnorm: return "RMSNorm";
+    case Op::kLora: return "LoRA";
   }
   return "?";
+}
+
+void Backend::lora(const LoraArgs& a) {
+  CHECK(false && "this backend has no LoRA operator: Model::load refuses adapters on it");
 }
 
 void Backend::read_floats(const float* src, float* dst, int64_t n) {

@@ -32,6 +32,7 @@
 #include <string>
 
 #include "backend/op_types.h"
+#include "backend/train_ops.h"
 #include "base/thread_pool.h"
 #include "kv/block_pool.h"
 #include "sluice/status.h"
@@ -191,6 +192,30 @@ struct LogitsArgs {
   float* logits = nullptr;         // [n_out, n_vocab] host memory
 };
 
+// One run of consecutive tokens that share an adapter's factors for a matrix.
+struct LoraSegment {
+  int64_t tok0 = 0;            // rows tok0 .. tok0 + n_tok - 1 of x and y
+  int64_t n_tok = 0;
+  const float* a = nullptr;    // [rank, n_in]  (backend memory)
+  const float* b = nullptr;    // [n_out, rank]
+  int64_t rank = 0;
+  float scale = 1.0f;          // alpha / rank times the user's scale
+};
+
+// The low-rank term of adapted matmuls (LoRA): for every token of every
+// segment, y[t] += scale * B (A x[t]); rows in no segment are untouched, so
+// sequences with different adapters (or none) share one base matmul. With u
+// set, u[t] = A x[t] is kept for the backward (train/).
+struct LoraArgs {
+  const float* x = nullptr;  // [n_tok, n_in] the matmul's input
+  float* y = nullptr;        // [n_tok, n_out] its output (+=)
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  std::span<const LoraSegment> segs;  // disjoint, ascending
+  float* u = nullptr;        // [n_tok, u_stride] or null
+  int64_t u_stride = 0;      // >= every segment's rank
+};
+
 // What scratch the operators need, for reserve(): the largest call a model
 // will make.
 struct ScratchNeeds {
@@ -212,12 +237,12 @@ struct ScratchNeeds {
 // operator), for supports() and the op-case list (op_cases.h).
 enum class Op {
   kMatmul, kNormMatmul, kGluMatmul, kQkvStore, kAttention, kRoute, kExpertFfn, kLogits, kEmbed,
-  kRopeTables, kAdd, kRmsnorm,
+  kRopeTables, kAdd, kRmsnorm, kLora,
 };
 // Every Op (a new one goes here too: the op-case list checks each has cases).
 inline constexpr Op kAllOps[] = {Op::kMatmul, Op::kNormMatmul, Op::kGluMatmul, Op::kQkvStore, Op::kAttention,
                                  Op::kRoute,  Op::kExpertFfn,  Op::kLogits,    Op::kEmbed,    Op::kRopeTables,
-                                 Op::kAdd,    Op::kRmsnorm};
+                                 Op::kAdd,    Op::kRmsnorm,    Op::kLora};
 const char* op_name(Op op);
 
 // How a backend's matmuls round their activations before multiplying them
@@ -331,6 +356,12 @@ class Backend {
   // follows (Gemma's post-norms).  x, out: [n_tok, n] (may alias);  norm: [n]
   virtual void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) = 0;
   virtual void logits(const LogitsArgs& a) = 0;
+  // The adapters' low-rank terms (LoraArgs). Default: none (supports(kLora) is false).
+  virtual void lora(const LoraArgs& a);
+
+  // The training operators (backend/train_ops.h), or null when this backend
+  // cannot train.
+  virtual TrainOps* train_ops() { return nullptr; }
 };
 
 // The routing rule of RouteArgs in plain loops: both backends in this tree run

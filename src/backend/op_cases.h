@@ -181,7 +181,7 @@ void add(OpCaseList& list, std::string name, Args... args) {
 }
 
 // The families of the list (op_cases_*_test.cpp), and the whole list.
-void add_matmul_cases(OpCaseList& list);     // embed, matmul, norm_matmul, glu_matmul, logits
+void add_matmul_cases(OpCaseList& list);     // embed, matmul, norm_matmul, glu_matmul, logits, lora
 void add_attention_cases(OpCaseList& list);  // rope_tables, qkv_store, attention
 void add_moe_cases(OpCaseList& list);        // route, expert_ffn
 void add_norm_cases(OpCaseList& list);       // add, rmsnorm

@@ -1,5 +1,5 @@
 // Op cases of the matmul-like operators: embed, matmul, norm_matmul,
-// glu_matmul (SwiGLU, GeGLU) and logits, for every weight type.
+// glu_matmul (SwiGLU, GeGLU) and logits, for every weight type; lora.
 #include <string>
 #include <vector>
 
@@ -179,6 +179,58 @@ class LogitsCase final : public OpCase {
   std::vector<float> norm_, x_;
 };
 
+// The low-rank terms of adapted matmuls over a batch: segments of tokens with
+// their own factors (ranks differ), rows in no segment left as they are; with
+// keep_u one segment covers every row and u = A x is kept (the backward's).
+class LoraCase final : public OpCase {
+ public:
+  LoraCase(int64_t n_in, int64_t n_out, int64_t n_tok, bool keep_u)
+      : n_in_(n_in), n_out_(n_out), n_tok_(n_tok), keep_u_(keep_u),
+        x_(random_floats(static_cast<size_t>(n_tok * n_in), 40)), y_(random_floats(static_cast<size_t>(n_tok * n_out), 41)) {
+    // [tok0, n_tok, rank, scale]: tokens 0-2, none, 4 .. n_tok - 2, none.
+    if (keep_u) segs_ = {{0, n_tok, 8, 0.5f}};
+    else segs_ = {{0, 3, 4, 2.0f}, {4, n_tok - 5, 16, 0.25f}};
+    for (size_t i = 0; i < segs_.size(); ++i) {
+      a_.push_back(random_floats(static_cast<size_t>(segs_[i].rank * n_in), 42 + 2 * static_cast<uint32_t>(i), 0.1f));
+      b_.push_back(random_floats(static_cast<size_t>(n_out * segs_[i].rank), 43 + 2 * static_cast<uint32_t>(i), 0.1f));
+    }
+  }
+
+  static constexpr Op kOps[] = {Op::kLora};
+  std::span<const Op> ops() const override { return kOps; }
+  int64_t n_tok() const override { return n_tok_; }
+
+  void run(OpRun& r, int64_t t0, int64_t n) override {
+    const auto rows = [&](const std::vector<float>& v, int64_t len) {
+      return std::span(v).subspan(static_cast<size_t>(t0 * len), static_cast<size_t>(n * len));
+    };
+    std::vector<LoraSegment> segs;  // the segments' parts in t0 .. t0 + n - 1, from row t0
+    for (size_t i = 0; i < segs_.size(); ++i) {
+      const Seg& s = segs_[i];
+      const int64_t lo = std::max(s.tok0, t0), hi = std::min(s.tok0 + s.n_tok, t0 + n);
+      if (lo < hi)
+        segs.push_back({.tok0 = lo - t0, .n_tok = hi - lo, .a = r.in(a_[i]), .b = r.in(b_[i]), .rank = s.rank,
+                        .scale = s.scale});
+    }
+    const double tol = matmul_tolerance(DType::kF32, ActRounding::kNone, 2);
+    r.be().lora({.x = r.in(rows(x_, n_in_)), .y = r.inout("y", rows(y_, n_out_), n_out_, Tol::nmse(tol)),
+                 .n_in = n_in_, .n_out = n_out_, .segs = segs,
+                 .u = keep_u_ ? r.out("u", n, kRankU, Tol::nmse(tol)) : nullptr, .u_stride = keep_u_ ? kRankU : 0});
+  }
+
+ private:
+  static constexpr int64_t kRankU = 8;
+  struct Seg {
+    int64_t tok0, n_tok, rank;
+    float scale;
+  };
+  int64_t n_in_, n_out_, n_tok_;
+  bool keep_u_;
+  std::vector<Seg> segs_;
+  std::vector<float> x_, y_;
+  std::vector<std::vector<float>> a_, b_;
+};
+
 }  // namespace
 
 void add_matmul_cases(OpCaseList& list) {
@@ -201,6 +253,8 @@ void add_matmul_cases(OpCaseList& list) {
   add<LogitsCase>(list, "logits_q8_0_64x96", DType::kQ8_0, int64_t{64}, int64_t{96}, false);
   add<LogitsCase>(list, "logits_q8_0_64x96_residual", DType::kQ8_0, int64_t{64}, int64_t{96}, true);
   add<LogitsCase>(list, "logits_q6_K_256x96", DType::kQ6_K, int64_t{256}, int64_t{96}, true);
+  add<LoraCase>(list, "lora_2_segments_288x200_t11", int64_t{288}, int64_t{200}, int64_t{11}, false);
+  add<LoraCase>(list, "lora_keep_u_64x96_t5", int64_t{64}, int64_t{96}, int64_t{5}, true);
 }
 
 }  // namespace sluice::op_cases

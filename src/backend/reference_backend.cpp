@@ -43,6 +43,7 @@ bool ReferenceBackend::supports(Op op, const OpTypes& types) const {
   // Every operator; the activation of gated FFNs is SwiGLU only so far.
   if (op == Op::kGluMatmul) return true;  // SwiGLU and GeGLU
   if (op == Op::kExpertFfn) return types.act == Activation::kSilu;
+  if (op == Op::kLora) return true;
   return true;  // dot_row and dequantize_row cover every DType
 }
 

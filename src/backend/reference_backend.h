@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/reference_train_ops.h"
 
 namespace sluice {
 
@@ -45,8 +46,11 @@ class ReferenceBackend : public Backend {  // not final: tests record calls thro
   void add(float* x, const float* y, int64_t n) override;
   void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
   void logits(const LogitsArgs& a) override;
+  void lora(const LoraArgs& a) override { reference_lora(a); }
+  TrainOps* train_ops() override { return &train_ops_; }
 
  private:
+  ReferenceTrainOps train_ops_;
   std::unique_ptr<ThreadPool> pool_;  // one thread: host work runs inline
   std::vector<float> k_;       // [n_ctx, n_embd_kv] one sequence's K rows
   std::vector<float> v_;       // [n_ctx, n_embd_kv]

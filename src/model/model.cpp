@@ -76,6 +76,22 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
   return m;
 }
 
+StatusOr<const LayerWeights*> Model::acquire_layer(int64_t l) {
+  LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+  if (source_) {
+    LayerWeightPointers p;
+    RETURN_IF_ERROR(source_->acquire(l, &p));
+    bind_layer(w, p);
+  }
+  return &w;
+}
+
+void Model::release_layer(int64_t l) {
+  if (source_) source_->release(l);
+}
+
+const RopeFreqs& Model::layer_rope(int64_t l) const { return hp_.layer_has_own_rope(l) ? rope_swa_ : rope_; }
+
 void Model::reorder_resident() {
   // Views bound per layer at acquire() keep their layout across binds, and a
   // resident layer is bound to the same bytes every time.

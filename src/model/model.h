@@ -133,6 +133,17 @@ class Model {
 
   void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
 
+  // --- training's view (train/): the frozen weights, layer by layer --------
+  const ModelWeights& weights() const { return weights_; }
+  // Layer l's matrices, acquired from the weight source when one streams them
+  // (it may block until they land); valid until release_layer(l).
+  StatusOr<const LayerWeights*> acquire_layer(int64_t l);
+  void release_layer(int64_t l);
+  // The RoPE layer l rotates with (gemma3's windowed layers have their own).
+  const RopeFreqs& layer_rope(int64_t l) const;
+  // The weight source, or null when every matrix is resident.
+  LayerWeightSource* weight_source() const { return source_.get(); }
+
  private:
   Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, const ModelOptions& options);
   Status check_supported() const;

@@ -63,7 +63,9 @@ void grow(std::vector<T>& v, size_t n) {
 }  // namespace
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
-    : pool_(std::make_unique<ThreadPool>(options.n_threads)), isa_(std::min(options.isa, max_supported_isa())) {}
+    : pool_(std::make_unique<ThreadPool>(options.n_threads)),
+      isa_(std::min(options.isa, max_supported_isa())),
+      train_ops_(*pool_, isa_) {}
 
 std::string CpuBackend::name() const { return fmt::format("cpu {}", isa_name(isa_)); }
 
@@ -85,6 +87,8 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
     case Op::kAdd:
     case Op::kRmsnorm:
       return true;  // f32, f16 and q8_0 K/V
+    case Op::kLora:
+      return false;
   }
   return false;
 }

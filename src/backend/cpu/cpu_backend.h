@@ -11,6 +11,8 @@
 //   attention     paged_attention (tiles read K/V where they lie)
 //   expert_ffn    tokens grouped by expert, one gate/up and one down dispatch
 //                 per selected expert, weighted sum in slot order
+//   train_ops()   the training operators (CpuTrainOps, train_ops.h) on the
+//                 same pool and level
 //
 // prepare_weights() copies resident matrices into one arena on huge pages,
 // repacked where a faster interleaved layout exists at this level (repack.h:
@@ -26,6 +28,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/paged_attention.h"
+#include "backend/cpu/train_ops.h"
 
 namespace sluice::cpu {
 
@@ -71,10 +74,13 @@ class CpuBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override;
   void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
   void logits(const LogitsArgs& a) override;
+  // The training operators at this backend's level, on its pool (train_ops.h).
+  TrainOps* train_ops() override { return &train_ops_; }
 
  private:
   std::unique_ptr<ThreadPool> pool_;
   Isa isa_;
+  CpuTrainOps train_ops_;
   ScratchNeeds needs_;
   std::vector<uint8_t> act_;              // converted matmul activations
   std::vector<float> attn_partials_;      // paged attention scratch

@@ -125,6 +125,8 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
     case Op::kExpertFfn:
     case Op::kLogits:
       return matmul_supports(t.weight);
+    case Op::kLora:
+      return false;
   }
   return false;
 }

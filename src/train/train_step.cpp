@@ -1,0 +1,327 @@
+#include "train/train_step.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+
+namespace sluice {
+namespace {
+
+using R = TensorRole;
+
+// The matrices the training forward adapts, in the order of their u rows.
+constexpr R kAdaptable[] = {R::kAttnQ, R::kAttnK, R::kAttnV, R::kAttnOutput, R::kFfnGate, R::kFfnUp, R::kFfnDown};
+
+int adaptable_index(R role) {
+  for (int i = 0; i < 7; ++i) {
+    if (kAdaptable[i] == role) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t TrainBatch::n_counted() const {
+  return std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
+}
+
+Status check_trainable(const Model& model) {
+  const ModelHparams& h = model.hparams();
+  const ArchSpec& spec = model.arch();
+  auto refuse = [&](const char* what) {
+    return unimplemented("fine-tuning {} models is not supported yet: {}", h.arch, what);
+  };
+  if (h.is_moe()) return refuse("mixture-of-experts layers");
+  if (spec.norm != NormKind::kRms) return refuse("a norm other than RMSNorm");
+  if (spec.qk_norm) return refuse("per-head q/k norms");
+  if (h.final_softcap > 0.0f) return refuse("soft-capped output logits");
+  if (h.rope_freq_base_swa > 0.0f) return refuse("layers with a RoPE of their own");
+  for (const LayerWeights& w : model.weights().layers) {
+    if (w.vec(R::kAttnPostNorm) || w.vec(R::kFfnPostNorm)) return refuse("post-norms");
+  }
+  return Status();
+}
+
+TrainStep::TrainStep(Model& model, LoraParams& params, const TrainStepOptions& options)
+    : model_(model), params_(params), opt_(options), be_(model.backend()), ops_(*model.backend().train_ops()) {}
+
+TrainStep::~TrainStep() = default;
+
+StatusOr<std::unique_ptr<TrainStep>> TrainStep::create(Model& model, LoraParams& params,
+                                                       const TrainStepOptions& options) {
+  RETURN_IF_ERROR(check_trainable(model));
+  Backend& be = model.backend();
+  TrainOps* ops = be.train_ops();
+  if (ops == nullptr) return unimplemented("the {} backend has no training operators", be.name());
+  if (!be.host_visible()) return unimplemented("training on the {} backend is not supported yet", be.name());
+  if (!be.supports(Op::kLora, {})) return unimplemented("the {} backend has no LoRA operator", be.name());
+  if (options.max_tokens <= 0 || options.max_seq <= 0 || options.max_seq > options.max_tokens) {
+    return invalid_argument("a micro-batch needs 0 < max_seq <= max_tokens, got max_seq {} and max_tokens {}",
+                            options.max_seq, options.max_tokens);
+  }
+  for (const LoraSlot& s : params.slots()) {
+    if (adaptable_index(s.role) < 0) {
+      return unimplemented("training an adapter on {} is not supported (targets: attn_q, attn_k, attn_v, "
+                           "attn_output, ffn_gate, ffn_up, ffn_down)", s.base_name);
+    }
+    if (s.layer < 0 || s.layer >= model.hparams().n_layer) {
+      return invalid_argument("the adapter's {} is past the model's {} layers", s.base_name, model.hparams().n_layer);
+    }
+  }
+  // The frozen matrices' types for matmul_t (streamed layers carry their type and layout already).
+  const ModelWeights& mw = model.weights();
+  auto check_t = [&](const WeightView& w, const char* what) -> Status {
+    if (w.n_out == 0 || ops->supports_matmul_t(w.type, w.layout)) return Status();
+    return unimplemented("the {} backend cannot take gradients through {} matrices of type {}{}", be.name(), what,
+                         dtype_name(w.type), w.layout == WeightLayout::kRows ? "" : " (repacked)");
+  };
+  RETURN_IF_ERROR(check_t(mw.output, "output"));
+  for (const LayerWeights& w : mw.layers) {
+    for (R r : kAdaptable) RETURN_IF_ERROR(check_t(w.mat(r), tensor_role_name(r)));
+  }
+  std::unique_ptr<TrainStep> st(new TrainStep(model, params, options));
+  st->plan_buffers();
+  return st;
+}
+
+void TrainStep::plan_buffers() {
+  const ModelHparams& h = model_.hparams();
+  const int64_t T = opt_.max_tokens;
+  auto floats = [&](int64_t n) { return be_.alloc(static_cast<size_t>(T * n) * sizeof(float)); };
+  xs_ = floats((h.n_layer + 1) * h.n_embd);
+  n1_ = floats(h.n_embd);
+  m_ = floats(h.n_embd);
+  n2_ = floats(h.n_embd);
+  proj_ = floats(h.n_embd);
+  q_ = floats(h.n_embd_q());
+  att_ = floats(h.n_embd_q());
+  k_ = floats(h.n_embd_kv());
+  v_ = floats(h.n_embd_kv());
+  lse_ = floats(h.n_head);
+  g_ = floats(h.n_ff);
+  u_ = floats(h.n_ff);
+  h_ = floats(h.n_ff);
+  lora_u_ = floats(7 * std::max<int64_t>(1, params_.max_rank()));
+  dx_ = floats(h.n_embd);
+  dn_ = floats(h.n_embd);
+  dq_ = floats(h.n_embd_q());
+  datt_ = floats(h.n_embd_q());
+  dk_ = floats(h.n_embd_kv());
+  dv_ = floats(h.n_embd_kv());
+  dh_ = floats(h.n_ff);
+  dg_ = floats(h.n_ff);
+  du_ = floats(h.n_ff);
+  cos_sin_ = floats(h.n_rot);
+  // Logits a chunk of rows at a time: about 32 MiB of them.
+  logits_chunk_ = std::clamp<int64_t>((int64_t{8} << 20) / std::max<int64_t>(1, h.n_vocab), 1, T);
+  logits_ = be_.alloc(static_cast<size_t>(logits_chunk_ * h.n_vocab) * sizeof(float));
+  positions_.resize(static_cast<size_t>(T));
+  loss_.resize(static_cast<size_t>(T));
+  const int64_t n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q()});
+  be_.reserve({.n_tok = T, .n_in_max = n_in_max, .n_ctx = opt_.max_seq, .n_head = h.n_head,
+               .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .max_seqs = T, .n_embd = h.n_embd});
+  ops_.reserve({.n_tok = T, .n_ctx = opt_.max_seq, .n_head = h.n_head, .head_dim = h.head_dim,
+                .n_in_max = std::max(n_in_max, h.n_vocab)});
+}
+
+Status TrainStep::check_batch(const TrainBatch& b) const {
+  const auto n = static_cast<int64_t>(b.tokens.size());
+  if (n == 0) return invalid_argument("an empty micro-batch");
+  if (n > opt_.max_tokens) return invalid_argument("a micro-batch of {} tokens, more than {}", n, opt_.max_tokens);
+  if (b.targets.size() != b.tokens.size()) return invalid_argument("targets and tokens differ in length");
+  int64_t next = 0;
+  for (const TrainSeq& s : b.seqs) {
+    if (s.tok0 != next || s.n_tok <= 0 || s.n_tok > opt_.max_seq) {
+      return invalid_argument("sequence rows {}..{} do not follow on from {} or exceed {} tokens", s.tok0,
+                              s.tok0 + s.n_tok, next, opt_.max_seq);
+    }
+    next += s.n_tok;
+  }
+  if (next != n) return invalid_argument("the sequences cover {} of {} tokens", next, n);
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  for (int64_t i = 0; i < n; ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= n_vocab || b.targets[i] >= n_vocab) {
+      return invalid_argument("token {} at {} is outside the vocabulary of {}", b.tokens[i], i, n_vocab);
+    }
+  }
+  return Status();
+}
+
+float* TrainStep::u_of(R role) {
+  return lora_u_->floats() + adaptable_index(role) * opt_.max_tokens * std::max<int64_t>(1, params_.max_rank());
+}
+
+void TrainStep::lora_forward(int64_t l, R role, const float* x, float* y, int64_t n_in, int64_t n_out, int64_t n) {
+  const LoraSlot* s = params_.find(l, role);
+  if (s == nullptr) return;
+  const LoraSegment seg{.tok0 = 0, .n_tok = n, .a = params_.a(*s), .b = params_.b(*s), .rank = s->rank,
+                        .scale = s->scale};
+  be_.lora({.x = x, .y = y, .n_in = n_in, .n_out = n_out, .segs = {&seg, 1}, .u = u_of(role),
+            .u_stride = s->rank});
+}
+
+void TrainStep::lora_backward(int64_t l, R role, const float* x, const float* dy, float* dx, int64_t n) {
+  const LoraSlot* s = params_.find(l, role);
+  if (s == nullptr) return;
+  ops_.lora_backward({.x = x, .u = u_of(role), .dy = dy, .a = params_.a(*s), .b = params_.b(*s),
+                      .da = params_.grad_a(*s), .db = params_.grad_b(*s), .dx = dx, .n_tok = n, .n_in = s->n_in,
+                      .n_out = s->n_out, .rank = s->rank, .scale = s->scale});
+}
+
+void TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_in, float* x_out, int64_t n) {
+  const ModelHparams& h = model_.hparams();
+  const int64_t E = h.n_embd, Eq = h.n_embd_q(), Ekv = h.n_embd_kv(), F = h.n_ff;
+  float *n1 = n1_->floats(), *q = q_->floats(), *k = k_->floats(), *v = v_->floats();
+  const MatmulOut qkv[3] = {{w.mat(R::kAttnQ), q}, {w.mat(R::kAttnK), k}, {w.mat(R::kAttnV), v}};
+  be_.norm_matmul({.x = x_in, .norm = w.vec(R::kAttnNorm), .eps = h.rms_eps, .xn = n1, .n_embd = E, .n_tok = n,
+                   .outs = qkv});
+  lora_forward(l, R::kAttnQ, n1, q, E, Eq, n);
+  lora_forward(l, R::kAttnK, n1, k, E, Ekv, n);
+  lora_forward(l, R::kAttnV, n1, v, E, Ekv, n);
+  // Biases (qwen2): no gradient of their own, so a plain add on the host rows.
+  const std::pair<const float*, std::pair<float*, int64_t>> biases[3] = {
+      {w.vec(R::kAttnQBias), {q, Eq}}, {w.vec(R::kAttnKBias), {k, Ekv}}, {w.vec(R::kAttnVBias), {v, Ekv}}};
+  for (const auto& [bias, dst] : biases) {
+    if (bias == nullptr) continue;
+    for (int64_t t = 0; t < n; ++t) be_.add(dst.first + t * dst.second, bias, dst.second);
+  }
+  RopeArgs rope{.x = q, .cos_sin = cos_sin_->floats(), .n_tok = n, .n_head = h.n_head, .head_dim = h.head_dim,
+                .n_rot = h.n_rot, .layout = h.rope_layout};
+  ops_.rope(rope);
+  rope.x = k;
+  rope.n_head = h.n_head_kv;
+  ops_.rope(rope);
+  ops_.attention({.q = q, .k = k, .v = v, .out = att_->floats(), .lse = lse_->floats(), .seqs = seqs_,
+                  .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .scale = h.attn_scale,
+                  .window = h.layer_is_swa(l) ? h.n_swa : 0, .softcap = h.attn_softcap});
+  float* proj = proj_->floats();
+  const MatmulOut wo[1] = {{w.mat(R::kAttnOutput), proj}};
+  be_.matmul(wo, att_->floats(), Eq, n);
+  lora_forward(l, R::kAttnOutput, att_->floats(), proj, Eq, E, n);
+  float* m = m_->floats();
+  std::memcpy(m, x_in, static_cast<size_t>(n * E) * sizeof(float));
+  be_.add(m, proj, n * E);
+
+  const MatmulOut gate_up[2] = {{w.mat(R::kFfnGate), g_->floats()}, {w.mat(R::kFfnUp), u_->floats()}};
+  be_.norm_matmul({.x = m, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = n2_->floats(), .n_embd = E,
+                   .n_tok = n, .outs = gate_up});
+  lora_forward(l, R::kFfnGate, n2_->floats(), g_->floats(), E, F, n);
+  lora_forward(l, R::kFfnUp, n2_->floats(), u_->floats(), E, F, n);
+  ops_.glu({.g = g_->floats(), .u = u_->floats(), .h = h_->floats(), .n_tok = n, .n_ff = F, .act = h.spec->act});
+  if (x_out == nullptr) {
+    // Recomputing for the backward: the output is not needed, only the down
+    // projection's A h (proj is scratch by now).
+    lora_forward(l, R::kFfnDown, h_->floats(), proj, F, E, n);
+    return;
+  }
+  const MatmulOut down[1] = {{w.mat(R::kFfnDown), proj}};
+  be_.matmul(down, h_->floats(), F, n);
+  lora_forward(l, R::kFfnDown, h_->floats(), proj, F, E, n);
+  std::memcpy(x_out, m, static_cast<size_t>(n * E) * sizeof(float));
+  be_.add(x_out, proj, n * E);
+}
+
+void TrainStep::layer_backward(int64_t l, const LayerWeights& w, const float* x_in, float* dx, int64_t n) {
+  const ModelHparams& h = model_.hparams();
+  const int64_t E = h.n_embd, F = h.n_ff;
+  float *dh = dh_->floats(), *dg = dg_->floats(), *du = du_->floats(), *dn = dn_->floats();
+  // FFN: x' = m + Wdown h;  h = act(g) * u;  g, u = W n2;  n2 = norm(m).
+  ops_.matmul_t({.w = w.mat(R::kFfnDown), .dy = dx, .dx = dh, .n_tok = n});
+  lora_backward(l, R::kFfnDown, h_->floats(), dx, dh, n);
+  ops_.glu_backward({.g = g_->floats(), .u = u_->floats(), .dh = dh, .dg = dg, .du = du, .n_tok = n, .n_ff = F,
+                     .act = h.spec->act});
+  ops_.matmul_t({.w = w.mat(R::kFfnGate), .dy = dg, .dx = dn, .n_tok = n});
+  ops_.matmul_t({.w = w.mat(R::kFfnUp), .dy = du, .dx = dn, .n_tok = n, .accumulate = true});
+  lora_backward(l, R::kFfnGate, n2_->floats(), dg, dn, n);
+  lora_backward(l, R::kFfnUp, n2_->floats(), du, dn, n);
+  ops_.rmsnorm_backward({.x = m_->floats(), .w = w.vec(R::kFfnNorm), .dy = dn, .dx = dx, .n_tok = n, .n = E,
+                         .eps = h.rms_eps});
+  // Attention: m = x + Wo att;  att = attention(rope(q), rope(k), v);  q, k, v = W n1;  n1 = norm(x).
+  float *datt = datt_->floats(), *dq = dq_->floats(), *dk = dk_->floats(), *dv = dv_->floats();
+  ops_.matmul_t({.w = w.mat(R::kAttnOutput), .dy = dx, .dx = datt, .n_tok = n});
+  lora_backward(l, R::kAttnOutput, att_->floats(), dx, datt, n);
+  const TrainAttentionArgs fwd{.q = q_->floats(), .k = k_->floats(), .v = v_->floats(), .out = att_->floats(),
+                               .lse = lse_->floats(), .seqs = seqs_, .n_head = h.n_head,
+                               .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .scale = h.attn_scale,
+                               .window = h.layer_is_swa(l) ? h.n_swa : 0, .softcap = h.attn_softcap};
+  ops_.attention_backward({.fwd = fwd, .dout = datt, .dq = dq, .dk = dk, .dv = dv});
+  RopeArgs rope{.x = dq, .cos_sin = cos_sin_->floats(), .n_tok = n, .n_head = h.n_head, .head_dim = h.head_dim,
+                .n_rot = h.n_rot, .layout = h.rope_layout, .inverse = true};
+  ops_.rope(rope);
+  rope.x = dk;
+  rope.n_head = h.n_head_kv;
+  ops_.rope(rope);
+  ops_.matmul_t({.w = w.mat(R::kAttnQ), .dy = dq, .dx = dn, .n_tok = n});
+  ops_.matmul_t({.w = w.mat(R::kAttnK), .dy = dk, .dx = dn, .n_tok = n, .accumulate = true});
+  ops_.matmul_t({.w = w.mat(R::kAttnV), .dy = dv, .dx = dn, .n_tok = n, .accumulate = true});
+  lora_backward(l, R::kAttnQ, n1_->floats(), dq, dn, n);
+  lora_backward(l, R::kAttnK, n1_->floats(), dk, dn, n);
+  lora_backward(l, R::kAttnV, n1_->floats(), dv, dn, n);
+  ops_.rmsnorm_backward({.x = x_in, .w = w.vec(R::kAttnNorm), .dy = dn, .dx = dx, .n_tok = n, .n = E,
+                         .eps = h.rms_eps});
+}
+
+double TrainStep::loss_and_top_grad(const TrainBatch& b, float grad_scale, bool backward, int64_t n) {
+  const ModelHparams& h = model_.hparams();
+  const ModelWeights& mw = model_.weights();
+  const int64_t E = h.n_embd;
+  const float* x_top = xs_->floats() + h.n_layer * opt_.max_tokens * E;
+  float* dx = dx_->floats();
+  if (backward) std::memset(dx, 0, static_cast<size_t>(n * E) * sizeof(float));
+  double sum = 0;
+  for (int64_t r0 = 0; r0 < n; r0 += logits_chunk_) {
+    const int64_t c = std::min(logits_chunk_, n - r0);
+    const MatmulOut out[1] = {{mw.output, logits_->floats()}};
+    be_.norm_matmul({.x = x_top + r0 * E, .norm = mw.output_norm.data(), .eps = h.rms_eps,
+                     .xn = n1_->floats() + r0 * E, .n_embd = E, .n_tok = c, .outs = out});
+    ops_.cross_entropy({.logits = logits_->floats(), .targets = b.targets.data() + r0, .loss = loss_.data() + r0,
+                        .n_tok = c, .n_vocab = h.n_vocab, .grad_scale = grad_scale});
+    for (int64_t t = r0; t < r0 + c; ++t) sum += loss_[static_cast<size_t>(t)];
+    if (!backward) continue;
+    ops_.matmul_t({.w = mw.output, .dy = logits_->floats(), .dx = dn_->floats() + r0 * E, .n_tok = c});
+  }
+  if (backward) {
+    ops_.rmsnorm_backward({.x = x_top, .w = mw.output_norm.data(), .dy = dn_->floats(), .dx = dx, .n_tok = n,
+                           .n = E, .eps = h.rms_eps});
+  }
+  return sum;
+}
+
+StatusOr<double> TrainStep::run(const TrainBatch& b, float grad_scale, bool backward) {
+  RETURN_IF_ERROR(check_batch(b));
+  const ModelHparams& h = model_.hparams();
+  const auto n = static_cast<int64_t>(b.tokens.size());
+  const int64_t E = h.n_embd;
+  seqs_ = b.seqs;
+  for (const TrainSeq& s : seqs_) {
+    for (int64_t i = 0; i < s.n_tok; ++i) positions_[static_cast<size_t>(s.tok0 + i)] = i;
+  }
+  const RopeFreqs& rope = model_.layer_rope(0);
+  be_.rope_tables(std::span(positions_.data(), static_cast<size_t>(n)), rope.inv_freq, rope.magnitude,
+                  cos_sin_->floats());
+  auto x_at = [&](int64_t l) { return xs_->floats() + l * opt_.max_tokens * E; };
+  be_.embed(model_.weights().token_embd, b.tokens, h.embd_scale, x_at(0));
+  for (int64_t l = 0; l < h.n_layer; ++l) {
+    ASSIGN_OR_RETURN(const LayerWeights* w, model_.acquire_layer(l));
+    layer_forward(l, *w, x_at(l), x_at(l + 1), n);
+    model_.release_layer(l);
+  }
+  const double loss = loss_and_top_grad(b, grad_scale, backward, n);
+  if (!backward) return loss;
+  for (int64_t l = h.n_layer - 1; l >= 0; --l) {
+    ASSIGN_OR_RETURN(const LayerWeights* w, model_.acquire_layer(l));
+    layer_forward(l, *w, x_at(l), nullptr, n);
+    layer_backward(l, *w, x_at(l), dx_->floats(), n);
+    model_.release_layer(l);
+  }
+  return loss;
+}
+
+StatusOr<double> TrainStep::accumulate(const TrainBatch& batch, float grad_scale) {
+  return run(batch, grad_scale, true);
+}
+
+StatusOr<double> TrainStep::evaluate(const TrainBatch& batch) { return run(batch, 0.0f, false); }
+
+}  // namespace sluice

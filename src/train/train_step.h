@@ -1,0 +1,114 @@
+// TrainStep: the forward and backward of a LoRA-adapted model over one
+// micro-batch of whole sequences, layer by layer, with the frozen base read
+// through the model (resident or streamed by its weight source).
+//
+// Memory is bounded by recomputation: the forward keeps only each layer's
+// input (the residual stream, n_layer + 1 rows of [n_tok, n_embd]); the
+// backward reruns one layer's forward from its input to get the
+// intermediates, then takes that layer's gradients, last layer first:
+//
+//   forward   x_0 = embed(tokens) -> layer 0 -> x_1 -> ... -> x_L       (keep x_l)
+//   loss      logits = W_out norm(x_L), chunk by chunk -> cross-entropy -> dx_L
+//   backward  for l = L-1 .. 0: recompute layer l from x_l; dx_l from dx_{l+1};
+//             the adapters' dA, dB of layer l added to the gradients
+//
+// The frozen weights are asked for in forward order, then in reverse for the
+// backward (the weight source's schedule says so when it streams them).
+// Per layer, where Wq etc. are the frozen matrices and + lora the low-rank terms:
+//
+//   n1 = rmsnorm(x) * attn_norm;  q, k, v = W{q,k,v} n1 + lora (+ bias);  RoPE(q, k)
+//   att = causal softmax(q k^T * scale) v;  m = x + Wo att + lora
+//   n2 = rmsnorm(m) * ffn_norm;  g, u = W{gate,up} n2 + lora;  h = act(g) * u
+//   x' = m + Wdown h + lora
+//
+// Not thread-safe; one step at a time per model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/train_ops.h"
+#include "model/model.h"
+#include "train/lora_params.h"
+
+namespace sluice {
+
+// One micro-batch: whole sequences, concatenated.
+struct TrainBatch {
+  std::vector<int32_t> tokens;   // [n_tok]
+  std::vector<int32_t> targets;  // [n_tok] the token each position predicts, or -1 (not in the loss)
+  std::vector<TrainSeq> seqs;    // each sequence's rows, in order, covering 0 .. n_tok - 1
+  // Positions whose target counts.
+  int64_t n_counted() const;
+};
+
+struct TrainStepOptions {
+  int64_t max_tokens = 512;  // most tokens in a micro-batch (sizes every buffer)
+  int64_t max_seq = 512;     // longest sequence
+};
+
+// Why this model cannot be trained (features the training forward lacks), or OK.
+Status check_trainable(const Model& model);
+
+class TrainStep {
+ public:
+  // Errors: a model check_trainable refuses, a backend without training
+  // operators or whose matmul_t lacks a matrix's type, params adapting a
+  // matrix the training forward does not (only q, k, v, o, gate, up, down).
+  static StatusOr<std::unique_ptr<TrainStep>> create(Model& model, LoraParams& params,
+                                                     const TrainStepOptions& options);
+  ~TrainStep();
+
+  // Forward and backward over `batch`: adds grad_scale x d(sum of counted
+  // losses)/d(params) to the params' gradients; returns that sum of losses.
+  StatusOr<double> accumulate(const TrainBatch& batch, float grad_scale);
+  // The forward alone: the sum of counted losses (held-out evaluation).
+  StatusOr<double> evaluate(const TrainBatch& batch);
+
+ private:
+  TrainStep(Model& model, LoraParams& params, const TrainStepOptions& options);
+  void plan_buffers();
+  Status check_batch(const TrainBatch& batch) const;
+  StatusOr<double> run(const TrainBatch& batch, float grad_scale, bool backward);
+  // Layer l from x_in: the intermediates into the step's buffers, and
+  // x_out = the layer's output when x_out is set.
+  void layer_forward(int64_t l, const LayerWeights& w, const float* x_in, float* x_out, int64_t n);
+  // dx: in dL/d(layer output), out dL/d(layer input); the adapters' gradients added.
+  void layer_backward(int64_t l, const LayerWeights& w, const float* x_in, float* dx, int64_t n);
+  // y += lora(x) for the slot adapting (l, role), keeping A x in u (when any).
+  void lora_forward(int64_t l, TensorRole role, const float* x, float* y, int64_t n_in, int64_t n_out, int64_t n);
+  // The slot's gradients from dy; dx += its input gradient.
+  void lora_backward(int64_t l, TensorRole role, const float* x, const float* dy, float* dx, int64_t n);
+  float* u_of(TensorRole role);
+  // The loss over x_L's rows, and with backward dx_L.
+  double loss_and_top_grad(const TrainBatch& batch, float grad_scale, bool backward, int64_t n);
+
+  Model& model_;
+  LoraParams& params_;
+  TrainStepOptions opt_;
+  Backend& be_;
+  TrainOps& ops_;
+  int64_t logits_chunk_ = 0;
+
+  // Buffers of the backend, [max_tokens, ...] unless said.
+  std::unique_ptr<Buffer> xs_;       // [n_layer + 1, max_tokens, n_embd] each layer's input, then x_L
+  std::unique_ptr<Buffer> n1_, m_, n2_;          // [., n_embd]
+  std::unique_ptr<Buffer> q_, att_;              // [., n_embd_q]
+  std::unique_ptr<Buffer> k_, v_;                // [., n_embd_kv]
+  std::unique_ptr<Buffer> lse_;                  // [., n_head]
+  std::unique_ptr<Buffer> proj_;                 // [., n_embd]
+  std::unique_ptr<Buffer> g_, u_, h_;            // [., n_ff]
+  std::unique_ptr<Buffer> lora_u_;               // [7, ., max_rank] A x of each adapted matrix
+  std::unique_ptr<Buffer> dx_, dn_;              // [., n_embd]
+  std::unique_ptr<Buffer> dq_, datt_;            // [., n_embd_q]
+  std::unique_ptr<Buffer> dk_, dv_;              // [., n_embd_kv]
+  std::unique_ptr<Buffer> dh_, dg_, du_;         // [., n_ff]
+  std::unique_ptr<Buffer> cos_sin_;              // [., n_rot]
+  std::unique_ptr<Buffer> logits_;               // [logits_chunk, n_vocab]
+  std::vector<int64_t> positions_;               // [max_tokens]
+  std::vector<double> loss_;                     // [max_tokens]
+  std::vector<TrainSeq> seqs_;
+};
+
+}  // namespace sluice

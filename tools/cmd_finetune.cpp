@@ -1,0 +1,74 @@
+// sluice finetune: train a LoRA adapter over a frozen (quantized) base.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "train/finetune.h"
+
+namespace sluice::cli {
+
+Runner add_finetune(CLI::App& app) {
+  auto o = std::make_shared<FinetuneOptions>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* c = app.add_subcommand("finetune", "train a LoRA adapter over the frozen base model");
+  c->add_option("-m,--model", o->model_path, "base model (GGUF, HF folder)")->required();
+  c->add_option("-d,--data", o->data_path,
+                "training data: plain text, or JSONL lines of {\"messages\": [...]} (chat; only the assistant's "
+                "tokens count) or {\"text\": ...}")
+      ->required();
+  c->add_option("-o,--output", o->out_path, "the adapter to write (llama.cpp's LoRA GGUF)")->required();
+  c->add_option("--rank", o->rank, "LoRA rank")->capture_default_str();
+  c->add_option("--alpha", o->alpha, "LoRA alpha (the update is scaled by alpha / rank)")->capture_default_str();
+  c->add_option("--targets", o->targets, "matrices to adapt: q,k,v,o,gate,up,down or all")->capture_default_str();
+  c->add_option("--init-adapter", o->init_adapter, "start from this adapter's factors (its rank and targets)");
+  c->add_option("--steps", o->train.steps, "optimizer steps (0: --epochs over the data)")->capture_default_str();
+  c->add_option("--epochs", o->train.epochs, "passes over the data when --steps is 0")->capture_default_str();
+  c->add_option("--batch", o->train.batch, "examples per micro-batch")->capture_default_str();
+  c->add_option("--grad-accum", o->train.grad_accum, "micro-batches per optimizer step")->capture_default_str();
+  c->add_option("--seq", o->train.seq, "longest example in tokens (text is cut into windows of this)")
+      ->capture_default_str();
+  c->add_option("--lr", o->train.lr, "peak learning rate (AdamW)")->capture_default_str();
+  c->add_option("--warmup", o->train.warmup, "steps of linear warmup, then cosine decay")->capture_default_str();
+  c->add_option("--min-lr-ratio", o->train.min_lr_ratio, "the cosine ends at lr times this")->capture_default_str();
+  c->add_option("--weight-decay", o->train.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
+  c->add_option("--grad-clip", o->train.grad_clip, "clip the gradient's global norm to this (0: off)")
+      ->capture_default_str();
+  c->add_option("--seed", o->train.seed, "seed of the adapter's init and the data order")->capture_default_str();
+  c->add_option("--val-data", o->val_data_path, "held-out data (default: --val-split of the training data)");
+  c->add_option("--val-split", o->val_split, "fraction of the examples held out when --val-data is not given")
+      ->capture_default_str();
+  c->add_option("--eval-every", o->eval_every, "steps between held-out losses (0: ten times a run)")
+      ->capture_default_str();
+  c->add_option("--log-every", o->log_every, "steps between progress lines")->capture_default_str();
+  c->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints (0: none)")
+      ->capture_default_str();
+  c->add_option("--checkpoint", o->checkpoint_path, "checkpoint file (default: OUTPUT.ckpt)");
+  c->add_option("--resume", o->resume, "continue from this checkpoint (same data and settings)");
+  c->add_option("--chat-template", o->chat_template, "Jinja chat template for chat data (default: the model's)");
+  c->add_option("-t,--threads", o->n_threads, "threads (default: one per core)");
+  c->add_flag("--json", *json, "print a summary object to stdout at the end");
+  add_backend_option(c, &o->backend);
+  add_mem_budget_option(c, &o->mem_budget_bytes);
+  add_gpu_budget_option(c, &o->gpu_budget_bytes);
+  return [o, json] {
+    auto res = finetune(*o, [](const std::string& line) {
+      fmt::print(stderr, "[sluice] {}{}", line, !line.empty() && line.back() == '\n' ? "" : "\n");
+    });
+    if (!res.ok()) return fail(res.status());
+    if (*json) {
+      fmt::print("{}\n", nlohmann::json{{"engine", "sluice"},
+                                        {"steps", res->steps},
+                                        {"tokens_per_step", res->tokens_per_step},
+                                        {"tokens_per_s", res->tokens_per_s},
+                                        {"median_step_s", res->median_step_s},
+                                        {"first_loss", res->first_loss},
+                                        {"last_loss", res->last_loss},
+                                        {"heldout_before", res->heldout_before},
+                                        {"heldout_after", res->heldout_after}}
+                               .dump());
+    }
+    return 0;
+  };
+}
+
+}  // namespace sluice::cli
