@@ -51,6 +51,34 @@ TEST(Cli, RunJsonGivesReferenceGreedyTokens) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>(), expected);
 }
 
+// The README's adapter run: stories260K + the reference fine-tune gives its
+// greedy tokens; two adapters at half scale each sum to the whole delta; a
+// file that is no adapter is refused by name.
+TEST(Cli, RunWithLoraGivesTheFineTunesGreedyTokens) {
+  const std::string ref_path = model_path("stories260K-lora/reference.json");
+  SKIP_UNLESS_EXISTS(ref_path);
+  std::ifstream in(ref_path);
+  const auto g = nlohmann::json::parse(in)["greedy_trained"];
+  const auto all = g["tokens"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> expected(all.begin() + static_cast<long>(g["prompt_ids"].size()), all.end());
+  const std::string lora = model_path("stories260K-lora/lora-trained.gguf");
+  const std::string run = "run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n " +
+                          std::to_string(expected.size()) + " --temp 0 --ignore-eos --json ";
+  CliResult r = run_cli(run + "--lora " + lora);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>(), expected);
+  EXPECT_NE(r.err.find("LoRA adapter stories260K-lora (rank 4, scale 1, 35 matrices"), std::string::npos) << r.err;
+  CliResult halves = run_cli(run + "--lora " + lora + ":0.5 --lora " + lora + ":0.5");
+  ASSERT_EQ(halves.exit_code, 0) << halves.err;
+  EXPECT_EQ(nlohmann::json::parse(halves.out)["tokens"].get<std::vector<int32_t>>(), expected);
+  CliResult bad = run_cli(run + "--lora " + model_path("stories260K/stories260K.gguf"));
+  EXPECT_EQ(bad.exit_code, 1) << bad.err;
+  EXPECT_NE(bad.err.find("is not a LoRA adapter"), std::string::npos) << bad.err;
+  CliResult missing = run_cli(run + "--lora /no/such/adapter.gguf");
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+  EXPECT_NE(missing.err.find("--lora /no/such/adapter.gguf"), std::string::npos) << missing.err;
+}
+
 // The README's GPU run: the reference tokens on a GPU; without one (or
 // without nvcc) a clear refusal and exit code 1, never a crash. gpu-bench
 // likewise.

@@ -1,5 +1,8 @@
 #include "cli.h"
 
+#include <cmath>
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "backend/backend_registry.h"
@@ -12,9 +15,11 @@ int fail(const Status& status) {
   return 1;
 }
 
-StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet) {
-  ASSIGN_OR_RETURN(LoadedModel lm, load_model(path, options));
-  if (!quiet && !lm.placement_report.empty()) fmt::print(stderr, "{}", lm.placement_report);
+StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet,
+                                         dist::Session* parallel) {
+  ASSIGN_OR_RETURN(LoadedModel lm, parallel ? dist::load_pipelined(path, options, *parallel) : load_model(path, options));
+  // A pipeline's map is printed even when quiet (--json): it says where every layer went.
+  if ((!quiet || parallel) && !lm.placement_report.empty()) fmt::print(stderr, "{}", lm.placement_report);
   return lm;
 }
 
@@ -63,6 +68,31 @@ void add_gpu_budget_option(CLI::App* c, uint64_t* bytes) {
                        "GPU memory for weights with --backend cuda (e.g. 6G; serve and bench-serve keep their KV pool "
                        "out of it first): the layers beyond it stay in pinned host memory and are copied to the GPU "
                        "ahead of use, each step");
+}
+
+void add_lora_option(CLI::App* c, std::vector<LoraSpec>* loras, const std::string& several) {
+  c->add_option_function<std::vector<std::string>>(
+       "--lora",
+       [loras](const std::vector<std::string>& values) {
+         for (const std::string& v : values) {
+           // FILE[:SCALE]: a suffix after the last ':' that reads as a number is the scale.
+           LoraSpec l{.path = v};
+           const size_t colon = v.rfind(':');
+           if (colon != std::string::npos && colon > 0) {
+             const std::string tail = v.substr(colon + 1);
+             char* end = nullptr;
+             const float scale = std::strtof(tail.c_str(), &end);
+             if (!tail.empty() && end == tail.c_str() + tail.size()) {
+               if (!std::isfinite(scale)) throw CLI::ValidationError("--lora", "scale '" + tail + "' is not finite");
+               l = LoraSpec{.path = v.substr(0, colon), .scale = scale};
+             }
+           }
+           loras->push_back(std::move(l));
+         }
+       },
+       "LoRA adapter FILE[:SCALE] (llama.cpp adapter GGUF or PEFT folder; SCALE default 1), repeatable; " +
+           several)
+      ->type_name("FILE[:SCALE]");
 }
 
 void add_speculative_options(CLI::App* c, EngineConfig* config) {

@@ -5,13 +5,16 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "dist/session.h"
 #include "format/model_file.h"
 #include "runtime/load_model.h"
 #include "model/model.h"
 #include "sluice/engine.h"
+#include "sluice/lora.h"
 #include "sluice/status.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/store_source.h"
@@ -41,7 +44,10 @@ int fail(const Status& status);
 
 // load_model() (runtime/load_model.h), printing the placement map to stderr
 // when weights stream (unless quiet).
-StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet = false);
+// With a parallel session (rank 0 of an MPI job), through the pipeline
+// (dist::load_pipelined), printing its placement map.
+StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet = false,
+                                         dist::Session* parallel = nullptr);
 
 // Adds --backend NAME (cpu, reference) to a subcommand.
 void add_backend_option(CLI::App* c, std::string* name);
@@ -50,6 +56,12 @@ void add_backend_option(CLI::App* c, std::string* name);
 void add_mem_budget_option(CLI::App* c, uint64_t* bytes);
 // --gpu-budget SIZE: GPU memory for weights (--backend cuda).
 void add_gpu_budget_option(CLI::App* c, uint64_t* bytes);
+
+// Adds --lora FILE[:SCALE] (repeatable): a llama.cpp adapter GGUF or a PEFT
+// folder, applied at SCALE (default 1: the file's alpha / rank). `several`:
+// the help's word on what several do in this subcommand.
+void add_lora_option(CLI::App* c, std::vector<LoraSpec>* loras,
+                     const std::string& several = "several apply together (their deltas add up)");
 
 // Adds the speculative decoding flags (--spec, --draft-model, --draft-max,
 // --no-spec-adapt, --spec-ngram) to a subcommand that runs the engine.

@@ -40,6 +40,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "base/timer.h"
 #include "cli.h"
+#include "cli_parallel.h"
 #include "plan/calibrate.h"
 
 namespace sluice::cli {
@@ -61,6 +62,8 @@ struct BenchArgs {
   uint64_t mem_budget = 0;
   uint64_t gpu_budget = 0;
   std::string backend = "cpu";
+  std::vector<LoraSpec> loras;  // applied together to every token
+  ParallelArgs parallel;
 };
 
 // Spread of one test's tokens/s over the repetitions.
@@ -97,7 +100,7 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t n_vocab, uint64_t seed) {
 StatusOr<double> time_prefill(Model& model, KvCache& kv, std::span<const int32_t> prompt, float* logits) {
   kv.clear();
   Stopwatch sw;
-  RETURN_IF_ERROR(model.forward(prompt, kv, logits, /*all_logits=*/false));
+  RETURN_IF_ERROR(model.forward(prompt, kv, logits, /*all_logits=*/false, model.adapters().all()));
   return sw.seconds();
 }
 
@@ -105,7 +108,8 @@ StatusOr<double> time_prefill(Model& model, KvCache& kv, std::span<const int32_t
 StatusOr<double> time_generate(Model& model, KvCache& kv, std::span<const int32_t> ids, float* logits) {
   kv.clear();
   Stopwatch sw;
-  for (const int32_t& id : ids) RETURN_IF_ERROR(model.forward(std::span<const int32_t>(&id, 1), kv, logits, false));
+  for (const int32_t& id : ids)
+    RETURN_IF_ERROR(model.forward(std::span<const int32_t>(&id, 1), kv, logits, false, model.adapters().all()));
   return sw.seconds();
 }
 
@@ -149,9 +153,16 @@ int run(const BenchArgs& a) {
   if (a.n_reps < 1) return fail(invalid_argument("-r must be >= 1 (got {})", a.n_reps));
   if (a.n_ubatch < 1) return fail(invalid_argument("--ubatch must be >= 1 (got {})", a.n_ubatch));
 
+  std::optional<int> worker_exit;
+  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.n_threads, .mem_budget_bytes = a.mem_budget,
+                                                      .backend = a.backend}, &worker_exit);
+  if (!parallel.ok()) return fail(parallel.status());
+  if (worker_exit) return *worker_exit;
   auto lm = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch),
                                          .repack = !a.no_repack, .backend = a.backend,
-                                         .mem_budget_bytes = a.mem_budget, .gpu_budget_bytes = a.gpu_budget}, a.json);
+                                         .mem_budget_bytes = a.mem_budget, .gpu_budget_bytes = a.gpu_budget,
+                                         .loras = a.loras}, a.json,
+                               parallel->get());
   if (!lm.ok()) return fail(lm.status());
   const std::shared_ptr<const ModelFile>& file = lm->file;
   const std::shared_ptr<weights::StoreWeightSource>& stream = lm->stream;
@@ -171,6 +182,7 @@ int run(const BenchArgs& a) {
   fmt::print(stderr, "[sluice] bench {}: loaded in {:.2f} s, {} threads, isa {}; pp{} tg{} x {} reps\n", a.model, load_s,
              model.n_threads(), cpu::isa_name(cpu::active_isa()), a.n_prompt, a.n_gen, a.n_reps);
   if (!model.repack_summary().empty()) fmt::print(stderr, "[sluice] weights: {}\n", model.repack_summary());
+  if (model.adapters().size() > 0) fmt::print(stderr, "[sluice] {}\n", model.adapters().summary());
 
   // Warm-up (pages the weights in, settles the thread pool), then the timed repetitions.
   std::vector<double> pp_tps, tg_tps;
@@ -194,7 +206,7 @@ int run(const BenchArgs& a) {
   // Bytes per generated token and prefill FLOPs (see the top of this file).
   const double avg_ctx = has_tg ? 0.5 * static_cast<double>(a.n_gen + 1) : 0.0;
   const double kv_row_bytes = 2.0 * static_cast<double>(hp.n_layer * hp.n_embd_kv()) * sizeof(float);
-  const double weight_bytes = static_cast<double>(model.weight_bytes());
+  const double weight_bytes = static_cast<double>(model.weight_bytes() + model.adapters().bytes());
   const double bytes_per_token = weight_bytes + kv_row_bytes * avg_ctx;
   const double achieved_gbps = bytes_per_token * tg.median / 1e9;
   const double layer_params = static_cast<double>(hp.n_embd * hp.n_embd_q() + 2 * hp.n_embd * hp.n_embd_kv() +
@@ -243,6 +255,7 @@ int run(const BenchArgs& a) {
     j["n_threads"] = model.n_threads();
     j["isa"] = isa;
     j["repacked_bytes"] = model.repacked_bytes();
+    j["lora_bytes"] = model.adapters().bytes();  // included in weight_bytes
     if (stream) {
       const weights::WeightCountersSnapshot w = stream->store().counters();
       j["mem_budget_bytes"] = a.mem_budget;
@@ -297,8 +310,12 @@ int run(const BenchArgs& a) {
   if (has_tg) row(fmt::format("tg{}", a.n_gen), tg);
   fmt::print("\nt/s: median of {} repetitions after one warm-up; isa {}\n", a.n_reps, isa);
   if (has_tg) {
-    fmt::print("tg: {:.1f} MB read per token ({:.1f} MB weights + {:.2f} MB KV at avg context {:.1f}) -> {:.2f} GB/s",
-               bytes_per_token / 1e6, weight_bytes / 1e6, kv_row_bytes * avg_ctx / 1e6, avg_ctx, achieved_gbps);
+    fmt::print("tg: {:.1f} MB read per token ({:.1f} MB weights{} + {:.2f} MB KV at avg context {:.1f}) -> {:.2f} GB/s",
+               bytes_per_token / 1e6, weight_bytes / 1e6,
+               model.adapters().size() > 0 ? fmt::format(", {:.2f} MB of it LoRA factors",
+                                                         static_cast<double>(model.adapters().bytes()) / 1e6)
+                                           : "",
+               kv_row_bytes * avg_ctx / 1e6, avg_ctx, achieved_gbps);
     if (machine_gbps > 0)
       fmt::print(" = {:.1f}% of the measured {:.2f} GB/s {} (the decode roof)", 100 * achieved_gbps / machine_gbps,
                  machine_gbps, gpu_copy_gbps > 0 ? "device copy" : "weight read");
@@ -349,7 +366,9 @@ Runner add_bench(CLI::App& app) {
   add_backend_option(c, &a->backend);
   c->add_flag("--no-repack", a->no_repack, "keep Q4_0/Q8_0 matrices in GGUF row order (no interleaved repack at load, nor of streamed experts as they land)");
   add_mem_budget_option(c, &a->mem_budget);
+  add_parallel_options(c, &a->parallel);
   add_gpu_budget_option(c, &a->gpu_budget);
+  add_lora_option(c, &a->loras);
   return [a] { return run(*a); };
 }
 

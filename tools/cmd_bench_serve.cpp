@@ -49,6 +49,7 @@
 
 #include "base/timer.h"
 #include "cli.h"
+#include "cli_parallel.h"
 #include "sluice/engine.h"
 
 namespace sluice::cli {
@@ -73,12 +74,15 @@ struct BenchServeArgs {
   uint64_t mem_budget = 0;
   uint64_t gpu_budget = 0;
   std::string backend = "cpu";
+  ParallelArgs parallel;
   double sample_ms = 5;
   double timeout_s = 600;
   std::string dump_workload;
+  std::string dump_outputs;
   bool dump_only = false;
   bool json = false;
   EngineConfig spec;  // speculative flags only
+  std::vector<LoraSpec> loras;  // request i runs with adapter i % n (mixed-adapter batches)
 };
 
 // A length distribution: N, uniform:A:B or normal:MEAN:SD (rounded, clamped to >= 1).
@@ -251,6 +255,7 @@ struct Progress {
   std::condition_variable cv;
   std::vector<std::optional<RequestTimings>> timings;  // [n_requests]
   std::vector<int64_t> n_tokens;                       // [n_requests] token events seen
+  std::vector<std::vector<int32_t>> outputs;           // [n_requests] the tokens (--dump-outputs)
   int64_t n_done = 0;
   double t_last_finish = 0;
   std::string error;  // first request that did not end by length
@@ -259,6 +264,7 @@ struct Progress {
 struct RunFigures {
   double wall_s = 0;
   std::vector<RequestTimings> timings;
+  std::vector<std::vector<int32_t>> outputs;  // [n_requests] each request's tokens
   double kv_util_peak = 0, kv_util_mean = 0;
   int64_t n_kv_samples = 0;
 };
@@ -266,7 +272,10 @@ struct RunFigures {
 EventCallback track(Progress& p, size_t i) {
   return [&p, i](const TokenEvent& ev) {
     std::lock_guard<std::mutex> lock(p.mu);
-    if (ev.token >= 0) ++p.n_tokens[i];
+    if (ev.token >= 0) {
+      ++p.n_tokens[i];
+      p.outputs[i].push_back(ev.token);
+    }
     if (ev.finished && ev.finish_reason != FinishReason::kLength && p.error.empty()) {
       p.error = fmt::format("request {} ended with '{}'{}", i, finish_reason_name(ev.finish_reason),
                             ev.error.empty() ? "" : ": " + ev.error);
@@ -284,7 +293,9 @@ Request make_request(const BenchServeArgs& a, const WorkItem& w, size_t i) {
   SamplingParams s;
   s.temperature = a.temp.value_or(0.0f);
   s.seed = a.seed + i;
-  return Request{.prompt = w.prompt, .max_tokens = w.max_tokens, .sampling = s, .ignore_eos = true};
+  Request r{.prompt = w.prompt, .max_tokens = w.max_tokens, .sampling = s, .ignore_eos = true};
+  if (!a.loras.empty()) r.loras = {static_cast<int32_t>(i % a.loras.size())};
+  return r;
 }
 
 // Submits every item at t0 + arrival_s, samples KV use every a.sample_ms, and
@@ -294,6 +305,7 @@ StatusOr<RunFigures> drive(Engine& engine, const BenchServeArgs& a, const std::v
   const size_t n = items.size();
   p.timings.resize(n);
   p.n_tokens.assign(n, 0);
+  p.outputs.resize(n);
   std::vector<RequestId> ids;
   RunFigures fig;
   double kv_util_sum = 0;
@@ -354,6 +366,7 @@ StatusOr<RunFigures> drive(Engine& engine, const BenchServeArgs& a, const std::v
     }
     fig.timings.push_back(t);
   }
+  fig.outputs = std::move(p.outputs);
   return fig;
 }
 
@@ -363,6 +376,7 @@ Status warm_up(Engine& engine, const std::vector<WorkItem>& items) {
   Progress p;
   p.timings.resize(1);
   p.n_tokens.assign(1, 0);
+  p.outputs.resize(1);
   Request r{.prompt = {items.front().prompt.front()}, .max_tokens = 2, .sampling = {.temperature = 0}, .ignore_eos = true};
   ASSIGN_OR_RETURN(const RequestId id, engine.submit(r, track(p, 0)));
   std::unique_lock<std::mutex> lock(p.mu);
@@ -404,6 +418,11 @@ int run(const BenchServeArgs& a) {
     return 0;
   }
 
+  std::optional<int> worker_exit;
+  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.n_threads, .mem_budget_bytes = a.mem_budget,
+                                                      .backend = a.backend}, &worker_exit);
+  if (!parallel.ok()) return fail(parallel.status());
+  if (worker_exit) return *worker_exit;
   EngineConfig cfg = a.spec;  // speculative flags
   finish_speculative_options(&cfg);
   cfg = EngineConfig{.model_path = a.model,
@@ -420,7 +439,9 @@ int run(const BenchServeArgs& a) {
                    .draft_model_path = cfg.draft_model_path,
                    .spec_max_draft = cfg.spec_max_draft,
                    .spec_adaptive = cfg.spec_adaptive,
-                   .spec_ngram_max = cfg.spec_ngram_max};
+                   .spec_ngram_max = cfg.spec_ngram_max,
+                   .loras = a.loras,
+                   .parallel = *parallel};
   Stopwatch load_sw;
   auto engine_or = Engine::create(cfg);
   if (!engine_or.ok()) return fail(engine_or.status());
@@ -452,6 +473,11 @@ int run(const BenchServeArgs& a) {
   auto fig_or = drive(engine, a, items);
   if (!fig_or.ok()) return fail(fig_or.status());
   const RunFigures& fig = *fig_or;
+  if (!a.dump_outputs.empty()) {
+    std::ofstream f(a.dump_outputs);
+    f << ordered_json(fig.outputs).dump() << "\n";
+    if (!f) return fail(io_error("--dump-outputs: cannot write {}", a.dump_outputs));
+  }
 
   // The engine's cumulative rate (RequestTimings::n_cached_prompt is not filled
   // in); the warm-up adds one looked-up token.
@@ -557,12 +583,15 @@ Runner add_bench_serve(CLI::App& app) {
   c->add_option("-c,--ctx-size", a->ctx_size, "positions per sequence (default: min(trained, 4096))");
   c->add_option("--kv-budget", a->kv_budget_bytes, "KV pool bytes (default: the engine's)");
   add_mem_budget_option(c, &a->mem_budget);
+  add_parallel_options(c, &a->parallel);
   add_gpu_budget_option(c, &a->gpu_budget);
   add_backend_option(c, &a->backend);
+  add_lora_option(c, &a->loras, "request i runs with adapter i mod their count");
   c->add_option("--sample-ms", a->sample_ms, "period of the KV use samples")->capture_default_str();
   c->add_option("--timeout", a->timeout_s, "abort and fail after this many seconds")->capture_default_str();
   c->add_option("--dump-workload", a->dump_workload,
                 "write the workload as JSON [{prompt_tokens, max_tokens, arrival_s}, ...]");
+  c->add_option("--dump-outputs", a->dump_outputs, "write each request's generated token ids as JSON [[...], ...]");
   c->add_flag("--dump-only", a->dump_only, "write --dump-workload and exit (loads only the tokenizer)");
   add_speculative_options(c, &a->spec);
   c->add_flag("--json", a->json, "print one JSON object instead of the table");

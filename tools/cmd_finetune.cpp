@@ -56,16 +56,28 @@ Runner add_finetune(CLI::App& app) {
     });
     if (!res.ok()) return fail(res.status());
     if (*json) {
-      fmt::print("{}\n", nlohmann::json{{"engine", "sluice"},
-                                        {"steps", res->steps},
-                                        {"tokens_per_step", res->tokens_per_step},
-                                        {"tokens_per_s", res->tokens_per_s},
-                                        {"median_step_s", res->median_step_s},
-                                        {"first_loss", res->first_loss},
-                                        {"last_loss", res->last_loss},
-                                        {"heldout_before", res->heldout_before},
-                                        {"heldout_after", res->heldout_after}}
-                               .dump());
+      const StepFigures& t = res->timing;
+      nlohmann::json j{{"engine", "sluice"},
+                       {"steps", res->steps},
+                       {"tokens_per_step", res->tokens_per_step},
+                       {"tokens_per_s", res->tokens_per_s},
+                       {"median_step_s", res->median_step_s},
+                       {"first_loss", res->first_loss},
+                       {"last_loss", res->last_loss},
+                       {"heldout_before", res->heldout_before},
+                       {"heldout_after", res->heldout_after},
+                       {"timed_steps", t.n_steps},
+                       {"median_timed_step_s", t.median_step_s},
+                       {"streamed", t.streamed}};
+      if (t.streamed) {
+        j["stream"] = {{"micro_batches", t.micro_batches}, {"predicted_step_s", t.predicted_step_s},
+                       {"predicted_compute_s", t.predicted_compute_s}, {"predicted_stall_s", t.predicted_stall_s},
+                       {"predicted_read_bytes", t.predicted_read_bytes},
+                       {"predicted_step_at_run_disk_s", t.predicted_step_at_run_disk_s},
+                       {"measured_stall_s", t.measured_stall_s}, {"measured_read_bytes", t.measured_read_bytes},
+                       {"run_disk_gbps", t.run_disk_gbps}};
+      }
+      fmt::print("{}\n", j.dump());
     }
     return 0;
   };

@@ -423,7 +423,7 @@ void workload_flags(CLI::App* c, PlanArgs& a) {
 Runner add_plan(CLI::App& app) {
   using namespace plan_cmd;  // the command's pieces, above and in cmd_plan_measure.cpp
   auto a = std::make_shared<PlanArgs>();
-  CLI::App* p = app.add_subcommand("plan", "performance model: decode, kv, stream, spec, cost; --calibrate, --measure");
+  CLI::App* p = app.add_subcommand("plan", "performance model: decode, kv, stream, experts, train, spec, cost; --calibrate, --measure");
   p->fallthrough();  // plan-level flags may follow the subcommand name
   p->add_flag("--json", a->json, "print JSON");
   p->add_flag("--calibrate", a->calibrate, "probe this machine and use it as the hardware");
@@ -467,6 +467,16 @@ Runner add_plan(CLI::App& app) {
   experts->add_option("--ram-gb", a->ram_gb, "memory for weights, GB")->capture_default_str();
   experts->add_option("--hit-rate", a->hit_rate, "share of chosen experts already in a slot (default: uniform routing)");
 
+  CLI::App* train = p->add_subcommand("train", "fine-tuning over a streamed base: step time, overhead, crossover");
+  train->add_option("-m,--model", a->model, ".gguf file (as finetune streams it)")->required();
+  train->add_option("--tokens", a->train_tokens, "tokens per micro-batch (batch x seq)")->delimiter(',');
+  train->add_option("--seq", a->seq, "tokens per sequence (attention)")->capture_default_str();
+  train->add_option("--rank", a->rank, "LoRA rank")->capture_default_str();
+  train->add_option("--targets", a->targets, "adapted matrices: q,k,v,o,gate,up,down or all")->capture_default_str();
+  train->add_option("--budget-fraction", a->budget_fraction, "weight memory budget as a share of the model");
+  train->add_option("--tflops", a->tflops, "compute rate, TFLOP/s (default with --calibrate: the matmul probe)");
+  train->add_option("--disk-gbps", a->disk_gbps, "disk read rate, GB/s (default with --calibrate: the probe)");
+
   CLI::App* spec = p->add_subcommand("spec", "speculative decoding speedup and best draft length");
   spec->add_option("--acceptance", a->acceptance, "acceptance rate")->capture_default_str();
   spec->add_option("--draft", a->draft, "draft length k")->capture_default_str();
@@ -478,9 +488,10 @@ Runner add_plan(CLI::App& app) {
   cost->add_option("--price-per-hour", a->price_per_hour, "hourly price, $");
   cost->add_option("--tokens-per-s", a->tokens_per_s, "sustained throughput (else predicted from the model)");
 
-  return [a, p, rounds, decode, kv, stream, experts, spec, cost]() {
+  return [a, p, rounds, decode, kv, stream, experts, train, spec, cost]() {
     if (!a->measure.empty()) return run_measure(*a);  // calibrates in every round
     if (rounds->count() > 0) return fail(invalid_argument("--rounds goes with --measure"));
+    if (train->parsed()) return run_train(*a);  // calibrates on the model itself
     std::optional<pl::Calibration> cal;
     if (a->calibrate) {
       auto c = pl::calibrate({.n_threads = a->n_threads});

@@ -1,7 +1,8 @@
 // The `sluice plan` command's arguments and the pieces its two halves share:
 // cmd_plan.cpp answers from the performance model alone (decode, kv, experts,
-// stream, spec, cost, --calibrate); cmd_plan_measure.cpp checks those answers
-// against the engine on this machine (--measure).
+// stream, spec, cost, --calibrate); cmd_plan_train.cpp plans fine-tuning over a
+// streamed base (train); cmd_plan_measure.cpp checks those answers against the
+// engine on this machine (--measure).
 #pragma once
 
 #include <cstdint>
@@ -57,6 +58,13 @@ struct PlanArgs {
   double active_fraction = 1;
   int64_t layers = 0;
   std::optional<double> hit_rate;  // experts: measured hit rate (else the uniform estimate)
+  // Training (plan train).
+  std::vector<int64_t> train_tokens = {16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+  int64_t seq = 512;
+  int64_t rank = 8;
+  std::string targets = "all";
+  double budget_fraction = 0;
+  double disk_gbps = 0;
   // Speculative decoding.
   double acceptance = 0.8;
   int64_t draft = 5;
@@ -72,5 +80,9 @@ std::string calibration_text(const plan::Calibration& c);
 // `plan --measure FILE`: --rounds rounds of calibrate-then-measure, each
 // prediction against the engine's measured figures, and their medians.
 int run_measure(const PlanArgs& a);
+
+// `plan train -m FILE.gguf`: fine-tuning with the base streamed under a
+// budget, per micro-batch size (cmd_plan_train.cpp).
+int run_train(const PlanArgs& a);
 
 }  // namespace sluice::cli::plan_cmd

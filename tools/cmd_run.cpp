@@ -9,6 +9,7 @@
 
 #include "base/timer.h"
 #include "cli.h"
+#include "cli_parallel.h"
 #include "model/generate.h"
 #include "sample/sampler.h"
 #include "tokenizer/stream_decoder.h"
@@ -31,18 +32,22 @@ struct RunArgs {
   std::string backend = "cpu";
   SamplingParams sampling;
   EngineConfig spec;  // speculative decoding flags only
+  std::vector<LoraSpec> loras;  // applied together
+  ParallelArgs parallel;
 };
 
 // With speculative decoding: one request through the engine, which drafts and
 // verifies (the plain path below has no proposer).
-int run_speculative(const RunArgs& a, SamplingParams sp) {
+int run_speculative(const RunArgs& a, SamplingParams sp, std::shared_ptr<dist::Session> parallel) {
   EngineConfig cfg = a.spec;
+  cfg.parallel = std::move(parallel);
   cfg.model_path = a.model;
   cfg.n_threads = a.n_threads;
   cfg.max_seqs = 1;
   cfg.mem_budget_bytes = a.mem_budget;
   cfg.gpu_budget_bytes = a.gpu_budget;
   cfg.backend = a.backend;
+  cfg.loras = a.loras;
   const double t0 = now_seconds();
   auto engine_or = Engine::create(cfg);
   if (!engine_or.ok()) return fail(engine_or.status());
@@ -66,6 +71,7 @@ int run_speculative(const RunArgs& a, SamplingParams sp) {
   FinishReason reason = FinishReason::kNone;
   RequestTimings timings;
   Request req{.prompt = prompt, .max_tokens = a.n_predict, .sampling = sp, .ignore_eos = a.ignore_eos};
+  for (size_t i = 0; i < a.loras.size(); ++i) req.loras.push_back(static_cast<int32_t>(i));  // all of them
   auto id = engine.submit(req, [&](const TokenEvent& ev) {
     if (ev.token >= 0) tokens.push_back(ev.token);
     text += ev.text;
@@ -109,6 +115,11 @@ int run_speculative(const RunArgs& a, SamplingParams sp) {
 }
 
 int run(RunArgs a) {
+  std::optional<int> worker_exit;
+  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.n_threads, .mem_budget_bytes = a.mem_budget,
+                                                      .backend = a.backend}, &worker_exit);
+  if (!parallel.ok()) return fail(parallel.status());
+  if (worker_exit) return *worker_exit;
   finish_speculative_options(&a.spec);
   if (a.spec.speculative != "off") {
     SamplingParams sp = a.sampling;
@@ -116,12 +127,12 @@ int run(RunArgs a) {
                           : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     if (Status st = validate_sampling_params(sp); !st.ok()) return fail(st);
     if (a.n_ctx > 0) a.spec.ctx_size = a.n_ctx;
-    return run_speculative(a, sp);
+    return run_speculative(a, sp, *parallel);
   }
   // -c plans the model for that context (LongRoPE chooses its factors by it); without it, the trained one.
   auto lm_or = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_ctx_max = std::max<int64_t>(0, a.n_ctx),
                                            .backend = a.backend, .mem_budget_bytes = a.mem_budget,
-                                           .gpu_budget_bytes = a.gpu_budget});
+                                           .gpu_budget_bytes = a.gpu_budget, .loras = a.loras}, /*quiet=*/false, parallel->get());
   if (!lm_or.ok()) return fail(lm_or.status());
   LoadedModel& lm = *lm_or;
   const Tokenizer& tok = *lm.tokenizer;
@@ -142,7 +153,7 @@ int run(RunArgs a) {
   Sampler sampler(sp, static_cast<int32_t>(hp.n_vocab));
   KvCache kv = lm.model->make_kv_cache(n_ctx);
 
-  GenerateParams gp{.n_predict = a.n_predict};
+  GenerateParams gp{.n_predict = a.n_predict, .loras = lm.model->adapters().all()};
   if (!a.ignore_eos) {
     for (int32_t id = 0; id < tok.n_vocab(); ++id)
       if (tok.is_eog(id)) gp.stop_tokens.push_back(id);
@@ -190,6 +201,7 @@ int run(RunArgs a) {
     }
   }
   if (!lm.model->repack_summary().empty()) fmt::print(stderr, "[sluice] weights: {}\n", lm.model->repack_summary());
+  if (lm.model->adapters().size() > 0) fmt::print(stderr, "[sluice] {}\n", lm.model->adapters().summary());
   if (const uint64_t streamed = lm.model->backend().bytes_streamed(); streamed > 0)
     fmt::print(stderr, "[sluice] gpu: {:.3f} GB of streamed weights copied host to device\n", static_cast<double>(streamed) / 1e9);
   if (const LongRopeFactors f = lm.model->longrope_factors(); f != LongRopeFactors::kNone) {
@@ -226,6 +238,8 @@ Runner add_run(CLI::App& app) {
   add_gpu_budget_option(c, &a->gpu_budget);
   add_backend_option(c, &a->backend);
   add_speculative_options(c, &a->spec);
+  add_lora_option(c, &a->loras);
+  add_parallel_options(c, &a->parallel);
   return [a] { return run(*a); };
 }
 

@@ -12,9 +12,11 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/metrics.h"
 #include "cli.h"
+#include "cli_parallel.h"
 #include "server/http_server.h"
 
 namespace sluice::cli {
@@ -22,6 +24,7 @@ namespace {
 
 struct ServeArgs {
   std::string model;
+  ParallelArgs parallel;
   server::ServerConfig server;
   EngineConfig engine;
   std::string chat_template;
@@ -49,6 +52,13 @@ int serve(ServeArgs a) {
   pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  std::optional<int> worker_exit;
+  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.engine.n_threads,
+                                                      .mem_budget_bytes = a.engine.mem_budget_bytes,
+                                                      .backend = a.engine.backend}, &worker_exit);
+  if (!parallel.ok()) return fail(parallel.status());
+  if (worker_exit) return *worker_exit;
+  a.engine.parallel = *parallel;
   a.engine.model_path = a.model;
   a.engine.kv_budget_bytes = static_cast<uint64_t>(a.kv_budget_mib * 1024 * 1024);
   a.engine.swap_budget_bytes = static_cast<uint64_t>(a.swap_budget_mib * 1024 * 1024);
@@ -126,6 +136,8 @@ int serve(ServeArgs a) {
   fmt::print(stderr, "[sluice] ready: model '{}' | ctx {} | chat template: {} | tool calls: {} | {}\n",
              a.server.served_model_name.empty() ? engine->model_name() : a.server.served_model_name, engine->ctx_size(),
              template_origin, server::tool_call_format_name(http.tool_call_format()), engine->summary());
+  if (const auto ids = engine->lora_names(); !ids.empty())
+    fmt::print(stderr, "[sluice] adapters (a request's \"model\" picks one): {}\n", fmt::join(ids, ", "));
 
   int sig;
   {
@@ -175,8 +187,11 @@ Runner add_serve(CLI::App& app) {
   c->add_flag("--preempt-swap", a->engine.preempt_swap, "preempt by swapping KV to host memory (else recompute)");
   c->add_option("--swap-budget-mib", a->swap_budget_mib, "host swap pool in MiB (default: the KV budget)");
   add_mem_budget_option(c, &a->engine.mem_budget_bytes);
+  add_parallel_options(c, &a->parallel);
   add_gpu_budget_option(c, &a->engine.gpu_budget_bytes);
   add_backend_option(c, &a->engine.backend);
+  add_lora_option(c, &a->engine.loras,
+                  "each is a model in /v1/models (id: the file's stem) that a request picks by its \"model\"");
   return [a] { return serve(*a); };
 }
 

@@ -15,6 +15,7 @@
 #include "format/gguf_reader.h"
 #include "format/gguf_writer.h"
 #include "format/llama2c.h"
+#include "lora/lora_synth.h"
 #include "model/synth.h"
 #include "quant/quant.h"
 #include "quant/quant_mix.h"
@@ -137,6 +138,8 @@ Runner add_synth(CLI::App& app) {
     uint64_t seed = 1;
     int n_threads = 0;
     int64_t sliding_window = 0;
+    std::string lora_out;
+    int64_t lora_rank = 16;
   };
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand("synth", "write a random-weight GGUF at a real model shape");
@@ -151,6 +154,9 @@ Runner add_synth(CLI::App& app) {
                                       "attention window of every layer in positions (0: none; default: the preset's)")
                            ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   c->add_option("-o,--output", a->output, "output .gguf path")->required();
+  c->add_option("--lora-out", a->lora_out,
+                "also write a random LoRA adapter GGUF for the model (attention and FFN matrices; for benchmarks)");
+  c->add_option("--lora-rank", a->lora_rank, "rank of the --lora-out adapter")->capture_default_str();
   return [a, window] {
     auto shape = synth_preset(a->preset, a->layers);
     if (!shape.ok()) return fail(shape.status());
@@ -161,6 +167,14 @@ Runner add_synth(CLI::App& app) {
     auto n = write_synth_model(o, a->output);
     if (!n.ok()) return fail(n.status());
     fmt::print(stderr, "[sluice] wrote {} ({} of weights)\n", a->output, human_bytes(*n));
+    if (!a->lora_out.empty()) {
+      auto base = open_model_file(a->output);
+      if (!base.ok()) return fail(base.status());
+      auto ad = synth_lora(*base, {.name = a->preset + "-lora", .rank = a->lora_rank, .seed = a->seed});
+      if (!ad.ok()) return fail(ad.status());
+      if (Status st = write_lora_gguf(*ad, a->lora_out); !st.ok()) return fail(st);
+      fmt::print(stderr, "[sluice] wrote {} (rank {}, {} matrices)\n", a->lora_out, a->lora_rank, ad->mats.size());
+    }
     return 0;
   };
 }

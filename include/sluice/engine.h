@@ -20,12 +20,16 @@
 #include <vector>
 
 #include "sluice/finish_reason.h"
+#include "sluice/lora.h"
 #include "sluice/sampling.h"
 #include "sluice/status.h"
 
 namespace sluice {
 
 class Tokenizer;
+namespace dist {
+class Session;
+}
 
 using RequestId = int64_t;
 
@@ -41,6 +45,10 @@ struct Request {
   int32_t priority = 0;                  // higher is scheduled first
   int32_t top_logprobs = -1;             // -1: no logprobs; 0..20: sampled token's + this many alternatives
   bool speculative = true;               // false: never draft for this request (when the engine speculates)
+  // LoRA adapters applied to this request: indices into EngineConfig::loras
+  // (several: their deltas add up). Empty: the base model. Requests on
+  // different adapters share a step; their KV blocks are never shared.
+  std::vector<int32_t> loras;
 };
 
 struct RequestTimings {
@@ -94,6 +102,12 @@ struct EngineConfig {
   int32_t spec_max_draft = 5;      // longest draft per sequence and step (1 .. 16)
   bool spec_adaptive = true;       // draft length from each sequence's acceptance (else always the max)
   int32_t spec_ngram_max = 3;      // prompt lookup: longest n-gram matched (down to 1)
+  // LoRA adapters loaded beside the model, always resident; a request picks
+  // its own (Request::loras). The draft model runs without them.
+  std::vector<LoraSpec> loras;
+  // Rank 0 of an MPI job (dist/session.h): the model's layers are spread over
+  // the job's processes (a pipeline); null: this process alone.
+  std::shared_ptr<dist::Session> parallel;
 };
 
 struct EngineStats {
@@ -143,6 +157,9 @@ class Engine {
   EngineStats stats() const;
   const Tokenizer& tokenizer() const;
   const std::string& model_name() const;
+  // The adapters' names, in EngineConfig::loras order (the index a request
+  // names): each path's stem, or a PEFT folder's name.
+  std::vector<std::string> lora_names() const;
   int64_t ctx_size() const;  // positions per sequence
   // The model's tokenizer.chat_template ("" if it has none).
   std::string chat_template() const;

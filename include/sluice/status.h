@@ -24,6 +24,7 @@ enum class StatusCode {
   kResourceExhausted, // a budget or limit was exceeded
   kIoError,           // the OS refused a read/write/open/mmap
   kInternal,          // a bug: an invariant that should have held did not
+  kUnavailable,       // another process of the job failed or did not answer in time
 };
 
 const char* status_code_name(StatusCode code);
@@ -70,6 +71,10 @@ Status resource_exhausted(fmt::format_string<Args...> f, Args&&... args) {
 template <typename... Args>
 Status io_error(fmt::format_string<Args...> f, Args&&... args) {
   return Status(StatusCode::kIoError, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+Status unavailable(fmt::format_string<Args...> f, Args&&... args) {
+  return Status(StatusCode::kUnavailable, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 Status internal_error(fmt::format_string<Args...> f, Args&&... args) {

@@ -231,6 +231,7 @@ struct ScratchNeeds {
   int64_t n_ff_expert = 0;
   int64_t n_ff_shared = 0;  // the shared expert's width (0: none)
   int64_t n_embd = 0;
+  int64_t lora_rank = 0;    // the largest adapter rank lora() sees (0: none)
 };
 
 // The operators of the interface below, one per method (a fusion is one
@@ -301,9 +302,9 @@ class Backend {
   // after the operators enqueued before it: how the activation hook reads the
   // buffers of a backend that is not host-visible. Default: memcpy.
   virtual void read_floats(const float* src, float* dst, int64_t n);
-  // Copies n floats from host memory into a buffer of alloc() (how tests fill
-  // the buffers of a backend that is not host-visible), in order with the
-  // operators. Default: memcpy.
+  // Copies n floats from host memory into a buffer of alloc() (adapters'
+  // factors at load; how tests fill the buffers of a backend that is not
+  // host-visible), in order with the operators. Default: memcpy.
   virtual void write_floats(const float* src, float* dst, int64_t n);
   // Sizes the operators' scratch for calls up to `needs` (grows, never
   // shrinks; a backend shared by two models keeps the larger of each).

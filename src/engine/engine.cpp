@@ -38,6 +38,7 @@
 #include "format/model_file.h"
 #include "kv/kv_store.h"
 #include "model/model.h"
+#include "dist/session.h"
 #include "runtime/load_model.h"
 #include "sample/logprobs.h"
 #include "sample/sampler.h"
@@ -69,16 +70,21 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       return static_cast<uint64_t>(pool.n_blocks) * static_cast<uint64_t>(pool.block_bytes);
     };
   }
-  ASSIGN_OR_RETURN(LoadedModel lm, load_model(config.model_path, {.n_threads = config.n_threads,
-                                                                 .n_batch = config.max_batch_tokens,
-                                                                 .n_ctx_max = config.ctx_size,
-                                                                 .ctx_cap = 4096,
-                                                                 .max_seqs = config.max_seqs,
-                                                                 .backend = config.backend,
-                                                                 .mem_budget_bytes = config.mem_budget_bytes,
-                                                                 .gpu_budget_bytes = config.gpu_budget_bytes,
-                                                                 .device_reserve = kv_reserve,
-                                                                 .tokens_per_step = config.max_seqs}));
+  if (config.parallel && config.preempt_swap)
+    return unimplemented("preemption by swapping is not supported across processes (--parallel); drop --preempt-swap");
+  const LoadOptions lo{.n_threads = config.n_threads,
+                       .n_batch = config.max_batch_tokens,
+                       .n_ctx_max = config.ctx_size,
+                       .ctx_cap = 4096,
+                       .max_seqs = config.max_seqs,
+                       .backend = config.backend,
+                       .mem_budget_bytes = config.mem_budget_bytes,
+                       .gpu_budget_bytes = config.gpu_budget_bytes,
+                       .device_reserve = kv_reserve,
+                       .tokens_per_step = config.max_seqs,
+                       .loras = config.loras};
+  ASSIGN_OR_RETURN(LoadedModel lm, config.parallel ? dist::load_pipelined(config.model_path, lo, *config.parallel)
+                                                   : load_model(config.model_path, lo));
   e.file = lm.file;
   e.tok = std::move(lm.tokenizer);
   e.model = std::move(lm.model);
@@ -167,6 +173,14 @@ StatusOr<RequestId> Engine::submit(Request r, EventCallback on_event) {
                             r.max_tokens, e.ctx);
   }
   RETURN_IF_ERROR(validate_sampling_params(r.sampling));
+  uint64_t seen = 0;
+  for (int32_t a : r.loras) {
+    if (a < 0 || a >= e.model->adapters().size()) {
+      return invalid_argument("adapter {} out of range: {} adapters are loaded", a, e.model->adapters().size());
+    }
+    if (seen & (uint64_t{1} << a)) return invalid_argument("adapter {} is named twice", a);
+    seen |= uint64_t{1} << a;
+  }
   for (const std::string& s : r.stop_strings)
     if (s.empty()) return invalid_argument("stop strings must not be empty");
   if (e.n_unfinished.load() >= e.cfg.max_seqs + e.cfg.max_queued) {
@@ -256,6 +270,7 @@ void Engine::Impl::run() {
 
 Status Engine::Impl::add_sequence(Req& rq, Output& o, std::vector<int32_t> prompt, int64_t max_tokens) {
   SequenceParams sp{.prompt = std::move(prompt), .stop = rq.stop, .priority = rq.r.priority};
+  for (int32_t a : rq.r.loras) sp.loras |= uint64_t{1} << a;
   sp.stop.max_tokens = max_tokens;
   const SeqId seq = next_seq++;
   RETURN_IF_ERROR(sched->add(seq, std::move(sp)));
@@ -335,11 +350,22 @@ void Engine::Impl::step() {
   const Status run_status = runner->run(plan, sampling, &out);
   step_cost.observe(static_cast<double>(plan.n_batch_tokens), runner->last_forward_s());
   if (!run_status.ok()) {
-    // A bug or an impossible plan: fail the requests of this step, keep serving.
+    // A bug, an impossible plan or a process of the job that failed: the
+    // requests of this step end with the error (its code first:
+    // "unavailable: ..." is the server's 503), the engine keeps serving.
     fmt::print(stderr, "[sluice] step failed: {}\n", run_status.message());
     for (const ScheduledSeq& s : plan.seqs) {
       auto it = owner.find(s.id);
-      if (it != owner.end()) abort_request(it->second.first);
+      if (it != owner.end()) abort_request(it->second.first, FinishReason::kError, run_status.to_string());
+      else (void)sched->abort(s.id);
+    }
+    // Every sequence of the step is aborted: the update ends the step (the
+    // next schedule() needs none in flight) and frees their blocks.
+    if (Status st = sched->update(StepOutput{}); !st.ok())
+      fmt::print(stderr, "[sluice] scheduler update failed: {}\n", st.message());
+    for (Sequence& f : sched->take_finished()) {
+      owner.erase(f.id);
+      if (proposer) proposer->release(f.id);
     }
     return;
   }
@@ -505,7 +531,7 @@ void Engine::Impl::finish_output(Req& rq, Output& o, FinishReason reason, const 
   if (rq.cb) rq.cb(ev);
 }
 
-void Engine::Impl::abort_request(RequestId id) {
+void Engine::Impl::abort_request(RequestId id, FinishReason reason, const std::string& error) {
   auto it = reqs.find(id);
   if (it == reqs.end()) return;
   Req& rq = it->second;
@@ -518,7 +544,7 @@ void Engine::Impl::abort_request(RequestId id) {
   for (size_t i = 0; i < n; ++i) {
     auto again = reqs.find(id);
     if (again == reqs.end()) break;
-    finish_output(again->second, again->second.outs[i], FinishReason::kAbort);
+    finish_output(again->second, again->second.outs[i], reason, error);
   }
   for (Sequence& f : sched->take_finished()) {
     owner.erase(f.id);

@@ -127,7 +127,9 @@ struct Engine::Impl {
   void start_children(Req& rq, const float* lg);
   void emit_token(Req& rq, Output& o, int32_t token, const float* lg);
   void finish_output(Req& rq, Output& o, FinishReason reason, const std::string& error = "");
-  void abort_request(RequestId id);
+  // Ends every output of a request now: kAbort, or kError with `error` (a
+  // step that failed).
+  void abort_request(RequestId id, FinishReason reason = FinishReason::kAbort, const std::string& error = "");
   void publish_stats();
 };
 

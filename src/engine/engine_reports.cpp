@@ -1,5 +1,7 @@
 // Engine: what it tells its callers about itself for logs and benchmarks
 // (the KV pool and batching, speculation, the weight placement and counters).
+#include <filesystem>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -36,12 +38,22 @@ std::string Engine::speculative_summary() const {
   return fmt::format("speculative decoding: {}, drafts of up to {} tokens{}", e.proposer->describe(),
                      e.cfg.spec_max_draft, e.cfg.spec_adaptive ? ", length adapted to acceptance" : "");
 }
+std::vector<std::string> Engine::lora_names() const {
+  std::vector<std::string> names;
+  for (const LoraSpec& l : impl_->cfg.loras) {
+    std::filesystem::path p(l.path);
+    if (!p.has_filename()) p = p.parent_path();  // "folder/"
+    names.push_back(std::filesystem::is_directory(p) ? p.filename().string() : p.stem().string());
+  }
+  return names;
+}
+
 std::string Engine::summary() const {
   const Impl& e = *impl_;
   const KvLayout& l = e.kv.layout();
   return fmt::format(
       "model {} | arch {} | tokenizer {} | context {} per sequence{} | KV {} in {} blocks of {} tokens ({} tokens, {:.1f} MiB){} | "
-      "batch {} tokens, {} sequences | prefix caching {} | threads {}{}",
+      "batch {} tokens, {} sequences | prefix caching {} | threads {}{}{}",
       e.name, e.model->arch().name, e.tok->summary(), e.ctx,
       e.model->longrope_factors() == LongRopeFactors::kNone
           ? ""
@@ -56,7 +68,8 @@ std::string Engine::summary() const {
                : ""),
       e.cfg.max_batch_tokens,
       e.cfg.max_seqs, e.cfg.prefix_caching ? "on" : "off", e.model->n_threads(),
-      e.model->repack_summary().empty() ? "" : " | " + e.model->repack_summary());
+      e.model->repack_summary().empty() ? "" : " | " + e.model->repack_summary(),
+      e.model->adapters().size() == 0 ? "" : " | " + e.model->adapters().summary());
 }
 
 }  // namespace sluice

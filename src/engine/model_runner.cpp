@@ -20,11 +20,16 @@ Status ModelRunner::run(const StepPlan& plan, std::span<const SeqSampling> sampl
   for (const BlockSwap& s : plan.swap_out) be.move_kv_block(kv_, s.device_block, *host_kv_, s.host_slot);
   for (const BlockSwap& s : plan.swap_in) be.move_kv_block(*host_kv_, s.host_slot, kv_, s.device_block);
   for (const BlockCopy& c : plan.copies) be.copy_kv_block(kv_, c.src, c.dst);
+  if (StageRunner* stages = model_.stage_runner()) {  // a pipeline: the other stages copy in their pools
+    if (!plan.swap_out.empty() || !plan.swap_in.empty())
+      return unimplemented("KV swapping is not supported across pipeline stages");
+    stages->copy_kv_blocks(plan.copies);
+  }
 
   fseqs_.clear();
   for (const ScheduledSeq& s : plan.seqs) {
     fseqs_.push_back(ForwardSeq{.tokens = s.tokens, .pos0 = s.pos0, .block_table = s.block_table,
-                                .n_logits = s.sample ? 1 + s.n_draft : 0});
+                                .n_logits = s.sample ? 1 + s.n_draft : 0, .loras = s.loras});
   }
   Stopwatch sw;
   const Status st = model_.forward(fseqs_, kv_, logits_.data());

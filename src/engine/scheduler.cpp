@@ -135,6 +135,7 @@ void Scheduler::schedule_chunk(const Sequence& s, int64_t* budget, StepPlan* pla
       .block_table = std::vector<int32_t>(table.begin(), table.end()),
       .sample = sample,
       .n_draft = s.n_draft,
+      .loras = s.loras,
   });
   plan->n_batch_tokens += n;
   in_flight_.push_back({.id = s.id, .n_tokens = n, .sample = sample, .n_draft = s.n_draft});
@@ -227,14 +228,15 @@ StepPlan Scheduler::schedule() {
     // With a window, slots only through the first chunk (after any cached prefix).
     std::span<const int32_t> tokens(s.tokens);
     if (blocks_.window() > 0) {
-      const int64_t n_cached = blocks_.match_prefix(tokens);
+      const int64_t n_cached = blocks_.match_prefix(tokens, s.loras);
       const int64_t n_chunk = std::min(s.n_total() - n_cached, budget);
       tokens = tokens.first(static_cast<size_t>(
           n_cached + (config_.long_prefill_token_threshold > 0 ? std::min(n_chunk, config_.long_prefill_token_threshold)
                                                                : n_chunk)));
     }
-    if (!blocks_.can_allocate(tokens, reserve)) break;
-    StatusOr<int64_t> n_cached = blocks_.allocate(s.id, tokens);
+    // K/V computed under the sequence's adapters: blocks keyed by them.
+    if (!blocks_.can_allocate(tokens, reserve, s.loras)) break;
+    StatusOr<int64_t> n_cached = blocks_.allocate(s.id, tokens, s.loras);
     CHECK(n_cached.ok());
     s.n_computed = *n_cached;
     waiting_.erase(waiting_.begin());

@@ -32,6 +32,7 @@ Sequence Sequence::from_params(SeqId id, SequenceParams params, uint64_t arrival
   s.tokens.reserve(static_cast<size_t>(s.n_prompt + std::min<int64_t>(params.stop.max_tokens, 256)));
   s.stop = std::move(params.stop);
   s.priority = params.priority;
+  s.loras = params.loras;
   s.arrival = arrival;
   return s;
 }

@@ -49,6 +49,7 @@ struct SequenceParams {
   std::vector<int32_t> prompt;  // token ids, at least one
   StopCondition stop;           // stop tokens and max_tokens (at least 1)
   int32_t priority = 0;         // higher is scheduled first; FCFS within one
+  uint64_t loras = 0;           // the model's adapters it runs with (ForwardSeq::loras); 0: none
 };
 
 // Errors: empty prompt, stop.max_tokens < 1.
@@ -66,6 +67,8 @@ struct Sequence {
   FinishReason finish_reason = FinishReason::kNone;  // kStop, kLength or kAbort once finished
   int64_t n_preemptions = 0;
   int64_t n_draft = 0;          // trailing speculative tokens, not yet verified
+  uint64_t loras = 0;           // adapters (SequenceParams::loras); also its prefix-cache key, since
+                                // they change the K/V it computes
 
   static Sequence from_params(SeqId id, SequenceParams params, uint64_t arrival);
 

@@ -41,6 +41,7 @@ struct ScheduledSeq {
   std::vector<int32_t> block_table;  // snapshot: every block of the sequence, position order
   bool sample = false;               // this chunk reaches n_total: produce a next token
   int64_t n_draft = 0;               // trailing draft tokens to verify (sample is then true)
+  uint64_t loras = 0;                // the sequence's adapters (ForwardSeq::loras)
 };
 
 struct StepPlan {

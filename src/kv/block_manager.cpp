@@ -28,12 +28,12 @@ BlockManager::BlockManager(const BlockManagerConfig& config)
   for (int64_t s = n_host_total_ - 1; s >= 0; --s) host_free_.push_back(static_cast<int32_t>(s));
 }
 
-void BlockManager::match_blocks(std::span<const int32_t> tokens, std::vector<int32_t>* blocks,
+void BlockManager::match_blocks(std::span<const int32_t> tokens, uint64_t root, std::vector<int32_t>* blocks,
                                 std::vector<uint64_t>* hashes) const {
   if (!enable_prefix_caching_ || tokens.empty()) return;
   // At least one token stays uncomputed so the sequence's step produces logits.
   const int64_t n_max = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
-  uint64_t prev = kRootBlockHash;
+  uint64_t prev = root;
   for (int64_t i = 0; i < n_max; ++i) {
     const uint64_t h = kv_block_hash(
         prev, tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_)));
@@ -51,17 +51,17 @@ int64_t BlockManager::skipped_prefix_blocks(int64_t n_matched) const {
   return std::max<int64_t>(0, n_matched * block_size_ - window_ + 1) / block_size_;
 }
 
-int64_t BlockManager::match_prefix(std::span<const int32_t> tokens) const {
+int64_t BlockManager::match_prefix(std::span<const int32_t> tokens, uint64_t prefix_key) const {
   std::vector<int32_t> blocks;
   std::vector<uint64_t> hashes;
-  match_blocks(tokens, &blocks, &hashes);
+  match_blocks(tokens, kv_prefix_root(prefix_key), &blocks, &hashes);
   return static_cast<int64_t>(blocks.size()) * block_size_;
 }
 
-bool BlockManager::can_allocate(std::span<const int32_t> tokens, int64_t n_reserve) const {
+bool BlockManager::can_allocate(std::span<const int32_t> tokens, int64_t n_reserve, uint64_t prefix_key) const {
   std::vector<int32_t> blocks;
   std::vector<uint64_t> hashes;
-  match_blocks(tokens, &blocks, &hashes);
+  match_blocks(tokens, kv_prefix_root(prefix_key), &blocks, &hashes);
   // Matched blocks that are cached free stop being available once shared (those
   // before a window are not taken).
   const int64_t n_skip = skipped_prefix_blocks(static_cast<int64_t>(blocks.size()));
@@ -71,15 +71,16 @@ bool BlockManager::can_allocate(std::span<const int32_t> tokens, int64_t n_reser
   return n_fresh <= pool_.n_available() - n_matched_cached - n_reserve;
 }
 
-StatusOr<int64_t> BlockManager::allocate(SeqId seq, std::span<const int32_t> tokens) {
+StatusOr<int64_t> BlockManager::allocate(SeqId seq, std::span<const int32_t> tokens, uint64_t prefix_key) {
   if (seqs_.count(seq)) return invalid_argument("kv allocate: sequence {} already has blocks", seq);
   if (tokens.empty()) return invalid_argument("kv allocate: sequence {} has no tokens", seq);
-  if (!can_allocate(tokens)) {
+  if (!can_allocate(tokens, 0, prefix_key)) {
     return resource_exhausted("kv allocate: {} tokens of sequence {} do not fit in {} available blocks",
                               tokens.size(), seq, pool_.n_available());
   }
   SeqBlocks s;
-  match_blocks(tokens, &s.table, &s.hashes);
+  s.root = kv_prefix_root(prefix_key);
+  match_blocks(tokens, s.root, &s.table, &s.hashes);
   // Take the matched blocks before allocating: a fresh allocation may evict any
   // cached free block, and these must not be among the victims. With a window,
   // the ones wholly before the first query's window are not taken at all.
@@ -170,7 +171,7 @@ Status BlockManager::mark_computed(SeqId seq, int64_t n_computed) {
   const std::span<const int32_t> tokens(s->tokens);
   const int64_t n_full = n_computed / block_size_;
   for (int64_t i = static_cast<int64_t>(s->hashes.size()); i < n_full; ++i) {
-    const uint64_t prev = i == 0 ? kRootBlockHash : s->hashes[static_cast<size_t>(i - 1)];
+    const uint64_t prev = i == 0 ? s->root : s->hashes[static_cast<size_t>(i - 1)];
     const uint64_t h = kv_block_hash(
         prev, tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_)));
     s->hashes.push_back(h);
@@ -391,7 +392,7 @@ Status BlockManager::check_invariants() const {
                             s.tokens.size());
     }
     if (s.hashes != kv_block_hashes(std::span<const int32_t>(s.tokens).first(s.hashes.size() * block_size_),
-                                    block_size_)) {
+                                    block_size_, s.root)) {
       return internal_error("kv: sequence {} block hashes do not chain over its tokens", id);
     }
     if (s.n_released < 0 || s.n_released > static_cast<int64_t>(held.size()) ||

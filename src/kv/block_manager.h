@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "kv/block_pool.h"
+#include "kv/prefix_cache.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -112,16 +113,19 @@ class BlockManager {
   int64_t window_blocks() const { return kv_window_blocks(window_, block_size_); }
 
   // Leading tokens of `tokens` covered by registered full blocks, a multiple of
-  // block_size and at most n - 1 rounded down (one token is always left to compute).
-  int64_t match_prefix(std::span<const int32_t> tokens) const;
+  // block_size and at most n - 1 rounded down (one token is always left to
+  // compute). prefix_key: what else the K/V rows depend on (the sequence's
+  // adapters; prefix_cache.h): blocks match only under the same key.
+  int64_t match_prefix(std::span<const int32_t> tokens, uint64_t prefix_key = 0) const;
   // Whether allocate(tokens) would succeed and still leave n_reserve blocks available.
-  bool can_allocate(std::span<const int32_t> tokens, int64_t n_reserve = 0) const;
+  bool can_allocate(std::span<const int32_t> tokens, int64_t n_reserve = 0, uint64_t prefix_key = 0) const;
   // Creates seq's table for `tokens`: matched prefix blocks are shared (refcount+1;
   // with a window, those wholly before the first computed query's window are
-  // entered released), the rest are fresh. Returns the number of leading tokens
-  // already computed.
+  // entered released), the rest are fresh; the blocks it completes are
+  // registered under prefix_key. Returns the number of leading tokens already
+  // computed.
   // Errors: seq exists, tokens empty, not enough blocks.
-  StatusOr<int64_t> allocate(SeqId seq, std::span<const int32_t> tokens);
+  StatusOr<int64_t> allocate(SeqId seq, std::span<const int32_t> tokens, uint64_t prefix_key = 0);
 
   // Fresh blocks append(seq, n_new tokens) needs, copy-on-write included. seq
   // must be resident (a known, not swapped sequence): checked, a bug otherwise.
@@ -184,12 +188,13 @@ class BlockManager {
     std::vector<int32_t> table;       // device blocks; empty while swapped
     std::vector<int32_t> host_table;  // host slots; only while swapped (kReleasedBlock where released)
     std::vector<uint64_t> hashes;     // chained hashes of the leading full, computed blocks
+    uint64_t root = kRootBlockHash;   // kv_prefix_root of the sequence's prefix key
     int64_t n_released = 0;           // leading entries released (sliding window)
     bool swapped = false;
   };
 
   // Matched blocks for `tokens` (see match_prefix), with their hashes.
-  void match_blocks(std::span<const int32_t> tokens, std::vector<int32_t>* blocks,
+  void match_blocks(std::span<const int32_t> tokens, uint64_t root, std::vector<int32_t>* blocks,
                     std::vector<uint64_t>* hashes) const;
   StatusOr<SeqBlocks*> find_device_seq(SeqId seq, const char* op);
   // Of n_matched prefix-cache blocks, the leading ones a window puts out of reach

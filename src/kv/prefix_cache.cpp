@@ -10,12 +10,19 @@ uint64_t kv_block_hash(uint64_t prev_hash, std::span<const int32_t> block_tokens
   return XXH3_64bits_withSeed(block_tokens.data(), block_tokens.size_bytes(), prev_hash);
 }
 
-std::vector<uint64_t> kv_block_hashes(std::span<const int32_t> tokens, int64_t block_size) {
+uint64_t kv_prefix_root(uint64_t key) {
+  if (key == 0) return kRootBlockHash;
+  // A domain tag keeps roots apart from any block hash of the same bits.
+  const uint64_t words[2] = {0x736c756963652d6bull /* "sluice-k" */, key};
+  return XXH3_64bits(words, sizeof(words));
+}
+
+std::vector<uint64_t> kv_block_hashes(std::span<const int32_t> tokens, int64_t block_size, uint64_t root) {
   CHECK(block_size > 0);
   const int64_t n_full = static_cast<int64_t>(tokens.size()) / block_size;
   std::vector<uint64_t> hashes;
   hashes.reserve(static_cast<size_t>(n_full));
-  uint64_t prev = kRootBlockHash;
+  uint64_t prev = root;
   for (int64_t i = 0; i < n_full; ++i) {
     prev = kv_block_hash(prev, tokens.subspan(static_cast<size_t>(i * block_size),
                                               static_cast<size_t>(block_size)));

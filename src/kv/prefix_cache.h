@@ -12,6 +12,14 @@
 // so equal hashes mean (up to 64-bit collisions) equal whole prefixes, and the
 // K/V rows of such a block can be shared by every sequence starting that way.
 //
+// K/V rows also depend on what computed them: a sequence run with LoRA
+// adapters on q/k/v (or on any earlier layer) writes other rows for the same
+// tokens. Such sequences chain from a root of their own, kv_prefix_root(key)
+// with a key that names the adapters, so their blocks are shared only with
+// sequences on the same adapters; key 0 (the base model) is kRootBlockHash.
+//
+//   h0 = XXH3_64(t0..t15, seed = kv_prefix_root(key))
+//
 // The cache holds two things, both keyed by block id in [0, n_blocks):
 //   - the index: hash -> the one block registered under it;
 //   - the eviction order of blocks that are free (no sequence holds them) but
@@ -31,12 +39,18 @@ namespace sluice {
 // Seed of the first block of every sequence.
 inline constexpr uint64_t kRootBlockHash = 0;
 
+// The root a sequence's chain starts from: kRootBlockHash for key 0, else a
+// hash of the key (so no two keys share blocks, up to 64-bit collisions).
+uint64_t kv_prefix_root(uint64_t key);
+
 // The chained hash of one full block: XXH3_64bits_withSeed over the block's token
 // ids (as stored, little-endian int32), seeded with the previous block's hash.
 uint64_t kv_block_hash(uint64_t prev_hash, std::span<const int32_t> block_tokens);
 
-// Hashes of the leading full blocks of `tokens` (a trailing partial block has none).
-std::vector<uint64_t> kv_block_hashes(std::span<const int32_t> tokens, int64_t block_size);
+// Hashes of the leading full blocks of `tokens` (a trailing partial block has
+// none), chained from `root`.
+std::vector<uint64_t> kv_block_hashes(std::span<const int32_t> tokens, int64_t block_size,
+                                      uint64_t root = kRootBlockHash);
 
 class PrefixCache {
  public:

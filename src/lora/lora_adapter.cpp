@@ -1,11 +1,13 @@
 #include "lora/lora_adapter.h"
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string_view>
 
 #include "format/gguf_reader.h"
 #include "format/gguf_writer.h"
+#include "lora/peft_adapter.h"
 #include "quant/quant.h"
 
 namespace sluice {
@@ -41,7 +43,8 @@ StatusOr<std::vector<float>> to_f32(const TensorInfo& t) {
 }  // namespace
 
 float LoraAdapter::scale(const LoraMatrix& m) const {
-  return alpha == 0.0f ? 1.0f : alpha / static_cast<float>(m.rank);
+  if (alpha == 0.0f) return 1.0f;
+  return rslora ? alpha / std::sqrt(static_cast<float>(m.rank)) : alpha / static_cast<float>(m.rank);
 }
 
 const LoraMatrix* LoraAdapter::find(int64_t layer, TensorRole role) const {
@@ -129,7 +132,14 @@ StatusOr<LoraAdapter> lora_from_gguf(const ModelFile& file) {
   return ad;
 }
 
-StatusOr<LoraAdapter> read_lora(const std::string& path) {
+StatusOr<LoraAdapter> read_lora(const std::string& path, const ModelFile* base) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    if (base == nullptr) {
+      return invalid_argument("{}: a PEFT adapter folder names HF modules; reading it needs the base model", path);
+    }
+    return read_peft_lora(path, *base);
+  }
   ASSIGN_OR_RETURN(ModelFile file, read_gguf(path));
   ASSIGN_OR_RETURN(LoraAdapter ad, lora_from_gguf(file));
   return ad;
@@ -153,7 +163,11 @@ Status check_lora(const LoraAdapter& adapter, const ModelFile& base) {
           "(an adapter made for another base?)",
           adapter.name, m.base_name, m.n_out, m.n_in, t->shape_string());
     }
-    if (m.rank <= 0 || m.a.size() != static_cast<size_t>(m.rank * m.n_in) ||
+    if (m.rank <= 0) {
+      return invalid_argument("adapter '{}' adapts '{}' with rank {}: a LoRA factor needs a rank of at least 1",
+                              adapter.name, m.base_name, m.rank);
+    }
+    if (m.a.size() != static_cast<size_t>(m.rank * m.n_in) ||
         m.b.size() != static_cast<size_t>(m.n_out * m.rank)) {
       return internal_error("adapter '{}': '{}' holds factors of the wrong size", adapter.name, m.base_name);
     }
@@ -168,7 +182,18 @@ Status write_lora_gguf(const LoraAdapter& adapter, const std::string& path) {
   md.set("general.type", MetaValue::str("adapter"));
   md.set("general.name", MetaValue::str(adapter.name));
   md.set("adapter.type", MetaValue::str("lora"));
-  md.set("adapter.lora.alpha", MetaValue::f32(adapter.alpha));
+  float alpha = adapter.alpha;
+  if (adapter.rslora && alpha != 0.0f && !adapter.mats.empty()) {
+    for (const LoraMatrix& m : adapter.mats) {
+      if (m.rank != adapter.mats[0].rank) {
+        return unimplemented("adapter '{}' is rank-stabilized with ranks {} and {}: a GGUF adapter has one alpha, "
+                             "so its scales cannot be written",
+                             adapter.name, adapter.mats[0].rank, m.rank);
+      }
+    }
+    alpha *= std::sqrt(static_cast<float>(adapter.mats[0].rank));  // alpha' / r = alpha / sqrt(r)
+  }
+  md.set("adapter.lora.alpha", MetaValue::f32(alpha));
   for (const LoraMatrix& m : adapter.mats) {
     RETURN_IF_ERROR(w.add_tensor(m.base_name + std::string(kSuffixA), DType::kF32, {m.n_in, m.rank},
                                  reinterpret_cast<const uint8_t*>(m.a.data())));

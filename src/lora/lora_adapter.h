@@ -4,7 +4,8 @@
 // For every adapted matrix W [n_out, n_in] of the base:
 //
 //   y = W x + scale * B (A x)      A: [rank, n_in]   B: [n_out, rank]   (row-major)
-//   scale = user_scale * alpha / rank, or user_scale when alpha is 0 (llama.cpp's rule)
+//   scale = user_scale * alpha / rank, or user_scale when alpha is 0 (llama.cpp's rule);
+//           alpha / sqrt(rank) for rank-stabilized LoRA (PEFT's use_rslora)
 //
 // In the GGUF the pair is stored as "<base tensor name>.lora_a" with ne =
 // [n_in, rank] (the row-major A) and ".lora_b" with ne = [rank, n_out] (the
@@ -14,7 +15,9 @@
 //
 // The adapter names its matrices by the base's GGUF tensor names and resolves
 // them to (layer, role) through the architecture's spec, so the forward pass
-// finds a matrix's delta by role. Plain data: copyable, no threads.
+// finds a matrix's delta by role. A PEFT folder (lora/peft_adapter.h) arrives
+// in the same terms: HF module names mapped through the base's spec, B's q/k
+// rows in GGUF order. Plain data: copyable, no threads.
 #pragma once
 
 #include <cstdint>
@@ -43,9 +46,11 @@ struct LoraAdapter {
   std::string name;   // general.name, or the file's stem
   std::string arch;   // general.architecture of the base it was made for
   float alpha = 0.0f; // adapter.lora.alpha (0: no alpha / rank factor)
+  bool rslora = false; // rank-stabilized: alpha / sqrt(rank) (PEFT's use_rslora; GGUF has no such key)
   std::vector<LoraMatrix> mats;  // in file order
 
-  // alpha / rank (1 when alpha is 0): the factor B (A x) gets at user scale 1.
+  // alpha / rank (alpha / sqrt(rank) with rslora; 1 when alpha is 0): the
+  // factor B (A x) gets at user scale 1.
   float scale(const LoraMatrix& m) const;
   // The matrix for (layer, role), or nullptr.
   const LoraMatrix* find(int64_t layer, TensorRole role) const;
@@ -54,11 +59,14 @@ struct LoraAdapter {
   int64_t n_params() const;
 };
 
-// Reads an adapter from a llama.cpp adapter GGUF.
+// Reads an adapter from a llama.cpp adapter GGUF, or from a PEFT folder
+// (adapter_config.json + adapter_model.safetensors; read_peft_lora), which
+// names HF modules and so needs the base it is for (`base`; ignored for a GGUF).
 // Errors: not an adapter (general.type / adapter.type), an unpaired or
-// malformed lora_a/lora_b, a tensor the architecture has no role for, a type
-// that does not convert to f32, a rank mismatch between A and B.
-StatusOr<LoraAdapter> read_lora(const std::string& path);
+// malformed lora_a/lora_b, a rank of 0, a tensor the architecture has no role
+// for, a type that does not convert to f32, a rank mismatch between A and B;
+// for a folder, those of read_peft_lora.
+StatusOr<LoraAdapter> read_lora(const std::string& path, const ModelFile* base = nullptr);
 
 // The adapter from a GGUF already parsed (read_lora's GGUF half).
 StatusOr<LoraAdapter> lora_from_gguf(const ModelFile& file);
@@ -71,7 +79,9 @@ StatusOr<LoraAdapter> lora_from_gguf(const ModelFile& file);
 Status check_lora(const LoraAdapter& adapter, const ModelFile& base);
 
 // Writes the adapter as a llama.cpp adapter GGUF (F32 tensors, A then B per
-// matrix, in `mats` order). The file appears complete or not at all (written
+// matrix, in `mats` order). An rsLoRA adapter is written with the alpha that
+// gives its scale under the GGUF rule (alpha * sqrt(rank)), which needs one
+// rank for all its matrices. The file appears complete or not at all (written
 // beside `path`, renamed at the end).
 Status write_lora_gguf(const LoraAdapter& adapter, const std::string& path);
 

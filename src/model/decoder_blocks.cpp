@@ -6,6 +6,15 @@ namespace sluice {
 
 using R = TensorRole;
 
+namespace {
+
+// y += the step's adapters' terms for `role` (nothing without adapters).
+void adapt(const LayerStep& s, TensorRole role, const float* x, float* y, int64_t n_in, int64_t n_out) {
+  if (s.lora) s.lora->apply(s.be, s.layer, role, x, y, n_in, n_out);
+}
+
+}  // namespace
+
 void attention_block(const LayerStep& s) {
   const ModelHparams& h = s.hp;
   const LayerWeights& w = s.w;
@@ -14,6 +23,9 @@ void attention_block(const LayerStep& s) {
   s.be.norm_matmul({.x = s.x, .norm = w.vec(R::kAttnNorm), .eps = h.rms_eps, .xn = s.xn, .n_embd = h.n_embd,
                     .n_tok = s.n_tok, .outs = qkv});
   s.emit("attn_norm", s.layer, s.xn, s.n_tok, h.n_embd);
+  adapt(s, R::kAttnQ, s.xn, s.q, h.n_embd, h.n_embd_q());
+  adapt(s, R::kAttnK, s.xn, s.k, h.n_embd, h.n_embd_kv());
+  adapt(s, R::kAttnV, s.xn, s.v, h.n_embd, h.n_embd_kv());
   s.be.qkv_store({.q = s.q, .k = s.k, .v = s.v, .bq = w.vec(R::kAttnQBias), .bk = w.vec(R::kAttnKBias),
                   .bv = w.vec(R::kAttnVBias), .q_norm = w.vec(R::kAttnQNorm), .k_norm = w.vec(R::kAttnKNorm),
                   .norm_eps = h.rms_eps, .cos_sin = s.cos_sin, .n_tok = s.n_tok, .n_head = h.n_head,
@@ -28,6 +40,7 @@ void attention_block(const LayerStep& s) {
   s.emit("attn_out", s.layer, s.att, s.n_tok, h.n_embd_q());
   const MatmulOut wo[1] = {{w.mat(R::kAttnOutput), s.proj}};
   s.be.matmul(wo, s.att, h.n_embd_q(), s.n_tok);
+  adapt(s, R::kAttnOutput, s.att, s.proj, h.n_embd_q(), h.n_embd);
   if (const float* post = w.vec(R::kAttnPostNorm)) s.be.rmsnorm(s.proj, post, h.rms_eps, s.proj, s.n_tok, h.n_embd);
   s.be.add(s.x, s.proj, s.n_tok * h.n_embd);
 }
@@ -39,8 +52,11 @@ void dense_ffn_block(const LayerStep& s) {
   const MatmulOut gate_up[2] = {{w.mat(R::kFfnGate), s.gate}, {w.mat(R::kFfnUp), s.up}};
   s.be.norm_matmul({.x = s.x, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = s.xn, .n_embd = h.n_embd,
                     .n_tok = s.n_tok, .outs = gate_up});
+  adapt(s, R::kFfnGate, s.xn, s.gate, h.n_embd, h.n_ff);
+  adapt(s, R::kFfnUp, s.xn, s.up, h.n_embd, h.n_ff);
   s.be.glu_matmul({.gate = s.gate, .up = s.up, .n_ff = h.n_ff, .n_tok = s.n_tok, .act = h.spec->act,
                    .out = {w.mat(R::kFfnDown), s.proj}});
+  adapt(s, R::kFfnDown, s.gate, s.proj, h.n_ff, h.n_embd);  // h = act(gate) * up, left in gate
   if (const float* post = w.vec(R::kFfnPostNorm)) s.be.rmsnorm(s.proj, post, h.rms_eps, s.proj, s.n_tok, h.n_embd);
   s.be.add(s.x, s.proj, s.n_tok * h.n_embd);
 }

@@ -9,6 +9,10 @@
 //                     -> x += post(h Wdown)
 //   (post: the block's post-norm where the layer has one (gemma), else nothing;
 //    fused q/k/v and gate/up matrices arrive as their parts' row slices)
+//   LoRA: each adapted matmul's low-rank terms are added to its output right
+//   after it (ModelAdapters::apply): q/k/v before bias, RoPE and the K/V
+//   store; o before the post-norm and the residual add; gate/up before the
+//   activation; down from h, which glu_matmul leaves in the gate buffer.
 //   moe_ffn_block     n = norm(x) -> router logits = n Wrouter -> top-k of the
 //                     softmax (renormalized as the spec says) -> x += sum of
 //                     the selected experts' FFNs, weighted (+ the gated shared
@@ -24,6 +28,7 @@
 #include "backend/backend.h"
 #include "base/function_ref.h"
 #include "model/hparams.h"
+#include "model/model_adapters.h"
 #include "model/model_weights.h"
 
 namespace sluice {
@@ -54,6 +59,7 @@ struct LayerStep {
   KvStore& kv;
   const int64_t* kv_rows;  // [n_tok]
   EmitFn emit;
+  ModelAdapters* lora = nullptr;  // the step's LoRA adapters (planned), or null: none this step
 };
 
 // Where a routed layer's routing goes.

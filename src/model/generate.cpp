@@ -20,7 +20,7 @@ StatusOr<GenerateResult> generate(Model& model, KvCache& kv, const std::vector<i
   for (int32_t t : prompt) sampler.accept(t);
 
   Stopwatch sw;
-  RETURN_IF_ERROR(model.forward(prompt, kv, logits.data(), /*all_logits=*/false));
+  RETURN_IF_ERROR(model.forward(prompt, kv, logits.data(), /*all_logits=*/false, params.loras));
   bool first = true;
   while (static_cast<int64_t>(result.tokens.size()) < stop.max_tokens) {
     const int32_t tok = sampler.sample(logits.data());
@@ -42,7 +42,7 @@ StatusOr<GenerateResult> generate(Model& model, KvCache& kv, const std::vector<i
     }
     if (kv.n_past() >= kv.n_ctx()) break;  // the context is full: kLength
     const int32_t next[1] = {tok};
-    RETURN_IF_ERROR(model.forward(next, kv, logits.data(), /*all_logits=*/false));
+    RETURN_IF_ERROR(model.forward(next, kv, logits.data(), /*all_logits=*/false, params.loras));
   }
   result.decode_seconds = first ? 0.0 : sw.seconds();
   if (first) result.prompt_seconds = sw.seconds();

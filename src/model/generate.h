@@ -21,6 +21,7 @@ namespace sluice {
 struct GenerateParams {
   int32_t n_predict = 128;               // tokens to generate at most
   std::vector<int32_t> stop_tokens;      // generation ends after emitting one of these
+  LoraMask loras = 0;                    // the model's adapters applied (ForwardSeq::loras)
 };
 
 struct GenerateResult {

@@ -32,6 +32,7 @@ Model::Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, cons
       max_seqs_(options.max_seqs),
       backend_(options.backend),
       source_(options.weights),
+      adapters_(hp, options.max_seqs),
       predict_experts_(options.predict_experts || (options.weights && options.weights->streams_experts())),
       repack_(options.repack) {}
 
@@ -61,6 +62,11 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
     local.rope_attn_factor = 1.0f;
     m->rope_swa_ = rope_freqs(local, {});
   }
+  m->layer_begin_ = options.layer_begin;
+  m->layer_end_ = options.layer_end < 0 ? m->hp_.n_layer : options.layer_end;
+  if (m->layer_begin_ < 0 || m->layer_begin_ >= m->layer_end_ || m->layer_end_ > m->hp_.n_layer)
+    return invalid_argument("layer range [{}, {}) is not inside the model's {} layers", options.layer_begin,
+                            options.layer_end, m->hp_.n_layer);
   m->plan_buffers();
   if (options.device_reserve) {
     ASSIGN_OR_RETURN(const uint64_t reserve, options.device_reserve(*m));
@@ -68,12 +74,25 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
   }
   if (options.repack && !m->source_) {
     std::vector<std::vector<WeightView*>> groups = dispatch_groups(m->weights_, m->arch());
+    std::erase_if(groups, [&](const std::vector<WeightView*>& g) { return !m->holds(g[0]); });
     std::vector<WeightGroup> spans(groups.begin(), groups.end());
     m->prepared_ = m->backend_->prepare_weights(spans);
     RETURN_IF_ERROR(m->prepared_.status);
   }
   if (options.repack && m->source_) m->reorder_resident();
   return m;
+}
+
+bool Model::holds(const WeightView* v) const {
+  if (layer_begin_ == 0 && layer_end_ == hp_.n_layer) return true;
+  if (v == &weights_.output) return layer_begin_ == 0;
+  for (int64_t l = layer_begin_; l < layer_end_; ++l) {
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    if (v >= w.mats.data() && v < w.mats.data() + w.mats.size()) return true;
+    for (const ExpertWeights& e : w.experts)
+      if (v == &e.gate || v == &e.up || v == &e.down) return true;
+  }
+  return false;
 }
 
 StatusOr<const LayerWeights*> Model::acquire_layer(int64_t l) {
@@ -179,10 +198,23 @@ void Model::plan_buffers() {
   kv_rows_.resize(static_cast<size_t>(nb));
   logit_rows_.resize(static_cast<size_t>(nb));
   attn_seqs_.resize(static_cast<size_t>(max_seqs_));
-  be.reserve({.n_tok = nb, .n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q(), h.n_ff_expert, h.n_ff_shared}),
-              .n_ctx = n_ctx_max_, .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
-              .max_seqs = max_seqs_, .n_expert = h.n_expert, .n_used = h.n_expert_used, .n_ff_expert = h.n_ff_expert,
-              .n_ff_shared = h.n_ff_shared, .n_embd = h.n_embd});
+  lora_masks_.resize(static_cast<size_t>(max_seqs_));
+  lora_lens_.resize(static_cast<size_t>(max_seqs_));
+  be.reserve(scratch_needs());
+}
+
+ScratchNeeds Model::scratch_needs() const {
+  const ModelHparams& h = hp_;
+  return {.n_tok = n_batch_, .n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q(), h.n_ff_expert, h.n_ff_shared}),
+          .n_ctx = n_ctx_max_, .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
+          .max_seqs = max_seqs_, .n_expert = h.n_expert, .n_used = h.n_expert_used, .n_ff_expert = h.n_ff_expert,
+          .n_ff_shared = h.n_ff_shared, .n_embd = h.n_embd, .lora_rank = adapters_.rank_max()};
+}
+
+StatusOr<int> Model::add_lora(const LoraAdapter& adapter, float scale) {
+  ASSIGN_OR_RETURN(const int index, adapters_.add(*backend_, *file_, adapter, scale));
+  backend_->reserve(scratch_needs());  // lora()'s A x rows for the widest rank
+  return index;
 }
 
 KvDtype Model::default_kv_dtype() const {
@@ -210,7 +242,7 @@ StatusOr<KvCache> Model::make_kv_cache(int64_t n_ctx, KvDtype dtype) {
   return KvCache::wrap(std::move(store), n_ctx);
 }
 
-Status Model::forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits) {
+Status Model::forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits, LoraMask loras) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n == 0) return invalid_argument("forward() needs at least one token");
   if (kv.n_past() + n > kv.n_ctx()) {
@@ -221,7 +253,7 @@ Status Model::forward(std::span<const int32_t> tokens, KvCache& kv, float* logit
     const bool last_chunk = start + len == n;
     ForwardSeq seq{.tokens = tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)),
                    .pos0 = kv.n_past(), .block_table = kv.block_table(),
-                   .n_logits = all_logits ? len : (last_chunk ? 1 : 0)};
+                   .n_logits = all_logits ? len : (last_chunk ? 1 : 0), .loras = loras};
     float* out = all_logits ? logits + start * hp_.n_vocab : logits;
     RETURN_IF_ERROR(forward(std::span(&seq, 1), kv.store(), out));
     kv.set_n_past(kv.n_past() + len);
@@ -262,6 +294,10 @@ Status Model::validate(std::span<const ForwardSeq> seqs, const KvStore& kv) cons
     for (int32_t t : s.tokens) {
       if (t < 0 || t >= hp_.n_vocab) return invalid_argument("token id {} out of range [0, {})", t, hp_.n_vocab);
     }
+    if ((s.loras & ~adapters_.all()) != 0) {
+      return invalid_argument("adapter set {:#x} names adapters this model does not have ({} loaded)", s.loras,
+                              adapters_.size());
+    }
     n += len;
   }
   if (n > n_batch_) return invalid_argument("{} tokens in one step exceed n_batch {}", n, n_batch_);
@@ -281,6 +317,16 @@ void Model::emit(std::string_view name, int64_t layer, const float* data, int64_
 }
 
 Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits) {
+  RETURN_IF_ERROR(begin_step(seqs, kv, /*embed=*/true));
+  if (stages_) {
+    RETURN_IF_ERROR(stages_->run_step(*this, seqs, kv));
+  } else {
+    RETURN_IF_ERROR(run_stage(0, seqs.size(), 0, step_n_, kv));
+  }
+  return finish_step(logits);
+}
+
+Status Model::begin_step(std::span<const ForwardSeq> seqs, KvStore& kv, bool embed) {
   RETURN_IF_ERROR(validate(seqs, kv));
   const ModelHparams& h = hp_;
   const int64_t bs = kv.layout().block_size;
@@ -298,22 +344,36 @@ Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logi
       kv_rows_[static_cast<size_t>(n + j)] = int64_t{s.block_table[static_cast<size_t>(pos / bs)]} * bs + pos % bs;
     }
     for (int64_t j = len - s.n_logits; j < len; ++j) logit_rows_[static_cast<size_t>(n_out++)] = n + j;
+    lora_masks_[i] = s.loras;
+    lora_lens_[i] = len;
     n += len;
   }
+  step_n_ = n;
+  step_n_out_ = n_out;
+  step_n_seqs_ = static_cast<int64_t>(seqs.size());
   Backend& be = *backend_;
-  int64_t t = 0;
-  for (const ForwardSeq& s : seqs) {
-    be.embed(weights_.token_embd, s.tokens, h.embd_scale, x_->floats() + t * h.n_embd);
-    t += static_cast<int64_t>(s.tokens.size());
+  if (embed) {
+    int64_t t = 0;
+    for (const ForwardSeq& s : seqs) {
+      be.embed(weights_.token_embd, s.tokens, h.embd_scale, x_->floats() + t * h.n_embd);
+      t += static_cast<int64_t>(s.tokens.size());
+    }
+    emit("embd", -1, x_->floats(), n, h.n_embd);
   }
-  emit("embd", -1, x_->floats(), n, h.n_embd);
   const std::span<const int64_t> positions(positions_.data(), static_cast<size_t>(n));
   be.rope_tables(positions, rope_.inv_freq, rope_.magnitude, cos_sin_->floats());
   if (cos_sin_swa_) be.rope_tables(positions, rope_swa_.inv_freq, rope_swa_.magnitude, cos_sin_swa_->floats());
-  RETURN_IF_ERROR(run_layers(seqs, n, kv));
+  return Status();
+}
+
+Status Model::finish_step(float* logits) {
+  if (source_) source_->end_step(step_n_);
+  const ModelHparams& h = hp_;
+  const int64_t n_out = step_n_out_;
   if (n_out == 0) return Status();
-  be.logits({.x = x_->floats(), .rows = logit_rows_.data(), .n_out = n_out, .norm = weights_.output_norm.data(),
-             .eps = h.rms_eps, .n_embd = h.n_embd, .xn = xn_->floats(), .output = weights_.output, .logits = logits});
+  backend_->logits({.x = x_->floats(), .rows = logit_rows_.data(), .n_out = n_out,
+                    .norm = weights_.output_norm.data(), .eps = h.rms_eps, .n_embd = h.n_embd, .xn = xn_->floats(),
+                    .output = weights_.output, .logits = logits});
   if (h.final_softcap > 0.0f) {  // gemma2: cap * tanh(logit / cap)
     const float cap = h.final_softcap, inv = 1.0f / h.final_softcap;
     for (int64_t i = 0; i < n_out * h.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] * inv);
@@ -340,12 +400,12 @@ void Model::distinct_experts(const int32_t* ids, int64_t n_ids, std::vector<int3
   }
 }
 
-void Model::predict_routing(int64_t layer, int64_t n, bool early) {
+void Model::predict_routing(int64_t layer, const float* x, int64_t n, bool early) {
   const ModelHparams& h = hp_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const MatmulOut router[1] = {{w.mat(TensorRole::kFfnRouter), pred_router_->floats()}};
   Backend& be = *backend_;
-  be.norm_matmul({.x = x_->floats(), .norm = w.vec(TensorRole::kFfnNorm), .eps = h.rms_eps, .xn = pred_xn_->floats(),
+  be.norm_matmul({.x = x, .norm = w.vec(TensorRole::kFfnNorm), .eps = h.rms_eps, .xn = pred_xn_->floats(),
                   .n_embd = h.n_embd, .n_tok = n, .outs = router});
   // The top n_expert_used, and beyond them any candidate whose predicted
   // probability is at least kPredictMargin of the last of those: a close call
@@ -421,13 +481,22 @@ void Model::prepare_while_waiting(int64_t layer) {
   }
 }
 
-Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv) {
+Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n, KvStore& kv) {
+  // The micro-batch's adapters: its sequences' tokens are rows [0, n) of the views below.
+  const size_t n_seqs = seq_end - seq_begin;
+  const bool adapted = adapters_.plan(std::span(lora_masks_.data() + seq_begin, n_seqs),
+                                      std::span(lora_lens_.data() + seq_begin, n_seqs));
   auto emit_fn = [this](std::string_view name, int64_t layer, const float* data, int64_t n_tok, int64_t width) {
     emit(name, layer, data, n_tok, width);
   };
   const bool stream_experts = source_ && source_->streams_experts();
-  if (predict_experts_ && hp_.layer_is_moe(0)) predict_routing(0, n);
-  for (int64_t l = 0; l < hp_.n_layer; ++l) {
+  // The micro-batch's rows of every activation (a whole step: t0 = 0).
+  const int64_t n_rot = hp_.n_rot;
+  float* x = x_->floats() + t0 * hp_.n_embd;
+  float* cos_sin = cos_sin_->floats() + t0 * n_rot;
+  float* cos_sin_swa = cos_sin_swa_ ? cos_sin_swa_->floats() + t0 * n_rot : nullptr;
+  if (predict_experts_ && hp_.layer_is_moe(layer_begin_)) predict_routing(layer_begin_, x, n);
+  for (int64_t l = layer_begin_; l < layer_end_; ++l) {
     LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
     if (source_) {
       LayerWeightPointers p;
@@ -435,12 +504,14 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
       bind_layer(w, p);
     }
     const LayerStep step{.be = *backend_, .hp = hp_, .w = w, .layer = l, .n_tok = n,
-                         .x = x_->floats(), .xn = xn_->floats(), .q = q_->floats(), .k = k_->floats(),
-                         .v = v_->floats(), .att = att_->floats(), .proj = proj_->floats(),
-                         .gate = gate_->floats(), .up = up_->floats(),
-                         .cos_sin = hp_.layer_has_own_rope(l) ? cos_sin_swa_->floats() : cos_sin_->floats(),
-                         .seqs = std::span(attn_seqs_.data(), seqs.size()), .kv = kv, .kv_rows = kv_rows_.data(),
-                         .emit = emit_fn};
+                         .x = x, .xn = xn_->floats() + t0 * hp_.n_embd, .q = q_->floats() + t0 * hp_.n_embd_q(),
+                         .k = k_->floats() + t0 * hp_.n_embd_kv(), .v = v_->floats() + t0 * hp_.n_embd_kv(),
+                         .att = att_->floats() + t0 * hp_.n_embd_q(), .proj = proj_->floats() + t0 * hp_.n_embd,
+                         .gate = gate_->floats() + t0 * hp_.n_ff, .up = up_->floats() + t0 * hp_.n_ff,
+                         .cos_sin = hp_.layer_has_own_rope(l) ? cos_sin_swa : cos_sin,
+                         .seqs = std::span(attn_seqs_.data() + seq_begin, seq_end - seq_begin), .kv = kv,
+                         .kv_rows = kv_rows_.data() + t0, .emit = emit_fn,
+                         .lora = adapted ? &adapters_ : nullptr};
     attention_block(step);
     if (hp_.layer_is_moe(l)) {
       MoeStep moe{.router = router_->floats(), .ids = moe_ids_.data(), .weights = moe_weights_.data(),
@@ -478,7 +549,7 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
         // before this layer's experts are added: its reads queue behind this
         // layer's (prefetch after critical), so the disk does not idle while
         // the last of them computes. Refined below once the layer is done.
-        if (l + 1 < hp_.n_layer && hp_.layer_is_moe(l + 1)) predict_routing(l + 1, n, /*early=*/true);
+        if (l + 1 < layer_end_ && hp_.layer_is_moe(l + 1)) predict_routing(l + 1, x, n, /*early=*/true);
       }
       moe_experts(step, moe);
       if (!read_status.ok()) {
@@ -489,11 +560,10 @@ Status Model::run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& k
       dense_ffn_block(step);
     }
     // The next routed layer's experts, predicted from the state entering it.
-    if (predict_experts_ && l + 1 < hp_.n_layer && hp_.layer_is_moe(l + 1)) predict_routing(l + 1, n);
-    emit("l_out", l, x_->floats(), n, hp_.n_embd);
+    if (predict_experts_ && l + 1 < layer_end_ && hp_.layer_is_moe(l + 1)) predict_routing(l + 1, x, n);
+    emit("l_out", l, x, n, hp_.n_embd);
     if (source_) source_->release(l);
   }
-  if (source_) source_->end_step(n);
   return Status();
 }
 

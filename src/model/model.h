@@ -8,6 +8,8 @@
 //
 //   x += attention_block(x)     norm -> q/k/v -> bias, RoPE, K/V store -> paged attention -> o
 //   x += ffn_block(x)           norm -> gate/up -> activation -> down   (dense)
+// with each sequence's LoRA adapters' low-rank terms added after the adapted
+// matmuls (model/model_adapters.h);
 // then logits = output(norm(x)) for each sequence's trailing n_logits tokens.
 //
 // Weights are views of the ModelFile (kept alive by a shared_ptr), copies the
@@ -29,8 +31,10 @@
 #include "format/model_file.h"
 #include "kv/kv_cache.h"
 #include "model/hparams.h"
+#include "model/model_adapters.h"
 #include "model/model_weights.h"
 #include "model/rope_scaling.h"
+#include "model/stage_runner.h"
 #include "model/weight_source.h"
 
 namespace sluice {
@@ -66,6 +70,11 @@ struct ModelOptions {
   // before its weights are prepared: the engine's KV pool, so that under
   // --gpu-budget a longer context leaves fewer layers resident. Null: none.
   std::function<StatusOr<uint64_t>(const Model&)> device_reserve;
+  // A pipeline stage (dist/): the layers [layer_begin, layer_end) this model
+  // holds and runs; the others are bound as views but never read or prepared
+  // (and the output head only by the stage that has layer 0). -1: n_layer.
+  int64_t layer_begin = 0;
+  int64_t layer_end = -1;
 };
 
 // One sequence's part of a batched forward pass.
@@ -74,6 +83,7 @@ struct ForwardSeq {
   int64_t pos0 = 0;
   std::span<const int32_t> block_table;  // the sequence's KV blocks, covering pos0 + tokens.size()
   int64_t n_logits = 1;                  // logits for this many trailing tokens (0 = none)
+  LoraMask loras = 0;                    // adapters applied (bit i: add_lora's i-th); 0: the base alone
 };
 
 // Called (when set) with each named activation of a forward chunk, so a pass can
@@ -127,11 +137,44 @@ class Model {
   Status forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits);
 
   // Single-sequence convenience: runs `tokens` at positions kv.n_past() .. in
-  // chunks of n_batch, and advances kv.n_past().
+  // chunks of n_batch with the adapters `loras`, and advances kv.n_past().
   //   logits: [n, n_vocab] if all_logits, else [1, n_vocab] (last token only)
-  Status forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits);
+  Status forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits, LoraMask loras = 0);
 
   void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
+
+  // Adds a LoRA adapter (model/model_adapters.h): its factors go to backend
+  // memory, resident whatever the weights' placement; returns its index, the
+  // bit ForwardSeq::loras selects it by. scale: the user's (1: the file's
+  // alpha / rank). Errors: ModelAdapters::add's.
+  StatusOr<int> add_lora(const LoraAdapter& adapter, float scale = 1.0f);
+  const ModelAdapters& adapters() const { return adapters_; }
+
+  // --- pipeline stages (dist/): one step split over processes ---------------
+  // forward() is begin_step(embed) -> [the stage runner's run_step, or
+  // run_stage over every sequence] -> finish_step. A stage that is not the
+  // first fills hidden() itself and runs run_stage per micro-batch.
+  int64_t layer_begin() const { return layer_begin_; }
+  int64_t layer_end() const { return layer_end_; }
+  // When set, forward() hands the step's layers to it (not owned; null: none).
+  void set_stage_runner(StageRunner* runner) { stages_ = runner; }
+  StageRunner* stage_runner() const { return stages_; }
+  // Validates the step and lays out its host data (positions, KV rows,
+  // attention sequences, RoPE tables); with `embed`, the tokens' embeddings
+  // into hidden(). Errors: as forward().
+  Status begin_step(std::span<const ForwardSeq> seqs, KvStore& kv, bool embed);
+  // This model's layers over sequences [seq_begin, seq_end) of the step begun,
+  // whose tokens are the hidden rows [t0, t0 + n) (contiguous, in order).
+  Status run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n, KvStore& kv);
+  // The logits of the step begun, from the hidden rows of the tokens that ask
+  // for them (after the last layer). logits: [n_logits(), n_vocab].
+  Status finish_step(float* logits);
+  // The residual stream of the step begun: [n_batch, n_embd] host memory.
+  float* hidden() { return x_->floats(); }
+  // Rows of hidden() whose logits the step asks for, in output order.
+  std::span<const int64_t> logit_rows() const { return {logit_rows_.data(), static_cast<size_t>(step_n_out_)}; }
+  // Tokens of the step begun.
+  int64_t step_tokens() const { return step_n_; }
 
   // --- training's view (train/): the frozen weights, layer by layer --------
   const ModelWeights& weights() const { return weights_; }
@@ -148,8 +191,11 @@ class Model {
   Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, const ModelOptions& options);
   Status check_supported() const;
   void plan_buffers();
+  ScratchNeeds scratch_needs() const;
   Status validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const;
-  Status run_layers(std::span<const ForwardSeq> seqs, int64_t n, KvStore& kv);
+  // Whether a view is one this stage holds (its layers, or the output head at
+  // the first stage): the only ones prepared at load.
+  bool holds(const WeightView* v) const;
   void emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const;
   // The hook's view of a routed layer's choices ("ffn_moe_ids"; debug only: copies).
   void emit_routing(const char* name, const int32_t* ids, int64_t layer, int64_t n, int64_t width) const;
@@ -158,7 +204,8 @@ class Model {
   // The predicted routing of routed layer `layer` from x: hook and weight
   // source. `early`: a first guess from the state before the previous layer's
   // experts are added, for the weight source only (a later call refines it).
-  void predict_routing(int64_t layer, int64_t n, bool early = false);
+  //   x: [n, n_embd] the rows entering the layer
+  void predict_routing(int64_t layer, const float* x, int64_t n, bool early = false);
   // Streamed expert i of the current begin_experts(), handed out: reorders
   // its bytes in place for the backend unless that was done when it landed
   // before, and tells the source.
@@ -210,6 +257,9 @@ class Model {
   std::vector<int64_t> kv_rows_;     // [n_batch] each token's row in the KV store
   std::vector<int64_t> logit_rows_;  // [n_batch] tokens whose logits are asked for
   std::vector<AttentionSeq> attn_seqs_;  // [max_seqs]
+  ModelAdapters adapters_;
+  std::vector<LoraMask> lora_masks_;     // [max_seqs] the step's sequences' adapters
+  std::vector<int64_t> lora_lens_;       // [max_seqs] and their token counts
   std::vector<int32_t> moe_ids_;     // [n_batch, n_expert_used] the step's routing in a layer
   std::vector<float> moe_weights_;   // [n_batch, n_expert_used]
   bool predict_experts_ = false;
@@ -223,6 +273,11 @@ class Model {
   std::vector<uint8_t> seen_;            // [n_expert]
   std::vector<ExpertPointers> expert_ptrs_;  // [n_expert]
   std::vector<ExpertWeights> streamed_experts_;  // [n_expert] views of a streamed layer's acquired experts
+
+  int64_t layer_begin_ = 0, layer_end_ = 0;  // ModelOptions::layer_begin/end, resolved
+  StageRunner* stages_ = nullptr;
+  int64_t step_n_ = 0, step_n_out_ = 0;       // tokens and logits rows of the step begun
+  int64_t step_n_seqs_ = 0;
 
   ActivationHook hook_;
   mutable std::vector<float> hook_copy_;  // emit(): a device buffer's floats on the host

@@ -4,7 +4,8 @@
 //
 // The model asks for layer l before computing it and releases it after; the
 // source may block in acquire() until the bytes have landed, and uses the
-// known layer order to prefetch ahead. Tensors outside the blocks (embeddings,
+// known layer order to prefetch ahead: 0 .. n_layer-1 per step unless the
+// caller sets another schedule (training walks the layers forward, then back). Tensors outside the blocks (embeddings,
 // output, norms) are resident for the whole run. Called from the model's
 // forward pass only (one thread at a time).
 #pragma once
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "arch/arch_spec.h"
 #include "sluice/status.h"
@@ -38,6 +40,21 @@ struct ExpertPointers {
   const uint8_t* down = nullptr;
   bool prepared = false;
 };
+
+// Layer schedules for LayerWeightSource::set_schedule(), one period each.
+// A forward pass per step (inference, held-out evaluation): 0 .. n_layer-1.
+inline std::vector<int64_t> forward_schedule(int64_t n_layer) {
+  std::vector<int64_t> order;
+  for (int64_t l = 0; l < n_layer; ++l) order.push_back(l);
+  return order;
+}
+// A training step (train/train_step.h): the forward 0 .. n_layer-1, then the
+// backward n_layer-1 .. 0, one acquire per layer each way.
+inline std::vector<int64_t> training_schedule(int64_t n_layer) {
+  std::vector<int64_t> order = forward_schedule(n_layer);
+  for (int64_t l = n_layer - 1; l >= 0; --l) order.push_back(l);
+  return order;
+}
 
 // Sources may also hold a routed layer's experts one by one (an expert cache)
 // instead of with the layer: then acquire() leaves the stacked expert tensors
@@ -67,6 +84,11 @@ class LayerWeightSource {
   virtual void release(int64_t layer) = 0;
   // One forward step of n_tokens tokens is done (for per-token counters).
   virtual void end_step(int64_t n_tokens) = 0;
+  // From the next acquire on, layers come in `order` (one period that
+  // repeats; every layer at least once), e.g. training_schedule(): a source
+  // that prefetches follows it. Default: ignored (0 .. n_layer-1 assumed).
+  // Errors: an order that names a layer the model lacks or skips one.
+  virtual Status set_schedule(std::span<const int64_t> order) { return Status(); }
 
   // Whether experts come from begin_experts() (default: with their layer).
   virtual bool streams_experts() const { return false; }

@@ -3,7 +3,9 @@
 // GLM quantization table. Training counts 3 x 2 FLOPs per active parameter per
 // token (forward + backward). Inputs are the essay's: RTX 4090 at 330 TFLOP/s
 // theoretical (160 measured), 24 GB of VRAM, PCIe Gen3/4/5 x16 at 11/24/50 GB/s,
-// NVMe 3.5 (Gen3), 7 (Gen4), 14 (Gen5) GB/s per drive.
+// NVMe 3.5 (Gen3), 7 (Gen4), 14 (Gen5) GB/s per drive. The last tests put this
+// project's trainer (plan/train_plan.h) on the essay's figures: its FLOPs per
+// token, its forward-then-backward order through the ring, and the crossover.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -12,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "plan/stream_plan.h"
+#include "plan/train_plan.h"
 
 namespace sluice::plan {
 namespace {
@@ -153,6 +156,115 @@ TEST(Essay002, HostBufferAbsorbsDiskMismatch) {
   EXPECT_DOUBLE_EQ(slow.host_buffer_layers, 80.0 - 2.0 - 20.0);
   EXPECT_EQ(slow.bound, StreamBound::kDisk);
   EXPECT_DOUBLE_EQ(slow.step_s, 80 * 0.4);
+}
+
+// Llama-70B's layer: n_embd 8192, 8 KV heads of 128, n_ff 28672.
+TrainLayerShape llama70b_layer() {
+  const double e = 8192, kv = 1024, ff = 28672;
+  return {.params = 2 * e * e + 2 * e * kv + 3 * e * ff, .down_params = e * ff};
+}
+
+TEST(Essay002, TrainerFlopsPerToken) {
+  // The essay's 856M params per layer are these seven matrices.
+  const TrainLayerShape l70 = llama70b_layer();
+  EXPECT_EQ(fmt::format("{:.0f}", l70.params / 1e6), "856");
+  // Forward 2P; backward: the recompute stops before Wdown, 2 (P - P_down),
+  // and dX through every matrix, 2P; no dW of the frozen base. 6P - 2P_down,
+  // not the essay's 3 x 2 P (whose backward counts dW).
+  const TrainVisitFlops f = train_visit_flops(l70, 1, 0);
+  EXPECT_DOUBLE_EQ(f.forward, 2 * l70.params);
+  EXPECT_DOUBLE_EQ(f.backward, 4 * l70.params - 2 * l70.down_params);
+  EXPECT_EQ(fmt::format("{:.2f}", (f.forward + f.backward) / l70.params), "5.45");
+  // TinyLlama-1.1B's layer (n_embd 2048, 4 KV heads of 64, n_ff 5632): 5.48.
+  const double e = 2048;
+  const TrainLayerShape l1b{.params = 2 * e * e + 2 * e * 256 + 3 * e * 5632, .down_params = e * 5632};
+  const TrainVisitFlops g = train_visit_flops(l1b, 1, 0);
+  EXPECT_EQ(fmt::format("{:.2f}", (g.forward + g.backward) / l1b.params), "5.48");
+  // Adapters: 8 x their factors a token (forward 2, recompute 2, backward 4);
+  // attention 9 E_q (s + 1): forward 2, recompute 2, backward 5.
+  const TrainLayerShape lora{.lora_params = 1000, .n_embd_q = 64};
+  const TrainVisitFlops h = train_visit_flops(lora, 10, 511);
+  EXPECT_DOUBLE_EQ(h.forward + h.backward, 10 * (8 * 1000.0 + 9 * 64 * 512.0));
+  EXPECT_DOUBLE_EQ(train_head_flops(32000.0 * 2048, 3), 4 * 32000.0 * 2048 * 3);
+}
+
+TEST(Essay002, TrainingOrderOnTheEssaysPipeline) {
+  // 80 layers of 470 MB over PCIe Gen3 at the measured 11 GB/s, the measured
+  // 160 TFLOP/s, 4096 tokens a step, Llama-3-70B's head (128256 x 8192).
+  const TrainLayerShape l70 = llama70b_layer();
+  const double rate = 160e12;
+  const int64_t tokens = 4096;
+  const TrainVisitFlops f = train_visit_flops(l70, tokens, 0);
+  const double head_s = train_head_flops(128256.0 * 8192, tokens) / rate;
+  // The ring is sized on a forward visit (the shorter): 43.8 ms against a
+  // 42.7 ms transfer: a double buffer, as the essay finds at 4K tokens.
+  const StreamPlan ring = plan_stream({.n_layer = 80, .layer_bytes = 470e6, .layer_flops = f.forward,
+                                       .compute_tflops = 160, .link_gbps = 11}).value();
+  EXPECT_EQ(fmt::format("{:.1f}", ring.compute_s * 1e3), "43.8");
+  EXPECT_EQ(fmt::format("{:.1f}", ring.transfer_s * 1e3), "42.7");
+  EXPECT_EQ(ring.n_ring_slots, 2);
+  // Forward, then backward in reverse, through K = 2 slots: the two layers at
+  // each turn serve both passes, the other 78 are moved twice: 156 transfers a
+  // step, where the essay's pipeline moves each layer once.
+  const TrainStreamInputs in{.n_layer = 80, .n_streamed = 80, .n_ring_slots = 2, .slot_bytes = 470e6,
+                             .forward_s = f.forward / rate, .backward_s = f.backward / rate, .head_s = head_s,
+                             .disk_gbps = 11};
+  const TrainStreamPlan p = plan_train_stream(in).value();
+  EXPECT_EQ(p.layer_reads, 156);
+  EXPECT_EQ(fmt::format("{:.2f}", p.disk_s), "6.67");
+  EXPECT_EQ(fmt::format("{:.2f}", p.compute_s), "9.66");
+  EXPECT_EQ(fmt::format("{:.3f}", p.boundary_s), "0.346");
+  EXPECT_EQ(p.bound, StreamBound::kCompute);  // still hidden at 4K tokens
+  EXPECT_DOUBLE_EQ(p.overhead, 0.0);
+  // The crossover: hidden from 2932 tokens, within 5% from 2787; the essay's
+  // per-layer rule (6P per token against one transfer) says 1332.
+  EXPECT_EQ(fmt::format("{:.0f}", *tokens_for_overhead(p, tokens, 0.0)), "2932");
+  EXPECT_EQ(fmt::format("{:.0f}", *tokens_for_overhead(p, tokens, 0.05)), "2787");
+  EXPECT_EQ(fmt::format("{:.0f}", tokens_to_hide(ring.transfer_s, l70.params, kTrainingFlopsPerParam, 160)), "1332");
+  // Below it the step is the transfers plus the two turns: at 1024 tokens
+  // (a quarter of the compute) the overhead is (6.67 + 0.087) / 2.41 - 1.
+  TrainStreamInputs small = in;
+  small.forward_s /= 4;
+  small.backward_s /= 4;
+  small.head_s /= 4;
+  const TrainStreamPlan q = plan_train_stream(small).value();
+  EXPECT_EQ(q.bound, StreamBound::kDisk);
+  EXPECT_EQ(fmt::format("{:.0f}%", 100 * q.overhead), "180%");
+  EXPECT_NEAR(q.step_s, q.disk_s + q.boundary_s, 1e-12);
+  EXPECT_NEAR(q.stall_s, q.step_s - q.compute_s, 1e-12);
+  // With every layer in the ring nothing is read and nothing waits.
+  TrainStreamInputs all = in;
+  all.n_ring_slots = 80;
+  const TrainStreamPlan r = plan_train_stream(all).value();
+  EXPECT_EQ(r.layer_reads, 0);
+  EXPECT_EQ(r.boundary_s, 0.0);
+  EXPECT_EQ(*tokens_for_overhead(r, tokens, 0.05), 0.0);
+  // Two layers: the turns take as long as the compute, so no token count
+  // hides the reads wholly (5% of the compute leaves room for them).
+  TrainStreamInputs two = in;
+  two.n_layer = 2;
+  two.n_streamed = 2;
+  two.n_ring_slots = 1;
+  EXPECT_FALSE(tokens_for_overhead(plan_train_stream(two).value(), tokens, 0.0).has_value());
+  EXPECT_TRUE(tokens_for_overhead(plan_train_stream(two).value(), tokens, 0.05).has_value());
+  // Which layers are read: the K streamed layers nearest each turn once, the
+  // rest twice, none when the ring holds them all; 2 (S - K) in all.
+  for (int64_t s = 1; s <= 12; ++s) {
+    for (int64_t k = 1; k <= 6; ++k) {
+      int64_t sum = 0;
+      for (int64_t i = 0; i < s; ++i) sum += training_reads_of(i, s, k);
+      EXPECT_EQ(sum, training_layer_reads(s, k)) << s << " " << k;
+    }
+  }
+  EXPECT_EQ(training_reads_of(0, 6, 2), 1);
+  EXPECT_EQ(training_reads_of(2, 6, 2), 2);
+  EXPECT_EQ(training_reads_of(5, 6, 2), 1);
+  EXPECT_EQ(training_reads_of(1, 3, 2), 0);  // in both turns' reach
+  // Bad inputs are refused.
+  EXPECT_FALSE(plan_train_stream({.n_layer = 0}).ok());
+  TrainStreamInputs no_disk = in;
+  no_disk.disk_gbps = 0;
+  EXPECT_FALSE(plan_train_stream(no_disk).ok());
 }
 
 }  // namespace

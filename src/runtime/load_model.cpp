@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "base/timer.h"
+#include "lora/lora_adapter.h"
 
 namespace sluice {
 
@@ -20,7 +23,7 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   }
   ModelOptions mo{.n_threads = o.n_threads, .n_batch = o.n_batch, .n_ctx_max = n_ctx, .max_seqs = o.max_seqs,
                   .backend = o.shared_backend, .repack = o.repack, .predict_experts = o.predict_experts,
-                  .device_reserve = o.device_reserve};
+                  .device_reserve = o.device_reserve, .layer_begin = o.layer_begin, .layer_end = o.layer_end};
   if (!mo.backend) {
     ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads,
                                                  .device_budget_bytes = o.gpu_budget_bytes}));
@@ -33,17 +36,26 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                          "load the model whole on it (no --mem-budget) or use --backend cpu",
                          mo.backend->name());
   }
+  if (o.mem_budget_bytes > 0 && (o.layer_begin != 0 || o.layer_end >= 0))
+    return unimplemented("a pipeline stage holds its layers in memory; streaming its range from disk under "
+                         "--mem-budget is not supported yet");
   if (o.mem_budget_bytes > 0) {
     ASSIGN_OR_RETURN(weights::StreamingSetup setup,
                      weights::open_streaming(lm.file, {.mem_budget_bytes = o.mem_budget_bytes,
                                                        .n_threads = o.n_threads,
                                                        .tokens_per_step = o.tokens_per_step,
-                                                       .calibration = o.calibration}));
+                                                       .calibration = o.calibration,
+                                                       .training = o.training}));
     lm.stream = setup.source;
     lm.placement_report = std::move(setup.report);
     mo.weights = setup.source;
   }
   ASSIGN_OR_RETURN(lm.model, Model::load(lm.file, mo));
+  for (const LoraSpec& l : o.loras) {
+    StatusOr<LoraAdapter> ad = read_lora(l.path, lm.file.get());
+    Status st = ad.ok() ? lm.model->add_lora(*ad, l.scale).status() : ad.status();
+    if (!st.ok()) return Status(st.code(), fmt::format("--lora {}: {}", l.path, st.message()));
+  }
   lm.load_seconds = sw.seconds();
   return lm;
 }

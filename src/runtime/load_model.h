@@ -7,6 +7,7 @@
 //            the weight store; its placement map is in the result]
 //        -> backend (shared with another model, or created by name)
 //        -> Model::load (bind by ArchSpec, prepare weights on the backend)
+//        -> LoRA adapters (read_lora, Model::add_lora; resident in backend memory)
 //
 // Thread-compatible: call from one thread; the result is independent.
 #pragma once
@@ -14,12 +15,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
 #include "format/model_file.h"
 #include "model/model.h"
 #include "plan/calibrate.h"
+#include "sluice/lora.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/store_source.h"
 
@@ -46,6 +49,15 @@ struct LoadOptions {
   std::function<StatusOr<uint64_t>(const Model&)> device_reserve;
   int64_t tokens_per_step = 1;
   const plan::Calibration* calibration = nullptr;
+  // Adapters added to the model in this order (Model::add_lora: bit i is loras[i]).
+  std::vector<LoraSpec> loras;
+  // Fine-tuning under mem_budget_bytes: the placement plans training's order
+  // and compute for micro-batches of tokens_per_step tokens
+  // (weights::StreamingOptions::training).
+  std::optional<plan::TrainWorkload> training;
+  // A pipeline stage's layers (ModelOptions::layer_begin/end; dist/session.h).
+  int64_t layer_begin = 0;
+  int64_t layer_end = -1;
 };
 
 struct LoadedModel {
@@ -60,7 +72,8 @@ struct LoadedModel {
 
 // Errors: the file cannot be read or is malformed, an unsupported
 // architecture or weight type, a budget that cannot work (naming the smallest
-// that would), an unknown backend.
+// that would), an unknown backend, an adapter that cannot be read or does not
+// fit the model (named by its path).
 StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
 
 }  // namespace sluice

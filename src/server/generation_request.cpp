@@ -8,15 +8,24 @@
 
 namespace sluice::server {
 
+std::variant<std::vector<int32_t>, ApiError> resolve_model(std::string_view requested, std::string_view base_id,
+                                                           std::span<const std::string> adapters) {
+  if (requested.empty() || requested == base_id) return std::vector<int32_t>{};
+  for (size_t i = 0; i < adapters.size(); ++i)
+    if (requested == adapters[i]) return std::vector<int32_t>{static_cast<int32_t>(i)};
+  std::string known = fmt::format("'{}'", base_id);
+  for (const std::string& a : adapters) known += fmt::format(", '{}'", a);
+  return api_error(404, "invalid_request_error", "model_not_found",
+                   fmt::format("the model '{}' does not exist; this server serves {}", requested, known), "model");
+}
+
 std::variant<GenerationPlan, ApiError> build_generation_request(Endpoint ep, std::string_view body,
                                                                 const ServedModel& model, uint64_t seed) {
   auto parsed = parse_generation_request(ep, body);
   if (const ApiError* e = std::get_if<ApiError>(&parsed)) return *e;
   GenerationRequest& g = std::get<GenerationRequest>(parsed);
-  if (g.model.empty()) return invalid_request("model", "'model' is required", "missing_required_parameter");
-  if (g.model != model.id)
-    return api_error(404, "invalid_request_error", "model_not_found",
-                     fmt::format("the model '{}' does not exist; this server serves '{}'", g.model, model.id), "model");
+  auto loras = resolve_model(g.model, model.id, model.adapters);
+  if (const ApiError* e = std::get_if<ApiError>(&loras)) return *e;
 
   const Tokenizer& tok = model.tokenizer;
   std::vector<int32_t> prompt;
@@ -81,8 +90,10 @@ std::variant<GenerationPlan, ApiError> build_generation_request(Endpoint ep, std
   r.stop_strings = g.stop;
   r.ignore_eos = g.ignore_eos;
   r.top_logprobs = g.top_logprobs;
-  plan.info = ResponseInfo{.endpoint = ep, .model = model.id, .logprobs = g.top_logprobs >= 0,
+  r.loras = std::move(std::get<std::vector<int32_t>>(loras));
+  plan.info = ResponseInfo{.endpoint = ep, .model = g.model.empty() ? model.id : g.model, .logprobs = g.top_logprobs >= 0,
                            .token_ids = g.return_token_ids};
+  if (g.return_token_ids) plan.info.prompt_token_ids = r.prompt;
   return plan;
 }
 

@@ -3,7 +3,7 @@
 // refusal is testable from the body alone.
 //
 //   body -> parse_generation_request (schema, types, ranges)
-//        -> the served model's name
+//        -> the served model's name: the base, or one of its LoRA adapters
 //        -> prompt tokens: chat template (with the tools) + tokenizer (chat), ids or text (completions)
 //        -> context checks (prompt < ctx, max_tokens within what is left)
 //        -> Request (sampling, stop strings, logprobs) + what the response needs
@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -33,9 +34,15 @@ struct ServedModel {
   const Tokenizer& tokenizer;
   const std::optional<ChatTemplate>& chat;  // nullopt: chat requests are refused
   int64_t ctx = 0;                          // positions per sequence
-  std::string id;                           // the model name clients must send
+  std::string id;                           // the base model's name (also what "" or no model means)
   ToolCallFormat tool_format = ToolCallFormat::kNone;  // how its output writes tool calls
+  std::span<const std::string> adapters = {};  // LoRA adapters' ids: "model" picks one (Request::loras)
 };
+
+// The adapters a request's "model" asks for: none for the base's id or an
+// empty model, {i} for adapters[i]; an unknown id is a 404 naming the known ones.
+std::variant<std::vector<int32_t>, ApiError> resolve_model(std::string_view requested, std::string_view base_id,
+                                                           std::span<const std::string> adapters);
 
 
 struct GenerationPlan {

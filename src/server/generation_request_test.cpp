@@ -18,12 +18,15 @@ class GenerationRequestTest : public ::testing::Test {
     chat_ = ChatTemplate::create("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}", "<s>", "</s>").value();
   }
   std::variant<GenerationPlan, ApiError> build(Endpoint ep, const std::string& body, int64_t ctx = 64) {
-    return build_generation_request(ep, body, {.tokenizer = *tok_, .chat = chat_, .ctx = ctx, .id = "m"}, 77);
+    return build_generation_request(ep, body,
+                                    {.tokenizer = *tok_, .chat = chat_, .ctx = ctx, .id = "m", .adapters = adapters_},
+                                    77);
   }
   static const ApiError& error(const std::variant<GenerationPlan, ApiError>& v) { return std::get<ApiError>(v); }
 
   std::unique_ptr<Tokenizer> tok_;
   std::optional<ChatTemplate> chat_;
+  std::vector<std::string> adapters_ = {"lora-a", "lora-b"};
 };
 
 TEST_F(GenerationRequestTest, BuildsTheEngineRequest) {
@@ -51,10 +54,33 @@ TEST_F(GenerationRequestTest, ChatGoesThroughTheTemplateAndDefaultsToTheRoomLeft
   EXPECT_EQ(p.request.max_tokens, 64 - p.n_prompt);
   EXPECT_EQ(p.request.sampling.seed, 3u);
   EXPECT_TRUE(p.stream);
+  EXPECT_TRUE(p.info.prompt_token_ids.empty());
+  // return_token_ids: the response will carry the prompt's ids as tokenized.
+  auto with_ids = build(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"hi"}],"return_token_ids":true})");
+  ASSERT_TRUE(std::holds_alternative<GenerationPlan>(with_ids)) << error(with_ids).message;
+  EXPECT_EQ(std::get<GenerationPlan>(with_ids).info.prompt_token_ids, tokenize_chat_prompt(*tok_, "user: hi\n"));
+}
+
+// The model field picks a LoRA adapter served beside the base, or none.
+TEST_F(GenerationRequestTest, TheModelFieldPicksTheAdapter) {
+  auto loras = [&](const std::string& body) {
+    auto v = build(Endpoint::kCompletions, body);
+    EXPECT_TRUE(std::holds_alternative<GenerationPlan>(v)) << error(v).message;
+    const GenerationPlan& p = std::get<GenerationPlan>(v);
+    return std::make_pair(p.request.loras, p.info.model);
+  };
+  EXPECT_EQ(loras(R"({"model":"m","prompt":"a"})"), std::make_pair(std::vector<int32_t>{}, std::string("m")));
+  EXPECT_EQ(loras(R"({"prompt":"a"})"), std::make_pair(std::vector<int32_t>{}, std::string("m")));
+  EXPECT_EQ(loras(R"({"model":"","prompt":"a"})"), std::make_pair(std::vector<int32_t>{}, std::string("m")));
+  EXPECT_EQ(loras(R"({"model":"lora-b","prompt":"a"})"), std::make_pair(std::vector<int32_t>{1}, std::string("lora-b")));
+  EXPECT_EQ(loras(R"({"model":"lora-a","prompt":"a"})"), std::make_pair(std::vector<int32_t>{0}, std::string("lora-a")));
+  const ApiError unknown = error(build(Endpoint::kCompletions, R"({"model":"lora-c","prompt":"a"})"));
+  EXPECT_EQ(unknown.http_status, 404);
+  EXPECT_EQ(unknown.code, "model_not_found");
+  EXPECT_NE(unknown.message.find("serves 'm', 'lora-a', 'lora-b'"), std::string::npos) << unknown.message;
 }
 
 TEST_F(GenerationRequestTest, RefusesWithTheRightStatusAndField) {
-  EXPECT_EQ(error(build(Endpoint::kCompletions, R"({"prompt":"a"})")).param, "model");
   EXPECT_EQ(error(build(Endpoint::kCompletions, R"({"model":"other","prompt":"a"})")).http_status, 404);
   EXPECT_EQ(error(build(Endpoint::kCompletions, R"({"model":"m","prompt":[1, 99999]})")).param, "prompt");
   const ApiError long_prompt = error(build(Endpoint::kCompletions, R"({"model":"m","prompt":"Once upon a time"})", 3));

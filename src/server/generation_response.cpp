@@ -5,13 +5,24 @@
 #include "server/sse.h"
 
 namespace sluice::server {
+namespace {
+
+// A generation error's status: 503 when another process of the job failed
+// (the engine's "unavailable: ..." errors), else 500.
+ApiError generation_error(const std::string& message) {
+  const bool unavailable = message.rfind("unavailable: ", 0) == 0;
+  return api_error(unavailable ? 503 : 500, "server_error", unavailable ? "service_unavailable" : "generation_failed",
+                   message);
+}
+
+}  // namespace
 
 using Clock = std::chrono::steady_clock;
 
 std::variant<std::string, ApiError> collect_response(const GenerationOutput& g) {
   while (!g.acc->all_finished())
     for (const TokenEvent& e : g.queue->take(std::chrono::milliseconds(500))) g.acc->apply(e);
-  if (g.acc->error()) return api_error(500, "server_error", "generation_failed", *g.acc->error());
+  if (g.acc->error()) return generation_error(*g.acc->error());
   return dump_json(response_json(g.info, g.acc->totals(), usage_json(g.n_prompt, g.acc->completion_tokens())));
 }
 
@@ -33,7 +44,7 @@ void stream_response(httplib::Response& res, GenerationOutput g, std::chrono::mi
         for (const TokenEvent& e : g.queue->take(std::chrono::milliseconds(200))) {
           const ChoiceOutput d = g.acc->apply(e);
           if (d.finish_reason == "error") {
-            out += sse_json(api_error(500, "server_error", "generation_failed", g.acc->error().value_or("")).body());
+            out += sse_json(generation_error(g.acc->error().value_or("")).body());
             continue;
           }
           if (d.index < 0 || d.index >= static_cast<int32_t>(st->sent_first.size())) continue;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "sluice/engine.h"
 #include "sluice/status.h"
@@ -29,6 +30,8 @@ class GenerationService {
   virtual const Tokenizer& tokenizer() const = 0;
   virtual const std::string& model_name() const = 0;
   virtual int64_t ctx_size() const = 0;  // positions per sequence
+  // As Engine::lora_names: the adapters a request may pick (Request::loras).
+  virtual std::vector<std::string> lora_names() const { return {}; }
 };
 
 // The Engine as a GenerationService.
@@ -43,6 +46,7 @@ class EngineService final : public GenerationService {
   const Tokenizer& tokenizer() const override { return engine_->tokenizer(); }
   const std::string& model_name() const override { return engine_->model_name(); }
   int64_t ctx_size() const override { return engine_->ctx_size(); }
+  std::vector<std::string> lora_names() const override { return engine_->lora_names(); }
 
  private:
   std::shared_ptr<Engine> engine_;

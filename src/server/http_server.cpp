@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <variant>
@@ -103,6 +104,17 @@ Status HttpServer::set_service(std::shared_ptr<GenerationService> service, std::
     if (!f.ok()) return f.status();
     tool_format_ = *f;
   }
+  adapters_ = service->lora_names();
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    const std::string base = config_.served_model_name.empty() ? service->model_name() : config_.served_model_name;
+    const bool taken = adapters_[i] == base || std::find(adapters_.begin(), adapters_.begin() + static_cast<long>(i),
+                                                         adapters_[i]) != adapters_.begin() + static_cast<long>(i);
+    if (adapters_[i].empty() || taken) {
+      return invalid_argument("adapter id '{}' is empty or taken (the base model's or another adapter's): clients "
+                              "pick an adapter by its file's stem, which must be unique",
+                              adapters_[i]);
+    }
+  }
   engine_ = std::move(service);
   chat_ = std::move(chat_template);
   ready_.store(true, std::memory_order_release);
@@ -127,6 +139,11 @@ bool HttpServer::shutdown(double timeout_s) {
 
 std::string HttpServer::model_id() const {
   return config_.served_model_name.empty() ? engine_->model_name() : config_.served_model_name;
+}
+
+ServedModel HttpServer::served(const Tokenizer& tokenizer) const {
+  return {.tokenizer = tokenizer, .chat = chat_, .ctx = engine_->ctx_size(), .id = model_id(),
+          .tool_format = tool_format_, .adapters = adapters_};
 }
 
 bool HttpServer::authorized(const httplib::Request& req) const {
@@ -201,16 +218,22 @@ void HttpServer::handle_models(const httplib::Request& req, httplib::Response& r
   if (!ready_.load(std::memory_order_acquire)) return reply(unavailable("the model is still loading"));
   if (!authorized(req))
     return reply(api_error(401, "invalid_request_error", "invalid_api_key", "missing or incorrect API key (Authorization: Bearer KEY)"));
-  const json model = {{"id", model_id()}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "sluice"},
-                      {"max_model_len", engine_->ctx_size()}};
+  // The base model, then one entry per LoRA adapter (its parent: the base).
+  const int64_t created = unix_now();
+  json models = json::array();
+  models.push_back({{"id", model_id()}, {"object", "model"}, {"created", created}, {"owned_by", "sluice"},
+                    {"max_model_len", engine_->ctx_size()}});
+  for (const std::string& a : adapters_) {
+    models.push_back({{"id", a}, {"object", "model"}, {"created", created}, {"owned_by", "sluice"},
+                      {"max_model_len", engine_->ctx_size()}, {"parent", model_id()}});
+  }
   if (req.matches.size() > 1) {
     const std::string id = req.matches[1];
-    if (id != model_id())
-      return reply(api_error(404, "invalid_request_error", "model_not_found",
-                              fmt::format("the model '{}' does not exist; this server serves '{}'", id, model_id()), "model"));
-    res.set_content(dump_json(model), kJson);
+    const auto hit = std::find_if(models.begin(), models.end(), [&](const json& m) { return m["id"] == id; });
+    if (hit == models.end()) return reply(std::get<ApiError>(resolve_model(id, model_id(), adapters_)));
+    res.set_content(dump_json(*hit), kJson);
   } else {
-    res.set_content(dump_json(json{{"object", "list"}, {"data", json::array({model})}}), kJson);
+    res.set_content(dump_json(json{{"object", "list"}, {"data", models}}), kJson);
   }
   metrics_.count_request("models", "ok");
 }
@@ -240,10 +263,7 @@ void HttpServer::handle_generation(int endpoint_int, const httplib::Request& req
     return fail(api_error(413, "invalid_request_error", "request_too_large",
                           fmt::format("the request body exceeds {} bytes", config_.max_body_bytes)));
   GenerationService& engine = *engine_;
-  auto built = build_generation_request(ep, req.body,
-                                        {.tokenizer = engine.tokenizer(), .chat = chat_, .ctx = engine.ctx_size(),
-                                         .id = model_id(), .tool_format = tool_format_},
-                                        random_seed());
+  auto built = build_generation_request(ep, req.body, served(engine.tokenizer()), random_seed());
   if (const ApiError* e = std::get_if<ApiError>(&built)) return fail(*e);
   GenerationPlan& plan = std::get<GenerationPlan>(built);
 

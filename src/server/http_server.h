@@ -1,7 +1,8 @@
 // HttpServer: the OpenAI-compatible HTTP front of an Engine (cpp-httplib).
 //
 //   POST /v1/completions, /v1/chat/completions  (stream: true -> Server-Sent Events)
-//   GET  /v1/models, /v1/models/{id}
+//   GET  /v1/models, /v1/models/{id}   the base model, then each LoRA adapter (a
+//                                      request's "model" picks one; "" or the base: none)
 //   GET  /health    200 {"status":"ok"} once the engine is set; 503 while loading or draining
 //   GET  /metrics   Prometheus text: the whole metric registry
 //
@@ -25,8 +26,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "server/chat_template.h"
+#include "server/generation_request.h"
 #include "server/generation_service.h"
 #include "server/server_metrics.h"
 #include "server/tool_calls.h"
@@ -87,6 +90,8 @@ class HttpServer {
   void handle_models(const httplib::Request& req, httplib::Response& res);
   bool authorized(const httplib::Request& req) const;
   std::string model_id() const;
+  // What requests are checked against (the base's id and the adapters').
+  ServedModel served(const Tokenizer& tokenizer) const;
 
   ServerConfig config_;
   ServerMetrics metrics_;
@@ -96,6 +101,7 @@ class HttpServer {
   int port_ = 0;
   std::shared_ptr<GenerationService> engine_;
   std::optional<ChatTemplate> chat_;
+  std::vector<std::string> adapters_;  // LoRA adapters' ids, the index a request's model picks
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};

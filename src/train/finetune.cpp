@@ -7,6 +7,7 @@
 #include "runtime/load_model.h"
 #include "server/chat_template.h"
 #include "train/lora_init.h"
+#include "train/step_meter.h"
 
 namespace sluice {
 namespace {
@@ -37,11 +38,16 @@ StatusOr<std::optional<server::ChatTemplate>> chat_template_for(const LoadedMode
 StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
   if (o.out_path.empty()) return invalid_argument("give the adapter to write with -o");
   const TrainerOptions& to = o.train;
+  // Under --mem-budget the placement plans for training's order and FLOPs.
+  std::optional<plan::TrainWorkload> work;
+  if (o.mem_budget_bytes > 0) {
+    ASSIGN_OR_RETURN(work, train_workload(to.seq, o.rank, o.targets, o.init_adapter));
+  }
   ASSIGN_OR_RETURN(LoadedModel lm,
                    load_model(o.model_path, {.n_threads = o.n_threads, .n_batch = 1, .max_seqs = 1, .repack = false,
                                              .backend = o.backend, .mem_budget_bytes = o.mem_budget_bytes,
                                              .gpu_budget_bytes = o.gpu_budget_bytes,
-                                             .tokens_per_step = to.batch * to.seq}));
+                                             .tokens_per_step = to.batch * to.seq, .training = work}));
   Model& model = *lm.model;
   if (!lm.placement_report.empty()) log(lm.placement_report);
   RETURN_IF_ERROR(check_trainable(model));
@@ -94,8 +100,11 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
   const int64_t eval_every = o.eval_every > 0 ? o.eval_every : std::max<int64_t>(1, trainer->n_steps() / 10);
   const int64_t first = trainer->step();
   std::vector<double> step_s;
+  StepMeter meter(lm.stream.get(), to.grad_accum);
   while (trainer->step() < trainer->n_steps()) {
+    meter.begin();
     ASSIGN_OR_RETURN(const TrainReport r, trainer->train_step());
+    meter.end(r.seconds);
     if (r.step == first + 1) res.first_loss = r.loss;
     res.last_loss = r.loss;
     res.seconds += r.seconds;
@@ -117,6 +126,8 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
     std::sort(step_s.begin(), step_s.end());
     res.median_step_s = step_s[step_s.size() / 2];
   }
+  res.timing = meter.figures();
+  if (res.timing.streamed) log(step_report(res.timing));
   ASSIGN_OR_RETURN(res.heldout_after, eval("after training"));
   RETURN_IF_ERROR(write_lora_gguf(params.to_adapter(), o.out_path));
   log(fmt::format("wrote {} ({} steps, {:.1f} s, {:.0f} tok/s)", o.out_path, res.steps, res.seconds,

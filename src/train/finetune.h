@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "train/step_meter.h"
 #include "train/trainer.h"
 
 namespace sluice {
@@ -46,6 +47,7 @@ struct FinetuneResult {
   double tokens_per_s = 0;       // over the whole run
   double median_step_s = 0;      // median wall time of a step
   int64_t tokens_per_step = 0;   // input tokens of the last step
+  StepFigures timing;            // steps after the first; streamed: predicted against measured
 };
 
 using LogFn = std::function<void(const std::string& line)>;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "model/weight_source.h"
 
 namespace sluice {
 namespace {
@@ -44,7 +45,9 @@ Status check_trainable(const Model& model) {
 }
 
 TrainStep::TrainStep(Model& model, LoraParams& params, const TrainStepOptions& options)
-    : model_(model), params_(params), opt_(options), be_(model.backend()), ops_(*model.backend().train_ops()) {}
+    : model_(model), params_(params), opt_(options), be_(model.backend()), ops_(*model.backend().train_ops()),
+      forward_order_(forward_schedule(model.hparams().n_layer)),
+      train_order_(training_schedule(model.hparams().n_layer)) {}
 
 TrainStep::~TrainStep() = default;
 
@@ -290,6 +293,9 @@ double TrainStep::loss_and_top_grad(const TrainBatch& b, float grad_scale, bool 
 
 StatusOr<double> TrainStep::run(const TrainBatch& b, float grad_scale, bool backward) {
   RETURN_IF_ERROR(check_batch(b));
+  if (LayerWeightSource* src = model_.weight_source()) {
+    RETURN_IF_ERROR(src->set_schedule(backward ? train_order_ : forward_order_));
+  }
   const ModelHparams& h = model_.hparams();
   const auto n = static_cast<int64_t>(b.tokens.size());
   const int64_t E = h.n_embd;

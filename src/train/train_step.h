@@ -13,7 +13,9 @@
 //             the adapters' dA, dB of layer l added to the gradients
 //
 // The frozen weights are asked for in forward order, then in reverse for the
-// backward (the weight source's schedule says so when it streams them).
+// backward: each pass first tells the model's weight source its order
+// (training_schedule(), or forward_schedule() for evaluate()), so a source
+// that streams them prefetches the backward's layers too.
 // Per layer, where Wq etc. are the frozen matrices and + lora the low-rank terms:
 //
 //   n1 = rmsnorm(x) * attn_norm;  q, k, v = W{q,k,v} n1 + lora (+ bias);  RoPE(q, k)
@@ -109,6 +111,7 @@ class TrainStep {
   std::vector<int64_t> positions_;               // [max_tokens]
   std::vector<double> loss_;                     // [max_tokens]
   std::vector<TrainSeq> seqs_;
+  std::vector<int64_t> forward_order_, train_order_;  // the weight source's schedules
 };
 
 }  // namespace sluice

@@ -14,11 +14,53 @@
 namespace sluice::weights {
 namespace {
 
-// Reading every streamed layer's slot (and the experts a step misses) at
-// `gbps`: the disk's share of a step.
+// Reading every streamed layer's slot (training: the layers the ring does not
+// keep across a turn, twice) and the experts a step misses at `gbps`: the
+// disk's share of a step.
 double disk_s_per_step(const PlacementPlan& p, double gbps) {
-  return (static_cast<double>(p.n_streamed) * static_cast<double>(p.slot_bytes) + p.expert_disk_bytes_per_step) /
-         (gbps * 1e9);
+  const double layers = p.training ? p.train.read_bytes
+                                   : static_cast<double>(p.n_streamed) * static_cast<double>(p.slot_bytes);
+  return (layers + p.expert_disk_bytes_per_step) / (gbps * 1e9);
+}
+
+// Training: resident layer l_j = 1 + floor((2j + 1)(n - 2) / 2r) for j < r,
+// spread evenly between the first and the last layer (which stream), or the
+// first n_resident layers when fewer than two stream.
+bool training_resident(int64_t l, int64_t n_layer, int64_t n_resident) {
+  if (n_resident <= 0) return false;
+  if (n_resident >= n_layer - 1) return l < n_resident;
+  const int64_t span = n_layer - 2;
+  for (int64_t j = 0; j < n_resident; ++j) {
+    if (l == 1 + (2 * j + 1) * span / (2 * n_resident)) return true;
+  }
+  return false;
+}
+
+// The training prediction of `p` (its layers placed) per micro-batch.
+Status set_training_figures(PlacementPlan& p, const PlacementInputs& in) {
+  p.training = true;
+  p.train_backward_s = in.train_backward_s;
+  p.train_head_s = in.head_compute_s;
+  // The reads' exact bytes: each streamed layer's extents, as often as it is read.
+  double read_bytes = 0;
+  int64_t i = 0;
+  for (const LayerPlacement& l : p.layers) {
+    if (!l.streamed) continue;
+    read_bytes += static_cast<double>(plan::training_reads_of(i++, p.n_streamed, p.n_ring_slots)) *
+                  static_cast<double>(l.extent_bytes);
+  }
+  ASSIGN_OR_RETURN(p.train, plan::plan_train_stream({.n_layer = p.n_layer,
+                                                     .n_streamed = p.n_streamed,
+                                                     .n_ring_slots = p.n_ring_slots,
+                                                     .slot_bytes = static_cast<double>(p.slot_bytes),
+                                                     .read_bytes = read_bytes,
+                                                     .forward_s = in.layer_compute_s,
+                                                     .backward_s = in.train_backward_s,
+                                                     .head_s = in.head_compute_s,
+                                                     .disk_gbps = in.disk_gbps}));
+  p.predicted_compute_s = p.train.compute_s;
+  p.predicted_boundary_s = p.train.boundary_s;
+  return Status();
 }
 
 }  // namespace
@@ -145,8 +187,13 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
     return p;
   };
   if (!in.stream_all &&
-      (in.mem_budget_bytes == 0 || p.essentials_bytes + all_layers_bytes <= in.mem_budget_bytes))
-    return finish_resident();
+      (in.mem_budget_bytes == 0 || p.essentials_bytes + all_layers_bytes <= in.mem_budget_bytes)) {
+    finish_resident();
+    if (in.training && in.layer_compute_s > 0) RETURN_IF_ERROR(set_training_figures(p, in));
+    return p;
+  }
+  if (in.training && !(in.train_backward_s > 0))
+    return invalid_argument("training needs the compute time of a layer's backward visit (> 0)");
   // A routed model streams expert by expert, not layer by layer.
   if (auto hp = hparams_from_metadata(file.metadata); hp.ok() && hp->is_moe() && !in.stream_all)
     return plan_expert_placement(file, in, std::move(p));
@@ -205,9 +252,11 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   int64_t n_resident = std::min<int64_t>(p.n_layer - 1, static_cast<int64_t>(left / p.slot_bytes));
   const int64_t n_streamed = p.n_layer - n_resident;
   p.n_ring_slots = std::min(p.n_ring_slots, n_streamed);
-  // Streamed layers spread evenly: layer l streams when floor((l+1) m / n) > floor(l m / n).
+  // Streamed layers spread evenly: layer l streams when floor((l+1) m / n) >
+  // floor(l m / n); in training order the resident ones keep off the turns.
   for (int64_t l = 0; l < p.n_layer; ++l) {
-    const bool streamed = (l + 1) * n_streamed / p.n_layer > l * n_streamed / p.n_layer;
+    const bool streamed = in.training ? !training_resident(l, p.n_layer, n_resident)
+                                      : (l + 1) * n_streamed / p.n_layer > l * n_streamed / p.n_layer;
     LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
     lp.streamed = streamed;
     if (streamed) {
@@ -228,6 +277,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   si.n_layer = p.n_streamed;
   ASSIGN_OR_RETURN(p.stream, plan::plan_stream(si));
   p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
+  if (in.training) RETURN_IF_ERROR(set_training_figures(p, in));
   set_disk_figures(p, in.disk_gbps);
   return p;
 }
@@ -310,11 +360,27 @@ std::string placement_map(const PlacementPlan& p) {
     if (!p.disk_note.empty())
       s += fmt::format("  disk: {:.2f} GB/s, {}; the predictions use it (transfer {}/layer)\n", p.disk_gbps,
                        p.disk_note, ms(p.transfer_s));
-    s += fmt::format("  predicted per step: compute {}, disk {}, stall {} ({}); smallest workable budget {} bytes\n",
-                     ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_stall_s),
-                     p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden", p.min_budget_bytes);
+    if (p.training) {
+      const int64_t reads = plan::training_layer_reads(p.n_streamed, p.n_ring_slots);
+      s += fmt::format("  order: training, forward 0..{} then backward {}..0; the ring keeps the {} streamed layers "
+                       "nearest each turn for both passes: {} layer reads ({}) per micro-batch\n",
+                       p.n_layer - 1, p.n_layer - 1, std::min(p.n_ring_slots, p.n_streamed), reads,
+                       mb(p.train.read_bytes));
+      s += fmt::format("  predicted per micro-batch ({} tokens): compute {} (a layer forward {}, backward {}; head {}), "
+                       "disk {} + {} at the turns, stall {} ({}); smallest workable budget {} bytes\n",
+                       p.tokens_per_step, ms(p.predicted_compute_s), ms(p.layer_compute_s), ms(p.train_backward_s),
+                       ms(p.train_head_s), ms(p.predicted_disk_s), ms(p.predicted_boundary_s),
+                       ms(p.predicted_stall_s), p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden",
+                       p.min_budget_bytes);
+    } else {
+      s += fmt::format("  predicted per step: compute {}, disk {}, stall {} ({}); smallest workable budget {} bytes\n",
+                       ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_stall_s),
+                       p.predicted_stall_s > 0 ? "disk-bound" : "transfers hidden", p.min_budget_bytes);
+    }
   } else if (p.n_expert_slots == 0) {
-    s += "  everything resident: no ring, no stall\n";
+    s += p.training ? fmt::format("  everything resident: no ring, no stall; predicted per micro-batch ({} tokens): "
+                                  "compute {}\n", p.tokens_per_step, ms(p.predicted_compute_s))
+                    : std::string("  everything resident: no ring, no stall\n");
   }
   s += fmt::format("  resident fraction {:.1f}%\n",
                    100.0 * static_cast<double>(host_tensor_bytes) /

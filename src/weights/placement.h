@@ -23,10 +23,20 @@
 //      smallest budget that would.
 //   5. Whole layers fill what is left after the ring; resident layers are spread
 //      evenly between streamed ones, so each run of streamed layers has
-//      resident compute around it to hide transfers behind.
+//      resident compute around it to hide transfers behind. Training
+//      (in.training) walks the layers forward and then back: there the first
+//      and the last layer stream and the resident ones are spread evenly
+//      between them, because at each turn the ring's slots hold the layers
+//      the schedule comes back to and the disk waits until the turn's layer
+//      has been computed both ways; a resident layer next to a turn would only
+//      lengthen that wait. (Which layers are resident does not change the
+//      reads: a resident layer and a ring slot each spare two reads a step.)
 // Predicted per step: compute = n_layer x compute_s, disk = n_streamed x
 // transfer_s, step = max of the two, stall = step - compute. This assumes the
-// ring lets the disk run ahead across resident layers.
+// ring lets the disk run ahead across resident layers. Training predicts per
+// micro-batch with plan::plan_train_stream (plan/train_plan.h): compute of
+// both visits of every layer and the loss head, 2 max(0, S - K) layer reads,
+// and the boundary at the two turns.
 //
 // Pure functions over plain data.
 #pragma once
@@ -38,6 +48,7 @@
 #include "arch/arch_spec.h"  // split_layer_name
 #include "format/model_file.h"
 #include "plan/stream_plan.h"
+#include "plan/train_plan.h"
 #include "sluice/status.h"
 #include "weights/extent_layout.h"
 
@@ -56,6 +67,11 @@ struct PlacementInputs {
   // at tokens_per_step (PlacementPlan::predicted_boundary_s).
   double expert_compute_s = 0;
   double head_compute_s = 0;
+  // Training: layer_compute_s is a layer's forward visit (the ring is sized
+  // on it), train_backward_s its backward visit, head_compute_s the loss head
+  // (forward and backward), all at tokens_per_step tokens a micro-batch.
+  bool training = false;
+  double train_backward_s = 0;
   uint64_t max_gap = kDefaultMaxGap; // extent merging (extent_layout.h)
   bool stream_all = false;           // benchmarks: stream every layer through the full planned
                                      // ring, trimmed to mem_budget_bytes when that is not 0
@@ -138,6 +154,13 @@ struct PlacementPlan {
   double expert_disk_bytes_per_step = 0; // expected expert bytes read per step at that hit rate
   double experts_per_step = 0;           // distinct experts a step chooses over all routed layers
   plan::StreamPlan stream;               // plan_stream over the streamed layers
+  // Training order (PlacementInputs::training): the step is a micro-batch,
+  // its prediction plan_train_stream's (compute, reads, boundary, stall at
+  // the disk rate the plan was made with; the fields above follow the disk).
+  bool training = false;
+  double train_backward_s = 0;  // a layer's backward visit (layer_compute_s: its forward)
+  double train_head_s = 0;      // the loss head
+  plan::TrainStreamPlan train;
   std::string note;                      // why the ring was trimmed, or empty
   std::string io_note;                   // filled by whoever opens the store (io backend)
 };

@@ -1,5 +1,7 @@
 // Placement: the ring size comes from plan_stream, budgets that cannot work are
-// refused with the smallest that would, resident layers spread evenly.
+// refused with the smallest that would, resident layers spread evenly (in
+// training order, off the turns).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "weights/io_engine.h"
@@ -142,6 +144,68 @@ TEST(Placement, ResidentLayersAreSpreadEvenly) {
   for (const LayerPlacement& l : p.layers) row += l.streamed ? 'S' : 'R';
   EXPECT_EQ(row, "RSRSRSRS");
   EXPECT_NE(placement_map(p).find("RSRSRSRS"), std::string::npos);
+}
+
+// Training order: the first and last layer stream and the resident ones are
+// spread between them; the prediction is plan_train_stream's per micro-batch
+// (two visits a layer, 2 (S - K) reads), and inference's placement of the
+// same budget is unchanged.
+TEST(Placement, TrainingKeepsResidentLayersOffTheTurns) {
+  const ModelFile f = fake_model(8);
+  const PlacementPlan probe = plan_placement(f, streaming(2'000'000'000, 0.5)).value();
+  const uint64_t slot = probe.layers[0].extent_bytes;
+  const uint64_t budget = probe.essentials_bytes + 6 * slot + 1000;  // 2 slots + 4 layers
+  PlacementInputs in = streaming(budget, 0.15);  // transfer ~0.1 s: K = 2
+  in.training = true;
+  in.train_backward_s = 0.25;
+  in.head_compute_s = 0.02;
+  in.tokens_per_step = 256;
+  for (int64_t n_resident : {0, 1, 2, 3, 4, 5}) {
+    in.mem_budget_bytes = probe.essentials_bytes + (2 + n_resident) * slot + 1000;
+    const PlacementPlan p = plan_placement(f, in).value();
+    SCOPED_TRACE(fmt::format("{} resident", n_resident));
+    ASSERT_EQ(p.n_ring_slots, 2);
+    ASSERT_EQ(p.n_streamed, 8 - n_resident);
+    EXPECT_TRUE(p.layers.front().streamed);
+    EXPECT_TRUE(p.layers.back().streamed);
+  }
+  in.mem_budget_bytes = budget;
+  const PlacementPlan p = plan_placement(f, in).value();
+  std::string row;
+  for (const LayerPlacement& l : p.layers) row += l.streamed ? 'S' : 'R';
+  EXPECT_EQ(row, "SRSRRSRS");  // resident 1 + floor((2j + 1) 6 / 8): 1, 3, 4, 6
+  EXPECT_NE(placement_map(p).find(row), std::string::npos);
+  EXPECT_EQ(plan_placement(f, streaming(budget, 0.15)).value().layers[0].streamed, false);  // inference: RSRSRSRS
+  // The prediction: compute 8 x (0.15 + 0.25) + 0.02, 2 x (4 - 2) reads, the turns 2 x 0.4 + 0.02.
+  const plan::TrainStreamPlan want = plan::plan_train_stream({.n_layer = 8, .n_streamed = 4, .n_ring_slots = 2,
+                                                              .slot_bytes = static_cast<double>(p.slot_bytes),
+                                                              .forward_s = 0.15, .backward_s = 0.25, .head_s = 0.02,
+                                                              .disk_gbps = 1.0}).value();
+  EXPECT_TRUE(p.training);
+  EXPECT_EQ(p.train.layer_reads, 4);
+  EXPECT_NEAR(p.predicted_compute_s, 8 * 0.4 + 0.02, 1e-12);
+  EXPECT_NEAR(p.predicted_compute_s, want.compute_s, 1e-12);
+  // Four layer reads (each of the middle two streamed layers twice), their own extents.
+  EXPECT_LE(p.train.read_bytes, 4.0 * static_cast<double>(p.slot_bytes));
+  EXPECT_GE(p.train.read_bytes, 4.0 * static_cast<double>(p.slot_bytes - 2 * kDirectAlign));
+  EXPECT_NEAR(p.predicted_disk_s, p.train.read_bytes / 1e9, 1e-12);
+  EXPECT_NEAR(p.predicted_boundary_s, 2 * 0.4 + 0.02, 1e-12);
+  EXPECT_NEAR(p.predicted_step_s(), want.step_s, 1e-12);
+  EXPECT_NEAR(p.predicted_step_s_at(0.5), std::max(want.compute_s, p.train.read_bytes / 0.5e9 + want.boundary_s),
+              1e-12);
+  EXPECT_NEAR(p.predicted_step_s_at(0.1), p.train.read_bytes / 0.1e9 + want.boundary_s, 1e-9);  // disk-bound
+  const std::string map = placement_map(p);
+  for (const char* words : {"order: training", "4 layer reads", "per micro-batch (256 tokens)", "at the turns"})
+    EXPECT_NE(map.find(words), std::string::npos) << words << "\n" << map;
+  // No backward visit: refused by name.
+  in.train_backward_s = 0;
+  EXPECT_EQ(plan_placement(f, in).status().code(), StatusCode::kInvalidArgument);
+  // Everything resident: the training compute, nothing read.
+  in.train_backward_s = 0.25;
+  in.mem_budget_bytes = 0;
+  const PlacementPlan resident = plan_placement(f, in).value();
+  EXPECT_EQ(resident.n_streamed, 0);
+  EXPECT_NEAR(resident.predicted_step_s(), 8 * 0.4 + 0.02, 1e-12);
 }
 
 TEST(Placement, StreamAllUsesTheFullPlannedRing) {

@@ -116,21 +116,36 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
   const TensorInfo* head = output ? output : embd;
   const double head_s =
       head ? roofline_s(static_cast<double>(head->n_bytes), static_cast<double>(head->n_elements()), tokens) : 0.0;
-  ASSIGN_OR_RETURN(PlacementPlan plan, plan_placement(*file, {.mem_budget_bytes = o.mem_budget_bytes,
-                                                               .disk_gbps = cal.disk_read_gbps,
-                                                               .layer_compute_s = compute_s,
-                                                               .tokens_per_step = o.tokens_per_step,
-                                                               .expert_compute_s = expert_s,
-                                                               .head_compute_s = head_s}));
+  PlacementInputs pin{.mem_budget_bytes = o.mem_budget_bytes,
+                       .disk_gbps = cal.disk_read_gbps,
+                       .layer_compute_s = compute_s,
+                       .tokens_per_step = o.tokens_per_step,
+                       .expert_compute_s = expert_s,
+                       .head_compute_s = head_s};
+  std::string compute_line = fmt::format("compute per layer at {} token(s)/step: {:.2f} ms (estimate)",
+                                         o.tokens_per_step, compute_s * 1e3);
+  if (o.training) {
+    // Training's FLOPs at the matmul rate (plan/train_plan.h), visit by visit.
+    ASSIGN_OR_RETURN(const plan::TrainVisitTimes t,
+                     plan::train_visit_times(*file, *o.training, o.tokens_per_step, cal.matmul_tflops));
+    pin.training = true;
+    pin.layer_compute_s = t.forward_s;
+    pin.train_backward_s = t.backward_s;
+    pin.head_compute_s = t.head_s;
+    compute_line = fmt::format("training compute per layer at {} tokens a micro-batch: forward {:.2f} ms, backward "
+                               "{:.2f} ms; loss head {:.2f} ms (estimate: the FLOPs at the matmul rate)",
+                               o.tokens_per_step, t.forward_s * 1e3, t.backward_s * 1e3, t.head_s * 1e3);
+  }
+  ASSIGN_OR_RETURN(PlacementPlan plan, plan_placement(*file, pin));
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store,
                    WeightStore::open(file, std::move(plan),
                                      WeightStoreOptions{.direct = o.direct, .ring_probe_s = o.ring_probe_s}));
   StreamingSetup setup;
   setup.report = fmt::format(
       "[sluice] machine: decode roof {:.1f} GB/s ({}), matmul {:.1f} GFLOP/s, disk read {:.2f} GB/s ({})\n"
-      "[sluice] compute per layer at {} token(s)/step: {:.2f} ms (estimate)\n{}",
+      "[sluice] {}\n{}",
       cal.decode_read_gbps(), cal.weight_read_gbps > 0 ? "weight read" : "memory read", cal.matmul_tflops * 1e3,
-      cal.disk_read_gbps, cal.disk_note, o.tokens_per_step, compute_s * 1e3, store->placement_map());
+      cal.disk_read_gbps, cal.disk_note, compute_line, store->placement_map());
   setup.source = std::make_shared<StoreWeightSource>(std::move(store), hp);
   return setup;
 }

@@ -12,11 +12,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "model/hparams.h"
 #include "model/weight_source.h"
 #include "plan/calibrate.h"
+#include "plan/train_plan.h"
 #include "weights/weight_store.h"
 
 namespace sluice::weights {
@@ -31,6 +33,7 @@ class StoreWeightSource : public LayerWeightSource {
   Status acquire(int64_t layer, LayerWeightPointers* out) override;
   void release(int64_t layer) override { store_->release(layer); }
   void end_step(int64_t n_tokens) override { store_->end_step(n_tokens); }
+  Status set_schedule(std::span<const int64_t> order) override { return store_->set_schedule(order); }
   bool streams_experts() const override { return store_->streams_experts(); }
   void predict_experts(int64_t layer, std::span<const int32_t> experts) override {
     store_->predict_experts(layer, experts);
@@ -66,6 +69,9 @@ struct StreamingOptions {
   // Figures to plan with (from calibrate_for_model on this file); null: probe
   // here. Not owned; read during the call.
   const plan::Calibration* calibration = nullptr;
+  // Fine-tuning: the placement plans training's order and compute
+  // (PlacementInputs::training) for micro-batches of tokens_per_step tokens.
+  std::optional<plan::TrainWorkload> training;
 };
 
 struct StreamingSetup {

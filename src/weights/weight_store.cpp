@@ -208,6 +208,8 @@ Status WeightStore::load(const WeightStoreOptions& options) {
   }
   desired_.reserve(slots_.size());
   reusable_.reserve(slots_.size());
+  order_.resize(static_cast<size_t>(n));
+  for (int64_t l = 0; l < n; ++l) order_[static_cast<size_t>(l)] = l;
   if (streams && options.ring_probe_s > 0) {
     ASSIGN_OR_RETURN(RingReads r, probe_ring_reads(options.ring_probe_s));
     plan_.rerate_disk(static_cast<double>(r.bytes) / r.seconds / 1e9,
@@ -221,7 +223,7 @@ Status WeightStore::load(const WeightStoreOptions& options) {
 }
 
 StatusOr<WeightStore::RingReads> WeightStore::probe_ring_reads(double seconds) {
-  CHECK(!slots_.empty() && !streamed_.empty() && cursor_ < 0);
+  CHECK(!slots_.empty() && !streamed_.empty() && pos_ < 0);
   uint64_t pass_bytes = 0;
   for (int64_t l : streamed_) pass_bytes += layers_[static_cast<size_t>(l)].layout.buffer_bytes;
   const size_t k = slots_.size();
@@ -285,21 +287,50 @@ void WeightStore::drop(int s) {
   slot.layer = -1;
 }
 
-Status WeightStore::fill(int64_t from) {
-  if (streamed_.empty()) return Status();
-  const size_t m = streamed_.size();
-  const size_t want = slots_.size() - static_cast<size_t>(n_acquired_);
-  // The next streamed layers from `from` on, cyclically, skipping held ones.
-  const int64_t start_layer = ((from % plan_.n_layer) + plan_.n_layer) % plan_.n_layer;
-  size_t first = static_cast<size_t>(std::lower_bound(streamed_.begin(), streamed_.end(), start_layer) - streamed_.begin());
-  if (first == m) first = 0;
+void WeightStore::upcoming(int64_t from, size_t want) {
   desired_.clear();
-  for (size_t j = 0; j < m && desired_.size() < want; ++j) {
-    const int64_t l = streamed_[(first + j) % m];
+  const auto period = static_cast<int64_t>(order_.size());
+  const int64_t first = ((from % period) + period) % period;
+  for (int64_t j = 0; j < period && desired_.size() < want; ++j) {
+    const int64_t l = order_[static_cast<size_t>((first + j) % period)];
+    if (!layers_[static_cast<size_t>(l)].streamed) continue;
     const int s = layer_slot_[static_cast<size_t>(l)];
     if (s >= 0 && slots_[static_cast<size_t>(s)].acquired) continue;
+    if (std::find(desired_.begin(), desired_.end(), l) != desired_.end()) continue;
     desired_.push_back(l);
   }
+}
+
+int64_t WeightStore::next_position(int64_t layer) const {
+  const auto period = static_cast<int64_t>(order_.size());
+  for (int64_t j = 1; j <= period; ++j) {
+    const int64_t p = (pos_ + j) % period;
+    if (order_[static_cast<size_t>(p)] == layer) return p;
+  }
+  CHECK(false);  // set_schedule() admits only orders that visit every layer
+  return -1;
+}
+
+Status WeightStore::set_schedule(std::span<const int64_t> order) {
+  const int64_t n = plan_.n_layer;
+  std::vector<bool> seen(static_cast<size_t>(n), false);
+  for (int64_t l : order) {
+    if (l < 0 || l >= n) return invalid_argument("a layer schedule names layer {} of a {}-layer model", l, n);
+    seen[static_cast<size_t>(l)] = true;
+  }
+  for (int64_t l = 0; l < n; ++l) {
+    if (!seen[static_cast<size_t>(l)]) return invalid_argument("a layer schedule never visits layer {}", l);
+  }
+  order_.assign(order.begin(), order.end());
+  pos_ = -1;
+  if (!streamed_.empty() && auto_prefetch_) return fill(0);
+  return Status();
+}
+
+Status WeightStore::fill(int64_t from) {
+  if (streamed_.empty()) return Status();
+  // The next streamed layers of the schedule, skipping held ones.
+  upcoming(from, slots_.size() - static_cast<size_t>(n_acquired_));
   // Slots free to take: empty ones last (taken first), then those holding layers not wanted soon.
   reusable_.clear();
   for (size_t s = 0; s < slots_.size(); ++s) {
@@ -336,15 +367,16 @@ StatusOr<LayerView> WeightStore::acquire(int64_t layer) {
   const LayerInfo& li = layers_[static_cast<size_t>(layer)];
   if (!li.streamed) {
     counters_.add_host_read(li.matrix_bytes);
-    cursor_ = layer;
-    if (auto_prefetch_) RETURN_IF_ERROR(fill(layer + 1));
+    pos_ = next_position(layer);
+    if (auto_prefetch_) RETURN_IF_ERROR(fill(pos_ + 1));
     resident_acquired_s_[static_cast<size_t>(layer)] = now_seconds();
     return LayerView{.layer = layer, .streamed = false, .tensors = li.resident};
   }
   int s = layer_slot_[static_cast<size_t>(layer)];
   CHECK(s < 0 || !slots_[static_cast<size_t>(s)].acquired);  // acquired twice without release
+  const int64_t pos = next_position(layer);
   if (auto_prefetch_) {
-    RETURN_IF_ERROR(fill(layer));  // this layer first, then the ones after it
+    RETURN_IF_ERROR(fill(pos));  // this layer first, then the ones after it
   } else if (s < 0) {
     // Only this layer: an empty slot, else any slot not held.
     int take = -1;
@@ -365,7 +397,7 @@ StatusOr<LayerView> WeightStore::acquire(int64_t layer) {
   Slot& slot = slots_[static_cast<size_t>(s)];
   slot.acquired = true;
   ++n_acquired_;
-  cursor_ = layer;
+  pos_ = pos;
   if (slot.transfer) {
     if (slot.cls != TransferClass::kCritical) {
       arbiter_->reprioritize(slot.transfer, TransferClass::kCritical);
@@ -403,7 +435,7 @@ void WeightStore::release(int64_t layer) {
   slot.acquired = false;
   --n_acquired_;
   if (auto_prefetch_) {
-    const Status st = fill(cursor_ + 1);
+    const Status st = fill(pos_ + 1);
     CHECK(st.ok());  // submit fails only when transfer records run out, which the sizing rules out
   }
 }
@@ -421,20 +453,8 @@ bool WeightStore::prefetch(int64_t layer, TransferClass priority) {
     return true;
   }
   // A slot the automatic read-ahead does not need for the coming layers.
-  const size_t want = slots_.size() - static_cast<size_t>(n_acquired_);
   desired_.clear();
-  if (auto_prefetch_ && !streamed_.empty()) {
-    const size_t m = streamed_.size();
-    const int64_t from = ((cursor_ + 1) % plan_.n_layer + plan_.n_layer) % plan_.n_layer;
-    size_t first = static_cast<size_t>(std::lower_bound(streamed_.begin(), streamed_.end(), from) - streamed_.begin());
-    if (first == m) first = 0;
-    for (size_t j = 0; j < m && desired_.size() < want; ++j) {
-      const int64_t l = streamed_[(first + j) % m];
-      const int ls = layer_slot_[static_cast<size_t>(l)];
-      if (ls >= 0 && slots_[static_cast<size_t>(ls)].acquired) continue;
-      desired_.push_back(l);
-    }
-  }
+  if (auto_prefetch_ && !streamed_.empty()) upcoming(pos_ + 1, slots_.size() - static_cast<size_t>(n_acquired_));
   int take = -1;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];

@@ -18,16 +18,29 @@
 //   ...compute layer i...
 //   release(i)                the slot may now take another layer
 //
-// After acquire(i) (and again after release(i)) the store keeps the next
-// streamed layers after i in flight, as many as free slots allow: with layer i
-// held that is i+1 .. i+K-1, wrapping modulo n_layer into the next step. The
-// first of them goes to the arbiter as kCritical, the rest as kPrefetch. A layer
-// stays in its slot until a later fill reuses the slot, so acquiring it again
-// soon costs no read.
+// The store walks a schedule: one period of the layers in the order they will
+// be acquired, repeating. By default it is 0 .. n_layer-1 (a forward pass per
+// step); training sets 0 .. L-1, L-1 .. 0 (forward, then the backward last
+// layer first) with set_schedule(). After acquire(i) (and again after
+// release(i)) the store keeps the next distinct streamed layers of the
+// schedule in flight, as many as free slots allow: with layer i held in the
+// default order that is i+1 .. i+K-1, wrapping into the next step. The first
+// of them goes to the arbiter as kCritical, the rest as kPrefetch. A layer
+// stays in its slot until a later fill reuses the slot, and a slot is reused
+// only for a layer wanted sooner, so a layer the schedule comes back to within
+// K distinct streamed layers costs no second read.
 //
 //   ring (K = 3), streamed layers 0..5, computing layer 2:
 //     slot 0: [layer 2 acquired]  slot 1: [layer 3 landed]  slot 2: [layer 4 loading]
 //     release(2) -> slot 0 starts layer 5; acquire(5) later wraps: slots take 0, 1 ...
+//
+//   training order (K = 3), streamed layers 0..5:
+//     schedule 0 1 2 3 4 5 | 5 4 3 2 1 0 | 0 1 2 ...
+//     acquire(4) forward: wanted next 4, 5, then 3 (the backward comes back
+//     to it): 3 keeps its slot; after the turn 5, 4, 3 are read once for
+//     both passes, and 0, 1, 2 likewise at the turn into the next step.
+//     Layer reads per step in the steady state: 2 x max(0, S - K) for S
+//     streamed layers (training_layer_reads()).
 //
 // Threads: the layer calls (acquire, release, prefetch, cancel, reprioritize,
 // end_step) come from one thread, the forward pass; counters() and
@@ -122,6 +135,12 @@ class WeightStore {
   void cancel_all();
   // Changes the priority of layer i's transfer; false if it is not loading.
   bool reprioritize(int64_t layer, TransferClass priority);
+  // From now on layers are acquired in `order`, one period of the schedule
+  // that then repeats (see above); the next acquire is order[0]'s. Layers in
+  // slots that the new order wants soon stay there. Errors: an entry outside
+  // 0 .. n_layer-1, or a layer the order never visits.
+  Status set_schedule(std::span<const int64_t> order);
+  std::span<const int64_t> schedule() const { return order_; }
   // Counts the tokens of the step just computed (bytes per token, ...).
   void end_step(int64_t n_tokens) {
     counters_.add_tokens(static_cast<uint64_t>(n_tokens));
@@ -180,8 +199,14 @@ class WeightStore {
 
   WeightStore(std::shared_ptr<const ModelFile> file, PlacementPlan plan, const WeightStoreOptions& options);
   Status load(const WeightStoreOptions& options);
-  // Keeps the next streamed layers from `from` on (cyclic) in the free slots.
+  // Keeps the next streamed layers of the schedule from position `from` on
+  // (cyclic) in the free slots.
   Status fill(int64_t from);
+  // desired_ = the next distinct streamed layers of the schedule from
+  // position `from` on, none held, at most `want` (at most one period).
+  void upcoming(int64_t from, size_t want);
+  // The schedule position of layer's next acquire after pos_.
+  int64_t next_position(int64_t layer) const;
   Status start(int slot, int64_t layer, TransferClass cls);
   // The streamed layers read through the slots as the ring reads them, for
   // `seconds` or four passes over the streamed layers, whichever ends first.
@@ -209,7 +234,8 @@ class WeightStore {
   std::vector<double> resident_acquired_s_;            // [n_layer]
   std::vector<int64_t> desired_;           // fill() scratch, capacity K
   std::vector<int> reusable_;              // fill() scratch, capacity K
-  int64_t cursor_ = -1;                    // last acquired layer
+  std::vector<int64_t> order_;             // one period of the schedule (default 0 .. n_layer-1)
+  int64_t pos_ = -1;                       // schedule position of the last acquire; -1: none yet
   int n_acquired_ = 0;
   WeightCounters counters_;
   std::unique_ptr<ExpertStore> experts_;       // reset by the destructor while the arbiter lives

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "model/synth.h"
+#include "model/weight_source.h"
+#include "plan/train_plan.h"
 #include "weights/weight_store.h"
 #include "weights/weights_test_util.h"
 
@@ -209,6 +211,98 @@ TEST(WeightStore, ReadAheadKeepsTheNextLayersInFlightAndWraps) {
   // After the last layer the ring holds the next step's first layers.
   EXPECT_TRUE(in_ring(0) && in_ring(1) && in_ring(2));
   EXPECT_EQ(ws.state(5), LayerState::kAbsent);
+}
+
+// Training order (forward, then backward in reverse): every acquire gets the
+// file's bytes, the K streamed layers nearest each turn are read once for both
+// passes, and in the steady state a period reads 2 max(0, S - K) layers.
+TEST(WeightStore, TrainingScheduleReadsTheTurnsOnce) {
+  auto file = synth_file("q8_0");
+  const std::vector<int64_t> order = training_schedule(kLayers);
+  for (const auto& [k, n_resident] : {std::pair<int64_t, int64_t>{2, 0}, {3, 0}, {3, 1}, {2, 2}, {2, 3}}) {
+    SCOPED_TRACE(fmt::format("K={} resident={}", k, n_resident));
+    auto store = WeightStore::open(file, plan_with_ring(*file, k, n_resident), {.queue_depth = 4});
+    ASSERT_TRUE(store.ok()) << store.status().to_string();
+    WeightStore& ws = **store;
+    ASSERT_TRUE(ws.set_schedule(order).ok());
+    EXPECT_EQ(std::vector<int64_t>(ws.schedule().begin(), ws.schedule().end()), order);
+    const int64_t s = ws.plan().n_streamed;
+    uint64_t least = UINT64_MAX, most = 0;  // a streamed layer's read (extents differ a little)
+    for (const LayerPlacement& l : ws.plan().layers) {
+      if (!l.streamed) continue;
+      least = std::min(least, l.extent_bytes);
+      most = std::max(most, l.extent_bytes);
+    }
+    std::vector<uint64_t> at_period;
+    for (int period = 0; period < 4; ++period) {
+      at_period.push_back(ws.arbiter_stats().total_bytes());
+      for (int64_t l : order) {
+        auto v = ws.acquire(l);
+        ASSERT_TRUE(v.ok()) << v.status().to_string();
+        expect_layer_matches(*file, *v, l);
+        ws.release(l);
+      }
+    }
+    // Wait for the reads in flight (the next period's first layers) to land.
+    for (int64_t l = 0; l < kLayers; ++l)
+      while (ws.state(l) == LayerState::kLoading) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    at_period.push_back(ws.arbiter_stats().total_bytes());
+    // From the second period on the ring is in its steady state: the reads
+    // issued during a period are the same layers every period.
+    const int64_t reads = plan::training_layer_reads(s, k);
+    EXPECT_EQ(reads, 2 * std::max<int64_t>(0, s - k));
+    for (size_t p = 2; p + 1 < at_period.size(); ++p) {
+      const uint64_t got = at_period[p] - at_period[p - 1];
+      EXPECT_LE(got, static_cast<uint64_t>(reads) * most) << "period " << p;
+      EXPECT_GE(got + static_cast<uint64_t>(reads) * kDirectAlign, static_cast<uint64_t>(reads) * least)
+          << "period " << p;
+    }
+  }
+}
+
+TEST(WeightStore, TrainingScheduleKeepsTheLayersTheBackwardComesBackTo) {
+  auto file = synth_file("f16");
+  auto store = WeightStore::open(file, plan_with_ring(*file, 3, 0), {.queue_depth = 4});
+  ASSERT_TRUE(store.ok());
+  WeightStore& ws = **store;
+  auto in_ring = [&](int64_t l) {
+    const LayerState s = ws.state(l);
+    return s == LayerState::kLoading || s == LayerState::kLanded;
+  };
+  ASSERT_TRUE(ws.set_schedule(training_schedule(kLayers)).ok());
+  for (int64_t l = 0; l < 4; ++l) {
+    ASSERT_TRUE(ws.acquire(l).ok());
+    ws.release(l);
+  }
+  // After forward layer 3 the schedule goes 4, 5, 5, 4, 3: 3 keeps its slot
+  // beside 4 and 5, where the default order would have dropped it for 0.
+  EXPECT_TRUE(in_ring(3) && in_ring(4) && in_ring(5));
+  EXPECT_EQ(ws.state(0), LayerState::kAbsent);
+  ASSERT_TRUE(ws.acquire(4).ok());
+  ws.release(4);
+  ASSERT_TRUE(ws.acquire(5).ok());
+  ws.release(5);
+  // The backward's first three layers are the forward's reads: acquiring
+  // them waits for no transfer (the counter grows when one is waited for).
+  const uint64_t before = ws.counters().disk_read_bytes;
+  for (int64_t l : {5, 4, 3}) {
+    EXPECT_TRUE(in_ring(l)) << l;
+    ASSERT_TRUE(ws.acquire(l).ok());
+    ws.release(l);
+  }
+  EXPECT_EQ(ws.counters().disk_read_bytes, before);
+  EXPECT_TRUE(in_ring(2) && in_ring(1));  // the backward reads ahead
+  // Acquires off the schedule still get their layer (evaluation's forward passes).
+  for (int64_t l = 0; l < kLayers; ++l) {
+    auto v = ws.acquire(l);
+    ASSERT_TRUE(v.ok());
+    expect_layer_matches(*file, *v, l);
+    ws.release(l);
+  }
+  // A schedule that names a layer the model lacks, or skips one, is refused.
+  EXPECT_EQ(ws.set_schedule(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ws.set_schedule(std::vector<int64_t>{0, 1, 2, 3, 5}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ws.set_schedule(std::vector<int64_t>{}).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(WeightStore, ExplicitPrefetchCancelReprioritize) {

@@ -88,7 +88,7 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
     case Op::kRmsnorm:
       return true;  // f32, f16 and q8_0 K/V
     case Op::kLora:
-      return false;
+      return true;  // f32 factors
   }
   return false;
 }
@@ -112,6 +112,8 @@ void CpuBackend::reserve(const ScratchNeeds& n) {
                                                          n.head_dim, pool_->n_threads()));
   }
   grow(attn_seqs_, static_cast<size_t>(std::max<int64_t>(1, n.max_seqs)));
+  needs_.lora_rank = std::max(needs_.lora_rank, n.lora_rank);
+  grow(lora_u_, static_cast<size_t>(needs_.n_tok * needs_.lora_rank));
   if (n.n_expert > 0) {
     const auto pairs = static_cast<size_t>(n.n_tok * n.n_used);
     grow(expert_count_, static_cast<size_t>(n.n_expert));

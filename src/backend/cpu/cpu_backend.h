@@ -13,6 +13,9 @@
 //                 per selected expert, weighted sum in slot order
 //   train_ops()   the training operators (CpuTrainOps, train_ops.h) on the
 //                 same pool and level
+//   lora          u = A x over (token, rank row) items, then y += scale B u
+//                 over (token, 64 outputs) items (cpu_lora.cpp); small calls
+//                 (decode) on the calling thread alone
 //
 // prepare_weights() copies resident matrices into one arena on huge pages,
 // repacked where a faster interleaved layout exists at this level (repack.h:
@@ -76,6 +79,7 @@ class CpuBackend final : public Backend {
   void logits(const LogitsArgs& a) override;
   // The training operators at this backend's level, on its pool (train_ops.h).
   TrainOps* train_ops() override { return &train_ops_; }
+  void lora(const LoraArgs& a) override;
 
  private:
   std::unique_ptr<ThreadPool> pool_;
@@ -85,6 +89,7 @@ class CpuBackend final : public Backend {
   std::vector<uint8_t> act_;              // converted matmul activations
   std::vector<float> attn_partials_;      // paged attention scratch
   std::vector<PagedSeq> attn_seqs_;       // [max_seqs]
+  std::vector<float> lora_u_;             // [n_tok, lora_rank] A x of a lora() call without LoraArgs::u
   // Expert FFN: tokens grouped by expert.
   std::vector<int64_t> expert_count_;     // [n_expert]
   std::vector<int64_t> expert_start_;     // [n_expert + 1]

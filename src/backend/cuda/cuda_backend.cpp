@@ -146,7 +146,23 @@ void CudaBackend::read_floats(const float* src, float* dst, int64_t n) {
 void CudaBackend::write_floats(const float* src, float* dst, int64_t n) {
   flush_add();
   SLUICE_CUDA_OK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDefault, stream_));
-  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // src may go away when this returns
+}
+
+void CudaBackend::lora(const LoraArgs& a) {
+  flush_add();
+  lora_pack_.clear();
+  int32_t n = 0;
+  for (const LoraSegment& sg : a.segs) {
+    CHECK(sg.rank > 0 && sg.rank <= kLoraMaxRank);
+    lora_pack_.push_back({.a = sg.a, .b = sg.b, .tok0 = sg.tok0, .n_tok = static_cast<int32_t>(sg.n_tok),
+                          .rank = static_cast<int32_t>(sg.rank), .scale = sg.scale, .first = n});
+    n += static_cast<int32_t>(sg.n_tok);
+  }
+  if (n == 0) return;
+  const auto* segs = static_cast<const LoraSegDev*>(
+      lora_segs_.upload(lora_pack_.data(), lora_pack_.size() * sizeof(LoraSegDev), stream_));
+  launch_lora(segs, static_cast<int32_t>(lora_pack_.size()), n, a.x, a.y, a.n_in, a.n_out, a.u, a.u_stride, stream_);
 }
 
 float* CudaBackend::scratch(int which, int64_t n) {

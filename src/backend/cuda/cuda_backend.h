@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
 #include "backend/cuda/cuda_weight_ring.h"
 
@@ -129,6 +130,9 @@ class CudaBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override;
   void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
   void logits(const LogitsArgs& a) override;
+  // Runs (cuda_kernels.cuh launch_lora), but supports(kLora) stays false
+  // until the GPU tests have run it against the reference.
+  void lora(const LoraArgs& a) override;
 
   uint64_t bytes_streamed() const override { return ring_ ? ring_->bytes_copied() : 0; }
   cudaStream_t stream() const { return stream_; }
@@ -187,7 +191,8 @@ class CudaBackend final : public Backend {
   size_t vec_left_ = 0;
   std::vector<std::pair<float*, int64_t>> scratch_;  // device scratch areas, floats each
   Staging embed_staging_, rope_staging_;
-  Mirror kv_rows_, attn_, logit_rows_, experts_;
+  Mirror kv_rows_, attn_, logit_rows_, experts_, lora_segs_;
+  std::vector<LoraSegDev> lora_pack_;  // lora(): the segments as the kernel reads them
   std::vector<float> host_logits_;     // route(): the router's outputs
   std::vector<uint8_t> pack_;          // host packing of attention / expert lists
   std::vector<int32_t> order_;         // expert_ffn: experts in compute order

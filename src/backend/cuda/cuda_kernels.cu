@@ -295,7 +295,45 @@ __global__ void expert_sum_kernel(const float* y, const float* w, int64_t n_used
   }
 }
 
+// ---- LoRA ----------------------------------------------------------------
+
+__global__ void lora_kernel(const LoraSegDev* segs, int32_t n_segs, const float* x, float* y, int64_t n_in,
+                            int64_t n_out, float* u_out, int64_t u_stride) {
+  __shared__ float u[kLoraMaxRank];
+  const int32_t i = static_cast<int32_t>(blockIdx.x);
+  int32_t k = 0;
+  while (k + 1 < n_segs && segs[k + 1].first <= i) ++k;
+  const LoraSegDev sg = segs[k];
+  const int64_t t = sg.tok0 + (i - sg.first);
+  const float* xt = x + t * n_in;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+  for (int r = warp; r < sg.rank; r += n_warps) {
+    const float* ar = sg.a + r * n_in;
+    float d = 0.0f;
+    for (int64_t j = lane; j < n_in; j += 32) d += ar[j] * xt[j];
+    d = warp_sum(d);
+    if (lane == 0) u[r] = d;
+  }
+  __syncthreads();
+  if (u_out)
+    for (int r = threadIdx.x; r < sg.rank; r += blockDim.x) u_out[t * u_stride + r] = u[r];
+  float* yt = y + t * n_out;
+  for (int64_t o = threadIdx.x; o < n_out; o += blockDim.x) {
+    const float* bo = sg.b + o * sg.rank;
+    float d = 0.0f;
+    for (int r = 0; r < sg.rank; ++r) d += bo[r] * u[r];
+    yt[o] += sg.scale * d;
+  }
+}
+
 }  // namespace
+
+void launch_lora(const LoraSegDev* segs, int32_t n_segs, int64_t n_tok_total, const float* x, float* y, int64_t n_in,
+                 int64_t n_out, float* u_out, int64_t u_stride, cudaStream_t s) {
+  if (n_segs == 0 || n_tok_total == 0) return;
+  lora_kernel<<<static_cast<unsigned>(n_tok_total), kBlock, 0, s>>>(segs, n_segs, x, y, n_in, n_out, u_out, u_stride);
+  SLUICE_CUDA_LAUNCHED();
+}
 
 void launch_rmsnorm(const float* x, const int64_t* rows, const float* w, float eps, float* out, int64_t n_tok, int64_t n,
                     cudaStream_t s, const float* add) {

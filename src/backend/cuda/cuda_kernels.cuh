@@ -87,4 +87,23 @@ void launch_scatter_rows(const float* src, const int32_t* rows, float* dst, int6
 void launch_expert_sum(const float* y, const float* w, int64_t n_used, const float* ys, const float* gate,
                        const float* x, float* out, int64_t n_tok, int64_t n, cudaStream_t s);
 
+// One segment of a LoRA call (LoraSegment, with the rows' offsets).
+struct LoraSegDev {
+  const float* a = nullptr;  // [rank, n_in]
+  const float* b = nullptr;  // [n_out, rank]
+  int64_t tok0 = 0;          // first row of x / y
+  int32_t n_tok = 0;
+  int32_t rank = 0;          // at most kLoraMaxRank
+  float scale = 1.0f;
+  int32_t first = 0;         // tokens of the call's segments before this one
+};
+constexpr int kLoraMaxRank = 256;
+// Per token t of every segment (one thread block each): u = A x[t] (one warp
+// per rank row, a fixed reduction), then y[t] += scale * B u; with u_out,
+// u_out[t * u_stride + r] = u[r]. The arithmetic of a token depends on its
+// rows only, so a token alone equals it in a batch.
+//   segs: [n_segs] device;  x: [.., n_in]  y: [.., n_out]
+void launch_lora(const LoraSegDev* segs, int32_t n_segs, int64_t n_tok_total, const float* x, float* y, int64_t n_in,
+                 int64_t n_out, float* u_out, int64_t u_stride, cudaStream_t s);
+
 }  // namespace sluice::cuda

@@ -1,0 +1,277 @@
+#include "dist/session.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "arch/arch_spec.h"
+#include "base/meminfo.h"
+#include "base/metrics.h"
+#include "dist/fingerprint.h"
+#include "dist/link_probe.h"
+#include "dist/protocol.h"
+#include "dist/worker.h"
+#include "format/model_file.h"
+#include "model/hparams.h"
+#include "plan/calibrate.h"
+
+namespace sluice::dist {
+namespace {
+
+using nlohmann::json;
+
+// Loading a rank's range may read tens of GB from its disk: that wait gets
+// this many times the step timeout.
+constexpr double kLoadTimeoutFactor = 20;
+
+// The share of available memory a rank without --mem-budget offers for weights.
+constexpr double kAvailableShare = 0.9;
+
+double gib(uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
+double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
+
+// This rank's fingerprint, memory and rates (the planner's probes on the
+// model's own layer, briefly), as the hello message.
+StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, int n_threads, uint64_t mem_budget) {
+  ASSIGN_OR_RETURN(const Fingerprint fp, fingerprint(path));
+  // One rank at a time: ranks sharing a machine would otherwise measure each
+  // other (decode runs the stages in turn, not together).
+  std::vector<uint8_t> turn(1, 0);
+  if (c.rank() > 0)
+    RETURN_IF_ERROR(c.recv_message(c.rank() - 1, kTagTurn, &turn, "the turn to measure",
+                                   c.timeout_s() * kLoadTimeoutFactor));
+  plan::CalibrateOptions co{.n_threads = n_threads, .n_repeats = 3, .mem_bytes = 64ull << 20, .probe_disk = false,
+                            .min_probe_seconds = 0.05};
+  co = plan::with_model_weights(co, file);
+  co.weight_read_bytes = std::min<uint64_t>(co.weight_read_bytes, 256ull << 20);
+  ASSIGN_OR_RETURN(const plan::Calibration cal, plan::calibrate(co));
+  if (c.rank() + 1 < c.size()) RETURN_IF_ERROR(c.send(c.rank() + 1, kTagTurn, turn.data(), 1, "the turn to measure"));
+  const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
+  return json{{"version", fp.version},
+              {"binary_hash", fp.binary_hash},
+              {"model_hash", fp.model_hash},
+              {"model_bytes", fp.model_bytes},
+              {"host", c.host()},
+              {"mem_cap", mem_budget > 0 ? mem_budget
+                                         : static_cast<uint64_t>(kAvailableShare * static_cast<double>(available))},
+              {"budget_given", mem_budget > 0},
+              {"read_gbps", cal.decode_read_gbps()},
+              {"tflops", cal.matmul_tflops},
+              {"n_threads", cal.n_threads}};
+}
+
+Fingerprint fingerprint_of(const json& j) {
+  return Fingerprint{.version = j.at("version").get<std::string>(),
+                     .binary_hash = j.at("binary_hash").get<uint64_t>(),
+                     .model_hash = j.at("model_hash").get<uint64_t>(),
+                     .model_bytes = j.at("model_bytes").get<uint64_t>()};
+}
+
+plan::RankResources resources_of(const json& j) {
+  return plan::RankResources{.host = j.at("host").get<std::string>(),
+                             .mem_cap_bytes = j.at("mem_cap").get<uint64_t>(),
+                             .budget_given = j.at("budget_given").get<bool>(),
+                             .read_gbps = j.at("read_gbps").get<double>(),
+                             .tflops = j.at("tflops").get<double>(),
+                             .n_threads = j.at("n_threads").get<int>()};
+}
+
+Status send_json(Comm& c, int dest, int tag, const json& j, const char* what) {
+  const std::string s = j.dump();
+  return c.send(dest, tag, s.data(), s.size(), what);
+}
+
+StatusOr<json> recv_json(Comm& c, int src, int tag, const char* what, double timeout) {
+  std::vector<uint8_t> msg;
+  RETURN_IF_ERROR(c.recv_message(src, tag, &msg, what, timeout));
+  json j = json::parse(msg.begin(), msg.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return data_loss("rank {} sent a malformed {}", src, what);
+  return j;
+}
+
+// The planner's per-layer figures from the model file: bytes held, and FLOPs
+// per token (routed experts at the share a token uses).
+plan::PipelineInputs shape_inputs(const ModelFile& file, const ModelHparams& hp) {
+  plan::PipelineInputs in;
+  in.n_embd = hp.n_embd;
+  in.layer_bytes.assign(static_cast<size_t>(hp.n_layer), 0);
+  in.layer_flops_per_token.assign(static_cast<size_t>(hp.n_layer), 0.0);
+  for (const TensorInfo& t : file.tensors) {
+    const auto [layer, suffix] = split_layer_name(t.name);
+    const bool matrix = t.ne.size() >= 2;
+    double flops = matrix ? 2.0 * static_cast<double>(t.n_elements()) : 0.0;
+    if (matrix && t.ne.size() == 3 && hp.n_expert > 0)
+      flops *= static_cast<double>(hp.n_expert_used) / static_cast<double>(hp.n_expert);
+    if (layer >= 0 && layer < hp.n_layer) {
+      in.layer_bytes[static_cast<size_t>(layer)] += t.n_bytes;
+      in.layer_flops_per_token[static_cast<size_t>(layer)] += flops;
+    } else {
+      in.head_bytes += t.n_bytes;
+      if (t.name.rfind("output.", 0) == 0) {
+        in.head_flops_per_token += flops;
+        in.head_read_bytes += t.n_bytes;
+      }
+    }
+  }
+  if (in.head_flops_per_token == 0) {  // output tied to the embeddings: the head reads the table
+    for (const TensorInfo& t : file.tensors)
+      if (t.name == "token_embd.weight") {
+        in.head_flops_per_token = 2.0 * static_cast<double>(t.n_elements());
+        in.head_read_bytes += t.n_bytes;
+      }
+  }
+  return in;
+}
+
+std::string placement_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch) {
+  std::string s = fmt::format("[sluice] pipeline of {} ranks (pp); every stage's weights in memory\n", p.n_stages());
+  s += "  rank  host              layers        tier    weights     memory cap              read GB/s  TFLOP/s"
+       "  link to rank 0\n";
+  for (int64_t r = 0; r < p.n_stages(); ++r) {
+    const plan::RankResources& k = in.ranks[static_cast<size_t>(r)];
+    const plan::LayerRange g = p.ranges[static_cast<size_t>(r)];
+    const std::string layers = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +head" : "");
+    const std::string cap = fmt::format("{:.2f} GiB {}", gib(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
+    const plan::LinkFigures& l = p.links[static_cast<size_t>(r)];
+    const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
+    s += fmt::format("  {:<5} {:<17} {:<13} {:<7} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),
+                     layers, "memory", mib(p.stage_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
+  }
+  const double decode = p.step_s(1, 1, 1);
+  double decode_net = 0;
+  for (int64_t r = 0; r < p.n_stages() && p.n_stages() > 1; ++r) decode_net += p.hop_s(r, 1);
+  const int64_t m = p.best_micro_batches(n_batch, 1, kMaxMicroBatches);
+  s += fmt::format(
+      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms "
+      "({:.0f} tokens/s, {} micro-batches); {} bytes per token per hop\n",
+      decode * 1e3, decode_net * 1e3, n_batch, p.step_s(n_batch, 1, m) * 1e3,
+      static_cast<double>(n_batch) / p.step_s(n_batch, 1, m), m, p.hop_bytes(1, 1, 1));
+  return s;
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options) {
+  if (options.mode != "pp")
+    return invalid_argument("unknown --parallel mode '{}' (pp: pipeline; ep is not implemented yet)", options.mode);
+  if (!(options.timeout_s > 0)) return invalid_argument("the parallel timeout must be positive");
+  std::shared_ptr<Session> s(new Session());
+  s->options_ = options;
+  ASSIGN_OR_RETURN(s->comm_, Comm::init(options.timeout_s));
+  return s;
+}
+
+Session::~Session() {
+  if (!driver_) return;
+  if (driver_->failed()) comm_->abort(1);
+  // What crossed each link, per token computed, against the plan's count of
+  // hidden rows (the step plans add their tokens and block tables).
+  const PipelineDriver& d = *driver_;
+  const int S = static_cast<int>(d.plan().n_stages());
+  if (S > 1 && d.tokens() > 0) {
+    std::string links;
+    auto add = [&](int src, int dst, uint64_t planned) {
+      const double per = static_cast<double>(d.link_bytes(src, dst)) / static_cast<double>(d.tokens());
+      links += fmt::format("{}{}->{} {:.0f} B/token (hidden rows {} B)", links.empty() ? "" : ", ", src, dst, per,
+                           planned);
+    };
+    for (int r = 1; r < S; ++r) add(r - 1, r, d.plan().hop_bytes(r, 1, 1));
+    for (int r = 2; r < S; ++r) add(0, r, 0);
+    add(S - 1, 0, d.plan().hop_bytes(0, 1, 1));
+    fmt::print(stderr, "[sluice] pipeline: {} steps in {:.0f} micro-batches, {} tokens; sent {}\n", d.steps(),
+               global_metrics().value("sluice_dist_micro_batches_total"), d.tokens(), links);
+  }
+  if (Status st = driver_->shutdown(); !st.ok()) {
+    fmt::print(stderr, "error: ending the job: {}\n", st.message());
+    comm_->abort(1);
+  }
+}
+
+StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions& o, Session& session) {
+  if (!o.loras.empty())
+    return unimplemented("LoRA adapters are not supported across processes (--parallel) yet; drop --lora");
+  Comm& c = session.comm();
+  const int S = c.size();
+  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
+  ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(mf.metadata));
+  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes));
+  plan::PipelineInputs in = shape_inputs(mf, hp);
+  in.ranks.push_back(resources_of(mine));
+  std::string refusal;
+  for (int r = 1; r < S; ++r) {
+    ASSIGN_OR_RETURN(const json h, recv_json(c, r, kTagHello, "hello", c.timeout_s() * kLoadTimeoutFactor));
+    if (const std::string why = fingerprint_mismatch(fingerprint_of(mine), fingerprint_of(h)); !why.empty())
+      refusal += fmt::format("{}rank {} on {}: {}", refusal.empty() ? "" : "; ", r, h.at("host").get<std::string>(), why);
+    in.ranks.push_back(resources_of(h));
+  }
+  ASSIGN_OR_RETURN(in.links, probe_links(c));
+  StatusOr<plan::PipelinePlan> plan = refusal.empty() ? plan::plan_pipeline(in)
+                                                      : StatusOr<plan::PipelinePlan>(invalid_argument(
+                                                            "the job's processes differ: {}", refusal));
+  if (!plan.ok()) {
+    for (int r = 1; r < S; ++r)
+      RETURN_IF_ERROR(send_json(c, r, kTagControl, {{"ok", false}, {"error", plan.status().message()}}, "setup"));
+    return plan.status();
+  }
+  json ranges = json::array();
+  for (const plan::LayerRange& g : plan->ranges) ranges.push_back({g.begin, g.end});
+  const json setup{{"ok", true},          {"ranges", ranges},          {"n_batch", o.n_batch},
+                   {"n_ctx_max", o.n_ctx_max}, {"ctx_cap", o.ctx_cap}, {"max_seqs", o.max_seqs},
+                   {"repack", o.repack},  {"predict_experts", o.predict_experts}};
+  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, setup, "setup"));
+  LoadOptions mine_opts = o;
+  mine_opts.mem_budget_bytes = 0;  // the plan checked that the range fits
+  mine_opts.layer_begin = plan->ranges[0].begin;
+  mine_opts.layer_end = plan->ranges[0].end;
+  StatusOr<LoadedModel> lm = load_model(path, mine_opts);
+  std::string failures = lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message());
+  for (int r = 1; r < S; ++r) {
+    ASSIGN_OR_RETURN(const json j, recv_json(c, r, kTagHello, "load result", c.timeout_s() * kLoadTimeoutFactor));
+    if (!j.value("ok", false))
+      failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, j.value("error", "?"));
+  }
+  // Every rank waits for the word to go on (or to stop, when any failed).
+  const json go{{"ok", failures.empty()}, {"error", failures}};
+  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, go, "start"));
+  if (!failures.empty()) return unavailable("loading the pipeline's stages failed: {}", failures);
+  session.driver_ = std::make_unique<PipelineDriver>(c, *plan, hp.n_embd, o.n_batch, session.options().abort_grace_s);
+  lm->model->set_stage_runner(session.driver_.get());
+  lm->placement_report = placement_map(*plan, in, o.n_batch);
+  MetricRegistry& reg = global_metrics();
+  reg.gauge("sluice_dist_ranks", "Processes of the job")->set(S);
+  reg.gauge("sluice_dist_predicted_step_seconds", "The pipeline plan's step time", "phase=\"decode\"")
+      ->set(plan->step_s(1, 1, 1));
+  return lm;
+}
+
+Status run_worker(const std::string& path, const WorkerOptions& o, Session& session) {
+  Comm& c = session.comm();
+  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
+  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes));
+  RETURN_IF_ERROR(send_json(c, 0, kTagHello, mine, "hello"));
+  RETURN_IF_ERROR(answer_link_probe(c));
+  ASSIGN_OR_RETURN(const json setup, recv_json(c, 0, kTagControl, "setup", c.timeout_s() * kLoadTimeoutFactor));
+  if (!setup.value("ok", false)) return invalid_argument("rank 0 refused the job: {}", setup.value("error", "?"));
+  const json& ranges = setup.at("ranges");
+  const json& mine_range = ranges.at(static_cast<size_t>(c.rank()));
+  const LoadOptions lo{.n_threads = o.n_threads,
+                       .n_batch = setup.at("n_batch").get<int64_t>(),
+                       .n_ctx_max = setup.at("n_ctx_max").get<int64_t>(),
+                       .ctx_cap = setup.at("ctx_cap").get<int64_t>(),
+                       .max_seqs = setup.at("max_seqs").get<int64_t>(),
+                       .repack = setup.at("repack").get<bool>(),
+                       .predict_experts = setup.at("predict_experts").get<bool>(),
+                       .backend = o.backend,
+                       .layer_begin = mine_range.at(0).get<int64_t>(),
+                       .layer_end = mine_range.at(1).get<int64_t>()};
+  StatusOr<LoadedModel> lm = load_model(path, lo);
+  RETURN_IF_ERROR(send_json(c, 0, kTagHello,
+                            {{"ok", lm.ok()}, {"error", lm.ok() ? "" : lm.status().message()}}, "load result"));
+  ASSIGN_OR_RETURN(const json go, recv_json(c, 0, kTagControl, "start", c.timeout_s() * kLoadTimeoutFactor));
+  if (!go.value("ok", false)) return unavailable("the job did not start: {}", go.value("error", "?"));
+  return run_worker_loop(c, *lm->model, static_cast<int>(ranges.size()));
+}
+
+}  // namespace sluice::dist

@@ -1,0 +1,78 @@
+// Session: this process's part in a job run across processes (--parallel).
+//
+// Every process of the job runs the same command line under an MPI launcher
+// (mpirun). Rank 0 loads through load_pipelined() and goes on as the command
+// would alone (its model's layers beyond its own range run on the other
+// ranks); ranks > 0 call run_worker(), which returns when rank 0 ends the job.
+//
+// Start, on every rank together:
+//
+//   rank r -> 0   hello: fingerprint (binary, model file), memory, measured rates
+//   0 <-> r       link probe (link_probe.h)
+//   0             refuse a job whose fingerprints differ (naming the rank and
+//                 what differs), else plan the cut (plan/pipeline_plan.h)
+//   0 -> r        setup: every rank's layer range and rank 0's load options
+//   every rank    load_model() of its own range; r -> 0: loaded, or why not
+//
+// The placement map (which rank holds which layers, in which tier, the rates
+// and links measured, the predicted step with its network leg) is printed at
+// load and kept in LoadedModel::placement_report. Thread-compatible: the
+// command's thread starts and ends it; the model's forward thread runs steps.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dist/comm.h"
+#include "dist/pipeline.h"
+#include "runtime/load_model.h"
+
+namespace sluice::dist {
+
+struct ParallelOptions {
+  std::string mode = "pp";     // pp: pipeline (layer ranges per rank)
+  double timeout_s = 60;       // what a rank waits for another during a step
+  double abort_grace_s = 3;    // after a failure, before the job is ended
+};
+
+class Session {
+ public:
+  // Joins the job. Errors: an unknown mode, no MPI in this build.
+  static StatusOr<std::shared_ptr<Session>> start(const ParallelOptions& options);
+  // Rank 0: tells the workers to stop, or ends the job with a non-zero exit
+  // when a step failed.
+  ~Session();
+
+  Comm& comm() { return *comm_; }
+  int rank() const { return comm_->rank(); }
+  bool is_worker() const { return comm_->rank() > 0; }
+  const ParallelOptions& options() const { return options_; }
+  // Rank 0, after load_pipelined(): the stage runner its model uses.
+  PipelineDriver* driver() { return driver_.get(); }
+
+ private:
+  friend StatusOr<LoadedModel> load_pipelined(const std::string&, const LoadOptions&, Session&);
+  Session() = default;
+  ParallelOptions options_;
+  std::unique_ptr<Comm> comm_;
+  std::unique_ptr<PipelineDriver> driver_;
+};
+
+// Rank 0: the job's start (above), then rank 0's own range loaded with its
+// stage runner set. Errors: a rank refused or failed (naming it and why), no
+// cut fits the ranks' memory, a rank did not answer in time.
+StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions& options, Session& session);
+
+// What a worker takes from its own command line (the rest comes from rank 0).
+struct WorkerOptions {
+  int n_threads = 0;
+  uint64_t mem_budget_bytes = 0;  // weights it may hold (0: the memory available)
+  std::string backend = "cpu";
+};
+
+// Ranks > 0: the job's start from the other side, then the worker loop
+// (worker.h) until rank 0 ends the job. Errors: refused by rank 0 (the
+// reason), its load failed, a failure during a step.
+Status run_worker(const std::string& path, const WorkerOptions& options, Session& session);
+
+}  // namespace sluice::dist

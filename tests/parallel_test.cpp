@@ -1,0 +1,267 @@
+// End-to-end tests of --parallel pp: the same command run by 2 or 3 processes
+// of an MPI job on this machine (mpirun --oversubscribe) against one process.
+//
+//   Pipeline.RunMatchesOneProcess*   greedy tokens of `sluice run` equal, for
+//                                    dense and routed models (real and synth)
+//   Pipeline.BatchedMatchesOneProcess  bench-serve's requests, batched and cut
+//                                    into micro-batches, equal one process's
+//   Pipeline.Refuses*                a rank with another model file; a cut
+//                                    that does not fit the ranks' budgets
+//   Pipeline.HungRankFailsRequests   serve; a worker stopped (SIGSTOP) mid-
+//                                    request: the request ends with an error
+//                                    within the timeout and the job exits non-zero
+//
+// Each rank runs one thread (-t 1): three ranks share CI's two cores.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "dist/comm.h"
+
+namespace sluice {
+namespace {
+
+using testing::CliResult;
+using testing::run_cli;
+
+std::string model_path(const std::string& rel) { return std::string(SLUICE_SHARED_DIR) + "/models/" + rel; }
+
+// mpirun of `n` ranks, each running `sluice <args>` (root allowed, as CI is).
+std::string mpirun_prefix(int n) {
+  return fmt::format("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp {} "
+                     "--oversubscribe --bind-to none -np {} ",
+                     SLUICE_MPIEXEC, n);
+}
+
+CliResult run_mpi(int n, const std::string& args) {
+  // run_cli prefixes the binary; a shell wrapper puts mpirun before it.
+  const std::string err_path = testing::cli_temp_path("mpi_stderr.txt");
+  const std::string cmd = mpirun_prefix(n) + SLUICE_BINARY + " " + args + " 2>" + err_path;
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "", "popen failed"};
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, got);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  std::remove(err_path.c_str());
+  return r;
+}
+
+class Pipeline : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!dist::have_mpi() || std::string(SLUICE_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI";
+    if (!std::filesystem::exists(model_path("stories260K/stories260K.gguf")))
+      GTEST_SKIP() << "no shared models at " << SLUICE_SHARED_DIR;
+  }
+
+  static std::vector<int32_t> run_tokens(const CliResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    if (j.is_discarded()) return {};
+    return j["tokens"].get<std::vector<int32_t>>();
+  }
+
+  // `run` alone and over n ranks give the same greedy tokens.
+  static void expect_run_matches(const std::string& model, const std::vector<int>& ranks) {
+    const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
+    const std::vector<int32_t> alone = run_tokens(run_cli(args));
+    ASSERT_EQ(alone.size(), 24u);
+    for (int n : ranks) {
+      const CliResult r = run_mpi(n, args + " --parallel pp");
+      EXPECT_EQ(run_tokens(r), alone) << n << " ranks\n" << r.err;
+      EXPECT_NE(r.err.find("pipeline of " + std::to_string(n) + " ranks"), std::string::npos) << r.err;
+    }
+  }
+};
+
+TEST_F(Pipeline, RunMatchesOneProcessDense) { expect_run_matches(model_path("stories260K/stories260K.gguf"), {2, 3}); }
+
+TEST_F(Pipeline, RunMatchesOneProcessMoe) { expect_run_matches(model_path("stories-moe/stories-moe.gguf"), {2, 3}); }
+
+TEST_F(Pipeline, RunMatchesOneProcessSynth) {
+  for (const char* preset : {"tiny-gemma2", "tiny-qwen3moe"}) {
+    const std::string path = testing::cli_temp_path(std::string(preset) + ".gguf");
+    const CliResult w = run_cli(fmt::format("synth --preset {} --layers 3 --type q8_0 -t 1 -o {}", preset, path));
+    ASSERT_EQ(w.exit_code, 0) << w.err;
+    expect_run_matches(path, {2});
+    std::filesystem::remove(path);
+  }
+}
+
+TEST_F(Pipeline, BatchedMatchesOneProcess) {
+  for (const auto& [model, ranks] : std::vector<std::pair<std::string, std::vector<int>>>{
+           {"stories260K/stories260K.gguf", {2, 3}}, {"stories-moe/stories-moe.gguf", {2}}}) {
+    const std::string out = testing::cli_temp_path("outputs.json");
+    const std::string args = "bench-serve -m " + model_path(model) +
+                             " --requests 6 --prompt-len uniform:4:40 --output-len 10 --arrival all --max-seqs 6"
+                             " -t 1 --json --dump-outputs " + out;
+    auto outputs = [&](const CliResult& r) {
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      std::ifstream f(out);
+      return nlohmann::json::parse(f, nullptr, false);
+    };
+    const nlohmann::json alone = outputs(run_cli(args));
+    ASSERT_EQ(alone.size(), 6u);
+    for (int n : ranks) {
+      const CliResult r = run_mpi(n, args + " --parallel pp");
+      EXPECT_EQ(outputs(r), alone) << model << ", " << n << " ranks\n" << r.err;
+      // The prefill step was cut into micro-batches: more of them than steps.
+      int steps = 0, micro = 0;
+      const size_t at = r.err.find("[sluice] pipeline: ");
+      ASSERT_NE(at, std::string::npos) << r.err;
+      ASSERT_EQ(std::sscanf(r.err.c_str() + at, "[sluice] pipeline: %d steps in %d micro-batches", &steps, &micro), 2);
+      EXPECT_GT(micro, steps) << r.err;
+    }
+    std::filesystem::remove(out);
+  }
+}
+
+TEST_F(Pipeline, RefusesAnotherModelFile) {
+  const std::string a = model_path("stories260K/stories260K.gguf"), b = model_path("stories-moe/stories-moe.gguf");
+  // MPMD: rank 0 and rank 1 run the same command on different files.
+  const std::string cmd = fmt::format("-np 1 {} run -m {} -p hi -n 2 -t 1 --parallel pp : -np 1 {} run -m {} -p hi "
+                                      "-n 2 -t 1 --parallel pp",
+                                      SLUICE_BINARY, a, SLUICE_BINARY, b);
+  const std::string err_path = testing::cli_temp_path("mpmd_stderr.txt");
+  const int status = std::system((mpirun_prefix(1).substr(0, mpirun_prefix(1).find("-np")) + cmd + " >/dev/null 2>" +
+                                  err_path).c_str());
+  std::ifstream e(err_path);
+  const std::string err((std::istreambuf_iterator<char>(e)), {});
+  EXPECT_NE(status, 0);
+  EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("its model differs from rank 0's"), std::string::npos) << err;
+}
+
+TEST_F(Pipeline, RefusesBudgetsTooSmall) {
+  const CliResult r = run_mpi(2, "run -m " + model_path("stories260K/stories260K.gguf") +
+                                     " -p hi -n 2 -t 1 --mem-budget 100K --parallel pp");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot be cut into 2 ranges that fit"), std::string::npos) << r.err;
+}
+
+// The pid of the child of `parent` whose MPI rank is `rank` (from its environment).
+pid_t rank_pid(pid_t parent, int rank) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != parent) continue;
+    std::ifstream env(e.path() / "environ");
+    const std::string vars((std::istreambuf_iterator<char>(env)), {});
+    if (vars.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos)
+      return static_cast<pid_t>(std::stoi(name));
+  }
+  return -1;
+}
+
+TEST_F(Pipeline, HungRankFailsRequests) {
+  const std::string err_path = testing::cli_temp_path("serve_stderr.txt");
+  const std::string cmd = mpirun_prefix(2) + SLUICE_BINARY + " serve -m " +
+                          model_path("stories260K/stories260K.gguf") +
+                          " --port 0 -t 1 --parallel pp --parallel-timeout 2 2>" + err_path;
+  const pid_t mpirun = fork();
+  ASSERT_GE(mpirun, 0);
+  if (mpirun == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto read_err = [&] {
+    std::ifstream e(err_path);
+    return std::string((std::istreambuf_iterator<char>(e)), {});
+  };
+  // The port rank 0 bound (printed), then the model loaded.
+  int port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::string err = read_err();
+    const size_t at = err.find("listening on http://127.0.0.1:");
+    if (at != std::string::npos) port = std::atoi(err.c_str() + at + 30);
+  }
+  ASSERT_GT(port, 0) << read_err();
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  bool up = false;
+  for (int i = 0; i < 600 && !up; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto h = c.Get("/health");
+    up = h && h->status == 200;
+  }
+  ASSERT_TRUE(up) << "server did not come up\n" << read_err();
+  const pid_t worker = rank_pid(mpirun, 1);
+  ASSERT_GT(worker, 0);
+  // A streamed generation; the worker stops answering once tokens flow.
+  const nlohmann::json body{{"model", "llama"}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0},
+                            {"ignore_eos", true}, {"stream", true}};
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  std::string stream;
+  bool stopped = false;
+  auto t_stop = std::chrono::steady_clock::now();
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    stream.append(data, len);
+    if (!stopped && stream.find("\"text\"") != std::string::npos) {
+      kill(worker, SIGSTOP);
+      stopped = true;
+      t_stop = std::chrono::steady_clock::now();
+    }
+    return true;
+  };
+  auto res = c.send(req);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_stop).count();
+  ASSERT_TRUE(res) << "no response";
+  ASSERT_TRUE(stopped) << stream;
+  EXPECT_NE(stream.find("service_unavailable"), std::string::npos) << stream;
+  EXPECT_NE(stream.find("did not complete"), std::string::npos) << stream;
+  EXPECT_LT(took, 20.0);
+  // A request after the failure fails at once with 503, until the job ends.
+  auto again = c.Post("/v1/completions", nlohmann::json{{"model", "llama"}, {"prompt", "Hi"}, {"max_tokens", 4}}.dump(), "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 503) << again->body;
+  // The job ends by itself, non-zero.
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 300 && done == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    done = waitpid(mpirun, &status, WNOHANG);
+  }
+  if (done == 0) {
+    kill(worker, SIGKILL);
+    kill(-mpirun, SIGKILL);
+    waitpid(mpirun, &status, 0);
+    FAIL() << "the job did not end";
+  }
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string err = read_err();
+  EXPECT_NE(err.find("the pipeline failed"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace sluice

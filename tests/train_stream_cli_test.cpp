@@ -1,0 +1,100 @@
+// The README's fine-tuning over a streamed base, end to end through the CLI:
+// `finetune --mem-budget ... --json` reports the planned and the measured
+// steps, `plan train` the same placement per micro-batch size with the
+// crossover, and bad requests fail cleanly.
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+
+namespace sluice {
+namespace {
+
+using ::sluice::testing::CliResult;
+using ::sluice::testing::run_cli;
+
+const std::string kStories = std::string(SLUICE_SOURCE_DIR) + "/tests/data/finetune/stories.txt";
+
+// An 8-layer model at the tiny preset's layer shape, Q8_0, 512-token
+// vocabulary: 7.0 MB, a third of which holds the essentials and two slots.
+const std::string& base() {
+  static const std::string path = [] {
+    const std::string p = ::testing::TempDir() + "/train_stream_cli_base.gguf";
+    CliResult s = run_cli("synth --preset tiny --layers 8 --vocab 512 --type q8_0 --seed 3 -o " + p);
+    EXPECT_EQ(s.exit_code, 0) << s.err;
+    return p;
+  }();
+  return path;
+}
+
+TEST(TrainStreamCli, FinetuneUnderABudgetReportsPlannedAndMeasuredSteps) {
+  const std::string out = ::testing::TempDir() + "/train_stream_cli_adapter.gguf";
+  CliResult r = run_cli("finetune -m " + base() + " -d " + kStories + " -o " + out +
+                        " --steps 3 --batch 2 --seq 16 --rank 4 --val-split 0 --backend reference -t 2"
+                        " --mem-budget 2.4M --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("order: training"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("predicted against measured"), std::string::npos) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["steps"], 3);
+  EXPECT_EQ(j["timed_steps"], 2);
+  ASSERT_TRUE(j["streamed"].get<bool>());
+  const nlohmann::json& s = j["stream"];
+  EXPECT_EQ(s["micro_batches"], 1);
+  const double predicted = s["predicted_read_bytes"], measured = s["measured_read_bytes"];
+  EXPECT_GT(predicted, 0.0);
+  EXPECT_LE(measured, predicted);
+  EXPECT_GE(measured, 0.99 * predicted);
+  EXPECT_GE(s["predicted_step_s"].get<double>(), s["predicted_compute_s"].get<double>());
+  std::filesystem::remove(out);
+}
+
+TEST(TrainStreamCli, PlanTrainGivesThePlacementPerMicroBatchAndTheCrossover) {
+  CliResult r = run_cli("plan train -m " + base() +
+                        " --budget-fraction 0.34 --tflops 0.002 --disk-gbps 0.1 --tokens 4,64,1024 --seq 16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["rows"].size(), 3u);
+  const nlohmann::json& few = j["rows"][0];
+  const nlohmann::json& many = j["rows"][2];
+  // The reads do not depend on the tokens; compute does: the overhead falls.
+  EXPECT_EQ(few["layer_reads"], many["layer_reads"]);
+  EXPECT_GT(few["layer_reads"].get<int>(), 0);
+  EXPECT_EQ(few["layer_reads"], 2 * (few["n_streamed"].get<int>() - few["n_ring_slots"].get<int>()));
+  EXPECT_GT(few["overhead"].get<double>(), many["overhead"].get<double>());
+  EXPECT_EQ(few["bound"], "disk");
+  EXPECT_NEAR(many["compute_s"].get<double>() / few["compute_s"].get<double>(), 256, 256 * 0.05);
+  // Below the crossover the step is the reads and the turns; past it, compute.
+  const double five = j["tokens_overhead_5pct"];
+  EXPECT_GT(five, 4.0);
+  EXPECT_LT(five, 1024.0);
+  EXPECT_EQ(many["bound"], "compute");
+  EXPECT_EQ(j["layers"].get<std::string>().front(), 'S');
+  EXPECT_EQ(j["layers"].get<std::string>().back(), 'S');
+  // The text form names the crossover.
+  CliResult t = run_cli("plan train -m " + base() + " --budget-gb 0.0024 --tflops 0.002 --disk-gbps 0.1 --seq 16");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("crossover"), std::string::npos) << t.out;
+}
+
+TEST(TrainStreamCli, BadRequestsFailCleanly) {
+  // No budget, both budgets, no rates, not a GGUF, a budget too small.
+  for (const char* args :
+       {" --tflops 1 --disk-gbps 1", " --budget-gb 1 --budget-fraction 0.3 --tflops 1 --disk-gbps 1",
+        " --budget-fraction 0.3", " --budget-fraction 0.3 --tflops 1 --disk-gbps 1 --tokens 0"}) {
+    CliResult r = run_cli("plan train -m " + base() + std::string(args));
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_NE(r.err.find("error:"), std::string::npos) << args << ": " << r.err;
+  }
+  CliResult folder = run_cli("plan train -m " + ::testing::TempDir() + " --budget-gb 1 --tflops 1 --disk-gbps 1");
+  EXPECT_EQ(folder.exit_code, 1);
+  CliResult small = run_cli("plan train -m " + base() + " --budget-fraction 0.05 --tflops 1 --disk-gbps 1");
+  EXPECT_EQ(small.exit_code, 1);
+  EXPECT_NE(small.err.find("smallest budget"), std::string::npos) << small.err;
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,30 @@
+#include "cli_parallel.h"
+
+#include <fmt/format.h>
+
+namespace sluice::cli {
+
+void add_parallel_options(CLI::App* c, ParallelArgs* args) {
+  c->add_option("--parallel", args->mode,
+                "run across the processes of an MPI job (mpirun -np N ...): pp = pipeline, each rank holds a range "
+                "of layers and rank 0 the rest of the work")
+      ->check(CLI::IsMember({"pp"}));
+  c->add_option("--parallel-timeout", args->timeout_s,
+                "seconds a rank waits for another during a step before the request fails and the job ends")
+      ->capture_default_str();
+}
+
+StatusOr<std::shared_ptr<dist::Session>> join_parallel(const ParallelArgs& args, const std::string& model,
+                                                       const dist::WorkerOptions& worker,
+                                                       std::optional<int>* worker_exit) {
+  if (args.mode.empty()) return std::shared_ptr<dist::Session>();
+  ASSIGN_OR_RETURN(std::shared_ptr<dist::Session> s,
+                   dist::Session::start({.mode = args.mode, .timeout_s = args.timeout_s}));
+  if (!s->is_worker()) return s;
+  const Status st = dist::run_worker(model, worker, *s);
+  if (!st.ok()) fmt::print(stderr, "error: rank {}: {}\n", s->rank(), st.message());
+  *worker_exit = st.ok() ? 0 : 1;
+  return s;
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,132 @@
+// sluice plan train: essay 002's training model on this machine's tiers. For
+// each micro-batch size, the placement a memory budget gives a fine-tuning
+// run (weights::plan_placement in training order, exactly as `finetune
+// --mem-budget` makes it at load) and its predicted step (plan/train_plan.h):
+// compute, layer reads, stall, overhead against the base resident; then the
+// crossover past which the overhead stays below 5%.
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "cmd_plan.h"
+#include "plan/train_plan.h"
+#include "train/step_meter.h"
+#include "weights/placement.h"
+#include "weights/store_source.h"
+
+namespace sluice::cli::plan_cmd {
+
+using nlohmann::json;
+namespace pl = sluice::plan;
+
+int run_train(const PlanArgs& a) {
+  if (!a.model.ends_with(".gguf")) {
+    return fail(invalid_argument("plan train places a GGUF file as finetune streams it; give one with -m (`sluice "
+                                 "synth` writes one at a preset's shape), not '{}'", a.model));
+  }
+  auto mf = open_model_file(a.model);
+  if (!mf.ok()) return fail(mf.status());
+  const ModelFile& file = *mf;
+  const double total = static_cast<double>(file.total_tensor_bytes());
+  if ((a.budget_gb > 0) == (a.budget_fraction > 0)) {
+    return fail(invalid_argument("give the weights' memory budget as --budget-gb or as --budget-fraction of the "
+                                 "model's {:.3f} GB (one of them)", total / 1e9));
+  }
+  if (a.budget_fraction > 1) return fail(invalid_argument("--budget-fraction is a share of the model (0 to 1)"));
+  const auto budget = static_cast<uint64_t>(a.budget_gb > 0 ? a.budget_gb * 1e9 : a.budget_fraction * total);
+  if (a.seq < 1 || a.train_tokens.empty()) return fail(invalid_argument("--seq and --tokens must be at least 1"));
+  for (int64_t t : a.train_tokens) {
+    if (t < 1) return fail(invalid_argument("--tokens must be at least 1, got {}", t));
+  }
+
+  // Rates: this machine's (the probes finetune's load runs), or given.
+  double tflops = a.tflops, disk_gbps = a.disk_gbps;
+  std::string rates_note = "given";
+  if (a.calibrate) {
+    auto cal = weights::calibrate_for_model(file, a.n_threads);
+    if (!cal.ok()) return fail(cal.status());
+    if (!(tflops > 0)) tflops = cal->matmul_tflops;
+    if (!(disk_gbps > 0)) disk_gbps = cal->disk_read_gbps;
+    rates_note = fmt::format("calibrated: {} matmul on the model's layer, {}", dtype_name(cal->matmul_type),
+                             cal->disk_note);
+  }
+  if (!(tflops > 0) || !(disk_gbps > 0)) {
+    return fail(invalid_argument("plan train needs the compute and disk rates: --calibrate (this machine), or "
+                                 "--tflops and --disk-gbps"));
+  }
+  auto work = train_workload(a.seq, a.rank, a.targets, "");
+  if (!work.ok()) return fail(work.status());
+
+  std::string t = fmt::format("model     {}: {} of tensors\n", a.model, weights::format_bytes(total));
+  t += fmt::format("rates     matmul {:.1f} GFLOP/s, disk {:.2f} GB/s ({})\n", tflops * 1e3, disk_gbps, rates_note);
+  t += fmt::format("run       budget {} ({:.0f}% of the model); sequences of up to {} tokens, LoRA rank {} on {}\n",
+                   weights::format_bytes(static_cast<double>(budget)), 100.0 * static_cast<double>(budget) / total,
+                   a.seq, a.rank, a.targets);
+  t += fmt::format("\n{:>7} {:>3} {:>9} {:>6} {:>10} {:>11} {:>9} {:>9} {:>10} {:>9}  {}\n", "tokens", "K", "resident",
+                   "reads", "read", "compute", "disk", "turns", "step", "overhead", "bound");
+  json rows = json::array();
+  weights::PlacementPlan last;
+  int64_t last_tokens = 0;
+  for (int64_t n : a.train_tokens) {
+    pl::TrainWorkload w = *work;
+    w.seq_len = std::min(a.seq, n);
+    auto times = pl::train_visit_times(file, w, n, tflops);
+    if (!times.ok()) return fail(times.status());
+    auto p = weights::plan_placement(file, {.mem_budget_bytes = budget,
+                                            .disk_gbps = disk_gbps,
+                                            .layer_compute_s = times->forward_s,
+                                            .tokens_per_step = n,
+                                            .head_compute_s = times->head_s,
+                                            .training = true,
+                                            .train_backward_s = times->backward_s});
+    if (!p.ok()) return fail(p.status());
+    const pl::TrainStreamPlan& tp = p->train;
+    t += fmt::format("{:>7} {:>3} {:>9} {:>6} {:>10} {:>11} {:>9} {:>9} {:>10} {:>8.1f}%  {}\n", n, p->n_ring_slots,
+                     fmt::format("{}/{}", p->n_layer - p->n_streamed, p->n_layer), tp.layer_reads,
+                     weights::format_bytes(tp.read_bytes), weights::format_seconds(tp.compute_s),
+                     weights::format_seconds(tp.disk_s), weights::format_seconds(tp.boundary_s),
+                     weights::format_seconds(tp.step_s), 100 * tp.overhead, pl::stream_bound_name(tp.bound));
+    rows.push_back({{"tokens", n}, {"seq", w.seq_len}, {"n_ring_slots", p->n_ring_slots},
+                    {"n_ring_slots_planned", p->n_ring_slots_planned}, {"n_streamed", p->n_streamed},
+                    {"n_layer", p->n_layer}, {"layer_reads", tp.layer_reads}, {"read_bytes", tp.read_bytes},
+                    {"forward_s", times->forward_s}, {"backward_s", times->backward_s}, {"head_s", times->head_s},
+                    {"compute_s", tp.compute_s}, {"disk_s", tp.disk_s}, {"boundary_s", tp.boundary_s},
+                    {"step_s", tp.step_s}, {"stall_s", tp.stall_s}, {"overhead", tp.overhead},
+                    {"bound", pl::stream_bound_name(tp.bound)}});
+    last = std::move(*p);
+    last_tokens = n;
+  }
+  // The crossover, from the largest micro-batch's plan (compute and the turns
+  // scale with the tokens, the reads do not).
+  const std::optional<double> hide = pl::tokens_for_overhead(last.train, last_tokens, 0.0);
+  const std::optional<double> five = pl::tokens_for_overhead(last.train, last_tokens, 0.05);
+  auto tokens_text = [](const std::optional<double>& x) {
+    return x ? fmt::format("{:.0f}", std::ceil(*x)) : std::string("never (the turns alone exceed it)");
+  };
+  std::string row;
+  for (const weights::LayerPlacement& l : last.layers) row += l.streamed ? 'S' : 'R';
+  t += fmt::format("\nlayers    {} (R resident, S streamed), ring K = {} slots of {} (plan_stream on a forward "
+                   "visit: K = {}); host buffer: none, the ring in RAM is the staging\n",
+                   row, last.n_ring_slots, weights::format_bytes(static_cast<double>(last.slot_bytes)),
+                   last.n_ring_slots_planned);
+  t += fmt::format("reads     forward then backward: 2 x (S - K) = {} layer reads a micro-batch at any size "
+                   "(the K streamed layers nearest each turn serve both passes)\n",
+                   last.train.layer_reads);
+  t += fmt::format("crossover overhead below 5% from {} tokens a micro-batch; transfers wholly hidden from {} "
+                   "(sequences of {})\n",
+                   tokens_text(five), tokens_text(hide), std::min(a.seq, last_tokens));
+  auto opt = [](const std::optional<double>& x) { return x ? json(*x) : json(nullptr); };
+  emit(a, json{{"model", a.model}, {"budget_bytes", budget}, {"compute_tflops", tflops}, {"disk_gbps", disk_gbps},
+               {"layers", row}, {"rows", rows}, {"tokens_overhead_5pct", opt(five)}, {"tokens_no_overhead", opt(hide)}},
+       t);
+  return 0;
+}
+
+}  // namespace sluice::cli::plan_cmd
