@@ -22,6 +22,16 @@ const char* op_name(Op op) {
     case Op::kAdd: return "residual add";
     case Op::kRmsnorm: return "RMSNorm";
     case Op::kLora: return "LoRA";
+    case Op::kMatmulT: return "matmul_t (training)";
+    case Op::kRmsnormBackward: return "RMSNorm backward";
+    case Op::kRope: return "RoPE on rows (training)";
+    case Op::kGlu: return "GLU (training)";
+    case Op::kGluBackward: return "GLU backward";
+    case Op::kTrainAttention: return "training attention";
+    case Op::kTrainAttentionBackward: return "training attention backward";
+    case Op::kCrossEntropy: return "cross-entropy";
+    case Op::kLoraBackward: return "LoRA backward";
+    case Op::kAdamW: return "AdamW";
   }
   return "?";
 }

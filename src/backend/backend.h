@@ -235,15 +235,24 @@ struct ScratchNeeds {
 };
 
 // The operators of the interface below, one per method (a fusion is one
-// operator), for supports() and the op-case list (op_cases.h).
+// operator), and of its TrainOps (train_ops(): backend/train_ops.h, from
+// kMatmulT on), for supports() and the op-case list (op_cases.h).
 enum class Op {
   kMatmul, kNormMatmul, kGluMatmul, kQkvStore, kAttention, kRoute, kExpertFfn, kLogits, kEmbed,
   kRopeTables, kAdd, kRmsnorm, kLora,
+  // TrainOps: supports() says yes only where train_ops() is not null.
+  kMatmulT, kRmsnormBackward, kRope, kGlu, kGluBackward, kTrainAttention, kTrainAttentionBackward,
+  kCrossEntropy, kLoraBackward, kAdamW,
 };
 // Every Op (a new one goes here too: the op-case list checks each has cases).
-inline constexpr Op kAllOps[] = {Op::kMatmul, Op::kNormMatmul, Op::kGluMatmul, Op::kQkvStore, Op::kAttention,
-                                 Op::kRoute,  Op::kExpertFfn,  Op::kLogits,    Op::kEmbed,    Op::kRopeTables,
-                                 Op::kAdd,    Op::kRmsnorm,    Op::kLora};
+inline constexpr Op kAllOps[] = {
+    Op::kMatmul,        Op::kNormMatmul,      Op::kGluMatmul, Op::kQkvStore,       Op::kAttention,
+    Op::kRoute,         Op::kExpertFfn,       Op::kLogits,    Op::kEmbed,          Op::kRopeTables,
+    Op::kAdd,           Op::kRmsnorm,         Op::kLora,      Op::kMatmulT,        Op::kRmsnormBackward,
+    Op::kRope,          Op::kGlu,             Op::kGluBackward, Op::kTrainAttention, Op::kTrainAttentionBackward,
+    Op::kCrossEntropy,  Op::kLoraBackward,    Op::kAdamW};
+// Whether op is one of TrainOps' (kMatmulT and after).
+constexpr bool is_train_op(Op op) { return static_cast<int>(op) >= static_cast<int>(Op::kMatmulT); }
 const char* op_name(Op op);
 
 // How a backend's matmuls round their activations before multiplying them

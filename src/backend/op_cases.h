@@ -53,7 +53,12 @@ struct Tol {
   enum Kind { kNmse, kBits, kWritten };
   Kind kind = kNmse;
   double max_nmse = 0;
+  bool skip_unwritten = false;  // elements the reference leaves NaN are not compared
   static Tol nmse(double e) { return {.kind = kNmse, .max_nmse = e}; }
+  // By normalized error where the reference writes: for an operator that
+  // leaves rows outside its call as they were (training attention's rows in
+  // no sequence), which both backends then leave NaN.
+  static Tol nmse_where_written(double e) { return {.kind = kNmse, .max_nmse = e, .skip_unwritten = true}; }
   // The same bits.
   static Tol bits() { return {.kind = kBits}; }
   // Only written (finite, guards intact): an intermediate no bound is set
@@ -112,6 +117,8 @@ class OpRun {
   // The same in host memory (logits, routing), floats or int32.
   float* host_out(const std::string& name, int64_t n_rows, int64_t row_len, Tol tol);
   int32_t* host_ints(const std::string& name, int64_t n_rows, int64_t row_len);
+  // The same in doubles (compared as floats; cross-entropy's losses), NaN-poisoned.
+  double* host_doubles(const std::string& name, int64_t n_rows, int64_t row_len, Tol tol);
   // An output taken now, from a buffer a later operator overwrites.
   void snapshot(const std::string& name, const float* data, int64_t n_rows, int64_t row_len, Tol tol);
   // Copies of the views of one dispatch group, prepared by the backend (when
@@ -125,10 +132,12 @@ class OpRun {
 
  private:
   static constexpr int64_t kGuard = 64;  // floats each side
+  static constexpr double kDoubleCanary = -1.2345e300;  // host_doubles' guards
   struct Declared {
     OpOutput out;
     std::unique_ptr<Buffer> device;    // [guard][n][guard] in the backend's memory, or
     std::vector<float> host;           // the same in host memory
+    std::vector<double> doubles;       // or [guard][n][guard] doubles
     bool ints = false;
     bool taken = false;                // a snapshot: out.values already read
   };
@@ -185,7 +194,15 @@ void add_matmul_cases(OpCaseList& list);     // embed, matmul, norm_matmul, glu_
 void add_attention_cases(OpCaseList& list);  // rope_tables, qkv_store, attention
 void add_moe_cases(OpCaseList& list);        // route, expert_ffn
 void add_norm_cases(OpCaseList& list);       // add, rmsnorm
+void add_train_cases(OpCaseList& list);      // TrainOps but attention: matmul_t, backward ops, cross-entropy, AdamW
+void add_train_attention_cases(OpCaseList& list);  // TrainOps' attention and its backward
 const OpCaseList& op_case_list();
+
+// The harness, for tests that run cases in other ways (cpu/cpu_levels_test.cpp:
+// at every instruction-set level): one run of a case over tokens t0 .. t0 + n - 1,
+// and the comparison of a backend's outputs with the reference's.
+OpOutputs run_case(OpCase& c, Backend& be, bool prepare, int64_t t0, int64_t n);
+void compare(const OpOutputs& got, const OpOutputs& want);
 
 // The weight types every matmul-like operator is tested with.
 inline constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,   DType::kQ8_0,  DType::kQ4_0,

@@ -212,6 +212,7 @@ class LoraCase final : public OpCase {
         segs.push_back({.tok0 = lo - t0, .n_tok = hi - lo, .a = r.in(a_[i]), .b = r.in(b_[i]), .rank = s.rank,
                         .scale = s.scale});
     }
+    r.be().reserve({.n_tok = n_tok_, .lora_rank = 16});
     const double tol = matmul_tolerance(DType::kF32, ActRounding::kNone, 2);
     r.be().lora({.x = r.in(rows(x_, n_in_)), .y = r.inout("y", rows(y_, n_out_), n_out_, Tol::nmse(tol)),
                  .n_in = n_in_, .n_out = n_out_, .segs = segs,

@@ -40,10 +40,9 @@ float silu(float g) { return g / (1.0f + std::exp(-g)); }
 ReferenceBackend::ReferenceBackend() : pool_(std::make_unique<ThreadPool>(1)) {}
 
 bool ReferenceBackend::supports(Op op, const OpTypes& types) const {
-  // Every operator; the activation of gated FFNs is SwiGLU only so far.
-  if (op == Op::kGluMatmul) return true;  // SwiGLU and GeGLU
+  // Every operator, training's included (ReferenceTrainOps); the experts'
+  // activation is SwiGLU only so far.
   if (op == Op::kExpertFfn) return types.act == Activation::kSilu;
-  if (op == Op::kLora) return true;
   return true;  // dot_row and dequantize_row cover every DType
 }
 

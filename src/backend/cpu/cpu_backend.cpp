@@ -89,6 +89,18 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
       return true;  // f32, f16 and q8_0 K/V
     case Op::kLora:
       return true;  // f32 factors
+    case Op::kMatmulT:
+      return train_ops_.supports_matmul_t(types.weight, WeightLayout::kRows);  // and the repacked layouts
+    case Op::kRmsnormBackward:
+    case Op::kRope:
+    case Op::kGlu:
+    case Op::kGluBackward:
+    case Op::kTrainAttention:
+    case Op::kTrainAttentionBackward:
+    case Op::kCrossEntropy:
+    case Op::kLoraBackward:
+    case Op::kAdamW:
+      return true;  // CpuTrainOps
   }
   return false;
 }

@@ -127,6 +127,17 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
       return matmul_supports(t.weight);
     case Op::kLora:
       return false;
+    case Op::kMatmulT:
+    case Op::kRmsnormBackward:
+    case Op::kRope:
+    case Op::kGlu:
+    case Op::kGluBackward:
+    case Op::kTrainAttention:
+    case Op::kTrainAttentionBackward:
+    case Op::kCrossEntropy:
+    case Op::kLoraBackward:
+    case Op::kAdamW:
+      return false;  // no TrainOps (train_ops() is null)
   }
   return false;
 }
