@@ -204,6 +204,11 @@ const OpCaseList& op_case_list();
 OpOutputs run_case(OpCase& c, Backend& be, bool prepare, int64_t t0, int64_t n);
 void compare(const OpOutputs& got, const OpOutputs& want);
 
+// A prefill-size token count: past the token tiles of the CPU's and the GPU's
+// matmuls and attention, where kernels take their batched paths. A kernel
+// that switches path at another count gets a case at it (one add() line).
+inline constexpr int64_t kPrefillTokens = 128;
+
 // The weight types every matmul-like operator is tested with.
 inline constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,   DType::kQ8_0,  DType::kQ4_0,
                                          DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,   DType::kQ2_K,  DType::kQ3_K,

@@ -1,8 +1,8 @@
 // Op cases of RoPE and attention: rope_tables, and qkv_store (bias, q/k norms,
 // RoPE, the K/V rows into the store) followed by paged attention, over three
 // sequences on scrambled blocks (one decoding, two prefilling), for each KV
-// dtype and for head sizes, windows, soft-caps, RoPE layouts and long decodes
-// that split the keys.
+// dtype and for head sizes, windows, soft-caps, RoPE layouts, long decodes
+// that split the keys, and a prefill-size first sequence (AttnShape::prefill_tok).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -46,6 +46,7 @@ struct AttnShape {
   int64_t decode_pos;  // the decoding sequence's position
   bool full_qkv;       // v bias and q/k norms too; history through qkv_store at its positions
   double out_nmse;     // the attention output's tolerance
+  int64_t prefill_tok = 20;  // the first sequence's new tokens, from position 0 (a prefill)
 };
 
 // Sequence i: n_tok[i] new tokens at pos0[i]; the blocks taken from a
@@ -58,15 +59,17 @@ class AttentionCase final : public OpCase {
   explicit AttentionCase(const AttnShape& s) : s_(s) {
     n_q_ = kHead * s.head_dim, n_kv_ = kHeadKv * s.head_dim;
     pos0_[1] = s.decode_pos;
+    new_tok_[0] = s.prefill_tok;
     const int64_t dec_blocks = (s.decode_pos + 1 + kBs - 1) / kBs;
-    n_blocks_ = dec_blocks + 4;
+    const int64_t pre_blocks = (s.prefill_tok + kBs - 1) / kBs;
+    n_blocks_ = dec_blocks + pre_blocks + 2;
     std::vector<int32_t> pool(static_cast<size_t>(n_blocks_));
     std::iota(pool.begin(), pool.end(), 0);
     std::reverse(pool.begin(), pool.end());
-    tables_ = {{pool[0], pool[1]}, {}, {pool[2]}};
-    for (int64_t b = 0; b < dec_blocks; ++b) tables_[1].push_back(pool[static_cast<size_t>(3 + b)]);
+    tables_ = {std::vector<int32_t>(pool.begin(), pool.begin() + pre_blocks), {}, {pool[static_cast<size_t>(pre_blocks)]}};
+    for (int64_t b = 0; b < dec_blocks; ++b) tables_[1].push_back(pool[static_cast<size_t>(pre_blocks + 1 + b)]);
     for (int i = 0; i < 3; ++i) {
-      for (int64_t j = 0; j < kNewTok[i]; ++j) {
+      for (int64_t j = 0; j < new_tok_[i]; ++j) {
         positions_.push_back(pos0_[i] + j);
         rows_.push_back(row(i, pos0_[i] + j));
       }
@@ -108,8 +111,8 @@ class AttentionCase final : public OpCase {
   void run(OpRun& r, int64_t, int64_t) override {
     Backend& be = r.be();
     const auto nh = static_cast<int64_t>(hist_rows_.size());
-    be.reserve({.n_tok = std::max(n_, nh), .n_in_max = n_q_, .n_ctx = s_.decode_pos + 1, .n_head = kHead,
-                .n_head_kv = kHeadKv, .head_dim = s_.head_dim, .max_seqs = 3});
+    be.reserve({.n_tok = std::max(n_, nh), .n_in_max = n_q_, .n_ctx = std::max(s_.decode_pos + 1, s_.prefill_tok),
+                .n_head = kHead, .n_head_kv = kHeadKv, .head_dim = s_.head_dim, .max_seqs = 3});
     const KvLayout layout{.n_layer = 2, .n_embd_kv = n_kv_, .block_size = kBs, .dtype = s_.kv, .n_head_kv = kHeadKv};
     KvStore& kv = r.kv(layout, n_blocks_);
     auto store = [&](float* q, float* k, float* v, const std::vector<int64_t>& pos, const std::vector<int64_t>& rows,
@@ -131,8 +134,8 @@ class AttentionCase final : public OpCase {
     store(q, r.in(k_), r.in(v_), positions_, rows_, true);
     float* out = r.out("out", n_, n_q_, Tol::nmse(s_.out_nmse));
     std::vector<AttentionSeq> seqs;
-    for (int64_t i = 0, t = 0; i < 3; t += kNewTok[i], ++i)
-      seqs.push_back({.q = q + t * n_q_, .out = out + t * n_q_, .n_tok = kNewTok[i], .pos0 = pos0_[i],
+    for (int64_t i = 0, t = 0; i < 3; t += new_tok_[i], ++i)
+      seqs.push_back({.q = q + t * n_q_, .out = out + t * n_q_, .n_tok = new_tok_[i], .pos0 = pos0_[i],
                       .block_table = tables_[static_cast<size_t>(i)].data()});
     be.attention({.seqs = seqs, .kv = &kv, .layer = 1, .n_head = kHead, .n_head_kv = kHeadKv,
                   .head_dim = s_.head_dim, .scale = 1.0f / std::sqrt(static_cast<float>(s_.head_dim)),
@@ -141,7 +144,7 @@ class AttentionCase final : public OpCase {
 
  private:
   static constexpr int64_t kHead = 8, kHeadKv = 2, kBs = 16;
-  static constexpr int64_t kNewTok[3] = {20, 1, 9};
+  int64_t new_tok_[3] = {20, 1, 9};  // per sequence: prefilling, decoding, prefilling on history
   int64_t row(int i, int64_t p) const {
     return int64_t{tables_[static_cast<size_t>(i)][static_cast<size_t>(p / kBs)]} * kBs + p % kBs;
   }
@@ -178,6 +181,11 @@ void add_attention_cases(OpCaseList& list) {
   const char* names[] = {"f32_d64", "f16_d64_adjacent", "f16_d128_long_split", "f32_d8_adjacent",
                          "f16_d256_window_softcap", "f32_d96_long_split"};
   for (size_t i = 0; i < std::size(full); ++i) add<AttentionCase>(list, std::string("qkv_attention_") + names[i], full[i]);
+  // A prefill-size first sequence beside the decode.
+  add<AttentionCase>(list, "qkv_attention_f16_d128_prefill" + std::to_string(kPrefillTokens),
+                     AttnShape{KvDtype::kF16, 128, 0, 0.0f, RopeLayout::kNeox, 300, true, 1e-7, kPrefillTokens});
+  add<AttentionCase>(list, "qkv_attention_f32_d64_window_prefill" + std::to_string(kPrefillTokens),
+                     AttnShape{KvDtype::kF32, 64, 40, 0.0f, RopeLayout::kNeox, 37, true, 1e-10, kPrefillTokens});
 }
 
 }  // namespace sluice::op_cases

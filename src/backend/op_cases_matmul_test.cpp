@@ -244,9 +244,14 @@ void add_matmul_cases(OpCaseList& list) {
                        t, int64_t{512}, int64_t{768}, int64_t{11}, act, int64_t{37});
     add<GluCase>(list, "geglu_" + ty + "_512x256_t6", t, int64_t{256}, int64_t{512}, int64_t{6}, Activation::kGelu);
     add<MatmulCase>(list, "matmul_" + ty + "_1024x300_t13", t, int64_t{1024}, int64_t{300}, int64_t{13});
+    add<MatmulCase>(list, "matmul_" + ty + "_1024x300_prefill" + std::to_string(kPrefillTokens), t, int64_t{1024},
+                    int64_t{300}, kPrefillTokens);
     if (dtype_traits(t).block_size <= 32)  // an odd number of 32-blocks, 37 rows
       add<MatmulCase>(list, "matmul_" + ty + "_96x37_t5", t, int64_t{96}, int64_t{37}, int64_t{5});
   }
+  for (DType t : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
+    add<NormGluCase>(list, "norm_glu_" + std::string(dtype_name(t)) + "_256x512_prefill" + std::to_string(kPrefillTokens),
+                     t, int64_t{256}, int64_t{512}, kPrefillTokens, Activation::kSilu, int64_t{37});
   const std::vector<int32_t> tokens = {5, 95, 0, 5};
   add<EmbedCase>(list, "embed_q8_0_64x96", DType::kQ8_0, int64_t{64}, int64_t{96}, tokens);
   add<EmbedCase>(list, "embed_f16_64x96", DType::kF16, int64_t{64}, int64_t{96}, tokens);

@@ -117,6 +117,12 @@ void add_moe_cases(OpCaseList& list) {
   add<ExpertFfnCase>(list, "expert_ffn_q8_0_6x256x96_top2_shared_q4_K_160",
                      MoeShape{DType::kQ8_0, 6, 2, 256, 96, 9, DType::kQ4_K, 160, 2e-4});
   add<ExpertFfnCase>(list, "expert_ffn_q4_K_4x256x256_top2", MoeShape{DType::kQ4_K, 4, 2, 256, 256, 5, DType::kF32, 0, 8e-4});
+  // More rows per expert than a pass of 8 tokens (17 tokens, 8 of 16 experts);
+  // a type with 8-bit activations and one decoded to float.
+  add<ExpertFfnCase>(list, "expert_ffn_q8_0_16x128x96_top8_t17",
+                     MoeShape{DType::kQ8_0, 16, 8, 128, 96, 17, DType::kF32, 0, 4e-4});
+  add<ExpertFfnCase>(list, "expert_ffn_q4_1_16x128x96_top8_t17",
+                     MoeShape{DType::kQ4_1, 16, 8, 128, 96, 17, DType::kF32, 0, 4e-4});
 }
 
 }  // namespace sluice::op_cases
