@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend_registry.h"
 #include "base/test_data.h"
 #include "cli_runner.h"
 
@@ -117,6 +118,21 @@ TEST(Cli, RunOnCudaGivesReferenceTokensOrSaysWhyNot) {
   CliResult t = run_cli(run + "--backend cuda --gpu-budget 100K");
   EXPECT_EQ(t.exit_code, 1) << t.err;
   EXPECT_NE(t.err.find("smallest"), std::string::npos) << t.err;
+}
+
+// --backend's help lists every registered backend, and for one that cannot
+// run here, why.
+TEST(Cli, BackendHelpSaysWhichBackendsRunHere) {
+  CliResult r = run_cli("run --help");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--backend"), std::string::npos) << r.out;
+  for (const RegisteredBackend& b : registered_backends()) {
+    EXPECT_NE(r.out.find(std::string("  ") + b.name + " "), std::string::npos) << b.name << "\n" << r.out;
+    const std::string why = b.unavailable();
+    if (!why.empty()) {
+      EXPECT_NE(r.out.find("unavailable: " + why), std::string::npos) << r.out;
+    }
+  }
 }
 
 TEST(Cli, RunStreamsOnlyTheContinuation) {

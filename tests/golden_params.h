@@ -1,15 +1,18 @@
 // The golden suites' parameter: "FORMAT" runs the model from that file form on
 // the CPU backend, "FORMAT@BACKEND" on the named backend (the seam's other
-// implementations reproduce the reference too).
+// implementations reproduce the reference too); golden_params() adds one
+// "gguf@BACKEND" per registered backend.
 #pragma once
 
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
+#include "backend/backend_registry.h"
 
 namespace sluice::testing {
 
@@ -30,6 +33,14 @@ inline GoldenParam parse_golden_param(const std::string& param) {
     else g.skip = be.status().to_string();
   }
   return g;
+}
+
+// The formats on the default backend (BackendOptions::name), then the GGUF
+// on every other registered one ("gguf@reference", "gguf@cuda", ...).
+inline std::vector<std::string> golden_params(std::vector<std::string> formats) {
+  for (const RegisteredBackend& b : registered_backends())
+    if (b.name != BackendOptions{}.name) formats.push_back(std::string("gguf@") + b.name);
+  return formats;
 }
 
 // gtest names: "gguf@reference" -> "gguf_reference".

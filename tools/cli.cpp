@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend_registry.h"
 #include "base/timer.h"
 
 namespace sluice::cli {
@@ -28,11 +29,17 @@ StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
 }
 
 void add_backend_option(CLI::App* c, std::string* name) {
-  c->add_option("--backend", *name,
-                "backend the model runs on: cpu, cuda (an NVIDIA GPU; in builds where CMake found nvcc), or "
-                "reference (scalar, slow: for checking)")
-      ->check(CLI::IsMember({"cpu", "cuda", "reference"}))
+  std::vector<std::string> names;
+  for (const RegisteredBackend& b : registered_backends()) names.push_back(b.name);
+  c->add_option("--backend", *name, fmt::format("backend the model runs on: {} (see Backends below)", backend_names()))
+      ->check(CLI::IsMember(names))
       ->capture_default_str();
+  // Asked only when help is printed: whether a GPU is there is probed then.
+  c->footer([] {
+    std::string s = "Backends (--backend):\n" + describe_backends();
+    s.pop_back();  // the formatter ends the footer's line
+    return s;
+  });
 }
 
 namespace {

@@ -3,12 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/cpu_backend.h"
 #include "base/check.h"
-#include "backend/reference_backend.h"
-#ifdef SLUICE_HAVE_CUDA
-#include "backend/cuda/cuda_api.h"
-#endif
 
 namespace sluice {
 
@@ -23,7 +18,20 @@ const char* op_name(Op op) {
     case Op::kExpertFfn: return "expert FFN";
     case Op::kLogits: return "logits";
     case Op::kEmbed: return "embedding";
+    case Op::kRopeTables: return "RoPE tables";
+    case Op::kAdd: return "residual add";
+    case Op::kRmsnorm: return "RMSNorm";
     case Op::kLora: return "LoRA";
+    case Op::kMatmulT: return "matmul_t (training)";
+    case Op::kRmsnormBackward: return "RMSNorm backward";
+    case Op::kRope: return "RoPE on rows (training)";
+    case Op::kGlu: return "GLU (training)";
+    case Op::kGluBackward: return "GLU backward";
+    case Op::kTrainAttention: return "training attention";
+    case Op::kTrainAttentionBackward: return "training attention backward";
+    case Op::kCrossEntropy: return "cross-entropy";
+    case Op::kLoraBackward: return "LoRA backward";
+    case Op::kAdamW: return "AdamW";
   }
   return "?";
 }
@@ -75,23 +83,6 @@ float shared_gate_weight(const float* gate, const float* x, int64_t n) {
   float dot = 0;
   for (int64_t i = 0; i < n; ++i) dot += gate[i] * x[i];
   return 1.0f / (1.0f + std::exp(-dot));
-}
-
-StatusOr<std::shared_ptr<Backend>> create_backend(const BackendOptions& o) {
-  if (o.device_budget_bytes > 0 && o.name != "cuda")
-    return invalid_argument("--gpu-budget is a budget of GPU memory: it applies to --backend cuda, not {} "
-                            "(host memory for weights is --mem-budget)",
-                            o.name);
-  if (o.name == "cpu") return std::shared_ptr<Backend>(std::make_shared<cpu::CpuBackend>(cpu::CpuBackendOptions{.n_threads = o.n_threads}));
-  if (o.name == "reference") return std::shared_ptr<Backend>(std::make_shared<ReferenceBackend>());
-  if (o.name == "cuda") {
-#ifdef SLUICE_HAVE_CUDA
-    return cuda::create_cuda_backend({.budget_bytes = o.device_budget_bytes});
-#else
-    return unimplemented("the cuda backend is not in this build (CMake found no nvcc at configure time)");
-#endif
-  }
-  return invalid_argument("unknown backend '{}' (cpu, cuda, reference)", o.name);
 }
 
 }  // namespace sluice

@@ -234,9 +234,36 @@ struct ScratchNeeds {
   int64_t lora_rank = 0;    // the largest adapter rank lora() sees (0: none)
 };
 
-// The operators, for supports().
-enum class Op { kMatmul, kNormMatmul, kGluMatmul, kQkvStore, kAttention, kRoute, kExpertFfn, kLogits, kEmbed, kLora };
+// The operators of the interface below, one per method (a fusion is one
+// operator), and of its TrainOps (train_ops(): backend/train_ops.h, from
+// kMatmulT on), for supports() and the op-case list (op_cases.h).
+enum class Op {
+  kMatmul, kNormMatmul, kGluMatmul, kQkvStore, kAttention, kRoute, kExpertFfn, kLogits, kEmbed,
+  kRopeTables, kAdd, kRmsnorm, kLora,
+  // TrainOps: supports() says yes only where train_ops() is not null.
+  kMatmulT, kRmsnormBackward, kRope, kGlu, kGluBackward, kTrainAttention, kTrainAttentionBackward,
+  kCrossEntropy, kLoraBackward, kAdamW,
+};
+// Every Op (a new one goes here too: the op-case list checks each has cases).
+inline constexpr Op kAllOps[] = {
+    Op::kMatmul,        Op::kNormMatmul,      Op::kGluMatmul, Op::kQkvStore,       Op::kAttention,
+    Op::kRoute,         Op::kExpertFfn,       Op::kLogits,    Op::kEmbed,          Op::kRopeTables,
+    Op::kAdd,           Op::kRmsnorm,         Op::kLora,      Op::kMatmulT,        Op::kRmsnormBackward,
+    Op::kRope,          Op::kGlu,             Op::kGluBackward, Op::kTrainAttention, Op::kTrainAttentionBackward,
+    Op::kCrossEntropy,  Op::kLoraBackward,    Op::kAdamW};
+// Whether op is one of TrainOps' (kMatmulT and after).
+constexpr bool is_train_op(Op op) { return static_cast<int>(op) >= static_cast<int>(Op::kMatmulT); }
 const char* op_name(Op op);
+
+// How a backend's matmuls round their activations before multiplying them
+// with weights of a type; the reference backend does not. How far its results
+// may lie from the reference's follows from it (the op-case list's tolerances).
+enum class ActRounding {
+  kNone,           // float activations: only the summation order differs
+  kBF16,           // rounded to bf16
+  kInt8Blocks32,   // int8 in blocks of 32 with a float scale each
+  kInt8Blocks256,  // int8 in blocks of 256 with a float scale each
+};
 
 // The data types an operator instance would see.
 struct OpTypes {
@@ -269,6 +296,8 @@ class Backend {
   // Whether the operator runs with these types (e.g. a matmul kernel for the
   // weight type, an attention kernel for the KV dtype).
   virtual bool supports(Op op, const OpTypes& types) const = 0;
+  // How matmuls with weights of this type round their activations. Default: not at all.
+  virtual ActRounding matmul_act_rounding(DType weight) const { return ActRounding::kNone; }
   // Threads for host-side work around the operators (sampling draws).
   virtual ThreadPool& host_pool() = 0;
 
@@ -283,7 +312,8 @@ class Backend {
   // buffers of a backend that is not host-visible. Default: memcpy.
   virtual void read_floats(const float* src, float* dst, int64_t n);
   // Copies n floats from host memory into a buffer of alloc() (adapters'
-  // factors at load), in order with the operators. Default: memcpy.
+  // factors at load; how tests fill the buffers of a backend that is not
+  // host-visible), in order with the operators. Default: memcpy.
   virtual void write_floats(const float* src, float* dst, int64_t n);
   // Sizes the operators' scratch for calls up to `needs` (grows, never
   // shrinks; a backend shared by two models keeps the larger of each).
@@ -352,14 +382,16 @@ float shared_gate_weight(const float* gate, const float* x, int64_t n);
 
 // Options for the backends create_backend() knows.
 struct BackendOptions {
-  std::string name = "cpu";  // "cpu", "cuda" (builds with nvcc) or "reference"
+  std::string name = "cpu";  // a registered backend (backend_registry.h): "cpu", "cuda", "reference"
   int n_threads = 0;         // <= 0: one per core
   // cuda: device memory for the weights; those beyond it stream from pinned
   // host memory through a ring of device slots (0: all resident).
   uint64_t device_budget_bytes = 0;
 };
 
-// A backend by name. Errors: an unknown name (the message lists the known ones).
+// A backend by name, from the registry (backend_registry.h). Errors: an
+// unknown name (the message lists the known ones), a backend that cannot run
+// here (the message says why), --gpu-budget for a backend that takes none.
 StatusOr<std::shared_ptr<Backend>> create_backend(const BackendOptions& options);
 
 }  // namespace sluice

@@ -1,309 +1,362 @@
-// Every operator of the CPU backend against the reference backend, the way a
-// new backend is tested: same inputs, outputs in guarded NaN-poisoned
-// buffers, compared by normalized error. Plus the contracts the engine relies
-// on: a token's output does not depend on the batch around it (bit for bit),
-// and prepared (repacked) weights give the bits of GGUF rows.
+// Every operator of every registered backend against the reference backend:
+// the op-case list (op_cases.h) on each backend that can run here, one test
+// per backend and case; a backend that cannot run here skips with the reason,
+// an operator a backend does not support (supports()) skips with its name.
+// Set SLUICE_OP_CASES_VERBOSE=1 to print each output's error and tolerance.
+// Plus what the list relies on: every operator has cases, the reference's
+// variants differ, and each backend's KV blocks copy and swap.
 #include "backend/backend.h"
 
-#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <numeric>
+#include <set>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/op_test_util.h"
+#include "backend/backend_registry.h"
+#include "backend/op_cases.h"
 #include "backend/reference_backend.h"
-#include "kv/kv_store.h"
-#include "quant/quant.h"
 
-namespace sluice {
+namespace sluice::op_cases {
+
+// Measured on the list's cases (SLUICE_OP_CASES_VERBOSE), with margin.
+double matmul_tolerance(DType weight, ActRounding rounding, int depth) {
+  switch (rounding) {
+    case ActRounding::kNone:  // summation order only
+      return weight == DType::kF32 ? 1e-10 : 1e-9;
+    case ActRounding::kBF16:  // ~2^-9 relative per element
+      return depth == 1 ? 2e-5 : 8e-5;
+    case ActRounding::kInt8Blocks32:
+      return depth == 1 ? 1.5e-4 : 4e-4;
+    case ActRounding::kInt8Blocks256:  // one scale per 256 elements
+      return depth == 1 ? 4e-4 : 1.6e-3;
+  }
+  return 0;
+}
+
+const OpOutput* find_output(const OpOutputs& outs, const std::string& name) {
+  for (const OpOutput& o : outs)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+const OpCaseList& op_case_list() {
+  static const OpCaseList list = [] {
+    OpCaseList l;
+    add_matmul_cases(l);
+    add_attention_cases(l);
+    add_moe_cases(l);
+    add_norm_cases(l);
+    add_train_cases(l);
+    add_train_attention_cases(l);
+    return l;
+  }();
+  return list;
+}
+
+// --- OpRun ------------------------------------------------------------------
+
+float* OpRun::in(std::span<const float> values) {
+  ins_.push_back(be_.alloc(std::max<size_t>(values.size(), 1) * sizeof(float)));
+  float* p = ins_.back()->floats();
+  be_.write_floats(values.data(), p, static_cast<int64_t>(values.size()));
+  return p;
+}
+
+// [kGuard canaries][the values, or NaN][kGuard canaries], in the backend's
+// memory (d.device) or on the host.
+float* OpRun::guarded(Declared& d, std::span<const float> init) {
+  const auto n = static_cast<size_t>(d.out.n_rows * d.out.row_len);
+  std::vector<float> all(n + 2 * kGuard);
+  for (float& f : all) std::memcpy(&f, &cpu::testing::kCanaryBits, 4);
+  for (size_t i = 0; i < n; ++i) all[kGuard + i] = init.empty() ? std::numeric_limits<float>::quiet_NaN() : init[i];
+  if (!d.device) {
+    d.host = std::move(all);
+    return d.host.data() + kGuard;
+  }
+  be_.write_floats(all.data(), d.device->floats(), static_cast<int64_t>(all.size()));
+  return d.device->floats() + kGuard;
+}
+
+float* OpRun::out(const std::string& name, int64_t n_rows, int64_t row_len, Tol tol) {
+  Declared& d = outs_.emplace_back();
+  d.out = {.name = name, .n_rows = n_rows, .row_len = row_len, .tol = tol};
+  d.device = be_.alloc(static_cast<size_t>(n_rows * row_len + 2 * kGuard) * sizeof(float));
+  return guarded(d, {});
+}
+
+float* OpRun::inout(const std::string& name, std::span<const float> values, int64_t row_len, Tol tol) {
+  Declared& d = outs_.emplace_back();
+  d.out = {.name = name, .n_rows = static_cast<int64_t>(values.size()) / row_len, .row_len = row_len, .tol = tol};
+  d.device = be_.alloc((values.size() + 2 * kGuard) * sizeof(float));
+  return guarded(d, values);
+}
+
+float* OpRun::host_out(const std::string& name, int64_t n_rows, int64_t row_len, Tol tol) {
+  Declared& d = outs_.emplace_back();
+  d.out = {.name = name, .n_rows = n_rows, .row_len = row_len, .tol = tol};
+  return guarded(d, {});
+}
+
+int32_t* OpRun::host_ints(const std::string& name, int64_t n_rows, int64_t row_len) {
+  Declared& d = outs_.emplace_back();
+  d.out = {.name = name, .n_rows = n_rows, .row_len = row_len, .tol = Tol::bits()};
+  d.ints = true;
+  float* p = guarded(d, {});
+  std::fill_n(reinterpret_cast<int32_t*>(p), n_rows * row_len, -1);  // no id
+  return reinterpret_cast<int32_t*>(p);
+}
+
+double* OpRun::host_doubles(const std::string& name, int64_t n_rows, int64_t row_len, Tol tol) {
+  Declared& d = outs_.emplace_back();
+  d.out = {.name = name, .n_rows = n_rows, .row_len = row_len, .tol = tol};
+  d.doubles.assign(static_cast<size_t>(n_rows * row_len + 2 * kGuard), kDoubleCanary);
+  std::fill_n(d.doubles.begin() + kGuard, n_rows * row_len, std::numeric_limits<double>::quiet_NaN());
+  return d.doubles.data() + kGuard;
+}
+
+void OpRun::snapshot(const std::string& name, const float* data, int64_t n_rows, int64_t row_len, Tol tol) {
+  Declared& d = outs_.emplace_back();
+  d.out = {.name = name, .n_rows = n_rows, .row_len = row_len, .tol = tol, .guards_intact = true};
+  d.out.values.resize(static_cast<size_t>(n_rows * row_len));
+  be_.read_floats(data, d.out.values.data(), n_rows * row_len);
+  d.taken = true;
+}
+
+std::span<const WeightView> OpRun::weights(std::initializer_list<WeightView> group) {
+  std::vector<WeightView>& views = views_.emplace_back(group);
+  if (prepare_) {
+    std::vector<WeightView*> ptrs;
+    for (WeightView& v : views) ptrs.push_back(&v);
+    const WeightGroup g(ptrs.data(), ptrs.size());
+    PreparedWeights p = be_.prepare_weights(std::span(&g, 1));
+    EXPECT_TRUE(p.status.ok()) << p.status.to_string();
+    prepared_.push_back(std::move(p));
+  }
+  return views;
+}
+
+KvStore& OpRun::kv(const KvLayout& layout, int64_t n_blocks) {
+  StatusOr<KvStore> kv = be_.create_kv(layout, n_blocks);
+  EXPECT_TRUE(kv.ok()) << kv.status().to_string();
+  return kvs_.emplace_back(std::move(kv).value());
+}
+
+OpOutputs OpRun::finish() {
+  OpOutputs outs;
+  for (Declared& d : outs_) {
+    OpOutput o = d.out;
+    if (!d.taken) {
+      const auto n = static_cast<size_t>(o.n_rows * o.row_len);
+      std::vector<float> all = d.host;
+      if (!d.doubles.empty()) {
+        o.guards_intact = true;
+        for (size_t i = 0; i < kGuard; ++i)
+          o.guards_intact &= d.doubles[i] == kDoubleCanary && d.doubles[kGuard + n + i] == kDoubleCanary;
+        for (size_t i = 0; i < n; ++i) o.values.push_back(static_cast<float>(d.doubles[kGuard + i]));
+        outs.push_back(std::move(o));
+        continue;
+      }
+      if (d.device) {
+        all.resize(n + 2 * kGuard);
+        be_.read_floats(d.device->floats(), all.data(), static_cast<int64_t>(all.size()));
+      }
+      o.guards_intact = true;
+      for (size_t i = 0; i < kGuard; ++i)
+        o.guards_intact &= std::memcmp(&all[i], &cpu::testing::kCanaryBits, 4) == 0 &&
+                           std::memcmp(&all[kGuard + n + i], &cpu::testing::kCanaryBits, 4) == 0;
+      o.values.assign(all.begin() + kGuard, all.begin() + kGuard + static_cast<ptrdiff_t>(n));
+      if (d.ints)
+        for (float& v : o.values) {
+          int32_t id;
+          std::memcpy(&id, &v, 4);
+          v = static_cast<float>(id);
+        }
+    }
+    outs.push_back(std::move(o));
+  }
+  return outs;
+}
+
+OpOutputs run_case(OpCase& c, Backend& be, bool prepare, int64_t t0, int64_t n) {
+  OpRun r(be, prepare);
+  c.run(r, t0, n);
+  return r.finish();
+}
+
 namespace {
 
-using cpu::testing::GuardedFloats;
-using cpu::testing::nmse;
-using cpu::testing::random_floats;
-
-// 8-bit activations for quantized weights (see cpu/quant_matmul_test.cpp; the
-// normed rows here, scaled by Gaussian norm weights, have heavier tails than
-// its Gaussian inputs, and blocks of 256 share one scale); float weights
-// differ from the reference only in summation order.
-double bound(DType t) {
-  if (t == DType::kF32) return 1e-10;
-  if (t == DType::kF16 || t == DType::kBF16) return 1e-5;
-  if (t == DType::kQ4_K || t == DType::kQ6_K) return 4e-4;
-  return 1.5e-4;
+bool all_finite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float f) { return std::isfinite(f); });
 }
 
-// A quantized matrix [n_out, n_in] and its view.
-struct Matrix {
-  std::vector<uint8_t> bytes;
-  WeightView view;
-  Matrix(DType type, int64_t n_in, int64_t n_out, uint32_t seed) {
-    const auto f = random_floats(static_cast<size_t>(n_in * n_out), seed, 0.05f);
-    bytes.resize(row_bytes(type, n_in) * static_cast<size_t>(n_out));
-    quantize_tensor(type, f.data(), bytes.data(), n_out, n_in);
-    view = WeightView{.type = type, .data = bytes.data(), .n_in = n_in, .n_out = n_out};
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+// nmse over the elements the reference wrote (both NaN: not written by either).
+double nmse_where_written(const std::vector<float>& a, const std::vector<float>& ref) {
+  std::vector<float> x, y;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(ref[i])) continue;
+    x.push_back(a[i]);
+    y.push_back(ref[i]);
   }
-};
-
-class BackendOps : public ::testing::TestWithParam<DType> {
- protected:
-  cpu::CpuBackend cpu_{{.n_threads = 2}};
-  ReferenceBackend ref_;
-  void reserve(const ScratchNeeds& n) {
-    cpu_.reserve(n);
-    ref_.reserve(n);
-  }
-};
-
-TEST_P(BackendOps, NormMatmulAndGluMatmulMatchTheReference) {
-  const DType type = GetParam();
-  const int64_t n_embd = 256, n_ff = 512, n_tok = 7;
-  reserve({.n_tok = n_tok, .n_in_max = n_ff});
-  Matrix gate(type, n_embd, n_ff, 1), up(type, n_embd, n_ff, 2), down(type, n_ff, n_embd, 3);
-  const auto x = random_floats(static_cast<size_t>(n_tok * n_embd), 4);
-  const auto norm = random_floats(static_cast<size_t>(n_embd), 5);
-  struct Out {
-    GuardedFloats xn, g, u, y;
-    explicit Out(int64_t t, int64_t e, int64_t f) : xn(t * e), g(t * f), u(t * f), y(t * e) {}
-  };
-  auto run = [&](Backend& be, Out& o) {
-    const MatmulOut gu[2] = {{gate.view, o.g.data()}, {up.view, o.u.data()}};
-    be.norm_matmul({.x = x.data(), .norm = norm.data(), .eps = 1e-5f, .xn = o.xn.data(), .n_embd = n_embd,
-                    .n_tok = n_tok, .outs = gu});
-    be.glu_matmul({.gate = o.g.data(), .up = o.u.data(), .n_ff = n_ff, .n_tok = n_tok, .out = {down.view, o.y.data()}});
-  };
-  Out a(n_tok, n_embd, n_ff), b(n_tok, n_embd, n_ff);
-  run(cpu_, a);
-  run(ref_, b);
-  EXPECT_TRUE(a.xn.guards_intact() && a.g.guards_intact() && a.u.guards_intact() && a.y.guards_intact());
-  EXPECT_LT(nmse(a.xn.data(), b.xn.data(), a.xn.size()), 1e-10);
-  EXPECT_LT(nmse(a.u.data(), b.u.data(), a.u.size()), bound(type));
-  EXPECT_LT(nmse(a.y.data(), b.y.data(), a.y.size()), 4 * bound(type));
-}
-
-TEST_P(BackendOps, GegluMatmulMatchesTheReference) {
-  const DType type = GetParam();
-  const int64_t n_embd = 256, n_ff = 512, n_tok = 6;
-  reserve({.n_tok = n_tok, .n_in_max = n_ff});
-  Matrix down(type, n_ff, n_embd, 11);
-  const auto g0 = random_floats(static_cast<size_t>(n_tok * n_ff), 12, 3.0f);
-  const auto u = random_floats(static_cast<size_t>(n_tok * n_ff), 13);
-  auto run = [&](Backend& be, GuardedFloats& g, GuardedFloats& y) {
-    std::copy(g0.begin(), g0.end(), g.data());
-    be.glu_matmul({.gate = g.data(), .up = u.data(), .n_ff = n_ff, .n_tok = n_tok, .act = Activation::kGelu,
-                   .out = {down.view, y.data()}});
-  };
-  GuardedFloats ga(n_tok * n_ff), ya(n_tok * n_embd), gb(n_tok * n_ff), yb(n_tok * n_embd);
-  run(cpu_, ga, ya);
-  run(ref_, gb, yb);
-  EXPECT_TRUE(ga.guards_intact() && ya.guards_intact());
-  EXPECT_LT(nmse(ga.data(), gb.data(), ga.size()), 1e-11);  // h = gelu(g) * u
-  EXPECT_LT(nmse(ya.data(), yb.data(), ya.size()), 4 * bound(type));
-  // GeGLU is not SwiGLU: the same inputs through SiLU give another h.
-  GuardedFloats gs(n_tok * n_ff), ys(n_tok * n_embd);
-  std::copy(g0.begin(), g0.end(), gs.data());
-  ref_.glu_matmul({.gate = gs.data(), .up = u.data(), .n_ff = n_ff, .n_tok = n_tok, .out = {down.view, ys.data()}});
-  EXPECT_GT(nmse(gs.data(), gb.data(), gs.size()), 1e-3);
-}
-
-TEST_P(BackendOps, RmsnormMatchesTheReference) {
-  const int64_t n = 320, n_tok = 9;
-  const auto x = random_floats(static_cast<size_t>(n_tok * n), 14, 5.0f);
-  const auto w = random_floats(static_cast<size_t>(n), 15);
-  GuardedFloats a(n_tok * n), b(n_tok * n), inplace(n_tok * n);
-  cpu_.rmsnorm(x.data(), w.data(), 1e-6f, a.data(), n_tok, n);
-  ref_.rmsnorm(x.data(), w.data(), 1e-6f, b.data(), n_tok, n);
-  EXPECT_TRUE(a.guards_intact());
-  EXPECT_LT(nmse(a.data(), b.data(), a.size()), 1e-12);
-  std::copy(x.begin(), x.end(), inplace.data());
-  cpu_.rmsnorm(inplace.data(), w.data(), 1e-6f, inplace.data(), n_tok, n);
-  EXPECT_EQ(0, std::memcmp(inplace.data(), a.data(), a.size() * sizeof(float)));
-}
-
-TEST_P(BackendOps, PreparedWeightsGiveTheBitsOfGgufRows) {
-  const DType type = GetParam();
-  const int64_t n_in = 256, n_out = 64, n_tok = 5;
-  reserve({.n_tok = n_tok, .n_in_max = n_in});
-  Matrix q(type, n_in, n_out, 7), k(type, n_in, n_out, 8);
-  WeightView pq = q.view, pk = k.view;
-  WeightView* group[2] = {&pq, &pk};
-  const WeightGroup groups[1] = {group};
-  const PreparedWeights prepared = cpu_.prepare_weights(groups);
-  if (cpu_.isa() != cpu::Isa::kScalar) {
-    EXPECT_NE(pq.data, q.view.data);  // copied into the backend's arena
-  }
-  const auto x = random_floats(static_cast<size_t>(n_tok * n_in), 9);
-  GuardedFloats y0(n_tok * n_out), y1(n_tok * n_out), z0(n_tok * n_out), z1(n_tok * n_out);
-  const MatmulOut rows[2] = {{q.view, y0.data()}, {k.view, z0.data()}};
-  const MatmulOut packed[2] = {{pq, y1.data()}, {pk, z1.data()}};
-  cpu_.matmul(rows, x.data(), n_in, n_tok);
-  cpu_.matmul(packed, x.data(), n_in, n_tok);
-  EXPECT_EQ(std::memcmp(y0.data(), y1.data(), y0.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(z0.data(), z1.data(), z0.size() * 4), 0);
-}
-
-INSTANTIATE_TEST_SUITE_P(Types, BackendOps,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K,
-                                           DType::kQ6_K),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
-
-// Three sequences over scrambled blocks: bias, RoPE and the K/V store, then
-// attention, on both backends with their own stores.
-class AttentionOps : public ::testing::TestWithParam<KvDtype> {};
-
-TEST_P(AttentionOps, QkvStoreAndAttentionMatchTheReference) {
-  const int64_t n_head = 8, n_head_kv = 2, head_dim = 64, n_rot = 64, bs = 16;
-  const int64_t n_q = n_head * head_dim, n_kv = n_head_kv * head_dim;
-  const KvLayout layout{.n_layer = 2, .n_embd_kv = n_kv, .block_size = bs, .dtype = GetParam(), .n_head_kv = n_head_kv};
-  // Sequence i: n_tok[i] new tokens at pos0[i], blocks taken from a shuffled pool.
-  const int64_t pos0[3] = {0, 37, 5}, n_tok[3] = {20, 1, 9};
-  std::vector<int32_t> pool(12);
-  std::iota(pool.begin(), pool.end(), 0);
-  std::reverse(pool.begin(), pool.end());
-  std::vector<std::vector<int32_t>> tables = {{pool[0], pool[1]}, {pool[2], pool[3], pool[4]}, {pool[5]}};
-  int64_t n = 0;
-  for (int64_t t : n_tok) n += t;
-  std::vector<int64_t> rows, positions;
-  for (int i = 0; i < 3; ++i)
-    for (int64_t j = 0; j < n_tok[i]; ++j) {
-      const int64_t p = pos0[i] + j;
-      positions.push_back(p);
-      rows.push_back(int64_t{tables[static_cast<size_t>(i)][static_cast<size_t>(p / bs)]} * bs + p % bs);
-    }
-  std::vector<double> inv_freq(n_rot / 2);
-  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / n_rot);
-  const auto bq = random_floats(static_cast<size_t>(n_q), 11), bk = random_floats(static_cast<size_t>(n_kv), 12);
-
-  auto run = [&](Backend& be, std::vector<float>& out) {
-    be.reserve({.n_tok = n, .n_in_max = n_q, .n_ctx = 64, .n_head = n_head, .n_head_kv = n_head_kv,
-                .head_dim = head_dim, .max_seqs = 3});
-    KvStore kv = be.create_kv(layout, 12).value();
-    std::vector<float> cs(static_cast<size_t>(n * n_rot));
-    be.rope_tables(positions, inv_freq, 1.0, cs.data());
-    // Earlier positions of each sequence first (their own step), then this step.
-    auto q = random_floats(static_cast<size_t>(n * n_q), 13), k = random_floats(static_cast<size_t>(n * n_kv), 14);
-    auto v = random_floats(static_cast<size_t>(n * n_kv), 15);
-    for (int64_t p = 0; p < 64; ++p) {  // history rows, stored as they are
-      const auto hk = random_floats(static_cast<size_t>(n_kv), 100 + static_cast<uint32_t>(p));
-      for (int i = 0; i < 3; ++i) {
-        const auto& tb = tables[static_cast<size_t>(i)];
-        if (p >= pos0[i] || p / bs >= static_cast<int64_t>(tb.size())) continue;
-        const int64_t row = int64_t{tb[static_cast<size_t>(p / bs)]} * bs + p % bs;
-        kv.store_row(hk.data(), kv.k_layer(1), row);
-        kv.store_row(hk.data(), kv.v_layer(1), row);
-      }
-    }
-    be.qkv_store({.q = q.data(), .k = k.data(), .v = v.data(), .bq = bq.data(), .bk = bk.data(), .cos_sin = cs.data(),
-                  .n_tok = n, .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .n_rot = n_rot,
-                  .rope = RopeLayout::kNeox, .kv = &kv, .layer = 1, .kv_rows = rows.data()});
-    out.assign(static_cast<size_t>(n * n_q), std::numeric_limits<float>::quiet_NaN());
-    std::vector<AttentionSeq> seqs;
-    int64_t t = 0;
-    for (int i = 0; i < 3; ++i) {
-      seqs.push_back({.q = q.data() + t * n_q, .out = out.data() + t * n_q, .n_tok = n_tok[i], .pos0 = pos0[i],
-                      .block_table = tables[static_cast<size_t>(i)].data()});
-      t += n_tok[i];
-    }
-    be.attention({.seqs = seqs, .kv = &kv, .layer = 1, .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim,
-                  .scale = 0.125f});
-  };
-  cpu::CpuBackend cpu({.n_threads = 2});
-  ReferenceBackend ref;
-  std::vector<float> a, b;
-  run(cpu, a);
-  run(ref, b);
-  EXPECT_LT(nmse(a.data(), b.data(), a.size()), 1e-9);
-}
-
-INSTANTIATE_TEST_SUITE_P(KvTypes, AttentionOps, ::testing::Values(KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0),
-                         [](const auto& info) { return std::string(kv_dtype_name(info.param)); });
-
-// Routed experts: the CPU backend against the reference, and a token's output
-// the same bits alone as inside a batch routed elsewhere.
-TEST(ExpertFfn, MatchesTheReferenceAndIsPerTokenDeterministic) {
-  const int64_t n_expert = 6, n_used = 2, n_embd = 128, n_ff = 96, n_tok = 9;
-  std::vector<Matrix> mats;
-  std::vector<ExpertWeights> experts;
-  for (int64_t e = 0; e < n_expert; ++e) {
-    mats.emplace_back(DType::kQ8_0, n_embd, n_ff, 20 + static_cast<uint32_t>(e));
-    mats.emplace_back(DType::kQ8_0, n_embd, n_ff, 40 + static_cast<uint32_t>(e));
-    mats.emplace_back(DType::kQ8_0, n_ff, n_embd, 60 + static_cast<uint32_t>(e));
-  }
-  for (int64_t e = 0; e < n_expert; ++e)
-    experts.push_back({mats[static_cast<size_t>(3 * e)].view, mats[static_cast<size_t>(3 * e + 1)].view,
-                       mats[static_cast<size_t>(3 * e + 2)].view});
-  const auto x = random_floats(static_cast<size_t>(n_tok * n_embd), 70);
-  std::vector<int32_t> ids(static_cast<size_t>(n_tok * n_used));
-  std::vector<float> w(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = static_cast<int32_t>((i * 5 + i / 2) % n_expert);
-    w[i] = 0.25f + 0.5f * static_cast<float>(i % 2);
-  }
-  const ScratchNeeds needs{.n_tok = n_tok, .n_in_max = n_ff, .n_expert = n_expert, .n_used = n_used,
-                           .n_ff_expert = n_ff, .n_embd = n_embd};
-  cpu::CpuBackend cpu({.n_threads = 2});
-  ReferenceBackend ref;
-  cpu.reserve(needs);
-  ref.reserve(needs);
-  auto run = [&](Backend& be, int64_t t0, int64_t nt, float* out) {
-    be.expert_ffn({.x = x.data() + t0 * n_embd, .out = out, .ids = ids.data() + t0 * n_used,
-                   .weights = w.data() + t0 * n_used, .n_tok = nt, .n_used = n_used, .n_embd = n_embd, .n_ff = n_ff,
-                   .experts = experts});
-  };
-  GuardedFloats a(n_tok * n_embd), b(n_tok * n_embd);
-  run(cpu, 0, n_tok, a.data());
-  run(ref, 0, n_tok, b.data());
-  EXPECT_TRUE(a.guards_intact());
-  EXPECT_LT(nmse(a.data(), b.data(), a.size()), 6e-4);
-  for (int64_t t = 0; t < n_tok; ++t) {
-    GuardedFloats one(n_embd);
-    run(cpu, t, 1, one.data());
-    ASSERT_EQ(std::memcmp(one.data(), a.data() + t * n_embd, static_cast<size_t>(n_embd) * 4), 0) << "token " << t;
-  }
-}
-
-TEST(Backend, EmbedAndLogitsMatchTheReference) {
-  const int64_t n_embd = 64, n_vocab = 96;
-  Matrix table(DType::kQ8_0, n_embd, n_vocab, 80);
-  cpu::CpuBackend cpu({.n_threads = 2});
-  ReferenceBackend ref;
-  const std::vector<int32_t> toks = {5, 95, 0, 5};
-  const auto norm = random_floats(static_cast<size_t>(n_embd), 81);
-  const int64_t rows[2] = {3, 1};
-  auto run = [&](Backend& be, std::vector<float>& x, std::vector<float>& logits) {
-    be.reserve({.n_tok = 4, .n_in_max = n_embd});
-    x.assign(toks.size() * n_embd, 0.0f);
-    be.embed(table.view, toks, 2.0f, x.data());
-    std::vector<float> xn(2 * n_embd);
-    logits.assign(2 * n_vocab, std::numeric_limits<float>::quiet_NaN());
-    be.logits({.x = x.data(), .rows = rows, .n_out = 2, .norm = norm.data(), .eps = 1e-5f, .n_embd = n_embd,
-               .xn = xn.data(), .output = table.view, .logits = logits.data()});
-  };
-  std::vector<float> xa, la, xb, lb;
-  run(cpu, xa, la);
-  run(ref, xb, lb);
-  EXPECT_EQ(xa, xb);  // a dequantized row times 2 is exact
-  EXPECT_LT(nmse(la.data(), lb.data(), la.size()), 1.5e-4);
-}
-
-TEST(Backend, SupportsAndCreateSayWhatIsThere) {
-  cpu::CpuBackend cpu({.n_threads = 1});
-  EXPECT_TRUE(cpu.supports(Op::kMatmul, {.weight = DType::kQ4_K}));
-  EXPECT_TRUE(cpu.supports(Op::kGluMatmul, {.weight = DType::kQ8_0, .act = Activation::kGelu}));
-  EXPECT_FALSE(cpu.supports(Op::kExpertFfn, {.weight = DType::kQ8_0, .act = Activation::kGelu}));
-  EXPECT_TRUE(create_backend({.name = "reference"}).ok());
-  auto bad = create_backend({.name = "tpu"});
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("cpu, cuda, reference"), std::string::npos);
-  // "cuda" is known by name in every build: without nvcc, or without a GPU,
-  // creating it fails with the reason, never with "unknown backend".
-  auto gpu = create_backend({.name = "cuda"});
-  if (!gpu.ok()) {
-    EXPECT_EQ(gpu.status().message().find("unknown backend"), std::string::npos) << gpu.status().to_string();
-  }
+  return nmse(x.data(), y.data(), x.size());
 }
 
 }  // namespace
-}  // namespace sluice
+
+// The backend's outputs against the reference's, each by its tolerance.
+void compare(const OpOutputs& got, const OpOutputs& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const OpOutput& g : got) {
+    const OpOutput* w = find_output(want, g.name);
+    ASSERT_TRUE(w != nullptr) << g.name;
+    ASSERT_EQ(g.values.size(), w->values.size()) << g.name;
+    EXPECT_TRUE(g.guards_intact) << g.name << ": written out of bounds";
+    switch (g.tol.kind) {
+      case Tol::kBits:
+        EXPECT_TRUE(same_bits(g.values.data(), w->values.data(), g.values.size())) << g.name << ": not the reference's bits";
+        break;
+      case Tol::kWritten:
+        EXPECT_TRUE(all_finite(g.values)) << g.name << ": not every element written";
+        break;
+      case Tol::kNmse: {
+        const double e = g.tol.skip_unwritten ? nmse_where_written(g.values, w->values)
+                                              : nmse(g.values.data(), w->values.data(), g.values.size());
+        if (std::getenv("SLUICE_OP_CASES_VERBOSE"))
+          std::printf("  %-8s nmse %.3g (tolerance %.3g)\n", g.name.c_str(), e, g.tol.max_nmse);
+        EXPECT_LT(e, g.tol.max_nmse) << g.name;
+        break;
+      }
+    }
+  }
+}
+
+namespace {
+
+// Each token alone gives its rows of the batch, bit for bit.
+void check_per_token(OpCase& c, Backend& be, const OpOutputs& batch) {
+  for (int64_t t = 0; t < c.n_tok(); ++t) {
+    for (const OpOutput& a : run_case(c, be, true, t, 1)) {
+      const OpOutput* b = find_output(batch, a.name);
+      ASSERT_TRUE(b != nullptr && a.n_rows == 1 && b->n_rows == c.n_tok()) << a.name << ": not one row per token";
+      ASSERT_TRUE(same_bits(a.values.data(), b->values.data() + t * a.row_len, static_cast<size_t>(a.row_len)))
+          << a.name << ": token " << t << " alone differs from the batch";
+    }
+  }
+}
+
+// Every registered backend but the yardstick.
+std::vector<std::string> backends_under_test() {
+  std::vector<std::string> names;
+  for (const RegisteredBackend& b : registered_backends())
+    if (std::string(b.name) != "reference") names.push_back(b.name);
+  return names;
+}
+
+std::vector<std::string> all_backends() {
+  std::vector<std::string> names;
+  for (const RegisteredBackend& b : registered_backends()) names.push_back(b.name);
+  return names;
+}
+
+// The backend, or why it cannot run here.
+std::shared_ptr<Backend> backend_or_skip_reason(const std::string& name, std::string* why) {
+  const RegisteredBackend* rb = find_backend(name);
+  *why = rb->unavailable();
+  if (!why->empty()) return nullptr;
+  StatusOr<std::shared_ptr<Backend>> be = rb->create({.name = name, .n_threads = 2});
+  if (!be.ok()) *why = be.status().to_string();
+  return be.ok() ? *be : nullptr;
+}
+
+class BackendOps : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
+
+TEST_P(BackendOps, MatchTheReference) {
+  const auto [name, index] = GetParam();
+  std::string why;
+  std::shared_ptr<Backend> be = backend_or_skip_reason(name, &why);
+  if (!be) GTEST_SKIP() << name << " cannot run here: " << why;
+  std::unique_ptr<OpCase> c = op_case_list()[index].make();
+  if (!c->supported_by(*be)) GTEST_SKIP() << be->name() << " does not run " << op_name(c->ops()[0]) << " with these types";
+  ReferenceBackend ref;
+  ASSERT_TRUE(c->supported_by(ref));
+  const OpOutputs want = run_case(*c, ref, true, 0, c->n_tok());
+  OpOutputs prepared;
+  for (bool prepare : {true, false}) {
+    if (!prepare && !be->host_visible()) continue;  // a device's kernels read prepared weights only
+    SCOPED_TRACE(prepare ? "weights prepared" : "weights as GGUF rows");
+    const OpOutputs got = run_case(*c, *be, prepare, 0, c->n_tok());
+    compare(got, want);
+    c->check(got);
+    if (prepare) prepared = got;
+  }
+  if (c->n_tok() > 0) check_per_token(*c, *be, prepared);
+}
+
+INSTANTIATE_TEST_SUITE_P(OpCases, BackendOps,
+                         ::testing::Combine(::testing::ValuesIn(backends_under_test()),
+                                            ::testing::Range(size_t{0}, op_case_list().size())),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  op_case_list()[std::get<1>(info.param)].name;
+                         });
+
+TEST(OpCaseList, CoversEveryOperatorWithUniqueNames) {
+  std::set<Op> covered;
+  std::set<std::string> names;
+  for (const OpCaseEntry& e : op_case_list()) {
+    EXPECT_TRUE(names.insert(e.name).second) << e.name;
+    covered.insert(e.ops.begin(), e.ops.end());
+  }
+  for (Op op : kAllOps) EXPECT_TRUE(covered.count(op)) << op_name(op) << " has no case in the op-case list";
+}
+
+TEST(ReferenceBackend, GegluIsNotSwiglu) {
+  const int64_t n_ff = 512, n_embd = 64, n_tok = 2;
+  ReferenceBackend ref;
+  ref.reserve({.n_tok = n_tok, .n_in_max = n_ff});
+  Matrix down(DType::kF32, n_ff, n_embd, 11);
+  const auto g0 = random_floats(static_cast<size_t>(n_tok * n_ff), 12, 3.0f);
+  const auto u = random_floats(static_cast<size_t>(n_tok * n_ff), 13);
+  std::vector<float> g = g0, s = g0, y(static_cast<size_t>(n_tok * n_embd));
+  ref.glu_matmul({.gate = g.data(), .up = u.data(), .n_ff = n_ff, .n_tok = n_tok, .act = Activation::kGelu,
+                  .out = {down.view, y.data()}});
+  ref.glu_matmul({.gate = s.data(), .up = u.data(), .n_ff = n_ff, .n_tok = n_tok, .out = {down.view, y.data()}});
+  EXPECT_GT(nmse(s.data(), g.data(), s.size()), 1e-3);
+}
+
+class BackendKv : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackendKv, BlocksCopyAndSwapThroughTheHost) {
+  std::string why;
+  std::shared_ptr<Backend> be = backend_or_skip_reason(GetParam(), &why);
+  if (!be) GTEST_SKIP() << GetParam() << " cannot run here: " << why;
+  const KvLayout layout{.n_layer = 2, .n_embd_kv = 64, .block_size = 16, .dtype = KvDtype::kF16, .n_head_kv = 2};
+  KvStore dev = be->create_kv(layout, 4).value();
+  KvStore host = KvStore::create(layout, 4).value();
+  EXPECT_EQ(dev.host_memory(), be->host_visible());
+  const auto rowsf = random_floats(64, 5);
+  host.store_row(rowsf.data(), host.k_layer(1), 16 + 3);  // block 1
+  be->move_kv_block(host, 1, dev, 2);                     // swap in to block 2
+  be->copy_kv_block(dev, 2, 0);                           // copy-on-write to block 0
+  KvStore back = KvStore::create(layout, 4).value();
+  be->move_kv_block(dev, 0, back, 3);                     // swap out to block 3
+  std::vector<float> got(64), want(64);
+  back.load_row(back.k_layer(1), 48 + 3, got.data());
+  host.load_row(host.k_layer(1), 16 + 3, want.data());
+  EXPECT_EQ(got, want);
+  // A KV dtype the backend's attention does not read is refused with a reason.
+  const KvLayout q8{.n_layer = 1, .n_embd_kv = 64, .block_size = 16, .dtype = KvDtype::kQ8_0, .n_head_kv = 2};
+  if (!be->supports(Op::kAttention, {.kv = KvDtype::kQ8_0})) {
+    EXPECT_FALSE(be->create_kv(q8, 4).ok());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendKv, ::testing::ValuesIn(all_backends()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace sluice::op_cases

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "backend/cpu/ops.h"
+#include "backend/reference_ops.h"
 #include "backend/rope_tables.h"
 #include "base/check.h"
 #include "kv/kv_store.h"
@@ -40,10 +40,9 @@ float silu(float g) { return g / (1.0f + std::exp(-g)); }
 ReferenceBackend::ReferenceBackend() : pool_(std::make_unique<ThreadPool>(1)) {}
 
 bool ReferenceBackend::supports(Op op, const OpTypes& types) const {
-  // Every operator; the activation of gated FFNs is SwiGLU only so far.
-  if (op == Op::kGluMatmul) return true;  // SwiGLU and GeGLU
+  // Every operator, training's included (ReferenceTrainOps); the experts'
+  // activation is SwiGLU only so far.
   if (op == Op::kExpertFfn) return types.act == Activation::kSilu;
-  if (op == Op::kLora) return true;
   return true;  // dot_row and dequantize_row cover every DType
 }
 
@@ -90,13 +89,13 @@ void ReferenceBackend::matmul(std::span<const MatmulOut> outs, const float* x, i
 }
 
 void ReferenceBackend::norm_matmul(const NormMatmulArgs& a) {
-  cpu::rmsnorm(a.x, a.norm, a.xn, a.n_tok, a.n_embd, a.eps);
+  ref::rmsnorm(a.x, a.norm, a.xn, a.n_tok, a.n_embd, a.eps);
   matmul(a.outs, a.xn, a.n_embd, a.n_tok);
 }
 
 void ReferenceBackend::glu_matmul(const GluMatmulArgs& a) {
-  if (a.act == Activation::kGelu) cpu::geglu(a.gate, a.up, a.gate, a.n_tok * a.n_ff);
-  else cpu::swiglu(a.gate, a.up, a.gate, a.n_tok * a.n_ff);
+  if (a.act == Activation::kGelu) ref::geglu(a.gate, a.up, a.gate, a.n_tok * a.n_ff);
+  else ref::swiglu(a.gate, a.up, a.gate, a.n_tok * a.n_ff);
   matmul_rows(a.out.w, a.gate, a.out.y, a.n_tok);
 }
 
@@ -111,11 +110,11 @@ void ReferenceBackend::qkv_store(const QkvStoreArgs& a) {
     for (int64_t i = 0; a.bk && i < n_kv; ++i) k[i] += a.bk[i];
     for (int64_t i = 0; a.bv && i < n_kv; ++i) v[i] += a.bv[i];
     for (int64_t h = 0; a.q_norm && h < a.n_head; ++h)
-      cpu::rmsnorm(q + h * a.head_dim, a.q_norm, q + h * a.head_dim, 1, a.head_dim, a.norm_eps);
+      ref::rmsnorm(q + h * a.head_dim, a.q_norm, q + h * a.head_dim, 1, a.head_dim, a.norm_eps);
     for (int64_t h = 0; a.k_norm && h < a.n_head_kv; ++h)
-      cpu::rmsnorm(k + h * a.head_dim, a.k_norm, k + h * a.head_dim, 1, a.head_dim, a.norm_eps);
-    cpu::rope(q, a.n_head, a.head_dim, a.n_rot, a.cos_sin + t * a.n_rot, a.rope);
-    cpu::rope(k, a.n_head_kv, a.head_dim, a.n_rot, a.cos_sin + t * a.n_rot, a.rope);
+      ref::rmsnorm(k + h * a.head_dim, a.k_norm, k + h * a.head_dim, 1, a.head_dim, a.norm_eps);
+    ref::rope(q, a.n_head, a.head_dim, a.n_rot, a.cos_sin + t * a.n_rot, a.rope);
+    ref::rope(k, a.n_head_kv, a.head_dim, a.n_rot, a.cos_sin + t * a.n_rot, a.rope);
     a.kv->store_row(k, a.kv->k_layer(a.layer), a.kv_rows[t]);
     a.kv->store_row(v, a.kv->v_layer(a.layer), a.kv_rows[t]);
   }
@@ -202,12 +201,12 @@ void ReferenceBackend::add(float* x, const float* y, int64_t n) {
 }
 
 void ReferenceBackend::rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) {
-  cpu::rmsnorm(x, norm, out, n_tok, n, eps);
+  ref::rmsnorm(x, norm, out, n_tok, n, eps);
 }
 
 void ReferenceBackend::logits(const LogitsArgs& a) {
   for (int64_t i = 0; i < a.n_out; ++i) {
-    cpu::rmsnorm(a.x + a.rows[i] * a.n_embd, a.norm, a.xn + i * a.n_embd, 1, a.n_embd, a.eps);
+    ref::rmsnorm(a.x + a.rows[i] * a.n_embd, a.norm, a.xn + i * a.n_embd, 1, a.n_embd, a.eps);
   }
   matmul_rows(a.output, a.xn, a.logits, a.n_out);
 }

@@ -16,7 +16,6 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/matmul.h"
-#include "backend/cpu/ops.h"
 #include "backend/cpu/repack.h"
 #include "base/huge_buffer.h"
 #include "base/check.h"

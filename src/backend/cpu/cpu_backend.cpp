@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/act_quant.h"
 #include "backend/cpu/fast_ops.h"
+#include "backend/cpu/float_matmul.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/repack.h"
 #include "backend/rope_tables.h"
@@ -81,11 +83,34 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
     case Op::kQkvStore:
     case Op::kAttention:
     case Op::kRoute:
+    case Op::kRopeTables:
+    case Op::kAdd:
+    case Op::kRmsnorm:
       return true;  // f32, f16 and q8_0 K/V
     case Op::kLora:
       return true;  // f32 factors
+    case Op::kMatmulT:
+      return train_ops_.supports_matmul_t(types.weight, WeightLayout::kRows);  // and the repacked layouts
+    case Op::kRmsnormBackward:
+    case Op::kRope:
+    case Op::kGlu:
+    case Op::kGluBackward:
+    case Op::kTrainAttention:
+    case Op::kTrainAttentionBackward:
+    case Op::kCrossEntropy:
+    case Op::kLoraBackward:
+    case Op::kAdamW:
+      return true;  // CpuTrainOps
   }
   return false;
+}
+
+ActRounding CpuBackend::matmul_act_rounding(DType weight) const {
+  const MatmulKernel& k = matmul_kernel(weight, isa_);
+  if (k.act_row_bytes == act_row_bytes_q8x64) return ActRounding::kInt8Blocks32;
+  if (k.act_row_bytes == act_row_bytes_q8x256) return ActRounding::kInt8Blocks256;
+  if (k.act_row_bytes == float_act_row_bytes_bf16) return ActRounding::kBF16;
+  return ActRounding::kNone;
 }
 
 std::unique_ptr<Buffer> CpuBackend::alloc(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }

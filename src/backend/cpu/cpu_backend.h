@@ -50,6 +50,8 @@ class CpuBackend final : public Backend {
   std::string name() const override;
   int n_threads() const override { return pool_->n_threads(); }
   bool supports(Op op, const OpTypes& types) const override;
+  // As the kernel for (weight, isa()) converts them (matmul.h, act_quant.h).
+  ActRounding matmul_act_rounding(DType weight) const override;
   ThreadPool& host_pool() override { return *pool_; }
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;

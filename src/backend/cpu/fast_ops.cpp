@@ -1,10 +1,11 @@
 // Dispatch of the elementwise fast ops by level. At Isa::kScalar they are the
-// ops.h references.
+// scalar references (backend/reference_ops.h).
 #include "backend/cpu/fast_ops.h"
 
 #include <cmath>
 
 #include "backend/cpu/fast_ops_isa.h"
+#include "backend/reference_ops.h"
 
 namespace sluice::cpu::fast {
 
@@ -12,7 +13,7 @@ void rmsnorm(const float* x, const float* weight, float* out, int64_t n_tokens, 
   switch (isa) {
     case Isa::kAvx512: return rmsnorm_avx512(x, weight, out, n_tokens, n, eps);
     case Isa::kAvx2: return rmsnorm_avx2(x, weight, out, n_tokens, n, eps);
-    case Isa::kScalar: return cpu::rmsnorm(x, weight, out, n_tokens, n, eps);
+    case Isa::kScalar: return ref::rmsnorm(x, weight, out, n_tokens, n, eps);
   }
 }
 
@@ -22,7 +23,7 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const floa
   switch (isa) {
     case Isa::kAvx512: return rope_avx512(x, n_heads, head_dim, n_rot, cos_sin, neox);
     case Isa::kAvx2: return rope_avx2(x, n_heads, head_dim, n_rot, cos_sin, neox);
-    case Isa::kScalar: return cpu::rope(x, n_heads, head_dim, n_rot, cos_sin, layout);
+    case Isa::kScalar: return ref::rope(x, n_heads, head_dim, n_rot, cos_sin, layout);
   }
 }
 
@@ -30,7 +31,7 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, Isa isa) 
   switch (isa) {
     case Isa::kAvx512: return swiglu_avx512(gate, up, out, n);
     case Isa::kAvx2: return swiglu_avx2(gate, up, out, n);
-    case Isa::kScalar: return cpu::swiglu(gate, up, out, n);
+    case Isa::kScalar: return ref::swiglu(gate, up, out, n);
   }
 }
 
@@ -38,7 +39,7 @@ void geglu(const float* gate, const float* up, float* out, int64_t n, Isa isa) {
   switch (isa) {
     case Isa::kAvx512: return geglu_avx512(gate, up, out, n);
     case Isa::kAvx2: return geglu_avx2(gate, up, out, n);
-    case Isa::kScalar: return cpu::geglu(gate, up, out, n);
+    case Isa::kScalar: return ref::geglu(gate, up, out, n);
   }
 }
 

@@ -1,4 +1,4 @@
-// Fast ops at every level the CPU has, against the ops.h scalar references, with
+// Fast ops at every level the CPU has, against the scalar references (ref::), with
 // guarded and poisoned outputs; attention also for bit-identity between decode
 // and prefill, between work splits, and across thread counts.
 #include "backend/cpu/fast_ops.h"
@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/op_test_util.h"
+#include "backend/reference_ops.h"
 
 namespace sluice::cpu::fast {
 namespace {
@@ -39,7 +40,7 @@ TEST(FastOps, RmsnormMatchesReference) {
       const auto x = random_floats(static_cast<size_t>(n * n_tok), 1, 3.0f);
       const auto w = random_floats(static_cast<size_t>(n), 2);
       std::vector<float> ref(x.size());
-      cpu::rmsnorm(x.data(), w.data(), ref.data(), n_tok, n, 1e-5f);
+      ref::rmsnorm(x.data(), w.data(), ref.data(), n_tok, n, 1e-5f);
       GuardedFloats out(x.size());
       fast::rmsnorm(x.data(), w.data(), out.data(), n_tok, n, 1e-5f, isa);
       EXPECT_TRUE(out.guards_intact()) << isa_name(isa) << " n=" << n;
@@ -68,7 +69,7 @@ TEST(FastOps, RopeMatchesReferenceForBothLayouts) {
             cs[2 * i + 1] = static_cast<float>(std::sin(angle));
           }
           std::vector<float> ref = x;
-          cpu::rope(ref.data(), n_heads, head_dim, n_rot, cs.data(), layout);
+          ref::rope(ref.data(), n_heads, head_dim, n_rot, cs.data(), layout);
           GuardedFloats out(x.size());
           copy_in(out, x);
           fast::rope(out.data(), n_heads, head_dim, n_rot, cs.data(), layout, isa);
@@ -93,7 +94,7 @@ TEST(FastOps, GegluMatchesReference) {
       // Saturating values: gelu(-100) ~ -0, gelu(100) = 100, and the tanh's knee.
       if (n > 4) { gate[0] = -100.0f; gate[1] = 100.0f; gate[2] = -9.0f; gate[3] = 0.0f; }
       std::vector<float> ref(static_cast<size_t>(n));
-      cpu::geglu(gate.data(), up.data(), ref.data(), n);
+      ref::geglu(gate.data(), up.data(), ref.data(), n);
       GuardedFloats out(static_cast<size_t>(n));
       fast::geglu(gate.data(), up.data(), out.data(), n, isa);
       EXPECT_TRUE(out.guards_intact()) << isa_name(isa) << " n=" << n;
@@ -115,7 +116,7 @@ TEST(FastOps, SwigluMatchesReference) {
       // Saturating values: silu(-100) ~ -0, silu(100) = 100.
       if (n > 3) { gate[0] = -100.0f; gate[1] = 100.0f; gate[2] = -20.0f; }
       std::vector<float> ref(static_cast<size_t>(n));
-      cpu::swiglu(gate.data(), up.data(), ref.data(), n);
+      ref::swiglu(gate.data(), up.data(), ref.data(), n);
       GuardedFloats out(static_cast<size_t>(n));
       fast::swiglu(gate.data(), up.data(), out.data(), n, isa);
       EXPECT_TRUE(out.guards_intact()) << isa_name(isa) << " n=" << n;

@@ -24,12 +24,17 @@
 #include <span>
 
 #include "backend/cpu/cpu_features.h"
-#include "backend/cpu/ops.h"
+#include "backend/op_types.h"
 #include "base/function_ref.h"
 #include "base/thread_pool.h"
 #include "quant/dtype.h"
 
 namespace sluice::cpu {
+
+// The shared operator types (backend/op_types.h), under their old names here.
+using ::sluice::RopeLayout;
+using ::sluice::WeightLayout;
+using ::sluice::WeightView;
 
 struct MatmulKernel {
   // Bytes of one token's converted activations for rows of n_in elements.

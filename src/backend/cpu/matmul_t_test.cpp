@@ -1,13 +1,8 @@
-// matmul_t on the CPU against the reference's (double sums over dequantized
-// rows): every weight type the CPU matmul takes, sizes that are not multiples
-// of the tiles (n_in past a 256-column block, n_out past a 256-row chunk and a
-// 2048-row span, tokens past a 96-row block), one token and many, overwrite
-// and accumulate; the repacked layouts against GGUF rows bit for bit; the
-// levels' vector dequantizers against dequantize_row bit for bit.
-//
-// Error bound: dx is one f32 FMA chain over n_out products of exactly
-// dequantized weights, so its normalized squared error against the double
-// sum is about n_out * 2^-48 (< 1e-11 here); 1e-9 leaves room.
+// matmul_t on the CPU beyond the op-case list (op_cases_train_test.cpp: every
+// weight type against the reference, at every level in train_levels_test.cpp):
+// what it supports, the repacked layouts against GGUF rows bit for bit, a
+// token alone against its row in a batch of 100, and the levels' vector
+// dequantizers against dequantize_row bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,26 +11,14 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_t.h"
 #include "backend/cpu/repack.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/train_test_util.h"
 #include "quant/quant.h"
 
 namespace sluice::cpu {
 namespace {
 
-using testing::check_against_reference;
-using testing::guarded_copy;
-using testing::Outputs;
 using testing::random_floats;
-using testing::take;
-
-constexpr double kMatmulTBound = 1e-9;
-
-struct MatmulTCase {
-  const char* name;
-  DType type;
-  int64_t n_out, n_in, n_tok;
-  bool accumulate = false;
-};
 
 // Quantized weights of a case (fixed seed).
 std::vector<uint8_t> weights(DType type, int64_t n_out, int64_t n_in) {
@@ -43,52 +26,6 @@ std::vector<uint8_t> weights(DType type, int64_t n_out, int64_t n_in) {
   std::vector<uint8_t> w(row_bytes(type, n_in) * static_cast<size_t>(n_out));
   quantize_tensor(type, wf.data(), w.data(), n_out, n_in);
   return w;
-}
-
-Outputs run_matmul_t(TrainOps& ops, const MatmulTCase& c) {
-  const std::vector<uint8_t> w = weights(c.type, c.n_out, c.n_in);
-  const std::vector<float> dy = random_floats(static_cast<size_t>(c.n_tok * c.n_out), 12);
-  const std::vector<float> init = random_floats(static_cast<size_t>(c.n_tok * c.n_in), 13);
-  ops.reserve({.n_tok = c.n_tok, .n_ctx = 1, .n_head = 1, .head_dim = 1, .n_in_max = c.n_in});
-  testing::GuardedFloats dx = c.accumulate ? guarded_copy(init) : testing::GuardedFloats(init.size());
-  ops.matmul_t({.w = {.type = c.type, .data = w.data(), .n_in = c.n_in, .n_out = c.n_out},
-                .dy = dy.data(),
-                .dx = dx.data(),
-                .n_tok = c.n_tok,
-                .accumulate = c.accumulate});
-  return {take(dx, c.name)};
-}
-
-// Every type the CPU matmul takes, on shapes its blocks allow.
-std::vector<MatmulTCase> matmul_t_cases() {
-  std::vector<MatmulTCase> cases;
-  const DType block32[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL};
-  const DType block256[] = {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS};
-  const DType floats[] = {DType::kF32, DType::kF16, DType::kBF16};
-  for (DType t : floats) {
-    cases.push_back({"float, odd n_in", t, 45, 37, 7});
-    cases.push_back({"float, one token", t, 300, 300, 1});
-    cases.push_back({"float, two column blocks", t, 19, 517, 97, true});
-  }
-  for (DType t : block32) {
-    cases.push_back({"32-blocks, one block", t, 7, 32, 1});
-    cases.push_back({"32-blocks, partial column block", t, 300, 320, 13});
-    cases.push_back({"32-blocks, many tokens", t, 45, 544, 97, true});
-  }
-  for (DType t : block256) {
-    cases.push_back({"256-blocks, one block", t, 33, 256, 5});
-    cases.push_back({"256-blocks, three column blocks", t, 261, 768, 103, true});
-  }
-  cases.push_back({"past one k span", DType::kQ8_0, 2100, 64, 13});
-  cases.push_back({"past one k span, f16", DType::kF16, 2100, 40, 7, true});
-  return cases;
-}
-
-TEST(CpuMatmulT, MatchesTheReference) {
-  for (const MatmulTCase& c : matmul_t_cases()) {
-    SCOPED_TRACE(dtype_name(c.type));
-    check_against_reference<MatmulTCase>(c, run_matmul_t, {kMatmulTBound});
-  }
 }
 
 TEST(CpuMatmulT, SupportsWhatTheMatmulTakes) {

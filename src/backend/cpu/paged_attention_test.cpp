@@ -1,4 +1,4 @@
-// Paged attention against the contiguous scalar reference (ops.h attention).
+// Paged attention against the contiguous scalar reference (ref::attention, backend/reference_ops.h).
 #include "backend/cpu/paged_attention.h"
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/op_test_util.h"
-#include "backend/cpu/ops.h"
+#include "backend/reference_ops.h"
 #include "base/half.h"
 #include "base/huge_buffer.h"
 
@@ -120,13 +120,13 @@ std::vector<float> run_paged(const Shape& s, const PagedData& d, const std::vect
   return std::vector<float>(out.data(), out.data() + out.size());
 }
 
-// The contiguous scalar reference (ops.h) over the stored (rounded) K/V values.
+// The contiguous scalar reference (ref::attention) over the stored (rounded) K/V values.
 std::vector<float> reference(const Shape& s, const PagedData& d, const std::vector<float>& q, int64_t pos0, int64_t n,
                              int64_t window = 0, float softcap = 0.0f) {
   std::vector<float> ref(q.size());
   ThreadPool one(1);
   std::vector<float> scratch(static_cast<size_t>(s.hd));
-  attention(AttentionArgs{.q = q.data(), .k = d.k_ref.data(), .v = d.v_ref.data(), .out = ref.data(),
+  ref::attention(ref::AttentionArgs{.q = q.data(), .k = d.k_ref.data(), .v = d.v_ref.data(), .out = ref.data(),
                           .n_tokens = n, .pos0 = pos0, .n_head = s.n_head, .n_head_kv = s.n_head_kv,
                           .head_dim = s.hd, .scale = 1.0f / std::sqrt(static_cast<float>(s.hd)),
                           .window = window, .softcap = softcap},

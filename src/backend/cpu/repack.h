@@ -87,7 +87,7 @@
 #include <span>
 
 #include "backend/cpu/cpu_features.h"
-#include "backend/cpu/ops.h"
+#include "backend/op_types.h"
 #include "quant/dtype.h"
 
 namespace sluice::cpu {

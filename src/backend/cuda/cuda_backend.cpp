@@ -114,6 +114,10 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
     case Op::kEmbed:
     case Op::kRoute:
       return true;  // on the host: dequantize_row and route_topk cover every type
+    case Op::kRopeTables:
+    case Op::kAdd:
+    case Op::kRmsnorm:
+      return true;
     case Op::kQkvStore:
     case Op::kAttention:
       return t.kv == KvDtype::kF32 || t.kv == KvDtype::kF16;
@@ -125,8 +129,23 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
       return matmul_supports(t.weight);
     case Op::kLora:
       return false;
+    case Op::kMatmulT:
+    case Op::kRmsnormBackward:
+    case Op::kRope:
+    case Op::kGlu:
+    case Op::kGluBackward:
+    case Op::kTrainAttention:
+    case Op::kTrainAttentionBackward:
+    case Op::kCrossEntropy:
+    case Op::kLoraBackward:
+    case Op::kAdamW:
+      return false;  // no TrainOps (train_ops() is null)
   }
   return false;
+}
+
+ActRounding CudaBackend::matmul_act_rounding(DType weight) const {
+  return weight == DType::kQ4_0 || weight == DType::kQ8_0 ? ActRounding::kInt8Blocks32 : ActRounding::kNone;
 }
 
 std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) { return std::make_unique<DeviceBuffer>(bytes); }

@@ -97,6 +97,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   int n_threads() const override { return 1; }
   bool supports(Op op, const OpTypes& types) const override;
+  // Q4_0 / Q8_0: 8-bit activations in blocks of 32 (cuda_matmul_q8.cuh); the rest read floats.
+  ActRounding matmul_act_rounding(DType weight) const override;
   ThreadPool& host_pool() override { return *pool_; }
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;

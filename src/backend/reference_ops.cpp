@@ -1,4 +1,4 @@
-#include "backend/cpu/ops.h"
+#include "backend/reference_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "base/check.h"
 #include "quant/quant.h"
 
-namespace sluice::cpu {
+namespace sluice::ref {
 
 float dot_f32(const float* a, const float* b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -126,4 +126,4 @@ void attention(const AttentionArgs& a, float* scratch, ThreadPool& pool) {
   });
 }
 
-}  // namespace sluice::cpu
+}  // namespace sluice::ref

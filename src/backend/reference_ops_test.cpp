@@ -1,5 +1,5 @@
-// CPU reference operators against naive double-precision formulations.
-#include "backend/cpu/ops.h"
+// The scalar reference operators against naive double-precision formulations.
+#include "backend/reference_ops.h"
 
 #include <cmath>
 #include <random>
@@ -9,7 +9,7 @@
 
 #include "quant/quant.h"
 
-namespace sluice::cpu {
+namespace sluice::ref {
 namespace {
 
 std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -20,7 +20,7 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-TEST(CpuOps, DotMatchesDoubleForOddLengths) {
+TEST(RefOps, DotMatchesDoubleForOddLengths) {
   for (int64_t n : {1, 7, 8, 9, 63, 64, 65, 1000}) {
     auto a = randn(static_cast<size_t>(n), 1), b = randn(static_cast<size_t>(n), 2);
     double ref = 0;
@@ -29,7 +29,7 @@ TEST(CpuOps, DotMatchesDoubleForOddLengths) {
   }
 }
 
-TEST(CpuOps, MatmulMatchesNaiveForEveryTypeAndIsBatchInvariant) {
+TEST(RefOps, MatmulMatchesNaiveForEveryTypeAndIsBatchInvariant) {
   ThreadPool pool(3);
   const int64_t n_in = 256, n_out = 37, n_tok = 5;
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
@@ -58,7 +58,7 @@ TEST(CpuOps, MatmulMatchesNaiveForEveryTypeAndIsBatchInvariant) {
   }
 }
 
-TEST(CpuOps, RmsNorm) {
+TEST(RefOps, RmsNorm) {
   auto x = randn(3 * 10, 5);
   auto w = randn(10, 6);
   std::vector<float> out(30);
@@ -71,7 +71,7 @@ TEST(CpuOps, RmsNorm) {
   }
 }
 
-TEST(CpuOps, RopeLayoutsRotateTheRightPairs) {
+TEST(RefOps, RopeLayoutsRotateTheRightPairs) {
   // head_dim 6, n_rot 4: dims 4..5 untouched.
   const float cs[4] = {std::cos(0.5f), std::sin(0.5f), std::cos(0.25f), std::sin(0.25f)};
   std::vector<float> adj = {1, 2, 3, 4, 5, 6}, neox = adj;
@@ -89,7 +89,7 @@ TEST(CpuOps, RopeLayoutsRotateTheRightPairs) {
   EXPECT_EQ(neox[5], 6);
 }
 
-TEST(CpuOps, GeluTanhKnownValues) {
+TEST(RefOps, GeluTanhKnownValues) {
   // Values of 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in double precision.
   EXPECT_EQ(gelu_tanh(0.0f), 0.0f);
   EXPECT_NEAR(gelu_tanh(1.0f), 0.8411919906, 1e-6);
@@ -104,14 +104,14 @@ TEST(CpuOps, GeluTanhKnownValues) {
   EXPECT_NEAR(o[2], -0.3457140098, 1e-6);
 }
 
-TEST(CpuOps, SwiGlu) {
+TEST(RefOps, SwiGlu) {
   const float g[3] = {-2, 0, 3}, u[3] = {1, 5, -2};
   float o[3];
   swiglu(g, u, o, 3);
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(o[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
 }
 
-TEST(CpuOps, AttentionMatchesNaiveSoftmaxWithGqaAndOffset) {
+TEST(RefOps, AttentionMatchesNaiveSoftmaxWithGqaAndOffset) {
   ThreadPool pool(2);
   const int64_t n_head = 4, n_kv = 2, hd = 8, pos0 = 5, n_tok = 3, n_ctx = pos0 + n_tok;
   auto q = randn(static_cast<size_t>(n_tok * n_head * hd), 7);
@@ -145,4 +145,4 @@ TEST(CpuOps, AttentionMatchesNaiveSoftmaxWithGqaAndOffset) {
 }
 
 }  // namespace
-}  // namespace sluice::cpu
+}  // namespace sluice::ref

@@ -1,10 +1,14 @@
-// CPU reference operators for the llama-family forward pass.
+// Scalar reference operators: the definitions every backend's kernels are
+// held to. The reference backend (reference_backend.h) is built from them,
+// the CPU backend runs them at its scalar level, and the SIMD and CUDA kernels
+// are tested against them (directly, or through the reference backend in the
+// op-case list, op_cases.h).
 //
 // Plain loops with a fixed accumulation order, so that the same input always
 // gives the same bits: a token computed alone (decode) and the same token inside
-// a batch (prefill) produce identical results. These are the scalar references
-// later SIMD kernels are tested against. Matmul and attention split work over a
-// ThreadPool; scratch memory comes from the caller (nothing allocates here).
+// a batch (prefill) produce identical results. Matmul and attention split work
+// over a ThreadPool; scratch memory comes from the caller (nothing allocates
+// here). All functions are thread-safe on disjoint outputs.
 #pragma once
 
 #include <cstdint>
@@ -13,12 +17,7 @@
 #include "base/thread_pool.h"
 #include "quant/dtype.h"
 
-namespace sluice::cpu {
-
-// The shared operator types (backend/op_types.h), under their old names here.
-using ::sluice::RopeLayout;
-using ::sluice::WeightLayout;
-using ::sluice::WeightView;
+namespace sluice::ref {
 
 // Dot product of two float vectors, 8 interleaved partial sums, fixed order.
 float dot_f32(const float* a, const float* b, int64_t n);
@@ -69,4 +68,4 @@ struct AttentionArgs {
 };
 void attention(const AttentionArgs& a, float* scratch, ThreadPool& pool);
 
-}  // namespace sluice::cpu
+}  // namespace sluice::ref
