@@ -17,7 +17,7 @@ import torch
 
 # vocab, n_embd, n_layer, n_head, n_head_kv, n_ff (sluice synth presets, src/model/synth.cpp)
 PRESETS = {
-    "tiny": (512, 64, 2, 4, 2, 128),
+    "tiny": (4096, 256, 4, 8, 4, 768),
     "110m": (32000, 768, 12, 12, 12, 2048),
     "1b": (32000, 2048, 22, 32, 4, 5632),
 }

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Fine-tuning benchmarks (docs/BENCHMARKS.md, "Fine-tuning"). Needs a quiet
+# machine; prints the raw JSON of every run and a table at the end.
+#
+#   speed    sluice finetune on the CPU against bench/train_torch.py (PyTorch,
+#            same synth shape, f32 base, same rank, targets, batch, sequence
+#            and threads): the median step time and tokens/s of each
+#   stream   the base streamed from disk under --mem-budget (a third of the
+#            file) against the same run resident, per tokens a step (--batch
+#            sequences of --seq tokens); plan train's predicted overhead beside
+#            the measured one, and its crossover (the tokens a step past which
+#            streaming costs under 5%)
+#
+# Usage: bench/train_bench.sh speed|stream
+# env: SLUICE=build/sluice WORK=/tmp/sluice-train-bench THREADS=2 PYTHON=/usr/bin/python3
+#      speed:  PRESET=110m RANK=8 BATCH=4 SEQ=512 STEPS=5
+#      stream: PRESET=110m TYPE=q8_0 SEQ=128 BATCHES="1 2 4 8 16" STEPS=4 LAYERS=(the preset's)
+#              (a 512-token vocabulary, so the layers, which stream, are nearly all of the file)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:?usage: bench/train_bench.sh speed|stream}
+sluice=${SLUICE:-build/sluice}
+work=${WORK:-/tmp/sluice-train-bench}
+threads=${THREADS:-2}
+python=${PYTHON:-/usr/bin/python3}
+preset=${PRESET:-110m}
+data=tests/data/finetune/stories.txt
+mkdir -p "$work"
+field() { python3 -c "import json,math,sys; d=json.load(sys.stdin); print($1)"; }
+
+case "$what" in
+speed)
+  rank=${RANK:-8} batch=${BATCH:-4} seq=${SEQ:-512} steps=${STEPS:-5}
+  model=$work/$preset-f32.gguf
+  [ -f "$model" ] || $sluice synth --preset "$preset" --type f32 -o "$model"
+  # sluice's first step is not timed (median_timed_step_s); PyTorch's warm-up step neither.
+  $sluice finetune -m "$model" -d "$data" -o "$work/speed.gguf" --rank "$rank" --alpha $((2 * rank)) \
+    --targets all --batch "$batch" --seq "$seq" --steps $((steps + 1)) --val-split 0 --backend cpu \
+    -t "$threads" --json > "$work/sluice.json" 2> "$work/sluice.err"
+  "$python" bench/train_torch.py --preset "$preset" --rank "$rank" --alpha $((2 * rank)) --targets all \
+    --batch "$batch" --seq "$seq" --threads "$threads" --steps "$steps" --warmup-steps 1 > "$work/torch.json"
+  cat "$work/sluice.json" "$work/torch.json"
+  s=$(field 'd["median_timed_step_s"]' < "$work/sluice.json")
+  p=$(field 'd["median_step_s"]' < "$work/torch.json")
+  printf '%-8s %-6s %5s %4s %5s %3s %12s %10s\n' engine preset rank bat seq t median_step_s tokens/s
+  for e in "sluice $s" "pytorch $p"; do
+    set -- $e
+    printf '%-8s %-6s %5s %4s %5s %3s %12.3f %10.1f\n' "$1" "$preset" "$rank" "$batch" "$seq" "$threads" "$2" \
+      "$(python3 -c "print($batch * $seq / $2)")"
+  done
+  python3 -c "print('sluice / pytorch tokens/s: %.2fx' % ($p / $s))"
+  ;;
+stream)
+  type=${TYPE:-q8_0} seq=${SEQ:-128} batches=${BATCHES:-"1 2 4 8 16"} steps=${STEPS:-4}
+  model=$work/$preset-v512-$type${LAYERS:+-$LAYERS}.gguf
+  [ -f "$model" ] || $sluice synth --preset "$preset" --vocab 512 --type "$type" ${LAYERS:+--layers "$LAYERS"} -o "$model"
+  budget=$(python3 -c "import os; print(os.path.getsize('$model') // 3)")
+  tokens=$(for b in $batches; do printf '%s,' $((b * seq)); done)
+  $sluice plan train -m "$model" --budget-gb "$(python3 -c "print($budget / 1e9)")" --tokens "${tokens%,}" \
+    --seq "$seq" --calibrate -t "$threads" --json > "$work/plan.json" 2> "$work/plan.err"
+  $sluice plan train -m "$model" --budget-gb "$(python3 -c "print($budget / 1e9)")" --tokens "${tokens%,}" \
+    --seq "$seq" --calibrate -t "$threads"
+  : > "$work/stream.txt"
+  mkdir -p "$work/resident" "$work/streamed"  # the adapter is named after its file's stem: the same in both
+  for b in $batches; do
+    common=(-m "$model" -d "$data" --rank 8 --alpha 16 --batch "$b" --seq "$seq" --steps $((steps + 1))
+            --val-split 0 --backend cpu -t "$threads" --json)
+    $sluice finetune "${common[@]}" -o "$work/resident/adapter.gguf" > "$work/resident.json" 2> "$work/resident.err"
+    $sluice finetune "${common[@]}" -o "$work/streamed/adapter.gguf" --mem-budget "$budget" \
+      > "$work/streamed.json" 2> "$work/streamed.err"
+    cat "$work/resident.json" "$work/streamed.json"
+    cmp -s "$work/resident/adapter.gguf" "$work/streamed/adapter.gguf" || echo "[bench] the adapters differ (batch $b)" >&2
+    r=$(field 'd["median_timed_step_s"]' < "$work/resident.json")
+    s=$(field 'd["median_timed_step_s"]' < "$work/streamed.json")
+    pred=$(field '"%.4f" % (d["stream"]["predicted_step_s"] / d["stream"]["predicted_compute_s"] - 1)' \
+           < "$work/streamed.json")
+    echo "$((b * seq)) $r $s $pred" >> "$work/stream.txt"
+  done
+  printf '%7s %11s %11s %9s %9s\n' tokens resident_s streamed_s overhead predicted
+  awk '{printf "%7d %11.3f %11.3f %8.1f%% %8.1f%%\n", $1, $2, $3, 100 * ($3 / $2 - 1), 100 * $4}' "$work/stream.txt"
+  echo "plan train's crossover (overhead under 5%): $(field 'math.ceil(d["tokens_overhead_5pct"])' < "$work/plan.json") tokens a micro-batch"
+  ;;
+*)
+  echo "usage: bench/train_bench.sh speed|stream" >&2
+  exit 2
+  ;;
+esac
