@@ -66,7 +66,7 @@ std::vector<int32_t> greedy(const std::shared_ptr<const ModelFile>& file, std::s
   if (!m.ok()) return {};
   KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + n);
   Sampler s(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));
-  auto r = generate(**m, kv, prompt, s, GenerateParams{.n_predict = n});
+  auto r = generate(**m, kv, prompt, s, GenerateParams{.stop = {.max_tokens = n}});
   EXPECT_TRUE(r.ok());
   return r->tokens;
 }
@@ -372,7 +372,7 @@ TEST(ExpertStore, NoRepackLeavesLandedExpertsAndResidentMatricesInGgufRows) {
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + 12);
     Sampler sampler(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));
-    auto r = generate(**m, kv, prompt, sampler, GenerateParams{.n_predict = 12});
+    auto r = generate(**m, kv, prompt, sampler, GenerateParams{.stop = {.max_tokens = 12}});
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->tokens, resident) << "repack " << repack;
     // Landed experts are reordered (and reported) only when repacking is on.
