@@ -8,14 +8,15 @@
 // greedy continuation.
 //
 // Tolerance: sluice computes in f32. The script measures how far PyTorch's
-// own f32 forward strays from its f64 one (f32_max_abs_diff, 2e-6 here for
-// logits up to 4); sluice's kernels add other summation orders and a
-// polynomial exp, each a few f32 ulps per reduction over <= 64 terms and 2
-// layers. 1e-4 on logits below 4 is some 50x the measured f32 rounding and
-// still far below what any wrong term would cost: the greedy paths' smallest
-// top-1 margins (greedy_min_margin, >= 0.013) and the MoE's smallest gap
-// between the k-th and next routing probability (router_min_gap, 2e-3) are
-// larger than that, so ids and routing must agree exactly.
+// own f32 forward strays from its f64 one (f32_max_abs_diff: 2.4e-6 and
+// 1.8e-6 for logits up to 4): that is the size f32 rounding has here.
+// Sluice's kernels sum in other orders and use a polynomial exp, which moves
+// the result by the same order (measured: 1.2e-6 to 2.3e-6 on both
+// backends). 2e-5 is about ten times the f32 rounding and far below what any
+// wrong term would cost; the greedy paths' smallest top-1 margins
+// (greedy_min_margin, >= 0.013) and the MoE's smallest gap between the k-th
+// and next routing probability (router_min_gap, 2e-3) are far larger, so ids
+// and routing must agree exactly.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -31,7 +32,7 @@
 namespace sluice {
 namespace {
 
-constexpr double kLogitTolerance = 1e-4;
+constexpr double kLogitTolerance = 2e-5;
 
 nlohmann::json reference() {
   std::ifstream in(testing::source_dir() + "/tests/data/qwen3_reference.json");
@@ -47,7 +48,7 @@ TEST_P(Qwen3Reference, HfFolderLogitsAndGreedyMatchThePyTorchForward) {
   const std::vector<int32_t> prompt = ref["prompt"].get<std::vector<int32_t>>();
   const std::string folder = testing::source_dir() + "/tests/data/" + want["folder"].get<std::string>();
   // The fixture's own evidence for the tolerance.
-  ASSERT_LT(want["f32_max_abs_diff"].get<double>(), kLogitTolerance / 10);
+  ASSERT_LT(want["f32_max_abs_diff"].get<double>(), kLogitTolerance / 5);
   ASSERT_GT(want["greedy_min_margin"].get<double>(), 10 * kLogitTolerance);
 
   auto mf = open_model_file(folder);
