@@ -96,7 +96,9 @@ TEST(StreamedEngine, MixtureOfExpertsStreamsExpertByExpert) {
     EXPECT_GT(chosen, 0u);
     EXPECT_EQ(l["ready"].get<uint64_t>() + l["late"].get<uint64_t>() + l["missed"].get<uint64_t>(), chosen) << l.dump();
     EXPECT_GE(l["late_ms_max"].get<double>(), l["late_ms_mean"].get<double>());
-    if (l["late"] == 0) EXPECT_EQ(l["late_ms_mean"].get<double>(), 0.0);
+    if (l["late"] == 0) {
+      EXPECT_EQ(l["late_ms_mean"].get<double>(), 0.0);
+    }
   }
   EXPECT_EQ(j["experts"]["ready"].get<uint64_t>() + j["experts"]["late"].get<uint64_t>() +
                 j["experts"]["missed"].get<uint64_t>(),

@@ -406,9 +406,13 @@ void Model::predict_routing(int64_t layer, const float* x, int64_t n, bool early
                   .n_embd = h.n_embd, .n_tok = n, .outs = router});
   // The top n_expert_used, and beyond them any candidate whose predicted
   // probability is at least predict_margin_ of the last of those: a close call
-  // is worth a prefetch (stories-moe, replayed: recall at layers 1-3 from
-  // 82/88/74% to 92/97/82% for 0.4 more experts read per token with the
-  // cache's help).
+  // is worth a prefetch. stories-moe, replayed (`sluice bench-experts
+  // --predict-margin M`), recall at layers 1-3 and what the predictor alone
+  // fetches at layer 3 per chosen expert: top-k alone 82/88/74%; 0.8
+  // 92/97/82%, 1.54x; 0.83 91/96/81%, 1.49x; 0.85 90/95/80.5%, 1.47x; 0.9
+  // 88/94/79%, 1.39x. 0.83 keeps layer 3 within both 80% recall and 1.5x on
+  // the 837 steps of bench-experts and on tests/expert_prediction_test.cpp's
+  // 480 (80.5%, 1.498x): a narrow window.
   const int64_t k = h.n_expert_used, c = early ? k : n_pred_candidates();
   be.route({.logits = pred_router_->floats(), .n_tok = n, .n_expert = h.n_expert, .n_used = c,
             .renormalize = false, .ids = pred_ids_.data(), .weights = pred_weights_.data()});

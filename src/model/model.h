@@ -43,7 +43,7 @@ class Model;
 
 // The default ModelOptions::expert_predict_margin: a close call is worth a
 // prefetch (stories-moe, replayed by `sluice bench-experts`; see model.cpp).
-inline constexpr float kExpertPredictMargin = 0.8f;
+inline constexpr float kExpertPredictMargin = 0.83f;
 
 struct ModelOptions {
   int n_threads = 0;      // threads of the CPU backend created when `backend` is null; <= 0: one per core
