@@ -228,7 +228,7 @@ TEST(Cli, StreamedExpertsAreCountedReadyLateOrMissedInRunAndBench) {
 
   CliResult bench = run_cli("bench -m " + moe + " -p 8 -n 8 -r 1 -t 2 --no-probe --mem-budget 1500000 --json");
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
-  const auto j = nlohmann::json::parse(bench.out.substr(0, bench.out.find('\n')));
+  const auto j = nlohmann::json::parse(bench.out);
   ASSERT_EQ(j["experts"]["layers"].size(), 4u) << bench.out;
   for (const auto& l : j["experts"]["layers"]) {
     EXPECT_GT(l["chosen"].get<uint64_t>(), 0u);
