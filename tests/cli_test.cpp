@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -213,6 +214,45 @@ TEST(Cli, WithoutAModelTheShippedOneRunsAndIsNamed) {
   // The help says what the default is.
   CliResult help = run_cli("run --help");
   EXPECT_NE(help.out.find("(default: the shipped stories260K)"), std::string::npos) << help.out;
+}
+
+// stories-moe with its experts streamed under a small budget: `run` prints,
+// per layer, the chosen experts that were ready, late or missed when their
+// layer routed (they add up), with the lateness; `bench --json` carries the
+// same counts.
+TEST(Cli, StreamedExpertsAreCountedReadyLateOrMissedInRunAndBench) {
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
+  CliResult run = run_cli("run -m " + moe + " -p 'Once upon a time' -n 16 --temp 0 -t 2 --mem-budget 1500000");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const size_t header = run.err.find("late ms mean/max");
+  ASSERT_NE(header, std::string::npos) << run.err;
+  std::istringstream rows(run.err.substr(run.err.find('\n', header) + 1));
+  int n_rows = 0;
+  for (std::string line; std::getline(rows, line);) {
+    std::istringstream f(line);
+    std::vector<std::string> w;
+    for (std::string x; f >> x;) w.push_back(x);
+    if (w.size() != 12 || w[0].rfind("[sluice]", 0) == 0) break;
+    // layer resident recall precision hit kept chosen ready late missed mean/max cancelled
+    const uint64_t chosen = std::stoull(w[6]), ready = std::stoull(w[7]), late = std::stoull(w[8]),
+                   missed = std::stoull(w[9]);
+    EXPECT_GT(chosen, 0u) << line;
+    EXPECT_EQ(ready + late + missed, chosen) << line;
+    ++n_rows;
+  }
+  EXPECT_EQ(n_rows, 5) << "4 routed layers and 'all':\n" << run.err;
+
+  CliResult bench = run_cli("bench -m " + moe + " -p 8 -n 8 -r 1 -t 2 --no-probe --mem-budget 1500000 --json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  const auto j = nlohmann::json::parse(bench.out);
+  ASSERT_EQ(j["experts"]["layers"].size(), 4u) << bench.out;
+  for (const auto& l : j["experts"]["layers"]) {
+    EXPECT_GT(l["chosen"].get<uint64_t>(), 0u);
+    EXPECT_EQ(l["ready"].get<uint64_t>() + l["late"].get<uint64_t>() + l["missed"].get<uint64_t>(),
+              l["chosen"].get<uint64_t>())
+        << l.dump();
+    EXPECT_GE(l["late_ms_max"].get<double>(), l["late_ms_mean"].get<double>());
+  }
 }
 
 // A copy of the binary finds a models/ folder beside it before the source

@@ -89,7 +89,8 @@ TEST_P(GoldenTest, GreedyTokensMatchReference) {
     const std::vector<int32_t> expected(all.begin() + static_cast<long>(prompt.size()), all.end());
     Sampler greedy(SamplingParams{.temperature = 0.0f}, static_cast<int32_t>(model_->hparams().n_vocab));
     KvCache kv = model_->make_kv_cache(static_cast<int64_t>(all.size()));
-    auto r = generate(*model_, kv, prompt, greedy, GenerateParams{.n_predict = static_cast<int32_t>(expected.size())});
+    auto r = generate(*model_, kv, prompt, greedy,
+                      GenerateParams{.stop = {.max_tokens = static_cast<int64_t>(expected.size())}});
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(r->tokens, expected) << "prompt: " << g["prompt"];
   }

@@ -69,7 +69,7 @@ std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int n, LoraMask l
   for (const std::string& p : {kTrained, kInit}) EXPECT_TRUE((*m)->add_lora(read_lora(p).value()).ok());
   KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + n);
   Sampler greedy(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));
-  auto r = generate(**m, kv, prompt, greedy, GenerateParams{.n_predict = n, .loras = loras});
+  auto r = generate(**m, kv, prompt, greedy, GenerateParams{.stop = {.max_tokens = n}, .loras = loras});
   EXPECT_TRUE(r.ok());
   return r->tokens;
 }

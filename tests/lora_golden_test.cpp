@@ -98,7 +98,7 @@ TEST_P(LoraGolden, GreedyTokensMatchTheReferenceFineTune) {
   Sampler greedy(SamplingParams{.temperature = 0.0f}, static_cast<int32_t>(model_->hparams().n_vocab));
   KvCache kv = model_->make_kv_cache(static_cast<int64_t>(all.size()), KvDtype::kF32).value();
   auto r = generate(*model_, kv, prompt, greedy,
-                    GenerateParams{.n_predict = static_cast<int32_t>(expected.size()), .loras = 1});
+                    GenerateParams{.stop = {.max_tokens = static_cast<int32_t>(expected.size())}, .loras = 1});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->tokens, expected);
 }

@@ -47,7 +47,8 @@ TEST_P(MoeGoldenTest, GreedyIdsMatchReference) {
     const auto expected = c["greedy_ids"].get<std::vector<int32_t>>();
     Sampler greedy(SamplingParams{.temperature = 0.0f}, static_cast<int32_t>(model_->hparams().n_vocab));
     KvCache kv = model_->make_kv_cache(static_cast<int64_t>(prompt.size() + expected.size()));
-    auto r = generate(*model_, kv, prompt, greedy, GenerateParams{.n_predict = static_cast<int32_t>(expected.size())});
+    auto r = generate(*model_, kv, prompt, greedy,
+                      GenerateParams{.stop = {.max_tokens = static_cast<int64_t>(expected.size())}});
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(r->tokens, expected) << c["prompt"];
   }

@@ -86,10 +86,36 @@ TEST(StreamedEngine, MixtureOfExpertsStreamsExpertByExpert) {
   const auto got = run_all(**streamed, 4);
   for (auto& [id, toks] : want) EXPECT_EQ(got.at(id), toks) << "request " << id;
   EXPECT_NE((*streamed)->weights_report().find("recall"), std::string::npos);
+  EXPECT_NE((*streamed)->weights_report().find("late ms mean/max"), std::string::npos);
   const auto j = nlohmann::json::parse((*streamed)->weights_json());
   EXPECT_GT(j["experts"]["recall"].get<double>(), 0.5);
+  // Every chosen expert was ready, late or missed when its layer routed.
+  ASSERT_EQ(j["experts"]["layers"].size(), 4u);
+  for (const auto& l : j["experts"]["layers"]) {
+    const uint64_t chosen = l["chosen"];
+    EXPECT_GT(chosen, 0u);
+    EXPECT_EQ(l["ready"].get<uint64_t>() + l["late"].get<uint64_t>() + l["missed"].get<uint64_t>(), chosen) << l.dump();
+    EXPECT_GE(l["late_ms_max"].get<double>(), l["late_ms_mean"].get<double>());
+    if (l["late"] == 0) {
+      EXPECT_EQ(l["late_ms_mean"].get<double>(), 0.0);
+    }
+  }
+  EXPECT_EQ(j["experts"]["ready"].get<uint64_t>() + j["experts"]["late"].get<uint64_t>() +
+                j["experts"]["missed"].get<uint64_t>(),
+            j["experts"]["chosen"].get<uint64_t>());
   streamed->reset();  // the last figures are published as the engine stops
   EXPECT_GT(global_metrics().value("sluice_expert_recall", "layer=\"1\""), 0.5);
+  for (int l = 0; l < 4; ++l) {
+    const std::string layer = "layer=\"" + std::to_string(l) + "\"";
+    const double chosen = global_metrics().value("sluice_experts_chosen", layer);
+    EXPECT_GT(chosen, 0.0) << layer;
+    EXPECT_EQ(global_metrics().value("sluice_experts_ready", layer) + global_metrics().value("sluice_experts_late", layer) +
+                  global_metrics().value("sluice_experts_missed", layer),
+              chosen)
+        << layer;
+    EXPECT_GE(global_metrics().value("sluice_expert_late_seconds", layer), 0.0);
+  }
+  EXPECT_NE(global_metrics().render_prometheus().find("sluice_expert_late_max_seconds{layer=\"3\"}"), std::string::npos);
 }
 
 }  // namespace

@@ -9,17 +9,24 @@
 //             (weights/expert_replay.h), with --slots slots in all
 //             (default: --slots-per-layer x routed layers), three ways: plain
 //             LRU, the usage policy alone, and the usage policy with the
-//             prediction's prefetches (what `--mem-budget` runs)
+//             prediction's prefetches (what `--mem-budget` runs); then that
+//             last one again with arrival times: reads at the disk rate
+//             (--disk-gbps, default: probed on the model file with O_DIRECT)
+//             and each routed layer computing for the time it took in the
+//             trace (--layer-ms to set it), so a prefetch can land late
 //   figures   per layer: the predictor's recall and precision, what it alone
 //             would read per chosen expert, the share of chosen experts ready
-//             when their layer routed, experts read per step; and the ready
-//             rate against LRU's
+//             when their layer routed (late and missed, and how late), experts
+//             read per step; and the ready rate against LRU's
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/timer.h"
 #include "cli.h"
 #include "default_model.h"
+#include "plan/calibrate.h"
 #include "runtime/routing_trace.h"
+#include "weights/expert_store.h"
 
 namespace sluice::cli {
 namespace {
@@ -32,20 +39,37 @@ struct Args {
   int64_t slots = 0;
   int64_t slots_per_layer = 4;
   int n_threads = 0;
+  double disk_gbps = 0;  // 0: probe the model file
+  double layer_ms = -1;  // < 0: measured while tracing
+  float predict_margin = kExpertPredictMargin;
   bool json = false;
 };
 
 int run(const Args& a) {
-  auto lm = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_batch = 1, .predict_experts = true});
+  auto lm = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_batch = 1, .predict_experts = true,
+                                         .expert_predict_margin = a.predict_margin});
   if (!lm.ok()) return fail(lm.status());
   const ModelHparams& hp = lm->model->hparams();
   if (!hp.is_moe()) return fail(invalid_argument("{} is not a mixture-of-experts model", a.model));
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& p : a.prompts) prompts.push_back(lm->tokenizer->encode(p, true));
+  Stopwatch traced;
   auto trace = record_routing(*lm->model, prompts, a.n_generate);
   if (!trace.ok()) return fail(trace.status());
+  const double trace_s = traced.seconds();
   int64_t n_moe = 0;
   for (int64_t l = 0; l < hp.n_layer; ++l) n_moe += hp.layer_is_moe(l);
+  double disk_gbps = a.disk_gbps;
+  if (disk_gbps <= 0) {
+    auto probe = plan::probe_disk_read(a.model, "/tmp", uint64_t{256} << 20);
+    if (!probe.ok()) return fail(probe.status());
+    disk_gbps = probe->gbps;
+  }
+  // The trace decodes with every weight resident: its time per routed layer
+  // is the compute a layer's prefetch can hide behind.
+  const double layer_s = a.layer_ms >= 0 ? a.layer_ms / 1e3
+                                         : trace_s / static_cast<double>(std::max<size_t>(1, trace->steps.size()) * n_moe);
+  const uint64_t expert_bytes = weights::ExpertStore::expert_bytes_for(*lm->file, hp);
   const int64_t slots = a.slots > 0 ? a.slots : a.slots_per_layer * n_moe;
   if (slots < hp.n_expert)
     return fail(invalid_argument("{} slots cannot hold one layer's {} experts", slots, hp.n_expert));
@@ -57,7 +81,10 @@ int run(const Args& a) {
   };
   std::vector<Run> runs = {{"lru", {.n_slots = slots, .policy = weights::CachePolicy::kLru, .use_prediction = false}},
                            {"usage", {.n_slots = slots, .policy = weights::CachePolicy::kUsage, .use_prediction = false}},
-                           {"usage+prediction", {.n_slots = slots, .policy = weights::CachePolicy::kUsage}}};
+                           {"usage+prediction", {.n_slots = slots, .policy = weights::CachePolicy::kUsage}},
+                           {"usage+prediction+timed",
+                            {.n_slots = slots, .policy = weights::CachePolicy::kUsage, .disk_bytes_per_s = disk_gbps * 1e9,
+                             .expert_bytes = expert_bytes, .layer_s = layer_s}}};
   for (Run& r : runs) r.layers = weights::replay_routing(*trace, r.options);
   const double lru = weights::replay_total(runs[0].layers).hit_rate();
   const double best = weights::replay_total(runs[2].layers).hit_rate();
@@ -66,24 +93,35 @@ int run(const Args& a) {
     j["model"] = a.model;
     j["steps"] = n_steps;
     j["slots"] = slots;
+    j["disk_gbps"] = disk_gbps;
+    j["expert_bytes"] = expert_bytes;
+    j["layer_ms"] = layer_s * 1e3;
     for (const Run& r : runs) {
       nlohmann::ordered_json layers = nlohmann::json::array();
       for (const weights::ExpertLayerStats& l : r.layers)
         layers.push_back({{"recall", l.recall()}, {"precision", l.precision()}, {"ready", l.hit_rate()}, {"kept", l.kept_rate()},
-                          {"predictor_fetch_ratio", l.predictor_fetch_ratio()}, {"reads_per_chosen", l.read_ratio()}});
+                          {"predictor_fetch_ratio", l.predictor_fetch_ratio()}, {"reads_per_chosen", l.read_ratio()},
+                          {"chosen", l.chosen}, {"late", l.late}, {"missed", l.missed}, {"late_ms_mean", l.late_mean_ms()}});
       j[r.name] = layers;
     }
     j["ready_over_lru"] = lru > 0 ? best / lru : 0.0;
+    j["timed_ready"] = weights::replay_total(runs[3].layers).hit_rate();
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
   fmt::print("{}: {} decode steps, {} routed layers x {} experts (top {}), {} slots ({:.1f} per routed layer)\n",
              a.model, n_steps, n_moe, hp.n_expert, hp.n_expert_used, slots, static_cast<double>(slots) / n_moe);
+  fmt::print("timed: {:.2f} GB/s disk, experts of {} bytes ({:.3f} ms a read), {:.3f} ms of compute per routed layer\n",
+             disk_gbps, expert_bytes, static_cast<double>(expert_bytes) / (disk_gbps * 1e9) * 1e3, layer_s * 1e3);
   for (const Run& r : runs)
     fmt::print("\n{}{}:\n{}", r.name, r.options.use_prediction ? "" : " (no prediction)",
                weights::replay_table(r.layers, n_steps));
   fmt::print("\nready when routed: {:.1f}% with prediction, {:.1f}% with LRU alone: {:.2f}x\n", 100 * best, 100 * lru,
              lru > 0 ? best / lru : 0.0);
+  const weights::ExpertLayerStats timed = weights::replay_total(runs[3].layers);
+  fmt::print("with arrival times: {:.1f}% ready, {:.1f}% late (by {:.3f} ms on average), {:.1f}% missed\n",
+             100 * timed.hit_rate(), 100.0 * static_cast<double>(timed.late) / std::max<double>(1, timed.chosen),
+             timed.late_mean_ms(), 100.0 * static_cast<double>(timed.missed) / std::max<double>(1, timed.chosen));
   return 0;
 }
 
@@ -98,6 +136,11 @@ Runner add_bench_experts(CLI::App& app) {
   c->add_option("--slots", a->slots, "expert slots in all (default: --slots-per-layer x routed layers)");
   c->add_option("--slots-per-layer", a->slots_per_layer, "expert slots per routed layer")->capture_default_str();
   c->add_option("-t,--threads", a->n_threads, "threads (default: all cores)");
+  c->add_option("--disk-gbps", a->disk_gbps, "disk read rate of the timed replay (default: probed on the model file)");
+  c->add_option("--layer-ms", a->layer_ms, "compute per routed layer in the timed replay (default: as traced)");
+  c->add_option("--predict-margin", a->predict_margin,
+                "predict experts past the top k whose probability is at least this share of the k-th's")
+      ->capture_default_str();
   c->add_flag("--json", a->json, "one JSON object");
   return [a] { return run(*a); };
 }

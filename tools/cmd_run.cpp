@@ -154,14 +154,13 @@ int run(RunArgs a) {
   Sampler sampler(sp, static_cast<int32_t>(hp.n_vocab));
   KvCache kv = lm.model->make_kv_cache(n_ctx);
 
-  GenerateParams gp{.n_predict = a.n_predict, .loras = lm.model->adapters().all()};
-  if (!a.ignore_eos) {
-    for (int32_t id = 0; id < tok.n_vocab(); ++id)
-      if (tok.is_eog(id)) gp.stop_tokens.push_back(id);
-  }
+  // The engine's rule (StopCondition): end-of-generation ids stop unless
+  // --ignore-eos; a stop token ends the output and adds no text.
+  GenerateParams gp{.stop = StopCondition::for_request({}, tok.eog_ids(), a.ignore_eos, a.n_predict),
+                    .loras = lm.model->adapters().all()};
   StreamDecoder dec(tok);
   auto on_token = [&](int32_t id) {
-    if (!a.json && !tok.is_eog(id)) {
+    if (!a.json && !gp.stop.is_stop_token(id)) {
       const std::string piece = dec.push(id);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
@@ -174,7 +173,7 @@ int run(RunArgs a) {
   if (a.json) {
     std::vector<int32_t> text_ids;
     for (int32_t id : r.tokens)
-      if (!tok.is_eog(id)) text_ids.push_back(id);
+      if (!gp.stop.is_stop_token(id)) text_ids.push_back(id);
     nlohmann::json j;
     j["tokens"] = r.tokens;
     j["text"] = tok.decode(text_ids);

@@ -66,6 +66,10 @@ struct TokenEvent {
   RequestId request = 0;
   int32_t index = 0;       // which of the n outputs
   int32_t token = -1;      // the new token, or -1 on a final event that carries none
+  // The token is a stop token of the request (its StopCondition: the request's
+  // stop_tokens, and end-of-generation tokens unless ignore_eos). It ends the
+  // output, adds no text, and is not part of the output a client sees.
+  bool stop_token = false;
   std::string text;        // new text: whole UTF-8 characters; text that may start a stop string is held back
   float logprob = 0;       // log p(token) under the model (temperature 1), when logprobs were asked
   std::vector<std::pair<int32_t, float>> top_logprobs;

@@ -133,8 +133,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       BlockManagerConfig{.n_blocks = n_blocks, .block_size = layout.block_size, .n_host_blocks = n_host_blocks,
                          .enable_prefix_caching = config.prefix_caching,
                          .window = window});
-  for (int32_t id = 0; id < e.tok->n_vocab(); ++id)
-    if (e.tok->is_eog(id)) e.eog.push_back(id);
+  e.eog = e.tok->eog_ids();
   // Logits rows: one per sampling sequence, plus one per draft token verified.
   const int64_t n_rows = e.proposer ? std::max(config.max_seqs, std::min(config.max_batch_tokens,
                                                                          config.max_seqs * (1 + config.spec_max_draft)))
@@ -476,8 +475,8 @@ void Engine::Impl::emit_token(Req& rq, Output& o, int32_t token, const float* lg
   }
   ++o.n_generated;
   metrics.generated_tokens->add(1);
-  TokenEvent ev{.request = rq.id, .index = o.index, .token = token};
-  if (!rq.stop.is_stop_token(token)) {
+  TokenEvent ev{.request = rq.id, .index = o.index, .token = token, .stop_token = rq.stop.is_stop_token(token)};
+  if (!ev.stop_token) {
     const bool hit = o.text.push(token, &ev.text);
     if (hit && !o.stopped_by_string) {
       o.stopped_by_string = true;

@@ -72,6 +72,12 @@ void EngineMetrics::init_experts(int64_t n_layer) {
     expert_precision.push_back(r.gauge("sluice_expert_precision", "Share of predicted experts the routing chose", label));
     expert_hit_rate.push_back(r.gauge("sluice_expert_hit_rate", "Share of chosen experts in a slot when routed", label));
     experts_resident.push_back(r.gauge("sluice_experts_resident", "Experts of the layer in slots", label));
+    experts_chosen.push_back(r.gauge("sluice_experts_chosen", "Experts the routing chose (distinct per step)", label));
+    experts_ready.push_back(r.gauge("sluice_experts_ready", "Chosen experts in memory when routed", label));
+    experts_late.push_back(r.gauge("sluice_experts_late", "Chosen experts still being prefetched when routed", label));
+    experts_missed.push_back(r.gauge("sluice_experts_missed", "Chosen experts read on demand", label));
+    expert_late_s.push_back(r.gauge("sluice_expert_late_seconds", "Late experts: routing to landing, summed", label));
+    expert_late_max_s.push_back(r.gauge("sluice_expert_late_max_seconds", "The latest expert: routing to landing", label));
   }
   expert_disk_bytes = r.gauge("sluice_expert_read_bytes", "Expert bytes read", "tier=\"disk\"");
   expert_host_bytes = r.gauge("sluice_expert_read_bytes", "Expert bytes read", "tier=\"host\"");
@@ -83,6 +89,12 @@ void EngineMetrics::publish_experts(const weights::ExpertStatsSnapshot& s) {
     expert_precision[l]->set(s.layers[l].precision());
     expert_hit_rate[l]->set(s.layers[l].hit_rate());
     experts_resident[l]->set(static_cast<double>(s.layers[l].resident));
+    experts_chosen[l]->set(static_cast<double>(s.layers[l].chosen));
+    experts_ready[l]->set(static_cast<double>(s.layers[l].ready));
+    experts_late[l]->set(static_cast<double>(s.layers[l].late));
+    experts_missed[l]->set(static_cast<double>(s.layers[l].missed));
+    expert_late_s[l]->set(s.layers[l].late_s);
+    expert_late_max_s[l]->set(s.layers[l].late_max_s);
   }
   if (expert_disk_bytes) expert_disk_bytes->set(static_cast<double>(s.disk_bytes));
   if (expert_host_bytes) expert_host_bytes->set(static_cast<double>(s.host_bytes));

@@ -15,6 +15,10 @@
 //   sluice_spec_acceptance_rate, sluice_spec_tokens_per_pass            gauges
 //   sluice_expert_recall{layer}, sluice_expert_precision{layer},
 //   sluice_expert_hit_rate{layer}, sluice_experts_resident{layer},
+//   sluice_experts_chosen{layer}, sluice_experts_ready{layer},
+//   sluice_experts_late{layer}, sluice_experts_missed{layer} (ready + late +
+//   missed = chosen, since start), sluice_expert_late_seconds{layer} (summed
+//   lateness), sluice_expert_late_max_seconds{layer},
 //   sluice_expert_read_bytes{tier="disk|host"}   gauges, when experts stream
 // Several engines in one process share these series.
 #pragma once
@@ -63,6 +67,7 @@ struct EngineMetrics {
   Gauge* spec_tokens_per_pass;
   // [n_layer] each, empty unless experts stream.
   std::vector<Gauge*> expert_recall, expert_precision, expert_hit_rate, experts_resident;
+  std::vector<Gauge*> experts_chosen, experts_ready, experts_late, experts_missed, expert_late_s, expert_late_max_s;
   Gauge* expert_disk_bytes = nullptr;
   Gauge* expert_host_bytes = nullptr;
 };

@@ -69,9 +69,7 @@ std::vector<int32_t> prompt_of(const Tokenizer& tok, int i) {
 std::vector<int32_t> alone(Model& m, const Tokenizer& tok, const std::vector<int32_t>& prompt, int max_tokens) {
   KvCache kv = m.make_kv_cache(static_cast<int64_t>(prompt.size()) + max_tokens);
   Sampler greedy(SamplingParams{.temperature = 0}, static_cast<int32_t>(m.hparams().n_vocab));
-  GenerateParams gp{.n_predict = max_tokens};
-  for (int32_t id = 0; id < tok.n_vocab(); ++id)
-    if (tok.is_eog(id)) gp.stop_tokens.push_back(id);
+  GenerateParams gp{.stop = StopCondition::for_request({}, tok.eog_ids(), /*ignore_eos=*/false, max_tokens)};
   auto r = generate(m, kv, prompt, greedy, gp);
   EXPECT_TRUE(r.ok());
   return r->tokens;

@@ -62,7 +62,9 @@ class ConfigReader {
 //   num_experts_per_tok                 -> {arch}.expert_used_count
 //   moe_intermediate_size               -> {arch}.expert_feed_forward_length
 //   shared_expert_intermediate_size     -> {arch}.expert_shared_feed_forward_length
-//   norm_topk_prob                      -> {arch}.expert_weights_norm
+//   norm_topk_prob                      -> {arch}.expert_weights_norm (absent in a
+//                                          Qwen2-MoE / Qwen3-MoE config: false, the
+//                                          transformers default of both)
 Status set_moe(const ConfigReader& r, const json& j, const std::string& name, const std::string& a, Metadata* md) {
   std::optional<int64_t> n_expert, n_used, ff_expert, ff_shared;
   RETURN_IF_ERROR(r.count(j, "num_local_experts", false, &n_expert));
@@ -84,6 +86,8 @@ Status set_moe(const ConfigReader& r, const json& j, const std::string& name, co
   if (ff_shared) md->set(a + ".expert_shared_feed_forward_length", u32(*ff_shared));
   if (const auto it = j.find("norm_topk_prob"); it != j.end() && it->is_boolean()) {
     md->set(a + ".expert_weights_norm", MetaValue::boolean(it->get<bool>()));
+  } else if (a == "qwen2moe" || a == "qwen3moe") {
+    md->set(a + ".expert_weights_norm", MetaValue::boolean(false));
   }
   return Status::ok_status();
 }

@@ -343,6 +343,22 @@ TEST(HfConfig, SlidingWindowOfMistralAndLlama) {
   EXPECT_NE(bad.status().message().find("sliding_window"), std::string::npos);
 }
 
+// Qwen2-MoE and Qwen3-MoE configs renormalize the top-k routing weights only
+// when norm_topk_prob says so (transformers' default for both is false).
+TEST(HfConfig, NormTopkProbDefaultsToFalseForQwenMoe) {
+  const std::string base = R"({"hidden_size": 64, "intermediate_size": 4, "num_hidden_layers": 1,
+      "num_attention_heads": 8, "vocab_size": 3, "max_position_embeddings": 64, "num_experts": 4,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 8, )";
+  for (const char* type : {"qwen3_moe", "qwen2_moe"}) {
+    auto absent = parse_hf_config(base + R"("model_type": ")" + type + R"("})", "c", "m");
+    ASSERT_TRUE(absent.ok()) << absent.status().to_string();
+    EXPECT_EQ(absent->metadata.get_bool(absent->arch + ".expert_weights_norm"), false) << type;
+    auto on = parse_hf_config(base + R"("model_type": ")" + type + R"(", "norm_topk_prob": true})", "c", "m");
+    ASSERT_TRUE(on.ok()) << on.status().to_string();
+    EXPECT_EQ(on->metadata.get_bool(on->arch + ".expert_weights_norm"), true) << type;
+  }
+}
+
 std::vector<uint8_t> with_header(const std::string& json, size_t data_bytes) {
   std::string file(8, '\0');
   const uint64_t n = json.size();

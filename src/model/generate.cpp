@@ -11,7 +11,7 @@ StatusOr<GenerateResult> generate(Model& model, KvCache& kv, const std::vector<i
   if (static_cast<int64_t>(prompt.size()) > kv.n_ctx()) {
     return invalid_argument("prompt of {} tokens does not fit the context of {}", prompt.size(), kv.n_ctx());
   }
-  const StopCondition stop{.stop_tokens = params.stop_tokens, .max_tokens = params.n_predict};
+  const StopCondition& stop = params.stop;
   GenerateResult result;
   result.n_prompt = static_cast<int64_t>(prompt.size());
   const int64_t n_vocab = model.hparams().n_vocab;

@@ -19,14 +19,15 @@
 namespace sluice {
 
 struct GenerateParams {
-  int32_t n_predict = 128;               // tokens to generate at most
-  std::vector<int32_t> stop_tokens;      // generation ends after emitting one of these
-  LoraMask loras = 0;                    // the model's adapters applied (ForwardSeq::loras)
+  // When generation ends: after a stop token, or at max_tokens (as in the
+  // engine; StopCondition::for_request adds the model's end-of-generation ids).
+  StopCondition stop{.max_tokens = 128};
+  LoraMask loras = 0;  // the model's adapters applied (ForwardSeq::loras)
 };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated tokens only (no prompt)
-  // kStop (stop token), kLength (n_predict, or the context is full), kAbort
+  // kStop (stop token), kLength (max_tokens, or the context is full), kAbort
   // (the callback ended it).
   FinishReason finish_reason = FinishReason::kLength;
   int64_t n_prompt = 0;
@@ -38,7 +39,7 @@ struct GenerateResult {
 using TokenCallback = std::function<bool(int32_t token)>;
 
 // Clears `kv`, prefills `prompt` (must be non-empty) and generates up to
-// n_predict tokens with `sampler`, which also sees the prompt as history.
+// stop.max_tokens tokens with `sampler`, which also sees the prompt as history.
 StatusOr<GenerateResult> generate(Model& model, KvCache& kv, const std::vector<int32_t>& prompt,
                                   Sampler& sampler, const GenerateParams& params,
                                   const TokenCallback& on_token = {});

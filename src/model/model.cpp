@@ -13,10 +13,6 @@
 namespace sluice {
 namespace {
 
-// Predicted experts past the top-k are kept while their probability is at
-// least this fraction of the k-th's (Model::predict_routing).
-constexpr float kPredictMargin = 0.8f;
-
 // Reordering a landed expert in place (Backend::prepare_in_place) pays for
 // itself within the step only from about this many tokens: one Mixtral
 // expert in Q4_0 on 2 threads takes 5.5 ms to reorder, and the reordered
@@ -34,6 +30,7 @@ Model::Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, cons
       source_(options.weights),
       adapters_(hp, options.max_seqs),
       predict_experts_(options.predict_experts || (options.weights && options.weights->streams_experts())),
+      predict_margin_(options.expert_predict_margin),
       repack_(options.repack) {}
 
 Model::~Model() = default;
@@ -408,16 +405,20 @@ void Model::predict_routing(int64_t layer, const float* x, int64_t n, bool early
   be.norm_matmul({.x = x, .norm = w.vec(TensorRole::kFfnNorm), .eps = h.rms_eps, .xn = pred_xn_->floats(),
                   .n_embd = h.n_embd, .n_tok = n, .outs = router});
   // The top n_expert_used, and beyond them any candidate whose predicted
-  // probability is at least kPredictMargin of the last of those: a close call
-  // is worth a prefetch (stories-moe, replayed: recall at layers 1-3 from
-  // 82/88/74% to 92/97/82% for 0.4 more experts read per token with the
-  // cache's help).
+  // probability is at least predict_margin_ of the last of those: a close call
+  // is worth a prefetch. stories-moe, replayed (`sluice bench-experts
+  // --predict-margin M`), recall at layers 1-3 and what the predictor alone
+  // fetches at layer 3 per chosen expert: top-k alone 82/88/74%; 0.8
+  // 92/97/82%, 1.54x; 0.83 91/96/81%, 1.49x; 0.85 90/95/80.5%, 1.47x; 0.9
+  // 88/94/79%, 1.39x. 0.83 keeps layer 3 within both 80% recall and 1.5x on
+  // the 837 steps of bench-experts and on tests/expert_prediction_test.cpp's
+  // 480 (80.5%, 1.498x): a narrow window.
   const int64_t k = h.n_expert_used, c = early ? k : n_pred_candidates();
   be.route({.logits = pred_router_->floats(), .n_tok = n, .n_expert = h.n_expert, .n_used = c,
             .renormalize = false, .ids = pred_ids_.data(), .weights = pred_weights_.data()});
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = k; j < c; ++j)
-      if (pred_weights_[static_cast<size_t>(t * c + j)] < kPredictMargin * pred_weights_[static_cast<size_t>(t * c + k - 1)])
+      if (pred_weights_[static_cast<size_t>(t * c + j)] < predict_margin_ * pred_weights_[static_cast<size_t>(t * c + k - 1)])
         pred_ids_[static_cast<size_t>(t * c + j)] = -1;
   if (hook_ && !early) emit_routing("ffn_moe_pred", pred_ids_.data(), layer, n, c);
   if (source_ && source_->streams_experts()) {

@@ -41,6 +41,10 @@ namespace sluice {
 
 class Model;
 
+// The default ModelOptions::expert_predict_margin: a close call is worth a
+// prefetch (stories-moe, replayed by `sluice bench-experts`; see model.cpp).
+inline constexpr float kExpertPredictMargin = 0.83f;
+
 struct ModelOptions {
   int n_threads = 0;      // threads of the CPU backend created when `backend` is null; <= 0: one per core
   int64_t n_batch = 256;  // most tokens in one forward pass (all sequences together)
@@ -65,6 +69,9 @@ struct ModelOptions {
   // prefetches them; always on then) and to the activation hook
   // ("ffn_moe_pred"). Costs one small matmul per routed layer.
   bool predict_experts = false;
+  // Predicted experts past the top n_expert_used are kept while their
+  // predicted probability is at least this fraction of the last of those.
+  float expert_predict_margin = kExpertPredictMargin;
   // Device memory the caller keeps for itself out of the backend's budget
   // (Backend::set_device_reserve), asked once the model's shape is known and
   // before its weights are prepared: the engine's KV pool, so that under
@@ -263,6 +270,7 @@ class Model {
   std::vector<int32_t> moe_ids_;     // [n_batch, n_expert_used] the step's routing in a layer
   std::vector<float> moe_weights_;   // [n_batch, n_expert_used]
   bool predict_experts_ = false;
+  float predict_margin_ = kExpertPredictMargin;
   bool repack_ = true;                   // ModelOptions::repack
   std::unique_ptr<Buffer> pred_router_;  // [n_batch, n_expert] predicted router logits
   std::unique_ptr<Buffer> pred_xn_;      // [n_batch, n_embd]

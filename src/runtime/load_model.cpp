@@ -23,7 +23,7 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   }
   ModelOptions mo{.n_threads = o.n_threads, .n_batch = o.n_batch, .n_ctx_max = n_ctx, .max_seqs = o.max_seqs,
                   .backend = o.shared_backend, .repack = o.repack, .predict_experts = o.predict_experts,
-                  .device_reserve = o.device_reserve, .layer_begin = o.layer_begin, .layer_end = o.layer_end};
+                  .expert_predict_margin = o.expert_predict_margin, .device_reserve = o.device_reserve, .layer_begin = o.layer_begin, .layer_end = o.layer_end};
   if (!mo.backend) {
     ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads,
                                                  .device_budget_bytes = o.gpu_budget_bytes}));

@@ -36,6 +36,7 @@ struct LoadOptions {
   int64_t max_seqs = 64;   // sequences per forward pass
   bool repack = true;      // let the backend prepare resident weights (ModelOptions::repack)
   bool predict_experts = false;  // ModelOptions::predict_experts
+  float expert_predict_margin = kExpertPredictMargin;  // ModelOptions::expert_predict_margin
   std::string backend = "cpu";            // create_backend() name, when `shared_backend` is null
   std::shared_ptr<Backend> shared_backend;  // run on this backend (a draft model beside its target)
   // Weights beyond this many bytes stream from disk through the weight store

@@ -71,6 +71,11 @@ std::variant<GenerationPlan, ApiError> build_generation_request(Endpoint ep, std
                                        ctx, n_prompt + max_tokens, n_prompt, max_tokens),
                            "context_length_exceeded");
 
+  for (int32_t id : g.stop_token_ids)
+    if (id >= tok.n_vocab())
+      return invalid_request("stop_token_ids",
+                             fmt::format("token id {} is outside the vocabulary of {}", id, tok.n_vocab()));
+
   GenerationPlan plan{.n_prompt = n_prompt, .stream = g.stream, .include_usage = g.include_usage};
   if (ep == Endpoint::kChat && !g.tools.is_null() && g.tool_choice != ToolChoice::kNone)
     plan.tools = ToolParsing{.format = model.tool_format, .max_calls = g.parallel_tool_calls ? 1 << 30 : 1};
@@ -88,6 +93,7 @@ std::variant<GenerationPlan, ApiError> build_generation_request(Endpoint ep, std
                               .presence_penalty = g.presence_penalty,
                               .seed = g.seed ? static_cast<uint64_t>(*g.seed) : seed};
   r.stop_strings = g.stop;
+  r.stop_tokens = g.stop_token_ids;
   r.ignore_eos = g.ignore_eos;
   r.top_logprobs = g.top_logprobs;
   r.loras = std::move(std::get<std::vector<int32_t>>(loras));

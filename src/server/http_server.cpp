@@ -269,7 +269,6 @@ void HttpServer::handle_generation(int endpoint_int, const httplib::Request& req
 
   auto queue = std::make_shared<EventQueue>();
   const int32_t n = plan.request.n;
-  const bool ignore_eos = plan.request.ignore_eos;
   auto id_or = engine.submit(std::move(plan.request), [queue](const TokenEvent& e) { queue->push(e); });
   if (!id_or.ok()) {
     const Status& st = id_or.status();
@@ -284,8 +283,8 @@ void HttpServer::handle_generation(int endpoint_int, const httplib::Request& req
   plan.info.id = fmt::format("{}-{}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
   plan.info.created = unix_now();
   GenerationOutput out{.queue = queue,
-                       .acc = std::make_shared<ChoiceAccumulator>(engine.tokenizer(), n, plan.info.logprobs, ignore_eos,
-                                                                  plan.tools, random_seed()),
+                       .acc = std::make_shared<ChoiceAccumulator>(engine.tokenizer(), n, plan.info.logprobs, plan.tools,
+                                                                  random_seed()),
                        .info = plan.info,
                        .n_prompt = plan.n_prompt,
                        .include_usage = plan.include_usage};

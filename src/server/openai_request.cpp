@@ -137,6 +137,23 @@ std::vector<std::string> read_stop(const json& obj) {
   return out;
 }
 
+std::vector<int32_t> read_stop_token_ids(const json& obj) {
+  const json* v = field(obj, "stop_token_ids");
+  std::vector<int32_t> out;
+  if (!v) return out;
+  if (!v->is_array()) wrong_type("stop_token_ids", "an array of integer token ids", *v);
+  if (v->size() > static_cast<size_t>(kMaxStopTokenIds))
+    bad("stop_token_ids", fmt::format("'stop_token_ids' takes at most {} ids, got {}", kMaxStopTokenIds, v->size()));
+  for (const auto& t : *v) {
+    if (!t.is_number_integer()) wrong_type("stop_token_ids", "an array of integer token ids", t);
+    if (t.is_number_unsigned() ? t.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())
+                               : t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      bad("stop_token_ids", fmt::format("'stop_token_ids' holds {}, which is not a token id", t.dump()));
+    out.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return out;
+}
+
 std::string message_content(const json& m, size_t i, const std::string& role) {
   const std::string param = fmt::format("messages[{}].content", i);
   auto it = m.find("content");
@@ -416,6 +433,7 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(Endpoint endp
       for (const char* f : {"tools", "tool_choice", "parallel_tool_calls"})
         if (field(body, f)) bad(f, fmt::format("'{}' is only accepted by /v1/chat/completions", f));
     }
+    r.stop_token_ids = read_stop_token_ids(body);
     r.ignore_eos = read_bool(body, "ignore_eos", false);
     r.return_token_ids = read_bool(body, "return_token_ids", false);
     refuse_unsupported(body, r.n);

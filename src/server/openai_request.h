@@ -44,6 +44,7 @@ const char* endpoint_name(Endpoint e);  // "completions", "chat.completions"
 
 constexpr int32_t kMaxChoices = 16;       // n
 constexpr int32_t kMaxStopStrings = 4;
+constexpr int32_t kMaxStopTokenIds = 64;
 constexpr int32_t kMaxCompletionLogprobs = 5;
 constexpr int32_t kMaxChatTopLogprobs = 20;
 constexpr int32_t kMaxTools = 128;
@@ -79,8 +80,10 @@ struct GenerationRequest {
   std::optional<int64_t> seed;
   std::vector<std::string> stop;
   int32_t top_logprobs = -1;            // -1: no logprobs; else alternatives per token
-  // Extensions (not in the OpenAI schema, as in vLLM): keep going past
+  // Extensions (not in the OpenAI schema, as in vLLM): token ids that end a
+  // choice (as end-of-generation tokens do; not part of it); keep going past
   // end-of-generation tokens; return the generated token ids per choice.
+  std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool return_token_ids = false;
 };

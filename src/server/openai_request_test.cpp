@@ -29,8 +29,10 @@ TEST(OpenAiRequest, ParsesACompletionRequest) {
   GenerationRequest r = ok_of(Endpoint::kCompletions,
                               R"({"model":"m","prompt":"Once","max_tokens":8,"temperature":0,"top_p":0.5,"n":2,
                                   "stop":["\n","."],"seed":-3,"presence_penalty":1.5,"frequency_penalty":-1,
-                                  "logprobs":2,"stream":true,"stream_options":{"include_usage":true}})");
+                                  "logprobs":2,"stream":true,"stream_options":{"include_usage":true},
+                                  "stop_token_ids":[7, 0]})");
   EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.stop_token_ids, (std::vector<int32_t>{7, 0}));
   EXPECT_EQ(r.prompt, "Once");
   EXPECT_FALSE(r.prompt_is_ids);
   EXPECT_EQ(r.max_tokens, 8);
@@ -91,6 +93,10 @@ TEST(OpenAiRequest, RefusesBadBodiesWith400NamingTheField) {
       {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop":["a","b","c","d","e"]})", "stop", "invalid_value"},
       {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop":[1]})", "stop", "invalid_type"},
       {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop":""})", "stop", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop_token_ids":[-1]})", "stop_token_ids", "invalid_value"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop_token_ids":[1.5]})", "stop_token_ids", "invalid_type"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop_token_ids":7})", "stop_token_ids", "invalid_type"},
+      {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stop_token_ids":[4294967296]})", "stop_token_ids", "invalid_value"},
       {Endpoint::kCompletions, R"({"model":"m","prompt":"x","logprobs":6})", "logprobs", "invalid_value"},
       {Endpoint::kCompletions, R"({"model":"m","prompt":"x","logprobs":true})", "logprobs", "invalid_type"},
       {Endpoint::kCompletions, R"({"model":"m","prompt":"x","stream":"yes"})", "stream", "invalid_type"},

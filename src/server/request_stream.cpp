@@ -26,9 +26,9 @@ bool EventQueue::finished() const {
   return finished_;
 }
 
-ChoiceAccumulator::ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, bool ignore_eos,
-                                     ToolParsing tools, uint64_t id_seed)
-    : tok_(tokenizer), with_logprobs_(with_logprobs), ignore_eos_(ignore_eos) {
+ChoiceAccumulator::ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, ToolParsing tools,
+                                     uint64_t id_seed)
+    : tok_(tokenizer), with_logprobs_(with_logprobs) {
   totals_.resize(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) {
     totals_[static_cast<size_t>(i)].index = i;
@@ -64,7 +64,7 @@ ChoiceOutput ChoiceAccumulator::apply(const TokenEvent& e) {
   if (e.index < 0 || e.index >= static_cast<int32_t>(totals_.size())) return d;
   ChoiceOutput& total = totals_[static_cast<size_t>(e.index)];
   before_[static_cast<size_t>(e.index)] = total.text.size();
-  if (e.token >= 0 && (ignore_eos_ || !tok_.is_eog(e.token))) {
+  if (e.token >= 0 && !e.stop_token) {
     d.token_ids.push_back(e.token);
     ++n_tokens_;
     if (with_logprobs_) {

@@ -52,8 +52,10 @@ class EventQueue {
 // Turns engine events into OpenAI choices.
 class ChoiceAccumulator {
  public:
-  // with_logprobs: collect logprobs; ignore_eos: keep end-of-generation tokens
-  // in the output (otherwise they end a choice without appearing in it).
+  // with_logprobs: collect logprobs. A stop token (TokenEvent::stop_token: the
+  // engine's StopCondition decided it, from the request's stop tokens and, unless
+  // ignore_eos, end-of-generation tokens) ends a choice without appearing in it:
+  // not in its token ids, logprobs or completion_tokens.
   // tools: how each output is read for tool calls (a ToolCallParser per
   // choice; call ids from id_seed and the choice index). A choice that ends
   // (stop or length) with a parsed call finishes with "tool_calls".
@@ -64,7 +66,7 @@ class ChoiceAccumulator {
   // when the event text reaches that point (text the engine holds back for
   // stop strings or an unfinished character comes out after it; a marker past
   // a stop string is dropped). Their text never reaches content.
-  ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, bool ignore_eos, ToolParsing tools = {},
+  ChoiceAccumulator(const Tokenizer& tokenizer, int32_t n, bool with_logprobs, ToolParsing tools = {},
                     uint64_t id_seed = 0);
 
   // Applies one event; returns what it added to its choice (index set).
@@ -82,7 +84,6 @@ class ChoiceAccumulator {
  private:
   const Tokenizer& tok_;
   bool with_logprobs_;
-  bool ignore_eos_;
   std::vector<ChoiceOutput> totals_;
   std::vector<ToolCallParser> parsers_;  // [n]
   // Control-token markers of one choice, while tools are parsed.

@@ -28,7 +28,7 @@ class DraftModelTest : public ::testing::Test {
   std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int n) {
     KvCache kv = model_->make_kv_cache(static_cast<int64_t>(prompt.size()) + n + 1);
     Sampler s(SamplingParams{.temperature = 0}, static_cast<int32_t>(model_->hparams().n_vocab));
-    auto r = generate(*model_, kv, prompt, s, GenerateParams{.n_predict = n});
+    auto r = generate(*model_, kv, prompt, s, GenerateParams{.stop = {.max_tokens = n}});
     EXPECT_TRUE(r.ok());
     return r->tokens;
   }
@@ -142,7 +142,7 @@ TEST(DraftModelWindow, BlocksStayFlatInALongGenerationAndDraftsAreUnchanged) {
   auto greedy = [&](const std::vector<int32_t>& prompt, int n) {
     KvCache kv = (*ref)->make_kv_cache(static_cast<int64_t>(prompt.size()) + n + 1);
     Sampler s(SamplingParams{.temperature = 0}, static_cast<int32_t>((*ref)->hparams().n_vocab));
-    auto r = generate(**ref, kv, prompt, s, GenerateParams{.n_predict = n});
+    auto r = generate(**ref, kv, prompt, s, GenerateParams{.stop = {.max_tokens = n}});
     EXPECT_TRUE(r.ok());
     return r->tokens;
   };

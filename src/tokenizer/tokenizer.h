@@ -73,6 +73,8 @@ class Tokenizer {
   bool add_eos() const { return vocab_.add_eos(); }
   // End of generation: eos, eot, eom and known end-of-turn tokens (<|eot_id|>, ...).
   bool is_eog(int32_t id) const;
+  // Every end-of-generation id (what StopCondition::for_request takes as eog).
+  const std::vector<int32_t>& eog_ids() const { return vocab_.eog_ids(); }
   bool is_control(int32_t id) const;
   // Raw vocab string ("" for out-of-range ids).
   const std::string& token_text(int32_t id) const;

@@ -14,9 +14,23 @@
 //               protections dropped, their use counted
 //   release(l): unpinned
 //
-// Counted per layer in ExpertLayerStats (expert_stats.h); ready = a hit at
-// route(l) (it assumes a prefetch lands before its layer routes; the weight
-// store's own counters say whether it did). Pure function.
+// Counted per layer in ExpertLayerStats (expert_stats.h).
+//
+// When reads land: with ReplayOptions::disk_bytes_per_s == 0, at once (every
+// prefetch is in memory when its layer routes: ready = cached). Otherwise
+// the replay keeps a clock and a disk that reads one expert at a time at that
+// rate, critical reads before prefetches, oldest first, as the arbiter does:
+//
+//   time ─────────────────────────────────────────────────────────────────>
+//   layer l-1:  route ─ wait for its experts ─ compute (layer_s) ─┐
+//   predict(l): issued when layer l-1 begins computing             │
+//   route(l):   ───────────────────────────────────────────────────┘ at its end
+//
+// At route(l) a chosen expert is ready if its read has landed, late if it is
+// still queued or reading (promoted to critical; late by landing - routing),
+// missed if not cached (read at critical priority); predictions not chosen
+// and not yet begun are dropped. The layer computes once all its chosen
+// experts have landed. Pure function.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +57,11 @@ struct ReplayOptions {
   int64_t n_slots = 0;
   CachePolicy policy = CachePolicy::kUsage;
   bool use_prediction = true;
+  // Arrival times: the measured disk rate (0: reads land at once), one
+  // expert's bytes, and the compute time of one routed layer in one step.
+  double disk_bytes_per_s = 0;
+  uint64_t expert_bytes = 0;
+  double layer_s = 0;
 };
 
 // Per layer (dense layers all zero). Errors are the caller's: CHECKs that the
@@ -50,7 +69,8 @@ struct ReplayOptions {
 std::vector<ExpertLayerStats> replay_routing(const RoutingTrace& trace, const ReplayOptions& options);
 
 // The per-layer table (recall, precision, predictor fetch ratio, ready rate,
-// reads per step and per chosen expert), with the totals.
+// late and missed shares, mean lateness, reads per step and per chosen
+// expert), with the totals.
 std::string replay_table(const std::vector<ExpertLayerStats>& layers, int64_t n_steps);
 // Sums over layers [first, last].
 ExpertLayerStats replay_total(const std::vector<ExpertLayerStats>& layers, int64_t first = 0, int64_t last = -1);

@@ -9,11 +9,14 @@
 //   kept              chosen and in a slot no read filled since the layer last
 //                     routed: what the cache kept, not the prediction's
 //                     read-ahead (the planner's hit rate, plan/expert_plan.h)
-//   late              chosen, predicted, still being read (run time only)
+//   late              chosen, predicted, still being read (run time: the
+//                     store's reads; replay: arrival modelled from a disk rate)
+//   late_s            summed over late experts: from the layer routing to the
+//                     expert's bytes landing; late_max_s the longest
 //   missed            chosen, not in a slot: read on demand
 //   prefetch_reads    experts read because they were predicted
 //   cancelled         predicted, not chosen, stopped while still being read
-// Plain value.
+// ready + late + missed = chosen. Plain value.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,8 @@ struct ExpertLayerStats {
   uint64_t missed = 0;
   uint64_t prefetch_reads = 0;
   uint64_t cancelled = 0;
+  double late_s = 0;
+  double late_max_s = 0;
   int64_t resident = 0;  // experts of the layer in slots (run time, at the snapshot)
 
   double recall() const { return chosen ? static_cast<double>(predicted_chosen) / static_cast<double>(chosen) : 0.0; }
@@ -37,6 +42,8 @@ struct ExpertLayerStats {
     return predicted ? static_cast<double>(predicted_chosen) / static_cast<double>(predicted) : 0.0;
   }
   double hit_rate() const { return chosen ? static_cast<double>(ready) / static_cast<double>(chosen) : 0.0; }
+  // Mean lateness of a late expert, in milliseconds (0 when none was late).
+  double late_mean_ms() const { return late ? 1e3 * late_s / static_cast<double>(late) : 0.0; }
   double kept_rate() const { return chosen ? static_cast<double>(kept) / static_cast<double>(chosen) : 0.0; }
   // Experts read (prefetches and misses) per chosen expert: the disk traffic
   // against what the chosen experts alone need.
@@ -59,6 +66,8 @@ struct ExpertLayerStats {
     missed += o.missed;
     prefetch_reads += o.prefetch_reads;
     cancelled += o.cancelled;
+    late_s += o.late_s;
+    late_max_s = late_max_s > o.late_max_s ? late_max_s : o.late_max_s;
     resident += o.resident;
     return *this;
   }

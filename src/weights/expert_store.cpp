@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/timer.h"
 #include "model/model_weights.h"
 
 namespace sluice::weights {
@@ -67,13 +68,19 @@ nlohmann::ordered_json ExpertStatsSnapshot::json(const WeightCountersSnapshot& w
   j["precision"] = t.precision();
   j["hit_rate"] = t.hit_rate();
   j["kept_rate"] = t.kept_rate();
+  j["chosen"] = t.chosen;
+  j["ready"] = t.ready;
+  j["late"] = t.late;
+  j["missed"] = t.missed;
+  j["late_ms_mean"] = t.late_mean_ms();
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (size_t l = 0; l < layers.size(); ++l) {
     const ExpertLayerStats& x = layers[l];
     if (x.chosen == 0 && x.resident == 0) continue;
     rows.push_back({{"layer", l}, {"resident", x.resident}, {"recall", x.recall()}, {"precision", x.precision()},
-                    {"hit_rate", x.hit_rate()}, {"kept_rate", x.kept_rate()}, {"late", x.late},
-                    {"missed", x.missed}, {"cancelled", x.cancelled}});
+                    {"hit_rate", x.hit_rate()}, {"kept_rate", x.kept_rate()}, {"chosen", x.chosen},
+                    {"ready", x.ready}, {"late", x.late}, {"missed", x.missed}, {"late_ms_mean", x.late_mean_ms()},
+                    {"late_ms_max", 1e3 * x.late_max_s}, {"cancelled", x.cancelled}});
   }
   j["layers"] = rows;
   return j;
@@ -84,12 +91,13 @@ std::string ExpertStatsSnapshot::table() const {
                               "{} cancelled prefetches had not begun and left their slot's expert in place\n",
                               n_slots, cache_policy_name(policy), static_cast<double>(disk_bytes) / 1e6,
                               static_cast<double>(host_bytes) / 1e6, restored);
-  s += fmt::format("  {:>5} {:>9} {:>8} {:>9} {:>8} {:>8} {:>6} {:>7} {:>9}\n", "layer", "resident", "recall",
-                   "precision", "hit", "kept", "late", "missed", "cancelled");
+  s += fmt::format("  {:>5} {:>9} {:>8} {:>9} {:>8} {:>8} {:>7} {:>6} {:>6} {:>7} {:>17} {:>9}\n", "layer", "resident",
+                   "recall", "precision", "hit", "kept", "chosen", "ready", "late", "missed", "late ms mean/max",
+                   "cancelled");
   auto row = [&](const std::string& name, const ExpertLayerStats& l) {
-    s += fmt::format("  {:>5} {:>9} {:>7.1f}% {:>8.1f}% {:>7.1f}% {:>7.1f}% {:>6} {:>7} {:>9}\n", name, l.resident,
-                     100 * l.recall(), 100 * l.precision(), 100 * l.hit_rate(), 100 * l.kept_rate(), l.late, l.missed,
-                     l.cancelled);
+    s += fmt::format("  {:>5} {:>9} {:>7.1f}% {:>8.1f}% {:>7.1f}% {:>7.1f}% {:>7} {:>6} {:>6} {:>7} {:>8.2f}/{:<8.2f} {:>9}\n",
+                     name, l.resident, 100 * l.recall(), 100 * l.precision(), 100 * l.hit_rate(), 100 * l.kept_rate(),
+                     l.chosen, l.ready, l.late, l.missed, l.late_mean_ms(), 1e3 * l.late_max_s, l.cancelled);
   };
   for (size_t l = 0; l < layers.size(); ++l)
     if (layers[l].chosen > 0 || layers[l].resident > 0) row(std::to_string(l), layers[l]);
@@ -108,7 +116,9 @@ std::string ExpertStatsSnapshot::prometheus() const {
     line("sluice_experts_predicted_chosen_total", static_cast<double>(x.predicted_chosen));
     line("sluice_experts_ready_total", static_cast<double>(x.ready));
     line("sluice_experts_kept_total", static_cast<double>(x.kept));
+    line("sluice_experts_late_total", static_cast<double>(x.late));
     line("sluice_experts_missed_total", static_cast<double>(x.missed));
+    line("sluice_experts_late_seconds_total", x.late_s);
     line("sluice_experts_resident", static_cast<double>(x.resident));
   }
   s += fmt::format("sluice_weights_read_bytes_total{{tier=\"disk\",kind=\"experts\"}} {}\n", static_cast<double>(disk_bytes));
@@ -156,6 +166,7 @@ ExpertStore::ExpertStore(const ModelHparams& hp, const ExpertStoreOptions& o, Ba
   for (int64_t l = 0; l < hp.n_layer; ++l) resident_[static_cast<size_t>(l)].store(0);
   pinned_.reserve(static_cast<size_t>(hp.n_expert));
   handed_.reserve(static_cast<size_t>(hp.n_expert));
+  late_since_.reserve(static_cast<size_t>(hp.n_expert));
   in_flight_.reserve(static_cast<size_t>(o.n_slots));
 }
 
@@ -256,7 +267,7 @@ StatusOr<bool> ExpertStore::start(int64_t layer, int64_t expert, TransferClass c
   const bool whole = p.evicted_layer >= 0 && bytes_in(p.slot);
   const Evicted before = io_[si].prev;
   const bool untouched = stop_read(p.slot);  // the evicted expert's read, if it was still going
-  SlotIo io{.cls = cls, .predicted = predicted, .seq = ++next_seq_,
+  SlotIo io{.cls = cls, .predicted = predicted, .seq = ++next_seq_, .submit_s = now_seconds(),
             .prev = whole ? landed : (untouched ? before : Evicted{})};
   resident_[static_cast<size_t>(layer)].fetch_add(1, std::memory_order_relaxed);
   if (p.evicted_layer >= 0) resident_[static_cast<size_t>(p.evicted_layer)].fetch_sub(1, std::memory_order_relaxed);
@@ -325,7 +336,10 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
   c.predicted_chosen.fetch_add(n_predicted_chosen, std::memory_order_relaxed);
   c.chosen.fetch_add(experts.size(), std::memory_order_relaxed);
   // Chosen experts: in a slot (landed, or still reading: promoted), or read now.
+  const double routed_s = now_seconds();
+  late_since_.clear();
   for (int32_t e : experts) {
+    late_since_.push_back(-1);
     int64_t slot = cache_.slot_of(layer, e);
     if (slot >= 0) {
       SlotIo& io = io_[static_cast<size_t>(slot)];
@@ -334,6 +348,7 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
         c.ready.fetch_add(1, std::memory_order_relaxed);
       } else {
         c.late.fetch_add(1, std::memory_order_relaxed);
+        late_since_.back() = routed_s;
         if (io.cls != TransferClass::kCritical) {
           arbiter_.reprioritize(io.transfer, TransferClass::kCritical);
           io.cls = TransferClass::kCritical;
@@ -375,6 +390,14 @@ Status ExpertStore::land(size_t i) {
   if (!landed) counters_.add_stall(r.wait_s);
   disk_bytes_.fetch_add(r.bytes, std::memory_order_relaxed);
   counters_.add_disk_read(r.bytes);
+  if (late_since_[i] >= 0) {
+    // Landed at submit + service time; late by what is past the routing.
+    const double late_s = std::max(0.0, io.submit_s + r.service_s - late_since_[i]);
+    const auto us = static_cast<uint64_t>(late_s * 1e6 + 0.5);
+    LayerCounters& c = layer_counters_[static_cast<size_t>(pinned_layer_)];
+    c.late_us.fetch_add(us, std::memory_order_relaxed);
+    if (us > c.late_max_us.load(std::memory_order_relaxed)) c.late_max_us.store(us, std::memory_order_relaxed);
+  }
   in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), cache_.slot_of(pinned_layer_, e)));
   io = SlotIo{};
   if (!r.status.ok()) return r.status.with_context(fmt::format("reading expert {} of layer {}", e, pinned_layer_));
@@ -449,6 +472,7 @@ void ExpertStore::release(int64_t layer) {
   for (int32_t e : pinned_) cache_.unpin(layer, e);
   pinned_.clear();
   handed_.clear();
+  late_since_.clear();
   pinned_layer_ = -1;
 }
 
@@ -469,6 +493,8 @@ ExpertStatsSnapshot ExpertStore::stats() const {
     x.missed = c.missed.load(std::memory_order_relaxed);
     x.prefetch_reads = c.prefetch_reads.load(std::memory_order_relaxed);
     x.cancelled = c.cancelled.load(std::memory_order_relaxed);
+    x.late_s = 1e-6 * static_cast<double>(c.late_us.load(std::memory_order_relaxed));
+    x.late_max_s = 1e-6 * static_cast<double>(c.late_max_us.load(std::memory_order_relaxed));
     x.resident = resident_[static_cast<size_t>(l)].load(std::memory_order_relaxed);
   }
   s.disk_bytes = disk_bytes_.load(std::memory_order_relaxed);

@@ -36,8 +36,8 @@
 //
 // Counted per layer: chosen, predicted, predicted and chosen (precision and
 // recall), ready (landed when the layer routed), late (a prefetch still
-// reading), missed (read on demand), and bytes: read from disk, served from
-// slots. Threads: calls from the forward pass's thread; counters() from any.
+// reading) and by how long (routing to landing, summed and the longest),
+// missed (read on demand), and bytes: read from disk, served from slots. Threads: calls from the forward pass's thread; counters() from any.
 #pragma once
 
 #include <atomic>
@@ -137,6 +137,7 @@ class ExpertStore {
     TransferClass cls = TransferClass::kPrefetch;
     bool predicted = false;    // read because of a prediction
     uint64_t seq = 0;          // submission order (the arbiter serves a class oldest first)
+    double submit_s = 0;       // when it was submitted (now_seconds): with service_s, when it landed
     // What this read evicted, whole in the slot until the read's first byte
     // lands: a prefetch cancelled before it began gives the slot back to it
     // (none if its bytes were not whole).
@@ -145,6 +146,7 @@ class ExpertStore {
   struct LayerCounters {
     std::atomic<uint64_t> chosen{0}, predicted{0}, predicted_chosen{0}, ready{0}, kept{0}, late{0}, missed{0},
         prefetch_reads{0}, cancelled{0};
+    std::atomic<uint64_t> late_us{0}, late_max_us{0};  // lateness in microseconds: summed, the longest
   };
 
   ExpertStore(const ModelHparams& hp, const ExpertStoreOptions& options, BandwidthArbiter& arbiter,
@@ -182,6 +184,7 @@ class ExpertStore {
   std::vector<int64_t> in_flight_;           // slots with a read not retired
   std::vector<int32_t> pinned_;              // experts pinned for pinned_layer_
   std::vector<char> handed_;                 // [pinned_.size()] landed and handed out
+  std::vector<double> late_since_;           // [pinned_.size()] when a late expert's layer routed; else -1
   uint64_t next_seq_ = 0;
   int64_t pinned_layer_ = -1;
   std::vector<int32_t> predicted_;           // [n_layer * n_expert] 1: predicted since the layer last routed

@@ -66,7 +66,7 @@ std::vector<int32_t> greedy(const std::shared_ptr<const ModelFile>& file, std::s
   if (!m.ok()) return {};
   KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + n);
   Sampler s(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));
-  auto r = generate(**m, kv, prompt, s, GenerateParams{.n_predict = n});
+  auto r = generate(**m, kv, prompt, s, GenerateParams{.stop = {.max_tokens = n}});
   EXPECT_TRUE(r.ok());
   return r->tokens;
 }
@@ -103,6 +103,54 @@ TEST(ExpertStore, StoriesMoeStreamedExpertByExpertGivesTheResidentTokens) {
   // slots (1.07 MB): refused. At 1.5 MB: 24 slots of 64 experts.
   EXPECT_FALSE(open_streaming(file, {.mem_budget_bytes = 600'000, .n_threads = 2}).ok());
   expect_streamed_equals_resident(file, 1'500'000, {1, 403, 407, 261, 378});
+}
+
+// With the disk slowed to 0.5 MB/s (an expert of ~37 KB takes ~75 ms), two
+// predicted experts are still reading when their layer routes: late, by the
+// time from routing to landing; the two not predicted are missed. Every
+// chosen expert is ready, late or missed.
+TEST(ExpertStore, ChosenExpertsAreReadyLateOrMissedAndLatenessIsTimed) {
+  const std::string path = sluice::testing::shipped_model_path("stories-moe-f16.gguf");
+  auto mf = open_model_file(path);
+  ASSERT_TRUE(mf.ok());
+  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  const bool direct = testing::dir_supports_direct(testing::scratch_dir());
+  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = 1'500'000, .n_threads = 2, .direct = direct,
+                                                     .cap_bytes_per_s = 0.5e6});
+  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+  WeightStore& store = setup->source->store();
+  ASSERT_TRUE(store.streams_experts());
+  const std::vector<int32_t> chosen = {3, 5, 8, 9};
+  store.predict_experts(2, std::vector<int32_t>{3, 5});
+  ExpertPointers out[4];
+  ASSERT_TRUE(store.begin_experts(2, chosen, out).ok());
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    int64_t i = -1;
+    ASSERT_TRUE(store.next_expert(2, &i).ok());
+    ASSERT_GE(i, 0);
+  }
+  store.release(2);
+  const ExpertLayerStats l = store.expert_stats().layers[2];
+  EXPECT_EQ(l.chosen, 4u);
+  EXPECT_EQ(l.ready, 0u);
+  EXPECT_EQ(l.late, 2u);
+  EXPECT_EQ(l.missed, 2u);
+  EXPECT_EQ(l.ready + l.late + l.missed, l.chosen);
+  EXPECT_GT(l.late_s, 0.02);  // the first late one needs at least one throttled read of its three
+  EXPECT_GE(l.late_max_s, l.late_s / 2);
+  EXPECT_LE(l.late_max_s, l.late_s);
+  EXPECT_NEAR(l.late_mean_ms(), 1e3 * l.late_s / 2, 1e-9);
+  // Again: all four in slots now, ready, and no later lateness.
+  ASSERT_TRUE(store.begin_experts(2, chosen, out).ok());
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    int64_t i = -1;
+    ASSERT_TRUE(store.next_expert(2, &i).ok());
+  }
+  store.release(2);
+  const ExpertLayerStats again = store.expert_stats().layers[2];
+  EXPECT_EQ(again.ready, 4u);
+  EXPECT_EQ(again.late_s, l.late_s);
+  EXPECT_EQ(again.ready + again.late + again.missed, again.chosen);
 }
 
 // A small tiny-qwen2moe with n_expert experts, written to the scratch dir in Q8_0.
@@ -372,7 +420,7 @@ TEST(ExpertStore, NoRepackLeavesLandedExpertsAndResidentMatricesInGgufRows) {
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + 12);
     Sampler sampler(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));
-    auto r = generate(**m, kv, prompt, sampler, GenerateParams{.n_predict = 12});
+    auto r = generate(**m, kv, prompt, sampler, GenerateParams{.stop = {.max_tokens = 12}});
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->tokens, resident) << "repack " << repack;
     // Landed experts are reordered (and reported) only when repacking is on.

@@ -139,7 +139,8 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
   ASSIGN_OR_RETURN(PlacementPlan plan, plan_placement(*file, pin));
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store,
                    WeightStore::open(file, std::move(plan),
-                                     WeightStoreOptions{.direct = o.direct, .ring_probe_s = o.ring_probe_s}));
+                                     WeightStoreOptions{.direct = o.direct, .cap_bytes_per_s = o.cap_bytes_per_s,
+                                                        .ring_probe_s = o.ring_probe_s}));
   StreamingSetup setup;
   setup.report = fmt::format(
       "[sluice] machine: decode roof {:.1f} GB/s ({}), matmul {:.1f} GFLOP/s, disk read {:.2f} GB/s ({})\n"

@@ -66,6 +66,8 @@ struct StreamingOptions {
   // Seconds of the ring's own reads before it starts, whose rate re-rates the
   // plan's predictions (WeightStoreOptions::ring_probe_s; 0: off).
   double ring_probe_s = 1.0;
+  // A slower disk: the arbiter's bandwidth cap in bytes/s (0: none).
+  double cap_bytes_per_s = 0;
   // Figures to plan with (from calibrate_for_model on this file); null: probe
   // here. Not owned; read during the call.
   const plan::Calibration* calibration = nullptr;

@@ -19,7 +19,7 @@ std::vector<int32_t> greedy(const std::shared_ptr<const ModelFile>& file, std::s
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + n);
   Sampler s(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));
-  auto r = generate(**m, kv, prompt, s, GenerateParams{.n_predict = n});
+  auto r = generate(**m, kv, prompt, s, GenerateParams{.stop = {.max_tokens = n}});
   EXPECT_TRUE(r.ok());
   return r->tokens;
 }
