@@ -77,6 +77,19 @@ void EngineMetrics::init_experts(int64_t n_layer) {
   expert_host_bytes = r.gauge("sluice_expert_read_bytes", "Expert bytes read", "tier=\"host\"");
 }
 
+std::vector<Counter*> EngineMetrics::init_routing(const ModelHparams& hp) {
+  MetricRegistry& r = global_metrics();
+  std::vector<Counter*> out(static_cast<size_t>(hp.n_layer * hp.n_expert), nullptr);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    if (!hp.layer_is_moe(l)) continue;
+    for (int64_t e = 0; e < hp.n_expert; ++e) {
+      out[static_cast<size_t>(l * hp.n_expert + e)] = r.counter(
+          "sluice_expert_routed_total", "Tokens routed to the expert", fmt::format("layer=\"{}\",expert=\"{}\"", l, e));
+    }
+  }
+  return out;
+}
+
 void EngineMetrics::publish_experts(const weights::ExpertStatsSnapshot& s) {
   for (size_t l = 0; l < s.layers.size() && l < expert_recall.size(); ++l) {
     expert_recall[l]->set(s.layers[l].recall());

@@ -16,10 +16,13 @@
 //   sluice_expert_recall{layer}, sluice_expert_precision{layer},
 //   sluice_expert_hit_rate{layer}, sluice_experts_resident{layer},
 //   sluice_expert_read_bytes{tier="disk|host"}   gauges, when experts stream
+//   sluice_expert_routed_total{layer,expert}     counter: tokens routed to the
+//                                   expert (routed models, resident or streamed)
 // Several engines in one process share these series.
 #pragma once
 
 #include "base/metrics.h"
+#include "model/hparams.h"
 #include "sluice/engine.h"
 #include "weights/expert_store.h"
 #include "weights/weight_counters.h"
@@ -34,6 +37,9 @@ struct EngineMetrics {
   // Creates the per-layer expert series (once, at engine creation).
   void init_experts(int64_t n_layer);
   void publish_experts(const weights::ExpertStatsSnapshot& s);
+  // Creates sluice_expert_routed_total for every routed layer and expert;
+  // returns them [n_layer * n_expert], null for dense layers (Model::set_routing_counters).
+  std::vector<Counter*> init_routing(const ModelHparams& hp);
 
   Counter* requests[5];  // by FinishReason
   Counter* generated_tokens;
