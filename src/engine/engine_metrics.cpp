@@ -45,7 +45,7 @@ EngineMetrics::EngineMetrics() {
 
 void EngineMetrics::observe_finished(const RequestTimings& t, FinishReason reason) {
   requests[static_cast<int>(reason)]->add(1);
-  if (t.n_generated > 0) ttft->observe(t.ttft_s);
+  // TTFT is observed at the first token (Engine::Impl::emit_token), so it shows while the request runs.
   if (t.n_generated > 1) tpot->observe(t.tpot_s);
   e2e->observe(t.e2e_s);
   prompt_tokens->observe(static_cast<double>(t.n_prompt));
