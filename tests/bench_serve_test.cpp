@@ -24,14 +24,11 @@ using ::sluice::testing::CliResult;
 using ::sluice::testing::cli_temp_path;
 using ::sluice::testing::run_cli;
 
-using testing::model_path;
-
-
+using testing::shipped_model_path;
 
 class BenchServe : public ::testing::Test {
  protected:
-  void SetUp() override { SKIP_UNLESS_EXISTS(model()); }
-  static std::string model() { return model_path("stories260K/stories260K.gguf"); }
+  static std::string model() { return shipped_model_path("stories260K.gguf"); }
   static std::string common(const std::string& prompt_len = "uniform:4:40", const std::string& output_len = "16") {
     return "bench-serve -m " + model() + " -t 2 --requests 12 --seed 7 --prompt-len " + prompt_len + " --output-len " +
            output_len;

@@ -25,10 +25,10 @@ inline std::string cli_temp_path(const std::string& name) {
   return ::testing::TempDir() + "/sluice_cli_" + std::to_string(::getpid()) + "_" + name;
 }
 
-// Runs `sluice <args>` (args are passed to the shell as written).
-inline CliResult run_cli(const std::string& args) {
+// Runs `<binary> <args>` (args are passed to the shell as written).
+inline CliResult run_binary(const std::string& binary, const std::string& args) {
   const std::string err_path = cli_temp_path("stderr.txt");
-  const std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>" + err_path;
+  const std::string cmd = binary + " " + args + " 2>" + err_path;
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "", "popen failed"};
@@ -42,5 +42,8 @@ inline CliResult run_cli(const std::string& args) {
   std::remove(err_path.c_str());
   return r;
 }
+
+// Runs `sluice <args>` (args are passed to the shell as written).
+inline CliResult run_cli(const std::string& args) { return run_binary(SLUICE_BINARY, args); }
 
 }  // namespace sluice::testing

@@ -22,21 +22,24 @@ using ::sluice::testing::run_cli;
 
 using testing::model_path;
 
+// The shipped model (models/) and its golden outputs (tests/data/): always here.
+const std::string kStories = testing::shipped_model_path("stories260K.gguf");
 
 nlohmann::json reference() {
-  std::ifstream in(model_path("stories260K/reference.json"));
+  std::ifstream in(testing::stories260k_reference_path());
   return nlohmann::json::parse(in);
 }
 
 TEST(Cli, RunJsonGivesReferenceGreedyTokens) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
   const auto ref = reference();
   const auto& g = ref["generation"][1];  // "Once upon a time", 64 steps
   const auto all = g["tokens"].get<std::vector<int32_t>>();
   const size_t n_prompt = g["prompt_tokens"].size();
   const std::vector<int32_t> expected(all.begin() + static_cast<long>(n_prompt), all.end());
-  for (const std::string m : {"stories260K/stories260K.gguf", "stories260K/hf"}) {
-    CliResult r = run_cli("run -m " + model_path(m) + " -p 'Once upon a time' -n " + std::to_string(expected.size()) +
+  std::vector<std::string> models = {kStories};
+  if (testing::path_exists(model_path("stories260K/hf"))) models.push_back(model_path("stories260K/hf"));
+  for (const std::string& m : models) {
+    CliResult r = run_cli("run -m " + m + " -p 'Once upon a time' -n " + std::to_string(expected.size()) +
                        " --temp 0 --json");
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto j = nlohmann::json::parse(r.out);
@@ -44,8 +47,8 @@ TEST(Cli, RunJsonGivesReferenceGreedyTokens) {
     EXPECT_FALSE(j["text"].get<std::string>().empty());
   }
   // The README's check of a result on the scalar reference backend.
-  CliResult r = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n " +
-                        std::to_string(expected.size()) + " --temp 0 --json --backend reference");
+  CliResult r = run_cli("run -m " + kStories + " -p 'Once upon a time' -n " + std::to_string(expected.size()) +
+                        " --temp 0 --json --backend reference");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>(), expected);
 }
@@ -61,8 +64,8 @@ TEST(Cli, RunWithLoraGivesTheFineTunesGreedyTokens) {
   const auto all = g["tokens"].get<std::vector<int32_t>>();
   const std::vector<int32_t> expected(all.begin() + static_cast<long>(g["prompt_ids"].size()), all.end());
   const std::string lora = model_path("stories260K-lora/lora-trained.gguf");
-  const std::string run = "run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n " +
-                          std::to_string(expected.size()) + " --temp 0 --ignore-eos --json ";
+  const std::string run = "run -m " + kStories + " -p 'Once upon a time' -n " + std::to_string(expected.size()) +
+                          " --temp 0 --ignore-eos --json ";
   CliResult r = run_cli(run + "--lora " + lora);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>(), expected);
@@ -70,7 +73,7 @@ TEST(Cli, RunWithLoraGivesTheFineTunesGreedyTokens) {
   CliResult halves = run_cli(run + "--lora " + lora + ":0.5 --lora " + lora + ":0.5");
   ASSERT_EQ(halves.exit_code, 0) << halves.err;
   EXPECT_EQ(nlohmann::json::parse(halves.out)["tokens"].get<std::vector<int32_t>>(), expected);
-  CliResult bad = run_cli(run + "--lora " + model_path("stories260K/stories260K.gguf"));
+  CliResult bad = run_cli(run + "--lora " + kStories);
   EXPECT_EQ(bad.exit_code, 1) << bad.err;
   EXPECT_NE(bad.err.find("is not a LoRA adapter"), std::string::npos) << bad.err;
   CliResult missing = run_cli(run + "--lora /no/such/adapter.gguf");
@@ -82,14 +85,13 @@ TEST(Cli, RunWithLoraGivesTheFineTunesGreedyTokens) {
 // without nvcc) a clear refusal and exit code 1, never a crash. gpu-bench
 // likewise.
 TEST(Cli, RunOnCudaGivesReferenceTokensOrSaysWhyNot) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
   const auto ref = reference();
   const auto& g = ref["generation"][1];
   const auto all = g["tokens"].get<std::vector<int32_t>>();
   const size_t n_prompt = g["prompt_tokens"].size();
   const std::vector<int32_t> expected(all.begin() + static_cast<long>(n_prompt), all.end());
-  const std::string run = "run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n " +
-                          std::to_string(expected.size()) + " --temp 0 --json ";
+  const std::string run =
+      "run -m " + kStories + " -p 'Once upon a time' -n " + std::to_string(expected.size()) + " --temp 0 --json ";
   // --gpu-budget is GPU memory: refused by name on another backend, anywhere.
   CliResult cpu = run_cli(run + "--backend cpu --gpu-budget 500K");
   EXPECT_EQ(cpu.exit_code, 1) << cpu.err;
@@ -118,8 +120,7 @@ TEST(Cli, RunOnCudaGivesReferenceTokensOrSaysWhyNot) {
 }
 
 TEST(Cli, RunStreamsOnlyTheContinuation) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
-  CliResult r = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p 'Once upon a time' -n 20 --temp 0");
+  CliResult r = run_cli("run -m " + kStories + " -p 'Once upon a time' -n 20 --temp 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("Once upon a time"), std::string::npos) << "prompt must not be echoed: " << r.out;
   EXPECT_FALSE(r.out.empty());
@@ -128,8 +129,7 @@ TEST(Cli, RunStreamsOnlyTheContinuation) {
 }
 
 TEST(Cli, SeededSamplingIsReproducible) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
-  const std::string cmd = "run -m " + model_path("stories260K/stories260K.gguf") +
+  const std::string cmd = "run -m " + kStories +
                           " -p 'Lily' -n 40 --temp 1.0 --top-k 40 --top-p 0.9 --seed 1234 --json";
   CliResult a = run_cli(cmd), b = run_cli(cmd);
   ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -137,11 +137,9 @@ TEST(Cli, SeededSamplingIsReproducible) {
 }
 
 TEST(Cli, TokenizeMatchesReference) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
   const auto ref = reference();
   const auto& t = ref["tokenization"][0];
-  CliResult r = run_cli("tokenize -m " + model_path("stories260K/stories260K.gguf") + " -p '" +
-                     t["text"].get<std::string>() + "'");
+  CliResult r = run_cli("tokenize -m " + kStories + " -p '" + t["text"].get<std::string>() + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<int32_t> expected = {1};  // add_bos
   for (int32_t id : t["ids_no_bos"].get<std::vector<int32_t>>()) expected.push_back(id);
@@ -149,8 +147,7 @@ TEST(Cli, TokenizeMatchesReference) {
 }
 
 TEST(Cli, InfoPrintsMetadataAndTensors) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
-  CliResult r = run_cli("info " + model_path("stories260K/stories260K.gguf"));
+  CliResult r = run_cli("info " + kStories);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("general.architecture"), std::string::npos);
   EXPECT_NE(r.out.find("blk.4.ffn_down.weight"), std::string::npos);
@@ -162,6 +159,89 @@ TEST(Cli, InfoPrintsMetadataAndTensors) {
   EXPECT_NE(r.out.find("chat template: none in the file"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("attn_output"), std::string::npos);
   EXPECT_EQ(r.out.find("missing:"), std::string::npos);
+}
+
+// No -m: the shipped stories260K, named in one line on stderr, tells the
+// reference story; bench-experts takes the shipped stories-moe; a given -m
+// prints no notice.
+TEST(Cli, WithoutAModelTheShippedOneRunsAndIsNamed) {
+  const std::string notice = "[sluice] no model given: using the shipped stories260K (" + kStories + ")\n";
+  const auto ref = reference();
+  const auto& g = ref["generation"][1];  // "Once upon a time", 64 steps
+  const auto all = g["tokens"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> expected(all.begin() + static_cast<long>(g["prompt_tokens"].size()), all.end());
+  CliResult r = run_cli("run -p 'Once upon a time' -n " + std::to_string(expected.size()) + " --temp 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.rfind(notice, 0), 0u) << "the notice comes first, once: " << r.err;
+  EXPECT_EQ(r.err.find("no model given", notice.size()), std::string::npos) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>(), expected);
+  CliResult text = run_cli("run -p 'Once upon a time' -n 24 --temp 0");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find(", there was a little girl named Lily."), std::string::npos) << text.out;
+
+  CliResult given = run_cli("run -m " + kStories + " -p 'Once upon a time' -n 4 --temp 0");
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  EXPECT_EQ(given.err.find("no model given"), std::string::npos) << given.err;
+  CliResult info = run_cli("info --no-tensors");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_EQ(info.err, notice);
+  EXPECT_NE(info.out.find("file: " + kStories + " (gguf v3"), std::string::npos) << info.out;
+  CliResult tok = run_cli("tokenize -p 'Once upon a time'");
+  ASSERT_EQ(tok.exit_code, 0) << tok.err;
+  EXPECT_EQ(nlohmann::json::parse(tok.out).get<std::vector<int32_t>>(), g["prompt_tokens"].get<std::vector<int32_t>>());
+  CliResult experts = run_cli("bench-experts -p 'Once upon a time' -n 4 -t 1 --json");
+  ASSERT_EQ(experts.exit_code, 0) << experts.err;
+  EXPECT_NE(experts.err.find("using the shipped stories-moe (" + testing::shipped_model_path("stories-moe-f16.gguf") + ")"),
+            std::string::npos)
+      << experts.err;
+  // The help says what the default is.
+  CliResult help = run_cli("run --help");
+  EXPECT_NE(help.out.find("(default: the shipped stories260K)"), std::string::npos) << help.out;
+}
+
+// A copy of the binary finds a models/ folder beside it before the source
+// tree's (compiled in), and falls through to that one without it.
+TEST(Cli, TheShippedModelIsFoundBesideTheBinaryFirst) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(testing::cli_temp_path("beside")).lexically_normal();
+  fs::remove_all(dir);
+  fs::create_directories(dir / "models");
+  fs::copy_file(SLUICE_BINARY, dir / "sluice");
+  fs::copy_file(kStories, dir / "models" / "stories260K.gguf");
+  CliResult r = testing::run_binary((dir / "sluice").string(), "info --no-tensors");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("using the shipped stories260K (" + (dir / "models" / "stories260K.gguf").string() + ")"),
+            std::string::npos)
+      << r.err;
+  fs::remove(dir / "models" / "stories260K.gguf");
+  CliResult fallback = testing::run_binary((dir / "sluice").string(), "info --no-tensors");
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.err;
+  EXPECT_NE(fallback.err.find("(" + kStories + ")"), std::string::npos) << fallback.err;
+  fs::remove_all(dir);
+}
+
+// convert --type re-quantizes a routed model's stacked experts ([n_embd, n_ff,
+// n_expert]) with the other matrices, and leaves its routers f32; the result,
+// about half the f16 file, runs and starts the same greedy story as the shipped
+// f16 stories-moe (they part at the 29th token, a near tie).
+TEST(Cli, ConvertRequantizesTheExpertsAndKeepsTheRoutersF32) {
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
+  const std::string out = testing::cli_temp_path("stories-moe-q8_0.gguf");
+  CliResult c = run_cli("convert " + moe + " -o " + out + " --type q8_0");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.err.find("30 converted to q8_0"), std::string::npos) << c.err;
+  CliResult info = run_cli("info " + out);
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("blk.0.ffn_gate_exps.weight           q8_0"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("blk.3.ffn_down_exps.weight           q8_0"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("blk.0.ffn_gate_inp.weight            f32"), std::string::npos) << info.out;
+  EXPECT_LT(std::filesystem::file_size(out), std::filesystem::file_size(moe) * 6 / 10);
+  const std::string run = " -p 'Once upon a time' -n 24 --temp 0 --json";
+  CliResult a = run_cli("run -m " + out + run), b = run_cli("run -m " + moe + run);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["tokens"], nlohmann::json::parse(b.out)["tokens"]);
+  std::remove(out.c_str());
 }
 
 TEST(Cli, InfoNamesThePreTokenizerAndTheChatTemplateWithItsToolCallFormat) {
@@ -238,8 +318,7 @@ TEST(Cli, SynthSlidingWindowOverride) {
 // (913408 bytes), so every layer streams. Takes a few seconds (a calibration per
 // round).
 TEST(Cli, PlanMeasureRoundsJson) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
-  CliResult r = run_cli("plan --measure " + model_path("stories260K/stories260K.gguf") +
+  CliResult r = run_cli("plan --measure " + kStories +
                         " --rounds 2 --json -t 1 --measure-decode 4 --measure-prompt 8 --budget-gb 0.001");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -325,11 +404,9 @@ TEST(Cli, BadInputFailsCleanly) {
   EXPECT_EQ(preset.exit_code, 1);
   EXPECT_NE(preset.err.find("unknown synth preset"), std::string::npos);
 
-  if (testing::path_exists(model_path("stories260K/stories260K.gguf"))) {
-    CliResult temp = run_cli("run -m " + model_path("stories260K/stories260K.gguf") + " -p hi --min-p 2");
-    EXPECT_EQ(temp.exit_code, 1);
-    EXPECT_NE(temp.err.find("min_p"), std::string::npos) << temp.err;
-  }
+  CliResult temp = run_cli("run -m " + kStories + " -p hi --min-p 2");
+  EXPECT_EQ(temp.exit_code, 1);
+  EXPECT_NE(temp.err.find("min_p"), std::string::npos) << temp.err;
 }
 
 }  // namespace

@@ -14,8 +14,7 @@ namespace sluice {
 namespace {
 
 TEST(ExpertPrediction, StoriesMoeRecallReadsAndReadinessAgainstLru) {
-  const std::string path = testing::model_path("stories-moe/stories-moe.gguf");
-  SKIP_UNLESS_EXISTS(path);
+  const std::string path = testing::shipped_model_path("stories-moe-f16.gguf");
   auto lm = load_model(path, {.n_threads = 2, .n_batch = 1, .predict_experts = true});
   ASSERT_TRUE(lm.ok()) << lm.status().to_string();
   std::vector<std::vector<int32_t>> prompts;

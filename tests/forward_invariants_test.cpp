@@ -37,8 +37,7 @@ void expect_decode_equals_prefill(const std::shared_ptr<const ModelFile>& file, 
 }
 
 TEST(ForwardInvariants, DecodeEqualsPrefillStories260K) {
-  const std::string path = testing::model_path("stories260K/stories260K.gguf");
-  SKIP_UNLESS_EXISTS(path);
+  const std::string path = testing::shipped_model_path("stories260K.gguf");
   auto mf = open_model_file(path);
   ASSERT_TRUE(mf.ok());
   expect_decode_equals_prefill(std::make_shared<const ModelFile>(std::move(*mf)), 40, 16);
@@ -100,8 +99,7 @@ TEST_P(RepackInvariants, RepackedWeightsGiveIdenticalLogits) {
 INSTANTIATE_TEST_SUITE_P(Types, RepackInvariants, ::testing::Values("q4_0", "q8_0"));
 
 TEST(ForwardErrors, RejectsOutOfRangeTokensAndFullContext) {
-  const std::string path = testing::model_path("stories260K/stories260K.gguf");
-  SKIP_UNLESS_EXISTS(path);
+  const std::string path = testing::shipped_model_path("stories260K.gguf");
   auto mf = open_model_file(path);
   ASSERT_TRUE(mf.ok());
   auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)), ModelOptions{.n_threads = 1});

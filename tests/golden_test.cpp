@@ -22,15 +22,17 @@ namespace sluice {
 namespace {
 
 using testing::model_path;
+using testing::shipped_model_path;
+using testing::stories260k_reference_path;
 
 nlohmann::json load_reference() {
-  std::ifstream in(model_path("stories260K/reference.json"));
+  std::ifstream in(stories260k_reference_path());
   return nlohmann::json::parse(in);
 }
 
 std::shared_ptr<const ModelFile> open_format(const std::string& format) {
   if (format == "gguf") {
-    auto mf = open_model_file(model_path("stories260K/stories260K.gguf"));
+    auto mf = open_model_file(shipped_model_path("stories260K.gguf"));
     EXPECT_TRUE(mf.ok()) << mf.status().to_string();
     return std::make_shared<const ModelFile>(std::move(*mf));
   }
@@ -56,10 +58,12 @@ std::shared_ptr<const ModelFile> open_format(const std::string& format) {
 class GoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
     ref_ = load_reference();
     const testing::GoldenParam param = testing::parse_golden_param(GetParam());
     if (!param.skip.empty()) GTEST_SKIP() << param.skip;
+    // The GGUF and its reference are shipped; the HF and llama2.c copies are in ../shared.
+    if (param.format == "hf") SKIP_UNLESS_EXISTS(model_path("stories260K/hf"));
+    if (param.format == "llama2c") SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.bin"));
     file_ = open_format(param.format);
     ASSERT_TRUE(file_);
     auto m = Model::load(file_, ModelOptions{.n_threads = 2, .backend = param.backend});

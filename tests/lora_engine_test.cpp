@@ -26,7 +26,7 @@ namespace {
 
 using testing::model_path;
 
-const std::string kBase = model_path("stories260K/stories260K.gguf");
+const std::string kBase = testing::shipped_model_path("stories260K.gguf");
 const std::string kTrained = model_path("stories260K-lora/lora-trained.gguf");
 const std::string kInit = model_path("stories260K-lora/lora-init.gguf");
 

@@ -28,7 +28,7 @@ namespace {
 
 using testing::model_path;
 
-const std::string kBase = model_path("stories260K/stories260K.gguf");
+const std::string kBase = testing::shipped_model_path("stories260K.gguf");
 const std::string kTrained = model_path("stories260K-lora/lora-trained.gguf");
 const std::string kInit = model_path("stories260K-lora/lora-init.gguf");
 const std::string kReference = model_path("stories260K-lora/reference.json");
@@ -59,7 +59,6 @@ class LoraGolden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     SKIP_UNLESS_EXISTS(kReference);
-    SKIP_UNLESS_EXISTS(kBase);
     std::ifstream in(kReference);
     ref_ = nlohmann::json::parse(in);
     const testing::GoldenParam param = testing::parse_golden_param("gguf@" + GetParam());

@@ -21,7 +21,7 @@ namespace {
 using json = nlohmann::json;
 using testing::model_path;
 
-const std::string kBase = model_path("stories260K/stories260K.gguf");
+const std::string kBase = testing::shipped_model_path("stories260K.gguf");
 const std::string kHfBase = model_path("stories260K/hf");
 const std::string kTrained = model_path("stories260K-lora/lora-trained.gguf");
 const std::string kReference = model_path("stories260K-lora/reference.json");
@@ -97,7 +97,6 @@ class PeftFolder : public ::testing::Test {
  protected:
   void SetUp() override {
     SKIP_UNLESS_EXISTS(kTrained);
-    SKIP_UNLESS_EXISTS(kBase);
     auto ad = read_lora(kTrained);
     ASSERT_TRUE(ad.ok());
     gguf_ = std::move(*ad);

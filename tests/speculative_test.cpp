@@ -21,7 +21,7 @@
 namespace sluice {
 namespace {
 
-using testing::model_path;
+using testing::shipped_model_path;
 
 // Collects the tokens of every output of every request.
 class Collector {
@@ -53,8 +53,7 @@ class Collector {
 class SpeculativeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    target_ = model_path("stories260K/stories260K.gguf");
-    SKIP_UNLESS_EXISTS(target_);
+    target_ = shipped_model_path("stories260K.gguf");
   }
   // check: verify the KV accounting after every step (slow for many requests).
   std::unique_ptr<Engine> make(EngineConfig cfg, bool check = true) {
@@ -185,8 +184,7 @@ TEST_F(SpeculativeTest, GreedyIsTokenIdenticalWithDraftModels) {
 // A routed target: drafts verified by the mixture-of-experts model (prompt
 // lookup, and the dense stories260K, which shares its vocabulary, as the draft).
 TEST_F(SpeculativeTest, GreedyIsTokenIdenticalForAMixtureOfExpertsTarget) {
-  const std::string moe = testing::model_path("stories-moe/stories-moe.gguf");
-  SKIP_UNLESS_EXISTS(moe);
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
   auto make_moe = [&](EngineConfig cfg) {
     cfg.model_path = moe;
     cfg.n_threads = 2;

@@ -1,8 +1,8 @@
 // The live page (GET / of `sluice serve`) in a real browser: tests/web/page.mjs
 // drives Debian's chromium headless with Playwright (playwright-core from npm,
-// pinned in tests/web/package.json; scripts/install-deps installs both) against
-// servers of stories260K and stories-moe. Skipped, saying why, without node,
-// chromium or the package (and the npm registry to fetch it).
+// pinned in tests/web/package-lock.json; scripts/install-deps installs both)
+// against servers of stories260K and stories-moe. Skipped, saying why, without
+// node, chromium or the package.
 //
 // SCREENSHOT_DIR=DIR in the environment also writes the page's screenshots
 // during a streamed run (dense and MoE) there: docs/ holds the ones the README shows.
@@ -44,13 +44,8 @@ std::string missing_prerequisite() {
   if (run("command -v node").first != 0) return "node is not installed (scripts/install-deps installs nodejs)";
   if (!testing::path_exists(chromium()))
     return chromium() + " is not installed (scripts/install-deps installs Debian's chromium)";
-  if (!testing::path_exists(kWebDir + "/node_modules/playwright-core/package.json")) {
-    if (run("command -v npm").first != 0) return "playwright-core is not installed and npm is missing";
-    auto [code, out] = run("cd " + kWebDir + " && flock -x node_modules.lock timeout 300 npm install --no-audit "
-                           "--no-fund --no-package-lock --loglevel=error");
-    if (code != 0 || !testing::path_exists(kWebDir + "/node_modules/playwright-core/package.json"))
-      return "npm install of playwright-core failed (registry unreachable?); output:\n" + out;
-  }
+  if (!testing::path_exists(kWebDir + "/node_modules/playwright-core/package.json"))
+    return "playwright-core is not in " + kWebDir + "/node_modules (run scripts/install-deps)";
   return "";
 }
 

@@ -41,6 +41,7 @@
 #include "base/timer.h"
 #include "cli.h"
 #include "cli_parallel.h"
+#include "default_model.h"
 #include "plan/calibrate.h"
 
 namespace sluice::cli {
@@ -353,7 +354,7 @@ int run(const BenchArgs& a) {
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand("bench", "measure prompt (pp) and generation (tg) tokens/s, bytes per token, GB/s");
-  c->add_option("-m,--model", a->model, "GGUF file or HF folder")->required();
+  add_model_option(c, &a->model, "GGUF file or HF folder");
   c->add_option("-p,--n-prompt", a->n_prompt, "prompt tokens of the pp test")->capture_default_str();
   c->add_option("-n,--n-gen", a->n_gen, "generated tokens of the tg test (0: no tg test)")->capture_default_str();
   c->add_option("-t,--threads", a->n_threads, "threads (default: all cores)");

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "default_model.h"
 #include "runtime/routing_trace.h"
 
 namespace sluice::cli {
@@ -91,7 +92,7 @@ int run(const Args& a) {
 Runner add_bench_experts(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand("bench-experts", "expert prediction and caching replayed on a MoE model's routing");
-  c->add_option("-m,--model", a->model, "mixture-of-experts GGUF file or HF folder")->required();
+  add_model_option(c, &a->model, "mixture-of-experts GGUF file or HF folder", kMoeModel);
   c->add_option("-p,--prompt", a->prompts, "prompts to decode (repeatable; default: 8 story openings)");
   c->add_option("-n,--n-generate", a->n_generate, "greedy tokens after each prompt")->capture_default_str();
   c->add_option("--slots", a->slots, "expert slots in all (default: --slots-per-layer x routed layers)");

@@ -50,6 +50,7 @@
 #include "base/timer.h"
 #include "cli.h"
 #include "cli_parallel.h"
+#include "default_model.h"
 #include "sluice/engine.h"
 
 namespace sluice::cli {
@@ -565,7 +566,7 @@ Runner add_bench_serve(CLI::App& app) {
   auto a = std::make_shared<BenchServeArgs>();
   CLI::App* c = app.add_subcommand("bench-serve", "drive the serving engine with a synthetic workload; report "
                                                   "throughput, TTFT/TPOT/E2E percentiles, KV use");
-  c->add_option("-m,--model", a->model, "GGUF file or HF folder")->required();
+  add_model_option(c, &a->model, "GGUF file or HF folder");
   c->add_option("--requests", a->n_requests, "number of requests")->capture_default_str();
   c->add_option("--prompt-len", a->prompt_len, "prompt tokens per request: N, uniform:A:B or normal:MEAN:SD")
       ->capture_default_str();

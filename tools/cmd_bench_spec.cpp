@@ -26,6 +26,7 @@
 
 #include "base/timer.h"
 #include "cli.h"
+#include "default_model.h"
 #include "sluice/engine.h"
 
 namespace sluice::cli {
@@ -194,7 +195,7 @@ int run(BenchSpecArgs a) {
 Runner add_bench_spec(CLI::App& app) {
   auto a = std::make_shared<BenchSpecArgs>();
   CLI::App* c = app.add_subcommand("bench-spec", "decode tokens/s with and without speculative decoding, side by side");
-  c->add_option("-m,--model", a->model, "target model: GGUF file or HF folder")->required();
+  add_model_option(c, &a->model, "target model: GGUF file or HF folder");
   c->add_option("-p,--prompt", a->prompt, "prompt text (default: a repetitive built-in text)");
   c->add_option("-n,--n-gen", a->n_gen, "tokens generated per run")->capture_default_str();
   c->add_option("-r,--repetitions", a->n_reps, "timed runs per engine")->capture_default_str();

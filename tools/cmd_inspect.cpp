@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "default_model.h"
 #include "model/hparams.h"
 #include "model/model_weights.h"
 #include "server/tool_calls.h"
@@ -48,7 +49,7 @@ Runner add_tokenize(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand("tokenize", "print the token ids of a text as a JSON array");
-  c->add_option("-m,--model", a->model, "GGUF file or HF folder")->required();
+  add_model_option(c, &a->model, "GGUF file or HF folder");
   c->add_option("-p,--prompt", a->prompt, "text to tokenize")->required();
   c->add_flag("--special", a->special, "parse special-token text in the input");
   c->add_flag("--no-bos", a->no_bos, "do not add BOS/EOS even if the model asks for them");
@@ -74,7 +75,7 @@ Runner add_info(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand("info", "print a model's metadata and tensor table");
-  c->add_option("model", a->model, "GGUF file or HF folder")->required();
+  add_model_option(c, &a->model, "GGUF file or HF folder", kDenseModel, "model");
   c->add_flag("--no-tensors", a->no_tensors, "metadata only");
   return [a] {
     auto mf_or = open_model_file(a->model);

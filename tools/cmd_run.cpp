@@ -10,6 +10,7 @@
 #include "base/timer.h"
 #include "cli.h"
 #include "cli_parallel.h"
+#include "default_model.h"
 #include "model/generate.h"
 #include "sample/sampler.h"
 #include "tokenizer/stream_decoder.h"
@@ -217,7 +218,7 @@ int run(RunArgs a) {
 Runner add_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* c = app.add_subcommand("run", "generate text from a prompt (continuation to stdout, summary to stderr)");
-  c->add_option("-m,--model", a->model, "GGUF file or HF folder")->required();
+  add_model_option(c, &a->model, "GGUF file or HF folder");
   c->add_option("-p,--prompt", a->prompt, "prompt text (BOS is added as the model says)");
   c->add_option("-n,--n-predict", a->n_predict, "tokens to generate")->capture_default_str();
   c->add_option("-c,--ctx-size", a->n_ctx, "context size (default: prompt + n, capped at the trained context)");

@@ -17,6 +17,7 @@
 #include "base/metrics.h"
 #include "cli.h"
 #include "cli_parallel.h"
+#include "default_model.h"
 #include "server/http_server.h"
 
 namespace sluice::cli {
@@ -158,7 +159,7 @@ Runner add_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   a->server.http_threads = 0;  // chosen from --max-seqs after parsing
   CLI::App* c = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, SSE streaming, /metrics)");
-  c->add_option("-m,--model", a->model, "GGUF file or HF folder")->required();
+  add_model_option(c, &a->model, "GGUF file or HF folder");
   c->add_option("--host", a->server.host, "address to bind (loopback by default)")->capture_default_str();
   c->add_option("--port", a->server.port, "port; 0 = any free port (printed)")->capture_default_str();
   c->add_option("--api-key", a->server.api_key, "require 'Authorization: Bearer KEY' on /v1/*");

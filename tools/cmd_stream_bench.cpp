@@ -39,6 +39,7 @@
 #include "base/meminfo.h"
 #include "base/timer.h"
 #include "cli.h"
+#include "default_model.h"
 #include "model/hparams.h"
 #include "plan/calibrate.h"
 #include "plan/stream_plan.h"
@@ -521,7 +522,7 @@ int run(const StreamBenchArgs& a) {
 Runner add_stream_bench(CLI::App& app) {
   auto a = std::make_shared<StreamBenchArgs>();
   CLI::App* c = app.add_subcommand("stream-bench", "measure weight streaming: disk, memory, matmul, overlap, pipeline");
-  c->add_option("-m,--model", a->model, "GGUF file")->required();
+  add_model_option(c, &a->model, "GGUF file");
   c->add_option("--mem-budget", a->mem_budget,
                 "compute-tier budget for the streamed pipeline (600M, 2G, 512MiB); default: stream every layer");
   c->add_option("--tokens", a->tokens, "tokens per step of the pipeline rows")->delimiter(',')->capture_default_str();

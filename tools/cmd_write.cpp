@@ -85,7 +85,11 @@ int convert(const ConvertArgs& a) {
   ThreadPool pool(a.n_threads);
   int n_converted = 0;
   for (const TensorInfo& t : mf.tensors) {
-    const bool matrix = t.ne.size() == 2 && t.name.size() > 7 && t.name.ends_with(".weight");
+    // Weight matrices, the stacked experts of a routed layer ([n_embd, n_ff, n_expert]) among
+    // them; routers stay f32, as llama.cpp's quantizer leaves them.
+    const bool experts = t.ne.size() == 3 && t.name.find("_exps.") != std::string::npos;
+    const bool matrix = (t.ne.size() == 2 || experts) && t.name.size() > 7 && t.name.ends_with(".weight") &&
+                        t.name.find("ffn_gate_inp.") == std::string::npos;
     DType dst_type = t.type;
     const bool fits = to && matrix &&
                       quant_mix_type(*to, MixTensor{.name = t.name, .ne0 = t.ne[0], .n_layer = n_layer,

@@ -20,6 +20,7 @@ namespace sluice {
 namespace {
 
 using testing::model_path;
+using testing::shipped_model_path;
 
 // Collects events of many requests; wait() blocks until all have finished.
 class Collector {
@@ -111,9 +112,8 @@ TEST(EngineKvSizing, DefaultPoolOfAWindowedModelCountsTheWindow) {
 
 class EngineTest : public ::testing::Test {
  protected:
-  void SetUp() override { SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf")); }
   std::unique_ptr<Engine> make(EngineConfig cfg) {
-    cfg.model_path = model_path("stories260K/stories260K.gguf");
+    cfg.model_path = shipped_model_path("stories260K.gguf");
     cfg.n_threads = 2;
     cfg.check_invariants = true;
     auto e = Engine::create(cfg);
@@ -123,7 +123,7 @@ class EngineTest : public ::testing::Test {
 };
 
 void expect_batched_equals_alone(Engine& engine, int n_requests,
-                                 const std::string& path = model_path("stories260K/stories260K.gguf")) {
+                                 const std::string& path = shipped_model_path("stories260K.gguf")) {
   auto mf = open_model_file(path);
   ASSERT_TRUE(mf.ok());
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
@@ -156,8 +156,7 @@ TEST_F(EngineTest, ThirtyTwoConcurrentRequestsMatchRunningEachAlone) {
 // The routed model through the serving path: chunked prefill (48 tokens a
 // step), the prefix cache, preemption by recompute under a small KV pool.
 TEST_F(EngineTest, MixtureOfExpertsModelMatchesRunningEachAlone) {
-  const std::string path = model_path("stories-moe/stories-moe.gguf");
-  SKIP_UNLESS_EXISTS(path);
+  const std::string path = shipped_model_path("stories-moe-f16.gguf");
   EngineConfig cfg{.max_batch_tokens = 48, .max_seqs = 16, .ctx_size = 128, .kv_budget_bytes = 24 * 2 * 4 * 16 * 32 * 4};
   cfg.model_path = path;
   cfg.n_threads = 2;

@@ -52,6 +52,7 @@ namespace {
 
 using testing::FuzzRng;
 using testing::model_path;
+using testing::shipped_model_path;
 
 // No single allocation may exceed this while parsing a file of a few MB.
 constexpr size_t kMaxAllocation = 64u << 20;
@@ -122,14 +123,12 @@ void fuzz_truncations(const std::vector<uint8_t>& file, const std::vector<size_t
 }
 
 TEST(GgufFuzz, Stories260KMutations) {
-  const std::string path = model_path("stories260K/stories260K.gguf");
-  SKIP_UNLESS_EXISTS(path);
+  const std::string path = shipped_model_path("stories260K.gguf");
   fuzz_mutations(slurp(path), 0x5eed0001, 4000, 4);
 }
 
 TEST(GgufFuzz, Stories260KTruncations) {
-  const std::string path = model_path("stories260K/stories260K.gguf");
-  SKIP_UNLESS_EXISTS(path);
+  const std::string path = shipped_model_path("stories260K.gguf");
   const std::vector<uint8_t> file = slurp(path);
   const size_t header_end = testing::map_gguf_fields(file).header_end;
   // Every offset through the first 4 KB, every 7th through the header, then a
@@ -167,7 +166,7 @@ TEST(GgufFuzz, Gpt2VocabMutations) {
 class GgufCorruption : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = model_path("stories260K/stories260K.gguf");
+    const std::string path = shipped_model_path("stories260K.gguf");
     if (!testing::path_exists(path)) GTEST_SKIP() << "real-model data not found at " << path;
     file_ = slurp(path);
     fields_ = testing::map_gguf_fields(file_);

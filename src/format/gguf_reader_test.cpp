@@ -11,13 +11,13 @@ namespace sluice {
 namespace {
 
 using testing::model_path;
+using testing::shipped_model_path;
 using testing::GgufBuilder;
 
-const std::string kStories = model_path("stories260K/stories260K.gguf");
+const std::string kStories = shipped_model_path("stories260K.gguf");
 const std::string kGpt2Vocab = model_path("vocab/ggml-vocab-gpt-2.gguf");
 
 TEST(GgufReader, ReadsStories260K) {
-  SKIP_UNLESS_EXISTS(kStories);
   auto mf = read_gguf(kStories);
   ASSERT_TRUE(mf.ok()) << mf.status().to_string();
   EXPECT_EQ(mf->format, "gguf");

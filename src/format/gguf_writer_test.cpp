@@ -14,6 +14,7 @@ namespace sluice {
 namespace {
 
 using testing::model_path;
+using testing::shipped_model_path;
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
@@ -28,8 +29,7 @@ std::vector<uint8_t> slurp(const std::string& path) {
 }
 
 TEST(GgufWriter, RoundTripStories260KIsByteIdentical) {
-  const std::string src = model_path("stories260K/stories260K.gguf");
-  SKIP_UNLESS_EXISTS(src);
+  const std::string src = shipped_model_path("stories260K.gguf");
   auto mf = read_gguf(src);
   ASSERT_TRUE(mf.ok()) << mf.status().to_string();
   const std::string out = temp_path("stories.gguf");

@@ -15,10 +15,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::model_path;
+using testing::shipped_model_path;
 
 const std::string kBin = model_path("stories260K/stories260K.bin");
 const std::string kTok = model_path("stories260K/tok512.bin");
-const std::string kGguf = model_path("stories260K/stories260K.gguf");
+const std::string kGguf = shipped_model_path("stories260K.gguf");
 
 std::vector<uint8_t> slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -56,7 +57,6 @@ void expect_same_tensors(const ModelFile& a, const ModelFile& b) {
 
 TEST_F(Llama2cTest, Stories260KMatchesGguf) {
   SKIP_UNLESS_EXISTS(kBin);
-  SKIP_UNLESS_EXISTS(kGguf);
   auto mf = import_llama2c(kBin, kTok);
   ASSERT_TRUE(mf.ok()) << mf.status().to_string();
   auto g = read_gguf(kGguf);

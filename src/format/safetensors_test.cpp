@@ -19,6 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::model_path;
+using testing::shipped_model_path;
 
 struct StTensor {
   std::string name;
@@ -110,9 +111,8 @@ float at(const TensorInfo& t, int64_t i) {
 
 TEST(HfModel, Stories260KMatchesGgufBytes) {
   const std::string hf = model_path("stories260K/hf");
-  const std::string gguf = model_path("stories260K/stories260K.gguf");
+  const std::string gguf = shipped_model_path("stories260K.gguf");
   SKIP_UNLESS_EXISTS(hf + "/model.safetensors");
-  SKIP_UNLESS_EXISTS(gguf);
   auto a = read_hf_model(hf);
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   auto b = read_gguf(gguf);

@@ -15,7 +15,7 @@ namespace {
 using testing::model_path;
 
 const std::string kInit = model_path("stories260K-lora/lora-init.gguf");
-const std::string kBase = model_path("stories260K/stories260K.gguf");
+const std::string kBase = testing::shipped_model_path("stories260K.gguf");
 
 TEST(LoraAdapter, ReadsTheReferenceAdapterWithRolesAndShapes) {
   SKIP_UNLESS_EXISTS(kInit);
@@ -42,7 +42,6 @@ TEST(LoraAdapter, ReadsTheReferenceAdapterWithRolesAndShapes) {
 
 TEST(LoraAdapter, ChecksAgainstTheBase) {
   SKIP_UNLESS_EXISTS(kInit);
-  SKIP_UNLESS_EXISTS(kBase);
   auto ad = read_lora(kInit);
   ASSERT_TRUE(ad.ok());
   auto base = read_gguf(kBase);
@@ -96,7 +95,6 @@ TEST(LoraAdapter, WritesWhatItReads) {
 }
 
 TEST(LoraAdapter, RefusesWhatIsNotAnAdapter) {
-  SKIP_UNLESS_EXISTS(kBase);
   auto st = read_lora(kBase);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.status().to_string().find("not a LoRA adapter"), std::string::npos) << st.status().to_string();

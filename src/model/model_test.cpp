@@ -14,8 +14,10 @@ namespace sluice {
 namespace {
 
 using testing::model_path;
+using testing::shipped_model_path;
+using testing::stories260k_reference_path;
 
-StatusOr<ModelFile> stories() { return open_model_file(model_path("stories260K/stories260K.gguf")); }
+StatusOr<ModelFile> stories() { return open_model_file(shipped_model_path("stories260K.gguf")); }
 
 // Rows of a [n_out, n_in] f32 matrix reordered from adjacent-pair RoPE layout to
 // the NeoX (rotate_half) layout, head by head: new row (h, half, i) = old (h, 2i + half).
@@ -33,7 +35,6 @@ std::vector<uint8_t> to_neox_rows(const TensorInfo& t, int64_t n_heads) {
 }
 
 TEST(Model, Qwen2PathWithNeoxRopeAndBiasesReproducesReference) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/reference.json"));
   auto mf_or = stories();
   ASSERT_TRUE(mf_or.ok());
   ModelFile mf = std::move(*mf_or);
@@ -70,7 +71,7 @@ TEST(Model, Qwen2PathWithNeoxRopeAndBiasesReproducesReference) {
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   EXPECT_EQ((*m)->hparams().rope_layout, RopeLayout::kNeox);
 
-  std::ifstream in(model_path("stories260K/reference.json"));
+  std::ifstream in(stories260k_reference_path());
   const auto ref = nlohmann::json::parse(in);
   const auto& g = ref["generation"][1];
   const auto toks = g["tokens"].get<std::vector<int32_t>>();
@@ -86,7 +87,6 @@ TEST(Model, Qwen2PathWithNeoxRopeAndBiasesReproducesReference) {
 }
 
 TEST(Model, RefusesUnsupportedArchitectureByName) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   auto mf = stories();
   ASSERT_TRUE(mf.ok());
   mf->metadata.set("general.architecture", MetaValue::str("starcoder2"));
@@ -110,8 +110,7 @@ TEST(Model, RefusesOtherMoeVariantsByName) {
   EXPECT_NE(m.status().message().find("MLA"), std::string::npos) << m.status().message();
   EXPECT_NE(load_arch("gpt-oss").status().message().find("gpt-oss"), std::string::npos);
   // A llama file with sigmoid expert gating (DeepSeek's rule).
-  SKIP_UNLESS_EXISTS(model_path("stories-moe/stories-moe.gguf"));
-  auto moe = open_model_file(model_path("stories-moe/stories-moe.gguf"));
+  auto moe = open_model_file(shipped_model_path("stories-moe-f16.gguf"));
   ASSERT_TRUE(moe.ok());
   moe->metadata.set("llama.expert_gating_func", MetaValue::u32(2));
   auto g = Model::load(std::make_shared<const ModelFile>(std::move(*moe)));
@@ -120,7 +119,6 @@ TEST(Model, RefusesOtherMoeVariantsByName) {
 }
 
 TEST(Model, RefusesMissingOrMisshapenTensorsByName) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   auto mf = stories();
   ASSERT_TRUE(mf.ok());
   for (auto& t : mf->tensors)
@@ -138,7 +136,6 @@ TEST(Model, RefusesMissingOrMisshapenTensorsByName) {
 }
 
 TEST(Model, ActivationHookNamesEveryLayer) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   auto mf = stories();
   ASSERT_TRUE(mf.ok());
   auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)), ModelOptions{.n_threads = 1});
@@ -161,7 +158,6 @@ TEST(Model, ActivationHookNamesEveryLayer) {
 // (the engine keeps its KV pool out of --gpu-budget this way); an error from
 // it fails the load.
 TEST(Model, DeviceReserveIsAskedWithTheModelAndHandedToTheBackendBeforePreparing) {
-  SKIP_UNLESS_EXISTS(model_path("stories260K/stories260K.gguf"));
   struct Recording final : ReferenceBackend {
     std::vector<std::string> calls;
     void set_device_reserve(uint64_t bytes) override { calls.push_back("reserve " + std::to_string(bytes)); }

@@ -93,6 +93,7 @@ std::variant<GenerationPlan, ApiError> build_generation_request(Endpoint ep, std
   r.loras = std::move(std::get<std::vector<int32_t>>(loras));
   plan.info = ResponseInfo{.endpoint = ep, .model = g.model.empty() ? model.id : g.model, .logprobs = g.top_logprobs >= 0,
                            .token_ids = g.return_token_ids};
+  if (g.return_token_ids) plan.info.prompt_token_ids = r.prompt;
   return plan;
 }
 

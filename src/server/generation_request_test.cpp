@@ -12,8 +12,7 @@ namespace {
 class GenerationRequestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = testing::model_path("stories260K/stories260K.gguf");
-    SKIP_UNLESS_EXISTS(path);
+    const std::string path = testing::shipped_model_path("stories260K.gguf");
     tok_ = std::move(testing::load_gguf_tokenizer(path).value());
     chat_ = ChatTemplate::create("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}", "<s>", "</s>").value();
   }
@@ -54,6 +53,11 @@ TEST_F(GenerationRequestTest, ChatGoesThroughTheTemplateAndDefaultsToTheRoomLeft
   EXPECT_EQ(p.request.max_tokens, 64 - p.n_prompt);
   EXPECT_EQ(p.request.sampling.seed, 3u);
   EXPECT_TRUE(p.stream);
+  EXPECT_TRUE(p.info.prompt_token_ids.empty());
+  // return_token_ids: the response will carry the prompt's ids as tokenized.
+  auto with_ids = build(Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"hi"}],"return_token_ids":true})");
+  ASSERT_TRUE(std::holds_alternative<GenerationPlan>(with_ids)) << error(with_ids).message;
+  EXPECT_EQ(std::get<GenerationPlan>(with_ids).info.prompt_token_ids, tokenize_chat_prompt(*tok_, "user: hi\n"));
 }
 
 // The model field picks a LoRA adapter served beside the base, or none.

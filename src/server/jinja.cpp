@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <unordered_set>
 
 #include "server/jinja_limits.h"
 #include "server/jinja_render.h"
@@ -9,7 +10,9 @@
 namespace sluice::server {
 namespace jinja {
 
-Renderer::Renderer(const nlohmann::ordered_json& context, const JinjaRenderOptions& options) {
+Renderer::Renderer(const nlohmann::ordered_json& context, const JinjaRenderOptions& options)
+    : max_render_ms_(options.max_render_ms),
+      deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(options.max_render_ms)) {
   frames_.emplace_back();
   install_globals(options);
   if (context.is_object())
@@ -41,10 +44,14 @@ void Renderer::install_globals(const JinjaRenderOptions& options) {
     for (int64_t i = 0; i < n; ++i) items.push_back(JinjaValue::integer(start + i * step));
     return JinjaValue::list(std::move(items));
   });
-  auto make_dict = [](JinjaArgs& a) {
+  auto make_dict = [this](JinjaArgs& a) {
     JinjaValue d = JinjaValue::dict();
-    if (!a.positional.empty() && a.positional[0].is_dict())
-      for (const auto& [k, v] : a.positional[0].entries()) d.set(k, v);
+    if (!a.positional.empty() && a.positional[0].is_dict()) {
+      for (const auto& [k, v] : a.positional[0].entries()) {
+        check_deadline(0);  // each set() scans the keys so far
+        d.set(k, v);
+      }
+    }
     for (auto& [k, v] : a.keyword) d.set(k, v);
     return d;
   };
@@ -71,9 +78,15 @@ JinjaValue Renderer::lookup(const std::string& name) const {
 }
 
 void Renderer::count_iterations(int64_t n, int line) {
+  check_deadline(line);
   iterations_ += n;
   if (n < 0 || iterations_ > kMaxLoopIterations)
     over_limit(line, "more than " + std::to_string(kMaxLoopIterations) + " loop iterations (limit kMaxLoopIterations)");
+}
+
+void Renderer::check_deadline(int line) {
+  if (++clock_ticks_ % kRenderClockStride != 0 || std::chrono::steady_clock::now() < deadline_) return;
+  over_limit(line, "rendering took longer than " + std::to_string(max_render_ms_) + " ms (limit kMaxRenderMillis)");
 }
 
 void Renderer::check_size(size_t bytes, int line) const {
@@ -87,6 +100,7 @@ void Renderer::undefined_error(const JinjaValue& v, int line) const {
 }
 
 Renderer::DepthGuard::DepthGuard(Renderer* r, int line) : r_(r) {
+  r_->check_deadline(line);  // before counting the level: the destructor will not run if it throws
   if (++r_->render_depth_ > kMaxRenderDepth) {
     --r_->render_depth_;
     over_limit(line, "rendering nested more than " + std::to_string(kMaxRenderDepth) +
@@ -175,6 +189,7 @@ void Renderer::render_set(const Node& n, JinjaValue v) {
   if (n.attribute) {
     JinjaValue ns = lookup(n.targets[0]);
     if (!ns.is_dict()) fail(n.line, "'" + n.targets[0] + "' is not a namespace");
+    check_acyclic(ns, v, n.line);
     ns.set(n.targets[1], std::move(v));
   } else if (n.targets.size() == 1) {
     assign(n.targets[0], std::move(v));
@@ -215,33 +230,35 @@ Renderer::Flow Renderer::render_for(const Node& n, std::string* out) {
     render(n.else_body, out);
     return Flow::kNormal;
   }
-  // One loop object per loop, updated in place each iteration, as jinja2's
-  // LoopContext is (and so that an iteration costs no new dict).
+  // A new loop object each iteration. One updated in place, as jinja2's
+  // LoopContext is, could come to hold (as previtem or nextitem) a value that
+  // holds it: a cycle made without an assignment to check (check_acyclic).
   const int64_t len = static_cast<int64_t>(items.size());
+  JinjaList keys;
+  for (const char* name : {"index", "index0", "revindex", "revindex0", "first", "last", "previtem", "nextitem",
+                           "length", "depth", "depth0", "cycle"})
+    keys.push_back(JinjaValue::string(name));
   auto index = std::make_shared<int64_t>(0);
-  JinjaValue loop = JinjaValue::dict({{"index", {}}, {"index0", {}}, {"revindex", {}}, {"revindex0", {}},
-                                      {"first", {}}, {"last", {}}, {"previtem", {}}, {"nextitem", {}},
-                                      {"length", JinjaValue::integer(len)}, {"depth", JinjaValue::integer(1)},
-                                      {"depth0", JinjaValue::integer(0)}});
-  loop.set("cycle", JinjaValue::function([index, line = n.line](JinjaArgs& a) {
+  const JinjaValue cycle = JinjaValue::function([index, line = n.line](JinjaArgs& a) {
     if (a.positional.empty()) fail(line, "loop.cycle() needs at least one item");
     return a.positional[static_cast<size_t>(*index) % a.positional.size()];
-  }));
+  });
   for (int64_t i = 0; i < len; ++i) {
     count_iterations(1, n.line);
     frames_.emplace_back();
     auto& f = frames_.back();
     bind(f, items[static_cast<size_t>(i)]);
     *index = i;
-    JinjaDict& d = loop.entries();  // in the order created above
-    d[0].second = JinjaValue::integer(i + 1);
-    d[1].second = JinjaValue::integer(i);
-    d[2].second = JinjaValue::integer(len - i);
-    d[3].second = JinjaValue::integer(len - i - 1);
-    d[4].second = JinjaValue::boolean(i == 0);
-    d[5].second = JinjaValue::boolean(i == len - 1);
-    d[6].second = i > 0 ? items[static_cast<size_t>(i - 1)] : JinjaValue::undefined("there is no previous item");
-    d[7].second = i + 1 < len ? items[static_cast<size_t>(i + 1)] : JinjaValue::undefined("there is no next item");
+    const JinjaValue values[] = {
+        JinjaValue::integer(i + 1), JinjaValue::integer(i), JinjaValue::integer(len - i),
+        JinjaValue::integer(len - i - 1), JinjaValue::boolean(i == 0), JinjaValue::boolean(i == len - 1),
+        i > 0 ? items[static_cast<size_t>(i - 1)] : JinjaValue::undefined("there is no previous item"),
+        i + 1 < len ? items[static_cast<size_t>(i + 1)] : JinjaValue::undefined("there is no next item"),
+        JinjaValue::integer(len), JinjaValue::integer(1), JinjaValue::integer(0), cycle};
+    JinjaDict fields;
+    fields.reserve(keys.size());
+    for (size_t k = 0; k < keys.size(); ++k) fields.emplace_back(keys[k], values[k]);
+    const JinjaValue loop = JinjaValue::dict(std::move(fields));
     f["loop"] = loop;
     const Flow flow = render(n.body, out);
     frames_.pop_back();
@@ -309,12 +326,35 @@ JinjaValue Renderer::invoke_macro(const Node& n, JinjaArgs& a, const JinjaValue&
   return JinjaValue::string(std::move(out));
 }
 
+void Renderer::check_acyclic(const JinjaValue& container, const JinjaValue& v, int line) {
+  const void* target = container.container();
+  if (!target || !v.container()) return;
+  std::vector<JinjaValue> stack = {v};  // the containers v reaches, each visited once
+  std::unordered_set<const void*> seen;
+  while (!stack.empty()) {
+    const JinjaValue x = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(x.container()).second) continue;
+    if (x.container() == target)
+      fail(line, std::string("this would make a ") + container.type_name() +
+                     " contain itself; sluice does not support cyclic values");
+    check_deadline(line);
+    if (x.is_list()) {
+      for (const JinjaValue& e : x.items())
+        if (e.container()) stack.push_back(e);
+    } else {
+      for (const auto& [k, e] : x.entries())  // keys are hashable: no list or dict in them
+        if (e.container()) stack.push_back(e);
+    }
+  }
+}
+
 JinjaList Renderer::iterate(const JinjaValue& v, int line) {
   if (v.is_list()) return v.items();
   if (v.is_undefined()) return {};
   if (v.is_dict()) {
     JinjaList keys;
-    for (const auto& [k, e] : v.entries()) keys.push_back(JinjaValue::string(k));
+    for (const auto& [k, e] : v.entries()) keys.push_back(k);
     return keys;
   }
   if (v.is_string()) {

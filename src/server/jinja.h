@@ -11,7 +11,7 @@
 // arithmetic, call) fails with jinja2's wording ("'x' is undefined").
 //
 // Rendering is bounded by jinja_limits.h (output bytes, loop iterations, macro
-// call depth); hitting a limit is kResourceExhausted naming the limit.
+// call depth, wall-clock time); hitting a limit is kResourceExhausted naming it.
 // A parsed template is immutable; render() may run on several threads at once.
 #pragma once
 
@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/jinja_limits.h"
 #include "server/jinja_parse.h"
 #include "sluice/status.h"
 
@@ -31,6 +32,8 @@ struct JinjaRenderOptions {
   // The clock strftime_now() reads, as Unix seconds formatted in UTC; unset:
   // the real clock in local time (what Python's datetime.now() gives).
   std::optional<int64_t> now_unix;
+  // Wall-clock limit of the render (jinja_limits.h); past it, kResourceExhausted.
+  int64_t max_render_ms = jinja::kMaxRenderMillis;
 };
 
 class JinjaTemplate {

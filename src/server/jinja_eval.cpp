@@ -1,8 +1,12 @@
 // Expressions of the Jinja renderer: names, attributes, indexing, slicing,
 // calls and operators, with Python's semantics (jinja_render.h).
+#include <string.h>  // memmem
+
 #include <algorithm>
+#include <string_view>
 #include <cmath>
 #include <optional>
+#include <unordered_set>
 
 #include "server/jinja_limits.h"
 #include "server/jinja_render.h"
@@ -23,8 +27,9 @@ std::vector<std::string> utf8_chars(const std::string& s) {
 
 std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right) {
   const std::vector<std::string> cs = utf8_chars(s);
-  const std::vector<std::string> set = utf8_chars(chars);
-  auto in_set = [&](const std::string& c) { return std::find(set.begin(), set.end(), c) != set.end(); };
+  const std::vector<std::string> chars_list = utf8_chars(chars);
+  const std::unordered_set<std::string> set(chars_list.begin(), chars_list.end());
+  auto in_set = [&](const std::string& c) { return set.count(c) != 0; };
   size_t b = 0, e = cs.size();
   if (left)
     while (b < e && in_set(cs[b])) ++b;
@@ -35,37 +40,101 @@ std::string strip_chars(const std::string& s, const std::string& chars, bool lef
   return out;
 }
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to, int64_t count) {
-  if (from.empty()) return s;
-  size_t pos = 0;
-  while (count != 0 && (pos = s.find(from, pos)) != std::string::npos) {
-    s.replace(pos, from.size(), to);
-    pos += to.size();
-    --count;
-    if (s.size() > kMaxOutputBytes) break;  // the caller's size check reports it
-  }
-  return s;
+size_t find_text(const std::string& hay, const std::string& needle, size_t pos) {
+  if (pos > hay.size()) return std::string::npos;
+  const void* hit = memmem(hay.data() + pos, hay.size() - pos, needle.data(), needle.size());
+  return hit ? static_cast<size_t>(static_cast<const char*>(hit) - hay.data()) : std::string::npos;
 }
 
-int compare_values(const JinjaValue& a, const JinjaValue& b, int line) {
-  if (a.is_number() && b.is_number())
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+  if (from.empty()) return s;
+  std::string out;
+  size_t pos = 0, hit;
+  while (count != 0 && (hit = find_text(s, from, pos)) != std::string::npos) {
+    out.append(s, pos, hit - pos);
+    out += to;
+    pos = hit + from.size();
+    --count;
+    if (out.size() > kMaxOutputBytes) return out;  // the caller's size check reports it
+  }
+  out.append(s, pos);
+  return out;
+}
+
+namespace {
+
+int compare_at(const JinjaValue& a, const JinjaValue& b, int line, int depth) {
+  if (depth > kMaxRenderDepth)
+    over_limit(line, "comparing values nested more than " + std::to_string(kMaxRenderDepth) +
+                         " levels deep (limit kMaxRenderDepth)");
+  if (a.is_number() && b.is_number()) {
+    if (a.kind() != JinjaValue::Kind::kFloat && b.kind() != JinjaValue::Kind::kFloat)
+      return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int() ? 1 : 0;
     return a.as_double() < b.as_double() ? -1 : a.as_double() > b.as_double() ? 1 : 0;
+  }
   if (a.is_string() && b.is_string()) {
-    const int c = a.as_string().compare(b.as_string());
+    const int c = a.as_string().compare(b.as_string());  // UTF-8 bytes sort as code points
     return c < 0 ? -1 : c > 0 ? 1 : 0;
   }
-  if (a.is_list() && b.is_list()) {
+  // A tuple compares with a tuple, a list with a list, item by item.
+  if (a.is_list() && b.is_list() && std::string_view(a.type_name()) == b.type_name()) {
     const JinjaList& x = a.items();
     const JinjaList& y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (x[i].equals(y[i])) continue;
-      return compare_values(x[i], y[i], line);
+      return compare_at(x[i], y[i], line, depth + 1);
     }
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   }
   if (a.is_undefined()) fail(line, a.undefined_hint());
   if (b.is_undefined()) fail(line, b.undefined_hint());
   fail(line, std::string("'<' not supported between instances of '") + a.type_name() + "' and '" + b.type_name() + "'");
+}
+
+}  // namespace
+
+int compare_values(const JinjaValue& a, const JinjaValue& b, int line) { return compare_at(a, b, line, 0); }
+
+void py_sort(JinjaList& items, JinjaList keys, bool reverse, int line) {
+  const size_t n = items.size();
+  if (n < 2) return;
+  if (reverse) {  // as list.sort does: reverse, sort, reverse back (equal items keep their order)
+    std::reverse(items.begin(), items.end());
+    std::reverse(keys.begin(), keys.end());
+  }
+  auto less = [&](size_t i, size_t j) { return compare_values(keys[i], keys[j], line) < 0; };
+  std::vector<size_t> order(n);  // order[k]: the index in items of the k-th sorted item
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  if (n >= 64) {
+    std::stable_sort(order.begin(), order.end(), less);
+  } else {
+    // CPython's path for short lists: the leading run (strictly descending
+    // runs are reversed), then binary insertion of the rest.
+    size_t run = 2;
+    if (less(1, 0)) {
+      while (run < n && less(run, run - 1)) ++run;
+      std::reverse(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(run));
+    } else {
+      while (run < n && !less(run, run - 1)) ++run;
+    }
+    for (size_t i = run; i < n; ++i) {
+      const size_t pivot = order[i];
+      size_t l = 0, r = i;
+      do {
+        const size_t p = l + ((r - l) >> 1);
+        if (less(pivot, order[p])) r = p;
+        else l = p + 1;
+      } while (l < r);
+      std::move_backward(order.begin() + static_cast<std::ptrdiff_t>(l), order.begin() + static_cast<std::ptrdiff_t>(i),
+                         order.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      order[l] = pivot;
+    }
+  }
+  JinjaList sorted;
+  sorted.reserve(n);
+  for (size_t i : order) sorted.push_back(std::move(items[i]));
+  items = std::move(sorted);
+  if (reverse) std::reverse(items.begin(), items.end());
 }
 
 JinjaValue Renderer::eval(const Expr& e) {
@@ -113,9 +182,13 @@ JinjaValue Renderer::eval_expr(const Expr& e) {
       for (const auto& o : e.operands) items.push_back(eval(*o));
       return e.name == "tuple" ? JinjaValue::tuple(std::move(items)) : JinjaValue::list(std::move(items));
     }
-    case Expr::Kind::kDict: {
+    case Expr::Kind::kDict: {  // keys keep their type: {1: 'a'} has the int key 1
       JinjaValue d = JinjaValue::dict();
-      for (size_t i = 0; i + 1 < e.operands.size(); i += 2) d.set(eval(*e.operands[i]).to_output(), eval(*e.operands[i + 1]));
+      for (size_t i = 0; i + 1 < e.operands.size(); i += 2) {
+        JinjaValue key = eval(*e.operands[i]);
+        if (!key.hashable()) fail(e.line, std::string("unhashable type: '") + key.type_name() + "'");
+        d.set(key, eval(*e.operands[i + 1]));
+      }
       return d;
     }
   }
@@ -133,7 +206,7 @@ JinjaValue Renderer::eval_attr(const Expr& e) {
 
 JinjaValue Renderer::index(const JinjaValue& obj, const JinjaValue& key, int line) {
   if (obj.is_undefined()) undefined_error(obj, line);
-  if (obj.is_dict()) return obj.get(key.to_output());
+  if (obj.is_dict()) return obj.get(key);
   if ((obj.is_list() || obj.is_string()) && key.is_number()) {
     int64_t i = key.as_int();
     if (obj.is_list()) {
@@ -148,7 +221,7 @@ JinjaValue Renderer::index(const JinjaValue& obj, const JinjaValue& key, int lin
     if (i >= 0 && i < n) return JinjaValue::string(chars[static_cast<size_t>(i)]);
     return JinjaValue::undefined("string index " + std::to_string(key.as_int()) + " out of range");
   }
-  return JinjaValue::undefined(std::string("'") + obj.type_name() + " object' has no attribute '" + key.to_output() + "'");
+  return obj.get(key);  // undefined, with jinja2's hint
 }
 
 JinjaValue Renderer::slice(const Expr& e) {
@@ -253,11 +326,12 @@ JinjaValue Renderer::binary(const Expr& e) {
     bool found = false;
     if (r.is_string()) {
       if (!l.is_string()) fail(e.line, std::string("'in <string>' requires string as left operand, not ") + l.type_name());
-      found = r.as_string().find(l.as_string()) != std::string::npos;
+      found = find_text(r.as_string(), l.as_string()) != std::string::npos;
     } else if (r.is_list()) {
       for (const auto& x : r.items()) found = found || x.equals(l);
     } else if (r.is_dict()) {
-      found = l.is_string() && !r.get(l.as_string()).is_undefined();
+      if (!l.hashable()) fail(e.line, std::string("unhashable type: '") + l.type_name() + "'");
+      found = r.find(l) != nullptr;
     } else if (!r.is_undefined()) {
       fail(e.line, std::string("argument of type '") + r.type_name() + "' is not iterable");
     }

@@ -52,10 +52,35 @@ std::string title(const std::string& s) {
   return out;
 }
 
+// A dict key as json.dumps writes it: str as is, 1.5 as "1.5", True as "true",
+// None as "null"; a tuple key is a TypeError.
+std::string json_key(const JinjaValue& k, int line) {
+  switch (k.kind()) {
+    case JinjaValue::Kind::kString: return k.as_string();
+    case JinjaValue::Kind::kNone: return "null";
+    case JinjaValue::Kind::kBool: return k.as_bool() ? "true" : "false";
+    case JinjaValue::Kind::kInt: return k.repr();
+    case JinjaValue::Kind::kFloat: {
+      const double d = k.as_double();
+      return std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : k.repr();
+    }
+    default: fail(line, std::string("keys must be str, int, float, bool or None, not ") + k.type_name());
+  }
+}
+
 void dump_json(const JinjaValue& v, int indent, bool sort_keys, int depth, int line, std::string* out) {
   if (depth > kMaxParseDepth) over_limit(line, "tojson of a value nested too deep");
-  const std::string nl = indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent * (depth + 1)), ' ') : "";
-  const std::string nl_end = indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent * depth), ' ') : "";
+  // A list holding one long string many times over is small, its JSON is not.
+  if (out->size() > kMaxOutputBytes)
+    over_limit(line, "output larger than " + std::to_string(kMaxOutputBytes) + " bytes (limit kMaxOutputBytes)");
+  const int64_t pad = indent >= 0 ? int64_t{indent} * (depth + 1) : 0;
+  if (pad > static_cast<int64_t>(kMaxOutputBytes))
+    over_limit(line, "output larger than " + std::to_string(kMaxOutputBytes) + " bytes (limit kMaxOutputBytes)");
+  std::string nl, nl_end;  // the line breaks before an item and before the closing bracket
+  if (indent >= 0) {
+    nl.assign(1, '\n').append(static_cast<size_t>(pad), ' ');
+    nl_end.assign(1, '\n').append(static_cast<size_t>(pad - indent), ' ');
+  }
   const char* item_sep = indent >= 0 ? "," : ", ";
   auto quoted = [](const std::string& s) {
     return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -93,15 +118,19 @@ void dump_json(const JinjaValue& v, int indent, bool sort_keys, int depth, int l
         *out += "{}";
         return;
       }
-      JinjaDict entries = v.entries();
-      if (sort_keys)
-        std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      JinjaList entries;  // (key, value) tuples; json.dumps sorts them as Python sorts tuples
+      for (const auto& [k, e] : v.entries()) entries.push_back(JinjaValue::tuple({k, e}));
+      if (sort_keys) {
+        JinjaList keys;
+        for (const auto& [k, e] : v.entries()) keys.push_back(k);
+        py_sort(entries, std::move(keys), false, line);
+      }
       *out += "{";
       bool first = true;
-      for (const auto& [k, e] : entries) {
+      for (const JinjaValue& entry : entries) {
         *out += first ? "" : item_sep;
-        *out += nl + quoted(k) + ": ";
-        dump_json(e, indent, sort_keys, depth + 1, line, out);
+        *out += nl + quoted(json_key(entry.items()[0], line)) + ": ";
+        dump_json(entry.items()[1], indent, sort_keys, depth + 1, line, out);
         first = false;
       }
       *out += nl_end + "}";
@@ -117,9 +146,14 @@ JinjaValue get_path(const JinjaValue& v, const std::string& path) {
   while (start <= path.size()) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (cur.is_list() && !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)) {
-      const size_t i = std::stoul(part);
-      cur = i < cur.items().size() ? cur.items()[i] : JinjaValue::undefined("list index " + part + " out of range");
+    if (!part.empty() && part.size() < 19 && std::all_of(part.begin(), part.end(), ::isdigit)) {
+      const JinjaValue i = JinjaValue::integer(std::stoll(part));  // jinja2 looks "0" up as the int 0
+      if (cur.is_list()) {
+        const size_t k = static_cast<size_t>(i.as_int());
+        cur = k < cur.items().size() ? cur.items()[k] : JinjaValue::undefined("list index " + part + " out of range");
+      } else {
+        cur = cur.get(i);
+      }
     } else {
       cur = cur.get(part);
     }
@@ -210,7 +244,11 @@ JinjaValue Renderer::apply_filter(const std::string& f, const JinjaValue& v, Jin
     // HF's signature: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
     const JinjaValue indent = a.get(1, "indent");
     return JinjaValue::string(
-        to_json_text(v, indent.is_number() ? static_cast<int>(indent.as_int()) : -1, a.get(3, "sort_keys").truthy(), line));
+        to_json_text(v,
+                     indent.is_number()  // a negative indent breaks lines without spaces, as in Python
+                         ? static_cast<int>(std::clamp<int64_t>(indent.as_int(), 0, int64_t{kMaxOutputBytes} + 1))
+                         : -1,
+                     a.get(3, "sort_keys").truthy(), line));
   }
   if (f == "length" || f == "count") {
     if (v.is_string()) return JinjaValue::integer(static_cast<int64_t>(utf8_chars(v.as_string()).size()));
@@ -251,20 +289,21 @@ JinjaValue Renderer::apply_filter(const std::string& f, const JinjaValue& v, Jin
     if (v.is_undefined()) return JinjaValue::list();
     if (!v.is_dict()) fail(line, std::string("can only apply '") + f + "' to a mapping, not '" + v.type_name() + "'");
     JinjaList pairs;
-    for (const auto& [k, e] : v.entries()) pairs.push_back(JinjaValue::tuple({JinjaValue::string(k), e}));
+    for (const auto& [k, e] : v.entries()) pairs.push_back(JinjaValue::tuple({k, e}));
     count_iterations(static_cast<int64_t>(pairs.size()), line);
     if (f == "dictsort") {
       const bool cs = a.get(0, "case_sensitive").truthy();
-      const size_t by = a.get(1, "by").to_output() == "value" ? 1 : 0;
-      const bool reverse = a.get(2, "reverse").truthy();
-      std::stable_sort(pairs.begin(), pairs.end(), [&](const JinjaValue& x, const JinjaValue& y) {
-        const int c = compare_values(sort_key(x.items()[by], cs, JinjaValue()), sort_key(y.items()[by], cs, JinjaValue()), line);
-        return reverse ? c > 0 : c < 0;
-      });
+      const JinjaValue by = a.get(1, "by");
+      if (!by.is_undefined() && by.to_output() != "key" && by.to_output() != "value")
+        fail(line, "You can only sort by either \"key\" or \"value\"");
+      const size_t pos = by.to_output() == "value" ? 1 : 0;
+      JinjaList keys;
+      for (const JinjaValue& p : pairs) keys.push_back(sort_key(p.items()[pos], cs, JinjaValue()));
+      py_sort(pairs, std::move(keys), a.get(2, "reverse").truthy(), line);
     }
     return JinjaValue::list(std::move(pairs));
   }
-  if (f == "attr") return v.get(a.get(0, "name").to_output());
+  if (f == "attr") return v.get(a.get(0, "name"));
   if ((f == "map" || f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr") && !v.truthy())
     return JinjaValue::list();  // jinja2 yields nothing for a falsy sequence, None included
   if (f == "map") {
@@ -311,6 +350,7 @@ JinjaValue Renderer::apply_filter(const std::string& f, const JinjaValue& v, Jin
     const JinjaValue attribute = a.get(1, "attribute");
     JinjaList out, keys;
     for (const JinjaValue& x : sequence()) {
+      check_deadline(line);  // quadratic in the items
       const JinjaValue k = sort_key(x, cs, attribute);
       if (std::none_of(keys.begin(), keys.end(), [&](const JinjaValue& y) { return y.equals(k); })) {
         keys.push_back(k);
@@ -323,10 +363,9 @@ JinjaValue Renderer::apply_filter(const std::string& f, const JinjaValue& v, Jin
     const bool reverse = a.get(0, "reverse").truthy(), cs = a.get(1, "case_sensitive").truthy();
     const JinjaValue attribute = a.get(2, "attribute");
     JinjaList items = sequence();
-    std::stable_sort(items.begin(), items.end(), [&](const JinjaValue& x, const JinjaValue& y) {
-      const int c = compare_values(sort_key(x, cs, attribute), sort_key(y, cs, attribute), line);
-      return reverse ? c > 0 : c < 0;
-    });
+    JinjaList keys;
+    for (const JinjaValue& x : items) keys.push_back(sort_key(x, cs, attribute));
+    py_sort(items, std::move(keys), reverse, line);
     return JinjaValue::list(std::move(items));
   }
   if (f == "min" || f == "max") {

@@ -5,18 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include "server/jinja_test_util.h"
+
 namespace sluice::server {
 namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string render(const std::string& src, const ojson& ctx = ojson::object()) {
-  auto t = JinjaTemplate::parse(src);
-  if (!t.ok()) return "PARSE ERROR: " + t.status().to_string();
-  auto out = t->render(ctx);
-  if (!out.ok()) return "RENDER ERROR: " + out.status().to_string();
-  return *out;
-}
+using testing::render;
 
 TEST(JinjaFilters, MapSelectReject) {
   const ojson xs = {{"xs", ojson::array({{{"n", 1}}, {{"n", 2}}})}};

@@ -16,6 +16,7 @@ std::vector<Token> lex_tag(std::string_view src, size_t* pos, int* line, const s
                            bool* keep_after) {
   std::vector<Token> out;
   size_t i = *pos;
+  int open_brackets = 0;  // ( [ { not yet closed: "}}" inside them is two '}' (as jinja2 lexes it)
   static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "+", "-", "*", "/", "%", "~", "<", ">",
                                "|",  ".",  ",",  ":",  "(",  ")", "[", "]", "{", "}", "="};
   while (true) {
@@ -24,19 +25,19 @@ std::vector<Token> lex_tag(std::string_view src, size_t* pos, int* line, const s
       ++i;
     }
     if (i >= src.size()) fail(*line, "unterminated tag (missing '" + close + "')");
-    if (src.compare(i, 2, close) == 0) {
+    if (open_brackets == 0 && src.compare(i, 2, close) == 0) {
       *pos = i + 2;
       *strip_after = false;
       *keep_after = false;
       return out;
     }
-    if (src[i] == '-' && src.compare(i + 1, 2, close) == 0) {
+    if (open_brackets == 0 && src[i] == '-' && src.compare(i + 1, 2, close) == 0) {
       *pos = i + 3;
       *strip_after = true;
       *keep_after = false;
       return out;
     }
-    if (src[i] == '+' && src.compare(i + 1, 2, close) == 0) {  // "+%}": trim_blocks off for this tag
+    if (open_brackets == 0 && src[i] == '+' && src.compare(i + 1, 2, close) == 0) {  // "+%}": trim_blocks off for this tag
       *pos = i + 3;
       *strip_after = false;
       *keep_after = true;
@@ -57,6 +58,15 @@ std::vector<Token> lex_tag(std::string_view src, size_t* pos, int* line, const s
       t.kind = Token::Kind::kInt;
       if (j + 1 < src.size() && src[j] == '.' && std::isdigit(static_cast<unsigned char>(src[j + 1]))) {
         ++j;
+        while (j < src.size() && std::isdigit(static_cast<unsigned char>(src[j]))) ++j;
+        t.kind = Token::Kind::kFloat;
+      }
+      // An exponent: 1e20, 2.5E-3.
+      size_t e = j + 1;
+      if (e < src.size() && (src[e] == '+' || src[e] == '-')) ++e;
+      if (j < src.size() && (src[j] == 'e' || src[j] == 'E') && e < src.size() &&
+          std::isdigit(static_cast<unsigned char>(src[e]))) {
+        j = e;
         while (j < src.size() && std::isdigit(static_cast<unsigned char>(src[j]))) ++j;
         t.kind = Token::Kind::kFloat;
       }
@@ -99,6 +109,8 @@ std::vector<Token> lex_tag(std::string_view src, size_t* pos, int* line, const s
           t.text = op;
           i += n;
           matched = true;
+          if (n == 1 && (*op == '(' || *op == '[' || *op == '{')) ++open_brackets;
+          if (n == 1 && (*op == ')' || *op == ']' || *op == '}') && open_brackets > 0) --open_brackets;
           break;
         }
       }

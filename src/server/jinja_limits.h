@@ -2,7 +2,8 @@
 // server. A template comes from a model file or a --chat-template path, so it
 // is input, not code: every resource it can spend is capped here, in one place.
 // Each limit, when hit, fails the parse or the render with a Status that names
-// the limit (kResourceExhausted), never a crash or an unbounded wait.
+// the limit (kResourceExhausted), never a crash or an unbounded wait: a render
+// ends within kMaxRenderMillis (plus one step) whatever the template does.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +33,17 @@ inline constexpr int kMaxParseDepth = 200;
 // call depth each stay small, but a macro whose deep expression calls the macro
 // again multiplies them; this caps the product, and so the C++ stack a render uses.
 inline constexpr int kMaxRenderDepth = 1000;
+
+// Wall-clock time of one render. The counts above bound the work of each step,
+// but not its cost times the number of steps: a million iterations that each
+// build a string near kMaxOutputBytes would take minutes. The renderer reads
+// the clock as it goes (every kRenderClockStride evaluations and iterations)
+// and stops once a render has run this long. Real chat templates render in
+// milliseconds, even for long conversations; this is far above them (with room
+// for a machine under load), and short enough that a request with a runaway
+// template gets its 400 in seconds, not minutes. (JinjaRenderOptions can lower it.)
+inline constexpr int64_t kMaxRenderMillis = 5000;
+inline constexpr uint32_t kRenderClockStride = 64;
 
 // Size of the template source itself.
 inline constexpr size_t kMaxTemplateBytes = size_t{1} << 20;  // 1 MiB

@@ -12,17 +12,21 @@
 namespace sluice::server {
 namespace {
 
-Status render_status(const std::string& src) {
+// Each test checks one limit: the wall-clock one is set out of reach (but the
+// one it tests), so that a loaded machine does not hit it first.
+constexpr JinjaRenderOptions kNoClock{.max_render_ms = 600'000};
+
+Status render_status(const std::string& src, const JinjaRenderOptions& options = kNoClock) {
   auto t = JinjaTemplate::parse(src);
   if (!t.ok()) return t.status();
-  auto out = t->render(nlohmann::ordered_json::object());
+  auto out = t->render(nlohmann::ordered_json::object(), options);
   return out.ok() ? Status() : out.status();
 }
 
-// Renders `src`, expecting a kResourceExhausted naming `limit` within a second.
-void expect_limit(const std::string& src, const std::string& limit) {
+// Renders `src`, expecting a kResourceExhausted naming `limit` within seconds.
+void expect_limit(const std::string& src, const std::string& limit, const JinjaRenderOptions& options = kNoClock) {
   const auto start = std::chrono::steady_clock::now();
-  const Status s = render_status(src);
+  const Status s = render_status(src, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << src.substr(0, 80) << ": " << s.to_string();
   EXPECT_NE(s.message().find(limit), std::string::npos) << s.to_string();
@@ -76,6 +80,74 @@ TEST(JinjaLimits, ParseNesting) {
   std::string filters = "{{ x";
   for (int i = 0; i < 1000; ++i) filters += " | trim";
   expect_limit(filters + " }}", "kMaxParseDepth");
+}
+
+TEST(JinjaLimits, RenderTime) {
+  // 400,000 iterations (within kMaxLoopIterations) that each build a string of
+  // a million bytes (within kMaxOutputBytes): tens of seconds without a clock.
+  // (The server's limit is kMaxRenderMillis; ChatTemplateServe checks that one.)
+  const JinjaRenderOptions limit{.max_render_ms = 300};
+  const auto start = std::chrono::steady_clock::now();
+  expect_limit("{% for i in range(400000) %}{% set s = 'x' * 1000000 %}{% endfor %}", "kMaxRenderMillis", limit);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(seconds, 0.3);
+  EXPECT_LT(seconds, 0.3 + 1.0);
+  EXPECT_TRUE(render_status("{% for i in range(1000) %}{% set s = 'x' * 1000 %}{% endfor %}", limit).ok());
+}
+
+// Text operations take time linear in their texts, so one step of a render
+// stays short whatever its arguments (std::string::find is |text| x |pattern|).
+TEST(JinjaLimits, TextOperationsOnLongTextsAreLinear) {
+  auto fast = [](const std::string& src, const std::string& want) {
+    const auto start = std::chrono::steady_clock::now();
+    auto t = JinjaTemplate::parse(src);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    auto out = t->render(nlohmann::ordered_json::object(), kNoClock);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    EXPECT_EQ(*out, want) << src;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0) << src;
+  };
+  fast("{{ ('a' * 500000) | replace('a', 'bb') | length }}", "1000000");
+  fast("{% set h = 'a' * 1000000 %}{% set n = 'a' * 500000 + 'b' %}{{ h.count(n) }}|{{ h.find(n) }}|{{ h.rfind(n) }}|"
+       "{{ h.split(n) | length }}|{{ h.rsplit(n) | length }}|{{ n in h }}",
+       "0|-1|-1|1|1|False");
+  fast("{{ ('x' * 1000000) | trim('y' * 1000000 + 'x') | length }}", "0");
+}
+
+// Lists and dicts are shared, so a small template can make a value whose text
+// or JSON would be enormous, or a value nested 100,000 deep: both fail (or are
+// released) cleanly; and no value may contain itself.
+TEST(JinjaLimits, SharedNestedAndCyclicValues) {
+  const std::string huge = "{% set s = 'x' * 1000000 %}{% set a = [s] * 1000 %}{% set b = [a] * 1000 %}";
+  expect_limit(huge + "{{ b }}", "kMaxOutputBytes");
+  expect_limit(huge + "{{ b | tojson }}", "kMaxOutputBytes");
+  expect_limit(huge + "{{ b | string | length }}", "kMaxOutputBytes");
+  auto t = JinjaTemplate::parse(huge + "{{ b == b }}|{{ [b, a] == [b, a] }}|{{ b | unique | list | length }}");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*t->render(nlohmann::ordered_json::object(), kNoClock), "True|True|1");
+
+  // A chain [[[...]]] 2,000 deep is too deep to print, compare or serialize;
+  // one 100,000 deep is released without a recursion per level (which would
+  // overflow the stack).
+  auto chain = [](int depth) {
+    return "{% set root = [] %}{% set ns = namespace(cur=root) %}{% for i in range(" + std::to_string(depth) +
+           ") %}{% set next = [] %}{% if ns.cur.append(next) %}{% endif %}{% set ns.cur = next %}{% endfor %}";
+  };
+  expect_limit(chain(2000) + "{{ root }}", "kMaxRenderDepth");
+  expect_limit(chain(2000) + "{{ root == [root] }}", "kMaxRenderDepth");
+  expect_limit(chain(2000) + "{{ root | tojson }}", "tojson of a value nested too deep");
+  auto deep = JinjaTemplate::parse(chain(100000) + "{{ root | length }}");
+  ASSERT_TRUE(deep.ok());
+  EXPECT_EQ(*deep->render(nlohmann::ordered_json::object(), kNoClock), "1");
+
+  for (const char* cyclic : {"{% set l = [] %}{% if l.append(l) %}{% endif %}",
+                             "{% set a = [] %}{% set b = [[a]] %}{% if a.extend(b) %}{% endif %}",
+                             "{% set ns = namespace(x=1) %}{% set ns.me = ns %}",
+                             "{% set ns = namespace(l=[]) %}{% if ns.l.append({'n': ns}) %}{% endif %}"}) {
+    const Status s = render_status(cyclic);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << cyclic << ": " << s.to_string();
+    EXPECT_NE(s.message().find("contain itself"), std::string::npos) << s.to_string();
+  }
 }
 
 TEST(JinjaLimits, TemplateSize) {

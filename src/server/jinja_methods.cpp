@@ -1,6 +1,7 @@
 // Methods of str, dict and list values in the Jinja renderer, as Python
 // defines them (`'a,b'.split(',')`, `d.items()`, `ns.items.append(x)`).
 #include <algorithm>
+#include <string_view>
 
 #include "server/jinja_render.h"
 
@@ -53,24 +54,18 @@ JinjaList split(const std::string& s, const JinjaValue& sep, int64_t maxsplit, b
   } else {
     const std::string& d = sep.as_string();
     if (d.empty()) fail(line, "empty separator");
-    if (!from_right) {
-      size_t i = 0, j;
-      while (maxsplit != 0 && (j = s.find(d, i)) != std::string::npos) {
-        parts.push_back(s.substr(i, j - i));
-        i = j + d.size();
-        --maxsplit;
-      }
-      parts.push_back(s.substr(i));
-    } else {
-      size_t end = s.size();
-      while (maxsplit != 0 && end >= d.size()) {
-        const size_t j = s.rfind(d, end - d.size());
-        if (j == std::string::npos) break;
-        parts.push_back(s.substr(j + d.size(), end - j - d.size()));
-        end = j;
-        --maxsplit;
-      }
-      parts.push_back(s.substr(0, end));
+    // rsplit is split of the reversed text at the reversed separator, read back.
+    const std::string text = from_right ? std::string(s.rbegin(), s.rend()) : s;
+    const std::string delim = from_right ? std::string(d.rbegin(), d.rend()) : d;
+    size_t i = 0, j;
+    while (maxsplit != 0 && (j = find_text(text, delim, i)) != std::string::npos) {
+      parts.push_back(text.substr(i, j - i));
+      i = j + delim.size();
+      --maxsplit;
+    }
+    parts.push_back(text.substr(i));
+    if (from_right) {
+      for (std::string& p : parts) std::reverse(p.begin(), p.end());
       std::reverse(parts.begin(), parts.end());
     }
   }
@@ -158,7 +153,13 @@ JinjaValue Renderer::call_method(const JinjaValue& obj, const std::string& name,
     }
     if (name == "find" || name == "rfind" || name == "index") {
       const std::string sub = a.get(0, "sub").to_output();
-      const size_t p = name == "rfind" ? s.rfind(sub) : s.find(sub);
+      size_t p = std::string::npos;
+      if (name != "rfind") {
+        p = find_text(s, sub);
+      } else {  // the first match in the reversed text is the last one
+        p = find_text(std::string(s.rbegin(), s.rend()), std::string(sub.rbegin(), sub.rend()));
+        if (p != std::string::npos) p = s.size() - p - sub.size();
+      }
       if (p == std::string::npos && name == "index") fail(line, "substring not found");
       // Python counts characters, not bytes.
       return JinjaValue::integer(p == std::string::npos ? -1 : static_cast<int64_t>(utf8_chars(s.substr(0, p)).size()));
@@ -167,7 +168,7 @@ JinjaValue Renderer::call_method(const JinjaValue& obj, const std::string& name,
       const std::string sub = a.get(0, "sub").to_output();
       if (sub.empty()) return JinjaValue::integer(static_cast<int64_t>(utf8_chars(s).size()) + 1);
       int64_t n = 0;
-      for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+      for (size_t p = find_text(s, sub); p != std::string::npos; p = find_text(s, sub, p + sub.size())) ++n;
       return JinjaValue::integer(n);
     }
     if (name == "join") {
@@ -199,28 +200,33 @@ JinjaValue Renderer::call_method(const JinjaValue& obj, const std::string& name,
   } else if (obj.is_dict()) {
     if (name == "items") {
       JinjaList pairs;
-      for (const auto& [k, v] : obj.entries()) pairs.push_back(JinjaValue::tuple({JinjaValue::string(k), v}));
+      for (const auto& [k, v] : obj.entries()) pairs.push_back(JinjaValue::tuple({k, v}));
       return JinjaValue::list(std::move(pairs));
     }
     if (name == "keys" || name == "values") {
       JinjaList r;
-      for (const auto& [k, v] : obj.entries()) r.push_back(name == "keys" ? JinjaValue::string(k) : v);
+      for (const auto& [k, v] : obj.entries()) r.push_back(name == "keys" ? k : v);
       return JinjaValue::list(std::move(r));
     }
     if (name == "get") {
-      const JinjaValue v = obj.get(a.get(0, "key").to_output());
-      if (!v.is_undefined()) return v;
+      const JinjaValue key = a.get(0, "key");
+      if (!key.hashable()) fail(line, std::string("unhashable type: '") + key.type_name() + "'");
+      if (const JinjaValue* v = obj.find(key)) return *v;
       return a.positional.size() > 1 ? a.positional[1] : a.get(SIZE_MAX, "default").is_undefined() ? JinjaValue::none() : a.get(SIZE_MAX, "default");
     }
   } else if (obj.is_list()) {
-    if (name == "append") {
+    const bool tuple = std::string_view(obj.type_name()) == "tuple";  // immutable
+    if (name == "append" && !tuple) {
       count_iterations(1, line);
-      obj.items().push_back(a.get(0, "object"));
+      const JinjaValue x = a.get(0, "object");
+      check_acyclic(obj, x, line);
+      obj.items().push_back(x);
       return JinjaValue::none();
     }
-    if (name == "extend") {
+    if (name == "extend" && !tuple) {
       JinjaList more = iterate(a.get(0, "iterable"), line);
       count_iterations(static_cast<int64_t>(more.size()), line);
+      for (const JinjaValue& x : more) check_acyclic(obj, x, line);
       obj.items().insert(obj.items().end(), more.begin(), more.end());
       return JinjaValue::none();
     }

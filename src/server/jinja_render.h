@@ -10,6 +10,7 @@
 // JinjaTemplate::render. One Renderer per render; not shared between threads.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,10 +45,17 @@ class Renderer {
   // The items `for` iterates: list items, dict keys, string characters; an
   // undefined value is empty; anything else fails.
   JinjaList iterate(const JinjaValue& v, int line);
-  // Counts `n` more iterations against kMaxLoopIterations.
+  // Counts `n` more iterations against kMaxLoopIterations (and reads the clock).
   void count_iterations(int64_t n, int line);
+  // Fails once the render has run options.max_render_ms (kMaxRenderMillis);
+  // reads the clock every kRenderClockStride calls.
+  void check_deadline(int line);
   // Fails if a string being built would pass kMaxOutputBytes.
   void check_size(size_t bytes, int line) const;
+  // Fails if putting `v` into `container` (a list or dict) would make the
+  // container reach itself: values stay acyclic, so printing, comparing and
+  // releasing them ends. Visits each container `v` reaches once.
+  void check_acyclic(const JinjaValue& container, const JinjaValue& v, int line);
   // Fails, with jinja2's message, when an undefined value is used where jinja2 raises.
   [[noreturn]] void undefined_error(const JinjaValue& v, int line) const;
 
@@ -81,6 +89,9 @@ class Renderer {
   int64_t iterations_ = 0;
   int call_depth_ = 0;
   int render_depth_ = 0;
+  int64_t max_render_ms_;
+  std::chrono::steady_clock::time_point deadline_;
+  uint32_t clock_ticks_ = 0;
 };
 
 // Helpers shared by the renderer's files.
@@ -92,10 +103,19 @@ inline const std::string kWhitespace = " \t\n\r\f\v";
 // HTML escaping as jinja2's escape (& < > " ').
 std::string escape_html(const std::string& s);
 // str.replace(old, new[, count]).
-std::string replace_all(std::string s, const std::string& from, const std::string& to, int64_t count = -1);
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count = -1);
+// The first `needle` in `hay` at or after byte `pos`, or npos, in time linear in
+// both (std::string::find can take |hay| x |needle| steps).
+size_t find_text(const std::string& hay, const std::string& needle, size_t pos = 0);
 // Python's json.dumps(ensure_ascii=False, indent, sort_keys) as HF's tojson calls it.
 std::string to_json_text(const JinjaValue& v, int indent, bool sort_keys, int line);
-// Python's ordering of two values (numbers, strings, lists); fails for others.
+// Python's ordering of two values (numbers, strings, lists, tuples); fails as
+// Python's `<` does for others ("'<' not supported between instances of ...").
 int compare_values(const JinjaValue& a, const JinjaValue& b, int line);
+// Python's sorted(items, key=..., reverse=...), keys[i] being the key of
+// items[i]: stable, comparing keys with `<` only. Under 64 items it compares
+// the pairs CPython's list.sort compares, in the same order, so a TypeError
+// names the same two types jinja2's does.
+void py_sort(JinjaList& items, JinjaList keys, bool reverse, int line);
 
 }  // namespace sluice::server::jinja

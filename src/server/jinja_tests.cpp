@@ -65,8 +65,11 @@ bool Renderer::apply_test(const std::string& t, const JinjaValue& v, JinjaArgs& 
   if (t == "le") return compare_values(v, other, line) <= 0;
   if (t == "in") {
     const JinjaValue seq = a.get(0, "seq");
-    if (seq.is_string()) return v.is_string() && seq.as_string().find(v.as_string()) != std::string::npos;
-    if (seq.is_dict()) return v.is_string() && !seq.get(v.as_string()).is_undefined();
+    if (seq.is_string()) return v.is_string() && find_text(seq.as_string(), v.as_string()) != std::string::npos;
+    if (seq.is_dict()) {
+      if (!v.hashable()) fail(line, std::string("unhashable type: '") + v.type_name() + "'");
+      return seq.find(v) != nullptr;
+    }
     for (const JinjaValue& x : iterate(seq, line))
       if (x.equals(v)) return true;
     return false;

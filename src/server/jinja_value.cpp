@@ -4,7 +4,50 @@
 
 #include <fmt/format.h>
 
+#include "server/jinja_error.h"
+#include "server/jinja_limits.h"
+
 namespace sluice::server {
+
+namespace {
+
+[[noreturn]] void too_deep() {
+  jinja::over_limit(0, "a value nested more than " + std::to_string(jinja::kMaxRenderDepth) +
+                           " levels deep (limit kMaxRenderDepth)");
+}
+
+}  // namespace
+
+JinjaValue::~JinjaValue() {
+  // Releasing the last reference to a list in a list in a list ... would
+  // recurse once per level; instead the children of every container this is
+  // the last owner of are moved to a local stack and released from there.
+  auto owns_children = [](const JinjaValue& v) {
+    return (v.list_ && v.list_.use_count() == 1 && !v.list_->empty()) ||
+           (v.dict_ && v.dict_.use_count() == 1 && !v.dict_->empty());
+  };
+  if (!owns_children(*this)) return;
+  std::vector<JinjaValue> pending;
+  auto take_children = [&pending](JinjaValue& v) {
+    if (v.list_ && v.list_.use_count() == 1) {
+      for (JinjaValue& e : *v.list_) pending.push_back(std::move(e));
+      v.list_->clear();
+    }
+    if (v.dict_ && v.dict_.use_count() == 1) {
+      for (auto& [k, e] : *v.dict_) {
+        pending.push_back(std::move(k));
+        pending.push_back(std::move(e));
+      }
+      v.dict_->clear();
+    }
+  };
+  take_children(*this);
+  while (!pending.empty()) {
+    JinjaValue v = std::move(pending.back());
+    pending.pop_back();
+    if (owns_children(v)) take_children(v);
+  }  // each v is released with empty containers: no recursion
+}
 
 JinjaValue JinjaValue::undefined(std::string hint) {
   JinjaValue v;
@@ -94,7 +137,7 @@ JinjaValue JinjaValue::from_json(const nlohmann::ordered_json& j) {
     }
     case nlohmann::ordered_json::value_t::object: {
       JinjaDict items;
-      for (const auto& [k, e] : j.items()) items.emplace_back(k, from_json(e));
+      for (const auto& [k, e] : j.items()) items.emplace_back(string(k), from_json(e));
       return dict(std::move(items));
     }
     default: return JinjaValue();
@@ -138,24 +181,65 @@ bool JinjaValue::truthy() const {
   return false;
 }
 
+namespace {
+
+// jinja2's Undefined message for a missing item: "'dict object' has no
+// attribute 'x'" for a str key, "dict object has no element 1" otherwise.
+JinjaValue missing(const JinjaValue& obj, const JinjaValue& key) {
+  const std::string owner = std::string(obj.is_dict() ? "dict" : obj.type_name()) + " object";
+  if (key.is_string()) return JinjaValue::undefined("'" + owner + "' has no attribute '" + key.as_string() + "'");
+  return JinjaValue::undefined(owner + " has no element " + key.repr());
+}
+
+}  // namespace
+
+const JinjaValue* JinjaValue::find(const JinjaValue& key) const {
+  if (kind_ != Kind::kDict || !key.hashable()) return nullptr;
+  for (const auto& [k, v] : *dict_)
+    if (k.equals(key)) return &v;
+  return nullptr;
+}
+
+JinjaValue JinjaValue::get(const JinjaValue& key) const {
+  const JinjaValue* v = find(key);
+  return v ? *v : missing(*this, key);
+}
+
 JinjaValue JinjaValue::get(const std::string& key) const {
   if (kind_ == Kind::kDict) {
     for (const auto& [k, v] : *dict_)
-      if (k == key) return v;
+      if (k.is_string() && k.as_string() == key) return v;
   }
-  return undefined(std::string("'") + (kind_ == Kind::kDict ? "dict" : type_name()) + " object' has no attribute '" +
-                   key + "'");
+  return missing(*this, string(key));
 }
 
-void JinjaValue::set(const std::string& key, JinjaValue v) const {
+void JinjaValue::set(const JinjaValue& key, JinjaValue v) const {
   if (kind_ != Kind::kDict) return;
   for (auto& [k, old] : *dict_) {
-    if (k == key) {
+    if (k.equals(key)) {
       old = std::move(v);
       return;
     }
   }
   dict_->emplace_back(key, std::move(v));
+}
+
+void JinjaValue::set(const std::string& key, JinjaValue v) const { set(string(key), std::move(v)); }
+
+bool JinjaValue::hashable() const { return hashable_at(0); }
+
+bool JinjaValue::hashable_at(int depth) const {
+  if (depth > jinja::kMaxRenderDepth) too_deep();
+  switch (kind_) {
+    case Kind::kList:
+      if (!b_) return false;
+      for (const auto& e : *list_)
+        if (!e.hashable_at(depth + 1)) return false;
+      return true;
+    case Kind::kDict:
+    case Kind::kFunction: return false;
+    default: return true;
+  }
 }
 
 namespace {
@@ -192,74 +276,72 @@ std::string JinjaValue::to_output() const {
 }
 
 std::string JinjaValue::repr() const {
-  switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return b_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(i_);
-    case Kind::kFloat: return float_repr(d_);
-    case Kind::kString: return quote(*s_);
-    case Kind::kList: {
-      std::string out = b_ ? "(" : "[";
-      for (size_t i = 0; i < list_->size(); ++i) out += (i ? ", " : "") + (*list_)[i].repr();
-      if (b_) return out + (list_->size() == 1 ? ",)" : ")");
-      return out + "]";
-    }
-    case Kind::kDict: {
-      std::string out = "{";
-      for (size_t i = 0; i < dict_->size(); ++i)
-        out += (i ? ", " : "") + quote((*dict_)[i].first) + ": " + (*dict_)[i].second.repr();
-      return out + "}";
-    }
-    case Kind::kFunction: return "<function>";
-  }
-  return "";
+  std::string out;
+  repr_into(&out, 0);
+  return out;
 }
 
-nlohmann::ordered_json JinjaValue::to_json() const {
+void JinjaValue::repr_into(std::string* out, int depth) const {
+  if (depth > jinja::kMaxRenderDepth) too_deep();
   switch (kind_) {
-    case Kind::kUndefined:
-    case Kind::kNone:
-    case Kind::kFunction: return nullptr;
-    case Kind::kBool: return b_;
-    case Kind::kInt: return i_;
-    case Kind::kFloat: return d_;
-    case Kind::kString: return *s_;
+    case Kind::kUndefined: return;
+    case Kind::kNone: *out += "None"; return;
+    case Kind::kBool: *out += b_ ? "True" : "False"; return;
+    case Kind::kInt: *out += std::to_string(i_); return;
+    case Kind::kFloat: *out += float_repr(d_); return;
+    case Kind::kString: *out += quote(*s_); break;
     case Kind::kList: {
-      nlohmann::ordered_json a = nlohmann::ordered_json::array();
-      for (const auto& e : *list_) a.push_back(e.to_json());
-      return a;
+      *out += b_ ? "(" : "[";
+      for (size_t i = 0; i < list_->size(); ++i) {
+        if (i) *out += ", ";
+        (*list_)[i].repr_into(out, depth + 1);
+      }
+      *out += !b_ ? "]" : list_->size() == 1 ? ",)" : ")";
+      break;
     }
     case Kind::kDict: {
-      nlohmann::ordered_json o = nlohmann::ordered_json::object();
-      for (const auto& [k, e] : *dict_) o[k] = e.to_json();
-      return o;
+      *out += "{";
+      for (size_t i = 0; i < dict_->size(); ++i) {
+        if (i) *out += ", ";
+        (*dict_)[i].first.repr_into(out, depth + 1);
+        *out += ": ";
+        (*dict_)[i].second.repr_into(out, depth + 1);
+      }
+      *out += "}";
+      break;
     }
+    case Kind::kFunction: *out += "<function>"; return;
   }
-  return nullptr;
+  // A list holding one long string many times over is small, its text is not.
+  if (out->size() > jinja::kMaxOutputBytes)
+    jinja::over_limit(0, "output larger than " + std::to_string(jinja::kMaxOutputBytes) + " bytes (limit kMaxOutputBytes)");
 }
 
-bool JinjaValue::equals(const JinjaValue& o) const {
+bool JinjaValue::equals(const JinjaValue& o) const { return equals_at(o, 0); }
+
+bool JinjaValue::equals_at(const JinjaValue& o, int depth) const {
+  if (depth > jinja::kMaxRenderDepth) too_deep();
   if (is_number() && o.is_number()) {
     if (kind_ == Kind::kFloat || o.kind_ == Kind::kFloat) return as_double() == o.as_double();
     return as_int() == o.as_int();
   }
   if (kind_ != o.kind_) return false;
+  if (container() && container() == o.container()) return true;
   switch (kind_) {
     case Kind::kUndefined:
     case Kind::kNone: return true;
-    case Kind::kString: return *s_ == *o.s_;
+    case Kind::kString: return s_ == o.s_ || *s_ == *o.s_;
     case Kind::kList: {
-      if (list_->size() != o.list_->size()) return false;
+      if (b_ != o.b_ || list_->size() != o.list_->size()) return false;  // (1,) != [1]
       for (size_t i = 0; i < list_->size(); ++i)
-        if (!(*list_)[i].equals((*o.list_)[i])) return false;
+        if (!(*list_)[i].equals_at((*o.list_)[i], depth + 1)) return false;
       return true;
     }
     case Kind::kDict: {
       if (dict_->size() != o.dict_->size()) return false;
       for (const auto& [k, v] : *dict_) {
-        JinjaValue other = o.get(k);
-        if (other.is_undefined() || !v.equals(other)) return false;
+        const JinjaValue* other = o.find(k);
+        if (!other || !v.equals_at(*other, depth + 1)) return false;
       }
       return true;
     }
@@ -276,7 +358,7 @@ const char* JinjaValue::type_name() const {
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return "str";
-    case Kind::kList: return "list";
+    case Kind::kList: return b_ ? "tuple" : "list";
     case Kind::kDict: return "dict";
     case Kind::kFunction: return "function";
   }

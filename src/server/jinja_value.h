@@ -5,9 +5,14 @@
 // is false, and an undefined value renders as "" but fails when indexed; an
 // undefined value remembers why it is undefined ("'x' is undefined", "'dict
 // object' has no attribute 'y'"), which is the message when it is misused.
+// Dict keys keep their Python type (str, int, float, bool, None, tuple) and
+// Python's key equality: 1, 1.0 and True are one key, '1' another.
 // Lists and dicts are shared (a copy of a Value aliases the same container),
 // which is what makes `namespace()` attribute assignment visible across loop
-// scopes. Values are not thread-safe; each render builds its own.
+// scopes. The renderer never lets a container contain itself (no cycles), and a
+// value nested deeper than kMaxRenderDepth cannot be printed or compared (the
+// render fails); dropping a deeply nested value does not recurse. Values are
+// not thread-safe; each render builds its own.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +28,8 @@ namespace sluice::server {
 
 class JinjaValue;
 using JinjaList = std::vector<JinjaValue>;
-// Insertion-ordered, as Python dicts are.
-using JinjaDict = std::vector<std::pair<std::string, JinjaValue>>;
+// Insertion-ordered, as Python dicts are: (key, value) pairs, no two keys equal.
+using JinjaDict = std::vector<std::pair<JinjaValue, JinjaValue>>;
 struct JinjaArgs;
 using JinjaFunction = std::function<JinjaValue(JinjaArgs& args)>;
 
@@ -33,6 +38,12 @@ class JinjaValue {
   enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction };
 
   JinjaValue() = default;  // undefined
+  JinjaValue(const JinjaValue&) = default;
+  JinjaValue(JinjaValue&&) noexcept = default;
+  JinjaValue& operator=(const JinjaValue&) = default;
+  JinjaValue& operator=(JinjaValue&&) noexcept = default;
+  // Releases nested containers with a loop, not a recursion per level.
+  ~JinjaValue();
   static JinjaValue undefined(std::string hint);
   static JinjaValue none();
   static JinjaValue boolean(bool b);
@@ -69,25 +80,43 @@ class JinjaValue {
   JinjaList& items() const { return *list_; }
   JinjaDict& entries() const { return *dict_; }
   const JinjaFunction& fn() const { return *fn_; }
+  // The list or dict this value shares (its identity), or nullptr.
+  const void* container() const {
+    return kind_ == Kind::kList ? static_cast<const void*>(list_.get())
+         : kind_ == Kind::kDict ? static_cast<const void*>(dict_.get()) : nullptr;
+  }
 
   // Python truthiness.
   bool truthy() const;
-  // Dict lookup; undefined (with jinja2's hint) if absent or not a dict.
-  JinjaValue get(const std::string& key) const;
-  // Inserts or replaces a dict entry.
-  void set(const std::string& key, JinjaValue v) const;
+  // Dict lookup by Python key equality; undefined (with jinja2's hint) if
+  // absent, if the key is unhashable, or if this is not a dict.
+  JinjaValue get(const JinjaValue& key) const;
+  JinjaValue get(const std::string& key) const;  // a str key
+  // The value under `key` in a dict, or nullptr.
+  const JinjaValue* find(const JinjaValue& key) const;
+  // Inserts or replaces a dict entry; a replaced entry keeps its key, as in
+  // Python ({1: 'a', True: 'b'} is {1: 'b'}). The key must be hashable.
+  void set(const JinjaValue& key, JinjaValue v) const;
+  void set(const std::string& key, JinjaValue v) const;  // a str key
+  // Python's hash() would accept it: not a list, dict or function; a tuple
+  // whose items are all hashable.
+  bool hashable() const;
   // How `{{ v }}` prints it: Python str() (True, None, 1.5, ['a', 1]); undefined -> "".
+  // Fails the render (JinjaError) past kMaxOutputBytes or kMaxRenderDepth.
   std::string to_output() const;
-  // Python repr(): strings quoted; used inside lists and dicts.
+  // Python repr(): strings quoted; used inside lists and dicts. Fails as to_output.
   std::string repr() const;
-  // Key order kept (Python json.dumps does not sort).
-  nlohmann::ordered_json to_json() const;
-  // Python ==, with bool/int/float compared as numbers.
+  // Python ==, with bool/int/float compared as numbers; a container equals
+  // itself (Python's identity shortcut). Fails past kMaxRenderDepth.
   bool equals(const JinjaValue& other) const;
-  // Python type name, for error messages.
+  // Python type name, for error messages ("tuple" for a tuple).
   const char* type_name() const;
 
  private:
+  void repr_into(std::string* out, int depth) const;
+  bool equals_at(const JinjaValue& other, int depth) const;
+  bool hashable_at(int depth) const;
+
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;  // kBool: the value; kList: a tuple; kString: markup
   int64_t i_ = 0;

@@ -289,9 +289,14 @@ TEST(OpenAiResponse, CompletionAndChatShapes) {
   EXPECT_EQ(r["choices"][0]["logprobs"]["text_offset"], nlohmann::json({0, 1}));
   EXPECT_EQ(r["usage"]["total_tokens"], 5);
   EXPECT_FALSE(r["choices"][0].contains("token_ids"));
+  EXPECT_FALSE(r.contains("prompt_token_ids"));
 
   info.endpoint = Endpoint::kChat;
   info.token_ids = true;
+  info.prompt_token_ids = {1, 42};
+  nlohmann::json with_ids = response_json(info, {c}, usage_json(2, 2));
+  EXPECT_EQ(with_ids["choices"][0]["token_ids"], nlohmann::json({5, 6}));
+  EXPECT_EQ(with_ids["prompt_token_ids"], nlohmann::json({1, 42}));
   nlohmann::json chunk = chunk_json(info, ChoiceOutput{.index = 1, .text = "x", .token_ids = {9}}, true, 0);
   EXPECT_EQ(chunk["object"], "chat.completion.chunk");
   EXPECT_EQ(chunk["choices"][0]["index"], 1);

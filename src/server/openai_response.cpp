@@ -79,6 +79,7 @@ json response_json(const ResponseInfo& info, const std::vector<ChoiceOutput>& ch
   }
   out["choices"] = std::move(arr);
   out["usage"] = usage;
+  if (info.token_ids) out["prompt_token_ids"] = info.prompt_token_ids;
   return out;
 }
 

@@ -44,6 +44,9 @@ struct ResponseInfo {
   std::string model;
   bool logprobs = false;   // include logprobs objects
   bool token_ids = false;  // include the token_ids extension
+  // With token_ids: the prompt as the server tokenized it (the chat template's
+  // text for chat), sent as "prompt_token_ids" in a non-streamed response.
+  std::vector<int32_t> prompt_token_ids;
 };
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
@@ -54,6 +57,8 @@ nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>&
 
 // The whole non-streaming response. A chat choice with tool calls has
 // message.tool_calls, and content null when the model wrote no other text.
+// With info.token_ids, each choice has "token_ids" and the response
+// "prompt_token_ids".
 nlohmann::json response_json(const ResponseInfo& info, const std::vector<ChoiceOutput>& choices,
                              const nlohmann::json& usage);
 

@@ -12,12 +12,12 @@ namespace sluice::spec {
 namespace {
 
 using testing::model_path;
+using testing::shipped_model_path;
 
 class DraftModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = model_path("stories260K/stories260K.gguf");
-    SKIP_UNLESS_EXISTS(path_);
+    path_ = shipped_model_path("stories260K.gguf");
     auto mf = open_model_file(path_);
     ASSERT_TRUE(mf.ok());
     file_ = std::make_shared<const ModelFile>(std::move(*mf));

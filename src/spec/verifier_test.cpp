@@ -21,7 +21,7 @@
 namespace sluice::spec {
 namespace {
 
-using ::sluice::testing::model_path;
+using ::sluice::testing::shipped_model_path;
 
 using testing::chi_square_excess;
 
@@ -38,8 +38,7 @@ Verdict accept_all(Sampler& sampler, const float* target_logits, std::span<const
 class VerifierTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string path = model_path("stories260K/stories260K.gguf");
-    SKIP_UNLESS_EXISTS(path);
+    const std::string path = shipped_model_path("stories260K.gguf");
     auto mf = open_model_file(path);
     ASSERT_TRUE(mf.ok());
     auto file = std::make_shared<const ModelFile>(std::move(*mf));

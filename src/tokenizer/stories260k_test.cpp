@@ -13,10 +13,12 @@ namespace {
 
 using testing::ids_string;
 using testing::model_path;
+using testing::shipped_model_path;
+using testing::stories260k_reference_path;
 
-const std::string kGguf = model_path("stories260K/stories260K.gguf");
+const std::string kGguf = shipped_model_path("stories260K.gguf");
 const std::string kHfDir = model_path("stories260K/hf");
-const std::string kReference = model_path("stories260K/reference.json");
+const std::string kReference = stories260k_reference_path();
 
 nlohmann::json load_reference() {
   StatusOr<std::string> text = read_text_file(kReference);
@@ -42,8 +44,6 @@ void check_reference_tokenization(const Tokenizer& tok) {
 }
 
 TEST(Stories260K, ReferenceTokenizationFromGguf) {
-  SKIP_UNLESS_EXISTS(kGguf);
-  SKIP_UNLESS_EXISTS(kReference);
   auto tok = testing::load_gguf_tokenizer(kGguf);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   EXPECT_EQ((*tok)->n_vocab(), 512);
@@ -53,7 +53,6 @@ TEST(Stories260K, ReferenceTokenizationFromGguf) {
 
 TEST(Stories260K, ReferenceTokenizationFromHf) {
   SKIP_UNLESS_EXISTS(kHfDir + "/tokenizer.json");
-  SKIP_UNLESS_EXISTS(kReference);
   auto tok = testing::load_hf_tokenizer(kHfDir);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   EXPECT_EQ((*tok)->n_vocab(), 512);
@@ -65,7 +64,6 @@ TEST(Stories260K, ReferenceTokenizationFromHf) {
 }
 
 TEST(Stories260K, HfImportMatchesGgufVocab) {
-  SKIP_UNLESS_EXISTS(kGguf);
   SKIP_UNLESS_EXISTS(kHfDir + "/tokenizer.json");
   auto mf = read_gguf(kGguf);
   ASSERT_TRUE(mf.ok()) << mf.status().to_string();
@@ -87,7 +85,6 @@ TEST(Stories260K, HfImportMatchesGgufVocab) {
 // on the reference strings.
 TEST(Stories260K, HfAndGgufAgreeOnGoldenInputs) {
   const std::string inp = model_path("vocab/ggml-vocab-llama-spm.gguf.inp");
-  SKIP_UNLESS_EXISTS(kGguf);
   SKIP_UNLESS_EXISTS(kHfDir + "/tokenizer.json");
   SKIP_UNLESS_EXISTS(inp);
   auto gguf = testing::load_gguf_tokenizer(kGguf);
@@ -104,8 +101,6 @@ TEST(Stories260K, HfAndGgufAgreeOnGoldenInputs) {
 }
 
 TEST(Stories260K, GeneratedTokensDecodeToReferenceText) {
-  SKIP_UNLESS_EXISTS(kGguf);
-  SKIP_UNLESS_EXISTS(kReference);
   auto tok = testing::load_gguf_tokenizer(kGguf);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   const nlohmann::json ref = load_reference();

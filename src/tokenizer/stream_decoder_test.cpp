@@ -11,6 +11,7 @@ namespace sluice {
 namespace {
 
 using testing::model_path;
+using testing::shipped_model_path;
 
 bool is_valid_utf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
@@ -38,8 +39,7 @@ std::string stream_all(const Tokenizer& tok, const std::vector<int32_t>& ids, in
 }
 
 TEST(StreamDecoder, SpmByteFallbackCharactersStayWhole) {
-  const std::string gguf = model_path("stories260K/stories260K.gguf");
-  SKIP_UNLESS_EXISTS(gguf);
+  const std::string gguf = shipped_model_path("stories260K.gguf");
   auto tok = testing::load_gguf_tokenizer(gguf);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   const std::string text = "Lily saw 日本語 and a 🚀! Ünïcödé\nend";
@@ -69,8 +69,7 @@ TEST(StreamDecoder, Gpt2BytePiecesStayWhole) {
 }
 
 TEST(StreamDecoder, InvalidBytesBecomeReplacementCharacters) {
-  const std::string gguf = model_path("stories260K/stories260K.gguf");
-  SKIP_UNLESS_EXISTS(gguf);
+  const std::string gguf = shipped_model_path("stories260K.gguf");
   auto tok = testing::load_gguf_tokenizer(gguf);
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
   const auto byte = [](int b) { return 3 + b; };  // <0xHH> ids in this vocab

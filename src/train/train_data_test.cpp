@@ -13,9 +13,8 @@
 namespace sluice {
 namespace {
 
-using testing::model_path;
 
-const std::string kBase = model_path("stories260K/stories260K.gguf");
+const std::string kBase = testing::shipped_model_path("stories260K.gguf");
 
 std::unique_ptr<Tokenizer> tokenizer() {
   auto mf = read_gguf(kBase);
@@ -32,7 +31,6 @@ std::string write_temp(const std::string& name, const std::string& text) {
 }
 
 TEST(TrainData, PlainTextIsCutIntoOverlappingWindows) {
-  SKIP_UNLESS_EXISTS(kBase);
   auto tok = tokenizer();
   const std::string text = "Once upon a time there was a little dog. The dog liked to run in the park every day.";
   const std::string p = write_temp("td_plain.txt", text);
@@ -55,7 +53,6 @@ TEST(TrainData, PlainTextIsCutIntoOverlappingWindows) {
 }
 
 TEST(TrainData, ChatCountsOnlyTheAssistantsTokens) {
-  SKIP_UNLESS_EXISTS(kBase);
   auto tok = tokenizer();
   auto chat = server::ChatTemplate::create(
       "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:"
@@ -86,7 +83,6 @@ TEST(TrainData, ChatCountsOnlyTheAssistantsTokens) {
 }
 
 TEST(TrainData, BadFilesAreRefusedByName) {
-  SKIP_UNLESS_EXISTS(kBase);
   auto tok = tokenizer();
   const std::string bad = write_temp("td_bad.jsonl", "{\"text\": \"ok\"}\n{not json\n");
   auto d = load_train_data(bad, {.seq = 16, .tokenizer = tok.get()});

@@ -19,7 +19,7 @@ namespace {
 using testing::model_path;
 
 const std::string kDir = model_path("stories260K-lora");
-const std::string kBase = model_path("stories260K/stories260K.gguf");
+const std::string kBase = testing::shipped_model_path("stories260K.gguf");
 
 nlohmann::json reference() {
   std::ifstream in(kDir + "/reference.json");

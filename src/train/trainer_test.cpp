@@ -19,9 +19,8 @@
 namespace sluice {
 namespace {
 
-using testing::model_path;
 
-const std::string kBase = model_path("stories260K/stories260K.gguf");
+const std::string kBase = testing::shipped_model_path("stories260K.gguf");
 const std::string kStories = std::string(SLUICE_SOURCE_DIR) + "/tests/data/finetune/stories.txt";
 const std::string kHeldout = std::string(SLUICE_SOURCE_DIR) + "/tests/data/finetune/stories-heldout.txt";
 
@@ -73,7 +72,6 @@ std::vector<float> train_params(Model& model, const TrainData& data, const Train
 }
 
 TEST(LoraTrainer, AResumedRunEqualsTheRunThatNeverStopped) {
-  SKIP_UNLESS_EXISTS(kBase);
   auto model = load_base();
   const TrainData data = pattern_data(5, 12);
   const TrainerOptions o{.steps = 6, .batch = 2, .grad_accum = 2, .seq = 12, .lr = 1e-2f, .warmup = 2, .seed = 3};
@@ -102,7 +100,6 @@ TEST(LoraTrainer, AResumedRunEqualsTheRunThatNeverStopped) {
 }
 
 TEST(LoraTrainer, WarmupThenCosine) {
-  SKIP_UNLESS_EXISTS(kBase);
   auto model = load_base();
   const TrainData data = pattern_data(4, 8);
   auto ad = init_lora(*model, {.targets = {TensorRole::kAttnQ}, .rank = 1, .alpha = 1.0f});
@@ -127,7 +124,6 @@ TEST(LoraTrainer, WarmupThenCosine) {
 }
 
 TEST(Finetune, LowersTheHeldOutLossAndWritesTheAdapter) {
-  SKIP_UNLESS_EXISTS(kBase);
   const std::string out = ::testing::TempDir() + "finetune_test.gguf";
   std::filesystem::remove(out);
   std::vector<std::string> lines;
@@ -149,7 +145,6 @@ TEST(Finetune, LowersTheHeldOutLossAndWritesTheAdapter) {
 }
 
 TEST(Finetune, RefusesBadInputWithoutWritingAnAdapter) {
-  SKIP_UNLESS_EXISTS(kBase);
   const std::string out = ::testing::TempDir() + "finetune_bad.gguf";
   const std::string empty = ::testing::TempDir() + "finetune_empty.txt";
   { std::ofstream(empty) << ""; }
@@ -177,7 +172,7 @@ TEST(Finetune, RefusesBadInputWithoutWritingAnAdapter) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().to_string().find("diverged"), std::string::npos) << r.status().to_string();
   EXPECT_FALSE(std::filesystem::exists(out));
-  o.init_adapter = model_path("stories-moe/stories-moe.gguf");  // not an adapter
+  o.init_adapter = testing::shipped_model_path("stories-moe-f16.gguf");  // not an adapter
   o.train.lr = 1e-3f;
   r = finetune(o, quiet);
   EXPECT_FALSE(r.ok());

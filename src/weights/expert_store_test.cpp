@@ -95,14 +95,14 @@ void expect_streamed_equals_resident(const std::shared_ptr<const ModelFile>& fil
 }
 
 TEST(ExpertStore, StoriesMoeStreamedExpertByExpertGivesTheResidentTokens) {
-  const std::string path = sluice::testing::model_path("stories-moe/stories-moe.gguf");
-  SKIP_UNLESS_EXISTS(path);
+  const std::string path = sluice::testing::shipped_model_path("stories-moe-f16.gguf");
   auto mf = open_model_file(path);
   ASSERT_TRUE(mf.ok());
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
-  // Far below the model: resident parts plus 17 expert slots.
-  EXPECT_FALSE(open_streaming(file, {.mem_budget_bytes = 1'000'000, .n_threads = 2}).ok());
-  expect_streamed_equals_resident(file, 2'200'000, {1, 403, 407, 261, 378});
+  // 2.6 MB in all, 2.4 MB of it experts. Below the resident parts plus 17 expert
+  // slots (1.07 MB): refused. At 1.5 MB: 24 slots of 64 experts.
+  EXPECT_FALSE(open_streaming(file, {.mem_budget_bytes = 600'000, .n_threads = 2}).ok());
+  expect_streamed_equals_resident(file, 1'500'000, {1, 403, 407, 261, 378});
 }
 
 // A small tiny-qwen2moe with n_expert experts, written to the scratch dir in Q8_0.

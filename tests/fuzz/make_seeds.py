@@ -337,6 +337,16 @@ def jinja_seeds():
     for i, m in enumerate(re.findall(rb'R"\((.*?)\)"', test, re.S)):
         if b"{" in m:
             put("jinja", f"jinja_test-{i:03d}", m)
+    # Dict literals with keys of every type, sorted, printed and serialized.
+    put("jinja", "dict-keys-dictsort",
+        "{%- set by_budget = {32768: 'high', 1024: 'low', 8192: 'medium', 0: 'none'} -%}"
+        "{%- set ns = namespace(name='none') -%}{%- for budget, name in by_budget | dictsort -%}"
+        "{%- if 9000 >= budget -%}{%- set ns.name = name -%}{%- endif -%}{%- endfor -%}"
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{{ ns.name }}")
+    put("jinja", "dict-keys-types",
+        "{% set d = {1: 'a', 1.5: 'b', true: 'c', none: 'd', 'x': 'e', (1, 2): 'f', -3: 'g'} %}"
+        "{{ d }}{{ d[1.0] }}{{ d | items | list }}{{ {2: 'a', 1.5: 'b', -1: 'd'} | dictsort(reverse=true) }}"
+        "{{ {10: 1, 9: 2, 1.5: 3, false: 4} | tojson(sort_keys=true, indent=2) }}{{ 1 in d }}{{ d.keys() | sort }}")
 
 
 # ---------------------------------------------------------------- OpenAI requests
