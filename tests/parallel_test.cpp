@@ -187,7 +187,7 @@ TEST_F(Pipeline, HungRankFailsRequests) {
   ASSERT_GE(mpirun, 0);
   if (mpirun == 0) {
     setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   auto read_err = [&] {

@@ -175,6 +175,10 @@ class Engine {
   std::string weights_report() const;
   std::string weights_json() const;
   int64_t n_vocab() const;
+  // The model, where its weights live and the KV pool, as one JSON object,
+  // fixed after load (src/engine/engine_describe.cpp lists the fields): for
+  // a live view beside the metric registry's counters.
+  std::string describe_json() const;
   // The speculative decoding setup ("" when off), for the startup log.
   std::string speculative_summary() const;
   // The KV pool and batching limits, for the startup log.

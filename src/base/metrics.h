@@ -66,6 +66,18 @@ class Histogram {
 // Exponential bucket bounds: start, start*factor, ... (n bounds).
 std::vector<double> exponential_buckets(double start, double factor, int n);
 
+enum class MetricKind { kCounter, kGauge, kHistogram };
+
+// One series as visit() hands it out: a counter's or gauge's value, or a
+// histogram (value: its count).
+struct MetricSeries {
+  const std::string& name;
+  const std::string& labels;  // Prometheus syntax, "" when none
+  MetricKind kind;
+  double value;
+  const Histogram* histogram;  // kHistogram only, else null
+};
+
 class MetricRegistry {
  public:
   // Returns the metric with this name and label set, creating it on first use.
@@ -81,8 +93,21 @@ class MetricRegistry {
   // Prometheus text exposition format (version 0.0.4).
   std::string render_prometheus() const;
 
+  // Calls fn for every series, families in name order (what /metrics renders,
+  // for other renderings). Holds the creation lock: fn must not create metrics.
+  template <typename Fn>
+  void visit(Fn&& fn) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, f] : families_) {
+      for (const auto& [labels, c] : f.counters) fn(MetricSeries{name, labels, MetricKind::kCounter, c->value(), nullptr});
+      for (const auto& [labels, g] : f.gauges) fn(MetricSeries{name, labels, MetricKind::kGauge, g->value(), nullptr});
+      for (const auto& [labels, h] : f.histograms)
+        fn(MetricSeries{name, labels, MetricKind::kHistogram, static_cast<double>(h->count()), h.get()});
+    }
+  }
+
  private:
-  enum class Kind { kCounter, kGauge, kHistogram };
+  using Kind = MetricKind;
   struct Family {
     Kind kind;
     std::string help;

@@ -144,6 +144,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e.tasks.reserve(static_cast<size_t>(config.max_seqs));
   e.metrics.kv_blocks_total->set(static_cast<double>(n_blocks));
   if (e.stream && e.stream->store().streams_experts()) e.metrics.init_experts(e.model->hparams().n_layer);
+  if (e.model->hparams().is_moe()) e.model->set_routing_counters(e.metrics.init_routing(e.model->hparams()));
   e.publish_stats();
   e.loop = std::thread([p = impl.get()] { p->run(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));

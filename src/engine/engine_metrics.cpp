@@ -45,7 +45,7 @@ EngineMetrics::EngineMetrics() {
 
 void EngineMetrics::observe_finished(const RequestTimings& t, FinishReason reason) {
   requests[static_cast<int>(reason)]->add(1);
-  if (t.n_generated > 0) ttft->observe(t.ttft_s);
+  // TTFT is observed at the first token (Engine::Impl::emit_token), so it shows while the request runs.
   if (t.n_generated > 1) tpot->observe(t.tpot_s);
   e2e->observe(t.e2e_s);
   prompt_tokens->observe(static_cast<double>(t.n_prompt));
@@ -81,6 +81,19 @@ void EngineMetrics::init_experts(int64_t n_layer) {
   }
   expert_disk_bytes = r.gauge("sluice_expert_read_bytes", "Expert bytes read", "tier=\"disk\"");
   expert_host_bytes = r.gauge("sluice_expert_read_bytes", "Expert bytes read", "tier=\"host\"");
+}
+
+std::vector<Counter*> EngineMetrics::init_routing(const ModelHparams& hp) {
+  MetricRegistry& r = global_metrics();
+  std::vector<Counter*> out(static_cast<size_t>(hp.n_layer * hp.n_expert), nullptr);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    if (!hp.layer_is_moe(l)) continue;
+    for (int64_t e = 0; e < hp.n_expert; ++e) {
+      out[static_cast<size_t>(l * hp.n_expert + e)] = r.counter(
+          "sluice_expert_routed_total", "Tokens routed to the expert", fmt::format("layer=\"{}\",expert=\"{}\"", l, e));
+    }
+  }
+  return out;
 }
 
 void EngineMetrics::publish_experts(const weights::ExpertStatsSnapshot& s) {

@@ -20,10 +20,13 @@
 //   missed = chosen, since start), sluice_expert_late_seconds{layer} (summed
 //   lateness), sluice_expert_late_max_seconds{layer},
 //   sluice_expert_read_bytes{tier="disk|host"}   gauges, when experts stream
+//   sluice_expert_routed_total{layer,expert}     counter: tokens routed to the
+//                                   expert (routed models, resident or streamed)
 // Several engines in one process share these series.
 #pragma once
 
 #include "base/metrics.h"
+#include "model/hparams.h"
 #include "sluice/engine.h"
 #include "weights/expert_store.h"
 #include "weights/weight_counters.h"
@@ -38,6 +41,9 @@ struct EngineMetrics {
   // Creates the per-layer expert series (once, at engine creation).
   void init_experts(int64_t n_layer);
   void publish_experts(const weights::ExpertStatsSnapshot& s);
+  // Creates sluice_expert_routed_total for every routed layer and expert;
+  // returns them [n_layer * n_expert], null for dense layers (Model::set_routing_counters).
+  std::vector<Counter*> init_routing(const ModelHparams& hp);
 
   Counter* requests[5];  // by FinishReason
   Counter* generated_tokens;

@@ -385,6 +385,11 @@ void Model::emit_routing(const char* name, const int32_t* ids, int64_t layer, in
   hook_(name, layer, f.data(), n, width);
 }
 
+void Model::set_routing_counters(std::vector<Counter*> counters) {
+  routed_ = std::move(counters);
+  routed_step_.assign(static_cast<size_t>(hp_.n_expert), 0);
+}
+
 int64_t Model::n_pred_candidates() const { return std::min(hp_.n_expert, 2 * hp_.n_expert_used); }
 
 void Model::distinct_experts(const int32_t* ids, int64_t n_ids, std::vector<int32_t>& out) {
@@ -519,6 +524,16 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
                   .experts = w.experts};
       moe_route(step, moe);
       if (hook_) emit_routing("ffn_moe_ids", moe_ids_.data(), l, n, hp_.n_expert_used);
+      if (!routed_.empty()) {
+        for (int64_t i = 0; i < n * hp_.n_expert_used; ++i)
+          if (moe_ids_[static_cast<size_t>(i)] >= 0) ++routed_step_[static_cast<size_t>(moe_ids_[static_cast<size_t>(i)])];
+        for (int64_t e = 0; e < hp_.n_expert; ++e) {
+          uint32_t& c = routed_step_[static_cast<size_t>(e)];
+          Counter* counter = routed_[static_cast<size_t>(l * hp_.n_expert + e)];
+          if (c > 0 && counter) counter->add(c);
+          c = 0;
+        }
+      }
       // Streamed experts are computed one by one as they land, so the ones
       // already in memory run while the others are still reading.
       Status read_status;

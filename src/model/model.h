@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "base/metrics.h"
 #include "format/model_file.h"
 #include "kv/kv_cache.h"
 #include "model/hparams.h"
@@ -149,6 +150,10 @@ class Model {
   Status forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits, LoraMask loras = 0);
 
   void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
+  // Routed models: counters of token-to-expert assignments, [n_layer * n_expert]
+  // (null for dense layers), each routed layer adding its step's counts (once
+  // per expert and step). Empty: not counted. Set before the first forward().
+  void set_routing_counters(std::vector<Counter*> counters);
 
   // Adds a LoRA adapter (model/model_adapters.h): its factors go to backend
   // memory, resident whatever the weights' placement; returns its index, the
@@ -279,6 +284,8 @@ class Model {
   std::vector<int32_t> unique_ids_;      // [n_expert] distinct experts of a step's layer
   std::vector<int32_t> pred_unique_ids_;  // [n_expert] distinct experts of a prediction
   std::vector<uint8_t> seen_;            // [n_expert]
+  std::vector<Counter*> routed_;         // [n_layer * n_expert] set_routing_counters(), or empty
+  std::vector<uint32_t> routed_step_;    // [n_expert] a layer's assignments in the step
   std::vector<ExpertPointers> expert_ptrs_;  // [n_expert]
   std::vector<ExpertWeights> streamed_experts_;  // [n_expert] views of a streamed layer's acquired experts
 

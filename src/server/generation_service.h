@@ -32,6 +32,8 @@ class GenerationService {
   virtual int64_t ctx_size() const = 0;  // positions per sequence
   // As Engine::lora_names: the adapters a request may pick (Request::loras).
   virtual std::vector<std::string> lora_names() const { return {}; }
+  // As Engine::describe_json: the model and its placement ("": not known).
+  virtual std::string describe_json() const { return ""; }
 };
 
 // The Engine as a GenerationService.
@@ -47,6 +49,7 @@ class EngineService final : public GenerationService {
   const std::string& model_name() const override { return engine_->model_name(); }
   int64_t ctx_size() const override { return engine_->ctx_size(); }
   std::vector<std::string> lora_names() const override { return engine_->lora_names(); }
+  std::string describe_json() const override { return engine_->describe_json(); }
 
  private:
   std::shared_ptr<Engine> engine_;

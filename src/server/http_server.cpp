@@ -63,7 +63,7 @@ std::string endpoint_label(const std::string& path) {
 }  // namespace
 
 HttpServer::HttpServer(ServerConfig config, MetricRegistry& metrics)
-    : config_(std::move(config)), metrics_(metrics), registry_(metrics), http_(std::make_unique<httplib::Server>()) {
+    : config_(std::move(config)), metrics_(metrics), registry_(metrics), stats_(metrics), http_(std::make_unique<httplib::Server>()) {
   const size_t threads = static_cast<size_t>(std::max(4, config_.http_threads));
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(config_.max_body_bytes);
@@ -169,6 +169,9 @@ void HttpServer::route() {
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(registry_.render_prometheus(), "text/plain; version=0.0.4; charset=utf-8");
   });
+  http_->Get("/", [this](const httplib::Request& req, httplib::Response& res) { handle_page(req, res); });
+  http_->Get("/stats", [this](const httplib::Request& req, httplib::Response& res) { handle_stats(req, res); });
+  http_->Get("/stats/stream", [this](const httplib::Request& req, httplib::Response& res) { handle_stats_stream(req, res); });
   http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
   http_->Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
   http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {

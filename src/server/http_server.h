@@ -5,6 +5,9 @@
 //                                      request's "model" picks one; "" or the base: none)
 //   GET  /health    200 {"status":"ok"} once the engine is set; 503 while loading or draining
 //   GET  /metrics   Prometheus text: the whole metric registry
+//   GET  /          the live page (chat, placement, experts, KV; src/server/web/)
+//   GET  /stats, /stats/stream   the registry as JSON, or as SSE every
+//                   interval_ms (stats_feed.h; the API key when one is set)
 //
 // Lifecycle: bind() -> start() (serves /health as "loading" at once) ->
 // set_engine() (ready) -> shutdown() (new requests get 503, in-flight ones
@@ -32,6 +35,7 @@
 #include "server/generation_request.h"
 #include "server/generation_service.h"
 #include "server/server_metrics.h"
+#include "server/stats_feed.h"
 #include "server/tool_calls.h"
 #include "sluice/engine.h"
 #include "sluice/status.h"
@@ -88,6 +92,12 @@ class HttpServer {
   void route();
   void handle_generation(int endpoint, const httplib::Request& req, httplib::Response& res);
   void handle_models(const httplib::Request& req, httplib::Response& res);
+  // The live view (stats_routes.cpp).
+  void handle_page(const httplib::Request& req, httplib::Response& res);
+  void handle_stats(const httplib::Request& req, httplib::Response& res);
+  void handle_stats_stream(const httplib::Request& req, httplib::Response& res);
+  // The service's describe_json(), once it is ready ("" before).
+  std::string model_json();
   bool authorized(const httplib::Request& req) const;
   std::string model_id() const;
   // What requests are checked against (the base's id and the adapters').
@@ -96,6 +106,9 @@ class HttpServer {
   ServerConfig config_;
   ServerMetrics metrics_;
   MetricRegistry& registry_;
+  StatsFeed stats_;
+  std::mutex model_json_mu_;
+  std::string model_json_;
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;
   int port_ = 0;

@@ -61,3 +61,14 @@ out=$(curl -sS "$URL/metrics")
 expect metrics 'sluice_server_requests_total{endpoint="completions",outcome="ok"}' "$out"
 expect metrics-kv 'sluice_kv_blocks_used' "$out"
 expect metrics-ttft 'sluice_ttft_seconds_bucket' "$out"
+
+# The same figures as JSON (the live page reads them), and as Server-Sent Events.
+out=$(curl -sS "${AUTH[@]}" "$URL/stats")
+expect stats '"kv":{"blocks_used":' "$out"
+expect stats-model '"placement":{' "$out"
+out=$(curl -s -N --max-time 3 "${AUTH[@]}" "$URL/stats/stream?interval_ms=1000" || true)
+expect stats-stream '^data: {"time":' "$out"
+
+# The live page.
+out=$(curl -sS "$URL/")
+expect page '<title>sluice serve</title>' "$out"

@@ -1,0 +1,108 @@
+// Engine::describe_json: what was loaded and where it lives, for a live view
+// (the server's /stats) beside the metric registry's moving figures.
+//
+//   {"name", "arch", "backend", "format", "n_layer", "n_embd", "n_head", "n_head_kv",
+//    "head_dim", "n_ff", "n_vocab", "n_ctx_train", "ctx",
+//    "n_expert", "n_expert_used", "n_layer_dense",             (0 for dense models)
+//    "weight_types": {"Q8_0": bytes, ...},  "weight_bytes",
+//    "kv": {"dtype", "block_size", "n_blocks", "bytes", "swap_blocks", "window"},
+//    "batch": {"max_batch_tokens", "max_seqs", "prefix_caching"},
+//    "adapters": [ids], "speculative": "" or what it is,
+//    "placement": {"mode": "resident" | "layers" | "experts" | "pipeline",
+//                  "compute": "ram" | "gpu",
+//                  "layers": [{"layer", "tier", "bytes", "moe"}],
+//                  "experts": {"tier", "n_slots", "expert_bytes"} (experts streamed)}}
+//
+// A layer's tier: "ram" (resident in host memory, the CPU's compute tier),
+// "gpu" (the CUDA backend; under --gpu-budget some layers stay in pinned host
+// memory and are copied ahead of use: "gpu+host"), "disk" (streamed through
+// the weight store's ring), "rank" (held by another process of a pipeline).
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine_impl.h"
+#include "quant/dtype.h"
+
+namespace sluice {
+
+std::string Engine::describe_json() const {
+  const Impl& e = *impl_;
+  const ModelHparams& hp = e.model->hparams();
+  const KvLayout& kv = e.kv.layout();
+  nlohmann::ordered_json j;
+  j["name"] = e.name;
+  j["arch"] = e.model->arch().name;
+  j["backend"] = e.cfg.backend;
+  j["format"] = e.file->format;
+  j["n_layer"] = hp.n_layer;
+  j["n_embd"] = hp.n_embd;
+  j["n_head"] = hp.n_head;
+  j["n_head_kv"] = hp.n_head_kv;
+  j["head_dim"] = hp.head_dim;
+  j["n_ff"] = hp.n_ff;
+  j["n_vocab"] = hp.n_vocab;
+  j["n_ctx_train"] = hp.n_ctx_train;
+  j["ctx"] = e.ctx;
+  j["n_expert"] = hp.n_expert;
+  j["n_expert_used"] = hp.n_expert_used;
+  j["n_layer_dense"] = hp.is_moe() ? hp.n_layer_dense : 0;
+
+  // Bytes per weight type, and per layer from the tensor names ("blk.N.").
+  std::map<std::string, uint64_t> by_type;
+  std::vector<uint64_t> layer_bytes(static_cast<size_t>(hp.n_layer), 0);
+  uint64_t total = 0;
+  for (const TensorInfo& t : e.file->tensors) {
+    by_type[dtype_name(t.type)] += t.n_bytes;
+    total += t.n_bytes;
+    int64_t layer = -1;
+    if (t.name.rfind("blk.", 0) == 0) layer = std::atoll(t.name.c_str() + 4);
+    if (layer >= 0 && layer < hp.n_layer) layer_bytes[static_cast<size_t>(layer)] += t.n_bytes;
+  }
+  j["weight_types"] = by_type;
+  j["weight_bytes"] = total;
+
+  j["kv"] = {{"dtype", kv_dtype_name(kv.dtype)},
+             {"block_size", kv.block_size},
+             {"n_blocks", e.kv.n_blocks()},
+             {"bytes", e.kv.bytes()},
+             {"swap_blocks", e.host_kv ? e.host_kv->n_blocks() : 0},
+             {"window", e.sched->blocks().window()}};
+  j["batch"] = {{"max_batch_tokens", e.cfg.max_batch_tokens},
+                {"max_seqs", e.cfg.max_seqs},
+                {"prefix_caching", e.cfg.prefix_caching}};
+  j["adapters"] = lora_names();
+  j["speculative"] = e.proposer ? e.proposer->describe() : "";
+
+  // Placement: per layer, the tier that holds it.
+  const bool gpu = e.cfg.backend == "cuda";
+  const char* compute = gpu ? (e.cfg.gpu_budget_bytes > 0 ? "gpu+host" : "gpu") : "ram";
+  nlohmann::ordered_json placement;
+  const weights::PlacementPlan* plan = e.stream ? &e.stream->store().plan() : nullptr;
+  const bool experts_streamed = plan && plan->n_expert_slots > 0;
+  const bool pipeline = e.model->layer_begin() > 0 || e.model->layer_end() < hp.n_layer;
+  placement["mode"] = pipeline ? "pipeline" : experts_streamed ? "experts" : plan ? "layers" : "resident";
+  placement["compute"] = gpu ? "gpu" : "ram";
+  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    std::string tier = compute;
+    if (l < e.model->layer_begin() || l >= e.model->layer_end()) {
+      tier = "rank";
+    } else if (plan && !experts_streamed && static_cast<size_t>(l) < plan->layers.size() &&
+               plan->layers[static_cast<size_t>(l)].streamed) {
+      tier = "disk";
+    }
+    layers.push_back({{"layer", l}, {"tier", tier}, {"bytes", layer_bytes[static_cast<size_t>(l)]},
+                      {"moe", hp.layer_is_moe(l)}});
+  }
+  placement["layers"] = std::move(layers);
+  if (hp.is_moe()) {
+    placement["experts"] = {{"tier", experts_streamed ? "disk" : compute},
+                            {"n_slots", experts_streamed ? plan->n_expert_slots : 0},
+                            {"expert_bytes", experts_streamed ? plan->expert_bytes : 0}};
+  }
+  j["placement"] = std::move(placement);
+  return j.dump();
+}
+
+}  // namespace sluice

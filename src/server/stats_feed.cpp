@@ -1,0 +1,231 @@
+#include "server/stats_feed.h"
+
+#include <cmath>
+#include <vector>
+
+namespace sluice::server {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// One series copied out of the registry (the visit holds its lock).
+struct Row {
+  std::string name, labels;
+  MetricKind kind;
+  double value = 0;                 // counter, gauge; histogram: count
+  double sum = 0, p50 = 0, p90 = 0, p99 = 0;  // histograms
+};
+
+std::string key(const std::string& name, const std::string& labels) {
+  return labels.empty() ? name : name + "{" + labels + "}";
+}
+
+// A number JSON can hold (NaN and infinities become 0).
+double finite(double v) { return std::isfinite(v) ? v : 0.0; }
+
+// The leg a byte series measures, by its name and labels; "" if it is not one.
+std::string leg_of(const Row& r, const std::map<std::string, std::string>& l) {
+  auto label = [&](const char* k) {
+    auto it = l.find(k);
+    return it == l.end() ? std::string() : it->second;
+  };
+  if (r.name == "sluice_weight_read_bytes") return label("tier") == "disk" ? "disk -> ram (layers)" : "ram -> compute (layers)";
+  if (r.name == "sluice_expert_read_bytes") return label("tier") == "disk" ? "disk -> slots (experts)" : "slots -> compute (experts)";
+  if (r.name == "sluice_dist_bytes_sent_total") return "rank " + label("link");
+  if (r.kind == MetricKind::kCounter && r.name.find("bytes") != std::string::npos) return r.name;
+  return "";
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parse_labels(const std::string& s) {
+  std::map<std::string, std::string> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t eq = s.find('=', i);
+    if (eq == std::string::npos || eq + 1 >= s.size() || s[eq + 1] != '"') break;
+    std::string k = s.substr(i, eq - i), v;
+    size_t j = eq + 2;
+    for (; j < s.size() && s[j] != '"'; ++j) {
+      if (s[j] == '\\' && j + 1 < s.size()) {
+        ++j;
+        v += s[j] == 'n' ? '\n' : s[j];
+      } else {
+        v += s[j];
+      }
+    }
+    out[std::move(k)] = std::move(v);
+    i = j + 1;
+    if (i < s.size() && s[i] == ',') ++i;
+  }
+  return out;
+}
+
+StatsFeed::StatsFeed(MetricRegistry& registry, double min_window_s)
+    : registry_(registry), min_window_s_(min_window_s) {}
+
+std::map<std::string, double> StatsFeed::rates(const Sample& now, double* window_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (last_.t < 0 || now.t - last_.t >= min_window_s_) {
+    base_ = std::move(last_);
+    last_ = now;
+  }
+  std::map<std::string, double> out;
+  *window_s = base_.t < 0 ? 0.0 : now.t - base_.t;
+  if (*window_s <= 0) return out;
+  for (const auto& [k, v] : now.values) {
+    auto it = base_.values.find(k);
+    out[k] = (v - (it == base_.values.end() ? 0.0 : it->second)) / *window_s;
+  }
+  return out;
+}
+
+ojson StatsFeed::snapshot(const std::string& model_json) {
+  std::vector<Row> rows;
+  registry_.visit([&](const MetricSeries& s) {
+    Row r{.name = s.name, .labels = s.labels, .kind = s.kind, .value = s.value};
+    if (s.histogram) {
+      r.sum = s.histogram->sum();
+      if (s.histogram->count() > 0) {
+        r.p50 = s.histogram->quantile(0.5);
+        r.p90 = s.histogram->quantile(0.9);
+        r.p99 = s.histogram->quantile(0.99);
+      }
+    }
+    rows.push_back(std::move(r));
+  });
+
+  const auto steady = std::chrono::steady_clock::now();
+  Sample now{.t = std::chrono::duration<double>(steady.time_since_epoch()).count()};
+  for (const Row& r : rows) {
+    if (r.kind == MetricKind::kHistogram) {
+      now.values[key(r.name + "_sum", r.labels)] = r.sum;
+      now.values[key(r.name + "_count", r.labels)] = r.value;
+    } else if (r.kind == MetricKind::kCounter || r.name.ends_with("_read_bytes")) {
+      now.values[key(r.name, r.labels)] = r.value;  // counters, and the gauges that only grow
+    }
+  }
+  double window_s = 0;
+  const std::map<std::string, double> per_s = rates(now, &window_s);
+  auto rate = [&](const std::string& k) {
+    auto it = per_s.find(k);
+    return it == per_s.end() ? 0.0 : finite(it->second);
+  };
+  std::map<std::string, const Row*> by_key;
+  for (const Row& r : rows) by_key[key(r.name, r.labels)] = &r;
+  auto value = [&](const std::string& name, const std::string& labels = "") {
+    auto it = by_key.find(key(name, labels));
+    return it == by_key.end() ? 0.0 : finite(it->second->value);
+  };
+
+  ojson j;
+  j["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  j["uptime_s"] = std::chrono::duration<double>(steady - start_).count();
+  j["rate_window_s"] = window_s;
+  j["model"] = model_json.empty() ? ojson::object() : ojson::parse(model_json, nullptr, false);
+  if (j["model"].is_discarded()) j["model"] = ojson::object();
+
+  ojson finished = ojson::object();
+  for (const char* o : {"stop", "length", "abort", "error"})
+    finished[o] = value("sluice_requests_total", std::string("outcome=\"") + o + "\"");
+  j["requests"] = {{"running", value("sluice_requests_running")},
+                   {"waiting", value("sluice_requests_waiting")},
+                   {"swapped", value("sluice_requests_swapped")},
+                   {"http_in_flight", value("sluice_server_http_in_flight")},
+                   {"finished", finished}};
+  j["kv"] = {{"blocks_used", value("sluice_kv_blocks_used")},
+             {"blocks_total", value("sluice_kv_blocks_total")},
+             {"blocks_cached", value("sluice_kv_blocks_cached")},
+             {"prefix_hit_ratio", value("sluice_prefix_cache_hit_ratio")},
+             {"preemptions", value("sluice_preemptions_total")},
+             {"preemptions_per_s", rate("sluice_preemptions_total")}};
+  j["throughput"] = {{"generated_tokens", value("sluice_generated_tokens_total")},
+                     {"tokens_per_s", rate("sluice_generated_tokens_total")},
+                     {"requests_per_s", rate("sluice_e2e_seconds_count")}};
+  ojson latency = ojson::object();
+  for (const char* h : {"ttft", "tpot", "e2e"}) {
+    const std::string name = std::string("sluice_") + h + "_seconds";
+    auto it = by_key.find(name);
+    ojson l = {{"count", 0}, {"mean", 0}, {"p50", 0}, {"p90", 0}, {"p99", 0}, {"recent_mean", 0}};
+    if (it != by_key.end() && it->second->value > 0) {
+      const Row& r = *it->second;
+      const double dn = rate(name + "_count");
+      l = {{"count", r.value},        {"mean", finite(r.sum / r.value)}, {"p50", finite(r.p50)},
+           {"p90", finite(r.p90)},    {"p99", finite(r.p99)},
+           {"recent_mean", dn > 0 ? finite(rate(name + "_sum") / dn) : 0.0}};
+    }
+    latency[std::string(h) + "_s"] = l;
+  }
+  j["latency"] = latency;
+
+  ojson legs = ojson::array();
+  for (const Row& r : rows) {
+    if (r.kind == MetricKind::kHistogram) continue;
+    const auto labels = parse_labels(r.labels);
+    const std::string leg = leg_of(r, labels);
+    if (leg.empty()) continue;
+    legs.push_back({{"leg", leg}, {"series", r.name}, {"labels", labels}, {"bytes", finite(r.value)},
+                    {"bytes_per_s", rate(key(r.name, r.labels))}});
+  }
+  j["legs"] = legs;
+  j["weights"] = {{"stall_s", value("sluice_weight_stall_seconds")},
+                  {"overlap_efficiency", value("sluice_weight_overlap_efficiency")},
+                  {"resident_fraction", value("sluice_weight_resident_fraction")}};
+
+  // Experts: the routed-count matrix and the per-layer cache figures.
+  const ojson& m = j["model"];
+  const int64_t n_layer = m.value("n_layer", int64_t{0}), n_expert = m.value("n_expert", int64_t{0});
+  if (n_expert > 0 && n_layer > 0) {
+    ojson routed = ojson::array(), routed_rate = ojson::array(), layers = ojson::array();
+    for (int64_t l = 0; l < n_layer; ++l) {
+      const std::string ll = "layer=\"" + std::to_string(l) + "\"";
+      if (by_key.count(key("sluice_expert_routed_total", ll + ",expert=\"0\"")) == 0) {
+        routed.push_back(nullptr);
+        routed_rate.push_back(nullptr);
+      } else {
+        ojson row = ojson::array(), row_rate = ojson::array();
+        for (int64_t e = 0; e < n_expert; ++e) {
+          const std::string labels = ll + ",expert=\"" + std::to_string(e) + "\"";
+          row.push_back(value("sluice_expert_routed_total", labels));
+          row_rate.push_back(rate(key("sluice_expert_routed_total", labels)));
+        }
+        routed.push_back(std::move(row));
+        routed_rate.push_back(std::move(row_rate));
+      }
+      if (by_key.count(key("sluice_experts_resident", ll))) {
+        layers.push_back({{"layer", l},
+                          {"resident", value("sluice_experts_resident", ll)},
+                          {"recall", value("sluice_expert_recall", ll)},
+                          {"precision", value("sluice_expert_precision", ll)},
+                          {"hit_rate", value("sluice_expert_hit_rate", ll)}});
+      }
+    }
+    j["experts"] = {{"n_layer", n_layer}, {"n_expert", n_expert}, {"routed", routed},
+                    {"routed_per_s", routed_rate}, {"layers", layers}};
+  }
+  j["speculative"] = {{"drafted", value("sluice_spec_draft_tokens_total")},
+                      {"accepted", value("sluice_spec_accepted_tokens_total")},
+                      {"acceptance_rate", value("sluice_spec_acceptance_rate")},
+                      {"tokens_per_pass", value("sluice_spec_tokens_per_pass")}};
+
+  // Everything else, as /metrics has it (the routed matrix is above).
+  ojson all = ojson::object();
+  for (const Row& r : rows) {
+    if (r.name == "sluice_expert_routed_total") continue;
+    ojson e = {{"labels", parse_labels(r.labels)}};
+    if (r.kind == MetricKind::kHistogram) {
+      e["count"] = r.value;
+      e["sum"] = finite(r.sum);
+      e["p50"] = finite(r.p50);
+      e["p90"] = finite(r.p90);
+      e["p99"] = finite(r.p99);
+    } else {
+      e["value"] = finite(r.value);
+    }
+    all[r.name].push_back(std::move(e));
+  }
+  j["metrics"] = all;
+  return j;
+}
+
+}  // namespace sluice::server
