@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+
+#include <unistd.h>
 #include <fstream>
 #include <iterator>
 
@@ -29,7 +31,8 @@ std::string read_bytes(const std::string& path) {
 // Q8_0 with a 512-token vocabulary, so the layers are most of its bytes.
 const std::string& synth_base() {
   static const std::string path = [] {
-    const std::string p = ::testing::TempDir() + "streamed_finetune_base.gguf";
+    // Per process: ctest runs each backend's case in its own process, at the same time.
+    const std::string p = ::testing::TempDir() + "streamed_finetune_base_" + std::to_string(getpid()) + ".gguf";
     SynthShape shape = synth_preset("tiny", 8).value();
     shape.n_vocab = 512;
     auto written = write_synth_model({.shape = shape, .type = "q8_0", .seed = 11, .n_threads = 2}, p);
@@ -59,8 +62,9 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
   ASSERT_GE(fits.n_streamed, 4);
 
   // The adapter is named after its file's stem: the same name in two folders.
-  const std::string dir_a = ::testing::TempDir() + "streamed_finetune_resident/";
-  const std::string dir_b = ::testing::TempDir() + "streamed_finetune_streamed/";
+  const std::string tag = backend + "_" + std::to_string(getpid());
+  const std::string dir_a = ::testing::TempDir() + "streamed_finetune_resident_" + tag + "/";
+  const std::string dir_b = ::testing::TempDir() + "streamed_finetune_streamed_" + tag + "/";
   std::filesystem::create_directories(dir_a);
   std::filesystem::create_directories(dir_b);
   FinetuneOptions o{.model_path = base, .data_path = kStories, .out_path = dir_a + "adapter.gguf",
