@@ -186,7 +186,7 @@ TEST_P(TrainStepGolden, ThirtyAdamWStepsFollowTheReference) {
   Sampler greedy(SamplingParams{.temperature = 0.0f}, static_cast<int32_t>(n_vocab));
   KvCache gkv = (*m)->make_kv_cache(static_cast<int64_t>(all.size()), KvDtype::kF32).value();
   auto r = generate(**m, gkv, prompt, greedy,
-                    GenerateParams{.n_predict = static_cast<int32_t>(expected.size()), .loras = 1});
+                    GenerateParams{.stop = {.max_tokens = static_cast<int32_t>(expected.size())}, .loras = 1});
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->tokens, expected);
 }
