@@ -100,7 +100,8 @@ try {
     await waitLive(page);
     await page.evaluate(() => {
       window.__updates = 0;
-      new MutationObserver(() => window.__updates++).observe(document.getElementById("log"),
+      // Records, not callbacks: under load one callback can carry many pieces.
+      new MutationObserver((records) => { window.__updates += records.length; }).observe(document.getElementById("log"),
                                                              { subtree: true, characterData: true, childList: true });
     });
     const node = await sendChat(page, "Tell me a story.", { temperature: 0.8, max_tokens: 200, system: "Be kind." });
