@@ -1,0 +1,45 @@
+// bench-serve's workload draws: length distributions (N, uniform:A:B,
+// normal:MEAN:SD), the arrival process, and numbers from std::mt19937_64 by
+// fixed formulas, so a seed names one workload on every standard library.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <string_view>
+
+#include "sluice/status.h"
+
+namespace sluice::cli {
+
+// A length distribution: N, uniform:A:B or normal:MEAN:SD (rounded, clamped to >= 1).
+struct Dist {
+  enum class Kind { kFixed, kUniform, kNormal } kind = Kind::kFixed;
+  double a = 1, b = 0;
+};
+
+// Arrival process: every request at t = 0, or Poisson with `rate` requests/s.
+struct Arrival {
+  double rate = 0;  // 0: all at once
+};
+
+// Numbers from std::mt19937_64 by fixed formulas (the library's distributions
+// are implementation-defined).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : gen_(seed) {}
+  double uniform01() { return static_cast<double>(gen_() >> 11) * 0x1.0p-53; }  // [0, 1)
+  uint64_t below(uint64_t n) { return gen_() % n; }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+// Errors: kInvalidArgument naming `flag` and the accepted forms.
+StatusOr<Dist> parse_dist(std::string_view flag, const std::string& text);
+// "all" or "poisson:RATE" (RATE > 0). Errors: kInvalidArgument.
+StatusOr<Arrival> parse_arrival(const std::string& text);
+// One length from d (>= 1).
+int64_t draw(const Dist& d, Rng& rng);
+
+}  // namespace sluice::cli
