@@ -165,6 +165,11 @@ class CudaBackend final : public Backend {
   void unbind(const Held* held, int n);
   // matmul() on views already bound.
   void matmul_bound(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok);
+  // The device scratch areas, by what they hold (scratch()'s `which`).
+  enum ScratchArea {
+    kPartial, kLogits, kExpertX, kExpertGate, kExpertUp, kExpertDown, kExpertY, kSharedY, kXq, kXd, kXs, kNumScratch
+  };
+  static constexpr int64_t kMaxSplitItems = 1024;  // (query, head, split) partial results kPartial holds
   // A device scratch area of at least n floats (grows; `which` names it).
   float* scratch(int which, int64_t n);
   // y = W x for one expert (or the shared one) over n rows already gathered in xg_.
