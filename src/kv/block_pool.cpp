@@ -3,17 +3,14 @@
 #include <limits>
 
 #include "base/check.h"
+#include "base/enum_names.h"
 
 namespace sluice {
 
-const char* kv_dtype_name(KvDtype dtype) {
-  switch (dtype) {
-    case KvDtype::kF32: return "f32";
-    case KvDtype::kF16: return "f16";
-    case KvDtype::kQ8_0: return "q8_0";
-  }
-  return "?";
-}
+constexpr EnumName<KvDtype> kKvDtypeNames[] = {
+    {KvDtype::kF32, "f32"}, {KvDtype::kF16, "f16"}, {KvDtype::kQ8_0, "q8_0"}};
+
+const char* kv_dtype_name(KvDtype dtype) { return enum_name(dtype, kKvDtypeNames); }
 
 StatusOr<int64_t> kv_row_bytes(KvDtype dtype, int64_t n_embd_kv) {
   if (n_embd_kv <= 0) return invalid_argument("kv row: n_embd_kv must be positive, got {}", n_embd_kv);

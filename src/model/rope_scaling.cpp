@@ -1,17 +1,14 @@
 #include "model/rope_scaling.h"
+#include "base/enum_names.h"
 
 #include <cmath>
 
 namespace sluice {
 
-const char* longrope_factors_name(LongRopeFactors f) {
-  switch (f) {
-    case LongRopeFactors::kNone: return "none";
-    case LongRopeFactors::kShort: return "short";
-    case LongRopeFactors::kLong: return "long";
-  }
-  return "?";
-}
+constexpr EnumName<LongRopeFactors> kLongropeFactorsNames[] = {
+    {LongRopeFactors::kNone, "none"}, {LongRopeFactors::kShort, "short"}, {LongRopeFactors::kLong, "long"}};
+
+const char* longrope_factors_name(LongRopeFactors f) { return enum_name(f, kLongropeFactorsNames); }
 
 LongRopeFactors choose_longrope_factors(const ModelWeights& w, const ModelHparams& hp, int64_t n_ctx_max) {
   if (w.rope_factors_long.empty() && w.rope_factors_short.empty()) return LongRopeFactors::kNone;

@@ -1,4 +1,5 @@
 #include "plan/stream_plan.h"
+#include "base/enum_names.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,14 +8,10 @@
 
 namespace sluice::plan {
 
-const char* stream_bound_name(StreamBound b) {
-  switch (b) {
-    case StreamBound::kCompute: return "compute";
-    case StreamBound::kLink: return "link";
-    case StreamBound::kDisk: return "disk";
-  }
-  return "?";
-}
+constexpr EnumName<StreamBound> kStreamBoundNames[] = {
+    {StreamBound::kCompute, "compute"}, {StreamBound::kLink, "link"}, {StreamBound::kDisk, "disk"}};
+
+const char* stream_bound_name(StreamBound b) { return enum_name(b, kStreamBoundNames); }
 
 StatusOr<StreamPlan> plan_stream(const StreamInputs& in) {
   if (in.n_layer <= 0) return invalid_argument("streaming needs at least one layer");

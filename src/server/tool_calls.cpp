@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/enum_names.h"
+
 namespace sluice::server {
 namespace {
 
@@ -123,16 +125,11 @@ bool json_depth_within(const nlohmann::ordered_json& j, int max_depth) {
   return true;
 }
 
-const char* tool_call_format_name(ToolCallFormat f) {
-  switch (f) {
-    case ToolCallFormat::kNone: return "none";
-    case ToolCallFormat::kLlama3: return "llama3";
-    case ToolCallFormat::kHermes: return "hermes";
-    case ToolCallFormat::kMistral: return "mistral";
-    case ToolCallFormat::kDeepSeek: return "deepseek";
-  }
-  return "none";
-}
+constexpr EnumName<ToolCallFormat> kToolCallFormatNames[] = {
+    {ToolCallFormat::kNone, "none"}, {ToolCallFormat::kLlama3, "llama3"}, {ToolCallFormat::kHermes, "hermes"},
+    {ToolCallFormat::kMistral, "mistral"}, {ToolCallFormat::kDeepSeek, "deepseek"}};
+
+const char* tool_call_format_name(ToolCallFormat f) { return enum_name(f, kToolCallFormatNames); }
 
 StatusOr<ToolCallFormat> parse_tool_call_format(std::string_view name) {
   for (ToolCallFormat f : {ToolCallFormat::kNone, ToolCallFormat::kLlama3, ToolCallFormat::kHermes,

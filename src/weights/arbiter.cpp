@@ -3,18 +3,16 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/enum_names.h"
 #include "base/timer.h"
 
 namespace sluice::weights {
 
-const char* transfer_class_name(TransferClass c) {
-  switch (c) {
-    case TransferClass::kCritical: return "critical";
-    case TransferClass::kKvSwap: return "kv_swap";
-    case TransferClass::kPrefetch: return "prefetch";
-  }
-  return "?";
-}
+constexpr EnumName<TransferClass> kTransferClassNames[] = {
+    {TransferClass::kCritical, "critical"}, {TransferClass::kKvSwap, "kv_swap"},
+    {TransferClass::kPrefetch, "prefetch"}};
+
+const char* transfer_class_name(TransferClass c) { return enum_name(c, kTransferClassNames); }
 
 BandwidthArbiter::BandwidthArbiter(IoEngine& engine, const ArbiterOptions& o)
     : engine_(engine),

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/enum_names.h"
 #include "base/huge_buffer.h"
 #include "base/timer.h"
 
@@ -47,14 +48,10 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
 
 AlignedBuffer::~AlignedBuffer() { std::free(data_); }
 
-const char* io_backend_name(IoBackend b) {
-  switch (b) {
-    case IoBackend::kAuto: return "auto";
-    case IoBackend::kUring: return "io_uring";
-    case IoBackend::kPread: return "pread";
-  }
-  return "?";
-}
+constexpr EnumName<IoBackend> kIoBackendNames[] = {
+    {IoBackend::kAuto, "auto"}, {IoBackend::kUring, "io_uring"}, {IoBackend::kPread, "pread"}};
+
+const char* io_backend_name(IoBackend b) { return enum_name(b, kIoBackendNames); }
 
 StatusOr<IoBackend> parse_io_backend(const std::string& name) {
   if (name == "auto") return IoBackend::kAuto;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/enum_names.h"
 #include "model/hparams.h"
 #include "weights/io_engine.h"
 
@@ -94,14 +95,9 @@ bool is_essential_tensor(const TensorPlacement& t, const TensorInfo& info) {
   return t.layer < 0 || info.ne.size() <= 1 || !t.from_file;
 }
 
-const char* tier_name(Tier t) {
-  switch (t) {
-    case Tier::kDisk: return "disk";
-    case Tier::kHost: return "host";
-    case Tier::kDevice: return "device";
-  }
-  return "?";
-}
+constexpr EnumName<Tier> kTierNames[] = {{Tier::kDisk, "disk"}, {Tier::kHost, "host"}, {Tier::kDevice, "device"}};
+
+const char* tier_name(Tier t) { return enum_name(t, kTierNames); }
 
 StatusOr<uint64_t> parse_byte_size(const std::string& text) {
   std::string s;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/enum_names.h"
 #include "base/meminfo.h"
 #include "base/timer.h"
 
@@ -16,16 +17,11 @@ const uint8_t* LayerView::find(std::string_view suffix) const {
   return nullptr;
 }
 
-const char* layer_state_name(LayerState s) {
-  switch (s) {
-    case LayerState::kResident: return "resident";
-    case LayerState::kAbsent: return "absent";
-    case LayerState::kLoading: return "loading";
-    case LayerState::kLanded: return "landed";
-    case LayerState::kAcquired: return "acquired";
-  }
-  return "?";
-}
+constexpr EnumName<LayerState> kLayerStateNames[] = {
+    {LayerState::kResident, "resident"}, {LayerState::kAbsent, "absent"}, {LayerState::kLoading, "loading"},
+    {LayerState::kLanded, "landed"}, {LayerState::kAcquired, "acquired"}};
+
+const char* layer_state_name(LayerState s) { return enum_name(s, kLayerStateNames); }
 
 WeightStore::WeightStore(std::shared_ptr<const ModelFile> file, PlacementPlan plan, const WeightStoreOptions& options)
     : file_(std::move(file)), plan_(std::move(plan)), auto_prefetch_(options.auto_prefetch) {}

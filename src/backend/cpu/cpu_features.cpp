@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/enum_names.h"
+
 namespace sluice::cpu {
 namespace {
 
@@ -80,14 +82,9 @@ Isa active_isa() {
   return isa;
 }
 
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-  }
-  return "?";
-}
+constexpr EnumName<Isa> kIsaNames[] = {{Isa::kScalar, "scalar"}, {Isa::kAvx2, "avx2"}, {Isa::kAvx512, "avx512"}};
+
+const char* isa_name(Isa isa) { return enum_name(isa, kIsaNames); }
 
 std::string cpu_features_string() {
   const CpuFeatures& f = cpu_features();
