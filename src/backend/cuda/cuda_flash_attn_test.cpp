@@ -22,19 +22,13 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/cpu/op_test_util.h"
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/reference_backend.h"
 #include "kv/kv_store.h"
 
-namespace sluice {
+namespace sluice::cuda::testing {
 namespace {
 
-using cpu::testing::nmse;
-using cpu::testing::random_floats;
-using cuda::testing::Dev;
-using cuda::testing::all_finite;
-using cuda::testing::gpu;
 
 constexpr double kFlashNmse = 1e-5;
 
@@ -145,6 +139,6 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::cuda::testing
 
 #endif  // SLUICE_HAVE_CUDA

@@ -12,19 +12,12 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/backend.h"
-#include "backend/cpu/op_test_util.h"
-#include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/reference_backend.h"
 
-namespace sluice {
+namespace sluice::cuda::testing {
 namespace {
 
-using cpu::testing::nmse;
-using cpu::testing::random_floats;
-using cuda::testing::Dev;
-using cuda::testing::gpu;
 
 struct Shape {
   int64_t n_in, n_out, rank;
@@ -85,6 +78,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaLora,
                                            Shape{4096, 4096, 16}, Shape{4096, 14336, 64}));
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::cuda::testing
 
 #endif  // SLUICE_HAVE_CUDA

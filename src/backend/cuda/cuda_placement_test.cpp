@@ -12,20 +12,12 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/backend.h"
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/reference_backend.h"
 
-namespace sluice {
+namespace sluice::cuda::testing {
 namespace {
 
-using cpu::testing::nmse;
-using cpu::testing::random_floats;
-using cuda::testing::all_finite;
-using cuda::testing::Dev;
-using cuda::testing::gpu;
-using cuda::testing::Matrix;
-using cuda::testing::to_device;
 
 // prepare_weights gives Q4_0 / Q8_0 their scales split off (16-byte loads);
 // SLUICE_CUDA_Q8_LAYOUT=rows keeps GGUF rows. Same blocks in the same order
@@ -221,6 +213,6 @@ TEST(CudaBackend, StreamedDispatchesGiveTheSameBitsAsResidentOnes) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::cuda::testing
 
 #endif  // SLUICE_HAVE_CUDA

@@ -20,21 +20,13 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/cpu/op_test_util.h"
 #include "backend/cuda/cuda_prefill.h"
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/reference_backend.h"
 
-namespace sluice {
+namespace sluice::cuda::testing {
 namespace {
 
-using cpu::testing::nmse;
-using cpu::testing::random_floats;
-using cuda::testing::Dev;
-using cuda::testing::Matrix;
-using cuda::testing::all_finite;
-using cuda::testing::gpu;
-using cuda::testing::to_device;
 
 constexpr double kTensorCoreNmse = 3e-5;
 
@@ -179,6 +171,6 @@ TEST(CudaPrefillSlices, AMatrixLargerThanTheScratchGoesInSlices) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::cuda::testing
 
 #endif  // SLUICE_HAVE_CUDA

@@ -1,6 +1,7 @@
 // Helpers of the CUDA backend's tests: device buffers of host floats, random
 // quantized matrices with a host and a device view, and the skip without a GPU.
-// Test-only; included by the *_test.cpp files of this folder.
+// Test-only; included by the *_test.cpp files of this folder, whose tests live
+// in sluice::cuda::testing.
 #pragma once
 
 #ifdef SLUICE_HAVE_CUDA
@@ -20,6 +21,10 @@
 #include "quant/quant.h"
 
 namespace sluice::cuda::testing {
+
+// The CPU tests' helpers, for the tests in this namespace.
+using cpu::testing::nmse;
+using cpu::testing::random_floats;
 
 #define SKIP_WITHOUT_GPU()                               \
   do {                                                   \
