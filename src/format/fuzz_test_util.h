@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iterator>
 #include <string>
@@ -13,9 +14,18 @@
 
 namespace sluice::testing {
 
+// No single allocation may exceed this while parsing a file of a few MB.
+constexpr size_t kMaxAllocation = 64u << 20;
+
 // Largest single operator-new request since the last reset.
 size_t max_allocation();
 void reset_max_allocation();
+
+// The bytes of the file at `path` (empty if it cannot be read).
+inline std::vector<uint8_t> slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
 
 // splitmix64: deterministic on every platform, unlike std distributions.
 class FuzzRng {

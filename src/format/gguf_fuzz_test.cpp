@@ -47,20 +47,8 @@ size_t max_allocation() { return g_max_allocation.load(); }
 void reset_max_allocation() { g_max_allocation.store(0); }
 }  // namespace sluice::testing
 
-namespace sluice {
+namespace sluice::testing {
 namespace {
-
-using testing::FuzzRng;
-using testing::model_path;
-using testing::shipped_model_path;
-
-// No single allocation may exceed this while parsing a file of a few MB.
-constexpr size_t kMaxAllocation = 64u << 20;
-
-std::vector<uint8_t> slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
 
 // Parses `b`; an OK result must describe tensors inside the buffer.
 void parse_and_check(const std::vector<uint8_t>& b, const char* what, uint64_t iteration) {
@@ -236,4 +224,4 @@ TEST_F(GgufCorruption, BadDimension) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::testing

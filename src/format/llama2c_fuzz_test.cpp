@@ -11,19 +11,11 @@
 #include "format/fuzz_test_util.h"
 #include "format/llama2c.h"
 
-namespace sluice {
+namespace sluice::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::FuzzRng;
-using testing::model_path;
 
-constexpr size_t kMaxAllocation = 64u << 20;
-
-std::vector<uint8_t> slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
 void write_file(const std::string& path, const std::vector<uint8_t>& b, size_t n) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(n));
@@ -147,4 +139,4 @@ TEST_F(Llama2cFuzz, TokenizerMutations) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::testing

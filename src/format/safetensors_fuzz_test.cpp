@@ -9,18 +9,8 @@
 #include "format/fuzz_test_util.h"
 #include "format/safetensors_header.h"
 
-namespace sluice {
+namespace sluice::testing {
 namespace {
-
-using testing::FuzzRng;
-using testing::model_path;
-
-constexpr size_t kMaxAllocation = 64u << 20;
-
-std::vector<uint8_t> slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
 
 void parse_and_check(const std::vector<uint8_t>& b, int iteration) {
   auto r = parse_safetensors_header(b.data(), b.size(), "fuzz.safetensors");
@@ -148,4 +138,4 @@ TEST_F(SafetensorsFuzz, HeaderLengthPastEof) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::testing
