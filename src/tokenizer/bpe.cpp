@@ -38,26 +38,9 @@ class BpeSession {
         return;
       }
     }
-    split_merge_symbols(text, &symbols_);
-    for (size_t i = 1; i < symbols_.size(); ++i) try_add_bigram(static_cast<int>(i) - 1, static_cast<int>(i));
-
-    while (!queue_.empty()) {
-      const Bigram b = queue_.top();
-      queue_.pop();
-      Symbol& left = symbols_[b.left];
-      Symbol& right = symbols_[b.right];
-      if (left.n == 0 || right.n == 0 || left.n + right.n != b.size) continue;  // stale
-      left.n += right.n;
-      right.n = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols_[right.next].prev = b.left;
-      try_add_bigram(left.prev, b.left);
-      try_add_bigram(b.left, left.next);
-    }
-
-    for (int i = symbols_.empty() ? -1 : 0; i >= 0; i = symbols_[i].next) {
-      emit(text.substr(symbols_[i].offset, symbols_[i].n), out);
-    }
+    merge_pairwise(
+        text, symbols_, queue_, [this](int l, int r) { try_add_bigram(l, r); },
+        [&](std::string_view piece) { emit(piece, out); });
   }
 
  private:

@@ -30,6 +30,34 @@ struct MergeSymbol {
 // Appends one linked symbol per UTF-8 character of `text` to *out (cleared first).
 void split_merge_symbols(std::string_view text, std::vector<MergeSymbol>* out);
 
+// Pairwise merging of `text`, SPM's and BPE's loop: splits it into
+// `symbols` (split_merge_symbols), offers every adjacent pair to
+// try_add(left, right) (which queues it if mergeable and ignores negative
+// indices), then pops the best queued bigram (a type with `left`, `right` and
+// `size`, the merged bytes when queued) until `queue` is empty: skipped if
+// either side changed since, else right merges into left and the new
+// neighbours are offered. Last, emit(piece) for each remaining symbol in order.
+template <typename Queue, typename TryAdd, typename Emit>
+void merge_pairwise(std::string_view text, std::vector<MergeSymbol>& symbols, Queue& queue, TryAdd&& try_add,
+                    Emit&& emit) {
+  split_merge_symbols(text, &symbols);
+  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
+  while (!queue.empty()) {
+    const auto b = queue.top();
+    queue.pop();
+    MergeSymbol& left = symbols[b.left];
+    MergeSymbol& right = symbols[b.right];
+    if (left.n == 0 || right.n == 0 || left.n + right.n != b.size) continue;  // stale
+    left.n += right.n;
+    right.n = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = b.left;
+    try_add(left.prev, b.left);
+    try_add(b.left, left.next);
+  }
+  for (int i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) emit(text.substr(symbols[i].offset, symbols[i].n));
+}
+
 // Length of the valid UTF-8 character at the start of `s` (1..4), or 0 if `s` does
 // not start with a complete, valid one (overlong forms, surrogates and code points
 // above U+10FFFF are invalid).
