@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sluice/status.h"
@@ -117,10 +118,13 @@ class IoEngine {
   virtual void interrupt() = 0;
 
  protected:
-  IoBackend backend_ = IoBackend::kPread;
-  bool direct_ = false;
-  int queue_depth_ = 1;
-  uint64_t file_size_ = 0;
+  IoEngine(IoBackend backend, std::string path, bool direct, uint64_t file_size, int queue_depth)
+      : backend_(backend), direct_(direct), queue_depth_(queue_depth), file_size_(file_size), path_(std::move(path)) {}
+
+  IoBackend backend_;
+  bool direct_;
+  int queue_depth_;
+  uint64_t file_size_;
   std::string path_;
   std::string fallback_note_;
 };

@@ -27,13 +27,8 @@ namespace {
 
 class UringEngine final : public IoEngine {
  public:
-  UringEngine(int fd, const std::string& path, bool direct, uint64_t file_size, int queue_depth) : fd_(fd) {
-    backend_ = IoBackend::kUring;
-    direct_ = direct;
-    queue_depth_ = queue_depth;
-    file_size_ = file_size;
-    path_ = path;
-  }
+  UringEngine(int fd, const std::string& path, bool direct, uint64_t file_size, int queue_depth)
+      : IoEngine(IoBackend::kUring, path, direct, file_size, queue_depth), fd_(fd) {}
 
   ~UringEngine() override {
     // Drain reads still in flight: their buffers belong to the caller.

@@ -19,12 +19,8 @@ namespace {
 
 class PreadEngine final : public IoEngine {
  public:
-  PreadEngine(int fd, const std::string& path, bool direct, uint64_t file_size, int queue_depth) : fd_(fd) {
-    backend_ = IoBackend::kPread;
-    direct_ = direct;
-    queue_depth_ = queue_depth;
-    file_size_ = file_size;
-    path_ = path;
+  PreadEngine(int fd, const std::string& path, bool direct, uint64_t file_size, int queue_depth)
+      : IoEngine(IoBackend::kPread, path, direct, file_size, queue_depth), fd_(fd) {
     for (int i = 0; i < queue_depth; ++i) workers_.emplace_back([this] { worker_loop(); });
   }
 
