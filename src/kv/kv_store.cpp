@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "base/half.h"
+#include "quant/quant_q8_0.h"
 
 namespace sluice {
 
@@ -67,20 +68,8 @@ void store_values(KvDtype dtype, const float* src, uint8_t* dst, int64_t n) {
       f32_to_f16_array(src, reinterpret_cast<uint16_t*>(dst), n);
       return;
     }
-    case KvDtype::kQ8_0:
-      // [f16 d][32 x int8 q] per 32 values, d = max|x| / 127, q = round(x / d).
-      for (int64_t b = 0; b < n / 32; ++b) {
-        const float* x = src + b * 32;
-        uint8_t* blk = dst + b * 34;
-        float amax = 0.0f;
-        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-        const float d = amax / 127.0f;
-        const float id = d > 0.0f ? 1.0f / d : 0.0f;
-        const uint16_t dh = f32_to_f16(d);
-        std::memcpy(blk, &dh, 2);
-        auto* q = reinterpret_cast<int8_t*>(blk + 2);
-        for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(std::lround(x[i] * id));
-      }
+    case KvDtype::kQ8_0:  // GGUF's Q8_0 blocks: [f16 d][32 x int8 q], d = max|x| / 127
+      quantize_row_q8_0(src, reinterpret_cast<BlockQ8_0*>(dst), n);
       return;
   }
 }
@@ -96,14 +85,7 @@ void load_values(KvDtype dtype, const uint8_t* src, float* dst, int64_t n) {
       return;
     }
     case KvDtype::kQ8_0:
-      for (int64_t b = 0; b < n / 32; ++b) {
-        const uint8_t* blk = src + b * 34;
-        uint16_t dh;
-        std::memcpy(&dh, blk, 2);
-        const float d = f16_to_f32(dh);
-        const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
-        for (int i = 0; i < 32; ++i) dst[b * 32 + i] = d * q[i];
-      }
+      dequantize_row_q8_0(reinterpret_cast<const BlockQ8_0*>(src), dst, n);
       return;
   }
 }
