@@ -98,6 +98,10 @@ plan::PipelineInputs shape_inputs(const ModelFile& file, const ModelHparams& hp)
   in.n_embd = hp.n_embd;
   in.layer_bytes.assign(static_cast<size_t>(hp.n_layer), 0);
   in.layer_flops_per_token.assign(static_cast<size_t>(hp.n_layer), 0.0);
+  auto role_is = [&](const TensorInfo& t, TensorRole role) {
+    const TensorSpec* s = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
+    return s && s->role == role;
+  };
   for (const TensorInfo& t : file.tensors) {
     const auto [layer, suffix] = split_layer_name(t.name);
     const bool matrix = t.ne.size() >= 2;
@@ -109,7 +113,7 @@ plan::PipelineInputs shape_inputs(const ModelFile& file, const ModelHparams& hp)
       in.layer_flops_per_token[static_cast<size_t>(layer)] += flops;
     } else {
       in.head_bytes += t.n_bytes;
-      if (t.name.rfind("output.", 0) == 0) {
+      if (role_is(t, TensorRole::kOutput)) {
         in.head_flops_per_token += flops;
         in.head_read_bytes += t.n_bytes;
       }
@@ -117,7 +121,7 @@ plan::PipelineInputs shape_inputs(const ModelFile& file, const ModelHparams& hp)
   }
   if (in.head_flops_per_token == 0) {  // output tied to the embeddings: the head reads the table
     for (const TensorInfo& t : file.tensors)
-      if (t.name == "token_embd.weight") {
+      if (role_is(t, TensorRole::kTokenEmbd)) {
         in.head_flops_per_token = 2.0 * static_cast<double>(t.n_elements());
         in.head_read_bytes += t.n_bytes;
       }

@@ -55,8 +55,7 @@ std::string Engine::describe_json() const {
   for (const TensorInfo& t : e.file->tensors) {
     by_type[dtype_name(t.type)] += t.n_bytes;
     total += t.n_bytes;
-    int64_t layer = -1;
-    if (t.name.rfind("blk.", 0) == 0) layer = std::atoll(t.name.c_str() + 4);
+    const int64_t layer = split_layer_name(t.name).first;
     if (layer >= 0 && layer < hp.n_layer) layer_bytes[static_cast<size_t>(layer)] += t.n_bytes;
   }
   j["weight_types"] = by_type;

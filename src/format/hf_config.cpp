@@ -1,10 +1,14 @@
 #include "format/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "arch/arch_defaults.h"
 
 namespace sluice {
 namespace {
@@ -39,6 +43,19 @@ class ConfigReader {
     return Status::ok_status();
   }
 
+  // A count that may also be 0 (n_shared_experts, first_k_dense_replace);
+  // nullopt if absent or null.
+  Status count_or_zero(const json& obj, const std::string& key, std::optional<int64_t>* out) const {
+    out->reset();
+    const auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return Status::ok_status();
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 0xffffffffLL) {
+      return data_loss("{}: '{}' must be a non-negative 32-bit integer, not {}", name_, key, it->dump());
+    }
+    *out = it->get<int64_t>();
+    return Status::ok_status();
+  }
+
   Status number(const json& obj, const std::string& key, std::optional<double>* out) const {
     out->reset();
     const auto it = obj.find(key);
@@ -65,11 +82,15 @@ class ConfigReader {
 //   norm_topk_prob                      -> {arch}.expert_weights_norm (absent in a
 //                                          Qwen2-MoE / Qwen3-MoE config: false, the
 //                                          transformers default of both)
-Status set_moe(const ConfigReader& r, const json& j, const std::string& name, const std::string& a, Metadata* md) {
-  std::optional<int64_t> n_expert, n_used, ff_expert, ff_shared;
+Status set_moe(const ConfigReader& r, const json& j, const std::string& name, const HfConfig& cfg, Metadata* md) {
+  const std::string& a = cfg.arch;
+  std::optional<int64_t> n_expert, n_used, ff_expert, ff_shared, n_shared, n_dense;
   RETURN_IF_ERROR(r.count(j, "num_local_experts", false, &n_expert));
   if (!n_expert) RETURN_IF_ERROR(r.count(j, "num_experts", false, &n_expert));
+  if (!n_expert) RETURN_IF_ERROR(r.count(j, "n_routed_experts", false, &n_expert));
   if (!n_expert) return Status::ok_status();
+  RETURN_IF_ERROR(r.count_or_zero(j, "n_shared_experts", &n_shared));
+  RETURN_IF_ERROR(r.count_or_zero(j, "first_k_dense_replace", &n_dense));
   RETURN_IF_ERROR(r.count(j, "num_experts_per_tok", true, &n_used));
   RETURN_IF_ERROR(r.count(j, "moe_intermediate_size", false, &ff_expert));
   RETURN_IF_ERROR(r.count(j, "shared_expert_intermediate_size", false, &ff_shared));
@@ -84,9 +105,11 @@ Status set_moe(const ConfigReader& r, const json& j, const std::string& name, co
   md->set(a + ".expert_used_count", u32(*n_used));
   if (ff_expert) md->set(a + ".expert_feed_forward_length", u32(*ff_expert));
   if (ff_shared) md->set(a + ".expert_shared_feed_forward_length", u32(*ff_shared));
+  if (n_shared) md->set(a + ".expert_shared_count", u32(*n_shared));
+  if (n_dense) md->set(a + ".leading_dense_block_count", u32(*n_dense));
   if (const auto it = j.find("norm_topk_prob"); it != j.end() && it->is_boolean()) {
     md->set(a + ".expert_weights_norm", MetaValue::boolean(it->get<bool>()));
-  } else if (a == "qwen2moe" || a == "qwen3moe") {
+  } else if (cfg.spec && arch_defaults(*cfg.spec).hf_moe_unnormalized) {
     md->set(a + ".expert_weights_norm", MetaValue::boolean(false));
   }
   return Status::ok_status();
@@ -244,10 +267,13 @@ Status set_window_and_caps(const ConfigReader& r, const json& j, const std::stri
 }  // namespace
 
 StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::string& name,
-                                   const std::string& model_name) {
-  const json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+                                   const std::string& model_name, HfConfigUse use) {
+  const bool plan = use == HfConfigUse::kPlan;
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return data_loss("{}: not valid JSON", name);
   if (!j.is_object()) return data_loss("{}: not a JSON object", name);
+  // Multimodal configs nest the language model.
+  if (plan && j.contains("text_config") && j["text_config"].is_object()) j = json(j["text_config"]);
   const ConfigReader r(j, name);
 
   HfConfig cfg;
@@ -255,20 +281,20 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
   if (mt == j.end() || !mt->is_string()) return data_loss("{}: missing 'model_type'", name);
   cfg.model_type = mt->get<std::string>();
   cfg.spec = find_arch_by_hf_model_type(cfg.model_type);
-  if (!cfg.spec) {
+  if (!cfg.spec && !plan) {
     std::string known;
     for (const ArchSpec* a : supported_archs())
       for (const char* t : a->hf_model_types) known += (known.empty() ? "" : ", ") + std::string(t);
     return unimplemented("{}: model_type '{}' is not supported ({} are)", name, cfg.model_type, known);
   }
-  cfg.arch = cfg.spec->name;
-  cfg.permute_qk = cfg.spec->hf_permute_qk;
+  cfg.arch = cfg.spec ? cfg.spec->name : cfg.model_type;
+  cfg.permute_qk = cfg.spec && cfg.spec->hf_permute_qk;
 
   std::optional<int64_t> n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, n_vocab;
-  RETURN_IF_ERROR(r.count(j, "max_position_embeddings", true, &n_ctx));
+  RETURN_IF_ERROR(r.count(j, "max_position_embeddings", !plan, &n_ctx));
   RETURN_IF_ERROR(r.count(j, "hidden_size", true, &n_embd));
   RETURN_IF_ERROR(r.count(j, "num_hidden_layers", true, &n_layer));
-  RETURN_IF_ERROR(r.count(j, "intermediate_size", true, &n_ff));
+  RETURN_IF_ERROR(r.count(j, "intermediate_size", !plan, &n_ff));
   RETURN_IF_ERROR(r.count(j, "num_attention_heads", true, &n_head));
   RETURN_IF_ERROR(r.count(j, "num_key_value_heads", false, &n_head_kv));
   RETURN_IF_ERROR(r.count(j, "head_dim", false, &head_dim));
@@ -287,7 +313,7 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
   RETURN_IF_ERROR(r.number(j, "rms_norm_eps", &eps));
   RETURN_IF_ERROR(r.number(j, "rope_theta", &theta));
   // Architectures whose head is always the embedding table (gemma) tie by default, as transformers does.
-  cfg.tie_word_embeddings = !cfg.spec->find(TensorRole::kOutput);
+  cfg.tie_word_embeddings = cfg.spec && !cfg.spec->find(TensorRole::kOutput);
   if (const auto tie = j.find("tie_word_embeddings"); tie != j.end() && !tie->is_null()) {
     if (!tie->is_boolean()) return data_loss("{}: 'tie_word_embeddings' must be a bool", name);
     cfg.tie_word_embeddings = tie->get<bool>();
@@ -300,10 +326,10 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
   auto u32 = [](int64_t v) { return MetaValue::u32(static_cast<uint32_t>(v)); };
   md.set("general.architecture", MetaValue::str(a));
   md.set("general.name", MetaValue::str(model_name));
-  md.set(a + ".context_length", u32(*n_ctx));
+  if (n_ctx) md.set(a + ".context_length", u32(*n_ctx));
   md.set(a + ".embedding_length", u32(*n_embd));
   md.set(a + ".block_count", u32(*n_layer));
-  md.set(a + ".feed_forward_length", u32(*n_ff));
+  if (n_ff) md.set(a + ".feed_forward_length", u32(*n_ff));
   md.set(a + ".attention.head_count", u32(*n_head));
   md.set(a + ".attention.head_count_kv", u32(*n_head_kv));
   md.set(a + ".attention.layer_norm_rms_epsilon",
@@ -315,11 +341,11 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
     md.set(a + ".attention.value_length", u32(*head_dim));
   }
   md.set(a + ".vocab_size", u32(*n_vocab));
-  if (const auto rs = j.find("rope_scaling"); rs != j.end()) {
+  if (const auto rs = j.find("rope_scaling"); rs != j.end() && !plan) {
     RETURN_IF_ERROR(set_rope_scaling(r, *rs, name, *n_ctx, &cfg));
   }
-  RETURN_IF_ERROR(set_moe(r, j, name, a, &md));
-  RETURN_IF_ERROR(set_window_and_caps(r, j, name, cfg, n_rot, &md));
+  RETURN_IF_ERROR(set_moe(r, j, name, cfg, &md));
+  if (cfg.spec) RETURN_IF_ERROR(set_window_and_caps(r, j, name, cfg, n_rot, &md));
   if (!cfg.rope_factors_long.empty()) {
     const int64_t n_rot_final = md.get_int(a + ".rope.dimension_count").value_or(n_rot);
     if (static_cast<int64_t>(cfg.rope_factors_long.size()) != n_rot_final / 2) {
@@ -327,12 +353,15 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
                        name, cfg.rope_factors_long.size(), n_rot_final / 2, n_rot_final);
     }
   }
-  if (md.get_int(a + ".expert_count") && !cfg.spec->moe) {
+  if (md.get_int(a + ".expert_count") && cfg.spec && !cfg.spec->moe) {
     return unimplemented("{}: model_type '{}' with experts is not supported", name, cfg.model_type);
   }
   // Mistral v0.1 (and llama configs that set one): every layer attends over the
   // last sliding_window positions; null, absent or use_sliding_window false: none.
-  if (cfg.model_type == "mistral" || cfg.model_type == "llama") {
+  // A model_type without a table (kPlan): as Mistral.
+  const std::span<const char* const> every =
+      cfg.spec ? arch_defaults(*cfg.spec).hf_window_every_layer : std::span<const char* const>();
+  if (!cfg.spec || std::find(every.begin(), every.end(), std::string_view(cfg.model_type)) != every.end()) {
     std::optional<int64_t> window;
     RETURN_IF_ERROR(r.count(j, "sliding_window", false, &window));
     const auto use = j.find("use_sliding_window");

@@ -36,6 +36,12 @@
 //                              {arch}.rope.freq_base_swa, {arch}.rope.dimension_count
 //                              (gemma2, gemma3_text, phi3; a window pattern other than the
 //                              architecture's is refused)
+//   n_routed_experts, n_shared_experts, first_k_dense_replace (DeepSeek/GLM-style)
+//                           -> {arch}.expert_count, expert_shared_count,
+//                              leading_dense_block_count
+// The one reader of config.json: the HF loader (format/safetensors) and the
+// planner (plan/model_shape, through model/hparams.h read_hparams) both read
+// what it writes.
 // Pure function of its input; thread-safe.
 #pragma once
 
@@ -49,10 +55,17 @@
 
 namespace sluice {
 
+// What a config is read for. kLoad: a model to run (a supported model_type and
+// every field the loader needs). kPlan: a shape to plan: any model_type (one
+// without an ArchSpec keeps the generic keys under its own name, a sliding
+// window on every layer), the context length and FFN width may be absent,
+// rope_scaling is not read, and a multimodal config's text_config is.
+enum class HfConfigUse { kLoad, kPlan };
+
 struct HfConfig {
   std::string model_type;      // as written in config.json
   std::string arch;            // GGUF architecture name
-  const ArchSpec* spec = nullptr;  // its table (tensor names)
+  const ArchSpec* spec = nullptr;  // its table (tensor names); null only for kPlan's unknown types
   bool permute_qk = false;     // q/k rows must be un-permuted (llama family)
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
@@ -68,6 +81,6 @@ struct HfConfig {
 // (general.name). Unknown model_type -> kUnimplemented naming it; missing or
 // malformed fields -> kDataLoss naming the field.
 StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::string& name,
-                                   const std::string& model_name);
+                                   const std::string& model_name, HfConfigUse use = HfConfigUse::kLoad);
 
 }  // namespace sluice

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 
@@ -32,6 +33,12 @@
 #include "model/model_weights.h"
 
 namespace sluice {
+
+// Called (when set) with each named activation of a forward chunk, so a pass can
+// be dumped and diffed layer by layer. layer = -1 outside the blocks.
+//   data: [n_tokens, n]
+using ActivationHook =
+    std::function<void(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n)>;
 
 // Names an activation for the debug hook: (name, layer, data [n_tok, n], n_tok, n).
 using EmitFn = FunctionRef<void(std::string_view, int64_t, const float*, int64_t, int64_t)>;

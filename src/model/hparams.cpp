@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "arch/arch_defaults.h"
+
 namespace sluice {
 namespace {
 
@@ -44,10 +46,12 @@ Status read_moe(const Metadata& md, const std::string& a, ModelHparams* hp) {
 }
 
 // Sliding window, soft-caps, attention and embedding scales, with llama.cpp's
-// defaults where its files may lack a key.
+// defaults where its files may lack a key (the architecture's own in
+// arch/arch_defaults.h).
 Status read_window_and_caps(const Metadata& md, const std::string& a, ModelHparams* hp) {
   const ArchSpec* spec = hp->spec;
   if (!spec) return Status();
+  const ArchDefaults& defaults = arch_defaults(*spec);
   if (spec->sliding_window) {
     hp->swa_pattern = spec->swa_pattern;
     hp->rope_freq_base_swa = spec->swa_rope_base;
@@ -56,13 +60,8 @@ Status read_window_and_caps(const Metadata& md, const std::string& a, ModelHpara
       if (!(hp->rope_freq_base_swa > 0.0f)) return data_loss("{}rope.freq_base_swa must be positive", a);
     }
     if (!md.get_int(a + "attention.sliding_window")) {
-      if (hp->arch == "gemma2") {
-        hp->n_swa = 4096;
-      } else if (hp->arch == "phi3") {
-        // Phi-3 files converted before the key existed (mini/medium 4k and 128k).
-        if ((hp->n_layer == 32 || hp->n_layer == 40) && hp->n_ctx_train == 4096) hp->n_swa = 2047;
-        else if (hp->n_layer == 32 && hp->n_head_kv == 32 && hp->n_ctx_train == 131072) hp->n_swa = 262144;
-        else if (hp->n_layer == 40 && hp->n_ctx_train == 131072) hp->n_swa = 131072;
+      if (defaults.window) {
+        hp->n_swa = defaults.window({.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv, .n_ctx_train = hp->n_ctx_train});
       }
       if (hp->n_swa == 0) return data_loss("missing metadata key '{}attention.sliding_window'", a);
     }
@@ -78,10 +77,10 @@ Status read_window_and_caps(const Metadata& md, const std::string& a, ModelHpara
   if (spec->embd_scale_sqrt) hp->embd_scale = std::sqrt(static_cast<float>(hp->n_embd));
   // Gemma scales q by 1/sqrt(query_pre_attn_scalar): head_dim, except the
   // 27B models' n_embd / n_head. GGUF has no key for it; llama.cpp picks by
-  // layer count (gemma2 46, gemma3 62 layers). HF configs carry it and the
-  // converter keeps it under this key.
+  // layer count (ArchDefaults::q_scale_by_embd_layers). HF configs carry it
+  // and the converter keeps it under this key.
   double scalar = static_cast<double>(hp->head_dim);
-  if ((hp->arch == "gemma2" && hp->n_layer == 46) || (hp->arch == "gemma3" && hp->n_layer == 62)) {
+  if (defaults.q_scale_by_embd_layers > 0 && hp->n_layer == defaults.q_scale_by_embd_layers) {
     scalar = static_cast<double>(hp->n_embd / hp->n_head);
   }
   if (auto q = md.get_float(a + "attention.query_pre_attn_scalar")) scalar = *q;

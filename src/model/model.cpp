@@ -11,16 +11,6 @@
 #include "quant/quant.h"
 
 namespace sluice {
-namespace {
-
-// Reordering a landed expert in place (Backend::prepare_in_place) pays for
-// itself within the step only from about this many tokens: one Mixtral
-// expert in Q4_0 on 2 threads takes 5.5 ms to reorder, and the reordered
-// kernel saves 1.8 ms per token against GGUF rows (Zen 5, AVX-512).
-constexpr int64_t kReorderBreakEvenTokens = 4;
-
-}  // namespace
-
 Model::Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, const ModelOptions& options)
     : file_(std::move(file)),
       hp_(hp),
@@ -28,10 +18,7 @@ Model::Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, cons
       max_seqs_(options.max_seqs),
       backend_(options.backend),
       source_(options.weights),
-      adapters_(hp, options.max_seqs),
-      predict_experts_(options.predict_experts || (options.weights && options.weights->streams_experts())),
-      predict_margin_(options.expert_predict_margin),
-      repack_(options.repack) {}
+      adapters_(hp, options.max_seqs) {}
 
 Model::~Model() = default;
 
@@ -64,7 +51,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
   if (m->layer_begin_ < 0 || m->layer_begin_ >= m->layer_end_ || m->layer_end_ > m->hp_.n_layer)
     return invalid_argument("layer range [{}, {}) is not inside the model's {} layers", options.layer_begin,
                             options.layer_end, m->hp_.n_layer);
-  m->plan_buffers();
+  m->plan_buffers(options);
   if (options.device_reserve) {
     ASSIGN_OR_RETURN(const uint64_t reserve, options.device_reserve(*m));
     m->backend_->set_device_reserve(reserve);
@@ -159,7 +146,7 @@ Status Model::check_supported() const {
   return Status();
 }
 
-void Model::plan_buffers() {
+void Model::plan_buffers(const ModelOptions& options) {
   const ModelHparams& h = hp_;
   Backend& be = *backend_;
   const int64_t nb = n_batch_;
@@ -175,22 +162,11 @@ void Model::plan_buffers() {
   up_ = floats(std::max<int64_t>(1, h.n_ff));
   cos_sin_ = floats(h.n_rot);
   if (!rope_swa_.inv_freq.empty()) cos_sin_swa_ = floats(h.n_rot);
-  if (h.is_moe()) {
-    router_ = floats(h.n_expert);
-    moe_ids_.resize(static_cast<size_t>(nb * h.n_expert_used));
-    moe_weights_.resize(static_cast<size_t>(nb * h.n_expert_used));
-    unique_ids_.reserve(static_cast<size_t>(h.n_expert));
-    pred_unique_ids_.reserve(static_cast<size_t>(h.n_expert));
-    seen_.resize(static_cast<size_t>(h.n_expert));
-    expert_ptrs_.resize(static_cast<size_t>(h.n_expert));
-    streamed_experts_.resize(static_cast<size_t>(h.n_expert));
-    if (predict_experts_) {
-      pred_router_ = floats(h.n_expert);
-      pred_xn_ = floats(h.n_embd);
-      pred_ids_.resize(static_cast<size_t>(nb * n_pred_candidates()));
-      pred_weights_.resize(pred_ids_.size());
-    }
-  }
+  experts_ = std::make_unique<ExpertFeed>(
+      be, h, weights_, source_.get(), hook_,
+      ExpertFeedOptions{.n_batch = nb, .layer_end = layer_end_,
+                        .predict = options.predict_experts || (source_ && source_->streams_experts()),
+                        .predict_margin = options.expert_predict_margin, .repack = options.repack});
   positions_.resize(static_cast<size_t>(nb));
   kv_rows_.resize(static_cast<size_t>(nb));
   logit_rows_.resize(static_cast<size_t>(nb));
@@ -379,112 +355,8 @@ Status Model::finish_step(float* logits) {
   return Status();
 }
 
-void Model::emit_routing(const char* name, const int32_t* ids, int64_t layer, int64_t n, int64_t width) const {
-  // The expert ids as floats (-1: none), [n, width].
-  std::vector<float> f(ids, ids + n * width);
-  hook_(name, layer, f.data(), n, width);
-}
-
 void Model::set_routing_counters(std::vector<Counter*> counters) {
-  routed_ = std::move(counters);
-  routed_step_.assign(static_cast<size_t>(hp_.n_expert), 0);
-}
-
-int64_t Model::n_pred_candidates() const { return std::min(hp_.n_expert, 2 * hp_.n_expert_used); }
-
-void Model::distinct_experts(const int32_t* ids, int64_t n_ids, std::vector<int32_t>& out) {
-  out.clear();
-  std::fill(seen_.begin(), seen_.end(), 0);
-  for (int64_t i = 0; i < n_ids; ++i) {
-    if (ids[i] < 0 || seen_[static_cast<size_t>(ids[i])]) continue;
-    seen_[static_cast<size_t>(ids[i])] = 1;
-    out.push_back(ids[i]);
-  }
-}
-
-void Model::predict_routing(int64_t layer, const float* x, int64_t n, bool early) {
-  const ModelHparams& h = hp_;
-  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  const MatmulOut router[1] = {{w.mat(TensorRole::kFfnRouter), pred_router_->floats()}};
-  Backend& be = *backend_;
-  be.norm_matmul({.x = x, .norm = w.vec(TensorRole::kFfnNorm), .eps = h.rms_eps, .xn = pred_xn_->floats(),
-                  .n_embd = h.n_embd, .n_tok = n, .outs = router});
-  // The top n_expert_used, and beyond them any candidate whose predicted
-  // probability is at least predict_margin_ of the last of those: a close call
-  // is worth a prefetch. stories-moe, replayed (`sluice bench-experts
-  // --predict-margin M`), recall at layers 1-3 and what the predictor alone
-  // fetches at layer 3 per chosen expert: top-k alone 82/88/74%; 0.8
-  // 92/97/82%, 1.54x; 0.83 91/96/81%, 1.49x; 0.85 90/95/80.5%, 1.47x; 0.9
-  // 88/94/79%, 1.39x. 0.83 keeps layer 3 within both 80% recall and 1.5x on
-  // the 837 steps of bench-experts and on tests/expert_prediction_test.cpp's
-  // 480 (80.5%, 1.498x): a narrow window.
-  const int64_t k = h.n_expert_used, c = early ? k : n_pred_candidates();
-  be.route({.logits = pred_router_->floats(), .n_tok = n, .n_expert = h.n_expert, .n_used = c,
-            .renormalize = false, .ids = pred_ids_.data(), .weights = pred_weights_.data()});
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = k; j < c; ++j)
-      if (pred_weights_[static_cast<size_t>(t * c + j)] < predict_margin_ * pred_weights_[static_cast<size_t>(t * c + k - 1)])
-        pred_ids_[static_cast<size_t>(t * c + j)] = -1;
-  if (hook_ && !early) emit_routing("ffn_moe_pred", pred_ids_.data(), layer, n, c);
-  if (source_ && source_->streams_experts()) {
-    distinct_experts(pred_ids_.data(), n * c, pred_unique_ids_);
-    source_->predict_experts(layer, pred_unique_ids_);
-  }
-}
-
-Status Model::begin_experts(int64_t layer, int64_t n, const LayerWeights& w) {
-  distinct_experts(moe_ids_.data(), n * hp_.n_expert_used, unique_ids_);
-  RETURN_IF_ERROR(source_->begin_experts(layer, unique_ids_, expert_ptrs_.data()));
-  // Experts reordered for the backend when they first landed (prepare_expert)
-  // are in the layouts it gives; the others are still GGUF rows.
-  const ExpertWeights& any = w.experts[0];
-  const WeightView gate_up[2] = {any.gate, any.up};
-  WeightLayout gate_up_layouts[2], down_layout;
-  backend_->in_place_layouts(gate_up, gate_up_layouts);
-  backend_->in_place_layouts(std::span(&any.down, 1), &down_layout);
-  for (size_t i = 0; i < unique_ids_.size(); ++i) {
-    const auto e = static_cast<size_t>(unique_ids_[i]);
-    ExpertWeights& x = streamed_experts_[e];
-    x = w.experts[e];  // shapes and types
-    x.gate.data = expert_ptrs_[i].gate;
-    x.up.data = expert_ptrs_[i].up;
-    x.down.data = expert_ptrs_[i].down;
-    if (expert_ptrs_[i].prepared) {
-      x.gate.layout = gate_up_layouts[0];
-      x.up.layout = gate_up_layouts[1];
-      x.down.layout = down_layout;
-    }
-  }
-  return Status();
-}
-
-void Model::reorder_expert(ExpertWeights& x) {
-  WeightView gate_up[2] = {x.gate, x.up};
-  backend_->prepare_in_place(gate_up);
-  x.gate = gate_up[0];
-  x.up = gate_up[1];
-  backend_->prepare_in_place(std::span(&x.down, 1));
-}
-
-void Model::prepare_expert(int64_t layer, int64_t i) {
-  if (!repack_ || expert_ptrs_[static_cast<size_t>(i)].prepared) return;
-  reorder_expert(streamed_experts_[static_cast<size_t>(unique_ids_[static_cast<size_t>(i)])]);
-  source_->expert_prepared(layer, i);
-}
-
-void Model::prepare_while_waiting(int64_t layer) {
-  if (!repack_) return;
-  int64_t l = -1;
-  int32_t e = -1;
-  ExpertPointers p;
-  while (!source_->next_expert_ready(layer) && source_->unprepared_expert(&l, &e, &p)) {
-    ExpertWeights x = weights_.layers[static_cast<size_t>(l)].experts[static_cast<size_t>(e)];  // shapes and types
-    x.gate.data = p.gate;
-    x.up.data = p.up;
-    x.down.data = p.down;
-    reorder_expert(x);
-    source_->unpinned_expert_prepared(l, e);
-  }
+  experts_->set_routing_counters(std::move(counters));
 }
 
 Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n, KvStore& kv) {
@@ -495,13 +367,12 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
   auto emit_fn = [this](std::string_view name, int64_t layer, const float* data, int64_t n_tok, int64_t width) {
     emit(name, layer, data, n_tok, width);
   };
-  const bool stream_experts = source_ && source_->streams_experts();
   // The micro-batch's rows of every activation (a whole step: t0 = 0).
   const int64_t n_rot = hp_.n_rot;
   float* x = x_->floats() + t0 * hp_.n_embd;
   float* cos_sin = cos_sin_->floats() + t0 * n_rot;
   float* cos_sin_swa = cos_sin_swa_ ? cos_sin_swa_->floats() + t0 * n_rot : nullptr;
-  if (predict_experts_ && hp_.layer_is_moe(layer_begin_)) predict_routing(layer_begin_, x, n);
+  experts_->predict(layer_begin_, x, n);
   for (int64_t l = layer_begin_; l < layer_end_; ++l) {
     LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
     if (source_) {
@@ -519,64 +390,13 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
                          .kv_rows = kv_rows_.data() + t0, .emit = emit_fn,
                          .lora = adapted ? &adapters_ : nullptr};
     attention_block(step);
-    if (hp_.layer_is_moe(l)) {
-      MoeStep moe{.router = router_->floats(), .ids = moe_ids_.data(), .weights = moe_weights_.data(),
-                  .experts = w.experts};
-      moe_route(step, moe);
-      if (hook_) emit_routing("ffn_moe_ids", moe_ids_.data(), l, n, hp_.n_expert_used);
-      if (!routed_.empty()) {
-        for (int64_t i = 0; i < n * hp_.n_expert_used; ++i)
-          if (moe_ids_[static_cast<size_t>(i)] >= 0) ++routed_step_[static_cast<size_t>(moe_ids_[static_cast<size_t>(i)])];
-        for (int64_t e = 0; e < hp_.n_expert; ++e) {
-          uint32_t& c = routed_step_[static_cast<size_t>(e)];
-          Counter* counter = routed_[static_cast<size_t>(l * hp_.n_expert + e)];
-          if (c > 0 && counter) counter->add(c);
-          c = 0;
-        }
-      }
-      // Streamed experts are computed one by one as they land, so the ones
-      // already in memory run while the others are still reading.
-      Status read_status;
-      size_t n_handed = 0;
-      auto next = [&]() -> int64_t {
-        int64_t i = -1;
-        prepare_while_waiting(l);
-        if (read_status.ok()) read_status = source_->next_expert(l, &i);
-        if (!read_status.ok() || i < 0) return -1;
-        // Landed from disk in GGUF rows: reordered once, where it lies, for
-        // the backend's fastest kernels (the same bits as rows); a later hit
-        // on the same slot finds it so. Except the step's last expert in a
-        // small step: no read follows it until the next step routes, so the
-        // disk would idle through the reorder, which costs more than the
-        // faster kernel saves at a few tokens; it is left to a later wait.
-        const bool last_of_step = l == hp_.n_layer - 1 && ++n_handed == unique_ids_.size();
-        if (!(last_of_step && n < kReorderBreakEvenTokens)) prepare_expert(l, i);
-        return unique_ids_[static_cast<size_t>(i)];
-      };
-      const FunctionRef<int64_t()> next_ref(next);
-      if (stream_experts) {
-        if (Status st = begin_experts(l, n, w); !st.ok()) {
-          source_->release(l);  // the layer and whatever experts it pinned
-          return st;
-        }
-        moe.experts = streamed_experts_;
-        moe.next = &next_ref;
-        // A first guess at the next routed layer's experts, from the state
-        // before this layer's experts are added: its reads queue behind this
-        // layer's (prefetch after critical), so the disk does not idle while
-        // the last of them computes. Refined below once the layer is done.
-        if (l + 1 < layer_end_ && hp_.layer_is_moe(l + 1)) predict_routing(l + 1, x, n, /*early=*/true);
-      }
-      moe_experts(step, moe);
-      if (!read_status.ok()) {
-        source_->release(l);
-        return read_status;
-      }
-    } else {
+    if (!hp_.layer_is_moe(l)) {
       dense_ffn_block(step);
+    } else if (Status st = experts_->ffn_block(step); !st.ok()) {
+      if (source_) source_->release(l);  // the layer and whatever experts it pinned
+      return st;
     }
-    // The next routed layer's experts, predicted from the state entering it.
-    if (predict_experts_ && l + 1 < layer_end_ && hp_.layer_is_moe(l + 1)) predict_routing(l + 1, x, n);
+    experts_->predict(l + 1, x, n);  // the next routed layer's, from the state entering it
     emit("l_out", l, x, n, hp_.n_embd);
     if (source_) source_->release(l);
   }

@@ -8,6 +8,8 @@
 //
 //   x += attention_block(x)     norm -> q/k/v -> bias, RoPE, K/V store -> paged attention -> o
 //   x += ffn_block(x)           norm -> gate/up -> activation -> down   (dense)
+//                               or the routed experts' FFN (model/expert_feed.h:
+//                               routing, its prediction, streamed experts)
 // with each sequence's LoRA adapters' low-rank terms added after the adapted
 // matmuls (model/model_adapters.h);
 // then logits = output(norm(x)) for each sequence's trailing n_logits tokens.
@@ -31,6 +33,8 @@
 #include "base/metrics.h"
 #include "format/model_file.h"
 #include "kv/kv_cache.h"
+#include "model/decoder_blocks.h"
+#include "model/expert_feed.h"
 #include "model/hparams.h"
 #include "model/model_adapters.h"
 #include "model/model_weights.h"
@@ -93,12 +97,6 @@ struct ForwardSeq {
   int64_t n_logits = 1;                  // logits for this many trailing tokens (0 = none)
   LoraMask loras = 0;                    // adapters applied (bit i: add_lora's i-th); 0: the base alone
 };
-
-// Called (when set) with each named activation of a forward chunk, so a pass can
-// be dumped and diffed layer by layer. layer = -1 outside the blocks.
-//   data: [n_tokens, n]
-using ActivationHook =
-    std::function<void(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n)>;
 
 class Model {
  public:
@@ -202,41 +200,17 @@ class Model {
  private:
   Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, const ModelOptions& options);
   Status check_supported() const;
-  void plan_buffers();
+  void plan_buffers(const ModelOptions& options);
   ScratchNeeds scratch_needs() const;
   Status validate(std::span<const ForwardSeq> seqs, const KvStore& kv) const;
   // Whether a view is one this stage holds (its layers, or the output head at
   // the first stage): the only ones prepared at load.
   bool holds(const WeightView* v) const;
   void emit(std::string_view name, int64_t layer, const float* data, int64_t n_tokens, int64_t n) const;
-  // The hook's view of a routed layer's choices ("ffn_moe_ids"; debug only: copies).
-  void emit_routing(const char* name, const int32_t* ids, int64_t layer, int64_t n, int64_t width) const;
-  // Candidates per token the prediction considers (2 x n_expert_used, at most n_expert).
-  int64_t n_pred_candidates() const;
-  // The predicted routing of routed layer `layer` from x: hook and weight
-  // source. `early`: a first guess from the state before the previous layer's
-  // experts are added, for the weight source only (a later call refines it).
-  //   x: [n, n_embd] the rows entering the layer
-  void predict_routing(int64_t layer, const float* x, int64_t n, bool early = false);
-  // Streamed expert i of the current begin_experts(), handed out: reorders
-  // its bytes in place for the backend unless that was done when it landed
-  // before, and tells the source.
-  void prepare_expert(int64_t layer, int64_t i);
-  // While the next of layer's streamed experts is still reading: reorders
-  // experts that landed before and are not in use (predicted ones first),
-  // so the wait does what a later hit would do on the critical path.
-  void prepare_while_waiting(int64_t layer);
-  // Reorders one expert's bytes in place for the backend (the same bits).
-  void reorder_expert(ExpertWeights& x);
   // With a weight source: the matrices it keeps resident in memory of its own
   // (LayerWeightSource::reorderable), reordered there once at load, as
   // prepare_weights() would have copied them; the rest stay as they are.
   void reorder_resident();
-  // The experts of a streamed routed layer: the distinct ones chosen, asked of the
-  // source (reads started; next_expert() hands them out as they land).
-  Status begin_experts(int64_t layer, int64_t n, const LayerWeights& w);
-  // The distinct experts in ids[0 .. n_ids) (negative ids skipped), into out.
-  void distinct_experts(const int32_t* ids, int64_t n_ids, std::vector<int32_t>& out);
 
   std::shared_ptr<const ModelFile> file_;
   ModelHparams hp_;
@@ -263,7 +237,6 @@ class Model {
   std::unique_ptr<Buffer> up_;       // [n_batch, n_ff]
   std::unique_ptr<Buffer> cos_sin_;  // [n_batch, n_rot / 2, 2]
   std::unique_ptr<Buffer> cos_sin_swa_;  // [n_batch, n_rot / 2, 2] from rope_swa_, or null
-  std::unique_ptr<Buffer> router_;   // [n_batch, n_expert] (MoE)
   // Plain host data describing the step.
   std::vector<int64_t> positions_;   // [n_batch] each token's position
   std::vector<int64_t> kv_rows_;     // [n_batch] each token's row in the KV store
@@ -272,22 +245,8 @@ class Model {
   ModelAdapters adapters_;
   std::vector<LoraMask> lora_masks_;     // [max_seqs] the step's sequences' adapters
   std::vector<int64_t> lora_lens_;       // [max_seqs] and their token counts
-  std::vector<int32_t> moe_ids_;     // [n_batch, n_expert_used] the step's routing in a layer
-  std::vector<float> moe_weights_;   // [n_batch, n_expert_used]
-  bool predict_experts_ = false;
-  float predict_margin_ = kExpertPredictMargin;
-  bool repack_ = true;                   // ModelOptions::repack
-  std::unique_ptr<Buffer> pred_router_;  // [n_batch, n_expert] predicted router logits
-  std::unique_ptr<Buffer> pred_xn_;      // [n_batch, n_embd]
-  std::vector<int32_t> pred_ids_;        // [n_batch, n_pred_candidates()] -1: not predicted
-  std::vector<float> pred_weights_;      // [n_batch, n_pred_candidates()]
-  std::vector<int32_t> unique_ids_;      // [n_expert] distinct experts of a step's layer
-  std::vector<int32_t> pred_unique_ids_;  // [n_expert] distinct experts of a prediction
-  std::vector<uint8_t> seen_;            // [n_expert]
-  std::vector<Counter*> routed_;         // [n_layer * n_expert] set_routing_counters(), or empty
-  std::vector<uint32_t> routed_step_;    // [n_expert] a layer's assignments in the step
-  std::vector<ExpertPointers> expert_ptrs_;  // [n_expert]
-  std::vector<ExpertWeights> streamed_experts_;  // [n_expert] views of a streamed layer's acquired experts
+  // Routed layers' routing, prediction and experts (planned at load).
+  std::unique_ptr<ExpertFeed> experts_;
 
   int64_t layer_begin_ = 0, layer_end_ = 0;  // ModelOptions::layer_begin/end, resolved
   StageRunner* stages_ = nullptr;

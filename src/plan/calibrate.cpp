@@ -382,7 +382,7 @@ CalibrateOptions with_model_weights(CalibrateOptions o, const ModelFile& file) {
   o.weight_read_layer = std::move(layer);
   uint64_t block_matrix_bytes = 0;
   for (const TensorInfo& t : file.tensors)
-    if (t.name.rfind("blk.", 0) == 0 && t.ne.size() == 2) block_matrix_bytes += t.n_bytes;
+    if (split_layer_name(t.name).first >= 0 && t.ne.size() == 2) block_matrix_bytes += t.n_bytes;
   if (o.weight_read_bytes > 0) o.weight_read_bytes = std::min(o.weight_read_bytes, block_matrix_bytes);
   return o;
 }

@@ -1,9 +1,9 @@
 #include "plan/model_shape.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "arch/arch_spec.h"
+#include "format/hf_config.h"
 #include "model/hparams.h"
 
 namespace sluice::plan {
@@ -77,16 +77,6 @@ int64_t count_windowed_layers(const ModelHparams& hp) {
   int64_t n = 0;
   for (int64_t l = 0; l < hp.n_layer; ++l) n += hp.layer_is_swa(l) ? 1 : 0;
   return n;
-}
-
-StatusOr<int64_t> json_int(const nlohmann::json& j, const char* key, const std::string& name) {
-  if (!j.contains(key) || !j[key].is_number_integer()) return data_loss("{}: field {} is missing or not an integer", name, key);
-  return j[key].get<int64_t>();
-}
-
-int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t fallback) {
-  if (j.contains(key) && j[key].is_number_integer()) return j[key].get<int64_t>();
-  return fallback;
 }
 
 }  // namespace
@@ -177,48 +167,13 @@ StatusOr<ModelShape> shape_from_model_file(const ModelFile& file) {
 }
 
 StatusOr<ModelShape> shape_from_hf_config(const std::string& json_text, const std::string& name) {
-  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return data_loss("{}: not a JSON object", name);
-  // Multimodal configs nest the language model.
-  if (j.contains("text_config") && j["text_config"].is_object()) j = j["text_config"];
-  ModelShape s;
-  s.name = j.value("model_type", std::string("hf"));
-  ASSIGN_OR_RETURN(s.n_embd, json_int(j, "hidden_size", name));
-  ASSIGN_OR_RETURN(s.n_layer, json_int(j, "num_hidden_layers", name));
-  ASSIGN_OR_RETURN(s.n_head, json_int(j, "num_attention_heads", name));
-  ASSIGN_OR_RETURN(s.n_vocab, json_int(j, "vocab_size", name));
-  if (s.n_head <= 0) return data_loss("{}: num_attention_heads must be positive", name);
-  s.n_head_kv = json_int_or(j, "num_key_value_heads", s.n_head);
-  s.head_dim = json_int_or(j, "head_dim", s.n_embd / s.n_head);
-  s.n_ff = json_int_or(j, "intermediate_size", 0);
-  s.n_ctx_train = json_int_or(j, "max_position_embeddings", 0);
-  const ArchSpec* spec = find_arch_by_hf_model_type(s.name);
-  if (spec) apply_arch(*spec, &s);
-  // An absent key means the config class's default: tied where the
-  // architecture has no LM head (gemma), untied otherwise.
-  if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean())
-    s.tied_embeddings = j["tie_word_embeddings"].get<bool>();
-  // Sliding window: "sliding_window" (null or absent: none; qwen2 also needs
-  // use_sliding_window), on the blocks the architecture windows.
-  const bool use_swa = !j.contains("use_sliding_window") || j.value("use_sliding_window", false);
-  if (use_swa && json_int_or(j, "sliding_window", 0) > 0) {
-    ModelHparams hp;
-    hp.n_layer = s.n_layer;
-    hp.n_swa = json_int_or(j, "sliding_window", 0);
-    hp.swa_pattern = json_int_or(j, "sliding_window_pattern", spec && spec->sliding_window ? spec->swa_pattern : 1);
-    s.n_swa = hp.n_swa;
-    s.n_layer_swa = count_windowed_layers(hp);
-  }
-  const int64_t n_expert = json_int_or(j, "num_local_experts", json_int_or(j, "n_routed_experts", json_int_or(j, "num_experts", 0)));
-  if (n_expert > 0) {
-    s.n_expert = n_expert;
-    s.n_expert_used = json_int_or(j, "num_experts_per_tok", 0);
-    s.n_ff_expert = json_int_or(j, "moe_intermediate_size", s.n_ff);
-    const int64_t n_shared = json_int_or(j, "n_shared_experts", 0);
-    s.n_ff_shared = n_shared > 0 ? n_shared * s.n_ff_expert : json_int_or(j, "shared_expert_intermediate_size", 0);
-    s.n_layer_dense = json_int_or(j, "first_k_dense_replace", 0);
-  }
-  RETURN_IF_ERROR(validate_shape(s).with_context(name));
+  // The loader's reader of config.json, then the engine's of its metadata.
+  ASSIGN_OR_RETURN(const HfConfig cfg, parse_hf_config(json_text, name, /*model_name=*/"", HfConfigUse::kPlan));
+  StatusOr<ModelShape> shape = shape_from_metadata(cfg.metadata);
+  if (!shape.ok()) return shape.status().with_context(name);
+  ModelShape s = std::move(shape).value();
+  s.name = cfg.model_type;
+  s.tied_embeddings = cfg.tie_word_embeddings;
   return s;
 }
 

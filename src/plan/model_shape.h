@@ -115,11 +115,12 @@ StatusOr<ModelShape> shape_from_metadata(const Metadata& md);
 // file has no output.weight.
 StatusOr<ModelShape> shape_from_model_file(const ModelFile& file);
 
-// From the text of an HF config.json (llama, mistral, qwen2, mixtral, qwen2_moe,
-// deepseek/glm-style MoE keys, gemma2/3, phi3). tie_word_embeddings defaults
-// as the model type's config class does (true for gemma), sliding_window is
-// read (unless use_sliding_window is false) with the windowed blocks of the
-// model type's architecture. `name` labels messages.
+// From the text of an HF config.json, read as the HF loader reads it
+// (format/hf_config.h, HfConfigUse::kPlan: any model_type, deepseek/glm-style
+// MoE keys too) into the metadata shape_from_metadata() reads: the planner,
+// the loader and the engine agree on every value. tie_word_embeddings
+// defaults as the model type's config class does (true for gemma). `name`
+// labels messages.
 StatusOr<ModelShape> shape_from_hf_config(const std::string& json_text, const std::string& name);
 
 // One line: "llama-3-70b: 80 layers, dim 8192, 64 heads (8 KV), ffn 28672, vocab 128256".

@@ -75,6 +75,27 @@ TEST(ModelShape, FromHfConfig) {
   EXPECT_FALSE(shape_from_hf_config("not json", "config.json").ok());
 }
 
+// A model_type sluice does not run still plans: GLM-4.7's config (DeepSeek-style
+// MoE keys) gives the preset's shape, read by the loader's config reader.
+TEST(ModelShape, FromHfConfigOfAnArchitectureNotRun) {
+  const std::string glm = R"({"model_type": "glm4_moe", "hidden_size": 5120, "num_hidden_layers": 92,
+    "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
+    "vocab_size": 151552, "max_position_embeddings": 131072, "n_routed_experts": 160,
+    "num_experts_per_tok": 8, "moe_intermediate_size": 1536, "n_shared_experts": 1,
+    "first_k_dense_replace": 3, "rope_scaling": {"type": "yarn", "factor": 4.0}})";
+  const ModelShape s = shape_from_hf_config(glm, "config.json").value();
+  const ModelShape p = preset_shape("glm-4.7").value();
+  EXPECT_EQ(s.name, "glm4_moe");
+  EXPECT_EQ(s.n_layer_dense, 3);
+  EXPECT_EQ(s.n_ff_shared, 1536);
+  EXPECT_EQ(count_params(s).total(), count_params(p).total());
+  EXPECT_EQ(count_params(s).active(), count_params(p).active());
+  // Its counts still have to make sense.
+  EXPECT_FALSE(shape_from_hf_config(R"({"model_type": "glm4_moe", "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 10, "n_routed_experts": 4, "num_experts_per_tok": 8,
+    "intermediate_size": 128})", "config.json").ok());
+}
+
 TEST(WeightFormat, BlockOverheadCounts) {
   EXPECT_DOUBLE_EQ(parse_weight_format("q8_0")->bits_per_weight(), 8.5);
   EXPECT_DOUBLE_EQ(parse_weight_format("Q4_K")->bits_per_weight(), 4.5);

@@ -12,7 +12,7 @@ StatusOr<TrainLayerShape> train_layer_shape(const ModelFile& file, int64_t lora_
   ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(file.metadata));
   TrainLayerShape s{.n_embd_q = hp.n_embd_q()};
   for (const TensorInfo& t : file.tensors) {
-    if (t.name.rfind("blk.0.", 0) == 0 && t.ne.size() == 2) s.params += static_cast<double>(t.n_elements());
+    if (split_layer_name(t.name).first == 0 && t.ne.size() == 2) s.params += static_cast<double>(t.n_elements());
   }
   if (!(s.params > 0)) return invalid_argument("{}: no matrices in layer 0 to train through", file.source_path);
   for (const TensorSpec& spec : hp.spec->tensors) {

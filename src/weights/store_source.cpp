@@ -87,19 +87,20 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
                                                     (1.0 - std::pow(1.0 - static_cast<double>(hp.n_expert_used) / hp.n_expert,
                                                                     static_cast<double>(o.tokens_per_step)))
                                               : 0.0;
-  const std::string first_moe = fmt::format("blk.{}.", hp.n_layer_dense);
   double layer_bytes = 0, layer_params = 0, expert_bytes = 0, expert_params = 0;
   const TensorInfo* output = nullptr;
   const TensorInfo* embd = nullptr;
   for (const TensorInfo& t : file->tensors) {
-    if (t.name == "output.weight") output = &t;
-    if (t.name == "token_embd.weight") embd = &t;
+    const TensorSpec* spec = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
+    if (spec && spec->role == TensorRole::kOutput) output = &t;
+    if (spec && spec->role == TensorRole::kTokenEmbd) embd = &t;
+    const int64_t layer = split_layer_name(t.name).first;
     const bool stacked = t.ne.size() == 3 && hp.n_expert > 0;
-    if (stacked && t.name.rfind(first_moe, 0) == 0) {
+    if (stacked && layer == hp.n_layer_dense) {
       expert_bytes += static_cast<double>(t.n_bytes) / static_cast<double>(hp.n_expert);
       expert_params += static_cast<double>(t.n_elements() / hp.n_expert);
     }
-    if (t.name.rfind("blk.0.", 0) != 0) continue;
+    if (layer != 0) continue;
     if (t.ne.size() == 2) {
       layer_params += static_cast<double>(t.n_elements());
       layer_bytes += static_cast<double>(t.n_bytes);

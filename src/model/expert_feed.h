@@ -1,0 +1,134 @@
+// ExpertFeed: how a routed (mixture-of-experts) layer gets its experts, for
+// one Model. It owns everything of routing that is not the decoder blocks'
+// arithmetic: the step's routing buffers, the routing counters, the predicted
+// routing and, with a weight source that streams experts, the views of the
+// experts it hands out and their reordering for the backend.
+//
+// The model's layer loop calls it twice per layer:
+//
+//   predict(l_first, x)          before the first layer of a stage
+//   for l in stage:
+//     attention_block
+//     routed l: ffn_block(step)  route -> count -> experts (resident views, or
+//                                streamed ones computed as they land) -> x += FFN
+//     dense l:  dense_ffn_block
+//     predict(l + 1, x)          the next routed layer's routing, from the
+//                                state entering it (hook and weight source)
+//
+// Streamed (LayerWeightSource::streams_experts()): ffn_block asks the source
+// for the distinct experts chosen, guesses the next routed layer's experts
+// early (from the state before this layer's experts are added) so the disk
+// does not idle, and computes each expert as it lands; while waiting it
+// reorders experts that landed earlier (Backend::prepare_in_place) so a
+// later hit runs the backend's fastest kernels. Results are bit-identical to
+// resident experts either way.
+//
+// Buffers are planned at construction for n_batch tokens; predict() and
+// ffn_block() allocate nothing (the activation hook's copies aside). Not
+// thread-safe: called from the owning model's forward pass only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "base/metrics.h"
+#include "model/decoder_blocks.h"
+#include "model/hparams.h"
+#include "model/model_weights.h"
+#include "model/weight_source.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+struct ExpertFeedOptions {
+  int64_t n_batch = 1;     // most tokens in one call
+  int64_t layer_end = 0;   // the stage's end: layers at or past it are never predicted
+  // Predict each routed layer's routing before it runs (ModelOptions::predict_experts;
+  // always on with a source that streams experts).
+  bool predict = false;
+  float predict_margin = 0.0f;  // ModelOptions::expert_predict_margin
+  bool repack = true;           // reorder streamed experts for the backend (ModelOptions::repack)
+};
+
+class ExpertFeed {
+ public:
+  // be, hp, weights and hook outlive the feed; source may be null (resident
+  // weights). A dense model's feed holds nothing and does nothing.
+  ExpertFeed(Backend& be, const ModelHparams& hp, const ModelWeights& weights, LayerWeightSource* source,
+             const ActivationHook& hook, const ExpertFeedOptions& options);
+  ~ExpertFeed();
+  ExpertFeed(const ExpertFeed&) = delete;
+  ExpertFeed& operator=(const ExpertFeed&) = delete;
+
+  // Counters of token-to-expert assignments, [n_layer * n_expert] (null for
+  // dense layers); each routed layer adds its step's counts. Empty: none.
+  void set_routing_counters(std::vector<Counter*> counters);
+
+  // When prediction is on and `layer` is a routed layer of the stage: its
+  // routing predicted from x, reported to the hook ("ffn_moe_pred") and to a
+  // source that streams experts (a prefetch hint). Otherwise nothing.
+  //   x: [n, n_embd] the rows entering the layer
+  void predict(int64_t layer, const float* x, int64_t n);
+
+  // x += the routed FFN of s's layer (s.w bound). Errors: the weight source's
+  // (the caller releases the layer, and with it any experts it pinned).
+  Status ffn_block(const LayerStep& s);
+
+ private:
+  // Candidates per token the prediction considers (2 x n_expert_used, at most n_expert).
+  int64_t n_pred_candidates() const;
+  bool streams() const { return source_ && source_->streams_experts(); }
+  // The hook's view of a layer's expert ids (debug only: copies). ids: [n, width], -1: none.
+  void emit_routing(const char* name, const int32_t* ids, int64_t layer, int64_t n, int64_t width) const;
+  // Adds the step's assignments of routed layer `layer` to its counters.
+  void count_routing(int64_t layer, int64_t n);
+  // The predicted routing of `layer` from x. `early`: a first guess from the
+  // state before the previous layer's experts are added, for the weight
+  // source only (a later call refines it).
+  void predict_routing(int64_t layer, const float* x, int64_t n, bool early);
+  // The distinct experts in ids[0 .. n_ids) (negative ids skipped), into out.
+  void distinct_experts(const int32_t* ids, int64_t n_ids, std::vector<int32_t>& out);
+  // The distinct experts the step chose in `layer`, asked of the source
+  // (reads started; next_expert() hands them out as they land), as views.
+  Status begin_experts(int64_t layer, int64_t n, const LayerWeights& w);
+  // Streamed expert i of the current begin_experts(), handed out: reorders
+  // its bytes in place for the backend unless that was done when it landed
+  // before, and tells the source.
+  void prepare_expert(int64_t layer, int64_t i);
+  // While the next of layer's streamed experts is still reading: reorders
+  // experts that landed before and are not in use, so the wait does what a
+  // later hit would do on the critical path.
+  void prepare_while_waiting(int64_t layer);
+  // Reorders one expert's bytes in place for the backend (the same bits).
+  void reorder_expert(ExpertWeights& x);
+
+  Backend& be_;
+  const ModelHparams& hp_;
+  const ModelWeights& weights_;
+  LayerWeightSource* source_;
+  const ActivationHook& hook_;
+  const ExpertFeedOptions options_;
+
+  // The step's routing in a layer.
+  std::unique_ptr<Buffer> router_;     // [n_batch, n_expert] router logits
+  std::vector<int32_t> ids_;           // [n_batch, n_expert_used]
+  std::vector<float> weights_used_;    // [n_batch, n_expert_used]
+  std::vector<Counter*> routed_;       // [n_layer * n_expert] set_routing_counters(), or empty
+  std::vector<uint32_t> routed_step_;  // [n_expert] a layer's assignments in the step
+  // Prediction (options_.predict only).
+  std::unique_ptr<Buffer> pred_router_;   // [n_batch, n_expert] predicted router logits
+  std::unique_ptr<Buffer> pred_xn_;       // [n_batch, n_embd]
+  std::vector<int32_t> pred_ids_;         // [n_batch, n_pred_candidates()] -1: not predicted
+  std::vector<float> pred_weights_;       // [n_batch, n_pred_candidates()]
+  std::vector<int32_t> pred_unique_ids_;  // [n_expert] distinct experts of a prediction
+  // Streamed experts.
+  std::vector<int32_t> unique_ids_;           // [n_expert] distinct experts of a step's layer
+  std::vector<uint8_t> seen_;                 // [n_expert]
+  std::vector<ExpertPointers> expert_ptrs_;   // [n_expert] begin_experts()'s, by index
+  std::vector<ExpertWeights> streamed_;       // [n_expert] views of the layer's acquired experts, by id
+};
+
+}  // namespace sluice
