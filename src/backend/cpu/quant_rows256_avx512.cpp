@@ -1,4 +1,6 @@
-// AVX-512 VNNI kernels for quantized weights x ActQ8x64 / ActQ8x256 activations.
+// AVX-512 VNNI kernels for the types on super-blocks of 256 x ActQ8x256
+// activations: Q4_K and Q6_K each with a kernel of its own, Q2_K, Q3_K, Q5_K
+// and IQ4_XS on one kernel over per-type traits (Kernel256).
 //
 // Every type is written as one tile template over NR rows x NT tokens: the weight
 // blocks of the NR rows are unpacked once per step and multiplied with the NT
@@ -9,29 +11,30 @@
 // everything here has internal linkage except the quant_rows_*_avx512 functions.
 //
 // Lanes:
-//   Q8_0         one zmm = 16 rows: quant_q8_0x16_avx512.cpp.
-//   Q4_0         one zmm = two blocks of 32 (bytes 0..31 block b, 32..63 block b+1);
-//                weights as unsigned bytes (the nibbles = w + 8); vpdpbusd starts
-//                from ActQ8x64::corr, so each int32 lane ends at the exact signed
-//                dot of its 4 bytes; then acc[16 f32] += cvt(lane) * (wd * ad)
-//                per block pair.
 //   Q4_K         per 64 elements (sub-blocks 2c | 2c+1): maddubs, then vpdpwssd
 //                with the 6-bit scales into 16 int32 lanes for the super-block;
 //                folded to 8 lanes; acc[8 f32] += cvt * d*ad, -= cvt(mins) * dmin*ad.
 //   Q6_K         per 64 elements (4 sub-blocks of 16): maddubs, vpdpwssd with the
 //                int8 scales; folded to 8 lanes minus 32 * sum(sc * qsum);
 //                acc[8 f32] += cvt * d*ad.
+//   Q2_K, Q3_K, Q5_K, IQ4_XS  per 64 elements (sub-blocks 2c and 2c + 1, four
+//                groups of 16), maddubs into int16 pairs, then vpdpwssd with the
+//                int16 scale of each 16 (one vpermw picks them per 128-bit lane)
+//                into 16 int32 lanes for the super-block; folded to 8 lanes, then
+//                the per-type finish:
+//     Q2_K, Q5_K  acc += cvt(isum) * d*ad - cvt(madd(bsum, mins)) * dmin*ad
+//     Q3_K        acc += cvt(isum - 4 madd(bsum, sc)) * d*ad           (sc = scale - 32)
+//     IQ4_XS      maddubs(|v|, q negated where v < 0); acc += cvt(isum) * d*ad
+// The integer sums equal the scalar kernels' exactly; only float order differs.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/act_quant.h"
-#include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_rows.h"
 #include "backend/cpu/quant_tile_avx512.h"
-#include "backend/cpu/repack.h"
-#include "base/check.h"
-#include "quant/blocks.h"
+#include "quant/blocks_more.h"
 
 // GCC 12 reports the deliberately undefined lanes inside <immintrin.h> helpers
 // as uninitialized.
@@ -40,114 +43,6 @@
 
 namespace sluice::cpu {
 namespace {
-
-// ------------------------------------------------------------------------ Q4_0 --
-
-// The NR x NT block-pair step of Q4_0: wv[i] holds the unsigned
-// (offset) weight bytes of row i, ws[i] its scales.
-template <int NR, int NT>
-[[gnu::always_inline]] inline void pair_step(__m512 (&acc)[NR][NT], const __m512i (&wv)[NR],
-                                             const __m512 (&ws)[NR], const ActQ8x64* const (&xt)[NT],
-                                             int64_t g) {
-  for (int j = 0; j < NT; ++j) {
-    const ActQ8x64& a = xt[j][g];
-    const __m512i aq = _mm512_loadu_si512(a.q);
-    const __m512i corr = _mm512_loadu_si512(a.corr);
-    const __m512 ad = _mm512_loadu_ps(a.d);
-    for (int i = 0; i < NR; ++i) {
-      const __m512 lanes = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, wv[i], aq));
-      acc[i][j] = _mm512_fmadd_ps(lanes, _mm512_mul_ps(ws[i], ad), acc[i][j]);
-    }
-  }
-}
-
-struct KernelQ4_0 {
-  // Two consecutive blocks (36 bytes = words 0..17: d0, qs0[16], d1, qs1[16]) are
-  // loaded once (masked, so nothing past them is touched) and rearranged by word
-  // permutes: nibbles as [lo(qs0) | hi(qs0) | lo(qs1) | hi(qs1)], 16 bytes each
-  // (the activations' element order), scales as [d0 x 8 | d1 x 8].
-  struct Consts {
-    __m512i nib_words = _mm512_setr_epi32(0x20001, 0x40003, 0x60005, 0x80007, 0x20001, 0x40003, 0x60005, 0x80007,
-                                          0xB000A, 0xD000C, 0xF000E, 0x110010, 0xB000A, 0xD000C, 0xF000E, 0x110010);
-    __m512i nib_shift = _mm512_setr_epi32(0, 0, 0, 0, 0x40004, 0x40004, 0x40004, 0x40004, 0, 0, 0, 0, 0x40004,
-                                          0x40004, 0x40004, 0x40004);
-    __m512i scale_words = _mm512_setr_epi32(0, 0, 0, 0, 0x90009, 0x90009, 0x90009, 0x90009, 0, 0, 0, 0, 0, 0, 0, 0);
-    __m512i low4 = _mm512_set1_epi8(0x0F);
-  };
-
-  static void unpack(const Consts& k, const void* blk, __mmask32 words, __m512i* wv, __m512* ws) {
-    const __m512i z = _mm512_maskz_loadu_epi16(words, blk);
-    *wv = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(k.nib_words, z), k.nib_shift), k.low4);
-    *ws = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(k.scale_words, z)));
-  }
-
-  template <int NR, int NT>
-  static void tile(const Args& a, int64_t r, int64_t t) {
-    const int64_t n_blocks = a.n_in / 32;
-    const BlockQ4_0* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = reinterpret_cast<const BlockQ4_0*>(a.w + (r + i) * a.w_row_bytes);
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
-    __m512 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
-    const Consts k;
-    int64_t b = 0;
-    for (; b + 2 <= n_blocks; b += 2) {
-      __m512i wv[NR];
-      __m512 ws[NR];
-      for (int i = 0; i < NR; ++i) {
-        prefetch_ahead(wr[i] + b);
-        unpack(k, wr[i] + b, 0x3FFFF, &wv[i], &ws[i]);  // 18 words: two blocks
-      }
-      pair_step<NR, NT>(acc, wv, ws, xt, b / 2);
-    }
-    if (b < n_blocks) {  // odd block count: words 9..17 read as zero
-      __m512i wv[NR];
-      __m512 ws[NR];
-      for (int i = 0; i < NR; ++i) unpack(k, wr[i] + b, 0x1FF, &wv[i], &ws[i]);
-      pair_step<NR, NT>(acc, wv, ws, xt, b / 2);
-    }
-    store_acc16<NR, NT>(a, r, t, acc);
-  }
-};
-
-// Q4_0 repacked in groups of 4 rows (repack.h): one 144-byte record per block
-// pair holds the 4 rows' scales and nibbles. The nibbles need one masked shift
-// and one mask (low nibbles: block 2p, high: block 2p + 1, the activations'
-// order); the scales one conversion for the 4 rows and one permute per row. wv
-// and ws hold the same values as KernelQ4_0's, and pair_step is shared, so
-// every (row, token) gets the same bits as from GGUF rows.
-struct KernelQ4_0x4 {
-  template <int NT>
-  static void tile(const Args& a, int64_t r, int64_t t) {
-    const int64_t n_pairs = a.n_in / 64;
-    const uint8_t* rec = a.w + r * a.w_row_bytes;  // group r / 4 starts at 4 rows' bytes each
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
-    __m512 acc[4][NT];
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    __m512i pick[4];  // row i's scales: [d(2p) x 8 | d(2p+1) x 8]
-    for (int i = 0; i < 4; ++i) pick[i] = _mm512_inserti64x4(_mm512_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1), 1);
-    for (int64_t p = 0; p < n_pairs; ++p, rec += kQ4_0x4RecordBytes) {
-      prefetch_ahead(rec);
-      prefetch_ahead(rec + 64);
-      prefetch_ahead(rec + 128);
-      const __m512 sc = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rec))));
-      __m512i wv[4];
-      __m512 ws[4];
-      for (int i = 0; i < 4; ++i) {
-        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16 + 32 * i)));
-        wv[i] = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), low4);
-        ws[i] = _mm512_permutexvar_ps(pick[i], sc);
-      }
-      pair_step<4, NT>(acc, wv, ws, xt, p);
-    }
-    store_acc16<4, NT>(a, r, t, acc);
-  }
-};
 
 // ------------------------------------------------------------------------ Q4_K --
 
@@ -294,39 +189,235 @@ struct KernelQ6_K {
   }
 };
 
+// ---------------------------------------------- Q2_K, Q3_K, Q5_K, IQ4_XS --
+
+// What every 256-element tile keeps in registers: the vpermw index that puts
+// the scale of 16-element group 4c + k in 128-bit lane k, the variable shifts
+// the bit-plane types use, and the codebook.
+struct Consts256 {
+  __m512i group[4];
+  __m512i table = _mm512_broadcast_i32x4(loadu128(kIq4NlValues));
+  Consts256() {
+    for (int c = 0; c < 4; ++c) {
+      const int g = 4 * c;
+      group[c] = _mm512_setr_epi32(g * 0x10001, g * 0x10001, g * 0x10001, g * 0x10001, (g + 1) * 0x10001,
+                                   (g + 1) * 0x10001, (g + 1) * 0x10001, (g + 1) * 0x10001, (g + 2) * 0x10001,
+                                   (g + 2) * 0x10001, (g + 2) * 0x10001, (g + 2) * 0x10001, (g + 3) * 0x10001,
+                                   (g + 3) * 0x10001, (g + 3) * 0x10001, (g + 3) * 0x10001);
+    }
+  }
+};
+
+// [s0 x 16 words | s1 x 16 words]: per-half shift counts for vpsrlvw.
+__m512i shifts(int s0, int s1) {
+  return halves(_mm256_set1_epi16(static_cast<short>(s0)), _mm256_set1_epi16(static_cast<short>(s1)));
+}
+
+// 32 bytes at p in both halves, shifted right by s0 (low half) and s1 (high
+// half), masked to `bits`: two bit planes of the same bytes side by side.
+__m512i planes(const uint8_t* p, int s0, int s1, int bits) {
+  const __m512i v = _mm512_broadcast_i64x4(loadu256(p));
+  return _mm512_and_si512(_mm512_srlv_epi16(v, shifts(s0, s1)), _mm512_set1_epi8(static_cast<char>(bits)));
+}
+
+// Traits::prepare reads a super-block's scales (sc16: the int16 scale of each
+// 16 elements); Traits::weights(c) gives elements 64c .. 64c + 63 as bytes in
+// element order (magnitudes and a negative mask for the codebook type).
+template <typename Traits>
+struct Kernel256 {
+  template <int NR, int NT>
+  static void tile(const Args& a, int64_t r, int64_t t) {
+    using Block = typename Traits::Block;
+    const int64_t n_blocks = a.n_in / 256;
+    const Block* wr[NR];
+    for (int i = 0; i < NR; ++i) wr[i] = weight_row<Block>(a, r + i);
+    const ActQ8x256* xt[NT];
+    for (int j = 0; j < NT; ++j) xt[j] = act_row<ActQ8x256>(a, t + j);
+    __m256 acc[NR][NT];
+    for (int i = 0; i < NR; ++i)
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    const Consts256 k;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      typename Traits::State st[NR];
+      for (int i = 0; i < NR; ++i) Traits::prepare(wr[i][b], &st[i]);
+      __m512i isum[NR][NT];
+      for (int i = 0; i < NR; ++i)
+        for (int j = 0; j < NT; ++j) isum[i][j] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        __m512i wv[NR], scv[NR];
+        __mmask64 neg[NR];
+        for (int i = 0; i < NR; ++i) {
+          prefetch_ahead(reinterpret_cast<const uint8_t*>(&wr[i][b]) + 64 * c);
+          Traits::weights(wr[i][b], k, c, &wv[i], &neg[i]);
+          scv[i] = _mm512_permutexvar_epi16(k.group[c], _mm512_castsi256_si512(st[i].sc16));
+        }
+        for (int j = 0; j < NT; ++j) {
+          const __m512i aq = _mm512_loadu_si512(xt[j][b].q + 64 * c);
+          for (int i = 0; i < NR; ++i) {
+            const __m512i p = Traits::kSigned ? _mm512_maddubs_epi16(wv[i], apply_sign(aq, neg[i]))
+                                              : _mm512_maddubs_epi16(wv[i], aq);
+            isum[i][j] = _mm512_dpwssd_epi32(isum[i][j], p, scv[i]);
+          }
+        }
+      }
+      for (int j = 0; j < NT; ++j) {
+        const ActQ8x256& x = xt[j][b];
+        const __m256i bsum = loadu256(x.bsum);
+        for (int i = 0; i < NR; ++i) Traits::finish(st[i], fold(isum[i][j]), bsum, x.d, &acc[i][j]);
+      }
+    }
+    for (int j = 0; j < NT; ++j)
+      for (int i = 0; i < NR; ++i) a.y[(t + j) * a.y_stride + r + i] = hsum8(acc[i][j]);
+  }
+};
+
+// acc += cvt(isum) * d*ad - cvt(madd(bsum, mins)) * dmin*ad.
+void finish_with_mins(__m256i isum, __m256i bsum, __m256i mins, float d, float dmin, float ad, __m256* acc) {
+  const __m256 msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsum, mins));
+  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * ad), *acc);
+  *acc = _mm256_fnmadd_ps(msum, _mm256_set1_ps(dmin * ad), *acc);
+}
+
+struct TraitsQ2_K {
+  using Block = BlockQ2_K;
+  static constexpr bool kSigned = false;
+  struct State {
+    __m256i sc16;  // [16] 4-bit scales
+    __m256i m16;   // [16] 4-bit mins
+    float d, dmin;
+  };
+  static void prepare(const Block& b, State* s) {
+    const __m128i raw = loadu128(b.scales);
+    s->sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0F)));
+    s->m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
+    s->d = f16(b.d);
+    s->dmin = f16(b.dmin);
+  }
+  // Sub-blocks 2c, 2c + 1: bit pairs 2j, 2j + 2 (j = 2 (c % 2)) of qs[32 (c / 2) + l].
+  static void weights(const Block& b, const Consts256&, int c, __m512i* w, __mmask64*) {
+    const int j = 2 * (c % 2);
+    *w = planes(b.qs + 32 * (c / 2), 2 * j, 2 * j + 2, 3);
+  }
+  static void finish(const State& s, __m256i isum, __m256i bsum, float ad, __m256* acc) {
+    finish_with_mins(isum, bsum, s.m16, s.d, s.dmin, ad, acc);
+  }
+};
+
+struct TraitsQ3_K {
+  using Block = BlockQ3_K;
+  static constexpr bool kSigned = false;
+  struct State {
+    __m256i sc16;  // [16] scales - 32
+    float d;
+  };
+  static void prepare(const Block& b, State* s) {
+    uint64_t lo = 0, hi = 0;
+    q3_k_scales16(b.scales, &lo, &hi);
+    const __m128i sc8 = _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)),
+                                     _mm_set1_epi8(32));
+    s->sc16 = _mm256_cvtepi8_epi16(sc8);
+    s->d = f16(b.d);
+  }
+  // Sub-blocks 2c, 2c + 1: low bits as Q2_K's, high bits 2c, 2c + 1 of hmask[l]; u = q + 4.
+  static void weights(const Block& b, const Consts256&, int c, __m512i* w, __mmask64*) {
+    const int j = 2 * (c % 2);
+    const __m512i low = planes(b.qs + 32 * (c / 2), 2 * j, 2 * j + 2, 3);
+    const __m512i high = planes(b.hmask, 2 * c, 2 * c + 1, 1);
+    *w = _mm512_or_si512(low, _mm512_slli_epi16(high, 2));
+  }
+  static void finish(const State& s, __m256i isum, __m256i bsum, float ad, __m256* acc) {
+    // sum (u - 4) q = sum u q - 4 qsum, per 16 times its scale.
+    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(bsum, s.sc16), 2);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, offset)), _mm256_set1_ps(s.d * ad), *acc);
+  }
+};
+
+struct TraitsQ5_K {
+  using Block = BlockQ5_K;
+  static constexpr bool kSigned = false;
+  struct State {
+    __m256i sc16;  // [s0 s0 s1 s1 .. s7 s7] 6-bit scales per 16
+    __m256i mins;  // [m0 m0 .. m7 m7]
+    float d, dmin;
+  };
+  static void prepare(const Block& b, State* s) {
+    uint64_t sc_bytes = 0, m_bytes = 0;
+    q4_k_scales_mins(b.scales, &sc_bytes, &m_bytes);
+    const __m128i s8 = _mm_cvtsi64_si128(static_cast<long long>(sc_bytes));
+    const __m128i m8 = _mm_cvtsi64_si128(static_cast<long long>(m_bytes));
+    s->sc16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s8, s8));
+    s->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    s->d = f16(b.d);
+    s->dmin = f16(b.dmin);
+  }
+  // Sub-blocks 2c, 2c + 1: low and high nibbles of qs[32c + l], fifth bits 2c, 2c + 1 of qh[l].
+  static void weights(const Block& b, const Consts256&, int c, __m512i* w, __mmask64*) {
+    const __m512i low = planes(b.qs + 32 * c, 0, 4, 0x0F);
+    const __m512i high = planes(b.qh, 2 * c, 2 * c + 1, 1);
+    *w = _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
+  }
+  static void finish(const State& s, __m256i isum, __m256i bsum, float ad, __m256* acc) {
+    finish_with_mins(isum, bsum, s.mins, s.d, s.dmin, ad, acc);
+  }
+};
+
+struct TraitsIq4Xs {
+  using Block = BlockIq4Xs;
+  static constexpr bool kSigned = true;
+  struct State {
+    __m256i sc16;  // [ls0 - 32 twice .. ls7 - 32 twice] per 16
+    float d;
+  };
+  static void prepare(const Block& b, State* s) {
+    const __m128i v = _mm_sub_epi8(_mm_cvtsi64_si128(static_cast<long long>(iq4_xs_scales8(b))), _mm_set1_epi8(32));
+    s->sc16 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(v, v));
+    s->d = f16(b.d);
+  }
+  // Sub-blocks 2c, 2c + 1 are qs[32c ..] and qs[32c + 16 ..], low nibbles then
+  // high: 128-bit lanes [q0 | q0 >> 4 | q1 | q1 >> 4].
+  static void weights(const Block& b, const Consts256& k, int c, __m512i* w, __mmask64* neg) {
+    const __m512i v = _mm512_castsi256_si512(loadu256(b.qs + 32 * c));
+    const __m512i lanes = _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m512i idx = _mm512_and_si512(_mm512_mask_srli_epi16(lanes, 0xFF00FF00u, lanes, 4), _mm512_set1_epi8(0x0F));
+    split_sign(_mm512_shuffle_epi8(k.table, idx), w, neg);
+  }
+  static void finish(const State& s, __m256i isum, __m256i, float ad, __m256* acc) {
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s.d * ad), *acc);
+  }
+};
+
 }  // namespace
-
-void quant_rows_q4_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  rows<KernelQ4_0>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
-                        .y_stride = y_stride},
-                   n_tok, r0, r1);
-}
-
-void quant_rows_q4_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                              int64_t r1) {
-  CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
-  rows_x4<KernelQ4_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
-                             .y = y, .y_stride = y_stride},
-                        n_tok, r0, r1);
-}
 
 void quant_rows_q4_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                             size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                             int64_t r1) {
-  rows<KernelQ4_K>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
-                        .y_stride = y_stride},
-                   n_tok, r0, r1);
+  run_rows<KernelQ4_K>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
 void quant_rows_q6_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                             size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                             int64_t r1) {
-  rows<KernelQ6_K>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
-                        .y_stride = y_stride},
-                   n_tok, r0, r1);
+  run_rows<KernelQ6_K>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
+}
+
+void quant_rows_q2_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                            int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  run_rows<Kernel256<TraitsQ2_K>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
+}
+
+void quant_rows_q3_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                            int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  run_rows<Kernel256<TraitsQ3_K>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
+}
+
+void quant_rows_q5_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                            int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  run_rows<Kernel256<TraitsQ5_K>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
+}
+
+void quant_rows_iq4_xs_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  run_rows<Kernel256<TraitsIq4Xs>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
 }  // namespace sluice::cpu

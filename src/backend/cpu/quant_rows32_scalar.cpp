@@ -1,15 +1,18 @@
-// Portable integer-dot-product kernels: the algorithm of the SIMD levels in plain
-// C++ (exact integer dot per block, then one float update per block), one
-// (row, token) at a time. The fallback on CPUs without AVX2 and the first thing
-// the tests check against dequantize_row.
+// Portable integer-dot-product kernels for the types on blocks of 32 (Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) and the repacked Q4_0 / Q8_0 layouts: the
+// algorithm of the SIMD levels in plain C++ (exact integer dot per block, then
+// one float update per block, quant_rows.h), one (row, token) at a time. The
+// fallback on CPUs without AVX2 and the first thing the tests check against
+// dequantize_row.
 #include <cstring>
 
 #include "backend/cpu/act_quant.h"
-#include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_rows.h"
+#include "backend/cpu/quant_tile.h"
 #include "backend/cpu/repack.h"
 #include "base/check.h"
 #include "base/half.h"
-#include "quant/blocks.h"
+#include "quant/blocks_more.h"
 
 namespace sluice::cpu {
 namespace {
@@ -22,9 +25,44 @@ float q8_0_term(const BlockQ8_0& w, const ActQ8x64& a, int h) {
   return static_cast<float>(isum) * (f16_to_f32(w.d) * a.d[8 * h]);
 }
 
-float dot_q8_0(const BlockQ8_0* wb, const ActQ8x64* a, int64_t n_blocks) {
+// Sum of the 32 int8 quants of half h of an ActQ8x64 group.
+int32_t qsum32(const ActQ8x64& a, int h) {
+  int32_t s = 0;
+  for (int i = 0; i < 32; ++i) s += a.q[32 * h + i];
+  return s;
+}
+
+float q4_1_term(const BlockQ4_1& w, const ActQ8x64& a, int h) {
+  int32_t isum = 0;
+  for (int i = 0; i < 32; ++i) isum += nibble32(w.qs, i) * a.q[32 * h + i];
+  const float ad = a.d[8 * h];
+  return static_cast<float>(isum) * (f16_to_f32(w.d) * ad) + f16_to_f32(w.m) * (ad * static_cast<float>(qsum32(a, h)));
+}
+
+float q5_1_term(const BlockQ5_1& w, const ActQ8x64& a, int h) {
+  int32_t isum = 0;
+  for (int i = 0; i < 32; ++i) isum += (nibble32(w.qs, i) | (q5_high_bit(w.qh, i) << 4)) * a.q[32 * h + i];
+  const float ad = a.d[8 * h];
+  return static_cast<float>(isum) * (f16_to_f32(w.d) * ad) + f16_to_f32(w.m) * (ad * static_cast<float>(qsum32(a, h)));
+}
+
+float q5_0_term(const BlockQ5_0& w, const ActQ8x64& a, int h) {
+  int32_t isum = 0;
+  for (int i = 0; i < 32; ++i) isum += ((nibble32(w.qs, i) | (q5_high_bit(w.qh, i) << 4)) - 16) * a.q[32 * h + i];
+  return static_cast<float>(isum) * (f16_to_f32(w.d) * a.d[8 * h]);
+}
+
+float iq4_nl_term(const BlockIq4Nl& w, const ActQ8x64& a, int h) {
+  int32_t isum = 0;
+  for (int i = 0; i < 32; ++i) isum += kIq4NlValues[nibble32(w.qs, i)] * a.q[32 * h + i];
+  return static_cast<float>(isum) * (f16_to_f32(w.d) * a.d[8 * h]);
+}
+
+// A row of 32-element blocks against ActQ8x64 groups (two blocks per group).
+template <typename Block, float (*Term)(const Block&, const ActQ8x64&, int)>
+float dot32(const Block* wb, const ActQ8x64* a, int64_t n_blocks) {
   float total = 0.0f;
-  for (int64_t b = 0; b < n_blocks; ++b) total += q8_0_term(wb[b], a[b / 2], static_cast<int>(b % 2));
+  for (int64_t b = 0; b < n_blocks; ++b) total += Term(wb[b], a[b / 2], static_cast<int>(b % 2));
   return total;
 }
 
@@ -67,12 +105,6 @@ float q4_0_term(const BlockQ4_0& w, const ActQ8x64& a, int h) {
   return static_cast<float>(isum) * (f16_to_f32(w.d) * a.d[8 * h]);
 }
 
-float dot_q4_0(const BlockQ4_0* wb, const ActQ8x64* a, int64_t n_blocks) {
-  float total = 0.0f;
-  for (int64_t b = 0; b < n_blocks; ++b) total += q4_0_term(wb[b], a[b / 2], static_cast<int>(b % 2));
-  return total;
-}
-
 // Row r of a Q4_0x4 matrix: each record's two blocks are unpacked to GGUF
 // blocks, then the same terms in the same order as dot_q4_0.
 float dot_q4_0x4(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
@@ -106,57 +138,13 @@ void rows_of_layout(const uint8_t* w, int64_t n_in, const uint8_t* xa, size_t xa
   }
 }
 
-// Q4_K: isum = sum_s sc_s * sum(n * q), msum = sum_s m_s * (qsum of sub-block s).
-float dot_q4_k(const BlockQ4_K* wb, const ActQ8x256* a, int64_t n_blocks) {
-  float total = 0.0f;
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    int32_t isum = 0, msum = 0;
-    for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c (low nibbles), 2c+1 (high)
-      uint8_t sc_lo, m_lo, sc_hi, m_hi;
-      q4_k_scale_min(wb[b].scales, 2 * c, &sc_lo, &m_lo);
-      q4_k_scale_min(wb[b].scales, 2 * c + 1, &sc_hi, &m_hi);
-      const uint8_t* qs = wb[b].qs + 32 * c;
-      const int8_t* q = a[b].q + 64 * c;
-      int32_t lo = 0, hi = 0;
-      for (int l = 0; l < 32; ++l) {
-        lo += (qs[l] & 15) * q[l];
-        hi += (qs[l] >> 4) * q[l + 32];
-      }
-      isum += sc_lo * lo + sc_hi * hi;
-      msum += m_lo * (a[b].bsum[4 * c] + a[b].bsum[4 * c + 1]) +
-              m_hi * (a[b].bsum[4 * c + 2] + a[b].bsum[4 * c + 3]);
-    }
-    total += static_cast<float>(isum) * (f16_to_f32(wb[b].d) * a[b].d) -
-             static_cast<float>(msum) * (f16_to_f32(wb[b].dmin) * a[b].d);
-  }
-  return total;
-}
-
-// Q6_K: isum = sum_s sc_s * (sum(u * q) - 32 * qsum_s), u the 6-bit quant 0..63.
-float dot_q6_k(const BlockQ6_K* wb, const ActQ8x256* a, int64_t n_blocks) {
-  float total = 0.0f;
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    int32_t isum = 0;
-    for (int s = 0; s < 16; ++s) {
-      int32_t dot = 0;
-      for (int l = 0; l < 16; ++l) dot += q6_k_quant(wb[b], 16 * s + l) * a[b].q[16 * s + l];
-      isum += wb[b].scales[s] * (dot - 32 * a[b].bsum[s]);
-    }
-    total += static_cast<float>(isum) * (f16_to_f32(wb[b].d) * a[b].d);
-  }
-  return total;
-}
-
 }  // namespace
 
 void quant_rows_q8_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                             size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                             int64_t r1) {
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
-    for (int64_t r = r0; r < r1; ++r)
-      y[t * y_stride + r] = dot_q8_0(reinterpret_cast<const BlockQ8_0*>(w + r * w_row_bytes), a, n_in / 32);
-  }
+  scalar_rows<BlockQ8_0, ActQ8x64, dot32<BlockQ8_0, q8_0_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
+                                                                     y_stride, r0, r1);
 }
 
 void quant_rows_q8_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
@@ -174,11 +162,8 @@ void quant_rows_q8_0x16_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_i
 void quant_rows_q4_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                             size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
                             int64_t r1) {
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
-    for (int64_t r = r0; r < r1; ++r)
-      y[t * y_stride + r] = dot_q4_0(reinterpret_cast<const BlockQ4_0*>(w + r * w_row_bytes), a, n_in / 32);
-  }
+  scalar_rows<BlockQ4_0, ActQ8x64, dot32<BlockQ4_0, q4_0_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
+                                                                     y_stride, r0, r1);
 }
 
 void quant_rows_q4_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
@@ -193,24 +178,28 @@ void quant_rows_q4_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in
   rows_of_layout<dot_q4_0x8, kX8Rows, 32>(w, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
-void quant_rows_q4_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const ActQ8x256*>(xa + t * xa_stride);
-    for (int64_t r = r0; r < r1; ++r)
-      y[t * y_stride + r] = dot_q4_k(reinterpret_cast<const BlockQ4_K*>(w + r * w_row_bytes), a, n_in / 256);
-  }
+void quant_rows_q4_1_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  scalar_rows<BlockQ4_1, ActQ8x64, dot32<BlockQ4_1, q4_1_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
+                                                              y_stride, r0, r1);
 }
 
-void quant_rows_q6_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  for (int64_t t = 0; t < n_tok; ++t) {
-    const auto* a = reinterpret_cast<const ActQ8x256*>(xa + t * xa_stride);
-    for (int64_t r = r0; r < r1; ++r)
-      y[t * y_stride + r] = dot_q6_k(reinterpret_cast<const BlockQ6_K*>(w + r * w_row_bytes), a, n_in / 256);
-  }
+void quant_rows_q5_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  scalar_rows<BlockQ5_0, ActQ8x64, dot32<BlockQ5_0, q5_0_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
+                                                              y_stride, r0, r1);
+}
+
+void quant_rows_q5_1_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  scalar_rows<BlockQ5_1, ActQ8x64, dot32<BlockQ5_1, q5_1_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
+                                                              y_stride, r0, r1);
+}
+
+void quant_rows_iq4_nl_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
+                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  scalar_rows<BlockIq4Nl, ActQ8x64, dot32<BlockIq4Nl, iq4_nl_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
+                                                                  y_stride, r0, r1);
 }
 
 }  // namespace sluice::cpu

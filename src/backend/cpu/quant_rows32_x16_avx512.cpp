@@ -1,13 +1,13 @@
 // AVX-512 VNNI kernel for Q8_0 weights x ActQ8x64 activations, 16 rows per
 // zmm (Q8_0x16 records, repack.h; GGUF rows are staged into them). Tiling,
-// sums and the quant_rows_* contract as in quant_matmul_avx512.cpp.
+// sums and the quant_rows_* contract as in quant_rows32_avx512.cpp.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/act_quant.h"
-#include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_rows.h"
 #include "backend/cpu/quant_tile_avx512.h"
 #include "backend/cpu/repack.h"
 #include "base/check.h"

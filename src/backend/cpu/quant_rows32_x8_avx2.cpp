@@ -1,6 +1,6 @@
 // AVX2 kernels for Q8_0 and Q4_0 weights x ActQ8x64 activations, 8 rows per ymm
 // (the Q8_0x8 and Q4_0x8 records of repack.h; GGUF rows are staged into them).
-// Tiling and the quant_rows_* contract as in quant_matmul_avx2.cpp. Compiled for
+// Tiling and the quant_rows_* contract as in quant_rows256_avx2.cpp. Compiled for
 // AVX2 only: everything here has internal linkage except the quant_rows_*
 // functions.
 #include <immintrin.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "backend/cpu/act_quant.h"
-#include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_rows.h"
 #include "backend/cpu/quant_tile_avx2.h"
 #include "backend/cpu/repack.h"
 #include "base/check.h"
