@@ -28,7 +28,8 @@ const std::vector<std::array<MatmulKernel, 3>>& row_kernels() {
   static const auto table = [] {
     std::vector<std::array<MatmulKernel, 3>> t(all_dtype_traits().size());
     for (size_t j = 0; j < t.size(); ++j)
-      for (int i = 0; i < 3; ++i) t[j][i] = lookup(all_dtype_traits()[j].type, static_cast<Isa>(i), WeightLayout::kRows);
+      for (int i = 0; i < 3; ++i)
+        t[j][i] = lookup(all_dtype_traits()[j].type, static_cast<Isa>(i), WeightLayout::kRows);
     return t;
   }();
   return table;

@@ -43,137 +43,98 @@
 
 namespace sluice::cpu {
 
+// The signature of MatmulKernel::rows. Each kernel is a constant naming one
+// instantiation of its family's tile template (or a driver of its own).
+using QuantRowsFn = void (*)(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                             int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+
 // ------------------------------------------------------------ blocks of 32 --
 
 // Scalar (quant_rows32_scalar.cpp): one (row, token) at a time; per block the
 // integer dot, then total += float(isum) * (scales), in block order.
-void quant_rows_q4_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q4_1_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q5_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q5_1_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q8_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_iq4_nl_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+extern const QuantRowsFn quant_rows_q4_0_scalar;
+extern const QuantRowsFn quant_rows_q4_1_scalar;
+extern const QuantRowsFn quant_rows_q5_0_scalar;
+extern const QuantRowsFn quant_rows_q5_1_scalar;
+extern const QuantRowsFn quant_rows_q8_0_scalar;
+extern const QuantRowsFn quant_rows_iq4_nl_scalar;
 
 // AVX2: maddubs + madd on 8 int32 lanes. Q8_0 and Q4_0 in
 // quant_rows32_x8_avx2.cpp (one row per lane as x8 records), the others in
 // quant_rows32_avx2.cpp (tiles of rows x tokens, quant_tile_avx2.h).
-void quant_rows_q4_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q4_1_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q5_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q5_1_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q8_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_iq4_nl_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+extern const QuantRowsFn quant_rows_q4_0_avx2;
+extern const QuantRowsFn quant_rows_q4_1_avx2;
+extern const QuantRowsFn quant_rows_q5_0_avx2;
+extern const QuantRowsFn quant_rows_q5_1_avx2;
+extern const QuantRowsFn quant_rows_q8_0_avx2;
+extern const QuantRowsFn quant_rows_iq4_nl_avx2;
 
 // AVX-512 VNNI: vpdpbusd / vpdpwssd on 16 int32 lanes, two blocks per zmm, tiles
 // of rows x tokens (quant_tile_avx512.h). Q8_0 in quant_rows32_x16_avx512.cpp,
 // the others in quant_rows32_avx512.cpp.
-void quant_rows_q4_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q4_1_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q5_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q5_1_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q8_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_iq4_nl_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+extern const QuantRowsFn quant_rows_q4_0_avx512;
+extern const QuantRowsFn quant_rows_q4_1_avx512;
+extern const QuantRowsFn quant_rows_q5_0_avx512;
+extern const QuantRowsFn quant_rows_q5_1_avx512;
+extern const QuantRowsFn quant_rows_q8_0_avx512;
+extern const QuantRowsFn quant_rows_iq4_nl_avx512;
 
 // Q4_0 repacked to WeightLayout::kQ4_0x4 (repack.h): n_in % 64 == 0, r0 and r1
 // multiples of 4; w_row_bytes is row_bytes(kQ4_0, n_in) (a group of 4 rows is 4
 // of them). Each level gives the same bits as its quant_rows_q4_0_* on the GGUF
 // rows the matrix was repacked from. No AVX2 kernel: that level repacks Q4_0
 // to kQ4_0x8.
-void quant_rows_q4_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q4_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+extern const QuantRowsFn quant_rows_q4_0x4_scalar;
+extern const QuantRowsFn quant_rows_q4_0x4_avx512;
 
 // Q8_0 repacked to WeightLayout::kQ8_0x8 (n_in % 32 == 0, r0 and r1 multiples
 // of 8): the AVX2 kernel gives the same bits as quant_rows_q8_0_avx2 on the GGUF
 // rows (which stages them into these records); the scalar one the same bits as
 // quant_rows_q8_0_scalar. At AVX-512, Q8_0 is repacked to kQ8_0x16 instead.
-void quant_rows_q8_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q8_0x8_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+extern const QuantRowsFn quant_rows_q8_0x8_scalar;
+extern const QuantRowsFn quant_rows_q8_0x8_avx2;
 
 // Q4_0 repacked to WeightLayout::kQ4_0x8 (n_in % 32 == 0, r0 and r1 multiples
 // of 8), as Q8_0x8: the AVX2 kernel gives the bits of quant_rows_q4_0_avx2 on
 // the GGUF rows, the scalar one those of quant_rows_q4_0_scalar.
-void quant_rows_q4_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q4_0x8_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+extern const QuantRowsFn quant_rows_q4_0x8_scalar;
+extern const QuantRowsFn quant_rows_q4_0x8_avx2;
 
 // Q8_0 repacked to WeightLayout::kQ8_0x16 (n_in % 32 == 0, r0 and r1 multiples
 // of 16): the AVX-512 kernel gives the same bits as quant_rows_q8_0_avx512 on the
 // GGUF rows (which stages them into these records); the scalar one the same bits
 // as quant_rows_q8_0_scalar. There is no AVX2 kernel for it: the AVX2 level
 // repacks Q8_0 to kQ8_0x8 (repack_layout).
-void quant_rows_q8_0x16_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q8_0x16_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+extern const QuantRowsFn quant_rows_q8_0x16_scalar;
+extern const QuantRowsFn quant_rows_q8_0x16_avx512;
 
 // ----------------------------------------------------- super-blocks of 256 --
 
 // Scalar (quant_rows256_scalar.cpp): one (row, token) at a time, blocks in order.
-void quant_rows_q2_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q3_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q4_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q5_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q6_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_iq4_xs_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+extern const QuantRowsFn quant_rows_q2_k_scalar;
+extern const QuantRowsFn quant_rows_q3_k_scalar;
+extern const QuantRowsFn quant_rows_q4_k_scalar;
+extern const QuantRowsFn quant_rows_q5_k_scalar;
+extern const QuantRowsFn quant_rows_q6_k_scalar;
+extern const QuantRowsFn quant_rows_iq4_xs_scalar;
 
 // AVX2 (quant_rows256_avx2.cpp): maddubs + madd on 8 int32 lanes, tiles of rows
 // x tokens (quant_tile_avx2.h).
-void quant_rows_q2_k_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q3_k_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q4_k_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q5_k_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q6_k_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_iq4_xs_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+extern const QuantRowsFn quant_rows_q2_k_avx2;
+extern const QuantRowsFn quant_rows_q3_k_avx2;
+extern const QuantRowsFn quant_rows_q4_k_avx2;
+extern const QuantRowsFn quant_rows_q5_k_avx2;
+extern const QuantRowsFn quant_rows_q6_k_avx2;
+extern const QuantRowsFn quant_rows_iq4_xs_avx2;
 
 // AVX-512 VNNI (quant_rows256_avx512.cpp): 64 elements of a super-block per zmm,
 // vpdpbusd / vpdpwssd on 16 int32 lanes, tiles of rows x tokens
 // (quant_tile_avx512.h).
-void quant_rows_q2_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q3_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q4_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q5_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_q6_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void quant_rows_iq4_xs_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-    size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+extern const QuantRowsFn quant_rows_q2_k_avx512;
+extern const QuantRowsFn quant_rows_q3_k_avx512;
+extern const QuantRowsFn quant_rows_q4_k_avx512;
+extern const QuantRowsFn quant_rows_q5_k_avx512;
+extern const QuantRowsFn quant_rows_q6_k_avx512;
+extern const QuantRowsFn quant_rows_iq4_xs_avx512;
 
 }  // namespace sluice::cpu

@@ -388,36 +388,11 @@ struct TraitsIq4Xs {
 
 }  // namespace
 
-void quant_rows_q4_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  run_rows<KernelQ4_K>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q6_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  run_rows<KernelQ6_K>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q2_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                            int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel256<TraitsQ2_K>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q3_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                            int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel256<TraitsQ3_K>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q5_k_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                            int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel256<TraitsQ5_K>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_iq4_xs_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel256<TraitsIq4Xs>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
+const QuantRowsFn quant_rows_q4_k_avx512 = run_rows<KernelQ4_K>;
+const QuantRowsFn quant_rows_q6_k_avx512 = run_rows<KernelQ6_K>;
+const QuantRowsFn quant_rows_q2_k_avx512 = run_rows<Kernel256<TraitsQ2_K>>;
+const QuantRowsFn quant_rows_q3_k_avx512 = run_rows<Kernel256<TraitsQ3_K>>;
+const QuantRowsFn quant_rows_q5_k_avx512 = run_rows<Kernel256<TraitsQ5_K>>;
+const QuantRowsFn quant_rows_iq4_xs_avx512 = run_rows<Kernel256<TraitsIq4Xs>>;
 
 }  // namespace sluice::cpu

@@ -97,40 +97,11 @@ float dot256(const Block* wb, const ActQ8x256* a, int64_t n_blocks) {
 
 }  // namespace
 
-void quant_rows_q2_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  scalar_rows<BlockQ2_K, ActQ8x256, dot256<BlockQ2_K, q2_k_term>, 256>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                                 y_stride, r0, r1);
-}
-
-void quant_rows_q3_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  scalar_rows<BlockQ3_K, ActQ8x256, dot256<BlockQ3_K, q3_k_term>, 256>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                                 y_stride, r0, r1);
-}
-
-void quant_rows_q5_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  scalar_rows<BlockQ5_K, ActQ8x256, dot256<BlockQ5_K, q5_k_term>, 256>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                                 y_stride, r0, r1);
-}
-
-void quant_rows_iq4_xs_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  scalar_rows<BlockIq4Xs, ActQ8x256, dot256<BlockIq4Xs, iq4_xs_term>, 256>(w, w_row_bytes, n_in, xa, xa_stride, n_tok,
-                                                                     y, y_stride, r0, r1);
-}
-
-void quant_rows_q4_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  scalar_rows<BlockQ4_K, ActQ8x256, dot256<BlockQ4_K, q4_k_term>, 256>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                                        y_stride, r0, r1);
-}
-
-void quant_rows_q6_k_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  scalar_rows<BlockQ6_K, ActQ8x256, dot256<BlockQ6_K, q6_k_term>, 256>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                                        y_stride, r0, r1);
-}
+const QuantRowsFn quant_rows_q2_k_scalar = scalar_rows<BlockQ2_K, ActQ8x256, dot256<BlockQ2_K, q2_k_term>, 256>;
+const QuantRowsFn quant_rows_q3_k_scalar = scalar_rows<BlockQ3_K, ActQ8x256, dot256<BlockQ3_K, q3_k_term>, 256>;
+const QuantRowsFn quant_rows_q5_k_scalar = scalar_rows<BlockQ5_K, ActQ8x256, dot256<BlockQ5_K, q5_k_term>, 256>;
+const QuantRowsFn quant_rows_iq4_xs_scalar = scalar_rows<BlockIq4Xs, ActQ8x256, dot256<BlockIq4Xs, iq4_xs_term>, 256>;
+const QuantRowsFn quant_rows_q4_k_scalar = scalar_rows<BlockQ4_K, ActQ8x256, dot256<BlockQ4_K, q4_k_term>, 256>;
+const QuantRowsFn quant_rows_q6_k_scalar = scalar_rows<BlockQ6_K, ActQ8x256, dot256<BlockQ6_K, q6_k_term>, 256>;
 
 }  // namespace sluice::cpu

@@ -119,24 +119,9 @@ struct TraitsIq4Nl {
 
 }  // namespace
 
-void quant_rows_q4_1_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                          int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel32<TraitsQ4_1>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q5_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                          int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel32<TraitsQ5_0>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q5_1_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                          int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel32<TraitsQ5_1>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_iq4_nl_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                            int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel32<TraitsIq4Nl>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
+const QuantRowsFn quant_rows_q4_1_avx2 = run_rows<Kernel32<TraitsQ4_1>>;
+const QuantRowsFn quant_rows_q5_0_avx2 = run_rows<Kernel32<TraitsQ5_0>>;
+const QuantRowsFn quant_rows_q5_1_avx2 = run_rows<Kernel32<TraitsQ5_1>>;
+const QuantRowsFn quant_rows_iq4_nl_avx2 = run_rows<Kernel32<TraitsIq4Nl>>;
 
 }  // namespace sluice::cpu

@@ -253,41 +253,22 @@ struct TraitsIq4Nl {
   }
 };
 
-}  // namespace
-
-void quant_rows_q4_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  run_rows<KernelQ4_0>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q4_0x4_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                              int64_t r1) {
+// rows() of a matrix repacked to Q4_0x4.
+void rows_q4_0x4(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                 int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
   CHECK(n_in % 64 == 0 && r0 % 4 == 0 && r1 % 4 == 0);
   rows_x4<KernelQ4_0x4>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride,
                              .y = y, .y_stride = y_stride},
                         n_tok, r0, r1);
 }
 
-void quant_rows_q4_1_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                            int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel32<TraitsQ4_1>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
+}  // namespace
 
-void quant_rows_q5_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                            int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel32<TraitsQ5_0>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q5_1_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                            int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel32<TraitsQ5_1>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_iq4_nl_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  run_rows<Kernel32<TraitsIq4Nl>>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
+const QuantRowsFn quant_rows_q4_0_avx512 = run_rows<KernelQ4_0>;
+const QuantRowsFn quant_rows_q4_0x4_avx512 = rows_q4_0x4;
+const QuantRowsFn quant_rows_q4_1_avx512 = run_rows<Kernel32<TraitsQ4_1>>;
+const QuantRowsFn quant_rows_q5_0_avx512 = run_rows<Kernel32<TraitsQ5_0>>;
+const QuantRowsFn quant_rows_q5_1_avx512 = run_rows<Kernel32<TraitsQ5_1>>;
+const QuantRowsFn quant_rows_iq4_nl_avx512 = run_rows<Kernel32<TraitsIq4Nl>>;
 
 }  // namespace sluice::cpu

@@ -129,8 +129,8 @@ float dot_q4_0x8(const uint8_t* w, int64_t n_in, int64_t r, const ActQ8x64* a) {
 // Rows [r0, r1) (multiples of kRows; n_in a multiple of kInMultiple) of a
 // repacked matrix, each (row, token) by Dot.
 template <float (*Dot)(const uint8_t*, int64_t, int64_t, const ActQ8x64*), int64_t kRows, int64_t kInMultiple>
-void rows_of_layout(const uint8_t* w, int64_t n_in, const uint8_t* xa, size_t xa_stride, int64_t n_tok, float* y,
-                    int64_t y_stride, int64_t r0, int64_t r1) {
+void rows_of_layout(const uint8_t* w, size_t /*w_row_bytes*/, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                    int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
   CHECK(n_in % kInMultiple == 0 && r0 % kRows == 0 && r1 % kRows == 0);
   for (int64_t t = 0; t < n_tok; ++t) {
     const auto* a = reinterpret_cast<const ActQ8x64*>(xa + t * xa_stride);
@@ -140,66 +140,15 @@ void rows_of_layout(const uint8_t* w, int64_t n_in, const uint8_t* xa, size_t xa
 
 }  // namespace
 
-void quant_rows_q8_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  scalar_rows<BlockQ8_0, ActQ8x64, dot32<BlockQ8_0, q8_0_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                                     y_stride, r0, r1);
-}
-
-void quant_rows_q8_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                              int64_t r1) {
-  rows_of_layout<dot_q8_0x8, kX8Rows, 32>(w, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q8_0x16_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                               size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                               int64_t r1) {
-  rows_of_layout<dot_q8_0x16, kX16Rows, 32>(w, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q4_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  scalar_rows<BlockQ4_0, ActQ8x64, dot32<BlockQ4_0, q4_0_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                                     y_stride, r0, r1);
-}
-
-void quant_rows_q4_0x4_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                              int64_t r1) {
-  rows_of_layout<dot_q4_0x4, kQ4_0x4Rows, 64>(w, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q4_0x8_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                              int64_t r1) {
-  rows_of_layout<dot_q4_0x8, kX8Rows, 32>(w, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
-}
-
-void quant_rows_q4_1_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  scalar_rows<BlockQ4_1, ActQ8x64, dot32<BlockQ4_1, q4_1_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                              y_stride, r0, r1);
-}
-
-void quant_rows_q5_0_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  scalar_rows<BlockQ5_0, ActQ8x64, dot32<BlockQ5_0, q5_0_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                              y_stride, r0, r1);
-}
-
-void quant_rows_q5_1_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  scalar_rows<BlockQ5_1, ActQ8x64, dot32<BlockQ5_1, q5_1_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                              y_stride, r0, r1);
-}
-
-void quant_rows_iq4_nl_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  scalar_rows<BlockIq4Nl, ActQ8x64, dot32<BlockIq4Nl, iq4_nl_term>, 32>(w, w_row_bytes, n_in, xa, xa_stride, n_tok, y,
-                                                                  y_stride, r0, r1);
-}
+const QuantRowsFn quant_rows_q8_0_scalar = scalar_rows<BlockQ8_0, ActQ8x64, dot32<BlockQ8_0, q8_0_term>, 32>;
+const QuantRowsFn quant_rows_q8_0x8_scalar = rows_of_layout<dot_q8_0x8, kX8Rows, 32>;
+const QuantRowsFn quant_rows_q8_0x16_scalar = rows_of_layout<dot_q8_0x16, kX16Rows, 32>;
+const QuantRowsFn quant_rows_q4_0_scalar = scalar_rows<BlockQ4_0, ActQ8x64, dot32<BlockQ4_0, q4_0_term>, 32>;
+const QuantRowsFn quant_rows_q4_0x4_scalar = rows_of_layout<dot_q4_0x4, kQ4_0x4Rows, 64>;
+const QuantRowsFn quant_rows_q4_0x8_scalar = rows_of_layout<dot_q4_0x8, kX8Rows, 32>;
+const QuantRowsFn quant_rows_q4_1_scalar = scalar_rows<BlockQ4_1, ActQ8x64, dot32<BlockQ4_1, q4_1_term>, 32>;
+const QuantRowsFn quant_rows_q5_0_scalar = scalar_rows<BlockQ5_0, ActQ8x64, dot32<BlockQ5_0, q5_0_term>, 32>;
+const QuantRowsFn quant_rows_q5_1_scalar = scalar_rows<BlockQ5_1, ActQ8x64, dot32<BlockQ5_1, q5_1_term>, 32>;
+const QuantRowsFn quant_rows_iq4_nl_scalar = scalar_rows<BlockIq4Nl, ActQ8x64, dot32<BlockIq4Nl, iq4_nl_term>, 32>;
 
 }  // namespace sluice::cpu

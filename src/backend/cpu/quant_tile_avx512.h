@@ -83,7 +83,9 @@ void run_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t*
 
 [[maybe_unused]] __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 [[maybe_unused]] __m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-[[maybe_unused]] __m512i halves(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+[[maybe_unused]] __m512i halves(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
 
 // 16 bytes of nibbles (Q4_0 layout) -> 32 bytes in element order, 0..15 each.
 [[maybe_unused]] __m256i nibbles32(const uint8_t* qs) {
