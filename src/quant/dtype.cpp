@@ -24,8 +24,12 @@ constexpr int64_t kFloatDotGroup = 32;
 constexpr int64_t kMaxBlockSize = 256;  // the largest block (K-quant super-block)
 
 // The float types' reference functions.
-void copy_f32(const void* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); }
-void quantize_f32(const float* src, void* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); }
+void dequantize_f32(const void* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+void quantize_f32(const float* src, void* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
 void dequantize_f16(const void* src, float* dst, int64_t n) {
   const auto* h = static_cast<const uint16_t*>(src);
   for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(h[i]);
@@ -92,12 +96,12 @@ float block_dot(const void* w, const float* x, int64_t n) {
   return total;
 }
 
-// A block type's row from its typed reference functions; Dot defaults to block_dot.
+// A block type's row from its typed reference functions; block_bytes is
+// sizeof(Block) (blocks.h asserts each against GGUF); Dot defaults to block_dot.
 template <typename Block, int64_t kBlockSize, void (*Dequantize)(const Block*, float*, int64_t),
           void (*Quantize)(const float*, Block*, int64_t),
           float (*Dot)(const void*, const float*, int64_t) = block_dot<Block, Dequantize, kBlockSize>>
 constexpr DTypeTraits block_row(DType type, const char* name, int64_t file_type, DType small_row_fallback) {
-  static_assert(sizeof(Block) > 0);
   return {type, name, kBlockSize, static_cast<int64_t>(sizeof(Block)), file_type, small_row_fallback,
           dequantize_as<Block, Dequantize>, quantize_as<Block, Quantize>, Dot};
 }
@@ -106,8 +110,8 @@ constexpr DTypeTraits block_row(DType type, const char* name, int64_t file_type,
 // struct and typed reference functions (quant/quant_<type>.{h,cpp}), and a row
 // here (docs/ARCHITECTURE.md, "adding a quant type"). file_type: llama_ftype;
 // q3_K, q4_K and q5_K have none of their own and take their _S mix's.
-constexpr std::array<DTypeTraits, 15> kTraits = {{
-    {DType::kF32, "f32", 1, 4, 0, DType::kF32, copy_f32, quantize_f32, dot_f32},
+constexpr DTypeTraits kTraits[] = {
+    {DType::kF32, "f32", 1, 4, 0, DType::kF32, dequantize_f32, quantize_f32, dot_f32},
     {DType::kF16, "f16", 1, 2, 1, DType::kF16, dequantize_f16, quantize_f16, dot_f16},
     block_row<BlockQ4_0, 32, dequantize_row_q4_0, quantize_row_q4_0, dot_as<BlockQ4_0, dot_row_q4_0>>(
         DType::kQ4_0, "q4_0", 2, DType::kQ4_0),
@@ -128,13 +132,7 @@ constexpr std::array<DTypeTraits, 15> kTraits = {{
     block_row<BlockIq4Xs, 256, dequantize_row_iq4_xs, quantize_row_iq4_xs>(DType::kIQ4_XS, "iq4_xs", 30,
                                                                           DType::kIQ4_NL),
     {DType::kBF16, "bf16", 1, 2, 32, DType::kBF16, dequantize_bf16, quantize_bf16, dot_bf16},
-}};
-
-// The geometry of blocks.h, checked against the table (dtype.h's layout table).
-static_assert(kTraits[2].block_bytes == 18 && kTraits[3].block_bytes == 20 && kTraits[4].block_bytes == 22 &&
-              kTraits[5].block_bytes == 24 && kTraits[6].block_bytes == 34 && kTraits[7].block_bytes == 84 &&
-              kTraits[8].block_bytes == 110 && kTraits[9].block_bytes == 144 && kTraits[10].block_bytes == 176 &&
-              kTraits[11].block_bytes == 210 && kTraits[12].block_bytes == 18 && kTraits[13].block_bytes == 136);
+};
 
 // ggml type ids 0..39 by name, for messages about types sluice refuses.
 constexpr std::array<const char*, 40> kGgmlNames = {
