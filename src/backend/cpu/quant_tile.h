@@ -90,6 +90,15 @@ void tiled_rows(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
   }
 }
 
+// tiled_rows<S, K> with the arguments of MatmulKernel::rows.
+template <class S, class K>
+void tiled_rows_of(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                   int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  tiled_rows<S, K>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
+                        .y_stride = y_stride},
+                   n_tok, r0, r1);
+}
+
 // K::tile<1> .. K::tile<sizeof...(N)>, indexed by token count - 1.
 template <class K, int... N>
 constexpr std::array<TileFn, sizeof...(N)> x4_tiles(std::integer_sequence<int, N...>) {

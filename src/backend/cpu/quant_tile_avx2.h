@@ -1,6 +1,6 @@
 // What the AVX2 quantized-matmul kernels (quant_rows32_avx2.cpp,
 // quant_rows256_avx2.cpp, quant_rows32_x8_avx2.cpp) share: their tile shapes for
-// the driver of quant_tile.h (rows<K>), horizontal sums, the accumulator store
+// the driver of quant_tile.h (run_rows<K>), horizontal sums, the accumulator store
 // and the nibble / IQ4 codebook loads. Include only from files compiled for AVX2 (*_avx2.cpp): everything
 // here has internal linkage.
 #pragma once
@@ -41,19 +41,9 @@ void store_acc8(const Args& a, int64_t r, int64_t t, const __m256 (&acc)[NR][NT]
     for (int i = 0; i < NR; ++i) a.y[(t + j) * a.y_stride + r + i] = hsum8(acc[i][j]);
 }
 
+// The rows() of kernel K on these tiles (a QuantRowsFn).
 template <class K>
-void rows(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
-  tiled_rows<Avx2Tiles, K>(a, n_tok, r0, r1);
-}
-
-// rows<K> with the arguments of MatmulKernel::rows.
-template <class K>
-void run_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride, int64_t n_tok,
-              float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  rows<K>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
-               .y_stride = y_stride},
-          n_tok, r0, r1);
-}
+constexpr auto run_rows = tiled_rows_of<Avx2Tiles, K>;
 
 [[maybe_unused]] __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 

@@ -1,6 +1,6 @@
 // What the AVX-512 quantized-matmul kernels (quant_rows32_avx512.cpp,
 // quant_rows256_avx512.cpp, quant_rows32_x16_avx512.cpp) share: their tile
-// shapes for the driver of quant_tile.h (rows<K>, rows_x4<K>), software
+// shapes for the driver of quant_tile.h (run_rows<K>, rows_x4<K>), software
 // prefetch, horizontal sums, the accumulator store and byte loads. Include only from files compiled for AVX-512
 // (*_avx512.cpp): everything here has internal linkage.
 #pragma once
@@ -63,23 +63,13 @@ void store_acc16(const Args& a, int64_t r, int64_t t, const __m512 (&acc)[NR][NT
 }
 
 template <class K>
-void rows(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
-  tiled_rows<Avx512Tiles, K>(a, n_tok, r0, r1);
-}
-
-template <class K>
 void rows_x4(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
   tiled_rows_x4<Avx512Tiles, K>(a, n_tok, r0, r1);
 }
 
-// rows<K> with the arguments of MatmulKernel::rows.
+// The rows() of kernel K on these tiles (a QuantRowsFn).
 template <class K>
-void run_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride, int64_t n_tok,
-              float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  rows<K>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
-               .y_stride = y_stride},
-          n_tok, r0, r1);
-}
+constexpr auto run_rows = tiled_rows_of<Avx512Tiles, K>;
 
 [[maybe_unused]] __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 [[maybe_unused]] __m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
