@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -49,16 +50,34 @@ enum class DType : uint32_t {
   kBF16 = 30,
 };
 
+// One row per supported type: everything about the type that is not a kernel of
+// one backend. The loader and the GGUF writer read the id, name and geometry;
+// quant.h's reference functions, the quant mixes (quant_mix.h), synth and the
+// planner read the rest from here. The CPU backend's int8 kernels for a type
+// are found by its id in backend/cpu/quant_kernels.cpp; CUDA reads block_size
+// and block_bytes from the row (through row_bytes()).
 struct DTypeTraits {
-  DType type;
-  const char* name;   // as llama.cpp prints it: "f32", "q4_K", ...
+  DType type;          // also its GGUF type id (ggml_type)
+  const char* name;    // as llama.cpp prints it: "f32", "q4_K", ...
   int64_t block_size;  // elements per block
   int64_t block_bytes; // bytes per block
+  // llama_ftype of a file whose matrices are all of this type ("general.file_type").
+  int64_t file_type;
+  // What a quant mix writes instead when a row's length is not a multiple of
+  // block_size (llama.cpp's choice; the type itself for 32-element blocks).
+  DType small_row_fallback;
+  // The scalar reference functions, with the contracts of quant.h's
+  // dequantize_row / quantize_row / dot_row (n a multiple of block_size).
+  void (*dequantize)(const void* src, float* dst, int64_t n);
+  void (*quantize)(const float* src, void* dst, int64_t n);
+  float (*dot)(const void* w, const float* x, int64_t n);
 };
 
 // Traits of a supported type.
 const DTypeTraits& dtype_traits(DType type);
 inline const char* dtype_name(DType type) { return dtype_traits(type).name; }
+// Every supported type's row, in GGUF id order.
+std::span<const DTypeTraits> all_dtype_traits();
 
 // Maps a raw GGUF type id to a supported DType; nullopt for types sluice does not
 // support (the caller reports them by name via ggml_type_name()).

@@ -30,20 +30,6 @@ constexpr std::array<NamedMix, 10> kMixes = {{
     {"iq4_xs", Mix::kIQ4_XS, DType::kIQ4_XS, 30},
 }};
 
-// Single types and the llama_ftype of a file whose matrices are all that type
-// (q4_k, q3_k and q5_k have no file type of their own: their _S mix's).
-struct NamedType {
-  const char* name;
-  DType type;
-  int64_t file_type;
-};
-constexpr std::array<NamedType, 12> kTypes = {{
-    {"f32", DType::kF32, 0},     {"f16", DType::kF16, 1},      {"bf16", DType::kBF16, 32},
-    {"q8_0", DType::kQ8_0, 7},   {"q4_0", DType::kQ4_0, 2},    {"q4_1", DType::kQ4_1, 3},
-    {"q5_0", DType::kQ5_0, 8},   {"q5_1", DType::kQ5_1, 9},    {"q3_k", DType::kQ3_K, 11},
-    {"q4_k", DType::kQ4_K, 14},  {"q5_k", DType::kQ5_K, 16},   {"iq4_nl", DType::kIQ4_NL, 25},
-}};
-
 std::string lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -55,6 +41,12 @@ Mix mix_of(const QuantMix& m) {
   for (const NamedMix& n : kMixes)
     if (m.name == n.name) return n.mix;
   return Mix::kNone;
+}
+
+bool is_mix_name(std::string_view name) {
+  for (const NamedMix& n : kMixes)
+    if (name == n.name) return true;
+  return false;
 }
 
 // "blk.<layer>.<role>.weight" -> layer and role; other names: layer -1, the name.
@@ -118,19 +110,6 @@ DType mix_rule(Mix mix, DType base, std::string_view role, int64_t layer, const 
   return base;
 }
 
-// llama.cpp's replacement for a K type when rows do not split into super-blocks.
-DType small_row_fallback(DType type) {
-  switch (type) {
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kIQ4_XS: return DType::kIQ4_NL;
-    case DType::kQ4_K: return DType::kQ5_0;
-    case DType::kQ5_K: return DType::kQ5_1;
-    case DType::kQ6_K: return DType::kQ8_0;
-    default: return type;
-  }
-}
-
 }  // namespace
 
 bool mix_uses_more_bits(int64_t layer, int64_t n_layer) {
@@ -141,14 +120,17 @@ StatusOr<QuantMix> quant_mix_from_name(std::string_view name) {
   const std::string l = lower(name);
   for (const NamedMix& m : kMixes)
     if (l == m.name) return QuantMix{.name = l, .base = m.base, .is_mix = true, .file_type = m.file_type};
-  for (const NamedType& t : kTypes)
-    if (l == t.name) return QuantMix{.name = l, .base = t.type, .is_mix = false, .file_type = t.file_type};
+  // Single types, with the llama_ftype of a file whose matrices are all that
+  // type (a name that is also a mix's, q2_k, q6_k and iq4_xs, is the mix).
+  for (const DTypeTraits& t : all_dtype_traits())
+    if (l == lower(t.name)) return QuantMix{.name = l, .base = t.type, .is_mix = false, .file_type = t.file_type};
   return invalid_argument("unknown weight type '{}' ({})", name, quant_mix_names());
 }
 
 std::string quant_mix_names() {
   std::string s;
-  for (const NamedType& t : kTypes) s += std::string(s.empty() ? "" : ", ") + t.name;
+  for (const DTypeTraits& t : all_dtype_traits())
+    if (!is_mix_name(lower(t.name))) s += (s.empty() ? "" : ", ") + lower(t.name);
   for (const NamedMix& m : kMixes) s += std::string(", ") + m.name;
   return s;
 }
@@ -160,7 +142,7 @@ bool quant_mix_type(const QuantMix& mix, const MixTensor& t, DType* type) {
     std::string_view role;
     split_name(t.name, &layer, &role);
     chosen = mix_rule(mix_of(mix), mix.base, role, layer, t);
-    if (t.ne0 % dtype_traits(chosen).block_size != 0) chosen = small_row_fallback(chosen);
+    if (t.ne0 % dtype_traits(chosen).block_size != 0) chosen = dtype_traits(chosen).small_row_fallback;
   }
   if (t.ne0 % dtype_traits(chosen).block_size != 0) return false;
   *type = chosen;

@@ -1,4 +1,4 @@
-// Activation formats of the integer matmul kernels (quant_matmul.h): one token's
+// Activation formats of the integer matmul kernels (quant_rows.h): one token's
 // f32 activations quantized to int8 blocks, so a weight block times an activation
 // block is an exact integer dot product and only the scales are floating point.
 //

@@ -3,16 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <vector>
 
 #include "backend/cpu/repack.h"
 #include "base/check.h"
 
 namespace sluice::cpu {
 namespace {
-
-constexpr std::array<DType, 15> kTypes = {
-    DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,  DType::kQ4_K,   DType::kQ6_K,  DType::kQ4_1,
-    DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K, DType::kIQ4_NL, DType::kIQ4_XS};
 
 MatmulKernel lookup(DType type, Isa isa, WeightLayout layout) {
   for (int level = static_cast<int>(isa); level >= 0; --level) {
@@ -25,16 +22,31 @@ MatmulKernel lookup(DType type, Isa isa, WeightLayout layout) {
   return MatmulKernel{};
 }
 
+// [type index in all_dtype_traits()][isa], filled once: a type without a
+// kernel at any level (rows == nullptr) is one matmul does not support.
+const std::vector<std::array<MatmulKernel, 3>>& row_kernels() {
+  static const auto table = [] {
+    std::vector<std::array<MatmulKernel, 3>> t(all_dtype_traits().size());
+    for (size_t j = 0; j < t.size(); ++j)
+      for (int i = 0; i < 3; ++i)
+        t[j][i] = lookup(all_dtype_traits()[j].type, static_cast<Isa>(i), WeightLayout::kRows);
+    return t;
+  }();
+  return table;
+}
+
+// Index of type's row in all_dtype_traits().
+size_t type_index(DType type) {
+  const auto rows = all_dtype_traits();
+  size_t j = 0;
+  while (j < rows.size() && rows[j].type != type) ++j;
+  return j;
+}
+
 }  // namespace
 
 const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout) {
-  // [isa][type index], filled once; the repacked layouts have their own table.
-  static const auto table = [] {
-    std::array<std::array<MatmulKernel, kTypes.size()>, 3> t{};
-    for (int i = 0; i < 3; ++i)
-      for (size_t j = 0; j < kTypes.size(); ++j) t[i][j] = lookup(kTypes[j], static_cast<Isa>(i), WeightLayout::kRows);
-    return t;
-  }();
+  // The repacked layouts have their own table.
   static const auto packed = [] {  // [isa][layout], every repacked layout
     std::array<std::array<MatmulKernel, std::size(kRepackedLayouts) + 1>, 3> t{};
     for (int i = 0; i < 3; ++i)
@@ -45,19 +57,16 @@ const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout) {
     CHECK(type == repacked_type(layout));
     return packed[static_cast<size_t>(isa)][static_cast<size_t>(layout)];
   }
-  for (size_t j = 0; j < kTypes.size(); ++j) {
-    if (kTypes[j] == type) {
-      const MatmulKernel& k = table[static_cast<size_t>(isa)][j];
-      CHECK(k.rows != nullptr);
-      return k;
-    }
-  }
-  CHECK(false && "matmul_kernel: unsupported type");
-  return table[0][0];
+  const size_t j = type_index(type);
+  CHECK(j < row_kernels().size() && "matmul_kernel: unsupported type");
+  const MatmulKernel& k = row_kernels()[j][static_cast<size_t>(isa)];
+  CHECK(k.rows != nullptr);
+  return k;
 }
 
 bool matmul_supports(DType type) {
-  return std::find(kTypes.begin(), kTypes.end(), type) != kTypes.end();
+  const size_t j = type_index(type);
+  return j < row_kernels().size() && row_kernels()[j][0].rows != nullptr;
 }
 
 size_t matmul_scratch_bytes(int64_t n_tok, int64_t n_in) {

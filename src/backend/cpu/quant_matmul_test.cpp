@@ -1,4 +1,4 @@
-// Integer-dot-product kernels for quantized weights (quant_matmul.h) against a
+// Integer-dot-product kernels for quantized weights (quant_rows.h) against a
 // double-precision reference on the dequantized weights and the original f32
 // activations, at every instruction-set level the machine supports.
 //

@@ -11,8 +11,10 @@
 //            passes), in each chunk tiles of S::kTileRows x S::kTileToks, edges
 //            narrower
 //
-// Only templates with internal linkage: every SIMD translation unit that
-// includes it gets its own instantiations, compiled for its level.
+// scalar_rows() is the scalar kernels' driver: one (row, token) at a time.
+//
+// Only templates with internal linkage: every translation unit that includes
+// it gets its own instantiations, compiled for its level.
 #pragma once
 
 #include <array>
@@ -88,6 +90,15 @@ void tiled_rows(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
   }
 }
 
+// tiled_rows<S, K> with the arguments of MatmulKernel::rows.
+template <class S, class K>
+void tiled_rows_of(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                   int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  tiled_rows<S, K>(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
+                        .y_stride = y_stride},
+                   n_tok, r0, r1);
+}
+
 // K::tile<1> .. K::tile<sizeof...(N)>, indexed by token count - 1.
 template <class K, int... N>
 constexpr std::array<TileFn, sizeof...(N)> x4_tiles(std::integer_sequence<int, N...>) {
@@ -109,6 +120,18 @@ void tiled_rows_x4(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
         kTiles[nt - 1](a, r, t);
       }
     }
+  }
+}
+
+// rows() of a scalar kernel: y[t][r] = Dot(row r, token t's activations), Dot
+// taking the row's n_in / kBlock blocks.
+template <typename Block, typename Act, float (*Dot)(const Block*, const Act*, int64_t), int64_t kBlock>
+void scalar_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                 int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  for (int64_t t = 0; t < n_tok; ++t) {
+    const auto* a = reinterpret_cast<const Act*>(xa + t * xa_stride);
+    for (int64_t r = r0; r < r1; ++r)
+      y[t * y_stride + r] = Dot(reinterpret_cast<const Block*>(w + r * w_row_bytes), a, n_in / kBlock);
   }
 }
 

@@ -1,7 +1,7 @@
-// What the AVX2 quantized-matmul kernels (quant_matmul_avx2.cpp,
-// quant_matmul_more_avx2.cpp, quant_x8_avx2.cpp) share: their tile shapes for the driver of
-// quant_tile.h (rows<K>), horizontal sums and the accumulator
-// store. Include only from files compiled for AVX2 (*_avx2.cpp): everything
+// What the AVX2 quantized-matmul kernels (quant_rows32_avx2.cpp,
+// quant_rows256_avx2.cpp, quant_rows32_x8_avx2.cpp) share: their tile shapes for
+// the driver of quant_tile.h (run_rows<K>), horizontal sums, the accumulator store
+// and the nibble / IQ4 codebook loads. Include only from files compiled for AVX2 (*_avx2.cpp): everything
 // here has internal linkage.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/cpu/quant_tile.h"
+#include "quant/blocks_more.h"
 
 namespace sluice::cpu {
 namespace {
@@ -40,10 +41,20 @@ void store_acc8(const Args& a, int64_t r, int64_t t, const __m256 (&acc)[NR][NT]
     for (int i = 0; i < NR; ++i) a.y[(t + j) * a.y_stride + r + i] = hsum8(acc[i][j]);
 }
 
+// The rows() of kernel K on these tiles (a QuantRowsFn).
 template <class K>
-void rows(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
-  tiled_rows<Avx2Tiles, K>(a, n_tok, r0, r1);
+constexpr auto run_rows = tiled_rows_of<Avx2Tiles, K>;
+
+[[maybe_unused]] __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// 16 bytes of nibbles (Q4_0 layout) -> 32 bytes in element order, 0..15 each.
+[[maybe_unused]] __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i v = loadu128(qs);
+  return _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
+                          _mm256_set1_epi8(0x0F));
 }
+
+[[maybe_unused]] __m256i codebook() { return _mm256_broadcastsi128_si256(loadu128(kIq4NlValues)); }
 
 }  // namespace
 }  // namespace sluice::cpu

@@ -1,7 +1,7 @@
-// What the AVX-512 quantized-matmul kernels (quant_matmul_avx512.cpp,
-// quant_q8_0x16_avx512.cpp) share: their tile shapes for the driver of
-// quant_tile.h (rows<K>, rows_x4<K>), software prefetch, horizontal sums and
-// the accumulator store. Include only from files compiled for AVX-512
+// What the AVX-512 quantized-matmul kernels (quant_rows32_avx512.cpp,
+// quant_rows256_avx512.cpp, quant_rows32_x16_avx512.cpp) share: their tile
+// shapes for the driver of quant_tile.h (run_rows<K>, rows_x4<K>), software
+// prefetch, horizontal sums, the accumulator store and byte loads. Include only from files compiled for AVX-512
 // (*_avx512.cpp): everything here has internal linkage.
 #pragma once
 
@@ -63,13 +63,36 @@ void store_acc16(const Args& a, int64_t r, int64_t t, const __m512 (&acc)[NR][NT
 }
 
 template <class K>
-void rows(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
-  tiled_rows<Avx512Tiles, K>(a, n_tok, r0, r1);
-}
-
-template <class K>
 void rows_x4(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
   tiled_rows_x4<Avx512Tiles, K>(a, n_tok, r0, r1);
+}
+
+// The rows() of kernel K on these tiles (a QuantRowsFn).
+template <class K>
+constexpr auto run_rows = tiled_rows_of<Avx512Tiles, K>;
+
+[[maybe_unused]] __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+[[maybe_unused]] __m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+[[maybe_unused]] __m512i halves(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// 16 bytes of nibbles (Q4_0 layout) -> 32 bytes in element order, 0..15 each.
+[[maybe_unused]] __m256i nibbles32(const uint8_t* qs) {
+  const __m128i v = loadu128(qs);
+  return _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
+                          _mm256_set1_epi8(0x0F));
+}
+
+// Signed codebook bytes -> their magnitudes, and the mask of the negative ones.
+[[maybe_unused]] void split_sign(__m512i v, __m512i* magnitude, __mmask64* negative) {
+  *negative = _mm512_movepi8_mask(v);
+  *magnitude = _mm512_abs_epi8(v);
+}
+
+// q with the lanes of `negative` negated (|q| <= 127, so no overflow).
+[[maybe_unused]] __m512i apply_sign(__m512i q, __mmask64 negative) {
+  return _mm512_mask_sub_epi8(q, negative, _mm512_setzero_si512(), q);
 }
 
 }  // namespace

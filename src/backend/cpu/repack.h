@@ -1,6 +1,6 @@
 // Weight layouts repacked at load for faster decode, and the functions that
 // build them. A repacked matrix holds exactly the bytes of the GGUF matrix, in
-// another order; the matmul kernels for it (quant_matmul.h) compute the same
+// another order; the matmul kernels for it (quant_rows.h) compute the same
 // integer lanes and float operations per (row, token) as the kernels for GGUF
 // rows at the same instruction-set level, so results are bit-identical whichever
 // layout a matrix is in (resident repacked weights equal streamed GGUF weights).

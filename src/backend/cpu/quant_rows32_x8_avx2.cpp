@@ -1,6 +1,6 @@
 // AVX2 kernels for Q8_0 and Q4_0 weights x ActQ8x64 activations, 8 rows per ymm
 // (the Q8_0x8 and Q4_0x8 records of repack.h; GGUF rows are staged into them).
-// Tiling and the quant_rows_* contract as in quant_matmul_avx2.cpp. Compiled for
+// Tiling and the quant_rows_* contract as in quant_rows256_avx2.cpp. Compiled for
 // AVX2 only: everything here has internal linkage except the quant_rows_*
 // functions.
 #include <immintrin.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "backend/cpu/act_quant.h"
-#include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_rows.h"
 #include "backend/cpu/quant_tile_avx2.h"
 #include "backend/cpu/repack.h"
 #include "base/check.h"
@@ -411,32 +411,25 @@ Args args(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
               .y_stride = y_stride};
 }
 
+// rows() of GGUF rows, staged into K's records, and of a matrix repacked to them.
+template <class K, size_t kBlockBytes>
+void gguf_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride, int64_t n_tok,
+               float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  rows_gguf<K>(args(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride), kBlockBytes, n_tok, r0, r1);
+}
+
+template <class K>
+void repacked_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                   int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
+  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
+  rows_x8<K>(args(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride), n_tok, r0, r1);
+}
+
 }  // namespace
 
-void quant_rows_q8_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                          size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                          int64_t r1) {
-  rows_gguf<Q8_0x8>(args(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride), sizeof(BlockQ8_0), n_tok, r0, r1);
-}
-
-void quant_rows_q8_0x8_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
-  rows_x8<Q8_0x8>(args(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride), n_tok, r0, r1);
-}
-
-void quant_rows_q4_0_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                          size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                          int64_t r1) {
-  rows_gguf<Q4_0x8>(args(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride), sizeof(BlockQ4_0), n_tok, r0, r1);
-}
-
-void quant_rows_q4_0x8_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
-  CHECK(n_in % 32 == 0 && r0 % kX8Rows == 0 && r1 % kX8Rows == 0);
-  rows_x8<Q4_0x8>(args(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride), n_tok, r0, r1);
-}
+const QuantRowsFn quant_rows_q8_0_avx2 = gguf_rows<Q8_0x8, sizeof(BlockQ8_0)>;
+const QuantRowsFn quant_rows_q8_0x8_avx2 = repacked_rows<Q8_0x8>;
+const QuantRowsFn quant_rows_q4_0_avx2 = gguf_rows<Q4_0x8, sizeof(BlockQ4_0)>;
+const QuantRowsFn quant_rows_q4_0x8_avx2 = repacked_rows<Q4_0x8>;
 
 }  // namespace sluice::cpu

@@ -1,13 +1,13 @@
 // AVX-512 VNNI kernel for Q8_0 weights x ActQ8x64 activations, 16 rows per
 // zmm (Q8_0x16 records, repack.h; GGUF rows are staged into them). Tiling,
-// sums and the quant_rows_* contract as in quant_matmul_avx512.cpp.
+// sums and the quant_rows_* contract as in quant_rows32_avx512.cpp.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/act_quant.h"
-#include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/quant_rows.h"
 #include "backend/cpu/quant_tile_avx512.h"
 #include "backend/cpu/repack.h"
 #include "base/check.h"
@@ -320,23 +320,25 @@ void rows_q8_0(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
   }
 }
 
-}  // namespace
-
-void quant_rows_q8_0_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                            int64_t r1) {
+// rows() of GGUF rows (staged into Q8_0x16 records) and of a repacked matrix.
+void gguf_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+               int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
   rows_q8_0(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
                  .y_stride = y_stride},
             n_tok, r0, r1);
 }
 
-void quant_rows_q8_0x16_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                               size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0,
-                               int64_t r1) {
+void repacked_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
+                   int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
   CHECK(n_in % 32 == 0 && r0 % kX16Rows == 0 && r1 % kX16Rows == 0);
   rows_q8_0x16(Args{.w = w, .w_row_bytes = w_row_bytes, .n_in = n_in, .xa = xa, .xa_stride = xa_stride, .y = y,
                     .y_stride = y_stride},
                n_tok, r0, r1);
 }
+
+}  // namespace
+
+const QuantRowsFn quant_rows_q8_0_avx512 = gguf_rows;
+const QuantRowsFn quant_rows_q8_0x16_avx512 = repacked_rows;
 
 }  // namespace sluice::cpu
