@@ -39,7 +39,7 @@
 #include "base/meminfo.h"
 #include "base/timer.h"
 #include "cli.h"
-#include "default_model.h"
+#include "model_flags.h"
 #include "model/hparams.h"
 #include "plan/calibrate.h"
 #include "plan/stream_plan.h"
@@ -55,7 +55,7 @@ using nlohmann::ordered_json;
 namespace w = sluice::weights;
 
 struct StreamBenchArgs {
-  std::string model;
+  ModelFlags m;            // -m and -t (its --mem-budget is the streamed pipeline's own)
   std::string mem_budget;
   std::vector<int64_t> tokens = {1, 16, 64, 256, 512};
   std::vector<std::string> block_sizes = {"64Ki", "256Ki", "1Mi", "4Mi"};
@@ -65,7 +65,6 @@ struct StreamBenchArgs {
   std::string chunk = "1Mi";
   std::string disk_bytes = "256Mi";
   std::string cap;
-  int n_threads = 0;
   int steps = 2;
   bool no_direct = false;
   bool json = false;
@@ -230,7 +229,7 @@ int run(const StreamBenchArgs& a) {
     if (!a.json) fmt::print(stderr, "[stream-bench] {}\n", line);
   };
 
-  auto mf = open_model_file(a.model);
+  auto mf = open_model_file(a.m.model);
   if (!mf.ok()) return fail(mf.status());
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
   auto layout = w::plan_placement(*file, {});
@@ -247,7 +246,7 @@ int run(const StreamBenchArgs& a) {
         hp->n_expert, hp->n_expert_used);
   uint64_t slot_bytes = 0;
   for (const w::LayerPlacement& l : layout->layers) slot_bytes = std::max(slot_bytes, l.extent_bytes);
-  ThreadPool pool(a.n_threads);
+  ThreadPool pool(a.m.n_threads);
   auto engine_or = w::IoEngine::open({.path = file->source_path, .backend = *io, .queue_depth = a.queue_depth,
                                       .direct = direct});
   if (!engine_or.ok()) return fail(engine_or.status());
@@ -427,7 +426,7 @@ int run(const StreamBenchArgs& a) {
 
   if (a.json) {
     ordered_json j;
-    j["model"] = a.model;
+    j["model"] = a.m.model;
     if (!moe_note.empty()) j["note"] = moe_note;
     j["n_layer"] = n_layer;
     j["slot_bytes"] = slot_bytes;
@@ -473,7 +472,7 @@ int run(const StreamBenchArgs& a) {
     return 0;
   }
 
-  fmt::print("sluice stream-bench: {} ({} layers, slot {:.1f} MB, {} threads)\n", a.model, n_layer,
+  fmt::print("sluice stream-bench: {} ({} layers, slot {:.1f} MB, {} threads)\n", a.m.model, n_layer,
              static_cast<double>(slot_bytes) / 1e6, pool.n_threads());
   fmt::print("io: {}\n\n", engine->describe());
   if (!moe_note.empty()) fmt::print("note: {}\n\n", moe_note);
@@ -522,7 +521,8 @@ int run(const StreamBenchArgs& a) {
 Runner add_stream_bench(CLI::App& app) {
   auto a = std::make_shared<StreamBenchArgs>();
   CLI::App* c = app.add_subcommand("stream-bench", "measure weight streaming: disk, memory, matmul, overlap, pipeline");
-  add_model_option(c, &a->model, "GGUF file");
+  a->m.add_to(c, {.model = "GGUF file", .threads = "compute threads (default: all cores)", .mem_budget = false,
+                  .gpu_budget = false, .backend = false, .lora = std::nullopt, .parallel = false});
   c->add_option("--mem-budget", a->mem_budget,
                 "compute-tier budget for the streamed pipeline (600M, 2G, 512MiB); default: stream every layer");
   c->add_option("--tokens", a->tokens, "tokens per step of the pipeline rows")->delimiter(',')->capture_default_str();
@@ -533,7 +533,6 @@ Runner add_stream_bench(CLI::App& app) {
   c->add_option("--chunk", a->chunk, "largest single read of the weight store")->capture_default_str();
   c->add_option("--disk-bytes", a->disk_bytes, "bytes read per disk probe cell")->capture_default_str();
   c->add_option("--cap", a->cap, "bandwidth cap of the arbiter in bytes/s (e.g. 500M)");
-  c->add_option("-t,--threads", a->n_threads, "compute threads (default: all cores)");
   c->add_option("--steps", a->steps, "timed steps per pipeline row")->capture_default_str();
   c->add_flag("--no-direct", a->no_direct, "buffered reads instead of O_DIRECT");
   c->add_flag("--json", a->json, "print one JSON object");
