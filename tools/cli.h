@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/units.h"
 #include "dist/session.h"
 #include "format/model_file.h"
 #include "runtime/load_model.h"
@@ -61,6 +62,6 @@ std::string speculative_line(const EngineStats& s);
 StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path);
 
 // "1.23 GiB", "512 KiB", ...
-std::string human_bytes(uint64_t n);
+using bench::human_bytes;
 
 }  // namespace sluice::cli

@@ -39,6 +39,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "base/timer.h"
+#include "bench/stats.h"
 #include "cli.h"
 #include "model_flags.h"
 #include "plan/calibrate.h"
@@ -59,29 +60,6 @@ struct BenchArgs {
   bool no_repack = false;
   bool no_probe = false;
 };
-
-// Spread of one test's tokens/s over the repetitions.
-struct Stats {
-  std::vector<double> all;
-  double median = 0, min = 0, max = 0, mean = 0, stddev = 0;
-};
-
-Stats stats_of(std::vector<double> v) {
-  Stats s;
-  s.all = v;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  s.min = v.front();
-  s.max = v.back();
-  for (double x : v) s.mean += x;
-  s.mean /= static_cast<double>(n);
-  double ss = 0;
-  for (double x : v) ss += (x - s.mean) * (x - s.mean);
-  s.stddev = n > 1 ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
-  return s;
-}
 
 std::vector<int32_t> bench_tokens(int64_t n, int64_t n_vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);  // output sequence fixed by the standard
@@ -191,8 +169,8 @@ int run(const BenchArgs& a) {
       if (r >= 0) tg_tps.push_back(static_cast<double>(a.n_gen) / *tg_s);
     }
   }
-  const Stats pp = stats_of(pp_tps);
-  const Stats tg = stats_of(tg_tps);
+  const bench::Spread pp = bench::spread_of(pp_tps);
+  const bench::Spread tg = bench::spread_of(tg_tps);
   const bool has_tg = a.n_gen > 0;
 
   // Bytes per generated token and prefill FLOPs (see the top of this file).
@@ -294,7 +272,7 @@ int run(const BenchArgs& a) {
              "params", "type", "threads", "test", "t/s", "± sd", "min", "max");
   fmt::print("| {:-<24} | {:->10} | {:->9} | {:-<13} | {:->7} | {:->6} | {:->10} | {:->8} | {:->10} | {:->10} |\n", "", "",
              "", "", "", "", "", "", "", "");
-  auto row = [&](const std::string& test, const Stats& s) {
+  auto row = [&](const std::string& test, const bench::Spread& s) {
     fmt::print("| {:<24} | {:>10} | {:>9} | {:<13} | {:>7} | {:>6} | {:>10.2f} | {:>8.2f} | {:>10.2f} | {:>10.2f} |\n",
                name, size, params, type, model.n_threads(), test, s.median, s.stddev, s.min, s.max);
   };

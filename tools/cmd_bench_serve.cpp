@@ -49,7 +49,8 @@
 
 #include "base/timer.h"
 #include "cli.h"
-#include "bench_serve_dist.h"
+#include "bench/stats.h"
+#include "bench/workload_dist.h"
 #include "model_flags.h"
 #include "sluice/engine.h"
 
@@ -57,6 +58,13 @@ namespace sluice::cli {
 namespace {
 
 using nlohmann::ordered_json;
+using bench::Arrival;
+using bench::Dist;
+using bench::Quantiles;
+using bench::Rng;
+using bench::parse_arrival;
+using bench::parse_dist;
+using bench::quantiles;
 
 struct BenchServeArgs {
   ModelFlags m;
@@ -126,22 +134,6 @@ Status dump_workload(const std::string& path, const std::vector<WorkItem>& items
   f << list.dump() << "\n";
   if (!f) return io_error("--dump-workload: write to {} failed", path);
   return Status();
-}
-
-// Exact q-quantile (0..1) of the values, linear between order statistics.
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-double mean_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
 // What the engine thread hands back; guarded by mu.
@@ -281,13 +273,6 @@ Status warm_up(Engine& engine, const std::vector<WorkItem>& items) {
     return resource_exhausted("the warm-up request did not finish in 120 s");
   }
   return Status();
-}
-
-struct Quantiles {
-  double p50, p90, p99, mean;
-};
-Quantiles quantiles(const std::vector<double>& v) {
-  return {percentile(v, 0.5), percentile(v, 0.9), percentile(v, 0.99), mean_of(v)};
 }
 
 int run(const BenchServeArgs& a) {

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/timer.h"
+#include "bench/stats.h"
 #include "cli.h"
 #include "model_flags.h"
 #include "sluice/engine.h"
@@ -88,13 +89,6 @@ StatusOr<RunResult> generate_once(Engine& e, const Request& r) {
   return out;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  if (v.empty()) return 0;
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int run(BenchSpecArgs a) {
   finish_speculative_options(&a.spec);
   if (a.spec.speculative == "off") return fail(invalid_argument("give --spec lookup or --draft-model PATH"));
@@ -149,7 +143,7 @@ int run(BenchSpecArgs a) {
     fmt::print(stderr, "[sluice] repetition {}: plain {:.2f} tok/s, speculative {:.2f} tok/s, acceptance {:.1f}%\n",
                rep + 1, p->decode_tps, s->decode_tps, 100.0 * s->delta.spec_acceptance_rate());
   }
-  const double mp = median(plain_tps), ms = median(spec_tps);
+  const double mp = bench::median(plain_tps), ms = bench::median(spec_tps);
   if (a.json) {
     nlohmann::ordered_json j;
     j["model"] = a.m.model;
