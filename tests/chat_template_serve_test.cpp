@@ -18,7 +18,7 @@
 
 #include "base/test_data.h"
 #include "server/chat_template.h"
-#include "server/jinja_limits.h"
+#include "jinja/jinja_limits.h"
 #include "server_process.h"
 #include "tokenizer/tokenizer_test_util.h"
 
@@ -191,7 +191,7 @@ TEST(ChatTemplateServe, RunawayTemplateGets400WithinTheRenderTimeLimit) {
   ASSERT_TRUE(r) << "no response";
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(r->body.find("kMaxRenderMillis"), std::string::npos) << r->body;
-  EXPECT_LT(seconds, server::jinja::kMaxRenderMillis / 1000.0 + 3.0);
+  EXPECT_LT(seconds, jinja::kMaxRenderMillis / 1000.0 + 3.0);
   auto ok = ask("hello");
   ASSERT_TRUE(ok) << "no response";
   EXPECT_EQ(ok->status, 200) << ok->body;

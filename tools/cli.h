@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/units.h"
 #include "dist/session.h"
 #include "format/model_file.h"
 #include "runtime/load_model.h"
@@ -49,20 +50,6 @@ int fail(const Status& status);
 StatusOr<LoadedModel> load_model_verbose(const std::string& path, const LoadOptions& options, bool quiet = false,
                                          dist::Session* parallel = nullptr);
 
-// Adds --backend NAME (cpu, reference) to a subcommand.
-void add_backend_option(CLI::App* c, std::string* name);
-
-// Adds --mem-budget (e.g. 600M, 2G) to a subcommand, parsed into *bytes.
-void add_mem_budget_option(CLI::App* c, uint64_t* bytes);
-// --gpu-budget SIZE: GPU memory for weights (--backend cuda).
-void add_gpu_budget_option(CLI::App* c, uint64_t* bytes);
-
-// Adds --lora FILE[:SCALE] (repeatable): a llama.cpp adapter GGUF or a PEFT
-// folder, applied at SCALE (default 1: the file's alpha / rank). `several`:
-// the help's word on what several do in this subcommand.
-void add_lora_option(CLI::App* c, std::vector<LoraSpec>* loras,
-                     const std::string& several = "several apply together (their deltas add up)");
-
 // Adds the speculative decoding flags (--spec, --draft-model, --draft-max,
 // --no-spec-adapt, --spec-ngram) to a subcommand that runs the engine.
 void add_speculative_options(CLI::App* c, EngineConfig* config);
@@ -75,6 +62,6 @@ std::string speculative_line(const EngineStats& s);
 StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path);
 
 // "1.23 GiB", "512 KiB", ...
-std::string human_bytes(uint64_t n);
+using bench::human_bytes;
 
 }  // namespace sluice::cli

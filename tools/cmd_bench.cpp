@@ -39,9 +39,9 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "base/timer.h"
+#include "bench/stats.h"
 #include "cli.h"
-#include "cli_parallel.h"
-#include "default_model.h"
+#include "model_flags.h"
 #include "plan/calibrate.h"
 
 namespace sluice::cli {
@@ -50,45 +50,16 @@ namespace {
 using nlohmann::ordered_json;
 
 struct BenchArgs {
-  std::string model;
+  ModelFlags m;
   int64_t n_prompt = 512;
   int64_t n_gen = 128;
   int64_t n_ubatch = 512;
-  int n_threads = 0;
   int n_reps = 5;
   uint64_t seed = 42;
   bool json = false;
   bool no_repack = false;
   bool no_probe = false;
-  uint64_t mem_budget = 0;
-  uint64_t gpu_budget = 0;
-  std::string backend = "cpu";
-  std::vector<LoraSpec> loras;  // applied together to every token
-  ParallelArgs parallel;
 };
-
-// Spread of one test's tokens/s over the repetitions.
-struct Stats {
-  std::vector<double> all;
-  double median = 0, min = 0, max = 0, mean = 0, stddev = 0;
-};
-
-Stats stats_of(std::vector<double> v) {
-  Stats s;
-  s.all = v;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  s.min = v.front();
-  s.max = v.back();
-  for (double x : v) s.mean += x;
-  s.mean /= static_cast<double>(n);
-  double ss = 0;
-  for (double x : v) ss += (x - s.mean) * (x - s.mean);
-  s.stddev = n > 1 ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
-  return s;
-}
 
 std::vector<int32_t> bench_tokens(int64_t n, int64_t n_vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);  // output sequence fixed by the standard
@@ -155,15 +126,13 @@ int run(const BenchArgs& a) {
   if (a.n_ubatch < 1) return fail(invalid_argument("--ubatch must be >= 1 (got {})", a.n_ubatch));
 
   std::optional<int> worker_exit;
-  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.n_threads, .mem_budget_bytes = a.mem_budget,
-                                                      .backend = a.backend}, &worker_exit);
+  auto parallel = a.m.join(&worker_exit);
   if (!parallel.ok()) return fail(parallel.status());
   if (worker_exit) return *worker_exit;
-  auto lm = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_batch = std::min(a.n_prompt, a.n_ubatch),
-                                         .repack = !a.no_repack, .backend = a.backend,
-                                         .mem_budget_bytes = a.mem_budget, .gpu_budget_bytes = a.gpu_budget,
-                                         .loras = a.loras}, a.json,
-                               parallel->get());
+  LoadOptions load = a.m.load_options();
+  load.n_batch = std::min(a.n_prompt, a.n_ubatch);
+  load.repack = !a.no_repack;
+  auto lm = load_model_verbose(a.m.model, load, a.json, parallel->get());
   if (!lm.ok()) return fail(lm.status());
   const std::shared_ptr<const ModelFile>& file = lm->file;
   const std::shared_ptr<weights::StoreWeightSource>& stream = lm->stream;
@@ -180,7 +149,7 @@ int run(const BenchArgs& a) {
   std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
   const std::vector<int32_t> prompt = bench_tokens(a.n_prompt, hp.n_vocab, a.seed);
   const std::vector<int32_t> gen = bench_tokens(a.n_gen, hp.n_vocab, a.seed + 1);
-  fmt::print(stderr, "[sluice] bench {}: loaded in {:.2f} s, {} threads, isa {}; pp{} tg{} x {} reps\n", a.model, load_s,
+  fmt::print(stderr, "[sluice] bench {}: loaded in {:.2f} s, {} threads, isa {}; pp{} tg{} x {} reps\n", a.m.model, load_s,
              model.n_threads(), cpu::isa_name(cpu::active_isa()), a.n_prompt, a.n_gen, a.n_reps);
   if (!model.repack_summary().empty()) fmt::print(stderr, "[sluice] weights: {}\n", model.repack_summary());
   if (model.adapters().size() > 0) fmt::print(stderr, "[sluice] {}\n", model.adapters().summary());
@@ -200,8 +169,8 @@ int run(const BenchArgs& a) {
       if (r >= 0) tg_tps.push_back(static_cast<double>(a.n_gen) / *tg_s);
     }
   }
-  const Stats pp = stats_of(pp_tps);
-  const Stats tg = stats_of(tg_tps);
+  const bench::Spread pp = bench::spread_of(pp_tps);
+  const bench::Spread tg = bench::spread_of(tg_tps);
   const bool has_tg = a.n_gen > 0;
 
   // Bytes per generated token and prefill FLOPs (see the top of this file).
@@ -223,7 +192,7 @@ int run(const BenchArgs& a) {
   double gpu_copy_gbps = 0;  // on a GPU the roof is its device-to-device copy bandwidth
   double gpu_h2d_gbps = 0;   // and streamed weights' is its pinned host-to-device copy
 #ifdef SLUICE_HAVE_CUDA
-  if (a.backend == "cuda" && !a.no_probe) {
+  if (a.m.backend == "cuda" && !a.no_probe) {
     const cuda::CopyBandwidth bw = cuda::measure_copy_bandwidth();
     gpu_copy_gbps = bw.d2d_gbps;
     gpu_h2d_gbps = bw.h2d_pinned_gbps;
@@ -242,13 +211,13 @@ int run(const BenchArgs& a) {
 
   uint64_t n_params = 0;
   for (const TensorInfo& t : file->tensors) n_params += static_cast<uint64_t>(t.n_elements());
-  const std::string name = file->metadata.get_string("general.name").value_or(a.model);
+  const std::string name = file->metadata.get_string("general.name").value_or(a.m.model);
   const std::string type = type_label(*file);
   const char* isa = cpu::isa_name(cpu::active_isa());
 
   if (a.json) {
     ordered_json j;
-    j["model"] = a.model;
+    j["model"] = a.m.model;
     j["model_name"] = name;
     j["model_type"] = type;
     j["model_size"] = file->total_tensor_bytes();
@@ -259,7 +228,7 @@ int run(const BenchArgs& a) {
     j["lora_bytes"] = model.adapters().bytes();  // included in weight_bytes
     if (stream) {
       const weights::WeightCountersSnapshot w = stream->store().counters();
-      j["mem_budget_bytes"] = a.mem_budget;
+      j["mem_budget_bytes"] = a.m.mem_budget;
       j["weights_disk_bytes_per_token"] = w.disk_bytes_per_token();
       j["weights_host_bytes_per_token"] = w.host_bytes_per_token();
       j["weights_stall_s"] = w.stall_s;
@@ -303,7 +272,7 @@ int run(const BenchArgs& a) {
              "params", "type", "threads", "test", "t/s", "± sd", "min", "max");
   fmt::print("| {:-<24} | {:->10} | {:->9} | {:-<13} | {:->7} | {:->6} | {:->10} | {:->8} | {:->10} | {:->10} |\n", "", "",
              "", "", "", "", "", "", "", "");
-  auto row = [&](const std::string& test, const Stats& s) {
+  auto row = [&](const std::string& test, const bench::Spread& s) {
     fmt::print("| {:<24} | {:>10} | {:>9} | {:<13} | {:>7} | {:>6} | {:>10.2f} | {:>8.2f} | {:>10.2f} | {:>10.2f} |\n",
                name, size, params, type, model.n_threads(), test, s.median, s.stddev, s.min, s.max);
   };
@@ -354,22 +323,16 @@ int run(const BenchArgs& a) {
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand("bench", "measure prompt (pp) and generation (tg) tokens/s, bytes per token, GB/s");
-  add_model_option(c, &a->model, "GGUF file or HF folder");
+  a->m.add_to(c);
   c->add_option("-p,--n-prompt", a->n_prompt, "prompt tokens of the pp test")->capture_default_str();
   c->add_option("-n,--n-gen", a->n_gen, "generated tokens of the tg test (0: no tg test)")->capture_default_str();
-  c->add_option("-t,--threads", a->n_threads, "threads (default: all cores)");
   c->add_option("-r,--repetitions", a->n_reps, "timed repetitions of each test")->capture_default_str();
   c->add_option("-u,--ubatch", a->n_ubatch, "most prompt tokens per forward chunk (llama-bench's n_ubatch)")
       ->capture_default_str();
   c->add_option("--seed", a->seed, "seed of the pseudo-random token ids")->capture_default_str();
   c->add_flag("--json", a->json, "print one JSON object instead of the table");
   c->add_flag("--no-probe", a->no_probe, "skip the machine probes (read GB/s, matmul FLOP/s)");
-  add_backend_option(c, &a->backend);
   c->add_flag("--no-repack", a->no_repack, "keep Q4_0/Q8_0 matrices in GGUF row order (no interleaved repack at load, nor of streamed experts as they land)");
-  add_mem_budget_option(c, &a->mem_budget);
-  add_parallel_options(c, &a->parallel);
-  add_gpu_budget_option(c, &a->gpu_budget);
-  add_lora_option(c, &a->loras);
   return [a] { return run(*a); };
 }
 

@@ -23,7 +23,7 @@
 
 #include "base/timer.h"
 #include "cli.h"
-#include "default_model.h"
+#include "model_flags.h"
 #include "plan/calibrate.h"
 #include "runtime/routing_trace.h"
 #include "weights/expert_store.h"
@@ -32,13 +32,12 @@ namespace sluice::cli {
 namespace {
 
 struct Args {
-  std::string model;
+  ModelFlags m;
   std::vector<std::string> prompts = {"Once upon a time", "One day", "Lily", "Tom and", "The sun was",
                                       "A little bird", "Sam had a", "There was a big"};
   int64_t n_generate = 100;
   int64_t slots = 0;
   int64_t slots_per_layer = 4;
-  int n_threads = 0;
   double disk_gbps = 0;  // 0: probe the model file
   double layer_ms = -1;  // < 0: measured while tracing
   float predict_margin = kExpertPredictMargin;
@@ -46,11 +45,11 @@ struct Args {
 };
 
 int run(const Args& a) {
-  auto lm = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_batch = 1, .predict_experts = true,
+  auto lm = load_model_verbose(a.m.model, {.n_threads = a.m.n_threads, .n_batch = 1, .predict_experts = true,
                                          .expert_predict_margin = a.predict_margin});
   if (!lm.ok()) return fail(lm.status());
   const ModelHparams& hp = lm->model->hparams();
-  if (!hp.is_moe()) return fail(invalid_argument("{} is not a mixture-of-experts model", a.model));
+  if (!hp.is_moe()) return fail(invalid_argument("{} is not a mixture-of-experts model", a.m.model));
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& p : a.prompts) prompts.push_back(lm->tokenizer->encode(p, true));
   Stopwatch traced;
@@ -61,7 +60,7 @@ int run(const Args& a) {
   for (int64_t l = 0; l < hp.n_layer; ++l) n_moe += hp.layer_is_moe(l);
   double disk_gbps = a.disk_gbps;
   if (disk_gbps <= 0) {
-    auto probe = plan::probe_disk_read(a.model, "/tmp", uint64_t{256} << 20);
+    auto probe = plan::probe_disk_read(a.m.model, "/tmp", uint64_t{256} << 20);
     if (!probe.ok()) return fail(probe.status());
     disk_gbps = probe->gbps;
   }
@@ -90,7 +89,7 @@ int run(const Args& a) {
   const double best = weights::replay_total(runs[2].layers).hit_rate();
   if (a.json) {
     nlohmann::ordered_json j;
-    j["model"] = a.model;
+    j["model"] = a.m.model;
     j["steps"] = n_steps;
     j["slots"] = slots;
     j["disk_gbps"] = disk_gbps;
@@ -110,7 +109,7 @@ int run(const Args& a) {
     return 0;
   }
   fmt::print("{}: {} decode steps, {} routed layers x {} experts (top {}), {} slots ({:.1f} per routed layer)\n",
-             a.model, n_steps, n_moe, hp.n_expert, hp.n_expert_used, slots, static_cast<double>(slots) / n_moe);
+             a.m.model, n_steps, n_moe, hp.n_expert, hp.n_expert_used, slots, static_cast<double>(slots) / n_moe);
   fmt::print("timed: {:.2f} GB/s disk, experts of {} bytes ({:.3f} ms a read), {:.3f} ms of compute per routed layer\n",
              disk_gbps, expert_bytes, static_cast<double>(expert_bytes) / (disk_gbps * 1e9) * 1e3, layer_s * 1e3);
   for (const Run& r : runs)
@@ -130,12 +129,12 @@ int run(const Args& a) {
 Runner add_bench_experts(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand("bench-experts", "expert prediction and caching replayed on a MoE model's routing");
-  add_model_option(c, &a->model, "mixture-of-experts GGUF file or HF folder", kMoeModel);
+  a->m.add_to(c, {.model = "mixture-of-experts GGUF file or HF folder", .fallback = kMoeModel, .mem_budget = false,
+                  .gpu_budget = false, .backend = false, .lora = std::nullopt, .parallel = false});
   c->add_option("-p,--prompt", a->prompts, "prompts to decode (repeatable; default: 8 story openings)");
   c->add_option("-n,--n-generate", a->n_generate, "greedy tokens after each prompt")->capture_default_str();
   c->add_option("--slots", a->slots, "expert slots in all (default: --slots-per-layer x routed layers)");
   c->add_option("--slots-per-layer", a->slots_per_layer, "expert slots per routed layer")->capture_default_str();
-  c->add_option("-t,--threads", a->n_threads, "threads (default: all cores)");
   c->add_option("--disk-gbps", a->disk_gbps, "disk read rate of the timed replay (default: probed on the model file)");
   c->add_option("--layer-ms", a->layer_ms, "compute per routed layer in the timed replay (default: as traced)");
   c->add_option("--predict-margin", a->predict_margin,

@@ -49,18 +49,25 @@
 
 #include "base/timer.h"
 #include "cli.h"
-#include "bench_serve_dist.h"
-#include "cli_parallel.h"
-#include "default_model.h"
+#include "bench/stats.h"
+#include "bench/workload_dist.h"
+#include "model_flags.h"
 #include "sluice/engine.h"
 
 namespace sluice::cli {
 namespace {
 
 using nlohmann::ordered_json;
+using bench::Arrival;
+using bench::Dist;
+using bench::Quantiles;
+using bench::Rng;
+using bench::parse_arrival;
+using bench::parse_dist;
+using bench::quantiles;
 
 struct BenchServeArgs {
-  std::string model;
+  ModelFlags m;
   int64_t n_requests = 64;
   std::string prompt_len = "uniform:16:256";
   std::string output_len = "128";
@@ -68,15 +75,9 @@ struct BenchServeArgs {
   int64_t shared_prefix = 0;
   uint64_t seed = 42;
   std::optional<float> temp;
-  int n_threads = 0;
   int64_t max_seqs = 16;
   int64_t max_batch_tokens = 512;
-  int64_t ctx_size = 0;
   uint64_t kv_budget_bytes = 0;
-  uint64_t mem_budget = 0;
-  uint64_t gpu_budget = 0;
-  std::string backend = "cpu";
-  ParallelArgs parallel;
   double sample_ms = 5;
   double timeout_s = 600;
   std::string dump_workload;
@@ -84,7 +85,6 @@ struct BenchServeArgs {
   bool dump_only = false;
   bool json = false;
   EngineConfig spec;  // speculative flags only
-  std::vector<LoraSpec> loras;  // request i runs with adapter i % n (mixed-adapter batches)
 };
 
 struct WorkItem {
@@ -136,22 +136,6 @@ Status dump_workload(const std::string& path, const std::vector<WorkItem>& items
   return Status();
 }
 
-// Exact q-quantile (0..1) of the values, linear between order statistics.
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
-double mean_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
-
 // What the engine thread hands back; guarded by mu.
 struct Progress {
   std::mutex mu;
@@ -197,7 +181,7 @@ Request make_request(const BenchServeArgs& a, const WorkItem& w, size_t i) {
   s.temperature = a.temp.value_or(0.0f);
   s.seed = a.seed + i;
   Request r{.prompt = w.prompt, .max_tokens = w.max_tokens, .sampling = s, .ignore_eos = true};
-  if (!a.loras.empty()) r.loras = {static_cast<int32_t>(i % a.loras.size())};
+  if (!a.m.loras.empty()) r.loras = {static_cast<int32_t>(i % a.m.loras.size())};
   return r;
 }
 
@@ -291,13 +275,6 @@ Status warm_up(Engine& engine, const std::vector<WorkItem>& items) {
   return Status();
 }
 
-struct Quantiles {
-  double p50, p90, p99, mean;
-};
-Quantiles quantiles(const std::vector<double>& v) {
-  return {percentile(v, 0.5), percentile(v, 0.9), percentile(v, 0.99), mean_of(v)};
-}
-
 int run(const BenchServeArgs& a) {
   if (a.n_requests < 1) return fail(invalid_argument("--requests must be >= 1 (got {})", a.n_requests));
   if (a.shared_prefix < 0) return fail(invalid_argument("--shared-prefix must be >= 0 (got {})", a.shared_prefix));
@@ -312,7 +289,7 @@ int run(const BenchServeArgs& a) {
   if (auto arr = parse_arrival(a.arrival); !arr.ok()) return fail(arr.status());
 
   if (a.dump_only) {
-    auto tok = load_tokenizer(a.model);
+    auto tok = load_tokenizer(a.m.model);
     if (!tok.ok()) return fail(tok.status());
     auto items = make_workload(a, **tok);
     if (!items.ok()) return fail(items.status());
@@ -322,35 +299,23 @@ int run(const BenchServeArgs& a) {
   }
 
   std::optional<int> worker_exit;
-  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.n_threads, .mem_budget_bytes = a.mem_budget,
-                                                      .backend = a.backend}, &worker_exit);
+  auto parallel = a.m.join(&worker_exit);
   if (!parallel.ok()) return fail(parallel.status());
   if (worker_exit) return *worker_exit;
-  EngineConfig cfg = a.spec;  // speculative flags
+  // a.spec holds the speculative flags only; request i runs with adapter i mod the --lora count.
+  EngineConfig cfg = a.m.engine_config(a.spec);
   finish_speculative_options(&cfg);
-  cfg = EngineConfig{.model_path = a.model,
-                   .backend = a.backend,
-                   .n_threads = a.n_threads,
-                   .max_batch_tokens = a.max_batch_tokens,
-                   .max_seqs = a.max_seqs,
-                   .ctx_size = a.ctx_size,
-                   .kv_budget_bytes = a.kv_budget_bytes,
-                   .max_queued = std::max<int64_t>(1024, a.n_requests),
-                   .mem_budget_bytes = a.mem_budget,
-                   .gpu_budget_bytes = a.gpu_budget,
-                   .speculative = cfg.speculative,
-                   .draft_model_path = cfg.draft_model_path,
-                   .spec_max_draft = cfg.spec_max_draft,
-                   .spec_adaptive = cfg.spec_adaptive,
-                   .spec_ngram_max = cfg.spec_ngram_max,
-                   .loras = a.loras,
-                   .parallel = *parallel};
+  cfg.max_batch_tokens = a.max_batch_tokens;
+  cfg.max_seqs = a.max_seqs;
+  cfg.kv_budget_bytes = a.kv_budget_bytes;
+  cfg.max_queued = std::max<int64_t>(1024, a.n_requests);
+  cfg.parallel = *parallel;
   Stopwatch load_sw;
   auto engine_or = Engine::create(cfg);
   if (!engine_or.ok()) return fail(engine_or.status());
   Engine& engine = **engine_or;
   const double load_s = load_sw.seconds();
-  fmt::print(stderr, "[sluice] bench-serve {}: loaded in {:.2f} s\n[sluice] {}\n", a.model, load_s, engine.summary());
+  fmt::print(stderr, "[sluice] bench-serve {}: loaded in {:.2f} s\n[sluice] {}\n", a.m.model, load_s, engine.summary());
   if (!a.json && !engine.placement_report().empty()) fmt::print(stderr, "{}", engine.placement_report());
   if (const std::string spec = engine.speculative_summary(); !spec.empty()) fmt::print(stderr, "[sluice] {}\n", spec);
 
@@ -427,7 +392,7 @@ int run(const BenchServeArgs& a) {
     j["spec_acceptance_rate"] = es.spec_acceptance_rate();
     j["spec_tokens_per_pass"] = es.spec_tokens_per_pass();
     if (const std::string w = engine.weights_json(); !w.empty()) j["weights"] = nlohmann::json::parse(w);
-    j["config"] = {{"model", a.model},
+    j["config"] = {{"model", a.m.model},
                    {"requests", a.n_requests},
                    {"prompt_len", a.prompt_len},
                    {"output_len", a.output_len},
@@ -435,7 +400,7 @@ int run(const BenchServeArgs& a) {
                    {"shared_prefix", a.shared_prefix},
                    {"seed", a.seed},
                    {"temp", a.temp.value_or(0.0f)},
-                   {"n_threads", a.n_threads},
+                   {"n_threads", a.m.n_threads},
                    {"max_seqs", a.max_seqs},
                    {"max_batch_tokens", a.max_batch_tokens},
                    {"ctx_size", engine.ctx_size()},
@@ -468,7 +433,8 @@ Runner add_bench_serve(CLI::App& app) {
   auto a = std::make_shared<BenchServeArgs>();
   CLI::App* c = app.add_subcommand("bench-serve", "drive the serving engine with a synthetic workload; report "
                                                   "throughput, TTFT/TPOT/E2E percentiles, KV use");
-  add_model_option(c, &a->model, "GGUF file or HF folder");
+  a->m.add_to(c, {.ctx = "positions per sequence (default: min(trained, 4096))",
+                  .lora = "request i runs with adapter i mod their count"});
   c->add_option("--requests", a->n_requests, "number of requests")->capture_default_str();
   c->add_option("--prompt-len", a->prompt_len, "prompt tokens per request: N, uniform:A:B or normal:MEAN:SD")
       ->capture_default_str();
@@ -480,16 +446,9 @@ Runner add_bench_serve(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--seed", a->seed, "seed of lengths, token ids and arrivals")->capture_default_str();
   c->add_option("--temp", a->temp, "sampling temperature (default: greedy)");
-  c->add_option("-t,--threads", a->n_threads, "threads (default: all cores)");
   c->add_option("--max-seqs", a->max_seqs, "sequences running at once")->capture_default_str();
   c->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens per engine step")->capture_default_str();
-  c->add_option("-c,--ctx-size", a->ctx_size, "positions per sequence (default: min(trained, 4096))");
   c->add_option("--kv-budget", a->kv_budget_bytes, "KV pool bytes (default: the engine's)");
-  add_mem_budget_option(c, &a->mem_budget);
-  add_parallel_options(c, &a->parallel);
-  add_gpu_budget_option(c, &a->gpu_budget);
-  add_backend_option(c, &a->backend);
-  add_lora_option(c, &a->loras, "request i runs with adapter i mod their count");
   c->add_option("--sample-ms", a->sample_ms, "period of the KV use samples")->capture_default_str();
   c->add_option("--timeout", a->timeout_s, "abort and fail after this many seconds")->capture_default_str();
   c->add_option("--dump-workload", a->dump_workload,

@@ -25,8 +25,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/timer.h"
+#include "bench/stats.h"
 #include "cli.h"
-#include "default_model.h"
+#include "model_flags.h"
 #include "sluice/engine.h"
 
 namespace sluice::cli {
@@ -39,14 +40,11 @@ constexpr const char* kDefaultPrompt =
     "The quick brown fox jumps over the lazy dog. The quick brown fox";
 
 struct BenchSpecArgs {
-  std::string model;
+  ModelFlags m;
   std::string prompt = kDefaultPrompt;
   int32_t n_gen = 128;
   int n_reps = 3;
-  int n_threads = 0;
   float temp = 0;
-  uint64_t mem_budget = 0;
-  std::string backend = "cpu";
   bool json = false;
   EngineConfig spec;  // speculative flags
 };
@@ -91,25 +89,14 @@ StatusOr<RunResult> generate_once(Engine& e, const Request& r) {
   return out;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  if (v.empty()) return 0;
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int run(BenchSpecArgs a) {
   finish_speculative_options(&a.spec);
   if (a.spec.speculative == "off") return fail(invalid_argument("give --spec lookup or --draft-model PATH"));
   if (a.n_gen < 2 || a.n_reps < 1) return fail(invalid_argument("-n must be >= 2 and -r >= 1"));
-  EngineConfig spec = a.spec;
-  spec.model_path = a.model;
-  spec.n_threads = a.n_threads;
+  EngineConfig spec = a.m.engine_config(a.spec);
   spec.max_seqs = 1;
-  spec.mem_budget_bytes = a.mem_budget;
-  spec.backend = a.backend;
-  fmt::print(stderr, "[sluice] bench-spec: loading {}{}\n", a.model,
-             a.mem_budget ? fmt::format(" (weights beyond {} stream)", human_bytes(a.mem_budget)) : "");
+  fmt::print(stderr, "[sluice] bench-spec: loading {}{}\n", a.m.model,
+             a.m.mem_budget ? fmt::format(" (weights beyond {} stream)", human_bytes(a.m.mem_budget)) : "");
   auto engine_or = Engine::create(spec);
   if (!engine_or.ok()) return fail(engine_or.status());
   Engine& engine = **engine_or;
@@ -156,15 +143,15 @@ int run(BenchSpecArgs a) {
     fmt::print(stderr, "[sluice] repetition {}: plain {:.2f} tok/s, speculative {:.2f} tok/s, acceptance {:.1f}%\n",
                rep + 1, p->decode_tps, s->decode_tps, 100.0 * s->delta.spec_acceptance_rate());
   }
-  const double mp = median(plain_tps), ms = median(spec_tps);
+  const double mp = bench::median(plain_tps), ms = bench::median(spec_tps);
   if (a.json) {
     nlohmann::ordered_json j;
-    j["model"] = a.model;
+    j["model"] = a.m.model;
     j["speculative"] = spec_desc;
     j["prompt_tokens"] = r.prompt.size();
     j["n_gen"] = a.n_gen;
     j["repetitions"] = a.n_reps;
-    j["mem_budget_bytes"] = a.mem_budget;
+    j["mem_budget_bytes"] = a.m.mem_budget;
     j["plain_tps"] = mp;
     j["spec_tps"] = ms;
     j["ratio"] = mp > 0 ? ms / mp : 0.0;
@@ -176,8 +163,8 @@ int run(BenchSpecArgs a) {
     j["spec_tps_runs"] = spec_tps;
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("model {} | prompt {} tokens, {} generated, {} repetitions{}\n{}\n\n", a.model, r.prompt.size(), a.n_gen,
-               a.n_reps, a.mem_budget ? fmt::format(" | mem budget {}", human_bytes(a.mem_budget)) : "", spec_desc);
+    fmt::print("model {} | prompt {} tokens, {} generated, {} repetitions{}\n{}\n\n", a.m.model, r.prompt.size(), a.n_gen,
+               a.n_reps, a.m.mem_budget ? fmt::format(" | mem budget {}", human_bytes(a.m.mem_budget)) : "", spec_desc);
     fmt::print("| mode | decode tok/s (median) | ratio | acceptance | tokens per target pass | drafted per run |\n");
     fmt::print("|---|--:|--:|--:|--:|--:|\n");
     fmt::print("| plain | {:.2f} | 1.00 | - | 1.00 | 0 |\n", mp);
@@ -195,14 +182,12 @@ int run(BenchSpecArgs a) {
 Runner add_bench_spec(CLI::App& app) {
   auto a = std::make_shared<BenchSpecArgs>();
   CLI::App* c = app.add_subcommand("bench-spec", "decode tokens/s with and without speculative decoding, side by side");
-  add_model_option(c, &a->model, "target model: GGUF file or HF folder");
+  a->m.add_to(c, {.model = "target model: GGUF file or HF folder", .gpu_budget = false, .lora = std::nullopt,
+                  .parallel = false});
   c->add_option("-p,--prompt", a->prompt, "prompt text (default: a repetitive built-in text)");
   c->add_option("-n,--n-gen", a->n_gen, "tokens generated per run")->capture_default_str();
   c->add_option("-r,--repetitions", a->n_reps, "timed runs per engine")->capture_default_str();
-  c->add_option("-t,--threads", a->n_threads, "threads (default: all cores)");
   c->add_option("--temp", a->temp, "sampling temperature (default: greedy, outputs checked identical)");
-  add_mem_budget_option(c, &a->mem_budget);
-  add_backend_option(c, &a->backend);
   add_speculative_options(c, &a->spec);
   c->add_flag("--json", a->json, "print one JSON object instead of the table");
   return [a] { return run(*a); };

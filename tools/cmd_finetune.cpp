@@ -3,15 +3,18 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "model_flags.h"
 #include "train/finetune.h"
 
 namespace sluice::cli {
 
 Runner add_finetune(CLI::App& app) {
   auto o = std::make_shared<FinetuneOptions>();
+  auto m = std::make_shared<ModelFlags>();
   auto json = std::make_shared<bool>(false);
   CLI::App* c = app.add_subcommand("finetune", "train a LoRA adapter over the frozen base model");
-  c->add_option("-m,--model", o->model_path, "base model (GGUF, HF folder)")->required();
+  m->add_to(c, {.model = "base model (GGUF, HF folder)", .fallback = std::nullopt,
+                .threads = "threads (default: one per core)", .lora = std::nullopt, .parallel = false});
   c->add_option("-d,--data", o->data_path,
                 "training data: plain text, or JSONL lines of {\"messages\": [...]} (chat; only the assistant's "
                 "tokens count) or {\"text\": ...}")
@@ -45,12 +48,13 @@ Runner add_finetune(CLI::App& app) {
   c->add_option("--checkpoint", o->checkpoint_path, "checkpoint file (default: OUTPUT.ckpt)");
   c->add_option("--resume", o->resume, "continue from this checkpoint (same data and settings)");
   c->add_option("--chat-template", o->chat_template, "Jinja chat template for chat data (default: the model's)");
-  c->add_option("-t,--threads", o->n_threads, "threads (default: one per core)");
   c->add_flag("--json", *json, "print a summary object to stdout at the end");
-  add_backend_option(c, &o->backend);
-  add_mem_budget_option(c, &o->mem_budget_bytes);
-  add_gpu_budget_option(c, &o->gpu_budget_bytes);
-  return [o, json] {
+  return [o, m, json] {
+    o->model_path = m->model;
+    o->n_threads = m->n_threads;
+    o->backend = m->backend;
+    o->mem_budget_bytes = m->mem_budget;
+    o->gpu_budget_bytes = m->gpu_budget;
     auto res = finetune(*o, [](const std::string& line) {
       fmt::print(stderr, "[sluice] {}{}", line, !line.empty() && line.back() == '\n' ? "" : "\n");
     });

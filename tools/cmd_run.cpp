@@ -9,8 +9,7 @@
 
 #include "base/timer.h"
 #include "cli.h"
-#include "cli_parallel.h"
-#include "default_model.h"
+#include "model_flags.h"
 #include "model/generate.h"
 #include "sample/sampler.h"
 #include "tokenizer/stream_decoder.h"
@@ -19,36 +18,23 @@ namespace sluice::cli {
 namespace {
 
 struct RunArgs {
-  std::string model;
+  ModelFlags m;
   std::string prompt;
   int32_t n_predict = 128;
-  int64_t n_ctx = 0;
-  int n_threads = 0;
   bool json = false;
   bool special = false;
   bool ignore_eos = false;
   int64_t seed = -1;
-  uint64_t mem_budget = 0;
-  uint64_t gpu_budget = 0;
-  std::string backend = "cpu";
   SamplingParams sampling;
   EngineConfig spec;  // speculative decoding flags only
-  std::vector<LoraSpec> loras;  // applied together
-  ParallelArgs parallel;
 };
 
 // With speculative decoding: one request through the engine, which drafts and
 // verifies (the plain path below has no proposer).
 int run_speculative(const RunArgs& a, SamplingParams sp, std::shared_ptr<dist::Session> parallel) {
-  EngineConfig cfg = a.spec;
+  EngineConfig cfg = a.m.engine_config(a.spec);
   cfg.parallel = std::move(parallel);
-  cfg.model_path = a.model;
-  cfg.n_threads = a.n_threads;
   cfg.max_seqs = 1;
-  cfg.mem_budget_bytes = a.mem_budget;
-  cfg.gpu_budget_bytes = a.gpu_budget;
-  cfg.backend = a.backend;
-  cfg.loras = a.loras;
   const double t0 = now_seconds();
   auto engine_or = Engine::create(cfg);
   if (!engine_or.ok()) return fail(engine_or.status());
@@ -72,7 +58,7 @@ int run_speculative(const RunArgs& a, SamplingParams sp, std::shared_ptr<dist::S
   FinishReason reason = FinishReason::kNone;
   RequestTimings timings;
   Request req{.prompt = prompt, .max_tokens = a.n_predict, .sampling = sp, .ignore_eos = a.ignore_eos};
-  for (size_t i = 0; i < a.loras.size(); ++i) req.loras.push_back(static_cast<int32_t>(i));  // all of them
+  for (size_t i = 0; i < a.m.loras.size(); ++i) req.loras.push_back(static_cast<int32_t>(i));  // all of them
   auto id = engine.submit(req, [&](const TokenEvent& ev) {
     if (ev.token >= 0) tokens.push_back(ev.token);
     text += ev.text;
@@ -109,7 +95,7 @@ int run_speculative(const RunArgs& a, SamplingParams sp, std::shared_ptr<dist::S
              "\n[sluice] model {} | load {:.2f} s | threads {} | seed {}\n"
              "[sluice] prompt {} tokens, TTFT {:.1f} ms | generated {} tokens, {:.1f} tok/s | finish: {}\n"
              "[sluice] {}\n",
-             a.model, load_s, a.n_threads, sp.seed, prompt.size(), timings.ttft_s * 1e3, tokens.size(),
+             a.m.model, load_s, a.m.n_threads, sp.seed, prompt.size(), timings.ttft_s * 1e3, tokens.size(),
              tokens.size() > 1 ? static_cast<double>(tokens.size() - 1) / std::max(decode_s, 1e-9) : 0.0,
              finish_reason_name(reason), speculative_line(st).empty() ? "speculative: nothing drafted" : speculative_line(st));
   return 0;
@@ -117,8 +103,7 @@ int run_speculative(const RunArgs& a, SamplingParams sp, std::shared_ptr<dist::S
 
 int run(RunArgs a) {
   std::optional<int> worker_exit;
-  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.n_threads, .mem_budget_bytes = a.mem_budget,
-                                                      .backend = a.backend}, &worker_exit);
+  auto parallel = a.m.join(&worker_exit);
   if (!parallel.ok()) return fail(parallel.status());
   if (worker_exit) return *worker_exit;
   finish_speculative_options(&a.spec);
@@ -127,13 +112,10 @@ int run(RunArgs a) {
     sp.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed)
                           : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     if (Status st = validate_sampling_params(sp); !st.ok()) return fail(st);
-    if (a.n_ctx > 0) a.spec.ctx_size = a.n_ctx;
     return run_speculative(a, sp, *parallel);
   }
   // -c plans the model for that context (LongRoPE chooses its factors by it); without it, the trained one.
-  auto lm_or = load_model_verbose(a.model, {.n_threads = a.n_threads, .n_ctx_max = std::max<int64_t>(0, a.n_ctx),
-                                           .backend = a.backend, .mem_budget_bytes = a.mem_budget,
-                                           .gpu_budget_bytes = a.gpu_budget, .loras = a.loras}, /*quiet=*/false, parallel->get());
+  auto lm_or = load_model_verbose(a.m.model, a.m.load_options(), /*quiet=*/false, parallel->get());
   if (!lm_or.ok()) return fail(lm_or.status());
   LoadedModel& lm = *lm_or;
   const Tokenizer& tok = *lm.tokenizer;
@@ -142,8 +124,8 @@ int run(RunArgs a) {
   std::vector<int32_t> prompt = tok.encode(a.prompt, /*add_special=*/true, a.special);
   if (prompt.empty()) return fail(invalid_argument("the prompt is empty and the model adds no BOS token"));
   if (a.n_predict < 0) return fail(invalid_argument("-n must be >= 0"));
-  int64_t n_ctx = a.n_ctx > 0 ? a.n_ctx : static_cast<int64_t>(prompt.size()) + a.n_predict;
-  if (a.n_ctx <= 0 && n_ctx > hp.n_ctx_train) n_ctx = hp.n_ctx_train;
+  int64_t n_ctx = a.m.ctx_size > 0 ? a.m.ctx_size : static_cast<int64_t>(prompt.size()) + a.n_predict;
+  if (a.m.ctx_size <= 0 && n_ctx > hp.n_ctx_train) n_ctx = hp.n_ctx_train;
   if (static_cast<int64_t>(prompt.size()) >= n_ctx) {
     return fail(invalid_argument("prompt has {} tokens but the context is {} (raise -c)", prompt.size(), n_ctx));
   }
@@ -188,7 +170,7 @@ int run(RunArgs a) {
   fmt::print(stderr,
              "\n[sluice] model {} | load {:.2f} s | threads {} | seed {}\n"
              "[sluice] prompt {} tokens, TTFT {:.1f} ms ({:.1f} tok/s) | generated {} tokens, {:.1f} tok/s | finish: {}\n",
-             a.model, lm.load_seconds, lm.model->n_threads(), sp.seed, r.n_prompt, r.prompt_seconds * 1e3,
+             a.m.model, lm.load_seconds, lm.model->n_threads(), sp.seed, r.n_prompt, r.prompt_seconds * 1e3,
              r.n_prompt / std::max(r.prompt_seconds, 1e-9), r.tokens.size(),
              n_gen > 1 ? (n_gen - 1) / std::max(r.decode_seconds, 1e-9) : 0.0, finish_reason_name(r.finish_reason));
   if (lm.stream) {
@@ -217,11 +199,9 @@ int run(RunArgs a) {
 Runner add_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* c = app.add_subcommand("run", "generate text from a prompt (continuation to stdout, summary to stderr)");
-  add_model_option(c, &a->model, "GGUF file or HF folder");
+  a->m.add_to(c, {.ctx = "context size (default: prompt + n, capped at the trained context)"});
   c->add_option("-p,--prompt", a->prompt, "prompt text (BOS is added as the model says)");
   c->add_option("-n,--n-predict", a->n_predict, "tokens to generate")->capture_default_str();
-  c->add_option("-c,--ctx-size", a->n_ctx, "context size (default: prompt + n, capped at the trained context)");
-  c->add_option("-t,--threads", a->n_threads, "threads (default: all cores)");
   c->add_option("--temp", a->sampling.temperature, "temperature; 0 = greedy")->capture_default_str();
   c->add_option("--top-k", a->sampling.top_k, "top-k; 0 = off")->capture_default_str();
   c->add_option("--top-p", a->sampling.top_p, "top-p; 1 = off")->capture_default_str();
@@ -234,12 +214,7 @@ Runner add_run(CLI::App& app) {
   c->add_flag("--json", a->json, "print one JSON object {\"tokens\": [...], \"text\": ...} instead of streaming");
   c->add_flag("--special", a->special, "parse special-token text (e.g. <|im_start|>) in the prompt");
   c->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-generation tokens");
-  add_mem_budget_option(c, &a->mem_budget);
-  add_gpu_budget_option(c, &a->gpu_budget);
-  add_backend_option(c, &a->backend);
   add_speculative_options(c, &a->spec);
-  add_lora_option(c, &a->loras);
-  add_parallel_options(c, &a->parallel);
   return [a] { return run(*a); };
 }
 

@@ -16,18 +16,16 @@
 
 #include "base/metrics.h"
 #include "cli.h"
-#include "cli_parallel.h"
-#include "default_model.h"
+#include "model_flags.h"
 #include "server/http_server.h"
 
 namespace sluice::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model;
-  ParallelArgs parallel;
+  ModelFlags m;
   server::ServerConfig server;
-  EngineConfig engine;
+  EngineConfig engine;  // the engine's own flags (the model's are in m)
   std::string chat_template;
   double kv_budget_mib = 0;
   double swap_budget_mib = 0;
@@ -54,13 +52,11 @@ int serve(ServeArgs a) {
   ::signal(SIGPIPE, SIG_IGN);
 
   std::optional<int> worker_exit;
-  auto parallel = join_parallel(a.parallel, a.model, {.n_threads = a.engine.n_threads,
-                                                      .mem_budget_bytes = a.engine.mem_budget_bytes,
-                                                      .backend = a.engine.backend}, &worker_exit);
+  auto parallel = a.m.join(&worker_exit);
   if (!parallel.ok()) return fail(parallel.status());
   if (worker_exit) return *worker_exit;
+  a.engine = a.m.engine_config(a.engine);
   a.engine.parallel = *parallel;
-  a.engine.model_path = a.model;
   a.engine.kv_budget_bytes = static_cast<uint64_t>(a.kv_budget_mib * 1024 * 1024);
   a.engine.swap_budget_bytes = static_cast<uint64_t>(a.swap_budget_mib * 1024 * 1024);
   a.engine.prefix_caching = !a.no_prefix_cache;
@@ -73,7 +69,7 @@ int serve(ServeArgs a) {
   server::HttpServer http(a.server, global_metrics());
   if (Status st = http.bind(); !st.ok()) return fail(st);
   http.start();
-  fmt::print(stderr, "[sluice] listening on http://{}:{} (loading {})\n", a.server.host, http.port(), a.model);
+  fmt::print(stderr, "[sluice] listening on http://{}:{} (loading {})\n", a.server.host, http.port(), a.m.model);
 
   Shutdown sd;
   std::thread signal_thread([&] {
@@ -159,7 +155,9 @@ Runner add_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   a->server.http_threads = 0;  // chosen from --max-seqs after parsing
   CLI::App* c = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, SSE streaming, /metrics)");
-  add_model_option(c, &a->model, "GGUF file or HF folder");
+  a->m.add_to(c, {.threads = "compute threads (default: all cores)",
+                  .ctx = "positions per sequence (default: min(trained, 4096))",
+                  .lora = "each is a model in /v1/models (id: the file's stem) that a request picks by its \"model\""});
   c->add_option("--host", a->server.host, "address to bind (loopback by default)")->capture_default_str();
   c->add_option("--port", a->server.port, "port; 0 = any free port (printed)")->capture_default_str();
   c->add_option("--api-key", a->server.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
@@ -175,8 +173,6 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--drain-timeout", a->drain_timeout_s, "seconds SIGTERM/SIGINT waits for in-flight requests")
       ->capture_default_str();
   // Engine flags.
-  c->add_option("-t,--threads", a->engine.n_threads, "compute threads (default: all cores)");
-  c->add_option("-c,--ctx-size", a->engine.ctx_size, "positions per sequence (default: min(trained, 4096))");
   c->add_option("--max-batch-tokens", a->engine.max_batch_tokens, "tokens per engine step")->capture_default_str();
   c->add_option("--max-seqs", a->engine.max_seqs, "sequences running at once")->capture_default_str();
   c->add_option("--max-queued", a->engine.max_queued, "waiting requests before 429")->capture_default_str();
@@ -187,12 +183,6 @@ Runner add_serve(CLI::App& app) {
   add_speculative_options(c, &a->engine);
   c->add_flag("--preempt-swap", a->engine.preempt_swap, "preempt by swapping KV to host memory (else recompute)");
   c->add_option("--swap-budget-mib", a->swap_budget_mib, "host swap pool in MiB (default: the KV budget)");
-  add_mem_budget_option(c, &a->engine.mem_budget_bytes);
-  add_parallel_options(c, &a->parallel);
-  add_gpu_budget_option(c, &a->engine.gpu_budget_bytes);
-  add_backend_option(c, &a->engine.backend);
-  add_lora_option(c, &a->engine.loras,
-                  "each is a model in /v1/models (id: the file's stem) that a request picks by its \"model\"");
   return [a] { return serve(*a); };
 }
 

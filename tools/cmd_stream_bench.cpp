@@ -38,8 +38,11 @@
 #include "backend/cpu/matmul.h"
 #include "base/meminfo.h"
 #include "base/timer.h"
+#include "bench/pipeline_rows.h"
+#include "bench/stats.h"
+#include "bench/units.h"
 #include "cli.h"
-#include "default_model.h"
+#include "model_flags.h"
 #include "model/hparams.h"
 #include "plan/calibrate.h"
 #include "plan/stream_plan.h"
@@ -55,7 +58,7 @@ using nlohmann::ordered_json;
 namespace w = sluice::weights;
 
 struct StreamBenchArgs {
-  std::string model;
+  ModelFlags m;            // -m and -t (its --mem-budget is the streamed pipeline's own)
   std::string mem_budget;
   std::vector<int64_t> tokens = {1, 16, 64, 256, 512};
   std::vector<std::string> block_sizes = {"64Ki", "256Ki", "1Mi", "4Mi"};
@@ -65,7 +68,6 @@ struct StreamBenchArgs {
   std::string chunk = "1Mi";
   std::string disk_bytes = "256Mi";
   std::string cap;
-  int n_threads = 0;
   int steps = 2;
   bool no_direct = false;
   bool json = false;
@@ -73,7 +75,7 @@ struct StreamBenchArgs {
 
 double cached_bytes() { return static_cast<double>(meminfo_bytes("Cached").value_or(0)); }
 
-std::string ms(double s) { return fmt::format("{:.2f} ms", s * 1e3); }
+const auto ms = bench::format_ms;
 
 // Sequential O_DIRECT reads of `bytes` from `offset` in blocks of `block`, queue_depth in flight.
 StatusOr<double> disk_gbps(const std::string& path, w::IoBackend io, bool direct, uint64_t block, int depth,
@@ -181,26 +183,6 @@ double time_median(Fn&& fn) {
   return v[v.size() / 2];
 }
 
-// One pipeline row of the table.
-struct Row {
-  int64_t tokens = 0;
-  double compute_layer_s = 0;
-  double gflops = 0;
-  double transfer_layer_s = 0;
-  double resident_step_s = 0;
-  double stream_step_s = 0;
-  double overhead = 0;
-  std::string verdict;
-  int64_t k_planned = 0, k_used = 0;
-  double host_buffer_bytes = 0;
-  double predicted_stall_s = 0;
-  double measured_stall_s = 0;
-  double overlap_efficiency = 0;
-  double disk_mb_per_token = 0;
-  double page_cache_growth = 0;
-  int64_t n_streamed = 0;
-  std::string refused;
-};
 
 int run(const StreamBenchArgs& a) {
   if (a.steps < 1) return fail(invalid_argument("--steps must be >= 1"));
@@ -230,7 +212,7 @@ int run(const StreamBenchArgs& a) {
     if (!a.json) fmt::print(stderr, "[stream-bench] {}\n", line);
   };
 
-  auto mf = open_model_file(a.model);
+  auto mf = open_model_file(a.m.model);
   if (!mf.ok()) return fail(mf.status());
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
   auto layout = w::plan_placement(*file, {});
@@ -247,7 +229,7 @@ int run(const StreamBenchArgs& a) {
         hp->n_expert, hp->n_expert_used);
   uint64_t slot_bytes = 0;
   for (const w::LayerPlacement& l : layout->layers) slot_bytes = std::max(slot_bytes, l.extent_bytes);
-  ThreadPool pool(a.n_threads);
+  ThreadPool pool(a.m.n_threads);
   auto engine_or = w::IoEngine::open({.path = file->source_path, .backend = *io, .queue_depth = a.queue_depth,
                                       .direct = direct});
   if (!engine_or.ok()) return fail(engine_or.status());
@@ -342,10 +324,10 @@ int run(const StreamBenchArgs& a) {
   const double hidden = std::clamp((read_alone + compute_alone - both) / std::min(read_alone, compute_alone), 0.0, 1.0);
 
   // 5. The pipeline per tokens-per-step.
-  std::vector<Row> rows;
+  std::vector<bench::PipelineRow> rows;
   std::string first_map;
   for (size_t i = 0; i < a.tokens.size(); ++i) {
-    Row r;
+    bench::PipelineRow r;
     r.tokens = a.tokens[i];
     r.compute_layer_s = layer_s[i];
     r.gflops = matmuls[0].flops_per_token * static_cast<double>(r.tokens) / layer_s[i] / 1e9;
@@ -407,27 +389,22 @@ int run(const StreamBenchArgs& a) {
       ws.end_step(r.tokens);
       stream_s.push_back(sw.seconds());
     }
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-    };
-    r.resident_step_s = median(resident_s);
-    r.stream_step_s = median(stream_s);
+    r.resident_step_s = bench::median(resident_s);
+    r.stream_step_s = bench::median(stream_s);
     r.compute_layer_s = r.resident_step_s / static_cast<double>(n_layer);
     r.gflops = matmuls[0].flops_per_token * static_cast<double>(r.tokens) / r.compute_layer_s / 1e9;
     const w::WeightCountersSnapshot d = ws.counters() - c0;
     r.page_cache_growth = cached_bytes() - cache0;
-    r.overhead = r.stream_step_s / r.resident_step_s - 1.0;
     r.measured_stall_s = d.stall_s / a.steps;
     r.overlap_efficiency = d.overlap_efficiency();
     r.disk_mb_per_token = d.disk_bytes_per_token() / 1e6;
-    r.verdict = r.overhead <= 0.05 ? "fully hidden" : "transfer-limited";
+    bench::set_overhead(r);
     rows.push_back(r);
   }
 
   if (a.json) {
     ordered_json j;
-    j["model"] = a.model;
+    j["model"] = a.m.model;
     if (!moe_note.empty()) j["note"] = moe_note;
     j["n_layer"] = n_layer;
     j["slot_bytes"] = slot_bytes;
@@ -442,38 +419,12 @@ int run(const StreamBenchArgs& a) {
     j["mem_read_gbps"] = mem_gbps;
     j["overlap"] = {{"tokens", overlap_tokens}, {"read_s", read_alone}, {"compute_s", compute_alone},
                     {"both_s", both}, {"hidden_fraction", hidden}};
-    ordered_json jr = ordered_json::array();
-    for (const Row& r : rows) {
-      ordered_json o;
-      o["tokens"] = r.tokens;
-      o["compute_layer_s"] = r.compute_layer_s;
-      o["matmul_gflops"] = r.gflops;
-      o["transfer_layer_s"] = r.transfer_layer_s;
-      o["resident_step_s"] = r.resident_step_s;
-      if (!r.refused.empty()) {
-        o["refused"] = r.refused;
-      } else {
-        o["stream_step_s"] = r.stream_step_s;
-        o["overhead"] = r.overhead;
-        o["verdict"] = r.verdict;
-        o["n_streamed"] = r.n_streamed;
-        o["k_planned"] = r.k_planned;
-        o["k_used"] = r.k_used;
-        o["host_buffer_bytes"] = r.host_buffer_bytes;
-        o["predicted_stall_s"] = r.predicted_stall_s;
-        o["stall_s"] = r.measured_stall_s;
-        o["overlap_efficiency"] = r.overlap_efficiency;
-        o["disk_mb_per_token"] = r.disk_mb_per_token;
-        o["page_cache_growth_bytes"] = r.page_cache_growth;
-      }
-      jr.push_back(o);
-    }
-    j["pipeline"] = jr;
+    j["pipeline"] = bench::pipeline_rows_json(rows);
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
 
-  fmt::print("sluice stream-bench: {} ({} layers, slot {:.1f} MB, {} threads)\n", a.model, n_layer,
+  fmt::print("sluice stream-bench: {} ({} layers, slot {:.1f} MB, {} threads)\n", a.m.model, n_layer,
              static_cast<double>(slot_bytes) / 1e6, pool.n_threads());
   fmt::print("io: {}\n\n", engine->describe());
   if (!moe_note.empty()) fmt::print("note: {}\n\n", moe_note);
@@ -491,29 +442,7 @@ int run(const StreamBenchArgs& a) {
   fmt::print("overlap test at {} tokens: read {} alone, compute {} alone, both {} -> {:.0f}% of the shorter leg hidden\n\n",
              overlap_tokens, ms(read_alone), ms(compute_alone), ms(both), 100 * hidden);
   if (!first_map.empty()) fmt::print("{}\n", first_map);
-  fmt::print("| {:>6} | {:>13} | {:>14} | {:>8} | {:>12} | {:>12} | {:>8} | {:>10} | {:>16} | {:>7} | {:>11} | {:>15} |\n",
-             "tokens", "compute/layer", "transfer/layer", "GFLOP/s", "resident", "streamed", "overhead", "stall/step",
-             "verdict", "K plan", "host buffer", "predicted stall");
-  fmt::print("|{:-<8}|{:-<15}|{:-<16}|{:-<10}|{:-<14}|{:-<14}|{:-<10}|{:-<12}|{:-<18}|{:-<9}|{:-<13}|{:-<17}|\n", "", "",
-             "", "", "", "", "", "", "", "", "", "");
-  for (const Row& r : rows) {
-    if (!r.refused.empty()) {
-      fmt::print("| {:>6} | {:>13} | {:>14} | {:>8.1f} | {:>12} | refused: {}\n", r.tokens, ms(r.compute_layer_s),
-                 ms(r.transfer_layer_s), r.gflops, ms(r.resident_step_s), r.refused);
-      continue;
-    }
-    fmt::print("| {:>6} | {:>13} | {:>14} | {:>8.1f} | {:>12} | {:>12} | {:>7.1f}% | {:>10} | {:>16} | {:>7} | {:>11} | {:>15} |\n",
-               r.tokens, ms(r.compute_layer_s), ms(r.transfer_layer_s), r.gflops, ms(r.resident_step_s),
-               ms(r.stream_step_s), 100 * r.overhead, ms(r.measured_stall_s), r.verdict,
-               fmt::format("{}/{}", r.k_planned, r.k_used), human_bytes(static_cast<uint64_t>(r.host_buffer_bytes)),
-               ms(r.predicted_stall_s));
-  }
-  fmt::print("\nK plan: ring slots plan_stream asks for / slots in use (the budget may trim a disk-bound ring);\n"
-             "host buffer: plan_stream's staging beyond the ring (0 when host RAM is the compute tier).\n");
-  for (const Row& r : rows)
-    if (r.refused.empty())
-      fmt::print("  {} tokens: overlap efficiency {:.1f}%, {:.1f} MB/token from disk, page cache {:+.1f} MB\n", r.tokens,
-                 100 * r.overlap_efficiency, r.disk_mb_per_token, r.page_cache_growth / 1e6);
+  fmt::print("{}", bench::pipeline_rows_table(rows));
   return 0;
 }
 
@@ -522,7 +451,8 @@ int run(const StreamBenchArgs& a) {
 Runner add_stream_bench(CLI::App& app) {
   auto a = std::make_shared<StreamBenchArgs>();
   CLI::App* c = app.add_subcommand("stream-bench", "measure weight streaming: disk, memory, matmul, overlap, pipeline");
-  add_model_option(c, &a->model, "GGUF file");
+  a->m.add_to(c, {.model = "GGUF file", .threads = "compute threads (default: all cores)", .mem_budget = false,
+                  .gpu_budget = false, .backend = false, .lora = std::nullopt, .parallel = false});
   c->add_option("--mem-budget", a->mem_budget,
                 "compute-tier budget for the streamed pipeline (600M, 2G, 512MiB); default: stream every layer");
   c->add_option("--tokens", a->tokens, "tokens per step of the pipeline rows")->delimiter(',')->capture_default_str();
@@ -533,7 +463,6 @@ Runner add_stream_bench(CLI::App& app) {
   c->add_option("--chunk", a->chunk, "largest single read of the weight store")->capture_default_str();
   c->add_option("--disk-bytes", a->disk_bytes, "bytes read per disk probe cell")->capture_default_str();
   c->add_option("--cap", a->cap, "bandwidth cap of the arbiter in bytes/s (e.g. 500M)");
-  c->add_option("-t,--threads", a->n_threads, "compute threads (default: all cores)");
   c->add_option("--steps", a->steps, "timed steps per pipeline row")->capture_default_str();
   c->add_flag("--no-direct", a->no_direct, "buffered reads instead of O_DIRECT");
   c->add_flag("--json", a->json, "print one JSON object");

@@ -8,7 +8,7 @@
 namespace sluice::server {
 
 StatusOr<ChatTemplate> ChatTemplate::create(std::string source, std::string bos_token, std::string eos_token) {
-  auto parsed = JinjaTemplate::parse(source);
+  auto parsed = jinja::JinjaTemplate::parse(source);
   if (!parsed.ok()) return parsed.status();
   ChatTemplate t(std::move(source), std::move(parsed).value(), std::move(bos_token), std::move(eos_token));
   // A trial render finds unsupported methods and functions now, not on a request.
@@ -90,7 +90,7 @@ StatusOr<std::string> ChatTemplate::apply_json(const nlohmann::ordered_json& mes
   context["add_generation_prompt"] = options.add_generation_prompt;
   context["bos_token"] = bos_;
   context["eos_token"] = eos_;
-  return tmpl_.render(context, JinjaRenderOptions{.now_unix = options.now_unix});
+  return tmpl_.render(context, jinja::JinjaRenderOptions{.now_unix = options.now_unix});
 }
 
 std::vector<int32_t> tokenize_chat_prompt(const Tokenizer& tokenizer, const std::string& text) {

@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/jinja.h"
+#include "jinja/jinja.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -75,11 +75,11 @@ class ChatTemplate {
   // Whether a call with arguments {"probe_arg": "probe_value"} renders them.
   bool renders_probe_call(bool as_string) const;
 
-  ChatTemplate(std::string source, JinjaTemplate tmpl, std::string bos, std::string eos)
+  ChatTemplate(std::string source, jinja::JinjaTemplate tmpl, std::string bos, std::string eos)
       : source_(std::move(source)), tmpl_(std::move(tmpl)), bos_(std::move(bos)), eos_(std::move(eos)) {}
 
   std::string source_;
-  JinjaTemplate tmpl_;
+  jinja::JinjaTemplate tmpl_;
   std::string bos_;
   std::string eos_;
   bool string_arguments_ = false;

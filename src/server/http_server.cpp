@@ -53,13 +53,6 @@ bool same_secret(const std::string& given, const std::string& key) {
   return diff == 0;
 }
 
-std::string endpoint_label(const std::string& path) {
-  if (path == "/v1/completions") return "completions";
-  if (path == "/v1/chat/completions") return "chat.completions";
-  if (path.rfind("/v1/models", 0) == 0) return "models";
-  return "other";
-}
-
 }  // namespace
 
 HttpServer::HttpServer(ServerConfig config, MetricRegistry& metrics)
@@ -155,31 +148,17 @@ bool HttpServer::authorized(const httplib::Request& req) const {
 }
 
 void HttpServer::route() {
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining_.load()) {
-      res.status = 503;
-      res.set_content(R"({"status":"draining"})", kJson);
-    } else if (!ready_.load(std::memory_order_acquire)) {
-      res.status = 503;
-      res.set_content(R"({"status":"loading"})", kJson);
+  // Every route from the one table (routes.cpp); a method or path outside it is a 404.
+  for (const Route& r : routes()) {
+    auto handler = [this, handle = r.handle](const httplib::Request& req, httplib::Response& res) {
+      (this->*handle)(req, res);
+    };
+    if (std::string_view(r.method) == "GET") {
+      http_->Get(r.pattern, handler);
     } else {
-      res.set_content(R"({"status":"ok"})", kJson);
+      http_->Post(r.pattern, handler);
     }
-  });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(registry_.render_prometheus(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http_->Get("/", [this](const httplib::Request& req, httplib::Response& res) { handle_page(req, res); });
-  http_->Get("/stats", [this](const httplib::Request& req, httplib::Response& res) { handle_stats(req, res); });
-  http_->Get("/stats/stream", [this](const httplib::Request& req, httplib::Response& res) { handle_stats_stream(req, res); });
-  http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
-  http_->Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) { handle_models(req, res); });
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(static_cast<int>(Endpoint::kCompletions), req, res);
-  });
-  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(static_cast<int>(Endpoint::kChat), req, res);
-  });
+  }
   // Errors httplib produces itself (unknown route, body too large, malformed
   // HTTP) get an OpenAI-style body too; responses that already have one pass.
   http_->set_error_handler(httplib::Server::HandlerWithResponse(
@@ -197,7 +176,7 @@ void HttpServer::route() {
                      fmt::format("HTTP {}: the request could not be handled", res.status));
     }
     send_error(res, e);
-    metrics_.count_request(endpoint_label(req.path), outcome_for_status(res.status));
+    metrics_.count_request(route_label(req.path), outcome_for_status(res.status));
     return httplib::Server::HandlerResponse::Handled;
   }));
   http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {

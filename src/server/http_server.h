@@ -1,13 +1,8 @@
 // HttpServer: the OpenAI-compatible HTTP front of an Engine (cpp-httplib).
 //
-//   POST /v1/completions, /v1/chat/completions  (stream: true -> Server-Sent Events)
-//   GET  /v1/models, /v1/models/{id}   the base model, then each LoRA adapter (a
-//                                      request's "model" picks one; "" or the base: none)
-//   GET  /health    200 {"status":"ok"} once the engine is set; 503 while loading or draining
-//   GET  /metrics   Prometheus text: the whole metric registry
-//   GET  /          the live page (chat, placement, experts, KV; src/server/web/)
-//   GET  /stats, /stats/stream   the registry as JSON, or as SSE every
-//                   interval_ms (stats_feed.h; the API key when one is set)
+// Its routes are one table, HttpServer::routes() (routes.cpp): GET /, /health,
+// /metrics, /stats, /stats/stream, /v1/models, /v1/models/{id}; POST
+// /v1/completions, /v1/chat/completions (stream: true -> Server-Sent Events).
 //
 // Lifecycle: bind() -> start() (serves /health as "loading" at once) ->
 // set_engine() (ready) -> shutdown() (new requests get 503, in-flight ones
@@ -27,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,9 +83,28 @@ class HttpServer {
   // cut off. Idempotent.
   bool shutdown(double timeout_s);
 
+  // One HTTP route. route() binds every row of routes() to its handler; a
+  // method and path outside the table get a 404.
+  struct Route {
+    const char* method;       // "GET" or "POST"
+    const char* path;         // as documented: "/v1/models/{id}"
+    const char* pattern;      // as bound: httplib's pattern, a regex ("/v1/models/(.+)")
+    const char* label;        // the endpoint label of its request metrics ("other": counted only on errors)
+    const char* description;  // what it answers
+    void (HttpServer::*handle)(const httplib::Request&, httplib::Response&);
+  };
+  // Every route, in the order they are bound (routes.cpp).
+  static std::span<const Route> routes();
+  // The label of the route whose pattern matches `path`, else "other".
+  static std::string route_label(const std::string& path);
+
  private:
   struct Ctx;  // one generation request while it is handled
   void route();
+  void handle_health(const httplib::Request& req, httplib::Response& res);
+  void handle_metrics(const httplib::Request& req, httplib::Response& res);
+  void handle_completions(const httplib::Request& req, httplib::Response& res);  // handle_generation, kCompletions
+  void handle_chat(const httplib::Request& req, httplib::Response& res);  // handle_generation, kChat
   void handle_generation(int endpoint, const httplib::Request& req, httplib::Response& res);
   void handle_models(const httplib::Request& req, httplib::Response& res);
   // The live view (stats_routes.cpp).

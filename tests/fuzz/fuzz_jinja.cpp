@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harnesses.h"
-#include "server/jinja.h"
+#include "jinja/jinja.h"
 
 namespace sluice::fuzz {
 namespace {
@@ -32,13 +32,13 @@ const nlohmann::json& conversation() {
 
 void fuzz_jinja(const uint8_t* data, size_t size) {
   const std::string_view source(reinterpret_cast<const char*>(data), size);
-  StatusOr<server::JinjaTemplate> tmpl = server::JinjaTemplate::parse(source);
+  StatusOr<jinja::JinjaTemplate> tmpl = jinja::JinjaTemplate::parse(source);
   if (!tmpl.ok()) {
     FUZZ_CHECK(!tmpl.status().message().empty());
     return;
   }
   // A second of rendering, well under libFuzzer's -timeout, even when starved.
-  StatusOr<std::string> out = tmpl->render(conversation(), server::JinjaRenderOptions{.max_render_ms = 1000});
+  StatusOr<std::string> out = tmpl->render(conversation(), jinja::JinjaRenderOptions{.max_render_ms = 1000});
   if (!out.ok()) FUZZ_CHECK(!out.status().message().empty());
 }
 

@@ -333,7 +333,7 @@ def jinja_seeds():
         for f in sorted(os.listdir(d)):
             if f.endswith(".jinja"):
                 put("jinja", f, read(os.path.join(d, f)))
-    test = read(os.path.join(ROOT, "src/server/jinja_test.cpp")) or b""
+    test = read(os.path.join(ROOT, "src/jinja/jinja_test.cpp")) or b""
     for i, m in enumerate(re.findall(rb'R"\((.*?)\)"', test, re.S)):
         if b"{" in m:
             put("jinja", f"jinja_test-{i:03d}", m)

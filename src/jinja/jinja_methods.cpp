@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <string_view>
 
-#include "server/jinja_render.h"
+#include "jinja/jinja_render.h"
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 namespace {
 
 // Python's str.title(): a letter after a non-letter starts a word.
@@ -246,4 +246,4 @@ JinjaValue Renderer::call_method(const JinjaValue& obj, const std::string& name,
   unsupported(line, std::string("the method '") + obj.type_name() + "." + name + "()'");
 }
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja

@@ -1,13 +1,13 @@
 // Filters, tests (`is ...`) and methods of the Jinja renderer, each against the
 // text Python's jinja2 3.1 renders for the same template under Hugging Face's
 // settings (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, HF tojson).
-#include "server/jinja.h"
+#include "jinja/jinja.h"
 
 #include <gtest/gtest.h>
 
-#include "server/jinja_test_util.h"
+#include "jinja/jinja_test_util.h"
 
-namespace sluice::server {
+namespace sluice::jinja {
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -126,4 +126,4 @@ TEST(JinjaMethods, StringsDictsLists) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::jinja

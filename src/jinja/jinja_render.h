@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "server/jinja.h"
-#include "server/jinja_error.h"
-#include "server/jinja_parse.h"
-#include "server/jinja_value.h"
+#include "jinja/jinja.h"
+#include "jinja/jinja_error.h"
+#include "jinja/jinja_parse.h"
+#include "jinja/jinja_value.h"
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 
 class Renderer {
  public:
@@ -118,4 +118,4 @@ int compare_values(const JinjaValue& a, const JinjaValue& b, int line);
 // names the same two types jinja2's does.
 void py_sort(JinjaList& items, JinjaList keys, bool reverse, int line);
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja

@@ -1,4 +1,4 @@
-// bench-serve's workload draws: length distributions (N, uniform:A:B,
+// A serving benchmark's workload draws (bench-serve): length distributions (N, uniform:A:B,
 // normal:MEAN:SD), the arrival process, and numbers from std::mt19937_64 by
 // fixed formulas, so a seed names one workload on every standard library.
 #pragma once
@@ -10,7 +10,7 @@
 
 #include "sluice/status.h"
 
-namespace sluice::cli {
+namespace sluice::bench {
 
 // A length distribution: N, uniform:A:B or normal:MEAN:SD (rounded, clamped to >= 1).
 struct Dist {
@@ -42,4 +42,4 @@ StatusOr<Arrival> parse_arrival(const std::string& text);
 // One length from d (>= 1).
 int64_t draw(const Dist& d, Rng& rng);
 
-}  // namespace sluice::cli
+}  // namespace sluice::bench

@@ -1,9 +1,9 @@
 // Tests of the Jinja renderer (`value is name(args)`), as jinja2 defines them.
 #include <set>
 
-#include "server/jinja_render.h"
+#include "jinja/jinja_render.h"
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 namespace {
 
 const std::set<std::string>& known_tests() {
@@ -79,4 +79,4 @@ bool Renderer::apply_test(const std::string& t, const JinjaValue& v, JinjaArgs& 
   unsupported(line, "the test '" + t + "'");
 }
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja

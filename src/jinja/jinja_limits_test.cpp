@@ -1,15 +1,15 @@
 // Hostile templates: every limit of jinja_limits.h stops its attack quickly
 // with kResourceExhausted naming the limit, and nothing crashes.
-#include "server/jinja_limits.h"
+#include "jinja/jinja_limits.h"
 
 #include <chrono>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "server/jinja.h"
+#include "jinja/jinja.h"
 
-namespace sluice::server {
+namespace sluice::jinja {
 namespace {
 
 // Each test checks one limit: the wall-clock one is set out of reach (but the
@@ -157,4 +157,4 @@ TEST(JinjaLimits, TemplateSize) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::jinja

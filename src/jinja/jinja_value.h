@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace sluice::server {
+namespace sluice::jinja {
 
 class JinjaValue;
 using JinjaList = std::vector<JinjaValue>;
@@ -135,4 +135,4 @@ struct JinjaArgs {
   JinjaValue get(size_t i, const std::string& name) const;
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::jinja

@@ -8,10 +8,10 @@
 #include <optional>
 #include <unordered_set>
 
-#include "server/jinja_limits.h"
-#include "server/jinja_render.h"
+#include "jinja/jinja_limits.h"
+#include "jinja/jinja_render.h"
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 
 std::vector<std::string> utf8_chars(const std::string& s) {
   std::vector<std::string> out;
@@ -421,4 +421,4 @@ JinjaValue Renderer::binary(const Expr& e) {
   unsupported(e.line, "the operator '" + op + "'");
 }
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja

@@ -1,13 +1,13 @@
-#include "server/jinja_value.h"
+#include "jinja/jinja_value.h"
 
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "server/jinja_error.h"
-#include "server/jinja_limits.h"
+#include "jinja/jinja_error.h"
+#include "jinja/jinja_limits.h"
 
-namespace sluice::server {
+namespace sluice::jinja {
 
 namespace {
 
@@ -372,4 +372,4 @@ JinjaValue JinjaArgs::get(size_t i, const std::string& name) const {
   return JinjaValue();
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::jinja

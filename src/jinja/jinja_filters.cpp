@@ -5,10 +5,10 @@
 #include <cmath>
 #include <set>
 
-#include "server/jinja_limits.h"
-#include "server/jinja_render.h"
+#include "jinja/jinja_limits.h"
+#include "jinja/jinja_render.h"
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 namespace {
 
 const std::set<std::string>& known_filters() {
@@ -495,4 +495,4 @@ JinjaValue Renderer::apply_filter(const std::string& f, const JinjaValue& v, Jin
   unsupported(line, "the filter '" + f + "'");
 }
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja

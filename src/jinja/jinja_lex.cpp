@@ -1,10 +1,10 @@
-#include "server/jinja_lex.h"
+#include "jinja/jinja_lex.h"
 
 #include <cctype>
 
-#include "server/jinja_error.h"
+#include "jinja/jinja_error.h"
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 namespace {
 
 bool is_ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
@@ -214,4 +214,4 @@ std::vector<Segment> split_segments(std::string_view source) {
   return segs;
 }
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja

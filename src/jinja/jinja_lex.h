@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 
 struct Token {
   enum class Kind { kName, kInt, kFloat, kString, kOp };
@@ -33,4 +33,4 @@ struct Segment {
 // keep_trailing_newline=False, one newline at the very end is dropped.
 std::vector<Segment> split_segments(std::string_view source);
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja

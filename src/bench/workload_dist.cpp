@@ -1,5 +1,4 @@
-// bench-serve's workload draws (bench_serve_dist.h).
-#include "bench_serve_dist.h"
+#include "bench/workload_dist.h"
 
 #include <algorithm>
 #include <charconv>
@@ -8,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-namespace sluice::cli {
+namespace sluice::bench {
 namespace {
 
 std::optional<double> parse_number(std::string_view s, bool integer) {
@@ -89,4 +88,4 @@ int64_t draw(const Dist& d, Rng& rng) {
   return 1;
 }
 
-}  // namespace sluice::cli
+}  // namespace sluice::bench

@@ -6,11 +6,11 @@
 // loopcontrols, HF's tojson); errors carry the message of jinja2's exception.
 #include <gtest/gtest.h>
 
-#include "server/jinja_test_util.h"
+#include "jinja/jinja_test_util.h"
 
-#include "server/jinja.h"
+#include "jinja/jinja.h"
 
-namespace sluice::server {
+namespace sluice::jinja {
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -129,4 +129,4 @@ TEST(JinjaDict, IncomparableOrUnhashableKeysFailAsInPython) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::jinja

@@ -7,7 +7,7 @@
 
 #include "sluice/status.h"
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 
 struct JinjaError {
   StatusCode code;
@@ -31,4 +31,4 @@ struct JinjaError {
   throw JinjaError{StatusCode::kResourceExhausted, "chat template line " + std::to_string(line) + ": " + what};
 }
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja

@@ -1,14 +1,13 @@
-#include "server/jinja.h"
+#include "jinja/jinja.h"
 
 #include <algorithm>
 #include <ctime>
 #include <unordered_set>
 
-#include "server/jinja_limits.h"
-#include "server/jinja_render.h"
+#include "jinja/jinja_limits.h"
+#include "jinja/jinja_render.h"
 
-namespace sluice::server {
-namespace jinja {
+namespace sluice::jinja {
 
 Renderer::Renderer(const nlohmann::ordered_json& context, const JinjaRenderOptions& options)
     : max_render_ms_(options.max_render_ms),
@@ -365,8 +364,6 @@ JinjaList Renderer::iterate(const JinjaValue& v, int line) {
   fail(line, std::string("'") + v.type_name() + "' object is not iterable");
 }
 
-}  // namespace jinja
-
 StatusOr<JinjaTemplate> JinjaTemplate::parse(std::string_view source) {
   ASSIGN_OR_RETURN(jinja::NodeList nodes, jinja::parse_template(source));
   return JinjaTemplate(std::move(nodes));
@@ -384,4 +381,4 @@ StatusOr<std::string> JinjaTemplate::render(const nlohmann::ordered_json& contex
   }
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::jinja

@@ -1,10 +1,10 @@
 // The Jinja subset: Python semantics that chat templates rely on, whitespace
 // control as Hugging Face configures it, and clean refusals.
-#include "server/jinja.h"
+#include "jinja/jinja.h"
 
 #include <gtest/gtest.h>
 
-namespace sluice::server {
+namespace sluice::jinja {
 namespace {
 
 std::string render(const std::string& src, const nlohmann::json& ctx = nlohmann::json::object()) {
@@ -150,4 +150,4 @@ TEST(Jinja, ErrorsAreStatusesNamingTheProblem) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::jinja

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 
 // Bytes of rendered text (and of any one string value built while rendering:
 // `'x' * n`, join, indent, ...). A chat prompt is a few KiB to a few hundred KiB.
@@ -48,4 +48,4 @@ inline constexpr uint32_t kRenderClockStride = 64;
 // Size of the template source itself.
 inline constexpr size_t kMaxTemplateBytes = size_t{1} << 20;  // 1 MiB
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja

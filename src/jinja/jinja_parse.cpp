@@ -1,15 +1,15 @@
-#include "server/jinja_parse.h"
+#include "jinja/jinja_parse.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <set>
 
-#include "server/jinja_error.h"
-#include "server/jinja_lex.h"
-#include "server/jinja_limits.h"
+#include "jinja/jinja_error.h"
+#include "jinja/jinja_lex.h"
+#include "jinja/jinja_limits.h"
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 namespace {
 
 JinjaValue int_literal(const Token& t) {  // Python's ints are unbounded, ours 64-bit: past int64 is an error
@@ -597,4 +597,4 @@ StatusOr<NodeList> parse_template(std::string_view source) {
   }
 }
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja

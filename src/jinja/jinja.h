@@ -22,11 +22,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/jinja_limits.h"
-#include "server/jinja_parse.h"
+#include "jinja/jinja_limits.h"
+#include "jinja/jinja_parse.h"
 #include "sluice/status.h"
 
-namespace sluice::server {
+namespace sluice::jinja {
 
 struct JinjaRenderOptions {
   // The clock strftime_now() reads, as Unix seconds formatted in UTC; unset:
@@ -49,4 +49,4 @@ class JinjaTemplate {
   jinja::NodeList nodes_;
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::jinja

@@ -25,10 +25,10 @@
 #include <utility>
 #include <vector>
 
-#include "server/jinja_value.h"
+#include "jinja/jinja_value.h"
 #include "sluice/status.h"
 
-namespace sluice::server::jinja {
+namespace sluice::jinja {
 
 struct Expr;
 using ExprPtr = std::shared_ptr<const Expr>;
@@ -87,4 +87,4 @@ StatusOr<NodeList> parse_template(std::string_view source);
 bool is_known_filter(const std::string& name);
 bool is_known_test(const std::string& name);
 
-}  // namespace sluice::server::jinja
+}  // namespace sluice::jinja
