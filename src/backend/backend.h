@@ -284,6 +284,9 @@ struct PreparedWeights {
   int64_t n_repacked = 0;
   std::string summary;            // one line, "" if nothing was prepared
   Status status;                  // not ok: the weights cannot be placed (a budget too small, say)
+  // [groups.size()] 1: the group's matrices stay in host memory and are copied
+  // to the backend's at each use (cuda under --gpu-budget); empty: none do.
+  std::vector<uint8_t> host_groups;
 };
 
 class Backend {

@@ -143,7 +143,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e.sampling.reserve(static_cast<size_t>(config.max_seqs));
   e.tasks.reserve(static_cast<size_t>(config.max_seqs));
   e.metrics.kv_blocks_total->set(static_cast<double>(n_blocks));
-  if (e.stream && e.stream->store().streams_experts()) e.metrics.init_experts(e.model->hparams().n_layer);
+  if (e.stream && e.stream->store().streams_experts()) e.metrics.init_experts(e.model->hparams());
   if (e.model->hparams().is_moe()) e.model->set_routing_counters(e.metrics.init_routing(e.model->hparams()));
   e.publish_stats();
   e.loop = std::thread([p = impl.get()] { p->run(); });
@@ -576,8 +576,11 @@ void Engine::Impl::publish_stats() {
   st.spec_emitted = spec_emitted;
   metrics.publish(st);
   if (stream) metrics.publish_weights(stream->store().counters());
-  if (stream && stream->store().streams_experts() && (stop || now_seconds() - experts_published_s > 0.25)) {
-    metrics.publish_experts(stream->store().expert_stats());  // per layer: a few times a second is enough
+  // Per layer and expert: a few times a second is enough, and once more when
+  // the engine goes idle, so what it shows then is final.
+  if (stream && stream->store().streams_experts() &&
+      (stop || !sched->has_unfinished() || now_seconds() - experts_published_s > 0.25)) {
+    metrics.publish_experts(stream->store().expert_stats());
     experts_published_s = now_seconds();
   }
   std::lock_guard<std::mutex> lock(stats_mu);

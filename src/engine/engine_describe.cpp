@@ -8,20 +8,13 @@
 //    "kv": {"dtype", "block_size", "n_blocks", "bytes", "swap_blocks", "window"},
 //    "batch": {"max_batch_tokens", "max_seqs", "prefix_caching"},
 //    "adapters": [ids], "speculative": "" or what it is,
-//    "placement": {"mode": "resident" | "layers" | "experts" | "pipeline",
-//                  "compute": "ram" | "gpu",
-//                  "layers": [{"layer", "tier", "bytes", "moe"}],
-//                  "experts": {"tier", "n_slots", "expert_bytes"} (experts streamed)}}
-//
-// A layer's tier: "ram" (resident in host memory, the CPU's compute tier),
-// "gpu" (the CUDA backend; under --gpu-budget some layers stay in pinned host
-// memory and are copied ahead of use: "gpu+host"), "disk" (streamed through
-// the weight store's ring), "rank" (held by another process of a pipeline).
+//    "placement": per layer, the bytes each tier holds (engine/placement_json.h)}
 #include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/engine_impl.h"
+#include "engine/placement_json.h"
 #include "quant/dtype.h"
 
 namespace sluice {
@@ -73,33 +66,27 @@ std::string Engine::describe_json() const {
   j["adapters"] = lora_names();
   j["speculative"] = e.proposer ? e.proposer->describe() : "";
 
-  // Placement: per layer, the tier that holds it.
-  const bool gpu = e.cfg.backend == "cuda";
-  const char* compute = gpu ? (e.cfg.gpu_budget_bytes > 0 ? "gpu+host" : "gpu") : "ram";
-  nlohmann::ordered_json placement;
+  // Placement: per layer, the bytes each tier holds.
   const weights::PlacementPlan* plan = e.stream ? &e.stream->store().plan() : nullptr;
-  const bool experts_streamed = plan && plan->n_expert_slots > 0;
-  const bool pipeline = e.model->layer_begin() > 0 || e.model->layer_end() < hp.n_layer;
-  placement["mode"] = pipeline ? "pipeline" : experts_streamed ? "experts" : plan ? "layers" : "resident";
-  placement["compute"] = gpu ? "gpu" : "ram";
-  nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+  PlacementFacts f{.gpu = e.cfg.backend == "cuda", .layer_bytes = layer_bytes,
+                   .layer_host_bytes = e.model->host_layer_bytes(), .layer_begin = e.model->layer_begin(),
+                   .layer_end = e.model->layer_end(), .weights_streamed = plan != nullptr,
+                   .n_expert_slots = plan ? plan->n_expert_slots : 0, .expert_bytes = plan ? plan->expert_bytes : 0};
+  f.layer_expert_bytes.assign(static_cast<size_t>(hp.n_layer), 0);
+  f.layer_moe.assign(static_cast<size_t>(hp.n_layer), 0);
+  f.layer_streamed.assign(static_cast<size_t>(hp.n_layer), 0);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
-    std::string tier = compute;
-    if (l < e.model->layer_begin() || l >= e.model->layer_end()) {
-      tier = "rank";
-    } else if (plan && !experts_streamed && static_cast<size_t>(l) < plan->layers.size() &&
-               plan->layers[static_cast<size_t>(l)].streamed) {
-      tier = "disk";
+    const auto i = static_cast<size_t>(l);
+    f.layer_moe[i] = hp.layer_is_moe(l);
+    if (plan && f.n_expert_slots == 0 && i < plan->layers.size()) f.layer_streamed[i] = plan->layers[i].streamed;
+    if (!hp.layer_is_moe(l)) continue;
+    for (TensorRole role : {TensorRole::kFfnGateExps, TensorRole::kFfnUpExps, TensorRole::kFfnDownExps}) {
+      const TensorSpec* spec = hp.spec->find(role);
+      const TensorInfo* t = spec ? e.file->find(gguf_tensor_name(*spec, l)) : nullptr;
+      if (t) f.layer_expert_bytes[i] += t->n_bytes;
     }
-    layers.push_back({{"layer", l}, {"tier", tier}, {"bytes", layer_bytes[static_cast<size_t>(l)]},
-                      {"moe", hp.layer_is_moe(l)}});
   }
-  placement["layers"] = std::move(layers);
-  if (hp.is_moe()) {
-    placement["experts"] = {{"tier", experts_streamed ? "disk" : compute},
-                            {"n_slots", experts_streamed ? plan->n_expert_slots : 0},
-                            {"expert_bytes", experts_streamed ? plan->expert_bytes : 0}};
-  }
+  nlohmann::ordered_json placement = placement_json(f);
   j["placement"] = std::move(placement);
   return j.dump();
 }

@@ -1,5 +1,7 @@
 #include "engine/engine_metrics.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace sluice {
@@ -64,9 +66,9 @@ void EngineMetrics::publish(const EngineStats& s) {
   spec_tokens_per_pass->set(s.spec_tokens_per_pass());
 }
 
-void EngineMetrics::init_experts(int64_t n_layer) {
+void EngineMetrics::init_experts(const ModelHparams& hp) {
   MetricRegistry& r = global_metrics();
-  for (int64_t l = 0; l < n_layer; ++l) {
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string label = fmt::format("layer=\"{}\"", l);
     expert_recall.push_back(r.gauge("sluice_expert_recall", "Share of chosen experts the prediction named", label));
     expert_precision.push_back(r.gauge("sluice_expert_precision", "Share of predicted experts the routing chose", label));
@@ -78,6 +80,27 @@ void EngineMetrics::init_experts(int64_t n_layer) {
     experts_missed.push_back(r.gauge("sluice_experts_missed", "Chosen experts read on demand", label));
     expert_late_s.push_back(r.gauge("sluice_expert_late_seconds", "Late experts: routing to landing, summed", label));
     expert_late_max_s.push_back(r.gauge("sluice_expert_late_max_seconds", "The latest expert: routing to landing", label));
+  }
+  if (hp.n_layer * hp.n_expert <= kMaxExpertCells) {
+    const size_t n = static_cast<size_t>(hp.n_layer * hp.n_expert);
+    for (auto* v : {&expert_resident, &expert_ready, &expert_late, &expert_missed, &expert_predicted_routed,
+                    &expert_predicted_unrouted})
+      v->assign(n, nullptr);
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      if (!hp.layer_is_moe(l)) continue;
+      for (int64_t e = 0; e < hp.n_expert; ++e) {
+        const size_t i = static_cast<size_t>(l * hp.n_expert + e);
+        const std::string le = fmt::format("layer=\"{}\",expert=\"{}\"", l, e);
+        expert_resident[i] = r.gauge("sluice_expert_resident", "1: the expert is in a slot, 0: on disk only", le);
+        const char* chosen = "Steps whose routing chose the expert, by where it was then";
+        expert_ready[i] = r.gauge("sluice_expert_chosen", chosen, le + ",readiness=\"ready\"");
+        expert_late[i] = r.gauge("sluice_expert_chosen", chosen, le + ",readiness=\"late\"");
+        expert_missed[i] = r.gauge("sluice_expert_chosen", chosen, le + ",readiness=\"missed\"");
+        const char* predicted = "Steps that predicted the expert, by whether the routing chose it";
+        expert_predicted_routed[i] = r.gauge("sluice_expert_predicted", predicted, le + ",routed=\"yes\"");
+        expert_predicted_unrouted[i] = r.gauge("sluice_expert_predicted", predicted, le + ",routed=\"no\"");
+      }
+    }
   }
   expert_disk_bytes = r.gauge("sluice_expert_read_bytes", "Expert bytes read", "tier=\"disk\"");
   expert_host_bytes = r.gauge("sluice_expert_read_bytes", "Expert bytes read", "tier=\"host\"");
@@ -108,6 +131,20 @@ void EngineMetrics::publish_experts(const weights::ExpertStatsSnapshot& s) {
     experts_missed[l]->set(static_cast<double>(s.layers[l].missed));
     expert_late_s[l]->set(s.layers[l].late_s);
     expert_late_max_s[l]->set(s.layers[l].late_max_s);
+  }
+  const weights::ExpertHeatSnapshot& h = s.experts;
+  if (static_cast<int64_t>(expert_resident.size()) == h.n_layer * h.n_expert) {
+    for (size_t i = 0; i < h.cells.size(); ++i) {
+      if (!expert_resident[i]) continue;
+      const weights::ExpertHeatCell& c = h.cells[i];
+      expert_resident[i]->set(c.resident ? 1.0 : 0.0);
+      expert_ready[i]->set(static_cast<double>(c.ready));
+      expert_late[i]->set(static_cast<double>(c.late));
+      expert_missed[i]->set(static_cast<double>(c.missed));
+      expert_predicted_routed[i]->set(static_cast<double>(c.predicted_chosen));
+      // (a snapshot taken mid-count may hold the hit before the prediction)
+      expert_predicted_unrouted[i]->set(static_cast<double>(c.predicted - std::min(c.predicted, c.predicted_chosen)));
+    }
   }
   if (expert_disk_bytes) expert_disk_bytes->set(static_cast<double>(s.disk_bytes));
   if (expert_host_bytes) expert_host_bytes->set(static_cast<double>(s.host_bytes));

@@ -20,6 +20,12 @@
 //   missed = chosen, since start), sluice_expert_late_seconds{layer} (summed
 //   lateness), sluice_expert_late_max_seconds{layer},
 //   sluice_expert_read_bytes{tier="disk|host"}   gauges, when experts stream
+//   sluice_expert_resident{layer,expert} (1: in a slot, 0: on disk only),
+//   sluice_expert_chosen{layer,expert,readiness="ready|late|missed"},
+//   sluice_expert_predicted{layer,expert,routed="yes|no"} (predictions the
+//   routing then chose or not)   gauges per expert, when experts stream and
+//                                the model has at most kMaxExpertCells
+//                                (layer, expert) pairs
 //   sluice_expert_routed_total{layer,expert}     counter: tokens routed to the
 //                                   expert (routed models, resident or streamed)
 // Several engines in one process share these series.
@@ -33,13 +39,18 @@
 
 namespace sluice {
 
+// Per-expert series stop here: n_layer * n_expert above it (a model of
+// hundreds of experts in each of tens of layers) reports per layer only.
+inline constexpr int64_t kMaxExpertCells = 8192;
+
 struct EngineMetrics {
   EngineMetrics();
   void observe_finished(const RequestTimings& t, FinishReason reason);
   void publish(const EngineStats& s);
   void publish_weights(const weights::WeightCountersSnapshot& w);
-  // Creates the per-layer expert series (once, at engine creation).
-  void init_experts(int64_t n_layer);
+  // Creates the per-layer expert series, and the per-expert ones of routed
+  // layers within kMaxExpertCells (once, at engine creation).
+  void init_experts(const ModelHparams& hp);
   void publish_experts(const weights::ExpertStatsSnapshot& s);
   // Creates sluice_expert_routed_total for every routed layer and expert;
   // returns them [n_layer * n_expert], null for dense layers (Model::set_routing_counters).
@@ -74,6 +85,10 @@ struct EngineMetrics {
   // [n_layer] each, empty unless experts stream.
   std::vector<Gauge*> expert_recall, expert_precision, expert_hit_rate, experts_resident;
   std::vector<Gauge*> experts_chosen, experts_ready, experts_late, experts_missed, expert_late_s, expert_late_max_s;
+  // [n_layer * n_expert] each (null for dense layers), empty unless experts
+  // stream within kMaxExpertCells.
+  std::vector<Gauge*> expert_resident, expert_ready, expert_late, expert_missed, expert_predicted_routed,
+      expert_predicted_unrouted;
   Gauge* expert_disk_bytes = nullptr;
   Gauge* expert_host_bytes = nullptr;
 };

@@ -62,7 +62,9 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
     std::vector<WeightGroup> spans(groups.begin(), groups.end());
     m->prepared_ = m->backend_->prepare_weights(spans);
     RETURN_IF_ERROR(m->prepared_.status);
+    m->host_layer_bytes_ = layer_bytes_of_groups(m->weights_, spans, m->prepared_.host_groups);
   }
+  m->host_layer_bytes_.resize(static_cast<size_t>(m->hp_.n_layer), 0);
   if (options.repack && m->source_) m->reorder_resident();
   return m;
 }

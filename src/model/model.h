@@ -124,6 +124,10 @@ class Model {
   // one-line description for load summaries ("" if none).
   uint64_t repacked_bytes() const { return prepared_.repacked_bytes; }
   const std::string& repack_summary() const { return prepared_.summary; }
+  // Bytes of each layer's matrices the backend reads from host memory and
+  // copies to its own at each use (prepare_weights left them there: cuda
+  // under --gpu-budget).  [n_layer], all 0 when none
+  const std::vector<uint64_t>& host_layer_bytes() const { return host_layer_bytes_; }
 
   // The KV dtype used when none is asked for: f32 for F32 models (full
   // precision end to end), f16 otherwise.
@@ -221,6 +225,7 @@ class Model {
   std::shared_ptr<LayerWeightSource> source_;
   ModelWeights weights_;
   PreparedWeights prepared_;
+  std::vector<uint64_t> host_layer_bytes_;  // [n_layer] host_layer_bytes()
   LongRopeFactors longrope_ = LongRopeFactors::kNone;
   RopeFreqs rope_;      // inv_freq [n_rot / 2] after scaling, and the cos/sin magnitude
   RopeFreqs rope_swa_;  // windowed layers' own RoPE (gemma3), or empty inv_freq

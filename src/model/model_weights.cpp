@@ -1,5 +1,8 @@
 #include "model/model_weights.h"
 
+#include <unordered_map>
+#include <unordered_set>
+
 #include <fmt/format.h>
 
 #include "quant/quant.h"
@@ -224,6 +227,29 @@ std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const Arc
   }
   groups.push_back({&w.output});  // token_embd stays where it is (row lookups)
   return groups;
+}
+
+std::vector<uint64_t> layer_bytes_of_groups(const ModelWeights& w, std::span<const WeightGroup> groups,
+                                            std::span<const uint8_t> which) {
+  std::vector<uint64_t> out(w.layers.size(), 0);
+  if (which.empty()) return out;
+  std::unordered_map<const WeightView*, size_t> layer_of;  // every view a layer holds -> its layer
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& lw = w.layers[l];
+    for (const WeightView& v : lw.mats) layer_of[&v] = l;
+    for (const ExpertWeights& e : lw.experts)
+      for (const WeightView* v : {&e.gate, &e.up, &e.down}) layer_of[v] = l;
+  }
+  std::unordered_set<const uint8_t*> seen;
+  for (size_t g = 0; g < groups.size() && g < which.size(); ++g) {
+    if (!which[g]) continue;
+    for (const WeightView* v : groups[g]) {
+      const auto it = layer_of.find(v);
+      if (it == layer_of.end() || !v->data || !seen.insert(v->data).second) continue;
+      out[it->second] += row_bytes(v->type, v->n_in) * static_cast<uint64_t>(v->n_out);
+    }
+  }
+  return out;
 }
 
 }  // namespace sluice

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "arch/arch_spec.h"
@@ -69,6 +70,13 @@ void bind_experts(LayerWeights& layer, int64_t n_expert);
 // spec's groups, per layer, each expert's gate/up and down, then the output
 // head), for Backend::prepare_weights.
 std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const ArchSpec& spec);
+
+// Bytes per layer of the groups marked in `which` ([groups.size()], nonzero:
+// counted), a matrix counted once however many groups hold it: how much of
+// each layer a placement put somewhere. Views outside every layer (the output
+// head) are not counted.  returns [w.layers.size()]
+std::vector<uint64_t> layer_bytes_of_groups(const ModelWeights& w, std::span<const WeightGroup> groups,
+                                            std::span<const uint8_t> which);
 
 // Whether a per-layer tensor of the spec belongs to layer l of this model
 // (dense or routed FFN).

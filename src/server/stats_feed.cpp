@@ -172,7 +172,7 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
                   {"overlap_efficiency", value("sluice_weight_overlap_efficiency")},
                   {"resident_fraction", value("sluice_weight_resident_fraction")}};
 
-  // Experts: the routed-count matrix and the per-layer cache figures.
+  // Experts: the routed-count matrix, the per-layer cache figures and the per-expert ones.
   const ojson& m = j["model"];
   const int64_t n_layer = m.value("n_layer", int64_t{0}), n_expert = m.value("n_expert", int64_t{0});
   if (n_expert > 0 && n_layer > 0) {
@@ -202,16 +202,50 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
     }
     j["experts"] = {{"n_layer", n_layer}, {"n_expert", n_expert}, {"routed", routed},
                     {"routed_per_s", routed_rate}, {"layers", layers}};
+    // Per expert, when experts stream: the matrices of what the store counted.
+    auto matrix = [&](const std::string& name, const std::string& extra) {
+      ojson rows = ojson::array();
+      for (int64_t l = 0; l < n_layer; ++l) {
+        const std::string ll = "layer=\"" + std::to_string(l) + "\",expert=\"";
+        if (by_key.count(key(name, ll + "0\"" + extra)) == 0) {
+          rows.push_back(nullptr);
+          continue;
+        }
+        ojson row = ojson::array();
+        for (int64_t e = 0; e < n_expert; ++e) row.push_back(value(name, ll + std::to_string(e) + "\"" + extra));
+        rows.push_back(std::move(row));
+      }
+      return rows;
+    };
+    bool per_expert = false;
+    for (int64_t l = 0; l < n_layer && !per_expert; ++l)
+      per_expert = by_key.count(key("sluice_expert_resident", "layer=\"" + std::to_string(l) + "\",expert=\"0\"")) > 0;
+    if (per_expert) {
+      ojson predicted = matrix("sluice_expert_predicted", ",routed=\"yes\"");
+      const ojson not_chosen = matrix("sluice_expert_predicted", ",routed=\"no\"");
+      const ojson chosen = predicted;
+      for (size_t l = 0; l < predicted.size(); ++l)
+        for (size_t e = 0; predicted[l].is_array() && e < predicted[l].size(); ++e)
+          predicted[l][e] = predicted[l][e].get<double>() + not_chosen[l][e].get<double>();
+      j["experts"]["per_expert"] = {{"resident", matrix("sluice_expert_resident", "")},
+                                    {"ready", matrix("sluice_expert_chosen", ",readiness=\"ready\"")},
+                                    {"late", matrix("sluice_expert_chosen", ",readiness=\"late\"")},
+                                    {"missed", matrix("sluice_expert_chosen", ",readiness=\"missed\"")},
+                                    {"predicted", predicted},
+                                    {"predicted_chosen", chosen}};
+    }
   }
   j["speculative"] = {{"drafted", value("sluice_spec_draft_tokens_total")},
                       {"accepted", value("sluice_spec_accepted_tokens_total")},
                       {"acceptance_rate", value("sluice_spec_acceptance_rate")},
                       {"tokens_per_pass", value("sluice_spec_tokens_per_pass")}};
 
-  // Everything else, as /metrics has it (the routed matrix is above).
+  // Everything else, as /metrics has it (the per-expert matrices are above).
   ojson all = ojson::object();
   for (const Row& r : rows) {
-    if (r.name == "sluice_expert_routed_total") continue;
+    if (r.name == "sluice_expert_routed_total" || r.name == "sluice_expert_resident" ||
+        r.name == "sluice_expert_chosen" || r.name == "sluice_expert_predicted")
+      continue;
     ojson e = {{"labels", parse_labels(r.labels)}};
     if (r.kind == MetricKind::kHistogram) {
       e["count"] = r.value;

@@ -19,7 +19,12 @@
 //    "experts": {"n_layer", "n_expert", "routed": [[tokens per expert] per layer]
 //                (null for dense layers), "routed_per_s": same shape,
 //                "layers": [{"layer", "resident", "recall", "precision",
-//                "hit_rate"}] (when experts stream)},            absent for dense models
+//                "hit_rate"}] (when experts stream),
+//                "per_expert": {"resident" (1: in a slot), "ready", "late",
+//                "missed" (steps that chose it, by where it was), "predicted",
+//                "predicted_chosen": each the shape of "routed"} (when experts
+//                stream and the model has at most 8192 (layer, expert) pairs:
+//                engine_metrics.h)},                           absent for dense models
 //    "speculative": {"drafted", "accepted", "acceptance_rate", "tokens_per_pass"},
 //    "metrics": {name: [{"labels": {...}, "value"} | {"labels", "count", "sum",
 //                "p50", "p90", "p99"}]}}   every other series, as /metrics has it

@@ -1,9 +1,11 @@
 // StatsFeed (the registry as JSON, with rates) and the live-view routes of
 // HttpServer: GET / (the page), GET /stats and /stats/stream, in front of a
-// real Engine on stories-moe (routed counts per layer and expert) with and
-// without an API key.
+// real Engine on stories-moe (routed counts per layer and expert; streamed
+// experts' residency, readiness and predictions per expert) with and without
+// an API key.
 #include "server/stats_feed.h"
 
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -70,11 +72,14 @@ TEST(StatsFeed, SnapshotHoldsTheRegistrysNumbersAndRates) {
 }
 
 // A real engine on stories-moe behind the HTTP server, on a free port.
+// (mem_budget_bytes > 0: the shipped stories-moe-f16 with its experts streamed.)
 class LiveServer {
  public:
-  explicit LiveServer(const std::string& api_key = "") {
-    auto e = Engine::create({.model_path = testing::model_path("stories-moe/stories-moe.gguf"), .n_threads = 2,
-                             .max_batch_tokens = 64, .max_seqs = 4, .ctx_size = 256});
+  explicit LiveServer(const std::string& api_key = "", uint64_t mem_budget_bytes = 0) {
+    const std::string model = mem_budget_bytes > 0 ? testing::shipped_model_path("stories-moe-f16.gguf")
+                                                   : testing::model_path("stories-moe/stories-moe.gguf");
+    auto e = Engine::create({.model_path = model, .n_threads = 2, .max_batch_tokens = 64, .max_seqs = 4,
+                             .ctx_size = 256, .mem_budget_bytes = mem_budget_bytes});
     if (!e.ok()) {
       error_ = e.status().to_string();
       return;
@@ -141,6 +146,7 @@ TEST(StatsRoutes, PageAndStatsOfAMoeModelFollowItsRouting) {
   for (const auto& l : m["placement"]["layers"]) {
     EXPECT_EQ(l["tier"], "ram");
     EXPECT_GT(l["bytes"].get<double>(), 0);
+    EXPECT_EQ(l["tiers"], json({{"ram", l["bytes"]}}));
   }
   EXPECT_GT(m["weight_types"].size(), 0u);
   const json& ex = before["experts"];
@@ -184,6 +190,93 @@ TEST(StatsRoutes, PageAndStatsOfAMoeModelFollowItsRouting) {
   EXPECT_EQ(again["kv"]["blocks_total"].get<double>(), prometheus_value(metrics->body, "sluice_kv_blocks_total"));
   EXPECT_GE(again["latency"]["ttft_s"]["count"].get<double>(), 1);
   EXPECT_GT(again["latency"]["ttft_s"]["p50"].get<double>(), 0);
+}
+
+// Streamed experts: per layer and expert, whether it is in a slot and how
+// its layer found it when chosen (ready, late, missed) and whether it was
+// predicted; they add up to the per-layer figures, follow the routing, and
+// are the numbers /metrics has.
+TEST(StatsRoutes, StreamedExpertsArePerExpertInStatsAsInMetrics) {
+  LiveServer s("", 1'500'000);
+  ASSERT_TRUE(s.ok()) << s.error();
+  auto cli = s.client();
+  const json before = s.stats();
+  ASSERT_TRUE(before.is_object());
+  EXPECT_EQ(before["model"]["placement"]["mode"], "experts");
+  // Each routed layer: its experts on disk (streamed into slots), the rest in RAM.
+  for (const auto& l : before["model"]["placement"]["layers"]) {
+    ASSERT_TRUE(l["moe"].get<bool>());
+    const double ram = l["tiers"]["ram"], disk = l["tiers"]["disk"];
+    EXPECT_GT(disk, ram);  // stories-moe: 2.4 MB of its 2.6 MB are experts
+    EXPECT_GT(ram, 0);
+    EXPECT_EQ(ram + disk, l["bytes"].get<double>());
+    EXPECT_EQ(l["tier"], "disk");
+  }
+  const json& ex0 = before["experts"];
+  ASSERT_TRUE(ex0.contains("per_expert")) << ex0.dump();
+  const size_t n_layer = ex0["n_layer"], n_expert = ex0["n_expert"];
+  for (const char* k : {"resident", "ready", "late", "missed", "predicted", "predicted_chosen"}) {
+    ASSERT_EQ(ex0["per_expert"][k].size(), n_layer) << k;
+    for (const auto& row : ex0["per_expert"][k]) ASSERT_EQ(row.size(), n_expert) << k;
+  }
+
+  auto res = cli.Post("/v1/completions",
+                      R"({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "ignore_eos": true})",
+                      "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  // The engine publishes its last figures as it goes idle: wait for them to settle.
+  json after = s.stats();
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const json again = s.stats();
+    const bool settled = again["experts"]["per_expert"] == after["experts"]["per_expert"] &&
+                         again["experts"]["routed"] == after["experts"]["routed"];
+    after = again;
+    if (settled) break;
+  }
+  const json& ex = after["experts"];
+  const json& pe = ex["per_expert"];
+  auto at = [](const json& m, size_t l, size_t e) { return m[l][e].get<double>(); };
+  std::map<size_t, json> layers;
+  for (const auto& l : ex["layers"]) layers[l["layer"].get<size_t>()] = l;
+  double resident_all = 0;
+  for (size_t l = 0; l < n_layer; ++l) {
+    double chosen = 0, ready = 0, hits = 0, resident = 0;
+    for (size_t e = 0; e < n_expert; ++e) {
+      const double c = at(pe["ready"], l, e) + at(pe["late"], l, e) + at(pe["missed"], l, e);
+      const double c0 = at(ex0["per_expert"]["ready"], l, e) + at(ex0["per_expert"]["late"], l, e) +
+                        at(ex0["per_expert"]["missed"], l, e);
+      // Chosen in a step of the request exactly when tokens of it were routed to it.
+      EXPECT_EQ(c > c0, at(ex["routed"], l, e) > at(ex0["routed"], l, e)) << "layer " << l << " expert " << e;
+      EXPECT_LE(at(pe["predicted_chosen"], l, e), at(pe["predicted"], l, e));
+      EXPECT_TRUE(at(pe["resident"], l, e) == 0 || at(pe["resident"], l, e) == 1);
+      chosen += c;
+      ready += at(pe["ready"], l, e);
+      hits += at(pe["predicted_chosen"], l, e);
+      resident += at(pe["resident"], l, e);
+    }
+    ASSERT_TRUE(layers.count(l)) << ex["layers"].dump();
+    EXPECT_GT(chosen, 0) << "layer " << l;
+    EXPECT_EQ(resident, layers[l]["resident"].get<double>()) << "layer " << l;
+    EXPECT_NEAR(ready / chosen, layers[l]["hit_rate"].get<double>(), 1e-12) << "layer " << l;
+    EXPECT_NEAR(hits / chosen, layers[l]["recall"].get<double>(), 1e-12) << "layer " << l;
+    resident_all += resident;
+  }
+  EXPECT_GT(resident_all, 0);
+  EXPECT_LE(resident_all, after["model"]["placement"]["experts"]["n_slots"].get<double>());
+  // The same numbers /metrics has.
+  auto metrics = cli.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  for (size_t e = 0; e < n_expert; ++e) {
+    const std::string le = "layer=\"2\",expert=\"" + std::to_string(e) + "\"";
+    EXPECT_EQ(at(pe["resident"], 2, e), prometheus_value(metrics->body, "sluice_expert_resident{" + le + "}"));
+    EXPECT_EQ(at(pe["missed"], 2, e),
+              prometheus_value(metrics->body, "sluice_expert_chosen{" + le + ",readiness=\"missed\"}"));
+    EXPECT_EQ(at(pe["predicted_chosen"], 2, e),
+              prometheus_value(metrics->body, "sluice_expert_predicted{" + le + ",routed=\"yes\"}"));
+  }
+  EXPECT_FALSE(after["metrics"].contains("sluice_expert_chosen"));  // only as the matrices above
 }
 
 TEST(StatsRoutes, StreamSendsSnapshotsAtTheIntervalAndRefusesBadOnes) {

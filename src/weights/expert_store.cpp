@@ -162,6 +162,7 @@ ExpertStore::ExpertStore(const ModelHparams& hp, const ExpertStoreOptions& o, Ba
       predicted_(static_cast<size_t>(hp.n_layer * hp.n_expert), 0),
       layer_counters_(new LayerCounters[static_cast<size_t>(hp.n_layer)]),
       resident_(new std::atomic<int64_t>[static_cast<size_t>(hp.n_layer)]),
+      heat_(hp.n_layer, hp.n_expert),
       policy_(o.policy) {
   for (int64_t l = 0; l < hp.n_layer; ++l) resident_[static_cast<size_t>(l)].store(0);
   pinned_.reserve(static_cast<size_t>(hp.n_expert));
@@ -219,7 +220,10 @@ bool ExpertStore::stop_read(int64_t slot) {
 void ExpertStore::forget(int64_t slot) {
   stop_read(slot);
   const int64_t layer = cache_.slot_layer(slot);
-  if (layer >= 0) resident_[static_cast<size_t>(layer)].fetch_sub(1, std::memory_order_relaxed);
+  if (layer >= 0) {
+    resident_[static_cast<size_t>(layer)].fetch_sub(1, std::memory_order_relaxed);
+    heat_.set_resident(layer, cache_.slot_expert(slot), false);
+  }
   cache_.clear_slot(slot);
 }
 
@@ -231,6 +235,7 @@ void ExpertStore::drop_prefetch(int64_t slot) {
   if (!untouched || e.layer < 0 || cache_.slot_of(e.layer, e.expert) >= 0) return;
   cache_.restore(slot, e.layer, e.expert);
   resident_[static_cast<size_t>(e.layer)].fetch_add(1, std::memory_order_relaxed);
+  heat_.set_resident(e.layer, e.expert, true);
   prepared_[static_cast<size_t>(slot)] = e.prepared;
   fresh_[static_cast<size_t>(slot)] = e.fresh;
   restored_.fetch_add(1, std::memory_order_relaxed);
@@ -270,7 +275,11 @@ StatusOr<bool> ExpertStore::start(int64_t layer, int64_t expert, TransferClass c
   SlotIo io{.cls = cls, .predicted = predicted, .seq = ++next_seq_, .submit_s = now_seconds(),
             .prev = whole ? landed : (untouched ? before : Evicted{})};
   resident_[static_cast<size_t>(layer)].fetch_add(1, std::memory_order_relaxed);
-  if (p.evicted_layer >= 0) resident_[static_cast<size_t>(p.evicted_layer)].fetch_sub(1, std::memory_order_relaxed);
+  heat_.set_resident(layer, expert, true);
+  if (p.evicted_layer >= 0) {
+    resident_[static_cast<size_t>(p.evicted_layer)].fetch_sub(1, std::memory_order_relaxed);
+    heat_.set_resident(p.evicted_layer, p.evicted_expert, false);
+  }
   const ExpertInfo& x = info(layer, expert);
   StatusOr<TransferId> id =
       arbiter_.submit(cls, x.layout.extents, pool_.data() + static_cast<uint64_t>(p.slot) * slot_bytes_);
@@ -325,6 +334,7 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
     ++n_predicted;
     const bool chosen = std::find(experts.begin(), experts.end(), static_cast<int32_t>(e)) != experts.end();
     n_predicted_chosen += chosen;
+    heat_.count_predicted(layer, e, chosen);
     const int64_t slot = cache_.slot_of(layer, e);
     if (!chosen && slot >= 0 && io_[static_cast<size_t>(slot)].transfer) {
       drop_prefetch(slot);
@@ -346,8 +356,10 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
       if (!fresh_[static_cast<size_t>(slot)]) c.kept.fetch_add(1, std::memory_order_relaxed);
       if (bytes_in(slot)) {
         c.ready.fetch_add(1, std::memory_order_relaxed);
+        heat_.count_chosen(layer, e, ExpertReadiness::kReady);
       } else {
         c.late.fetch_add(1, std::memory_order_relaxed);
+        heat_.count_chosen(layer, e, ExpertReadiness::kLate);
         late_since_.back() = routed_s;
         if (io.cls != TransferClass::kCritical) {
           arbiter_.reprioritize(io.transfer, TransferClass::kCritical);
@@ -356,6 +368,7 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
       }
     } else {
       c.missed.fetch_add(1, std::memory_order_relaxed);
+      heat_.count_chosen(layer, e, ExpertReadiness::kMissed);
       ASSIGN_OR_RETURN(const bool started, start(layer, e, TransferClass::kCritical, false));
       if (!started) return resource_exhausted("no free expert slot for expert {} of layer {}", e, layer);
       slot = cache_.slot_of(layer, e);
@@ -500,6 +513,7 @@ ExpertStatsSnapshot ExpertStore::stats() const {
   s.disk_bytes = disk_bytes_.load(std::memory_order_relaxed);
   s.host_bytes = host_bytes_.load(std::memory_order_relaxed);
   s.restored = restored_.load(std::memory_order_relaxed);
+  s.experts = heat_.snapshot();
   return s;
 }
 

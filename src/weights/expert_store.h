@@ -37,7 +37,9 @@
 // Counted per layer: chosen, predicted, predicted and chosen (precision and
 // recall), ready (landed when the layer routed), late (a prefetch still
 // reading) and by how long (routing to landing, summed and the longest),
-// missed (read on demand), and bytes: read from disk, served from slots. Threads: calls from the forward pass's thread; counters() from any.
+// missed (read on demand), and bytes: read from disk, served from slots; the
+// same per expert (expert_heat.h: outcomes, predictions, in a slot or not).
+// Threads: calls from the forward pass's thread; stats() from any.
 #pragma once
 
 #include <atomic>
@@ -54,6 +56,7 @@
 #include "model/weight_source.h"
 #include "weights/arbiter.h"
 #include "weights/expert_cache.h"
+#include "weights/expert_heat.h"
 #include "weights/expert_stats.h"
 #include "weights/extent_layout.h"
 #include "weights/weight_counters.h"
@@ -67,6 +70,7 @@ struct ExpertStatsSnapshot {
   uint64_t restored = 0;                 // cancelled prefetches that left their slot's expert in place
   int64_t n_slots = 0;
   CachePolicy policy = CachePolicy::kUsage;
+  ExpertHeatSnapshot experts;            // per layer and expert
 
   ExpertLayerStats total() const;
   // Bytes per token by tier, split into experts and dense weights, given the
@@ -190,6 +194,7 @@ class ExpertStore {
   std::vector<int32_t> predicted_;           // [n_layer * n_expert] 1: predicted since the layer last routed
   std::unique_ptr<LayerCounters[]> layer_counters_;  // [n_layer]
   std::unique_ptr<std::atomic<int64_t>[]> resident_;  // [n_layer] experts in slots (for stats())
+  ExpertHeat heat_;                                   // the per-expert figures
   std::atomic<uint64_t> disk_bytes_{0};
   std::atomic<uint64_t> restored_{0};  // drop_prefetch() gave a slot back
   std::atomic<uint64_t> host_bytes_{0};

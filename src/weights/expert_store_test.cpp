@@ -1,5 +1,6 @@
 // The expert cache's rules, and routed models streamed expert by expert giving
 // the tokens they give resident.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -92,6 +93,28 @@ void expect_streamed_equals_resident(const std::shared_ptr<const ModelFile>& fil
   EXPECT_GT(s.total().predicted, 0u);
   EXPECT_GT(s.disk_bytes, 0u);
   EXPECT_LE(s.total().resident, plan.n_expert_slots);
+  // The per-expert figures add up to the layer's.
+  ASSERT_EQ(s.experts.n_layer, static_cast<int64_t>(s.layers.size()));
+  for (int64_t l = 0; l < s.experts.n_layer; ++l) {
+    ExpertLayerStats sum;
+    for (int64_t e = 0; e < s.experts.n_expert; ++e) {
+      const ExpertHeatCell& c = s.experts.at(l, e);
+      sum.ready += c.ready;
+      sum.late += c.late;
+      sum.missed += c.missed;
+      sum.predicted += c.predicted;
+      sum.predicted_chosen += c.predicted_chosen;
+      sum.resident += c.resident;
+    }
+    const ExpertLayerStats& x = s.layers[static_cast<size_t>(l)];
+    EXPECT_EQ(sum.ready, x.ready) << "layer " << l;
+    EXPECT_EQ(sum.late, x.late) << "layer " << l;
+    EXPECT_EQ(sum.missed, x.missed) << "layer " << l;
+    EXPECT_EQ(sum.ready + sum.late + sum.missed, x.chosen) << "layer " << l;
+    EXPECT_EQ(sum.predicted, x.predicted) << "layer " << l;
+    EXPECT_EQ(sum.predicted_chosen, x.predicted_chosen) << "layer " << l;
+    EXPECT_EQ(sum.resident, x.resident) << "layer " << l;
+  }
 }
 
 TEST(ExpertStore, StoriesMoeStreamedExpertByExpertGivesTheResidentTokens) {
@@ -140,6 +163,22 @@ TEST(ExpertStore, ChosenExpertsAreReadyLateOrMissedAndLatenessIsTimed) {
   EXPECT_GE(l.late_max_s, l.late_s / 2);
   EXPECT_LE(l.late_max_s, l.late_s);
   EXPECT_NEAR(l.late_mean_ms(), 1e3 * l.late_s / 2, 1e-9);
+  // Per expert: 3 and 5 predicted (hits) and late, 8 and 9 missed, all four in slots.
+  const ExpertHeatSnapshot h = store.expert_stats().experts;
+  for (int32_t e : {3, 5}) {
+    EXPECT_EQ(h.at(2, e).late, 1u) << e;
+    EXPECT_EQ(h.at(2, e).predicted_chosen, 1u) << e;
+  }
+  for (int32_t e : {8, 9}) {
+    EXPECT_EQ(h.at(2, e).missed, 1u) << e;
+    EXPECT_EQ(h.at(2, e).predicted, 0u) << e;
+  }
+  for (int64_t e = 0; e < h.n_expert; ++e) {
+    const bool was_chosen = std::find(chosen.begin(), chosen.end(), e) != chosen.end();
+    EXPECT_EQ(h.at(2, e).resident, was_chosen) << e;
+    EXPECT_EQ(h.at(2, e).chosen(), was_chosen ? 1u : 0u) << e;
+    EXPECT_FALSE(h.at(1, e).resident) << e;
+  }
   // Again: all four in slots now, ready, and no later lateness.
   ASSERT_TRUE(store.begin_experts(2, chosen, out).ok());
   for (size_t k = 0; k < chosen.size(); ++k) {
@@ -151,6 +190,7 @@ TEST(ExpertStore, ChosenExpertsAreReadyLateOrMissedAndLatenessIsTimed) {
   EXPECT_EQ(again.ready, 4u);
   EXPECT_EQ(again.late_s, l.late_s);
   EXPECT_EQ(again.ready + again.late + again.missed, again.chosen);
+  for (int32_t e : chosen) EXPECT_EQ(store.expert_stats().experts.at(2, e).ready, 1u) << e;
 }
 
 // A small tiny-qwen2moe with n_expert experts, written to the scratch dir in Q8_0.

@@ -13,7 +13,7 @@ const BIN = process.env.SLUICE_BINARY;
 const SHARED = process.env.SLUICE_SHARED_DIR;
 const SRC = process.env.SLUICE_SOURCE_DIR;
 const DENSE = `${SHARED}/models/stories260K/stories260K.gguf`;
-const MOE = `${SHARED}/models/stories-moe/stories-moe.gguf`;
+const MOE = `${SRC}/models/stories-moe-f16.gguf`;  // shipped; streamed below: --mem-budget 1.5 MB of its 2.6 MB
 const TEMPLATE = `${SRC}/src/server/templates/qwen2.jinja`;
 const SHOTS = process.env.SCREENSHOT_DIR || "";
 
@@ -90,6 +90,7 @@ try {
     const layers = await page.locator("#layers span").count();
     assert.ok(layers > 0, "one cell per layer");
     assert.equal(await page.locator("#layers span").first().getAttribute("data-tier"), "ram");
+    assert.equal(await page.locator("#layers span").first().getAttribute("data-tiers"), "ram");
     await sleep(2200);  // a few polls
     assert.deepEqual(errors, []);
     await context.close();
@@ -237,14 +238,19 @@ try {
   dense.stop();
 }
 
-const moe = await startServer(["-m", MOE, "--chat-template", TEMPLATE]);
+const moe = await startServer(["-m", MOE, "--chat-template", TEMPLATE, "--mem-budget", "1500000"]);
 try {
-  await check("stories-moe: the expert heat map changes after a request", async () => {
+  await check("stories-moe, experts streamed: the heat map, routed and per expert, changes after a request", async () => {
     const { page, errors, context } = await openPage(browser, moe.url);
     await waitLive(page);
     await page.waitForFunction(() => !document.getElementById("experts-box").classList.contains("hidden"));
-    await page.waitForFunction(() => document.getElementById("heat").dataset.total !== undefined);
+    await page.waitForFunction(() => document.getElementById("heat").dataset.chosen !== undefined);
+    // Routed layers: the experts' bytes on disk, the rest in RAM, each tier apart.
+    assert.equal(await page.locator("#layers span").first().getAttribute("data-tiers"), "ram,disk");
+    assert.match(await page.locator("#layers span").first().getAttribute("title"), /RAM [0-9.]+ [KM]B, disk [0-9.]+ [KM]B/);
+    assert.equal(await page.locator("#heat-mode option[value=resident]").isDisabled(), false);
     const before = Number(await page.locator("#heat").getAttribute("data-total"));
+    const chosen0 = Number(await page.locator("#heat").getAttribute("data-chosen"));
     const r = await fetch(moe.url + "/v1/completions", {
       method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 24, temperature: 0 }),
@@ -253,6 +259,20 @@ try {
     await page.waitForFunction((b) => Number(document.getElementById("heat").dataset.total) > b, before,
                                { timeout: 10000 });
     assert.match(await page.locator("#heat-text").textContent(), /layer 0: expert \d+/);
+    // Per expert: which are in slots, and how often each was ready or predicted when chosen.
+    await page.waitForFunction((c) => Number(document.getElementById("heat").dataset.chosen) > c, chosen0,
+                               { timeout: 10000 });
+    await page.selectOption("#heat-mode", "resident");
+    assert.equal(await page.locator("#heat").getAttribute("data-mode"), "resident");
+    assert.ok(Number(await page.locator("#heat").getAttribute("data-resident")) > 0);
+    assert.match(await page.locator("#heat-text").textContent(), /^in a slot: layer 0: \d+ of 16 experts/);
+    for (const [mode, name] of [["ready", "ready when chosen"], ["predicted", "predicted when chosen"]]) {
+      await page.selectOption("#heat-mode", mode);
+      assert.match(await page.locator("#heat-text").textContent(),
+                   new RegExp("^" + name + ": layer 0: least for expert \\d+ \\([0-9.]+ %\\)"));
+      assert.match(await page.locator("#heat-note").textContent(), /red: never, green: every time \([1-9]\d* experts/);
+    }
+    await page.selectOption("#heat-mode", "window");
     if (SHOTS) {
       await page.locator("#heat").scrollIntoViewIfNeeded();
       const node = await sendChat(page, "Tell me a story about a cat.", { temperature: 0.8, max_tokens: 300, mode: "chat" });

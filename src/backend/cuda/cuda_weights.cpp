@@ -110,7 +110,10 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
     }
   std::unique_ptr<DeviceBuffer> arena;
   if (arena_bytes > 0) arena = std::make_unique<DeviceBuffer>(arena_bytes);
-  if (!streamed_bytes.empty()) ring_ = std::make_unique<WeightRing>(streamed_bytes, kSlots);
+  if (!streamed_bytes.empty()) {
+    ring_ = std::make_unique<WeightRing>(streamed_bytes, kSlots);
+    p.host_groups = streams;
+  }
   std::unordered_map<const uint8_t*, const uint8_t*> placed;  // host bytes -> where the views now point
   std::vector<uint8_t> tmp;  // one resident matrix in the split layout
   size_t n_split = 0, split_bytes = 0;
