@@ -34,6 +34,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "arch/arch_spec.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
 #include "base/meminfo.h"
@@ -99,10 +100,9 @@ struct LayerMatmuls {
 
 LayerMatmuls layer_matmuls(const ModelFile& f, int64_t layer) {
   LayerMatmuls m;
-  const std::string prefix = "blk." + std::to_string(layer) + ".";
   size_t index = 0;
   for (const TensorInfo& t : f.tensors) {
-    if (t.name.rfind(prefix, 0) != 0) continue;
+    if (split_layer_name(t.name).first != layer) continue;
     if (t.ne.size() == 2) {
       m.jobs.push_back({index, t.type, t.ne[0], t.ne[1]});
       m.max_in = std::max(m.max_in, t.ne[0]);
@@ -151,13 +151,13 @@ struct ResidentLayer {
 StatusOr<ResidentLayer> read_layer(const ModelFile& f, w::IoEngine& engine, int64_t layer) {
   ResidentLayer r;
   r.layer = layer;
-  const std::string prefix = "blk." + std::to_string(layer) + ".";
   std::vector<w::TensorRange> ranges;
   for (const TensorInfo& t : f.tensors) {
-    if (t.name.rfind(prefix, 0) != 0) continue;
+    const auto [tensor_layer, suffix] = split_layer_name(t.name);
+    if (tensor_layer != layer) continue;
     if (t.file_offset < 0) return unimplemented("tensor {} is not stored in the file as is", t.name);
     ranges.push_back({static_cast<uint64_t>(t.file_offset), t.n_bytes});
-    r.tensors.push_back({.suffix = t.name.substr(prefix.size()), .n_bytes = t.n_bytes});
+    r.tensors.push_back({.suffix = suffix, .n_bytes = t.n_bytes});
   }
   r.layout = w::layout_extents(ranges, w::kDirectAlign);
   ASSIGN_OR_RETURN(r.buf, w::AlignedBuffer::allocate(r.layout.buffer_bytes));
@@ -299,7 +299,7 @@ int run(const StreamBenchArgs& a) {
     const int64_t other = n_layer > 1 ? 1 : 0;
     std::vector<w::TensorRange> ranges;
     for (const TensorInfo& t : file->tensors)
-      if (t.name.rfind("blk." + std::to_string(other) + ".", 0) == 0)
+      if (split_layer_name(t.name).first == other)
         ranges.push_back({static_cast<uint64_t>(t.file_offset), t.n_bytes});
     const w::ExtentLayout lay = w::layout_extents(ranges, w::kDirectAlign);
     auto buf = w::AlignedBuffer::allocate(lay.buffer_bytes);

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "arch/tensor_class.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
 #include "cli.h"
@@ -78,8 +79,8 @@ int convert(const ConvertArgs& a) {
   const int64_t n_layer = mf.metadata.get_int(arch + ".block_count").value_or(0);
   const int64_t n_head = mf.metadata.get_int(arch + ".attention.head_count").value_or(1);
   const int64_t n_head_kv = mf.metadata.get_int(arch + ".attention.head_count_kv").value_or(n_head);
-  bool has_output = false;
-  for (const TensorInfo& t : mf.tensors) has_output |= t.name == "output.weight";
+  const ArchSpec* spec = find_arch(arch);
+  const bool has_output = mf.find(TensorRole::kOutput) != nullptr;
   GgufWriter w;
   w.set_metadata(mf.metadata);
   ThreadPool pool(a.n_threads);
@@ -87,12 +88,13 @@ int convert(const ConvertArgs& a) {
   for (const TensorInfo& t : mf.tensors) {
     // Weight matrices, the stacked experts of a routed layer ([n_embd, n_ff, n_expert]) among
     // them; routers stay f32, as llama.cpp's quantizer leaves them.
-    const bool experts = t.ne.size() == 3 && t.name.find("_exps.") != std::string::npos;
-    const bool matrix = (t.ne.size() == 2 || experts) && t.name.size() > 7 && t.name.ends_with(".weight") &&
-                        t.name.find("ffn_gate_inp.") == std::string::npos;
+    const TensorSpec* ts = find_tensor_spec(spec, t.name);
+    const bool matrix = ts != nullptr && tensor_class(ts->role) != TensorClass::kRouter &&
+                        ((ts->kind == TensorKind::kMatrix && t.ne.size() == 2) ||
+                         (ts->kind == TensorKind::kExperts && t.ne.size() == 3));
     DType dst_type = t.type;
     const bool fits = to && matrix &&
-                      quant_mix_type(*to, MixTensor{.name = t.name, .ne0 = t.ne[0], .n_layer = n_layer,
+                      quant_mix_type(*to, MixTensor{.name = t.name, .arch = spec, .ne0 = t.ne[0], .n_layer = n_layer,
                                                     .n_gqa = n_head / std::max<int64_t>(1, n_head_kv),
                                                     .has_output = has_output},
                                      &dst_type);

@@ -139,6 +139,20 @@ constexpr const char* kGemma2Hf[] = {"gemma2"};
 constexpr const char* kGemma3Hf[] = {"gemma3_text"};
 constexpr const char* kPhi3Hf[] = {"phi3"};
 
+// Defaults where files say nothing (ArchDefaults).
+// llama.cpp's assumption for gemma2 files without the key.
+constexpr int64_t gemma2_window(const ArchShape&) { return 4096; }
+
+// Phi-3 files converted before the key existed (mini/medium 4k and 128k).
+constexpr int64_t phi3_window(const ArchShape& s) {
+  if ((s.n_layer == 32 || s.n_layer == 40) && s.n_ctx_train == 4096) return 2047;
+  if (s.n_layer == 32 && s.n_head_kv == 32 && s.n_ctx_train == 131072) return 262144;
+  if (s.n_layer == 40 && s.n_ctx_train == 131072) return 131072;
+  return 0;
+}
+
+constexpr const char* kLlamaWindowHf[] = {"llama", "mistral"};
+
 constexpr ArchSpec kLlama{
     .name = "llama",
     .tensors = kLlamaTensors,
@@ -146,6 +160,7 @@ constexpr ArchSpec kLlama{
     .hf_permute_qk = true,
     .rope = RopeLayout::kAdjacent,
     .moe = MoeSpec{.renormalize = true},
+    .defaults = {.hf_window_every_layer = kLlamaWindowHf},
 };
 constexpr ArchSpec kQwen2{
     .name = "qwen2",
@@ -159,6 +174,7 @@ constexpr ArchSpec kQwen2Moe{
     .hf_model_types = kQwen2MoeHf,
     .rope = RopeLayout::kNeox,
     .moe = MoeSpec{.renormalize = false, .shared_expert = true, .shared_gate = true},
+    .defaults = {.hf_moe_unnormalized = true},
 };
 constexpr ArchSpec kQwen3{
     .name = "qwen3",
@@ -174,6 +190,7 @@ constexpr ArchSpec kQwen3Moe{
     .rope = RopeLayout::kNeox,
     .qk_norm = true,
     .moe = MoeSpec{.renormalize = true},
+    .defaults = {.hf_moe_unnormalized = true},
 };
 
 constexpr ArchSpec kGemma2{
@@ -188,6 +205,7 @@ constexpr ArchSpec kGemma2{
     .sliding_window = true,
     .swa_pattern = 2,
     .hf_norm_plus_one = true,
+    .defaults = {.window = gemma2_window, .q_scale_by_embd_layers = 46},
 };
 constexpr ArchSpec kGemma3{
     .name = "gemma3",
@@ -201,6 +219,7 @@ constexpr ArchSpec kGemma3{
     .swa_pattern = 6,
     .swa_rope_base = 10000.0f,
     .hf_norm_plus_one = true,
+    .defaults = {.q_scale_by_embd_layers = 62},
 };
 constexpr ArchSpec kPhi3{
     .name = "phi3",
@@ -208,6 +227,7 @@ constexpr ArchSpec kPhi3{
     .hf_model_types = kPhi3Hf,
     .rope = RopeLayout::kNeox,
     .sliding_window = true,
+    .defaults = {.window = phi3_window},
 };
 
 constexpr const ArchSpec* kArchs[] = {&kLlama, &kQwen2, &kQwen2Moe, &kQwen3, &kQwen3Moe, &kGemma2, &kGemma3, &kPhi3};

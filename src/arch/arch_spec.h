@@ -1,5 +1,6 @@
 // ArchSpec: one table per model architecture, the single description of how
-// the architecture looks in files and what its decoder computes.
+// the architecture looks in files, what its decoder computes, and what its
+// files may leave out (ArchDefaults).
 //
 // Everything that needs to know an architecture reads its ArchSpec instead of
 // listing tensor names of its own: the HF loader (HF tensor names -> GGUF names,
@@ -145,6 +146,36 @@ struct MoeSpec {
   bool shared_gate = false;      // the shared expert is scaled by sigmoid(ffn_gate_inp_shexp . x)
 };
 
+// The counts a default may depend on (model/hparams.h has the rest).
+struct ArchShape {
+  int64_t n_layer = 0;
+  int64_t n_head_kv = 0;
+  int64_t n_ctx_train = 0;
+};
+
+// What an architecture assumes where its GGUF files or HF configs say
+// nothing. The one path from metadata to hyper-parameters (model/hparams.h
+// read_hparams) and the HF config reader (format/hf_config.h) read it, so
+// neither names an architecture.
+struct ArchDefaults {
+  // The window of a windowed architecture's file without
+  // {arch}.attention.sliding_window, from its shape (gemma2: 4096, as
+  // llama.cpp assumes; phi3: the files converted before the key existed);
+  // 0 or no hook: the key is required.
+  int64_t (*window)(const ArchShape& shape) = nullptr;
+  // Models of this many layers scale q by 1/sqrt(n_embd / n_head), not
+  // 1/sqrt(head_dim), when the file has no {arch}.attention.query_pre_attn_scalar
+  // (the 27B gemmas: GGUF has no key, and llama.cpp picks by layer count). 0: none.
+  int64_t q_scale_by_embd_layers = 0;
+  // An HF config without norm_topk_prob leaves the top-k weights as they are
+  // (its config class's default: Qwen2-MoE, Qwen3-MoE), whatever MoeSpec says.
+  bool hf_moe_unnormalized = false;
+  // HF model_types whose sliding_window (unless null, or use_sliding_window
+  // is false) windows every layer of an architecture that has no windowed
+  // layers of its own (Mistral v0.1 under llama).
+  std::span<const char* const> hf_window_every_layer;
+};
+
 struct ArchSpec {
   const char* name;                    // general.architecture
   std::span<const TensorSpec> tensors; // every tensor the architecture may have
@@ -165,6 +196,8 @@ struct ArchSpec {
   // Mixture of experts: set for architectures whose FFN is routed whenever
   // {arch}.expert_count > 0 (llama: Mixtral).
   std::optional<MoeSpec> moe;
+  // What its files may leave out (all empty for an architecture without any).
+  ArchDefaults defaults;
 
   // The spec of a tensor role, or nullptr if the architecture has none.
   const TensorSpec* find(TensorRole role) const;

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend_registry.h"
+#include "backend/cpu/matmul.h"
 #include "backend/op_cases.h"
 #include "backend/reference_backend.h"
 
@@ -272,6 +273,24 @@ std::shared_ptr<Backend> backend_or_skip_reason(const std::string& name, std::st
   return be.ok() ? *be : nullptr;
 }
 
+// One case on a backend that supports it, against the reference backend:
+// with the weights prepared and (host memory) as GGUF rows, then token by token.
+void check_case(OpCase& c, Backend& be) {
+  ReferenceBackend ref;
+  ASSERT_TRUE(c.supported_by(ref));
+  const OpOutputs want = run_case(c, ref, true, 0, c.n_tok());
+  OpOutputs prepared;
+  for (bool prepare : {true, false}) {
+    if (!prepare && !be.host_visible()) continue;  // a device's kernels read prepared weights only
+    SCOPED_TRACE(prepare ? "weights prepared" : "weights as GGUF rows");
+    const OpOutputs got = run_case(c, be, prepare, 0, c.n_tok());
+    compare(got, want);
+    c.check(got);
+    if (prepare) prepared = got;
+  }
+  if (c.n_tok() > 0) check_per_token(c, be, prepared);
+}
+
 class BackendOps : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {};
 
 TEST_P(BackendOps, MatchTheReference) {
@@ -281,19 +300,39 @@ TEST_P(BackendOps, MatchTheReference) {
   if (!be) GTEST_SKIP() << name << " cannot run here: " << why;
   std::unique_ptr<OpCase> c = op_case_list()[index].make();
   if (!c->supported_by(*be)) GTEST_SKIP() << be->name() << " does not run " << op_name(c->ops()[0]) << " with these types";
-  ReferenceBackend ref;
-  ASSERT_TRUE(c->supported_by(ref));
-  const OpOutputs want = run_case(*c, ref, true, 0, c->n_tok());
-  OpOutputs prepared;
-  for (bool prepare : {true, false}) {
-    if (!prepare && !be->host_visible()) continue;  // a device's kernels read prepared weights only
-    SCOPED_TRACE(prepare ? "weights prepared" : "weights as GGUF rows");
-    const OpOutputs got = run_case(*c, *be, prepare, 0, c->n_tok());
-    compare(got, want);
-    c->check(got);
-    if (prepare) prepared = got;
+  check_case(*c, *be);
+}
+
+// The CPU's reference matmul (backend/cpu/matmul.h), which runs a quant type
+// that has no kernels from its traits row: forced onto types that have
+// kernels, their matmul-family cases run through it against the reference backend.
+TEST(CpuReferenceMatmul, RunsTheMatmulCasesOfTypesWithoutKernels) {
+  std::string why;
+  std::shared_ptr<Backend> be = backend_or_skip_reason("cpu", &why);
+  ASSERT_TRUE(be) << why;
+  for (DType type : {DType::kQ4_1, DType::kQ5_K, DType::kIQ4_XS}) {
+    SCOPED_TRACE(dtype_name(type));
+    ASSERT_NE(be->matmul_act_rounding(type), ActRounding::kNone);  // int8 kernels without the hook
+    const cpu::ScopedReferenceMatmul force(type);
+    EXPECT_EQ(be->matmul_act_rounding(type), ActRounding::kNone);   // f32 activations through the fallback
+    EXPECT_STREQ(cpu::matmul_kernel(type, cpu::Isa::kScalar).name, "reference");
+    int n_cases = 0;
+    for (const OpCaseEntry& e : op_case_list()) {
+      const std::string ty = std::string("_") + dtype_name(type) + "_";
+      // Not the training matmul (kernels only) nor the long prefill (the scalar dot is slow).
+      if (e.name.find(ty) == std::string::npos || e.name.rfind("matmul_t_", 0) == 0 ||
+          e.name.find("prefill") != std::string::npos)
+        continue;
+      SCOPED_TRACE(e.name);
+      std::unique_ptr<OpCase> c = e.make();
+      ASSERT_TRUE(c->supported_by(*be));
+      check_case(*c, *be);
+      ++n_cases;
+    }
+    EXPECT_GE(n_cases, 5);  // matmul, norm_glu, glu cases of the type
   }
-  if (c->n_tok() > 0) check_per_token(*c, *be, prepared);
+  EXPECT_TRUE(cpu::matmul_supports(DType::kQ4_1));  // the hook left the kernels as they were
+  EXPECT_NE(be->matmul_act_rounding(DType::kQ4_1), ActRounding::kNone);
 }
 
 INSTANTIATE_TEST_SUITE_P(OpCases, BackendOps,

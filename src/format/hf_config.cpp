@@ -8,7 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "arch/arch_defaults.h"
 
 namespace sluice {
 namespace {
@@ -109,7 +108,7 @@ Status set_moe(const ConfigReader& r, const json& j, const std::string& name, co
   if (n_dense) md->set(a + ".leading_dense_block_count", u32(*n_dense));
   if (const auto it = j.find("norm_topk_prob"); it != j.end() && it->is_boolean()) {
     md->set(a + ".expert_weights_norm", MetaValue::boolean(it->get<bool>()));
-  } else if (cfg.spec && arch_defaults(*cfg.spec).hf_moe_unnormalized) {
+  } else if (cfg.spec && cfg.spec->defaults.hf_moe_unnormalized) {
     md->set(a + ".expert_weights_norm", MetaValue::boolean(false));
   }
   return Status::ok_status();
@@ -360,7 +359,7 @@ StatusOr<HfConfig> parse_hf_config(const std::string& json_text, const std::stri
   // last sliding_window positions; null, absent or use_sliding_window false: none.
   // A model_type without a table (kPlan): as Mistral.
   const std::span<const char* const> every =
-      cfg.spec ? arch_defaults(*cfg.spec).hf_window_every_layer : std::span<const char* const>();
+      cfg.spec ? cfg.spec->defaults.hf_window_every_layer : std::span<const char* const>();
   if (!cfg.spec || std::find(every.begin(), every.end(), std::string_view(cfg.model_type)) != every.end()) {
     std::optional<int64_t> window;
     RETURN_IF_ERROR(r.count(j, "sliding_window", false, &window));

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "arch/tensor_class.h"
+
 
 namespace sluice {
 
@@ -20,6 +22,15 @@ std::string TensorInfo::shape_string() const {
 const TensorInfo* ModelFile::find(const std::string& name) const {
   for (const auto& t : tensors) {
     if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+const TensorInfo* ModelFile::find(TensorRole role) const {
+  const ArchSpec* arch = find_arch(metadata.get_string("general.architecture").value_or(""));
+  for (const TensorInfo& t : tensors) {
+    const TensorSpec* spec = find_tensor_spec(arch, t.name);
+    if (spec != nullptr && !spec->per_layer && spec->role == role) return &t;
   }
   return nullptr;
 }

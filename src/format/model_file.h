@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/arch_spec.h"
 #include "base/mapped_file.h"
 #include "format/metadata.h"
 #include "quant/dtype.h"
@@ -48,6 +49,10 @@ class ModelFile {
 
   // Tensor by name, or nullptr.
   const TensorInfo* find(const std::string& name) const;
+  // The tensor of a role outside the blocks (kTokenEmbd, kOutput, ...) under
+  // the file's architecture (arch/tensor_class.h find_tensor_spec), or nullptr
+  // if the file has none.
+  const TensorInfo* find(TensorRole role) const;
 
   // Keeps a mapping alive for borrowed tensor data.
   void hold(std::shared_ptr<MappedFile> mapping) { mappings_.push_back(std::move(mapping)); }

@@ -23,6 +23,7 @@ namespace {
 struct GgufTarget {
   std::string name;     // "" for tensors that carry no weights (inv_freq buffers)
   int64_t expert = -1;  // >= 0: this expert's slice of a stacked [n_in, n_out, n_expert] tensor
+  const TensorSpec* spec = nullptr;  // the table row (nullptr with no name)
 };
 
 // Matches `suffix` against a table name that may hold "{e}" (an expert index).
@@ -49,7 +50,7 @@ std::optional<int64_t> match_hf(std::string_view pattern, std::string_view suffi
 // no mapping.
 std::optional<GgufTarget> gguf_target(const ArchSpec& spec, const std::string& hf) {
   for (const TensorSpec& t : spec.tensors)
-    if (!t.per_layer && *t.hf && hf == t.hf) return GgufTarget{t.gguf};
+    if (!t.per_layer && *t.hf && hf == t.hf) return GgufTarget{.name = t.gguf, .spec = &t};
   const std::string prefix = "model.layers.";
   if (hf.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   size_t pos = prefix.size();
@@ -65,7 +66,7 @@ std::optional<GgufTarget> gguf_target(const ArchSpec& spec, const std::string& h
   for (const TensorSpec& t : spec.tensors) {
     if (!t.per_layer || !*t.hf) continue;
     if (const std::optional<int64_t> e = match_hf(t.hf, suffix))
-      return GgufTarget{"blk." + layer + "." + t.gguf, *e};
+      return GgufTarget{.name = "blk." + layer + "." + t.gguf, .expert = *e, .spec = &t};
   }
   return std::nullopt;
 }
@@ -241,7 +242,8 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
       if (!target) return unimplemented("{}: tensor '{}' has no GGUF equivalent", path, e.name);
       const std::string* name = &target->name;
       if (name->empty()) continue;
-      if (cfg.tie_word_embeddings && *name == "output.weight") continue;
+      const TensorRole role = target->spec->role;
+      if (cfg.tie_word_embeddings && role == TensorRole::kOutput) continue;
       const std::optional<DType> type = dtype_from_safetensors(e.dtype);
       if (!type) {
         return unimplemented("{}: tensor '{}' has dtype {}, which is not supported (F32, F16, "
@@ -262,8 +264,7 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
 
       if (cfg.spec->hf_norm_plus_one) {
         // Gemma checkpoints hold w of a (1 + w) RMSNorm scale; GGUF holds 1 + w.
-        const TensorSpec* ts = cfg.spec->find_tensor(t.name);
-        if (ts && is_norm_role(ts->role)) {
+        if (is_norm_role(role)) {
           if (t.ne.size() != 1) return data_loss("{}: norm '{}' is not a vector", path, e.name);
           std::vector<uint8_t> bytes(static_cast<size_t>(t.ne[0]) * sizeof(float));
           auto* f = reinterpret_cast<float*>(bytes.data());
@@ -275,8 +276,8 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
           t.file_offset = -1;
         }
       }
-      const bool is_q = name->find(".attn_q.") != std::string::npos;
-      const bool is_k = name->find(".attn_k.") != std::string::npos;
+      const bool is_q = role == TensorRole::kAttnQ || role == TensorRole::kAttnQBias;
+      const bool is_k = role == TensorRole::kAttnK || role == TensorRole::kAttnKBias;
       if (cfg.permute_qk && (is_q || is_k)) {
         const uint64_t n_heads = static_cast<uint64_t>(is_q ? cfg.n_head : cfg.n_head_kv);
         const uint64_t n_rows = static_cast<uint64_t>(e.shape[0]);
@@ -304,8 +305,8 @@ StatusOr<ModelFile> read_hf_model(const std::string& dir) {
       return data_loss("{}: tensor '{}' listed in the index is missing from {}", dir, tensor, file);
     }
   }
-  if (!mf.find("token_embd.weight")) return data_loss("{}: no model.embed_tokens.weight", dir);
-  if (!cfg.tie_word_embeddings && !mf.find("output.weight")) {
+  if (!mf.find(TensorRole::kTokenEmbd)) return data_loss("{}: no model.embed_tokens.weight", dir);
+  if (!cfg.tie_word_embeddings && !mf.find(TensorRole::kOutput)) {
     return data_loss("{}: tie_word_embeddings is false but there is no lm_head.weight", dir);
   }
   // LongRoPE factors live in config.json; GGUF files carry them as tensors.

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include "arch/arch_defaults.h"
 
 namespace sluice {
 namespace {
@@ -47,11 +46,11 @@ Status read_moe(const Metadata& md, const std::string& a, ModelHparams* hp) {
 
 // Sliding window, soft-caps, attention and embedding scales, with llama.cpp's
 // defaults where its files may lack a key (the architecture's own in
-// arch/arch_defaults.h).
+// ArchSpec::defaults).
 Status read_window_and_caps(const Metadata& md, const std::string& a, ModelHparams* hp) {
   const ArchSpec* spec = hp->spec;
   if (!spec) return Status();
-  const ArchDefaults& defaults = arch_defaults(*spec);
+  const ArchDefaults& defaults = spec->defaults;
   if (spec->sliding_window) {
     hp->swa_pattern = spec->swa_pattern;
     hp->rope_freq_base_swa = spec->swa_rope_base;

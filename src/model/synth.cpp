@@ -8,6 +8,7 @@
 
 #include "base/thread_pool.h"
 #include "format/gguf_writer.h"
+#include "arch/tensor_class.h"
 #include "model/hparams.h"
 #include "model/model_weights.h"
 #include "quant/quant.h"
@@ -296,9 +297,9 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
   // The type of a matrix: routers stay f32; others as the type or llama.cpp
   // mix named by o.type chooses (quant/quant_mix.h, docs/QUANT_MIXES.md).
   auto type_of = [&](const TensorSpec& t, const std::string& name, int64_t ne0) {
-    if (t.role == TensorRole::kFfnRouter) return DType::kF32;
+    if (tensor_class(t.role) == TensorClass::kRouter) return DType::kF32;
     DType type = mix.base;
-    quant_mix_type(mix, MixTensor{.name = name, .ne0 = ne0, .n_layer = s.n_layer,
+    quant_mix_type(mix, MixTensor{.name = name, .arch = spec, .ne0 = ne0, .n_layer = s.n_layer,
                                   .n_gqa = s.n_head / s.n_head_kv},
                    &type);  // the dims check above makes every choice fit
     return type;

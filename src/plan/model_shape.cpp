@@ -162,7 +162,7 @@ StatusOr<ModelShape> shape_from_metadata(const Metadata& md) {
 
 StatusOr<ModelShape> shape_from_model_file(const ModelFile& file) {
   ASSIGN_OR_RETURN(ModelShape s, shape_from_metadata(file.metadata));
-  s.tied_embeddings = file.find("output.weight") == nullptr;
+  s.tied_embeddings = file.find(TensorRole::kOutput) == nullptr;
   return s;
 }
 

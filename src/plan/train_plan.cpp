@@ -45,8 +45,8 @@ StatusOr<TrainVisitTimes> train_visit_times(const ModelFile& file, const TrainWo
   if (n_tokens < 1 || w.seq_len < 1) return invalid_argument("a micro-batch needs tokens and a sequence length");
   ASSIGN_OR_RETURN(const TrainLayerShape shape, train_layer_shape(file, w.lora_rank, w.lora_targets));
   const TrainVisitFlops f = train_visit_flops(shape, n_tokens, std::min(w.seq_len, n_tokens));
-  const TensorInfo* head = file.find("output.weight");
-  if (head == nullptr) head = file.find("token_embd.weight");
+  const TensorInfo* head = file.find(TensorRole::kOutput);
+  if (head == nullptr) head = file.find(TensorRole::kTokenEmbd);
   const double rate = compute_tflops * 1e12;
   return TrainVisitTimes{
       .forward_s = f.forward / rate,

@@ -25,18 +25,6 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-TensorClass classify(const std::string& name) {
-  if (name.rfind("token_embd", 0) == 0) return TensorClass::kEmbedding;
-  if (name.rfind("output.", 0) == 0) return TensorClass::kOutput;
-  if (name.find("_norm") != std::string::npos || name.find(".norm") != std::string::npos) return TensorClass::kNorm;
-  if (name.find("ffn_gate_inp") != std::string::npos) return TensorClass::kRouter;
-  if (name.find("_exps") != std::string::npos) return TensorClass::kExperts;
-  if (name.find(".attn_") != std::string::npos) return TensorClass::kAttention;
-  if (name.find(".ffn_") != std::string::npos) return TensorClass::kFfn;
-  // Anything else (rope_freqs, biases outside blocks) is small: count it with norms.
-  return TensorClass::kNorm;
-}
-
 }  // namespace
 
 WeightFormat format_of(DType type) {
@@ -61,19 +49,6 @@ StatusOr<WeightFormat> parse_weight_format(std::string_view name) {
   if (std::optional<DType> t = dtype_from_name(n)) return format_of(*t);
   return invalid_argument(
       "unknown weight format '{}' (f32, f16, bf16, fp8, int8, int4, int2, nf4, q8_0, q6_k, q4_0, q4_k, q2_k, bits:X)", name);
-}
-
-const char* tensor_class_name(TensorClass c) {
-  switch (c) {
-    case TensorClass::kEmbedding: return "embedding";
-    case TensorClass::kOutput: return "output";
-    case TensorClass::kAttention: return "attention";
-    case TensorClass::kFfn: return "ffn";
-    case TensorClass::kExperts: return "experts";
-    case TensorClass::kRouter: return "router";
-    case TensorClass::kNorm: return "norm";
-  }
-  return "?";
 }
 
 FormatMix uniform_mix(const WeightFormat& w) {
@@ -139,12 +114,14 @@ WeightBytes weight_bytes(const ModelShape& s, const FormatMix& mix) {
 
 WeightBytes weight_bytes_of_file(const ModelFile& file, const ModelShape& s) {
   WeightBytes w;
+  const ArchSpec* arch = find_arch(file.metadata.get_string("general.architecture").value_or(""));
+  w.tied_embeddings = true;
   for (const TensorInfo& t : file.tensors) {
-    const TensorClass c = classify(t.name);
+    const TensorClass c = tensor_class_of(arch, t.name);
     w.stored[static_cast<int>(c)] += t.n_bytes;
     if (c == TensorClass::kEmbedding && !t.ne.empty()) w.embedding_row_bytes = row_bytes(t.type, t.ne[0]);
+    if (c == TensorClass::kOutput) w.tied_embeddings = false;
   }
-  w.tied_embeddings = file.find("output.weight") == nullptr;
   w.n_layer = s.n_layer;
   w.n_layer_moe = s.n_layer_moe();
   w.n_expert = s.n_expert;

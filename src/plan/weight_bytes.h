@@ -32,6 +32,7 @@
 #include <string>
 #include <string_view>
 
+#include "arch/tensor_class.h"
 #include "format/model_file.h"
 #include "plan/model_shape.h"
 #include "quant/dtype.h"
@@ -58,9 +59,10 @@ WeightFormat format_of(DType type);
 // "bits:X" (an average of X bits per weight, e.g. bits:4.8 for Q4_K_M).
 StatusOr<WeightFormat> parse_weight_format(std::string_view name);
 
-enum class TensorClass { kEmbedding, kOutput, kAttention, kFfn, kExperts, kRouter, kNorm };
-inline constexpr int kNumTensorClasses = 7;
-const char* tensor_class_name(TensorClass c);
+// The classes weights are counted by (arch/tensor_class.h).
+using ::sluice::kNumTensorClasses;
+using ::sluice::TensorClass;
+using ::sluice::tensor_class_name;
 
 // The format of each tensor class.
 struct FormatMix {
@@ -102,7 +104,7 @@ struct WeightBytes {
 };
 
 WeightBytes weight_bytes(const ModelShape& shape, const FormatMix& mix);
-// Exact bytes of a model file's tensors, classified by GGUF tensor name.
+// Exact bytes of a model file's tensors, classified by role (arch/tensor_class.h).
 WeightBytes weight_bytes_of_file(const ModelFile& file, const ModelShape& shape);
 
 }  // namespace sluice::plan

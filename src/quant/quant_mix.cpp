@@ -2,7 +2,8 @@
 
 #include <array>
 #include <cctype>
-#include <cstdlib>
+
+#include "arch/tensor_class.h"
 
 namespace sluice {
 namespace {
@@ -49,25 +50,16 @@ bool is_mix_name(std::string_view name) {
   return false;
 }
 
-// "blk.<layer>.<role>.weight" -> layer and role; other names: layer -1, the name.
-void split_name(std::string_view name, int64_t* layer, std::string_view* role) {
-  *layer = -1;
-  *role = name;
-  if (name.ends_with(".weight")) *role = name.substr(0, name.size() - 7);
-  if (!role->starts_with("blk.")) return;
-  const std::string_view rest = role->substr(4);
-  const size_t dot = rest.find('.');
-  if (dot == std::string_view::npos) return;
-  *layer = std::atoll(std::string(rest.substr(0, dot)).c_str());
-  *role = rest.substr(dot + 1);
-}
-
 // llama.cpp's rules for the K mixes and IQ4_XS, tensor by tensor.
-DType mix_rule(Mix mix, DType base, std::string_view role, int64_t layer, const MixTensor& t) {
+// spec: the tensor's table row (nullptr for a name no table has: the base type).
+DType mix_rule(Mix mix, DType base, const TensorSpec* spec, int64_t layer, const MixTensor& t) {
+  using R = TensorRole;
+  if (spec == nullptr) return base;
+  const R role = spec->role;
   const int64_t n = t.n_layer;
   // The output matrix (the token embedding when it doubles as the output).
-  if (role == "output" || (role == "token_embd" && !t.has_output)) return DType::kQ6_K;
-  if (role == "attn_v") {
+  if (role == R::kOutput || (role == R::kTokenEmbd && !t.has_output)) return DType::kQ6_K;
+  if (role == R::kAttnV) {
     switch (mix) {
       case Mix::kQ2_K: return t.n_gqa >= 4 ? DType::kQ4_K : DType::kQ3_K;
       case Mix::kQ3_K_M: return layer < 2 ? DType::kQ5_K : DType::kQ4_K;
@@ -79,7 +71,7 @@ DType mix_rule(Mix mix, DType base, std::string_view role, int64_t layer, const 
       default: return base;
     }
   }
-  if (role == "ffn_down" || role == "ffn_down_exps" || role == "ffn_down_shexp") {
+  if (role == R::kFfnDown || role == R::kFfnDownExps || role == R::kFfnDownShexp) {
     switch (mix) {
       case Mix::kQ2_K: return DType::kQ3_K;
       case Mix::kQ3_K_M: return layer < n / 16 ? DType::kQ5_K : DType::kQ4_K;
@@ -90,7 +82,7 @@ DType mix_rule(Mix mix, DType base, std::string_view role, int64_t layer, const 
       default: return base;
     }
   }
-  if (role == "attn_output") {
+  if (role == R::kAttnOutput) {
     switch (mix) {
       case Mix::kQ2_K: return DType::kQ3_K;
       case Mix::kQ3_K_M: return DType::kQ4_K;
@@ -98,7 +90,7 @@ DType mix_rule(Mix mix, DType base, std::string_view role, int64_t layer, const 
       default: return base;
     }
   }
-  if (role == "attn_qkv") {
+  if (role == R::kAttnQkv) {
     switch (mix) {
       case Mix::kQ3_K_M:
       case Mix::kQ3_K_L: return DType::kQ4_K;
@@ -138,10 +130,8 @@ std::string quant_mix_names() {
 bool quant_mix_type(const QuantMix& mix, const MixTensor& t, DType* type) {
   DType chosen = mix.base;
   if (mix.is_mix) {
-    int64_t layer = -1;
-    std::string_view role;
-    split_name(t.name, &layer, &role);
-    chosen = mix_rule(mix_of(mix), mix.base, role, layer, t);
+    const int64_t layer = split_layer_name(t.name).first;
+    chosen = mix_rule(mix_of(mix), mix.base, find_tensor_spec(t.arch, t.name), layer, t);
     if (t.ne0 % dtype_traits(chosen).block_size != 0) chosen = dtype_traits(chosen).small_row_fallback;
   }
   if (t.ne0 % dtype_traits(chosen).block_size != 0) return false;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "arch/arch_spec.h"
 #include "quant/dtype.h"
 #include "sluice/status.h"
 
@@ -24,9 +25,12 @@ struct QuantMix {
   int64_t file_type;    // llama.cpp's general.file_type (llama_ftype) for the name
 };
 
-// The tensor a type is chosen for; `name` is its GGUF name ("blk.3.attn_v.weight").
+// The tensor a type is chosen for; `name` is its GGUF name ("blk.3.attn_v.weight"),
+// which the rules read as a layer and a role of `arch` (arch/tensor_class.h
+// find_tensor_spec; nullptr: any supported architecture's table).
 struct MixTensor {
   std::string_view name;
+  const ArchSpec* arch = nullptr;
   int64_t ne0 = 0;      // row length (elements)
   int64_t n_layer = 0;  // blocks in the model
   int64_t n_gqa = 1;    // query heads per KV head

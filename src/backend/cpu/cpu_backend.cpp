@@ -75,11 +75,11 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
     case Op::kNormMatmul:
     case Op::kLogits:
     case Op::kEmbed:
-      return matmul_supports(types.weight);
+      return matmul_runs(types.weight);  // a kernel, or the reference fallback (matmul.h)
     case Op::kGluMatmul:
-      return matmul_supports(types.weight);  // SwiGLU and GeGLU
+      return matmul_runs(types.weight);  // SwiGLU and GeGLU
     case Op::kExpertFfn:
-      return matmul_supports(types.weight) && types.act == Activation::kSilu;
+      return matmul_runs(types.weight) && types.act == Activation::kSilu;
     case Op::kQkvStore:
     case Op::kAttention:
     case Op::kRoute:

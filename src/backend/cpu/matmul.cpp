@@ -43,7 +43,21 @@ size_t type_index(DType type) {
   return j;
 }
 
+// The reference fallback's activations: the f32 values as they are (the
+// driver reads them from x; this only sizes and names the format).
+size_t reference_act_row_bytes(int64_t n_in) { return static_cast<size_t>(n_in) * sizeof(float); }
+constexpr MatmulKernel kReferenceKernel{.act_row_bytes = reference_act_row_bytes, .name = "reference"};
+
+// The type ScopedReferenceMatmul forces onto the fallback (its GGUF id), or -1.
+std::atomic<int64_t> forced_reference{-1};
+
 }  // namespace
+
+ScopedReferenceMatmul::ScopedReferenceMatmul(DType type) {
+  for (WeightLayout l : kRepackedLayouts) CHECK(repacked_type(l) != type);  // their groups convert as rows do
+  CHECK(forced_reference.exchange(static_cast<int64_t>(type)) == -1);
+}
+ScopedReferenceMatmul::~ScopedReferenceMatmul() { forced_reference.store(-1); }
 
 const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout) {
   // The repacked layouts have their own table.
@@ -60,13 +74,21 @@ const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout) {
   const size_t j = type_index(type);
   CHECK(j < row_kernels().size() && "matmul_kernel: unsupported type");
   const MatmulKernel& k = row_kernels()[j][static_cast<size_t>(isa)];
-  CHECK(k.rows != nullptr);
+  if (k.rows == nullptr || forced_reference.load(std::memory_order_relaxed) == static_cast<int64_t>(type)) {
+    CHECK(dtype_traits(type).dot != nullptr);
+    return kReferenceKernel;
+  }
   return k;
 }
 
 bool matmul_supports(DType type) {
   const size_t j = type_index(type);
   return j < row_kernels().size() && row_kernels()[j][0].rows != nullptr;
+}
+
+bool matmul_runs(DType type) {
+  const size_t j = type_index(type);
+  return j < row_kernels().size() && (row_kernels()[j][0].rows != nullptr || all_dtype_traits()[j].dot != nullptr);
 }
 
 size_t matmul_scratch_bytes(int64_t n_tok, int64_t n_in) {
@@ -93,6 +115,7 @@ void matmul_group_impl(std::span<const MatmulJob> jobs, const float* x, int64_t 
   int n_acts = 0;
   int act_of[4];
   const MatmulKernel* kernel_of[4];  // the job's rows(); shares its type's activations
+  float (*reference_dot[4])(const void*, const float*, int64_t);  // non-null: the fallback's dot
   uint8_t* next = scratch;
   int64_t job_base = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -101,6 +124,13 @@ void matmul_group_impl(std::span<const MatmulJob> jobs, const float* x, int64_t 
     CHECK(job_base % repack_group_rows(jobs[j].w.layout) == 0);
     job_base += jobs[j].w.n_out;
     kernel_of[j] = &matmul_kernel(jobs[j].w.type, isa, jobs[j].w.layout);
+    if (kernel_of[j]->rows == nullptr) {  // the reference fallback: reads x itself
+      CHECK(jobs[j].w.layout == WeightLayout::kRows);
+      reference_dot[j] = dtype_traits(jobs[j].w.type).dot;
+      act_of[j] = -1;
+      continue;
+    }
+    reference_dot[j] = nullptr;
     int found = -1;
     const MatmulKernel& k = matmul_kernel(jobs[j].w.type, isa);
     for (int a = 0; a < n_acts; ++a)
@@ -144,7 +174,14 @@ void matmul_group_impl(std::span<const MatmulJob> jobs, const float* x, int64_t 
     for (int j = 0; j < n_jobs && base < end; ++j) {
       const WeightView& w = jobs[static_cast<size_t>(j)].w;
       const int64_t lo = std::max(begin, base), hi = std::min(end, base + w.n_out);
-      if (lo < hi) {
+      if (lo < hi && reference_dot[j] != nullptr) {
+        // The reference fallback: y[t][r] = dot(row r, x[t]), one at a time.
+        const size_t rb = row_bytes(w.type, n_in);
+        float* y = jobs[static_cast<size_t>(j)].y;
+        for (int64_t r = lo - base; r < hi - base; ++r)
+          for (int64_t t = 0; t < n_tok; ++t)
+            y[t * w.n_out + r] = reference_dot[j](w.data + static_cast<size_t>(r) * rb, x + t * n_in, n_in);
+      } else if (lo < hi) {
         const Act& a = acts[act_of[j]];
         kernel_of[j]->rows(w.data, row_bytes(w.type, n_in), n_in, a.data, a.stride, n_tok,
                            jobs[static_cast<size_t>(j)].y, w.n_out, lo - base, hi - base);

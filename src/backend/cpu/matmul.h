@@ -50,14 +50,36 @@ struct MatmulKernel {
 };
 
 // The kernel for a weight type and layout at an instruction-set level (falls
-// back to the best lower level that has one; every type has a scalar kernel on
-// GGUF rows, Q4_0 and Q8_0 one on each of their repacked layouts). For repacked layouts rows()
-// takes r0, r1 on the layout's row groups (repack.h); w_row_bytes stays the
-// GGUF row size.
+// back to the best lower level that has one; Q4_0 and Q8_0 have one on each of
+// their repacked layouts). For repacked layouts rows() takes r0, r1 on the
+// layout's row groups (repack.h); w_row_bytes stays the GGUF row size.
+// A type in GGUF rows with no kernel at any level gets the reference kernel:
+// rows == nullptr, f32 activations, which matmul_group runs through the type's
+// reference dot (DTypeTraits::dot, quant/dtype.h), row by row and token by
+// token. So a new quant type runs on the CPU from its traits row alone, slowly,
+// until it has kernels of its own.
 const MatmulKernel& matmul_kernel(DType type, Isa isa, WeightLayout layout = WeightLayout::kRows);
 
-// Whether matmul_kernel() has a kernel for weights of this type (GGUF rows).
+// Whether a kernel (not the reference fallback) multiplies weights of this
+// type in GGUF rows. The training path (matmul_t) and the CUDA backend's
+// question "does the CPU have kernels for it" read this.
 bool matmul_supports(DType type);
+// Whether matmul_group runs weights of this type in GGUF rows at all: with a
+// kernel, or through the reference fallback (a type with a reference dot).
+bool matmul_runs(DType type);
+
+// Test hook: while one is alive, matmul_group multiplies weights of `type` in
+// GGUF rows through the reference fallback although the type has kernels, so
+// that the fallback can be tested on an existing type (one without repacked
+// layouts: not Q4_0 or Q8_0). Create and destroy it while no matmul runs; one
+// type at a time.
+class ScopedReferenceMatmul {
+ public:
+  explicit ScopedReferenceMatmul(DType type);
+  ~ScopedReferenceMatmul();
+  ScopedReferenceMatmul(const ScopedReferenceMatmul&) = delete;
+  ScopedReferenceMatmul& operator=(const ScopedReferenceMatmul&) = delete;
+};
 
 // Implemented by the kernel families; return a kernel with rows == nullptr if
 // they have none for that exact (type, isa, layout).
