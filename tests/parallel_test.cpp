@@ -188,8 +188,9 @@ pid_t rank_pid(pid_t parent, int rank) {
 
 // serve over 2 ranks; rank 1 stops (SIGSTOP) once tokens flow: the request
 // ends with an error within the timeout, the next gets 503 and the job ends
-// non-zero, rank 0 saying `failure`.
-void expect_hung_rank_fails(const std::string& model, const std::string& mode, const std::string& failure) {
+// non-zero, rank 0 saying `failure`. served: the model's name in the API.
+void expect_hung_rank_fails(const std::string& model, const std::string& served, const std::string& mode,
+                            const std::string& failure) {
   const std::string err_path = testing::cli_temp_path("serve_stderr.txt");
   const std::string cmd = mpirun_prefix(2) + SLUICE_BINARY + " serve -m " + model + " --port 0 -t 1 --parallel " +
                           mode + " --parallel-timeout 2 2>" + err_path;
@@ -200,6 +201,18 @@ void expect_hung_rank_fails(const std::string& model, const std::string& mode, c
     execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
+  // A failed assertion below leaves no job behind.
+  struct Reaper {
+    pid_t job;
+    pid_t worker = -1;
+    bool done = false;
+    ~Reaper() {
+      if (done) return;
+      if (worker > 0) kill(worker, SIGKILL);
+      kill(-job, SIGKILL);
+      waitpid(job, nullptr, 0);
+    }
+  } reaper{mpirun};
   auto read_err = [&] {
     std::ifstream e(err_path);
     return std::string((std::istreambuf_iterator<char>(e)), {});
@@ -224,8 +237,9 @@ void expect_hung_rank_fails(const std::string& model, const std::string& mode, c
   ASSERT_TRUE(up) << "server did not come up\n" << read_err();
   const pid_t worker = rank_pid(mpirun, 1);
   ASSERT_GT(worker, 0);
+  reaper.worker = worker;
   // A streamed generation; the worker stops answering once tokens flow.
-  const nlohmann::json body{{"model", "llama"}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0},
+  const nlohmann::json body{{"model", served}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0},
                             {"ignore_eos", true}, {"stream", true}};
   httplib::Request req;
   req.method = "POST";
@@ -252,7 +266,7 @@ void expect_hung_rank_fails(const std::string& model, const std::string& mode, c
   EXPECT_NE(stream.find("did not complete"), std::string::npos) << stream;
   EXPECT_LT(took, 20.0);
   // A request after the failure fails at once with 503, until the job ends.
-  auto again = c.Post("/v1/completions", nlohmann::json{{"model", "llama"}, {"prompt", "Hi"}, {"max_tokens", 4}}.dump(), "application/json");
+  auto again = c.Post("/v1/completions", nlohmann::json{{"model", served}, {"prompt", "Hi"}, {"max_tokens", 4}}.dump(), "application/json");
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 503) << again->body;
   // The job ends by itself, non-zero.
@@ -266,15 +280,17 @@ void expect_hung_rank_fails(const std::string& model, const std::string& mode, c
     kill(worker, SIGKILL);
     kill(-mpirun, SIGKILL);
     waitpid(mpirun, &status, 0);
+    reaper.done = true;
     FAIL() << "the job did not end";
   }
+  reaper.done = true;
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   const std::string err = read_err();
   EXPECT_NE(err.find(failure), std::string::npos) << err;
 }
 
 TEST_F(Pipeline, HungRankFailsRequests) {
-  expect_hung_rank_fails(model_path("stories260K/stories260K.gguf"), "pp", "the pipeline failed");
+  expect_hung_rank_fails(model_path("stories260K/stories260K.gguf"), "llama", "pp", "the pipeline failed");
 }
 
 class ExpertParallel : public Pipeline {
@@ -364,7 +380,7 @@ TEST_F(ExpertParallel, RefusesBudgetsTooSmall) {
 }
 
 TEST_F(ExpertParallel, HungRankFailsRequests) {
-  expect_hung_rank_fails(model_path("stories-moe/stories-moe.gguf"), "ep", "expert parallelism failed");
+  expect_hung_rank_fails(model_path("stories-moe/stories-moe.gguf"), "stories-moe", "ep", "expert parallelism failed");
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ ExpertParallelDriver::ExpertParallelDriver(Comm& comm, const ModelHparams& hp, p
   MetricRegistry& reg = global_metrics();
   out_bytes_.assign(S, nullptr);
   back_bytes_.assign(S, nullptr);
-  const char* help = "Bytes sent between the job's processes, per link (step plans, hidden rows)";
+  const char* help = "Bytes sent between the job's processes, per link (step plans, hidden rows, expert rows)";
   for (size_t r = 1; r < S; ++r) {
     out_bytes_[r] = reg.counter("sluice_dist_bytes_sent_total", help, fmt::format("link=\"0->{}\"", r));
     back_bytes_[r] = reg.counter("sluice_dist_bytes_sent_total", help, fmt::format("link=\"{}->0\"", r));

@@ -9,7 +9,7 @@
 namespace sluice::plan {
 namespace {
 
-double gib(uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
+double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
 
 // Header and ids of one message (dist/expert_parallel.cpp's layout).
 constexpr double kMessageHeaderBytes = 16;
@@ -92,9 +92,9 @@ StatusOr<ExpertParallelPlan> plan_expert_parallel(const ExpertParallelInputs& in
     p.rank_bytes.push_back(bytes);
     const RankResources& k = in.ranks[static_cast<size_t>(r)];
     if (bytes > k.mem_cap_bytes)
-      refusal += fmt::format("{}rank {} needs {:.2f} GiB for experts {}-{}{} and may hold {:.2f} GiB ({})",
-                             refusal.empty() ? "" : "; ", r, gib(bytes), g.begin, g.end - 1,
-                             r == 0 ? " and the rest of the model" : "", gib(k.mem_cap_bytes),
+      refusal += fmt::format("{}rank {} needs {:.1f} MiB for experts {}-{}{} and may hold {:.1f} MiB ({})",
+                             refusal.empty() ? "" : "; ", r, mib(bytes), g.begin, g.end - 1,
+                             r == 0 ? " and the rest of the model" : "", mib(k.mem_cap_bytes),
                              k.budget_given ? "its --mem-budget" : "memory available");
   }
   if (!refusal.empty())
