@@ -54,7 +54,7 @@ struct ExpertMsgHeader {
 
 class ExpertParallelDriver : public ExpertDispatch {
  public:
-  // n_batch: the model's most tokens per step. The plan's shares say which
+  // hp: rank 0's model's (outlives the driver). The plan's shares say which
   // rank computes which expert.
   ExpertParallelDriver(Comm& comm, const ModelHparams& hp, plan::ExpertParallelPlan plan, double abort_grace_s);
   ~ExpertParallelDriver() override;

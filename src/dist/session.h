@@ -14,6 +14,9 @@
 //   0 -> r        setup: every rank's layer range and rank 0's load options
 //   every rank    load_model() of its own range; r -> 0: loaded, or why not
 //
+// With --parallel ep the plan is the experts' shares instead of layer ranges
+// (load_expert_parallel(), expert_parallel.h).
+//
 // The placement map (which rank holds which layers, in which tier, the rates
 // and links measured, the predicted step with its network leg) is printed at
 // load and kept in LoadedModel::placement_report. Thread-compatible: the
