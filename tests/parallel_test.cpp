@@ -1,5 +1,6 @@
-// End-to-end tests of --parallel pp: the same command run by 2 or 3 processes
-// of an MPI job on this machine (mpirun --oversubscribe) against one process.
+// End-to-end tests of --parallel pp and ep: the same command run by 2 or 3
+// processes of an MPI job on this machine (mpirun --oversubscribe) against
+// one process.
 //
 //   Pipeline.RunMatchesOneProcess*   greedy tokens of `sluice run` equal, for
 //                                    dense and routed models (real and synth)
@@ -10,6 +11,13 @@
 //   Pipeline.HungRankFailsRequests   serve; a worker stopped (SIGSTOP) mid-
 //                                    request: the request ends with an error
 //                                    within the timeout and the job exits non-zero
+//   ExpertParallel.RunMatchesOneProcess  ep over 2 ranks: greedy tokens of
+//                                    `sluice run` equal (stories-moe, synth
+//                                    routed models with and without a shared expert)
+//   ExpertParallel.BatchedMatchesOneProcess  bench-serve's requests, batched
+//   ExpertParallel.Refuses*          a dense model, pp and ep together, shares
+//                                    that do not fit the ranks' budgets
+//   ExpertParallel.HungRankFailsRequests  as the pipeline's
 //
 // Each rank runs one thread (-t 1): three ranks share CI's two cores.
 #include <signal.h>
@@ -178,11 +186,14 @@ pid_t rank_pid(pid_t parent, int rank) {
   return -1;
 }
 
-TEST_F(Pipeline, HungRankFailsRequests) {
+// serve over 2 ranks; rank 1 stops (SIGSTOP) once tokens flow: the request
+// ends with an error within the timeout, the next gets 503 and the job ends
+// non-zero, rank 0 saying `failure`. served: the model's name in the API.
+void expect_hung_rank_fails(const std::string& model, const std::string& served, const std::string& mode,
+                            const std::string& failure) {
   const std::string err_path = testing::cli_temp_path("serve_stderr.txt");
-  const std::string cmd = mpirun_prefix(2) + SLUICE_BINARY + " serve -m " +
-                          model_path("stories260K/stories260K.gguf") +
-                          " --port 0 -t 1 --parallel pp --parallel-timeout 2 2>" + err_path;
+  const std::string cmd = mpirun_prefix(2) + SLUICE_BINARY + " serve -m " + model + " --port 0 -t 1 --parallel " +
+                          mode + " --parallel-timeout 2 2>" + err_path;
   const pid_t mpirun = fork();
   ASSERT_GE(mpirun, 0);
   if (mpirun == 0) {
@@ -190,6 +201,18 @@ TEST_F(Pipeline, HungRankFailsRequests) {
     execl("/bin/sh", "sh", "-c", ("exec env " + cmd).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
+  // A failed assertion below leaves no job behind.
+  struct Reaper {
+    pid_t job;
+    pid_t worker = -1;
+    bool done = false;
+    ~Reaper() {
+      if (done) return;
+      if (worker > 0) kill(worker, SIGKILL);
+      kill(-job, SIGKILL);
+      waitpid(job, nullptr, 0);
+    }
+  } reaper{mpirun};
   auto read_err = [&] {
     std::ifstream e(err_path);
     return std::string((std::istreambuf_iterator<char>(e)), {});
@@ -214,8 +237,9 @@ TEST_F(Pipeline, HungRankFailsRequests) {
   ASSERT_TRUE(up) << "server did not come up\n" << read_err();
   const pid_t worker = rank_pid(mpirun, 1);
   ASSERT_GT(worker, 0);
+  reaper.worker = worker;
   // A streamed generation; the worker stops answering once tokens flow.
-  const nlohmann::json body{{"model", "llama"}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0},
+  const nlohmann::json body{{"model", served}, {"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0},
                             {"ignore_eos", true}, {"stream", true}};
   httplib::Request req;
   req.method = "POST";
@@ -242,7 +266,7 @@ TEST_F(Pipeline, HungRankFailsRequests) {
   EXPECT_NE(stream.find("did not complete"), std::string::npos) << stream;
   EXPECT_LT(took, 20.0);
   // A request after the failure fails at once with 503, until the job ends.
-  auto again = c.Post("/v1/completions", nlohmann::json{{"model", "llama"}, {"prompt", "Hi"}, {"max_tokens", 4}}.dump(), "application/json");
+  auto again = c.Post("/v1/completions", nlohmann::json{{"model", served}, {"prompt", "Hi"}, {"max_tokens", 4}}.dump(), "application/json");
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 503) << again->body;
   // The job ends by itself, non-zero.
@@ -256,11 +280,107 @@ TEST_F(Pipeline, HungRankFailsRequests) {
     kill(worker, SIGKILL);
     kill(-mpirun, SIGKILL);
     waitpid(mpirun, &status, 0);
+    reaper.done = true;
     FAIL() << "the job did not end";
   }
+  reaper.done = true;
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   const std::string err = read_err();
-  EXPECT_NE(err.find("the pipeline failed"), std::string::npos) << err;
+  EXPECT_NE(err.find(failure), std::string::npos) << err;
+}
+
+TEST_F(Pipeline, HungRankFailsRequests) {
+  expect_hung_rank_fails(model_path("stories260K/stories260K.gguf"), "llama", "pp", "the pipeline failed");
+}
+
+class ExpertParallel : public Pipeline {
+ protected:
+  // `run` alone and over 2 ranks with --parallel ep give the same greedy tokens.
+  static void expect_run_matches(const std::string& model) {
+    const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
+    const std::vector<int32_t> alone = run_tokens(run_cli(args));
+    ASSERT_EQ(alone.size(), 24u);
+    const CliResult r = run_mpi(2, args + " --parallel ep");
+    EXPECT_EQ(run_tokens(r), alone) << r.err;
+    EXPECT_NE(r.err.find("experts over 2 ranks (ep)"), std::string::npos) << r.err;
+    expect_rank1_computed(r.err);
+  }
+
+  // The job's summary says rank 1 computed expert rows and rows crossed its link.
+  static void expect_rank1_computed(const std::string& err) {
+    const size_t at = err.find("[sluice] experts: ");
+    ASSERT_NE(at, std::string::npos) << err;
+    int layers = 0, rows0 = 0, rows1 = 0;
+    ASSERT_EQ(std::sscanf(err.c_str() + at, "[sluice] experts: %d routed layers dispatched, expert rows per rank %d/%d",
+                          &layers, &rows0, &rows1),
+              3)
+        << err;
+    EXPECT_GT(layers, 0);
+    EXPECT_GT(rows0, 0);
+    EXPECT_GT(rows1, 0);
+    EXPECT_EQ(err.find("0->1 0 B"), std::string::npos) << err;
+  }
+
+  static std::string synth(const char* preset) {
+    const std::string path = testing::cli_temp_path(std::string(preset) + ".gguf");
+    const CliResult w = run_cli(fmt::format("synth --preset {} --layers 3 --type q8_0 -t 1 -o {}", preset, path));
+    EXPECT_EQ(w.exit_code, 0) << w.err;
+    return path;
+  }
+};
+
+TEST_F(ExpertParallel, RunMatchesOneProcess) {
+  expect_run_matches(model_path("stories-moe/stories-moe.gguf"));
+  for (const char* preset : {"tiny-qwen3moe", "tiny-qwen2moe"}) {  // qwen2moe: a gated shared expert
+    const std::string path = synth(preset);
+    expect_run_matches(path);
+    std::filesystem::remove(path);
+  }
+}
+
+TEST_F(ExpertParallel, BatchedMatchesOneProcess) {
+  const std::string synth_path = synth("tiny-qwen2moe");
+  for (const std::string& model : {model_path("stories-moe/stories-moe.gguf"), synth_path}) {
+    const std::string out = testing::cli_temp_path("outputs.json");
+    const std::string args = "bench-serve -m " + model +
+                             " --requests 6 --prompt-len uniform:4:40 --output-len 10 --arrival all --max-seqs 6"
+                             " -t 1 --json --dump-outputs " + out;
+    auto outputs = [&](const CliResult& r) {
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      std::ifstream f(out);
+      return nlohmann::json::parse(f, nullptr, false);
+    };
+    const nlohmann::json alone = outputs(run_cli(args));
+    ASSERT_EQ(alone.size(), 6u);
+    const CliResult r = run_mpi(2, args + " --parallel ep");
+    EXPECT_EQ(outputs(r), alone) << model << "\n" << r.err;
+    expect_rank1_computed(r.err);
+    std::filesystem::remove(out);
+  }
+  std::filesystem::remove(synth_path);
+}
+
+TEST_F(ExpertParallel, RefusesDenseModel) {
+  const CliResult r = run_mpi(2, "run -m " + model_path("stories260K/stories260K.gguf") + " -p hi -n 2 -t 1 --parallel ep");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--parallel ep needs a mixture-of-experts model"), std::string::npos) << r.err;
+}
+
+TEST_F(ExpertParallel, RefusesPipelineWithExperts) {
+  const CliResult r = run_mpi(2, "run -m " + model_path("stories-moe/stories-moe.gguf") + " -p hi -n 2 -t 1 --parallel pp,ep");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("pipeline and expert parallelism together are not supported yet"), std::string::npos) << r.err;
+}
+
+TEST_F(ExpertParallel, RefusesBudgetsTooSmall) {
+  const CliResult r = run_mpi(2, "run -m " + model_path("stories-moe/stories-moe.gguf") +
+                                     " -p hi -n 2 -t 1 --mem-budget 100K --parallel ep");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot be split over 2 ranks that fit"), std::string::npos) << r.err;
+}
+
+TEST_F(ExpertParallel, HungRankFailsRequests) {
+  expect_hung_rank_fails(model_path("stories-moe/stories-moe.gguf"), "stories-moe", "ep", "expert parallelism failed");
 }
 
 }  // namespace

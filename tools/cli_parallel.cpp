@@ -7,8 +7,9 @@ namespace sluice::cli {
 void add_parallel_options(CLI::App* c, ParallelArgs* args) {
   c->add_option("--parallel", args->mode,
                 "run across the processes of an MPI job (mpirun -np N ...): pp = pipeline, each rank holds a range "
-                "of layers and rank 0 the rest of the work")
-      ->check(CLI::IsMember({"pp"}));
+                "of layers and rank 0 the rest of the work; ep = experts (mixture-of-experts models), each rank "
+                "holds a share of every routed layer's experts and rank 0 the rest of the model")
+      ->check(CLI::IsMember({"pp", "ep", "pp,ep", "ep,pp"}));
   c->add_option("--parallel-timeout", args->timeout_s,
                 "seconds a rank waits for another during a step before the request fails and the job ends")
       ->capture_default_str();

@@ -1,7 +1,8 @@
 // --parallel: one command run by every process of an MPI job (mpirun -np N
-// sluice run|bench|serve|bench-serve ... --parallel pp). Rank 0 runs the
-// command; the other ranks become workers that hold layer ranges
-// (dist/session.h) and return when rank 0 ends the job.
+// sluice run|bench|serve|bench-serve ... --parallel pp|ep). Rank 0 runs the
+// command; the other ranks become workers that hold layer ranges (pp) or
+// shares of the experts (ep) (dist/session.h) and return when rank 0 ends
+// the job.
 #pragma once
 
 #include <memory>
@@ -15,7 +16,7 @@
 namespace sluice::cli {
 
 struct ParallelArgs {
-  std::string mode;        // "" (one process), pp
+  std::string mode;        // "" (one process), pp, ep
   double timeout_s = 60;   // --parallel-timeout
 };
 

@@ -23,7 +23,7 @@ PipelineDriver::PipelineDriver(Comm& comm, plan::PipelinePlan plan, int64_t n_em
   auto add = [&](int64_t src, int64_t dst) {
     Counter*& c = link_bytes_[static_cast<size_t>(src * S + dst)];
     if (!c) c = reg.counter("sluice_dist_bytes_sent_total",
-                            "Bytes sent between the job's processes, per link (step plans, hidden rows)",
+                            "Bytes sent between the job's processes, per link (step plans, hidden rows, expert rows)",
                             fmt::format("link=\"{}->{}\"", src, dst));
   };
   for (int64_t r = 1; r < S; ++r) {

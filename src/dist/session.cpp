@@ -155,11 +155,97 @@ std::string placement_map(const plan::PipelinePlan& p, const plan::PipelineInput
   return s;
 }
 
+// The expert planner's figures from the model file: one expert's bytes and
+// FLOPs per row, and the rest of the model's.
+plan::ExpertParallelInputs expert_inputs(const ModelFile& file, const ModelHparams& hp) {
+  plan::ExpertParallelInputs in;
+  in.n_expert = hp.n_expert;
+  in.n_expert_used = hp.n_expert_used;
+  in.n_embd = hp.n_embd;
+  for (int64_t l = 0; l < hp.n_layer; ++l) in.n_routed_layers += hp.is_moe() && hp.layer_is_moe(l) ? 1 : 0;
+  uint64_t expert_total = 0;
+  double expert_flops_total = 0;
+  for (const TensorInfo& t : file.tensors) {
+    const TensorSpec* s = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
+    const double flops = t.ne.size() >= 2 ? 2.0 * static_cast<double>(t.n_elements()) : 0.0;
+    if (s && s->kind == TensorKind::kExperts && hp.n_expert > 0) {
+      expert_total += t.n_bytes;
+      expert_flops_total += flops;
+      continue;
+    }
+    in.dense_bytes += t.n_bytes;
+    if (!(s && s->role == TensorRole::kTokenEmbd)) {
+      in.dense_read_bytes += t.n_bytes;
+      in.dense_flops_per_token += flops;
+    }
+  }
+  if (in.n_expert > 0 && in.n_routed_layers > 0) {
+    const auto per = static_cast<uint64_t>(in.n_expert * in.n_routed_layers);
+    in.expert_bytes = expert_total / per;
+    in.expert_flops = expert_flops_total / static_cast<double>(per);
+  }
+  return in;
+}
+
+std::string expert_placement_map(const plan::ExpertParallelPlan& p, int64_t n_batch) {
+  std::string s = fmt::format("[sluice] experts over {} ranks (ep): every routed layer's experts split, the rest on "
+                              "rank 0; every weight in memory\n",
+                              p.n_ranks());
+  s += "  rank  host              experts       weights     memory cap              read GB/s  TFLOP/s  link to rank 0\n";
+  for (int64_t r = 0; r < p.n_ranks(); ++r) {
+    const plan::RankResources& k = p.in.ranks[static_cast<size_t>(r)];
+    const plan::ExpertRange g = p.shares[static_cast<size_t>(r)];
+    const std::string experts = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +rest" : "");
+    const std::string cap = fmt::format("{:.2f} GiB {}", gib(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
+    const plan::LinkFigures& l = p.in.links[static_cast<size_t>(r)];
+    const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
+    s += fmt::format("  {:<5} {:<17} {:<13} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),
+                     experts, mib(p.rank_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
+  }
+  const auto nb = static_cast<double>(n_batch);
+  double out = 0, back = 0;
+  for (int64_t r = 1; r < p.n_ranks(); ++r) {
+    out += p.bytes_out(r, 1);
+    back += p.bytes_back(r, 1);
+  }
+  s += fmt::format(
+      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms "
+      "({:.0f} tokens/s); per token and routed layer {:.0f} B out, {:.0f} B back\n",
+      p.step_s(1) * 1e3, p.network_s(1) * 1e3, n_batch, p.step_s(nb) * 1e3, nb / p.step_s(nb), out, back);
+  return s;
+}
+
+// A worker of --parallel ep: its experts of every routed layer, then the loop.
+Status run_expert_worker(const std::string& path, const WorkerOptions& o, const json& setup, Comm& c) {
+  const json& mine = setup.at("experts").at(static_cast<size_t>(c.rank()));
+  const plan::ExpertRange range{mine.at(0).get<int64_t>(), mine.at(1).get<int64_t>()};
+  const LoadOptions lo{.n_threads = o.n_threads,
+                       .n_batch = setup.at("n_batch").get<int64_t>(),
+                       .n_ctx_max = setup.at("n_ctx_max").get<int64_t>(),
+                       .ctx_cap = setup.at("ctx_cap").get<int64_t>(),
+                       .max_seqs = setup.at("max_seqs").get<int64_t>(),
+                       .repack = setup.at("repack").get<bool>(),
+                       .backend = o.backend,
+                       .expert_begin = range.begin,
+                       .expert_end = range.end,
+                       .experts_only = true};
+  StatusOr<LoadedModel> lm = load_model(path, lo);
+  RETURN_IF_ERROR(send_json(c, 0, kTagHello,
+                            {{"ok", lm.ok()}, {"error", lm.ok() ? "" : lm.status().message()}}, "load result"));
+  ASSIGN_OR_RETURN(const json go, recv_json(c, 0, kTagControl, "start", c.timeout_s() * kLoadTimeoutFactor));
+  if (!go.value("ok", false)) return unavailable("the job did not start: {}", go.value("error", "?"));
+  return run_expert_worker_loop(c, *lm->model, range);
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options) {
-  if (options.mode != "pp")
-    return invalid_argument("unknown --parallel mode '{}' (pp: pipeline; ep is not implemented yet)", options.mode);
+  if (options.mode == "pp,ep" || options.mode == "ep,pp")
+    return unimplemented("--parallel {}: pipeline and expert parallelism together are not supported yet; use pp "
+                         "(layer ranges per rank) or ep (experts per rank)",
+                         options.mode);
+  if (options.mode != "pp" && options.mode != "ep")
+    return invalid_argument("unknown --parallel mode '{}' (pp: pipeline; ep: experts)", options.mode);
   if (!(options.timeout_s > 0)) return invalid_argument("the parallel timeout must be positive");
   std::shared_ptr<Session> s(new Session());
   s->options_ = options;
@@ -168,6 +254,23 @@ StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options
 }
 
 Session::~Session() {
+  if (ep_driver_) {
+    if (ep_driver_->failed()) comm_->abort(1);
+    const ExpertParallelDriver& d = *ep_driver_;
+    std::string links;
+    for (int r = 1; r < d.plan().n_ranks(); ++r)
+      links += fmt::format("{}0->{} {} B, {}->0 {} B", links.empty() ? "" : ", ", r, d.link_bytes(0, r), r,
+                           d.link_bytes(r, 0));
+    std::string rows;
+    for (int r = 0; r < d.plan().n_ranks(); ++r) rows += fmt::format("{}{}", r ? "/" : "", d.rows(r));
+    fmt::print(stderr, "[sluice] experts: {} routed layers dispatched, expert rows per rank {}; sent {}\n", d.layers(),
+               rows, links);
+    if (Status st = ep_driver_->shutdown(); !st.ok()) {
+      fmt::print(stderr, "error: ending the job: {}\n", st.message());
+      comm_->abort(1);
+    }
+    return;
+  }
   if (!driver_) return;
   if (driver_->failed()) comm_->abort(1);
   // What crossed each link, per token computed, against the plan's count of
@@ -194,6 +297,7 @@ Session::~Session() {
 }
 
 StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions& o, Session& session) {
+  if (session.options().mode == "ep") return load_expert_parallel(path, o, session);
   if (!o.loras.empty())
     return unimplemented("LoRA adapters are not supported across processes (--parallel) yet; drop --lora");
   Comm& c = session.comm();
@@ -250,6 +354,67 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   return lm;
 }
 
+StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOptions& o, Session& session) {
+  if (!o.loras.empty())
+    return unimplemented("LoRA adapters are not supported across processes (--parallel) yet; drop --lora");
+  Comm& c = session.comm();
+  const int S = c.size();
+  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
+  ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(mf.metadata));
+  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes));
+  plan::ExpertParallelInputs in = expert_inputs(mf, hp);
+  in.ranks.push_back(resources_of(mine));
+  std::string refusal;
+  for (int r = 1; r < S; ++r) {
+    ASSIGN_OR_RETURN(const json h, recv_json(c, r, kTagHello, "hello", c.timeout_s() * kLoadTimeoutFactor));
+    if (const std::string why = fingerprint_mismatch(fingerprint_of(mine), fingerprint_of(h)); !why.empty())
+      refusal += fmt::format("{}rank {} on {}: {}", refusal.empty() ? "" : "; ", r, h.at("host").get<std::string>(), why);
+    in.ranks.push_back(resources_of(h));
+  }
+  ASSIGN_OR_RETURN(in.links, probe_links(c));
+  StatusOr<plan::ExpertParallelPlan> plan =
+      refusal.empty() ? plan::plan_expert_parallel(in)
+                      : StatusOr<plan::ExpertParallelPlan>(invalid_argument("the job's processes differ: {}", refusal));
+  if (!plan.ok()) {
+    for (int r = 1; r < S; ++r)
+      RETURN_IF_ERROR(send_json(c, r, kTagControl, {{"ok", false}, {"error", plan.status().message()}}, "setup"));
+    return plan.status();
+  }
+  json experts = json::array();
+  for (const plan::ExpertRange& g : plan->shares) experts.push_back({g.begin, g.end});
+  const json setup{{"ok", true},          {"experts", experts},          {"n_batch", o.n_batch},
+                   {"n_ctx_max", o.n_ctx_max}, {"ctx_cap", o.ctx_cap}, {"max_seqs", o.max_seqs},
+                   {"repack", o.repack}};
+  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, setup, "setup"));
+  LoadOptions mine_opts = o;
+  mine_opts.mem_budget_bytes = 0;  // the plan checked that the share fits
+  mine_opts.expert_begin = plan->shares[0].begin;
+  mine_opts.expert_end = plan->shares[0].end;
+  StatusOr<LoadedModel> lm = load_model(path, mine_opts);
+  std::string failures = lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message());
+  if (lm.ok() && !lm->model->backend().host_visible())
+    failures = fmt::format("rank 0: --parallel ep combines the experts' outputs in host memory, which the {} backend "
+                           "does not use; use --backend cpu",
+                           lm->model->backend().name());
+  for (int r = 1; r < S; ++r) {
+    ASSIGN_OR_RETURN(const json j, recv_json(c, r, kTagHello, "load result", c.timeout_s() * kLoadTimeoutFactor));
+    if (!j.value("ok", false))
+      failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, j.value("error", "?"));
+  }
+  const json go{{"ok", failures.empty()}, {"error", failures}};
+  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, go, "start"));
+  if (!failures.empty()) return unavailable("loading the experts' shares failed: {}", failures);
+  session.ep_driver_ = std::make_unique<ExpertParallelDriver>(c, lm->model->hparams(), *plan,
+                                                              session.options().abort_grace_s);
+  lm->model->set_expert_dispatch(session.ep_driver_.get());
+  lm->placement_report = expert_placement_map(*plan, o.n_batch);
+  MetricRegistry& reg = global_metrics();
+  reg.gauge("sluice_dist_ranks", "Processes of the job")->set(S);
+  reg.gauge("sluice_dist_predicted_step_seconds", "The pipeline plan's step time", "phase=\"decode\"")
+      ->set(plan->step_s(1));
+  return lm;
+}
+
 Status run_worker(const std::string& path, const WorkerOptions& o, Session& session) {
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
@@ -258,6 +423,7 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   RETURN_IF_ERROR(answer_link_probe(c));
   ASSIGN_OR_RETURN(const json setup, recv_json(c, 0, kTagControl, "setup", c.timeout_s() * kLoadTimeoutFactor));
   if (!setup.value("ok", false)) return invalid_argument("rank 0 refused the job: {}", setup.value("error", "?"));
+  if (setup.contains("experts")) return run_expert_worker(path, o, setup, c);
   const json& ranges = setup.at("ranges");
   const json& mine_range = ranges.at(static_cast<size_t>(c.rank()));
   const LoadOptions lo{.n_threads = o.n_threads,

@@ -14,6 +14,9 @@
 //   0 -> r        setup: every rank's layer range and rank 0's load options
 //   every rank    load_model() of its own range; r -> 0: loaded, or why not
 //
+// With --parallel ep the plan is the experts' shares instead of layer ranges
+// (load_expert_parallel(), expert_parallel.h).
+//
 // The placement map (which rank holds which layers, in which tier, the rates
 // and links measured, the predicted step with its network leg) is printed at
 // load and kept in LoadedModel::placement_report. Thread-compatible: the
@@ -24,20 +27,22 @@
 #include <string>
 
 #include "dist/comm.h"
+#include "dist/expert_parallel.h"
 #include "dist/pipeline.h"
 #include "runtime/load_model.h"
 
 namespace sluice::dist {
 
 struct ParallelOptions {
-  std::string mode = "pp";     // pp: pipeline (layer ranges per rank)
+  std::string mode = "pp";     // pp: pipeline (layer ranges per rank); ep: experts per rank
   double timeout_s = 60;       // what a rank waits for another during a step
   double abort_grace_s = 3;    // after a failure, before the job is ended
 };
 
 class Session {
  public:
-  // Joins the job. Errors: an unknown mode, no MPI in this build.
+  // Joins the job. Errors: an unknown mode (pp and ep together are refused),
+  // no MPI in this build.
   static StatusOr<std::shared_ptr<Session>> start(const ParallelOptions& options);
   // Rank 0: tells the workers to stop, or ends the job with a non-zero exit
   // when a step failed.
@@ -49,19 +54,31 @@ class Session {
   const ParallelOptions& options() const { return options_; }
   // Rank 0, after load_pipelined(): the stage runner its model uses.
   PipelineDriver* driver() { return driver_.get(); }
+  // Rank 0 with --parallel ep, after load_pipelined(): the model's expert dispatch.
+  ExpertParallelDriver* expert_driver() { return ep_driver_.get(); }
 
  private:
   friend StatusOr<LoadedModel> load_pipelined(const std::string&, const LoadOptions&, Session&);
+  friend StatusOr<LoadedModel> load_expert_parallel(const std::string&, const LoadOptions&, Session&);
   Session() = default;
   ParallelOptions options_;
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<PipelineDriver> driver_;
+  std::unique_ptr<ExpertParallelDriver> ep_driver_;
 };
 
 // Rank 0: the job's start (above), then rank 0's own range loaded with its
-// stage runner set. Errors: a rank refused or failed (naming it and why), no
-// cut fits the ranks' memory, a rank did not answer in time.
+// stage runner set (with --parallel ep: load_expert_parallel()). Errors: a
+// rank refused or failed (naming it and why), no cut fits the ranks' memory,
+// a rank did not answer in time.
 StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions& options, Session& session);
+
+// Rank 0 with --parallel ep: the same start, planned by
+// plan_expert_parallel() (every routed layer's experts in contiguous shares),
+// then everything but the other ranks' experts loaded, with the model's
+// expert dispatch set (expert_parallel.h). Errors: as load_pipelined(), and
+// a model without routed experts, a backend whose buffers are not host memory.
+StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOptions& options, Session& session);
 
 // What a worker takes from its own command line (the rest comes from rank 0).
 struct WorkerOptions {

@@ -114,6 +114,7 @@ Status ExpertFeed::ffn_block(const LayerStep& s) {
   moe_route(s, moe);
   if (hook_) emit_routing("ffn_moe_ids", ids_.data(), l, n, hp_.n_expert_used);
   count_routing(l, n);
+  if (dispatch_) return dispatch_->experts(s, moe);
   if (!streams()) {
     moe_experts(s, moe);
     return Status();

@@ -36,6 +36,7 @@
 #include "backend/backend.h"
 #include "base/metrics.h"
 #include "model/decoder_blocks.h"
+#include "model/expert_dispatch.h"
 #include "model/hparams.h"
 #include "model/model_weights.h"
 #include "model/weight_source.h"
@@ -66,6 +67,10 @@ class ExpertFeed {
   // Counters of token-to-expert assignments, [n_layer * n_expert] (null for
   // dense layers); each routed layer adds its step's counts. Empty: none.
   void set_routing_counters(std::vector<Counter*> counters);
+
+  // Another computes the routed layers' experts from here on
+  // (expert_dispatch.h; resident weights only); null: this feed does.
+  void set_dispatch(ExpertDispatch* dispatch) { dispatch_ = dispatch; }
 
   // When prediction is on and `layer` is a routed layer of the stage: its
   // routing predicted from x, reported to the hook ("ffn_moe_pred") and to a
@@ -111,6 +116,7 @@ class ExpertFeed {
   LayerWeightSource* source_;
   const ActivationHook& hook_;
   const ExpertFeedOptions options_;
+  ExpertDispatch* dispatch_ = nullptr;
 
   // The step's routing in a layer.
   std::unique_ptr<Buffer> router_;     // [n_batch, n_expert] router logits

@@ -51,6 +51,12 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
   if (m->layer_begin_ < 0 || m->layer_begin_ >= m->layer_end_ || m->layer_end_ > m->hp_.n_layer)
     return invalid_argument("layer range [{}, {}) is not inside the model's {} layers", options.layer_begin,
                             options.layer_end, m->hp_.n_layer);
+  m->expert_begin_ = options.expert_begin;
+  m->expert_end_ = options.expert_end < 0 ? m->hp_.n_expert : options.expert_end;
+  m->experts_only_ = options.experts_only;
+  if (m->expert_begin_ < 0 || m->expert_begin_ > m->expert_end_ || m->expert_end_ > m->hp_.n_expert)
+    return invalid_argument("expert range [{}, {}) is not inside the model's {} experts", options.expert_begin,
+                            options.expert_end, m->hp_.n_expert);
   m->plan_buffers(options);
   if (options.device_reserve) {
     ASSIGN_OR_RETURN(const uint64_t reserve, options.device_reserve(*m));
@@ -70,16 +76,22 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
 }
 
 bool Model::holds(const WeightView* v) const {
-  if (layer_begin_ == 0 && layer_end_ == hp_.n_layer) return true;
-  if (v == &weights_.output) return layer_begin_ == 0;
+  const bool all_experts = expert_begin_ == 0 && expert_end_ == hp_.n_expert && !experts_only_;
+  if (layer_begin_ == 0 && layer_end_ == hp_.n_layer && all_experts) return true;
+  if (v == &weights_.output) return layer_begin_ == 0 && !experts_only_;
   for (int64_t l = layer_begin_; l < layer_end_; ++l) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
-    if (v >= w.mats.data() && v < w.mats.data() + w.mats.size()) return true;
-    for (const ExpertWeights& e : w.experts)
-      if (v == &e.gate || v == &e.up || v == &e.down) return true;
+    if (v >= w.mats.data() && v < w.mats.data() + w.mats.size()) return !experts_only_;
+    for (size_t e = 0; e < w.experts.size(); ++e) {
+      const ExpertWeights& x = w.experts[e];
+      if (v == &x.gate || v == &x.up || v == &x.down)
+        return static_cast<int64_t>(e) >= expert_begin_ && static_cast<int64_t>(e) < expert_end_;
+    }
   }
   return false;
 }
+
+void Model::set_expert_dispatch(ExpertDispatch* dispatch) { experts_->set_dispatch(dispatch); }
 
 StatusOr<const LayerWeights*> Model::acquire_layer(int64_t l) {
   LayerWeights& w = weights_.layers[static_cast<size_t>(l)];

@@ -87,6 +87,13 @@ struct ModelOptions {
   // (and the output head only by the stage that has layer 0). -1: n_layer.
   int64_t layer_begin = 0;
   int64_t layer_end = -1;
+  // Expert parallelism (dist/expert_parallel.h): the routed experts
+  // [expert_begin, expert_end) of every layer are this process's (-1: all);
+  // the others are bound as views but never read or prepared. experts_only:
+  // nothing else is held either (a process that computes experts alone).
+  int64_t expert_begin = 0;
+  int64_t expert_end = -1;
+  bool experts_only = false;
 };
 
 // One sequence's part of a batched forward pass.
@@ -173,6 +180,9 @@ class Model {
   // When set, forward() hands the step's layers to it (not owned; null: none).
   void set_stage_runner(StageRunner* runner) { stages_ = runner; }
   StageRunner* stage_runner() const { return stages_; }
+  // Routed layers' experts computed by `dispatch` from here on
+  // (expert_dispatch.h); null: by this model. Resident weights only.
+  void set_expert_dispatch(ExpertDispatch* dispatch);
   // Validates the step and lays out its host data (positions, KV rows,
   // attention sequences, RoPE tables); with `embed`, the tokens' embeddings
   // into hidden(). Errors: as forward().
@@ -254,6 +264,8 @@ class Model {
   std::unique_ptr<ExpertFeed> experts_;
 
   int64_t layer_begin_ = 0, layer_end_ = 0;  // ModelOptions::layer_begin/end, resolved
+  int64_t expert_begin_ = 0, expert_end_ = 0;  // ModelOptions::expert_begin/end, resolved
+  bool experts_only_ = false;
   StageRunner* stages_ = nullptr;
   int64_t step_n_ = 0, step_n_out_ = 0;       // tokens and logits rows of the step begun
   int64_t step_n_seqs_ = 0;

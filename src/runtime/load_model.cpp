@@ -23,7 +23,8 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   }
   ModelOptions mo{.n_threads = o.n_threads, .n_batch = o.n_batch, .n_ctx_max = n_ctx, .max_seqs = o.max_seqs,
                   .backend = o.shared_backend, .repack = o.repack, .predict_experts = o.predict_experts,
-                  .expert_predict_margin = o.expert_predict_margin, .device_reserve = o.device_reserve, .layer_begin = o.layer_begin, .layer_end = o.layer_end};
+                  .expert_predict_margin = o.expert_predict_margin, .device_reserve = o.device_reserve, .layer_begin = o.layer_begin, .layer_end = o.layer_end,
+                  .expert_begin = o.expert_begin, .expert_end = o.expert_end, .experts_only = o.experts_only};
   if (!mo.backend) {
     ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads,
                                                  .device_budget_bytes = o.gpu_budget_bytes}));
@@ -36,8 +37,8 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                          "load the model whole on it (no --mem-budget) or use --backend cpu",
                          mo.backend->name());
   }
-  if (o.mem_budget_bytes > 0 && (o.layer_begin != 0 || o.layer_end >= 0))
-    return unimplemented("a pipeline stage holds its layers in memory; streaming its range from disk under "
+  if (o.mem_budget_bytes > 0 && (o.layer_begin != 0 || o.layer_end >= 0 || o.expert_begin != 0 || o.expert_end >= 0))
+    return unimplemented("a pipeline stage or expert share holds its weights in memory; streaming its range from disk under "
                          "--mem-budget is not supported yet");
   if (o.mem_budget_bytes > 0) {
     ASSIGN_OR_RETURN(weights::StreamingSetup setup,

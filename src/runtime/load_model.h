@@ -59,6 +59,11 @@ struct LoadOptions {
   // A pipeline stage's layers (ModelOptions::layer_begin/end; dist/session.h).
   int64_t layer_begin = 0;
   int64_t layer_end = -1;
+  // Expert parallelism: this process's experts (ModelOptions::expert_begin/
+  // end, experts_only; dist/expert_parallel.h).
+  int64_t expert_begin = 0;
+  int64_t expert_end = -1;
+  bool experts_only = false;
 };
 
 struct LoadedModel {

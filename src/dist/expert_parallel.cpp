@@ -1,0 +1,224 @@
+#include "dist/expert_parallel.h"
+
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "dist/protocol.h"
+
+namespace sluice::dist {
+namespace {
+
+enum ExpertMsgKind : int32_t { kExpertRows = 1, kExpertShutdown = 2 };
+
+// The ids padded to a multiple of 4 so the rows after them stay 16-byte aligned.
+size_t padded_ids(int64_t n_rows) { return static_cast<size_t>((n_rows + 3) / 4 * 4); }
+
+size_t message_bytes(int64_t n_rows, int64_t n_embd) {
+  return sizeof(ExpertMsgHeader) + padded_ids(n_rows) * sizeof(int32_t) +
+         static_cast<size_t>(n_rows * n_embd) * sizeof(float);
+}
+
+template <typename T>
+void grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+ExpertParallelDriver::ExpertParallelDriver(Comm& comm, const ModelHparams& hp, plan::ExpertParallelPlan plan,
+                                           double abort_grace_s)
+    : comm_(comm), hp_(hp), plan_(std::move(plan)), abort_grace_s_(abort_grace_s) {
+  const auto S = static_cast<size_t>(plan_.n_ranks());
+  owner_.assign(static_cast<size_t>(hp.n_expert), 0);
+  for (size_t r = 0; r < S; ++r)
+    for (int64_t e = plan_.shares[r].begin; e < plan_.shares[r].end; ++e) owner_[static_cast<size_t>(e)] = static_cast<int32_t>(r);
+  count_.assign(S, 0);
+  rows_.assign(S, 0);
+  msg_.resize(S);
+  out_.resize(S);
+  sends_.reserve(S);
+  recvs_.reserve(S);
+  MetricRegistry& reg = global_metrics();
+  out_bytes_.assign(S, nullptr);
+  back_bytes_.assign(S, nullptr);
+  const char* help = "Bytes sent between the job's processes, per link (step plans, hidden rows, expert rows)";
+  for (size_t r = 1; r < S; ++r) {
+    out_bytes_[r] = reg.counter("sluice_dist_bytes_sent_total", help, fmt::format("link=\"0->{}\"", r));
+    back_bytes_[r] = reg.counter("sluice_dist_bytes_sent_total", help, fmt::format("link=\"{}->0\"", r));
+  }
+}
+
+ExpertParallelDriver::~ExpertParallelDriver() {
+  if (watchdog_.joinable()) watchdog_.detach();
+}
+
+uint64_t ExpertParallelDriver::link_bytes(int src, int dst) const {
+  const Counter* c = nullptr;
+  if (src == 0 && dst > 0) c = out_bytes_[static_cast<size_t>(dst)];
+  if (dst == 0 && src > 0) c = back_bytes_[static_cast<size_t>(src)];
+  return c ? static_cast<uint64_t>(c->value()) : 0;
+}
+
+void ExpertParallelDriver::fail(const Status& st) {
+  if (failed_.exchange(true)) return;
+  failure_ = st;
+  fmt::print(stderr, "error: expert parallelism failed: {}; the job ends in {:.0f} s\n", st.message(), abort_grace_s_);
+  watchdog_ = std::thread([this] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(abort_grace_s_));
+    comm_.abort(1);
+  });
+}
+
+Status ExpertParallelDriver::experts(const LayerStep& s, const MoeStep& m) {
+  if (failed_) return failure_;
+  Status st = dispatch(s, m);
+  if (!st.ok()) {
+    fail(st);
+    return failure_;
+  }
+  return st;
+}
+
+Status ExpertParallelDriver::dispatch(const LayerStep& s, const MoeStep& m) {
+  const ModelHparams& h = hp_;
+  const int64_t n = s.n_tok, k = h.n_expert_used, E = h.n_embd;
+  const int64_t n_pairs = n * k;
+  const auto S = static_cast<size_t>(plan_.n_ranks());
+  const size_t row_bytes = static_cast<size_t>(E) * sizeof(float);
+  ++layers_;
+  // Each (token, slot) pair's row in its rank's outputs, in pair order: an
+  // expert's rows keep the token order one process gives them.
+  std::fill(count_.begin(), count_.end(), 0);
+  grow(slot_row_, static_cast<size_t>(n_pairs));
+  for (int64_t p = 0; p < n_pairs; ++p) slot_row_[static_cast<size_t>(p)] = count_[static_cast<size_t>(owner_[static_cast<size_t>(m.ids[p])])]++;
+  for (size_t r = 0; r < S; ++r) {
+    rows_[r] += count_[r];
+    grow(out_[r], static_cast<size_t>(count_[r] * E));
+  }
+  // The other ranks' rows, sent first so they compute while rank 0 does.
+  sends_.clear();
+  recvs_.clear();
+  for (size_t r = 1; r < S; ++r) {
+    const int64_t c = count_[r];
+    if (c == 0) continue;
+    std::vector<uint8_t>& msg = msg_[r];
+    msg.resize(message_bytes(c, E));
+    const ExpertMsgHeader hd{.kind = kExpertRows, .layer = static_cast<int32_t>(s.layer), .n_rows = c};
+    std::memcpy(msg.data(), &hd, sizeof hd);
+    auto* ids = reinterpret_cast<int32_t*>(msg.data() + sizeof hd);
+    auto* rows = reinterpret_cast<float*>(msg.data() + sizeof hd + padded_ids(c) * sizeof(int32_t));
+    int64_t i = 0;
+    for (int64_t p = 0; p < n_pairs; ++p) {
+      if (owner_[static_cast<size_t>(m.ids[p])] != static_cast<int32_t>(r)) continue;
+      ids[i] = m.ids[p];
+      std::memcpy(rows + i * E, s.xn + (p / k) * E, row_bytes);
+      ++i;
+    }
+    for (size_t j = static_cast<size_t>(c); j < padded_ids(c); ++j) ids[j] = -1;
+    ASSIGN_OR_RETURN(Pending rp, comm_.irecv(static_cast<int>(r), kTagReturn, out_[r].data(), static_cast<size_t>(c) * row_bytes));
+    recvs_.push_back(rp);
+    ASSIGN_OR_RETURN(Pending sp, comm_.isend(static_cast<int>(r), kTagControl, msg.data(), msg.size()));
+    sends_.push_back(sp);
+    out_bytes_[r]->add(static_cast<double>(msg.size()));
+    back_bytes_[r]->add(static_cast<double>(c) * static_cast<double>(row_bytes));
+  }
+  // Rank 0's own experts: one row per pair, weight 1 (the output is the expert's exactly).
+  if (const int64_t c = count_[0]; c > 0) {
+    grow(x0_, static_cast<size_t>(c * E));
+    grow(ids0_, static_cast<size_t>(c));
+    if (ones_.size() < static_cast<size_t>(c)) ones_.resize(static_cast<size_t>(c), 1.0f);
+    int64_t i = 0;
+    for (int64_t p = 0; p < n_pairs; ++p) {
+      if (owner_[static_cast<size_t>(m.ids[p])] != 0) continue;
+      ids0_[static_cast<size_t>(i)] = m.ids[p];
+      std::memcpy(x0_.data() + i * E, s.xn + (p / k) * E, row_bytes);
+      ++i;
+    }
+    s.be.expert_ffn({.x = x0_.data(), .out = out_[0].data(), .ids = ids0_.data(), .weights = ones_.data(), .n_tok = c,
+                     .n_used = 1, .n_embd = E, .n_ff = h.n_ff_expert, .act = h.spec->act, .experts = m.experts});
+  }
+  // The shared expert over every token, as the backend's expert_ffn runs it.
+  const LayerWeights& w = s.w;
+  const bool has_shared = w.has_mat(TensorRole::kFfnGateShexp);
+  if (has_shared) {
+    grow(sh_gate_, static_cast<size_t>(n * h.n_ff_shared));
+    grow(sh_up_, static_cast<size_t>(n * h.n_ff_shared));
+    grow(sh_y_, static_cast<size_t>(n * E));
+    const MatmulOut gate_up[2] = {{w.mat(TensorRole::kFfnGateShexp), sh_gate_.data()},
+                                  {w.mat(TensorRole::kFfnUpShexp), sh_up_.data()}};
+    s.be.matmul(gate_up, s.xn, E, n);
+    s.be.glu_matmul({.gate = sh_gate_.data(), .up = sh_up_.data(), .n_ff = h.n_ff_shared, .n_tok = n, .act = h.spec->act,
+                     .out = {w.mat(TensorRole::kFfnDownShexp), sh_y_.data()}});
+  }
+  for (Pending& p : recvs_) RETURN_IF_ERROR(comm_.wait(p, "the outputs of a rank's experts"));
+  for (Pending& p : sends_) RETURN_IF_ERROR(comm_.wait(p, "a routed layer's rows"));
+  // out[t] = sum over slots in order of weight x expert output, then the
+  // gated shared expert: the CPU backend's expert_ffn, term by term.
+  const float* shared_gate = w.vec(TensorRole::kFfnSharedGate);
+  for (int64_t t = 0; t < n; ++t) {
+    float* o = s.proj + t * E;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t p = t * k + j;
+      const float wt = m.weights[p];
+      const float* y = out_[static_cast<size_t>(owner_[static_cast<size_t>(m.ids[p])])].data() +
+                       slot_row_[static_cast<size_t>(p)] * E;
+      if (j == 0) {
+        for (int64_t i = 0; i < E; ++i) o[i] = wt * y[i];
+      } else {
+        for (int64_t i = 0; i < E; ++i) o[i] += wt * y[i];
+      }
+    }
+    if (has_shared) {
+      const float g = shared_gate ? shared_gate_weight(shared_gate, s.xn + t * E, E) : 1.0f;
+      const float* y = sh_y_.data() + t * E;
+      for (int64_t i = 0; i < E; ++i) o[i] += g * y[i];
+    }
+  }
+  s.be.add(s.x, s.proj, n * E);
+  return Status();
+}
+
+Status ExpertParallelDriver::shutdown() {
+  if (failed_) return failure_;
+  const ExpertMsgHeader hd{.kind = kExpertShutdown};
+  for (int r = 1; r < plan_.n_ranks(); ++r) RETURN_IF_ERROR(comm_.send(r, kTagControl, &hd, sizeof hd, "the end of the job"));
+  return Status();
+}
+
+Status run_expert_worker_loop(Comm& comm, Model& model, plan::ExpertRange mine) {
+  const ModelHparams& h = model.hparams();
+  const int64_t E = h.n_embd;
+  std::vector<uint8_t> msg;
+  std::vector<float> out;
+  std::vector<float> ones;
+  for (;;) {
+    RETURN_IF_ERROR(comm.recv_message(0, kTagControl, &msg, "a routed layer's rows", /*timeout=*/0));
+    ExpertMsgHeader hd;
+    if (msg.size() < sizeof hd) return data_loss("an expert message of {} bytes is shorter than its header", msg.size());
+    std::memcpy(&hd, msg.data(), sizeof hd);
+    if (hd.kind == kExpertShutdown) return Status();
+    if (hd.kind != kExpertRows || hd.n_rows <= 0 || hd.layer < 0 || hd.layer >= h.n_layer ||
+        !h.layer_is_moe(hd.layer) || msg.size() != message_bytes(hd.n_rows, E))
+      return data_loss("a malformed expert message (kind {}, layer {}, {} rows, {} bytes)", hd.kind, hd.layer,
+                       hd.n_rows, msg.size());
+    const auto* ids = reinterpret_cast<const int32_t*>(msg.data() + sizeof hd);
+    const auto* rows = reinterpret_cast<const float*>(msg.data() + sizeof hd + padded_ids(hd.n_rows) * sizeof(int32_t));
+    for (int64_t i = 0; i < hd.n_rows; ++i)
+      if (ids[i] < mine.begin || ids[i] >= mine.end)
+        return data_loss("rank 0 sent rows for expert {}, which is not this rank's ({}-{})", ids[i], mine.begin,
+                         mine.end - 1);
+    ASSIGN_OR_RETURN(const LayerWeights* w, model.acquire_layer(hd.layer));
+    grow(out, static_cast<size_t>(hd.n_rows * E));
+    if (ones.size() < static_cast<size_t>(hd.n_rows)) ones.resize(static_cast<size_t>(hd.n_rows), 1.0f);
+    model.backend().expert_ffn({.x = rows, .out = out.data(), .ids = ids, .weights = ones.data(), .n_tok = hd.n_rows,
+                                .n_used = 1, .n_embd = E, .n_ff = h.n_ff_expert, .act = h.spec->act,
+                                .experts = w->experts});
+    model.release_layer(hd.layer);
+    RETURN_IF_ERROR(comm.send(0, kTagReturn, out.data(), static_cast<size_t>(hd.n_rows * E) * sizeof(float),
+                              "a routed layer's expert outputs"));
+  }
+}
+
+}  // namespace sluice::dist

@@ -1,0 +1,74 @@
+// The expert-parallel planner: which process holds which routed experts, and
+// how long a step takes when a routed layer's experts are spread over
+// processes joined by links (dist/expert_parallel.h runs it).
+//
+// Rank 0 holds everything but the routed experts (embeddings, attention,
+// routers, shared experts, the output head) and its own share of the
+// experts; rank r > 0 holds its share alone. Shares are contiguous runs of
+// expert ids, as equal as the count allows (the same ids in every routed
+// layer); each must fit its rank's memory.
+//
+// A step of n tokens (k of E experts per token; rank r holds E_r of them):
+//
+//   experts rank r runs per routed layer:  u_r = E_r x (1 - (1 - k/E)^n)
+//   rows rank r gets per routed layer:     p_r = n x k x E_r / E
+//   rank r's experts:  t_r = max(u_r x expert_bytes / read_r, p_r x expert_flops / rate_r)
+//   the link (r > 0):  h_r = 2 x latency_r + p_r x (2 x n_embd x 4 + 4) B / gbps_r
+//   routed layer:      layer = max(t_0, max_{r > 0} (t_r + h_r))
+//   step = max(dense_read_bytes / read_0, n x dense_flops / rate_0) + n_routed x layer
+//
+// Pure functions: no measuring here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "plan/pipeline_plan.h"
+#include "sluice/status.h"
+
+namespace sluice::plan {
+
+struct ExpertParallelInputs {
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_embd = 0;
+  int64_t n_routed_layers = 0;
+  uint64_t expert_bytes = 0;        // one expert of one layer (gate, up, down)
+  double expert_flops = 0;          // per row through one expert (2 x its parameters)
+  uint64_t dense_bytes = 0;         // everything else rank 0 holds
+  uint64_t dense_read_bytes = 0;    // of it, read every step (not the embedding table)
+  double dense_flops_per_token = 0;
+  std::vector<RankResources> ranks;  // [n_ranks]
+  std::vector<LinkFigures> links;    // [n_ranks] links[r]: rank 0 <-> rank r (links[0] unused)
+};
+
+struct ExpertRange {
+  int64_t begin = 0;
+  int64_t end = 0;  // exclusive
+};
+
+struct ExpertParallelPlan {
+  ExpertParallelInputs in;
+  std::vector<ExpertRange> shares;   // [n_ranks] rank r's expert ids
+  std::vector<uint64_t> rank_bytes;  // [n_ranks] weights held
+
+  int64_t n_ranks() const { return static_cast<int64_t>(shares.size()); }
+  // Rank r's seconds on its experts of one routed layer, n tokens (t_r).
+  double experts_s(int64_t r, double n_tokens) const;
+  // Seconds on the link to rank r > 0 in one routed layer (h_r).
+  double link_s(int64_t r, double n_tokens) const;
+  // Predicted seconds of a step of n tokens (the formula above), and of it
+  // the links' share (the routed layers' time beyond rank 0's own experts).
+  double step_s(double n_tokens) const;
+  double network_s(double n_tokens) const;
+  // Expected bytes rank 0 sends to rank r > 0 (rows and ids) and gets back
+  // per routed layer for n tokens.
+  double bytes_out(int64_t r, double n_tokens) const;
+  double bytes_back(int64_t r, double n_tokens) const;
+};
+
+// Errors: no ranks, a dense model, more ranks than experts, a rank without
+// rates, or a share that does not fit its rank (naming the rank and sizes).
+StatusOr<ExpertParallelPlan> plan_expert_parallel(const ExpertParallelInputs& in);
+
+}  // namespace sluice::plan
