@@ -104,7 +104,7 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
     case Op::kLogits:
       return matmul_supports(t.weight);
     case Op::kLora:
-      return false;
+      return true;  // launch_lora; the op cases hold it to the reference where a device runs them
     case Op::kMatmulT:
       return t.weight == DType::kF32 || weights_to_f32_type(t.weight, WeightLayout::kRows);
     case Op::kRmsnormBackward:

@@ -133,8 +133,7 @@ class CudaBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override;
   void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
   void logits(const LogitsArgs& a) override;
-  // Runs (cuda_kernels.cuh launch_lora), but supports(kLora) stays false
-  // until the GPU tests have run it against the reference.
+  // cuda_kernels.cuh launch_lora (training's forward needs it too).
   void lora(const LoraArgs& a) override;
 
   uint64_t bytes_streamed() const override { return ring_ ? ring_->bytes_copied() : 0; }
