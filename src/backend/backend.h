@@ -314,9 +314,10 @@ class Backend {
   // after the operators enqueued before it: how the activation hook reads the
   // buffers of a backend that is not host-visible. Default: memcpy.
   virtual void read_floats(const float* src, float* dst, int64_t n);
-  // Copies n floats from host memory into a buffer of alloc() (adapters'
-  // factors at load; how tests fill the buffers of a backend that is not
-  // host-visible), in order with the operators. Default: memcpy.
+  // Copies n floats from host memory (or another buffer of alloc()) into a
+  // buffer of alloc() (adapters' factors at load; how tests fill the buffers
+  // of a backend that is not host-visible; training's row copies), in order
+  // with the operators. Default: memcpy.
   virtual void write_floats(const float* src, float* dst, int64_t n);
   // Sizes the operators' scratch for calls up to `needs` (grows, never
   // shrinks; a backend shared by two models keeps the larger of each).

@@ -6,12 +6,9 @@
 namespace sluice {
 
 StatusOr<LoraParams> LoraParams::create(Backend& be, const LoraAdapter& init) {
-  if (!be.host_visible()) {
-    return unimplemented("training on the {} backend is not supported yet (its buffers are not host memory)",
-                         be.name());
-  }
   if (init.mats.empty()) return invalid_argument("the adapter to train has no matrices");
   LoraParams p;
+  p.be_ = &be;
   p.name_ = init.name;
   p.arch_ = init.arch;
   p.alpha_ = init.alpha;
@@ -34,8 +31,8 @@ StatusOr<LoraParams> LoraParams::create(Backend& be, const LoraAdapter& init) {
   p.v_ = be.alloc(bytes);
   for (size_t i = 0; i < init.mats.size(); ++i) {
     const LoraMatrix& m = init.mats[i];
-    std::memcpy(p.params_->floats() + p.slots_[i].a_off, m.a.data(), m.a.size() * sizeof(float));
-    std::memcpy(p.params_->floats() + p.slots_[i].b_off, m.b.data(), m.b.size() * sizeof(float));
+    be.write_floats(m.a.data(), p.params_->floats() + p.slots_[i].a_off, static_cast<int64_t>(m.a.size()));
+    be.write_floats(m.b.data(), p.params_->floats() + p.slots_[i].b_off, static_cast<int64_t>(m.b.size()));
   }
   return p;
 }
@@ -47,7 +44,22 @@ const LoraSlot* LoraParams::find(int64_t layer, TensorRole role) const {
   return nullptr;
 }
 
-void LoraParams::zero_grads() { std::memset(grads_->data(), 0, static_cast<size_t>(n_params_) * sizeof(float)); }
+void LoraParams::zero_grads() {
+  if (be_->host_visible()) {
+    std::memset(grads_->data(), 0, static_cast<size_t>(n_params_) * sizeof(float));
+    return;
+  }
+  zeros_.resize(static_cast<size_t>(n_params_));  // once: zeros_ stays zero
+  be_->write_floats(zeros_.data(), grads_->floats(), n_params_);
+}
+
+std::vector<float> LoraParams::read(const float* src, int64_t n) const {
+  std::vector<float> out(static_cast<size_t>(n));
+  be_->read_floats(src, out.data(), n);
+  return out;
+}
+
+void LoraParams::write(const float* src, float* dst, int64_t n) { be_->write_floats(src, dst, n); }
 
 LoraAdapter LoraParams::to_adapter() const {
   LoraAdapter ad;
@@ -58,8 +70,8 @@ LoraAdapter LoraParams::to_adapter() const {
     LoraMatrix m{.base_name = s.base_name, .layer = s.layer, .role = s.role, .n_in = s.n_in, .n_out = s.n_out,
                  .rank = s.rank};
     const float* p = params_->floats();
-    m.a.assign(p + s.a_off, p + s.a_off + s.rank * s.n_in);
-    m.b.assign(p + s.b_off, p + s.b_off + s.n_out * s.rank);
+    m.a = read(p + s.a_off, s.rank * s.n_in);
+    m.b = read(p + s.b_off, s.n_out * s.rank);
     ad.mats.push_back(std::move(m));
   }
   return ad;

@@ -6,6 +6,9 @@
 //   grads   | dA_0| dB_0| ...               (same offsets)
 //   adam_m, adam_v                          (same offsets)
 //
+// The buffers are the backend's (device memory on one that is not
+// host-visible): params() and the like point into them, for the operators;
+// read() and write() move floats between them and the host.
 // The base model never changes; only these do. Not thread-safe.
 #pragma once
 
@@ -33,8 +36,7 @@ struct LoraSlot {
 
 class LoraParams {
  public:
-  // The factors of `init` in buffers of `be` (which must be host-visible for
-  // now: the trainer reads and writes them in place).
+  // The factors of `init` in buffers of `be` (outliving this).
   static StatusOr<LoraParams> create(Backend& be, const LoraAdapter& init);
 
   int64_t n_params() const { return n_params_; }
@@ -54,17 +56,23 @@ class LoraParams {
   float* grad_b(const LoraSlot& s) { return grads_->floats() + s.b_off; }
 
   void zero_grads();
+  // n floats at src (one of the buffers above) copied to the host, after the
+  // operators enqueued before; and n host floats copied to dst (in them).
+  std::vector<float> read(const float* src, int64_t n) const;
+  void write(const float* src, float* dst, int64_t n);
   // The current factors as an adapter (name, architecture and alpha of the init).
   LoraAdapter to_adapter() const;
 
  private:
   LoraParams() = default;
+  Backend* be_ = nullptr;
   std::vector<LoraSlot> slots_;
   std::string name_, arch_;
   float alpha_ = 0.0f;
   int64_t n_params_ = 0;
   int64_t max_rank_ = 0;
   std::unique_ptr<Buffer> params_, grads_, m_, v_;
+  std::vector<float> zeros_;  // [n_params] zero_grads' source where buffers are not host memory
 };
 
 }  // namespace sluice

@@ -57,7 +57,6 @@ StatusOr<std::unique_ptr<TrainStep>> TrainStep::create(Model& model, LoraParams&
   Backend& be = model.backend();
   TrainOps* ops = be.train_ops();
   if (ops == nullptr) return unimplemented("the {} backend has no training operators", be.name());
-  if (!be.host_visible()) return unimplemented("training on the {} backend is not supported yet", be.name());
   if (!be.supports(Op::kLora, {})) return unimplemented("the {} backend has no LoRA operator", be.name());
   if (options.max_tokens <= 0 || options.max_seq <= 0 || options.max_seq > options.max_tokens) {
     return invalid_argument("a micro-batch needs 0 < max_seq <= max_tokens, got max_seq {} and max_tokens {}",
@@ -120,6 +119,7 @@ void TrainStep::plan_buffers() {
   logits_chunk_ = std::clamp<int64_t>((int64_t{8} << 20) / std::max<int64_t>(1, h.n_vocab), 1, T);
   logits_ = be_.alloc(static_cast<size_t>(logits_chunk_ * h.n_vocab) * sizeof(float));
   positions_.resize(static_cast<size_t>(T));
+  if (!be_.host_visible()) zeros_.resize(static_cast<size_t>(T * h.n_embd));
   loss_.resize(static_cast<size_t>(T));
   const int64_t n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q()});
   be_.reserve({.n_tok = T, .n_in_max = n_in_max, .n_ctx = opt_.max_seq, .n_head = h.n_head,
@@ -149,6 +149,30 @@ Status TrainStep::check_batch(const TrainBatch& b) const {
     }
   }
   return Status();
+}
+
+const float* TrainStep::vec(const float* host, int64_t n) {
+  if (host == nullptr || be_.host_visible()) return host;
+  std::unique_ptr<Buffer>& b = vecs_[host];
+  if (!b) {  // first use: the vector's copy in a buffer of the backend
+    b = be_.alloc(static_cast<size_t>(n) * sizeof(float));
+    be_.write_floats(host, b->floats(), n);
+  }
+  return b->floats();
+}
+
+void TrainStep::copy(const float* src, float* dst, int64_t n) {
+  if (be_.host_visible()) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  else be_.write_floats(src, dst, n);  // buffer to buffer
+}
+
+void TrainStep::zero(float* dst, int64_t n) {
+  if (be_.host_visible()) {
+    std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  if (static_cast<int64_t>(zeros_.size()) < n) zeros_.resize(static_cast<size_t>(n));  // sized in plan_buffers
+  be_.write_floats(zeros_.data(), dst, n);
 }
 
 float* TrainStep::u_of(R role) {
@@ -187,7 +211,7 @@ void TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_i
       {w.vec(R::kAttnQBias), {q, Eq}}, {w.vec(R::kAttnKBias), {k, Ekv}}, {w.vec(R::kAttnVBias), {v, Ekv}}};
   for (const auto& [bias, dst] : biases) {
     if (bias == nullptr) continue;
-    for (int64_t t = 0; t < n; ++t) be_.add(dst.first + t * dst.second, bias, dst.second);
+    for (int64_t t = 0; t < n; ++t) be_.add(dst.first + t * dst.second, vec(bias, dst.second), dst.second);
   }
   RopeArgs rope{.x = q, .cos_sin = cos_sin_->floats(), .n_tok = n, .n_head = h.n_head, .head_dim = h.head_dim,
                 .n_rot = h.n_rot, .layout = h.rope_layout};
@@ -203,7 +227,7 @@ void TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_i
   be_.matmul(wo, att_->floats(), Eq, n);
   lora_forward(l, R::kAttnOutput, att_->floats(), proj, Eq, E, n);
   float* m = m_->floats();
-  std::memcpy(m, x_in, static_cast<size_t>(n * E) * sizeof(float));
+  copy(x_in, m, n * E);
   be_.add(m, proj, n * E);
 
   const MatmulOut gate_up[2] = {{w.mat(R::kFfnGate), g_->floats()}, {w.mat(R::kFfnUp), u_->floats()}};
@@ -221,7 +245,7 @@ void TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_i
   const MatmulOut down[1] = {{w.mat(R::kFfnDown), proj}};
   be_.matmul(down, h_->floats(), F, n);
   lora_forward(l, R::kFfnDown, h_->floats(), proj, F, E, n);
-  std::memcpy(x_out, m, static_cast<size_t>(n * E) * sizeof(float));
+  copy(m, x_out, n * E);
   be_.add(x_out, proj, n * E);
 }
 
@@ -238,7 +262,7 @@ void TrainStep::layer_backward(int64_t l, const LayerWeights& w, const float* x_
   ops_.matmul_t({.w = w.mat(R::kFfnUp), .dy = du, .dx = dn, .n_tok = n, .accumulate = true});
   lora_backward(l, R::kFfnGate, n2_->floats(), dg, dn, n);
   lora_backward(l, R::kFfnUp, n2_->floats(), du, dn, n);
-  ops_.rmsnorm_backward({.x = m_->floats(), .w = w.vec(R::kFfnNorm), .dy = dn, .dx = dx, .n_tok = n, .n = E,
+  ops_.rmsnorm_backward({.x = m_->floats(), .w = vec(w.vec(R::kFfnNorm), E), .dy = dn, .dx = dx, .n_tok = n, .n = E,
                          .eps = h.rms_eps});
   // Attention: m = x + Wo att;  att = attention(rope(q), rope(k), v);  q, k, v = W n1;  n1 = norm(x).
   float *datt = datt_->floats(), *dq = dq_->floats(), *dk = dk_->floats(), *dv = dv_->floats();
@@ -261,7 +285,7 @@ void TrainStep::layer_backward(int64_t l, const LayerWeights& w, const float* x_
   lora_backward(l, R::kAttnQ, n1_->floats(), dq, dn, n);
   lora_backward(l, R::kAttnK, n1_->floats(), dk, dn, n);
   lora_backward(l, R::kAttnV, n1_->floats(), dv, dn, n);
-  ops_.rmsnorm_backward({.x = x_in, .w = w.vec(R::kAttnNorm), .dy = dn, .dx = dx, .n_tok = n, .n = E,
+  ops_.rmsnorm_backward({.x = x_in, .w = vec(w.vec(R::kAttnNorm), E), .dy = dn, .dx = dx, .n_tok = n, .n = E,
                          .eps = h.rms_eps});
 }
 
@@ -271,7 +295,7 @@ double TrainStep::loss_and_top_grad(const TrainBatch& b, float grad_scale, bool 
   const int64_t E = h.n_embd;
   const float* x_top = xs_->floats() + h.n_layer * opt_.max_tokens * E;
   float* dx = dx_->floats();
-  if (backward) std::memset(dx, 0, static_cast<size_t>(n * E) * sizeof(float));
+  if (backward) zero(dx, n * E);
   double sum = 0;
   for (int64_t r0 = 0; r0 < n; r0 += logits_chunk_) {
     const int64_t c = std::min(logits_chunk_, n - r0);
@@ -285,7 +309,7 @@ double TrainStep::loss_and_top_grad(const TrainBatch& b, float grad_scale, bool 
     ops_.matmul_t({.w = mw.output, .dy = logits_->floats(), .dx = dn_->floats() + r0 * E, .n_tok = c});
   }
   if (backward) {
-    ops_.rmsnorm_backward({.x = x_top, .w = mw.output_norm.data(), .dy = dn_->floats(), .dx = dx, .n_tok = n,
+    ops_.rmsnorm_backward({.x = x_top, .w = vec(mw.output_norm.data(), E), .dy = dn_->floats(), .dx = dx, .n_tok = n,
                            .n = E, .eps = h.rms_eps});
   }
   return sum;

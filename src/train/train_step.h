@@ -23,11 +23,15 @@
 //   n2 = rmsnorm(m) * ffn_norm;  g, u = W{gate,up} n2 + lora;  h = act(g) * u
 //   x' = m + Wdown h + lora
 //
+// On a backend that is not host-visible (CUDA) every buffer is device memory:
+// the norm and bias vectors (host memory in the model) get a copy in a
+// buffer on first use, and rows move between buffers with write_floats.
 // Not thread-safe; one step at a time per model.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/train_ops.h"
@@ -83,6 +87,12 @@ class TrainStep {
   // The slot's gradients from dy; dx += its input gradient.
   void lora_backward(int64_t l, TensorRole role, const float* x, const float* dy, float* dx, int64_t n);
   float* u_of(TensorRole role);
+  // host (a model vector of n floats) as the operators read it: itself on a
+  // host-visible backend, else its copy in a buffer (made on first use).
+  const float* vec(const float* host, int64_t n);
+  // dst = src, n floats of buffers; dst = 0.
+  void copy(const float* src, float* dst, int64_t n);
+  void zero(float* dst, int64_t n);
   // The loss over x_L's rows, and with backward dx_L.
   double loss_and_top_grad(const TrainBatch& batch, float grad_scale, bool backward, int64_t n);
 
@@ -111,6 +121,8 @@ class TrainStep {
   std::vector<int64_t> positions_;               // [max_tokens]
   std::vector<double> loss_;                     // [max_tokens]
   std::vector<TrainSeq> seqs_;
+  std::unordered_map<const float*, std::unique_ptr<Buffer>> vecs_;  // vec()'s copies, by host vector
+  std::vector<float> zeros_;                     // zero()'s source where buffers are not host memory
   std::vector<int64_t> forward_order_, train_order_;  // the weight source's schedules
 };
 

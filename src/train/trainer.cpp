@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <numeric>
 
 #include "format/gguf_reader.h"
@@ -109,8 +110,12 @@ StatusOr<TrainReport> LoraTrainer::train_step() {
                 .lr = lr_at(step_), .tokens = tokens};
   const int64_t n = params_.n_params();
   float* g = params_.grads();
+  // The gradient on the host (in place where the buffers are host memory).
+  const bool host = model_.backend().host_visible();
+  if (!host) grads_host_ = params_.read(g, n);
+  float* hg = host ? g : grads_host_.data();
   double sq = 0;
-  for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(g[i]) * g[i];
+  for (int64_t i = 0; i < n; ++i) sq += static_cast<double>(hg[i]) * hg[i];
   r.grad_norm = std::sqrt(sq);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     return internal_error("step {}: the loss is {} and the gradient norm {}: training diverged (lower --lr or "
@@ -119,7 +124,8 @@ StatusOr<TrainReport> LoraTrainer::train_step() {
   }
   if (opt_.grad_clip > 0.0f && r.grad_norm > opt_.grad_clip) {
     const auto c = static_cast<float>(opt_.grad_clip / r.grad_norm);
-    for (int64_t i = 0; i < n; ++i) g[i] *= c;
+    for (int64_t i = 0; i < n; ++i) hg[i] *= c;
+    if (!host) params_.write(hg, g, n);
   }
   model_.backend().train_ops()->adamw({.p = params_.params(), .g = g, .m = params_.adam_m(), .v = params_.adam_v(),
                                        .n = n, .step = step_ + 1, .lr = r.lr, .beta1 = opt_.beta1,
@@ -159,6 +165,7 @@ StatusOr<double> LoraTrainer::mean_loss(const TrainData& data) {
 
 Status LoraTrainer::save_checkpoint(const std::string& path) const {
   GgufWriter w;
+  std::deque<std::vector<float>> held;  // the tensors' host copies, read by w.write() (a deque: they stay put)
   Metadata& md = w.metadata();
   const LoraAdapter ad = params_.to_adapter();
   md.set("general.architecture", MetaValue::str(ad.arch));
@@ -181,12 +188,14 @@ Status LoraTrainer::save_checkpoint(const std::string& path) const {
       const bool is_a = suffix[6] == 'a';
       const std::vector<int64_t> ne = is_a ? std::vector<int64_t>{s.n_in, s.rank} : std::vector<int64_t>{s.rank, s.n_out};
       const std::string name = s.base_name + suffix;
-      auto* p = const_cast<LoraParams&>(params_).params() + off;
-      auto* m = const_cast<LoraParams&>(params_).adam_m() + off;
-      auto* v = const_cast<LoraParams&>(params_).adam_v() + off;
-      RETURN_IF_ERROR(w.add_tensor(name, DType::kF32, ne, reinterpret_cast<const uint8_t*>(p)));
-      RETURN_IF_ERROR(w.add_tensor(name + kMomentM, DType::kF32, ne, reinterpret_cast<const uint8_t*>(m)));
-      RETURN_IF_ERROR(w.add_tensor(name + kMomentV, DType::kF32, ne, reinterpret_cast<const uint8_t*>(v)));
+      auto& lp = const_cast<LoraParams&>(params_);
+      const int64_t count = is_a ? s.rank * s.n_in : s.n_out * s.rank;
+      const float* src[3] = {lp.params() + off, lp.adam_m() + off, lp.adam_v() + off};
+      const std::string names[3] = {name, name + kMomentM, name + kMomentV};
+      for (int i = 0; i < 3; ++i) {  // host copies the writer keeps until write()
+        const std::vector<float>& h = held.emplace_back(params_.read(src[i], count));
+        RETURN_IF_ERROR(w.add_tensor(names[i], DType::kF32, ne, reinterpret_cast<const uint8_t*>(h.data())));
+      }
     }
   }
   return w.write(path);
@@ -227,7 +236,7 @@ Status LoraTrainer::load_checkpoint(const std::string& path) {
           return invalid_argument("checkpoint {} has no f32 {} of {} elements (another --rank or --targets?)", path,
                                   names[i], count);
         }
-        std::memcpy(dst[i], t->data, static_cast<size_t>(count) * sizeof(float));
+        params_.write(reinterpret_cast<const float*>(t->data), dst[i], count);
       }
     }
   }

@@ -96,6 +96,7 @@ class LoraTrainer {
   int64_t n_steps_ = 0;
   int64_t step_ = 0;
   int64_t order_epoch_ = -1;
+  std::vector<float> grads_host_;  // the gradient read back where buffers are not host memory
   std::vector<size_t> order_;  // the current epoch's permutation
   TrainBatch batch_;
   double run_seconds_ = 0;

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_train_ops.h"
 #include "backend/rope_tables.h"
 #include "base/check.h"
 #include "quant/quant.h"
@@ -77,6 +78,7 @@ CudaBackend::CudaBackend(int device, uint64_t budget_bytes)
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  train_.reset();
   for (auto& [p, n] : scratch_)
     if (p) cudaFree(p);
   for (void* p : vec_blocks_) cudaFree(p);
@@ -102,8 +104,9 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
     case Op::kLogits:
       return matmul_supports(t.weight);
     case Op::kLora:
-      return false;
+      return true;  // launch_lora; the op cases hold it to the reference where a device runs them
     case Op::kMatmulT:
+      return t.weight == DType::kF32 || weights_to_f32_type(t.weight, WeightLayout::kRows);
     case Op::kRmsnormBackward:
     case Op::kRope:
     case Op::kGlu:
@@ -113,13 +116,18 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
     case Op::kCrossEntropy:
     case Op::kLoraBackward:
     case Op::kAdamW:
-      return false;  // no TrainOps (train_ops() is null)
+      return true;  // CudaTrainOps (cuda_train_ops.h)
   }
   return false;
 }
 
 ActRounding CudaBackend::matmul_act_rounding(DType weight) const {
   return weight == DType::kQ4_0 || weight == DType::kQ8_0 ? ActRounding::kInt8Blocks32 : ActRounding::kNone;
+}
+
+TrainOps* CudaBackend::train_ops() {
+  if (!train_) train_ = std::make_unique<CudaTrainOps>(*this);
+  return train_.get();
 }
 
 std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) { return std::make_unique<DeviceBuffer>(bytes); }

@@ -35,6 +35,8 @@
 
 namespace sluice::cuda {
 
+class CudaTrainOps;
+
 // Pinned host memory for inputs sent to the device: host() hands it out only
 // once the copy that last read it has finished.
 class Staging {
@@ -131,12 +133,16 @@ class CudaBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override;
   void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
   void logits(const LogitsArgs& a) override;
-  // Runs (cuda_kernels.cuh launch_lora), but supports(kLora) stays false
-  // until the GPU tests have run it against the reference.
+  // cuda_kernels.cuh launch_lora (training's forward needs it too).
   void lora(const LoraArgs& a) override;
 
   uint64_t bytes_streamed() const override { return ring_ ? ring_->bytes_copied() : 0; }
+  // The training operators (cuda_train_ops.h).
+  TrainOps* train_ops() override;
   cudaStream_t stream() const { return stream_; }
+  // Launches the deferred add(), if any: for operators outside this class
+  // (CudaTrainOps) that read what it writes.
+  void flush_pending() { flush_add(); }
 
  private:
   // The device copy of a host vector of n floats (norms, biases), copied on
@@ -186,6 +192,7 @@ class CudaBackend final : public Backend {
   uint64_t reserve_ = 0;  // of budget_, kept for the caller (set_device_reserve)
   std::unique_ptr<WeightRing> ring_;  // the streamed matrices (null: all resident)
   std::unique_ptr<PrefillMatmul> prefill_;  // matmuls of many tokens on the tensor cores
+  std::unique_ptr<CudaTrainOps> train_;     // made on the first train_ops()
   struct StreamedAt {
     int group;      // in ring_
     size_t offset;  // of the matrix in its group

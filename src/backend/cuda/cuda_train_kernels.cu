@@ -1,0 +1,417 @@
+// The training operators' kernels but attention (cuda_train_kernels.cuh;
+// attention in cuda_train_attention.cu).
+//
+// matmul_t: the matrix is decoded to f32 a panel of rows at a time with the
+// forward's per-type decoders (cuda_dequant.cuh), then each thread sums one
+// dx[t][i] over the panel's rows. Rows: one block per row, double sums over a
+// fixed block tree. Elementwise: one thread per element, grid stride.
+#include <cstdint>
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_dequant.cuh"
+#include "backend/cuda/cuda_train_kernels.cuh"
+#include "base/check.h"
+#include "quant/dtype.h"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+
+unsigned grid_for(int64_t items) {
+  const int64_t blocks = (items + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 132 * 32 ? (blocks > 0 ? blocks : 1) : 132 * 32);
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ double warp_max_d(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum / max over the thread block (kThreads threads), every thread gets it. red: [32] shared.
+__device__ __forceinline__ double block_sum_d(double v, double* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum_d(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  return warp_sum_d(lane < kThreads / 32 ? red[lane] : 0.0);
+}
+
+__device__ __forceinline__ double block_max_d(double v, double* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_max_d(v);
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  return warp_max_d(lane < kThreads / 32 ? red[lane] : -INFINITY);
+}
+
+__device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+__device__ __forceinline__ double act_value(Activation act, double g) {
+  if (act == Activation::kSilu) return g * sigmoid_d(g);
+  return 0.5 * g * (1.0 + tanh(kSqrt2OverPi * (g + 0.044715 * g * g * g)));
+}
+
+__device__ __forceinline__ double act_derivative(Activation act, double g) {
+  if (act == Activation::kSilu) {
+    const double s = sigmoid_d(g);
+    return s * (1.0 + g * (1.0 - s));
+  }
+  const double th = tanh(kSqrt2OverPi * (g + 0.044715 * g * g * g));
+  return 0.5 * (1.0 + th) + 0.5 * g * (1.0 - th * th) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * g * g);
+}
+
+// ---- matmul_t ----
+
+template <class D>
+__global__ void rows_to_f32(const uint8_t* w, int64_t row_bytes, int64_t n_blocks, int64_t n_items, int64_t n_in,
+                            float* out) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n_items; i += int64_t{gridDim.x} * blockDim.x) {
+    const int c = static_cast<int>(i % D::kLanes);
+    const int64_t rb = i / D::kLanes, row = rb / n_blocks, b = rb % n_blocks;
+    const typename D::Raw raw = D::load(w + row * row_bytes + b * D::kBytes, c);
+    float v[8];
+    D::decode(raw, c, v);
+    float* o = out + row * n_in + b * D::kElems;
+    *reinterpret_cast<float4*>(o + D::x_off(c, 0)) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4*>(o + D::x_off(c, 1)) = make_float4(v[4], v[5], v[6], v[7]);
+  }
+}
+
+// Split layout (quant/split_scales.h): block i's quants at quants + i * kQ, its f16 scale at scales[i].
+template <bool kQ8>
+__global__ void split_to_f32(const uint8_t* quants, const uint16_t* scales, int64_t n_items, float* out) {
+  constexpr int kQ = kQ8 ? 32 : 16;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n_items; i += int64_t{gridDim.x} * blockDim.x) {
+    const float d = __half2float(__ushort_as_half(__ldg(scales + i)));
+    const uint8_t* q = quants + i * kQ;
+    float* o = out + i * 32;
+    for (int j = 0; j < 32; ++j) {
+      if constexpr (kQ8) {
+        o[j] = static_cast<float>(static_cast<int8_t>(q[j])) * d;
+      } else {
+        const uint32_t byte = q[j % 16];
+        o[j] = (static_cast<float>(j < 16 ? byte & 15u : byte >> 4) - 8.0f) * d;
+      }
+    }
+  }
+}
+
+__global__ void matmul_t_panel(const float* wp, int64_t n_rows, int64_t row0, const float* dy, int64_t n_out,
+                               float* dx, int64_t n_in, int64_t n_items, bool first) {
+  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < n_items; k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = k / n_in, i = k % n_in;
+    const float* g = dy + t * n_out + row0;
+    double acc = 0;
+    for (int64_t r = 0; r < n_rows; ++r) acc += static_cast<double>(g[r]) * wp[r * n_in + i];
+    dx[k] = static_cast<float>((first ? 0.0 : static_cast<double>(dx[k])) + acc);
+  }
+}
+
+int elems_of(DType t) {
+  switch (t) {
+    case DType::kF16:
+    case DType::kBF16: return 8;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL: return 32;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_XS: return 256;
+    default: return 0;
+  }
+}
+
+template <class D>
+void launch_rows(const WeightView& w, int64_t row0, int64_t n_rows, float* out, cudaStream_t s) {
+  const int64_t rb = static_cast<int64_t>(row_bytes(w.type, w.n_in)), n_blocks = w.n_in / D::kElems;
+  const int64_t items = n_rows * n_blocks * D::kLanes;
+  rows_to_f32<D><<<grid_for(items), kThreads, 0, s>>>(w.data + row0 * rb, rb, n_blocks, items, w.n_in, out);
+}
+
+// ---- rows and elements ----
+
+__global__ void rmsnorm_backward(const float* x, const float* w, const float* dy, float* dx, int64_t n, float eps) {
+  __shared__ double red[32];
+  const int64_t t = blockIdx.x;
+  x += t * n, dy += t * n, dx += t * n;
+  double ss = 0, gx = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    ss += static_cast<double>(x[i]) * x[i];
+    gx += static_cast<double>(dy[i]) * w[i] * x[i];
+  }
+  ss = block_sum_d(ss, red);
+  gx = block_sum_d(gx, red);
+  const double r = 1.0 / sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
+  const double c = r * r * r * gx / static_cast<double>(n);
+  for (int64_t i = threadIdx.x; i < n; i += kThreads)
+    dx[i] = static_cast<float>(dx[i] + (r * static_cast<double>(dy[i]) * w[i] - c * x[i]));
+}
+
+__global__ void train_rope(float* x, const float* cos_sin, int64_t n_items, int64_t n_head, int64_t head_dim,
+                           int64_t half, bool adjacent, bool inverse) {
+  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < n_items; k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = k % half, th = k / half, t = th / n_head;  // th = t * n_head + h
+    const float* cs = cos_sin + t * half * 2;
+    const float c = cs[2 * i];
+    const float sn = inverse ? -cs[2 * i + 1] : cs[2 * i + 1];
+    float* row = x + th * head_dim;
+    const int64_t i0 = adjacent ? 2 * i : i, i1 = adjacent ? 2 * i + 1 : i + half;
+    const float x0 = row[i0], x1 = row[i1];
+    row[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+    row[i1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+  }
+}
+
+__global__ void train_glu(const float* g, const float* u, float* h, int64_t n, Activation act) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    h[i] = static_cast<float>(act_value(act, g[i]) * u[i]);
+}
+
+__global__ void glu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n,
+                             Activation act) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const double gi = g[i], d = dh[i];
+    dg[i] = static_cast<float>(d * static_cast<double>(u[i]) * act_derivative(act, gi));
+    du[i] = static_cast<float>(d * act_value(act, gi));
+  }
+}
+
+__global__ void cross_entropy(float* logits, const int32_t* targets, double* loss, int64_t n_vocab, float grad_scale) {
+  __shared__ double red[32];
+  const int64_t t = blockIdx.x;
+  float* z = logits + t * n_vocab;
+  const int32_t target = targets[t];
+  if (target < 0 || target >= n_vocab) {  // the host checked target < n_vocab
+    for (int64_t i = threadIdx.x; i < n_vocab; i += kThreads) z[i] = 0.0f;
+    if (threadIdx.x == 0) loss[t] = 0;
+    return;
+  }
+  double m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n_vocab; i += kThreads) m = fmax(m, static_cast<double>(z[i]));
+  m = block_max_d(m, red);
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < n_vocab; i += kThreads) sum += exp(static_cast<double>(z[i]) - m);
+  sum = block_sum_d(sum, red);
+  const double lse = m + log(sum);
+  const double zt = z[target];  // read by every thread before any writes (block_sum_d synchronized)
+  __syncthreads();
+  if (threadIdx.x == 0) loss[t] = lse - zt;
+  for (int64_t i = threadIdx.x; i < n_vocab; i += kThreads) {
+    const double p = exp(static_cast<double>(z[i]) - lse) - (i == target ? 1.0 : 0.0);
+    z[i] = static_cast<float>(p * grad_scale);
+  }
+}
+
+__global__ void adamw(float* p, const float* g, float* m, float* v, int64_t n, double lr, double b1, double b2,
+                      double eps, double wd, double bc1, double bc2) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const double gi = g[i];
+    const double mi = b1 * static_cast<double>(m[i]) + (1.0 - b1) * gi;
+    const double vi = b2 * static_cast<double>(v[i]) + (1.0 - b2) * gi * gi;
+    m[i] = static_cast<float>(mi);
+    v[i] = static_cast<float>(vi);
+    double pi = p[i];
+    pi -= lr * wd * pi;
+    pi -= lr * (mi / bc1) / (sqrt(vi / bc2) + eps);
+    p[i] = static_cast<float>(pi);
+  }
+}
+
+// ---- lora_backward ----
+
+__global__ void lora_du(const float* b, const float* dy, double* du, int64_t n_tok, int64_t n_out, int64_t rank,
+                        float scale) {
+  const int64_t warp = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= n_tok * rank) return;  // whole warps leave together
+  const int64_t t = warp / rank, r = warp % rank;
+  double s = 0;
+  for (int64_t o = lane; o < n_out; o += 32) s += static_cast<double>(b[o * rank + r]) * dy[t * n_out + o];
+  s = warp_sum_d(s);
+  if (lane == 0) du[t * rank + r] = static_cast<double>(scale) * s;
+}
+
+__global__ void lora_db(const float* dy, const float* u, float* db, int64_t n_tok, int64_t n_out, int64_t rank,
+                        float scale) {
+  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < n_out * rank;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t o = k / rank, r = k % rank;
+    double s = 0;
+    for (int64_t t = 0; t < n_tok; ++t) s += static_cast<double>(scale) * dy[t * n_out + o] * u[t * rank + r];
+    db[k] = static_cast<float>(db[k] + s);
+  }
+}
+
+__global__ void lora_da(const double* du, const float* x, float* da, int64_t n_tok, int64_t n_in, int64_t rank) {
+  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < rank * n_in;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = k / n_in, i = k % n_in;
+    double s = 0;
+    for (int64_t t = 0; t < n_tok; ++t) s += du[t * rank + r] * x[t * n_in + i];
+    da[k] = static_cast<float>(da[k] + s);
+  }
+}
+
+__global__ void lora_dx(const double* du, const float* a, float* dx, int64_t n_tok, int64_t n_in, int64_t rank) {
+  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < n_tok * n_in;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = k / n_in, i = k % n_in;
+    double s = 0;
+    for (int64_t r = 0; r < rank; ++r) s += static_cast<double>(a[r * n_in + i]) * du[t * rank + r];
+    dx[k] = static_cast<float>(dx[k] + s);
+  }
+}
+
+}  // namespace
+
+bool weights_to_f32_type(DType type, WeightLayout layout) {
+  if (layout == WeightLayout::kSplitScales) return type == DType::kQ4_0 || type == DType::kQ8_0;
+  return layout == WeightLayout::kRows && elems_of(type) != 0;
+}
+
+bool weights_to_f32_takes(const WeightView& w) {
+  if (!weights_to_f32_type(w.type, w.layout)) return false;
+  const int elems = elems_of(w.type);
+  if (w.n_in <= 0 || w.n_in % elems != 0) return false;
+  const auto addr = reinterpret_cast<uintptr_t>(w.data);
+  if (w.layout == WeightLayout::kSplitScales) return addr % 16 == 0;
+  if (elems == 8) return addr % 16 == 0;
+  const size_t block = row_bytes(w.type, elems);
+  return addr % (block % 4 == 0 ? 4 : 2) == 0;
+}
+
+void launch_weights_to_f32(const WeightView& w, int64_t row0, int64_t n_rows, float* out, cudaStream_t s) {
+  CHECK(weights_to_f32_takes(w) && row0 >= 0 && row0 + n_rows <= w.n_out &&
+        reinterpret_cast<uintptr_t>(out) % 16 == 0);
+  if (n_rows == 0) return;
+  if (w.layout == WeightLayout::kSplitScales) {
+    const bool q8 = w.type == DType::kQ8_0;
+    const int64_t qb = q8 ? 32 : 16, n_b = w.n_in / 32, items = n_rows * n_b;
+    const uint8_t* quants = w.data + row0 * n_b * qb;
+    const auto* scales = reinterpret_cast<const uint16_t*>(w.data + w.n_out * n_b * qb) + row0 * n_b;
+    if (q8) split_to_f32<true><<<grid_for(items), kThreads, 0, s>>>(quants, scales, items, out);
+    else split_to_f32<false><<<grid_for(items), kThreads, 0, s>>>(quants, scales, items, out);
+    SLUICE_CUDA_LAUNCHED();
+    return;
+  }
+  switch (w.type) {
+    case DType::kF16: launch_rows<DecF16>(w, row0, n_rows, out, s); break;
+    case DType::kBF16: launch_rows<DecBF16>(w, row0, n_rows, out, s); break;
+    case DType::kQ8_0: launch_rows<DecQ8_0>(w, row0, n_rows, out, s); break;
+    case DType::kQ4_0: launch_rows<DecQ4_0>(w, row0, n_rows, out, s); break;
+    case DType::kQ4_1: launch_rows<DecQ4_1>(w, row0, n_rows, out, s); break;
+    case DType::kQ5_0: launch_rows<DecQ5_0>(w, row0, n_rows, out, s); break;
+    case DType::kQ5_1: launch_rows<DecQ5_1>(w, row0, n_rows, out, s); break;
+    case DType::kQ2_K: launch_rows<DecQ2_K>(w, row0, n_rows, out, s); break;
+    case DType::kQ3_K: launch_rows<DecQ3_K>(w, row0, n_rows, out, s); break;
+    case DType::kQ4_K: launch_rows<DecQ4_K>(w, row0, n_rows, out, s); break;
+    case DType::kQ5_K: launch_rows<DecQ5_K>(w, row0, n_rows, out, s); break;
+    case DType::kQ6_K: launch_rows<DecQ6_K>(w, row0, n_rows, out, s); break;
+    case DType::kIQ4_NL: launch_rows<DecIq4Nl>(w, row0, n_rows, out, s); break;
+    case DType::kIQ4_XS: launch_rows<DecIq4Xs>(w, row0, n_rows, out, s); break;
+    default: CHECK(false);
+  }
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_matmul_t_panel(const float* wp, int64_t n_rows, int64_t row0, const float* dy, int64_t n_out, float* dx,
+                           int64_t n_in, int64_t n_tok, bool first, cudaStream_t s) {
+  const int64_t items = n_tok * n_in;
+  if (items == 0) return;
+  matmul_t_panel<<<grid_for(items), kThreads, 0, s>>>(wp, n_rows, row0, dy, n_out, dx, n_in, items, first);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_rmsnorm_backward(const float* x, const float* w, const float* dy, float* dx, int64_t n_tok, int64_t n,
+                             float eps, cudaStream_t s) {
+  if (n_tok == 0) return;
+  rmsnorm_backward<<<static_cast<unsigned>(n_tok), kThreads, 0, s>>>(x, w, dy, dx, n, eps);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_train_rope(float* x, const float* cos_sin, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
+                       RopeLayout layout, bool inverse, cudaStream_t s) {
+  const int64_t half = n_rot / 2, items = n_tok * n_head * half;
+  if (items == 0) return;
+  train_rope<<<grid_for(items), kThreads, 0, s>>>(x, cos_sin, items, n_head, head_dim, half,
+                                                  layout == RopeLayout::kAdjacent, inverse);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_train_glu(const float* g, const float* u, float* h, int64_t n, Activation act, cudaStream_t s) {
+  if (n == 0) return;
+  train_glu<<<grid_for(n), kThreads, 0, s>>>(g, u, h, n, act);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_glu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n,
+                         Activation act, cudaStream_t s) {
+  if (n == 0) return;
+  glu_backward<<<grid_for(n), kThreads, 0, s>>>(g, u, dh, dg, du, n, act);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_cross_entropy(float* logits, const int32_t* targets, double* loss, int64_t n_tok, int64_t n_vocab,
+                          float grad_scale, cudaStream_t s) {
+  if (n_tok == 0) return;
+  cross_entropy<<<static_cast<unsigned>(n_tok), kThreads, 0, s>>>(logits, targets, loss, n_vocab, grad_scale);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_adamw(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1, double beta2,
+                  double eps, double weight_decay, double bc1, double bc2, cudaStream_t s) {
+  if (n == 0) return;
+  adamw<<<grid_for(n), kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_lora_du(const float* b, const float* dy, double* du, int64_t n_tok, int64_t n_out, int64_t rank,
+                    float scale, cudaStream_t s) {
+  const int64_t threads = n_tok * rank * 32;
+  if (threads == 0) return;
+  lora_du<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, s>>>(b, dy, du, n_tok, n_out,
+                                                                                         rank, scale);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_lora_db(const float* dy, const float* u, float* db, int64_t n_tok, int64_t n_out, int64_t rank, float scale,
+                    cudaStream_t s) {
+  if (n_out * rank == 0) return;
+  lora_db<<<grid_for(n_out * rank), kThreads, 0, s>>>(dy, u, db, n_tok, n_out, rank, scale);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_lora_da(const double* du, const float* x, float* da, int64_t n_tok, int64_t n_in, int64_t rank,
+                    cudaStream_t s) {
+  if (rank * n_in == 0) return;
+  lora_da<<<grid_for(rank * n_in), kThreads, 0, s>>>(du, x, da, n_tok, n_in, rank);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_lora_dx(const double* du, const float* a, float* dx, int64_t n_tok, int64_t n_in, int64_t rank,
+                    cudaStream_t s) {
+  if (n_tok * n_in == 0) return;
+  lora_dx<<<grid_for(n_tok * n_in), kThreads, 0, s>>>(du, a, dx, n_tok, n_in, rank);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+}  // namespace sluice::cuda

@@ -1,0 +1,195 @@
+#include "backend/cuda/cuda_train_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.cuh"
+#include "base/check.h"
+
+namespace sluice::cuda {
+namespace {
+
+// matmul_t's decoded panel: about 64 MiB of f32 rows (at least one row).
+constexpr int64_t kPanelFloats = int64_t{16} << 20;
+// lora_backward's du: [n_tok, rank] doubles, rank at most this.
+constexpr int64_t kMaxLoraRank = 256;
+
+int64_t panel_rows(int64_t n_in, int64_t n_out) {
+  return std::clamp<int64_t>(kPanelFloats / std::max<int64_t>(1, n_in), 1, std::max<int64_t>(1, n_out));
+}
+
+}  // namespace
+
+CudaTrainOps::CudaTrainOps(CudaBackend& be) : be_(be), areas_(kNumAreas, {nullptr, 0}) {}
+
+CudaTrainOps::~CudaTrainOps() {
+  cudaStreamSynchronize(stream());
+  for (auto& [p, n] : areas_)
+    if (p) cudaFree(p);
+  if (sent_) cudaEventDestroy(sent_);
+  if (pinned_) cudaFreeHost(pinned_);
+}
+
+cudaStream_t CudaTrainOps::stream() const { return be_.stream(); }
+
+bool CudaTrainOps::supports_matmul_t(DType type, WeightLayout layout) const {
+  return (type == DType::kF32 && layout == WeightLayout::kRows) || weights_to_f32_type(type, layout);
+}
+
+void* CudaTrainOps::area(int which, size_t bytes) {
+  auto& [p, cap] = areas_[static_cast<size_t>(which)];
+  if (bytes > cap) {
+    if (p) {  // kernels still queued may read the old one
+      SLUICE_CUDA_OK(cudaStreamSynchronize(stream()));
+      SLUICE_CUDA_OK(cudaFree(p));
+    }
+    SLUICE_CUDA_OK(cudaMalloc(&p, bytes));
+    cap = bytes;
+  }
+  return p;
+}
+
+void* CudaTrainOps::pinned(size_t bytes) {
+  if (sent_) SLUICE_CUDA_OK(cudaEventSynchronize(sent_));
+  if (bytes > pinned_cap_) {
+    if (pinned_) SLUICE_CUDA_OK(cudaFreeHost(pinned_));
+    pinned_cap_ = std::max(bytes, 2 * pinned_cap_);
+    SLUICE_CUDA_OK(cudaMallocHost(&pinned_, pinned_cap_));
+  }
+  return pinned_;
+}
+
+void CudaTrainOps::reserve(const TrainScratchNeeds& n) {
+  be_.flush_pending();
+  const int64_t n_in = std::max<int64_t>(1, n.n_in_max);
+  area(kPanel, static_cast<size_t>(std::min(kPanelFloats, n_in * std::max<int64_t>(1, kPanelFloats / n_in)) *
+                                   static_cast<int64_t>(sizeof(float))));
+  area(kDu, static_cast<size_t>(n.n_tok * kMaxLoraRank) * sizeof(double));
+  area(kDsum, static_cast<size_t>(n.n_tok * n.n_head) * sizeof(double));
+  area(kRows, static_cast<size_t>(n.n_tok) * sizeof(TrainRowDev));
+  area(kTargets, static_cast<size_t>(n.n_tok) * sizeof(int32_t));
+  area(kLoss, static_cast<size_t>(n.n_tok) * sizeof(double));
+  pinned(static_cast<size_t>(n.n_tok) * (sizeof(TrainRowDev) + sizeof(double)));
+  rows_.reserve(static_cast<size_t>(n.n_tok));
+}
+
+void CudaTrainOps::matmul_t(const MatmulTArgs& a) {
+  be_.flush_pending();
+  const WeightView& w = a.w;
+  CHECK(supports_matmul_t(w.type, w.layout));
+  if (a.n_tok == 0 || w.n_in == 0) return;
+  if (w.type == DType::kF32) {  // rows read in place, in panels only to bound a thread's loop
+    const auto* wf = reinterpret_cast<const float*>(w.data);
+    launch_matmul_t_panel(wf, w.n_out, 0, a.dy, w.n_out, a.dx, w.n_in, a.n_tok, !a.accumulate, stream());
+    return;
+  }
+  CHECK(weights_to_f32_takes(w));
+  const int64_t rows = panel_rows(w.n_in, w.n_out);
+  auto* panel = static_cast<float*>(area(kPanel, static_cast<size_t>(rows * w.n_in) * sizeof(float)));
+  for (int64_t r0 = 0; r0 < w.n_out; r0 += rows) {
+    const int64_t n = std::min(rows, w.n_out - r0);
+    launch_weights_to_f32(w, r0, n, panel, stream());
+    launch_matmul_t_panel(panel, n, r0, a.dy, w.n_out, a.dx, w.n_in, a.n_tok, r0 == 0 && !a.accumulate, stream());
+  }
+  if (w.n_out == 0 && !a.accumulate) {
+    SLUICE_CUDA_OK(cudaMemsetAsync(a.dx, 0, static_cast<size_t>(a.n_tok * w.n_in) * sizeof(float), stream()));
+  }
+}
+
+void CudaTrainOps::rmsnorm_backward(const RmsNormBackArgs& a) {
+  be_.flush_pending();
+  launch_rmsnorm_backward(a.x, a.w, a.dy, a.dx, a.n_tok, a.n, a.eps, stream());
+}
+
+void CudaTrainOps::rope(const RopeArgs& a) {
+  be_.flush_pending();
+  launch_train_rope(a.x, a.cos_sin, a.n_tok, a.n_head, a.head_dim, a.n_rot, a.layout, a.inverse, stream());
+}
+
+void CudaTrainOps::glu(const GluArgs& a) {
+  be_.flush_pending();
+  launch_train_glu(a.g, a.u, a.h, a.n_tok * a.n_ff, a.act, stream());
+}
+
+void CudaTrainOps::glu_backward(const GluBackArgs& a) {
+  be_.flush_pending();
+  launch_glu_backward(a.g, a.u, a.dh, a.dg, a.du, a.n_tok * a.n_ff, a.act, stream());
+}
+
+TrainAttnDev CudaTrainOps::attn_dev(const TrainAttentionArgs& a) {
+  rows_.clear();
+  for (const TrainSeq& sq : a.seqs) {
+    for (int64_t t = sq.tok0; t < sq.tok0 + sq.n_tok; ++t) {
+      rows_.push_back({.row = static_cast<int32_t>(t), .tok0 = static_cast<int32_t>(sq.tok0),
+                       .n_tok = static_cast<int32_t>(sq.n_tok)});
+    }
+  }
+  const size_t bytes = rows_.size() * sizeof(TrainRowDev);
+  auto* dev = static_cast<TrainRowDev*>(area(kRows, std::max<size_t>(bytes, 1)));
+  if (bytes > 0) {
+    std::memcpy(pinned(bytes), rows_.data(), bytes);
+    SLUICE_CUDA_OK(cudaMemcpyAsync(dev, pinned_, bytes, cudaMemcpyHostToDevice, stream()));
+    if (!sent_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&sent_, cudaEventDisableTiming));
+    SLUICE_CUDA_OK(cudaEventRecord(sent_, stream()));
+  }
+  CHECK(a.head_dim <= kTrainMaxHeadDim && a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0);
+  return TrainAttnDev{.rows = dev, .n_rows = static_cast<int32_t>(rows_.size()),
+                      .n_head = static_cast<int32_t>(a.n_head), .n_head_kv = static_cast<int32_t>(a.n_head_kv),
+                      .head_dim = static_cast<int32_t>(a.head_dim), .window = static_cast<int32_t>(a.window),
+                      .scale = a.scale, .softcap = a.softcap, .q = a.q, .k = a.k, .v = a.v, .out = a.out,
+                      .lse = a.lse};
+}
+
+void CudaTrainOps::attention(const TrainAttentionArgs& a) {
+  be_.flush_pending();
+  launch_train_attention(attn_dev(a), stream());
+}
+
+void CudaTrainOps::attention_backward(const TrainAttentionBackArgs& b) {
+  be_.flush_pending();
+  const TrainAttnDev a = attn_dev(b.fwd);
+  int64_t rows_end = 0;  // dsum is indexed by row
+  for (const TrainSeq& sq : b.fwd.seqs) rows_end = std::max(rows_end, sq.tok0 + sq.n_tok);
+  auto* dsum = static_cast<double*>(area(kDsum, static_cast<size_t>(std::max<int64_t>(1, rows_end * b.fwd.n_head)) *
+                                                    sizeof(double)));
+  launch_train_attention_backward(a, b.dout, b.dq, b.dk, b.dv, dsum, stream());
+}
+
+void CudaTrainOps::cross_entropy(const CrossEntropyArgs& a) {
+  be_.flush_pending();
+  if (a.n_tok == 0) return;
+  for (int64_t t = 0; t < a.n_tok; ++t) CHECK(a.targets[t] < a.n_vocab);
+  const size_t tb = static_cast<size_t>(a.n_tok) * sizeof(int32_t), lb = static_cast<size_t>(a.n_tok) * sizeof(double);
+  const size_t loss_at = (tb + 7) / 8 * 8;
+  auto* host = static_cast<uint8_t*>(pinned(loss_at + lb));
+  std::memcpy(host, a.targets, tb);
+  auto* targets = static_cast<int32_t*>(area(kTargets, tb));
+  auto* loss = static_cast<double*>(area(kLoss, lb));
+  SLUICE_CUDA_OK(cudaMemcpyAsync(targets, host, tb, cudaMemcpyHostToDevice, stream()));
+  launch_cross_entropy(a.logits, targets, loss, a.n_tok, a.n_vocab, a.grad_scale, stream());
+  SLUICE_CUDA_OK(cudaMemcpyAsync(host + loss_at, loss, lb, cudaMemcpyDeviceToHost, stream()));
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream()));  // the losses are the caller's on return
+  std::memcpy(a.loss, host + loss_at, lb);
+}
+
+void CudaTrainOps::lora_backward(const LoraBackArgs& a) {
+  be_.flush_pending();
+  CHECK(a.rank > 0 && a.rank <= kMaxLoraRank);
+  if (a.n_tok == 0) return;
+  auto* du = static_cast<double*>(area(kDu, static_cast<size_t>(a.n_tok * a.rank) * sizeof(double)));
+  launch_lora_du(a.b, a.dy, du, a.n_tok, a.n_out, a.rank, a.scale, stream());
+  launch_lora_db(a.dy, a.u, a.db, a.n_tok, a.n_out, a.rank, a.scale, stream());
+  launch_lora_da(du, a.x, a.da, a.n_tok, a.n_in, a.rank, stream());
+  if (a.dx != nullptr) launch_lora_dx(du, a.a, a.dx, a.n_tok, a.n_in, a.rank, stream());
+}
+
+void CudaTrainOps::adamw(const AdamWArgs& a) {
+  be_.flush_pending();
+  const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(a.step));
+  launch_adamw(a.p, a.g, a.m, a.v, a.n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, bc1, bc2, stream());
+}
+
+}  // namespace sluice::cuda
