@@ -4,6 +4,8 @@
 #include <ctime>
 #include <unordered_set>
 
+#include <nlohmann/json.hpp>
+
 #include "jinja/jinja_limits.h"
 #include "jinja/jinja_render.h"
 

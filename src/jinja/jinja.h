@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "jinja/jinja_limits.h"
 #include "jinja/jinja_parse.h"

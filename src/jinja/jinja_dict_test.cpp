@@ -6,6 +6,8 @@
 // loopcontrols, HF's tojson); errors carry the message of jinja2's exception.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "jinja/jinja_test_util.h"
 
 #include "jinja/jinja.h"

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "jinja/jinja_limits.h"
 #include "jinja/jinja_render.h"
 

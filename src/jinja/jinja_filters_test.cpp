@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "jinja/jinja_test_util.h"
 
 namespace sluice::jinja {

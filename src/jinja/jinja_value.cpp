@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "jinja/jinja_error.h"
 #include "jinja/jinja_limits.h"
 

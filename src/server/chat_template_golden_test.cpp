@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "base/test_data.h"
 #include "server/chat_template.h"
 #include "server/openai_request.h"

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <nlohmann/json.hpp>
+
 #include "format/model_file.h"
 #include "server/generation_request.h"
 #include "server/generation_response.h"

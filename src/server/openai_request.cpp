@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 namespace sluice::server {
 
 nlohmann::json ApiError::body() const {

@@ -1,5 +1,7 @@
 #include "server/openai_response.h"
 
+#include <nlohmann/json.hpp>
+
 namespace sluice::server {
 
 using json = nlohmann::json;

@@ -1,5 +1,7 @@
 #include "server/sse.h"
 
+#include <nlohmann/json.hpp>
+
 namespace sluice::server {
 
 std::string sse_data(std::string_view payload) {

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace sluice::server {
 namespace {
 

@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <nlohmann/json.hpp>
+
 #include "base/test_data.h"
 #include "server/http_server.h"
 

@@ -7,6 +7,8 @@
 
 #include <httplib.h>
 
+#include <nlohmann/json.hpp>
+
 #include "server/http_server.h"
 #include "server/openai_request.h"
 #include "server/sse.h"

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "base/check.h"
 #include "base/timer.h"
 #include "model/model_weights.h"

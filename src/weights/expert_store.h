@@ -49,7 +49,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "format/model_file.h"
 #include "model/hparams.h"
