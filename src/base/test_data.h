@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <sys/stat.h>
 
 namespace sluice::testing {
@@ -22,8 +23,15 @@ inline bool path_exists(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0;
 }
 
+// dir + sub + rel. Not inlined: gcc 12, inlining string concatenation with
+// the callers' literals, warns wrongly of -Warray-bounds.
+[[gnu::noinline]] inline std::string joined(std::string dir, std::string_view sub, std::string_view rel) {
+  dir.append(sub).append(rel);
+  return dir;
+}
+
 // Path of a file under shared/models, e.g. model_path("stories260K/hf").
-inline std::string model_path(const std::string& rel) { return shared_dir() + "/models/" + rel; }
+inline std::string model_path(const std::string& rel) { return joined(shared_dir(), "/models/", rel); }
 
 inline std::string source_dir() {
 #ifdef SLUICE_SOURCE_DIR
@@ -37,10 +45,10 @@ inline std::string source_dir() {
 // (the same bytes as shared's stories260K/stories260K.gguf) or "stories-moe-f16.gguf"
 // (shared's stories-moe.gguf with its matrices and experts in f16: its greedy
 // tokens are the reference's, its logits are not the f32 ones to 1e-4).
-inline std::string shipped_model_path(const std::string& file) { return source_dir() + "/models/" + file; }
+inline std::string shipped_model_path(const std::string& file) { return joined(source_dir(), "/models/", file); }
 
 // stories260K's golden outputs (a copy of shared's stories260K/reference.json).
-inline std::string stories260k_reference_path() { return source_dir() + "/tests/data/stories260K_reference.json"; }
+inline std::string stories260k_reference_path() { return joined(source_dir(), "/tests/data/stories260K_reference.json", ""); }
 
 }  // namespace sluice::testing
 
