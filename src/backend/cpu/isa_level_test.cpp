@@ -34,9 +34,15 @@ const ::testing::Environment* const kIsaLevel = ::testing::AddGlobalTestEnvironm
 TEST(IsaLevel, SluiceIsaCapsTheActiveLevel) {
   EXPECT_LE(static_cast<int>(active_isa()), static_cast<int>(max_supported_isa()));
   const char* asked = std::getenv("SLUICE_ISA");
-  if (asked != nullptr && std::strcmp(asked, "scalar") == 0) EXPECT_EQ(active_isa(), Isa::kScalar);
-  if (asked != nullptr && std::strcmp(asked, "avx2") == 0) EXPECT_LE(static_cast<int>(active_isa()), 1);
-  if (asked == nullptr) EXPECT_EQ(active_isa(), max_supported_isa());
+  if (asked != nullptr && std::strcmp(asked, "scalar") == 0) {
+    EXPECT_EQ(active_isa(), Isa::kScalar);
+  }
+  if (asked != nullptr && std::strcmp(asked, "avx2") == 0) {
+    EXPECT_LE(static_cast<int>(active_isa()), 1);
+  }
+  if (asked == nullptr) {
+    EXPECT_EQ(active_isa(), max_supported_isa());
+  }
 }
 
 }  // namespace
