@@ -20,15 +20,13 @@
 #include "tokenizer/tokenizer.h"
 #include "weights/placement.h"
 #include "weights/weights_test_util.h"
+#include "lora_paths.h"
 
 namespace sluice {
 namespace {
 
 using testing::model_path;
 
-const std::string kBase = testing::shipped_model_path("stories260K.gguf");
-const std::string kTrained = model_path("stories260K-lora/lora-trained.gguf");
-const std::string kInit = model_path("stories260K-lora/lora-init.gguf");
 
 // Greedy tokens of each finished request.
 class Results {
@@ -62,11 +60,11 @@ class Results {
 // The single-sequence path's greedy tokens with the adapters `loras` (bits
 // over {trained, init}), no stop tokens.
 std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int n, LoraMask loras) {
-  auto mf = open_model_file(kBase);
+  auto mf = open_model_file(testing::kLoraBase);
   EXPECT_TRUE(mf.ok());
   auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)), ModelOptions{.n_threads = 2});
   EXPECT_TRUE(m.ok());
-  for (const std::string& p : {kTrained, kInit}) EXPECT_TRUE((*m)->add_lora(read_lora(p).value()).ok());
+  for (const std::string& p : {testing::kLoraTrained, testing::kLoraInit}) EXPECT_TRUE((*m)->add_lora(read_lora(p).value()).ok());
   KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(prompt.size()) + n);
   Sampler greedy(SamplingParams{.temperature = 0}, static_cast<int32_t>((*m)->hparams().n_vocab));
   auto r = generate(**m, kv, prompt, greedy, GenerateParams{.stop = {.max_tokens = n}, .loras = loras});
@@ -75,8 +73,8 @@ std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int n, LoraMask l
 }
 
 EngineConfig config() {
-  return EngineConfig{.model_path = kBase, .n_threads = 2, .check_invariants = true,
-                      .loras = {{.path = kTrained}, {.path = kInit}}};
+  return EngineConfig{.model_path = testing::kLoraBase, .n_threads = 2, .check_invariants = true,
+                      .loras = {{.path = testing::kLoraTrained}, {.path = testing::kLoraInit}}};
 }
 
 Request greedy_request(std::vector<int32_t> prompt, int n, std::vector<int32_t> loras) {
@@ -85,7 +83,7 @@ Request greedy_request(std::vector<int32_t> prompt, int n, std::vector<int32_t> 
 }
 
 TEST(LoraEngine, RequestsOnDifferentAdaptersRunTogetherAndEachGivesItsTokensAlone) {
-  SKIP_UNLESS_EXISTS(kTrained);
+  SKIP_UNLESS_EXISTS(testing::kLoraTrained);
   auto engine = Engine::create(config());
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   EXPECT_EQ((*engine)->lora_names(), (std::vector<std::string>{"lora-trained", "lora-init"}));
@@ -115,7 +113,7 @@ TEST(LoraEngine, RequestsOnDifferentAdaptersRunTogetherAndEachGivesItsTokensAlon
 }
 
 TEST(LoraEngine, ThePrefixCacheKeepsEachAdaptersBlocksApart) {
-  SKIP_UNLESS_EXISTS(kTrained);
+  SKIP_UNLESS_EXISTS(testing::kLoraTrained);
   auto engine = Engine::create(config());
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   // Three full blocks of prompt, one request at a time so each finds the
@@ -148,12 +146,12 @@ TEST(LoraEngine, ThePrefixCacheKeepsEachAdaptersBlocksApart) {
 }
 
 TEST(LoraEngine, SpeculativeDecodingKeepsTheAdaptersGreedyOutput) {
-  SKIP_UNLESS_EXISTS(kTrained);
+  SKIP_UNLESS_EXISTS(testing::kLoraTrained);
   for (const char* mode : {"draft", "lookup"}) {
     SCOPED_TRACE(mode);
     EngineConfig cfg = config();
     cfg.speculative = mode;
-    if (cfg.speculative == "draft") cfg.draft_model_path = kBase;  // runs without the adapters
+    if (cfg.speculative == "draft") cfg.draft_model_path = testing::kLoraBase;  // runs without the adapters
     auto engine = Engine::create(cfg);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     const Tokenizer& tok = (*engine)->tokenizer();

@@ -22,19 +22,16 @@
 #include "model/generate.h"
 #include "model/model.h"
 #include "sample/sampler.h"
+#include "lora_paths.h"
 
 namespace sluice {
 namespace {
 
 using testing::model_path;
 
-const std::string kBase = testing::shipped_model_path("stories260K.gguf");
-const std::string kTrained = model_path("stories260K-lora/lora-trained.gguf");
-const std::string kInit = model_path("stories260K-lora/lora-init.gguf");
-const std::string kReference = model_path("stories260K-lora/reference.json");
 
 std::shared_ptr<const ModelFile> open_base() {
-  auto mf = open_model_file(kBase);
+  auto mf = open_model_file(testing::kLoraBase);
   EXPECT_TRUE(mf.ok()) << mf.status().to_string();
   return std::make_shared<const ModelFile>(std::move(*mf));
 }
@@ -58,15 +55,15 @@ double max_abs_error(const std::vector<float>& got, const nlohmann::json& want, 
 class LoraGolden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    SKIP_UNLESS_EXISTS(kReference);
-    std::ifstream in(kReference);
+    SKIP_UNLESS_EXISTS(testing::kLoraReference);
+    std::ifstream in(testing::kLoraReference);
     ref_ = nlohmann::json::parse(in);
     const testing::GoldenParam param = testing::parse_golden_param("gguf@" + GetParam());
     if (!param.skip.empty()) GTEST_SKIP() << param.skip;
     auto m = Model::load(open_base(), ModelOptions{.n_threads = 2, .backend = param.backend});
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     model_ = std::move(*m);
-    auto index = model_->add_lora(read(kTrained), 1.0f);
+    auto index = model_->add_lora(read(testing::kLoraTrained), 1.0f);
     ASSERT_TRUE(index.ok()) << index.status().to_string();
     ASSERT_EQ(*index, 0);
   }
@@ -142,11 +139,11 @@ std::vector<float> prefill_and_decode(Model& m, const std::vector<SeqCase>& case
 }
 
 TEST(LoraBatch, SequencesWithDifferentAdaptersInOneStepGiveTheirLogitsAloneBitForBit) {
-  SKIP_UNLESS_EXISTS(kTrained);
+  SKIP_UNLESS_EXISTS(testing::kLoraTrained);
   auto m = Model::load(open_base(), ModelOptions{.n_threads = 2});
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  ASSERT_TRUE((*m)->add_lora(read(kTrained)).ok());      // bit 0
-  ASSERT_TRUE((*m)->add_lora(read(kInit), 0.7f).ok());   // bit 1
+  ASSERT_TRUE((*m)->add_lora(read(testing::kLoraTrained)).ok());      // bit 0
+  ASSERT_TRUE((*m)->add_lora(read(testing::kLoraInit), 0.7f).ok());   // bit 1
   std::vector<SeqCase> cases;
   const LoraMask masks[] = {1, 2, 0, 3, 1};
   for (int i = 0; i < 5; ++i) {
@@ -177,10 +174,10 @@ TEST(LoraBatch, SequencesWithDifferentAdaptersInOneStepGiveTheirLogitsAloneBitFo
 }
 
 TEST(LoraBatch, SeveralAdaptersOnOneSequenceAddTheirDeltas) {
-  SKIP_UNLESS_EXISTS(kTrained);
+  SKIP_UNLESS_EXISTS(testing::kLoraTrained);
   auto m = Model::load(open_base(), ModelOptions{.n_threads = 2});
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  const LoraAdapter trained = read(kTrained);
+  const LoraAdapter trained = read(testing::kLoraTrained);
   ASSERT_TRUE((*m)->add_lora(trained, 1.0f).ok());   // bit 0: the whole delta
   ASSERT_TRUE((*m)->add_lora(trained, 0.25f).ok());  // bits 1, 2: a quarter and three quarters
   ASSERT_TRUE((*m)->add_lora(trained, 0.75f).ok());
@@ -205,10 +202,10 @@ TEST(LoraBatch, SeveralAdaptersOnOneSequenceAddTheirDeltas) {
 }
 
 TEST(LoraBatch, AnAdapterSetBeyondTheLoadedOnesIsRefused) {
-  SKIP_UNLESS_EXISTS(kTrained);
+  SKIP_UNLESS_EXISTS(testing::kLoraTrained);
   auto m = Model::load(open_base(), ModelOptions{.n_threads = 2});
   ASSERT_TRUE(m.ok());
-  ASSERT_TRUE((*m)->add_lora(read(kTrained)).ok());
+  ASSERT_TRUE((*m)->add_lora(read(testing::kLoraTrained)).ok());
   KvCache kv = (*m)->make_kv_cache(16, KvDtype::kF32).value();
   std::vector<float> logits(512);
   const std::vector<int32_t> ids = {1, 403};

@@ -20,20 +20,20 @@ namespace {
 
 using testing::model_path;
 
-const std::string kBase = model_path("stories260K/stories260K.gguf");
+const std::string kSharedBase = model_path("stories260K/stories260K.gguf");
 const std::string kDir = std::string(SLUICE_SOURCE_DIR) + "/tests/data/lora_llamacpp";
 
 class LoraLlamaCpp : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LoraLlamaCpp, ASluiceAdapterGivesLlamaCppsLogits) {
-  SKIP_UNLESS_EXISTS(kBase);
+  SKIP_UNLESS_EXISTS(kSharedBase);
   std::ifstream in(kDir + "/logits.json");
   ASSERT_TRUE(in.good()) << kDir << "/logits.json";
   const nlohmann::json want = nlohmann::json::parse(in);
   const testing::GoldenParam param = testing::parse_golden_param("gguf@" + GetParam());
   if (!param.skip.empty()) GTEST_SKIP() << param.skip;
 
-  auto mf = open_model_file(kBase);
+  auto mf = open_model_file(kSharedBase);
   ASSERT_TRUE(mf.ok()) << mf.status().to_string();
   auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)),
                        ModelOptions{.n_threads = 2, .backend = param.backend});

@@ -14,6 +14,7 @@
 #include "base/test_data.h"
 #include "lora/lora_adapter.h"
 #include "model/model.h"
+#include "lora_paths.h"
 
 namespace sluice {
 namespace {
@@ -21,10 +22,7 @@ namespace {
 using json = nlohmann::json;
 using testing::model_path;
 
-const std::string kBase = testing::shipped_model_path("stories260K.gguf");
 const std::string kHfBase = model_path("stories260K/hf");
-const std::string kTrained = model_path("stories260K-lora/lora-trained.gguf");
-const std::string kReference = model_path("stories260K-lora/reference.json");
 
 struct StTensor {
   std::string name;
@@ -96,11 +94,11 @@ std::vector<StTensor> peft_tensors(const LoraAdapter& ad) {
 class PeftFolder : public ::testing::Test {
  protected:
   void SetUp() override {
-    SKIP_UNLESS_EXISTS(kTrained);
-    auto ad = read_lora(kTrained);
+    SKIP_UNLESS_EXISTS(testing::kLoraTrained);
+    auto ad = read_lora(testing::kLoraTrained);
     ASSERT_TRUE(ad.ok());
     gguf_ = std::move(*ad);
-    auto mf = open_model_file(kBase);
+    auto mf = open_model_file(testing::kLoraBase);
     ASSERT_TRUE(mf.ok());
     base_ = std::make_shared<const ModelFile>(std::move(*mf));
   }
@@ -122,7 +120,7 @@ class PeftFolder : public ::testing::Test {
     auto m = Model::load(base, ModelOptions{.n_threads = 2});
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     EXPECT_TRUE((*m)->add_lora(ad).ok());
-    std::ifstream in(kReference);
+    std::ifstream in(testing::kLoraReference);
     ids_ = json::parse(in)["logits_trained"]["ids"].get<std::vector<int32_t>>();
     KvCache kv = (*m)->make_kv_cache(static_cast<int64_t>(ids_.size()), KvDtype::kF32).value();
     std::vector<float> out(ids_.size() * 512);
@@ -151,7 +149,7 @@ TEST_F(PeftFolder, ReadsIntoTheAdapterTheGgufHoldsAndGivesItsLogits) {
   }
   const auto want = logits(base_, gguf_), got = logits(base_, *ad);
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
-  std::ifstream in(kReference);
+  std::ifstream in(testing::kLoraReference);
   const json ref = json::parse(in)["logits_trained"]["logits"];
   double err = 0;
   for (size_t p = 0; p < ref.size(); ++p)

@@ -36,6 +36,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "base/test_data.h"
 #include "cli_runner.h"
 #include "dist/comm.h"
 
@@ -45,7 +46,7 @@ namespace {
 using testing::CliResult;
 using testing::run_cli;
 
-std::string model_path(const std::string& rel) { return std::string(SLUICE_SHARED_DIR) + "/models/" + rel; }
+using testing::model_path;
 
 // mpirun of `n` ranks, each running `sluice <args>` (root allowed, as CI is).
 std::string mpirun_prefix(int n) {

@@ -53,9 +53,9 @@ class NormGluCase final : public OpCase {
 };
 
 // glu_matmul alone, on gate values wide enough to reach GELU's tails.
-class GluCase final : public OpCase {
+class GluMatmulCase final : public OpCase {
  public:
-  GluCase(DType type, int64_t n_embd, int64_t n_ff, int64_t n_tok, Activation act)
+  GluMatmulCase(DType type, int64_t n_embd, int64_t n_ff, int64_t n_tok, Activation act)
       : type_(type), n_embd_(n_embd), n_ff_(n_ff), n_tok_(n_tok), act_(act), down_(type, n_ff, n_embd, 11),
         gate_(random_floats(static_cast<size_t>(n_tok * n_ff), 12, 3.0f)),
         up_(random_floats(static_cast<size_t>(n_tok * n_ff), 13)) {}
@@ -242,7 +242,7 @@ void add_matmul_cases(OpCaseList& list) {
     for (Activation act : {Activation::kSilu, Activation::kGelu})
       add<NormGluCase>(list, "norm_glu_" + ty + (act == Activation::kGelu ? "_geglu" : "_swiglu") + "_512x768_t11_part37",
                        t, int64_t{512}, int64_t{768}, int64_t{11}, act, int64_t{37});
-    add<GluCase>(list, "geglu_" + ty + "_512x256_t6", t, int64_t{256}, int64_t{512}, int64_t{6}, Activation::kGelu);
+    add<GluMatmulCase>(list, "geglu_" + ty + "_512x256_t6", t, int64_t{256}, int64_t{512}, int64_t{6}, Activation::kGelu);
     add<MatmulCase>(list, "matmul_" + ty + "_1024x300_t13", t, int64_t{1024}, int64_t{300}, int64_t{13});
     add<MatmulCase>(list, "matmul_" + ty + "_1024x300_prefill" + std::to_string(kPrefillTokens), t, int64_t{1024},
                     int64_t{300}, kPrefillTokens);

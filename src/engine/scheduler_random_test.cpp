@@ -18,7 +18,7 @@ namespace {
 using testing::FakeRunner;
 using testing::reference_generate;
 
-constexpr int32_t kVocab = 40;
+constexpr int32_t kRandomVocab = 40;
 
 class Rand {
  public:
@@ -82,11 +82,11 @@ void run_workload(uint64_t seed, Totals* totals, int64_t window = 0) {
                                     << (sc.preemption_mode == PreemptionMode::kSwap) << " caching "
                                     << bc.enable_prefix_caching << " window " << window);
   Scheduler sched(sc, bc);
-  FakeRunner runner(bc.n_blocks, bc.n_host_blocks, bc.block_size, kVocab);
+  FakeRunner runner(bc.n_blocks, bc.n_host_blocks, bc.block_size, kRandomVocab);
 
   std::vector<std::vector<int32_t>> prefixes(3);
   for (auto& p : prefixes) {
-    for (int i = r.range(4, 20); i > 0; --i) p.push_back(r.below(kVocab));
+    for (int i = r.range(4, 20); i > 0; --i) p.push_back(r.below(kRandomVocab));
   }
   std::map<SeqId, Expected> expected;
   std::map<SeqId, Sequence> finished;
@@ -104,7 +104,7 @@ void run_workload(uint64_t seed, Totals* totals, int64_t window = 0) {
     for (int k = r.below(3); k > 0 && next_id < n_seqs; --k) {
       SequenceParams p;
       if (r.chance(60)) p.prompt = prefixes[static_cast<size_t>(r.below(3))];
-      for (int i = r.range(p.prompt.empty() ? 1 : 0, 10); i > 0; --i) p.prompt.push_back(r.below(kVocab));
+      for (int i = r.range(p.prompt.empty() ? 1 : 0, 10); i > 0; --i) p.prompt.push_back(r.below(kRandomVocab));
       p.prompt.resize(std::min<size_t>(p.prompt.size(), max_prompt));
       p.stop.max_tokens = r.range(1, max_gen);
       if (r.chance(30)) p.stop.stop_tokens = {0};
@@ -139,7 +139,7 @@ void run_workload(uint64_t seed, Totals* totals, int64_t window = 0) {
     for (const SeqId id : sched.running()) {
       const Sequence& s = *sched.find(id);
       if (!drafting || s.n_committed() - s.n_computed != 1 || !r.chance(60)) continue;
-      const std::vector<int32_t> draft = testing::fake_draft(id, s.committed(), r.range(1, 6), 25, kVocab, r);
+      const std::vector<int32_t> draft = testing::fake_draft(id, s.committed(), r.range(1, 6), 25, kRandomVocab, r);
       ASSERT_TRUE(sched.set_draft(id, draft).ok());
     }
     check("before schedule");
@@ -177,7 +177,7 @@ void run_workload(uint64_t seed, Totals* totals, int64_t window = 0) {
     const Sequence& s = finished.at(id);
     std::vector<int32_t> want = e.before;
     const std::vector<int32_t> rest =
-        reference_generate(id, e.start, e.max_tokens - static_cast<int64_t>(e.before.size()), e.stop_tokens, kVocab,
+        reference_generate(id, e.start, e.max_tokens - static_cast<int64_t>(e.before.size()), e.stop_tokens, kRandomVocab,
                            window);
     want.insert(want.end(), rest.begin(), rest.end());
     const std::vector<int32_t> got(s.generated().begin(), s.generated().end());

@@ -9,13 +9,10 @@
 namespace sluice {
 namespace {
 
-constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint64_t kMaxAlignment = uint64_t{1} << 30;
 constexpr uint64_t kMaxNameBytes = 65535;              // keys and tensor names
 constexpr uint64_t kMaxStringBytes = uint64_t{1} << 28; // any string value
 constexpr uint64_t kMaxArrayElements = uint64_t{1} << 24;
-constexpr int kMaxArrayDepth = 8;
 constexpr uint32_t kMaxDims = 4;
 
 // Smallest possible encodings, used to refuse lying counts before allocating.
@@ -193,8 +190,8 @@ Status GgufParser::read_value(GgufType type, int depth, const std::string& key,
 }
 
 Status GgufParser::read_array(int depth, const std::string& key, MetaArray* out) {
-  if (depth > kMaxArrayDepth) {
-    return data_loss("{}: array '{}' is nested more than {} deep", name_, key, kMaxArrayDepth);
+  if (depth > kGgufMaxArrayDepth) {
+    return data_loss("{}: array '{}' is nested more than {} deep", name_, key, kGgufMaxArrayDepth);
   }
   uint32_t raw_type = 0;
   uint64_t n = 0;
@@ -369,7 +366,7 @@ StatusOr<ModelFile> GgufParser::parse() {
   mf.gguf_version = version;
   for (uint64_t i = 0; i < n_kv; ++i) RETURN_IF_ERROR(read_kv(&mf.metadata));
 
-  mf.alignment = kDefaultAlignment;
+  mf.alignment = kGgufDefaultAlignment;
   if (const MetaValue* a = mf.metadata.find("general.alignment")) {
     const std::optional<int64_t> v = mf.metadata.get_int("general.alignment");
     if (!v || a->type == GgufType::kBool) {

@@ -11,10 +11,7 @@
 namespace sluice {
 namespace {
 
-constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF"
 constexpr uint32_t kGgufVersion = 3;
-constexpr uint64_t kDefaultAlignment = 32;
-constexpr int kMaxArrayDepth = 8;
 
 // Little-endian byte sink for the header.
 class Encoder {
@@ -123,8 +120,8 @@ Status encode_value(Encoder* e, const std::string& key, const MetaValue& v, int 
 }
 
 Status encode_array(Encoder* e, const std::string& key, const MetaArray& a, int depth) {
-  if (depth > kMaxArrayDepth) {
-    return invalid_argument("metadata '{}': arrays nested more than {} deep", key, kMaxArrayDepth);
+  if (depth > kGgufMaxArrayDepth) {
+    return invalid_argument("metadata '{}': arrays nested more than {} deep", key, kGgufMaxArrayDepth);
   }
   const GgufType t = a.elem_type;
   e->put(static_cast<uint32_t>(t));
@@ -276,7 +273,7 @@ uint64_t GgufWriter::total_tensor_bytes() const {
 }
 
 Status GgufWriter::write(const std::string& path, const ProgressFn& progress) const {
-  uint64_t alignment = kDefaultAlignment;
+  uint64_t alignment = kGgufDefaultAlignment;
   if (metadata_.has("general.alignment")) {
     const std::optional<int64_t> a = metadata_.get_int("general.alignment");
     if (!a || *a <= 0 || (*a & (*a - 1)) != 0) {

@@ -21,7 +21,7 @@ const std::string kBin = model_path("stories260K/stories260K.bin");
 const std::string kTok = model_path("stories260K/tok512.bin");
 const std::string kGguf = shipped_model_path("stories260K.gguf");
 
-std::vector<uint8_t> slurp(const std::string& path) {
+std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
@@ -104,7 +104,7 @@ TEST_F(Llama2cTest, Stories260KMatchesGguf) {
 
 TEST_F(Llama2cTest, WithoutFreqCisAndWithSeparateClassifier) {
   SKIP_UNLESS_EXISTS(kBin);
-  std::vector<uint8_t> bin = slurp(kBin);
+  std::vector<uint8_t> bin = read_bytes(kBin);
   const size_t freq_bytes = 2 * 512 * 4 * 4;  // 2 x [seq_len, head_dim / 2] floats
   std::vector<uint8_t> no_freq(bin.begin(), bin.end() - freq_bytes);
   write_file(dir_ + "/nofreq.bin", no_freq);
@@ -183,7 +183,7 @@ TEST_F(Llama2cTest, Version1Export) {
 
 TEST_F(Llama2cTest, RefusesBadCheckpoints) {
   SKIP_UNLESS_EXISTS(kBin);
-  std::vector<uint8_t> bin = slurp(kBin);
+  std::vector<uint8_t> bin = read_bytes(kBin);
   std::vector<uint8_t> cut(bin.begin(), bin.end() - 4);
   write_file(dir_ + "/cut.bin", cut);
   auto r = import_llama2c(dir_ + "/cut.bin", kTok);
@@ -245,7 +245,7 @@ TEST(Llama2cTokenizer, ValidatesRecords) {
 TEST(Llama2cTokenizer, Llama2Vocabulary) {
   const std::string path = model_path("llama2c-tokenizer/tokenizer.bin");
   SKIP_UNLESS_EXISTS(path);
-  std::vector<uint8_t> b = slurp(path);
+  std::vector<uint8_t> b = read_bytes(path);
   Metadata md;
   Status st = import_llama2c_tokenizer(b.data(), b.size(), path, 32000, &md);
   ASSERT_TRUE(st.ok()) << st.to_string();

@@ -18,6 +18,11 @@
 
 namespace sluice {
 
+// The GGUF container's constants, shared by the reader and the writer.
+inline constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
+inline constexpr uint64_t kGgufDefaultAlignment = 32;  // when general.alignment is absent
+inline constexpr int kGgufMaxArrayDepth = 8;           // nesting of array values
+
 // GGUF metadata value type ids (gguf_type).
 enum class GgufType : uint32_t {
   kUint8 = 0,

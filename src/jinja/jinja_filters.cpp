@@ -23,14 +23,6 @@ const std::set<std::string>& known_filters() {
   return k;
 }
 
-std::string ascii_case(std::string s, bool upper) {
-  for (char& c : s) {
-    if (upper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-    if (!upper && c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return s;
-}
-
 // First character upper, the rest lower (jinja2's capitalize).
 std::string capitalize(const std::string& s) {
   if (s.empty()) return s;

@@ -22,11 +22,6 @@ std::string py_title(const std::string& s, bool capitalize_only) {
   return r;
 }
 
-std::string ascii_case(std::string s, bool upper) {
-  for (char& c : s) c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // str.split / str.rsplit, with Python's whitespace rule when sep is absent.
 JinjaList split(const std::string& s, const JinjaValue& sep, int64_t maxsplit, bool from_right, int line) {
   std::vector<std::string> parts;

@@ -95,6 +95,9 @@ class Renderer {
 };
 
 // Helpers shared by the renderer's files.
+// ASCII letters to upper or lower case, other bytes unchanged (str.upper/lower on
+// the ASCII range; non-ASCII characters are left as they are).
+std::string ascii_case(std::string s, bool upper);
 // UTF-8 text split into characters (Python iterates code points).
 std::vector<std::string> utf8_chars(const std::string& s);
 // Python's str.strip family: `chars` are single bytes or whole UTF-8 characters.

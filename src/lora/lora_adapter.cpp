@@ -13,12 +13,9 @@
 namespace sluice {
 namespace {
 
-constexpr std::string_view kSuffixA = ".lora_a";
-constexpr std::string_view kSuffixB = ".lora_b";
+constexpr std::string_view kGgufSuffixA = ".lora_a";
+constexpr std::string_view kGgufSuffixB = ".lora_b";
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 // A 2-D tensor's elements as f32, row-major [ne[1], ne[0]].
 StatusOr<std::vector<float>> to_f32(const TensorInfo& t) {
@@ -87,16 +84,16 @@ StatusOr<LoraAdapter> lora_from_gguf(const ModelFile& file) {
   // Pair every lora_a with its lora_b, in the order the A tensors appear.
   std::map<std::string, const TensorInfo*> b_of;
   for (const TensorInfo& t : file.tensors) {
-    if (ends_with(t.name, kSuffixB)) b_of[t.name.substr(0, t.name.size() - kSuffixB.size())] = &t;
+    if (t.name.ends_with(kGgufSuffixB)) b_of[t.name.substr(0, t.name.size() - kGgufSuffixB.size())] = &t;
   }
   for (const TensorInfo& t : file.tensors) {
-    if (ends_with(t.name, kSuffixB)) continue;
+    if (t.name.ends_with(kGgufSuffixB)) continue;
     // A training checkpoint keeps the optimizer's moments beside the factors.
-    if (ends_with(t.name, ".adam_m") || ends_with(t.name, ".adam_v")) continue;
-    if (!ends_with(t.name, kSuffixA)) {
+    if (t.name.ends_with(".adam_m") || t.name.ends_with(".adam_v")) continue;
+    if (!t.name.ends_with(kGgufSuffixA)) {
       return data_loss("{}: tensor '{}' is neither a .lora_a nor a .lora_b", where, t.name);
     }
-    const std::string base = t.name.substr(0, t.name.size() - kSuffixA.size());
+    const std::string base = t.name.substr(0, t.name.size() - kGgufSuffixA.size());
     auto it = b_of.find(base);
     if (it == b_of.end()) return data_loss("{}: '{}' has no matching '{}.lora_b'", where, t.name, base);
     const TensorInfo& tb = *it->second;
@@ -195,9 +192,9 @@ Status write_lora_gguf(const LoraAdapter& adapter, const std::string& path) {
   }
   md.set("adapter.lora.alpha", MetaValue::f32(alpha));
   for (const LoraMatrix& m : adapter.mats) {
-    RETURN_IF_ERROR(w.add_tensor(m.base_name + std::string(kSuffixA), DType::kF32, {m.n_in, m.rank},
+    RETURN_IF_ERROR(w.add_tensor(m.base_name + std::string(kGgufSuffixA), DType::kF32, {m.n_in, m.rank},
                                  reinterpret_cast<const uint8_t*>(m.a.data())));
-    RETURN_IF_ERROR(w.add_tensor(m.base_name + std::string(kSuffixB), DType::kF32, {m.rank, m.n_out},
+    RETURN_IF_ERROR(w.add_tensor(m.base_name + std::string(kGgufSuffixB), DType::kF32, {m.rank, m.n_out},
                                  reinterpret_cast<const uint8_t*>(m.b.data())));
   }
   return w.write(path);

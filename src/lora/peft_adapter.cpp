@@ -22,12 +22,9 @@ using json = nlohmann::json;
 
 constexpr std::string_view kModelPrefix = "base_model.model.";
 constexpr std::string_view kLayersPrefix = "model.layers.";
-constexpr std::string_view kSuffixA = ".lora_A.weight";
-constexpr std::string_view kSuffixB = ".lora_B.weight";
+constexpr std::string_view kPeftSuffixA = ".lora_A.weight";
+constexpr std::string_view kPeftSuffixB = ".lora_B.weight";
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
 
 // What adapter_config.json says.
 struct PeftConfig {
@@ -97,7 +94,7 @@ const TensorSpec* spec_for_module(const ArchSpec& spec, std::string_view module)
   for (const TensorSpec& t : spec.tensors) {
     if (!t.per_layer || t.kind != TensorKind::kMatrix) continue;
     const std::string_view hf = t.hf;
-    if (hf.size() == module.size() + 7 && hf.substr(0, module.size()) == module && ends_with(hf, ".weight")) return &t;
+    if (hf.size() == module.size() + 7 && hf.substr(0, module.size()) == module && hf.ends_with(".weight")) return &t;
   }
   return nullptr;
 }
@@ -108,7 +105,7 @@ bool arch_has_leaf(const ArchSpec& spec, std::string_view leaf) {
   for (const TensorSpec& t : spec.tensors) {
     if (!t.per_layer || t.kind == TensorKind::kVector) continue;
     std::string_view hf = t.hf;
-    if (!ends_with(hf, ".weight")) continue;
+    if (!hf.ends_with(".weight")) continue;
     hf.remove_suffix(7);
     const size_t dot = hf.rfind('.');
     if ((dot == std::string_view::npos ? hf : hf.substr(dot + 1)) == leaf) return true;
@@ -186,7 +183,7 @@ StatusOr<LoraAdapter> read_peft_lora(const std::string& dir, const ModelFile& ba
   std::map<std::pair<int64_t, std::string>, Pair> pairs;
   for (const SafetensorsEntry& e : entries) {
     std::string_view name = e.name;
-    const bool is_a = ends_with(name, kSuffixA), is_b = ends_with(name, kSuffixB);
+    const bool is_a = name.ends_with(kPeftSuffixA), is_b = name.ends_with(kPeftSuffixB);
     std::string_view rest = name;
     if (rest.substr(0, kModelPrefix.size()) == kModelPrefix) rest.remove_prefix(kModelPrefix.size());
     if (!(is_a || is_b) || rest.substr(0, kLayersPrefix.size()) != kLayersPrefix) {
@@ -195,7 +192,7 @@ StatusOr<LoraAdapter> read_peft_lora(const std::string& dir, const ModelFile& ba
                            st_path, e.name);
     }
     rest.remove_prefix(kLayersPrefix.size());
-    rest.remove_suffix(kSuffixA.size());
+    rest.remove_suffix(kPeftSuffixA.size());
     int64_t layer = 0;
     size_t digits = 0;
     while (digits < rest.size() && digits < 6 && rest[digits] >= '0' && rest[digits] <= '9')

@@ -32,12 +32,12 @@ constexpr int64_t kVocab = 512;
 constexpr int64_t kOrigCtx = 64;  // tiny-phi3-128k's original context
 
 // A path under the test temp dir that is this test's own (ctest runs cases in parallel).
-std::string own_path(const std::string& name) {
+std::string case_path(const std::string& name) {
   const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
   return ::testing::TempDir() + "/" + t->test_suite_name() + "." + t->name() + "_" + name;
 }
 
-std::shared_ptr<const ModelFile> open_file(const std::string& path) {
+std::shared_ptr<const ModelFile> open_gguf(const std::string& path) {
   auto mf = open_model_file(path);
   EXPECT_TRUE(mf.ok()) << mf.status().to_string();
   return std::make_shared<const ModelFile>(std::move(*mf));
@@ -47,7 +47,7 @@ std::shared_ptr<const ModelFile> open_file(const std::string& path) {
 std::string synth_longrope() {
   SynthShape shape = synth_preset("tiny-phi3-128k").value();
   shape.n_vocab = kVocab;
-  const std::string path = own_path("tiny-phi3-128k.gguf");
+  const std::string path = case_path("tiny-phi3-128k.gguf");
   auto n = write_synth_model(SynthOptions{.shape = shape, .type = "f32", .seed = 11, .n_threads = 2}, path);
   EXPECT_TRUE(n.ok()) << n.status().to_string();
   return path;
@@ -119,7 +119,7 @@ TEST(LongRopeTables, MatchScalarReference) {
 // ---------------------------------------------------------------------------
 // The choice: long iff the planned context exceeds the original one.
 TEST(LongRopeChoice, ByPlannedContextOnce) {
-  const auto file = open_file(synth_longrope());
+  const auto file = open_gguf(synth_longrope());
   EXPECT_EQ(file->metadata.get_int("phi3.rope.scaling.original_context_length"), kOrigCtx);
   const double want_attn = std::sqrt(1.0 + std::log(2048.0 / kOrigCtx) / std::log(static_cast<double>(kOrigCtx)));
   EXPECT_NEAR(*file->metadata.get_float("phi3.rope.scaling.attn_factor"), want_attn, 1e-6);
@@ -139,8 +139,8 @@ TEST(LongRopeChoice, ByPlannedContextOnce) {
 
   SynthShape plain = synth_preset("tiny-phi3").value();
   plain.n_vocab = kVocab;
-  ASSERT_TRUE(write_synth_model(SynthOptions{.shape = plain, .type = "f32", .seed = 11}, own_path("plain.gguf")).ok());
-  auto m = Model::load(open_file(own_path("plain.gguf")), ModelOptions{.n_threads = 1});
+  ASSERT_TRUE(write_synth_model(SynthOptions{.shape = plain, .type = "f32", .seed = 11}, case_path("plain.gguf")).ok());
+  auto m = Model::load(open_gguf(case_path("plain.gguf")), ModelOptions{.n_threads = 1});
   ASSERT_TRUE(m.ok());
   EXPECT_EQ((*m)->longrope_factors(), LongRopeFactors::kNone);
 }
@@ -149,7 +149,7 @@ TEST(LongRopeChoice, ByPlannedContextOnce) {
 // sequence: token-by-token decode gives the bits of one prefill, across the
 // point (position 64) where transformers would switch sets.
 TEST(LongRopeChoice, DecodeEqualsPrefillBitForBitAcrossTheOriginalContext) {
-  auto m = Model::load(open_file(synth_longrope()), ModelOptions{.n_threads = 2, .n_batch = 16, .n_ctx_max = 256});
+  auto m = Model::load(open_gguf(synth_longrope()), ModelOptions{.n_threads = 2, .n_batch = 16, .n_ctx_max = 256});
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   ASSERT_EQ((*m)->longrope_factors(), LongRopeFactors::kLong);
   const int64_t n = 2 * kOrigCtx;
@@ -167,7 +167,7 @@ TEST(LongRopeChoice, DecodeEqualsPrefillBitForBitAcrossTheOriginalContext) {
 // give the bits each gives alone (the factor set is the model's, not a
 // sequence's).
 TEST(LongRopeChoice, BatchedEqualsAloneBitForBit) {
-  auto m = Model::load(open_file(synth_longrope()), ModelOptions{.n_threads = 2, .n_batch = 256, .n_ctx_max = 256});
+  auto m = Model::load(open_gguf(synth_longrope()), ModelOptions{.n_threads = 2, .n_batch = 256, .n_ctx_max = 256});
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   ASSERT_EQ((*m)->longrope_factors(), LongRopeFactors::kLong);
   const auto a = tokens_of(100);
@@ -201,7 +201,7 @@ TEST(LongRopeAgainstLlamaCpp, LogitsAndGreedyTokensMatch) {
   ASSERT_TRUE(in.good()) << "tests/data/longrope_llamacpp.json is part of the tree";
   const auto ref = nlohmann::json::parse(in);
   const auto toks = ref["tokens"].get<std::vector<int32_t>>();
-  const auto file = open_file(synth_longrope());
+  const auto file = open_gguf(synth_longrope());
   for (const char* which : {"short", "long"}) {
     const auto& want = ref["contexts"][which];
     const int64_t n_ctx = want["n_ctx"].get<int64_t>();
@@ -238,7 +238,7 @@ std::string hf_config(const ModelFile& g, const std::string& type) {
   return c.dump();
 }
 
-void write_hf_folder(const ModelFile& g, const std::string& dir, const std::string& config) {
+void write_phi3_hf_folder(const ModelFile& g, const std::string& dir, const std::string& config) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.json") << config;
   const ArchSpec& spec = *find_arch("phi3");
@@ -262,11 +262,11 @@ void write_hf_folder(const ModelFile& g, const std::string& dir, const std::stri
 }
 
 TEST(LongRopeHf, FolderAndItsConversionLoadToTheSameModel) {
-  const auto gguf = open_file(synth_longrope());
+  const auto gguf = open_gguf(synth_longrope());
   const auto toks = tokens_of(20);
   for (const char* type : {"longrope", "su"}) {
-    const std::string dir = own_path(std::string("hf_") + type);
-    write_hf_folder(*gguf, dir, hf_config(*gguf, type));
+    const std::string dir = case_path(std::string("hf_") + type);
+    write_phi3_hf_folder(*gguf, dir, hf_config(*gguf, type));
     auto hf = read_hf_model(dir);
     ASSERT_TRUE(hf.ok()) << hf.status().to_string();
     EXPECT_EQ(factors_of(*hf, "rope_factors_long.weight"), factors_of(*gguf, "rope_factors_long.weight"));
@@ -278,10 +278,10 @@ TEST(LongRopeHf, FolderAndItsConversionLoadToTheSameModel) {
     GgufWriter w;
     w.set_metadata(hf->metadata);
     for (const TensorInfo& t : hf->tensors) ASSERT_TRUE(w.add_tensor(t.name, t.type, t.ne, t.data).ok());
-    const std::string converted = own_path(std::string("converted_") + type + ".gguf");
+    const std::string converted = case_path(std::string("converted_") + type + ".gguf");
     ASSERT_TRUE(w.write(converted).ok());
     std::vector<std::shared_ptr<const ModelFile>> files = {gguf, std::make_shared<const ModelFile>(std::move(*hf)),
-                                                           open_file(converted)};
+                                                           open_gguf(converted)};
     for (const int64_t n_ctx : {kOrigCtx, int64_t{2048}}) {
       std::vector<std::vector<float>> out;
       for (const auto& f : files) {
@@ -331,7 +331,7 @@ TEST(LongRopeWeights, MalformedFactorsAreRefusedByName) {
   EXPECT_NE(m.status().message().find("rope_factors_short.weight[3] is 0"), std::string::npos) << m.status().message();
 
   // HF: lists of the wrong length, unequal lists, a missing original context.
-  const auto gguf = open_file(path);
+  const auto gguf = open_gguf(path);
   auto cfg = nlohmann::json::parse(hf_config(*gguf, "longrope"));
   cfg["rope_scaling"]["long_factor"] = std::vector<double>(5, 1.0);
   cfg["rope_scaling"]["short_factor"] = std::vector<double>(5, 1.0);

@@ -22,15 +22,10 @@
 #include "quant/quant.h"
 #include "base/timer.h"
 #include "model/model_weights.h"
+#include "plan/measure_rounds.h"
 
 namespace sluice::plan {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Runs `pass` (which returns the rate of one pass) at least n_repeats times and
 // until min_seconds have gone by, and returns the median rate. A window of a

@@ -13,7 +13,7 @@
 namespace sluice {
 namespace {
 
-void put_u16(std::vector<uint8_t>& bytes, uint16_t v) {
+void push_u16(std::vector<uint8_t>& bytes, uint16_t v) {
   bytes.push_back(static_cast<uint8_t>(v & 0xff));
   bytes.push_back(static_cast<uint8_t>(v >> 8));
 }
@@ -60,8 +60,8 @@ TEST(BlocksMoreTest, FieldOffsetsAndTypeIdsMatchGgml) {
 
 TEST(BlocksMoreTest, Q4_1HandBuilt) {
   std::vector<uint8_t> b;
-  put_u16(b, kHalf0_5);     // d
-  put_u16(b, kHalfMinus1);  // m
+  push_u16(b, kHalf0_5);     // d
+  push_u16(b, kHalfMinus1);  // m
   for (int j = 0; j < 16; ++j) b.push_back(static_cast<uint8_t>(j | ((15 - j) << 4)));
   const std::vector<float> y = dequant(DType::kQ4_1, b, 32);
   for (int j = 0; j < 16; ++j) {
@@ -72,7 +72,7 @@ TEST(BlocksMoreTest, Q4_1HandBuilt) {
 
 TEST(BlocksMoreTest, Q5_0HandBuiltHighBits) {
   std::vector<uint8_t> b;
-  put_u16(b, kHalf0_25);
+  push_u16(b, kHalf0_25);
   // High bits: elements 0, 9, 17 and 31 (bits of the LE uint32 qh).
   const uint32_t qh = (1u << 0) | (1u << 9) | (1u << 17) | (1u << 31);
   for (int k = 0; k < 4; ++k) b.push_back(static_cast<uint8_t>(qh >> (8 * k)));
@@ -89,8 +89,8 @@ TEST(BlocksMoreTest, Q5_0HandBuiltHighBits) {
 
 TEST(BlocksMoreTest, Q5_1HandBuilt) {
   std::vector<uint8_t> b;
-  put_u16(b, kHalf1);
-  put_u16(b, kHalf2);
+  push_u16(b, kHalf1);
+  push_u16(b, kHalf2);
   for (int k = 0; k < 4; ++k) b.push_back(0xF0);  // high bits of elements 8k+4 .. 8k+7
   for (int j = 0; j < 16; ++j) b.push_back(static_cast<uint8_t>(1 | (2 << 4)));
   const std::vector<float> y = dequant(DType::kQ5_1, b, 32);
@@ -110,8 +110,8 @@ TEST(BlocksMoreTest, Q2_KHandBuilt) {
       for (int j = 0; j < 4; ++j) v |= static_cast<uint8_t>(((j + l) & 3) << (2 * j));
       b.push_back(v);
     }
-  put_u16(b, kHalf0_5);   // d
-  put_u16(b, kHalf0_25);  // dmin
+  push_u16(b, kHalf0_5);   // d
+  push_u16(b, kHalf0_25);  // dmin
   const std::vector<float> y = dequant(DType::kQ2_K, b, 256);
   for (int e = 0; e < 256; ++e) {
     const int s = e / 16, j = e % 128 / 32, l = e % 32;
@@ -134,7 +134,7 @@ TEST(BlocksMoreTest, Q3_KHandBuilt) {
     scales[8 + s % 4] |= static_cast<uint8_t>((sc >> 4) << (2 * (s / 4)));
   }
   b.insert(b.end(), scales, scales + 12);
-  put_u16(b, kHalf0_5);
+  push_u16(b, kHalf0_5);
   const std::vector<float> y = dequant(DType::kQ3_K, b, 256);
   for (int e = 0; e < 256; ++e) {
     const int s = e / 16, j = e % 128 / 32, l = e % 32;
@@ -146,8 +146,8 @@ TEST(BlocksMoreTest, Q3_KHandBuilt) {
 
 TEST(BlocksMoreTest, Q5_KHandBuilt) {
   std::vector<uint8_t> b;
-  put_u16(b, kHalf1);     // d
-  put_u16(b, kHalf0_5);   // dmin
+  push_u16(b, kHalf1);     // d
+  push_u16(b, kHalf0_5);   // dmin
   // Scales as in Q4_K: sc[s] = s + 1, m[s] = 2 s (s < 4 in low 6 bits directly).
   uint8_t sc[8], m[8], packed[12];
   for (int s = 0; s < 8; ++s) {
@@ -172,7 +172,7 @@ TEST(BlocksMoreTest, Q5_KHandBuilt) {
 
 TEST(BlocksMoreTest, Iq4NlHandBuilt) {
   std::vector<uint8_t> b;
-  put_u16(b, kHalf0_5);
+  push_u16(b, kHalf0_5);
   for (int j = 0; j < 16; ++j) b.push_back(static_cast<uint8_t>(j | ((15 - j) << 4)));
   const std::vector<float> y = dequant(DType::kIQ4_NL, b, 32);
   EXPECT_EQ(y[0], 0.5f * -127);
@@ -184,7 +184,7 @@ TEST(BlocksMoreTest, Iq4NlHandBuilt) {
 
 TEST(BlocksMoreTest, Iq4XsHandBuilt) {
   std::vector<uint8_t> b;
-  put_u16(b, kHalf0_25);  // d
+  push_u16(b, kHalf0_25);  // d
   // ls[s] = 32 + s - 4  (value s - 4): low 4 bits in scales_l, high 2 in scales_h.
   uint16_t scales_h = 0;
   uint8_t scales_l[4] = {};
@@ -193,7 +193,7 @@ TEST(BlocksMoreTest, Iq4XsHandBuilt) {
     scales_l[s / 2] |= static_cast<uint8_t>((ls & 15) << (4 * (s % 2)));
     scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * s));
   }
-  put_u16(b, scales_h);
+  push_u16(b, scales_h);
   b.insert(b.end(), scales_l, scales_l + 4);
   for (int s = 0; s < 8; ++s)
     for (int j = 0; j < 16; ++j) b.push_back(static_cast<uint8_t>(((j + s) & 15) | (j << 4)));

@@ -6,8 +6,6 @@
 namespace sluice {
 namespace {
 
-// Groups whose largest magnitude is below this are treated as all zero.
-constexpr float kGroupMaxEps = 1e-15f;
 
 // Round to nearest, ties to even (the default FP rounding mode).
 inline int round_int(float v) { return static_cast<int>(std::lrintf(v)); }

@@ -13,6 +13,9 @@
 
 namespace sluice {
 
+// Groups whose largest magnitude is below this are treated as all zero.
+inline constexpr float kGroupMaxEps = 1e-15f;
+
 // "Type-1" search: x ~= scale * q - min_out with q in [0, nmax], min_out >= 0.
 // x, weights: [n]; q_out: [n] the chosen quants; q_tmp: [n] scratch.
 // Candidate inverse scales are (nmax + rmin + rdelta * i) / (max - min) for

@@ -18,6 +18,11 @@
 
 namespace sluice {
 
+// Q4_K and Q5_K: a super-block of kQK_K holds 8 sub-blocks of 32 elements, each
+// with a 6-bit scale and min.
+inline constexpr int kScaleMinSubBlock = 32;
+inline constexpr int kScaleMinSubBlocks = 8;
+
 struct KScaleMinSearch {
   int quant_max;  // 15 (Q4_K), 31 (Q5_K)
   float rmin;     // candidate inverse scales (quant_max + rmin + rdelta * i) / range,

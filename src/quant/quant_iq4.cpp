@@ -6,14 +6,14 @@
 
 #include "base/check.h"
 #include "base/half.h"
+#include "quant/k_quant_search.h"
 
 namespace sluice {
 namespace {
 
 constexpr int kGroup = 32;          // elements per scale
-constexpr int kSearchSteps = 10;    // candidate scales on each side of the naive one
+constexpr int kIq4SearchSteps = 10;    // candidate scales on each side of the naive one
 constexpr float kSearchDelta = 0.02f;  // relative spacing of candidate scales
-constexpr float kGroupMaxEps = 1e-15f;
 
 // Least-squares fit of x ~= scale * kIq4NlValues[idx] for one group; writes the
 // indices of the best candidate and returns its scale (0 for an all-zero group).
@@ -34,7 +34,7 @@ float fit_group(const float* x, uint8_t* idx) {
   // with its best scale: sum x^2 - sumqx^2 / sumq2, so keep the largest sumqx^2 / sumq2.
   float best_scale = 0.0f, best_gain = -1.0f;
   uint8_t tmp[kGroup];
-  for (int step = -kSearchSteps; step <= kSearchSteps; ++step) {
+  for (int step = -kIq4SearchSteps; step <= kIq4SearchSteps; ++step) {
     const float scale = max / static_cast<float>(kIq4NlValues[0]) * (1.0f + kSearchDelta * static_cast<float>(step));
     const float inv = 1.0f / scale;
     float sumqx = 0.0f, sumq2 = 0.0f;

@@ -15,7 +15,7 @@ constexpr int kBlock = 32;
 // Candidate inverse scales of the type-1 search: (nmax - 1 + 0.1 i) / range, i = 0..20.
 constexpr float kSearchRmin = -1.0f;
 constexpr float kSearchRdelta = 0.1f;
-constexpr int kSearchSteps = 20;
+constexpr int kType1SearchSteps = 20;
 constexpr int kSymmetricSteps = 9;  // +-9 candidate steps of 0.1 (Q5_0)
 
 // Type-1 fit of one block: x ~= scale * q + offset, q in [0, nmax]; stores the
@@ -31,7 +31,7 @@ void fit_type1(const float* x, int nmax, uint16_t* d_out, uint16_t* m_out, uint8
   }
   float min_out = 0.0f;
   const float scale = search_scale_min(kBlock, nmax, shifted, weights, q, q_tmp, &min_out, kSearchRmin,
-                                       kSearchRdelta, kSearchSteps);
+                                       kSearchRdelta, kType1SearchSteps);
   *d_out = f32_to_f16(scale);
   *m_out = f32_to_f16(lo - min_out);
   const float d = f16_to_f32(*d_out), m = f16_to_f32(*m_out);

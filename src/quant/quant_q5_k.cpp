@@ -9,11 +9,8 @@
 namespace sluice {
 namespace {
 
-constexpr int kSubBlock = 32;                     // elements per sub-block
-constexpr int kNumSubBlocks = kQK_K / kSubBlock;  // 8
-
 // 5-bit quants; candidate inverse scales (31 - 0.5 + 0.1 i) / range, i = 0..15.
-constexpr KScaleMinSearch kSearch{.quant_max = 31, .rmin = -0.5f, .rdelta = 0.1f, .steps = 15};
+constexpr KScaleMinSearch kQ5KSearch{.quant_max = 31, .rmin = -0.5f, .rdelta = 0.1f, .steps = 15};
 
 inline void sub_block_scale_min(const BlockQ5_K& b, int s, float* scale, float* min) {
   k_sub_block_scale_min(b.d, b.dmin, b.scales, s, scale, min);
@@ -21,7 +18,7 @@ inline void sub_block_scale_min(const BlockQ5_K& b, int s, float* scale, float* 
 
 void quantize_block(const float* x, BlockQ5_K* out) {
   KScaleMinFit fit;
-  fit_k_scale_min(x, kSearch, &fit);
+  fit_k_scale_min(x, kQ5KSearch, &fit);
   out->d = fit.d;
   out->dmin = fit.dmin;
   std::memcpy(out->scales, fit.scales, sizeof(out->scales));
@@ -42,11 +39,11 @@ void quantize_block(const float* x, BlockQ5_K* out) {
 void dequantize_row_q5_k(const BlockQ5_K* blocks, float* dst, int64_t n) {
   CHECK(n % kQK_K == 0);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    for (int s = 0; s < kNumSubBlocks; ++s) {
+    for (int s = 0; s < kScaleMinSubBlocks; ++s) {
       float scale = 0.0f, min = 0.0f;
       sub_block_scale_min(blocks[b], s, &scale, &min);
-      for (int l = 0; l < kSubBlock; ++l) {
-        const int e = s * kSubBlock + l;
+      for (int l = 0; l < kScaleMinSubBlock; ++l) {
+        const int e = s * kScaleMinSubBlock + l;
         dst[b * kQK_K + e] = scale * static_cast<float>(q5_k_quant(blocks[b], e)) - min;
       }
     }

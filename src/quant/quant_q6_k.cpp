@@ -11,20 +11,19 @@
 namespace sluice {
 namespace {
 
-constexpr int kSubBlock = 16;                     // elements per sub-block
-constexpr int kNumSubBlocks = kQK_K / kSubBlock;  // 16
+constexpr int kQ6SubBlock = 16;                     // elements per sub-block
+constexpr int kQ6NumSubBlocks = kQK_K / kQ6SubBlock;  // 16
 constexpr int kQuantOffset = 32;                  // q in [0, 63] stores q - 32
-constexpr int kSearchSteps = 9;                   // +-9 candidate steps of 0.1
-constexpr float kGroupMaxEps = 1e-15f;
+constexpr int kQ6SearchSteps = 9;                   // +-9 candidate steps of 0.1
 
 void quantize_block(const float* x, BlockQ6_K* out) {
   uint8_t q[kQK_K];               // [256] chosen quants 0..63, element order
-  float scales[kNumSubBlocks];    // float scale per sub-block (may be negative)
+  float scales[kQ6NumSubBlocks];    // float scale per sub-block (may be negative)
   float max_scale = 0.0f;         // signed scale of largest magnitude
   float max_abs_scale = 0.0f;
-  for (int s = 0; s < kNumSubBlocks; ++s) {
-    scales[s] = search_scale_symmetric(kSubBlock, kQuantOffset, x + s * kSubBlock,
-                                       q + s * kSubBlock, kSearchSteps);
+  for (int s = 0; s < kQ6NumSubBlocks; ++s) {
+    scales[s] = search_scale_symmetric(kQ6SubBlock, kQuantOffset, x + s * kQ6SubBlock,
+                                       q + s * kQ6SubBlock, kQ6SearchSteps);
     if (std::fabs(scales[s]) > max_abs_scale) {
       max_abs_scale = std::fabs(scales[s]);
       max_scale = scales[s];
@@ -38,18 +37,18 @@ void quantize_block(const float* x, BlockQ6_K* out) {
   // 8-bit scales against the f16 d; the largest-magnitude scale maps to -128.
   const float inv_scale = -128.0f / max_scale;
   out->d = f32_to_f16(1.0f / inv_scale);
-  for (int s = 0; s < kNumSubBlocks; ++s) {
+  for (int s = 0; s < kQ6NumSubBlocks; ++s) {
     const int sc = static_cast<int>(std::lrintf(inv_scale * scales[s]));
     out->scales[s] = static_cast<int8_t>(std::clamp(sc, -128, 127));
   }
 
   // Re-fit the quants to the scales the block actually stores.
   const float d = f16_to_f32(out->d);
-  for (int s = 0; s < kNumSubBlocks; ++s) {
+  for (int s = 0; s < kQ6NumSubBlocks; ++s) {
     const float scale = d * static_cast<float>(out->scales[s]);
     if (scale == 0.0f) continue;  // every quant decodes to 0; keep the search's
-    for (int l = 0; l < kSubBlock; ++l) {
-      const int e = s * kSubBlock + l;
+    for (int l = 0; l < kQ6SubBlock; ++l) {
+      const int e = s * kQ6SubBlock + l;
       const int v = std::clamp(static_cast<int>(std::lrintf(x[e] / scale)), -kQuantOffset, kQuantOffset - 1);
       q[e] = static_cast<uint8_t>(v + kQuantOffset);
     }
@@ -78,7 +77,7 @@ void dequantize_row_q6_k(const BlockQ6_K* blocks, float* dst, int64_t n) {
     const float d = f16_to_f32(blocks[b].d);
     float* y = dst + b * kQK_K;
     for (int e = 0; e < kQK_K; ++e) {
-      const float scale = d * static_cast<float>(blocks[b].scales[e / kSubBlock]);
+      const float scale = d * static_cast<float>(blocks[b].scales[e / kQ6SubBlock]);
       y[e] = scale * static_cast<float>(q6_k_quant(blocks[b], e) - kQuantOffset);
     }
   }
@@ -97,7 +96,7 @@ float dot_row_q6_k(const BlockQ6_K* blocks, const float* x, int64_t n) {
     const float* xb = x + b * kQK_K;
     float partial = 0.0f;
     for (int e = 0; e < kQK_K; ++e) {
-      const float scale = d * static_cast<float>(blocks[b].scales[e / kSubBlock]);
+      const float scale = d * static_cast<float>(blocks[b].scales[e / kQ6SubBlock]);
       partial += (scale * static_cast<float>(q6_k_quant(blocks[b], e) - kQuantOffset)) * xb[e];
     }
     total += partial;

@@ -41,7 +41,7 @@ const char* endpoint_name(Endpoint e) { return e == Endpoint::kChat ? "chat.comp
 namespace {
 
 // Ordered, so tools and tool-call arguments reach the template in the order sent.
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
 // Thrown by the field readers below, caught in parse_generation_request.
 struct FieldError {
@@ -52,40 +52,40 @@ struct FieldError {
   throw FieldError{invalid_request(param, message, code)};
 }
 
-const char* json_type(const json& j) {
+const char* json_type(const ojson& j) {
   switch (j.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "integer";
-    case json::value_t::number_float: return "number";
-    case json::value_t::string: return "string";
-    case json::value_t::array: return "array";
-    case json::value_t::object: return "object";
+    case ojson::value_t::null: return "null";
+    case ojson::value_t::boolean: return "boolean";
+    case ojson::value_t::number_integer:
+    case ojson::value_t::number_unsigned: return "integer";
+    case ojson::value_t::number_float: return "number";
+    case ojson::value_t::string: return "string";
+    case ojson::value_t::array: return "array";
+    case ojson::value_t::object: return "object";
     default: return "value";
   }
 }
 
-[[noreturn]] void wrong_type(const std::string& param, const char* expected, const json& got) {
+[[noreturn]] void wrong_type(const std::string& param, const char* expected, const ojson& got) {
   bad(param, fmt::format("'{}' must be {}, got {}", param, expected, json_type(got)), "invalid_type");
 }
 
 // The field, or nullptr when absent or null (OpenAI treats null as "not given").
-const json* field(const json& obj, const char* name) {
+const ojson* field(const ojson& obj, const char* name) {
   auto it = obj.find(name);
   if (it == obj.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
-bool read_bool(const json& obj, const char* name, bool dflt) {
-  const json* v = field(obj, name);
+bool read_bool(const ojson& obj, const char* name, bool dflt) {
+  const ojson* v = field(obj, name);
   if (!v) return dflt;
   if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
   return v->get<bool>();
 }
 
-std::optional<int64_t> read_int(const json& obj, const char* name, int64_t lo, int64_t hi) {
-  const json* v = field(obj, name);
+std::optional<int64_t> read_int(const ojson& obj, const char* name, int64_t lo, int64_t hi) {
+  const ojson* v = field(obj, name);
   if (!v) return std::nullopt;
   int64_t x;
   if (v->is_number_integer()) {
@@ -102,8 +102,8 @@ std::optional<int64_t> read_int(const json& obj, const char* name, int64_t lo, i
   return x;
 }
 
-float read_float(const json& obj, const char* name, float dflt, double lo, double hi) {
-  const json* v = field(obj, name);
+float read_float(const ojson& obj, const char* name, float dflt, double lo, double hi) {
+  const ojson* v = field(obj, name);
   if (!v) return dflt;
   if (!v->is_number()) wrong_type(name, "a number", *v);
   const double x = v->get<double>();
@@ -111,15 +111,15 @@ float read_float(const json& obj, const char* name, float dflt, double lo, doubl
   return static_cast<float>(x);
 }
 
-std::string read_string(const json& obj, const char* name) {
-  const json* v = field(obj, name);
+std::string read_string(const ojson& obj, const char* name) {
+  const ojson* v = field(obj, name);
   if (!v) return "";
   if (!v->is_string()) wrong_type(name, "a string", *v);
   return v->get<std::string>();
 }
 
-std::vector<std::string> read_stop(const json& obj) {
-  const json* v = field(obj, "stop");
+std::vector<std::string> read_stop(const ojson& obj) {
+  const ojson* v = field(obj, "stop");
   std::vector<std::string> out;
   if (!v) return out;
   if (v->is_string()) {
@@ -139,8 +139,8 @@ std::vector<std::string> read_stop(const json& obj) {
   return out;
 }
 
-std::vector<int32_t> read_stop_token_ids(const json& obj) {
-  const json* v = field(obj, "stop_token_ids");
+std::vector<int32_t> read_stop_token_ids(const ojson& obj) {
+  const ojson* v = field(obj, "stop_token_ids");
   std::vector<int32_t> out;
   if (!v) return out;
   if (!v->is_array()) wrong_type("stop_token_ids", "an array of integer token ids", *v);
@@ -156,7 +156,7 @@ std::vector<int32_t> read_stop_token_ids(const json& obj) {
   return out;
 }
 
-std::string message_content(const json& m, size_t i, const std::string& role) {
+std::string message_content(const ojson& m, size_t i, const std::string& role) {
   const std::string param = fmt::format("messages[{}].content", i);
   auto it = m.find("content");
   if (it == m.end() || it->is_null()) {
@@ -167,12 +167,12 @@ std::string message_content(const json& m, size_t i, const std::string& role) {
   if (!it->is_array()) wrong_type(param, "a string or an array of content parts", *it);
   std::string text;
   for (size_t p = 0; p < it->size(); ++p) {
-    const json& part = (*it)[p];
+    const ojson& part = (*it)[p];
     const std::string pp = fmt::format("{}[{}]", param, p);
     if (!part.is_object()) wrong_type(pp, "an object", part);
     const std::string type = read_string(part, "type");
     if (type != "text") bad(pp + ".type", fmt::format("content part type '{}' is not supported (only 'text')", type));
-    const json* t = field(part, "text");
+    const ojson* t = field(part, "text");
     if (!t || !t->is_string()) bad(pp + ".text", "a text content part needs a string 'text'", "invalid_type");
     text += t->get<std::string>();
   }
@@ -180,7 +180,7 @@ std::string message_content(const json& m, size_t i, const std::string& role) {
 }
 
 // A function name as OpenAI accepts it: a-z, A-Z, 0-9, '_' and '-', 1 to 64 characters.
-void check_function_name(const std::string& param, const json& name) {
+void check_function_name(const std::string& param, const ojson& name) {
   if (!name.is_string()) wrong_type(param, "a string", name);
   const std::string& s = name.get_ref<const std::string&>();
   bool ok = !s.empty() && s.size() <= 64;
@@ -190,26 +190,26 @@ void check_function_name(const std::string& param, const json& name) {
 
 // An assistant message's tool_calls in HF's form: arguments sent as a JSON
 // string become the object it holds (a string that is not JSON stays a string).
-json read_message_tool_calls(const json& calls, size_t i) {
+ojson read_message_tool_calls(const ojson& calls, size_t i) {
   const std::string param = fmt::format("messages[{}].tool_calls", i);
   if (!calls.is_array()) wrong_type(param, "an array", calls);
-  json out = json::array();
+  ojson out = ojson::array();
   for (size_t c = 0; c < calls.size(); ++c) {
     const std::string cp = fmt::format("{}[{}]", param, c);
-    const json& call = calls[c];
+    const ojson& call = calls[c];
     if (!call.is_object()) wrong_type(cp, "an object", call);
     if (const std::string type = read_string(call, "type"); !type.empty() && type != "function")
       bad(cp + ".type", fmt::format("tool call type '{}' is not supported (only 'function')", type));
-    const json* fn = field(call, "function");
+    const ojson* fn = field(call, "function");
     if (!fn) bad(cp + ".function", fmt::format("'{}.function' is required", cp), "missing_required_parameter");
     if (!fn->is_object()) wrong_type(cp + ".function", "an object", *fn);
-    const json* name = field(*fn, "name");
+    const ojson* name = field(*fn, "name");
     if (!name) bad(cp + ".function.name", fmt::format("'{}.function.name' is required", cp), "missing_required_parameter");
     if (!name->is_string()) wrong_type(cp + ".function.name", "a string", *name);
-    json args = json::object();
-    if (const json* a = field(*fn, "arguments")) {
+    ojson args = ojson::object();
+    if (const ojson* a = field(*fn, "arguments")) {
       if (a->is_string()) {
-        json parsed = json::parse(a->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        ojson parsed = ojson::parse(a->get<std::string>(), nullptr, /*allow_exceptions=*/false);
         args = parsed.is_discarded() ? *a : std::move(parsed);
       } else if (a->is_object()) {
         args = *a;
@@ -219,8 +219,8 @@ json read_message_tool_calls(const json& calls, size_t i) {
     }
     if (!json_depth_within(args, kMaxToolJsonDepth))
       bad(cp + ".function.arguments", fmt::format("arguments nest deeper than {} levels", kMaxToolJsonDepth));
-    json entry = json::object();
-    if (const json* id = field(call, "id")) {
+    ojson entry = ojson::object();
+    if (const ojson* id = field(call, "id")) {
       if (!id->is_string()) wrong_type(cp + ".id", "a string", *id);
       entry["id"] = *id;
     }
@@ -232,34 +232,34 @@ json read_message_tool_calls(const json& calls, size_t i) {
 }
 
 // tools: [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}]
-json read_tools(const json& body) {
-  const json* t = field(body, "tools");
-  if (!t) return json();
+ojson read_tools(const ojson& body) {
+  const ojson* t = field(body, "tools");
+  if (!t) return ojson();
   if (!t->is_array()) wrong_type("tools", "an array", *t);
-  if (t->empty()) return json();
+  if (t->empty()) return ojson();
   if (t->size() > static_cast<size_t>(kMaxTools)) bad("tools", fmt::format("'tools' takes at most {} tools, got {}", kMaxTools, t->size()));
   std::vector<std::string> names;
   for (size_t i = 0; i < t->size(); ++i) {
     const std::string p = fmt::format("tools[{}]", i);
-    const json& tool = (*t)[i];
+    const ojson& tool = (*t)[i];
     if (!tool.is_object()) wrong_type(p, "an object", tool);
-    const json* type = field(tool, "type");
+    const ojson* type = field(tool, "type");
     if (!type) bad(p + ".type", fmt::format("'{}.type' is required", p), "missing_required_parameter");
     if (!type->is_string() || type->get<std::string>() != "function")
       bad(p + ".type", fmt::format("'{}.type' must be 'function'", p));
-    const json* fn = field(tool, "function");
+    const ojson* fn = field(tool, "function");
     if (!fn) bad(p + ".function", fmt::format("'{}.function' is required", p), "missing_required_parameter");
     if (!fn->is_object()) wrong_type(p + ".function", "an object", *fn);
-    const json* name = field(*fn, "name");
+    const ojson* name = field(*fn, "name");
     if (!name) bad(p + ".function.name", fmt::format("'{}.function.name' is required", p), "missing_required_parameter");
     check_function_name(p + ".function.name", *name);
     if (std::find(names.begin(), names.end(), name->get<std::string>()) != names.end())
       bad(p + ".function.name", fmt::format("two tools are named '{}'", name->get<std::string>()));
     names.push_back(name->get<std::string>());
-    if (const json* d = field(*fn, "description"); d && !d->is_string()) wrong_type(p + ".function.description", "a string", *d);
-    if (const json* ps = field(*fn, "parameters"); ps && !ps->is_object())
+    if (const ojson* d = field(*fn, "description"); d && !d->is_string()) wrong_type(p + ".function.description", "a string", *d);
+    if (const ojson* ps = field(*fn, "parameters"); ps && !ps->is_object())
       wrong_type(p + ".function.parameters", "an object (a JSON Schema)", *ps);
-    if (const json* s = field(*fn, "strict"); s && !s->is_boolean()) wrong_type(p + ".function.strict", "a boolean", *s);
+    if (const ojson* s = field(*fn, "strict"); s && !s->is_boolean()) wrong_type(p + ".function.strict", "a boolean", *s);
     if (!json_depth_within(tool, kMaxToolJsonDepth))
       bad(p, fmt::format("'{}' nests deeper than {} levels", p, kMaxToolJsonDepth));
   }
@@ -267,8 +267,8 @@ json read_tools(const json& body) {
 }
 
 // tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
-void read_tool_choice(const json& body, GenerationRequest* r) {
-  const json* c = field(body, "tool_choice");
+void read_tool_choice(const ojson& body, GenerationRequest* r) {
+  const ojson* c = field(body, "tool_choice");
   if (!c) return;
   if (c->is_string()) {
     const std::string s = c->get<std::string>();
@@ -278,10 +278,10 @@ void read_tool_choice(const json& body, GenerationRequest* r) {
     else bad("tool_choice", fmt::format("'tool_choice' must be 'none', 'auto', 'required' or a function object, got '{}'", s));
   } else if (c->is_object()) {
     if (read_string(*c, "type") != "function") bad("tool_choice.type", "'tool_choice.type' must be 'function'");
-    const json* fn = field(*c, "function");
+    const ojson* fn = field(*c, "function");
     if (!fn || !fn->is_object())
       bad("tool_choice.function", "'tool_choice.function' must be an object with a 'name'", "missing_required_parameter");
-    const json* name = field(*fn, "name");
+    const ojson* name = field(*fn, "name");
     if (!name) bad("tool_choice.function.name", "'tool_choice.function.name' is required", "missing_required_parameter");
     check_function_name("tool_choice.function.name", *name);
     r->tool_choice = ToolChoice::kNamed;
@@ -299,15 +299,15 @@ void read_tool_choice(const json& body, GenerationRequest* r) {
   }
 }
 
-void parse_messages(const json& body, GenerationRequest* r) {
+void parse_messages(const ojson& body, GenerationRequest* r) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) bad("messages", "'messages' is required", "missing_required_parameter");
   if (!it->is_array()) wrong_type("messages", "an array", *it);
   if (it->empty()) bad("messages", "'messages' must contain at least one message");
   for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
+    const ojson& m = (*it)[i];
     if (!m.is_object()) wrong_type(fmt::format("messages[{}]", i), "an object", m);
-    const json* role = field(m, "role");
+    const ojson* role = field(m, "role");
     const std::string rp = fmt::format("messages[{}].role", i);
     if (!role) bad(rp, fmt::format("'{}' is required", rp), "missing_required_parameter");
     if (!role->is_string()) wrong_type(rp, "a string", *role);
@@ -316,7 +316,7 @@ void parse_messages(const json& body, GenerationRequest* r) {
     if (r_name != "system" && r_name != "user" && r_name != "assistant" && r_name != "tool")
       bad(rp, fmt::format("unknown role '{}' (expected system, developer, user, assistant or tool)", r_name));
     ChatMessage msg{.role = r_name};
-    if (const json* calls = field(m, "tool_calls"); calls && !(calls->is_array() && calls->empty())) {
+    if (const ojson* calls = field(m, "tool_calls"); calls && !(calls->is_array() && calls->empty())) {
       if (r_name != "assistant") bad(fmt::format("messages[{}].tool_calls", i), "only assistant messages carry 'tool_calls'");
       msg.tool_calls = read_message_tool_calls(*calls, i);
     }
@@ -324,7 +324,7 @@ void parse_messages(const json& body, GenerationRequest* r) {
     msg.content_null = !msg.tool_calls.is_null() && field(m, "content") == nullptr;
     if (r_name == "tool") {
       for (auto [key, dst] : {std::pair{"tool_call_id", &msg.tool_call_id}, std::pair{"name", &msg.name}}) {
-        const json* v = field(m, key);
+        const ojson* v = field(m, key);
         if (!v) continue;
         if (!v->is_string()) wrong_type(fmt::format("messages[{}].{}", i, key), "a string", *v);
         *dst = v->get<std::string>();
@@ -334,10 +334,10 @@ void parse_messages(const json& body, GenerationRequest* r) {
   }
 }
 
-void parse_prompt(const json& body, GenerationRequest* r) {
+void parse_prompt(const ojson& body, GenerationRequest* r) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) bad("prompt", "'prompt' is required", "missing_required_parameter");
-  const json& p = *it;
+  const ojson& p = *it;
   if (p.is_string()) {
     r->prompt = p.get<std::string>();
     return;
@@ -350,7 +350,7 @@ void parse_prompt(const json& body, GenerationRequest* r) {
       r->prompt = p[0].get<std::string>();
       return;
     }
-    parse_prompt(json{{"prompt", p[0]}}, r);
+    parse_prompt(ojson{{"prompt", p[0]}}, r);
     return;
   }
   for (const auto& t : p) {
@@ -362,20 +362,20 @@ void parse_prompt(const json& body, GenerationRequest* r) {
   r->prompt_is_ids = true;
 }
 
-void refuse_unsupported(const json& body, int32_t n) {
+void refuse_unsupported(const ojson& body, int32_t n) {
   if (read_bool(body, "echo", false)) bad("echo", "'echo' is not supported");
   if (!read_string(body, "suffix").empty()) bad("suffix", "'suffix' is not supported");
   if (auto best_of = read_int(body, "best_of", 1, kMaxChoices); best_of && *best_of != 1 && *best_of != n)
     bad("best_of", "'best_of' other than n is not supported");
-  if (const json* lb = field(body, "logit_bias")) {
+  if (const ojson* lb = field(body, "logit_bias")) {
     if (!lb->is_object()) wrong_type("logit_bias", "an object", *lb);
     if (!lb->empty()) bad("logit_bias", "'logit_bias' is not supported");
   }
   for (const char* f : {"functions", "function_call"}) {
-    if (const json* t = field(body, f); t && !(t->is_array() && t->empty()))
+    if (const ojson* t = field(body, f); t && !(t->is_array() && t->empty()))
       bad(f, fmt::format("'{}' (deprecated by OpenAI) is not supported; send 'tools' and 'tool_choice'", f));
   }
-  if (const json* rf = field(body, "response_format")) {
+  if (const ojson* rf = field(body, "response_format")) {
     if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
     if (read_string(*rf, "type") != "text" && !read_string(*rf, "type").empty())
       bad("response_format", "only response_format {\"type\": \"text\"} is supported");
@@ -385,7 +385,7 @@ void refuse_unsupported(const json& body, int32_t n) {
 }  // namespace
 
 std::variant<GenerationRequest, ApiError> parse_generation_request(Endpoint endpoint, std::string_view body_text) {
-  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  ojson body = ojson::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     return ApiError{.http_status = 400,
                     .type = "invalid_request_error",
@@ -400,7 +400,7 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(Endpoint endp
     if (endpoint == Endpoint::kChat) parse_messages(body, &r);
     else parse_prompt(body, &r);
     r.stream = read_bool(body, "stream", false);
-    if (const json* so = field(body, "stream_options")) {
+    if (const ojson* so = field(body, "stream_options")) {
       if (!so->is_object()) wrong_type("stream_options", "an object", *so);
       if (!r.stream) bad("stream_options", "'stream_options' is only allowed with stream: true");
       r.include_usage = read_bool(*so, "include_usage", false);
@@ -424,7 +424,7 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(Endpoint endp
       if (top && !lp) bad("top_logprobs", "'top_logprobs' requires 'logprobs': true");
       if (lp) r.top_logprobs = static_cast<int32_t>(top.value_or(0));
     } else {
-      if (const json* lp = field(body, "logprobs"); lp && lp->is_boolean()) wrong_type("logprobs", "an integer", *lp);
+      if (const ojson* lp = field(body, "logprobs"); lp && lp->is_boolean()) wrong_type("logprobs", "an integer", *lp);
       if (auto lp = read_int(body, "logprobs", 0, kMaxCompletionLogprobs)) r.top_logprobs = static_cast<int32_t>(*lp);
     }
     if (endpoint == Endpoint::kChat) {
@@ -442,7 +442,7 @@ std::variant<GenerationRequest, ApiError> parse_generation_request(Endpoint endp
     (void)read_string(body, "user");
   } catch (const FieldError& e) {
     return e.error;
-  } catch (const json::exception& e) {
+  } catch (const ojson::exception& e) {
     return invalid_request("", std::string("malformed request: ") + e.what(), "invalid_type");
   }
   return r;

@@ -130,7 +130,7 @@ TEST(CleanSpaces, FinishResetsForTheNextText) {
   EXPECT_EQ(out, "a 's");  // no rewrite across finish()
 }
 
-json read_golden_json() {
+json read_clean_spaces_golden() {
   std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/tests/data/clean_spaces_gpt2_llamacpp.json");
   std::stringstream ss;
   ss << in.rdbuf();
@@ -139,7 +139,7 @@ json read_golden_json() {
 
 // decode() and StreamDecoder of llama.cpp's ids give llama_detokenize's text.
 TEST(CleanSpaces, Gpt2VocabDecodesAsLlamaCppDetokenizes) {
-  const json golden = read_golden_json();
+  const json golden = read_clean_spaces_golden();
   ASSERT_TRUE(golden.is_object()) << "tests/data/clean_spaces_gpt2_llamacpp.json is missing or invalid";
   for (const json& c : golden["cases"]) EXPECT_EQ(clean_spaces(c["raw"].get<std::string>()), c["detok"]) << c["text"];
   const std::string gguf = testing::model_path("vocab/ggml-vocab-gpt-2.gguf");

@@ -21,7 +21,7 @@ namespace {
 
 using nlohmann::json;
 
-json read_golden_json() {
+json read_pretok_golden() {
   std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/tests/data/pretok_gpt2_llamacpp.json");
   std::stringstream ss;
   ss << in.rdbuf();
@@ -29,7 +29,7 @@ json read_golden_json() {
 }
 
 TEST(PreTokenizerGolden, EveryNameHasLlamaCppIds) {
-  const json golden = read_golden_json();
+  const json golden = read_pretok_golden();
   ASSERT_TRUE(golden.is_object()) << "tests/data/pretok_gpt2_llamacpp.json is missing or invalid";
   std::set<std::string> covered;
   for (const json& g : golden["groups"]) {
@@ -46,7 +46,7 @@ TEST(PreTokenizerGolden, EveryNameHasLlamaCppIds) {
 TEST(PreTokenizerGolden, Gpt2VocabEveryNameMatchesLlamaCpp) {
   const std::string gguf = testing::model_path("vocab/ggml-vocab-gpt-2.gguf");
   SKIP_UNLESS_EXISTS(gguf);
-  const json golden = read_golden_json();
+  const json golden = read_pretok_golden();
   ASSERT_TRUE(golden.is_object());
   auto mf = read_gguf(gguf);
   ASSERT_TRUE(mf.ok()) << mf.status().to_string();

@@ -14,7 +14,7 @@ namespace {
 // One piece of the text in a doubly linked list; n == 0 marks a piece merged away.
 using Symbol = MergeSymbol;
 
-struct Bigram {
+struct SpmBigram {
   int left = 0;
   int right = 0;
   float score = 0.0f;
@@ -22,8 +22,8 @@ struct Bigram {
 };
 
 // Highest score first; equal scores: leftmost first.
-struct BigramLess {
-  bool operator()(const Bigram& a, const Bigram& b) const {
+struct SpmBigramLess {
+  bool operator()(const SpmBigram& a, const SpmBigram& b) const {
     return a.score < b.score || (a.score == b.score && a.left > b.left);
   }
 };
@@ -45,7 +45,7 @@ class SpmSession {
     const std::string_view piece = text_.substr(symbols_[left].offset, size);
     const int32_t id = vocab_.find(piece);
     if (id < 0) return;
-    queue_.push(Bigram{left, right, vocab_.score(id), size});
+    queue_.push(SpmBigram{left, right, vocab_.score(id), size});
     rev_merge_.emplace(piece, std::make_pair(left, right));
   }
 
@@ -81,7 +81,7 @@ class SpmSession {
   const Vocab& vocab_;
   std::string_view text_;
   std::vector<Symbol> symbols_;
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramLess> queue_;
+  std::priority_queue<SpmBigram, std::vector<SpmBigram>, SpmBigramLess> queue_;
   std::unordered_map<std::string_view, std::pair<int, int>> rev_merge_;
 };
 

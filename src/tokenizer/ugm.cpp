@@ -11,7 +11,7 @@ namespace sluice {
 namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";        // U+2581
-constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+constexpr std::string_view kReplacementUtf8 = "\xEF\xBF\xBD";  // U+FFFD
 constexpr float kUnknownPenalty = 10.0f;
 
 // Length of the UTF-8 sequence at text[i] judged by its structure alone (lead
@@ -122,7 +122,7 @@ std::string_view UgmEncoder::normalize_prefix(std::string_view text, size_t offs
     return text.substr(offset, n);
   }
   *consumed = 1;
-  return kReplacement;
+  return kReplacementUtf8;
 }
 
 std::string UgmEncoder::normalize(std::string_view text) const {

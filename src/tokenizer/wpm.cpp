@@ -10,7 +10,7 @@ namespace sluice {
 namespace {
 
 constexpr std::string_view kWordPrefix = "\xE2\x96\x81";  // U+2581
-constexpr uint32_t kReplacement = 0xFFFD;
+constexpr uint32_t kReplacementCodepoint = 0xFFFD;
 
 // CJK ideograph blocks that BERT isolates (as HF's BasicTokenizer lists them,
 // including its 0x2B920 start of Extension E).
@@ -26,7 +26,7 @@ bool is_cjk_ideograph(uint32_t cp) {
 std::vector<std::string> wpm_words(std::string_view text) {
   std::vector<std::string> words(1);
   for (size_t i = 0; i < text.size();) {
-    uint32_t cp = kReplacement;
+    uint32_t cp = kReplacementCodepoint;
     const size_t len = utf8_valid_char_len(text.substr(i));
     if (len > 0) {
       cp = utf8_decode(text.substr(i), len);
@@ -40,7 +40,7 @@ std::vector<std::string> wpm_words(std::string_view text) {
       continue;
     }
     const UnicodeClass cls = unicode_class(cp);
-    if (cp == 0 || cp == kReplacement || cls == UnicodeClass::kControl) continue;
+    if (cp == 0 || cp == kReplacementCodepoint || cls == UnicodeClass::kControl) continue;
     const bool alone = cls == UnicodeClass::kPunctuation || (cp < 0x7F && cls == UnicodeClass::kSymbol) ||
                        is_cjk_ideograph(cp);
     if (alone && !words.back().empty()) words.emplace_back();

@@ -16,11 +16,11 @@
 #include "model/synth.h"
 #include "train/finetune.h"
 #include "weights/placement.h"
+#include "train/train_test_data.h"
 
 namespace sluice {
 namespace {
 
-const std::string kStories = std::string(SLUICE_SOURCE_DIR) + "/tests/data/finetune/stories.txt";
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -67,7 +67,7 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
   const std::string dir_b = ::testing::TempDir() + "streamed_finetune_streamed_" + tag + "/";
   std::filesystem::create_directories(dir_a);
   std::filesystem::create_directories(dir_b);
-  FinetuneOptions o{.model_path = base, .data_path = kStories, .out_path = dir_a + "adapter.gguf",
+  FinetuneOptions o{.model_path = base, .data_path = testing::kFinetuneStories, .out_path = dir_a + "adapter.gguf",
                     .val_split = 0, .rank = 4, .alpha = 8.0f,
                     .train = {.steps = 3, .batch = 2, .grad_accum = 2, .seq = 16, .lr = 1e-2f, .seed = 5},
                     .backend = backend, .n_threads = 2};

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "base/test_data.h"
+#include "train/train_test_data.h"
 #include "format/gguf_reader.h"
 #include "server/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -14,10 +15,9 @@ namespace sluice {
 namespace {
 
 
-const std::string kBase = testing::shipped_model_path("stories260K.gguf");
 
 std::unique_ptr<Tokenizer> tokenizer() {
-  auto mf = read_gguf(kBase);
+  auto mf = read_gguf(testing::kFinetuneBase);
   EXPECT_TRUE(mf.ok());
   auto t = Tokenizer::from_metadata(mf->metadata);
   EXPECT_TRUE(t.ok());

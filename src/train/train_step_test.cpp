@@ -31,6 +31,7 @@
 
 #include "backend/backend.h"
 #include "base/test_data.h"
+#include "train/train_test_data.h"
 #include "format/model_file.h"
 #include "model/generate.h"
 #include "sample/sampler.h"
@@ -41,7 +42,6 @@ namespace {
 using testing::model_path;
 
 const std::string kDir = model_path("stories260K-lora");
-const std::string kBase = testing::shipped_model_path("stories260K.gguf");
 
 nlohmann::json reference() {
   std::ifstream in(kDir + "/reference.json");
@@ -74,7 +74,7 @@ std::shared_ptr<Backend> backend(const std::string& name) {
 }
 
 std::shared_ptr<const ModelFile> open_base() {
-  auto mf = open_model_file(kBase);
+  auto mf = open_model_file(testing::kFinetuneBase);
   EXPECT_TRUE(mf.ok()) << mf.status().to_string();
   return std::make_shared<const ModelFile>(std::move(*mf));
 }
@@ -109,7 +109,7 @@ class TrainStepGolden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     SKIP_UNLESS_EXISTS(kDir + "/reference.json");
-    SKIP_UNLESS_EXISTS(kBase);
+    SKIP_UNLESS_EXISTS(testing::kFinetuneBase);
     if (auto be = create_backend({.name = GetParam(), .n_threads = 2}); !be.ok()) {
       GTEST_SKIP() << be.status().to_string();
     }

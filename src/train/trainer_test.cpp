@@ -12,6 +12,7 @@
 
 #include "backend/reference_backend.h"
 #include "base/test_data.h"
+#include "train/train_test_data.h"
 #include "format/model_file.h"
 #include "train/finetune.h"
 #include "train/lora_init.h"
@@ -20,12 +21,10 @@ namespace sluice {
 namespace {
 
 
-const std::string kBase = testing::shipped_model_path("stories260K.gguf");
-const std::string kStories = std::string(SLUICE_SOURCE_DIR) + "/tests/data/finetune/stories.txt";
 const std::string kHeldout = std::string(SLUICE_SOURCE_DIR) + "/tests/data/finetune/stories-heldout.txt";
 
 std::unique_ptr<Model> load_base() {
-  auto mf = open_model_file(kBase);
+  auto mf = open_model_file(testing::kFinetuneBase);
   EXPECT_TRUE(mf.ok());
   auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)),
                        {.n_batch = 1, .max_seqs = 1, .backend = std::make_shared<ReferenceBackend>(), .repack = false});
@@ -127,7 +126,7 @@ TEST(Finetune, LowersTheHeldOutLossAndWritesTheAdapter) {
   const std::string out = ::testing::TempDir() + "finetune_test.gguf";
   std::filesystem::remove(out);
   std::vector<std::string> lines;
-  auto res = finetune({.model_path = kBase, .data_path = kStories, .out_path = out, .val_data_path = kHeldout,
+  auto res = finetune({.model_path = testing::kFinetuneBase, .data_path = testing::kFinetuneStories, .out_path = out, .val_data_path = kHeldout,
                        .rank = 4, .alpha = 8.0f,
                        .train = {.steps = 8, .batch = 2, .seq = 32, .lr = 3e-3f, .seed = 1},
                        .eval_every = 100, .backend = "reference"},
@@ -149,12 +148,12 @@ TEST(Finetune, RefusesBadInputWithoutWritingAnAdapter) {
   const std::string empty = ::testing::TempDir() + "finetune_empty.txt";
   { std::ofstream(empty) << ""; }
   auto quiet = [](const std::string&) {};
-  FinetuneOptions o{.model_path = kBase, .data_path = empty, .out_path = out, .val_split = 0,
+  FinetuneOptions o{.model_path = testing::kFinetuneBase, .data_path = empty, .out_path = out, .val_split = 0,
                     .train = {.steps = 1, .batch = 1, .seq = 16}, .backend = "reference"};
   auto r = finetune(o, quiet);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().to_string().find("tokenizes to nothing"), std::string::npos) << r.status().to_string();
-  o.data_path = kStories;
+  o.data_path = testing::kFinetuneStories;
   o.targets = "q,bogus";
   r = finetune(o, quiet);
   ASSERT_FALSE(r.ok());

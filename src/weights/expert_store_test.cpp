@@ -60,7 +60,7 @@ TEST(ExpertCache, LruEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(c.insert(0, 2).evicted_expert, 0);
 }
 
-std::vector<int32_t> greedy(const std::shared_ptr<const ModelFile>& file, std::shared_ptr<LayerWeightSource> source,
+std::vector<int32_t> greedy_ids(const std::shared_ptr<const ModelFile>& file, std::shared_ptr<LayerWeightSource> source,
                             const std::vector<int32_t>& prompt, int n) {
   auto m = Model::load(file, ModelOptions{.n_threads = 2, .weights = std::move(source)});
   EXPECT_TRUE(m.ok()) << m.status().to_string();
@@ -75,7 +75,7 @@ std::vector<int32_t> greedy(const std::shared_ptr<const ModelFile>& file, std::s
 // Streamed under `budget` (0: the smallest workable), the same greedy tokens.
 void expect_streamed_equals_resident(const std::shared_ptr<const ModelFile>& file, uint64_t budget,
                                      const std::vector<int32_t>& prompt) {
-  const auto resident = greedy(file, nullptr, prompt, 40);
+  const auto resident = greedy_ids(file, nullptr, prompt, 40);
   const bool direct = testing::dir_supports_direct(testing::scratch_dir());
   auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = budget, .n_threads = 2, .direct = direct});
   ASSERT_TRUE(setup.ok()) << setup.status().to_string();
@@ -87,7 +87,7 @@ void expect_streamed_equals_resident(const std::shared_ptr<const ModelFile>& fil
   EXPECT_GT(plan.predicted_boundary_s, 0.0);
   EXPECT_NEAR(plan.predicted_step_s(),
               std::max(plan.predicted_compute_s, plan.predicted_disk_s + plan.predicted_boundary_s), 1e-12);
-  EXPECT_EQ(greedy(file, setup->source, prompt, 40), resident);
+  EXPECT_EQ(greedy_ids(file, setup->source, prompt, 40), resident);
   const ExpertStatsSnapshot s = setup->source->store().expert_stats();
   EXPECT_GT(s.total().chosen, 0u);
   EXPECT_GT(s.total().predicted, 0u);
@@ -451,7 +451,7 @@ TEST(ExpertStore, NoRepackLeavesLandedExpertsAndResidentMatricesInGgufRows) {
   const auto file = synth_qwen2moe("expert_store_norepack.gguf", 256, 16, 0, 6);
   ASSERT_NE(file, nullptr);
   const std::vector<int32_t> prompt = {1, 20, 30, 40};
-  const auto resident = greedy(file, nullptr, prompt, 12);
+  const auto resident = greedy_ids(file, nullptr, prompt, 12);
   for (const bool repack : {true, false}) {
     auto setup = stream_at_half(file);
     ASSERT_TRUE(setup.ok()) << setup.status().to_string();

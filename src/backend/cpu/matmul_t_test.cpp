@@ -12,7 +12,7 @@
 #include "backend/cpu/matmul_t.h"
 #include "backend/cpu/repack.h"
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/train_test_util.h"
+#include "backend/cpu/op_test_util.h"
 #include "quant/quant.h"
 
 namespace sluice::cpu {
@@ -48,7 +48,7 @@ TEST(CpuMatmulT, SupportsWhatTheMatmulTakes) {
 TEST(CpuMatmulT, RepackedLayoutsEqualRows) {
   const int64_t n_out = 48, n_in = 320, n_tok = 11;
   const std::vector<float> dy = random_floats(static_cast<size_t>(n_tok * n_out), 21);
-  for (Isa isa : testing::train_isas()) {
+  for (Isa isa : testing::supported_isas()) {
     CpuBackend be({.n_threads = 2, .isa = isa});
     TrainOps& ops = *be.train_ops();
     ops.reserve({.n_tok = n_tok, .n_in_max = n_in});
@@ -74,7 +74,7 @@ TEST(CpuMatmulT, OneTokenAloneEqualsItsRowInABatch) {
   const int64_t n_out = 130, n_in = 768, n_tok = 100;
   const std::vector<uint8_t> w = weights(DType::kQ4_K, n_out, n_in);
   const std::vector<float> dy = random_floats(static_cast<size_t>(n_tok * n_out), 31);
-  for (Isa isa : testing::train_isas()) {
+  for (Isa isa : testing::supported_isas()) {
     CpuBackend be({.n_threads = 2, .isa = isa});
     TrainOps& ops = *be.train_ops();
     ops.reserve({.n_tok = n_tok, .n_in_max = n_in});
@@ -92,7 +92,7 @@ TEST(CpuMatmulT, OneTokenAloneEqualsItsRowInABatch) {
 TEST(TrainKernels, VectorDequantizationEqualsDequantizeRow) {
   const int64_t n = 512;
   const std::vector<float> x = random_floats(n, 41, 0.3f);
-  for (Isa isa : testing::train_isas()) {
+  for (Isa isa : testing::supported_isas()) {
     const TrainKernels& kn = train_kernels(isa);
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
                     DType::kQ6_K, DType::kQ4_1, DType::kIQ4_XS}) {

@@ -10,10 +10,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_features.h"
 
 namespace sluice::cpu::testing {
 
@@ -80,6 +83,20 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+// Every instruction-set level this CPU runs, scalar first.
+inline std::vector<Isa> supported_isas() {
+  std::vector<Isa> v;
+  for (int i = 0; i <= static_cast<int>(max_supported_isa()); ++i) v.push_back(static_cast<Isa>(i));
+  return v;
+}
+
+// This thread's CPU time in seconds (timing checks that hold on a loaded machine).
+inline double thread_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace sluice::cpu::testing

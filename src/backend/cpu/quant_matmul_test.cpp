@@ -50,12 +50,6 @@ constexpr double kIsaAgreeBound = 1e-10; // levels differ only in float summatio
 bool is_k_quant(DType t) { return dtype_traits(t).block_size == 256; }
 double nmse_bound(DType t) { return is_k_quant(t) ? kNmseBound256 : kNmseBound32; }
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v;
-  for (int i = 0; i <= static_cast<int>(max_supported_isa()); ++i) v.push_back(static_cast<Isa>(i));
-  return v;
-}
-
 std::vector<int64_t> n_ins(DType t) {
   if (is_k_quant(t)) return {256, 512, 2816};
   return {32, 96, 256, 512, 2816};  // one block, an odd block count, several
@@ -148,7 +142,7 @@ TEST(QuantMatmul, MatchesDoubleReferenceForEveryShapeAndLevel) {
     double worst = 0, worst_z = 0;
     for (int64_t n_in : n_ins(type)) {
       const Problem p(type, n_in, 129, 33, seed += 7);
-      for (Isa isa : isas()) {
+      for (Isa isa : testing::supported_isas()) {
         const MatmulKernel k = quant_matmul_kernel(type, isa);
         const Acts a = convert(k, p.x.data(), n_in, 33);
         for (int64_t n_out : kOuts) {
@@ -190,7 +184,7 @@ TEST(QuantMatmul, OneTokenAloneEqualsTheSameTokenInABatchBitForBit) {
     const int64_t n_in = is_k_quant(type) ? 512 : 288;  // 288: 9 blocks, odd
     const int64_t n_out = 37, n_tok = 33;
     const Problem p(type, n_in, n_out, n_tok, seed += 11);
-    for (Isa isa : isas()) {
+    for (Isa isa : testing::supported_isas()) {
       const MatmulKernel k = quant_matmul_kernel(type, isa);
       const Acts a = convert(k, p.x.data(), n_in, n_tok);
       std::vector<float> batch(static_cast<size_t>(n_out * n_tok));
@@ -217,7 +211,7 @@ TEST(QuantMatmul, RowSplitsGiveTheSameBitsAndWriteOnlyTheirRows) {
     const int64_t n_in = is_k_quant(type) ? 256 : 160, n_out = 41, y_stride = 45;
     for (int64_t n_tok : {1, 6}) {
       const Problem p(type, n_in, n_out, n_tok, seed += 13);
-      for (Isa isa : isas()) {
+      for (Isa isa : testing::supported_isas()) {
         const MatmulKernel k = quant_matmul_kernel(type, isa);
         const Acts a = convert(k, p.x.data(), n_in, n_tok);
         GuardedFloats whole(static_cast<size_t>(y_stride * n_tok));
@@ -249,7 +243,7 @@ TEST(QuantMatmul, LevelsAgreeAndWriteIdenticalActivations) {
     const Acts as = convert(ks, p.x.data(), n_in, n_tok);
     std::vector<float> ys(static_cast<size_t>(n_out * n_tok));
     run(ks, p, as, n_out, n_tok, ys.data(), n_out, 0, n_out);
-    for (Isa isa : isas()) {
+    for (Isa isa : testing::supported_isas()) {
       const MatmulKernel k = quant_matmul_kernel(type, isa);
       const Acts a = convert(k, p.x.data(), n_in, n_tok);
       EXPECT_EQ(a.buf, as.buf) << k.name << ": activations differ from the scalar ones";
@@ -272,7 +266,7 @@ TEST(QuantMatmul, RepackedLayoutsEqualGgufRowsBitForBitAtEveryLevel) {
   for (int64_t n_in : {64, 192, 2816}) {
     const int64_t n_out = 48, y_stride = 51;
     const Problem p(type, n_in, n_out, 33, seed += 3);
-    for (Isa isa : isas()) {
+    for (Isa isa : testing::supported_isas()) {
       // The scalar level does not repack; its kernels for the AVX2 layouts are checked too.
       const WeightLayout layout = repack_layout(type, n_out, n_in, isa == Isa::kScalar ? Isa::kAvx2 : isa);
       ASSERT_NE(layout, WeightLayout::kRows);
@@ -328,12 +322,6 @@ TEST(QuantMatmul, Q8_0x16ScalarKernelEqualsScalarRows) {
   EXPECT_NE(matmul_kernel(DType::kQ8_0, Isa::kAvx2, WeightLayout::kQ8_0x16).rows, nullptr);
 }
 
-double seconds_now() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 TEST(QuantMatmul, DISABLED_Throughput) {
   const Isa isa = active_isa();
   struct Shape { int64_t n_out, n_in; };
@@ -357,17 +345,17 @@ TEST(QuantMatmul, DISABLED_Throughput) {
         const auto x = random_floats(static_cast<size_t>(s.n_in * max_tok), 2);
         const size_t stride = k.act_row_bytes(s.n_in);
         std::vector<uint8_t> act(stride * max_tok);
-        const double c0 = seconds_now();
+        const double c0 = testing::thread_cpu_seconds();
         for (int64_t t = 0; t < max_tok; ++t) k.convert_act(x.data() + t * s.n_in, act.data() + t * stride, s.n_in);
-        const double convert_us = (seconds_now() - c0) / max_tok * 1e6;
+        const double convert_us = (testing::thread_cpu_seconds() - c0) / max_tok * 1e6;
         std::vector<float> y(static_cast<size_t>(s.n_out * max_tok));
         // GEMV: median of several passes over all copies.
         std::vector<double> gbs;
         for (int pass = 0; pass < 7; ++pass) {
-          const double t0 = seconds_now();
+          const double t0 = testing::thread_cpu_seconds();
           for (int c = 0; c < n_copies; ++c)
             k.rows(w.data() + c * w_bytes, w_row, s.n_in, act.data(), stride, 1, y.data(), s.n_out, 0, s.n_out);
-          gbs.push_back(static_cast<double>(w_bytes) * n_copies / (seconds_now() - t0) / 1e9);
+          gbs.push_back(static_cast<double>(w_bytes) * n_copies / (testing::thread_cpu_seconds() - t0) / 1e9);
         }
         std::sort(gbs.begin(), gbs.end());
         std::printf("%-22s %5lld x %-5lld GEMV %6.1f GB/s (median of 7; min %.1f max %.1f)  convert_act %.1f us/token\n",
@@ -376,9 +364,9 @@ TEST(QuantMatmul, DISABLED_Throughput) {
         for (int64_t n_tok : {16, 64, 256}) {
           std::vector<double> gf;
           for (int pass = 0; pass < 5; ++pass) {
-            const double t0 = seconds_now();
+            const double t0 = testing::thread_cpu_seconds();
             k.rows(w.data(), w_row, s.n_in, act.data(), stride, n_tok, y.data(), s.n_out, 0, s.n_out);
-            gf.push_back(2.0 * s.n_out * s.n_in * n_tok / (seconds_now() - t0) / 1e9);
+            gf.push_back(2.0 * s.n_out * s.n_in * n_tok / (testing::thread_cpu_seconds() - t0) / 1e9);
           }
           std::sort(gf.begin(), gf.end());
           std::printf("%-22s %5lld x %-5lld GEMM n_tok %3lld: %6.1f GFLOP/s (median of 5)\n", k.name,
@@ -478,9 +466,9 @@ TEST(QuantMatmul, DISABLED_StepFromMemory) {
     for (int hot = 0; hot < 2; ++hot) {
       std::vector<double> gop;
       for (int pass = 0; pass < 7; ++pass) {
-        const double t0 = seconds_now();
+        const double t0 = testing::thread_cpu_seconds();
         for (int c = 0; c < n_copies; ++c) run(hot ? 0 : c);
-        gop.push_back(2.0 * s.n_out * s.n_in * n_tok * n_copies / (seconds_now() - t0) / 1e9);
+        gop.push_back(2.0 * s.n_out * s.n_in * n_tok * n_copies / (testing::thread_cpu_seconds() - t0) / 1e9);
       }
       std::sort(gop.begin(), gop.end());
       med[hot] = gop[3];

@@ -20,18 +20,6 @@ namespace {
 
 using testing::random_floats;
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v;
-  for (int i = 0; i <= static_cast<int>(max_supported_isa()); ++i) v.push_back(static_cast<Isa>(i));
-  return v;
-}
-
-double seconds_now() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // Random weights [n_out, n_in] of a type, as GGUF rows.
 struct RowWeights {
   size_t w_row;            // bytes per row
@@ -77,7 +65,7 @@ TEST(Repack, LayoutRuleAndRoundTripOfEveryRow) {
       repack_rows(layout, p.w.data(), split.data(), n_in, 0, group);
       ASSERT_TRUE(whole.guards_intact() && split.guards_intact());
       ASSERT_EQ(std::memcmp(whole.data(), split.data(), p.w.size()), 0);
-      for (Isa isa : isas()) {  // every level's code writes the same bytes
+      for (Isa isa : testing::supported_isas()) {  // every level's code writes the same bytes
         testing::GuardedBytes at(p.w.size());
         repack_rows_at(isa, layout, p.w.data(), at.data(), n_in, group, n_out);
         repack_rows_at(isa, layout, p.w.data(), at.data(), n_in, 0, group);
@@ -117,7 +105,7 @@ TEST(Repack, AGroupIsRepackedTogetherOrNotAtAll) {
 // would choose (not at the scalar level, which reads GGUF rows), and a group
 // with one matrix that cannot be repacked stays rows.
 TEST(Repack, InPlaceEqualsRepackingIntoAnotherBuffer) {
-  for (Isa isa : isas()) {
+  for (Isa isa : testing::supported_isas()) {
     CpuBackend be({.n_threads = 2, .isa = isa});
     for (DType type : {DType::kQ4_0, DType::kQ8_0})
     for (int64_t n_in : {64, 2816}) {
@@ -168,10 +156,10 @@ TEST(Repack, DISABLED_Throughput) {
     for (int at_level = 0; at_level < 2; ++at_level) {
       std::vector<double> gbs;
       for (int rep = 0; rep < 5; ++rep) {
-        const double t0 = seconds_now();
+        const double t0 = testing::thread_cpu_seconds();
         if (at_level) repack_rows_at(isa, layout, src.data(), dst.data(), n_in, 0, n_out);
         else repack_rows(layout, src.data(), dst.data(), n_in, 0, n_out);
-        gbs.push_back(static_cast<double>(bytes) / (seconds_now() - t0) / 1e9);
+        gbs.push_back(static_cast<double>(bytes) / (testing::thread_cpu_seconds() - t0) / 1e9);
       }
       std::sort(gbs.begin(), gbs.end());
       std::printf("%-8s %-9s %5lld x %lld: %5.1f GB/s (median of 5; min %.1f max %.1f)\n", layout_name(layout),

@@ -8,7 +8,7 @@
 
 #include "backend/cpu/train_attention.h"
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/train_test_util.h"
+#include "backend/cpu/op_test_util.h"
 
 namespace sluice::cpu {
 namespace {
@@ -19,7 +19,7 @@ using testing::random_floats;
 // do not depend on what the rows around it hold or on the other sequences.
 TEST(CpuTrainAttention, SequencesAreIndependent) {
   const int64_t hd = 16, nh = 2, nkv = 1, n = 60;
-  for (Isa isa : testing::train_isas()) {
+  for (Isa isa : testing::supported_isas()) {
     CpuBackend be({.n_threads = 2, .isa = isa});
     TrainOps& ops = *be.train_ops();
     ops.reserve({.n_tok = 2 * n, .n_ctx = n, .n_head = nh, .head_dim = hd, .n_in_max = nh * hd});

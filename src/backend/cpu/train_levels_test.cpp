@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/train_test_util.h"
+#include "backend/cpu/op_test_util.h"
 #include "backend/op_cases.h"
 #include "backend/reference_backend.h"
 
@@ -52,7 +52,7 @@ TEST_P(CpuTrainLevels, MatchTheReferenceAndRepeatAtEveryThreadCount) {
   const int64_t n = c->n_tok();
   ReferenceBackend ref;
   const OpOutputs want = run_case(*c, ref, false, 0, n);
-  for (Isa isa : testing::train_isas()) {
+  for (Isa isa : testing::supported_isas()) {
     SCOPED_TRACE(isa_name(isa));
     CpuBackend one({.n_threads = 1, .isa = isa});
     CpuBackend three({.n_threads = 3, .isa = isa});
