@@ -9,8 +9,6 @@
 namespace sluice::plan {
 namespace {
 
-double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
-
 // Header and ids of one message (dist/expert_parallel.cpp's layout).
 constexpr double kMessageHeaderBytes = 16;
 

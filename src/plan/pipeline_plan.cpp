@@ -6,11 +6,6 @@
 #include <fmt/format.h>
 
 namespace sluice::plan {
-namespace {
-
-double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
-
-}  // namespace
 
 double PipelinePlan::stage_s(int64_t r, double n_tokens) const {
   const auto i = static_cast<size_t>(r);

@@ -30,6 +30,9 @@
 
 namespace sluice::plan {
 
+// Bytes in MiB, for the planners' messages.
+inline double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
+
 struct RankResources {
   std::string host;
   uint64_t mem_cap_bytes = 0;  // weights it may hold (its budget, else available memory)
