@@ -17,13 +17,15 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cublaslt_api.h"
 #include "sluice/status.h"
 
 namespace sluice::cuda {
 
 class GemmLt {
  public:
-  // Errors: cuBLASLt does not initialise (no usable library or device).
+  // Errors: cuBLASLt does not load (cublaslt_api()) or initialise (no usable
+  // device).
   static StatusOr<std::unique_ptr<GemmLt>> create();
   GemmLt(const GemmLt&) = delete;
   GemmLt& operator=(const GemmLt&) = delete;
@@ -46,8 +48,9 @@ class GemmLt {
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int>;  // n_out, n_in, n_tok, y_stride, y alignment
   StatusOr<const Plan*> plan(const Key& key);
-  static void destroy(Plan& p);
+  void destroy(Plan& p);
 
+  const CublasLtApi* lt_ = nullptr;  // set by create()
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

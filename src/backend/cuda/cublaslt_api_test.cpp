@@ -1,0 +1,30 @@
+// cuBLASLt is loaded at first use, not linked: the library the build found
+// loads, has every entry point the GEMM path calls, and is the major version
+// of the headers it was compiled against. Needs no GPU (loading is host-only).
+#ifdef SLUICE_HAVE_CUDA
+
+#include "backend/cuda/cublaslt_api.h"
+
+#include <gtest/gtest.h>
+
+namespace sluice::cuda {
+namespace {
+
+TEST(CublasLtApi, LoadsWithEveryEntryPointAndTheHeadersMajorVersion) {
+  auto api = cublaslt_api();
+  ASSERT_TRUE(api.ok()) << api.status().to_string();
+  const CublasLtApi& a = **api;
+  for (const void* fn : {reinterpret_cast<const void*>(a.get_version), reinterpret_cast<const void*>(a.create),
+                         reinterpret_cast<const void*>(a.matmul), reinterpret_cast<const void*>(a.matmul_algo_get_heuristic),
+                         reinterpret_cast<const void*>(a.matrix_layout_destroy)})
+    EXPECT_NE(fn, nullptr);
+  EXPECT_EQ(a.get_version() / 10000, static_cast<size_t>(CUBLAS_VER_MAJOR));
+  EXPECT_STREQ(a.get_status_name(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
+  // The second call returns the same table.
+  EXPECT_EQ(*cublaslt_api(), &a);
+}
+
+}  // namespace
+}  // namespace sluice::cuda
+
+#endif  // SLUICE_HAVE_CUDA
