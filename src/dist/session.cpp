@@ -215,26 +215,96 @@ std::string expert_placement_map(const plan::ExpertParallelPlan& p, int64_t n_ba
   return s;
 }
 
-// A worker of --parallel ep: its experts of every routed layer, then the loop.
-Status run_expert_worker(const std::string& path, const WorkerOptions& o, const json& setup, Comm& c) {
-  const json& mine = setup.at("experts").at(static_cast<size_t>(c.rank()));
-  const plan::ExpertRange range{mine.at(0).get<int64_t>(), mine.at(1).get<int64_t>()};
-  const LoadOptions lo{.n_threads = o.n_threads,
-                       .n_batch = setup.at("n_batch").get<int64_t>(),
-                       .n_ctx_max = setup.at("n_ctx_max").get<int64_t>(),
-                       .ctx_cap = setup.at("ctx_cap").get<int64_t>(),
-                       .max_seqs = setup.at("max_seqs").get<int64_t>(),
-                       .repack = setup.at("repack").get<bool>(),
-                       .backend = o.backend,
-                       .expert_begin = range.begin,
-                       .expert_end = range.end,
-                       .experts_only = true};
-  StatusOr<LoadedModel> lm = load_model(path, lo);
+// What rank 0 learns at the job's start, before any plan: the model, every
+// rank's resources and its link to rank 0, and whether the ranks may run together.
+struct JobStart {
+  ModelFile file;
+  ModelHparams hp;
+  std::vector<plan::RankResources> ranks;  // [n_ranks]
+  std::vector<plan::LinkFigures> links;    // [n_ranks] links[r]: rank 0 <-> rank r (links[0] unused)
+  Status refusal;  // ok, or the job's processes differ (naming each rank and what differs)
+};
+
+// Rank 0: the start both plans share (session.h): every rank's hello with
+// the fingerprints compared, then the link probe. A refusal is kept, not
+// returned: the workers wait for the setup message either way (refuse_job()).
+// Errors: LoRA adapters, the model file, a rank that did not answer in time.
+StatusOr<JobStart> gather_job(Comm& c, const std::string& path, const LoadOptions& o) {
+  if (!o.loras.empty())
+    return unimplemented("LoRA adapters are not supported across processes (--parallel) yet; drop --lora");
+  JobStart job;
+  ASSIGN_OR_RETURN(job.file, open_model_file(path));
+  ASSIGN_OR_RETURN(job.hp, hparams_from_metadata(job.file.metadata));
+  ASSIGN_OR_RETURN(const json mine, hello(c, path, job.file, o.n_threads, o.mem_budget_bytes));
+  job.ranks.push_back(resources_of(mine));
+  std::string refusal;
+  for (int r = 1; r < c.size(); ++r) {
+    ASSIGN_OR_RETURN(const json h, recv_json(c, r, kTagHello, "hello", c.timeout_s() * kLoadTimeoutFactor));
+    if (const std::string why = fingerprint_mismatch(fingerprint_of(mine), fingerprint_of(h)); !why.empty())
+      refusal += fmt::format("{}rank {} on {}: {}", refusal.empty() ? "" : "; ", r, h.at("host").get<std::string>(), why);
+    job.ranks.push_back(resources_of(h));
+  }
+  ASSIGN_OR_RETURN(job.links, probe_links(c));
+  if (!refusal.empty()) job.refusal = invalid_argument("the job's processes differ: {}", refusal);
+  return job;
+}
+
+Status send_to_workers(Comm& c, int tag, const json& j, const char* what) {
+  for (int r = 1; r < c.size(); ++r) RETURN_IF_ERROR(send_json(c, r, tag, j, what));
+  return Status();
+}
+
+// Rank 0: every worker is told the job will not run, and why; returns `why`.
+Status refuse_job(Comm& c, const Status& why) {
+  RETURN_IF_ERROR(send_to_workers(c, kTagControl, {{"ok", false}, {"error", why.message()}}, "setup"));
+  return why;
+}
+
+// The setup message's load options, both plans' (each adds its placement).
+json setup_message(const LoadOptions& o) {
+  return {{"ok", true},          {"n_batch", o.n_batch}, {"n_ctx_max", o.n_ctx_max}, {"ctx_cap", o.ctx_cap},
+          {"max_seqs", o.max_seqs}, {"repack", o.repack}};
+}
+
+// A worker's load options: its own command line's and rank 0's setup_message().
+LoadOptions worker_load_options(const WorkerOptions& o, const json& setup) {
+  return LoadOptions{.n_threads = o.n_threads,
+                     .n_batch = setup.at("n_batch").get<int64_t>(),
+                     .n_ctx_max = setup.at("n_ctx_max").get<int64_t>(),
+                     .ctx_cap = setup.at("ctx_cap").get<int64_t>(),
+                     .max_seqs = setup.at("max_seqs").get<int64_t>(),
+                     .repack = setup.at("repack").get<bool>(),
+                     .backend = o.backend};
+}
+
+// Rank 0, after its own load (`failures`: why it failed, or ""): every
+// worker's load result, then the word to go on, or to stop when any failed.
+// Returns every failure, "" when none.
+StatusOr<std::string> start_job(Comm& c, std::string failures) {
+  for (int r = 1; r < c.size(); ++r) {
+    ASSIGN_OR_RETURN(const json j, recv_json(c, r, kTagHello, "load result", c.timeout_s() * kLoadTimeoutFactor));
+    if (!j.value("ok", false))
+      failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, j.value("error", "?"));
+  }
+  RETURN_IF_ERROR(send_to_workers(c, kTagControl, {{"ok", failures.empty()}, {"error", failures}}, "start"));
+  return failures;
+}
+
+// A worker, after its load: the result to rank 0, then rank 0's word
+// (start_job()). Errors: its load failed, the job did not start.
+Status report_load(Comm& c, const StatusOr<LoadedModel>& lm) {
   RETURN_IF_ERROR(send_json(c, 0, kTagHello,
                             {{"ok", lm.ok()}, {"error", lm.ok() ? "" : lm.status().message()}}, "load result"));
   ASSIGN_OR_RETURN(const json go, recv_json(c, 0, kTagControl, "start", c.timeout_s() * kLoadTimeoutFactor));
   if (!go.value("ok", false)) return unavailable("the job did not start: {}", go.value("error", "?"));
-  return run_expert_worker_loop(c, *lm->model, range);
+  return Status();
+}
+
+void publish_job(int n_ranks, double decode_step_s) {
+  MetricRegistry& reg = global_metrics();
+  reg.gauge("sluice_dist_ranks", "Processes of the job")->set(n_ranks);
+  reg.gauge("sluice_dist_predicted_step_seconds", "The pipeline plan's step time", "phase=\"decode\"")
+      ->set(decode_step_s);
 }
 
 }  // namespace
@@ -298,120 +368,66 @@ Session::~Session() {
 
 StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions& o, Session& session) {
   if (session.options().mode == "ep") return load_expert_parallel(path, o, session);
-  if (!o.loras.empty())
-    return unimplemented("LoRA adapters are not supported across processes (--parallel) yet; drop --lora");
   Comm& c = session.comm();
-  const int S = c.size();
-  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
-  ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(mf.metadata));
-  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes));
-  plan::PipelineInputs in = shape_inputs(mf, hp);
-  in.ranks.push_back(resources_of(mine));
-  std::string refusal;
-  for (int r = 1; r < S; ++r) {
-    ASSIGN_OR_RETURN(const json h, recv_json(c, r, kTagHello, "hello", c.timeout_s() * kLoadTimeoutFactor));
-    if (const std::string why = fingerprint_mismatch(fingerprint_of(mine), fingerprint_of(h)); !why.empty())
-      refusal += fmt::format("{}rank {} on {}: {}", refusal.empty() ? "" : "; ", r, h.at("host").get<std::string>(), why);
-    in.ranks.push_back(resources_of(h));
-  }
-  ASSIGN_OR_RETURN(in.links, probe_links(c));
-  StatusOr<plan::PipelinePlan> plan = refusal.empty() ? plan::plan_pipeline(in)
-                                                      : StatusOr<plan::PipelinePlan>(invalid_argument(
-                                                            "the job's processes differ: {}", refusal));
-  if (!plan.ok()) {
-    for (int r = 1; r < S; ++r)
-      RETURN_IF_ERROR(send_json(c, r, kTagControl, {{"ok", false}, {"error", plan.status().message()}}, "setup"));
-    return plan.status();
-  }
+  ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
+  plan::PipelineInputs in = shape_inputs(job.file, job.hp);
+  in.ranks = job.ranks;
+  in.links = job.links;
+  const StatusOr<plan::PipelinePlan> plan =
+      job.refusal.ok() ? plan::plan_pipeline(in) : StatusOr<plan::PipelinePlan>(job.refusal);
+  if (!plan.ok()) return refuse_job(c, plan.status());
   json ranges = json::array();
   for (const plan::LayerRange& g : plan->ranges) ranges.push_back({g.begin, g.end});
-  const json setup{{"ok", true},          {"ranges", ranges},          {"n_batch", o.n_batch},
-                   {"n_ctx_max", o.n_ctx_max}, {"ctx_cap", o.ctx_cap}, {"max_seqs", o.max_seqs},
-                   {"repack", o.repack},  {"predict_experts", o.predict_experts}};
-  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, setup, "setup"));
+  json setup = setup_message(o);
+  setup["ranges"] = ranges;
+  setup["predict_experts"] = o.predict_experts;
+  RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = o;
   mine_opts.mem_budget_bytes = 0;  // the plan checked that the range fits
   mine_opts.layer_begin = plan->ranges[0].begin;
   mine_opts.layer_end = plan->ranges[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
-  std::string failures = lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message());
-  for (int r = 1; r < S; ++r) {
-    ASSIGN_OR_RETURN(const json j, recv_json(c, r, kTagHello, "load result", c.timeout_s() * kLoadTimeoutFactor));
-    if (!j.value("ok", false))
-      failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, j.value("error", "?"));
-  }
-  // Every rank waits for the word to go on (or to stop, when any failed).
-  const json go{{"ok", failures.empty()}, {"error", failures}};
-  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, go, "start"));
+  ASSIGN_OR_RETURN(const std::string failures,
+                   start_job(c, lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message())));
   if (!failures.empty()) return unavailable("loading the pipeline's stages failed: {}", failures);
-  session.driver_ = std::make_unique<PipelineDriver>(c, *plan, hp.n_embd, o.n_batch, session.options().abort_grace_s);
+  session.driver_ = std::make_unique<PipelineDriver>(c, *plan, job.hp.n_embd, o.n_batch, session.options().abort_grace_s);
   lm->model->set_stage_runner(session.driver_.get());
   lm->placement_report = placement_map(*plan, in, o.n_batch);
-  MetricRegistry& reg = global_metrics();
-  reg.gauge("sluice_dist_ranks", "Processes of the job")->set(S);
-  reg.gauge("sluice_dist_predicted_step_seconds", "The pipeline plan's step time", "phase=\"decode\"")
-      ->set(plan->step_s(1, 1, 1));
+  publish_job(c.size(), plan->step_s(1, 1, 1));
   return lm;
 }
 
 StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOptions& o, Session& session) {
-  if (!o.loras.empty())
-    return unimplemented("LoRA adapters are not supported across processes (--parallel) yet; drop --lora");
   Comm& c = session.comm();
-  const int S = c.size();
-  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
-  ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(mf.metadata));
-  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes));
-  plan::ExpertParallelInputs in = expert_inputs(mf, hp);
-  in.ranks.push_back(resources_of(mine));
-  std::string refusal;
-  for (int r = 1; r < S; ++r) {
-    ASSIGN_OR_RETURN(const json h, recv_json(c, r, kTagHello, "hello", c.timeout_s() * kLoadTimeoutFactor));
-    if (const std::string why = fingerprint_mismatch(fingerprint_of(mine), fingerprint_of(h)); !why.empty())
-      refusal += fmt::format("{}rank {} on {}: {}", refusal.empty() ? "" : "; ", r, h.at("host").get<std::string>(), why);
-    in.ranks.push_back(resources_of(h));
-  }
-  ASSIGN_OR_RETURN(in.links, probe_links(c));
-  StatusOr<plan::ExpertParallelPlan> plan =
-      refusal.empty() ? plan::plan_expert_parallel(in)
-                      : StatusOr<plan::ExpertParallelPlan>(invalid_argument("the job's processes differ: {}", refusal));
-  if (!plan.ok()) {
-    for (int r = 1; r < S; ++r)
-      RETURN_IF_ERROR(send_json(c, r, kTagControl, {{"ok", false}, {"error", plan.status().message()}}, "setup"));
-    return plan.status();
-  }
+  ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
+  plan::ExpertParallelInputs in = expert_inputs(job.file, job.hp);
+  in.ranks = job.ranks;
+  in.links = job.links;
+  const StatusOr<plan::ExpertParallelPlan> plan =
+      job.refusal.ok() ? plan::plan_expert_parallel(in) : StatusOr<plan::ExpertParallelPlan>(job.refusal);
+  if (!plan.ok()) return refuse_job(c, plan.status());
   json experts = json::array();
   for (const plan::ExpertRange& g : plan->shares) experts.push_back({g.begin, g.end});
-  const json setup{{"ok", true},          {"experts", experts},          {"n_batch", o.n_batch},
-                   {"n_ctx_max", o.n_ctx_max}, {"ctx_cap", o.ctx_cap}, {"max_seqs", o.max_seqs},
-                   {"repack", o.repack}};
-  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, setup, "setup"));
+  json setup = setup_message(o);
+  setup["experts"] = experts;
+  RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = o;
   mine_opts.mem_budget_bytes = 0;  // the plan checked that the share fits
   mine_opts.expert_begin = plan->shares[0].begin;
   mine_opts.expert_end = plan->shares[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
-  std::string failures = lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message());
+  std::string mine_failure = lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message());
   if (lm.ok() && !lm->model->backend().host_visible())
-    failures = fmt::format("rank 0: --parallel ep combines the experts' outputs in host memory, which the {} backend "
-                           "does not use; use --backend cpu",
-                           lm->model->backend().name());
-  for (int r = 1; r < S; ++r) {
-    ASSIGN_OR_RETURN(const json j, recv_json(c, r, kTagHello, "load result", c.timeout_s() * kLoadTimeoutFactor));
-    if (!j.value("ok", false))
-      failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, j.value("error", "?"));
-  }
-  const json go{{"ok", failures.empty()}, {"error", failures}};
-  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, go, "start"));
+    mine_failure = fmt::format("rank 0: --parallel ep combines the experts' outputs in host memory, which the {} "
+                               "backend does not use; use --backend cpu",
+                               lm->model->backend().name());
+  ASSIGN_OR_RETURN(const std::string failures, start_job(c, mine_failure));
   if (!failures.empty()) return unavailable("loading the experts' shares failed: {}", failures);
   session.ep_driver_ = std::make_unique<ExpertParallelDriver>(c, lm->model->hparams(), *plan,
                                                               session.options().abort_grace_s);
   lm->model->set_expert_dispatch(session.ep_driver_.get());
   lm->placement_report = expert_placement_map(*plan, o.n_batch);
-  MetricRegistry& reg = global_metrics();
-  reg.gauge("sluice_dist_ranks", "Processes of the job")->set(S);
-  reg.gauge("sluice_dist_predicted_step_seconds", "The pipeline plan's step time", "phase=\"decode\"")
-      ->set(plan->step_s(1));
+  publish_job(c.size(), plan->step_s(1));
   return lm;
 }
 
@@ -423,24 +439,24 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   RETURN_IF_ERROR(answer_link_probe(c));
   ASSIGN_OR_RETURN(const json setup, recv_json(c, 0, kTagControl, "setup", c.timeout_s() * kLoadTimeoutFactor));
   if (!setup.value("ok", false)) return invalid_argument("rank 0 refused the job: {}", setup.value("error", "?"));
-  if (setup.contains("experts")) return run_expert_worker(path, o, setup, c);
+  LoadOptions lo = worker_load_options(o, setup);
+  if (setup.contains("experts")) {  // --parallel ep: its experts of every routed layer
+    const json& mine_share = setup.at("experts").at(static_cast<size_t>(c.rank()));
+    const plan::ExpertRange range{mine_share.at(0).get<int64_t>(), mine_share.at(1).get<int64_t>()};
+    lo.expert_begin = range.begin;
+    lo.expert_end = range.end;
+    lo.experts_only = true;
+    StatusOr<LoadedModel> lm = load_model(path, lo);
+    RETURN_IF_ERROR(report_load(c, lm));
+    return run_expert_worker_loop(c, *lm->model, range);
+  }
   const json& ranges = setup.at("ranges");
   const json& mine_range = ranges.at(static_cast<size_t>(c.rank()));
-  const LoadOptions lo{.n_threads = o.n_threads,
-                       .n_batch = setup.at("n_batch").get<int64_t>(),
-                       .n_ctx_max = setup.at("n_ctx_max").get<int64_t>(),
-                       .ctx_cap = setup.at("ctx_cap").get<int64_t>(),
-                       .max_seqs = setup.at("max_seqs").get<int64_t>(),
-                       .repack = setup.at("repack").get<bool>(),
-                       .predict_experts = setup.at("predict_experts").get<bool>(),
-                       .backend = o.backend,
-                       .layer_begin = mine_range.at(0).get<int64_t>(),
-                       .layer_end = mine_range.at(1).get<int64_t>()};
+  lo.predict_experts = setup.at("predict_experts").get<bool>();
+  lo.layer_begin = mine_range.at(0).get<int64_t>();
+  lo.layer_end = mine_range.at(1).get<int64_t>();
   StatusOr<LoadedModel> lm = load_model(path, lo);
-  RETURN_IF_ERROR(send_json(c, 0, kTagHello,
-                            {{"ok", lm.ok()}, {"error", lm.ok() ? "" : lm.status().message()}}, "load result"));
-  ASSIGN_OR_RETURN(const json go, recv_json(c, 0, kTagControl, "start", c.timeout_s() * kLoadTimeoutFactor));
-  if (!go.value("ok", false)) return unavailable("the job did not start: {}", go.value("error", "?"));
+  RETURN_IF_ERROR(report_load(c, lm));
   return run_worker_loop(c, *lm->model, static_cast<int>(ranges.size()));
 }
 
