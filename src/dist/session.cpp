@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "arch/arch_spec.h"
 #include "base/meminfo.h"
 #include "base/metrics.h"
 #include "dist/fingerprint.h"
+#include "dist/job_plan.h"
 #include "dist/link_probe.h"
 #include "dist/protocol.h"
 #include "dist/worker.h"
@@ -28,9 +28,6 @@ constexpr double kLoadTimeoutFactor = 20;
 
 // The share of available memory a rank without --mem-budget offers for weights.
 constexpr double kAvailableShare = 0.9;
-
-double gib(uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
-double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
 
 // This rank's fingerprint, memory and rates (the planner's probes on the
 // model's own layer, briefly), as the hello message.
@@ -89,130 +86,6 @@ StatusOr<json> recv_json(Comm& c, int src, int tag, const char* what, double tim
   json j = json::parse(msg.begin(), msg.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return data_loss("rank {} sent a malformed {}", src, what);
   return j;
-}
-
-// The planner's per-layer figures from the model file: bytes held, and FLOPs
-// per token (routed experts at the share a token uses).
-plan::PipelineInputs shape_inputs(const ModelFile& file, const ModelHparams& hp) {
-  plan::PipelineInputs in;
-  in.n_embd = hp.n_embd;
-  in.layer_bytes.assign(static_cast<size_t>(hp.n_layer), 0);
-  in.layer_flops_per_token.assign(static_cast<size_t>(hp.n_layer), 0.0);
-  auto role_is = [&](const TensorInfo& t, TensorRole role) {
-    const TensorSpec* s = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
-    return s && s->role == role;
-  };
-  for (const TensorInfo& t : file.tensors) {
-    const auto [layer, suffix] = split_layer_name(t.name);
-    const bool matrix = t.ne.size() >= 2;
-    double flops = matrix ? 2.0 * static_cast<double>(t.n_elements()) : 0.0;
-    if (matrix && t.ne.size() == 3 && hp.n_expert > 0)
-      flops *= static_cast<double>(hp.n_expert_used) / static_cast<double>(hp.n_expert);
-    if (layer >= 0 && layer < hp.n_layer) {
-      in.layer_bytes[static_cast<size_t>(layer)] += t.n_bytes;
-      in.layer_flops_per_token[static_cast<size_t>(layer)] += flops;
-    } else {
-      in.head_bytes += t.n_bytes;
-      if (role_is(t, TensorRole::kOutput)) {
-        in.head_flops_per_token += flops;
-        in.head_read_bytes += t.n_bytes;
-      }
-    }
-  }
-  if (in.head_flops_per_token == 0) {  // output tied to the embeddings: the head reads the table
-    for (const TensorInfo& t : file.tensors)
-      if (role_is(t, TensorRole::kTokenEmbd)) {
-        in.head_flops_per_token = 2.0 * static_cast<double>(t.n_elements());
-        in.head_read_bytes += t.n_bytes;
-      }
-  }
-  return in;
-}
-
-std::string placement_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch) {
-  std::string s = fmt::format("[sluice] pipeline of {} ranks (pp); every stage's weights in memory\n", p.n_stages());
-  s += "  rank  host              layers        tier    weights     memory cap              read GB/s  TFLOP/s"
-       "  link to rank 0\n";
-  for (int64_t r = 0; r < p.n_stages(); ++r) {
-    const plan::RankResources& k = in.ranks[static_cast<size_t>(r)];
-    const plan::LayerRange g = p.ranges[static_cast<size_t>(r)];
-    const std::string layers = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +head" : "");
-    const std::string cap = fmt::format("{:.2f} GiB {}", gib(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
-    const plan::LinkFigures& l = p.links[static_cast<size_t>(r)];
-    const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
-    s += fmt::format("  {:<5} {:<17} {:<13} {:<7} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),
-                     layers, "memory", mib(p.stage_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
-  }
-  const double decode = p.step_s(1, 1, 1);
-  double decode_net = 0;
-  for (int64_t r = 0; r < p.n_stages() && p.n_stages() > 1; ++r) decode_net += p.hop_s(r, 1);
-  const int64_t m = p.best_micro_batches(n_batch, 1, kMaxMicroBatches);
-  s += fmt::format(
-      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms "
-      "({:.0f} tokens/s, {} micro-batches); {} bytes per token per hop\n",
-      decode * 1e3, decode_net * 1e3, n_batch, p.step_s(n_batch, 1, m) * 1e3,
-      static_cast<double>(n_batch) / p.step_s(n_batch, 1, m), m, p.hop_bytes(1, 1, 1));
-  return s;
-}
-
-// The expert planner's figures from the model file: one expert's bytes and
-// FLOPs per row, and the rest of the model's.
-plan::ExpertParallelInputs expert_inputs(const ModelFile& file, const ModelHparams& hp) {
-  plan::ExpertParallelInputs in;
-  in.n_expert = hp.n_expert;
-  in.n_expert_used = hp.n_expert_used;
-  in.n_embd = hp.n_embd;
-  for (int64_t l = 0; l < hp.n_layer; ++l) in.n_routed_layers += hp.is_moe() && hp.layer_is_moe(l) ? 1 : 0;
-  uint64_t expert_total = 0;
-  double expert_flops_total = 0;
-  for (const TensorInfo& t : file.tensors) {
-    const TensorSpec* s = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
-    const double flops = t.ne.size() >= 2 ? 2.0 * static_cast<double>(t.n_elements()) : 0.0;
-    if (s && s->kind == TensorKind::kExperts && hp.n_expert > 0) {
-      expert_total += t.n_bytes;
-      expert_flops_total += flops;
-      continue;
-    }
-    in.dense_bytes += t.n_bytes;
-    if (!(s && s->role == TensorRole::kTokenEmbd)) {
-      in.dense_read_bytes += t.n_bytes;
-      in.dense_flops_per_token += flops;
-    }
-  }
-  if (in.n_expert > 0 && in.n_routed_layers > 0) {
-    const auto per = static_cast<uint64_t>(in.n_expert * in.n_routed_layers);
-    in.expert_bytes = expert_total / per;
-    in.expert_flops = expert_flops_total / static_cast<double>(per);
-  }
-  return in;
-}
-
-std::string expert_placement_map(const plan::ExpertParallelPlan& p, int64_t n_batch) {
-  std::string s = fmt::format("[sluice] experts over {} ranks (ep): every routed layer's experts split, the rest on "
-                              "rank 0; every weight in memory\n",
-                              p.n_ranks());
-  s += "  rank  host              experts       weights     memory cap              read GB/s  TFLOP/s  link to rank 0\n";
-  for (int64_t r = 0; r < p.n_ranks(); ++r) {
-    const plan::RankResources& k = p.in.ranks[static_cast<size_t>(r)];
-    const plan::ExpertRange g = p.shares[static_cast<size_t>(r)];
-    const std::string experts = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +rest" : "");
-    const std::string cap = fmt::format("{:.2f} GiB {}", gib(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
-    const plan::LinkFigures& l = p.in.links[static_cast<size_t>(r)];
-    const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
-    s += fmt::format("  {:<5} {:<17} {:<13} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),
-                     experts, mib(p.rank_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
-  }
-  const auto nb = static_cast<double>(n_batch);
-  double out = 0, back = 0;
-  for (int64_t r = 1; r < p.n_ranks(); ++r) {
-    out += p.bytes_out(r, 1);
-    back += p.bytes_back(r, 1);
-  }
-  s += fmt::format(
-      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms "
-      "({:.0f} tokens/s); per token and routed layer {:.0f} B out, {:.0f} B back\n",
-      p.step_s(1) * 1e3, p.network_s(1) * 1e3, n_batch, p.step_s(nb) * 1e3, nb / p.step_s(nb), out, back);
-  return s;
 }
 
 // What rank 0 learns at the job's start, before any plan: the model, every
@@ -309,13 +182,17 @@ void publish_job(int n_ranks, double decode_step_s) {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options) {
-  if (options.mode == "pp,ep" || options.mode == "ep,pp")
+Status check_parallel_mode(const std::string& mode) {
+  if (mode == "pp,ep" || mode == "ep,pp")
     return unimplemented("--parallel {}: pipeline and expert parallelism together are not supported yet; use pp "
                          "(layer ranges per rank) or ep (experts per rank)",
-                         options.mode);
-  if (options.mode != "pp" && options.mode != "ep")
-    return invalid_argument("unknown --parallel mode '{}' (pp: pipeline; ep: experts)", options.mode);
+                         mode);
+  if (mode != "pp" && mode != "ep") return invalid_argument("unknown --parallel mode '{}' (pp: pipeline; ep: experts)", mode);
+  return Status();
+}
+
+StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options) {
+  RETURN_IF_ERROR(check_parallel_mode(options.mode));
   if (!(options.timeout_s > 0)) return invalid_argument("the parallel timeout must be positive");
   std::shared_ptr<Session> s(new Session());
   s->options_ = options;
@@ -370,7 +247,7 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   if (session.options().mode == "ep") return load_expert_parallel(path, o, session);
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
-  plan::PipelineInputs in = shape_inputs(job.file, job.hp);
+  plan::PipelineInputs in = pipeline_inputs(job.file, job.hp);
   in.ranks = job.ranks;
   in.links = job.links;
   const StatusOr<plan::PipelinePlan> plan =
@@ -392,7 +269,7 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   if (!failures.empty()) return unavailable("loading the pipeline's stages failed: {}", failures);
   session.driver_ = std::make_unique<PipelineDriver>(c, *plan, job.hp.n_embd, o.n_batch, session.options().abort_grace_s);
   lm->model->set_stage_runner(session.driver_.get());
-  lm->placement_report = placement_map(*plan, in, o.n_batch);
+  lm->placement_report = pipeline_map(*plan, in, o.n_batch);
   publish_job(c.size(), plan->step_s(1, 1, 1));
   return lm;
 }
@@ -400,7 +277,7 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
 StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOptions& o, Session& session) {
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
-  plan::ExpertParallelInputs in = expert_inputs(job.file, job.hp);
+  plan::ExpertParallelInputs in = expert_parallel_inputs(job.file, job.hp);
   in.ranks = job.ranks;
   in.links = job.links;
   const StatusOr<plan::ExpertParallelPlan> plan =
@@ -426,7 +303,7 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   session.ep_driver_ = std::make_unique<ExpertParallelDriver>(c, lm->model->hparams(), *plan,
                                                               session.options().abort_grace_s);
   lm->model->set_expert_dispatch(session.ep_driver_.get());
-  lm->placement_report = expert_placement_map(*plan, o.n_batch);
+  lm->placement_report = expert_parallel_map(*plan, o.n_batch);
   publish_job(c.size(), plan->step_s(1));
   return lm;
 }
