@@ -433,6 +433,72 @@ TEST(Cli, PlanKvTakesTheWindowIntoAccount) {
   EXPECT_NE(r.out.find("output tied to the embeddings"), std::string::npos) << r.out;
 }
 
+// `plan parallel --parallel ep`: the job's plan over ranks alike, from the
+// model file, printed as rank 0 prints it at load. The shares cover the
+// experts and hold the file's weights; every routed layer crosses the link
+// out and back, so 5 ms more latency adds 2 x 5 ms per routed layer to decode.
+TEST(Cli, PlanParallelPredictsExpertsOverRanks) {
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
+  auto plan = [&](const std::string& link_us) {
+    CliResult r = run_cli("plan parallel -m " + moe + " --parallel ep --ranks 2 --hw h100 --json --link-us " + link_us);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out, nullptr, false);
+  };
+  const nlohmann::json near = plan("50"), far = plan("5050");
+  ASSERT_FALSE(near.is_discarded());
+  ASSERT_FALSE(far.is_discarded());
+  const nlohmann::json& ranks = near["ranks"];
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_EQ(ranks[0]["experts"][0], 0);
+  EXPECT_EQ(ranks[0]["experts"][1], ranks[1]["experts"][0]);
+  EXPECT_EQ(ranks[1]["experts"][1], near["n_expert"]);
+  EXPECT_GT(ranks[1]["experts"][0].get<int64_t>(), 0);
+  const double held = ranks[0]["weight_bytes"].get<double>() + ranks[1]["weight_bytes"].get<double>();
+  const auto file = static_cast<double>(std::filesystem::file_size(moe));  // the weights and the header
+  EXPECT_LT(held, file);
+  EXPECT_GT(held, 0.95 * file);
+  const double routed = near["n_routed_layers"].get<double>();
+  EXPECT_GT(routed, 0);
+  const nlohmann::json &a = near["predicted"], &b = far["predicted"];
+  EXPECT_NEAR(b["decode_s"].get<double>() - a["decode_s"].get<double>(), routed * 2 * 5e-3, 1e-9);
+  EXPECT_GT(a["decode_network_s"].get<double>(), 0);
+  EXPECT_LT(a["decode_network_s"].get<double>(), a["decode_s"].get<double>());
+  EXPECT_GT(a["prefill_s"].get<double>(), a["decode_s"].get<double>());
+  const CliResult text = run_cli("plan parallel -m " + moe + " --parallel ep --ranks 2");
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("[sluice] experts over 2 ranks (ep)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("ms of it on links"), std::string::npos) << text.out;
+}
+
+// `plan parallel --parallel pp`: contiguous layer ranges over the ranks; what
+// a job would refuse, it refuses with the job's words.
+TEST(Cli, PlanParallelCutsLayersAndRefusesAsTheJobWould) {
+  CliResult r = run_cli("plan parallel -m " + kStories + " --parallel pp --ranks 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["ranks"].size(), 3u);
+  int64_t next = 0;
+  for (const nlohmann::json& rank : j["ranks"]) {
+    EXPECT_EQ(rank["layers"][0], next) << r.out;
+    EXPECT_GT(rank["layers"][1].get<int64_t>(), next) << r.out;
+    next = rank["layers"][1].get<int64_t>();
+  }
+  EXPECT_EQ(next, 5);  // stories260K's layers
+  EXPECT_GE(j["predicted"]["micro_batches"].get<int64_t>(), 1);
+  const std::pair<std::string, std::string> refused[] = {
+      {"--parallel ep --ranks 2", "--parallel ep needs a mixture-of-experts model"},
+      {"--parallel pp,ep --ranks 2", "pipeline and expert parallelism together are not supported yet"},
+      {"--parallel tp --ranks 2", "unknown --parallel mode 'tp'"},
+      {"--parallel pp --ranks 2 --budget-gb 0.0001", "cannot be cut into 2 ranges that fit"},
+      {"--parallel pp --ranks 0", "--ranks must be >= 1"},
+      {"--parallel pp --link-gbps 0", "--link-gbps > 0"}};
+  for (const auto& [flags, why] : refused) {
+    r = run_cli("plan parallel -m " + kStories + " " + flags);
+    EXPECT_EQ(r.exit_code, 1) << flags;
+    EXPECT_NE(r.err.find(why), std::string::npos) << flags << ": " << r.err;
+  }
+}
+
 TEST(Cli, PlanMeasureRejectsBadRounds) {
   for (const char* n : {"0", "-2", "101"}) {
     // Checked before the model is opened: the path does not matter.

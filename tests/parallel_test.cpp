@@ -99,6 +99,38 @@ class Pipeline : public ::testing::Test {
       EXPECT_NE(r.err.find("pipeline of " + std::to_string(n) + " ranks"), std::string::npos) << r.err;
     }
   }
+
+  // bench-serve's requests (batched) on `model`, alone and over each of
+  // `ranks` with --parallel `mode`: the same outputs; `check` reads each job's stderr.
+  static void expect_batched_matches(const std::string& model, const std::string& mode, const std::vector<int>& ranks,
+                                     void (*check)(const std::string& err)) {
+    const std::string out = testing::cli_temp_path("outputs.json");
+    const std::string args = "bench-serve -m " + model +
+                             " --requests 6 --prompt-len uniform:4:40 --output-len 10 --arrival all --max-seqs 6"
+                             " -t 1 --json --dump-outputs " + out;
+    auto outputs = [&](const CliResult& r) {
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      std::ifstream f(out);
+      return nlohmann::json::parse(f, nullptr, false);
+    };
+    const nlohmann::json alone = outputs(run_cli(args));
+    ASSERT_EQ(alone.size(), 6u);
+    for (int n : ranks) {
+      const CliResult r = run_mpi(n, args + " --parallel " + mode);
+      EXPECT_EQ(outputs(r), alone) << model << ", " << n << " ranks\n" << r.err;
+      check(r.err);
+    }
+    std::filesystem::remove(out);
+  }
+
+  // The pipeline's summary: the prefill step was cut into micro-batches, more of them than steps.
+  static void expect_micro_batches(const std::string& err) {
+    int steps = 0, micro = 0;
+    const size_t at = err.find("[sluice] pipeline: ");
+    ASSERT_NE(at, std::string::npos) << err;
+    ASSERT_EQ(std::sscanf(err.c_str() + at, "[sluice] pipeline: %d steps in %d micro-batches", &steps, &micro), 2);
+    EXPECT_GT(micro, steps) << err;
+  }
 };
 
 TEST_F(Pipeline, RunMatchesOneProcessDense) { expect_run_matches(model_path("stories260K/stories260K.gguf"), {2, 3}); }
@@ -116,31 +148,8 @@ TEST_F(Pipeline, RunMatchesOneProcessSynth) {
 }
 
 TEST_F(Pipeline, BatchedMatchesOneProcess) {
-  for (const auto& [model, ranks] : std::vector<std::pair<std::string, std::vector<int>>>{
-           {"stories260K/stories260K.gguf", {2, 3}}, {"stories-moe/stories-moe.gguf", {2}}}) {
-    const std::string out = testing::cli_temp_path("outputs.json");
-    const std::string args = "bench-serve -m " + model_path(model) +
-                             " --requests 6 --prompt-len uniform:4:40 --output-len 10 --arrival all --max-seqs 6"
-                             " -t 1 --json --dump-outputs " + out;
-    auto outputs = [&](const CliResult& r) {
-      EXPECT_EQ(r.exit_code, 0) << r.err;
-      std::ifstream f(out);
-      return nlohmann::json::parse(f, nullptr, false);
-    };
-    const nlohmann::json alone = outputs(run_cli(args));
-    ASSERT_EQ(alone.size(), 6u);
-    for (int n : ranks) {
-      const CliResult r = run_mpi(n, args + " --parallel pp");
-      EXPECT_EQ(outputs(r), alone) << model << ", " << n << " ranks\n" << r.err;
-      // The prefill step was cut into micro-batches: more of them than steps.
-      int steps = 0, micro = 0;
-      const size_t at = r.err.find("[sluice] pipeline: ");
-      ASSERT_NE(at, std::string::npos) << r.err;
-      ASSERT_EQ(std::sscanf(r.err.c_str() + at, "[sluice] pipeline: %d steps in %d micro-batches", &steps, &micro), 2);
-      EXPECT_GT(micro, steps) << r.err;
-    }
-    std::filesystem::remove(out);
-  }
+  expect_batched_matches(model_path("stories260K/stories260K.gguf"), "pp", {2, 3}, expect_micro_batches);
+  expect_batched_matches(model_path("stories-moe/stories-moe.gguf"), "pp", {2}, expect_micro_batches);
 }
 
 TEST_F(Pipeline, RefusesAnotherModelFile) {
@@ -341,23 +350,8 @@ TEST_F(ExpertParallel, RunMatchesOneProcess) {
 
 TEST_F(ExpertParallel, BatchedMatchesOneProcess) {
   const std::string synth_path = synth("tiny-qwen2moe");
-  for (const std::string& model : {model_path("stories-moe/stories-moe.gguf"), synth_path}) {
-    const std::string out = testing::cli_temp_path("outputs.json");
-    const std::string args = "bench-serve -m " + model +
-                             " --requests 6 --prompt-len uniform:4:40 --output-len 10 --arrival all --max-seqs 6"
-                             " -t 1 --json --dump-outputs " + out;
-    auto outputs = [&](const CliResult& r) {
-      EXPECT_EQ(r.exit_code, 0) << r.err;
-      std::ifstream f(out);
-      return nlohmann::json::parse(f, nullptr, false);
-    };
-    const nlohmann::json alone = outputs(run_cli(args));
-    ASSERT_EQ(alone.size(), 6u);
-    const CliResult r = run_mpi(2, args + " --parallel ep");
-    EXPECT_EQ(outputs(r), alone) << model << "\n" << r.err;
-    expect_rank1_computed(r.err);
-    std::filesystem::remove(out);
-  }
+  for (const std::string& model : {model_path("stories-moe/stories-moe.gguf"), synth_path})
+    expect_batched_matches(model, "ep", {2}, expect_rank1_computed);
   std::filesystem::remove(synth_path);
 }
 

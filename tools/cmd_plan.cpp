@@ -58,6 +58,19 @@ std::string calibration_text(const pl::Calibration& c) {
 
 
 
+StatusOr<pl::Hardware> load_hardware(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
+  pl::Hardware h;
+  if (cal) {
+    h = cal->as_hardware();
+  } else {
+    ASSIGN_OR_RETURN(h, pl::hardware_profile(a.hw));
+  }
+  if (a.mem_gbps > 0) h.mem_gbps = a.mem_gbps;
+  if (a.tflops > 0) h.peak_tflops = a.tflops;
+  if (a.memory_gb > 0) h.mem_capacity_gb = a.memory_gb;
+  return h;
+}
+
 namespace {
 
 struct ModelInput {
@@ -105,18 +118,6 @@ StatusOr<ModelInput> load_model_input(const PlanArgs& a) {
   return m;
 }
 
-StatusOr<pl::Hardware> load_hardware(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
-  pl::Hardware h;
-  if (cal) {
-    h = cal->as_hardware();
-  } else {
-    ASSIGN_OR_RETURN(h, pl::hardware_profile(a.hw));
-  }
-  if (a.mem_gbps > 0) h.mem_gbps = a.mem_gbps;
-  if (a.tflops > 0) h.peak_tflops = a.tflops;
-  if (a.memory_gb > 0) h.mem_capacity_gb = a.memory_gb;
-  return h;
-}
 
 
 json step_json(const pl::StepEstimate& e) {
@@ -404,14 +405,18 @@ int run_cost(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
 
 
 
-void workload_flags(CLI::App* c, PlanArgs& a) {
-  c->add_option("-m,--model", a.model, "preset, .gguf file, or HF config.json / folder")->capture_default_str();
-  c->add_option("--weights", a.weights, "weight format (bf16, fp8, int4, q8_0, q4_k, nf4, bits:X, ...)")->capture_default_str();
-  c->add_option("--kv", a.kv, "KV cache element format")->capture_default_str();
+void hardware_flags(CLI::App* c, PlanArgs& a) {
   c->add_option("--hw", a.hw, "hardware profile (a100-80gb, h100, h200, rtx4090)")->capture_default_str();
   c->add_option("--mem-gbps", a.mem_gbps, "override memory bandwidth, GB/s");
   c->add_option("--tflops", a.tflops, "override peak compute, TFLOP/s");
   c->add_option("--memory-gb", a.memory_gb, "override memory capacity, GB");
+}
+
+void workload_flags(CLI::App* c, PlanArgs& a) {
+  c->add_option("-m,--model", a.model, "preset, .gguf file, or HF config.json / folder")->capture_default_str();
+  c->add_option("--weights", a.weights, "weight format (bf16, fp8, int4, q8_0, q4_k, nf4, bits:X, ...)")->capture_default_str();
+  c->add_option("--kv", a.kv, "KV cache element format")->capture_default_str();
+  hardware_flags(c, a);
   c->add_option("--batch", a.batches, "batch sizes")->delimiter(',');
   c->add_option("--ctx", a.ctx, "context length per sequence")->capture_default_str();
   c->add_option("--kv-block", a.kv_block, "KV block size in tokens (a window is kept in whole blocks)")->capture_default_str();
@@ -423,13 +428,14 @@ void workload_flags(CLI::App* c, PlanArgs& a) {
 Runner add_plan(CLI::App& app) {
   using namespace plan_cmd;  // the command's pieces, above and in cmd_plan_measure.cpp
   auto a = std::make_shared<PlanArgs>();
-  CLI::App* p = app.add_subcommand("plan", "performance model: decode, kv, stream, experts, train, spec, cost; --calibrate, --measure");
+  CLI::App* p = app.add_subcommand("plan", "performance model: decode, kv, stream, experts, train, spec, cost, parallel; --calibrate, --measure");
   p->fallthrough();  // plan-level flags may follow the subcommand name
   p->add_flag("--json", a->json, "print JSON");
   p->add_flag("--calibrate", a->calibrate, "probe this machine and use it as the hardware");
   p->add_option("--measure", a->measure, "run MODEL here: predicted vs measured decode, prefill, streaming");
   p->add_option("--budget-gb", a->budget_gb,
-                "weight memory budget: --measure also predicts (the store's placement) and measures streamed decode");
+                "weight memory budget: --measure also predicts (the store's placement) and measures streamed decode; "
+                "parallel: each rank's");
   p->add_option("-t,--threads", a->n_threads, "threads for probes and --measure");
   p->add_option("--prompt", a->prompt, "prompt tokens for TTFT")->capture_default_str();
   p->add_option("--measure-prompt", a->measure_prompt, "prompt tokens --measure prefills")->capture_default_str();
@@ -488,7 +494,17 @@ Runner add_plan(CLI::App& app) {
   cost->add_option("--price-per-hour", a->price_per_hour, "hourly price, $");
   cost->add_option("--tokens-per-s", a->tokens_per_s, "sustained throughput (else predicted from the model)");
 
-  return [a, p, rounds, decode, kv, stream, experts, train, spec, cost]() {
+  CLI::App* parallel = p->add_subcommand(
+      "parallel", "a job over processes (--parallel pp or ep): each rank's share and the step with its network leg");
+  parallel->add_option("-m,--model", a->model, ".gguf file (as the job loads it)")->required();
+  parallel->add_option("--parallel", a->parallel, "pp: layer ranges per rank; ep: experts per rank")->required();
+  parallel->add_option("--ranks", a->n_ranks, "processes of the job, alike")->capture_default_str();
+  hardware_flags(parallel, *a);
+  parallel->add_option("--link-us", a->link_us, "link to rank 0: latency, one way, microseconds")->capture_default_str();
+  parallel->add_option("--link-gbps", a->link_gbps, "link to rank 0: bandwidth, one way, GB/s")->capture_default_str();
+  parallel->add_option("--n-batch", a->n_batch, "tokens per prefill step")->capture_default_str();
+
+  return [a, p, rounds, decode, kv, stream, experts, train, spec, cost, parallel]() {
     if (!a->measure.empty()) return run_measure(*a);  // calibrates in every round
     if (rounds->count() > 0) return fail(invalid_argument("--rounds goes with --measure"));
     if (train->parsed()) return run_train(*a);  // calibrates on the model itself
@@ -497,7 +513,8 @@ Runner add_plan(CLI::App& app) {
       auto c = pl::calibrate({.n_threads = a->n_threads});
       if (!c.ok()) return fail(c.status());
       cal = *c;
-      const bool more = decode->parsed() || kv->parsed() || stream->parsed() || experts->parsed() || cost->parsed();
+      const bool more = decode->parsed() || kv->parsed() || stream->parsed() || experts->parsed() || cost->parsed() ||
+                        parallel->parsed();
       if (!a->json && more) fmt::print(stderr, "{}", calibration_text(*cal));
     }
     if (decode->parsed()) return run_decode(*a, cal);
@@ -506,6 +523,7 @@ Runner add_plan(CLI::App& app) {
     if (experts->parsed()) return run_experts(*a, cal);
     if (spec->parsed()) return run_spec(*a);
     if (cost->parsed()) return run_cost(*a, cal);
+    if (parallel->parsed()) return run_parallel(*a, cal);
     if (cal) {
       emit(*a, calibration_json(*cal), calibration_text(*cal));
       return 0;

@@ -1,8 +1,10 @@
-// The `sluice plan` command's arguments and the pieces its two halves share:
+// The `sluice plan` command's arguments and the pieces its halves share:
 // cmd_plan.cpp answers from the performance model alone (decode, kv, experts,
 // stream, spec, cost, --calibrate); cmd_plan_train.cpp plans fine-tuning over a
-// streamed base (train); cmd_plan_measure.cpp checks those answers against the
-// engine on this machine (--measure).
+// streamed base (train); cmd_plan_parallel.cpp plans a job over processes
+// (parallel: --parallel pp or ep, as a job prints its plan at load);
+// cmd_plan_measure.cpp checks those answers against the engine on this
+// machine (--measure).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "plan/calibrate.h"
+#include "plan/hardware.h"
+#include "sluice/status.h"
 
 namespace sluice::cli::plan_cmd {
 
@@ -70,12 +74,22 @@ struct PlanArgs {
   int64_t draft = 5;
   double cost_ratio = 0.05;
   int64_t max_draft = 16;
+  // Processes of a job (plan parallel).
+  std::string parallel;            // pp or ep, as the engine's --parallel
+  int n_ranks = 2;
+  double link_us = 50;             // one small message, one way
+  double link_gbps = 1.25;         // large messages, one way (10 Gb Ethernet)
+  int64_t n_batch = 256;           // tokens per prefill step (the engine's default)
 };
 
 // Prints `j` with --json, else `text`.
 void emit(const PlanArgs& a, const nlohmann::json& j, const std::string& text);
 nlohmann::json calibration_json(const plan::Calibration& c);
 std::string calibration_text(const plan::Calibration& c);
+
+// The hardware: --calibrate's measure of this machine, else the --hw
+// profile; --mem-gbps, --tflops and --memory-gb override its figures.
+StatusOr<plan::Hardware> load_hardware(const PlanArgs& a, const std::optional<plan::Calibration>& cal);
 
 // `plan --measure FILE`: --rounds rounds of calibrate-then-measure, each
 // prediction against the engine's measured figures, and their medians.
@@ -84,5 +98,9 @@ int run_measure(const PlanArgs& a);
 // `plan train -m FILE.gguf`: fine-tuning with the base streamed under a
 // budget, per micro-batch size (cmd_plan_train.cpp).
 int run_train(const PlanArgs& a);
+
+// `plan parallel -m FILE --parallel pp|ep --ranks N`: the job's placement map
+// and predicted steps for N ranks alike (cmd_plan_parallel.cpp).
+int run_parallel(const PlanArgs& a, const std::optional<plan::Calibration>& cal);
 
 }  // namespace sluice::cli::plan_cmd

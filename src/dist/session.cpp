@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "arch/arch_spec.h"
 #include "base/meminfo.h"
 #include "base/metrics.h"
 #include "dist/fingerprint.h"
+#include "dist/job_plan.h"
 #include "dist/link_probe.h"
 #include "dist/protocol.h"
 #include "dist/worker.h"
@@ -28,9 +28,6 @@ constexpr double kLoadTimeoutFactor = 20;
 
 // The share of available memory a rank without --mem-budget offers for weights.
 constexpr double kAvailableShare = 0.9;
-
-double gib(uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
-double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
 
 // This rank's fingerprint, memory and rates (the planner's probes on the
 // model's own layer, briefly), as the hello message.
@@ -91,161 +88,111 @@ StatusOr<json> recv_json(Comm& c, int src, int tag, const char* what, double tim
   return j;
 }
 
-// The planner's per-layer figures from the model file: bytes held, and FLOPs
-// per token (routed experts at the share a token uses).
-plan::PipelineInputs shape_inputs(const ModelFile& file, const ModelHparams& hp) {
-  plan::PipelineInputs in;
-  in.n_embd = hp.n_embd;
-  in.layer_bytes.assign(static_cast<size_t>(hp.n_layer), 0);
-  in.layer_flops_per_token.assign(static_cast<size_t>(hp.n_layer), 0.0);
-  auto role_is = [&](const TensorInfo& t, TensorRole role) {
-    const TensorSpec* s = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
-    return s && s->role == role;
-  };
-  for (const TensorInfo& t : file.tensors) {
-    const auto [layer, suffix] = split_layer_name(t.name);
-    const bool matrix = t.ne.size() >= 2;
-    double flops = matrix ? 2.0 * static_cast<double>(t.n_elements()) : 0.0;
-    if (matrix && t.ne.size() == 3 && hp.n_expert > 0)
-      flops *= static_cast<double>(hp.n_expert_used) / static_cast<double>(hp.n_expert);
-    if (layer >= 0 && layer < hp.n_layer) {
-      in.layer_bytes[static_cast<size_t>(layer)] += t.n_bytes;
-      in.layer_flops_per_token[static_cast<size_t>(layer)] += flops;
-    } else {
-      in.head_bytes += t.n_bytes;
-      if (role_is(t, TensorRole::kOutput)) {
-        in.head_flops_per_token += flops;
-        in.head_read_bytes += t.n_bytes;
-      }
-    }
+// What rank 0 learns at the job's start, before any plan: the model, every
+// rank's resources and its link to rank 0, and whether the ranks may run together.
+struct JobStart {
+  ModelFile file;
+  ModelHparams hp;
+  std::vector<plan::RankResources> ranks;  // [n_ranks]
+  std::vector<plan::LinkFigures> links;    // [n_ranks] links[r]: rank 0 <-> rank r (links[0] unused)
+  Status refusal;  // ok, or the job's processes differ (naming each rank and what differs)
+};
+
+// Rank 0: the start both plans share (session.h): every rank's hello with
+// the fingerprints compared, then the link probe. A refusal is kept, not
+// returned: the workers wait for the setup message either way (refuse_job()).
+// Errors: LoRA adapters, the model file, a rank that did not answer in time.
+StatusOr<JobStart> gather_job(Comm& c, const std::string& path, const LoadOptions& o) {
+  if (!o.loras.empty())
+    return unimplemented("LoRA adapters are not supported across processes (--parallel) yet; drop --lora");
+  JobStart job;
+  ASSIGN_OR_RETURN(job.file, open_model_file(path));
+  ASSIGN_OR_RETURN(job.hp, hparams_from_metadata(job.file.metadata));
+  ASSIGN_OR_RETURN(const json mine, hello(c, path, job.file, o.n_threads, o.mem_budget_bytes));
+  job.ranks.push_back(resources_of(mine));
+  std::string refusal;
+  for (int r = 1; r < c.size(); ++r) {
+    ASSIGN_OR_RETURN(const json h, recv_json(c, r, kTagHello, "hello", c.timeout_s() * kLoadTimeoutFactor));
+    if (const std::string why = fingerprint_mismatch(fingerprint_of(mine), fingerprint_of(h)); !why.empty())
+      refusal += fmt::format("{}rank {} on {}: {}", refusal.empty() ? "" : "; ", r, h.at("host").get<std::string>(), why);
+    job.ranks.push_back(resources_of(h));
   }
-  if (in.head_flops_per_token == 0) {  // output tied to the embeddings: the head reads the table
-    for (const TensorInfo& t : file.tensors)
-      if (role_is(t, TensorRole::kTokenEmbd)) {
-        in.head_flops_per_token = 2.0 * static_cast<double>(t.n_elements());
-        in.head_read_bytes += t.n_bytes;
-      }
-  }
-  return in;
+  ASSIGN_OR_RETURN(job.links, probe_links(c));
+  if (!refusal.empty()) job.refusal = invalid_argument("the job's processes differ: {}", refusal);
+  return job;
 }
 
-std::string placement_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch) {
-  std::string s = fmt::format("[sluice] pipeline of {} ranks (pp); every stage's weights in memory\n", p.n_stages());
-  s += "  rank  host              layers        tier    weights     memory cap              read GB/s  TFLOP/s"
-       "  link to rank 0\n";
-  for (int64_t r = 0; r < p.n_stages(); ++r) {
-    const plan::RankResources& k = in.ranks[static_cast<size_t>(r)];
-    const plan::LayerRange g = p.ranges[static_cast<size_t>(r)];
-    const std::string layers = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +head" : "");
-    const std::string cap = fmt::format("{:.2f} GiB {}", gib(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
-    const plan::LinkFigures& l = p.links[static_cast<size_t>(r)];
-    const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
-    s += fmt::format("  {:<5} {:<17} {:<13} {:<7} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),
-                     layers, "memory", mib(p.stage_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
-  }
-  const double decode = p.step_s(1, 1, 1);
-  double decode_net = 0;
-  for (int64_t r = 0; r < p.n_stages() && p.n_stages() > 1; ++r) decode_net += p.hop_s(r, 1);
-  const int64_t m = p.best_micro_batches(n_batch, 1, kMaxMicroBatches);
-  s += fmt::format(
-      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms "
-      "({:.0f} tokens/s, {} micro-batches); {} bytes per token per hop\n",
-      decode * 1e3, decode_net * 1e3, n_batch, p.step_s(n_batch, 1, m) * 1e3,
-      static_cast<double>(n_batch) / p.step_s(n_batch, 1, m), m, p.hop_bytes(1, 1, 1));
-  return s;
+Status send_to_workers(Comm& c, int tag, const json& j, const char* what) {
+  for (int r = 1; r < c.size(); ++r) RETURN_IF_ERROR(send_json(c, r, tag, j, what));
+  return Status();
 }
 
-// The expert planner's figures from the model file: one expert's bytes and
-// FLOPs per row, and the rest of the model's.
-plan::ExpertParallelInputs expert_inputs(const ModelFile& file, const ModelHparams& hp) {
-  plan::ExpertParallelInputs in;
-  in.n_expert = hp.n_expert;
-  in.n_expert_used = hp.n_expert_used;
-  in.n_embd = hp.n_embd;
-  for (int64_t l = 0; l < hp.n_layer; ++l) in.n_routed_layers += hp.is_moe() && hp.layer_is_moe(l) ? 1 : 0;
-  uint64_t expert_total = 0;
-  double expert_flops_total = 0;
-  for (const TensorInfo& t : file.tensors) {
-    const TensorSpec* s = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
-    const double flops = t.ne.size() >= 2 ? 2.0 * static_cast<double>(t.n_elements()) : 0.0;
-    if (s && s->kind == TensorKind::kExperts && hp.n_expert > 0) {
-      expert_total += t.n_bytes;
-      expert_flops_total += flops;
-      continue;
-    }
-    in.dense_bytes += t.n_bytes;
-    if (!(s && s->role == TensorRole::kTokenEmbd)) {
-      in.dense_read_bytes += t.n_bytes;
-      in.dense_flops_per_token += flops;
-    }
-  }
-  if (in.n_expert > 0 && in.n_routed_layers > 0) {
-    const auto per = static_cast<uint64_t>(in.n_expert * in.n_routed_layers);
-    in.expert_bytes = expert_total / per;
-    in.expert_flops = expert_flops_total / static_cast<double>(per);
-  }
-  return in;
+// Rank 0: every worker is told the job will not run, and why; returns `why`.
+Status refuse_job(Comm& c, const Status& why) {
+  RETURN_IF_ERROR(send_to_workers(c, kTagControl, {{"ok", false}, {"error", why.message()}}, "setup"));
+  return why;
 }
 
-std::string expert_placement_map(const plan::ExpertParallelPlan& p, int64_t n_batch) {
-  std::string s = fmt::format("[sluice] experts over {} ranks (ep): every routed layer's experts split, the rest on "
-                              "rank 0; every weight in memory\n",
-                              p.n_ranks());
-  s += "  rank  host              experts       weights     memory cap              read GB/s  TFLOP/s  link to rank 0\n";
-  for (int64_t r = 0; r < p.n_ranks(); ++r) {
-    const plan::RankResources& k = p.in.ranks[static_cast<size_t>(r)];
-    const plan::ExpertRange g = p.shares[static_cast<size_t>(r)];
-    const std::string experts = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +rest" : "");
-    const std::string cap = fmt::format("{:.2f} GiB {}", gib(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
-    const plan::LinkFigures& l = p.in.links[static_cast<size_t>(r)];
-    const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
-    s += fmt::format("  {:<5} {:<17} {:<13} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),
-                     experts, mib(p.rank_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
-  }
-  const auto nb = static_cast<double>(n_batch);
-  double out = 0, back = 0;
-  for (int64_t r = 1; r < p.n_ranks(); ++r) {
-    out += p.bytes_out(r, 1);
-    back += p.bytes_back(r, 1);
-  }
-  s += fmt::format(
-      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms "
-      "({:.0f} tokens/s); per token and routed layer {:.0f} B out, {:.0f} B back\n",
-      p.step_s(1) * 1e3, p.network_s(1) * 1e3, n_batch, p.step_s(nb) * 1e3, nb / p.step_s(nb), out, back);
-  return s;
+// The setup message's load options, both plans' (each adds its placement).
+json setup_message(const LoadOptions& o) {
+  return {{"ok", true},          {"n_batch", o.n_batch}, {"n_ctx_max", o.n_ctx_max}, {"ctx_cap", o.ctx_cap},
+          {"max_seqs", o.max_seqs}, {"repack", o.repack}};
 }
 
-// A worker of --parallel ep: its experts of every routed layer, then the loop.
-Status run_expert_worker(const std::string& path, const WorkerOptions& o, const json& setup, Comm& c) {
-  const json& mine = setup.at("experts").at(static_cast<size_t>(c.rank()));
-  const plan::ExpertRange range{mine.at(0).get<int64_t>(), mine.at(1).get<int64_t>()};
-  const LoadOptions lo{.n_threads = o.n_threads,
-                       .n_batch = setup.at("n_batch").get<int64_t>(),
-                       .n_ctx_max = setup.at("n_ctx_max").get<int64_t>(),
-                       .ctx_cap = setup.at("ctx_cap").get<int64_t>(),
-                       .max_seqs = setup.at("max_seqs").get<int64_t>(),
-                       .repack = setup.at("repack").get<bool>(),
-                       .backend = o.backend,
-                       .expert_begin = range.begin,
-                       .expert_end = range.end,
-                       .experts_only = true};
-  StatusOr<LoadedModel> lm = load_model(path, lo);
+// A worker's load options: its own command line's and rank 0's setup_message().
+LoadOptions worker_load_options(const WorkerOptions& o, const json& setup) {
+  return LoadOptions{.n_threads = o.n_threads,
+                     .n_batch = setup.at("n_batch").get<int64_t>(),
+                     .n_ctx_max = setup.at("n_ctx_max").get<int64_t>(),
+                     .ctx_cap = setup.at("ctx_cap").get<int64_t>(),
+                     .max_seqs = setup.at("max_seqs").get<int64_t>(),
+                     .repack = setup.at("repack").get<bool>(),
+                     .backend = o.backend};
+}
+
+// Rank 0, after its own load (`failures`: why it failed, or ""): every
+// worker's load result, then the word to go on, or to stop when any failed.
+// Returns every failure, "" when none.
+StatusOr<std::string> start_job(Comm& c, std::string failures) {
+  for (int r = 1; r < c.size(); ++r) {
+    ASSIGN_OR_RETURN(const json j, recv_json(c, r, kTagHello, "load result", c.timeout_s() * kLoadTimeoutFactor));
+    if (!j.value("ok", false))
+      failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, j.value("error", "?"));
+  }
+  RETURN_IF_ERROR(send_to_workers(c, kTagControl, {{"ok", failures.empty()}, {"error", failures}}, "start"));
+  return failures;
+}
+
+// A worker, after its load: the result to rank 0, then rank 0's word
+// (start_job()). Errors: its load failed, the job did not start.
+Status report_load(Comm& c, const StatusOr<LoadedModel>& lm) {
   RETURN_IF_ERROR(send_json(c, 0, kTagHello,
                             {{"ok", lm.ok()}, {"error", lm.ok() ? "" : lm.status().message()}}, "load result"));
   ASSIGN_OR_RETURN(const json go, recv_json(c, 0, kTagControl, "start", c.timeout_s() * kLoadTimeoutFactor));
   if (!go.value("ok", false)) return unavailable("the job did not start: {}", go.value("error", "?"));
-  return run_expert_worker_loop(c, *lm->model, range);
+  return Status();
+}
+
+void publish_job(int n_ranks, double decode_step_s) {
+  MetricRegistry& reg = global_metrics();
+  reg.gauge("sluice_dist_ranks", "Processes of the job")->set(n_ranks);
+  reg.gauge("sluice_dist_predicted_step_seconds", "The pipeline plan's step time", "phase=\"decode\"")
+      ->set(decode_step_s);
 }
 
 }  // namespace
 
-StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options) {
-  if (options.mode == "pp,ep" || options.mode == "ep,pp")
+Status check_parallel_mode(const std::string& mode) {
+  if (mode == "pp,ep" || mode == "ep,pp")
     return unimplemented("--parallel {}: pipeline and expert parallelism together are not supported yet; use pp "
                          "(layer ranges per rank) or ep (experts per rank)",
-                         options.mode);
-  if (options.mode != "pp" && options.mode != "ep")
-    return invalid_argument("unknown --parallel mode '{}' (pp: pipeline; ep: experts)", options.mode);
+                         mode);
+  if (mode != "pp" && mode != "ep") return invalid_argument("unknown --parallel mode '{}' (pp: pipeline; ep: experts)", mode);
+  return Status();
+}
+
+StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options) {
+  RETURN_IF_ERROR(check_parallel_mode(options.mode));
   if (!(options.timeout_s > 0)) return invalid_argument("the parallel timeout must be positive");
   std::shared_ptr<Session> s(new Session());
   s->options_ = options;
@@ -298,120 +245,66 @@ Session::~Session() {
 
 StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions& o, Session& session) {
   if (session.options().mode == "ep") return load_expert_parallel(path, o, session);
-  if (!o.loras.empty())
-    return unimplemented("LoRA adapters are not supported across processes (--parallel) yet; drop --lora");
   Comm& c = session.comm();
-  const int S = c.size();
-  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
-  ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(mf.metadata));
-  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes));
-  plan::PipelineInputs in = shape_inputs(mf, hp);
-  in.ranks.push_back(resources_of(mine));
-  std::string refusal;
-  for (int r = 1; r < S; ++r) {
-    ASSIGN_OR_RETURN(const json h, recv_json(c, r, kTagHello, "hello", c.timeout_s() * kLoadTimeoutFactor));
-    if (const std::string why = fingerprint_mismatch(fingerprint_of(mine), fingerprint_of(h)); !why.empty())
-      refusal += fmt::format("{}rank {} on {}: {}", refusal.empty() ? "" : "; ", r, h.at("host").get<std::string>(), why);
-    in.ranks.push_back(resources_of(h));
-  }
-  ASSIGN_OR_RETURN(in.links, probe_links(c));
-  StatusOr<plan::PipelinePlan> plan = refusal.empty() ? plan::plan_pipeline(in)
-                                                      : StatusOr<plan::PipelinePlan>(invalid_argument(
-                                                            "the job's processes differ: {}", refusal));
-  if (!plan.ok()) {
-    for (int r = 1; r < S; ++r)
-      RETURN_IF_ERROR(send_json(c, r, kTagControl, {{"ok", false}, {"error", plan.status().message()}}, "setup"));
-    return plan.status();
-  }
+  ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
+  plan::PipelineInputs in = pipeline_inputs(job.file, job.hp);
+  in.ranks = job.ranks;
+  in.links = job.links;
+  const StatusOr<plan::PipelinePlan> plan =
+      job.refusal.ok() ? plan::plan_pipeline(in) : StatusOr<plan::PipelinePlan>(job.refusal);
+  if (!plan.ok()) return refuse_job(c, plan.status());
   json ranges = json::array();
   for (const plan::LayerRange& g : plan->ranges) ranges.push_back({g.begin, g.end});
-  const json setup{{"ok", true},          {"ranges", ranges},          {"n_batch", o.n_batch},
-                   {"n_ctx_max", o.n_ctx_max}, {"ctx_cap", o.ctx_cap}, {"max_seqs", o.max_seqs},
-                   {"repack", o.repack},  {"predict_experts", o.predict_experts}};
-  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, setup, "setup"));
+  json setup = setup_message(o);
+  setup["ranges"] = ranges;
+  setup["predict_experts"] = o.predict_experts;
+  RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = o;
   mine_opts.mem_budget_bytes = 0;  // the plan checked that the range fits
   mine_opts.layer_begin = plan->ranges[0].begin;
   mine_opts.layer_end = plan->ranges[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
-  std::string failures = lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message());
-  for (int r = 1; r < S; ++r) {
-    ASSIGN_OR_RETURN(const json j, recv_json(c, r, kTagHello, "load result", c.timeout_s() * kLoadTimeoutFactor));
-    if (!j.value("ok", false))
-      failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, j.value("error", "?"));
-  }
-  // Every rank waits for the word to go on (or to stop, when any failed).
-  const json go{{"ok", failures.empty()}, {"error", failures}};
-  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, go, "start"));
+  ASSIGN_OR_RETURN(const std::string failures,
+                   start_job(c, lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message())));
   if (!failures.empty()) return unavailable("loading the pipeline's stages failed: {}", failures);
-  session.driver_ = std::make_unique<PipelineDriver>(c, *plan, hp.n_embd, o.n_batch, session.options().abort_grace_s);
+  session.driver_ = std::make_unique<PipelineDriver>(c, *plan, job.hp.n_embd, o.n_batch, session.options().abort_grace_s);
   lm->model->set_stage_runner(session.driver_.get());
-  lm->placement_report = placement_map(*plan, in, o.n_batch);
-  MetricRegistry& reg = global_metrics();
-  reg.gauge("sluice_dist_ranks", "Processes of the job")->set(S);
-  reg.gauge("sluice_dist_predicted_step_seconds", "The pipeline plan's step time", "phase=\"decode\"")
-      ->set(plan->step_s(1, 1, 1));
+  lm->placement_report = pipeline_map(*plan, in, o.n_batch);
+  publish_job(c.size(), plan->step_s(1, 1, 1));
   return lm;
 }
 
 StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOptions& o, Session& session) {
-  if (!o.loras.empty())
-    return unimplemented("LoRA adapters are not supported across processes (--parallel) yet; drop --lora");
   Comm& c = session.comm();
-  const int S = c.size();
-  ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
-  ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(mf.metadata));
-  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes));
-  plan::ExpertParallelInputs in = expert_inputs(mf, hp);
-  in.ranks.push_back(resources_of(mine));
-  std::string refusal;
-  for (int r = 1; r < S; ++r) {
-    ASSIGN_OR_RETURN(const json h, recv_json(c, r, kTagHello, "hello", c.timeout_s() * kLoadTimeoutFactor));
-    if (const std::string why = fingerprint_mismatch(fingerprint_of(mine), fingerprint_of(h)); !why.empty())
-      refusal += fmt::format("{}rank {} on {}: {}", refusal.empty() ? "" : "; ", r, h.at("host").get<std::string>(), why);
-    in.ranks.push_back(resources_of(h));
-  }
-  ASSIGN_OR_RETURN(in.links, probe_links(c));
-  StatusOr<plan::ExpertParallelPlan> plan =
-      refusal.empty() ? plan::plan_expert_parallel(in)
-                      : StatusOr<plan::ExpertParallelPlan>(invalid_argument("the job's processes differ: {}", refusal));
-  if (!plan.ok()) {
-    for (int r = 1; r < S; ++r)
-      RETURN_IF_ERROR(send_json(c, r, kTagControl, {{"ok", false}, {"error", plan.status().message()}}, "setup"));
-    return plan.status();
-  }
+  ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
+  plan::ExpertParallelInputs in = expert_parallel_inputs(job.file, job.hp);
+  in.ranks = job.ranks;
+  in.links = job.links;
+  const StatusOr<plan::ExpertParallelPlan> plan =
+      job.refusal.ok() ? plan::plan_expert_parallel(in) : StatusOr<plan::ExpertParallelPlan>(job.refusal);
+  if (!plan.ok()) return refuse_job(c, plan.status());
   json experts = json::array();
   for (const plan::ExpertRange& g : plan->shares) experts.push_back({g.begin, g.end});
-  const json setup{{"ok", true},          {"experts", experts},          {"n_batch", o.n_batch},
-                   {"n_ctx_max", o.n_ctx_max}, {"ctx_cap", o.ctx_cap}, {"max_seqs", o.max_seqs},
-                   {"repack", o.repack}};
-  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, setup, "setup"));
+  json setup = setup_message(o);
+  setup["experts"] = experts;
+  RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = o;
   mine_opts.mem_budget_bytes = 0;  // the plan checked that the share fits
   mine_opts.expert_begin = plan->shares[0].begin;
   mine_opts.expert_end = plan->shares[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
-  std::string failures = lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message());
+  std::string mine_failure = lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message());
   if (lm.ok() && !lm->model->backend().host_visible())
-    failures = fmt::format("rank 0: --parallel ep combines the experts' outputs in host memory, which the {} backend "
-                           "does not use; use --backend cpu",
-                           lm->model->backend().name());
-  for (int r = 1; r < S; ++r) {
-    ASSIGN_OR_RETURN(const json j, recv_json(c, r, kTagHello, "load result", c.timeout_s() * kLoadTimeoutFactor));
-    if (!j.value("ok", false))
-      failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, j.value("error", "?"));
-  }
-  const json go{{"ok", failures.empty()}, {"error", failures}};
-  for (int r = 1; r < S; ++r) RETURN_IF_ERROR(send_json(c, r, kTagControl, go, "start"));
+    mine_failure = fmt::format("rank 0: --parallel ep combines the experts' outputs in host memory, which the {} "
+                               "backend does not use; use --backend cpu",
+                               lm->model->backend().name());
+  ASSIGN_OR_RETURN(const std::string failures, start_job(c, mine_failure));
   if (!failures.empty()) return unavailable("loading the experts' shares failed: {}", failures);
   session.ep_driver_ = std::make_unique<ExpertParallelDriver>(c, lm->model->hparams(), *plan,
                                                               session.options().abort_grace_s);
   lm->model->set_expert_dispatch(session.ep_driver_.get());
-  lm->placement_report = expert_placement_map(*plan, o.n_batch);
-  MetricRegistry& reg = global_metrics();
-  reg.gauge("sluice_dist_ranks", "Processes of the job")->set(S);
-  reg.gauge("sluice_dist_predicted_step_seconds", "The pipeline plan's step time", "phase=\"decode\"")
-      ->set(plan->step_s(1));
+  lm->placement_report = expert_parallel_map(*plan, o.n_batch);
+  publish_job(c.size(), plan->step_s(1));
   return lm;
 }
 
@@ -423,24 +316,24 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   RETURN_IF_ERROR(answer_link_probe(c));
   ASSIGN_OR_RETURN(const json setup, recv_json(c, 0, kTagControl, "setup", c.timeout_s() * kLoadTimeoutFactor));
   if (!setup.value("ok", false)) return invalid_argument("rank 0 refused the job: {}", setup.value("error", "?"));
-  if (setup.contains("experts")) return run_expert_worker(path, o, setup, c);
+  LoadOptions lo = worker_load_options(o, setup);
+  if (setup.contains("experts")) {  // --parallel ep: its experts of every routed layer
+    const json& mine_share = setup.at("experts").at(static_cast<size_t>(c.rank()));
+    const plan::ExpertRange range{mine_share.at(0).get<int64_t>(), mine_share.at(1).get<int64_t>()};
+    lo.expert_begin = range.begin;
+    lo.expert_end = range.end;
+    lo.experts_only = true;
+    StatusOr<LoadedModel> lm = load_model(path, lo);
+    RETURN_IF_ERROR(report_load(c, lm));
+    return run_expert_worker_loop(c, *lm->model, range);
+  }
   const json& ranges = setup.at("ranges");
   const json& mine_range = ranges.at(static_cast<size_t>(c.rank()));
-  const LoadOptions lo{.n_threads = o.n_threads,
-                       .n_batch = setup.at("n_batch").get<int64_t>(),
-                       .n_ctx_max = setup.at("n_ctx_max").get<int64_t>(),
-                       .ctx_cap = setup.at("ctx_cap").get<int64_t>(),
-                       .max_seqs = setup.at("max_seqs").get<int64_t>(),
-                       .repack = setup.at("repack").get<bool>(),
-                       .predict_experts = setup.at("predict_experts").get<bool>(),
-                       .backend = o.backend,
-                       .layer_begin = mine_range.at(0).get<int64_t>(),
-                       .layer_end = mine_range.at(1).get<int64_t>()};
+  lo.predict_experts = setup.at("predict_experts").get<bool>();
+  lo.layer_begin = mine_range.at(0).get<int64_t>();
+  lo.layer_end = mine_range.at(1).get<int64_t>();
   StatusOr<LoadedModel> lm = load_model(path, lo);
-  RETURN_IF_ERROR(send_json(c, 0, kTagHello,
-                            {{"ok", lm.ok()}, {"error", lm.ok() ? "" : lm.status().message()}}, "load result"));
-  ASSIGN_OR_RETURN(const json go, recv_json(c, 0, kTagControl, "start", c.timeout_s() * kLoadTimeoutFactor));
-  if (!go.value("ok", false)) return unavailable("the job did not start: {}", go.value("error", "?"));
+  RETURN_IF_ERROR(report_load(c, lm));
   return run_worker_loop(c, *lm->model, static_cast<int>(ranges.size()));
 }
 

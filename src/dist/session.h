@@ -18,8 +18,8 @@
 // (load_expert_parallel(), expert_parallel.h).
 //
 // The placement map (which rank holds which layers, in which tier, the rates
-// and links measured, the predicted step with its network leg) is printed at
-// load and kept in LoadedModel::placement_report. Thread-compatible: the
+// and links measured, the predicted step with its network leg; job_plan.h) is
+// printed at load and kept in LoadedModel::placement_report. Thread-compatible: the
 // command's thread starts and ends it; the model's forward thread runs steps.
 #pragma once
 
@@ -38,6 +38,10 @@ struct ParallelOptions {
   double timeout_s = 60;       // what a rank waits for another during a step
   double abort_grace_s = 3;    // after a failure, before the job is ended
 };
+
+// Errors: a mode other than pp and ep (pp and ep together are refused:
+// not supported yet). Session::start() and `plan parallel` check with it.
+Status check_parallel_mode(const std::string& mode);
 
 class Session {
  public:

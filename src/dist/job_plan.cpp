@@ -1,0 +1,151 @@
+#include "dist/job_plan.h"
+
+#include <fmt/format.h>
+
+#include "arch/arch_spec.h"
+#include "dist/pipeline.h"
+
+namespace sluice::dist {
+namespace {
+
+double gib(uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
+double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
+
+}  // namespace
+
+plan::PipelineInputs pipeline_inputs(const ModelFile& file, const ModelHparams& hp) {
+  plan::PipelineInputs in;
+  in.n_embd = hp.n_embd;
+  in.layer_bytes.assign(static_cast<size_t>(hp.n_layer), 0);
+  in.layer_flops_per_token.assign(static_cast<size_t>(hp.n_layer), 0.0);
+  auto role_is = [&](const TensorInfo& t, TensorRole role) {
+    const TensorSpec* s = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
+    return s && s->role == role;
+  };
+  for (const TensorInfo& t : file.tensors) {
+    const auto [layer, suffix] = split_layer_name(t.name);
+    const bool matrix = t.ne.size() >= 2;
+    double flops = matrix ? 2.0 * static_cast<double>(t.n_elements()) : 0.0;
+    if (matrix && t.ne.size() == 3 && hp.n_expert > 0)
+      flops *= static_cast<double>(hp.n_expert_used) / static_cast<double>(hp.n_expert);
+    if (layer >= 0 && layer < hp.n_layer) {
+      in.layer_bytes[static_cast<size_t>(layer)] += t.n_bytes;
+      in.layer_flops_per_token[static_cast<size_t>(layer)] += flops;
+    } else {
+      in.head_bytes += t.n_bytes;
+      if (role_is(t, TensorRole::kOutput)) {
+        in.head_flops_per_token += flops;
+        in.head_read_bytes += t.n_bytes;
+      }
+    }
+  }
+  if (in.head_flops_per_token == 0) {  // output tied to the embeddings: the head reads the table
+    for (const TensorInfo& t : file.tensors)
+      if (role_is(t, TensorRole::kTokenEmbd)) {
+        in.head_flops_per_token = 2.0 * static_cast<double>(t.n_elements());
+        in.head_read_bytes += t.n_bytes;
+      }
+  }
+  return in;
+}
+
+plan::ExpertParallelInputs expert_parallel_inputs(const ModelFile& file, const ModelHparams& hp) {
+  plan::ExpertParallelInputs in;
+  in.n_expert = hp.n_expert;
+  in.n_expert_used = hp.n_expert_used;
+  in.n_embd = hp.n_embd;
+  for (int64_t l = 0; l < hp.n_layer; ++l) in.n_routed_layers += hp.is_moe() && hp.layer_is_moe(l) ? 1 : 0;
+  uint64_t expert_total = 0;
+  double expert_flops_total = 0;
+  for (const TensorInfo& t : file.tensors) {
+    const TensorSpec* s = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
+    const double flops = t.ne.size() >= 2 ? 2.0 * static_cast<double>(t.n_elements()) : 0.0;
+    if (s && s->kind == TensorKind::kExperts && hp.n_expert > 0) {
+      expert_total += t.n_bytes;
+      expert_flops_total += flops;
+      continue;
+    }
+    in.dense_bytes += t.n_bytes;
+    if (!(s && s->role == TensorRole::kTokenEmbd)) {
+      in.dense_read_bytes += t.n_bytes;
+      in.dense_flops_per_token += flops;
+    }
+  }
+  if (in.n_expert > 0 && in.n_routed_layers > 0) {
+    const auto per = static_cast<uint64_t>(in.n_expert * in.n_routed_layers);
+    in.expert_bytes = expert_total / per;
+    in.expert_flops = expert_flops_total / static_cast<double>(per);
+  }
+  return in;
+}
+
+PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch) {
+  PredictedSteps d{.decode_s = p.step_s(1, 1, 1),
+                   .prefill_tokens = n_batch,
+                   .micro_batches = p.best_micro_batches(n_batch, 1, kMaxMicroBatches)};
+  for (int64_t r = 0; r < p.n_stages() && p.n_stages() > 1; ++r) d.decode_network_s += p.hop_s(r, 1);
+  d.prefill_s = p.step_s(n_batch, 1, d.micro_batches);
+  return d;
+}
+
+PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batch) {
+  const auto nb = static_cast<double>(n_batch);
+  return PredictedSteps{.decode_s = p.step_s(1),
+                        .decode_network_s = p.network_s(1),
+                        .prefill_tokens = n_batch,
+                        .prefill_s = p.step_s(nb)};
+}
+
+std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch) {
+  std::string s = fmt::format("[sluice] pipeline of {} ranks (pp); every stage's weights in memory\n", p.n_stages());
+  s += "  rank  host              layers        tier    weights     memory cap              read GB/s  TFLOP/s"
+       "  link to rank 0\n";
+  for (int64_t r = 0; r < p.n_stages(); ++r) {
+    const plan::RankResources& k = in.ranks[static_cast<size_t>(r)];
+    const plan::LayerRange g = p.ranges[static_cast<size_t>(r)];
+    const std::string layers = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +head" : "");
+    const std::string cap = fmt::format("{:.2f} GiB {}", gib(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
+    const plan::LinkFigures& l = p.links[static_cast<size_t>(r)];
+    const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
+    s += fmt::format("  {:<5} {:<17} {:<13} {:<7} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),
+                     layers, "memory", mib(p.stage_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
+  }
+  const PredictedSteps d = predicted_steps(p, n_batch);
+  s += fmt::format(
+      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms "
+      "({:.0f} tokens/s, {} micro-batches); {} bytes per token per hop\n",
+      d.decode_s * 1e3, d.decode_network_s * 1e3, n_batch, d.prefill_s * 1e3,
+      static_cast<double>(n_batch) / d.prefill_s, d.micro_batches, p.hop_bytes(1, 1, 1));
+  return s;
+}
+
+std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_batch) {
+  std::string s = fmt::format("[sluice] experts over {} ranks (ep): every routed layer's experts split, the rest on "
+                              "rank 0; every weight in memory\n",
+                              p.n_ranks());
+  s += "  rank  host              experts       weights     memory cap              read GB/s  TFLOP/s  link to rank 0\n";
+  for (int64_t r = 0; r < p.n_ranks(); ++r) {
+    const plan::RankResources& k = p.in.ranks[static_cast<size_t>(r)];
+    const plan::ExpertRange g = p.shares[static_cast<size_t>(r)];
+    const std::string experts = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +rest" : "");
+    const std::string cap = fmt::format("{:.2f} GiB {}", gib(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
+    const plan::LinkFigures& l = p.in.links[static_cast<size_t>(r)];
+    const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
+    s += fmt::format("  {:<5} {:<17} {:<13} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),
+                     experts, mib(p.rank_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
+  }
+  double out = 0, back = 0;
+  for (int64_t r = 1; r < p.n_ranks(); ++r) {
+    out += p.bytes_out(r, 1);
+    back += p.bytes_back(r, 1);
+  }
+  const PredictedSteps d = predicted_steps(p, n_batch);
+  s += fmt::format(
+      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms "
+      "({:.0f} tokens/s); per token and routed layer {:.0f} B out, {:.0f} B back\n",
+      d.decode_s * 1e3, d.decode_network_s * 1e3, n_batch, d.prefill_s * 1e3,
+      static_cast<double>(n_batch) / d.prefill_s, out, back);
+  return s;
+}
+
+}  // namespace sluice::dist

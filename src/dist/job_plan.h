@@ -1,0 +1,47 @@
+// The job's plan as sluice prints it: the planners' inputs read from the
+// model file (plan/pipeline_plan.h, plan/expert_parallel_plan.h) and the
+// placement map of a plan with its predicted steps. Rank 0 prints the map at
+// load with the ranks' measured rates and links (session.h); `sluice plan
+// parallel` prints the same map for the ranks and links it is given, so what
+// it predicts is what a job of those ranks would print.
+//
+// Pure functions of their arguments; the inputs come back without ranks or
+// links (the caller adds them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "format/model_file.h"
+#include "model/hparams.h"
+#include "plan/expert_parallel_plan.h"
+#include "plan/pipeline_plan.h"
+
+namespace sluice::dist {
+
+// The pipeline planner's per-layer figures: bytes held and FLOPs per token
+// (routed experts at the share a token uses), and rank 0's head beside them.
+plan::PipelineInputs pipeline_inputs(const ModelFile& file, const ModelHparams& hp);
+// The expert planner's: one expert's bytes and FLOPs per row, and the rest
+// of the model's (rank 0's).
+plan::ExpertParallelInputs expert_parallel_inputs(const ModelFile& file, const ModelHparams& hp);
+
+// What a plan predicts: one decode token and one prefill step of n_batch
+// tokens (the load's batch), the links' share of decode.
+struct PredictedSteps {
+  double decode_s = 0;
+  double decode_network_s = 0;  // of decode_s, on the links
+  int64_t prefill_tokens = 0;
+  double prefill_s = 0;
+  int64_t micro_batches = 1;    // pp: the prefill step's best cut (kMaxMicroBatches at most); ep: 1
+};
+PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch);
+PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batch);
+
+// The placement map: a row per rank (host, layers or experts, weights held,
+// memory cap, rates, link to rank 0), then the predicted steps. `in` holds
+// the ranks the pipeline plan was made for.
+std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch);
+std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_batch);
+
+}  // namespace sluice::dist

@@ -1,0 +1,105 @@
+// sluice plan parallel: a job over processes (--parallel pp or ep) planned as
+// the job plans itself at load, for ranks alike (the --hw profile or this
+// machine calibrated) joined by links of the given latency and bandwidth.
+// The planners' inputs come from the model file and the map is printed by
+// the same functions rank 0 uses (dist/job_plan.h), so the plan here is the
+// one a job of those ranks would print, its rates and links aside (measured
+// there per rank).
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "cmd_plan.h"
+#include "dist/job_plan.h"
+#include "dist/session.h"
+#include "plan/model_shape.h"
+
+namespace sluice::cli::plan_cmd {
+
+using nlohmann::json;
+namespace pl = sluice::plan;
+
+namespace {
+
+json predicted_json(const dist::PredictedSteps& d) {
+  return {{"decode_s", d.decode_s},           {"decode_network_s", d.decode_network_s},
+          {"prefill_tokens", d.prefill_tokens}, {"prefill_s", d.prefill_s},
+          {"micro_batches", d.micro_batches}};
+}
+
+}  // namespace
+
+int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
+  if (Status st = dist::check_parallel_mode(a.parallel); !st.ok()) return fail(st);
+  if (a.n_ranks < 1) return fail(invalid_argument("--ranks must be >= 1, got {}", a.n_ranks));
+  if (!(a.link_us >= 0) || !(a.link_gbps > 0))
+    return fail(invalid_argument("--link-us must be >= 0 and --link-gbps > 0, got {} and {}", a.link_us, a.link_gbps));
+  if (a.n_batch < 1) return fail(invalid_argument("--n-batch must be >= 1, got {}", a.n_batch));
+  auto mf = open_model_file(a.model);
+  if (!mf.ok()) return fail(mf.status());
+  auto hp = hparams_from_metadata(mf->metadata);
+  if (!hp.ok()) return fail(hp.status());
+  auto shape = pl::shape_from_model_file(*mf);
+  if (!shape.ok()) return fail(shape.status());
+  auto h = load_hardware(a, cal);
+  if (!h.ok()) return fail(h.status());
+
+  // Every rank alike: its memory (or --budget-gb, as a rank's --mem-budget),
+  // its rates; every link to rank 0 alike.
+  const bool budget = a.budget_gb > 0;
+  const pl::RankResources rank{.host = h->name,
+                               .mem_cap_bytes = static_cast<uint64_t>((budget ? a.budget_gb : h->mem_capacity_gb) * 1e9),
+                               .budget_given = budget,
+                               .read_gbps = h->mem_gbps,
+                               .tflops = h->peak_tflops,
+                               .n_threads = a.n_threads};
+  const std::vector<pl::RankResources> ranks(static_cast<size_t>(a.n_ranks), rank);
+  std::vector<pl::LinkFigures> links(static_cast<size_t>(a.n_ranks), {.latency_s = a.link_us * 1e-6, .gbps = a.link_gbps});
+  links[0] = {};  // rank 0's own, unused (as the link probe gives it)
+
+  std::string t = fmt::format("model     {}\n", pl::shape_summary(*shape));
+  t += fmt::format("ranks     {} x {}: {:.0f} GB/s, {:.3g} TFLOP/s, {:.0f} GB {}; links to rank 0 {:g} us, {:g} GB/s\n",
+                   a.n_ranks, h->name, h->mem_gbps, h->peak_tflops, static_cast<double>(rank.mem_cap_bytes) / 1e9,
+                   budget ? "budget" : "memory", a.link_us, a.link_gbps);
+  json j = {{"model", pl::shape_summary(*shape)}, {"mode", a.parallel},     {"n_ranks", a.n_ranks},
+            {"hardware", h->name},                {"read_gbps", h->mem_gbps}, {"tflops", h->peak_tflops},
+            {"mem_cap_bytes", rank.mem_cap_bytes}, {"budget_given", budget},
+            {"link", {{"latency_s", a.link_us * 1e-6}, {"gbps", a.link_gbps}}}};
+  json rows = json::array();
+  if (a.parallel == "pp") {
+    pl::PipelineInputs in = dist::pipeline_inputs(*mf, *hp);
+    in.ranks = ranks;
+    in.links = links;
+    auto p = pl::plan_pipeline(in);
+    if (!p.ok()) return fail(p.status());
+    t += dist::pipeline_map(*p, in, a.n_batch);
+    for (int64_t r = 0; r < p->n_stages(); ++r) {
+      const pl::LayerRange g = p->ranges[static_cast<size_t>(r)];
+      rows.push_back({{"rank", r}, {"layers", {g.begin, g.end}}, {"weight_bytes", p->stage_bytes[static_cast<size_t>(r)]}});
+    }
+    j["predicted"] = predicted_json(dist::predicted_steps(*p, a.n_batch));
+  } else {
+    pl::ExpertParallelInputs in = dist::expert_parallel_inputs(*mf, *hp);
+    in.ranks = ranks;
+    in.links = links;
+    auto p = pl::plan_expert_parallel(in);
+    if (!p.ok()) return fail(p.status());
+    t += dist::expert_parallel_map(*p, a.n_batch);
+    for (int64_t r = 0; r < p->n_ranks(); ++r) {
+      const pl::ExpertRange g = p->shares[static_cast<size_t>(r)];
+      rows.push_back({{"rank", r}, {"experts", {g.begin, g.end}}, {"weight_bytes", p->rank_bytes[static_cast<size_t>(r)]}});
+    }
+    j["n_expert"] = in.n_expert;
+    j["n_routed_layers"] = in.n_routed_layers;
+    j["predicted"] = predicted_json(dist::predicted_steps(*p, a.n_batch));
+  }
+  j["ranks"] = rows;
+  t += "the map a job of these ranks prints at load (there with each rank's measured rates and links)\n";
+  emit(a, j, t);
+  return 0;
+}
+
+}  // namespace sluice::cli::plan_cmd
