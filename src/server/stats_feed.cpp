@@ -81,17 +81,19 @@ class ExpertCells {
   using Cells = std::vector<const Row*>;  // [n_layer * n_expert], null where absent
 
   ExpertCells(const std::vector<Row>& rows, int64_t n_layer, int64_t n_expert) : n_layer_(n_layer), n_expert_(n_expert) {
-    std::string family;   // name + extra labels
-    Cells* cells = nullptr;  // family's (a family's rows come one after another)
+    // A family's rows come one after another, sharing the registry's name string.
+    const std::string* name = nullptr;
+    std::string_view last_extra;
+    Cells* cells = nullptr;
     for (const Row& r : rows) {
       if (!r.expert_cell) continue;
       int64_t l = 0, e = 0;
       std::string_view extra;
       if (!parse_cell(r.labels, &l, &e, &extra) || l >= n_layer || e >= n_expert) continue;
-      if (!cells || family.size() != r.name.size() + extra.size() || family.compare(0, r.name.size(), r.name) != 0 ||
-          family.compare(r.name.size(), extra.size(), extra) != 0) {
-        family.assign(r.name).append(extra);
-        cells = &families_[family];
+      if (!cells || &r.name != name || extra != last_extra) {
+        name = &r.name;
+        last_extra = extra;
+        cells = &families_[r.name + std::string(extra)];
         if (cells->empty()) cells->assign(static_cast<size_t>(n_layer * n_expert), nullptr);
       }
       (*cells)[static_cast<size_t>(l * n_expert + e)] = &r;
@@ -176,8 +178,14 @@ std::map<std::string, double> StatsFeed::rates(const Sample& now, double* window
 
 ojson StatsFeed::snapshot(const std::string& model_json) {
   std::vector<Row> rows;
+  const std::string* family = nullptr;  // the registry's name string of the last series
+  bool expert_family = false;
   registry_.visit([&](const MetricSeries& s) {
-    Row r{.name = s.name, .labels = s.labels, .kind = s.kind, .value = s.value, .expert_cell = is_expert_family(s.name)};
+    if (&s.name != family) {
+      family = &s.name;
+      expert_family = is_expert_family(s.name);
+    }
+    Row r{.name = s.name, .labels = s.labels, .kind = s.kind, .value = s.value, .expert_cell = expert_family};
     if (s.histogram) {
       r.sum = s.histogram->sum();
       if (s.histogram->count() > 0) {
