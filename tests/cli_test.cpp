@@ -368,6 +368,22 @@ TEST(Cli, SynthSlidingWindowOverride) {
   EXPECT_NE(bad.exit_code, 0);
 }
 
+// --experts and --expert-ffn reshape an MoE preset (how a model near the
+// per-expert series cap is made small); a dense preset refuses them.
+TEST(Cli, SynthExpertOverrides) {
+  const std::string out = ::testing::TempDir() + "/cli_synth_experts.gguf";
+  CliResult s = run_cli("synth --preset tiny-qwen3moe --experts 40 --expert-ffn 64 --layers 2 --vocab 512 --type q8_0 -o " + out);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  CliResult info = run_cli("info " + out);
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("mixture of experts (4 of 40"), std::string::npos) << info.out;
+  CliResult r = run_cli("run -m " + out + " -p 'hello world' -n 4 --seed 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  CliResult dense = run_cli("synth --preset tiny --experts 8 -o " + ::testing::TempDir() + "/never_e.gguf");
+  EXPECT_NE(dense.exit_code, 0);
+  EXPECT_NE(dense.err.find("need an MoE preset"), std::string::npos) << dense.err;
+}
+
 // `plan --measure --rounds`: the model loaded once, then per round a calibration
 // and the decode, prefill and streamed measurements; the JSON holds the medians
 // and every round. 1 MB budget: just above stories260K's smallest workable one

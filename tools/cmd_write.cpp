@@ -140,7 +140,7 @@ Runner add_convert(CLI::App& app) {
 Runner add_synth(CLI::App& app) {
   struct Args {
     std::string preset = "tiny", type = "f16", output;
-    int64_t layers = 0, vocab = 0;
+    int64_t layers = 0, vocab = 0, experts = 0, expert_ffn = 0;
     uint64_t seed = 1;
     int n_threads = 0;
     int64_t sliding_window = 0;
@@ -154,6 +154,10 @@ Runner add_synth(CLI::App& app) {
   c->add_option("--type", a->type, "weights: a type (f16, q8_0, q4_0, q5_k, iq4_nl, ...) or llama.cpp mix (q2_k, q3_k_m, q4_k_m, q5_k_s, iq4_xs, ...)")->capture_default_str();
   c->add_option("--layers", a->layers, "override the layer count (a slice: 70b-slice, mixtral-8x7b, ...)");
   c->add_option("--vocab", a->vocab, "override the vocabulary size (small test models)");
+  c->add_option("--experts", a->experts, "override the routed expert count of an MoE preset (top-k kept, at most this)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  c->add_option("--expert-ffn", a->expert_ffn, "override the routed experts' FFN width of an MoE preset")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   c->add_option("--seed", a->seed, "RNG seed (same seed -> identical file)")->capture_default_str();
   c->add_option("-t,--threads", a->n_threads, "threads");
   CLI::Option* window = c->add_option("--sliding-window", a->sliding_window,
@@ -168,6 +172,13 @@ Runner add_synth(CLI::App& app) {
     if (!shape.ok()) return fail(shape.status());
     if (window->count() > 0) shape->n_swa = a->sliding_window;
     if (a->vocab > 0) shape->n_vocab = a->vocab;
+    if ((a->experts > 0 || a->expert_ffn > 0) && shape->n_expert == 0)
+      return fail(invalid_argument("--experts and --expert-ffn need an MoE preset; '{}' is dense", a->preset));
+    if (a->experts > 0) {
+      shape->n_expert = a->experts;
+      shape->n_expert_used = std::min(shape->n_expert_used, a->experts);
+    }
+    if (a->expert_ffn > 0) shape->n_ff_expert = a->expert_ffn;
     SynthOptions o{.shape = *shape, .type = a->type, .seed = a->seed, .n_threads = a->n_threads,
                    .progress = progress_printer("synth " + a->preset + " " + a->type)};
     auto n = write_synth_model(o, a->output);

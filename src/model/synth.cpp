@@ -180,33 +180,17 @@ SynthVocab synth_vocab(int64_t n_vocab) {
   return v;
 }
 
-StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& path) {
-  const SynthShape& s = o.shape;
-  ASSIGN_OR_RETURN(const QuantMix mix, quant_mix_from_name(o.type));
+StatusOr<Metadata> synth_metadata(const SynthShape& s) {
   const ArchSpec* spec = find_arch(s.arch);
   if (!spec) return invalid_argument("shape {}: unknown architecture '{}' ({})", s.name, s.arch, supported_arch_names());
   if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv != 0 || (s.head_dim == 0 && s.n_embd % s.n_head != 0)) {
     return invalid_argument("shape {}: heads {} / kv heads {} do not divide embedding {}", s.name, s.n_head, s.n_head_kv, s.n_embd);
   }
   const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
-  // A mix falls back per tensor to a 32-element type (Q5_0, Q5_1, IQ4_NL,
-  // Q8_0) where a row does not split into 256-element super-blocks, as
-  // llama.cpp's quantizer does (Qwen1.5-MoE's expert ffn is 1408 = 5.5 x 256).
-  const int64_t bs = mix.is_mix ? 32 : dtype_traits(mix.base).block_size;
-  for (int64_t d : {s.n_embd, s.n_ff, s.n_ff_expert, s.n_ff_shared, head_dim * s.n_head}) {
-    if (d % bs != 0) {
-      return invalid_argument("type {} needs dims divisible by {} (embedding {}, ffn {}, expert ffn {}, shared ffn {})",
-                              o.type, bs, s.n_embd, s.n_ff, s.n_ff_expert, s.n_ff_shared);
-    }
-  }
-
-  GgufWriter w;
-  Metadata& md = w.metadata();
+  Metadata md;
   const std::string a = s.arch + ".";
   auto u32 = [](int64_t v) { return MetaValue::u32(static_cast<uint32_t>(v)); };
   md.set("general.architecture", MetaValue::str(s.arch));
-  md.set("general.name", MetaValue::str(fmt::format("synth-{}-{}", s.name, o.type)));
-  md.set("general.file_type", u32(mix.file_type));
   md.set(a + "vocab_size", u32(s.n_vocab));
   md.set(a + "context_length", u32(s.n_ctx));
   md.set(a + "embedding_length", u32(s.n_embd));
@@ -241,7 +225,32 @@ StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& p
     md.set(a + "expert_feed_forward_length", u32(s.n_ff_expert));
     if (s.n_ff_shared > 0) md.set(a + "expert_shared_feed_forward_length", u32(s.n_ff_shared));
   }
-  if (s.n_swa > 0) md.set(a + "attention.sliding_window", u32(s.n_swa));
+  return md;
+}
+
+StatusOr<uint64_t> write_synth_model(const SynthOptions& o, const std::string& path) {
+  const SynthShape& s = o.shape;
+  ASSIGN_OR_RETURN(const QuantMix mix, quant_mix_from_name(o.type));
+  ASSIGN_OR_RETURN(Metadata shape_md, synth_metadata(s));
+  const ArchSpec* spec = find_arch(s.arch);
+  const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
+  // A mix falls back per tensor to a 32-element type (Q5_0, Q5_1, IQ4_NL,
+  // Q8_0) where a row does not split into 256-element super-blocks, as
+  // llama.cpp's quantizer does (Qwen1.5-MoE's expert ffn is 1408 = 5.5 x 256).
+  const int64_t bs = mix.is_mix ? 32 : dtype_traits(mix.base).block_size;
+  for (int64_t d : {s.n_embd, s.n_ff, s.n_ff_expert, s.n_ff_shared, head_dim * s.n_head}) {
+    if (d % bs != 0) {
+      return invalid_argument("type {} needs dims divisible by {} (embedding {}, ffn {}, expert ffn {}, shared ffn {})",
+                              o.type, bs, s.n_embd, s.n_ff, s.n_ff_expert, s.n_ff_shared);
+    }
+  }
+
+  GgufWriter w;
+  Metadata& md = w.metadata();
+  md.set("general.architecture", MetaValue::str(s.arch));
+  md.set("general.name", MetaValue::str(fmt::format("synth-{}-{}", s.name, o.type)));
+  md.set("general.file_type", MetaValue::u32(static_cast<uint32_t>(mix.file_type)));
+  for (const std::string& k : shape_md.keys()) md.set(k, *shape_md.find(k));
   SynthVocab vocab = synth_vocab(s.n_vocab);
   md.set("tokenizer.ggml.model", MetaValue::str("llama"));
   MetaArray toks{.elem_type = GgufType::kString};

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "format/metadata.h"
 #include "quant/dtype.h"
 #include "sluice/status.h"
 
@@ -75,6 +76,13 @@ struct SynthShape {
 //   tiny-phi3-128k                                 tiny-phi3 with LongRoPE: context 2048, original 64
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override = 0);
 std::vector<std::string> synth_preset_names();
+
+// The hyper-parameter metadata a synth file of `shape` carries
+// (general.architecture and the {arch}.* keys; no tokenizer, name or file
+// type): what the planner reads a preset's shape from (plan/model_shape.h),
+// so a preset is defined here once. Refuses an unknown architecture and heads
+// that do not divide the embedding.
+StatusOr<Metadata> synth_metadata(const SynthShape& shape);
 
 // Weight "type" names accepted by synth: a type for every matrix (f32, f16,
 // bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q3_k, q4_k, q5_k, iq4_nl) or one of

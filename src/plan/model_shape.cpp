@@ -5,6 +5,7 @@
 #include "arch/arch_spec.h"
 #include "format/hf_config.h"
 #include "model/hparams.h"
+#include "model/synth.h"
 
 namespace sluice::plan {
 namespace {
@@ -16,13 +17,21 @@ ModelShape dense(std::string name, int64_t n_vocab, int64_t n_embd, int64_t n_la
                     .n_ctx_train = n_ctx_train};
 }
 
+// A model synth also writes (model/synth.h) is defined there once, and read
+// here the way the planner reads that file's metadata.
+ModelShape from_synth(const std::string& synth_name, std::string name, int64_t n_layer = 0) {
+  ModelShape s = shape_from_synth(synth_preset(synth_name, n_layer).value()).value();
+  s.name = std::move(name);
+  return s;
+}
+
 std::vector<ModelShape> presets() {
   std::vector<ModelShape> p = {
       dense("llama-2-7b", 32000, 4096, 32, 32, 32, 11008, 4096),
       dense("llama-2-13b", 32000, 5120, 40, 40, 40, 13824, 4096),
       dense("llama-2-70b", 32000, 8192, 80, 64, 8, 28672, 4096),
-      dense("llama-3-8b", 128256, 4096, 32, 32, 8, 14336, 8192),
-      dense("llama-3-70b", 128256, 8192, 80, 64, 8, 28672, 8192),
+      from_synth("8b", "llama-3-8b"),
+      from_synth("70b-slice", "llama-3-70b", 80),  // the slice's layer shape, all 80 layers
       dense("llama-3.1-405b", 128256, 16384, 126, 128, 8, 53248, 131072),
   };
   // GLM-4.7 (355B total, ~32B active): 92 blocks, the first 3 dense; 160 routed
@@ -35,28 +44,11 @@ std::vector<ModelShape> presets() {
   glm.n_ff_shared = 1536;
   glm.n_layer_dense = 3;
   p.push_back(glm);
-  // Mistral 7B v0.1: a window of 4096 on every block.
-  ModelShape mistral = dense("mistral-7b", 32000, 4096, 32, 32, 8, 14336, 32768);
-  mistral.n_swa = 4096;
-  mistral.n_layer_swa = 32;
-  p.push_back(mistral);
-  // Gemma 2 9B: heads of 256, post-norms, window 4096 on the even blocks, no LM head.
-  ModelShape gemma2 = dense("gemma2-9b", 256000, 3584, 42, 16, 8, 14336, 8192);
-  gemma2.head_dim = 256;
-  gemma2.tied_embeddings = true;
-  gemma2.n_norm_layer = 4;
-  gemma2.n_swa = 4096;
-  gemma2.n_layer_swa = 21;
-  p.push_back(gemma2);
-  // Gemma 3 4B (text): q/k norms, window 1024 on 5 of every 6 blocks (29 of 34).
-  ModelShape gemma3 = dense("gemma3-4b", 262144, 2560, 34, 8, 4, 10240, 131072);
-  gemma3.head_dim = 256;
-  gemma3.tied_embeddings = true;
-  gemma3.n_norm_layer = 4;
-  gemma3.qk_norm = true;
-  gemma3.n_swa = 1024;
-  gemma3.n_layer_swa = 29;
-  p.push_back(gemma3);
+  // Mistral 7B v0.1 (a window of 4096 on every block), Gemma 2 9B (heads of
+  // 256, post-norms, window 4096 on the even blocks, no LM head), Gemma 3 4B
+  // text (q/k norms, window 1024 on 5 of every 6 blocks): the windowed blocks,
+  // norms and tied head come from the architecture's table, as for a file.
+  for (const char* name : {"mistral-7b", "gemma2-9b", "gemma3-4b"}) p.push_back(from_synth(name, name));
   return p;
 }
 
@@ -163,6 +155,13 @@ StatusOr<ModelShape> shape_from_metadata(const Metadata& md) {
 StatusOr<ModelShape> shape_from_model_file(const ModelFile& file) {
   ASSIGN_OR_RETURN(ModelShape s, shape_from_metadata(file.metadata));
   s.tied_embeddings = file.find(TensorRole::kOutput) == nullptr;
+  return s;
+}
+
+StatusOr<ModelShape> shape_from_synth(const SynthShape& synth) {
+  ASSIGN_OR_RETURN(const Metadata md, synth_metadata(synth));
+  ASSIGN_OR_RETURN(ModelShape s, shape_from_metadata(md));
+  s.name = synth.name;
   return s;
 }
 

@@ -32,6 +32,10 @@
 #include "format/model_file.h"
 #include "sluice/status.h"
 
+namespace sluice {
+struct SynthShape;  // model/synth.h
+}  // namespace sluice
+
 namespace sluice::plan {
 
 struct ModelShape {
@@ -100,6 +104,9 @@ ParamCount count_params(const ModelShape& shape);
 // llama-3.1-405b (alias 405b), glm-4.7 (the MoE of the QLoRA streaming essay),
 // mistral-7b (window 4096 on every block), gemma2-9b (window 4096 on half the
 // blocks, tied embeddings), gemma3-4b (text; window 1024 on 5 of 6 blocks, tied).
+// Those synth also writes (llama-3-8b: synth's 8b, llama-3-70b: its 70b-slice
+// at 80 layers, mistral-7b, gemma2-9b, gemma3-4b) are synth_preset()'s shapes
+// read through shape_from_synth(): one definition.
 StatusOr<ModelShape> preset_shape(const std::string& name);
 std::vector<std::string> preset_names();
 
@@ -114,6 +121,11 @@ StatusOr<ModelShape> shape_from_metadata(const Metadata& md);
 // shape_from_metadata() of the file's metadata, with tied embeddings when the
 // file has no output.weight.
 StatusOr<ModelShape> shape_from_model_file(const ModelFile& file);
+
+// A synthetic model's shape (model/synth.h) as the planner reads the file
+// synth writes: shape_from_metadata() of synth_metadata(), named as the shape
+// (an optional LM head counts as present, as the architecture's table says).
+StatusOr<ModelShape> shape_from_synth(const SynthShape& synth);
 
 // From the text of an HF config.json, read as the HF loader reads it
 // (format/hf_config.h, HfConfigUse::kPlan: any model_type, deepseek/glm-style

@@ -172,6 +172,84 @@ TEST(ModelShape, PlannedBytesEqualTheSynthFileForEveryArchitecture) {
   }
 }
 
+// Every field the planner has, for comparing two shapes (the name aside).
+void expect_same_shape(const ModelShape& a, const ModelShape& b) {
+  EXPECT_EQ(a.n_vocab, b.n_vocab);
+  EXPECT_EQ(a.n_embd, b.n_embd);
+  EXPECT_EQ(a.n_layer, b.n_layer);
+  EXPECT_EQ(a.n_head, b.n_head);
+  EXPECT_EQ(a.n_head_kv, b.n_head_kv);
+  EXPECT_EQ(a.head_dim_or_default(), b.head_dim_or_default());
+  EXPECT_EQ(a.n_ff, b.n_ff);
+  EXPECT_EQ(a.n_ctx_train, b.n_ctx_train);
+  EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
+  EXPECT_EQ(a.n_norm_layer, b.n_norm_layer);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.n_swa, b.n_swa);
+  EXPECT_EQ(a.n_layer_swa, b.n_layer_swa);
+  EXPECT_EQ(a.n_expert, b.n_expert);
+  EXPECT_EQ(a.n_expert_used, b.n_expert_used);
+  EXPECT_EQ(a.n_ff_expert, b.n_ff_expert);
+  EXPECT_EQ(a.n_ff_shared, b.n_ff_shared);
+  EXPECT_EQ(a.n_layer_dense, b.n_layer_dense);
+}
+
+// The models both synth and the planner name are defined once (synth's
+// presets): the planner's preset has synth's dimensions, and what the
+// architecture adds is what the real model has (parameter counts above).
+TEST(ModelShape, PresetsSynthAlsoWritesHaveSynthsShape) {
+  struct Pair {
+    const char* synth;
+    const char* plan;
+    int64_t n_layer;  // synth's layer override (0: the preset's)
+  };
+  for (const Pair& p : {Pair{"8b", "llama-3-8b", 0}, Pair{"70b-slice", "llama-3-70b", 80},
+                        Pair{"mistral-7b", "mistral-7b", 0}, Pair{"gemma2-9b", "gemma2-9b", 0},
+                        Pair{"gemma3-4b", "gemma3-4b", 0}}) {
+    SCOPED_TRACE(p.plan);
+    const SynthShape s = synth_preset(p.synth, p.n_layer).value();
+    const ModelShape m = preset_shape(p.plan).value();
+    EXPECT_EQ(m.name, p.plan);
+    EXPECT_EQ(m.n_vocab, s.n_vocab);
+    EXPECT_EQ(m.n_embd, s.n_embd);
+    EXPECT_EQ(m.n_layer, s.n_layer);
+    EXPECT_EQ(m.n_head, s.n_head);
+    EXPECT_EQ(m.n_head_kv, s.n_head_kv);
+    EXPECT_EQ(m.head_dim_or_default(), s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head);
+    EXPECT_EQ(m.n_ff, s.n_ff);
+    EXPECT_EQ(m.n_ctx_train, s.n_ctx);
+    EXPECT_EQ(m.n_swa, s.n_swa);
+    EXPECT_EQ(m.n_expert, s.n_expert);
+  }
+  EXPECT_EQ(preset_shape("gemma2-9b")->n_layer_swa, 21);  // the even blocks
+  EXPECT_EQ(preset_shape("gemma3-4b")->n_layer_swa, 29);  // 5 of every 6
+  EXPECT_EQ(preset_shape("mistral-7b")->n_layer_swa, 32);
+  EXPECT_TRUE(preset_shape("gemma3-4b")->qk_norm);
+  EXPECT_FALSE(preset_shape("llama-3-8b")->tied_embeddings);
+}
+
+// shape_from_synth() reads a shape as the planner reads the file synth
+// writes of it: field by field the same as that file, for each architecture.
+TEST(ModelShape, ShapeFromSynthEqualsTheWrittenFile) {
+  for (const std::string preset : {"tiny", "tiny-mistral", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-qwen3moe"}) {
+    SCOPED_TRACE(preset);
+    SynthShape shape = synth_preset(preset).value();
+    shape.n_vocab = 512;
+    const std::string path = fmt::format("/tmp/sluice-plan-synth-{}-{}.gguf", ::getpid(), preset);
+    ASSERT_TRUE(write_synth_model({.shape = shape, .type = "f32", .seed = 4, .n_threads = 1}, path).ok());
+    auto mf = open_model_file(path);
+    std::remove(path.c_str());
+    ASSERT_TRUE(mf.ok()) << mf.status().to_string();
+    const ModelShape from_file = shape_from_model_file(*mf).value();
+    const ModelShape from_synth = shape_from_synth(shape).value();
+    EXPECT_EQ(from_synth.name, preset);
+    expect_same_shape(from_synth, from_file);
+  }
+  SynthShape bad = synth_preset("tiny").value();
+  bad.arch = "no-such-arch";
+  EXPECT_FALSE(shape_from_synth(bad).ok());
+}
+
 TEST(ModelShape, GemmaPresetsAndConfigsAreTied) {
   // Gemma 2 9B: 9.24B parameters (with an untied head it would be 10.16B).
   const ModelShape g2 = preset_shape("gemma2-9b").value();

@@ -1,6 +1,8 @@
 #include "server/stats_feed.h"
 
 #include <cmath>
+#include <cstring>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -10,12 +12,16 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// One series copied out of the registry (the visit holds its lock).
+// One series copied out of the registry (the visit holds its lock). Its
+// name and labels are the registry's own strings, not copies: a series is
+// never removed, and its strings stay where they are for the registry's life.
 struct Row {
-  std::string name, labels;
+  const std::string& name;
+  const std::string& labels;
   MetricKind kind;
   double value = 0;                 // counter, gauge; histogram: count
   double sum = 0, p50 = 0, p90 = 0, p99 = 0;  // histograms
+  bool expert_cell = false;         // of a per-expert family (is_expert_family)
 };
 
 std::string key(const std::string& name, const std::string& labels) {
@@ -37,6 +43,94 @@ std::string leg_of(const Row& r, const std::map<std::string, std::string>& l) {
   if (r.kind == MetricKind::kCounter && r.name.find("bytes") != std::string::npos) return r.name;
   return "";
 }
+
+// The per-expert families (engine_metrics.h): a series per (layer, expert),
+// up to kMaxExpertCells cells and seven series each.
+bool is_expert_family(const std::string& name) {
+  return name == "sluice_expert_routed_total" || name == "sluice_expert_resident" || name == "sluice_expert_chosen" ||
+         name == "sluice_expert_predicted";
+}
+
+// `layer="L",expert="E"` followed by `extra` (",readiness=\"ready\"", ...) as
+// the engine writes them: L and E, or false.
+bool parse_cell(const std::string& labels, int64_t* layer, int64_t* expert, std::string_view* extra) {
+  auto number = [&](size_t* i, const char* prefix, int64_t* out) {
+    const size_t n = std::strlen(prefix);
+    if (labels.compare(*i, n, prefix) != 0) return false;
+    *i += n;
+    const size_t start = *i;
+    int64_t v = 0;
+    for (; *i < labels.size() && labels[*i] >= '0' && labels[*i] <= '9' && *i - start < 12; ++*i)
+      v = v * 10 + (labels[*i] - '0');
+    if (*i == start || *i >= labels.size() || labels[*i] != '"') return false;
+    ++*i;
+    *out = v;
+    return true;
+  };
+  size_t i = 0;
+  if (!number(&i, "layer=\"", layer) || !number(&i, ",expert=\"", expert)) return false;
+  *extra = std::string_view(labels).substr(i);
+  return true;
+}
+
+// The rows of the per-expert families by cell, found in one pass over the
+// rows (a model at the cap has tens of thousands; looking each cell up by its
+// name and labels cost the server most of a /stats).
+class ExpertCells {
+ public:
+  using Cells = std::vector<const Row*>;  // [n_layer * n_expert], null where absent
+
+  ExpertCells(const std::vector<Row>& rows, int64_t n_layer, int64_t n_expert) : n_layer_(n_layer), n_expert_(n_expert) {
+    // A family's rows come one after another, sharing the registry's name string.
+    const std::string* name = nullptr;
+    std::string_view last_extra;
+    Cells* cells = nullptr;
+    for (const Row& r : rows) {
+      if (!r.expert_cell) continue;
+      int64_t l = 0, e = 0;
+      std::string_view extra;
+      if (!parse_cell(r.labels, &l, &e, &extra) || l >= n_layer || e >= n_expert) continue;
+      if (!cells || &r.name != name || extra != last_extra) {
+        name = &r.name;
+        last_extra = extra;
+        cells = &families_[r.name + std::string(extra)];
+        if (cells->empty()) cells->assign(static_cast<size_t>(n_layer * n_expert), nullptr);
+      }
+      (*cells)[static_cast<size_t>(l * n_expert + e)] = &r;
+    }
+  }
+  // The cells of family + extra labels, or null when it has none.
+  const Cells* find(const std::string& family) const {
+    auto it = families_.find(family);
+    return it == families_.end() ? nullptr : &it->second;
+  }
+  const Row* at(const Cells* cells, int64_t layer, int64_t expert) const {
+    return cells ? (*cells)[static_cast<size_t>(layer * n_expert_ + expert)] : nullptr;
+  }
+  // [n_layer][n_expert] values of family + extra labels; a layer without a
+  // series for expert 0 is null (a dense layer), a missing cell 0.
+  ojson matrix(const std::string& family) const {
+    const Cells* cells = find(family);
+    ojson rows = ojson::array();
+    for (int64_t l = 0; l < n_layer_; ++l) {
+      if (!at(cells, l, 0)) {
+        rows.push_back(nullptr);
+        continue;
+      }
+      ojson row = ojson::array();
+      for (int64_t e = 0; e < n_expert_; ++e) {
+        const Row* r = at(cells, l, e);
+        row.push_back(r ? finite(r->value) : 0.0);
+      }
+      rows.push_back(std::move(row));
+    }
+    return rows;
+  }
+
+ private:
+  int64_t n_layer_, n_expert_;
+  std::map<std::string, Cells> families_;  // family + extra labels -> cells
+};
 
 }  // namespace
 
@@ -84,8 +178,14 @@ std::map<std::string, double> StatsFeed::rates(const Sample& now, double* window
 
 ojson StatsFeed::snapshot(const std::string& model_json) {
   std::vector<Row> rows;
+  const std::string* family = nullptr;  // the registry's name string of the last series
+  bool expert_family = false;
   registry_.visit([&](const MetricSeries& s) {
-    Row r{.name = s.name, .labels = s.labels, .kind = s.kind, .value = s.value};
+    if (&s.name != family) {
+      family = &s.name;
+      expert_family = is_expert_family(s.name);
+    }
+    Row r{.name = s.name, .labels = s.labels, .kind = s.kind, .value = s.value, .expert_cell = expert_family};
     if (s.histogram) {
       r.sum = s.histogram->sum();
       if (s.histogram->count() > 0) {
@@ -114,7 +214,8 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
     return it == per_s.end() ? 0.0 : finite(it->second);
   };
   std::map<std::string, const Row*> by_key;
-  for (const Row& r : rows) by_key[key(r.name, r.labels)] = &r;
+  for (const Row& r : rows)
+    if (!r.expert_cell) by_key[key(r.name, r.labels)] = &r;  // those: ExpertCells below
   auto value = [&](const std::string& name, const std::string& labels = "") {
     auto it = by_key.find(key(name, labels));
     return it == by_key.end() ? 0.0 : finite(it->second->value);
@@ -163,6 +264,8 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
   ojson legs = ojson::array();
   for (const Row& r : rows) {
     if (r.kind == MetricKind::kHistogram) continue;
+    if (r.kind != MetricKind::kCounter && r.name != "sluice_weight_read_bytes" && r.name != "sluice_expert_read_bytes")
+      continue;  // not a leg (leg_of), and its labels need not be parsed
     const auto labels = parse_labels(r.labels);
     const std::string leg = leg_of(r, labels);
     if (leg.empty()) continue;
@@ -178,20 +281,19 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
   const ojson& m = j["model"];
   const int64_t n_layer = m.value("n_layer", int64_t{0}), n_expert = m.value("n_expert", int64_t{0});
   if (n_expert > 0 && n_layer > 0) {
-    ojson routed = ojson::array(), routed_rate = ojson::array(), layers = ojson::array();
+    const ExpertCells cells(rows, n_layer, n_expert);
+    const ExpertCells::Cells* routed_cells = cells.find("sluice_expert_routed_total");
+    ojson routed = cells.matrix("sluice_expert_routed_total"), routed_rate = ojson::array(), layers = ojson::array();
     for (int64_t l = 0; l < n_layer; ++l) {
       const std::string ll = "layer=\"" + std::to_string(l) + "\"";
-      if (by_key.count(key("sluice_expert_routed_total", ll + ",expert=\"0\"")) == 0) {
-        routed.push_back(nullptr);
+      if (routed[static_cast<size_t>(l)].is_null()) {
         routed_rate.push_back(nullptr);
       } else {
-        ojson row = ojson::array(), row_rate = ojson::array();
+        ojson row_rate = ojson::array();
         for (int64_t e = 0; e < n_expert; ++e) {
-          const std::string labels = ll + ",expert=\"" + std::to_string(e) + "\"";
-          row.push_back(value("sluice_expert_routed_total", labels));
-          row_rate.push_back(rate(key("sluice_expert_routed_total", labels)));
+          const Row* r = cells.at(routed_cells, l, e);
+          row_rate.push_back(r ? rate(key(r->name, r->labels)) : 0.0);
         }
-        routed.push_back(std::move(row));
         routed_rate.push_back(std::move(row_rate));
       }
       if (by_key.count(key("sluice_experts_resident", ll))) {
@@ -205,34 +307,20 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
     j["experts"] = {{"n_layer", n_layer}, {"n_expert", n_expert}, {"routed", routed},
                     {"routed_per_s", routed_rate}, {"layers", layers}};
     // Per expert, when experts stream: the matrices of what the store counted.
-    auto matrix = [&](const std::string& name, const std::string& extra) {
-      ojson rows = ojson::array();
-      for (int64_t l = 0; l < n_layer; ++l) {
-        const std::string ll = "layer=\"" + std::to_string(l) + "\",expert=\"";
-        if (by_key.count(key(name, ll + "0\"" + extra)) == 0) {
-          rows.push_back(nullptr);
-          continue;
-        }
-        ojson row = ojson::array();
-        for (int64_t e = 0; e < n_expert; ++e) row.push_back(value(name, ll + std::to_string(e) + "\"" + extra));
-        rows.push_back(std::move(row));
-      }
-      return rows;
-    };
     bool per_expert = false;
-    for (int64_t l = 0; l < n_layer && !per_expert; ++l)
-      per_expert = by_key.count(key("sluice_expert_resident", "layer=\"" + std::to_string(l) + "\",expert=\"0\"")) > 0;
+    const ExpertCells::Cells* resident = cells.find("sluice_expert_resident");
+    for (int64_t l = 0; l < n_layer && !per_expert; ++l) per_expert = cells.at(resident, l, 0) != nullptr;
     if (per_expert) {
-      ojson predicted = matrix("sluice_expert_predicted", ",routed=\"yes\"");
-      const ojson not_chosen = matrix("sluice_expert_predicted", ",routed=\"no\"");
+      ojson predicted = cells.matrix("sluice_expert_predicted,routed=\"yes\"");
+      const ojson not_chosen = cells.matrix("sluice_expert_predicted,routed=\"no\"");
       const ojson chosen = predicted;
       for (size_t l = 0; l < predicted.size(); ++l)
         for (size_t e = 0; predicted[l].is_array() && e < predicted[l].size(); ++e)
           predicted[l][e] = predicted[l][e].get<double>() + not_chosen[l][e].get<double>();
-      j["experts"]["per_expert"] = {{"resident", matrix("sluice_expert_resident", "")},
-                                    {"ready", matrix("sluice_expert_chosen", ",readiness=\"ready\"")},
-                                    {"late", matrix("sluice_expert_chosen", ",readiness=\"late\"")},
-                                    {"missed", matrix("sluice_expert_chosen", ",readiness=\"missed\"")},
+      j["experts"]["per_expert"] = {{"resident", cells.matrix("sluice_expert_resident")},
+                                    {"ready", cells.matrix("sluice_expert_chosen,readiness=\"ready\"")},
+                                    {"late", cells.matrix("sluice_expert_chosen,readiness=\"late\"")},
+                                    {"missed", cells.matrix("sluice_expert_chosen,readiness=\"missed\"")},
                                     {"predicted", predicted},
                                     {"predicted_chosen", chosen}};
     }
@@ -245,9 +333,7 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
   // Everything else, as /metrics has it (the per-expert matrices are above).
   ojson all = ojson::object();
   for (const Row& r : rows) {
-    if (r.name == "sluice_expert_routed_total" || r.name == "sluice_expert_resident" ||
-        r.name == "sluice_expert_chosen" || r.name == "sluice_expert_predicted")
-      continue;
+    if (r.expert_cell) continue;
     ojson e = {{"labels", parse_labels(r.labels)}};
     if (r.kind == MetricKind::kHistogram) {
       e["count"] = r.value;

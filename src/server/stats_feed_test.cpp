@@ -9,6 +9,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -71,6 +72,85 @@ TEST(StatsFeed, SnapshotHoldsTheRegistrysNumbersAndRates) {
   EXPECT_NEAR(legs["rank 0->1"]["bytes_per_s"].get<double>(), 4096 / w, 1e-6 * 4096 / w);
   ASSERT_TRUE(legs.count("disk -> ram (layers)"));
   EXPECT_NEAR(legs["disk -> ram (layers)"]["bytes_per_s"].get<double>(), (1 << 20) / w, 1e-3 * (1 << 20) / w);
+}
+
+// The expert matrices from the registry's per-expert series (engine_metrics.h),
+// cell by cell: a dense layer (no series) is null, a cell with no series 0,
+// "predicted" the sum of routed="yes" and "no"; series with other labels are
+// not cells, and the per-expert families stay out of "metrics". Also the legs
+// (only byte series) among many series that are not legs.
+TEST(StatsFeed, ExpertMatricesAndLegsHoldTheRegistrysCells) {
+  MetricRegistry r;
+  constexpr int kLayers = 3, kExperts = 5;  // layer 1 dense
+  auto cell = [](int l, int e) { return 100.0 * l + 10.0 * e; };
+  std::vector<Counter*> routed;
+  for (int l : {0, 2}) {
+    for (int e = 0; e < kExperts; ++e) {
+      const std::string le = "layer=\"" + std::to_string(l) + "\",expert=\"" + std::to_string(e) + "\"";
+      routed.push_back(r.counter("sluice_expert_routed_total", "r", le));
+      routed.back()->add(cell(l, e) + 1);
+      if (l == 2 && e == 3) continue;  // a cell with no per-expert series
+      r.gauge("sluice_expert_resident", "r", le)->set((l + e) % 2);
+      r.gauge("sluice_expert_chosen", "c", le + ",readiness=\"ready\"")->set(cell(l, e) + 2);
+      r.gauge("sluice_expert_chosen", "c", le + ",readiness=\"late\"")->set(cell(l, e) + 3);
+      r.gauge("sluice_expert_chosen", "c", le + ",readiness=\"missed\"")->set(cell(l, e) + 4);
+      r.gauge("sluice_expert_predicted", "p", le + ",routed=\"yes\"")->set(cell(l, e) + 5);
+      r.gauge("sluice_expert_predicted", "p", le + ",routed=\"no\"")->set(cell(l, e) + 6);
+    }
+    r.gauge("sluice_experts_resident", "r", "layer=\"" + std::to_string(l) + "\"")->set(l + 1);
+  }
+  r.gauge("sluice_expert_resident", "r", "layer=\"9\",expert=\"0\"")->set(7);  // beyond n_layer: no cell
+  r.gauge("sluice_expert_resident", "r", "expert=\"0\",layer=\"0\"")->set(7);  // not the engine's label order
+  for (int i = 0; i < 50; ++i) r.gauge("sluice_other", "o", "i=\"" + std::to_string(i) + "\"")->set(i);
+  r.gauge("sluice_weight_read_bytes", "w", "tier=\"host\"")->set(4096);
+  r.counter("sluice_some_bytes_total", "b", "x=\"1\"")->add(8);
+  StatsFeed feed(r, /*min_window_s=*/0.0);
+  const std::string model = R"({"n_layer": 3, "n_expert": 5})";
+  feed.snapshot(model);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (Counter* c : routed) c->add(50);
+  const json j = feed.snapshot(model);
+  const double w = j["rate_window_s"].get<double>();
+  ASSERT_GT(w, 0.0);
+  const json& ex = j["experts"];
+  EXPECT_EQ(ex["n_layer"], kLayers);
+  EXPECT_EQ(ex["n_expert"], kExperts);
+  const json& pe = ex["per_expert"];
+  for (int l = 0; l < kLayers; ++l) {
+    SCOPED_TRACE(l);
+    if (l == 1) {
+      EXPECT_TRUE(ex["routed"][l].is_null());
+      EXPECT_TRUE(ex["routed_per_s"][l].is_null());
+      for (const char* k : {"resident", "ready", "late", "missed", "predicted", "predicted_chosen"})
+        EXPECT_TRUE(pe[k][l].is_null()) << k;
+      continue;
+    }
+    for (int e = 0; e < kExperts; ++e) {
+      SCOPED_TRACE(e);
+      const double c = cell(l, e);
+      const bool none = l == 2 && e == 3;
+      EXPECT_EQ(ex["routed"][l][e].get<double>(), c + 51);
+      EXPECT_NEAR(ex["routed_per_s"][l][e].get<double>(), 50 / w, 1e-6 * 50 / w);
+      EXPECT_EQ(pe["resident"][l][e].get<double>(), none ? 0.0 : (l + e) % 2);
+      EXPECT_EQ(pe["ready"][l][e].get<double>(), none ? 0.0 : c + 2);
+      EXPECT_EQ(pe["late"][l][e].get<double>(), none ? 0.0 : c + 3);
+      EXPECT_EQ(pe["missed"][l][e].get<double>(), none ? 0.0 : c + 4);
+      EXPECT_EQ(pe["predicted_chosen"][l][e].get<double>(), none ? 0.0 : c + 5);
+      EXPECT_EQ(pe["predicted"][l][e].get<double>(), none ? 0.0 : 2 * c + 11);
+    }
+  }
+  ASSERT_EQ(ex["layers"].size(), 2u);
+  EXPECT_EQ(ex["layers"][1]["layer"], 2);
+  EXPECT_EQ(ex["layers"][1]["resident"], 3);
+  for (const char* k : {"sluice_expert_routed_total", "sluice_expert_resident", "sluice_expert_chosen",
+                        "sluice_expert_predicted"})
+    EXPECT_FALSE(j["metrics"].contains(k)) << k;
+  EXPECT_EQ(j["metrics"]["sluice_other"].size(), 50u);
+  ASSERT_EQ(j["legs"].size(), 2u) << j["legs"].dump();
+  EXPECT_EQ(j["legs"][0]["leg"], "sluice_some_bytes_total");
+  EXPECT_EQ(j["legs"][0]["labels"]["x"], "1");
+  EXPECT_EQ(j["legs"][1]["leg"], "ram -> compute (layers)");
+  EXPECT_EQ(j["legs"][1]["bytes"], 4096);
 }
 
 // A real engine on stories-moe behind the HTTP server, on a free port.
