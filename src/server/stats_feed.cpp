@@ -21,7 +21,6 @@ struct Row {
   MetricKind kind;
   double value = 0;                 // counter, gauge; histogram: count
   double sum = 0, p50 = 0, p90 = 0, p99 = 0;  // histograms
-  bool expert_cell = false;         // of a per-expert family (is_expert_family)
 };
 
 std::string key(const std::string& name, const std::string& labels) {
@@ -73,63 +72,77 @@ bool parse_cell(const std::string& labels, int64_t* layer, int64_t* expert, std:
   return true;
 }
 
-// The rows of the per-expert families by cell, found in one pass over the
-// rows (a model at the cap has tens of thousands; looking each cell up by its
-// name and labels cost the server most of a /stats).
+// The values of the per-expert families by cell, taken during the registry's
+// visit: a model at the cap has tens of thousands of such series, so each goes
+// straight into a dense matrix (no row, no string, no map per series).
 class ExpertCells {
  public:
-  using Cells = std::vector<const Row*>;  // [n_layer * n_expert], null where absent
+  struct Matrix {
+    std::vector<double> value;     // [n_layer * n_expert]
+    std::vector<uint8_t> present;  // 1 where the cell has a series
+  };
 
-  ExpertCells(const std::vector<Row>& rows, int64_t n_layer, int64_t n_expert) : n_layer_(n_layer), n_expert_(n_expert) {
-    // A family's rows come one after another, sharing the registry's name string.
-    const std::string* name = nullptr;
-    std::string_view last_extra;
-    Cells* cells = nullptr;
-    for (const Row& r : rows) {
-      if (!r.expert_cell) continue;
-      int64_t l = 0, e = 0;
-      std::string_view extra;
-      if (!parse_cell(r.labels, &l, &e, &extra) || l >= n_layer || e >= n_expert) continue;
-      if (!cells || &r.name != name || extra != last_extra) {
-        name = &r.name;
-        last_extra = extra;
-        cells = &families_[r.name + std::string(extra)];
-        if (cells->empty()) cells->assign(static_cast<size_t>(n_layer * n_expert), nullptr);
-      }
-      (*cells)[static_cast<size_t>(l * n_expert + e)] = &r;
-    }
+  ExpertCells(int64_t n_layer, int64_t n_expert) : n_layer_(n_layer), n_expert_(n_expert) {}
+
+  // A series of a per-expert family, labels `layer="L",expert="E"` + extra as
+  // the engine writes them; others (and cells beyond the model) are dropped.
+  void add(const std::string& name, const std::string& labels, double value) {
+    int64_t l = 0, e = 0;
+    std::string_view extra;
+    if (!parse_cell(labels, &l, &e, &extra) || l >= n_layer_ || e >= n_expert_) return;
+    Matrix& m = family(name, extra);
+    const size_t i = static_cast<size_t>(l * n_expert_ + e);
+    m.value[i] = value;
+    m.present[i] = 1;
   }
   // The cells of family + extra labels, or null when it has none.
-  const Cells* find(const std::string& family) const {
-    auto it = families_.find(family);
-    return it == families_.end() ? nullptr : &it->second;
+  const Matrix* find(std::string_view name, std::string_view extra = "") const {
+    for (const Family& f : families_)
+      if (f.name == name && f.extra == extra) return &f.m;
+    return nullptr;
   }
-  const Row* at(const Cells* cells, int64_t layer, int64_t expert) const {
-    return cells ? (*cells)[static_cast<size_t>(layer * n_expert_ + expert)] : nullptr;
-  }
-  // [n_layer][n_expert] values of family + extra labels; a layer without a
-  // series for expert 0 is null (a dense layer), a missing cell 0.
-  ojson matrix(const std::string& family) const {
-    const Cells* cells = find(family);
+  // [n_layer][n_expert] of `values` (a matrix's, or one derived from it); a
+  // layer without a series for expert 0 is null (a dense layer), a missing cell 0.
+  ojson json(const Matrix* cells, const std::vector<double>* values = nullptr) const {
+    if (!values && cells) values = &cells->value;
     ojson rows = ojson::array();
     for (int64_t l = 0; l < n_layer_; ++l) {
-      if (!at(cells, l, 0)) {
+      const size_t row = static_cast<size_t>(l * n_expert_);
+      if (!cells || !cells->present[row]) {
         rows.push_back(nullptr);
         continue;
       }
-      ojson row = ojson::array();
+      ojson r = ojson::array();
+      r.get_ref<ojson::array_t&>().reserve(static_cast<size_t>(n_expert_));
       for (int64_t e = 0; e < n_expert_; ++e) {
-        const Row* r = at(cells, l, e);
-        row.push_back(r ? finite(r->value) : 0.0);
+        const size_t i = row + static_cast<size_t>(e);
+        r.push_back(cells->present[i] ? finite((*values)[i]) : 0.0);
       }
-      rows.push_back(std::move(row));
+      rows.push_back(std::move(r));
     }
     return rows;
   }
 
  private:
+  struct Family {
+    const std::string* series_name;  // the registry's string (one per family: compared by address)
+    std::string name, extra;
+    Matrix m;
+  };
+  Matrix& family(const std::string& name, std::string_view extra) {
+    // A family's series come together, alternating between few extras (readiness, routed).
+    auto is = [&](const Family& f) { return f.series_name == &name && f.extra == extra; };
+    if (last_ < families_.size() && is(families_[last_])) return families_[last_].m;
+    for (last_ = 0; last_ < families_.size(); ++last_)
+      if (is(families_[last_])) return families_[last_].m;
+    const size_t n = static_cast<size_t>(n_layer_ * n_expert_);
+    families_.push_back({&name, name, std::string(extra), {std::vector<double>(n, 0.0), std::vector<uint8_t>(n, 0)}});
+    return families_.back().m;
+  }
+
   int64_t n_layer_, n_expert_;
-  std::map<std::string, Cells> families_;  // family + extra labels -> cells
+  std::vector<Family> families_;  // the families with their extra labels: seven at most
+  size_t last_ = 0;               // the one the last series went to
 };
 
 }  // namespace
@@ -160,7 +173,7 @@ std::map<std::string, std::string> parse_labels(const std::string& s) {
 StatsFeed::StatsFeed(MetricRegistry& registry, double min_window_s)
     : registry_(registry), min_window_s_(min_window_s) {}
 
-std::map<std::string, double> StatsFeed::rates(const Sample& now, double* window_s) {
+std::map<std::string, double> StatsFeed::rates(const Sample& now, double* window_s, std::vector<double>* routed_per_s) {
   std::lock_guard<std::mutex> lock(mu_);
   if (last_.t < 0 || now.t - last_.t >= min_window_s_) {
     base_ = std::move(last_);
@@ -168,16 +181,27 @@ std::map<std::string, double> StatsFeed::rates(const Sample& now, double* window
   }
   std::map<std::string, double> out;
   *window_s = base_.t < 0 ? 0.0 : now.t - base_.t;
+  routed_per_s->assign(now.routed.size(), 0.0);
   if (*window_s <= 0) return out;
   for (const auto& [k, v] : now.values) {
     auto it = base_.values.find(k);
     out[k] = (v - (it == base_.values.end() ? 0.0 : it->second)) / *window_s;
   }
+  const bool base_cells = base_.routed.size() == now.routed.size();  // else none yet: from 0
+  for (size_t i = 0; i < now.routed.size(); ++i)
+    (*routed_per_s)[i] = (now.routed[i] - (base_cells ? base_.routed[i] : 0.0)) / *window_s;
   return out;
 }
 
 ojson StatsFeed::snapshot(const std::string& model_json) {
+  ojson model = model_json.empty() ? ojson::object() : ojson::parse(model_json, nullptr, false);
+  if (model.is_discarded()) model = ojson::object();
+  const int64_t n_layer = model.value("n_layer", int64_t{0}), n_expert = model.value("n_expert", int64_t{0});
+  const bool routed_model = n_expert > 0 && n_layer > 0;
+
+  // The per-expert families go into `cells`, every other series into `rows`.
   std::vector<Row> rows;
+  ExpertCells cells(routed_model ? n_layer : 0, routed_model ? n_expert : 0);
   const std::string* family = nullptr;  // the registry's name string of the last series
   bool expert_family = false;
   registry_.visit([&](const MetricSeries& s) {
@@ -185,7 +209,11 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
       family = &s.name;
       expert_family = is_expert_family(s.name);
     }
-    Row r{.name = s.name, .labels = s.labels, .kind = s.kind, .value = s.value, .expert_cell = expert_family};
+    if (expert_family) {
+      cells.add(s.name, s.labels, s.value);
+      return;
+    }
+    Row r{.name = s.name, .labels = s.labels, .kind = s.kind, .value = s.value};
     if (s.histogram) {
       r.sum = s.histogram->sum();
       if (s.histogram->count() > 0) {
@@ -207,15 +235,17 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
       now.values[key(r.name, r.labels)] = r.value;  // counters, and the gauges that only grow
     }
   }
+  const ExpertCells::Matrix* routed_cells = cells.find("sluice_expert_routed_total");
+  if (routed_cells) now.routed = routed_cells->value;
   double window_s = 0;
-  const std::map<std::string, double> per_s = rates(now, &window_s);
+  std::vector<double> routed_per_s;
+  const std::map<std::string, double> per_s = rates(now, &window_s, &routed_per_s);
   auto rate = [&](const std::string& k) {
     auto it = per_s.find(k);
     return it == per_s.end() ? 0.0 : finite(it->second);
   };
   std::map<std::string, const Row*> by_key;
-  for (const Row& r : rows)
-    if (!r.expert_cell) by_key[key(r.name, r.labels)] = &r;  // those: ExpertCells below
+  for (const Row& r : rows) by_key[key(r.name, r.labels)] = &r;
   auto value = [&](const std::string& name, const std::string& labels = "") {
     auto it = by_key.find(key(name, labels));
     return it == by_key.end() ? 0.0 : finite(it->second->value);
@@ -225,8 +255,7 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
   j["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   j["uptime_s"] = std::chrono::duration<double>(steady - start_).count();
   j["rate_window_s"] = window_s;
-  j["model"] = model_json.empty() ? ojson::object() : ojson::parse(model_json, nullptr, false);
-  if (j["model"].is_discarded()) j["model"] = ojson::object();
+  j["model"] = std::move(model);
 
   ojson finished = ojson::object();
   for (const char* o : {"stop", "length", "abort", "error"})
@@ -278,24 +307,10 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
                   {"resident_fraction", value("sluice_weight_resident_fraction")}};
 
   // Experts: the routed-count matrix, the per-layer cache figures and the per-expert ones.
-  const ojson& m = j["model"];
-  const int64_t n_layer = m.value("n_layer", int64_t{0}), n_expert = m.value("n_expert", int64_t{0});
-  if (n_expert > 0 && n_layer > 0) {
-    const ExpertCells cells(rows, n_layer, n_expert);
-    const ExpertCells::Cells* routed_cells = cells.find("sluice_expert_routed_total");
-    ojson routed = cells.matrix("sluice_expert_routed_total"), routed_rate = ojson::array(), layers = ojson::array();
+  if (routed_model) {
+    ojson layers = ojson::array();
     for (int64_t l = 0; l < n_layer; ++l) {
       const std::string ll = "layer=\"" + std::to_string(l) + "\"";
-      if (routed[static_cast<size_t>(l)].is_null()) {
-        routed_rate.push_back(nullptr);
-      } else {
-        ojson row_rate = ojson::array();
-        for (int64_t e = 0; e < n_expert; ++e) {
-          const Row* r = cells.at(routed_cells, l, e);
-          row_rate.push_back(r ? rate(key(r->name, r->labels)) : 0.0);
-        }
-        routed_rate.push_back(std::move(row_rate));
-      }
       if (by_key.count(key("sluice_experts_resident", ll))) {
         layers.push_back({{"layer", l},
                           {"resident", value("sluice_experts_resident", ll)},
@@ -304,25 +319,29 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
                           {"hit_rate", value("sluice_expert_hit_rate", ll)}});
       }
     }
-    j["experts"] = {{"n_layer", n_layer}, {"n_expert", n_expert}, {"routed", routed},
-                    {"routed_per_s", routed_rate}, {"layers", layers}};
+    j["experts"] = {{"n_layer", n_layer},
+                    {"n_expert", n_expert},
+                    {"routed", cells.json(routed_cells)},
+                    {"routed_per_s", cells.json(routed_cells, &routed_per_s)},
+                    {"layers", layers}};
     // Per expert, when experts stream: the matrices of what the store counted.
+    const ExpertCells::Matrix* resident = cells.find("sluice_expert_resident");
     bool per_expert = false;
-    const ExpertCells::Cells* resident = cells.find("sluice_expert_resident");
-    for (int64_t l = 0; l < n_layer && !per_expert; ++l) per_expert = cells.at(resident, l, 0) != nullptr;
+    for (int64_t l = 0; resident && l < n_layer && !per_expert; ++l)
+      per_expert = resident->present[static_cast<size_t>(l * n_expert)] != 0;
     if (per_expert) {
-      ojson predicted = cells.matrix("sluice_expert_predicted,routed=\"yes\"");
-      const ojson not_chosen = cells.matrix("sluice_expert_predicted,routed=\"no\"");
-      const ojson chosen = predicted;
-      for (size_t l = 0; l < predicted.size(); ++l)
-        for (size_t e = 0; predicted[l].is_array() && e < predicted[l].size(); ++e)
-          predicted[l][e] = predicted[l][e].get<double>() + not_chosen[l][e].get<double>();
-      j["experts"]["per_expert"] = {{"resident", cells.matrix("sluice_expert_resident")},
-                                    {"ready", cells.matrix("sluice_expert_chosen,readiness=\"ready\"")},
-                                    {"late", cells.matrix("sluice_expert_chosen,readiness=\"late\"")},
-                                    {"missed", cells.matrix("sluice_expert_chosen,readiness=\"missed\"")},
-                                    {"predicted", predicted},
-                                    {"predicted_chosen", chosen}};
+      const ExpertCells::Matrix* chosen = cells.find("sluice_expert_predicted", ",routed=\"yes\"");
+      const ExpertCells::Matrix* not_chosen = cells.find("sluice_expert_predicted", ",routed=\"no\"");
+      std::vector<double> predicted(static_cast<size_t>(n_layer * n_expert), 0.0);  // chosen + not chosen
+      for (const ExpertCells::Matrix* m : {chosen, not_chosen})
+        for (size_t i = 0; m && i < predicted.size(); ++i)
+          if (m->present[i]) predicted[i] += finite(m->value[i]);
+      j["experts"]["per_expert"] = {{"resident", cells.json(resident)},
+                                    {"ready", cells.json(cells.find("sluice_expert_chosen", ",readiness=\"ready\""))},
+                                    {"late", cells.json(cells.find("sluice_expert_chosen", ",readiness=\"late\""))},
+                                    {"missed", cells.json(cells.find("sluice_expert_chosen", ",readiness=\"missed\""))},
+                                    {"predicted", cells.json(chosen, &predicted)},
+                                    {"predicted_chosen", cells.json(chosen)}};
     }
   }
   j["speculative"] = {{"drafted", value("sluice_spec_draft_tokens_total")},
@@ -333,7 +352,6 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
   // Everything else, as /metrics has it (the per-expert matrices are above).
   ojson all = ojson::object();
   for (const Row& r : rows) {
-    if (r.expert_cell) continue;
     ojson e = {{"labels", parse_labels(r.labels)}};
     if (r.kind == MetricKind::kHistogram) {
       e["count"] = r.value;

@@ -38,6 +38,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -56,9 +57,11 @@ class StatsFeed {
   struct Sample {
     double t = -1;  // steady seconds; < 0: none yet
     std::map<std::string, double> values;  // "name{labels}" -> counter value (histograms: _sum, _count)
+    std::vector<double> routed;            // sluice_expert_routed_total by cell [n_layer * n_expert]
   };
-  // Rates per second of `now` against the kept sample; rolls the samples.
-  std::map<std::string, double> rates(const Sample& now, double* window_s);
+  // Rates per second of `now` against the kept sample (routed_per_s: of its
+  // routed cells); rolls the samples.
+  std::map<std::string, double> rates(const Sample& now, double* window_s, std::vector<double>* routed_per_s);
 
   MetricRegistry& registry_;
   double min_window_s_;

@@ -153,6 +153,36 @@ TEST(StatsFeed, ExpertMatricesAndLegsHoldTheRegistrysCells) {
   EXPECT_EQ(j["legs"][1]["bytes"], 4096);
 }
 
+// The routed counters' rates are kept by cell: a cell counts from 0 when the
+// sample it is compared with had no cells yet (the model was still loading),
+// and two cells with the same count keep their own rates.
+TEST(StatsFeed, RoutedRatesByCellStartFromZeroBeforeTheModelIsKnown) {
+  MetricRegistry r;
+  Counter* a = r.counter("sluice_expert_routed_total", "r", "layer=\"0\",expert=\"0\"");
+  Counter* b = r.counter("sluice_expert_routed_total", "r", "layer=\"0\",expert=\"1\"");
+  a->add(10);
+  b->add(10);
+  StatsFeed feed(r, /*min_window_s=*/0.0);
+  const json loading = feed.snapshot("");  // no model yet: no cells
+  EXPECT_FALSE(loading.contains("experts"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  a->add(30);
+  const std::string model = R"({"n_layer": 1, "n_expert": 2})";
+  json j = feed.snapshot(model);
+  double w = j["rate_window_s"].get<double>();
+  ASSERT_GT(w, 0.0);
+  EXPECT_NEAR(j["experts"]["routed_per_s"][0][0].get<double>(), 40 / w, 1e-6 * 40 / w);
+  EXPECT_NEAR(j["experts"]["routed_per_s"][0][1].get<double>(), 10 / w, 1e-6 * 10 / w);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  b->add(5);
+  j = feed.snapshot(model);
+  w = j["rate_window_s"].get<double>();
+  ASSERT_GT(w, 0.0);
+  EXPECT_EQ(j["experts"]["routed_per_s"][0][0].get<double>(), 0.0);
+  EXPECT_NEAR(j["experts"]["routed_per_s"][0][1].get<double>(), 5 / w, 1e-6 * 5 / w);
+  EXPECT_EQ(j["experts"]["routed"][0][1].get<double>(), 15.0);
+}
+
 // A real engine on stories-moe behind the HTTP server, on a free port.
 // (mem_budget_bytes > 0: the shipped stories-moe-f16 with its experts streamed.)
 class LiveServer {
