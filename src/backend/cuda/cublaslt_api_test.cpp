@@ -14,10 +14,11 @@ TEST(CublasLtApi, LoadsWithEveryEntryPointAndTheHeadersMajorVersion) {
   auto api = cublaslt_api();
   ASSERT_TRUE(api.ok()) << api.status().to_string();
   const CublasLtApi& a = **api;
-  for (const void* fn : {reinterpret_cast<const void*>(a.get_version), reinterpret_cast<const void*>(a.create),
-                         reinterpret_cast<const void*>(a.matmul), reinterpret_cast<const void*>(a.matmul_algo_get_heuristic),
-                         reinterpret_cast<const void*>(a.matrix_layout_destroy)})
-    EXPECT_NE(fn, nullptr);
+  EXPECT_NE(a.get_version, nullptr);
+  EXPECT_NE(a.create, nullptr);
+  EXPECT_NE(a.matmul, nullptr);
+  EXPECT_NE(a.matmul_algo_get_heuristic, nullptr);
+  EXPECT_NE(a.matrix_layout_destroy, nullptr);
   EXPECT_EQ(a.get_version() / 10000, static_cast<size_t>(CUBLAS_VER_MAJOR));
   EXPECT_STREQ(a.get_status_name(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
   // The second call returns the same table.

@@ -11,7 +11,8 @@ namespace {
 // cuBLAS's advice for Hopper: 32 MiB lets every kernel it has run.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-Status lt_error(const CublasLtApi& lt, const char* call, cublasStatus_t st, int64_t n_out, int64_t n_in, int64_t n_tok) {
+Status lt_error(const CublasLtApi& lt, const char* call, cublasStatus_t st, int64_t n_out, int64_t n_in,
+                int64_t n_tok) {
   return internal_error("cuBLASLt {} failed for y[{}x{}] = W[{}x{}] x: {} ({})", call, n_tok, n_out, n_out, n_in,
                         lt.get_status_name(st), lt.get_status_string(st));
 }
@@ -104,8 +105,8 @@ StatusOr<const GemmLt::Plan*> GemmLt::plan(const Key& key) {
   lt_->matmul_preference_destroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     destroy(p);
-    return lt_error(*lt_, "MatmulAlgoGetHeuristic", st == CUBLAS_STATUS_SUCCESS ? CUBLAS_STATUS_NOT_SUPPORTED : st, n_out,
-                    n_in, n_tok);
+    return lt_error(*lt_, "MatmulAlgoGetHeuristic", st == CUBLAS_STATUS_SUCCESS ? CUBLAS_STATUS_NOT_SUPPORTED : st,
+                    n_out, n_in, n_tok);
   }
   p.algo = result.algo;
   return &plans_.emplace(key, p).first->second;

@@ -39,7 +39,7 @@ constexpr DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8
 constexpr double kElemTol = 2e-5;  // of sum |w_e x_e|, per output
 constexpr double kNormTol = 1e-5;  // ||y - ref|| / ||ref|| per case
 
-#define SKIP_WITHOUT_GPU()                        \
+#define SKIP_WITHOUT_DEVICE()                     \
   do {                                            \
     std::string why;                              \
     if (!device_available(&why)) GTEST_SKIP() << why; \
@@ -155,7 +155,7 @@ TEST(CudaMatmul, SupportsEveryType) {
 // multiples of the rows a thread block owns) x n_tok {1, 3, 8, 11} (the
 // 1/2/4/8-token kernels, alone and chained).
 TEST(CudaMatmul, EveryTypeMatchesDotRow) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_DEVICE();
   uint32_t seed = 1;
   for (DType type : kTypes) {
     for (int64_t n_in : {256, 2816, 4096}) {
@@ -170,7 +170,7 @@ TEST(CudaMatmul, EveryTypeMatchesDotRow) {
 // A view that starts one row into a matrix (so its rows are only as aligned as
 // the row size) and x that starts 4 floats into its buffer; and one row alone.
 TEST(CudaMatmul, OffsetViewsAndSingleRow) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_DEVICE();
   uint32_t seed = 1000;
   for (DType type : kTypes) {
     const HostWeights w = make_weights(type, 768, 9, seed++);
@@ -182,7 +182,7 @@ TEST(CudaMatmul, OffsetViewsAndSingleRow) {
 
 // Many rows (a large grid; an output-embedding-like matrix) and a long row.
 TEST(CudaMatmul, LargeShapes) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_DEVICE();
   const HostWeights wide = make_weights(DType::kQ4_0, 256, 70001, 7);
   check_case(wide, 0, wide.n_out, 1, 0, 8);
   for (DType type : {DType::kBF16, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
@@ -194,7 +194,7 @@ TEST(CudaMatmul, LargeShapes) {
 // A token's outputs do not depend on the batch around it: the same x row alone
 // and inside batches of 2, 4, 8 and 11 gives the same bits.
 TEST(CudaMatmul, TokenAloneEqualsTokenInBatch) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_DEVICE();
   for (DType type : kTypes) {
     SCOPED_TRACE(dtype_name(type));
     const HostWeights w = make_weights(type, 2816, 37, 11);
