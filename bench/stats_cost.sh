@@ -4,7 +4,7 @@
 #
 #   bench/stats_cost.sh MODEL [ROUNDS=5] [REQUESTS=32] [TOKENS=256] [POLL_HZ=1] [-- serve flags...]
 #
-# One `sluice serve` (build/sluice) on a free port; each round runs the same
+# One `sluice serve` ($SLUICE, default build/sluice) on a free port; each round runs the same
 # burst twice, once alone and once while a poller GETs /stats POLL_HZ times a
 # second (the page polls once a second; more shows the cost per request). A
 # burst is REQUESTS completions at once, TOKENS tokens each (ignore_eos, greedy),
@@ -20,16 +20,8 @@ extra=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done
 if [ "${1:-}" = "--" ]; then shift; extra=("$@"); fi
 
-log=$(mktemp)
-build/sluice serve -m "$model" --port 0 --max-seqs "$requests" "${extra[@]}" 2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
-for _ in $(seq 300); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
-  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  sleep 0.2
-done
-url="http://127.0.0.1:$port"
+source bench/serve_start.sh
+serve_start "$model" "$requests" "${extra[@]}"
 generated() { curl -s "$url/metrics" | awk '$1 == "sluice_generated_tokens_total" {print $2}'; }
 burst() {  # prints tokens/s
   local g0 t0 t1 g1

@@ -28,18 +28,8 @@ extra=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done
 if [ "${1:-}" = "--" ]; then shift; extra=("$@"); fi
 
-log=$(mktemp)
-"${SLUICE:-build/sluice}" serve -m "$model" --port 0 --max-seqs "$requests" "${extra[@]}" 2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
-port=
-for _ in $(seq 600); do
-  port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
-  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  sleep 0.2
-done
-[ -n "$port" ] || { cat "$log" >&2; exit 1; }
-url="http://127.0.0.1:$port"
+source bench/serve_start.sh
+serve_start "$model" "$requests" "${extra[@]}"
 tck=$(getconf CLK_TCK)
 cpu_ms() { awk -v t="$tck" '{printf "%.0f\n", ($14 + $15) * 1000 / t}' "/proc/$pid/stat"; }
 now() { date +%s.%N; }
