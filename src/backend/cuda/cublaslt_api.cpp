@@ -18,11 +18,11 @@ std::vector<std::string> candidates() {
   return v;
 }
 
+// *out = the library's `name`; a missing one is added to *missing.
 template <typename Fn>
-bool resolve(void* lib, const char* name, Fn* out, std::string* missing) {
+void resolve(void* lib, const char* name, Fn* out, std::string* missing) {
   *out = reinterpret_cast<Fn>(dlsym(lib, name));
   if (*out == nullptr) *missing += std::string(missing->empty() ? "" : ", ") + name;
-  return *out != nullptr;
 }
 
 StatusOr<CublasLtApi> load() {
