@@ -67,14 +67,20 @@ MetricRegistry::Family& MetricRegistry::family(const std::string& name, Kind kin
 Counter* MetricRegistry::counter(const std::string& name, const std::string& help, const std::string& labels) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = family(name, Kind::kCounter, help).counters[labels];
-  if (!slot) slot = std::make_unique<Counter>();
+  if (!slot) {
+    slot = std::make_unique<Counter>();
+    series_count_.fetch_add(1, std::memory_order_release);
+  }
   return slot.get();
 }
 
 Gauge* MetricRegistry::gauge(const std::string& name, const std::string& help, const std::string& labels) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = family(name, Kind::kGauge, help).gauges[labels];
-  if (!slot) slot = std::make_unique<Gauge>();
+  if (!slot) {
+    slot = std::make_unique<Gauge>();
+    series_count_.fetch_add(1, std::memory_order_release);
+  }
   return slot.get();
 }
 
@@ -82,7 +88,10 @@ Histogram* MetricRegistry::histogram(const std::string& name, const std::string&
                                      const std::string& labels) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = family(name, Kind::kHistogram, help).histograms[labels];
-  if (!slot) slot = std::make_unique<Histogram>(std::move(bounds));
+  if (!slot) {
+    slot = std::make_unique<Histogram>(std::move(bounds));
+    series_count_.fetch_add(1, std::memory_order_release);
+  }
   return slot.get();
 }
 

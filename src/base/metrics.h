@@ -69,13 +69,18 @@ std::vector<double> exponential_buckets(double start, double factor, int n);
 enum class MetricKind { kCounter, kGauge, kHistogram };
 
 // One series as visit() hands it out: a counter's or gauge's value, or a
-// histogram (value: its count).
+// histogram (value: its count). The pointers are the registry's own metric
+// (the one that matches `kind`, the others null); like every metric, it stays
+// where it is for the registry's life, so a reader may keep it and read it
+// later without visiting again.
 struct MetricSeries {
   const std::string& name;
   const std::string& labels;  // Prometheus syntax, "" when none
   MetricKind kind;
   double value;
   const Histogram* histogram;  // kHistogram only, else null
+  const Counter* counter = nullptr;  // kCounter only
+  const Gauge* gauge = nullptr;      // kGauge only
 };
 
 class MetricRegistry {
@@ -93,14 +98,27 @@ class MetricRegistry {
   // Prometheus text exposition format (version 0.0.4).
   std::string render_prometheus() const;
 
+  // How many series exist: it changes exactly when one is created, so a
+  // reader that kept series pointers knows when to look for new ones.
+  uint64_t series_count() const { return series_count_.load(std::memory_order_acquire); }
+
   // Calls fn for every series, families in name order (what /metrics renders,
   // for other renderings). Holds the creation lock: fn must not create metrics.
   template <typename Fn>
   void visit(Fn&& fn) const {
+    visit(std::forward<Fn>(fn), [](const std::string&) { return true; });
+  }
+  // The same, for the families whose name `want` accepts (asked once a
+  // family): the series of the others are not walked at all.
+  template <typename Fn, typename Want>
+  void visit(Fn&& fn, Want&& want) const {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [name, f] : families_) {
-      for (const auto& [labels, c] : f.counters) fn(MetricSeries{name, labels, MetricKind::kCounter, c->value(), nullptr});
-      for (const auto& [labels, g] : f.gauges) fn(MetricSeries{name, labels, MetricKind::kGauge, g->value(), nullptr});
+      if (!want(name)) continue;
+      for (const auto& [labels, c] : f.counters)
+        fn(MetricSeries{name, labels, MetricKind::kCounter, c->value(), nullptr, c.get(), nullptr});
+      for (const auto& [labels, g] : f.gauges)
+        fn(MetricSeries{name, labels, MetricKind::kGauge, g->value(), nullptr, nullptr, g.get()});
       for (const auto& [labels, h] : f.histograms)
         fn(MetricSeries{name, labels, MetricKind::kHistogram, static_cast<double>(h->count()), h.get()});
     }
@@ -118,6 +136,7 @@ class MetricRegistry {
   Family& family(const std::string& name, Kind kind, const std::string& help);
 
   mutable std::mutex mu_;
+  std::atomic<uint64_t> series_count_{0};
   std::map<std::string, Family> families_;
 };
 

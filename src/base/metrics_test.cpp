@@ -42,6 +42,49 @@ TEST(Metrics, HistogramBucketsAreCumulativeAndQuantilesInterpolate) {
   EXPECT_NE(text.find("sluice_ttft_seconds_count 5"), std::string::npos);
 }
 
+// series_count() moves exactly when a series is created, so a reader that keeps
+// the metrics visit() hands out knows when to visit again; visit's filter skips
+// whole families.
+TEST(Metrics, SeriesCountAndVisitHandOutTheRegistrysOwnMetrics) {
+  MetricRegistry r;
+  EXPECT_EQ(r.series_count(), 0u);
+  Counter* c = r.counter("a_total", "a", "k=\"1\"");
+  Gauge* g = r.gauge("b", "b");
+  Histogram* h = r.histogram("c_seconds", "c", {1.0});
+  EXPECT_EQ(r.series_count(), 3u);
+  r.counter("a_total", "a", "k=\"1\"");  // already there
+  r.gauge("b", "b")->set(2);
+  EXPECT_EQ(r.series_count(), 3u);
+  r.counter("a_total", "a", "k=\"2\"");
+  EXPECT_EQ(r.series_count(), 4u);
+
+  std::vector<std::string> seen;
+  r.visit(
+      [&](const MetricSeries& s) {
+        seen.push_back(s.name + "{" + s.labels + "}");
+        if (s.name == "b") {
+          EXPECT_EQ(s.gauge, g);
+          EXPECT_EQ(s.counter, nullptr);
+          EXPECT_EQ(s.histogram, nullptr);
+          EXPECT_EQ(s.value, 2);
+        } else if (s.name == "a_total") {
+          ASSERT_NE(s.counter, nullptr);
+          EXPECT_EQ(s.counter == c, s.labels == "k=\"1\"");
+          EXPECT_EQ(s.gauge, nullptr);
+        } else {
+          ADD_FAILURE() << "a family the filter refused: " << s.name;
+        }
+      },
+      [](const std::string& family) { return family != "c_seconds"; });
+  EXPECT_EQ(seen, (std::vector<std::string>{"a_total{k=\"1\"}", "a_total{k=\"2\"}", "b{}"}));
+  seen.clear();
+  r.visit([&](const MetricSeries& s) {
+    seen.push_back(s.name);
+    if (s.kind == MetricKind::kHistogram) EXPECT_EQ(s.histogram, h);
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"a_total", "a_total", "b", "c_seconds"}));
+}
+
 TEST(Metrics, ConcurrentUpdatesAreNotLost) {
   MetricRegistry r;
   Counter* c = r.counter("c_total", "c");

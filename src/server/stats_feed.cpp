@@ -1,10 +1,9 @@
 #include "server/stats_feed.h"
 
 #include <cmath>
-#include <cstring>
-#include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace sluice::server {
@@ -27,6 +26,9 @@ std::string key(const std::string& name, const std::string& labels) {
   return labels.empty() ? name : name + "{" + labels + "}";
 }
 
+// Compact JSON text (invalid UTF-8, as a model's description may hold, replaced).
+std::string dump_text(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
 // A number JSON can hold (NaN and infinities become 0).
 double finite(double v) { return std::isfinite(v) ? v : 0.0; }
 
@@ -42,108 +44,6 @@ std::string leg_of(const Row& r, const std::map<std::string, std::string>& l) {
   if (r.kind == MetricKind::kCounter && r.name.find("bytes") != std::string::npos) return r.name;
   return "";
 }
-
-// The per-expert families (engine_metrics.h): a series per (layer, expert),
-// up to kMaxExpertCells cells and seven series each.
-bool is_expert_family(const std::string& name) {
-  return name == "sluice_expert_routed_total" || name == "sluice_expert_resident" || name == "sluice_expert_chosen" ||
-         name == "sluice_expert_predicted";
-}
-
-// `layer="L",expert="E"` followed by `extra` (",readiness=\"ready\"", ...) as
-// the engine writes them: L and E, or false.
-bool parse_cell(const std::string& labels, int64_t* layer, int64_t* expert, std::string_view* extra) {
-  auto number = [&](size_t* i, const char* prefix, int64_t* out) {
-    const size_t n = std::strlen(prefix);
-    if (labels.compare(*i, n, prefix) != 0) return false;
-    *i += n;
-    const size_t start = *i;
-    int64_t v = 0;
-    for (; *i < labels.size() && labels[*i] >= '0' && labels[*i] <= '9' && *i - start < 12; ++*i)
-      v = v * 10 + (labels[*i] - '0');
-    if (*i == start || *i >= labels.size() || labels[*i] != '"') return false;
-    ++*i;
-    *out = v;
-    return true;
-  };
-  size_t i = 0;
-  if (!number(&i, "layer=\"", layer) || !number(&i, ",expert=\"", expert)) return false;
-  *extra = std::string_view(labels).substr(i);
-  return true;
-}
-
-// The values of the per-expert families by cell, taken during the registry's
-// visit: a model at the cap has tens of thousands of such series, so each goes
-// straight into a dense matrix (no row, no string, no map per series).
-class ExpertCells {
- public:
-  struct Matrix {
-    std::vector<double> value;     // [n_layer * n_expert]
-    std::vector<uint8_t> present;  // 1 where the cell has a series
-  };
-
-  ExpertCells(int64_t n_layer, int64_t n_expert) : n_layer_(n_layer), n_expert_(n_expert) {}
-
-  // A series of a per-expert family, labels `layer="L",expert="E"` + extra as
-  // the engine writes them; others (and cells beyond the model) are dropped.
-  void add(const std::string& name, const std::string& labels, double value) {
-    int64_t l = 0, e = 0;
-    std::string_view extra;
-    if (!parse_cell(labels, &l, &e, &extra) || l >= n_layer_ || e >= n_expert_) return;
-    Matrix& m = family(name, extra);
-    const size_t i = static_cast<size_t>(l * n_expert_ + e);
-    m.value[i] = value;
-    m.present[i] = 1;
-  }
-  // The cells of family + extra labels, or null when it has none.
-  const Matrix* find(std::string_view name, std::string_view extra = "") const {
-    for (const Family& f : families_)
-      if (f.name == name && f.extra == extra) return &f.m;
-    return nullptr;
-  }
-  // [n_layer][n_expert] of `values` (a matrix's, or one derived from it); a
-  // layer without a series for expert 0 is null (a dense layer), a missing cell 0.
-  ojson json(const Matrix* cells, const std::vector<double>* values = nullptr) const {
-    if (!values && cells) values = &cells->value;
-    ojson rows = ojson::array();
-    for (int64_t l = 0; l < n_layer_; ++l) {
-      const size_t row = static_cast<size_t>(l * n_expert_);
-      if (!cells || !cells->present[row]) {
-        rows.push_back(nullptr);
-        continue;
-      }
-      ojson r = ojson::array();
-      r.get_ref<ojson::array_t&>().reserve(static_cast<size_t>(n_expert_));
-      for (int64_t e = 0; e < n_expert_; ++e) {
-        const size_t i = row + static_cast<size_t>(e);
-        r.push_back(cells->present[i] ? finite((*values)[i]) : 0.0);
-      }
-      rows.push_back(std::move(r));
-    }
-    return rows;
-  }
-
- private:
-  struct Family {
-    const std::string* series_name;  // the registry's string (one per family: compared by address)
-    std::string name, extra;
-    Matrix m;
-  };
-  Matrix& family(const std::string& name, std::string_view extra) {
-    // A family's series come together, alternating between few extras (readiness, routed).
-    auto is = [&](const Family& f) { return f.series_name == &name && f.extra == extra; };
-    if (last_ < families_.size() && is(families_[last_])) return families_[last_].m;
-    for (last_ = 0; last_ < families_.size(); ++last_)
-      if (is(families_[last_])) return families_[last_].m;
-    const size_t n = static_cast<size_t>(n_layer_ * n_expert_);
-    families_.push_back({&name, name, std::string(extra), {std::vector<double>(n, 0.0), std::vector<uint8_t>(n, 0)}});
-    return families_.back().m;
-  }
-
-  int64_t n_layer_, n_expert_;
-  std::vector<Family> families_;  // the families with their extra labels: seven at most
-  size_t last_ = 0;               // the one the last series went to
-};
 
 }  // namespace
 
@@ -193,37 +93,31 @@ std::map<std::string, double> StatsFeed::rates(const Sample& now, double* window
   return out;
 }
 
-ojson StatsFeed::snapshot(const std::string& model_json) {
+std::string StatsFeed::snapshot_text(const std::string& model_json) {
   ojson model = model_json.empty() ? ojson::object() : ojson::parse(model_json, nullptr, false);
   if (model.is_discarded()) model = ojson::object();
   const int64_t n_layer = model.value("n_layer", int64_t{0}), n_expert = model.value("n_expert", int64_t{0});
   const bool routed_model = n_expert > 0 && n_layer > 0;
 
-  // The per-expert families go into `cells`, every other series into `rows`.
+  // The per-expert families are read by cell (ExpertCells), every other series into `rows`.
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  cells_.read(registry_, routed_model ? n_layer : 0, routed_model ? n_expert : 0);
+  const ExpertCells& cells = cells_;
   std::vector<Row> rows;
-  ExpertCells cells(routed_model ? n_layer : 0, routed_model ? n_expert : 0);
-  const std::string* family = nullptr;  // the registry's name string of the last series
-  bool expert_family = false;
-  registry_.visit([&](const MetricSeries& s) {
-    if (&s.name != family) {
-      family = &s.name;
-      expert_family = is_expert_family(s.name);
-    }
-    if (expert_family) {
-      cells.add(s.name, s.labels, s.value);
-      return;
-    }
-    Row r{.name = s.name, .labels = s.labels, .kind = s.kind, .value = s.value};
-    if (s.histogram) {
-      r.sum = s.histogram->sum();
-      if (s.histogram->count() > 0) {
-        r.p50 = s.histogram->quantile(0.5);
-        r.p90 = s.histogram->quantile(0.9);
-        r.p99 = s.histogram->quantile(0.99);
-      }
-    }
-    rows.push_back(std::move(r));
-  });
+  registry_.visit(
+      [&](const MetricSeries& s) {
+        Row r{.name = s.name, .labels = s.labels, .kind = s.kind, .value = s.value};
+        if (s.histogram) {
+          r.sum = s.histogram->sum();
+          if (s.histogram->count() > 0) {
+            r.p50 = s.histogram->quantile(0.5);
+            r.p90 = s.histogram->quantile(0.9);
+            r.p99 = s.histogram->quantile(0.99);
+          }
+        }
+        rows.push_back(std::move(r));
+      },
+      [](const std::string& name) { return !ExpertCells::holds(name); });
 
   const auto steady = std::chrono::steady_clock::now();
   Sample now{.t = std::chrono::duration<double>(steady.time_since_epoch()).count()};
@@ -306,7 +200,9 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
                   {"overlap_efficiency", value("sluice_weight_overlap_efficiency")},
                   {"resident_fraction", value("sluice_weight_resident_fraction")}};
 
-  // Experts: the routed-count matrix, the per-layer cache figures and the per-expert ones.
+  // Experts: the routed-count matrix, the per-layer cache figures and the
+  // per-expert ones, written as text (ExpertCells::write) after the rest.
+  std::string experts;
   if (routed_model) {
     ojson layers = ojson::array();
     for (int64_t l = 0; l < n_layer; ++l) {
@@ -319,11 +215,12 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
                           {"hit_rate", value("sluice_expert_hit_rate", ll)}});
       }
     }
-    j["experts"] = {{"n_layer", n_layer},
-                    {"n_expert", n_expert},
-                    {"routed", cells.json(routed_cells)},
-                    {"routed_per_s", cells.json(routed_cells, &routed_per_s)},
-                    {"layers", layers}};
+    experts.reserve(static_cast<size_t>(n_layer * n_expert) * 8 * 4 + 4096);  // 8 matrices, ~4 characters a cell
+    experts += fmt::format("{{\"n_layer\":{},\"n_expert\":{},\"routed\":", n_layer, n_expert);
+    cells.write(experts, routed_cells);
+    experts += ",\"routed_per_s\":";
+    cells.write(experts, routed_cells, &routed_per_s);
+    experts += ",\"layers\":" + dump_text(layers);
     // Per expert, when experts stream: the matrices of what the store counted.
     const ExpertCells::Matrix* resident = cells.find("sluice_expert_resident");
     bool per_expert = false;
@@ -336,15 +233,27 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
       for (const ExpertCells::Matrix* m : {chosen, not_chosen})
         for (size_t i = 0; m && i < predicted.size(); ++i)
           if (m->present[i]) predicted[i] += finite(m->value[i]);
-      j["experts"]["per_expert"] = {{"resident", cells.json(resident)},
-                                    {"ready", cells.json(cells.find("sluice_expert_chosen", ",readiness=\"ready\""))},
-                                    {"late", cells.json(cells.find("sluice_expert_chosen", ",readiness=\"late\""))},
-                                    {"missed", cells.json(cells.find("sluice_expert_chosen", ",readiness=\"missed\""))},
-                                    {"predicted", cells.json(chosen, &predicted)},
-                                    {"predicted_chosen", cells.json(chosen)}};
+      const std::pair<const char*, const ExpertCells::Matrix*> matrices[] = {
+          {"resident", resident},
+          {"ready", cells.find("sluice_expert_chosen", ",readiness=\"ready\"")},
+          {"late", cells.find("sluice_expert_chosen", ",readiness=\"late\"")},
+          {"missed", cells.find("sluice_expert_chosen", ",readiness=\"missed\"")}};
+      experts += ",\"per_expert\":{";
+      for (const auto& [name, m] : matrices) {
+        experts += fmt::format("\"{}\":", name);
+        cells.write(experts, m);
+        experts += ',';
+      }
+      experts += "\"predicted\":";
+      cells.write(experts, chosen, &predicted);
+      experts += ",\"predicted_chosen\":";
+      cells.write(experts, chosen);
+      experts += '}';
     }
+    experts += '}';
   }
-  j["speculative"] = {{"drafted", value("sluice_spec_draft_tokens_total")},
+  ojson tail;
+  tail["speculative"] = {{"drafted", value("sluice_spec_draft_tokens_total")},
                       {"accepted", value("sluice_spec_accepted_tokens_total")},
                       {"acceptance_rate", value("sluice_spec_acceptance_rate")},
                       {"tokens_per_pass", value("sluice_spec_tokens_per_pass")}};
@@ -364,8 +273,24 @@ ojson StatsFeed::snapshot(const std::string& model_json) {
     }
     all[r.name].push_back(std::move(e));
   }
-  j["metrics"] = all;
-  return j;
+  tail["metrics"] = all;
+
+  // {head..., "experts": {...}, tail...}: the objects' text joined at their braces.
+  std::string out = dump_text(j);
+  const std::string rest = dump_text(tail);
+  out.reserve(out.size() + experts.size() + rest.size() + 16);
+  if (!experts.empty()) {
+    out.pop_back();
+    out += ",\"experts\":";
+    out += experts;
+    out += '}';
+  }
+  out.pop_back();
+  out += ',';
+  out.append(rest, 1, std::string::npos);
+  return out;
 }
+
+ojson StatsFeed::snapshot(const std::string& model_json) { return ojson::parse(snapshot_text(model_json)); }
 
 }  // namespace sluice::server

@@ -43,6 +43,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/metrics.h"
+#include "server/expert_cells.h"
 
 namespace sluice::server {
 
@@ -50,7 +51,9 @@ class StatsFeed {
  public:
   explicit StatsFeed(MetricRegistry& registry, double min_window_s = 0.5);
 
-  // The snapshot now; model_json: the engine's description ("" -> {}).
+  // The snapshot now, as JSON text; model_json: the engine's description ("" -> {}).
+  std::string snapshot_text(const std::string& model_json);
+  // The same, parsed.
   nlohmann::ordered_json snapshot(const std::string& model_json);
 
  private:
@@ -66,8 +69,10 @@ class StatsFeed {
   MetricRegistry& registry_;
   double min_window_s_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::mutex mu_;
+  std::mutex mu_;  // base_, last_
   Sample base_, last_;
+  std::mutex snapshot_mu_;  // one snapshot at a time: cells_ (read first, then mu_)
+  ExpertCells cells_;
 };
 
 // "a=\"1\",b=\"x\"" -> {"a": "1", "b": "x"} (Prometheus label syntax, escapes undone).

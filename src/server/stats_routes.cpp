@@ -27,10 +27,6 @@ void deny(httplib::Response& res) {
   res.set_content(dump_json(e.body()), "application/json");
 }
 
-std::string dump(const nlohmann::ordered_json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 }  // namespace
 
 std::string HttpServer::model_json() {
@@ -54,7 +50,7 @@ void HttpServer::handle_page(const httplib::Request&, httplib::Response& res) {
 void HttpServer::handle_stats(const httplib::Request& req, httplib::Response& res) {
   if (!authorized(req)) return deny(res);
   res.set_header("Cache-Control", "no-cache");
-  res.set_content(dump(stats_.snapshot(model_json())), "application/json");
+  res.set_content(stats_.snapshot_text(model_json()), "application/json");
 }
 
 void HttpServer::handle_stats_stream(const httplib::Request& req, httplib::Response& res) {
@@ -87,7 +83,7 @@ void HttpServer::handle_stats_stream(const httplib::Request& req, httplib::Respo
           return true;
         }
         *next += std::chrono::milliseconds(interval_ms);
-        const std::string event = "data: " + dump(stats_.snapshot(model_json())) + "\n\n";
+        const std::string event = "data: " + stats_.snapshot_text(model_json()) + "\n\n";
         return sink.write(event.data(), event.size());
       });
 }

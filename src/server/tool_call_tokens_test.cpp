@@ -209,15 +209,15 @@ class Served {
   bool ok_ = false;
 };
 
-struct Reply {
+struct ToolCallReply {
   std::string content;
   std::vector<std::string> names;
   std::vector<json> arguments;
   std::string finish_reason;
 };
 
-Reply read_reply(const std::vector<json>& bodies, bool stream) {
-  Reply r;
+ToolCallReply read_tool_call_reply(const std::vector<json>& bodies, bool stream) {
+  ToolCallReply r;
   if (!stream) {
     if (bodies.empty() || !bodies[0].is_object()) return r;
     const json& choice = bodies[0]["choices"][0];
@@ -260,7 +260,7 @@ void check_calls(TokenType type) {
     EXPECT_GE(served.n_marker_ids(), static_cast<int>(c.names.size()));
     for (const bool stream : {false, true}) {
       SCOPED_TRACE(std::string(tool_call_format_name(c.format)) + (stream ? " streamed" : " plain"));
-      const Reply r = read_reply(served.chat(/*tools=*/true, stream), stream);
+      const ToolCallReply r = read_tool_call_reply(served.chat(/*tools=*/true, stream), stream);
       EXPECT_EQ(r.names, c.names);
       EXPECT_EQ(r.arguments, c.arguments);
       EXPECT_EQ(r.content, c.content);
@@ -284,7 +284,7 @@ TEST(ToolCallTokens, WithoutToolsControlMarkersNeverReachContent) {
       for (const bool stream : {false, true}) {
         SCOPED_TRACE(std::string(tool_call_format_name(c.format)) + (stream ? " streamed" : " plain") +
                      (type == TokenType::kControl ? " control" : " user-defined"));
-        const Reply r = read_reply(served.chat(/*tools=*/false, stream), stream);
+        const ToolCallReply r = read_tool_call_reply(served.chat(/*tools=*/false, stream), stream);
         EXPECT_EQ(r.content, want);
         EXPECT_TRUE(r.names.empty());
         EXPECT_EQ(r.finish_reason, "stop");
@@ -303,7 +303,7 @@ TEST(ToolCallTokens, AFailedCallKeepsControlMarkersOutOfContent) {
     ASSERT_TRUE(served.ok());
     for (const bool stream : {false, true}) {
       SCOPED_TRACE(std::string(stream ? "streamed" : "plain") + (type == TokenType::kControl ? " control" : " user-defined"));
-      const Reply r = read_reply(served.chat(/*tools=*/true, stream), stream);
+      const ToolCallReply r = read_tool_call_reply(served.chat(/*tools=*/true, stream), stream);
       EXPECT_TRUE(r.names.empty());
       EXPECT_EQ(r.content, type == TokenType::kControl ? without(c.output, c.markers) : c.output);
       EXPECT_EQ(r.finish_reason, "stop");
@@ -318,7 +318,7 @@ TEST(ToolCallTokens, AControlMarkerPastAStopStringIsDropped) {
   Served served(c, TokenType::kControl);
   ASSERT_TRUE(served.ok());
   for (const bool stream : {false, true}) {
-    const Reply r = read_reply(served.chat(/*tools=*/true, stream), stream);
+    const ToolCallReply r = read_tool_call_reply(served.chat(/*tools=*/true, stream), stream);
     EXPECT_TRUE(r.names.empty());
     EXPECT_EQ(r.content, "Done.");
     EXPECT_EQ(r.finish_reason, "stop");
