@@ -80,7 +80,9 @@ TEST(Metrics, SeriesCountAndVisitHandOutTheRegistrysOwnMetrics) {
   seen.clear();
   r.visit([&](const MetricSeries& s) {
     seen.push_back(s.name);
-    if (s.kind == MetricKind::kHistogram) EXPECT_EQ(s.histogram, h);
+    if (s.kind == MetricKind::kHistogram) {
+      EXPECT_EQ(s.histogram, h);
+    }
   });
   EXPECT_EQ(seen, (std::vector<std::string>{"a_total", "a_total", "b", "c_seconds"}));
 }
