@@ -255,6 +255,48 @@ TEST(Cli, StreamedExpertsAreCountedReadyLateOrMissedInRunAndBench) {
   }
 }
 
+// bench-experts --mem-budget decodes the prompts again with the experts
+// streamed and sets the live run's counts beside the timed replay's with the
+// live run's slots: the same routing, the same chosen experts per layer, and
+// each side's ready + late + missed adding up. A budget that holds every
+// expert is refused (nothing would stream).
+TEST(Cli, BenchExpertsComparesTheTimedReplayWithALiveStreamedRun) {
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
+  CliResult r = run_cli("bench-experts -m " + moe + " -p 'Once upon a time' -p 'Lily' -n 12 -t 1 --mem-budget 1500000 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& live = j["live"];
+  ASSERT_TRUE(live.is_object()) << r.out;
+  EXPECT_TRUE(live["same_routing"].get<bool>());
+  const int64_t slots = live["slots"].get<int64_t>();
+  EXPECT_GE(slots, 16);  // one routed layer's experts at least
+  const auto& replay = j["usage+prediction+timed (live's slots)"];
+  ASSERT_EQ(live["layers"].size(), replay.size());
+  int routed = 0;
+  for (size_t l = 0; l < replay.size(); ++l) {
+    SCOPED_TRACE(l);
+    const auto &p = replay[l], &v = live["layers"][l];
+    EXPECT_EQ(p["chosen"], v["chosen"]) << "the same routing chooses the same experts";
+    if (v["chosen"].get<uint64_t>() == 0) continue;
+    ++routed;
+    for (const auto* side : {&p, &v}) {
+      const uint64_t chosen = (*side)["chosen"].get<uint64_t>(), late = (*side)["late"].get<uint64_t>(),
+                     missed = (*side)["missed"].get<uint64_t>();
+      const double ready = (*side)["ready"].get<double>();
+      EXPECT_NEAR(ready * static_cast<double>(chosen) + static_cast<double>(late + missed), static_cast<double>(chosen), 1e-6);
+    }
+  }
+  EXPECT_EQ(routed, 4);
+  CliResult text = run_cli("bench-experts -m " + moe + " -p 'Lily' -n 4 -t 1 --mem-budget 1500000");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("routing identical to the resident trace's"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("| all |"), std::string::npos) << text.out;
+
+  CliResult all = run_cli("bench-experts -m " + moe + " -p 'Lily' -n 2 -t 1 --mem-budget 1G");
+  EXPECT_NE(all.exit_code, 0);
+  EXPECT_NE(all.err.find("nothing streams live"), std::string::npos) << all.err;
+}
+
 // A copy of the binary finds a models/ folder beside it before the source
 // tree's (compiled in), and falls through to that one without it.
 TEST(Cli, TheShippedModelIsFoundBesideTheBinaryFirst) {

@@ -18,6 +18,11 @@
 //             would read per chosen expert, the share of chosen experts ready
 //             when their layer routed (late and missed, and how late), experts
 //             read per step; and the ready rate against LRU's
+//   live      with --mem-budget: the same prompts decoded again with the
+//             experts streamed under that budget (the weight store's real
+//             reads, as `run` and `serve` stream them), its per-layer ready /
+//             late / missed beside the timed replay's with the live run's
+//             slot count: how far the replay's arrival model is from the engine
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -27,6 +32,7 @@
 #include "plan/calibrate.h"
 #include "runtime/routing_trace.h"
 #include "weights/expert_store.h"
+#include "weights/store_source.h"
 
 namespace sluice::cli {
 namespace {
@@ -43,6 +49,56 @@ struct Args {
   float predict_margin = kExpertPredictMargin;
   bool json = false;
 };
+
+// The prompts decoded again with the experts streamed under --mem-budget.
+struct LiveRun {
+  weights::ExpertStatsSnapshot stats;
+  bool same_routing = false;  // chose what the resident trace chose, step by step
+  double decode_s = 0;
+};
+
+StatusOr<LiveRun> run_live(const Args& a, const std::vector<std::vector<int32_t>>& prompts,
+                           const weights::RoutingTrace& resident) {
+  LoadOptions o = a.m.load_options();
+  o.n_batch = 1;
+  o.predict_experts = true;
+  o.expert_predict_margin = a.predict_margin;
+  ASSIGN_OR_RETURN(LoadedModel lm, load_model_verbose(a.m.model, o));
+  if (!lm.stream || !lm.stream->store().streams_experts())
+    return invalid_argument("--mem-budget {} B holds every expert of {}: nothing streams live (give a smaller budget)",
+                            a.m.mem_budget, a.m.model);
+  Stopwatch decode;
+  ASSIGN_OR_RETURN(const weights::RoutingTrace trace, record_routing(*lm.model, prompts, a.n_generate));
+  LiveRun r{.stats = lm.stream->store().expert_stats(), .decode_s = decode.seconds()};
+  r.same_routing = trace.steps.size() == resident.steps.size();
+  for (size_t s = 0; r.same_routing && s < trace.steps.size(); ++s)
+    for (size_t l = 0; r.same_routing && l < trace.steps[s].size(); ++l)
+      r.same_routing = trace.steps[s][l].chosen == resident.steps[s][l].chosen;
+  return r;
+}
+
+// Per routed layer: the timed replay (with the live run's slots) beside the live run.
+void print_live(const LiveRun& live, const std::vector<weights::ExpertLayerStats>& replay, const ModelHparams& hp) {
+  auto pct = [](uint64_t n, uint64_t of) { return 100.0 * static_cast<double>(n) / std::max<double>(1, of); };
+  fmt::print("\nlive, experts streamed ({} slots; decode {:.2f} s; routing {} the resident trace's):\n",
+             live.stats.n_slots, live.decode_s, live.same_routing ? "identical to" : "differs from");
+  fmt::print("| layer | replay ready | replay late (ms) | replay missed | live ready | live late (ms) | live missed |\n");
+  fmt::print("|--:|--:|--:|--:|--:|--:|--:|\n");
+  auto row = [&](const std::string& name, const weights::ExpertLayerStats& p, const weights::ExpertLayerStats& l) {
+    fmt::print("| {} | {:.1f}% | {:.1f}% ({:.3f}) | {:.1f}% | {:.1f}% | {:.1f}% ({:.3f}) | {:.1f}% |\n", name,
+               pct(p.ready, p.chosen), pct(p.late, p.chosen), p.late_mean_ms(), pct(p.missed, p.chosen),
+               pct(l.ready, l.chosen), pct(l.late, l.chosen), l.late_mean_ms(), pct(l.missed, l.chosen));
+  };
+  weights::ExpertLayerStats p_all, l_all;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    if (!hp.layer_is_moe(l) || static_cast<size_t>(l) >= replay.size() || static_cast<size_t>(l) >= live.stats.layers.size())
+      continue;
+    row(std::to_string(l), replay[l], live.stats.layers[l]);
+    p_all += replay[l];
+    l_all += live.stats.layers[l];
+  }
+  row("all", p_all, l_all);
+}
 
 int run(const Args& a) {
   auto lm = load_model_verbose(a.m.model, {.n_threads = a.m.n_threads, .n_batch = 1, .predict_experts = true,
@@ -87,6 +143,17 @@ int run(const Args& a) {
   for (Run& r : runs) r.layers = weights::replay_routing(*trace, r.options);
   const double lru = weights::replay_total(runs[0].layers).hit_rate();
   const double best = weights::replay_total(runs[2].layers).hit_rate();
+  // Live: the same decode with the experts streamed, and the timed replay again with its slots.
+  std::optional<LiveRun> live;
+  if (a.m.mem_budget > 0) {
+    auto l = run_live(a, prompts, *trace);
+    if (!l.ok()) return fail(l.status());
+    live = std::move(*l);
+    runs.push_back({"usage+prediction+timed (live's slots)",
+                    {.n_slots = live->stats.n_slots, .policy = weights::CachePolicy::kUsage,
+                     .disk_bytes_per_s = disk_gbps * 1e9, .expert_bytes = expert_bytes, .layer_s = layer_s}});
+    runs.back().layers = weights::replay_routing(*trace, runs.back().options);
+  }
   if (a.json) {
     nlohmann::ordered_json j;
     j["model"] = a.m.model;
@@ -105,6 +172,16 @@ int run(const Args& a) {
     }
     j["ready_over_lru"] = lru > 0 ? best / lru : 0.0;
     j["timed_ready"] = weights::replay_total(runs[3].layers).hit_rate();
+    if (live) {
+      nlohmann::ordered_json layers = nlohmann::json::array();
+      for (const weights::ExpertLayerStats& l : live->stats.layers)
+        layers.push_back({{"ready", l.hit_rate()}, {"chosen", l.chosen}, {"late", l.late}, {"missed", l.missed},
+                          {"late_ms_mean", l.late_mean_ms()}, {"late_ms_max", 1e3 * l.late_max_s}});
+      j["live"] = {{"mem_budget", a.m.mem_budget}, {"slots", live->stats.n_slots}, {"same_routing", live->same_routing},
+                   {"decode_s", live->decode_s}, {"layers", layers},
+                   {"ready", live->stats.total().hit_rate()},
+                   {"replay_ready", weights::replay_total(runs.back().layers).hit_rate()}};
+    }
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -121,6 +198,7 @@ int run(const Args& a) {
   fmt::print("with arrival times: {:.1f}% ready, {:.1f}% late (by {:.3f} ms on average), {:.1f}% missed\n",
              100 * timed.hit_rate(), 100.0 * static_cast<double>(timed.late) / std::max<double>(1, timed.chosen),
              timed.late_mean_ms(), 100.0 * static_cast<double>(timed.missed) / std::max<double>(1, timed.chosen));
+  if (live) print_live(*live, runs.back().layers, hp);
   return 0;
 }
 
@@ -129,7 +207,7 @@ int run(const Args& a) {
 Runner add_bench_experts(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* c = app.add_subcommand("bench-experts", "expert prediction and caching replayed on a MoE model's routing");
-  a->m.add_to(c, {.model = "mixture-of-experts GGUF file or HF folder", .fallback = kMoeModel, .mem_budget = false,
+  a->m.add_to(c, {.model = "mixture-of-experts GGUF file or HF folder", .fallback = kMoeModel, .mem_budget = true,
                   .gpu_budget = false, .backend = false, .lora = std::nullopt, .parallel = false});
   c->add_option("-p,--prompt", a->prompts, "prompts to decode (repeatable; default: 8 story openings)");
   c->add_option("-n,--n-generate", a->n_generate, "greedy tokens after each prompt")->capture_default_str();
