@@ -54,7 +54,9 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
   // beyond which its range streams from its disk at --disk-gbps), its rates;
   // every link to rank 0 alike.
   const bool budget = a.budget_gb > 0;
-  const double disk_gbps = a.disk_gbps > 0 ? a.disk_gbps : cal && cal->disk_read_gbps > 0 ? cal->disk_read_gbps : kPlanParallelDiskGbps;
+  const double disk_gbps = a.disk_gbps > 0                         ? a.disk_gbps
+                           : cal && cal->disk_read_gbps > 0 ? cal->disk_read_gbps
+                                                            : kPlanParallelDiskGbps;
   const pl::RankResources rank{.host = h->name,
                                .mem_cap_bytes = static_cast<uint64_t>((budget ? a.budget_gb : h->mem_capacity_gb) * 1e9),
                                .budget_given = budget,

@@ -122,7 +122,8 @@ PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch) {
   for (int64_t r = 0; r < p.n_stages() && p.n_stages() > 1; ++r) d.decode_network_s += p.hop_s(r, 1);
   for (int64_t r = 0; r < p.n_stages(); ++r) {
     const auto i = static_cast<size_t>(r);
-    d.decode_disk_s += std::max(0.0, p.stage_disk_s[i] - std::max(p.stage_read_s[i], p.stage_flops[i] / (p.stage_tflops[i] * 1e12)));
+    const double in_memory_s = std::max(p.stage_read_s[i], p.stage_flops[i] / (p.stage_tflops[i] * 1e12));
+    d.decode_disk_s += std::max(0.0, p.stage_disk_s[i] - in_memory_s);
   }
   d.prefill_s = p.step_s(n_batch, 1, d.micro_batches);
   return d;

@@ -48,7 +48,15 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
   co = plan::with_model_weights(co, file);
   co.weight_read_bytes = std::min<uint64_t>(co.weight_read_bytes, 256ull << 20);
   ASSIGN_OR_RETURN(plan::Calibration cal, plan::calibrate(co));
-  if (mem_budget > 0) RETURN_IF_ERROR(weights::measure_store_reads(file, /*direct=*/true, &cal));
+  // A file the store cannot read by offset (not one GGUF, smaller than a
+  // read) leaves the rate 0: the rank holds its range in memory or refuses it.
+  if (mem_budget > 0 && file.format == "gguf") {
+    if (Status st = weights::measure_store_reads(file, /*direct=*/true, &cal); !st.ok()) {
+      fmt::print(stderr, "[sluice] rank {}: its disk was not measured ({}); its range must fit --mem-budget\n",
+                 c.rank(), st.message());
+      cal.disk_read_gbps = 0;
+    }
+  }
   *cal_out = cal;
   if (c.rank() + 1 < c.size()) RETURN_IF_ERROR(c.send(c.rank() + 1, kTagTurn, turn.data(), 1, "the turn to measure"));
   const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
@@ -274,7 +282,7 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   // the rest from this rank's disk under its --mem-budget (weights/placement.h).
   LoadOptions mine_opts = o;
   mine_opts.mem_budget_bytes = plan->streams(0) ? o.mem_budget_bytes : 0;
-  mine_opts.calibration = &job.cal;
+  mine_opts.calibration = plan->streams(0) ? &job.cal : nullptr;
   mine_opts.layer_begin = plan->ranges[0].begin;
   mine_opts.layer_end = plan->ranges[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
@@ -284,8 +292,9 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   session.driver_ = std::make_unique<PipelineDriver>(c, *plan, job.hp.n_embd, o.n_batch, session.options().abort_grace_s);
   lm->model->set_stage_runner(session.driver_.get());
   // The job's map, then rank 0's own weight store's when its range streams.
-  lm->placement_report = pipeline_map(*plan, in, o.n_batch) +
-                         (lm->placement_report.empty() ? "" : "[sluice] rank 0's range streams from its disk:\n" + lm->placement_report);
+  const std::string own = lm->placement_report;
+  lm->placement_report = pipeline_map(*plan, in, o.n_batch);
+  if (!own.empty()) lm->placement_report += "[sluice] rank 0's range streams from its disk:\n" + own;
   publish_job(c.size(), plan->step_s(1, 1, 1));
   return lm;
 }

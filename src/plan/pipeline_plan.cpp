@@ -93,7 +93,8 @@ class PipelineStageModel {
   PipelineStageFit fit(int64_t r, int64_t b, int64_t e) const {
     const RankResources& k = in_.ranks[static_cast<size_t>(r)];
     PipelineStageFit f;
-    f.range_bytes = pre_bytes_[static_cast<size_t>(e)] - pre_bytes_[static_cast<size_t>(b)] + (r == 0 ? in_.head_bytes : 0);
+    f.range_bytes =
+        pre_bytes_[static_cast<size_t>(e)] - pre_bytes_[static_cast<size_t>(b)] + (r == 0 ? in_.head_bytes : 0);
     const uint64_t read = pre_bytes_[static_cast<size_t>(e)] - pre_bytes_[static_cast<size_t>(b)] +
                           (r == 0 ? in_.head_read_bytes : 0);
     f.read_s = static_cast<double>(read) / (k.read_gbps * 1e9);
@@ -170,7 +171,8 @@ class PipelineStageModel {
         }
       }
       if (std::min(whole, stream) <= k.mem_cap_bytes) continue;
-      s += fmt::format("; rank {} ({}): {} {:.2f} MiB < {:.2f} MiB to hold its smallest range (layers {}-{}{}) in memory",
+      s += fmt::format("; rank {} ({}): {} {:.2f} MiB < {:.2f} MiB to hold its smallest range (layers {}-{}{}) in "
+                       "memory",
                        r, k.host, k.budget_given ? "--mem-budget" : "available memory", mib(k.mem_cap_bytes),
                        mib(whole), whole_range.begin, whole_range.end - 1, r == 0 ? " +head" : "");
       if (can_stream(r))

@@ -139,7 +139,9 @@ TEST(PipelinePlan, RefusesABudgetBelowTheStreamingMinimumWithItsNumbers) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
   const std::string& m = p.status().message();
-  EXPECT_NE(m.find("rank 0 (node-a): --mem-budget 0.00 MiB < 0.00 MiB to hold its smallest range (layers 0-0 +head)"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank 0 (node-a): --mem-budget 0.00 MiB < 0.00 MiB to hold its smallest range (layers 0-0 +head)"),
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("the least a rank streaming from its disk needs"), std::string::npos) << m;
   EXPECT_NE(m.find("a ring of 2 slots"), std::string::npos) << m;
 }
