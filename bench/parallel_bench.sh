@@ -5,8 +5,13 @@
 #
 #   memory pooling   a model whose half fits each rank's --mem-budget but not
 #                    one rank's: 2 ranks (each its half in memory) against 1 rank
-#                    streaming the rest from disk under the same budget;
-#                    decode and prefill tokens/s, and each planner's prediction
+#                    streaming the rest from disk under the same budget, as a
+#                    1-rank pipeline (pp1: the pipeline planner's prediction of
+#                    decode and prefill, its disk leg included) and as a plain
+#                    process (one: the weight store's own decode prediction);
+#                    with STREAM_BUDGET also 2 ranks each streaming part of its
+#                    half (pp2s) against 1 (pp1s); decode and prefill tokens/s,
+#                    and the predictions
 #   overhead         2 ranks on a model that fits either, bench-serve with 16
 #                    concurrent requests, against 1 rank with the same total
 #                    threads; bytes per token sent per link against the plan's
@@ -27,6 +32,13 @@ big=$work/110m-q8_0.gguf
 small=$big
 [ -f "$big" ] || $sluice synth --preset 110m --type q8_0 -o "$big"
 budget=${BUDGET:-90M}
+# Both halves beyond each rank's budget (pp2s): 110m with a 4096-token
+# vocabulary (93 MiB, a 6 MiB head) under 36M, each rank streaming most of its
+# 6 layers, against 1 rank streaming all 12 under the same budget (pp1s).
+# STREAM_BUDGET= (empty) skips them.
+stream_model=$work/110m-v4096-q8_0.gguf
+stream_budget=${STREAM_BUDGET-36M}
+[ -z "$stream_budget" ] || [ -f "$stream_model" ] || $sluice synth --preset 110m --vocab 4096 --type q8_0 -o "$stream_model"
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
@@ -39,11 +51,21 @@ for r in $(seq "$rounds"); do
   # streaming beyond the same budget. The tables' t/s, and each plan's prediction.
   $mpi -np 2 $sluice bench -m "$big" -p 128 -n 32 -r 3 -t 1 --mem-budget "$budget" --parallel pp \
     > "$work/pp2.txt" 2> "$work/pp2.err"
+  $mpi -np 1 $sluice bench -m "$big" -p 128 -n 32 -r 3 -t 1 --mem-budget "$budget" --parallel pp \
+    > "$work/pp1.txt" 2> "$work/pp1.err"
   $sluice bench -m "$big" -p 128 -n 32 -r 3 -t 1 --mem-budget "$budget" > "$work/one.txt" 2> "$work/one.err"
-  for k in pp2 one; do
+  kinds="pp2 pp1 one"
+  if [ -n "$stream_budget" ]; then
+    for n in 2 1; do
+      $mpi -np $n $sluice bench -m "$stream_model" -p 128 -n 32 -r 3 -t 1 --mem-budget "$stream_budget" --parallel pp \
+        > "$work/pp${n}s.txt" 2> "$work/pp${n}s.err"
+    done
+    kinds="$kinds pp2s pp1s"
+  fi
+  for k in $kinds; do
     tps() { awk -F'|' -v t="$1" '$7 ~ t {gsub(/ /, "", $8); print $8}' "$work/$k.txt" "$work/$k.err" | head -1; }
-    if [ $k = pp2 ]; then  # decode ms/token and prefill tokens/s
-      pred=$(sed -nE 's/.*predicted: decode ([0-9.]+) ms.*prefill [0-9]+ tokens [0-9.]+ ms \(([0-9]+) tokens.*/\1 \2/p' "$work/pp2.err")
+    if [ $k != one ]; then  # the pipeline plan: decode ms/token and prefill tokens/s
+      pred=$(sed -nE 's/.*predicted: decode ([0-9.]+) ms.*prefill [0-9]+ tokens [0-9.]+ ms \(([0-9]+) tokens.*/\1 \2/p' "$work/$k.err")
     else                   # decode: compute + stall per step
       pred=$(sed -nE 's/.*predicted per step: compute ([0-9.]+) ms, disk [0-9.]+ ms, stall ([0-9.]+) ms.*/\1 \2/p' "$work/one.err" \
              | awk '{print $1 + $2, "-"}')
@@ -60,7 +82,8 @@ for r in $(seq "$rounds"); do
   echo "one $(json_field 'd["output_tps"]' < "$work/s1.json")" | tee -a "$work/serve.txt"
 done
 echo "[bench] medians: prefill t/s, decode t/s, predicted decode ms/token, predicted prefill t/s"
-for k in pp2 one; do
+for k in pp2 pp1 one pp2s pp1s; do
+  grep -q "^$k " "$work/pool.txt" || continue
   echo "$k prefill $(awk -v k=$k '$1==k {print $2}' "$work/pool.txt" | median) decode $(awk -v k=$k '$1==k {print $3}' "$work/pool.txt" | median)" \
        "predicted decode $(awk -v k=$k '$1==k {print $4}' "$work/pool.txt" | median) ms prefill $(awk -v k=$k '$1==k {print $5}' "$work/pool.txt" | median)"
 done

@@ -557,6 +557,36 @@ TEST(Cli, PlanParallelCutsLayersAndRefusesAsTheJobWould) {
   }
 }
 
+// `plan parallel --parallel pp` under a budget below a rank's range: the rank
+// streams the rest from its disk; the map and the JSON say which layers, and
+// the prediction has a disk leg.
+TEST(Cli, PlanParallelStreamsARangeBeyondItsBudget) {
+  const std::string flags = " --parallel pp --ranks 2 --hw h100 --budget-gb 0.0005 --disk-gbps 2";
+  CliResult r = run_cli("plan parallel -m " + kStories + flags + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  int streaming = 0;
+  for (const nlohmann::json& rank : j["ranks"]) {
+    if (rank["streamed_layers"].empty()) continue;
+    ++streaming;
+    EXPECT_GE(rank["ring_slots"].get<int64_t>(), 2) << r.out;
+    EXPECT_GT(rank["range_bytes"].get<uint64_t>(), 500'000u) << r.out;  // beyond the budget
+    EXPECT_LE(rank["weight_bytes"].get<uint64_t>(), 500'000u) << r.out;
+    for (const nlohmann::json& l : rank["streamed_layers"]) {
+      EXPECT_GE(l.get<int64_t>(), rank["layers"][0].get<int64_t>());
+      EXPECT_LT(l.get<int64_t>(), rank["layers"][1].get<int64_t>());
+    }
+  }
+  EXPECT_GE(streaming, 1) << r.out;
+  EXPECT_GT(j["predicted"]["decode_disk_s"].get<double>(), 0) << r.out;
+  r = run_cli("plan parallel -m " + kStories + flags);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("+disk"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(R resident, S streamed)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ms waiting on disks"), std::string::npos) << r.out;
+}
+
 TEST(Cli, PlanMeasureRejectsBadRounds) {
   for (const char* n : {"0", "-2", "101"}) {
     // Checked before the model is opened: the path does not matter.

@@ -6,8 +6,12 @@
 //                                    dense and routed models (real and synth)
 //   Pipeline.BatchedMatchesOneProcess  bench-serve's requests, batched and cut
 //                                    into micro-batches, equal one process's
-//   Pipeline.Refuses*                a rank with another model file; a cut
-//                                    that does not fit the ranks' budgets
+//   Pipeline.StreamingRanksMatchOneProcess  each rank's --mem-budget below
+//                                    the range it would hold: the ranks that
+//                                    must stream the rest from disk, and the
+//                                    greedy tokens equal one process's
+//   Pipeline.Refuses*                a rank with another model file; budgets
+//                                    below even the streaming minimum
 //   Pipeline.HungRankFailsRequests   serve; a worker stopped (SIGSTOP) mid-
 //                                    request: the request ends with an error
 //                                    within the timeout and the job exits non-zero
@@ -168,11 +172,43 @@ TEST_F(Pipeline, RefusesAnotherModelFile) {
   EXPECT_NE(err.find("its model differs from rank 0's"), std::string::npos) << err;
 }
 
+TEST_F(Pipeline, StreamingRanksMatchOneProcess) {
+  // 8 layers of 0.84 MB (q8_0) and a 0.3 MB head: under 2.4 MB a rank holds
+  // at most 2 layers in memory, so 2 ranks must stream (a range of 3 or more
+  // layers streams the rest from the rank's disk through its ring).
+  const std::string path = testing::cli_temp_path("pp_stream.gguf");
+  const CliResult w = run_cli("synth --preset tiny --layers 8 --vocab 512 --type q8_0 -t 1 -o " + path);
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  const std::string args = "run -m " + path + " -p 'Once upon a time' -n 12 --temp 0 --json -t 1";
+  const std::vector<int32_t> alone = run_tokens(run_cli(args));
+  ASSERT_GE(alone.size(), 4u);
+  const CliResult r = run_mpi(2, args + " --mem-budget 2.4M --parallel pp");
+  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  // The plan names the streaming ranks; each of them loads its range
+  // through its own weight store (its stage's placement map).
+  const size_t at = r.err.find("rank(s) ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string named = r.err.substr(at + 8, r.err.find(" stream part of their range", at) - at - 8);
+  int n_named = 1, n_loaded = 0;
+  for (char ch : named) n_named += ch == ',';
+  for (size_t p = r.err.find("'s range streams from its disk:"); p != std::string::npos;
+       p = r.err.find("'s range streams from its disk:", p + 1))
+    ++n_loaded;
+  EXPECT_EQ(n_loaded, n_named) << r.err;
+  EXPECT_NE(r.err.find("(a pipeline stage)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ms waiting on disks"), std::string::npos) << r.err;
+  std::filesystem::remove(path);
+}
+
 TEST_F(Pipeline, RefusesBudgetsTooSmall) {
+  // 100 KB: below one layer of stories260K (0.17 MiB) and below what a rank
+  // streaming one needs (2 slots of 0.18 MiB); the refusal gives both.
   const CliResult r = run_mpi(2, "run -m " + model_path("stories260K/stories260K.gguf") +
                                      " -p hi -n 2 -t 1 --mem-budget 100K --parallel pp");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("cannot be cut into 2 ranges that fit"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1 ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the least a rank streaming from its disk needs"), std::string::npos) << r.err;
 }
 
 // The pid of the child of `parent` whose MPI rank is `rank` (from its environment).

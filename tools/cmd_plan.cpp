@@ -503,6 +503,9 @@ Runner add_plan(CLI::App& app) {
   parallel->add_option("--link-us", a->link_us, "link to rank 0: latency, one way, microseconds")->capture_default_str();
   parallel->add_option("--link-gbps", a->link_gbps, "link to rank 0: bandwidth, one way, GB/s")->capture_default_str();
   parallel->add_option("--n-batch", a->n_batch, "tokens per prefill step")->capture_default_str();
+  parallel->add_option("--disk-gbps", a->disk_gbps,
+                       "each rank's disk read rate, GB/s, for a range beyond --budget-gb that streams (default: "
+                       "--calibrate's probe, else 3.5)");
 
   return [a, p, rounds, decode, kv, stream, experts, train, spec, cost, parallel]() {
     if (!a->measure.empty()) return run_measure(*a);  // calibrates in every round

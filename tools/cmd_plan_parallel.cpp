@@ -24,8 +24,11 @@ namespace pl = sluice::plan;
 
 namespace {
 
+// A rank's disk when neither --disk-gbps nor --calibrate's probe says (nvme-gen3).
+constexpr double kPlanParallelDiskGbps = 3.5;
+
 json predicted_json(const dist::PredictedSteps& d) {
-  return {{"decode_s", d.decode_s},           {"decode_network_s", d.decode_network_s},
+  return {{"decode_s", d.decode_s},           {"decode_network_s", d.decode_network_s}, {"decode_disk_s", d.decode_disk_s},
           {"prefill_tokens", d.prefill_tokens}, {"prefill_s", d.prefill_s},
           {"micro_batches", d.micro_batches}};
 }
@@ -47,26 +50,33 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
   auto h = load_hardware(a, cal);
   if (!h.ok()) return fail(h.status());
 
-  // Every rank alike: its memory (or --budget-gb, as a rank's --mem-budget),
-  // its rates; every link to rank 0 alike.
+  // Every rank alike: its memory (or --budget-gb, as a rank's --mem-budget,
+  // beyond which its range streams from its disk at --disk-gbps), its rates;
+  // every link to rank 0 alike.
   const bool budget = a.budget_gb > 0;
+  const double disk_gbps = a.disk_gbps > 0                         ? a.disk_gbps
+                           : cal && cal->disk_read_gbps > 0 ? cal->disk_read_gbps
+                                                            : kPlanParallelDiskGbps;
   const pl::RankResources rank{.host = h->name,
                                .mem_cap_bytes = static_cast<uint64_t>((budget ? a.budget_gb : h->mem_capacity_gb) * 1e9),
                                .budget_given = budget,
                                .read_gbps = h->mem_gbps,
                                .tflops = h->peak_tflops,
-                               .n_threads = a.n_threads};
+                               .n_threads = a.n_threads,
+                               .disk_gbps = budget ? disk_gbps : 0.0};
   const std::vector<pl::RankResources> ranks(static_cast<size_t>(a.n_ranks), rank);
   std::vector<pl::LinkFigures> links(static_cast<size_t>(a.n_ranks), {.latency_s = a.link_us * 1e-6, .gbps = a.link_gbps});
   links[0] = {};  // rank 0's own, unused (as the link probe gives it)
 
   std::string t = fmt::format("model     {}\n", pl::shape_summary(*shape));
-  t += fmt::format("ranks     {} x {}: {:.0f} GB/s, {:.3g} TFLOP/s, {:.0f} GB {}; links to rank 0 {:g} us, {:g} GB/s\n",
+  t += fmt::format("ranks     {} x {}: {:.0f} GB/s, {:.3g} TFLOP/s, {:.3g} GB {}{}; links to rank 0 {:g} us, {:g} GB/s\n",
                    a.n_ranks, h->name, h->mem_gbps, h->peak_tflops, static_cast<double>(rank.mem_cap_bytes) / 1e9,
-                   budget ? "budget" : "memory", a.link_us, a.link_gbps);
+                   budget ? "budget" : "memory",
+                   budget ? fmt::format(" (beyond it from disk at {:g} GB/s)", disk_gbps) : std::string(), a.link_us,
+                   a.link_gbps);
   json j = {{"model", pl::shape_summary(*shape)}, {"mode", a.parallel},     {"n_ranks", a.n_ranks},
             {"hardware", h->name},                {"read_gbps", h->mem_gbps}, {"tflops", h->peak_tflops},
-            {"mem_cap_bytes", rank.mem_cap_bytes}, {"budget_given", budget},
+            {"mem_cap_bytes", rank.mem_cap_bytes}, {"budget_given", budget}, {"disk_gbps", rank.disk_gbps},
             {"link", {{"latency_s", a.link_us * 1e-6}, {"gbps", a.link_gbps}}}};
   json rows = json::array();
   if (a.parallel == "pp") {
@@ -78,7 +88,13 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
     t += dist::pipeline_map(*p, in, a.n_batch);
     for (int64_t r = 0; r < p->n_stages(); ++r) {
       const pl::LayerRange g = p->ranges[static_cast<size_t>(r)];
-      rows.push_back({{"rank", r}, {"layers", {g.begin, g.end}}, {"weight_bytes", p->stage_bytes[static_cast<size_t>(r)]}});
+      const auto i = static_cast<size_t>(r);
+      json streamed = json::array();
+      for (int64_t l = g.begin; l < g.end; ++l)
+        if (p->layer_streamed(r, l)) streamed.push_back(l);
+      rows.push_back({{"rank", r}, {"layers", {g.begin, g.end}}, {"weight_bytes", p->stage_bytes[i]},
+                      {"range_bytes", p->range_bytes[i]}, {"streamed_layers", streamed},
+                      {"ring_slots", p->stage_ring_slots[i]}, {"disk_s", p->stage_disk_s[i]}});
     }
     j["predicted"] = predicted_json(dist::predicted_steps(*p, a.n_batch));
   } else {

@@ -1,15 +1,23 @@
 #include "dist/job_plan.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "arch/arch_spec.h"
 #include "dist/pipeline.h"
+#include "weights/extent_layout.h"
+#include "weights/io_engine.h"
 
 namespace sluice::dist {
 namespace {
 
 double gib(uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
 double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
+// A memory cap: GiB, or MiB below one GiB (a small --mem-budget).
+std::string job_plan_cap_text(uint64_t b) {
+  return b >= (1ull << 30) ? fmt::format("{:.2f} GiB", gib(b)) : fmt::format("{:.1f} MiB", mib(b));
+}
 
 }  // namespace
 
@@ -37,6 +45,34 @@ plan::PipelineInputs pipeline_inputs(const ModelFile& file, const ModelHparams& 
         in.head_flops_per_token += flops;
         in.head_read_bytes += t.n_bytes;
       }
+    }
+  }
+  // Streaming per rank (plan/pipeline_plan.h): what a ring slot takes of each
+  // layer and what stays resident, laid out as the weight store lays them
+  // out. Only single GGUF files of dense models stream a stage.
+  if (file.format == "gguf" && !hp.is_moe()) {
+    std::vector<std::vector<weights::TensorRange>> mats(static_cast<size_t>(hp.n_layer)),
+        pinned(static_cast<size_t>(hp.n_layer));
+    bool streamable = true;
+    for (const TensorInfo& t : file.tensors) {
+      const int64_t layer = split_layer_name(t.name).first;
+      if (layer < 0 || layer >= hp.n_layer) continue;
+      if (t.file_offset < 0) {
+        streamable = streamable && t.ne.size() < 2;
+        continue;
+      }
+      (t.ne.size() >= 2 ? mats : pinned)[static_cast<size_t>(layer)].push_back(
+          {static_cast<uint64_t>(t.file_offset), t.n_bytes});
+    }
+    for (int64_t l = 0; l < hp.n_layer && streamable; ++l) {
+      in.layer_slot_bytes.push_back(
+          weights::layout_extents(mats[static_cast<size_t>(l)], weights::kDirectAlign).buffer_bytes);
+      in.layer_pinned_bytes.push_back(
+          weights::layout_extents(pinned[static_cast<size_t>(l)], weights::kDirectAlign).buffer_bytes);
+    }
+    if (!streamable) {
+      in.layer_slot_bytes.clear();
+      in.layer_pinned_bytes.clear();
     }
   }
   if (in.head_flops_per_token == 0) {  // output tied to the embeddings: the head reads the table
@@ -84,6 +120,11 @@ PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch) {
                    .prefill_tokens = n_batch,
                    .micro_batches = p.best_micro_batches(n_batch, 1, kMaxMicroBatches)};
   for (int64_t r = 0; r < p.n_stages() && p.n_stages() > 1; ++r) d.decode_network_s += p.hop_s(r, 1);
+  for (int64_t r = 0; r < p.n_stages(); ++r) {
+    const auto i = static_cast<size_t>(r);
+    const double in_memory_s = std::max(p.stage_read_s[i], p.stage_flops[i] / (p.stage_tflops[i] * 1e12));
+    d.decode_disk_s += std::max(0.0, p.stage_disk_s[i] - in_memory_s);
+  }
   d.prefill_s = p.step_s(n_batch, 1, d.micro_batches);
   return d;
 }
@@ -97,24 +138,46 @@ PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batc
 }
 
 std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch) {
-  std::string s = fmt::format("[sluice] pipeline of {} ranks (pp); every stage's weights in memory\n", p.n_stages());
+  std::string streaming;
+  for (int64_t r = 0; r < p.n_stages(); ++r)
+    if (p.streams(r)) streaming += fmt::format("{}{}", streaming.empty() ? "" : ", ", r);
+  std::string s = fmt::format("[sluice] pipeline of {} ranks (pp); {}\n", p.n_stages(),
+                              streaming.empty() ? "every stage's weights in memory"
+                                                : fmt::format("rank(s) {} stream part of their range from their own "
+                                                              "disk under --mem-budget",
+                                                              streaming));
   s += "  rank  host              layers        tier    weights     memory cap              read GB/s  TFLOP/s"
        "  link to rank 0\n";
   for (int64_t r = 0; r < p.n_stages(); ++r) {
     const plan::RankResources& k = in.ranks[static_cast<size_t>(r)];
     const plan::LayerRange g = p.ranges[static_cast<size_t>(r)];
     const std::string layers = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +head" : "");
-    const std::string cap = fmt::format("{:.2f} GiB {}", gib(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
+    const std::string cap = fmt::format("{} {}", job_plan_cap_text(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
     const plan::LinkFigures& l = p.links[static_cast<size_t>(r)];
     const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
     s += fmt::format("  {:<5} {:<17} {:<13} {:<7} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),
-                     layers, "memory", mib(p.stage_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
+                     layers, p.streams(r) ? "+disk" : "memory", mib(p.stage_bytes[static_cast<size_t>(r)]), cap,
+                     k.read_gbps, k.tflops, link);
+  }
+  // A streaming rank: which of its layers stay in memory, which stream (the
+  // placement's spread; its weight store prints the same at load).
+  for (int64_t r = 0; r < p.n_stages(); ++r) {
+    if (!p.streams(r)) continue;
+    const auto i = static_cast<size_t>(r);
+    const plan::LayerRange g = p.ranges[i];
+    std::string row;
+    for (int64_t l = g.begin; l < g.end; ++l) row += p.layer_streamed(r, l) ? 'S' : 'R';
+    s += fmt::format("  rank {} layers {}-{}: {}  (R resident, S streamed): {} of its {} layers stream from its disk at "
+                     "{:.2f} GB/s through a ring of {} slots ({:.2f} ms a pass); it holds {:.1f} MiB of the range's "
+                     "{:.1f} MiB\n",
+                     r, g.begin, g.end - 1, row, p.stage_streamed[i], g.end - g.begin, p.disk_gbps[i],
+                     p.stage_ring_slots[i], p.stage_disk_s[i] * 1e3, mib(p.stage_bytes[i]), mib(p.range_bytes[i]));
   }
   const PredictedSteps d = predicted_steps(p, n_batch);
   s += fmt::format(
-      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms "
-      "({:.0f} tokens/s, {} micro-batches); {} bytes per token per hop\n",
-      d.decode_s * 1e3, d.decode_network_s * 1e3, n_batch, d.prefill_s * 1e3,
+      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links, {:.2f} ms waiting on disks), prefill {} "
+      "tokens {:.1f} ms ({:.0f} tokens/s, {} micro-batches); {} bytes per token per hop\n",
+      d.decode_s * 1e3, d.decode_network_s * 1e3, d.decode_disk_s * 1e3, n_batch, d.prefill_s * 1e3,
       static_cast<double>(n_batch) / d.prefill_s, d.micro_batches, p.hop_bytes(1, 1, 1));
   return s;
 }
@@ -128,7 +191,7 @@ std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_bat
     const plan::RankResources& k = p.in.ranks[static_cast<size_t>(r)];
     const plan::ExpertRange g = p.shares[static_cast<size_t>(r)];
     const std::string experts = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +rest" : "");
-    const std::string cap = fmt::format("{:.2f} GiB {}", gib(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
+    const std::string cap = fmt::format("{} {}", job_plan_cap_text(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
     const plan::LinkFigures& l = p.in.links[static_cast<size_t>(r)];
     const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
     s += fmt::format("  {:<5} {:<17} {:<13} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),

@@ -31,6 +31,7 @@ plan::ExpertParallelInputs expert_parallel_inputs(const ModelFile& file, const M
 struct PredictedSteps {
   double decode_s = 0;
   double decode_network_s = 0;  // of decode_s, on the links
+  double decode_disk_s = 0;     // of decode_s, stages waiting on their disks (pp)
   int64_t prefill_tokens = 0;
   double prefill_s = 0;
   int64_t micro_batches = 1;    // pp: the prefill step's best cut (kMaxMicroBatches at most); ep: 1
@@ -38,8 +39,10 @@ struct PredictedSteps {
 PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch);
 PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batch);
 
-// The placement map: a row per rank (host, layers or experts, weights held,
-// memory cap, rates, link to rank 0), then the predicted steps. `in` holds
+// The placement map: a row per rank (host, layers or experts, tier, weights
+// held in memory, memory cap, rates, link to rank 0), a line per rank that
+// streams (which layers stay resident, which stream, its disk rate), then the
+// predicted steps with their network and disk legs. `in` holds
 // the ranks the pipeline plan was made for.
 std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch);
 std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_batch);

@@ -16,6 +16,7 @@
 #include "format/model_file.h"
 #include "model/hparams.h"
 #include "plan/calibrate.h"
+#include "weights/store_source.h"
 
 namespace sluice::dist {
 namespace {
@@ -30,8 +31,11 @@ constexpr double kLoadTimeoutFactor = 20;
 constexpr double kAvailableShare = 0.9;
 
 // This rank's fingerprint, memory and rates (the planner's probes on the
-// model's own layer, briefly), as the hello message.
-StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, int n_threads, uint64_t mem_budget) {
+// model's own layer, briefly; under its own --mem-budget also the model
+// file's read rate as the weight store reads it, for a range that streams),
+// as the hello message; *cal: the rates, for streaming the rank's range.
+StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, int n_threads, uint64_t mem_budget,
+                     plan::Calibration* cal_out) {
   ASSIGN_OR_RETURN(const Fingerprint fp, fingerprint(path));
   // One rank at a time: ranks sharing a machine would otherwise measure each
   // other (decode runs the stages in turn, not together).
@@ -43,7 +47,17 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
                             .min_probe_seconds = 0.05};
   co = plan::with_model_weights(co, file);
   co.weight_read_bytes = std::min<uint64_t>(co.weight_read_bytes, 256ull << 20);
-  ASSIGN_OR_RETURN(const plan::Calibration cal, plan::calibrate(co));
+  ASSIGN_OR_RETURN(plan::Calibration cal, plan::calibrate(co));
+  // A file the store cannot read by offset (not one GGUF, smaller than a
+  // read) leaves the rate 0: the rank holds its range in memory or refuses it.
+  if (mem_budget > 0 && file.format == "gguf") {
+    if (Status st = weights::measure_store_reads(file, /*direct=*/true, &cal); !st.ok()) {
+      fmt::print(stderr, "[sluice] rank {}: its disk was not measured ({}); its range must fit --mem-budget\n",
+                 c.rank(), st.message());
+      cal.disk_read_gbps = 0;
+    }
+  }
+  *cal_out = cal;
   if (c.rank() + 1 < c.size()) RETURN_IF_ERROR(c.send(c.rank() + 1, kTagTurn, turn.data(), 1, "the turn to measure"));
   const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
   return json{{"version", fp.version},
@@ -56,6 +70,7 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
               {"budget_given", mem_budget > 0},
               {"read_gbps", cal.decode_read_gbps()},
               {"tflops", cal.matmul_tflops},
+              {"disk_gbps", cal.disk_read_gbps},
               {"n_threads", cal.n_threads}};
 }
 
@@ -72,7 +87,8 @@ plan::RankResources resources_of(const json& j) {
                              .budget_given = j.at("budget_given").get<bool>(),
                              .read_gbps = j.at("read_gbps").get<double>(),
                              .tflops = j.at("tflops").get<double>(),
-                             .n_threads = j.at("n_threads").get<int>()};
+                             .n_threads = j.at("n_threads").get<int>(),
+                             .disk_gbps = j.value("disk_gbps", 0.0)};
 }
 
 Status send_json(Comm& c, int dest, int tag, const json& j, const char* what) {
@@ -95,6 +111,7 @@ struct JobStart {
   ModelHparams hp;
   std::vector<plan::RankResources> ranks;  // [n_ranks]
   std::vector<plan::LinkFigures> links;    // [n_ranks] links[r]: rank 0 <-> rank r (links[0] unused)
+  plan::Calibration cal;                   // rank 0's rates (its range's streaming plans with them)
   Status refusal;  // ok, or the job's processes differ (naming each rank and what differs)
 };
 
@@ -108,7 +125,7 @@ StatusOr<JobStart> gather_job(Comm& c, const std::string& path, const LoadOption
   JobStart job;
   ASSIGN_OR_RETURN(job.file, open_model_file(path));
   ASSIGN_OR_RETURN(job.hp, hparams_from_metadata(job.file.metadata));
-  ASSIGN_OR_RETURN(const json mine, hello(c, path, job.file, o.n_threads, o.mem_budget_bytes));
+  ASSIGN_OR_RETURN(const json mine, hello(c, path, job.file, o.n_threads, o.mem_budget_bytes, &job.cal));
   job.ranks.push_back(resources_of(mine));
   std::string refusal;
   for (int r = 1; r < c.size(); ++r) {
@@ -253,14 +270,19 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   const StatusOr<plan::PipelinePlan> plan =
       job.refusal.ok() ? plan::plan_pipeline(in) : StatusOr<plan::PipelinePlan>(job.refusal);
   if (!plan.ok()) return refuse_job(c, plan.status());
-  json ranges = json::array();
+  json ranges = json::array(), streams = json::array();
   for (const plan::LayerRange& g : plan->ranges) ranges.push_back({g.begin, g.end});
+  for (int64_t r = 0; r < plan->n_stages(); ++r) streams.push_back(plan->streams(r));
   json setup = setup_message(o);
   setup["ranges"] = ranges;
+  setup["streams"] = streams;
   setup["predict_experts"] = o.predict_experts;
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
+  // A range the plan found fits is held in memory; one that does not streams
+  // the rest from this rank's disk under its --mem-budget (weights/placement.h).
   LoadOptions mine_opts = o;
-  mine_opts.mem_budget_bytes = 0;  // the plan checked that the range fits
+  mine_opts.mem_budget_bytes = plan->streams(0) ? o.mem_budget_bytes : 0;
+  mine_opts.calibration = plan->streams(0) ? &job.cal : nullptr;
   mine_opts.layer_begin = plan->ranges[0].begin;
   mine_opts.layer_end = plan->ranges[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
@@ -269,7 +291,10 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   if (!failures.empty()) return unavailable("loading the pipeline's stages failed: {}", failures);
   session.driver_ = std::make_unique<PipelineDriver>(c, *plan, job.hp.n_embd, o.n_batch, session.options().abort_grace_s);
   lm->model->set_stage_runner(session.driver_.get());
+  // The job's map, then rank 0's own weight store's when its range streams.
+  const std::string own = lm->placement_report;
   lm->placement_report = pipeline_map(*plan, in, o.n_batch);
+  if (!own.empty()) lm->placement_report += "[sluice] rank 0's range streams from its disk:\n" + own;
   publish_job(c.size(), plan->step_s(1, 1, 1));
   return lm;
 }
@@ -289,7 +314,7 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   setup["experts"] = experts;
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = o;
-  mine_opts.mem_budget_bytes = 0;  // the plan checked that the share fits
+  mine_opts.mem_budget_bytes = 0;  // the plan checked that the share fits (ep shares do not stream yet)
   mine_opts.expert_begin = plan->shares[0].begin;
   mine_opts.expert_end = plan->shares[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
@@ -311,7 +336,8 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
 Status run_worker(const std::string& path, const WorkerOptions& o, Session& session) {
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
-  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes));
+  plan::Calibration cal;
+  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes, &cal));
   RETURN_IF_ERROR(send_json(c, 0, kTagHello, mine, "hello"));
   RETURN_IF_ERROR(answer_link_probe(c));
   ASSIGN_OR_RETURN(const json setup, recv_json(c, 0, kTagControl, "setup", c.timeout_s() * kLoadTimeoutFactor));
@@ -332,7 +358,13 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   lo.predict_experts = setup.at("predict_experts").get<bool>();
   lo.layer_begin = mine_range.at(0).get<int64_t>();
   lo.layer_end = mine_range.at(1).get<int64_t>();
+  if (setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>()) {
+    lo.mem_budget_bytes = o.mem_budget_bytes;
+    lo.calibration = &cal;
+  }
   StatusOr<LoadedModel> lm = load_model(path, lo);
+  if (lm.ok() && !lm->placement_report.empty())
+    fmt::print(stderr, "[sluice] rank {}'s range streams from its disk:\n{}", c.rank(), lm->placement_report);
   RETURN_IF_ERROR(report_load(c, lm));
   return run_worker_loop(c, *lm->model, static_cast<int>(ranges.size()));
 }

@@ -5,11 +5,19 @@
 
 #include <fmt/format.h>
 
+#include "plan/stream_plan.h"
+
 namespace sluice::plan {
 
 double PipelinePlan::stage_s(int64_t r, double n_tokens) const {
   const auto i = static_cast<size_t>(r);
-  return std::max(stage_read_s[i], stage_flops[i] * n_tokens / (stage_tflops[i] * 1e12));
+  return std::max({stage_read_s[i], stage_flops[i] * n_tokens / (stage_tflops[i] * 1e12), stage_disk_s[i]});
+}
+
+bool PipelinePlan::layer_streamed(int64_t r, int64_t l) const {
+  const LayerRange g = ranges[static_cast<size_t>(r)];
+  return streams(r) && l >= g.begin && l < g.end &&
+         streamed_in_spread(l - g.begin, g.end - g.begin, stage_streamed[static_cast<size_t>(r)]);
 }
 
 double PipelinePlan::hop_s(int64_t r, double n_tokens) const {
@@ -40,6 +48,155 @@ uint64_t PipelinePlan::hop_bytes(int64_t r, int64_t n_tokens, int64_t n_logits) 
   return static_cast<uint64_t>(r == 0 ? n_logits : n_tokens) * static_cast<uint64_t>(n_embd) * 4;
 }
 
+namespace {
+
+// Rank r holding layers [b, e): in memory, or streaming the rest from its
+// disk (the header's model); ok false when neither fits.
+struct PipelineStageFit {
+  bool ok = false;
+  uint64_t held_bytes = 0;   // in memory
+  uint64_t range_bytes = 0;  // the range's weights
+  double read_s = 0, flops = 0, disk_s = 0;
+  int64_t n_streamed = 0, n_ring = 0;
+};
+
+class PipelineStageModel {
+ public:
+  explicit PipelineStageModel(const PipelineInputs& in) : in_(in) {
+    const size_t L = in.layer_bytes.size();
+    pre_bytes_.assign(L + 1, 0);
+    pre_flops_.assign(L + 1, 0);
+    for (size_t l = 0; l < L; ++l) {
+      pre_bytes_[l + 1] = pre_bytes_[l] + in.layer_bytes[l];
+      pre_flops_[l + 1] = pre_flops_[l] + in.layer_flops_per_token[l];
+    }
+  }
+
+  uint64_t model_bytes() const { return pre_bytes_.back() + in_.head_bytes; }
+  bool can_stream(int64_t r) const {
+    const RankResources& k = in_.ranks[static_cast<size_t>(r)];
+    return k.budget_given && k.disk_gbps > 0 && in_.layer_slot_bytes.size() == in_.layer_bytes.size() &&
+           in_.layer_pinned_bytes.size() == in_.layer_bytes.size();
+  }
+  // What stays resident of [b, e) when it streams, and its largest slot.
+  uint64_t essentials(int64_t r, int64_t b, int64_t e) const {
+    uint64_t n = r == 0 ? in_.head_bytes : 0;
+    for (int64_t l = b; l < e; ++l) n += in_.layer_pinned_bytes[static_cast<size_t>(l)];
+    return n;
+  }
+  uint64_t slot(int64_t b, int64_t e) const {
+    uint64_t s = 0;
+    for (int64_t l = b; l < e; ++l) s = std::max(s, in_.layer_slot_bytes[static_cast<size_t>(l)]);
+    return s;
+  }
+
+  PipelineStageFit fit(int64_t r, int64_t b, int64_t e) const {
+    const RankResources& k = in_.ranks[static_cast<size_t>(r)];
+    PipelineStageFit f;
+    f.range_bytes =
+        pre_bytes_[static_cast<size_t>(e)] - pre_bytes_[static_cast<size_t>(b)] + (r == 0 ? in_.head_bytes : 0);
+    const uint64_t read = pre_bytes_[static_cast<size_t>(e)] - pre_bytes_[static_cast<size_t>(b)] +
+                          (r == 0 ? in_.head_read_bytes : 0);
+    f.read_s = static_cast<double>(read) / (k.read_gbps * 1e9);
+    f.flops = pre_flops_[static_cast<size_t>(e)] - pre_flops_[static_cast<size_t>(b)] +
+              (r == 0 ? in_.head_flops_per_token : 0.0);
+    if (f.range_bytes <= k.mem_cap_bytes) {
+      f.ok = true;
+      f.held_bytes = f.range_bytes;
+      return f;
+    }
+    if (!can_stream(r)) return f;
+    const uint64_t ess = essentials(r, b, e), slot_bytes = slot(b, e);
+    if (slot_bytes == 0 || k.mem_cap_bytes < ess + 2 * slot_bytes) return f;
+    // The ring as the placement sizes it: plan_stream with the layer's decode
+    // time as its compute (a layer of c seconds is c x 1e12 FLOPs at 1 TFLOP/s).
+    const int64_t n = e - b;
+    const double layer_s = std::max(f.read_s, f.flops / (k.tflops * 1e12)) / static_cast<double>(n);
+    const StatusOr<StreamPlan> ring = plan_stream({.n_layer = n,
+                                                   .layer_bytes = static_cast<double>(slot_bytes),
+                                                   .layer_flops = std::max(layer_s, 1e-12) * 1e12,
+                                                   .compute_tflops = 1.0,
+                                                   .link_gbps = 0,
+                                                   .disk_gbps = k.disk_gbps});
+    if (!ring.ok()) return f;
+    const uint64_t room = k.mem_cap_bytes - ess;
+    f.n_ring = std::min<int64_t>(ring->n_ring_slots, static_cast<int64_t>(room / slot_bytes));
+    const uint64_t left = room - static_cast<uint64_t>(f.n_ring) * slot_bytes;
+    const int64_t n_resident = std::min<int64_t>(n - 1, static_cast<int64_t>(left / slot_bytes));
+    f.n_streamed = n - n_resident;
+    f.n_ring = std::min(f.n_ring, f.n_streamed);
+    f.held_bytes = ess + static_cast<uint64_t>(f.n_ring) * slot_bytes;
+    for (int64_t l = b; l < e; ++l)
+      if (!streamed_in_spread(l - b, n, f.n_streamed)) f.held_bytes += in_.layer_slot_bytes[static_cast<size_t>(l)];
+    f.disk_s = static_cast<double>(f.n_streamed) * static_cast<double>(slot_bytes) / (k.disk_gbps * 1e9);
+    f.ok = true;
+    return f;
+  }
+  // One token's stage time (decode).
+  double decode_s(int64_t r, const PipelineStageFit& f) const {
+    return std::max({f.read_s, f.flops / (in_.ranks[static_cast<size_t>(r)].tflops * 1e12), f.disk_s});
+  }
+
+  // Why no cut fits: each rank's least need (its smallest range, in memory
+  // or streaming where it may) against its cap.
+  std::string shortfall() const {
+    const auto S = static_cast<int64_t>(in_.ranks.size());
+    const auto L = static_cast<int64_t>(in_.layer_bytes.size());
+    std::string s;
+    for (int64_t r = 0; r < S; ++r) {
+      const RankResources& k = in_.ranks[static_cast<size_t>(r)];
+      // The smallest ranges rank r may get: all layers alone; one layer
+      // otherwise (rank 0's the first, the last rank's the last).
+      std::vector<LayerRange> smallest;
+      if (S == 1) smallest.push_back({0, L});
+      else if (r == 0) smallest.push_back({0, 1});
+      else if (r == S - 1) smallest.push_back({L - 1, L});
+      else
+        for (int64_t l = r; l <= L - S + r; ++l) smallest.push_back({l, l + 1});
+      uint64_t whole = std::numeric_limits<uint64_t>::max(), stream = whole, stream_ess = 0, stream_slot = 0;
+      LayerRange whole_range;
+      for (const LayerRange g : smallest) {
+        const uint64_t held = pre_bytes_[static_cast<size_t>(g.end)] - pre_bytes_[static_cast<size_t>(g.begin)] +
+                              (r == 0 ? in_.head_bytes : 0);
+        if (held < whole) {
+          whole = held;
+          whole_range = g;
+        }
+        if (!can_stream(r)) continue;
+        const uint64_t ess = essentials(r, g.begin, g.end), sl = slot(g.begin, g.end);
+        if (ess + 2 * sl < stream) {
+          stream = ess + 2 * sl;
+          stream_ess = ess;
+          stream_slot = sl;
+        }
+      }
+      if (std::min(whole, stream) <= k.mem_cap_bytes) continue;
+      s += fmt::format("; rank {} ({}): {} {:.2f} MiB < {:.2f} MiB to hold its smallest range (layers {}-{}{}) in "
+                       "memory",
+                       r, k.host, k.budget_given ? "--mem-budget" : "available memory", mib(k.mem_cap_bytes),
+                       mib(whole), whole_range.begin, whole_range.end - 1, r == 0 ? " +head" : "");
+      if (can_stream(r))
+        s += fmt::format(" and {:.2f} MiB, the least a rank streaming from its disk needs (resident {:.2f} MiB + a "
+                         "ring of 2 slots x {:.2f} MiB)",
+                         mib(stream), mib(stream_ess), mib(stream_slot));
+      else if (!k.budget_given)
+        s += " (only a rank with its own --mem-budget streams from its disk)";
+      else if (in_.layer_slot_bytes.empty())
+        s += " (this model's layers do not stream per rank)";
+      else
+        s += " (its disk was not measured)";
+    }
+    return s;
+  }
+
+ private:
+  const PipelineInputs& in_;
+  std::vector<uint64_t> pre_bytes_;
+  std::vector<double> pre_flops_;
+};
+
+}  // namespace
+
 StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
   const auto S = static_cast<int64_t>(in.ranks.size());
   const auto L = static_cast<int64_t>(in.layer_bytes.size());
@@ -53,28 +210,10 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
     if (r > 0 && !(in.links[static_cast<size_t>(r)].gbps > 0))
       return invalid_argument("the link to rank {} measured no bandwidth", r);
   }
-  std::vector<uint64_t> pre_bytes(static_cast<size_t>(L + 1), 0);
-  std::vector<double> pre_flops(static_cast<size_t>(L + 1), 0);
-  for (int64_t l = 0; l < L; ++l) {
-    pre_bytes[static_cast<size_t>(l + 1)] = pre_bytes[static_cast<size_t>(l)] + in.layer_bytes[static_cast<size_t>(l)];
-    pre_flops[static_cast<size_t>(l + 1)] =
-        pre_flops[static_cast<size_t>(l)] + in.layer_flops_per_token[static_cast<size_t>(l)];
-  }
-  auto bytes_of = [&](int64_t r, int64_t b, int64_t e) {
-    return pre_bytes[static_cast<size_t>(e)] - pre_bytes[static_cast<size_t>(b)] + (r == 0 ? in.head_bytes : 0);
-  };
-  auto read_bytes = [&](int64_t r, int64_t b, int64_t e) {
-    return pre_bytes[static_cast<size_t>(e)] - pre_bytes[static_cast<size_t>(b)] + (r == 0 ? in.head_read_bytes : 0);
-  };
-  // One token's stage time (decode): the cut minimizes the slowest stage, then the sum.
-  auto cost = [&](int64_t r, int64_t b, int64_t e) {
-    const RankResources& k = in.ranks[static_cast<size_t>(r)];
-    const double flops = pre_flops[static_cast<size_t>(e)] - pre_flops[static_cast<size_t>(b)] +
-                         (r == 0 ? in.head_flops_per_token : 0.0);
-    return std::max(static_cast<double>(read_bytes(r, b, e)) / (k.read_gbps * 1e9), flops / (k.tflops * 1e12));
-  };
+  const PipelineStageModel model(in);
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  // best[r][e]: (slowest, sum) over ranks 0..r holding layers [0, e).
+  // best[r][e]: (slowest, sum) of one token's stage times over ranks 0..r
+  // holding layers [0, e): the cut minimizes the slowest stage, then the sum.
   struct Cell {
     double slowest = kInf, sum = kInf;
     int64_t from = -1;
@@ -84,10 +223,11 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
     for (int64_t e = r + 1; e <= L - (S - 1 - r); ++e) {
       for (int64_t b = (r == 0 ? 0 : r); b < e; ++b) {
         if (r == 0 && b != 0) break;
-        if (bytes_of(r, b, e) > in.ranks[static_cast<size_t>(r)].mem_cap_bytes) continue;
         const Cell prev = r == 0 ? Cell{0, 0, -1} : best[static_cast<size_t>(r - 1)][static_cast<size_t>(b)];
         if (prev.slowest == kInf) continue;
-        const double c = cost(r, b, e);
+        const PipelineStageFit f = model.fit(r, b, e);
+        if (!f.ok) continue;
+        const double c = model.decode_s(r, f);
         const Cell cand{std::max(prev.slowest, c), prev.sum + c, b};
         Cell& cur = best[static_cast<size_t>(r)][static_cast<size_t>(e)];
         if (cand.slowest < cur.slowest || (cand.slowest == cur.slowest && cand.sum < cur.sum)) cur = cand;
@@ -99,12 +239,12 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
     std::string caps;
     for (int64_t r = 0; r < S; ++r) {
       cap += in.ranks[static_cast<size_t>(r)].mem_cap_bytes;
-      caps += fmt::format("{}rank {}: {:.1f} MiB", r ? ", " : "", r, mib(in.ranks[static_cast<size_t>(r)].mem_cap_bytes));
+      caps += fmt::format("{}rank {}: {:.2f} MiB", r ? ", " : "", r, mib(in.ranks[static_cast<size_t>(r)].mem_cap_bytes));
     }
     return resource_exhausted(
-        "the model's {:.1f} MiB of weights cannot be cut into {} ranges that fit the ranks' memory ({}; {:.1f} MiB "
-        "together): raise --mem-budget, or run more ranks",
-        mib(pre_bytes[static_cast<size_t>(L)] + in.head_bytes), S, caps, mib(cap));
+        "the model's {:.2f} MiB of weights cannot be cut into {} ranges that fit the ranks' memory, in memory or "
+        "streaming from each rank's disk ({}; {:.2f} MiB together){}: raise --mem-budget, or run more ranks",
+        mib(model.model_bytes()), S, caps, mib(cap), model.shortfall());
   }
   PipelinePlan p;
   p.ranges.resize(static_cast<size_t>(S));
@@ -118,11 +258,16 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
   for (int64_t r = 0; r < S; ++r) {
     const LayerRange g = p.ranges[static_cast<size_t>(r)];
     const RankResources& k = in.ranks[static_cast<size_t>(r)];
-    p.stage_bytes.push_back(bytes_of(r, g.begin, g.end));
-    p.stage_read_s.push_back(static_cast<double>(read_bytes(r, g.begin, g.end)) / (k.read_gbps * 1e9));
-    p.stage_flops.push_back(pre_flops[static_cast<size_t>(g.end)] - pre_flops[static_cast<size_t>(g.begin)] +
-                            (r == 0 ? in.head_flops_per_token : 0.0));
+    const PipelineStageFit f = model.fit(r, g.begin, g.end);
+    p.stage_bytes.push_back(f.held_bytes);
+    p.range_bytes.push_back(f.range_bytes);
+    p.stage_read_s.push_back(f.read_s);
+    p.stage_flops.push_back(f.flops);
     p.stage_tflops.push_back(k.tflops);
+    p.stage_streamed.push_back(f.n_streamed);
+    p.stage_ring_slots.push_back(f.n_ring);
+    p.stage_disk_s.push_back(f.disk_s);
+    p.disk_gbps.push_back(k.disk_gbps);
   }
   return p;
 }

@@ -9,10 +9,25 @@
 // r-th range and rank 0 also the embeddings and the output head, so that
 // every range fits its rank and the slowest stage is as fast as it can be.
 //
+// A rank whose range does not fit its --mem-budget streams the rest of the
+// range from its own disk, as one process does under a budget
+// (weights/placement.h): its essentials (rank 0's head, the range's norms)
+// and a ring of K slots stay resident, K from plan_stream (stream_plan.h;
+// trimmed to what the budget holds, at least 2), whole layers fill the rest,
+// and the S layers that do not fit stream, spread by streamed_in_spread().
+// Each pass over the stage then reads S slots from disk, plan_stream's
+// per-layer read cost (transfer_s with the ring filled from disk):
+//
+//   disk_r = S_r x slot_r / disk_gbps_r
+//
+// Only a rank with its own budget (budget_given) and a measured disk rate
+// streams; a range whose essentials and 2 slots exceed the budget cannot be
+// the rank's, and a job with no cut left is refused with each rank's least need.
+//
 // A step of n tokens over S stages, cut into m micro-batches (stage r starts
 // micro-batch i once stage r-1 sent it and stage r finished i-1):
 //
-//   stage r, n/m tokens:  t_r = max(bytes_r / read_r, flops_r x n/m / rate_r)
+//   stage r, n/m tokens:  t_r = max(bytes_r / read_r, flops_r x n/m / rate_r, disk_r)
 //   hop into stage r:     h_r = latency_r + (n/m) x n_embd x 4 B / gbps_r
 //   back to rank 0:       h_0 = latency + logit rows x n_embd x 4 B / gbps
 //   step = sum_r (t_r + h_r) + h_0 + (m - 1) x max_r max(t_r, h_r)
@@ -40,6 +55,8 @@ struct RankResources {
   double read_gbps = 0;        // weight-read rate (decode roof), > 0
   double tflops = 0;           // matmul rate at prefill shapes, > 0
   int n_threads = 0;
+  double disk_gbps = 0;        // the model file read as the weight store reads it; 0: not measured
+                               // (the rank holds its range in memory or refuses it)
 };
 
 struct LinkFigures {
@@ -57,6 +74,11 @@ struct PipelineInputs {
   int64_t n_embd = 0;
   std::vector<RankResources> ranks;          // [n_ranks]
   std::vector<LinkFigures> links;            // [n_ranks] links[r]: rank 0 <-> rank r (links[0] unused)
+  // Streaming a range (above): a layer's matrices as a ring slot holds them
+  // (aligned extents), and what stays resident of it when it streams (norms,
+  // biases). Empty: the model's layers do not stream per rank.
+  std::vector<uint64_t> layer_slot_bytes;    // [n_layer]
+  std::vector<uint64_t> layer_pinned_bytes;  // [n_layer]
 };
 
 struct LayerRange {
@@ -66,14 +88,23 @@ struct LayerRange {
 
 struct PipelinePlan {
   std::vector<LayerRange> ranges;       // [n_ranks] rank r's layers
-  std::vector<uint64_t> stage_bytes;    // [n_ranks] weights held (rank 0 with the head)
-  std::vector<double> stage_read_s;     // [n_ranks] the stage's weights read once
+  std::vector<uint64_t> stage_bytes;    // [n_ranks] weights held in memory (rank 0 with the head; a
+                                        // streaming rank: resident layers, essentials and its ring)
+  std::vector<uint64_t> range_bytes;    // [n_ranks] the range's weights (rank 0 with the head)
+  std::vector<double> stage_read_s;     // [n_ranks] the stage's weights read once from memory
+  std::vector<int64_t> stage_streamed;  // [n_ranks] layers streamed from the rank's disk (0: all in memory)
+  std::vector<int64_t> stage_ring_slots;// [n_ranks] its ring (0 when nothing streams)
+  std::vector<double> stage_disk_s;     // [n_ranks] the streamed layers read from disk once
+  std::vector<double> disk_gbps;        // [n_ranks] the rates disk_s is at
   std::vector<double> stage_flops;      // [n_ranks] per token
   std::vector<double> stage_tflops;     // [n_ranks]
   std::vector<LinkFigures> links;       // as the inputs'
   int64_t n_embd = 0;
 
   int64_t n_stages() const { return static_cast<int64_t>(ranges.size()); }
+  bool streams(int64_t r) const { return stage_streamed[static_cast<size_t>(r)] > 0; }
+  // Whether layer l of rank r's range streams (the placement's spread).
+  bool layer_streamed(int64_t r, int64_t l) const;
   // Stage r's seconds for n tokens (one micro-batch).
   double stage_s(int64_t r, double n_tokens) const;
   // Seconds to move n tokens' hidden rows into stage r (r = 0: the last stage's
@@ -91,7 +122,8 @@ struct PipelinePlan {
 };
 
 // Errors: no ranks, more ranks than layers, a rank without rates, or no cut
-// whose every range fits its rank (naming the memory that would be needed).
+// whose every range fits its rank, resident or streaming (naming the memory
+// each rank would need at least).
 StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in);
 
 }  // namespace sluice::plan

@@ -71,5 +71,80 @@ TEST(PipelinePlan, StepTimeAddsLinksAndMicroBatchesHelpOnlyWhenComputeBound) {
   EXPECT_EQ(p->hop_bytes(0, 10, 2), 2u * 64 * 4);
 }
 
+// 16 layers of 100 bytes (a slot each, nothing pinned); rank 0 under its own
+// budget of 450 bytes: the head (50), a ring of 2 slots and 2 resident layers,
+// or 4 layers in memory; its disk at `disk_gbps` (the memory reads at 1).
+PipelineInputs streaming_inputs(double disk_gbps) {
+  PipelineInputs in = inputs(16, 2, 100000);
+  in.layer_slot_bytes.assign(16, 100);
+  in.layer_pinned_bytes.assign(16, 0);
+  in.ranks[0].mem_cap_bytes = 450;
+  in.ranks[0].budget_given = true;
+  in.ranks[0].disk_gbps = disk_gbps;
+  return in;
+}
+
+TEST(PipelinePlan, ARankBeyondItsBudgetStreamsTheRestOfItsRange) {
+  // A disk as fast as memory hides behind the reads: rank 0 keeps its even
+  // share (8 layers, 4 more than its memory holds), streaming 6 of them.
+  auto fast = plan_pipeline(streaming_inputs(2));
+  ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+  EXPECT_EQ(fast->ranges[0].end, 8);
+  EXPECT_EQ(fast->stage_streamed[0], 6);
+  EXPECT_EQ(fast->stage_ring_slots[0], 2);
+  EXPECT_EQ(fast->stage_bytes[0], 450u);  // head + 2 resident layers + 2 slots
+  EXPECT_EQ(fast->range_bytes[0], 850u);
+  EXPECT_NEAR(fast->stage_disk_s[0], 6 * 100 / 2e9, 1e-15);
+  EXPECT_FALSE(fast->streams(1));
+  // The placement's spread: resident layers between streamed runs.
+  int resident = 0;
+  for (int64_t l = 0; l < 8; ++l) resident += fast->layer_streamed(0, l) ? 0 : 1;
+  EXPECT_EQ(resident, 2);
+  EXPECT_FALSE(fast->layer_streamed(0, 8));
+}
+
+TEST(PipelinePlan, ASlowerDiskShiftsLayersOffTheStreamingRank) {
+  // At 0.5 GB/s a streamed layer costs 200 ns against 100 ns from memory:
+  // plan_stream sizes a ring of 3, one layer stays resident, and the cut
+  // gives rank 0 six layers (max(650, 5 x 200) = 1000 ns = rank 1's ten).
+  auto medium = plan_pipeline(streaming_inputs(0.5));
+  ASSERT_TRUE(medium.ok()) << medium.status().to_string();
+  EXPECT_EQ(medium->ranges[0].end, 6);
+  EXPECT_EQ(medium->stage_ring_slots[0], 3);
+  EXPECT_EQ(medium->stage_streamed[0], 5);
+  EXPECT_NEAR(medium->stage_disk_s[0], 5 * 200e-9, 1e-15);
+  EXPECT_NEAR(medium->stage_s(0, 1), 1000e-9, 1e-15);  // the disk leg is the stage
+  EXPECT_NEAR(medium->step_s(1, 1, 1), 1000e-9 + 1000e-9 + 2 * (1e-5 + 64 * 4 / 1e9), 1e-12);
+  // At 0.125 GB/s (800 ns a layer) streaming loses to memory: rank 0 keeps
+  // the 4 layers its budget holds, rank 1 the other 12.
+  auto slow = plan_pipeline(streaming_inputs(0.125));
+  ASSERT_TRUE(slow.ok()) << slow.status().to_string();
+  EXPECT_EQ(slow->ranges[0].end, 4);
+  EXPECT_FALSE(slow->streams(0));
+  EXPECT_EQ(slow->stage_bytes[0], 450u);
+  // Without a budget of its own a rank does not stream, whatever its disk.
+  PipelineInputs no_budget = streaming_inputs(2);
+  no_budget.ranks[0].budget_given = false;
+  auto held = plan_pipeline(no_budget);
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->ranges[0].end, 4);
+  EXPECT_FALSE(held->streams(0));
+}
+
+TEST(PipelinePlan, RefusesABudgetBelowTheStreamingMinimumWithItsNumbers) {
+  PipelineInputs in = streaming_inputs(2);
+  in.ranks[0].mem_cap_bytes = 120;  // the head (50) + a layer need 150; + 2 slots of 100, 250
+  in.ranks[0].host = "node-a";
+  auto p = plan_pipeline(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
+  const std::string& m = p.status().message();
+  EXPECT_NE(m.find("rank 0 (node-a): --mem-budget 0.00 MiB < 0.00 MiB to hold its smallest range (layers 0-0 +head)"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("the least a rank streaming from its disk needs"), std::string::npos) << m;
+  EXPECT_NE(m.find("a ring of 2 slots"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace sluice::plan

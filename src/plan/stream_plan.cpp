@@ -66,6 +66,10 @@ StatusOr<StreamPlan> plan_stream(const StreamInputs& in) {
   return p;
 }
 
+bool streamed_in_spread(int64_t l, int64_t n_layer, int64_t n_streamed) {
+  return (l + 1) * n_streamed / n_layer > l * n_streamed / n_layer;
+}
+
 double tokens_to_hide(double leg_s, double layer_active_params, double flops_per_param, double compute_tflops) {
   return leg_s * compute_tflops * 1e12 / (flops_per_param * layer_active_params);
 }

@@ -67,6 +67,13 @@ struct StreamPlan {
 // nor a disk bandwidth.
 StatusOr<StreamPlan> plan_stream(const StreamInputs& in);
 
+// The streamed layers' spread: of n_layer layers of which n_streamed stream,
+// layer l streams when floor((l+1) n_streamed / n_layer) > floor(l n_streamed /
+// n_layer), so each run of streamed layers has resident compute around it to
+// hide transfers behind. The weight store's placement and the pipeline
+// planner's map both place layers by it. 0 <= l < n_layer.
+bool streamed_in_spread(int64_t l, int64_t n_layer, int64_t n_streamed);
+
 // Tokens per step at which per-layer compute equals `leg_s` (the transfer or disk
 // time to hide): leg_s x FLOP/s / (flops_per_param x active params per layer).
 double tokens_to_hide(double leg_s, double layer_active_params, double flops_per_param, double compute_tflops);

@@ -37,16 +37,18 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                          "load the model whole on it (no --mem-budget) or use --backend cpu",
                          mo.backend->name());
   }
-  if (o.mem_budget_bytes > 0 && (o.layer_begin != 0 || o.layer_end >= 0 || o.expert_begin != 0 || o.expert_end >= 0))
-    return unimplemented("a pipeline stage or expert share holds its weights in memory; streaming its range from disk under "
-                         "--mem-budget is not supported yet");
+  if (o.mem_budget_bytes > 0 && (o.expert_begin != 0 || o.expert_end >= 0 || o.experts_only))
+    return unimplemented("an expert share (--parallel ep) holds its weights in memory; streaming its experts from disk "
+                         "under --mem-budget is not supported yet");
   if (o.mem_budget_bytes > 0) {
     ASSIGN_OR_RETURN(weights::StreamingSetup setup,
                      weights::open_streaming(lm.file, {.mem_budget_bytes = o.mem_budget_bytes,
                                                        .n_threads = o.n_threads,
                                                        .tokens_per_step = o.tokens_per_step,
                                                        .calibration = o.calibration,
-                                                       .training = o.training}));
+                                                       .training = o.training,
+                                                       .layer_begin = o.layer_begin,
+                                                       .layer_end = o.layer_end}));
     lm.stream = setup.source;
     lm.placement_report = std::move(setup.report);
     mo.weights = setup.source;

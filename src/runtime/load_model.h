@@ -57,6 +57,8 @@ struct LoadOptions {
   // (weights::StreamingOptions::training).
   std::optional<plan::TrainWorkload> training;
   // A pipeline stage's layers (ModelOptions::layer_begin/end; dist/session.h).
+  // Under mem_budget_bytes the stage's own layers stream (weights/placement.h,
+  // rule 6); an expert share under a budget is refused.
   int64_t layer_begin = 0;
   int64_t layer_end = -1;
   // Expert parallelism: this process's experts (ModelOptions::expert_begin/

@@ -149,6 +149,24 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   }
   if (p.n_layer == 0) return invalid_argument("the model has no blocks (blk.N.*) to place");
   p.layers.resize(static_cast<size_t>(p.n_layer));
+  // Rule 6: a pipeline stage places its own layers; the rest are elsewhere.
+  p.layer_begin = in.layer_begin;
+  p.layer_end = in.layer_end < 0 ? p.n_layer : in.layer_end;
+  if (p.layer_begin < 0 || p.layer_begin >= p.layer_end || p.layer_end > p.n_layer)
+    return invalid_argument("layer range [{}, {}) is not inside the model's {} layers", in.layer_begin, in.layer_end,
+                            p.n_layer);
+  const bool stage = p.layer_begin > 0 || p.layer_end < p.n_layer;
+  if (stage && in.training) return unimplemented("fine-tuning streams the whole model, not a pipeline stage's layers");
+  if (stage) {
+    p.total_tensor_bytes = 0;
+    for (TensorPlacement& t : p.tensors) {
+      t.elsewhere = t.layer >= 0 ? t.layer < p.layer_begin || t.layer >= p.layer_end : p.layer_begin > 0;
+      if (!t.elsewhere) p.total_tensor_bytes += t.n_bytes;
+    }
+    for (int64_t l = 0; l < p.n_layer; ++l)
+      p.layers[static_cast<size_t>(l)].elsewhere = l < p.layer_begin || l >= p.layer_end;
+  }
+  const int64_t n_own = p.n_stage_layers();
 
   // Essentials: one aligned buffer of everything from the file, plus in-memory tensors.
   std::vector<TensorRange> essential_ranges;
@@ -156,6 +174,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   uint64_t in_memory_bytes = 0;
   for (const TensorPlacement& t : p.tensors) {
     const TensorInfo& info = file.tensors[t.index];
+    if (t.elsewhere) continue;
     if (is_essential_tensor(t, info)) {
       if (t.from_file) essential_ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
       else in_memory_bytes += info.n_bytes;
@@ -165,7 +184,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   }
   p.essentials_bytes = layout_extents(essential_ranges, kDirectAlign, in.max_gap).buffer_bytes + in_memory_bytes;
   uint64_t all_layers_bytes = 0;
-  for (int64_t l = 0; l < p.n_layer; ++l) {
+  for (int64_t l = p.layer_begin; l < p.layer_end; ++l) {
     const ExtentLayout lay = layout_extents(layer_ranges[static_cast<size_t>(l)], kDirectAlign, in.max_gap);
     LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
     lp.matrix_bytes = lay.tensor_bytes;
@@ -179,7 +198,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
     p.resident_bytes = p.essentials_bytes + all_layers_bytes;
     p.host_bytes = p.resident_bytes;
     p.slot_bytes = 0;
-    p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
+    p.predicted_compute_s = static_cast<double>(n_own) * in.layer_compute_s;
     return p;
   };
   if (!in.stream_all &&
@@ -191,8 +210,12 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   if (in.training && !(in.train_backward_s > 0))
     return invalid_argument("training needs the compute time of a layer's backward visit (> 0)");
   // A routed model streams expert by expert, not layer by layer.
-  if (auto hp = hparams_from_metadata(file.metadata); hp.ok() && hp->is_moe() && !in.stream_all)
+  if (auto hp = hparams_from_metadata(file.metadata); hp.ok() && hp->is_moe() && !in.stream_all) {
+    if (stage)
+      return unimplemented("a pipeline stage of a routed model holds its layers in memory; streaming its experts "
+                           "under --mem-budget is not supported yet");
     return plan_expert_placement(file, in, std::move(p));
+  }
 
   bool any_in_memory_matrix = false;
   for (const TensorPlacement& t : p.tensors)
@@ -211,7 +234,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   p.transfer_s = static_cast<double>(p.slot_bytes) / (in.disk_gbps * 1e9);
   // plan_stream takes FLOPs and TFLOP/s; a layer of compute_s seconds is
   // compute_s x 1e12 FLOPs at 1 TFLOP/s.
-  plan::StreamInputs si{.n_layer = p.n_layer,
+  plan::StreamInputs si{.n_layer = n_own,
                         .layer_bytes = static_cast<double>(p.slot_bytes),
                         .layer_flops = in.layer_compute_s * 1e12,
                         .compute_tflops = 1.0,
@@ -245,14 +268,14 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
 
   // Whole layers fill what the ring leaves; at least one layer streams.
   uint64_t left = budget - p.essentials_bytes - static_cast<uint64_t>(p.n_ring_slots) * p.slot_bytes;
-  int64_t n_resident = std::min<int64_t>(p.n_layer - 1, static_cast<int64_t>(left / p.slot_bytes));
-  const int64_t n_streamed = p.n_layer - n_resident;
+  int64_t n_resident = std::min<int64_t>(n_own - 1, static_cast<int64_t>(left / p.slot_bytes));
+  const int64_t n_streamed = n_own - n_resident;
   p.n_ring_slots = std::min(p.n_ring_slots, n_streamed);
-  // Streamed layers spread evenly: layer l streams when floor((l+1) m / n) >
-  // floor(l m / n); in training order the resident ones keep off the turns.
-  for (int64_t l = 0; l < p.n_layer; ++l) {
+  // Streamed layers spread evenly (plan::streamed_in_spread); in training
+  // order the resident ones keep off the turns.
+  for (int64_t l = p.layer_begin; l < p.layer_end; ++l) {
     const bool streamed = in.training ? !training_resident(l, p.n_layer, n_resident)
-                                      : (l + 1) * n_streamed / p.n_layer > l * n_streamed / p.n_layer;
+                                      : plan::streamed_in_spread(l - p.layer_begin, n_own, n_streamed);
     LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
     lp.streamed = streamed;
     if (streamed) {
@@ -263,7 +286,8 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
     }
   }
   for (TensorPlacement& t : p.tensors) {
-    if (t.layer >= 0 && p.layers[static_cast<size_t>(t.layer)].streamed && !is_essential_tensor(t, file.tensors[t.index]))
+    if (t.layer >= 0 && !t.elsewhere && p.layers[static_cast<size_t>(t.layer)].streamed &&
+        !is_essential_tensor(t, file.tensors[t.index]))
       t.tier = Tier::kDisk;
   }
   p.resident_bytes = p.essentials_bytes + p.resident_layer_bytes;
@@ -272,7 +296,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
 
   si.n_layer = p.n_streamed;
   ASSIGN_OR_RETURN(p.stream, plan::plan_stream(si));
-  p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
+  p.predicted_compute_s = static_cast<double>(n_own) * in.layer_compute_s;
   if (in.training) RETURN_IF_ERROR(set_training_figures(p, in));
   set_disk_figures(p, in.disk_gbps);
   return p;
@@ -301,6 +325,7 @@ std::string placement_map(const PlacementPlan& p) {
   int64_t n_host = 0, n_disk = 0;
   uint64_t host_tensor_bytes = 0, disk_tensor_bytes = 0;
   for (const TensorPlacement& t : p.tensors) {
+    if (t.elsewhere) continue;
     if (t.tier == Tier::kDisk) {
       ++n_disk;
       disk_tensor_bytes += t.n_bytes;
@@ -310,14 +335,18 @@ std::string placement_map(const PlacementPlan& p) {
     }
   }
   std::string s;
-  s += fmt::format("placement map: {} layers, {} of tensors; compute tier = host RAM, budget {}\n", p.n_layer,
+  const std::string layers = p.n_stage_layers() == p.n_layer
+                                 ? fmt::format("{} layers", p.n_layer)
+                                 : fmt::format("layers {}-{} of {} (a pipeline stage)", p.layer_begin, p.layer_end - 1,
+                                               p.n_layer);
+  s += fmt::format("placement map: {}, {} of tensors; compute tier = host RAM, budget {}\n", layers,
                    mb(static_cast<double>(p.total_tensor_bytes)),
                    p.budget_bytes ? mb(static_cast<double>(p.budget_bytes)) : std::string("unlimited"));
   s += fmt::format("  {:<7} {:>10} {:>8}  {}\n", "tier", "bytes", "tensors", "holds");
   s += fmt::format("  {:<7} {:>10} {:>8}  {}\n", "device", "0 B", 0, "none (no device backend in this build)");
   s += fmt::format("  {:<7} {:>10} {:>8}  essentials {} + {} resident layers {}", "host",
                    mb(static_cast<double>(p.host_bytes)), n_host, mb(static_cast<double>(p.essentials_bytes)),
-                   p.n_layer - p.n_streamed, mb(static_cast<double>(p.resident_layer_bytes)));
+                   p.n_stage_layers() - p.n_streamed, mb(static_cast<double>(p.resident_layer_bytes)));
   if (p.n_ring_slots > 0)
     s += fmt::format(" + ring {} slots x {} = {}", p.n_ring_slots, mb(static_cast<double>(p.slot_bytes)),
                      mb(static_cast<double>(p.ring_bytes)));
@@ -346,8 +375,9 @@ std::string placement_map(const PlacementPlan& p) {
   }
   if (p.n_streamed > 0) {
     std::string row;
-    for (const LayerPlacement& l : p.layers) row += l.streamed ? 'S' : 'R';
-    s += fmt::format("  layers: {}   (R resident, S streamed)\n", row);
+    for (const LayerPlacement& l : p.layers) row += l.elsewhere ? '-' : l.streamed ? 'S' : 'R';
+    s += fmt::format("  layers: {}   (R resident, S streamed{})\n", row,
+                     p.n_stage_layers() < p.n_layer ? ", - another process's" : "");
     s += fmt::format("  ring: K = {} (plan_stream: transfer {}/layer at {:.2f} GB/s, compute {}/layer at {} "
                      "tokens/step -> K = {})\n",
                      p.n_ring_slots, ms(static_cast<double>(p.slot_bytes) / (p.sized_disk_gbps * 1e9)),

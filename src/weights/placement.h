@@ -31,6 +31,11 @@
 //      has been computed both ways; a resident layer next to a turn would only
 //      lengthen that wait. (Which layers are resident does not change the
 //      reads: a resident layer and a ring slot each spare two reads a step.)
+//   6. A pipeline stage (in.layer_begin/layer_end, dist/session.h) places only
+//      its own layers by these rules; with layer_begin > 0 the tensors outside
+//      the blocks are rank 0's too. The other processes' tensors are
+//      `elsewhere`: served from the file's memory map, never read, not counted.
+//      (Dense models; a routed model's stage, and training, are refused.)
 // Predicted per step: compute = n_layer x compute_s, disk = n_streamed x
 // transfer_s, step = max of the two, stall = step - compute. This assumes the
 // ring lets the disk run ahead across resident layers. Training predicts per
@@ -75,6 +80,8 @@ struct PlacementInputs {
   uint64_t max_gap = kDefaultMaxGap; // extent merging (extent_layout.h)
   bool stream_all = false;           // benchmarks: stream every layer through the full planned
                                      // ring, trimmed to mem_budget_bytes when that is not 0
+  int64_t layer_begin = 0;           // a pipeline stage's layers [layer_begin, layer_end)
+  int64_t layer_end = -1;            // (-1: to the last); rule 6
 };
 
 struct TensorPlacement {
@@ -84,16 +91,21 @@ struct TensorPlacement {
   Tier tier = Tier::kHost; // kHost: resident; kDisk: streamed through the ring
   bool from_file = true;   // false: bytes only in memory (file_offset < 0)
   uint64_t n_bytes = 0;
+  bool elsewhere = false;  // another process's (outside this stage): mapped, never read
 };
 
 struct LayerPlacement {
   bool streamed = false;
+  bool elsewhere = false;     // outside this stage's layers
   uint64_t matrix_bytes = 0;  // the streamable tensors' own bytes
   uint64_t extent_bytes = 0;  // their aligned buffer size (what a slot or resident copy takes)
 };
 
 struct PlacementPlan {
-  int64_t n_layer = 0;
+  int64_t n_layer = 0;                   // the model's
+  int64_t layer_begin = 0;               // this stage's layers [layer_begin, layer_end)
+  int64_t layer_end = 0;                 // (0 in a plan not made by plan_placement: all)
+  int64_t n_stage_layers() const { return layer_end > layer_begin ? layer_end - layer_begin : n_layer; }
   std::vector<TensorPlacement> tensors;  // one per ModelFile tensor, same order
   std::vector<LayerPlacement> layers;    // [n_layer]
   int64_t n_streamed = 0;

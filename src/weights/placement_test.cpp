@@ -208,6 +208,48 @@ TEST(Placement, TrainingKeepsResidentLayersOffTheTurns) {
   EXPECT_NEAR(resident.predicted_step_s(), 8 * 0.4 + 0.02, 1e-12);
 }
 
+TEST(Placement, APipelineStagePlacesOnlyItsOwnLayers) {
+  // Layers 4-7 of 10 (a rank > 0: the head is rank 0's), 100 MB each, under
+  // 260 MB: the stage's norms and a ring of 2, every layer streamed; the
+  // other ranks' tensors are elsewhere, never counted.
+  const ModelFile f = fake_model(10);
+  PlacementInputs in = streaming(260'000'000, 0.2);
+  in.layer_begin = 4;
+  in.layer_end = 8;
+  const PlacementPlan p = plan_placement(f, in).value();
+  EXPECT_EQ(p.n_stage_layers(), 4);
+  EXPECT_EQ(p.n_ring_slots, 2);
+  EXPECT_EQ(p.n_streamed, 4);
+  EXPECT_LT(p.essentials_bytes, 100'000u);  // 4 norms (aligned), no embeddings or output
+  EXPECT_LE(p.host_bytes, 260'000'000u);
+  EXPECT_EQ(p.total_tensor_bytes, 4 * (2 * kMatrix + 4000));
+  for (const TensorPlacement& t : p.tensors) {
+    const bool mine = t.layer >= 4 && t.layer < 8;
+    EXPECT_EQ(t.elsewhere, !mine) << t.suffix << " " << t.layer;
+    if (!mine) EXPECT_EQ(t.tier, Tier::kHost) << t.suffix;
+  }
+  for (int64_t l = 0; l < 10; ++l) EXPECT_EQ(p.layers[static_cast<size_t>(l)].streamed, l >= 4 && l < 8) << l;
+  EXPECT_NEAR(p.predicted_compute_s, 4 * 0.2, 1e-12);
+  const std::string map = placement_map(p);
+  EXPECT_NE(map.find("layers 4-7 of 10 (a pipeline stage)"), std::string::npos) << map;
+  EXPECT_NE(map.find("----SSSS--"), std::string::npos) << map;
+  // Rank 0's stage keeps the head; a budget for the whole stage keeps it resident.
+  in.layer_begin = 0;
+  in.layer_end = 3;
+  in.mem_budget_bytes = 400'000'000;
+  const PlacementPlan head = plan_placement(f, in).value();
+  EXPECT_EQ(head.n_streamed, 0);
+  EXPECT_GE(head.essentials_bytes, 20'000'000u);
+  EXPECT_FALSE(head.tensors.front().elsewhere);  // token_embd
+  // A range outside the model, and training over a stage, are refused.
+  in.layer_end = 11;
+  EXPECT_FALSE(plan_placement(f, in).ok());
+  in.layer_end = 3;
+  in.training = true;
+  in.train_backward_s = 0.4;
+  EXPECT_EQ(plan_placement(f, in).status().code(), StatusCode::kUnimplemented);
+}
+
 TEST(Placement, StreamAllUsesTheFullPlannedRing) {
   const ModelFile f = fake_model(10);
   PlacementInputs in = streaming(0, 0.04);

@@ -40,6 +40,11 @@ plan::CalibrateOptions probe_options_for_model(const ModelFile& file, int n_thre
 StatusOr<plan::Calibration> calibrate_for_model(const ModelFile& file, int n_threads, bool direct,
                                                 uint64_t max_probe_bytes) {
   ASSIGN_OR_RETURN(plan::Calibration cal, plan::calibrate(probe_options_for_model(file, n_threads, max_probe_bytes)));
+  RETURN_IF_ERROR(measure_store_reads(file, direct, &cal));
+  return cal;
+}
+
+Status measure_store_reads(const ModelFile& file, bool direct, plan::Calibration* cal) {
   const WeightStoreOptions store;  // the store's defaults: read size and queue depth
   ASSIGN_OR_RETURN(std::unique_ptr<IoEngine> io, IoEngine::open({.path = file.source_path, .backend = store.io,
                                                                  .queue_depth = store.queue_depth, .direct = direct}));
@@ -57,12 +62,12 @@ StatusOr<plan::Calibration> calibrate_for_model(const ModelFile& file, int n_thr
     rates.push_back(gbps);
   }
   std::sort(rates.begin(), rates.end());
-  cal.disk_read_gbps = rates[rates.size() / 2];
-  cal.disk_direct = io->direct();
-  cal.disk_note = fmt::format("median of {} reads of {} MiB of {} as the weight store reads it: {} KiB reads, {}",
+  cal->disk_read_gbps = rates[rates.size() / 2];
+  cal->disk_direct = io->direct();
+  cal->disk_note = fmt::format("median of {} reads of {} MiB of {} as the weight store reads it: {} KiB reads, {}",
                               rates.size(), pass_bytes >> 20, file.source_path, store.chunk_bytes >> 10,
                               io->describe());
-  return cal;
+  return Status();
 }
 
 StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, const StreamingOptions& o) {
@@ -122,7 +127,9 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
                        .layer_compute_s = compute_s,
                        .tokens_per_step = o.tokens_per_step,
                        .expert_compute_s = expert_s,
-                       .head_compute_s = head_s};
+                       .head_compute_s = head_s,
+                       .layer_begin = o.layer_begin,
+                       .layer_end = o.layer_end};
   std::string compute_line = fmt::format("compute per layer at {} token(s)/step: {:.2f} ms (estimate)",
                                          o.tokens_per_step, compute_s * 1e3);
   if (o.training) {

@@ -74,6 +74,9 @@ struct StreamingOptions {
   // Fine-tuning: the placement plans training's order and compute
   // (PlacementInputs::training) for micro-batches of tokens_per_step tokens.
   std::optional<plan::TrainWorkload> training;
+  // A pipeline stage's layers (PlacementInputs::layer_begin/end; -1: to the last).
+  int64_t layer_begin = 0;
+  int64_t layer_end = -1;
 };
 
 struct StreamingSetup {
@@ -92,6 +95,11 @@ struct StreamingSetup {
 // budget, which is what the machine has to spare). Errors: the file cannot be read.
 StatusOr<plan::Calibration> calibrate_for_model(const ModelFile& file, int n_threads, bool direct = true,
                                                 uint64_t max_probe_bytes = 0);
+// The disk half of calibrate_for_model: sets cal's disk_read_gbps,
+// disk_direct and disk_note from the store's own reads of `file` (a pipeline
+// rank that may stream measures only this beside its hello's probes).
+// Errors: the file cannot be read, or is smaller than one read.
+Status measure_store_reads(const ModelFile& file, bool direct, plan::Calibration* cal);
 // The memory probes' options calibrate_for_model uses (no disk probe: the
 // store measures its own reads).
 plan::CalibrateOptions probe_options_for_model(const ModelFile& file, int n_threads, uint64_t max_probe_bytes = 0);

@@ -87,10 +87,12 @@ Status WeightStore::load(const WeightStoreOptions& options) {
     const TensorPlacement& t = plan_.tensors[i];
     const TensorInfo& info = f.tensors[t.index];
     const bool expert_on_disk = t.tier == Tier::kDisk && !plan_.layers[static_cast<size_t>(std::max<int64_t>(0, t.layer))].streamed;
-    if (t.layer >= 0 && !is_essential_tensor(t, info) && !expert_on_disk)
+    if (t.layer >= 0 && !is_essential_tensor(t, info) && !expert_on_disk && !t.elsewhere)
       layers_[static_cast<size_t>(t.layer)].matrix_bytes += t.n_bytes;
     if (t.tier != Tier::kHost) continue;
-    if (!arbiter_ || !t.from_file) {
+    // Another process's (a pipeline stage's rule 6): the file's own memory,
+    // bound but never read here.
+    if (!arbiter_ || !t.from_file || t.elsewhere) {
       resident_[info.name] = info.data;  // the ModelFile's own memory
       continue;
     }
@@ -194,7 +196,7 @@ Status WeightStore::load(const WeightStoreOptions& options) {
   }
   uint64_t resident_tensor_bytes = 0;
   for (const TensorPlacement& t : plan_.tensors)
-    if (t.tier == Tier::kHost) resident_tensor_bytes += t.n_bytes;
+    if (t.tier == Tier::kHost && !t.elsewhere) resident_tensor_bytes += t.n_bytes;
   counters_.set_placement(resident_tensor_bytes, plan_.streamed_bytes);
   if (plan_.n_expert_slots > 0) {
     ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(f.metadata));
