@@ -226,7 +226,9 @@ TEST(Placement, APipelineStagePlacesOnlyItsOwnLayers) {
   for (const TensorPlacement& t : p.tensors) {
     const bool mine = t.layer >= 4 && t.layer < 8;
     EXPECT_EQ(t.elsewhere, !mine) << t.suffix << " " << t.layer;
-    if (!mine) EXPECT_EQ(t.tier, Tier::kHost) << t.suffix;
+    if (!mine) {
+      EXPECT_EQ(t.tier, Tier::kHost) << t.suffix;
+    }
   }
   for (int64_t l = 0; l < 10; ++l) EXPECT_EQ(p.layers[static_cast<size_t>(l)].streamed, l >= 4 && l < 8) << l;
   EXPECT_NEAR(p.predicted_compute_s, 4 * 0.2, 1e-12);

@@ -1,0 +1,102 @@
+// The CLI on streamed experts (stories-moe under a small --mem-budget): the
+// live readiness counts of `run` and `bench`, and `bench-experts` setting the
+// timed replay beside a live streamed run of the same prompts.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "base/test_data.h"
+#include "cli_runner.h"
+
+namespace sluice {
+namespace {
+
+using ::sluice::testing::CliResult;
+using ::sluice::testing::run_cli;
+
+// stories-moe with its experts streamed under a small budget: `run` prints,
+// per layer, the chosen experts that were ready, late or missed when their
+// layer routed (they add up), with the lateness; `bench --json` carries the
+// same counts.
+TEST(Cli, StreamedExpertsAreCountedReadyLateOrMissedInRunAndBench) {
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
+  CliResult run = run_cli("run -m " + moe + " -p 'Once upon a time' -n 16 --temp 0 -t 2 --mem-budget 1500000");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const size_t header = run.err.find("late ms mean/max");
+  ASSERT_NE(header, std::string::npos) << run.err;
+  std::istringstream rows(run.err.substr(run.err.find('\n', header) + 1));
+  int n_rows = 0;
+  for (std::string line; std::getline(rows, line);) {
+    std::istringstream f(line);
+    std::vector<std::string> w;
+    for (std::string x; f >> x;) w.push_back(x);
+    if (w.size() != 12 || w[0].rfind("[sluice]", 0) == 0) break;
+    // layer resident recall precision hit kept chosen ready late missed mean/max cancelled
+    const uint64_t chosen = std::stoull(w[6]), ready = std::stoull(w[7]), late = std::stoull(w[8]),
+                   missed = std::stoull(w[9]);
+    EXPECT_GT(chosen, 0u) << line;
+    EXPECT_EQ(ready + late + missed, chosen) << line;
+    ++n_rows;
+  }
+  EXPECT_EQ(n_rows, 5) << "4 routed layers and 'all':\n" << run.err;
+
+  CliResult bench = run_cli("bench -m " + moe + " -p 8 -n 8 -r 1 -t 2 --no-probe --mem-budget 1500000 --json");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  const auto j = nlohmann::json::parse(bench.out);
+  ASSERT_EQ(j["experts"]["layers"].size(), 4u) << bench.out;
+  for (const auto& l : j["experts"]["layers"]) {
+    EXPECT_GT(l["chosen"].get<uint64_t>(), 0u);
+    EXPECT_EQ(l["ready"].get<uint64_t>() + l["late"].get<uint64_t>() + l["missed"].get<uint64_t>(),
+              l["chosen"].get<uint64_t>())
+        << l.dump();
+    EXPECT_GE(l["late_ms_max"].get<double>(), l["late_ms_mean"].get<double>());
+  }
+}
+
+// bench-experts --mem-budget decodes the prompts again with the experts
+// streamed and sets the live run's counts beside the timed replay's with the
+// live run's slots: the same routing, the same chosen experts per layer, and
+// each side's ready + late + missed adding up. A budget that holds every
+// expert is refused (nothing would stream).
+TEST(Cli, BenchExpertsComparesTheTimedReplayWithALiveStreamedRun) {
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
+  CliResult r = run_cli("bench-experts -m " + moe + " -p 'Once upon a time' -p 'Lily' -n 12 -t 1 --mem-budget 1500000 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& live = j["live"];
+  ASSERT_TRUE(live.is_object()) << r.out;
+  EXPECT_TRUE(live["same_routing"].get<bool>());
+  const int64_t slots = live["slots"].get<int64_t>();
+  EXPECT_GE(slots, 16);  // one routed layer's experts at least
+  const auto& replay = j["usage+prediction+timed (live's slots)"];
+  ASSERT_EQ(live["layers"].size(), replay.size());
+  int routed = 0;
+  for (size_t l = 0; l < replay.size(); ++l) {
+    SCOPED_TRACE(l);
+    const auto &p = replay[l], &v = live["layers"][l];
+    EXPECT_EQ(p["chosen"], v["chosen"]) << "the same routing chooses the same experts";
+    if (v["chosen"].get<uint64_t>() == 0) continue;
+    ++routed;
+    for (const auto* side : {&p, &v}) {
+      const uint64_t chosen = (*side)["chosen"].get<uint64_t>(), late = (*side)["late"].get<uint64_t>(),
+                     missed = (*side)["missed"].get<uint64_t>();
+      const double ready = (*side)["ready"].get<double>();
+      EXPECT_NEAR(ready * static_cast<double>(chosen) + static_cast<double>(late + missed), static_cast<double>(chosen), 1e-6);
+    }
+  }
+  EXPECT_EQ(routed, 4);
+  CliResult text = run_cli("bench-experts -m " + moe + " -p 'Lily' -n 4 -t 1 --mem-budget 1500000");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("routing identical to the resident trace's"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("| all |"), std::string::npos) << text.out;
+
+  CliResult all = run_cli("bench-experts -m " + moe + " -p 'Lily' -n 2 -t 1 --mem-budget 1G");
+  EXPECT_NE(all.exit_code, 0);
+  EXPECT_NE(all.err.find("nothing streams live"), std::string::npos) << all.err;
+}
+
+}  // namespace
+}  // namespace sluice
