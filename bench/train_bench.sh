@@ -16,7 +16,7 @@
 # Usage: bench/train_bench.sh speed|stream
 # env: SLUICE=build/sluice WORK=/tmp/sluice-train-bench THREADS=2 PYTHON=/usr/bin/python3
 #      speed:  PRESET=110m RANK=8 BATCH=4 SEQ=512 STEPS=5
-#      stream: PRESET=110m TYPE=q8_0 SEQ=128 BATCHES="1 2 3 4 6 8 16" STEPS=4 DISK_RATE=100M
+#      stream: PRESET=110m TYPE=q8_0 SEQ=128 BATCHES="1 2 3 4 6 8" STEPS=4 DISK_RATE=100M
 #              LAYERS=(the preset's)
 #              (a 512-token vocabulary, so the layers, which stream, are nearly all of the file)
 set -euo pipefail
@@ -54,7 +54,7 @@ speed)
   python3 -c "print('sluice / pytorch tokens/s: %.2fx' % ($p / $s))"
   ;;
 stream)
-  type=${TYPE:-q8_0} seq=${SEQ:-128} batches=${BATCHES:-"1 2 3 4 6 8 16"} steps=${STEPS:-4}
+  type=${TYPE:-q8_0} seq=${SEQ:-128} batches=${BATCHES:-"1 2 3 4 6 8"} steps=${STEPS:-4}
   cap=(--disk-rate-cap "${DISK_RATE:-100M}")
   model=$work/$preset-v512-$type${LAYERS:+-$LAYERS}.gguf
   [ -f "$model" ] || $sluice synth --preset "$preset" --vocab 512 --type "$type" ${LAYERS:+--layers "$LAYERS"} -o "$model"
