@@ -62,8 +62,10 @@ stream)
   tokens=$(for b in $batches; do printf '%s,' $((b * seq)); done)
   $sluice plan train -m "$model" --budget-gb "$(python3 -c "print($budget / 1e9)")" --tokens "${tokens%,}" \
     --seq "$seq" --calibrate -t "$threads" "${cap[@]}" --json > "$work/plan.json" 2> "$work/plan.err"
+  # The table again as text, from the same rates (a second calibration would differ a little).
   $sluice plan train -m "$model" --budget-gb "$(python3 -c "print($budget / 1e9)")" --tokens "${tokens%,}" \
-    --seq "$seq" --calibrate -t "$threads" "${cap[@]}"
+    --seq "$seq" --tflops "$(field 'd["compute_tflops"]' < "$work/plan.json")" \
+    --disk-gbps "$(field 'd["disk_gbps"]' < "$work/plan.json")"
   : > "$work/stream.txt"
   mkdir -p "$work/resident" "$work/streamed"  # the adapter is named after its file's stem: the same in both
   for b in $batches; do
