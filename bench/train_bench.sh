@@ -9,12 +9,15 @@
 #            file) against the same run resident, per tokens a step (--batch
 #            sequences of --seq tokens); plan train's predicted overhead beside
 #            the measured one, and its crossover (the tokens a step past which
-#            streaming costs under 5%)
+#            streaming costs under 5%). The disk is capped at DISK_RATE
+#            (--disk-rate-cap, for plan train and the streamed runs alike) so
+#            that the crossover falls inside the rows (DISK_RATE=0: the disk as it is)
 #
 # Usage: bench/train_bench.sh speed|stream
 # env: SLUICE=build/sluice WORK=/tmp/sluice-train-bench THREADS=2 PYTHON=/usr/bin/python3
 #      speed:  PRESET=110m RANK=8 BATCH=4 SEQ=512 STEPS=5
-#      stream: PRESET=110m TYPE=q8_0 SEQ=128 BATCHES="1 2 4 8 16" STEPS=4 LAYERS=(the preset's)
+#      stream: PRESET=110m TYPE=q8_0 SEQ=128 BATCHES="1 2 3 4 6 8" STEPS=4 DISK_RATE=100M
+#              LAYERS=(the preset's)
 #              (a 512-token vocabulary, so the layers, which stream, are nearly all of the file)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,22 +54,25 @@ speed)
   python3 -c "print('sluice / pytorch tokens/s: %.2fx' % ($p / $s))"
   ;;
 stream)
-  type=${TYPE:-q8_0} seq=${SEQ:-128} batches=${BATCHES:-"1 2 4 8 16"} steps=${STEPS:-4}
+  type=${TYPE:-q8_0} seq=${SEQ:-128} batches=${BATCHES:-"1 2 3 4 6 8"} steps=${STEPS:-4}
+  cap=(--disk-rate-cap "${DISK_RATE:-100M}")
   model=$work/$preset-v512-$type${LAYERS:+-$LAYERS}.gguf
   [ -f "$model" ] || $sluice synth --preset "$preset" --vocab 512 --type "$type" ${LAYERS:+--layers "$LAYERS"} -o "$model"
   budget=$(python3 -c "import os; print(os.path.getsize('$model') // 3)")
   tokens=$(for b in $batches; do printf '%s,' $((b * seq)); done)
   $sluice plan train -m "$model" --budget-gb "$(python3 -c "print($budget / 1e9)")" --tokens "${tokens%,}" \
-    --seq "$seq" --calibrate -t "$threads" --json > "$work/plan.json" 2> "$work/plan.err"
+    --seq "$seq" --calibrate -t "$threads" "${cap[@]}" --json > "$work/plan.json" 2> "$work/plan.err"
+  # The table again as text, from the same rates (a second calibration would differ a little).
   $sluice plan train -m "$model" --budget-gb "$(python3 -c "print($budget / 1e9)")" --tokens "${tokens%,}" \
-    --seq "$seq" --calibrate -t "$threads"
+    --seq "$seq" --tflops "$(field 'd["compute_tflops"]' < "$work/plan.json")" \
+    --disk-gbps "$(field 'd["disk_gbps"]' < "$work/plan.json")"
   : > "$work/stream.txt"
   mkdir -p "$work/resident" "$work/streamed"  # the adapter is named after its file's stem: the same in both
   for b in $batches; do
     common=(-m "$model" -d "$data" --rank 8 --alpha 16 --batch "$b" --seq "$seq" --steps $((steps + 1))
             --val-split 0 --backend cpu -t "$threads" --json)
     $sluice finetune "${common[@]}" -o "$work/resident/adapter.gguf" > "$work/resident.json" 2> "$work/resident.err"
-    $sluice finetune "${common[@]}" -o "$work/streamed/adapter.gguf" --mem-budget "$budget" \
+    $sluice finetune "${common[@]}" -o "$work/streamed/adapter.gguf" --mem-budget "$budget" "${cap[@]}" \
       > "$work/streamed.json" 2> "$work/streamed.err"
     cat "$work/resident.json" "$work/streamed.json"
     cmp -s "$work/resident/adapter.gguf" "$work/streamed/adapter.gguf" || echo "[bench] the adapters differ (batch $b)" >&2
@@ -74,10 +80,12 @@ stream)
     s=$(field 'd["median_timed_step_s"]' < "$work/streamed.json")
     pred=$(field '"%.4f" % (d["stream"]["predicted_step_s"] / d["stream"]["predicted_compute_s"] - 1)' \
            < "$work/streamed.json")
-    echo "$((b * seq)) $r $s $pred" >> "$work/stream.txt"
+    disk=$(field 'd["stream"]["run_disk_gbps"] * 1e3' < "$work/streamed.json")
+    echo "$((b * seq)) $r $s $pred $disk" >> "$work/stream.txt"
   done
-  printf '%7s %11s %11s %9s %9s\n' tokens resident_s streamed_s overhead predicted
-  awk '{printf "%7d %11.3f %11.3f %8.1f%% %8.1f%%\n", $1, $2, $3, 100 * ($3 / $2 - 1), 100 * $4}' "$work/stream.txt"
+  printf '%7s %11s %11s %9s %9s %14s\n' tokens resident_s streamed_s overhead predicted run_disk_MB/s
+  awk '{printf "%7d %11.3f %11.3f %8.1f%% %8.1f%% %14.0f\n", $1, $2, $3, 100 * ($3 / $2 - 1), 100 * $4, $5}' \
+    "$work/stream.txt"
   echo "plan train's crossover (overhead under 5%): $(field 'math.ceil(d["tokens_overhead_5pct"])' < "$work/plan.json") tokens a micro-batch"
   ;;
 *)

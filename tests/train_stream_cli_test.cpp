@@ -1,7 +1,8 @@
 // The README's fine-tuning over a streamed base, end to end through the CLI:
 // `finetune --mem-budget ... --json` reports the planned and the measured
 // steps, `plan train` the same placement per micro-batch size with the
-// crossover, and bad requests fail cleanly.
+// crossover, and bad requests fail cleanly. --disk-rate-cap: the streamed
+// run's reads no faster than the cap, plan train planning for that disk.
 #include <filesystem>
 #include <string>
 
@@ -52,6 +53,31 @@ TEST(TrainStreamCli, FinetuneUnderABudgetReportsPlannedAndMeasuredSteps) {
   std::filesystem::remove(out);
 }
 
+// A disk capped at 40 MB/s: the placement map says so, and the steps' reads,
+// bytes over the time they were in flight, went no faster.
+TEST(TrainStreamCli, FinetuneWithTheDiskCappedReadsNoFasterThanTheCap) {
+  const std::string out = ::testing::TempDir() + "/train_stream_cli_capped.gguf";
+  CliResult r = run_cli("finetune -m " + base() + " -d " + kStories + " -o " + out +
+                        " --steps 3 --batch 2 --seq 16 --rank 4 --val-split 0 --backend reference -t 2"
+                        " --mem-budget 2.4M --disk-rate-cap 40M/s --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("reads capped at 40 MB/s"), std::string::npos) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const double gbps = j["stream"]["run_disk_gbps"];
+  EXPECT_GT(gbps, 0.0);
+  EXPECT_LE(gbps, 0.04 * 1.02);
+  std::filesystem::remove(out);
+  // Nothing streams without a budget: refused. A rate that is not one: refused.
+  CliResult no_budget = run_cli("finetune -m " + base() + " -d " + kStories + " -o " + out +
+                                " --steps 1 --seq 16 --backend reference --disk-rate-cap 40M");
+  EXPECT_EQ(no_budget.exit_code, 1);
+  EXPECT_NE(no_budget.err.find("--mem-budget"), std::string::npos) << no_budget.err;
+  CliResult bad = run_cli("finetune -m " + base() + " -d " + kStories + " -o " + out +
+                          " --mem-budget 2.4M --disk-rate-cap fast");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--disk-rate-cap"), std::string::npos) << bad.err;
+}
+
 TEST(TrainStreamCli, PlanTrainGivesThePlacementPerMicroBatchAndTheCrossover) {
   CliResult r = run_cli("plan train -m " + base() +
                         " --budget-fraction 0.34 --tflops 0.002 --disk-gbps 0.1 --tokens 4,64,1024 --seq 16 --json");
@@ -74,6 +100,22 @@ TEST(TrainStreamCli, PlanTrainGivesThePlacementPerMicroBatchAndTheCrossover) {
   EXPECT_EQ(many["bound"], "compute");
   EXPECT_EQ(j["layers"].get<std::string>().front(), 'S');
   EXPECT_EQ(j["layers"].get<std::string>().back(), 'S');
+  // finetune --disk-rate-cap's disk: the smaller rate, a later crossover
+  // (the reads take 10x as long; compute and the turns are the same).
+  CliResult capped = run_cli("plan train -m " + base() +
+                             " --budget-fraction 0.34 --tflops 0.002 --disk-gbps 0.1 --tokens 4,64,1024 --seq 16"
+                             " --disk-rate-cap 10M --json");
+  ASSERT_EQ(capped.exit_code, 0) << capped.err;
+  const nlohmann::json c = nlohmann::json::parse(capped.out);
+  EXPECT_DOUBLE_EQ(c["disk_gbps"].get<double>(), 0.01);
+  EXPECT_DOUBLE_EQ(c["disk_rate_cap_bytes_per_s"].get<double>(), 10e6);
+  EXPECT_GT(c["tokens_overhead_5pct"].get<double>(), 5 * five);
+  // A cap above the disk's rate changes nothing.
+  CliResult loose = run_cli("plan train -m " + base() +
+                            " --budget-fraction 0.34 --tflops 0.002 --disk-gbps 0.1 --tokens 4,64,1024 --seq 16"
+                            " --disk-rate-cap 1G --json");
+  ASSERT_EQ(loose.exit_code, 0) << loose.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(loose.out)["tokens_overhead_5pct"].get<double>(), five);
   // The text form names the crossover.
   CliResult t = run_cli("plan train -m " + base() + " --budget-gb 0.0024 --tflops 0.002 --disk-gbps 0.1 --seq 16");
   ASSERT_EQ(t.exit_code, 0) << t.err;

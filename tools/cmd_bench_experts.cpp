@@ -120,6 +120,8 @@ int run(const Args& a) {
     if (!probe.ok()) return fail(probe.status());
     disk_gbps = probe->gbps;
   }
+  // --disk-rate-cap caps the live run's reads: the replay reads at that disk too.
+  if (a.m.disk_rate_cap > 0) disk_gbps = std::min(disk_gbps, a.m.disk_rate_cap / 1e9);
   // The trace decodes with every weight resident: its time per routed layer
   // is the compute a layer's prefetch can hide behind.
   const double layer_s = a.layer_ms >= 0 ? a.layer_ms / 1e3

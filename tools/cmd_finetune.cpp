@@ -54,6 +54,7 @@ Runner add_finetune(CLI::App& app) {
     o->n_threads = m->n_threads;
     o->backend = m->backend;
     o->mem_budget_bytes = m->mem_budget;
+    o->disk_rate_cap_bytes_per_s = m->disk_rate_cap;
     o->gpu_budget_bytes = m->gpu_budget;
     auto res = finetune(*o, [](const std::string& line) {
       fmt::print(stderr, "[sluice] {}{}", line, !line.empty() && line.back() == '\n' ? "" : "\n");

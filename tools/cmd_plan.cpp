@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "cmd_plan.h"
+#include "model_flags.h"
 #include "model/model.h"
 #include "plan/calibrate.h"
 #include "plan/deployment.h"
@@ -482,6 +483,7 @@ Runner add_plan(CLI::App& app) {
   train->add_option("--budget-fraction", a->budget_fraction, "weight memory budget as a share of the model");
   train->add_option("--tflops", a->tflops, "compute rate, TFLOP/s (default with --calibrate: the matmul probe)");
   train->add_option("--disk-gbps", a->disk_gbps, "disk read rate, GB/s (default with --calibrate: the probe)");
+  add_disk_rate_cap_option(train, &a->disk_rate_cap);  // the disk rate is then at most the cap, as finetune's reads
 
   CLI::App* spec = p->add_subcommand("spec", "speculative decoding speedup and best draft length");
   spec->add_option("--acceptance", a->acceptance, "acceptance rate")->capture_default_str();

@@ -69,6 +69,7 @@ struct PlanArgs {
   std::string targets = "all";
   double budget_fraction = 0;
   double disk_gbps = 0;
+  double disk_rate_cap = 0;  // --disk-rate-cap: bytes/s (0: none), as finetune's
   // Speculative decoding.
   double acceptance = 0.8;
   int64_t draft = 5;

@@ -3,7 +3,8 @@
 // run (weights::plan_placement in training order, exactly as `finetune
 // --mem-budget` makes it at load) and its predicted step (plan/train_plan.h):
 // compute, layer reads, stall, overhead against the base resident; then the
-// crossover past which the overhead stays below 5%.
+// crossover past which the overhead stays below 5%. --disk-rate-cap plans
+// for the disk finetune's reads are capped to (the smaller of it and the rate).
 
 #include <algorithm>
 #include <cmath>
@@ -56,6 +57,12 @@ int run_train(const PlanArgs& a) {
     if (!(disk_gbps > 0)) disk_gbps = cal->disk_read_gbps;
     rates_note = fmt::format("calibrated: {} matmul on the model's layer, {}", dtype_name(cal->matmul_type),
                              cal->disk_note);
+  }
+  // finetune --disk-rate-cap reads no faster than the cap: plan for that disk.
+  if (a.disk_rate_cap > 0 && disk_gbps > a.disk_rate_cap / 1e9) {
+    rates_note = fmt::format("capped at {:.4g} MB/s by --disk-rate-cap; the disk: {:.2f} GB/s, {}",
+                             a.disk_rate_cap / 1e6, disk_gbps, rates_note);
+    disk_gbps = a.disk_rate_cap / 1e9;
   }
   if (!(tflops > 0) || !(disk_gbps > 0)) {
     return fail(invalid_argument("plan train needs the compute and disk rates: --calibrate (this machine), or "
@@ -124,6 +131,7 @@ int run_train(const PlanArgs& a) {
                    tokens_text(five), tokens_text(hide), std::min(a.seq, last_tokens));
   auto opt = [](const std::optional<double>& x) { return x ? json(*x) : json(nullptr); };
   emit(a, json{{"model", a.model}, {"budget_bytes", budget}, {"compute_tflops", tflops}, {"disk_gbps", disk_gbps},
+               {"disk_rate_cap_bytes_per_s", a.disk_rate_cap},
                {"layers", row}, {"rows", rows}, {"tokens_overhead_5pct", opt(five)}, {"tokens_no_overhead", opt(hide)}},
        t);
   return 0;

@@ -42,6 +42,13 @@ void add_mem_budget_option(CLI::App* c, uint64_t* bytes) {
                        "memory for weights (e.g. 600M, 2G): layers beyond it stream from disk through the weight store");
 }
 
+// "RATE" or "RATE/s", RATE a byte size (parse_byte_size).
+StatusOr<double> parse_disk_rate(std::string text) {
+  if (text.size() > 2 && (text.ends_with("/s") || text.ends_with("/S"))) text.resize(text.size() - 2);
+  ASSIGN_OR_RETURN(const uint64_t bytes, weights::parse_byte_size(text));
+  return static_cast<double>(bytes);
+}
+
 void add_gpu_budget_option(CLI::App* c, uint64_t* bytes) {
   add_byte_size_option(c, "--gpu-budget", bytes,
                        "GPU memory for weights with --backend cuda (e.g. 6G; serve and bench-serve keep their KV pool "
@@ -76,6 +83,19 @@ void add_lora_option(CLI::App* c, std::vector<LoraSpec>* loras, const std::strin
 
 }  // namespace
 
+void add_disk_rate_cap_option(CLI::App* c, double* bytes_per_s) {
+  c->add_option_function<std::string>(
+       "--disk-rate-cap",
+       [bytes_per_s](const std::string& v) {
+         auto r = parse_disk_rate(v);
+         if (!r.ok()) throw CLI::ValidationError("--disk-rate-cap", r.status().message());
+         *bytes_per_s = *r;
+       },
+       "with --mem-budget: cap the weight store's disk reads at RATE bytes/s (e.g. 100M = 100 MB/s; 0: none), a "
+       "slower disk emulated (reads stay in flight as long as they would take there) or this one shared")
+      ->type_name("RATE");
+}
+
 void ModelFlags::add_to(CLI::App* c, const ModelFlagSpec& spec) {
   if (spec.fallback) {
     add_model_option(c, &model, spec.model, *spec.fallback);
@@ -84,7 +104,10 @@ void ModelFlags::add_to(CLI::App* c, const ModelFlagSpec& spec) {
   }
   if (!spec.ctx.empty()) c->add_option("-c,--ctx-size", ctx_size, spec.ctx);
   c->add_option("-t,--threads", n_threads, spec.threads);
-  if (spec.mem_budget) add_mem_budget_option(c, &mem_budget);
+  if (spec.mem_budget) {
+    add_mem_budget_option(c, &mem_budget);
+    add_disk_rate_cap_option(c, &disk_rate_cap);
+  }
   if (spec.gpu_budget) add_gpu_budget_option(c, &gpu_budget);
   if (spec.backend) add_backend_option(c, &backend);
   if (spec.lora) add_lora_option(c, &loras, *spec.lora);
@@ -96,6 +119,7 @@ LoadOptions ModelFlags::load_options() const {
           .n_ctx_max = std::max<int64_t>(0, ctx_size),
           .backend = backend,
           .mem_budget_bytes = mem_budget,
+          .disk_rate_cap_bytes_per_s = disk_rate_cap,
           .gpu_budget_bytes = gpu_budget,
           .loras = loras};
 }
@@ -106,13 +130,15 @@ EngineConfig ModelFlags::engine_config(EngineConfig base) const {
   base.n_threads = n_threads;
   base.ctx_size = ctx_size;
   base.mem_budget_bytes = mem_budget;
+  base.disk_rate_cap_bytes_per_s = disk_rate_cap;
   base.gpu_budget_bytes = gpu_budget;
   base.loras = loras;
   return base;
 }
 
 dist::WorkerOptions ModelFlags::worker_options() const {
-  return {.n_threads = n_threads, .mem_budget_bytes = mem_budget, .backend = backend};
+  return {.n_threads = n_threads, .mem_budget_bytes = mem_budget, .disk_rate_cap_bytes_per_s = disk_rate_cap,
+          .backend = backend};
 }
 
 StatusOr<std::shared_ptr<dist::Session>> ModelFlags::join(std::optional<int>* worker_exit) const {

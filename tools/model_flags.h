@@ -1,5 +1,5 @@
-// The flags that choose a model and what it runs on (-m, -c, -t, --mem-budget,
-// --gpu-budget, --backend, --lora, --parallel), registered once for every
+// The flags that choose a model and what it runs on (-m, -c, -t, --mem-budget
+// with --disk-rate-cap, --gpu-budget, --backend, --lora, --parallel), registered once for every
 // subcommand that loads a model. A subcommand says which of them it takes and
 // its words for them (ModelFlagSpec); after parsing, ModelFlags turns them into
 // the library's options (LoadOptions, EngineConfig, dist::WorkerOptions).
@@ -28,18 +28,24 @@ struct ModelFlagSpec {
   std::optional<ShippedModel> fallback = kDenseModel;  // without -m; nullopt: -m is required
   std::string threads = "threads (default: all cores)";  // -t,--threads's help
   std::string ctx;              // -c,--ctx-size's help; "": the subcommand has no -c
-  bool mem_budget = true;       // --mem-budget
+  bool mem_budget = true;       // --mem-budget and --disk-rate-cap
   bool gpu_budget = true;       // --gpu-budget
   bool backend = true;          // --backend (and the Backends footer)
   std::optional<std::string> lora = "several apply together (their deltas add up)";  // --lora: what several do; nullopt: no --lora
   bool parallel = true;         // --parallel, --parallel-timeout
 };
 
+// --disk-rate-cap RATE (100M, 100M/s: 100 MB/s) into *bytes_per_s: the weight
+// store's disk reads capped, emulating or sharing a slower disk. The one
+// registration, for ModelFlags and for `plan train` (which plans with it).
+void add_disk_rate_cap_option(CLI::App* c, double* bytes_per_s);
+
 struct ModelFlags {
   std::string model;
   int n_threads = 0;        // 0: one per core
   int64_t ctx_size = 0;     // 0: the subcommand's default
   uint64_t mem_budget = 0;  // 0: every weight resident
+  double disk_rate_cap = 0; // bytes/s the streamed weights are read at most (0: no cap)
   uint64_t gpu_budget = 0;
   std::string backend = "cpu";
   std::vector<LoraSpec> loras;

@@ -97,6 +97,7 @@ struct EngineConfig {
   uint64_t swap_budget_bytes = 0;  // host swap pool when preempt_swap; 0: same as kv_budget
   int64_t max_queued = 1024;       // submit() refuses more waiting requests (resource exhausted)
   uint64_t mem_budget_bytes = 0;   // weights beyond it stream from disk through the weight store; 0: all resident
+  double disk_rate_cap_bytes_per_s = 0;  // under mem_budget_bytes: disk reads capped at this rate (a slower disk); 0: none
   uint64_t gpu_budget_bytes = 0;   // --backend cuda: weights beyond it stream from pinned host memory; 0: all resident
   bool check_invariants = false;   // verify KV block accounting after every step (tests; slow)
   // Speculative decoding (lossless): "off", "lookup" (n-gram prompt lookup) or

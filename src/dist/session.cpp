@@ -33,9 +33,10 @@ constexpr double kAvailableShare = 0.9;
 // This rank's fingerprint, memory and rates (the planner's probes on the
 // model's own layer, briefly; under its own --mem-budget also the model
 // file's read rate as the weight store reads it, for a range that streams),
-// as the hello message; *cal: the rates, for streaming the rank's range.
+// as the hello message; *cal: the rates, for streaming the rank's range. A
+// --disk-rate-cap lowers the disk's rate to it, as the rank's reads will be.
 StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, int n_threads, uint64_t mem_budget,
-                     plan::Calibration* cal_out) {
+                     double disk_rate_cap, plan::Calibration* cal_out) {
   ASSIGN_OR_RETURN(const Fingerprint fp, fingerprint(path));
   // One rank at a time: ranks sharing a machine would otherwise measure each
   // other (decode runs the stages in turn, not together).
@@ -57,6 +58,8 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
       cal.disk_read_gbps = 0;
     }
   }
+  if (disk_rate_cap > 0 && cal.disk_read_gbps > 0)
+    cal.disk_read_gbps = std::min(cal.disk_read_gbps, disk_rate_cap / 1e9);
   *cal_out = cal;
   if (c.rank() + 1 < c.size()) RETURN_IF_ERROR(c.send(c.rank() + 1, kTagTurn, turn.data(), 1, "the turn to measure"));
   const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
@@ -125,7 +128,8 @@ StatusOr<JobStart> gather_job(Comm& c, const std::string& path, const LoadOption
   JobStart job;
   ASSIGN_OR_RETURN(job.file, open_model_file(path));
   ASSIGN_OR_RETURN(job.hp, hparams_from_metadata(job.file.metadata));
-  ASSIGN_OR_RETURN(const json mine, hello(c, path, job.file, o.n_threads, o.mem_budget_bytes, &job.cal));
+  ASSIGN_OR_RETURN(const json mine,
+                   hello(c, path, job.file, o.n_threads, o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal));
   job.ranks.push_back(resources_of(mine));
   std::string refusal;
   for (int r = 1; r < c.size(); ++r) {
@@ -282,6 +286,7 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   // the rest from this rank's disk under its --mem-budget (weights/placement.h).
   LoadOptions mine_opts = o;
   mine_opts.mem_budget_bytes = plan->streams(0) ? o.mem_budget_bytes : 0;
+  mine_opts.disk_rate_cap_bytes_per_s = plan->streams(0) ? o.disk_rate_cap_bytes_per_s : 0;
   mine_opts.calibration = plan->streams(0) ? &job.cal : nullptr;
   mine_opts.layer_begin = plan->ranges[0].begin;
   mine_opts.layer_end = plan->ranges[0].end;
@@ -315,6 +320,7 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = o;
   mine_opts.mem_budget_bytes = 0;  // the plan checked that the share fits (ep shares do not stream yet)
+  mine_opts.disk_rate_cap_bytes_per_s = 0;
   mine_opts.expert_begin = plan->shares[0].begin;
   mine_opts.expert_end = plan->shares[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
@@ -337,7 +343,8 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
   plan::Calibration cal;
-  ASSIGN_OR_RETURN(const json mine, hello(c, path, mf, o.n_threads, o.mem_budget_bytes, &cal));
+  ASSIGN_OR_RETURN(const json mine,
+                   hello(c, path, mf, o.n_threads, o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &cal));
   RETURN_IF_ERROR(send_json(c, 0, kTagHello, mine, "hello"));
   RETURN_IF_ERROR(answer_link_probe(c));
   ASSIGN_OR_RETURN(const json setup, recv_json(c, 0, kTagControl, "setup", c.timeout_s() * kLoadTimeoutFactor));
@@ -360,6 +367,7 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   lo.layer_end = mine_range.at(1).get<int64_t>();
   if (setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>()) {
     lo.mem_budget_bytes = o.mem_budget_bytes;
+    lo.disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s;
     lo.calibration = &cal;
   }
   StatusOr<LoadedModel> lm = load_model(path, lo);

@@ -88,6 +88,7 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
 struct WorkerOptions {
   int n_threads = 0;
   uint64_t mem_budget_bytes = 0;  // weights it may hold (0: the memory available)
+  double disk_rate_cap_bytes_per_s = 0;  // --disk-rate-cap on its streamed reads (0: none)
   std::string backend = "cpu";
 };
 

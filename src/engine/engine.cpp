@@ -79,6 +79,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                        .max_seqs = config.max_seqs,
                        .backend = config.backend,
                        .mem_budget_bytes = config.mem_budget_bytes,
+                       .disk_rate_cap_bytes_per_s = config.disk_rate_cap_bytes_per_s,
                        .gpu_budget_bytes = config.gpu_budget_bytes,
                        .device_reserve = kv_reserve,
                        .tokens_per_step = config.max_seqs,

@@ -37,6 +37,9 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                          "load the model whole on it (no --mem-budget) or use --backend cpu",
                          mo.backend->name());
   }
+  if (o.disk_rate_cap_bytes_per_s > 0 && o.mem_budget_bytes == 0)
+    return invalid_argument("--disk-rate-cap caps the reads of weights streamed under --mem-budget; give a memory "
+                            "budget too (without one every weight is read once, at load)");
   if (o.mem_budget_bytes > 0 && (o.expert_begin != 0 || o.expert_end >= 0 || o.experts_only))
     return unimplemented("an expert share (--parallel ep) holds its weights in memory; streaming its experts from disk "
                          "under --mem-budget is not supported yet");
@@ -45,6 +48,7 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                      weights::open_streaming(lm.file, {.mem_budget_bytes = o.mem_budget_bytes,
                                                        .n_threads = o.n_threads,
                                                        .tokens_per_step = o.tokens_per_step,
+                                                       .disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s,
                                                        .calibration = o.calibration,
                                                        .training = o.training,
                                                        .layer_begin = o.layer_begin,

@@ -43,6 +43,10 @@ struct LoadOptions {
   // (0: all resident). tokens_per_step is what the placement's compute
   // estimate is for (1: decode); calibration, when set, replaces the probes.
   uint64_t mem_budget_bytes = 0;
+  // Under mem_budget_bytes: the weight store's disk reads capped at this many
+  // bytes/s, a slower disk (weights::StreamingOptions; 0: none). Without a
+  // memory budget nothing streams, and a cap is refused.
+  double disk_rate_cap_bytes_per_s = 0;
   // --backend cuda: GPU memory for the weights; those beyond it stream from
   // pinned host memory (BackendOptions::device_budget_bytes; 0: all resident).
   uint64_t gpu_budget_bytes = 0;

@@ -46,6 +46,7 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
   ASSIGN_OR_RETURN(LoadedModel lm,
                    load_model(o.model_path, {.n_threads = o.n_threads, .n_batch = 1, .max_seqs = 1, .repack = false,
                                              .backend = o.backend, .mem_budget_bytes = o.mem_budget_bytes,
+                                             .disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s,
                                              .gpu_budget_bytes = o.gpu_budget_bytes,
                                              .tokens_per_step = to.batch * to.seq, .training = work}));
   Model& model = *lm.model;

@@ -34,6 +34,7 @@ struct FinetuneOptions {
   std::string backend = "cpu";
   int n_threads = 0;
   uint64_t mem_budget_bytes = 0;
+  double disk_rate_cap_bytes_per_s = 0;  // under mem_budget_bytes: the disk capped (LoadOptions)
   uint64_t gpu_budget_bytes = 0;
 };
 

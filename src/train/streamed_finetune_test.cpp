@@ -1,7 +1,9 @@
 // Fine-tuning over a base streamed under a memory budget of a third of it:
 // the adapter written is the resident run's, byte for byte, and the weight
 // store read the layers in training order as planned (2 (S - K) layer reads
-// a micro-batch, the turns served from the ring).
+// a micro-batch, the turns served from the ring). With the disk capped
+// (--disk-rate-cap) the adapter is still the same, and the run's reads went no
+// faster than the cap.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -110,8 +112,35 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
   EXPECT_GE(t.predicted_read_bytes, reads * (slot - 2 * align)) << all;
   EXPECT_LE(t.measured_read_bytes, t.predicted_read_bytes) << all;
   EXPECT_GE(t.measured_read_bytes, t.predicted_read_bytes - reads * align) << all;
+
+  // The disk capped at 50 MB/s (about 2 s of reads here): the same adapter; the
+  // placement map and the calibration say the cap, and the steps' reads
+  // (bytes over the time they were in flight) were no faster than it.
+  const double cap = 50e6;
+  const std::string dir_c = ::testing::TempDir() + "streamed_finetune_capped_" + tag + "/";
+  std::filesystem::create_directories(dir_c);
+  o.out_path = dir_c + "adapter.gguf";
+  o.disk_rate_cap_bytes_per_s = cap;
+  lines.clear();
+  auto capped = finetune(o, log);
+  ASSERT_TRUE(capped.ok()) << capped.status().to_string();
+  EXPECT_TRUE(read_bytes(dir_c + "adapter.gguf") == a) << "the capped run's adapter differs from the resident run's";
+  all.clear();
+  for (const std::string& l : lines) all += l + "\n";
+  EXPECT_NE(all.find("reads capped at 50 MB/s"), std::string::npos) << all;
+  EXPECT_NE(all.find("capped at 50 MB/s (--disk-rate-cap"), std::string::npos) << all;
+  const StepFigures& c = capped->timing;
+  ASSERT_TRUE(c.streamed);
+  EXPECT_EQ(c.measured_read_bytes, t.measured_read_bytes);
+  EXPECT_GT(c.run_disk_gbps, 0);
+  EXPECT_LE(c.run_disk_gbps, cap / 1e9 * 1.02) << all;
+  EXPECT_LT(c.run_disk_gbps, t.run_disk_gbps) << all;
+  // A cap without a memory budget has nothing to cap: refused.
+  o.mem_budget_bytes = 0;
+  EXPECT_EQ(finetune(o, log).status().code(), StatusCode::kInvalidArgument);
   std::filesystem::remove_all(dir_a);
   std::filesystem::remove_all(dir_b);
+  std::filesystem::remove_all(dir_c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StreamedFinetune, ::testing::Values("reference", "cpu"));

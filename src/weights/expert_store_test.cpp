@@ -139,7 +139,7 @@ TEST(ExpertStore, ChosenExpertsAreReadyLateOrMissedAndLatenessIsTimed) {
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
   const bool direct = testing::dir_supports_direct(testing::scratch_dir());
   auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = 1'500'000, .n_threads = 2, .direct = direct,
-                                                     .cap_bytes_per_s = 0.5e6});
+                                                     .disk_rate_cap_bytes_per_s = 0.5e6});
   ASSERT_TRUE(setup.ok()) << setup.status().to_string();
   WeightStore& store = setup->source->store();
   ASSERT_TRUE(store.streams_experts());

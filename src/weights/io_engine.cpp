@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -63,6 +64,7 @@ StatusOr<IoBackend> parse_io_backend(const std::string& name) {
 std::string IoEngine::describe() const {
   std::string s = fmt::format("{}, queue depth {}, {}", io_backend_name(backend_), queue_depth_,
                               direct_ ? "O_DIRECT (page cache bypassed)" : "buffered (page cache in use)");
+  if (rate_cap_bytes_per_s_ > 0) s += fmt::format(", reads capped at {:.4g} MB/s", rate_cap_bytes_per_s_ / 1e6);
   if (!fallback_note_.empty()) s += "; " + fallback_note_;
   return s;
 }
@@ -85,6 +87,9 @@ bool direct_read_works(int fd, uint64_t file_size) {
 StatusOr<std::unique_ptr<IoEngine>> IoEngine::open(const IoEngineOptions& o) {
   if (o.queue_depth < 1 || o.queue_depth > 256)
     return invalid_argument("IO queue depth must be in [1, 256] (got {})", o.queue_depth);
+  if (!(o.rate_cap_bytes_per_s >= 0) || std::isinf(o.rate_cap_bytes_per_s))
+    return invalid_argument("the read-rate cap must be a finite number of bytes/s, 0 for none (got {})",
+                            o.rate_cap_bytes_per_s);
   struct stat st {};
   if (::stat(o.path.c_str(), &st) != 0) return not_found("{}: {}", o.path, std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return invalid_argument("{}: not a regular file (weights stream from one file)", o.path);
@@ -126,6 +131,7 @@ StatusOr<std::unique_ptr<IoEngine>> IoEngine::open(const IoEngineOptions& o) {
     }
   }
   engine->fallback_note_ = note;
+  if (o.rate_cap_bytes_per_s > 0) return make_rate_capped_engine(std::move(engine), o.rate_cap_bytes_per_s);
   return engine;
 }
 

@@ -20,6 +20,10 @@
 // at end of file: a read that runs past EOF completes with the bytes that exist.
 // O_DIRECT: requested by default; when the filesystem refuses it (tmpfs, some
 // network filesystems) the file is opened buffered and direct() says so.
+// A read-rate cap (IoEngineOptions::rate_cap_bytes_per_s) wraps either backend
+// in a decorator that holds each completion back until the bytes returned so
+// far could have come off a disk of that rate: a slower disk, emulated (reads
+// stay in flight for as long as they would take there), or a share of this one.
 //
 // Thread-safety: submit() and wait() are called from one thread (the arbiter's
 // IO thread, or a single test thread). interrupt() may be called from any thread.
@@ -71,6 +75,9 @@ struct IoEngineOptions {
   IoBackend backend = IoBackend::kAuto; // kAuto: io_uring, falling back to pread
   int queue_depth = 16;                 // reads in flight at most (1..256)
   bool direct = true;                   // ask for O_DIRECT (falls back when refused)
+  // Reads complete no faster than this many bytes/s (0: as fast as the disk
+  // goes); see make_rate_capped_engine.
+  double rate_cap_bytes_per_s = 0;
 };
 
 struct IoRead {
@@ -98,7 +105,11 @@ class IoEngine {
   bool direct() const { return direct_; }
   int queue_depth() const { return queue_depth_; }
   uint64_t file_size() const { return file_size_; }
-  // One line for the placement map, e.g. "io_uring, queue depth 16, O_DIRECT".
+  const std::string& path() const { return path_; }
+  // The read-rate cap in bytes/s (0: none).
+  double rate_cap_bytes_per_s() const { return rate_cap_bytes_per_s_; }
+  // One line for the placement map, e.g. "io_uring, queue depth 16, O_DIRECT",
+  // with the cap when there is one ("reads capped at 100 MB/s").
   std::string describe() const;
   // Why kAuto fell back to pread, or O_DIRECT was refused (empty if neither).
   const std::string& fallback_note() const { return fallback_note_; }
@@ -127,6 +138,7 @@ class IoEngine {
   uint64_t file_size_;
   std::string path_;
   std::string fallback_note_;
+  double rate_cap_bytes_per_s_ = 0;
 };
 
 // Backend constructors, used by IoEngine::open. The engine owns `fd` once it is
@@ -135,6 +147,17 @@ StatusOr<std::unique_ptr<IoEngine>> make_uring_engine(int fd, const std::string&
                                                       uint64_t file_size, int queue_depth);
 std::unique_ptr<IoEngine> make_pread_engine(int fd, const std::string& path, bool direct, uint64_t file_size,
                                             int queue_depth);
+// `inner` with its reads capped at `bytes_per_s` (> 0), a token bucket with no
+// burst: the disk is modelled as serving the submitted reads one after another
+// at that rate, so a read submitted at t completes no earlier than
+//   due = max(due of the read before, t) + length / bytes_per_s
+// (nor before `inner` finishes it). Bytes returned by time T since the first
+// submission never exceed bytes_per_s x T, and a stream of reads kept in
+// flight takes its bytes / bytes_per_s. Held reads count as in flight; wait()
+// sleeps in inner's wait() until the next is due, and interrupt() still wakes
+// it. Same threading as any IoEngine. Used by IoEngine::open when
+// IoEngineOptions::rate_cap_bytes_per_s > 0.
+std::unique_ptr<IoEngine> make_rate_capped_engine(std::unique_ptr<IoEngine> inner, double bytes_per_s);
 
 // Reads bytes [offset, offset + length) of the engine's file into `dst` (any
 // alignment): aligned chunks of `chunk_bytes` go through a bounce buffer, with

@@ -1,12 +1,15 @@
 // IoEngine: exact bytes at unaligned offsets on both backends, end of file,
-// queue depth, O_DIRECT fallback reporting.
+// queue depth, O_DIRECT fallback reporting, the read-rate cap.
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include <gtest/gtest.h>
 
+#include "base/timer.h"
 #include "weights/extent_layout.h"
 #include "weights/io_engine.h"
 #include "weights/weights_test_util.h"
@@ -20,8 +23,9 @@ class IoEngineTest : public ::testing::TestWithParam<IoBackend> {
     path_ = testing::scratch_dir() + "/io_engine_data.bin";
     bytes_ = testing::write_random_file(path_, (3u << 20) + 12345);
   }
-  std::unique_ptr<IoEngine> open_engine(int queue_depth) {
-    auto e = IoEngine::open({.path = path_, .backend = GetParam(), .queue_depth = queue_depth, .direct = true});
+  std::unique_ptr<IoEngine> open_engine(int queue_depth, double rate_cap_bytes_per_s = 0) {
+    auto e = IoEngine::open({.path = path_, .backend = GetParam(), .queue_depth = queue_depth, .direct = true,
+                             .rate_cap_bytes_per_s = rate_cap_bytes_per_s});
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     if (!(*e)->direct()) std::fprintf(stderr, "[io engine test] O_DIRECT unsupported here: %s\n", (*e)->describe().c_str());
     return std::move(*e);
@@ -108,6 +112,81 @@ TEST_P(IoEngineTest, ReadProbeGivesAPositiveRateAndLeavesNothingInFlight) {
   EXPECT_FALSE(probe_read_gbps(*engine, 1 << 20, 0, 4096).ok());  // less than one read
 }
 
+// Capped at 8 MB/s, 16 reads of 64 KiB submitted at once come back no faster
+// than the cap at any moment (bytes returned by t <= rate x t since the
+// submission), and the whole MiB takes its 131 ms, not much more. The bytes
+// are the file's.
+TEST_P(IoEngineTest, RateCapHoldsAtEveryCompletionAndCostsNoMore) {
+  const double rate = 8e6;
+  auto engine = open_engine(16, rate);
+  EXPECT_EQ(engine->rate_cap_bytes_per_s(), rate);
+  EXPECT_NE(engine->describe().find("reads capped at 8 MB/s"), std::string::npos) << engine->describe();
+  auto buf = AlignedBuffer::allocate(16 * 65536);
+  ASSERT_TRUE(buf.ok());
+  const double t0 = now_seconds();
+  for (int i = 0; i < 16; ++i)
+    engine->submit({.offset = static_cast<uint64_t>(i) * 65536, .length = 65536,
+                    .dst = buf->data() + static_cast<uint64_t>(i) * 65536, .tag = static_cast<uint64_t>(i)});
+  EXPECT_EQ(engine->in_flight(), 16);
+  std::vector<IoCompletion> done;
+  uint64_t bytes = 0;
+  while (done.size() < 16) {
+    const size_t before = done.size();
+    engine->wait(done, -1);
+    const double t = now_seconds() - t0;
+    for (size_t k = before; k < done.size(); ++k) {
+      ASSERT_TRUE(done[k].status.ok());
+      bytes += done[k].bytes;
+    }
+    EXPECT_LE(static_cast<double>(bytes), rate * t + 1.0) << "at " << t << " s";
+  }
+  const double total_s = now_seconds() - t0;
+  const double floor_s = 16 * 65536 / rate;
+  EXPECT_GE(total_s, floor_s);
+  EXPECT_LT(total_s, floor_s + 0.25);
+  EXPECT_EQ(engine->in_flight(), 0);
+  EXPECT_EQ(std::memcmp(buf->data(), bytes_.data(), 16 * 65536), 0);
+  // The probe the planner uses sees the capped disk.
+  const auto gbps = probe_read_gbps(*engine, 64 << 10, 0, 1u << 20);
+  ASSERT_TRUE(gbps.ok());
+  EXPECT_LE(*gbps, rate / 1e9 * 1.001);
+  EXPECT_GT(*gbps, rate / 1e9 * 0.6);
+  // read_exact through the cap: unaligned, exact.
+  std::vector<uint8_t> got(300000);
+  ASSERT_TRUE(read_exact(*engine, 5000, got.size(), got.data(), 64 << 10).ok());
+  EXPECT_EQ(std::memcmp(got.data(), bytes_.data() + 5000, got.size()), 0);
+}
+
+// A read held back by the cap (64 KiB at 100 KB/s: due in 655 ms) does not
+// keep interrupt() from ending a blocked wait(); it stays in flight and comes
+// back when due. With nothing in flight, interrupt() and timeouts behave as
+// without the cap.
+TEST_P(IoEngineTest, RateCapStillLetsInterruptWakeAWait) {
+  auto engine = open_engine(4, 100e3);
+  auto buf = AlignedBuffer::allocate(65536);
+  ASSERT_TRUE(buf.ok());
+  const double t0 = now_seconds();
+  engine->submit({.offset = 0, .length = 65536, .dst = buf->data(), .tag = 7});
+  std::thread waker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    engine->interrupt();
+  });
+  std::vector<IoCompletion> done;
+  EXPECT_EQ(engine->wait(done, -1), 0);
+  waker.join();
+  EXPECT_LT(now_seconds() - t0, 0.4);
+  EXPECT_EQ(engine->in_flight(), 1);
+  EXPECT_EQ(engine->wait(done, 0.05), 0);  // a timeout before it is due
+  while (done.empty()) engine->wait(done, -1);
+  EXPECT_GE(now_seconds() - t0, 65536 / 100e3);
+  EXPECT_EQ(done[0].tag, 7u);
+  EXPECT_EQ(done[0].bytes, 65536u);
+  EXPECT_EQ(engine->in_flight(), 0);
+  engine->interrupt();
+  EXPECT_EQ(engine->wait(done, -1), 0);
+  EXPECT_EQ(engine->wait(done, 0.01), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, IoEngineTest, ::testing::Values(IoBackend::kUring, IoBackend::kPread),
                          [](const auto& info) { return std::string(info.param == IoBackend::kUring ? "uring" : "pread"); });
 
@@ -127,6 +206,10 @@ TEST(IoEngine, BufferedWhenDirectIsNotAsked) {
   ASSERT_TRUE(e.ok());
   EXPECT_FALSE((*e)->direct());
   EXPECT_NE((*e)->describe().find("buffered"), std::string::npos) << (*e)->describe();
+  // No cap asked (0): none in place, none described.
+  EXPECT_EQ((*e)->rate_cap_bytes_per_s(), 0);
+  EXPECT_EQ((*e)->describe().find("capped"), std::string::npos) << (*e)->describe();
+  EXPECT_EQ(IoEngine::open({.path = path, .rate_cap_bytes_per_s = -1}).status().code(), StatusCode::kInvalidArgument);
   std::vector<uint8_t> got(9000);
   ASSERT_TRUE(read_exact(**e, 1000, 9000, got.data()).ok());
   EXPECT_EQ(std::memcmp(got.data(), bytes.data() + 1000, 9000), 0);

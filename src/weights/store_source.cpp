@@ -70,14 +70,28 @@ Status measure_store_reads(const ModelFile& file, bool direct, plan::Calibration
   return Status();
 }
 
+void apply_disk_rate_cap(plan::Calibration& cal, double cap_bytes_per_s) {
+  if (!(cap_bytes_per_s > 0)) return;
+  const double cap_gbps = cap_bytes_per_s / 1e9;
+  if (cal.disk_read_gbps > 0 && cal.disk_read_gbps <= cap_gbps) {
+    cal.disk_note += fmt::format("; below the read-rate cap of {:.4g} MB/s", cap_bytes_per_s / 1e6);
+    return;
+  }
+  cal.disk_note = fmt::format("capped at {:.4g} MB/s (--disk-rate-cap; the disk measured {:.2f} GB/s: {})",
+                              cap_bytes_per_s / 1e6, cal.disk_read_gbps, cal.disk_note);
+  cal.disk_read_gbps = cap_gbps;
+}
+
 StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, const StreamingOptions& o) {
   if (o.mem_budget_bytes == 0) return invalid_argument("open_streaming needs a memory budget");
   ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(file->metadata));
-  plan::Calibration probed;
-  if (!o.calibration) {
-    ASSIGN_OR_RETURN(probed, calibrate_for_model(*file, o.n_threads, o.direct, o.mem_budget_bytes));
+  plan::Calibration cal;
+  if (o.calibration) {
+    cal = *o.calibration;
+  } else {
+    ASSIGN_OR_RETURN(cal, calibrate_for_model(*file, o.n_threads, o.direct, o.mem_budget_bytes));
   }
-  const plan::Calibration& cal = o.calibration ? *o.calibration : probed;
+  apply_disk_rate_cap(cal, o.disk_rate_cap_bytes_per_s);
   // Roofline: the larger of reading the bytes at memory bandwidth and their
   // matmul FLOPs at the measured rate.
   auto roofline_s = [&](double bytes, double params, double tokens) {
@@ -147,7 +161,8 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
   ASSIGN_OR_RETURN(PlacementPlan plan, plan_placement(*file, pin));
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store,
                    WeightStore::open(file, std::move(plan),
-                                     WeightStoreOptions{.direct = o.direct, .cap_bytes_per_s = o.cap_bytes_per_s,
+                                     WeightStoreOptions{.direct = o.direct,
+                                                        .disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s,
                                                         .ring_probe_s = o.ring_probe_s}));
   StreamingSetup setup;
   setup.report = fmt::format(

@@ -66,8 +66,10 @@ struct StreamingOptions {
   // Seconds of the ring's own reads before it starts, whose rate re-rates the
   // plan's predictions (WeightStoreOptions::ring_probe_s; 0: off).
   double ring_probe_s = 1.0;
-  // A slower disk: the arbiter's bandwidth cap in bytes/s (0: none).
-  double cap_bytes_per_s = 0;
+  // A slower disk: the store's reads capped at this many bytes/s
+  // (WeightStoreOptions::disk_rate_cap_bytes_per_s; 0: none). The placement
+  // plans with the smaller of the calibrated rate and the cap.
+  double disk_rate_cap_bytes_per_s = 0;
   // Figures to plan with (from calibrate_for_model on this file); null: probe
   // here. Not owned; read during the call.
   const plan::Calibration* calibration = nullptr;
@@ -103,6 +105,12 @@ Status measure_store_reads(const ModelFile& file, bool direct, plan::Calibration
 // The memory probes' options calibrate_for_model uses (no disk probe: the
 // store measures its own reads).
 plan::CalibrateOptions probe_options_for_model(const ModelFile& file, int n_threads, uint64_t max_probe_bytes = 0);
+
+// The calibration as a disk capped at `cap_bytes_per_s` reads (--disk-rate-cap):
+// disk_read_gbps lowered to the cap where it is above it, said in disk_note.
+// The probe itself reads uncapped (at a low cap it would take minutes), so the
+// figure is min(measured, cap). cap 0: unchanged.
+void apply_disk_rate_cap(plan::Calibration& cal, double cap_bytes_per_s);
 
 StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, const StreamingOptions& options);
 

@@ -54,7 +54,8 @@ Status WeightStore::load(const WeightStoreOptions& options) {
         f.format == "gguf" ? IoEngine::open({.path = f.source_path,
                                              .backend = options.io,
                                              .queue_depth = options.queue_depth,
-                                             .direct = options.direct})
+                                             .direct = options.direct,
+                                             .rate_cap_bytes_per_s = options.disk_rate_cap_bytes_per_s})
                            : StatusOr<std::unique_ptr<IoEngine>>(
                                  unimplemented("only single GGUF files are read by offset (this is {})", f.format));
     if (engine.ok()) {

@@ -99,7 +99,10 @@ struct WeightStoreOptions {
   int queue_depth = 16;
   bool direct = true;               // O_DIRECT for streamed and resident reads
   uint64_t chunk_bytes = 1u << 20;  // largest single read
-  double cap_bytes_per_s = 0;       // bandwidth cap of the arbiter; 0: none
+  double cap_bytes_per_s = 0;       // bandwidth cap of the arbiter (reads spaced, not in flight); 0: none
+  // The disk tier's read-rate cap (IoEngineOptions::rate_cap_bytes_per_s): a
+  // slower disk, whose reads stay in flight for as long as they take there; 0: none.
+  double disk_rate_cap_bytes_per_s = 0;
   bool auto_prefetch = true;        // keep the next layers in flight (off: only explicit prefetch)
   double ring_probe_s = 0;          // seconds of the ring's own reads at open, to re-rate the plan (0: off)
   // Host memory the store's buffers may take; nullopt: MemAvailable from
