@@ -33,8 +33,9 @@ constexpr double kAvailableShare = 0.9;
 // This rank's fingerprint, memory and rates (the planner's probes on the
 // model's own layer, briefly; under its own --mem-budget also the model
 // file's read rate as the weight store reads it, for a range that streams),
-// as the hello message; *cal: the rates, for streaming the rank's range. A
-// --disk-rate-cap lowers the disk's rate to it, as the rank's reads will be.
+// as the hello message; *cal: the rates as measured, for streaming the rank's
+// range. The message's disk rate is at most --disk-rate-cap, as the rank's
+// capped reads will find it.
 StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, int n_threads, uint64_t mem_budget,
                      double disk_rate_cap, plan::Calibration* cal_out) {
   ASSIGN_OR_RETURN(const Fingerprint fp, fingerprint(path));
@@ -58,9 +59,10 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
       cal.disk_read_gbps = 0;
     }
   }
-  if (disk_rate_cap > 0 && cal.disk_read_gbps > 0)
-    cal.disk_read_gbps = std::min(cal.disk_read_gbps, disk_rate_cap / 1e9);
-  *cal_out = cal;
+  *cal_out = cal;  // as measured: a streaming load applies the cap itself (open_streaming)
+  // What the planner sees: the disk as the rank's capped reads will find it (0: not measured).
+  plan::Calibration planned = cal;
+  if (cal.disk_read_gbps > 0) weights::apply_disk_rate_cap(planned, disk_rate_cap);
   if (c.rank() + 1 < c.size()) RETURN_IF_ERROR(c.send(c.rank() + 1, kTagTurn, turn.data(), 1, "the turn to measure"));
   const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
   return json{{"version", fp.version},
@@ -73,7 +75,7 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
               {"budget_given", mem_budget > 0},
               {"read_gbps", cal.decode_read_gbps()},
               {"tflops", cal.matmul_tflops},
-              {"disk_gbps", cal.disk_read_gbps},
+              {"disk_gbps", planned.disk_read_gbps},
               {"n_threads", cal.n_threads}};
 }
 
