@@ -6,7 +6,7 @@
 
 #include "base/check.h"
 #include "base/half.h"
-#include "quant/quant_q8_0.h"
+#include "quant/blocks.h"
 
 namespace sluice {
 

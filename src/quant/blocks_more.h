@@ -238,4 +238,45 @@ inline uint64_t iq4_xs_scales8(const BlockIq4Xs& b) {
   return low | t << 4;
 }
 
+// The typed reference rows behind the traits table (quant/dtype.cpp), defined
+// in quant/quant_<type>.cpp, under the contract in quant/blocks.h. These types
+// have no dot of their own: the row's dot dequantizes block by block.
+
+// Q4_1, Q5_1: least-squares (scale, offset) search over candidate scales
+// (search_scale_min on x - min(x), so the offset may have any sign); Q5_0:
+// symmetric scale search (search_scale_symmetric, nmax 16); then the quants
+// re-fitted to the f16 scales the block stores.
+void dequantize_row_q4_1(const BlockQ4_1* blocks, float* dst, int64_t n);
+void quantize_row_q4_1(const float* src, BlockQ4_1* blocks, int64_t n);
+void dequantize_row_q5_0(const BlockQ5_0* blocks, float* dst, int64_t n);
+void quantize_row_q5_0(const float* src, BlockQ5_0* blocks, int64_t n);
+void dequantize_row_q5_1(const BlockQ5_1* blocks, float* dst, int64_t n);
+void quantize_row_q5_1(const float* src, BlockQ5_1* blocks, int64_t n);
+
+// Q2_K: per sub-block weighted (scale, min) search, then 4-bit scales and mins
+// against f16 d / dmin, then quants re-fitted to those. Q3_K: per sub-block
+// symmetric scale search (q - 4 in [-4, 3]), then 6-bit signed scales against
+// an f16 d, then quants re-fitted.
+void dequantize_row_q2_k(const BlockQ2_K* blocks, float* dst, int64_t n);
+void quantize_row_q2_k(const float* src, BlockQ2_K* blocks, int64_t n);
+void dequantize_row_q3_k(const BlockQ3_K* blocks, float* dst, int64_t n);
+void quantize_row_q3_k(const float* src, BlockQ3_K* blocks, int64_t n);
+
+// Q5_K: per sub-block weighted (scale, min) search, 6-bit scales and mins
+// against f16 d / dmin, then quants re-fitted (as Q4_K).
+void dequantize_row_q5_k(const BlockQ5_K* blocks, float* dst, int64_t n);
+void quantize_row_q5_k(const float* src, BlockQ5_K* blocks, int64_t n);
+
+// IQ4_NL, IQ4_XS: per group of 32, the scale minimizing the squared error over
+// candidate scales (each value mapped to its nearest codebook entry, then a
+// least-squares scale for that assignment); IQ4_XS then stores the group
+// scales as 6-bit signed multiples of an f16 d. Indices are re-fitted to the
+// stored scales.
+void dequantize_row_iq4_nl(const BlockIq4Nl* blocks, float* dst, int64_t n);
+void quantize_row_iq4_nl(const float* src, BlockIq4Nl* blocks, int64_t n);
+void dequantize_row_iq4_xs(const BlockIq4Xs* blocks, float* dst, int64_t n);
+void quantize_row_iq4_xs(const float* src, BlockIq4Xs* blocks, int64_t n);
+// The index of the codebook entry nearest to v (ties to the lower index).
+int iq4_nearest_index(float v);
+
 }  // namespace sluice

@@ -7,14 +7,8 @@
 
 #include "base/check.h"
 #include "base/half.h"
-#include "quant/quant_iq4.h"
-#include "quant/quant_k_low.h"
-#include "quant/quant_q4_0.h"
-#include "quant/quant_q4_1_q5.h"
-#include "quant/quant_q4_k.h"
-#include "quant/quant_q5_k.h"
-#include "quant/quant_q6_k.h"
-#include "quant/quant_q8_0.h"
+#include "quant/blocks.h"
+#include "quant/blocks_more.h"
 
 namespace sluice {
 namespace {
@@ -69,7 +63,7 @@ float dot_bf16(const void* w, const float* x, int64_t n) {
   return grouped_dot([h](int64_t i) { return bf16_to_f32(h[i]); }, x, n);
 }
 
-// A typed reference function (quant_<type>.h) behind the untyped row signature.
+// A typed reference function (quant/blocks.h, blocks_more.h) behind the untyped row signature.
 template <typename Block, void (*F)(const Block*, float*, int64_t)>
 void dequantize_as(const void* src, float* dst, int64_t n) { F(static_cast<const Block*>(src), dst, n); }
 template <typename Block, void (*F)(const float*, Block*, int64_t)>
@@ -107,7 +101,8 @@ constexpr DTypeTraits block_row(DType type, const char* name, int64_t file_type,
 }
 
 // The rows, in GGUF id order. A new type: its enum value (dtype.h), its block
-// struct and typed reference functions (quant/quant_<type>.{h,cpp}), and a row
+// struct and typed reference functions (declared after the
+// structs in quant/blocks.h or blocks_more.h, defined in quant/quant_<type>.cpp), and a row
 // here (docs/ARCHITECTURE.md, "adding a quant type"). file_type: llama_ftype;
 // q3_K, q4_K and q5_K have none of their own and take their _S mix's.
 constexpr DTypeTraits kTraits[] = {

@@ -36,8 +36,8 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 //         against f16 super-block scales, then quants re-fitted to those
 //   Q6_K  per sub-block weighted scale search, 8-bit scales against an f16 d,
 //         then quants re-fitted
-//   Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_NL IQ4_XS: see their headers
-//         (quant_q4_1_q5.h, quant_k_low.h, quant_q5_k.h, quant_iq4.h)
+//   Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q5_K IQ4_NL IQ4_XS: see their declarations in
+//         quant/blocks_more.h
 //   F16/BF16 round to nearest even; F32 copies.
 // src: [n]; n a multiple of the block size.
 void quantize_row(DType type, const float* src, void* dst, int64_t n);

@@ -1,4 +1,4 @@
-#include "quant/quant_iq4.h"
+#include "quant/blocks_more.h"
 
 #include <algorithm>
 #include <cmath>

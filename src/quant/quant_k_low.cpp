@@ -1,4 +1,4 @@
-#include "quant/quant_k_low.h"
+#include "quant/blocks_more.h"
 
 #include <algorithm>
 #include <cmath>

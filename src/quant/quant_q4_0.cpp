@@ -1,4 +1,4 @@
-#include "quant/quant_q4_0.h"
+#include "quant/blocks.h"
 
 #include <algorithm>
 #include <cmath>

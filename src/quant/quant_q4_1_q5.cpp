@@ -1,4 +1,4 @@
-#include "quant/quant_q4_1_q5.h"
+#include "quant/blocks_more.h"
 
 #include <algorithm>
 #include <cmath>

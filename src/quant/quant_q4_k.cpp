@@ -1,4 +1,4 @@
-#include "quant/quant_q4_k.h"
+#include "quant/blocks.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "quant/quant_q5_k.h"
+#include "quant/blocks_more.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "quant/quant_q6_k.h"
+#include "quant/blocks.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "quant/quant_q8_0.h"
+#include "quant/blocks.h"
 
 #include <cmath>
 
