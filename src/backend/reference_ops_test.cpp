@@ -7,22 +7,17 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/cpu/op_test_util.h"
 #include "quant/quant.h"
 
 namespace sluice::ref {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using cpu::testing::random_floats;
 
 TEST(RefOps, DotMatchesDoubleForOddLengths) {
   for (int64_t n : {1, 7, 8, 9, 63, 64, 65, 1000}) {
-    auto a = randn(static_cast<size_t>(n), 1), b = randn(static_cast<size_t>(n), 2);
+    auto a = random_floats(static_cast<size_t>(n), 1), b = random_floats(static_cast<size_t>(n), 2);
     double ref = 0;
     for (int64_t i = 0; i < n; ++i) ref += static_cast<double>(a[i]) * b[i];
     EXPECT_NEAR(dot_f32(a.data(), b.data(), n), ref, 1e-4 * std::sqrt(static_cast<double>(n))) << n;
@@ -33,14 +28,14 @@ TEST(RefOps, MatmulMatchesNaiveForEveryTypeAndIsBatchInvariant) {
   ThreadPool pool(3);
   const int64_t n_in = 256, n_out = 37, n_tok = 5;
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
-    auto wf = randn(static_cast<size_t>(n_in * n_out), 3, 0.1f);
+    auto wf = random_floats(static_cast<size_t>(n_in * n_out), 3, 0.1f);
     std::vector<uint8_t> wq(row_bytes(type, n_in) * n_out);
     for (int64_t r = 0; r < n_out; ++r)
       quantize_row(type, wf.data() + r * n_in, wq.data() + r * row_bytes(type, n_in), n_in);
     // The reference uses the dequantized weights, so only rounding of the dot differs.
     std::vector<float> wd(static_cast<size_t>(n_in * n_out));
     for (int64_t r = 0; r < n_out; ++r) dequantize_row(type, wq.data() + r * row_bytes(type, n_in), wd.data() + r * n_in, n_in);
-    auto x = randn(static_cast<size_t>(n_in * n_tok), 4);
+    auto x = random_floats(static_cast<size_t>(n_in * n_tok), 4);
     std::vector<float> y(static_cast<size_t>(n_out * n_tok), NAN), scratch(static_cast<size_t>(pool.n_threads() * n_in));
     WeightView w{.type = type, .data = wq.data(), .n_in = n_in, .n_out = n_out};
     matmul(w, x.data(), y.data(), n_tok, scratch.data(), pool);
@@ -59,8 +54,8 @@ TEST(RefOps, MatmulMatchesNaiveForEveryTypeAndIsBatchInvariant) {
 }
 
 TEST(RefOps, RmsNorm) {
-  auto x = randn(3 * 10, 5);
-  auto w = randn(10, 6);
+  auto x = random_floats(3 * 10, 5);
+  auto w = random_floats(10, 6);
   std::vector<float> out(30);
   rmsnorm(x.data(), w.data(), out.data(), 3, 10, 1e-5f);
   for (int t = 0; t < 3; ++t) {
@@ -114,9 +109,9 @@ TEST(RefOps, SwiGlu) {
 TEST(RefOps, AttentionMatchesNaiveSoftmaxWithGqaAndOffset) {
   ThreadPool pool(2);
   const int64_t n_head = 4, n_kv = 2, hd = 8, pos0 = 5, n_tok = 3, n_ctx = pos0 + n_tok;
-  auto q = randn(static_cast<size_t>(n_tok * n_head * hd), 7);
-  auto k = randn(static_cast<size_t>(n_ctx * n_kv * hd), 8);
-  auto v = randn(static_cast<size_t>(n_ctx * n_kv * hd), 9);
+  auto q = random_floats(static_cast<size_t>(n_tok * n_head * hd), 7);
+  auto k = random_floats(static_cast<size_t>(n_ctx * n_kv * hd), 8);
+  auto v = random_floats(static_cast<size_t>(n_ctx * n_kv * hd), 9);
   std::vector<float> out(q.size(), NAN), scratch(static_cast<size_t>(pool.n_threads() * hd));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   attention(AttentionArgs{.q = q.data(), .k = k.data(), .v = v.data(), .out = out.data(), .n_tokens = n_tok,

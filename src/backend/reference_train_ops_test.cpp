@@ -11,19 +11,14 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/op_test_util.h"
 #include "backend/reference_backend.h"
 #include "quant/quant.h"
 
 namespace sluice {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using cpu::testing::random_floats;
 
 double dot(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0;
@@ -56,13 +51,13 @@ TEST(ReferenceTrainOps, MatmulTIsTheTransposeOfMatmul) {
   const int64_t n_in = 64, n_out = 48, n_tok = 3;
   for (DType type : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
     if (type == DType::kQ4_K && n_in % 256 != 0) continue;
-    std::vector<float> wf = randn(static_cast<size_t>(n_in * n_out), 1);
+    std::vector<float> wf = random_floats(static_cast<size_t>(n_in * n_out), 1);
     std::vector<uint8_t> wq(row_bytes(type, n_in) * n_out);
     for (int64_t r = 0; r < n_out; ++r) quantize_row(type, wf.data() + r * n_in, wq.data() + r * row_bytes(type, n_in), n_in);
     const WeightView w{.type = type, .data = wq.data(), .n_in = n_in, .n_out = n_out};
     ops.reserve({.n_tok = n_tok, .n_ctx = 1, .n_head = 1, .head_dim = 1, .n_in_max = n_in});
-    std::vector<float> x = randn(static_cast<size_t>(n_tok * n_in), 2);
-    std::vector<float> dy = randn(static_cast<size_t>(n_tok * n_out), 3);
+    std::vector<float> x = random_floats(static_cast<size_t>(n_tok * n_in), 2);
+    std::vector<float> dy = random_floats(static_cast<size_t>(n_tok * n_out), 3);
     std::vector<float> y(static_cast<size_t>(n_tok * n_out));
     std::vector<float> dx(static_cast<size_t>(n_tok * n_in), 7.0f);
     MatmulOut mo{.w = w, .y = y.data()};
@@ -84,9 +79,9 @@ TEST(ReferenceTrainOps, MatmulTIsTheTransposeOfMatmul) {
 TEST(ReferenceTrainOps, RmsNormBackwardIsTheGradient) {
   ReferenceBackend be;
   const int64_t n = 16, n_tok = 2;
-  std::vector<float> x = randn(static_cast<size_t>(n * n_tok), 4);
-  std::vector<float> w = randn(static_cast<size_t>(n), 5);
-  std::vector<float> c = randn(static_cast<size_t>(n * n_tok), 6);
+  std::vector<float> x = random_floats(static_cast<size_t>(n * n_tok), 4);
+  std::vector<float> w = random_floats(static_cast<size_t>(n), 5);
+  std::vector<float> c = random_floats(static_cast<size_t>(n * n_tok), 6);
   std::vector<float> y(x.size());
   auto f = [&] {
     be.rmsnorm(x.data(), w.data(), 1e-5f, y.data(), n_tok, n);
@@ -106,8 +101,8 @@ TEST(ReferenceTrainOps, RopeInverseIsTheTranspose) {
     std::vector<int64_t> pos = {0, 5, 17};
     std::vector<double> inv = {1.0, 0.3, 0.1, 0.01};
     be.rope_tables(pos, inv, 1.0, cs.data());
-    std::vector<float> x = randn(static_cast<size_t>(n_tok * n_head * head_dim), 7);
-    std::vector<float> y = randn(x.size(), 8);
+    std::vector<float> x = random_floats(static_cast<size_t>(n_tok * n_head * head_dim), 7);
+    std::vector<float> y = random_floats(x.size(), 8);
     std::vector<float> rx = x, ry = y;
     RopeArgs a{.x = rx.data(), .cos_sin = cs.data(), .n_tok = n_tok, .n_head = n_head, .head_dim = head_dim,
                .n_rot = n_rot, .layout = layout};
@@ -127,9 +122,9 @@ TEST(ReferenceTrainOps, GluBackwardIsTheGradient) {
   TrainOps& ops = *be.train_ops();
   const int64_t n_ff = 12, n_tok = 2;
   for (Activation act : {Activation::kSilu, Activation::kGelu}) {
-    std::vector<float> g = randn(static_cast<size_t>(n_ff * n_tok), 9, 2.0f);
-    std::vector<float> u = randn(g.size(), 10);
-    std::vector<float> c = randn(g.size(), 11);
+    std::vector<float> g = random_floats(static_cast<size_t>(n_ff * n_tok), 9, 2.0f);
+    std::vector<float> u = random_floats(g.size(), 10);
+    std::vector<float> c = random_floats(g.size(), 11);
     std::vector<float> h(g.size());
     auto f = [&] {
       ops.glu({.g = g.data(), .u = u.data(), .h = h.data(), .n_tok = n_tok, .n_ff = n_ff, .act = act});
@@ -152,10 +147,10 @@ TEST(ReferenceTrainOps, AttentionBackwardIsTheGradient) {
   ops.reserve({.n_tok = n_tok, .n_ctx = 8, .n_head = n_head, .head_dim = hd, .n_in_max = 16});
   struct Variant { int64_t window; float softcap; };
   for (Variant var : {Variant{0, 0.0f}, Variant{2, 0.0f}, Variant{0, 3.0f}}) {
-    std::vector<float> q = randn(static_cast<size_t>(n_tok * n_head * hd), 12);
-    std::vector<float> k = randn(static_cast<size_t>(n_tok * n_head_kv * hd), 13);
-    std::vector<float> v = randn(k.size(), 14);
-    std::vector<float> c = randn(q.size(), 15);
+    std::vector<float> q = random_floats(static_cast<size_t>(n_tok * n_head * hd), 12);
+    std::vector<float> k = random_floats(static_cast<size_t>(n_tok * n_head_kv * hd), 13);
+    std::vector<float> v = random_floats(k.size(), 14);
+    std::vector<float> c = random_floats(q.size(), 15);
     std::vector<float> out(q.size()), lse(static_cast<size_t>(n_tok * n_head));
     TrainAttentionArgs a{.q = q.data(), .k = k.data(), .v = v.data(), .out = out.data(), .lse = lse.data(),
                          .seqs = seqs, .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = hd, .scale = 0.5f,
@@ -177,7 +172,7 @@ TEST(ReferenceTrainOps, CrossEntropyIsTheGradientOfTheLoss) {
   ReferenceBackend be;
   TrainOps& ops = *be.train_ops();
   const int64_t n_vocab = 10, n_tok = 3;
-  std::vector<float> z = randn(static_cast<size_t>(n_vocab * n_tok), 16, 2.0f);
+  std::vector<float> z = random_floats(static_cast<size_t>(n_vocab * n_tok), 16, 2.0f);
   const std::vector<int32_t> targets = {3, -1, 9};
   std::vector<double> loss(n_tok);
   auto f = [&] {
@@ -197,10 +192,10 @@ TEST(ReferenceTrainOps, CrossEntropyIsTheGradientOfTheLoss) {
 TEST(ReferenceTrainOps, LoraBackwardIsTheGradient) {
   ReferenceBackend be;
   const int64_t n_in = 6, n_out = 5, rank = 3, n_tok = 4;
-  std::vector<float> x = randn(static_cast<size_t>(n_tok * n_in), 17);
-  std::vector<float> A = randn(static_cast<size_t>(rank * n_in), 18);
-  std::vector<float> B = randn(static_cast<size_t>(n_out * rank), 19);
-  std::vector<float> c = randn(static_cast<size_t>(n_tok * n_out), 20);
+  std::vector<float> x = random_floats(static_cast<size_t>(n_tok * n_in), 17);
+  std::vector<float> A = random_floats(static_cast<size_t>(rank * n_in), 18);
+  std::vector<float> B = random_floats(static_cast<size_t>(n_out * rank), 19);
+  std::vector<float> c = random_floats(static_cast<size_t>(n_tok * n_out), 20);
   std::vector<float> y(c.size()), u(static_cast<size_t>(n_tok * rank));
   const float scale = 1.5f;
   auto f = [&] {
@@ -223,9 +218,9 @@ TEST(ReferenceTrainOps, LoraBackwardIsTheGradient) {
 TEST(ReferenceTrainOps, LoraLeavesRowsOutsideSegmentsAlone) {
   ReferenceBackend be;
   const int64_t n_in = 4, n_out = 3, rank = 2;
-  std::vector<float> x = randn(static_cast<size_t>(3 * n_in), 21);
-  std::vector<float> A = randn(static_cast<size_t>(rank * n_in), 22);
-  std::vector<float> B = randn(static_cast<size_t>(n_out * rank), 23);
+  std::vector<float> x = random_floats(static_cast<size_t>(3 * n_in), 21);
+  std::vector<float> A = random_floats(static_cast<size_t>(rank * n_in), 22);
+  std::vector<float> B = random_floats(static_cast<size_t>(n_out * rank), 23);
   std::vector<float> y(static_cast<size_t>(3 * n_out), 1.0f);
   const LoraSegment sg{.tok0 = 1, .n_tok = 1, .a = A.data(), .b = B.data(), .rank = rank, .scale = 2.0f};
   be.lora({.x = x.data(), .y = y.data(), .n_in = n_in, .n_out = n_out, .segs = {&sg, 1}});

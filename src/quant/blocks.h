@@ -164,27 +164,19 @@ inline int q4_k_quant(const BlockQ4_K& b, int e) {
 // The typed reference rows behind the traits table (quant/dtype.cpp), defined
 // in quant/quant_<type>.cpp: pure functions, thread-safe, no allocation; n is a
 // multiple of the block size. dequantize: blocks [n / block size] -> dst [n];
-// quantize: src [n] -> blocks; dot (the types that have their own): blocks and
-// x [n], summed in the order dot_row() documents (quant/quant.h).
+// quantize: src [n] -> blocks. A row's dot dequantizes it block by block
+// (dot_row(), quant/quant.h).
 
-// Q8_0: d = max|x| / 127 per block.
 void dequantize_row_q8_0(const BlockQ8_0* blocks, float* dst, int64_t n);
 void quantize_row_q8_0(const float* src, BlockQ8_0* blocks, int64_t n);
-float dot_row_q8_0(const BlockQ8_0* blocks, const float* x, int64_t n);
 
-// Q4_0.
 void dequantize_row_q4_0(const BlockQ4_0* blocks, float* dst, int64_t n);
 void quantize_row_q4_0(const float* src, BlockQ4_0* blocks, int64_t n);
-float dot_row_q4_0(const BlockQ4_0* blocks, const float* x, int64_t n);
 
-// Q4_K.
 void dequantize_row_q4_k(const BlockQ4_K* blocks, float* dst, int64_t n);
 void quantize_row_q4_k(const float* src, BlockQ4_K* blocks, int64_t n);
-float dot_row_q4_k(const BlockQ4_K* blocks, const float* x, int64_t n);
 
-// Q6_K.
 void dequantize_row_q6_k(const BlockQ6_K* blocks, float* dst, int64_t n);
 void quantize_row_q6_k(const float* src, BlockQ6_K* blocks, int64_t n);
-float dot_row_q6_k(const BlockQ6_K* blocks, const float* x, int64_t n);
 
 }  // namespace sluice

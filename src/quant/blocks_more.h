@@ -239,8 +239,7 @@ inline uint64_t iq4_xs_scales8(const BlockIq4Xs& b) {
 }
 
 // The typed reference rows behind the traits table (quant/dtype.cpp), defined
-// in quant/quant_<type>.cpp, under the contract in quant/blocks.h. These types
-// have no dot of their own: the row's dot dequantizes block by block.
+// in quant/quant_<type>.cpp, under the contract in quant/blocks.h.
 
 // Q4_1, Q5_1: least-squares (scale, offset) search over candidate scales
 // (search_scale_min on x - min(x), so the offset may have any sign); Q5_0:

@@ -68,12 +68,9 @@ template <typename Block, void (*F)(const Block*, float*, int64_t)>
 void dequantize_as(const void* src, float* dst, int64_t n) { F(static_cast<const Block*>(src), dst, n); }
 template <typename Block, void (*F)(const float*, Block*, int64_t)>
 void quantize_as(const float* src, void* dst, int64_t n) { F(src, static_cast<Block*>(dst), n); }
-template <typename Block, float (*F)(const Block*, const float*, int64_t)>
-float dot_as(const void* w, const float* x, int64_t n) { return F(static_cast<const Block*>(w), x, n); }
 
-// Dot of a block-type row by dequantizing one block at a time: bit-identical to
-// the grouped sum over dequantize_row's output that dot_row promises. For the
-// types without a dot of their own.
+// Dot of a block-type row by dequantizing one block at a time: the grouped sum
+// over dequantize_row's output that dot_row promises.
 template <typename Block, void (*Dequantize)(const Block*, float*, int64_t), int64_t kBlockSize>
 float block_dot(const void* w, const float* x, int64_t n) {
   static_assert(kBlockSize <= kMaxBlockSize);
@@ -91,37 +88,33 @@ float block_dot(const void* w, const float* x, int64_t n) {
 }
 
 // A block type's row from its typed reference functions; block_bytes is
-// sizeof(Block) (blocks.h asserts each against GGUF); Dot defaults to block_dot.
+// sizeof(Block) (blocks.h asserts each against GGUF).
 template <typename Block, int64_t kBlockSize, void (*Dequantize)(const Block*, float*, int64_t),
-          void (*Quantize)(const float*, Block*, int64_t),
-          float (*Dot)(const void*, const float*, int64_t) = block_dot<Block, Dequantize, kBlockSize>>
+          void (*Quantize)(const float*, Block*, int64_t)>
 constexpr DTypeTraits block_row(DType type, const char* name, int64_t file_type, DType small_row_fallback) {
   return {type, name, kBlockSize, static_cast<int64_t>(sizeof(Block)), file_type, small_row_fallback,
-          dequantize_as<Block, Dequantize>, quantize_as<Block, Quantize>, Dot};
+          dequantize_as<Block, Dequantize>, quantize_as<Block, Quantize>,
+          block_dot<Block, Dequantize, kBlockSize>};
 }
 
 // The rows, in GGUF id order. A new type: its enum value (dtype.h), its block
-// struct and typed reference functions (declared after the
-// structs in quant/blocks.h or blocks_more.h, defined in quant/quant_<type>.cpp), and a row
-// here (docs/ARCHITECTURE.md, "adding a quant type"). file_type: llama_ftype;
+// struct and typed reference functions (declared in quant/blocks_more.h,
+// defined in quant/quant_<type>.cpp), and a row here (docs/ARCHITECTURE.md,
+// "adding a quant type"). file_type: llama_ftype;
 // q3_K, q4_K and q5_K have none of their own and take their _S mix's.
 constexpr DTypeTraits kTraits[] = {
     {DType::kF32, "f32", 1, 4, 0, DType::kF32, dequantize_f32, quantize_f32, dot_f32},
     {DType::kF16, "f16", 1, 2, 1, DType::kF16, dequantize_f16, quantize_f16, dot_f16},
-    block_row<BlockQ4_0, 32, dequantize_row_q4_0, quantize_row_q4_0, dot_as<BlockQ4_0, dot_row_q4_0>>(
-        DType::kQ4_0, "q4_0", 2, DType::kQ4_0),
+    block_row<BlockQ4_0, 32, dequantize_row_q4_0, quantize_row_q4_0>(DType::kQ4_0, "q4_0", 2, DType::kQ4_0),
     block_row<BlockQ4_1, 32, dequantize_row_q4_1, quantize_row_q4_1>(DType::kQ4_1, "q4_1", 3, DType::kQ4_1),
     block_row<BlockQ5_0, 32, dequantize_row_q5_0, quantize_row_q5_0>(DType::kQ5_0, "q5_0", 8, DType::kQ5_0),
     block_row<BlockQ5_1, 32, dequantize_row_q5_1, quantize_row_q5_1>(DType::kQ5_1, "q5_1", 9, DType::kQ5_1),
-    block_row<BlockQ8_0, 32, dequantize_row_q8_0, quantize_row_q8_0, dot_as<BlockQ8_0, dot_row_q8_0>>(
-        DType::kQ8_0, "q8_0", 7, DType::kQ8_0),
+    block_row<BlockQ8_0, 32, dequantize_row_q8_0, quantize_row_q8_0>(DType::kQ8_0, "q8_0", 7, DType::kQ8_0),
     block_row<BlockQ2_K, 256, dequantize_row_q2_k, quantize_row_q2_k>(DType::kQ2_K, "q2_K", 10, DType::kIQ4_NL),
     block_row<BlockQ3_K, 256, dequantize_row_q3_k, quantize_row_q3_k>(DType::kQ3_K, "q3_K", 11, DType::kIQ4_NL),
-    block_row<BlockQ4_K, 256, dequantize_row_q4_k, quantize_row_q4_k, dot_as<BlockQ4_K, dot_row_q4_k>>(
-        DType::kQ4_K, "q4_K", 14, DType::kQ5_0),
+    block_row<BlockQ4_K, 256, dequantize_row_q4_k, quantize_row_q4_k>(DType::kQ4_K, "q4_K", 14, DType::kQ5_0),
     block_row<BlockQ5_K, 256, dequantize_row_q5_k, quantize_row_q5_k>(DType::kQ5_K, "q5_K", 16, DType::kQ5_1),
-    block_row<BlockQ6_K, 256, dequantize_row_q6_k, quantize_row_q6_k, dot_as<BlockQ6_K, dot_row_q6_k>>(
-        DType::kQ6_K, "q6_K", 18, DType::kQ8_0),
+    block_row<BlockQ6_K, 256, dequantize_row_q6_k, quantize_row_q6_k>(DType::kQ6_K, "q6_K", 18, DType::kQ8_0),
     block_row<BlockIq4Nl, 32, dequantize_row_iq4_nl, quantize_row_iq4_nl>(DType::kIQ4_NL, "iq4_nl", 25,
                                                                          DType::kIQ4_NL),
     block_row<BlockIq4Xs, 256, dequantize_row_iq4_xs, quantize_row_iq4_xs>(DType::kIQ4_XS, "iq4_xs", 30,

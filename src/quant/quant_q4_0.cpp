@@ -52,19 +52,4 @@ void quantize_row_q4_0(const float* src, BlockQ4_0* blocks, int64_t n) {
   }
 }
 
-float dot_row_q4_0(const BlockQ4_0* blocks, const float* x, int64_t n) {
-  CHECK(n % kQK4_0 == 0);
-  float total = 0.0f;
-  for (int64_t b = 0; b < n / kQK4_0; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    const float* xb = x + b * kQK4_0;
-    float partial = 0.0f;
-    for (int i = 0; i < kQK4_0; ++i) {
-      partial += (static_cast<float>(q4_0_quant(blocks[b], i) - 8) * d) * xb[i];
-    }
-    total += partial;
-  }
-  return total;
-}
-
 }  // namespace sluice

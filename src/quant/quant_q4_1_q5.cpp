@@ -54,15 +54,38 @@ void pack_high_bits(const uint8_t* q, uint8_t* qh) {
   for (int i = 0; i < kBlock; ++i) qh[i / 8] |= static_cast<uint8_t>(((q[i] >> 4) & 1) << (i % 8));
 }
 
-}  // namespace
+// The type-1 blocks (value = q * d + m): their quants and their packing.
+int quant_of(const BlockQ4_1& b, int i) { return nibble32(b.qs, i); }
+int quant_of(const BlockQ5_1& b, int i) { return nibble32(b.qs, i) | (q5_high_bit(b.qh, i) << 4); }
+void pack(const uint8_t* q, BlockQ4_1* b) { pack_nibbles(q, b->qs); }
+void pack(const uint8_t* q, BlockQ5_1* b) {
+  pack_nibbles(q, b->qs);
+  pack_high_bits(q, b->qh);
+}
 
-void dequantize_row_q4_1(const BlockQ4_1* blocks, float* dst, int64_t n) {
-  CHECK(n % kQK4_1 == 0);
-  for (int64_t b = 0; b < n / kQK4_1; ++b) {
+template <typename Block>
+void dequantize_type1(const Block* blocks, float* dst, int64_t n) {
+  CHECK(n % kBlock == 0);
+  for (int64_t b = 0; b < n / kBlock; ++b) {
     const float d = f16_to_f32(blocks[b].d), m = f16_to_f32(blocks[b].m);
-    for (int i = 0; i < kBlock; ++i) dst[b * kBlock + i] = static_cast<float>(nibble32(blocks[b].qs, i)) * d + m;
+    for (int i = 0; i < kBlock; ++i) dst[b * kBlock + i] = static_cast<float>(quant_of(blocks[b], i)) * d + m;
   }
 }
+
+// nmax: the largest quant (15 or 31).
+template <typename Block>
+void quantize_type1(const float* src, Block* blocks, int64_t n, int nmax) {
+  CHECK(n % kBlock == 0);
+  for (int64_t b = 0; b < n / kBlock; ++b) {
+    uint8_t q[kBlock];
+    fit_type1(src + b * kBlock, nmax, &blocks[b].d, &blocks[b].m, q);
+    pack(q, &blocks[b]);
+  }
+}
+
+}  // namespace
+
+void dequantize_row_q4_1(const BlockQ4_1* blocks, float* dst, int64_t n) { dequantize_type1(blocks, dst, n); }
 
 void dequantize_row_q5_0(const BlockQ5_0* blocks, float* dst, int64_t n) {
   CHECK(n % kQK5_0 == 0);
@@ -75,35 +98,11 @@ void dequantize_row_q5_0(const BlockQ5_0* blocks, float* dst, int64_t n) {
   }
 }
 
-void dequantize_row_q5_1(const BlockQ5_1* blocks, float* dst, int64_t n) {
-  CHECK(n % kQK5_1 == 0);
-  for (int64_t b = 0; b < n / kQK5_1; ++b) {
-    const float d = f16_to_f32(blocks[b].d), m = f16_to_f32(blocks[b].m);
-    for (int i = 0; i < kBlock; ++i) {
-      const int q = nibble32(blocks[b].qs, i) | (q5_high_bit(blocks[b].qh, i) << 4);
-      dst[b * kBlock + i] = static_cast<float>(q) * d + m;
-    }
-  }
-}
+void dequantize_row_q5_1(const BlockQ5_1* blocks, float* dst, int64_t n) { dequantize_type1(blocks, dst, n); }
 
-void quantize_row_q4_1(const float* src, BlockQ4_1* blocks, int64_t n) {
-  CHECK(n % kQK4_1 == 0);
-  for (int64_t b = 0; b < n / kQK4_1; ++b) {
-    uint8_t q[kBlock];
-    fit_type1(src + b * kBlock, 15, &blocks[b].d, &blocks[b].m, q);
-    pack_nibbles(q, blocks[b].qs);
-  }
-}
+void quantize_row_q4_1(const float* src, BlockQ4_1* blocks, int64_t n) { quantize_type1(src, blocks, n, 15); }
 
-void quantize_row_q5_1(const float* src, BlockQ5_1* blocks, int64_t n) {
-  CHECK(n % kQK5_1 == 0);
-  for (int64_t b = 0; b < n / kQK5_1; ++b) {
-    uint8_t q[kBlock];
-    fit_type1(src + b * kBlock, 31, &blocks[b].d, &blocks[b].m, q);
-    pack_nibbles(q, blocks[b].qs);
-    pack_high_bits(q, blocks[b].qh);
-  }
-}
+void quantize_row_q5_1(const float* src, BlockQ5_1* blocks, int64_t n) { quantize_type1(src, blocks, n, 31); }
 
 void quantize_row_q5_0(const float* src, BlockQ5_0* blocks, int64_t n) {
   CHECK(n % kQK5_0 == 0);

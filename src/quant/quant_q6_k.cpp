@@ -88,20 +88,4 @@ void quantize_row_q6_k(const float* src, BlockQ6_K* blocks, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b) quantize_block(src + b * kQK_K, &blocks[b]);
 }
 
-float dot_row_q6_k(const BlockQ6_K* blocks, const float* x, int64_t n) {
-  CHECK(n % kQK_K == 0);
-  float total = 0.0f;
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    const float* xb = x + b * kQK_K;
-    float partial = 0.0f;
-    for (int e = 0; e < kQK_K; ++e) {
-      const float scale = d * static_cast<float>(blocks[b].scales[e / kQ6SubBlock]);
-      partial += (scale * static_cast<float>(q6_k_quant(blocks[b], e) - kQuantOffset)) * xb[e];
-    }
-    total += partial;
-  }
-  return total;
-}
-
 }  // namespace sluice

@@ -29,17 +29,4 @@ void quantize_row_q8_0(const float* src, BlockQ8_0* blocks, int64_t n) {
   }
 }
 
-float dot_row_q8_0(const BlockQ8_0* blocks, const float* x, int64_t n) {
-  CHECK(n % kQK8_0 == 0);
-  float total = 0.0f;
-  for (int64_t b = 0; b < n / kQK8_0; ++b) {
-    const float d = f16_to_f32(blocks[b].d);
-    const float* xb = x + b * kQK8_0;
-    float partial = 0.0f;
-    for (int i = 0; i < kQK8_0; ++i) partial += (static_cast<float>(blocks[b].qs[i]) * d) * xb[i];
-    total += partial;
-  }
-  return total;
-}
-
 }  // namespace sluice

@@ -18,6 +18,23 @@ ApiError error_of(Endpoint ep, const std::string& body) {
   return {};
 }
 
+// A body refused with a 400 that names the field and the reason.
+struct BadBody {
+  Endpoint ep;
+  std::string body, param, code;
+};
+
+void expect_refused(const std::vector<BadBody>& cases) {
+  for (const BadBody& c : cases) {
+    ApiError e = error_of(c.ep, c.body);
+    EXPECT_EQ(e.http_status, 400) << c.body;
+    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_EQ(e.code, c.code) << c.body << ": " << e.message;
+    EXPECT_FALSE(e.message.empty());
+  }
+}
+
 GenerationRequest ok_of(Endpoint ep, const std::string& body) {
   auto r = parse_generation_request(ep, body);
   if (auto* e = std::get_if<ApiError>(&r)) {
@@ -71,13 +88,7 @@ TEST(OpenAiRequest, ParsesAChatRequest) {
 }
 
 TEST(OpenAiRequest, RefusesBadBodiesWith400NamingTheField) {
-  struct Case {
-    Endpoint ep;
-    const char* body;
-    const char* param;
-    const char* code;
-  };
-  const Case cases[] = {
+  expect_refused({
       {Endpoint::kCompletions, R"({"model":"m","prompt":"x")", "", "invalid_json"},
       {Endpoint::kCompletions, R"([1,2])", "", "invalid_type"},
       {Endpoint::kCompletions, R"({"model":"m"})", "prompt", "missing_required_parameter"},
@@ -121,15 +132,7 @@ TEST(OpenAiRequest, RefusesBadBodiesWith400NamingTheField) {
        "invalid_value"},
       {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
        "top_logprobs", "invalid_value"},
-  };
-  for (const Case& c : cases) {
-    ApiError e = error_of(c.ep, c.body);
-    EXPECT_EQ(e.http_status, 400) << c.body;
-    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
-    EXPECT_EQ(e.param, c.param) << c.body;
-    EXPECT_EQ(e.code, c.code) << c.body << ": " << e.message;
-    EXPECT_FALSE(e.message.empty());
-  }
+  });
 }
 
 // A chat body with `extra` fields after the messages.
@@ -140,11 +143,7 @@ std::string chat_with(const std::string& extra, const std::string& messages = R"
 const std::string kTool = R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}})";
 
 TEST(OpenAiRequest, MalformedToolsToolChoiceAndToolMessagesAre400s) {
-  struct Case {
-    Endpoint ep;
-    std::string body, param, code;
-  };
-  const std::vector<Case> cases = {
+  expect_refused({
       {Endpoint::kChat, chat_with(R"("tools":"get_weather")"), "tools", "invalid_type"},
       {Endpoint::kChat, chat_with(R"("tools":[7])"), "tools[0]", "invalid_type"},
       {Endpoint::kChat, chat_with(R"("tools":[{"type":"function"}])"), "tools[0].function", "missing_required_parameter"},
@@ -194,15 +193,7 @@ TEST(OpenAiRequest, MalformedToolsToolChoiceAndToolMessagesAre400s) {
        chat_with("", R"([{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":{"a":)" +
                          std::string(100, '[') + std::string(100, ']') + "}}}]}]"),
        "messages[0].tool_calls[0].function.arguments", "invalid_value"},
-  };
-  for (const Case& c : cases) {
-    ApiError e = error_of(c.ep, c.body);
-    EXPECT_EQ(e.http_status, 400) << c.body;
-    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
-    EXPECT_EQ(e.param, c.param) << c.body;
-    EXPECT_EQ(e.code, c.code) << c.body << ": " << e.message;
-    EXPECT_FALSE(e.message.empty());
-  }
+  });
 }
 
 TEST(OpenAiRequest, ParsesToolsToolChoiceAndAToolConversation) {

@@ -19,6 +19,15 @@
 
 namespace sluice::weights {
 
+void check_submit(const IoRead& r, bool direct, int in_flight, int queue_depth) {
+  CHECK(in_flight < queue_depth);
+  CHECK(r.length > 0 && r.dst != nullptr);
+  if (direct) {
+    CHECK(r.offset % kDirectAlign == 0 && r.length % kDirectAlign == 0);
+    CHECK(reinterpret_cast<uintptr_t>(r.dst) % kDirectAlign == 0);
+  }
+}
+
 StatusOr<AlignedBuffer> AlignedBuffer::allocate(uint64_t bytes) {
   AlignedBuffer b;
   if (bytes == 0) return b;

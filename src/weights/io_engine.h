@@ -87,6 +87,10 @@ struct IoRead {
   uint64_t tag = 0;      // returned with the completion
 };
 
+// CHECKs the contract of IoEngine::submit on r: a read with somewhere to land,
+// queue room (in_flight < queue_depth), and under O_DIRECT the alignments above.
+void check_submit(const IoRead& r, bool direct, int in_flight, int queue_depth);
+
 struct IoCompletion {
   uint64_t tag = 0;
   uint64_t bytes = 0;    // bytes read (less than length only at end of file)

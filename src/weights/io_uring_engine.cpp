@@ -63,12 +63,7 @@ class UringEngine final : public IoEngine {
   int in_flight() const override { return in_flight_; }
 
   void submit(const IoRead& r) override {
-    CHECK(in_flight_ < queue_depth_);
-    CHECK(r.length > 0 && r.dst != nullptr);
-    if (direct_) {
-      CHECK(r.offset % kDirectAlign == 0 && r.length % kDirectAlign == 0);
-      CHECK(reinterpret_cast<uintptr_t>(r.dst) % kDirectAlign == 0);
-    }
+    check_submit(r, direct_, in_flight_, queue_depth_);
     const int idx = free_.back();
     free_.pop_back();
     pending_[static_cast<size_t>(idx)] = Pending{.read = r, .done = 0};

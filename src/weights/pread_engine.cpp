@@ -37,12 +37,7 @@ class PreadEngine final : public IoEngine {
   int in_flight() const override { return in_flight_; }
 
   void submit(const IoRead& r) override {
-    CHECK(in_flight_ < queue_depth_);
-    CHECK(r.length > 0 && r.dst != nullptr);
-    if (direct_) {
-      CHECK(r.offset % kDirectAlign == 0 && r.length % kDirectAlign == 0);
-      CHECK(reinterpret_cast<uintptr_t>(r.dst) % kDirectAlign == 0);
-    }
+    check_submit(r, direct_, in_flight_, queue_depth_);
     ++in_flight_;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -44,9 +44,17 @@ void rows_scalar(Load load, const uint8_t* w, size_t w_row_bytes, int64_t n_in, 
   }
 }
 
-MatmulKernel f32_act_kernel(void (*rows)(const uint8_t*, size_t, int64_t, const uint8_t*, size_t, int64_t, float*,
-                                         int64_t, int64_t, int64_t),
-                            const char* name) {
+// The load of a row of 16-bit floats (f16 or bf16, by ToF32) for rows_scalar.
+template <float (*ToF32)(uint16_t)>
+void load_halves(const uint8_t* row, int64_t i, int64_t n, float* out) {
+  for (int64_t k = 0; k < n; ++k) {
+    uint16_t h;
+    std::memcpy(&h, row + (i + k) * 2, 2);
+    out[k] = ToF32(h);
+  }
+}
+
+MatmulKernel f32_act_kernel(RowsFn* rows, const char* name) {
   return MatmulKernel{.act_row_bytes = float_act_row_bytes_f32,
                       .convert_act = float_convert_act_f32,
                       .rows = rows,
@@ -85,26 +93,12 @@ void float_rows_f32_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, c
 
 void float_rows_f16_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  auto load = [](const uint8_t* row, int64_t i, int64_t n, float* out) {
-    for (int64_t k = 0; k < n; ++k) {
-      uint16_t h;
-      std::memcpy(&h, row + (i + k) * 2, 2);
-      out[k] = f16_to_f32(h);
-    }
-  };
-  rows_scalar(load, w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
+  rows_scalar(load_halves<f16_to_f32>, w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
 void float_rows_bf16_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
                             size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  auto load = [](const uint8_t* row, int64_t i, int64_t n, float* out) {
-    for (int64_t k = 0; k < n; ++k) {
-      uint16_t h;
-      std::memcpy(&h, row + (i + k) * 2, 2);
-      out[k] = bf16_to_f32(h);
-    }
-  };
-  rows_scalar(load, w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
+  rows_scalar(load_halves<bf16_to_f32>, w, w_row_bytes, n_in, xa, xa_stride, n_tok, y, y_stride, r0, r1);
 }
 
 MatmulKernel float_matmul_kernel(DType type, Isa isa) {

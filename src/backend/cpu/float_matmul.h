@@ -36,15 +36,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/rows_fn.h"
+
 namespace sluice::cpu {
 
 // Activation rows are padded with zeros to a multiple of this many elements.
 constexpr int64_t kFloatActPadF32 = 16;
 constexpr int64_t kFloatActPadBF16 = 32;
 
-// Every float_rows_* function has the signature of MatmulKernel::rows:
-//   w:  [n_out rows of w_row_bytes]   xa: [n_tok, xa_stride bytes]
-//   y:  [n_tok, y_stride floats], writes y[t * y_stride + r] for r in [r0, r1)
+// Every float_rows_* function is a RowsFn (rows_fn.h).
 
 // Activation conversion (baseline code, float_matmul.cpp).
 size_t float_act_row_bytes_f32(int64_t n_in);
@@ -53,30 +53,20 @@ size_t float_act_row_bytes_bf16(int64_t n_in);
 void float_convert_act_bf16(const float* x, void* dst, int64_t n_in);
 
 // Scalar (float_matmul.cpp): bit-identical to dot_row() for every (row, token).
-void float_rows_f32_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                           size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void float_rows_f16_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                           size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void float_rows_bf16_scalar(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+RowsFn float_rows_f32_scalar;
+RowsFn float_rows_f16_scalar;
+RowsFn float_rows_bf16_scalar;
 
 // AVX2 + FMA + F16C (float_matmul_avx2.cpp); f32 activations.
-void float_rows_f32_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                         size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void float_rows_f16_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                         size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void float_rows_bf16_avx2(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                          size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+RowsFn float_rows_f32_avx2;
+RowsFn float_rows_f16_avx2;
+RowsFn float_rows_bf16_avx2;
 
 // AVX-512 (float_matmul_avx512.cpp); f32 activations except bf16dp.
-void float_rows_f32_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                           size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void float_rows_f16_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                           size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
-void float_rows_bf16_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                            size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+RowsFn float_rows_f32_avx512;
+RowsFn float_rows_f16_avx512;
+RowsFn float_rows_bf16_avx512;
 // bf16 activations (float_convert_act_bf16), vdpbf16ps: needs AVX512_BF16.
-void float_rows_bf16dp_avx512(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa,
-                              size_t xa_stride, int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+RowsFn float_rows_bf16dp_avx512;
 
 }  // namespace sluice::cpu

@@ -27,38 +27,29 @@ inline void fma_rows_masked(const float* const (&rows)[N], int64_t i, __m256i m,
   for (int j = 0; j < N; ++j) s[j] = _mm256_fmadd_ps(_mm256_maskload_ps(rows[j] + i, m), xv, s[j]);
 }
 
-// u[r0 + j] = rows[j] . x for N rows at once (x loaded once per step for all).
+// s[j] = m[row0 + j] . v for N rows of m ([.., n] floats), one accumulator
+// each, v loaded once per step for all.
 template <int N>
-inline void down_rows(const float* a, const float* x, int64_t n_in, int64_t r0, float* u) {
+inline void row_dots(const float* m, int64_t n, int64_t row0, const float* v, __m256 (&s)[N]) {
   const float* rows[N];
-  __m256 s[N];
   for (int j = 0; j < N; ++j) {
-    rows[j] = a + (r0 + j) * n_in;
+    rows[j] = m + (row0 + j) * n;
     s[j] = _mm256_setzero_ps();
   }
-  const int64_t n_full = n_in / 8 * 8;
-  for (int64_t i = 0; i < n_full; i += 8) fma_rows(rows, i, _mm256_loadu_ps(x + i), s);
-  if (n_full < n_in) {
-    const __m256i m = tail_mask(n_in - n_full);
-    fma_rows_masked(rows, n_full, m, _mm256_maskload_ps(x + n_full, m), s);
+  const int64_t n_full = n / 8 * 8;
+  for (int64_t i = 0; i < n_full; i += 8) fma_rows(rows, i, _mm256_loadu_ps(v + i), s);
+  if (n_full < n) {
+    const __m256i mask = tail_mask(n - n_full);
+    fma_rows_masked(rows, n_full, mask, _mm256_maskload_ps(v + n_full, mask), s);
   }
-  for (int j = 0; j < N; ++j) u[r0 + j] = hsum(s[j]);
 }
 
-// The dot products of N outputs' B rows with u, one accumulator each.
+// u[r0 + j] = A[r0 + j] . x for N rows at once.
 template <int N>
-inline void up_dots(const float* b, const float* u, int64_t rank, int64_t o, __m256 (&s)[N]) {
-  const float* rows[N];
-  for (int j = 0; j < N; ++j) {
-    rows[j] = b + (o + j) * rank;
-    s[j] = _mm256_setzero_ps();
-  }
-  const int64_t n_full = rank / 8 * 8;
-  for (int64_t r = 0; r < n_full; r += 8) fma_rows(rows, r, _mm256_loadu_ps(u + r), s);
-  if (n_full < rank) {
-    const __m256i m = tail_mask(rank - n_full);
-    fma_rows_masked(rows, n_full, m, _mm256_maskload_ps(u + n_full, m), s);
-  }
+inline void down_rows(const float* a, const float* x, int64_t n_in, int64_t r0, float* u) {
+  __m256 s[N];
+  row_dots<N>(a, n_in, r0, x, s);
+  for (int j = 0; j < N; ++j) u[r0 + j] = hsum(s[j]);
 }
 
 }  // namespace
@@ -74,13 +65,13 @@ void lora_up_avx2(const float* b, const float* u, int64_t rank, float scale, int
   int64_t o = o0;
   for (; o + 8 <= o1; o += 8) {
     __m256 s[8];
-    up_dots<8>(b, u, rank, o, s);
+    row_dots<8>(b, rank, o, u, s);
     const __m256 sums = hsum8x8(s);
     _mm256_storeu_ps(y + o, _mm256_add_ps(_mm256_loadu_ps(y + o), _mm256_mul_ps(vscale, sums)));
   }
   for (; o < o1; ++o) {
     __m256 s[1];
-    up_dots<1>(b, u, rank, o, s);
+    row_dots<1>(b, rank, o, u, s);
     y[o] += scale * hsum(s[0]);
   }
 }

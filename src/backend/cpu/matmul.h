@@ -24,6 +24,7 @@
 #include <span>
 
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/rows_fn.h"
 #include "backend/op_types.h"
 #include "base/function_ref.h"
 #include "base/thread_pool.h"
@@ -41,11 +42,8 @@ struct MatmulKernel {
   size_t (*act_row_bytes)(int64_t n_in) = nullptr;
   // x: [n_in] f32 -> dst: act_row_bytes(n_in) bytes.
   void (*convert_act)(const float* x, void* dst, int64_t n_in) = nullptr;
-  //   w:  [n_out rows of w_row_bytes]    (only rows r0..r1 are read)
-  //   xa: [n_tok, xa_stride bytes]       converted activations
-  //   y:  [n_tok, y_stride floats]       writes y[t * y_stride + r] for r in [r0, r1)
-  void (*rows)(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-               int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) = nullptr;
+  // y for output rows [r0, r1) and all tokens (rows_fn.h).
+  RowsFn* rows = nullptr;
   const char* name = "";  // e.g. "q4_K/avx512-vnni"
 };
 

@@ -41,12 +41,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/rows_fn.h"
+
 namespace sluice::cpu {
 
 // The signature of MatmulKernel::rows. Each kernel is a constant naming one
 // instantiation of its family's tile template (or a driver of its own).
-using QuantRowsFn = void (*)(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
-                             int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1);
+using QuantRowsFn = RowsFn*;
 
 // ------------------------------------------------------------ blocks of 32 --
 
