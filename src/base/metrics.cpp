@@ -64,35 +64,30 @@ MetricRegistry::Family& MetricRegistry::family(const std::string& name, Kind kin
   return it->second;
 }
 
-Counter* MetricRegistry::counter(const std::string& name, const std::string& help, const std::string& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = family(name, Kind::kCounter, help).counters[labels];
+template <typename M, typename... Args>
+M* MetricRegistry::series(std::map<std::string, std::unique_ptr<M>>& in, const std::string& labels, Args&&... args) {
+  auto& slot = in[labels];
   if (!slot) {
-    slot = std::make_unique<Counter>();
+    slot = std::make_unique<M>(std::forward<Args>(args)...);
     series_count_.fetch_add(1, std::memory_order_release);
   }
   return slot.get();
 }
 
+Counter* MetricRegistry::counter(const std::string& name, const std::string& help, const std::string& labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return series(family(name, Kind::kCounter, help).counters, labels);
+}
+
 Gauge* MetricRegistry::gauge(const std::string& name, const std::string& help, const std::string& labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = family(name, Kind::kGauge, help).gauges[labels];
-  if (!slot) {
-    slot = std::make_unique<Gauge>();
-    series_count_.fetch_add(1, std::memory_order_release);
-  }
-  return slot.get();
+  return series(family(name, Kind::kGauge, help).gauges, labels);
 }
 
 Histogram* MetricRegistry::histogram(const std::string& name, const std::string& help, std::vector<double> bounds,
                                      const std::string& labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = family(name, Kind::kHistogram, help).histograms[labels];
-  if (!slot) {
-    slot = std::make_unique<Histogram>(std::move(bounds));
-    series_count_.fetch_add(1, std::memory_order_release);
-  }
-  return slot.get();
+  return series(family(name, Kind::kHistogram, help).histograms, labels, std::move(bounds));
 }
 
 double MetricRegistry::value(const std::string& name, const std::string& labels) const {

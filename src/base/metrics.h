@@ -134,6 +134,10 @@ class MetricRegistry {
     std::map<std::string, std::unique_ptr<Histogram>> histograms;
   };
   Family& family(const std::string& name, Kind kind, const std::string& help);
+  // The series of `labels` in one of a family's maps, made from args (and
+  // counted) when new. Under mu_.
+  template <typename M, typename... Args>
+  M* series(std::map<std::string, std::unique_ptr<M>>& in, const std::string& labels, Args&&... args);
 
   mutable std::mutex mu_;
   std::atomic<uint64_t> series_count_{0};

@@ -39,31 +39,35 @@ std::string joined_names(const std::vector<T>& v) {
   return out;
 }
 
+template <typename T>
+const T* named(const std::vector<T>& v, const std::string& name) {
+  for (const T& x : v)
+    if (x.name == name) return &x;
+  return nullptr;
+}
+
+template <typename T>
+std::vector<std::string> names_of(const std::vector<T>& v) {
+  std::vector<std::string> out;
+  for (const T& x : v) out.push_back(x.name);
+  return out;
+}
+
 }  // namespace
 
 StatusOr<Hardware> hardware_profile(const std::string& name) {
-  for (const Hardware& h : devices())
-    if (h.name == name) return h;
+  if (const Hardware* h = named(devices(), name)) return *h;
   return not_found("unknown hardware '{}' (profiles: {}, or --calibrate for this machine)", name, joined_names(devices()));
 }
 
-std::vector<std::string> hardware_names() {
-  std::vector<std::string> out;
-  for (const Hardware& h : devices()) out.push_back(h.name);
-  return out;
-}
+std::vector<std::string> hardware_names() { return names_of(devices()); }
 
 StatusOr<Link> link_profile(const std::string& name) {
-  for (const Link& l : links())
-    if (l.name == name) return l;
+  if (const Link* l = named(links(), name)) return *l;
   return not_found("unknown link '{}' (links: {})", name, joined_names(links()));
 }
 
-std::vector<std::string> link_names() {
-  std::vector<std::string> out;
-  for (const Link& l : links()) out.push_back(l.name);
-  return out;
-}
+std::vector<std::string> link_names() { return names_of(links()); }
 
 StatusOr<Disk> disk_profile(const std::string& spec) {
   std::string base = spec;
@@ -76,18 +80,13 @@ StatusOr<Disk> disk_profile(const std::string& spec) {
     base = spec.substr(x + 1);
     while (!base.empty() && base.front() == ' ') base.erase(base.begin());
   }
-  for (const Disk& d : disks())
-    if (d.name == base) {
-      if (count == 1) return d;
-      return Disk{.name = fmt::format("{}x {}", count, d.name), .gbps = d.gbps * static_cast<double>(count)};
-    }
+  if (const Disk* d = named(disks(), base)) {
+    if (count == 1) return *d;
+    return Disk{.name = fmt::format("{}x {}", count, d->name), .gbps = d->gbps * static_cast<double>(count)};
+  }
   return not_found("unknown disk '{}' (disks: {}, optionally striped as 2x nvme-gen4)", spec, joined_names(disks()));
 }
 
-std::vector<std::string> disk_names() {
-  std::vector<std::string> out;
-  for (const Disk& d : disks()) out.push_back(d.name);
-  return out;
-}
+std::vector<std::string> disk_names() { return names_of(disks()); }
 
 }  // namespace sluice::plan

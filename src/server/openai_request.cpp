@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -188,6 +189,17 @@ void check_function_name(const std::string& param, const ojson& name) {
   if (!ok) bad(param, fmt::format("'{}' must be 1 to 64 letters, digits, '_' or '-', got '{}'", param, s));
 }
 
+// The "function" object of a tool or a tool call at `param`, and its "name"
+// (present, of any type): both required.
+std::pair<const ojson*, const ojson*> read_function(const ojson& parent, const std::string& param) {
+  const ojson* fn = field(parent, "function");
+  if (!fn) bad(param + ".function", fmt::format("'{}.function' is required", param), "missing_required_parameter");
+  if (!fn->is_object()) wrong_type(param + ".function", "an object", *fn);
+  const ojson* name = field(*fn, "name");
+  if (!name) bad(param + ".function.name", fmt::format("'{}.function.name' is required", param), "missing_required_parameter");
+  return {fn, name};
+}
+
 // An assistant message's tool_calls in HF's form: arguments sent as a JSON
 // string become the object it holds (a string that is not JSON stays a string).
 ojson read_message_tool_calls(const ojson& calls, size_t i) {
@@ -200,11 +212,7 @@ ojson read_message_tool_calls(const ojson& calls, size_t i) {
     if (!call.is_object()) wrong_type(cp, "an object", call);
     if (const std::string type = read_string(call, "type"); !type.empty() && type != "function")
       bad(cp + ".type", fmt::format("tool call type '{}' is not supported (only 'function')", type));
-    const ojson* fn = field(call, "function");
-    if (!fn) bad(cp + ".function", fmt::format("'{}.function' is required", cp), "missing_required_parameter");
-    if (!fn->is_object()) wrong_type(cp + ".function", "an object", *fn);
-    const ojson* name = field(*fn, "name");
-    if (!name) bad(cp + ".function.name", fmt::format("'{}.function.name' is required", cp), "missing_required_parameter");
+    const auto [fn, name] = read_function(call, cp);
     if (!name->is_string()) wrong_type(cp + ".function.name", "a string", *name);
     ojson args = ojson::object();
     if (const ojson* a = field(*fn, "arguments")) {
@@ -247,11 +255,7 @@ ojson read_tools(const ojson& body) {
     if (!type) bad(p + ".type", fmt::format("'{}.type' is required", p), "missing_required_parameter");
     if (!type->is_string() || type->get<std::string>() != "function")
       bad(p + ".type", fmt::format("'{}.type' must be 'function'", p));
-    const ojson* fn = field(tool, "function");
-    if (!fn) bad(p + ".function", fmt::format("'{}.function' is required", p), "missing_required_parameter");
-    if (!fn->is_object()) wrong_type(p + ".function", "an object", *fn);
-    const ojson* name = field(*fn, "name");
-    if (!name) bad(p + ".function.name", fmt::format("'{}.function.name' is required", p), "missing_required_parameter");
+    const auto [fn, name] = read_function(tool, p);
     check_function_name(p + ".function.name", *name);
     if (std::find(names.begin(), names.end(), name->get<std::string>()) != names.end())
       bad(p + ".function.name", fmt::format("two tools are named '{}'", name->get<std::string>()));
