@@ -73,6 +73,14 @@ class GgufParser {
 
   Status read_string(uint64_t cap, const std::string& what, std::string* out);
   Status read_value(GgufType type, int depth, const std::string& key, MetaValue* out);
+  // One value of file type T, stored in out->value as V (int64_t or double).
+  template <typename T, typename V>
+  Status read_scalar(const std::string& what, MetaValue* out) {
+    T v;
+    if (!read(&v)) return truncated(what);
+    out->value = static_cast<V>(v);
+    return Status::ok_status();
+  }
   Status read_array(int depth, const std::string& key, MetaArray* out);
   Status read_kv(Metadata* md);
   Status read_tensor_info(std::unordered_set<std::string>* names, TensorInfo* t,
@@ -105,65 +113,20 @@ Status GgufParser::read_value(GgufType type, int depth, const std::string& key,
   out->type = type;
   const std::string what = "the value of '" + key + "'";
   switch (type) {
-    case GgufType::kUint8: {
-      uint8_t v;
-      if (!read(&v)) return truncated(what);
-      out->value = int64_t{v};
-      return Status::ok_status();
-    }
-    case GgufType::kInt8: {
-      int8_t v;
-      if (!read(&v)) return truncated(what);
-      out->value = int64_t{v};
-      return Status::ok_status();
-    }
-    case GgufType::kUint16: {
-      uint16_t v;
-      if (!read(&v)) return truncated(what);
-      out->value = int64_t{v};
-      return Status::ok_status();
-    }
-    case GgufType::kInt16: {
-      int16_t v;
-      if (!read(&v)) return truncated(what);
-      out->value = int64_t{v};
-      return Status::ok_status();
-    }
-    case GgufType::kUint32: {
-      uint32_t v;
-      if (!read(&v)) return truncated(what);
-      out->value = int64_t{v};
-      return Status::ok_status();
-    }
-    case GgufType::kInt32: {
-      int32_t v;
-      if (!read(&v)) return truncated(what);
-      out->value = int64_t{v};
-      return Status::ok_status();
-    }
+    case GgufType::kUint8: return read_scalar<uint8_t, int64_t>(what, out);
+    case GgufType::kInt8: return read_scalar<int8_t, int64_t>(what, out);
+    case GgufType::kUint16: return read_scalar<uint16_t, int64_t>(what, out);
+    case GgufType::kInt16: return read_scalar<int16_t, int64_t>(what, out);
+    case GgufType::kUint32: return read_scalar<uint32_t, int64_t>(what, out);
+    case GgufType::kInt32: return read_scalar<int32_t, int64_t>(what, out);
+    case GgufType::kInt64: return read_scalar<int64_t, int64_t>(what, out);
+    case GgufType::kFloat32: return read_scalar<float, double>(what, out);
+    case GgufType::kFloat64: return read_scalar<double, double>(what, out);
     case GgufType::kUint64: {
       uint64_t v;
       if (!read(&v)) return truncated(what);
       if (v > static_cast<uint64_t>(INT64_MAX)) out->value = v;
       else out->value = static_cast<int64_t>(v);
-      return Status::ok_status();
-    }
-    case GgufType::kInt64: {
-      int64_t v;
-      if (!read(&v)) return truncated(what);
-      out->value = v;
-      return Status::ok_status();
-    }
-    case GgufType::kFloat32: {
-      float v;
-      if (!read(&v)) return truncated(what);
-      out->value = double{v};
-      return Status::ok_status();
-    }
-    case GgufType::kFloat64: {
-      double v;
-      if (!read(&v)) return truncated(what);
-      out->value = v;
       return Status::ok_status();
     }
     case GgufType::kBool: {
