@@ -9,8 +9,8 @@
 namespace sluice::weights {
 
 constexpr EnumName<TransferClass> kTransferClassNames[] = {
-    {TransferClass::kCritical, "critical"}, {TransferClass::kKvSwap, "kv_swap"},
-    {TransferClass::kPrefetch, "prefetch"}};
+    {TransferClass::kCritical, "critical"}, {TransferClass::kPredicted, "predicted"},
+    {TransferClass::kKvSwap, "kv_swap"}, {TransferClass::kPrefetch, "prefetch"}};
 
 const char* transfer_class_name(TransferClass c) { return enum_name(c, kTransferClassNames); }
 

@@ -5,9 +5,15 @@
 // keeps the IoEngine's queue full, always issuing the next read of the most
 // urgent transfer:
 //
-//   class       kCritical  >  kKvSwap  >  kPrefetch      (then oldest first)
-//               the layer     KV blocks    opportunistic
-//               needed next   swapped in   read-ahead
+//   class       kCritical  >  kPredicted  >  kKvSwap  >  kPrefetch   (then oldest first)
+//               the layer or  experts the    KV blocks    opportunistic
+//               expert about  router is      swapped in   read-ahead
+//               to run        expected to
+//                             choose
+//
+// A prediction that turns out right is moved up to kCritical
+// (reprioritize()) when its layer is about to run; one that turns out wrong
+// is cancelled.
 //
 // Reads already in flight are never recalled, so a critical transfer waits for
 // at most queue_depth reads in front of it. An optional cap (bytes/s, a token
@@ -36,8 +42,8 @@
 
 namespace sluice::weights {
 
-enum class TransferClass : int { kCritical = 0, kKvSwap = 1, kPrefetch = 2 };
-inline constexpr int kNumTransferClasses = 3;
+enum class TransferClass : int { kCritical = 0, kPredicted = 1, kKvSwap = 2, kPrefetch = 3 };
+inline constexpr int kNumTransferClasses = 4;
 const char* transfer_class_name(TransferClass c);
 
 struct ArbiterOptions {

@@ -35,18 +35,20 @@ std::vector<uint8_t> ArbiterTest::bytes_;
 // One extent of `len` bytes at `off`, landing at the start of the buffer.
 std::vector<IoExtent> one(uint64_t off, uint64_t len) { return {{.file_offset = off, .length = len, .dst_offset = 0}}; }
 
-TEST_F(ArbiterTest, ServesCriticalThenKvSwapThenPrefetchThenAge) {
-  auto buf = AlignedBuffer::allocate(5 * 65536);
+TEST_F(ArbiterTest, ServesCriticalThenPredictedThenKvSwapThenPrefetchThenAge) {
+  auto buf = AlignedBuffer::allocate(6 * 65536);
   BandwidthArbiter arb(*engine_, {.chunk_bytes = 1u << 20, .start_paused = true});
   ASSERT_TRUE(buf.ok());
-  const auto e0 = one(0, 65536), e1 = one(65536, 65536), e2 = one(131072, 65536), e3 = one(196608, 65536),
-             e4 = one(262144, 65536);
+  std::vector<std::vector<IoExtent>> e;
+  for (uint64_t i = 0; i < 6; ++i) e.push_back(one(i * 65536, 65536));
   uint8_t* b = buf->data();
-  const TransferId p1 = *arb.submit(TransferClass::kPrefetch, e0, b);
-  const TransferId kv = *arb.submit(TransferClass::kKvSwap, e1, b + 65536);
-  const TransferId p2 = *arb.submit(TransferClass::kPrefetch, e2, b + 2 * 65536);
-  const TransferId c1 = *arb.submit(TransferClass::kCritical, e3, b + 3 * 65536);
-  const TransferId c2 = *arb.submit(TransferClass::kCritical, e4, b + 4 * 65536);
+  // Submitted out of order; each lands in its own 64 KiB of the buffer.
+  const TransferId p1 = *arb.submit(TransferClass::kPrefetch, e[0], b);
+  const TransferId kv = *arb.submit(TransferClass::kKvSwap, e[1], b + 65536);
+  const TransferId pr = *arb.submit(TransferClass::kPredicted, e[2], b + 2 * 65536);
+  const TransferId p2 = *arb.submit(TransferClass::kPrefetch, e[3], b + 3 * 65536);
+  const TransferId c1 = *arb.submit(TransferClass::kCritical, e[4], b + 4 * 65536);
+  const TransferId c2 = *arb.submit(TransferClass::kCritical, e[5], b + 5 * 65536);
   EXPECT_FALSE(arb.landed(c1));  // paused: nothing issued
   arb.resume();
   const TransferResult r_c2 = arb.wait(c2);
@@ -54,21 +56,25 @@ TEST_F(ArbiterTest, ServesCriticalThenKvSwapThenPrefetchThenAge) {
   const TransferResult r_c1 = arb.wait(c1);
   const TransferResult r_p1 = arb.wait(p1);
   const TransferResult r_kv = arb.wait(kv);
+  const TransferResult r_pr = arb.wait(pr);
   EXPECT_EQ(r_c1.done_order, 1u);
   EXPECT_EQ(r_c2.done_order, 2u);
-  EXPECT_EQ(r_kv.done_order, 3u);
-  EXPECT_EQ(r_p1.done_order, 4u);
-  EXPECT_EQ(r_p2.done_order, 5u);
-  for (const TransferResult* r : {&r_c1, &r_c2, &r_kv, &r_p1, &r_p2}) {
+  EXPECT_EQ(r_pr.done_order, 3u);
+  EXPECT_EQ(r_kv.done_order, 4u);
+  EXPECT_EQ(r_p1.done_order, 5u);
+  EXPECT_EQ(r_p2.done_order, 6u);
+  for (const TransferResult* r : {&r_c1, &r_c2, &r_pr, &r_kv, &r_p1, &r_p2}) {
     EXPECT_TRUE(r->status.ok());
     EXPECT_EQ(r->bytes, 65536u);
   }
-  EXPECT_EQ(std::memcmp(b, bytes_.data(), 5 * 65536), 0);
+  EXPECT_EQ(std::memcmp(b, bytes_.data(), 6 * 65536), 0);
   const ArbiterStats st = arb.stats();
-  EXPECT_EQ(st.bytes[0], 2u * 65536);
-  EXPECT_EQ(st.bytes[1], 65536u);
-  EXPECT_EQ(st.bytes[2], 2u * 65536);
-  EXPECT_EQ(st.n_reads, 5u);
+  EXPECT_EQ(st.bytes[static_cast<size_t>(TransferClass::kCritical)], 2u * 65536);
+  EXPECT_EQ(st.bytes[static_cast<size_t>(TransferClass::kPredicted)], 65536u);
+  EXPECT_EQ(st.bytes[static_cast<size_t>(TransferClass::kKvSwap)], 65536u);
+  EXPECT_EQ(st.bytes[static_cast<size_t>(TransferClass::kPrefetch)], 2u * 65536);
+  EXPECT_EQ(st.n_reads, 6u);
+  EXPECT_STREQ(transfer_class_name(TransferClass::kPredicted), "predicted");
 }
 
 TEST_F(ArbiterTest, ReprioritizeMovesATransferAhead) {
