@@ -127,7 +127,9 @@ StatusOr<TierPlan> plan_dense(const TierInputs& in, TierPlan p) {
   ASSIGN_OR_RETURN(p.prefill, dense_step(in, p, in.prefill_tokens));
   p.n_ring_slots_planned = p.decode.n_ring_slots_planned;
   if (n_s > 0) {
-    const double c_per_streamed = p.decode.compute_s / static_cast<double>(n_s);
+    // Seed 002's host buffer is a pass of many tokens (its training step):
+    // sized at the prefill's compute, where the ring is 2 and the formula holds.
+    const double c_per_streamed = p.prefill.compute_s / static_cast<double>(n_s);
     ASSIGN_OR_RETURN(StreamPlan sp, plan_stream({.n_layer = n_s, .layer_bytes = L, .layer_flops = c_per_streamed * 1e12,
                                                  .compute_tflops = 1.0, .link_gbps = in.rates.h2d_gbps,
                                                  .disk_gbps = in.rates.disk_gbps}));
@@ -265,7 +267,8 @@ std::string tier_map(const TierPlan& p, const TierInputs& in) {
     t += fmt::format("hbm       {}: essentials {} + {} layers of {} + ring of {} slots (K planned {})\n",
                      gb(p.hbm_bytes), gb(p.essentials_bytes), p.n_hbm_layers, gb(p.unit_bytes), p.n_ring_slots,
                      p.n_ring_slots_planned);
-    t += fmt::format("host      {}: {} layers + {} staging slots; seed 002's host buffer {:.1f} layers\n",
+    t += fmt::format("host      {}: {} layers + {} staging slots; seed 002's host buffer at the prefill: {:.1f} "
+                     "layers\n",
                      gb(p.host_bytes), p.n_host_layers, p.n_staging_slots, p.host_buffer_layers_planned);
     t += fmt::format("disk      {}: {} layers read every step\n", gb(p.disk_only_bytes), p.n_disk_layers);
     t += fmt::format("layers    {} (G HBM, H host, D disk)\n", p.layer_map);

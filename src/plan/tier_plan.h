@@ -30,8 +30,11 @@
 //      the other is copied to HBM) and n_host = floor(M / L) - 2 layers, the
 //      other n_disk are read from the file every step. M < 2L with a layer
 //      to read is refused with 2L. Seed 002's host buffer (plan_stream's
-//      host_buffer_layers over the streamed layers) is reported as the layers
-//      the host would need to hold beyond the ring for the disk to keep up.
+//      host_buffer_layers over the streamed layers, all read from the file)
+//      is reported as the layers the host would need to hold beyond the ring
+//      for the disk to keep up during a prefill pass (the seed's step is a
+//      training pass of many tokens; at one token the planned K exceeds the
+//      streamed layers and the formula says nothing).
 //   Which layers: the streamed ones by streamed_in_spread over all layers, the
 //   disk ones by streamed_in_spread again over the streamed ones.
 // Placement, routed: the HBM holds E, the dense parts and S_hbm =
@@ -134,7 +137,7 @@ struct TierPlan {
   int64_t n_ring_slots = 0;          // in HBM, in use (0: nothing streams)
   int64_t n_ring_slots_planned = 0;  // plan_stream's K at the decode step
   int64_t n_staging_slots = 0;       // in pinned host, for file reads (0: nothing read)
-  double host_buffer_layers_planned = 0;  // seed 002's host buffer (dense)
+  double host_buffer_layers_planned = 0;  // seed 002's host buffer at the prefill step (dense)
   // Bytes per tier, each within its budget.
   double hbm_bytes = 0;
   double host_bytes = 0;
