@@ -14,16 +14,16 @@
 //     floor((budget - floor - n_resident x unit) / kv_block) for its own
 //     n_resident, and n_resident is never below 0 nor above n_units.
 //   - Never takes blocks in use: a promotion happens only when the pool
-//     without the unit's blocks still holds every block in use plus
-//     `promote_reserve_blocks`.
+//     without the unit's blocks still holds every block in use, the blocks
+//     the running sequences need this step, and `promote_reserve_blocks`.
 //   - Demotes only to avoid a cost, and only when the planner says streaming
 //     is cheaper. With short = the blocks the running sequences need this
 //     step beyond the free ones, the alternative is preempting them (cost:
 //     `preempt_cost_s`, the time to recompute their tokens); with no such
 //     shortage but a waiting request that does not fit, the alternative is
 //     leaving it waiting (cost: `wait_cost_s`, its expected queue wait). The
-//     policy demotes k = ceil(short x kv_block / unit) units (all of the
-//     shortage or none) when
+//     policy demotes the fewest units k whose bytes give the pool `short`
+//     more blocks (all of the shortage or none) when
 //         (demote_cost_s[n_demoted + k] - demote_cost_s[n_demoted]) x horizon_steps  <  avoided cost
 //     i.e. the decode time the whole batch loses over the steps those blocks
 //     stay held is less than the time the preemption or the wait costs.
