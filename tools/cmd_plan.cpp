@@ -1,4 +1,4 @@
-// sluice plan: the performance model as a tool (decode, kv, stream, spec, cost),
+// sluice plan: the performance model as a tool (decode, kv, stream, spec, cost, tiers),
 // calibrated on this machine (--calibrate) and checked against the engine (--measure).
 #include <sys/stat.h>
 
@@ -74,13 +74,6 @@ StatusOr<pl::Hardware> load_hardware(const PlanArgs& a, const std::optional<pl::
 
 namespace {
 
-struct ModelInput {
-  pl::ModelShape shape;
-  pl::WeightBytes weights;
-  std::string weights_note;  // "exact, from the file" or the format used
-};
-
-
 bool is_dir(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -94,7 +87,8 @@ StatusOr<std::string> read_text(const std::string& path) {
   return ss.str();
 }
 
-// A preset name, a GGUF file (exact tensor bytes), or an HF config.json / folder.
+}  // namespace
+
 StatusOr<ModelInput> load_model_input(const PlanArgs& a) {
   ModelInput m;
   ASSIGN_OR_RETURN(pl::WeightFormat w, pl::parse_weight_format(a.weights));
@@ -119,7 +113,7 @@ StatusOr<ModelInput> load_model_input(const PlanArgs& a) {
   return m;
 }
 
-
+namespace {
 
 json step_json(const pl::StepEstimate& e) {
   return {{"n_seqs", e.n_seqs}, {"n_tokens", e.n_tokens}, {"weight_bytes", e.weight_bytes}, {"kv_bytes", e.kv_bytes},
@@ -429,7 +423,7 @@ void workload_flags(CLI::App* c, PlanArgs& a) {
 Runner add_plan(CLI::App& app) {
   using namespace plan_cmd;  // the command's pieces, above and in cmd_plan_measure.cpp
   auto a = std::make_shared<PlanArgs>();
-  CLI::App* p = app.add_subcommand("plan", "performance model: decode, kv, stream, experts, train, spec, cost, parallel; --calibrate, --measure");
+  CLI::App* p = app.add_subcommand("plan", "performance model: decode, kv, stream, experts, train, tiers, spec, cost, parallel; --calibrate, --measure");
   p->fallthrough();  // plan-level flags may follow the subcommand name
   p->add_flag("--json", a->json, "print JSON");
   p->add_flag("--calibrate", a->calibrate, "probe this machine and use it as the hardware");
@@ -509,10 +503,13 @@ Runner add_plan(CLI::App& app) {
                        "each rank's disk read rate, GB/s, for a range beyond --budget-gb that streams (default: "
                        "--calibrate's probe, else 3.5)");
 
-  return [a, p, rounds, decode, kv, stream, experts, train, spec, cost, parallel]() {
+  CLI::App* tiers = add_tiers(p, *a);
+
+  return [a, p, rounds, decode, kv, stream, experts, train, tiers, spec, cost, parallel]() {
     if (!a->measure.empty()) return run_measure(*a);  // calibrates in every round
     if (rounds->count() > 0) return fail(invalid_argument("--rounds goes with --measure"));
     if (train->parsed()) return run_train(*a);  // calibrates on the model itself
+    if (tiers->parsed()) return run_tiers(*a);  // the GPU's rates are flags
     std::optional<pl::Calibration> cal;
     if (a->calibrate) {
       auto c = pl::calibrate({.n_threads = a->n_threads});

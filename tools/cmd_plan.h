@@ -3,6 +3,7 @@
 // stream, spec, cost, --calibrate); cmd_plan_train.cpp plans fine-tuning over a
 // streamed base (train); cmd_plan_parallel.cpp plans a job over processes
 // (parallel: --parallel pp or ep, as a job prints its plan at load);
+// cmd_plan_tiers.cpp plans weights over HBM, pinned host and disk (tiers);
 // cmd_plan_measure.cpp checks those answers against the engine on this
 // machine (--measure).
 #pragma once
@@ -12,10 +13,13 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json_fwd.hpp>
 
 #include "plan/calibrate.h"
 #include "plan/hardware.h"
+#include "plan/model_shape.h"
+#include "plan/weight_bytes.h"
 #include "sluice/status.h"
 
 namespace sluice::cli::plan_cmd {
@@ -81,7 +85,24 @@ struct PlanArgs {
   double link_us = 50;             // one small message, one way
   double link_gbps = 1.25;         // large messages, one way (10 Gb Ethernet)
   int64_t n_batch = 256;           // tokens per prefill step (the engine's default)
+  // Three tiers on a GPU (plan tiers); rates default to an H200's.
+  std::string gpu_budget;          // byte size (6G); "": unlimited
+  std::string mem_budget;          // byte size; "": --budget-gb, else unlimited
+  double hbm_gbps = 4200;          // HBM copy roof
+  double h2d_gbps = 50;            // pinned host -> device
+  double nvme_gbps = 6;            // O_DIRECT file reads
+  int64_t decode_batch = 1;        // sequences in a decode step
+  int64_t prefill_tokens = 512;    // one prompt's prefill step
 };
+
+struct ModelInput {
+  plan::ModelShape shape;
+  plan::WeightBytes weights;
+  std::string weights_note;  // "exact, from the file" or the format used
+};
+// -m as a preset name, a GGUF file (exact tensor bytes), or an HF config.json
+// / folder; presets and HF configs at --weights.
+StatusOr<ModelInput> load_model_input(const PlanArgs& a);
 
 // Prints `j` with --json, else `text`.
 void emit(const PlanArgs& a, const nlohmann::json& j, const std::string& text);
@@ -103,5 +124,11 @@ int run_train(const PlanArgs& a);
 // `plan parallel -m FILE --parallel pp|ep --ranks N`: the job's placement map
 // and predicted steps for N ranks alike (cmd_plan_parallel.cpp).
 int run_parallel(const PlanArgs& a, const std::optional<plan::Calibration>& cal);
+
+// `plan tiers`: registers the subcommand on `plan` with its flags bound to
+// `a`; run_tiers prints the three-tier placement map and predicted steps
+// (cmd_plan_tiers.cpp).
+CLI::App* add_tiers(CLI::App* plan, PlanArgs& a);
+int run_tiers(const PlanArgs& a);
 
 }  // namespace sluice::cli::plan_cmd
