@@ -5,6 +5,8 @@
 #include <map>
 #include <vector>
 
+#include "kv/kv_test_util.h"
+
 namespace sluice {
 namespace {
 
@@ -17,12 +19,6 @@ std::vector<int32_t> table_of(const BlockManager& m, SeqId s) {
   const std::span<const int32_t> t = m.block_table(s);
   return std::vector<int32_t>(t.begin(), t.end());
 }
-
-#define EXPECT_INVARIANTS(m)                       \
-  do {                                             \
-    const Status _st = (m).check_invariants();     \
-    EXPECT_TRUE(_st.ok()) << _st.to_string();      \
-  } while (0)
 
 TEST(BlockManagerTest, MatchPrefixLeavesAtLeastOneTokenToCompute) {
   BlockManager m({.n_blocks = 16, .block_size = 4});

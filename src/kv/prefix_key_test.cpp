@@ -5,16 +5,11 @@
 #include <vector>
 
 #include "kv/block_manager.h"
+#include "kv/kv_test_util.h"
 #include "kv/prefix_cache.h"
 
 namespace sluice {
 namespace {
-
-#define EXPECT_INVARIANTS(m)                   \
-  do {                                         \
-    const Status _st = (m).check_invariants(); \
-    EXPECT_TRUE(_st.ok()) << _st.to_string();  \
-  } while (0)
 
 TEST(PrefixKey, KeyZeroIsThePlainRootAndKeysHaveRootsOfTheirOwn) {
   EXPECT_EQ(kv_prefix_root(0), kRootBlockHash);
