@@ -1,6 +1,7 @@
 // The CLI on streamed experts (stories-moe under a small --mem-budget): the
 // live readiness counts of `run` and `bench`, and `bench-experts` setting the
-// timed replay beside a live streamed run of the same prompts.
+// timed replay beside a live streamed run of the same prompts; `plan
+// parallel --parallel ep` with ranks whose shares stream from their disks.
 #include <sstream>
 #include <string>
 #include <vector>
@@ -96,6 +97,44 @@ TEST(Cli, BenchExpertsComparesTheTimedReplayWithALiveStreamedRun) {
   CliResult all = run_cli("bench-experts -m " + moe + " -p 'Lily' -n 2 -t 1 --mem-budget 1G");
   EXPECT_NE(all.exit_code, 0);
   EXPECT_NE(all.err.find("nothing streams live"), std::string::npos) << all.err;
+}
+
+// `plan parallel --parallel ep --budget-gb B`: shares beyond the budget
+// stream from each rank's disk (a pool of expert slots, the decode reads at
+// --disk-gbps in the prediction); a budget below one routed layer's share of
+// slots is refused with the least that streams.
+TEST(Cli, PlanParallelStreamsExpertSharesBeyondTheBudget) {
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
+  auto plan = [&](const std::string& disk_gbps) {
+    CliResult r = run_cli("plan parallel -m " + moe +
+                          " --parallel ep --ranks 2 --hw h100 --json --budget-gb 0.0008 --disk-gbps " + disk_gbps);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out, nullptr, false);
+  };
+  const nlohmann::json fast = plan("10"), slow = plan("1");
+  ASSERT_FALSE(fast.is_discarded());
+  ASSERT_FALSE(slow.is_discarded());
+  for (const nlohmann::json& rank : fast["ranks"]) {
+    EXPECT_GT(rank["expert_slots"].get<int64_t>(), 0) << fast.dump();
+    EXPECT_LE(rank["weight_bytes"].get<double>(), 0.0008e9) << fast.dump();
+    EXPECT_GT(rank["share_bytes"].get<double>(), 0.0008e9) << fast.dump();
+    EXPECT_LT(rank["decode_hit_rate"].get<double>(), 1.0) << fast.dump();
+    EXPECT_GT(rank["decode_disk_s"].get<double>(), 0.0) << fast.dump();
+  }
+  // The reads take ten times as long on a disk ten times slower.
+  EXPECT_NEAR(slow["ranks"][1]["decode_disk_s"].get<double>(), 10 * fast["ranks"][1]["decode_disk_s"].get<double>(),
+              1e-12);
+  EXPECT_GT(fast["predicted"]["decode_disk_s"].get<double>(), 0.0);
+  EXPECT_GT(slow["predicted"]["decode_s"].get<double>(), fast["predicted"]["decode_s"].get<double>());
+  const CliResult text =
+      run_cli("plan parallel -m " + moe + " --parallel ep --ranks 2 --hw h100 --budget-gb 0.0008 --disk-gbps 1");
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("rank(s) 0, 1 stream their share from their own disk"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("ms waiting on disks"), std::string::npos) << text.out;
+  const CliResult refused =
+      run_cli("plan parallel -m " + moe + " --parallel ep --ranks 2 --hw h100 --budget-gb 0.0001");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("streaming the share from its disk needs at least"), std::string::npos) << refused.err;
 }
 
 }  // namespace

@@ -19,8 +19,12 @@
 //                                    `sluice run` equal (stories-moe, synth
 //                                    routed models with and without a shared expert)
 //   ExpertParallel.BatchedMatchesOneProcess  bench-serve's requests, batched
+//   ExpertParallel.StreamingRanksMatchOneProcess  each rank's --mem-budget
+//                                    below its share: both ranks stream their
+//                                    experts from disk, alone and batched,
+//                                    and the greedy tokens equal one process's
 //   ExpertParallel.Refuses*          a dense model, pp and ep together, shares
-//                                    that do not fit the ranks' budgets
+//                                    that do not fit the ranks' budgets even streaming
 //   ExpertParallel.HungRankFailsRequests  as the pipeline's
 //
 // Each rank runs one thread (-t 1): three ranks share CI's two cores.
@@ -391,6 +395,32 @@ TEST_F(ExpertParallel, BatchedMatchesOneProcess) {
   std::filesystem::remove(synth_path);
 }
 
+TEST_F(ExpertParallel, StreamingRanksMatchOneProcess) {
+  // stories-moe (f32): 4 routed layers of 16 experts of 72 KiB, 0.5 MB
+  // beside them. Over 2 ranks a share is 2.4 MB of experts (rank 0: 2.9 MB
+  // with the rest); under 1.5 MB each rank keeps a pool of expert slots and
+  // reads the rest of its share from its own disk.
+  const std::string model = model_path("stories-moe/stories-moe.gguf");
+  const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
+  const std::vector<int32_t> alone = run_tokens(run_cli(args));
+  ASSERT_EQ(alone.size(), 24u);
+  const CliResult r = run_mpi(2, args + " --mem-budget 1.5M --parallel ep");
+  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  EXPECT_NE(r.err.find("rank(s) 0, 1 stream their share from their own disk"), std::string::npos) << r.err;
+  // Each rank's store holds and reads only its share (its placement map).
+  EXPECT_NE(r.err.find("rank 0's share streams from its disk:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("experts 0-7 of 16: an expert share"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1's share streams from its disk:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("experts 8-15 of 16: an expert share"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ms waiting on disks"), std::string::npos) << r.err;
+  expect_rank1_computed(r.err);
+  // Batched, the same (bench-serve prints no job map: rank 1's load says it streams).
+  expect_batched_matches(model, "ep --mem-budget 1.5M", {2}, [](const std::string& err) {
+    EXPECT_NE(err.find("rank 1's share streams from its disk:"), std::string::npos) << err;
+    expect_rank1_computed(err);
+  });
+}
+
 TEST_F(ExpertParallel, RefusesDenseModel) {
   const CliResult r = run_mpi(2, "run -m " + model_path("stories260K/stories260K.gguf") + " -p hi -n 2 -t 1 --parallel ep");
   EXPECT_NE(r.exit_code, 0);
@@ -408,6 +438,8 @@ TEST_F(ExpertParallel, RefusesBudgetsTooSmall) {
                                      " -p hi -n 2 -t 1 --mem-budget 100K --parallel ep");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("cannot be split over 2 ranks that fit"), std::string::npos) << r.err;
+  // 100 KB holds not even one routed layer's share of expert slots: the least that streams.
+  EXPECT_NE(r.err.find("streaming the share from its disk needs at least"), std::string::npos) << r.err;
 }
 
 TEST_F(ExpertParallel, HungRankFailsRequests) {

@@ -106,7 +106,11 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
     t += dist::expert_parallel_map(*p, a.n_batch);
     for (int64_t r = 0; r < p->n_ranks(); ++r) {
       const pl::ExpertRange g = p->shares[static_cast<size_t>(r)];
-      rows.push_back({{"rank", r}, {"experts", {g.begin, g.end}}, {"weight_bytes", p->rank_bytes[static_cast<size_t>(r)]}});
+      const auto i = static_cast<size_t>(r);
+      rows.push_back({{"rank", r}, {"experts", {g.begin, g.end}}, {"weight_bytes", p->rank_bytes[i]},
+                      {"share_bytes", p->share_bytes[i]}, {"expert_slots", p->slots[i]},
+                      {"decode_hit_rate", p->hit_rate(r, 1)},
+                      {"decode_disk_s", p->disk_s(r, 1) * static_cast<double>(in.n_routed_layers)}});
     }
     j["n_expert"] = in.n_expert;
     j["n_routed_layers"] = in.n_routed_layers;

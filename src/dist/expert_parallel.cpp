@@ -209,12 +209,20 @@ Status run_expert_worker_loop(Comm& comm, Model& model, plan::ExpertRange mine) 
       if (ids[i] < mine.begin || ids[i] >= mine.end)
         return data_loss("rank 0 sent rows for expert {}, which is not this rank's ({}-{})", ids[i], mine.begin,
                          mine.end - 1);
-    ASSIGN_OR_RETURN(const LayerWeights* w, model.acquire_layer(hd.layer));
+    RETURN_IF_ERROR(model.acquire_layer(hd.layer).status());
+    // Resident, or streamed from this rank's disk under its --mem-budget:
+    // the experts the rows name, landed in its store's slots.
+    StatusOr<std::span<const ExpertWeights>> experts =
+        model.landed_experts(hd.layer, std::span(ids, static_cast<size_t>(hd.n_rows)));
+    if (!experts.ok()) {
+      model.release_layer(hd.layer);
+      return experts.status();
+    }
     grow(out, static_cast<size_t>(hd.n_rows * E));
     if (ones.size() < static_cast<size_t>(hd.n_rows)) ones.resize(static_cast<size_t>(hd.n_rows), 1.0f);
     model.backend().expert_ffn({.x = rows, .out = out.data(), .ids = ids, .weights = ones.data(), .n_tok = hd.n_rows,
                                 .n_used = 1, .n_embd = E, .n_ff = h.n_ff_expert, .act = h.spec->act,
-                                .experts = w->experts});
+                                .experts = *experts});
     model.release_layer(hd.layer);
     RETURN_IF_ERROR(comm.send(0, kTagReturn, out.data(), static_cast<size_t>(hd.n_rows * E) * sizeof(float),
                               "a routed layer's expert outputs"));

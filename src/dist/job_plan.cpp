@@ -6,6 +6,7 @@
 
 #include "arch/arch_spec.h"
 #include "dist/pipeline.h"
+#include "weights/expert_store.h"
 #include "weights/extent_layout.h"
 #include "weights/io_engine.h"
 
@@ -112,6 +113,30 @@ plan::ExpertParallelInputs expert_parallel_inputs(const ModelFile& file, const M
     in.expert_bytes = expert_total / per;
     in.expert_flops = expert_flops_total / static_cast<double>(per);
   }
+  // Streaming a share (plan/expert_parallel_plan.h): a pool slot, and rank
+  // 0's dense part laid out as the expert placement holds it resident
+  // (weights/expert_placement.cpp): the essentials in one aligned buffer,
+  // each layer's dense matrices in another. Only single GGUF files stream.
+  if (file.format == "gguf" && in.n_expert > 0 && in.n_routed_layers > 0) {
+    in.expert_slot_bytes = weights::ExpertStore::slot_bytes_for(file, hp);
+    std::vector<weights::TensorRange> essentials;
+    std::vector<std::vector<weights::TensorRange>> dense(static_cast<size_t>(hp.n_layer));
+    uint64_t in_memory = 0;
+    for (const TensorInfo& t : file.tensors) {
+      const TensorSpec* s = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
+      if (s && s->kind == TensorKind::kExperts) continue;
+      const int64_t layer = split_layer_name(t.name).first;
+      if (t.file_offset < 0) {
+        in_memory += t.n_bytes;
+      } else if (layer < 0 || layer >= hp.n_layer || t.ne.size() <= 1) {
+        essentials.push_back({static_cast<uint64_t>(t.file_offset), t.n_bytes});
+      } else {
+        dense[static_cast<size_t>(layer)].push_back({static_cast<uint64_t>(t.file_offset), t.n_bytes});
+      }
+    }
+    in.dense_resident_bytes = weights::layout_extents(essentials, weights::kDirectAlign).buffer_bytes + in_memory;
+    for (const auto& d : dense) in.dense_resident_bytes += weights::layout_extents(d, weights::kDirectAlign).buffer_bytes;
+  }
   return in;
 }
 
@@ -133,6 +158,7 @@ PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batc
   const auto nb = static_cast<double>(n_batch);
   return PredictedSteps{.decode_s = p.step_s(1),
                         .decode_network_s = p.network_s(1),
+                        .decode_disk_s = p.disk_wait_s(1),
                         .prefill_tokens = n_batch,
                         .prefill_s = p.step_s(nb)};
 }
@@ -183,10 +209,18 @@ std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs
 }
 
 std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_batch) {
+  std::string streaming;
+  for (int64_t r = 0; r < p.n_ranks(); ++r)
+    if (p.streams(r)) streaming += fmt::format("{}{}", streaming.empty() ? "" : ", ", r);
   std::string s = fmt::format("[sluice] experts over {} ranks (ep): every routed layer's experts split, the rest on "
-                              "rank 0; every weight in memory\n",
-                              p.n_ranks());
-  s += "  rank  host              experts       weights     memory cap              read GB/s  TFLOP/s  link to rank 0\n";
+                              "rank 0; {}\n",
+                              p.n_ranks(),
+                              streaming.empty() ? "every weight in memory"
+                                                : fmt::format("rank(s) {} stream their share from their own disk "
+                                                              "under --mem-budget",
+                                                              streaming));
+  s += "  rank  host              experts       tier    weights     memory cap              read GB/s  TFLOP/s"
+       "  link to rank 0\n";
   for (int64_t r = 0; r < p.n_ranks(); ++r) {
     const plan::RankResources& k = p.in.ranks[static_cast<size_t>(r)];
     const plan::ExpertRange g = p.shares[static_cast<size_t>(r)];
@@ -194,8 +228,27 @@ std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_bat
     const std::string cap = fmt::format("{} {}", job_plan_cap_text(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
     const plan::LinkFigures& l = p.in.links[static_cast<size_t>(r)];
     const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
-    s += fmt::format("  {:<5} {:<17} {:<13} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r, k.host.substr(0, 17),
-                     experts, mib(p.rank_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
+    s += fmt::format("  {:<5} {:<17} {:<13} {:<7} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n", r,
+                     k.host.substr(0, 17), experts, p.streams(r) ? "+disk" : "memory",
+                     mib(p.rank_bytes[static_cast<size_t>(r)]), cap, k.read_gbps, k.tflops, link);
+  }
+  // A streaming rank: its pool, the share of its experts a decode token
+  // finds there, and what the rest cost from its disk (its weight store
+  // prints its own placement at load).
+  for (int64_t r = 0; r < p.n_ranks(); ++r) {
+    if (!p.streams(r)) continue;
+    const auto i = static_cast<size_t>(r);
+    const plan::ExpertRange g = p.shares[i];
+    const double missed = (1.0 - p.hit_rate(r, 1)) * p.used_experts(r, 1) * static_cast<double>(p.in.n_routed_layers);
+    s += fmt::format("  rank {} experts {}-{}: a pool of {} expert slots of {:.3f} MiB ({:.1f} per routed layer of its "
+                     "{}){}; a decode token finds {:.0f}% of its experts there and reads {:.2f} more from its disk at "
+                     "{:.2f} GB/s ({:.2f} ms); it holds {:.1f} MiB of the share's {:.1f} MiB\n",
+                     r, g.begin, g.end - 1, p.slots[i], mib(p.in.expert_slot_bytes),
+                     static_cast<double>(p.slots[i]) / static_cast<double>(p.in.n_routed_layers), g.end - g.begin,
+                     r == 0 ? ", read ahead by routing prediction" : ", read as its rows arrive",
+                     100 * p.hit_rate(r, 1), missed, p.in.ranks[i].disk_gbps,
+                     p.disk_s(r, 1) * static_cast<double>(p.in.n_routed_layers) * 1e3, mib(p.rank_bytes[i]),
+                     mib(p.share_bytes[i]));
   }
   double out = 0, back = 0;
   for (int64_t r = 1; r < p.n_ranks(); ++r) {
@@ -204,9 +257,9 @@ std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_bat
   }
   const PredictedSteps d = predicted_steps(p, n_batch);
   s += fmt::format(
-      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms "
-      "({:.0f} tokens/s); per token and routed layer {:.0f} B out, {:.0f} B back\n",
-      d.decode_s * 1e3, d.decode_network_s * 1e3, n_batch, d.prefill_s * 1e3,
+      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links, {:.2f} ms waiting on disks), prefill {} "
+      "tokens {:.1f} ms ({:.0f} tokens/s); per token and routed layer {:.0f} B out, {:.0f} B back\n",
+      d.decode_s * 1e3, d.decode_network_s * 1e3, d.decode_disk_s * 1e3, n_batch, d.prefill_s * 1e3,
       static_cast<double>(n_batch) / d.prefill_s, out, back);
   return s;
 }

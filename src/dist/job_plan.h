@@ -31,7 +31,7 @@ plan::ExpertParallelInputs expert_parallel_inputs(const ModelFile& file, const M
 struct PredictedSteps {
   double decode_s = 0;
   double decode_network_s = 0;  // of decode_s, on the links
-  double decode_disk_s = 0;     // of decode_s, stages waiting on their disks (pp)
+  double decode_disk_s = 0;     // of decode_s, ranks waiting on their disks (pp: stages; ep: routed layers)
   int64_t prefill_tokens = 0;
   double prefill_s = 0;
   int64_t micro_batches = 1;    // pp: the prefill step's best cut (kMaxMicroBatches at most); ep: 1

@@ -315,14 +315,20 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   const StatusOr<plan::ExpertParallelPlan> plan =
       job.refusal.ok() ? plan::plan_expert_parallel(in) : StatusOr<plan::ExpertParallelPlan>(job.refusal);
   if (!plan.ok()) return refuse_job(c, plan.status());
-  json experts = json::array();
+  json experts = json::array(), streams = json::array();
   for (const plan::ExpertRange& g : plan->shares) experts.push_back({g.begin, g.end});
+  for (int64_t r = 0; r < plan->n_ranks(); ++r) streams.push_back(plan->streams(r));
   json setup = setup_message(o);
   setup["experts"] = experts;
+  setup["streams"] = streams;
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
+  // A share the plan found fits is held in memory; one that does not streams
+  // from this rank's disk, expert by expert, under its --mem-budget
+  // (weights/placement.h, rule 7).
   LoadOptions mine_opts = o;
-  mine_opts.mem_budget_bytes = 0;  // the plan checked that the share fits (ep shares do not stream yet)
-  mine_opts.disk_rate_cap_bytes_per_s = 0;
+  mine_opts.mem_budget_bytes = plan->streams(0) ? o.mem_budget_bytes : 0;
+  mine_opts.disk_rate_cap_bytes_per_s = plan->streams(0) ? o.disk_rate_cap_bytes_per_s : 0;
+  mine_opts.calibration = plan->streams(0) ? &job.cal : nullptr;
   mine_opts.expert_begin = plan->shares[0].begin;
   mine_opts.expert_end = plan->shares[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
@@ -336,7 +342,9 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   session.ep_driver_ = std::make_unique<ExpertParallelDriver>(c, lm->model->hparams(), *plan,
                                                               session.options().abort_grace_s);
   lm->model->set_expert_dispatch(session.ep_driver_.get());
+  const std::string own = lm->placement_report;
   lm->placement_report = expert_parallel_map(*plan, o.n_batch);
+  if (!own.empty()) lm->placement_report += "[sluice] rank 0's share streams from its disk:\n" + own;
   publish_job(c.size(), plan->step_s(1));
   return lm;
 }
@@ -358,7 +366,14 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
     lo.expert_begin = range.begin;
     lo.expert_end = range.end;
     lo.experts_only = true;
+    if (setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>()) {
+      lo.mem_budget_bytes = o.mem_budget_bytes;
+      lo.disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s;
+      lo.calibration = &cal;
+    }
     StatusOr<LoadedModel> lm = load_model(path, lo);
+    if (lm.ok() && !lm->placement_report.empty())
+      fmt::print(stderr, "[sluice] rank {}'s share streams from its disk:\n{}", c.rank(), lm->placement_report);
     RETURN_IF_ERROR(report_load(c, lm));
     return run_expert_worker_loop(c, *lm->model, range);
   }

@@ -15,7 +15,8 @@
 //   every rank    load_model() of its own range; r -> 0: loaded, or why not
 //
 // With --parallel ep the plan is the experts' shares instead of layer ranges
-// (load_expert_parallel(), expert_parallel.h).
+// (load_expert_parallel(), expert_parallel.h); a share, like a range, may
+// stream from its rank's disk under the rank's --mem-budget.
 //
 // The placement map (which rank holds which layers, in which tier, the rates
 // and links measured, the predicted step with its network leg; job_plan.h) is
@@ -80,8 +81,10 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
 // Rank 0 with --parallel ep: the same start, planned by
 // plan_expert_parallel() (every routed layer's experts in contiguous shares),
 // then everything but the other ranks' experts loaded, with the model's
-// expert dispatch set (expert_parallel.h). Errors: as load_pipelined(), and
-// a model without routed experts, a backend whose buffers are not host memory.
+// expert dispatch set (expert_parallel.h). A rank whose share exceeds its
+// --mem-budget streams it from its own disk (the setup says which). Errors:
+// as load_pipelined(), and a model without routed experts, a backend whose
+// buffers are not host memory, a share that cannot stream under its budget.
 StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOptions& options, Session& session);
 
 // What a worker takes from its own command line (the rest comes from rank 0).

@@ -67,7 +67,7 @@ void ExpertFeed::distinct_experts(const int32_t* ids, int64_t n_ids, std::vector
   out.clear();
   std::fill(seen_.begin(), seen_.end(), 0);
   for (int64_t i = 0; i < n_ids; ++i) {
-    if (ids[i] < 0 || seen_[static_cast<size_t>(ids[i])]) continue;
+    if (ids[i] < options_.expert_begin || ids[i] >= options_.expert_end || seen_[static_cast<size_t>(ids[i])]) continue;
     seen_[static_cast<size_t>(ids[i])] = 1;
     out.push_back(ids[i]);
   }
@@ -114,7 +114,13 @@ Status ExpertFeed::ffn_block(const LayerStep& s) {
   moe_route(s, moe);
   if (hook_) emit_routing("ffn_moe_ids", ids_.data(), l, n, hp_.n_expert_used);
   count_routing(l, n);
-  if (dispatch_) return dispatch_->experts(s, moe);
+  if (dispatch_) {
+    if (streams()) {  // this process's share of the chosen experts, landed
+      ASSIGN_OR_RETURN(moe.experts, landed_experts(l, std::span(ids_.data(), static_cast<size_t>(n * hp_.n_expert_used)),
+                                                   s.w));
+    }
+    return dispatch_->experts(s, moe);
+  }
   if (!streams()) {
     moe_experts(s, moe);
     return Status();
@@ -139,7 +145,7 @@ Status ExpertFeed::ffn_block(const LayerStep& s) {
     return unique_ids_[static_cast<size_t>(i)];
   };
   const FunctionRef<int64_t()> next_ref(next);
-  RETURN_IF_ERROR(begin_experts(l, n, s.w));
+  RETURN_IF_ERROR(begin_experts(l, ids_.data(), n * hp_.n_expert_used, s.w));
   moe.experts = streamed_;
   moe.next = &next_ref;
   // A first guess at the next routed layer's experts, from the state before
@@ -151,8 +157,22 @@ Status ExpertFeed::ffn_block(const LayerStep& s) {
   return read_status;
 }
 
-Status ExpertFeed::begin_experts(int64_t layer, int64_t n, const LayerWeights& w) {
-  distinct_experts(ids_.data(), n * hp_.n_expert_used, unique_ids_);
+StatusOr<std::span<const ExpertWeights>> ExpertFeed::landed_experts(int64_t layer, std::span<const int32_t> ids,
+                                                                     const LayerWeights& w) {
+  if (!streams()) return std::span<const ExpertWeights>(w.experts);
+  RETURN_IF_ERROR(begin_experts(layer, ids.data(), static_cast<int64_t>(ids.size()), w));
+  for (;;) {
+    int64_t i = -1;
+    prepare_while_waiting(layer);
+    RETURN_IF_ERROR(source_->next_expert(layer, &i));
+    if (i < 0) break;
+    prepare_expert(layer, i);
+  }
+  return std::span<const ExpertWeights>(streamed_);
+}
+
+Status ExpertFeed::begin_experts(int64_t layer, const int32_t* ids, int64_t n_ids, const LayerWeights& w) {
+  distinct_experts(ids, n_ids, unique_ids_);
   RETURN_IF_ERROR(source_->begin_experts(layer, unique_ids_, expert_ptrs_.data()));
   // Experts reordered for the backend when they first landed (prepare_expert)
   // are in the layouts it gives; the others are still GGUF rows.

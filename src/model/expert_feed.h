@@ -52,6 +52,11 @@ struct ExpertFeedOptions {
   bool predict = false;
   float predict_margin = 0.0f;  // ModelOptions::expert_predict_margin
   bool repack = true;           // reorder streamed experts for the backend (ModelOptions::repack)
+  // This process's experts (ModelOptions::expert_begin/end, resolved): with
+  // a dispatch and a source that streams experts, only these are predicted
+  // and read (the dispatch computes the others elsewhere).
+  int64_t expert_begin = 0;
+  int64_t expert_end = 0;
 };
 
 class ExpertFeed {
@@ -69,7 +74,9 @@ class ExpertFeed {
   void set_routing_counters(std::vector<Counter*> counters);
 
   // Another computes the routed layers' experts from here on
-  // (expert_dispatch.h; resident weights only); null: this feed does.
+  // (expert_dispatch.h); null: this feed does. With a source that streams
+  // experts, the step's experts of this process's share are read and landed
+  // before the dispatch gets them.
   void set_dispatch(ExpertDispatch* dispatch) { dispatch_ = dispatch; }
 
   // When prediction is on and `layer` is a routed layer of the stage: its
@@ -81,6 +88,13 @@ class ExpertFeed {
   // x += the routed FFN of s's layer (s.w bound). Errors: the weight source's
   // (the caller releases the layer, and with it any experts it pinned).
   Status ffn_block(const LayerStep& s);
+
+  // The distinct experts among ids (negative ones skipped) of `layer`, ready
+  // to compute: w's own views without a streaming source, else read from
+  // the source and all landed (reordered for the backend as they land), as
+  // views by expert id. Errors: the source's. Model::landed_experts().
+  StatusOr<std::span<const ExpertWeights>> landed_experts(int64_t layer, std::span<const int32_t> ids,
+                                                         const LayerWeights& w);
 
  private:
   // Candidates per token the prediction considers (2 x n_expert_used, at most n_expert).
@@ -94,11 +108,13 @@ class ExpertFeed {
   // state before the previous layer's experts are added, for the weight
   // source only (a later call refines it).
   void predict_routing(int64_t layer, const float* x, int64_t n, bool early);
-  // The distinct experts in ids[0 .. n_ids) (negative ids skipped), into out.
+  // The distinct experts in ids[0 .. n_ids) of this process's share
+  // (negative ids and the others skipped), into out.
   void distinct_experts(const int32_t* ids, int64_t n_ids, std::vector<int32_t>& out);
-  // The distinct experts the step chose in `layer`, asked of the source
-  // (reads started; next_expert() hands them out as they land), as views.
-  Status begin_experts(int64_t layer, int64_t n, const LayerWeights& w);
+  // The distinct experts of ids[0 .. n_ids) in `layer` (the step's routing),
+  // asked of the source (reads started; next_expert() hands them out as
+  // they land), as views.
+  Status begin_experts(int64_t layer, const int32_t* ids, int64_t n_ids, const LayerWeights& w);
   // Streamed expert i of the current begin_experts(), handed out: reorders
   // its bytes in place for the backend unless that was done when it landed
   // before, and tells the source.

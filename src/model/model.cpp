@@ -103,6 +103,10 @@ StatusOr<const LayerWeights*> Model::acquire_layer(int64_t l) {
   return &w;
 }
 
+StatusOr<std::span<const ExpertWeights>> Model::landed_experts(int64_t l, std::span<const int32_t> ids) {
+  return experts_->landed_experts(l, ids, weights_.layers[static_cast<size_t>(l)]);
+}
+
 void Model::release_layer(int64_t l) {
   if (source_) source_->release(l);
 }
@@ -180,7 +184,8 @@ void Model::plan_buffers(const ModelOptions& options) {
       be, h, weights_, source_.get(), hook_,
       ExpertFeedOptions{.n_batch = nb, .layer_end = layer_end_,
                         .predict = options.predict_experts || (source_ && source_->streams_experts()),
-                        .predict_margin = options.expert_predict_margin, .repack = options.repack});
+                        .predict_margin = options.expert_predict_margin, .repack = options.repack,
+                        .expert_begin = expert_begin_, .expert_end = expert_end_});
   positions_.resize(static_cast<size_t>(nb));
   kv_rows_.resize(static_cast<size_t>(nb));
   logit_rows_.resize(static_cast<size_t>(nb));

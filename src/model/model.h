@@ -181,7 +181,8 @@ class Model {
   void set_stage_runner(StageRunner* runner) { stages_ = runner; }
   StageRunner* stage_runner() const { return stages_; }
   // Routed layers' experts computed by `dispatch` from here on
-  // (expert_dispatch.h); null: by this model. Resident weights only.
+  // (expert_dispatch.h); null: by this model. With streamed experts, the
+  // share of them this process holds is landed before the dispatch runs.
   void set_expert_dispatch(ExpertDispatch* dispatch);
   // Validates the step and lays out its host data (positions, KV rows,
   // attention sequences, RoPE tables); with `embed`, the tokens' embeddings
@@ -206,6 +207,12 @@ class Model {
   // (it may block until they land); valid until release_layer(l).
   StatusOr<const LayerWeights*> acquire_layer(int64_t l);
   void release_layer(int64_t l);
+  // After acquire_layer(l): the experts `ids` of routed layer l (this
+  // process's share; repeats allowed) ready to compute, indexed by expert id:
+  // the layer's own views, or with a source that streams experts those read
+  // into its slots, all landed (waited for here); valid until release_layer(l).
+  // Errors: the source's (a read failed, an expert outside its share).
+  StatusOr<std::span<const ExpertWeights>> landed_experts(int64_t l, std::span<const int32_t> ids);
   // The RoPE layer l rotates with (gemma3's windowed layers have their own).
   const RopeFreqs& layer_rope(int64_t l) const;
   // The weight source, or null when every matrix is resident.

@@ -6,13 +6,30 @@
 // routers, shared experts, the output head) and its own share of the
 // experts; rank r > 0 holds its share alone. Shares are contiguous runs of
 // expert ids, as equal as the count allows (the same ids in every routed
-// layer); each must fit its rank's memory.
+// layer).
+//
+// A share that does not fit its rank's --mem-budget streams from the rank's
+// own disk, expert by expert, as one process does under a budget
+// (weights/placement.h, plan_expert_placement): what the rank holds besides
+// its share stays resident (rank 0's dense part; nothing on r > 0) and the
+// rest of the budget is a pool of Z_r expert slots, at least one routed
+// layer's share (E_r slots), at most all of it (L x E_r). Its experts are
+// then found in a slot at the hit rate h_r of expert_plan.h over the share
+// (rank 0, which routes, predicts the next layer's experts and reads them
+// ahead: (Z_r - u_r) / (L E_r - u_r); a rank r > 0 reads what it is sent:
+// Z_r / (L E_r)), and the rest are read before the layer's experts compute:
+//
+//   disk_r = (1 - h_r) x u_r x expert_bytes / disk_gbps_r   per routed layer
+//
+// Only a rank with its own budget (budget_given) and a measured disk rate
+// streams; a share whose resident part and E_r slots exceed the budget is
+// refused, naming each such rank's least need.
 //
 // A step of n tokens (k of E experts per token; rank r holds E_r of them):
 //
 //   experts rank r runs per routed layer:  u_r = E_r x (1 - (1 - k/E)^n)
 //   rows rank r gets per routed layer:     p_r = n x k x E_r / E
-//   rank r's experts:  t_r = max(u_r x expert_bytes / read_r, p_r x expert_flops / rate_r)
+//   rank r's experts:  t_r = max(u_r x expert_bytes / read_r, p_r x expert_flops / rate_r) + disk_r
 //   the link (r > 0):  h_r = 2 x latency_r + p_r x (2 x n_embd x 4 + 4) B / gbps_r
 //   routed layer:      layer = max(t_0, max_{r > 0} (t_r + h_r))
 //   step = max(dense_read_bytes / read_0, n x dense_flops / rate_0) + n_routed x layer
@@ -38,6 +55,11 @@ struct ExpertParallelInputs {
   uint64_t dense_bytes = 0;         // everything else rank 0 holds
   uint64_t dense_read_bytes = 0;    // of it, read every step (not the embedding table)
   double dense_flops_per_token = 0;
+  // Streaming a share (above): one expert's aligned extents as a pool slot
+  // holds them (0: the model's experts cannot stream), and rank 0's dense
+  // part as a streaming placement holds it, aligned (0: dense_bytes).
+  uint64_t expert_slot_bytes = 0;
+  uint64_t dense_resident_bytes = 0;
   std::vector<RankResources> ranks;  // [n_ranks]
   std::vector<LinkFigures> links;    // [n_ranks] links[r]: rank 0 <-> rank r (links[0] unused)
 };
@@ -50,10 +72,21 @@ struct ExpertRange {
 struct ExpertParallelPlan {
   ExpertParallelInputs in;
   std::vector<ExpertRange> shares;   // [n_ranks] rank r's expert ids
-  std::vector<uint64_t> rank_bytes;  // [n_ranks] weights held
+  std::vector<uint64_t> rank_bytes;  // [n_ranks] weights held in memory (streaming: resident part and pool)
+  std::vector<uint64_t> share_bytes; // [n_ranks] the share's experts (rank 0 with the rest of the model)
+  std::vector<int64_t> slots;        // [n_ranks] expert slots of a streaming rank's pool (0: all in memory)
+
+  // Whether rank r streams its share from its disk.
+  bool streams(int64_t r) const { return slots[static_cast<size_t>(r)] > 0; }
+  // Rank r's share of a routed layer's experts a step of n tokens chooses (u_r).
+  double used_experts(int64_t r, double n_tokens) const;
+  // The share of those rank r finds in a slot (h_r; 1 when it holds its share).
+  double hit_rate(int64_t r, double n_tokens) const;
+  // Rank r's seconds reading a routed layer's missed experts from its disk (disk_r).
+  double disk_s(int64_t r, double n_tokens) const;
 
   int64_t n_ranks() const { return static_cast<int64_t>(shares.size()); }
-  // Rank r's seconds on its experts of one routed layer, n tokens (t_r).
+  // Rank r's seconds on its experts of one routed layer, n tokens (t_r, its disk included).
   double experts_s(int64_t r, double n_tokens) const;
   // Seconds on the link to rank r > 0 in one routed layer (h_r).
   double link_s(int64_t r, double n_tokens) const;
@@ -61,14 +94,22 @@ struct ExpertParallelPlan {
   // the links' share (the routed layers' time beyond rank 0's own experts).
   double step_s(double n_tokens) const;
   double network_s(double n_tokens) const;
+  // Of step_s, the routed layers' wait on streaming ranks' disks (the step
+  // less the same step with every share in memory).
+  double disk_wait_s(double n_tokens) const;
   // Expected bytes rank 0 sends to rank r > 0 (rows and ids) and gets back
   // per routed layer for n tokens.
   double bytes_out(int64_t r, double n_tokens) const;
   double bytes_back(int64_t r, double n_tokens) const;
+
+ private:
+  // One routed layer: the slowest rank's experts with its link (and disk).
+  double layer_s(double n_tokens, bool with_disk) const;
 };
 
 // Errors: no ranks, a dense model, more ranks than experts, a rank without
-// rates, or a share that does not fit its rank (naming the rank and sizes).
+// rates, or a share that does not fit its rank even streaming (naming the
+// rank, the sizes and the least budget that would stream it).
 StatusOr<ExpertParallelPlan> plan_expert_parallel(const ExpertParallelInputs& in);
 
 }  // namespace sluice::plan

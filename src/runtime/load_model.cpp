@@ -40,9 +40,6 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   if (o.disk_rate_cap_bytes_per_s > 0 && o.mem_budget_bytes == 0)
     return invalid_argument("--disk-rate-cap caps the reads of weights streamed under --mem-budget; give a memory "
                             "budget too (without one every weight is read once, at load)");
-  if (o.mem_budget_bytes > 0 && (o.expert_begin != 0 || o.expert_end >= 0 || o.experts_only))
-    return unimplemented("an expert share (--parallel ep) holds its weights in memory; streaming its experts from disk "
-                         "under --mem-budget is not supported yet");
   if (o.mem_budget_bytes > 0) {
     ASSIGN_OR_RETURN(weights::StreamingSetup setup,
                      weights::open_streaming(lm.file, {.mem_budget_bytes = o.mem_budget_bytes,
@@ -52,7 +49,10 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                                                        .calibration = o.calibration,
                                                        .training = o.training,
                                                        .layer_begin = o.layer_begin,
-                                                       .layer_end = o.layer_end}));
+                                                       .layer_end = o.layer_end,
+                                                       .expert_begin = o.expert_begin,
+                                                       .expert_end = o.expert_end,
+                                                       .experts_only = o.experts_only}));
     lm.stream = setup.source;
     lm.placement_report = std::move(setup.report);
     mo.weights = setup.source;

@@ -62,11 +62,13 @@ struct LoadOptions {
   std::optional<plan::TrainWorkload> training;
   // A pipeline stage's layers (ModelOptions::layer_begin/end; dist/session.h).
   // Under mem_budget_bytes the stage's own layers stream (weights/placement.h,
-  // rule 6); an expert share under a budget is refused.
+  // rule 6).
   int64_t layer_begin = 0;
   int64_t layer_end = -1;
   // Expert parallelism: this process's experts (ModelOptions::expert_begin/
-  // end, experts_only; dist/expert_parallel.h).
+  // end, experts_only; dist/expert_parallel.h). Under mem_budget_bytes the
+  // share streams expert by expert and only its experts are ever read
+  // (weights/placement.h, rule 7).
   int64_t expert_begin = 0;
   int64_t expert_end = -1;
   bool experts_only = false;

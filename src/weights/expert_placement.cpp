@@ -12,6 +12,12 @@
 // layer, and reads (1 - h) of them. The step is max(compute, disk + boundary):
 // at each step boundary the disk waits for the step's last expert, the head
 // and any dense layers before the first routed one (placement.h).
+//
+// An expert share (rule 7; dist/expert_parallel.h) of E_s of the E experts:
+// the pool holds at least E_s slots, at most L x E_s; a step chooses
+// distinct(T) x E_s / E of them per routed layer. A share with the rest of
+// the model routes and predicts as above; a share alone (experts_only) reads
+// what it is sent, found in a slot at h = n_slots / (L E_s).
 #include <algorithm>
 #include <cmath>
 
@@ -32,8 +38,14 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
     return invalid_argument("streaming needs the disk read rate and the compute time per layer (both > 0)");
   // Expert tensors go to the disk tier; everything else stays resident.
   std::vector<std::vector<TensorRange>> dense(static_cast<size_t>(p.n_layer));
+  p.expert_share = in.expert_begin != 0 || in.expert_end >= 0 || in.experts_only;
+  p.experts_only = in.experts_only;
+  p.expert_begin = in.expert_begin;
+  p.expert_end = in.expert_end < 0 ? hp.n_expert : in.expert_end;
+  const int64_t n_share = p.n_share();
+  const double share = static_cast<double>(n_share) / static_cast<double>(hp.n_expert);
   for (TensorPlacement& t : p.tensors) {
-    if (t.layer < 0) continue;
+    if (t.layer < 0 || t.elsewhere) continue;
     const TensorInfo& info = file.tensors[t.index];
     const TensorSpec* spec = hp.spec->find_tensor(info.name);
     if (spec && spec->kind == TensorKind::kExperts) {
@@ -58,37 +70,52 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
   p.n_expert = hp.n_expert;
   p.n_expert_used = hp.n_expert_used;
   for (int64_t l = 0; l < hp.n_layer; ++l) p.n_layer_moe += hp.layer_is_moe(l);
-  p.n_experts_total = p.n_layer_moe * hp.n_expert;
+  p.n_experts_total = p.n_layer_moe * n_share;
   p.expert_slot_bytes = ExpertStore::slot_bytes_for(file, hp);
   p.expert_bytes = ExpertStore::expert_bytes_for(file, hp);
   if (p.expert_slot_bytes == 0) return unimplemented("this model's experts cannot be read one by one from the file");
 
-  p.min_budget_bytes = p.resident_bytes + static_cast<uint64_t>(hp.n_expert) * p.expert_slot_bytes;
+  p.min_budget_bytes = p.resident_bytes + static_cast<uint64_t>(n_share) * p.expert_slot_bytes;
   p.budget_bytes = in.mem_budget_bytes;
   if (in.mem_budget_bytes < p.min_budget_bytes) {
     return resource_exhausted(
-        "--mem-budget {} cannot work: the resident part (embeddings, attention, norms, routers{}) takes {} and "
-        "a pool of expert slots must hold one routed layer's {} experts x {} = {}; the smallest budget that "
-        "works is {} bytes ({})",
-        format_bytes(static_cast<double>(in.mem_budget_bytes)), hp.n_ff_shared > 0 ? ", shared experts" : "",
-        format_bytes(static_cast<double>(p.resident_bytes)), hp.n_expert,
+        "--mem-budget {} cannot work: the resident part ({}) takes {} and a pool of expert slots must hold one "
+        "routed layer's {} experts{} x {} = {}; the smallest budget that works is {} bytes ({})",
+        format_bytes(static_cast<double>(in.mem_budget_bytes)),
+        in.experts_only ? "none: the rest of the model is another process's"
+                        : hp.n_ff_shared > 0 ? "embeddings, attention, norms, routers, shared experts"
+                                             : "embeddings, attention, norms, routers",
+        format_bytes(static_cast<double>(p.resident_bytes)), n_share,
+        p.expert_share ? fmt::format(" of this share ({}-{})", p.expert_begin, p.expert_end - 1) : std::string(),
         format_bytes(static_cast<double>(p.expert_slot_bytes)),
-        format_bytes(static_cast<double>(hp.n_expert * p.expert_slot_bytes)), p.min_budget_bytes,
+        format_bytes(static_cast<double>(n_share * p.expert_slot_bytes)), p.min_budget_bytes,
         format_bytes(static_cast<double>(p.min_budget_bytes)));
   }
   p.n_expert_slots = std::min<int64_t>(p.n_experts_total,
                                        static_cast<int64_t>((in.mem_budget_bytes - p.resident_bytes) / p.expert_slot_bytes));
   p.host_bytes = p.resident_bytes + static_cast<uint64_t>(p.n_expert_slots) * p.expert_slot_bytes;
-  for (const TensorPlacement& t : p.tensors)
-    if (t.tier == Tier::kDisk) p.streamed_bytes += t.n_bytes;
+  // The share's bytes of each stacked tensor (all of them when not a share).
+  p.total_tensor_bytes = 0;
+  for (const TensorPlacement& t : p.tensors) {
+    if (t.elsewhere) continue;
+    const uint64_t own = t.tier == Tier::kDisk ? t.n_bytes / static_cast<uint64_t>(hp.n_expert) * n_share : t.n_bytes;
+    p.total_tensor_bytes += own;
+    if (t.tier == Tier::kDisk) p.streamed_bytes += own;
+  }
 
-  const double distinct = plan::distinct_experts(hp.n_expert, hp.n_expert_used, p.tokens_per_step);
-  p.expected_hit_rate = plan::expected_hit_rate(p.n_expert_slots, p.n_layer_moe, hp.n_expert, distinct);
+  const double distinct = plan::distinct_experts(hp.n_expert, hp.n_expert_used, p.tokens_per_step) * share;
+  p.expected_hit_rate =
+      in.experts_only ? std::min(1.0, static_cast<double>(p.n_expert_slots) / static_cast<double>(p.n_experts_total))
+                      : plan::expected_hit_rate(p.n_expert_slots, p.n_layer_moe, n_share, distinct);
   p.experts_per_step = static_cast<double>(p.n_layer_moe) * distinct;
   p.expert_disk_bytes_per_step = p.experts_per_step * (1.0 - p.expected_hit_rate) * static_cast<double>(p.expert_bytes);
   p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
   p.predicted_boundary_s = in.expert_compute_s + in.head_compute_s +
                            static_cast<double>(hp.n_layer_dense) * in.layer_compute_s;
+  if (in.experts_only) {  // the share's experts are all it computes; it waits for rows, not a boundary
+    p.predicted_compute_s = p.experts_per_step * in.expert_compute_s;
+    p.predicted_boundary_s = 0;
+  }
   set_disk_figures(p, in.disk_gbps);
   return p;
 }

@@ -157,6 +157,8 @@ ExpertStore::ExpertStore(const ModelHparams& hp, const ExpertStoreOptions& o, Ba
       arbiter_(arbiter),
       counters_(counters),
       slot_bytes_(o.slot_bytes),
+      expert_begin_(o.expert_begin),
+      expert_end_(o.expert_end < 0 ? hp.n_expert : o.expert_end),
       cache_({.n_layer = hp.n_layer, .n_expert = hp.n_expert, .n_slots = o.n_slots, .policy = o.policy}),
       io_(static_cast<size_t>(o.n_slots)),
       prepared_(static_cast<size_t>(o.n_slots), 0),
@@ -181,8 +183,13 @@ StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::open(const ModelFile& file, 
                                                          const ExpertStoreOptions& o, BandwidthArbiter& arbiter,
                                                          WeightCounters& counters) {
   if (!hp.is_moe()) return invalid_argument("expert streaming needs a mixture-of-experts model");
-  if (o.n_slots < hp.n_expert)
-    return invalid_argument("{} expert slots cannot hold the {} experts one layer may need", o.n_slots, hp.n_expert);
+  const int64_t end = o.expert_end < 0 ? hp.n_expert : o.expert_end;
+  if (o.expert_begin < 0 || o.expert_begin >= end || end > hp.n_expert)
+    return invalid_argument("expert share [{}, {}) is not inside the model's {} experts", o.expert_begin, o.expert_end,
+                            hp.n_expert);
+  if (o.n_slots < end - o.expert_begin)
+    return invalid_argument("{} expert slots cannot hold the {} experts one layer may need", o.n_slots,
+                            end - o.expert_begin);
   std::unique_ptr<ExpertStore> s(new ExpertStore(hp, o, arbiter, counters));
   s->experts_.resize(static_cast<size_t>(hp.n_layer * hp.n_expert));
   for (int64_t l = 0; l < hp.n_layer; ++l) {
@@ -313,6 +320,7 @@ void ExpertStore::predict(int64_t layer, std::span<const int32_t> experts) {
     }
   }
   for (int32_t e : experts) {
+    if (!in_share(e)) continue;  // another process's
     predicted_[static_cast<size_t>(layer * hp_.n_expert + e)] = 1;
     cache_.protect(layer, e);
     if (cache_.slot_of(layer, e) >= 0) continue;
@@ -325,6 +333,10 @@ void ExpertStore::predict(int64_t layer, std::span<const int32_t> experts) {
 
 Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) {
   CHECK(pinned_.empty());  // release() the previous layer first
+  for (int32_t e : experts)
+    if (!in_share(e))
+      return invalid_argument("expert {} of layer {} is not this store's (experts {}-{})", e, layer, expert_begin_,
+                              expert_end_ - 1);
   retire_landed();
   LayerCounters& c = layer_counters_[static_cast<size_t>(layer)];
   int32_t* pred = predicted_.data() + layer * hp_.n_expert;

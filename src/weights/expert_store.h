@@ -34,6 +34,10 @@
 //                           caller to reorder with its idle threads; then
 //                           mark_prepared_expert(l, e)
 //
+// An expert share (options.expert_begin/end; --parallel ep, weights/
+// placement.h rule 7) holds and reads only the experts [begin, end) of each
+// routed layer: predict() passes over the others, acquire() refuses them.
+//
 // Counted per layer: chosen, predicted, predicted and chosen (precision and
 // recall), ready (landed when the layer routed), late (a prefetch still
 // reading) and by how long (routing to landing, summed and the longest),
@@ -87,9 +91,11 @@ struct ExpertStatsSnapshot {
 };
 
 struct ExpertStoreOptions {
-  int64_t n_slots = 0;
+  int64_t n_slots = 0;       // at least the share's experts (one routed layer's worth)
   uint64_t slot_bytes = 0;   // at least the largest expert's aligned extents
   CachePolicy policy = CachePolicy::kUsage;
+  int64_t expert_begin = 0;  // the experts this store holds and reads, of every routed layer
+  int64_t expert_end = -1;   // (-1: to the last)
 };
 
 class ExpertStore {
@@ -99,7 +105,8 @@ class ExpertStore {
   // One expert's own bytes (its three slices), the same for every expert of a model.
   static uint64_t expert_bytes_for(const ModelFile& file, const ModelHparams& hp);
 
-  // Errors: the file has no stacked expert tensors by offset; slot allocation.
+  // Errors: the file has no stacked expert tensors by offset; a share outside
+  // the model's experts, or more experts in it than slots; slot allocation.
   static StatusOr<std::unique_ptr<ExpertStore>> open(const ModelFile& file, const ModelHparams& hp,
                                                      const ExpertStoreOptions& options, BandwidthArbiter& arbiter,
                                                      WeightCounters& counters);
@@ -107,7 +114,8 @@ class ExpertStore {
 
   void predict(int64_t layer, std::span<const int32_t> experts);
   // out[i]: where experts[i] will be in memory; read it only once
-  // next_landed() has handed out i.
+  // next_landed() has handed out i. Errors: an expert outside the share
+  // (nothing is read), no slot free.
   Status acquire(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out);
   // After acquire(layer, ...): *index = i of an expert of that call that
   // has now landed and was not handed out before (-1 when all were). Errors:
@@ -161,6 +169,7 @@ class ExpertStore {
   StatusOr<bool> start(int64_t layer, int64_t expert, TransferClass cls, bool predicted);
   // Whether a slot's bytes are in memory: no read, or its read has landed.
   bool bytes_in(int64_t slot) const;
+  bool in_share(int64_t expert) const { return expert >= expert_begin_ && expert < expert_end_; }
   // Stops a slot's read (if any) and retires it. True if no read of it had
   // begun, so the slot's bytes are as they were before it was started.
   bool stop_read(int64_t slot);
@@ -179,6 +188,7 @@ class ExpertStore {
   WeightCounters& counters_;
   uint64_t slot_bytes_ = 0;
   uint64_t expert_bytes_ = 0;
+  int64_t expert_begin_ = 0, expert_end_ = 0;  // the share, resolved
   ExpertCache cache_;
   AlignedBuffer pool_;                       // [n_slots, slot_bytes]
   std::vector<ExpertInfo> experts_;          // [n_layer * n_expert]

@@ -157,6 +157,25 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
                             p.n_layer);
   const bool stage = p.layer_begin > 0 || p.layer_end < p.n_layer;
   if (stage && in.training) return unimplemented("fine-tuning streams the whole model, not a pipeline stage's layers");
+  // Rule 7: an expert share streams expert by expert; with experts_only the
+  // rest of the model is another process's.
+  const bool share = in.expert_begin != 0 || in.expert_end >= 0 || in.experts_only;
+  if (share) {
+    ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(file.metadata));
+    if (!hp.is_moe()) return invalid_argument("an expert share needs a mixture-of-experts model");
+    if (stage || in.training || in.stream_all)
+      return unimplemented("an expert share streams alone (not with a layer range, training or --stream-all)");
+    const int64_t end = in.expert_end < 0 ? hp.n_expert : in.expert_end;
+    if (in.expert_begin < 0 || in.expert_begin >= end || end > hp.n_expert)
+      return invalid_argument("expert share [{}, {}) is not inside the model's {} experts", in.expert_begin,
+                              in.expert_end, hp.n_expert);
+    if (in.experts_only) {
+      for (TensorPlacement& t : p.tensors) {
+        const TensorSpec* spec = hp.spec->find_tensor(file.tensors[t.index].name);
+        t.elsewhere = !(spec && spec->kind == TensorKind::kExperts);
+      }
+    }
+  }
   if (stage) {
     p.total_tensor_bytes = 0;
     for (TensorPlacement& t : p.tensors) {
@@ -201,7 +220,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
     p.predicted_compute_s = static_cast<double>(n_own) * in.layer_compute_s;
     return p;
   };
-  if (!in.stream_all &&
+  if (!in.stream_all && !share &&
       (in.mem_budget_bytes == 0 || p.essentials_bytes + all_layers_bytes <= in.mem_budget_bytes)) {
     finish_resident();
     if (in.training && in.layer_compute_s > 0) RETURN_IF_ERROR(set_training_figures(p, in));
@@ -210,7 +229,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   if (in.training && !(in.train_backward_s > 0))
     return invalid_argument("training needs the compute time of a layer's backward visit (> 0)");
   // A routed model streams expert by expert, not layer by layer.
-  if (auto hp = hparams_from_metadata(file.metadata); hp.ok() && hp->is_moe() && !in.stream_all) {
+  if (auto hp = hparams_from_metadata(file.metadata); share || (hp.ok() && hp->is_moe() && !in.stream_all)) {
     if (stage)
       return unimplemented("a pipeline stage of a routed model holds its layers in memory; streaming its experts "
                            "under --mem-budget is not supported yet");
@@ -352,21 +371,32 @@ std::string placement_map(const PlacementPlan& p) {
                      mb(static_cast<double>(p.ring_bytes)));
   s += "\n";
   if (p.n_expert_slots > 0) {
+    const std::string per_layer =
+        p.expert_share ? fmt::format("experts {}-{} of {}: an expert share, the others another process's",
+                                     p.expert_begin, p.expert_end - 1, p.n_expert)
+                       : fmt::format("{}", p.n_expert);
     s += fmt::format("  {:<7} {:>10} {:>8}  {} experts ({} routed layers x {}, {} each), one expert at a time\n",
-                     "disk", mb(static_cast<double>(disk_tensor_bytes)), n_disk, p.n_experts_total, p.n_layer_moe,
-                     p.n_expert, mb(static_cast<double>(p.expert_bytes)));
+                     "disk", mb(p.streamed_bytes), n_disk, p.n_experts_total, p.n_layer_moe, per_layer,
+                     mb(static_cast<double>(p.expert_bytes)));
     s += fmt::format("  experts: a pool of {} slots x {} = {} in host RAM ({:.1f} per routed layer of {}; shared by "
-                     "all layers), filled as routing and prediction ask\n",
+                     "all layers), filled as {}\n",
                      p.n_expert_slots, mb(static_cast<double>(p.expert_slot_bytes)),
                      mb(static_cast<double>(p.n_expert_slots) * static_cast<double>(p.expert_slot_bytes)),
-                     static_cast<double>(p.n_expert_slots) / static_cast<double>(p.n_layer_moe), p.n_expert);
-    s += "  resident: embeddings, output, and every layer's attention, norms, routers and shared experts; "
-         "experts resident per layer start at 0 and follow use (the run's summary prints them)\n";
+                     static_cast<double>(p.n_expert_slots) / static_cast<double>(p.n_layer_moe),
+                     p.expert_share ? p.n_share() : p.n_expert,
+                     p.experts_only ? "rows for them arrive" : "routing and prediction ask");
+    s += p.experts_only ? "  resident: nothing else (the rest of the model is another process's); experts resident "
+                          "per layer start at 0 and follow use\n"
+                        : "  resident: embeddings, output, and every layer's attention, norms, routers and shared "
+                          "experts; experts resident per layer start at 0 and follow use (the run's summary prints "
+                          "them)\n";
     if (!p.disk_note.empty()) s += fmt::format("  disk: {:.2f} GB/s, {}\n", p.disk_gbps, p.disk_note);
-    s += fmt::format("  predicted per step ({} token(s)): hit rate {:.0f}% (slots less one layer's "
-                     "read-ahead, over the other experts), {} of experts read, compute {}, disk {} + {} at the step boundary, stall {}; smallest "
-                     "workable budget {} bytes\n",
-                     p.tokens_per_step, 100 * p.expected_hit_rate, mb(p.expert_disk_bytes_per_step),
+    s += fmt::format("  predicted per step ({} token(s)): hit rate {:.0f}% ({}), {} of experts read, compute {}, "
+                     "disk {} + {} at the step boundary, stall {}; smallest workable budget {} bytes\n",
+                     p.tokens_per_step, 100 * p.expected_hit_rate,
+                     p.experts_only ? "slots over the share's experts, nothing read ahead"
+                                    : "slots less one layer's read-ahead, over the other experts",
+                     mb(p.expert_disk_bytes_per_step),
                      ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_boundary_s),
                      ms(p.predicted_stall_s), p.min_budget_bytes);
   } else {

@@ -36,6 +36,12 @@
 //      the blocks are rank 0's too. The other processes' tensors are
 //      `elsewhere`: served from the file's memory map, never read, not counted.
 //      (Dense models; a routed model's stage, and training, are refused.)
+//   7. An expert share (in.expert_begin/expert_end, dist/expert_parallel.h)
+//      of a routed model always streams expert by expert (plan_expert_
+//      placement): the pool holds only the share's experts, at least one
+//      routed layer's share of slots, and the store never reads another
+//      expert. With experts_only every other tensor is elsewhere, as in
+//      rule 6 (a rank r > 0 of --parallel ep holds its experts alone).
 // Predicted per step: compute = n_layer x compute_s, disk = n_streamed x
 // transfer_s, step = max of the two, stall = step - compute. This assumes the
 // ring lets the disk run ahead across resident layers. Training predicts per
@@ -82,6 +88,9 @@ struct PlacementInputs {
                                      // ring, trimmed to mem_budget_bytes when that is not 0
   int64_t layer_begin = 0;           // a pipeline stage's layers [layer_begin, layer_end)
   int64_t layer_end = -1;            // (-1: to the last); rule 6
+  int64_t expert_begin = 0;          // an expert share [expert_begin, expert_end) of every
+  int64_t expert_end = -1;           // routed layer (-1: to the last); rule 7
+  bool experts_only = false;         // the share alone: every other tensor elsewhere
 };
 
 struct TensorPlacement {
@@ -158,8 +167,13 @@ struct PlacementPlan {
   int64_t n_expert_slots = 0;            // 0: experts are not streamed one by one
   uint64_t expert_slot_bytes = 0;        // one slot (an expert's aligned extents)
   uint64_t expert_bytes = 0;             // one expert's own bytes
-  int64_t n_experts_total = 0;           // routed layers x experts per layer
+  int64_t n_experts_total = 0;           // routed layers x experts per layer (of the share)
   int64_t n_expert = 0;                  // experts per routed layer
+  int64_t expert_begin = 0;              // the share streamed (rule 7): [expert_begin,
+  int64_t expert_end = 0;                // expert_end), all n_expert when not a share
+  bool expert_share = false;             // rule 7
+  bool experts_only = false;             // rule 7, the share alone
+  int64_t n_share() const { return expert_end - expert_begin; }
   int64_t n_expert_used = 0;
   int64_t n_layer_moe = 0;
   double expected_hit_rate = 0;          // plan::expected_hit_rate (uniform routing, the prediction's read-ahead)

@@ -79,6 +79,10 @@ struct StreamingOptions {
   // A pipeline stage's layers (PlacementInputs::layer_begin/end; -1: to the last).
   int64_t layer_begin = 0;
   int64_t layer_end = -1;
+  // An expert share (PlacementInputs::expert_begin/end, experts_only; -1: to the last).
+  int64_t expert_begin = 0;
+  int64_t expert_end = -1;
+  bool experts_only = false;
 };
 
 struct StreamingSetup {

@@ -202,7 +202,10 @@ Status WeightStore::load(const WeightStoreOptions& options) {
   if (plan_.n_expert_slots > 0) {
     ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(f.metadata));
     ASSIGN_OR_RETURN(experts_, ExpertStore::open(f, hp,
-                                                 {.n_slots = plan_.n_expert_slots, .slot_bytes = plan_.expert_slot_bytes},
+                                                 {.n_slots = plan_.n_expert_slots,
+                                                  .slot_bytes = plan_.expert_slot_bytes,
+                                                  .expert_begin = plan_.expert_share ? plan_.expert_begin : 0,
+                                                  .expert_end = plan_.expert_share ? plan_.expert_end : -1},
                                                  *arbiter_, counters_));
   }
   desired_.reserve(slots_.size());
