@@ -326,7 +326,7 @@ void ExpertStore::predict(int64_t layer, std::span<const int32_t> experts) {
     if (cache_.slot_of(layer, e) >= 0) continue;
     // A prefetch that finds no slot or no transfer record is dropped: the
     // expert is read on demand if it is chosen.
-    StatusOr<bool> started = start(layer, e, TransferClass::kPrefetch, true);
+    StatusOr<bool> started = start(layer, e, TransferClass::kPredicted, true);
     if (started.ok() && *started) c.prefetch_reads.fetch_add(1, std::memory_order_relaxed);
   }
 }
