@@ -7,15 +7,6 @@
 
 namespace sluice::plan {
 
-const char* fluid_action_name(FluidAction a) {
-  switch (a) {
-    case FluidAction::kKeep: return "keep";
-    case FluidAction::kDemote: return "demote";
-    case FluidAction::kPromote: return "promote";
-  }
-  return "?";
-}
-
 Status validate_fluid_split(const FluidSplitConfig& c) {
   if (!(c.unit_bytes > 0) || !(c.kv_block_bytes > 0))
     return invalid_argument("the fluid split needs positive unit and KV block sizes");

@@ -74,7 +74,6 @@ struct FluidSplitState {
 };
 
 enum class FluidAction { kKeep, kDemote, kPromote };
-const char* fluid_action_name(FluidAction a);
 
 struct FluidDecision {
   FluidAction action = FluidAction::kKeep;

@@ -9,15 +9,6 @@
 
 namespace sluice::plan {
 
-const char* tier3_name(Tier3 t) {
-  switch (t) {
-    case Tier3::kHbm: return "hbm";
-    case Tier3::kHost: return "host";
-    case Tier3::kDisk: return "disk";
-  }
-  return "?";
-}
-
 namespace {
 
 std::string gb(double bytes) { return fmt::format("{:.3f} GB", bytes / 1e9); }

@@ -96,7 +96,6 @@ struct TierInputs {
 };
 
 enum class Tier3 { kHbm, kHost, kDisk };
-const char* tier3_name(Tier3 t);  // "hbm", "host", "disk"
 
 // One step's legs.
 struct TierStep {
