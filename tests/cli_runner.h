@@ -20,10 +20,26 @@ struct CliResult {
   std::string err;  // stderr
 };
 
-// A path under the test temp dir unique to this process.
+// A path under the test temp dir unique to this process. ctest runs every
+// test in a process of its own, two at a time, so a file that several tests
+// build under one fixed name would be written by two processes at once.
 inline std::string cli_temp_path(const std::string& name) {
   return ::testing::TempDir() + "/sluice_cli_" + std::to_string(::getpid()) + "_" + name;
 }
+
+// A cli_temp_path removed when this is destroyed: as a function-local static,
+// when the process exits, for a file the tests of one process share.
+class ProcessTempFile {
+ public:
+  explicit ProcessTempFile(const std::string& name) : path_(cli_temp_path(name)) {}
+  ~ProcessTempFile() { std::remove(path_.c_str()); }
+  ProcessTempFile(const ProcessTempFile&) = delete;
+  ProcessTempFile& operator=(const ProcessTempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // Runs `<binary> <args>` (args are passed to the shell as written).
 inline CliResult run_binary(const std::string& binary, const std::string& args) {

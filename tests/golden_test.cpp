@@ -44,11 +44,14 @@ std::shared_ptr<const ModelFile> open_format(const std::string& format) {
   // llama2.c checkpoint -> GGUF (as `sluice convert` does) -> read back.
   auto imported = import_llama2c(model_path("stories260K/stories260K.bin"), model_path("stories260K/tok512.bin"));
   EXPECT_TRUE(imported.ok()) << imported.status().to_string();
-  const std::string out = ::testing::TempDir() + "/stories260K_from_llama2c.gguf";
+  // One file per process: ctest runs this test's backends in parallel.
+  const std::string out =
+      ::testing::TempDir() + "/stories260K_from_llama2c_" + std::to_string(::getpid()) + ".gguf";
   Status st = write_gguf(*imported, out);
   EXPECT_TRUE(st.ok()) << st.to_string();
   auto mf = read_gguf(out);
   EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+  std::remove(out.c_str());  // the mapping outlives the name
   return std::make_shared<const ModelFile>(std::move(*mf));
 }
 

@@ -25,11 +25,14 @@ struct Case {
 std::shared_ptr<const ModelFile> synth(const Case& c) {
   SynthShape shape = synth_preset(c.preset, 2).value();
   shape.n_vocab = 512;
-  const std::string path = ::testing::TempDir() + "/moe_" + c.preset + "_" + c.type + ".gguf";
+  // One file per process: ctest runs the tests of one case in parallel.
+  const std::string path =
+      ::testing::TempDir() + "/moe_" + c.preset + "_" + c.type + "_" + std::to_string(::getpid()) + ".gguf";
   auto n = write_synth_model(SynthOptions{.shape = shape, .type = c.type, .seed = 11, .n_threads = 2}, path);
   EXPECT_TRUE(n.ok()) << n.status().to_string();
   auto mf = open_model_file(path);
   EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+  std::remove(path.c_str());  // the mapping outlives the name
   return std::make_shared<const ModelFile>(std::move(*mf));
 }
 

@@ -22,17 +22,18 @@ const std::string kStories = std::string(SLUICE_SOURCE_DIR) + "/tests/data/finet
 // An 8-layer model at the tiny preset's layer shape, Q8_0, 512-token
 // vocabulary: 7.0 MB, a third of which holds the essentials and two slots.
 const std::string& base() {
-  static const std::string path = [] {
-    const std::string p = ::testing::TempDir() + "/train_stream_cli_base.gguf";
-    CliResult s = run_cli("synth --preset tiny --layers 8 --vocab 512 --type q8_0 --seed 3 -o " + p);
+  static const ::sluice::testing::ProcessTempFile file("train_stream_cli_base.gguf");
+  static const bool written = [] {
+    CliResult s = run_cli("synth --preset tiny --layers 8 --vocab 512 --type q8_0 --seed 3 -o " + file.path());
     EXPECT_EQ(s.exit_code, 0) << s.err;
-    return p;
+    return s.exit_code == 0;
   }();
-  return path;
+  (void)written;
+  return file.path();
 }
 
 TEST(TrainStreamCli, FinetuneUnderABudgetReportsPlannedAndMeasuredSteps) {
-  const std::string out = ::testing::TempDir() + "/train_stream_cli_adapter.gguf";
+  const std::string out = ::sluice::testing::cli_temp_path("train_stream_cli_adapter.gguf");
   CliResult r = run_cli("finetune -m " + base() + " -d " + kStories + " -o " + out +
                         " --steps 3 --batch 2 --seq 16 --rank 4 --val-split 0 --backend reference -t 2"
                         " --mem-budget 2.4M --json");
@@ -56,7 +57,7 @@ TEST(TrainStreamCli, FinetuneUnderABudgetReportsPlannedAndMeasuredSteps) {
 // A disk capped at 40 MB/s: the placement map says so, and the steps' reads,
 // bytes over the time they were in flight, went no faster.
 TEST(TrainStreamCli, FinetuneWithTheDiskCappedReadsNoFasterThanTheCap) {
-  const std::string out = ::testing::TempDir() + "/train_stream_cli_capped.gguf";
+  const std::string out = ::sluice::testing::cli_temp_path("train_stream_cli_capped.gguf");
   CliResult r = run_cli("finetune -m " + base() + " -d " + kStories + " -o " + out +
                         " --steps 3 --batch 2 --seq 16 --rank 4 --val-split 0 --backend reference -t 2"
                         " --mem-budget 2.4M --disk-rate-cap 40M/s --json");
