@@ -101,6 +101,7 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
     pl::ExpertParallelInputs in = dist::expert_parallel_inputs(*mf, *hp);
     in.ranks = ranks;
     in.links = links;
+    in.attention = pl::EpAttention::kRank0;  // the only placement a job runs so far
     auto p = pl::plan_expert_parallel(in);
     if (!p.ok()) return fail(p.status());
     t += dist::expert_parallel_map(*p, a.n_batch);

@@ -312,6 +312,7 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   plan::ExpertParallelInputs in = expert_parallel_inputs(job.file, job.hp);
   in.ranks = job.ranks;
   in.links = job.links;
+  in.attention = plan::EpAttention::kRank0;  // the only placement the job runs so far
   const StatusOr<plan::ExpertParallelPlan> plan =
       job.refusal.ok() ? plan::plan_expert_parallel(in) : StatusOr<plan::ExpertParallelPlan>(job.refusal);
   if (!plan.ok()) return refuse_job(c, plan.status());
