@@ -166,19 +166,21 @@ StatusOr<ExpertParallelPlan> plan_ep_placement(const ExpertParallelInputs& in, E
     const uint64_t experts = static_cast<uint64_t>(n_share) * static_cast<uint64_t>(in.n_routed_layers) *
                              in.expert_bytes;
     // Beside its share: the rest of the model where the rank runs attention,
-    // and a worker's KV pool (rank 0's is the engine's in either placement).
-    const bool rest = p.runs_attention(r);
-    const uint64_t kv = rest && r > 0 ? in.kv_bytes : 0;
-    const uint64_t bytes = experts + (rest ? in.dense_bytes : 0) + kv;
-    p.share_bytes.push_back(bytes);
-    p.rank_bytes.push_back(bytes);
-    p.slots.push_back(0);
+    // and in a worker's memory its KV pool (a --mem-budget is for weights
+    // alone, as rank 0's is; rank 0's pool is the engine's either way).
     const RankResources& k = in.ranks[static_cast<size_t>(r)];
+    const bool rest = p.runs_attention(r);
+    const uint64_t kv = rest && r > 0 && !k.budget_given ? in.kv_bytes : 0;
+    const uint64_t weights = experts + (rest ? in.dense_bytes : 0);
+    const uint64_t bytes = weights + kv;
+    p.share_bytes.push_back(weights);
+    p.rank_bytes.push_back(weights);
+    p.slots.push_back(0);
     if (bytes <= k.mem_cap_bytes) continue;
-    // Streaming the share: the resident part, then a pool of at least one
-    // routed layer's share of slots.
+    // Streaming the share (under a budget): the resident part, then a pool
+    // of at least one routed layer's share of slots.
     const bool can_stream = k.budget_given && k.disk_gbps > 0 && in.expert_slot_bytes > 0;
-    const uint64_t resident = (rest ? dense_resident : 0) + kv;
+    const uint64_t resident = rest ? dense_resident : 0;
     const uint64_t least = resident + static_cast<uint64_t>(n_share) * in.expert_slot_bytes;
     if (can_stream && least <= k.mem_cap_bytes) {
       const auto fit = static_cast<int64_t>((k.mem_cap_bytes - resident) / in.expert_slot_bytes);
@@ -195,9 +197,8 @@ StatusOr<ExpertParallelPlan> plan_ep_placement(const ExpertParallelInputs& in, E
                         "pool of {} expert slots x {:.3f} MiB)",
                         mib(least), mib(resident), n_share, mib(in.expert_slot_bytes));
     const std::string beside = r == 0  ? " and the rest of the model"
-                               : rest ? fmt::format(", the rest of the model and a KV pool of {:.1f} MiB (attention "
-                                                    "on every rank)",
-                                                    mib(kv))
+                               : rest ? fmt::format(", the rest of the model{} (attention on every rank)",
+                                                    kv > 0 ? fmt::format(" and a KV pool of {:.1f} MiB", mib(kv)) : "")
                                       : "";
     refusal += fmt::format("{}rank {} needs {:.1f} MiB for experts {}-{}{} and may hold {:.1f} MiB ({}){}",
                            refusal.empty() ? "" : "; ", r, mib(bytes), g.begin, g.end - 1, beside,

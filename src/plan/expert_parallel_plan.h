@@ -12,7 +12,9 @@
 //                     share alone. Per routed layer rank 0 sends each rank
 //                     its rows and gets their outputs back (a round trip).
 //   every  (kEvery)   every rank holds the rest, its share and a KV pool
-//                     mirroring rank 0's (kv_bytes), and runs attention,
+//                     mirroring rank 0's (kv_bytes; in a worker's memory
+//                     beside its weights unless it has a --mem-budget, which
+//                     is for weights alone as rank 0's is), and runs attention,
 //                     routers and shared experts for the whole batch itself;
 //                     per routed layer the ranks exchange their experts'
 //                     outputs (one exchange, no rows sent).
@@ -20,8 +22,8 @@
 // A share that does not fit its rank's --mem-budget streams from the rank's
 // own disk, expert by expert, as one process does under a budget
 // (weights/placement.h, plan_expert_placement): what the rank holds besides
-// its share stays resident (the rest of the model where the rank holds it,
-// and under kEvery a worker's KV pool) and the rest of the budget is a pool
+// its share stays resident (the rest of the model where the rank holds it)
+// and the rest of the budget is a pool
 // of Z_r expert slots, at least one routed layer's share (E_r slots), at
 // most all of it (L x E_r). Its experts are then found in a slot at the hit
 // rate h_r of expert_plan.h over the share (a rank that routes, rank 0 and
@@ -115,7 +117,7 @@ struct ExpertParallelPlan {
   std::vector<ExpertRange> shares;   // [n_ranks] rank r's expert ids
   std::vector<uint64_t> rank_bytes;  // [n_ranks] weights held in memory (streaming: resident part and pool)
   std::vector<uint64_t> share_bytes; // [n_ranks] the share's experts, with the rest of the model (rank 0;
-                                     // kEvery: every rank, a worker also its KV pool)
+                                     // kEvery: every rank)
   std::vector<int64_t> slots;        // [n_ranks] expert slots of a streaming rank's pool (0: all in memory)
 
   // Whether rank r streams its share from its disk.

@@ -203,8 +203,8 @@ TEST(ExpertParallelPlan, AttentionOnEveryRankWorkedByHand) {
   // Rank 0 sends its outputs and gets rank 1's: 256 B each way.
   EXPECT_DOUBLE_EQ(ev->bytes_out(1, 1), 256.0);
   EXPECT_DOUBLE_EQ(ev->bytes_back(1, 1), 256.0);
-  // Every rank holds the rest of the model beside its share; rank 1 also the KV pool.
-  EXPECT_EQ(ev->rank_bytes[1], (8u << 20) + 16u * (1u << 20) + in.kv_bytes);
+  // Every rank holds the rest of the model beside its share.
+  EXPECT_EQ(ev->rank_bytes[1], (8u << 20) + 16u * (1u << 20));
   EXPECT_EQ(r0->rank_bytes[1], 16u * (1u << 20));
   EXPECT_NE(ev->attention_why.find("--ep-attention every"), std::string::npos) << ev->attention_why;
   // auto takes the faster: every.
@@ -264,10 +264,11 @@ TEST(ExpertParallelPlan, AttentionOnEveryRankMustFitEveryRank) {
   p = plan_expert_parallel(in);
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->every());
-  // Under its budget the worker streams its share beside the rest and the KV
-  // pool, and predicts its routing as rank 0 does (it routes too).
+  // Under its budget (for weights alone, as rank 0's: the KV pool is beside
+  // it) the worker streams its share beside the rest, and predicts its
+  // routing as rank 0 does (it routes too).
   in.ranks[1].budget_given = true;
-  in.ranks[1].mem_cap_bytes = in.dense_resident_bytes + in.kv_bytes + 6 * in.expert_slot_bytes;
+  in.ranks[1].mem_cap_bytes = in.dense_resident_bytes + 6 * in.expert_slot_bytes;
   p = plan_expert_parallel(in);
   ASSERT_TRUE(p.ok()) << p.status().message();
   ASSERT_TRUE(p->streams(1));
