@@ -494,6 +494,12 @@ TEST_F(ExpertParallel, RefusesAnUnknownAttentionPlacement) {
   EXPECT_NE(p.err.find("unknown --ep-attention 'all' (rank0: attention on rank 0; every: on every rank; auto"),
             std::string::npos)
       << p.err;
+  const CliResult pp = run_cli("plan parallel -m " + model_path("stories-moe/stories-moe.gguf") +
+                               " --parallel pp --ep-attention every");
+  EXPECT_NE(pp.exit_code, 0);
+  EXPECT_NE(pp.err.find("--ep-attention every places attention for --parallel ep, not --parallel pp"),
+            std::string::npos)
+      << pp.err;
 }
 
 TEST_F(ExpertParallel, HungRankFailsRequests) {

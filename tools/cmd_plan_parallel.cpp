@@ -40,6 +40,7 @@ json predicted_json(const dist::PredictedSteps& d) {
 
 int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
   if (Status st = dist::check_parallel_mode(a.parallel); !st.ok()) return fail(st);
+  if (Status st = dist::check_ep_attention(a.parallel, a.ep_attention); !st.ok()) return fail(st);
   const StatusOr<pl::EpAttention> attention = pl::parse_ep_attention(a.ep_attention);
   if (!attention.ok()) return fail(attention.status());
   if (a.n_ranks < 1) return fail(invalid_argument("--ranks must be >= 1, got {}", a.n_ranks));

@@ -214,9 +214,17 @@ Status check_parallel_mode(const std::string& mode) {
   return Status();
 }
 
+Status check_ep_attention(const std::string& mode, const std::string& ep_attention) {
+  ASSIGN_OR_RETURN(const plan::EpAttention a, plan::parse_ep_attention(ep_attention));
+  if (a != plan::EpAttention::kAuto && mode != "ep")
+    return invalid_argument("--ep-attention {} places attention for --parallel ep, not --parallel {}", ep_attention,
+                            mode);
+  return Status();
+}
+
 StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options) {
   RETURN_IF_ERROR(check_parallel_mode(options.mode));
-  RETURN_IF_ERROR(plan::parse_ep_attention(options.ep_attention).status());
+  RETURN_IF_ERROR(check_ep_attention(options.mode, options.ep_attention));
   if (!(options.timeout_s > 0)) return invalid_argument("the parallel timeout must be positive");
   std::shared_ptr<Session> s(new Session());
   s->options_ = options;

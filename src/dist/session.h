@@ -42,9 +42,11 @@ struct ParallelOptions {
 };
 
 // Errors: a mode other than pp and ep (pp and ep together are refused:
-// not supported yet). Session::start() and `plan parallel` check with it
-// (and --ep-attention with plan::parse_ep_attention).
+// not supported yet). Session::start() and `plan parallel` check with it.
 Status check_parallel_mode(const std::string& mode);
+// Errors: an --ep-attention other than auto, rank0 and every, or other than
+// auto with a mode that is not ep. Session::start() and `plan parallel`.
+Status check_ep_attention(const std::string& mode, const std::string& ep_attention);
 
 class Session {
  public:
