@@ -412,16 +412,32 @@ TEST(Cli, PlanKvTakesTheWindowIntoAccount) {
 
 // `plan parallel --parallel ep`: the job's plan over ranks alike, from the
 // model file, printed as rank 0 prints it at load. The shares cover the
-// experts and hold the file's weights; every routed layer crosses the link
-// out and back, so 5 ms more latency adds 2 x 5 ms per routed layer to decode.
+// experts and hold the file's weights. With attention on rank 0 every routed
+// layer crosses the link out and back, so 5 ms more latency adds 2 x 5 ms per
+// routed layer to decode; with attention on every rank one exchange per
+// routed layer and the step's description: 5 ms per routed layer and 5 ms.
 TEST(Cli, PlanParallelPredictsExpertsOverRanks) {
   const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
-  auto plan = [&](const std::string& link_us) {
-    CliResult r = run_cli("plan parallel -m " + moe + " --parallel ep --ranks 2 --hw h100 --json --link-us " + link_us);
+  auto plan = [&](const std::string& link_us, const std::string& attention = "rank0") {
+    CliResult r = run_cli("plan parallel -m " + moe + " --parallel ep --ranks 2 --hw h100 --json --link-us " + link_us +
+                          " --ep-attention " + attention);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return nlohmann::json::parse(r.out, nullptr, false);
   };
   const nlohmann::json near = plan("50"), far = plan("5050");
+  const nlohmann::json near_every = plan("50", "every"), far_every = plan("5050", "every"), chosen = plan("50", "auto");
+  ASSERT_FALSE(near_every.is_discarded() || far_every.is_discarded() || chosen.is_discarded());
+  EXPECT_EQ(near["attention"]["placement"], "rank0");
+  EXPECT_EQ(near_every["attention"]["placement"], "every");
+  EXPECT_NEAR(far_every["predicted"]["decode_s"].get<double>() - near_every["predicted"]["decode_s"].get<double>(),
+              (near_every["n_routed_layers"].get<double>() + 1) * 5e-3, 1e-9);
+  // Ranks alike: one exchange beats a round trip, so auto takes every rank
+  // and reports both predictions.
+  EXPECT_EQ(chosen["attention"]["placement"], "every") << chosen.dump();
+  EXPECT_DOUBLE_EQ(chosen["attention"]["decode_s"]["every"].get<double>(),
+                   near_every["predicted"]["decode_s"].get<double>());
+  EXPECT_DOUBLE_EQ(chosen["attention"]["decode_s"]["rank0"].get<double>(), near["predicted"]["decode_s"].get<double>());
+  EXPECT_GT(chosen["attention"]["kv_bytes"].get<double>(), 0);
   ASSERT_FALSE(near.is_discarded());
   ASSERT_FALSE(far.is_discarded());
   const nlohmann::json& ranks = near["ranks"];
@@ -445,6 +461,7 @@ TEST(Cli, PlanParallelPredictsExpertsOverRanks) {
   EXPECT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("[sluice] experts over 2 ranks (ep)"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("ms of it on links"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("[sluice] attention on "), std::string::npos) << text.out;
 }
 
 // `plan parallel --parallel pp`: contiguous layer ranges over the ranks; what

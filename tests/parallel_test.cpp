@@ -24,7 +24,16 @@
 //                                    experts from disk, alone and batched,
 //                                    and the greedy tokens equal one process's
 //   ExpertParallel.Refuses*          a dense model, pp and ep together, shares
-//                                    that do not fit the ranks' budgets even streaming
+//                                    that do not fit the ranks' budgets even
+//                                    streaming, an unknown --ep-attention
+//   ExpertParallel.AttentionOnEveryRank*  --ep-attention every: each rank
+//                                    runs attention itself and the ranks
+//                                    exchange their experts' outputs; greedy
+//                                    tokens equal one process's, alone
+//                                    (stories-moe, a synth with a gated shared
+//                                    expert), batched, and with both ranks
+//                                    streaming their shares
+//   (the tests above pin --ep-attention rank0; auto picks by measured rates)
 //   ExpertParallel.HungRankFailsRequests  as the pipeline's
 //
 // Each rank runs one thread (-t 1): three ranks share CI's two cores.
@@ -361,13 +370,16 @@ TEST_F(Pipeline, HungRankFailsRequests) {
 class ExpertParallel : public Pipeline {
  protected:
   // `run` alone and over 2 ranks with --parallel ep give the same greedy tokens.
-  static void expect_run_matches(const std::string& model) {
+  static void expect_run_matches(const std::string& model, const std::string& attention = "rank0") {
     const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
     const std::vector<int32_t> alone = run_tokens(run_cli(args));
     ASSERT_EQ(alone.size(), 24u);
-    const CliResult r = run_mpi(2, args + " --parallel ep");
+    const CliResult r = run_mpi(2, args + " --parallel ep --ep-attention " + attention);
     EXPECT_EQ(run_tokens(r), alone) << r.err;
     EXPECT_NE(r.err.find("experts over 2 ranks (ep)"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("[sluice] attention on " + std::string(attention == "every" ? "every rank" : "rank 0")),
+              std::string::npos)
+        << r.err;
     expect_rank1_computed(r.err);
   }
 
@@ -406,7 +418,7 @@ TEST_F(ExpertParallel, RunMatchesOneProcess) {
 TEST_F(ExpertParallel, BatchedMatchesOneProcess) {
   const std::string synth_path = synth("tiny-qwen2moe");
   for (const std::string& model : {model_path("stories-moe/stories-moe.gguf"), synth_path})
-    expect_batched_matches(model, "ep", {2}, expect_rank1_computed);
+    expect_batched_matches(model, "ep --ep-attention rank0", {2}, expect_rank1_computed);
   std::filesystem::remove(synth_path);
 }
 
@@ -419,7 +431,7 @@ TEST_F(ExpertParallel, StreamingRanksMatchOneProcess) {
   const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
   const std::vector<int32_t> alone = run_tokens(run_cli(args));
   ASSERT_EQ(alone.size(), 24u);
-  const CliResult r = run_mpi(2, args + " --mem-budget 1.5M --parallel ep");
+  const CliResult r = run_mpi(2, args + " --mem-budget 1.5M --parallel ep --ep-attention rank0");
   EXPECT_EQ(run_tokens(r), alone) << r.err;
   EXPECT_NE(r.err.find("rank(s) 0, 1 stream their share from their own disk"), std::string::npos) << r.err;
   // Each rank's store holds and reads only its share (its placement map).
@@ -430,7 +442,7 @@ TEST_F(ExpertParallel, StreamingRanksMatchOneProcess) {
   EXPECT_NE(r.err.find("ms waiting on disks"), std::string::npos) << r.err;
   expect_rank1_computed(r.err);
   // Batched, the same (bench-serve prints no job map: rank 1's load says it streams).
-  expect_batched_matches(model, "ep --mem-budget 1.5M", {2}, [](const std::string& err) {
+  expect_batched_matches(model, "ep --ep-attention rank0 --mem-budget 1.5M", {2}, [](const std::string& err) {
     EXPECT_NE(err.find("rank 1's share streams from its disk:"), std::string::npos) << err;
     expect_rank1_computed(err);
   });
@@ -457,8 +469,57 @@ TEST_F(ExpertParallel, RefusesBudgetsTooSmall) {
   EXPECT_NE(r.err.find("streaming the share from its disk needs at least"), std::string::npos) << r.err;
 }
 
+// Attention on every rank: rank 1 holds the rest of the model and runs each
+// step itself; the ranks exchange their experts' outputs per routed layer.
+TEST_F(ExpertParallel, AttentionOnEveryRankMatchesOneProcess) {
+  expect_run_matches(model_path("stories-moe/stories-moe.gguf"), "every");
+  const std::string path = synth("tiny-qwen2moe");  // a gated shared expert, computed on every rank
+  expect_run_matches(path, "every");
+  std::filesystem::remove(path);
+}
+
+TEST_F(ExpertParallel, AttentionOnEveryRankBatchedMatchesOneProcess) {
+  expect_batched_matches(model_path("stories-moe/stories-moe.gguf"), "ep --ep-attention every", {2},
+                         expect_rank1_computed);
+}
+
+// Each rank under 1.5 MB streams its share beside the rest of the model and
+// (rank 1) the KV pool: rank 1 routes too, so it reads its experts ahead.
+TEST_F(ExpertParallel, AttentionOnEveryRankWithStreamingSharesMatchesOneProcess) {
+  const std::string model = model_path("stories-moe/stories-moe.gguf");
+  const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
+  const std::vector<int32_t> alone = run_tokens(run_cli(args));
+  ASSERT_EQ(alone.size(), 24u);
+  const CliResult r = run_mpi(2, args + " --mem-budget 1.5M --parallel ep --ep-attention every");
+  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  EXPECT_NE(r.err.find("rank(s) 0, 1 stream their share from their own disk"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1's share streams from its disk:"), std::string::npos) << r.err;
+  expect_rank1_computed(r.err);
+}
+
+TEST_F(ExpertParallel, RefusesAnUnknownAttentionPlacement) {
+  const CliResult r = run_cli("run -m " + model_path("stories-moe/stories-moe.gguf") +
+                              " -p hi -n 2 -t 1 --parallel ep --ep-attention all");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--ep-attention"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("all"), std::string::npos) << r.err;
+  const CliResult p = run_cli("plan parallel -m " + model_path("stories-moe/stories-moe.gguf") +
+                              " --parallel ep --ep-attention all");
+  EXPECT_NE(p.exit_code, 0);
+  EXPECT_NE(p.err.find("unknown --ep-attention 'all' (rank0: attention on rank 0; every: on every rank; auto"),
+            std::string::npos)
+      << p.err;
+  const CliResult pp = run_cli("plan parallel -m " + model_path("stories-moe/stories-moe.gguf") +
+                               " --parallel pp --ep-attention every");
+  EXPECT_NE(pp.exit_code, 0);
+  EXPECT_NE(pp.err.find("--ep-attention every places attention for --parallel ep, not --parallel pp"),
+            std::string::npos)
+      << pp.err;
+}
+
 TEST_F(ExpertParallel, HungRankFailsRequests) {
-  expect_hung_rank_fails(model_path("stories-moe/stories-moe.gguf"), "stories-moe", "ep", "expert parallelism failed");
+  expect_hung_rank_fails(model_path("stories-moe/stories-moe.gguf"), "stories-moe", "ep --ep-attention rank0",
+                         "expert parallelism failed");
 }
 
 }  // namespace

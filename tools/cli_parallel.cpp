@@ -13,6 +13,12 @@ void add_parallel_options(CLI::App* c, ParallelArgs* args) {
   c->add_option("--parallel-timeout", args->timeout_s,
                 "seconds a rank waits for another during a step before the request fails and the job ends")
       ->capture_default_str();
+  c->add_option("--ep-attention", args->ep_attention,
+                "with --parallel ep, where attention (and the rest of the model but the routed experts) runs: rank0, "
+                "every (each rank holds it and a KV pool; one exchange per routed layer) or auto (the planner's "
+                "faster that fits)")
+      ->check(CLI::IsMember({"auto", "rank0", "every"}))
+      ->capture_default_str();
 }
 
 StatusOr<std::shared_ptr<dist::Session>> join_parallel(const ParallelArgs& args, const std::string& model,
@@ -20,7 +26,7 @@ StatusOr<std::shared_ptr<dist::Session>> join_parallel(const ParallelArgs& args,
                                                        std::optional<int>* worker_exit) {
   if (args.mode.empty()) return std::shared_ptr<dist::Session>();
   ASSIGN_OR_RETURN(std::shared_ptr<dist::Session> s,
-                   dist::Session::start({.mode = args.mode, .timeout_s = args.timeout_s}));
+                   dist::Session::start({.mode = args.mode, .ep_attention = args.ep_attention, .timeout_s = args.timeout_s}));
   if (!s->is_worker()) return s;
   const Status st = dist::run_worker(model, worker, *s);
   if (!st.ok()) fmt::print(stderr, "error: rank {}: {}\n", s->rank(), st.message());

@@ -18,9 +18,10 @@ namespace sluice::cli {
 struct ParallelArgs {
   std::string mode;        // "" (one process), pp, ep
   double timeout_s = 60;   // --parallel-timeout
+  std::string ep_attention = "auto";  // --ep-attention rank0|every|auto
 };
 
-// Adds --parallel MODE and --parallel-timeout SECONDS to a subcommand.
+// Adds --parallel MODE, --parallel-timeout SECONDS and --ep-attention to a subcommand.
 void add_parallel_options(CLI::App* c, ParallelArgs* args);
 
 // Without --parallel: null, nothing happens. With it: joins the job; on a

@@ -499,6 +499,9 @@ Runner add_plan(CLI::App& app) {
   parallel->add_option("--link-us", a->link_us, "link to rank 0: latency, one way, microseconds")->capture_default_str();
   parallel->add_option("--link-gbps", a->link_gbps, "link to rank 0: bandwidth, one way, GB/s")->capture_default_str();
   parallel->add_option("--n-batch", a->n_batch, "tokens per prefill step")->capture_default_str();
+  parallel->add_option("--ep-attention", a->ep_attention,
+                       "ep: where attention runs: rank0, every (each rank, with a KV pool) or auto (the faster that fits)")
+      ->capture_default_str();
   parallel->add_option("--disk-gbps", a->disk_gbps,
                        "each rank's disk read rate, GB/s, for a range beyond --budget-gb that streams (default: "
                        "--calibrate's probe, else 3.5)");

@@ -85,6 +85,7 @@ struct PlanArgs {
   double link_us = 50;             // one small message, one way
   double link_gbps = 1.25;         // large messages, one way (10 Gb Ethernet)
   int64_t n_batch = 256;           // tokens per prefill step (the engine's default)
+  std::string ep_attention = "auto";  // ep: rank0, every or auto, as the engine's --ep-attention
   // Three tiers on a GPU (plan tiers); rates default to an H200's.
   std::string gpu_budget;          // byte size (6G); "": unlimited
   std::string mem_budget;          // byte size; "": --budget-gb, else unlimited

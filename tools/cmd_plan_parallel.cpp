@@ -16,6 +16,7 @@
 #include "dist/job_plan.h"
 #include "dist/session.h"
 #include "plan/model_shape.h"
+#include "sluice/engine.h"
 
 namespace sluice::cli::plan_cmd {
 
@@ -26,6 +27,8 @@ namespace {
 
 // A rank's disk when neither --disk-gbps nor --calibrate's probe says (nvme-gen3).
 constexpr double kPlanParallelDiskGbps = 3.5;
+// The engine's context when none is asked for: the trained one, at most this (engine.cpp's ctx_cap).
+constexpr int64_t kEngineCtxCap = 4096;
 
 json predicted_json(const dist::PredictedSteps& d) {
   return {{"decode_s", d.decode_s},           {"decode_network_s", d.decode_network_s}, {"decode_disk_s", d.decode_disk_s},
@@ -37,6 +40,9 @@ json predicted_json(const dist::PredictedSteps& d) {
 
 int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
   if (Status st = dist::check_parallel_mode(a.parallel); !st.ok()) return fail(st);
+  if (Status st = dist::check_ep_attention(a.parallel, a.ep_attention); !st.ok()) return fail(st);
+  const StatusOr<pl::EpAttention> attention = pl::parse_ep_attention(a.ep_attention);
+  if (!attention.ok()) return fail(attention.status());
   if (a.n_ranks < 1) return fail(invalid_argument("--ranks must be >= 1, got {}", a.n_ranks));
   if (!(a.link_us >= 0) || !(a.link_gbps > 0))
     return fail(invalid_argument("--link-us must be >= 0 and --link-gbps > 0, got {} and {}", a.link_us, a.link_gbps));
@@ -101,6 +107,10 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
     pl::ExpertParallelInputs in = dist::expert_parallel_inputs(*mf, *hp);
     in.ranks = ranks;
     in.links = links;
+    in.attention = *attention;
+    // The engine's default pool: its default context (min(trained, 4096)) and max_seqs (include/sluice/engine.h).
+    const EngineConfig engine_defaults;
+    in.kv_bytes = dist::ep_kv_bytes(*mf, *hp, engine_defaults.ctx_size, kEngineCtxCap, engine_defaults.max_seqs);
     auto p = pl::plan_expert_parallel(in);
     if (!p.ok()) return fail(p.status());
     t += dist::expert_parallel_map(*p, a.n_batch);
@@ -113,6 +123,11 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
                       {"decode_disk_s", p->disk_s(r, 1) * static_cast<double>(in.n_routed_layers)}});
     }
     j["n_expert"] = in.n_expert;
+    j["attention"] = {{"placement", pl::ep_attention_name(p->attention)},
+                      {"asked", a.ep_attention},
+                      {"why", p->attention_why},
+                      {"kv_bytes", in.kv_bytes},
+                      {"decode_s", {{"rank0", p->rank0_decode_s}, {"every", p->every_decode_s}}}};
     j["n_routed_layers"] = in.n_routed_layers;
     j["predicted"] = predicted_json(dist::predicted_steps(*p, a.n_batch));
   }

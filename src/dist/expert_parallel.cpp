@@ -2,10 +2,13 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "dist/protocol.h"
+#include "dist/worker.h"
+#include "kv/kv_store.h"
 
 namespace sluice::dist {
 namespace {
@@ -27,22 +30,30 @@ void grow(std::vector<T>& v, size_t n) {
 
 }  // namespace
 
-ExpertParallelDriver::ExpertParallelDriver(Comm& comm, const ModelHparams& hp, plan::ExpertParallelPlan plan,
-                                           double abort_grace_s)
-    : comm_(comm), hp_(hp), plan_(std::move(plan)), abort_grace_s_(abort_grace_s) {
-  const auto S = static_cast<size_t>(plan_.n_ranks());
+ExpertParallelDriver::ExpertParallelDriver(Comm& comm, const ModelHparams& hp, std::vector<plan::ExpertRange> shares,
+                                           plan::EpAttention attention, double abort_grace_s)
+    : comm_(comm),
+      hp_(hp),
+      shares_(std::move(shares)),
+      attention_(attention),
+      me_(comm.rank()),
+      abort_grace_s_(abort_grace_s) {
+  const auto S = shares_.size();
   owner_.assign(static_cast<size_t>(hp.n_expert), 0);
   for (size_t r = 0; r < S; ++r)
-    for (int64_t e = plan_.shares[r].begin; e < plan_.shares[r].end; ++e) owner_[static_cast<size_t>(e)] = static_cast<int32_t>(r);
+    for (int64_t e = shares_[r].begin; e < shares_[r].end; ++e) owner_[static_cast<size_t>(e)] = static_cast<int32_t>(r);
   count_.assign(S, 0);
   rows_.assign(S, 0);
   msg_.resize(S);
   out_.resize(S);
-  sends_.reserve(S);
+  sends_.reserve(2 * S);
   recvs_.reserve(S);
-  MetricRegistry& reg = global_metrics();
+  step_sends_.reserve(S);
+  micro_ends_.reserve(1);
   out_bytes_.assign(S, nullptr);
   back_bytes_.assign(S, nullptr);
+  if (me_ != 0) return;
+  MetricRegistry& reg = global_metrics();
   const char* help = "Bytes sent between the job's processes, per link (step plans, hidden rows, expert rows)";
   for (size_t r = 1; r < S; ++r) {
     out_bytes_[r] = reg.counter("sluice_dist_bytes_sent_total", help, fmt::format("link=\"0->{}\"", r));
@@ -74,6 +85,20 @@ void ExpertParallelDriver::fail(const Status& st) {
 Status ExpertParallelDriver::experts(const LayerStep& s, const MoeStep& m) {
   if (failed_) return failure_;
   Status st = dispatch(s, m);
+  if (!st.ok() && me_ == 0) {  // a worker returns its error and ends (its loop's caller)
+    fail(st);
+    return failure_;
+  }
+  return st;
+}
+
+void ExpertParallelDriver::copy_kv_blocks(std::span<const BlockCopy> copies) {
+  copies_.insert(copies_.end(), copies.begin(), copies.end());
+}
+
+Status ExpertParallelDriver::run_step(Model& model, std::span<const ForwardSeq> seqs, KvStore& kv) {
+  if (failed_) return failure_;
+  Status st = broadcast_step(model, seqs, kv);
   if (!st.ok()) {
     fail(st);
     return failure_;
@@ -81,26 +106,26 @@ Status ExpertParallelDriver::experts(const LayerStep& s, const MoeStep& m) {
   return st;
 }
 
-Status ExpertParallelDriver::dispatch(const LayerStep& s, const MoeStep& m) {
-  const ModelHparams& h = hp_;
-  const int64_t n = s.n_tok, k = h.n_expert_used, E = h.n_embd;
-  const int64_t n_pairs = n * k;
-  const auto S = static_cast<size_t>(plan_.n_ranks());
-  const size_t row_bytes = static_cast<size_t>(E) * sizeof(float);
-  ++layers_;
-  // Each (token, slot) pair's row in its rank's outputs, in pair order: an
-  // expert's rows keep the token order one process gives them.
-  std::fill(count_.begin(), count_.end(), 0);
-  grow(slot_row_, static_cast<size_t>(n_pairs));
-  for (int64_t p = 0; p < n_pairs; ++p) slot_row_[static_cast<size_t>(p)] = count_[static_cast<size_t>(owner_[static_cast<size_t>(m.ids[p])])]++;
-  for (size_t r = 0; r < S; ++r) {
-    rows_[r] += count_[r];
-    grow(out_[r], static_cast<size_t>(count_[r] * E));
+Status ExpertParallelDriver::broadcast_step(Model& model, std::span<const ForwardSeq> seqs, KvStore& kv) {
+  // Every rank runs the whole step as one batch.
+  micro_ends_.assign(1, static_cast<int32_t>(seqs.size()));
+  encode_step(seqs, micro_ends_, copies_, kv, &step_msg_);
+  copies_.clear();
+  step_sends_.clear();
+  for (int r = 1; r < static_cast<int>(n_ranks()); ++r) {
+    ASSIGN_OR_RETURN(Pending p, comm_.isend(r, kTagControl, step_msg_.data(), step_msg_.size()));
+    step_sends_.push_back(p);
+    out_bytes_[static_cast<size_t>(r)]->add(static_cast<double>(step_msg_.size()));
   }
-  // The other ranks' rows, sent first so they compute while rank 0 does.
-  sends_.clear();
-  recvs_.clear();
-  for (size_t r = 1; r < S; ++r) {
+  RETURN_IF_ERROR(model.run_stage(0, seqs.size(), 0, model.step_tokens(), kv));
+  for (Pending& p : step_sends_) RETURN_IF_ERROR(comm_.wait(p, "a step's description"));
+  return Status();
+}
+
+Status ExpertParallelDriver::send_rows(const LayerStep& s, const MoeStep& m) {
+  const int64_t k = hp_.n_expert_used, E = hp_.n_embd, n_pairs = s.n_tok * k;
+  const size_t row_bytes = static_cast<size_t>(E) * sizeof(float);
+  for (size_t r = 1; r < count_.size(); ++r) {
     const int64_t c = count_[r];
     if (c == 0) continue;
     std::vector<uint8_t>& msg = msg_[r];
@@ -124,21 +149,72 @@ Status ExpertParallelDriver::dispatch(const LayerStep& s, const MoeStep& m) {
     out_bytes_[r]->add(static_cast<double>(msg.size()));
     back_bytes_[r]->add(static_cast<double>(c) * static_cast<double>(row_bytes));
   }
-  // Rank 0's own experts: one row per pair, weight 1 (the output is the expert's exactly).
-  if (const int64_t c = count_[0]; c > 0) {
-    grow(x0_, static_cast<size_t>(c * E));
-    grow(ids0_, static_cast<size_t>(c));
+  return Status();
+}
+
+Status ExpertParallelDriver::post_exchange() {
+  const size_t row_bytes = static_cast<size_t>(hp_.n_embd) * sizeof(float);
+  const auto me = static_cast<size_t>(me_);
+  for (size_t q = 0; q < count_.size(); ++q) {
+    if (q == me) continue;
+    if (count_[me] > 0) {
+      ASSIGN_OR_RETURN(Pending sp, comm_.isend(static_cast<int>(q), kTagReturn, out_[me].data(),
+                                               static_cast<size_t>(count_[me]) * row_bytes));
+      sends_.push_back(sp);
+    }
+    if (me == 0 && count_[0] > 0) out_bytes_[q]->add(static_cast<double>(count_[0]) * static_cast<double>(row_bytes));
+    if (me == 0 && count_[q] > 0) back_bytes_[q]->add(static_cast<double>(count_[q]) * static_cast<double>(row_bytes));
+  }
+  return Status();
+}
+
+Status ExpertParallelDriver::dispatch(const LayerStep& s, const MoeStep& m) {
+  const ModelHparams& h = hp_;
+  const int64_t n = s.n_tok, k = h.n_expert_used, E = h.n_embd;
+  const int64_t n_pairs = n * k;
+  const auto S = count_.size();
+  const auto me = static_cast<size_t>(me_);
+  const bool every = attention_ == plan::EpAttention::kEvery;
+  const size_t row_bytes = static_cast<size_t>(E) * sizeof(float);
+  ++layers_;
+  // Each (token, slot) pair's row in its rank's outputs, in pair order: an
+  // expert's rows keep the token order one process gives them.
+  std::fill(count_.begin(), count_.end(), 0);
+  grow(slot_row_, static_cast<size_t>(n_pairs));
+  for (int64_t p = 0; p < n_pairs; ++p) slot_row_[static_cast<size_t>(p)] = count_[static_cast<size_t>(owner_[static_cast<size_t>(m.ids[p])])]++;
+  for (size_t r = 0; r < S; ++r) {
+    rows_[r] += count_[r];
+    grow(out_[r], static_cast<size_t>(count_[r] * E));
+  }
+  sends_.clear();
+  recvs_.clear();
+  if (every) {  // the other ranks' outputs, received as they come
+    for (size_t q = 0; q < S; ++q) {
+      if (q == me || count_[q] == 0) continue;
+      ASSIGN_OR_RETURN(Pending rp, comm_.irecv(static_cast<int>(q), kTagReturn, out_[q].data(),
+                                               static_cast<size_t>(count_[q]) * row_bytes));
+      recvs_.push_back(rp);
+    }
+  } else {  // the other ranks' rows, sent first so they compute while rank 0 does
+    RETURN_IF_ERROR(send_rows(s, m));
+  }
+  // This rank's own experts: one row per pair, weight 1 (the output is the expert's exactly).
+  if (const int64_t c = count_[me]; c > 0) {
+    grow(xme_, static_cast<size_t>(c * E));
+    grow(ids_me_, static_cast<size_t>(c));
     if (ones_.size() < static_cast<size_t>(c)) ones_.resize(static_cast<size_t>(c), 1.0f);
     int64_t i = 0;
     for (int64_t p = 0; p < n_pairs; ++p) {
-      if (owner_[static_cast<size_t>(m.ids[p])] != 0) continue;
-      ids0_[static_cast<size_t>(i)] = m.ids[p];
-      std::memcpy(x0_.data() + i * E, s.xn + (p / k) * E, row_bytes);
+      if (owner_[static_cast<size_t>(m.ids[p])] != me_) continue;
+      ids_me_[static_cast<size_t>(i)] = m.ids[p];
+      std::memcpy(xme_.data() + i * E, s.xn + (p / k) * E, row_bytes);
       ++i;
     }
-    s.be.expert_ffn({.x = x0_.data(), .out = out_[0].data(), .ids = ids0_.data(), .weights = ones_.data(), .n_tok = c,
-                     .n_used = 1, .n_embd = E, .n_ff = h.n_ff_expert, .act = h.spec->act, .experts = m.experts});
+    s.be.expert_ffn({.x = xme_.data(), .out = out_[me].data(), .ids = ids_me_.data(), .weights = ones_.data(),
+                     .n_tok = c, .n_used = 1, .n_embd = E, .n_ff = h.n_ff_expert, .act = h.spec->act,
+                     .experts = m.experts});
   }
+  if (every) RETURN_IF_ERROR(post_exchange());
   // The shared expert over every token, as the backend's expert_ffn runs it.
   const LayerWeights& w = s.w;
   const bool has_shared = w.has_mat(TensorRole::kFfnGateShexp);
@@ -153,7 +229,7 @@ Status ExpertParallelDriver::dispatch(const LayerStep& s, const MoeStep& m) {
                      .out = {w.mat(TensorRole::kFfnDownShexp), sh_y_.data()}});
   }
   for (Pending& p : recvs_) RETURN_IF_ERROR(comm_.wait(p, "the outputs of a rank's experts"));
-  for (Pending& p : sends_) RETURN_IF_ERROR(comm_.wait(p, "a routed layer's rows"));
+  for (Pending& p : sends_) RETURN_IF_ERROR(comm_.wait(p, every ? "a routed layer's outputs" : "a routed layer's rows"));
   // out[t] = sum over slots in order of weight x expert output, then the
   // gated shared expert: the CPU backend's expert_ffn, term by term.
   const float* shared_gate = w.vec(TensorRole::kFfnSharedGate);
@@ -183,7 +259,10 @@ Status ExpertParallelDriver::dispatch(const LayerStep& s, const MoeStep& m) {
 Status ExpertParallelDriver::shutdown() {
   if (failed_) return failure_;
   const ExpertMsgHeader hd{.kind = kExpertShutdown};
-  for (int r = 1; r < plan_.n_ranks(); ++r) RETURN_IF_ERROR(comm_.send(r, kTagControl, &hd, sizeof hd, "the end of the job"));
+  if (attention_ == plan::EpAttention::kEvery) encode_shutdown(&step_msg_);
+  const void* data = attention_ == plan::EpAttention::kEvery ? static_cast<const void*>(step_msg_.data()) : &hd;
+  const size_t bytes = attention_ == plan::EpAttention::kEvery ? step_msg_.size() : sizeof hd;
+  for (int r = 1; r < n_ranks(); ++r) RETURN_IF_ERROR(comm_.send(r, kTagControl, data, bytes, "the end of the job"));
   return Status();
 }
 
@@ -226,6 +305,22 @@ Status run_expert_worker_loop(Comm& comm, Model& model, plan::ExpertRange mine) 
     model.release_layer(hd.layer);
     RETURN_IF_ERROR(comm.send(0, kTagReturn, out.data(), static_cast<size_t>(hd.n_rows * E) * sizeof(float),
                               "a routed layer's expert outputs"));
+  }
+}
+
+Status run_replica_worker_loop(Comm& comm, Model& model) {
+  std::vector<uint8_t> msg;
+  std::vector<ForwardSeq> seqs;
+  std::optional<KvStore> kv;
+  for (;;) {
+    RETURN_IF_ERROR(comm.recv_message(0, kTagControl, &msg, "a step", /*timeout=*/0));
+    ASSIGN_OR_RETURN(const StepView v, decode_step(msg));
+    if (v.h.kind == static_cast<int32_t>(StepKind::kShutdown)) return Status();
+    RETURN_IF_ERROR(mirror_step(model, v, &kv, &seqs));
+    for (ForwardSeq& s : seqs) s.n_logits = 0;  // rank 0 computes the logits
+    RETURN_IF_ERROR(model.begin_step(seqs, *kv, /*embed=*/true));
+    RETURN_IF_ERROR(model.run_stage(0, seqs.size(), 0, model.step_tokens(), *kv));
+    RETURN_IF_ERROR(model.finish_step(nullptr));  // no logits: the step's end for a weight store
   }
 }
 

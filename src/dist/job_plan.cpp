@@ -140,6 +140,23 @@ plan::ExpertParallelInputs expert_parallel_inputs(const ModelFile& file, const M
   return in;
 }
 
+uint64_t ep_kv_bytes(const ModelFile& file, const ModelHparams& hp, int64_t n_ctx_max, int64_t ctx_cap,
+                     int64_t max_seqs) {
+  int64_t n_ctx = n_ctx_max > 0 ? n_ctx_max : hp.n_ctx_train;
+  if (n_ctx_max <= 0 && ctx_cap > 0) n_ctx = std::min(n_ctx, ctx_cap);
+  if (hp.kv_window() > 0) n_ctx = std::min(n_ctx, hp.kv_window());
+  // The model's default KV type (Model::default_kv_dtype): f32 for an f32 model, else f16.
+  uint64_t elem = 2;
+  for (const TensorInfo& t : file.tensors) {
+    const TensorSpec* s = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
+    if (s && s->role == TensorRole::kTokenEmbd && t.type == DType::kF32) elem = 4;
+  }
+  const uint64_t per_token = 2 * static_cast<uint64_t>(hp.n_layer) * static_cast<uint64_t>(hp.n_embd_kv()) * elem;
+  const uint64_t bytes = per_token * static_cast<uint64_t>(std::max<int64_t>(1, n_ctx)) *
+                         static_cast<uint64_t>(std::max<int64_t>(1, max_seqs / 4));
+  return std::min(bytes, std::max(per_token * static_cast<uint64_t>(std::max<int64_t>(1, n_ctx)), uint64_t{4} << 30));
+}
+
 PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch) {
   PredictedSteps d{.decode_s = p.step_s(1, 1, 1),
                    .prefill_tokens = n_batch,
@@ -213,8 +230,8 @@ std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_bat
   for (int64_t r = 0; r < p.n_ranks(); ++r)
     if (p.streams(r)) streaming += fmt::format("{}{}", streaming.empty() ? "" : ", ", r);
   std::string s = fmt::format("[sluice] experts over {} ranks (ep): every routed layer's experts split, the rest on "
-                              "rank 0; {}\n",
-                              p.n_ranks(),
+                              "{}; {}\n",
+                              p.n_ranks(), p.every() ? "every rank" : "rank 0",
                               streaming.empty() ? "every weight in memory"
                                                 : fmt::format("rank(s) {} stream their share from their own disk "
                                                               "under --mem-budget",
@@ -224,7 +241,7 @@ std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_bat
   for (int64_t r = 0; r < p.n_ranks(); ++r) {
     const plan::RankResources& k = p.in.ranks[static_cast<size_t>(r)];
     const plan::ExpertRange g = p.shares[static_cast<size_t>(r)];
-    const std::string experts = fmt::format("{}-{}{}", g.begin, g.end - 1, r == 0 ? " +rest" : "");
+    const std::string experts = fmt::format("{}-{}{}", g.begin, g.end - 1, p.runs_attention(r) ? " +rest" : "");
     const std::string cap = fmt::format("{} {}", job_plan_cap_text(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
     const plan::LinkFigures& l = p.in.links[static_cast<size_t>(r)];
     const std::string link = r == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
@@ -245,11 +262,17 @@ std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_bat
                      "{:.2f} GB/s ({:.2f} ms); it holds {:.1f} MiB of the share's {:.1f} MiB\n",
                      r, g.begin, g.end - 1, p.slots[i], mib(p.in.expert_slot_bytes),
                      static_cast<double>(p.slots[i]) / static_cast<double>(p.in.n_routed_layers), g.end - g.begin,
-                     r == 0 ? ", read ahead by routing prediction" : ", read as its rows arrive",
+                     p.runs_attention(r) ? ", read ahead by routing prediction" : ", read as its rows arrive",
                      100 * p.hit_rate(r, 1), missed, p.in.ranks[i].disk_gbps,
                      p.disk_s(r, 1) * static_cast<double>(p.in.n_routed_layers) * 1e3, mib(p.rank_bytes[i]),
                      mib(p.share_bytes[i]));
   }
+  // Where attention runs, and why (the planner's choice or the flag's).
+  s += fmt::format("[sluice] attention on {}{}: {}\n", p.every() ? "every rank" : "rank 0",
+                   p.every() ? fmt::format(" (each worker also holds a KV pool of {:.1f} MiB mirroring rank 0's)",
+                                           mib(p.in.kv_bytes))
+                             : "",
+                   p.attention_why);
   double out = 0, back = 0;
   for (int64_t r = 1; r < p.n_ranks(); ++r) {
     out += p.bytes_out(r, 1);

@@ -25,6 +25,13 @@ plan::PipelineInputs pipeline_inputs(const ModelFile& file, const ModelHparams& 
 // The expert planner's: one expert's bytes and FLOPs per row, and the rest
 // of the model's (rank 0's).
 plan::ExpertParallelInputs expert_parallel_inputs(const ModelFile& file, const ModelHparams& hp);
+// The KV pool rank 0's engine holds by default (engine/kv_pool.cpp without
+// --kv-budget-mib: a context of n_ctx positions, or the window's, for
+// max(1, max_seqs / 4) sequences at the model's default KV type, at most
+// 4 GiB), which every rank mirrors with attention on every rank. n_ctx:
+// n_ctx_max, else the trained context capped at ctx_cap (load_model's rule).
+uint64_t ep_kv_bytes(const ModelFile& file, const ModelHparams& hp, int64_t n_ctx_max, int64_t ctx_cap,
+                     int64_t max_seqs);
 
 // What a plan predicts: one decode token and one prefill step of n_batch
 // tokens (the load's batch), the links' share of decode.
@@ -41,8 +48,9 @@ PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batc
 
 // The placement map: a row per rank (host, layers or experts, tier, weights
 // held in memory, memory cap, rates, link to rank 0), a line per rank that
-// streams (which layers stay resident, which stream, its disk rate), then the
-// predicted steps with their network and disk legs. `in` holds
+// streams (which layers stay resident, which stream, its disk rate), (ep)
+// where attention runs and why, then the predicted steps with their network
+// and disk legs. `in` holds
 // the ranks the pipeline plan was made for.
 std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch);
 std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_batch);

@@ -9,6 +9,10 @@
 //                         last -> 0    kTagReturn  [n_mb_logits, n_embd] f32: the rows asking for logits
 //   end:                  0 -> r       kTagControl StepMsg of kind kShutdown
 //
+// Expert parallelism with attention on every rank (expert_parallel.h) sends
+// the same StepMsg to every rank (one micro-batch), and the ranks exchange
+// their experts' outputs under kTagReturn.
+//
 // A StepMsg is the step's plan as plain arrays: every stage computes the same
 // tokens at the same positions through the same block tables, into a KV pool
 // of the same shape as rank 0's (block ids name the same block everywhere),

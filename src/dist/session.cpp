@@ -214,8 +214,17 @@ Status check_parallel_mode(const std::string& mode) {
   return Status();
 }
 
+Status check_ep_attention(const std::string& mode, const std::string& ep_attention) {
+  ASSIGN_OR_RETURN(const plan::EpAttention a, plan::parse_ep_attention(ep_attention));
+  if (a != plan::EpAttention::kAuto && mode != "ep")
+    return invalid_argument("--ep-attention {} places attention for --parallel ep, not --parallel {}", ep_attention,
+                            mode);
+  return Status();
+}
+
 StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options) {
   RETURN_IF_ERROR(check_parallel_mode(options.mode));
+  RETURN_IF_ERROR(check_ep_attention(options.mode, options.ep_attention));
   if (!(options.timeout_s > 0)) return invalid_argument("the parallel timeout must be positive");
   std::shared_ptr<Session> s(new Session());
   s->options_ = options;
@@ -228,11 +237,11 @@ Session::~Session() {
     if (ep_driver_->failed()) comm_->abort(1);
     const ExpertParallelDriver& d = *ep_driver_;
     std::string links;
-    for (int r = 1; r < d.plan().n_ranks(); ++r)
+    for (int r = 1; r < d.n_ranks(); ++r)
       links += fmt::format("{}0->{} {} B, {}->0 {} B", links.empty() ? "" : ", ", r, d.link_bytes(0, r), r,
                            d.link_bytes(r, 0));
     std::string rows;
-    for (int r = 0; r < d.plan().n_ranks(); ++r) rows += fmt::format("{}{}", r ? "/" : "", d.rows(r));
+    for (int r = 0; r < d.n_ranks(); ++r) rows += fmt::format("{}{}", r ? "/" : "", d.rows(r));
     fmt::print(stderr, "[sluice] experts: {} routed layers dispatched, expert rows per rank {}; sent {}\n", d.layers(),
                rows, links);
     if (Status st = ep_driver_->shutdown(); !st.ok()) {
@@ -315,6 +324,8 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   plan::ExpertParallelInputs in = expert_parallel_inputs(job.file, job.hp);
   in.ranks = job.ranks;
   in.links = job.links;
+  ASSIGN_OR_RETURN(in.attention, plan::parse_ep_attention(session.options().ep_attention));
+  in.kv_bytes = ep_kv_bytes(job.file, job.hp, o.n_ctx_max, o.ctx_cap, o.max_seqs);
   const StatusOr<plan::ExpertParallelPlan> plan =
       job.refusal.ok() ? plan::plan_expert_parallel(in) : StatusOr<plan::ExpertParallelPlan>(job.refusal);
   if (!plan.ok()) return refuse_job(c, plan.status());
@@ -324,6 +335,7 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   json setup = setup_message(o);
   setup["experts"] = experts;
   setup["streams"] = streams;
+  setup["attention"] = plan::ep_attention_name(plan->attention);
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   // A share the plan found fits is held in memory; one that does not streams
   // from this rank's disk, expert by expert, under its --mem-budget
@@ -342,9 +354,10 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
                                lm->model->backend().name());
   ASSIGN_OR_RETURN(const std::string failures, start_job(c, mine_failure));
   if (!failures.empty()) return unavailable("loading the experts' shares failed: {}", failures);
-  session.ep_driver_ = std::make_unique<ExpertParallelDriver>(c, lm->model->hparams(), *plan,
+  session.ep_driver_ = std::make_unique<ExpertParallelDriver>(c, lm->model->hparams(), plan->shares, plan->attention,
                                                               session.options().abort_grace_s);
   lm->model->set_expert_dispatch(session.ep_driver_.get());
+  if (plan->every()) lm->model->set_stage_runner(session.ep_driver_.get());  // the step to every rank
   const std::string own = lm->placement_report;
   lm->placement_report = expert_parallel_map(*plan, o.n_batch);
   if (!own.empty()) lm->placement_report += "[sluice] rank 0's share streams from its disk:\n" + own;
@@ -364,11 +377,15 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   if (!setup.value("ok", false)) return invalid_argument("rank 0 refused the job: {}", setup.value("error", "?"));
   LoadOptions lo = worker_load_options(o, setup);
   if (setup.contains("experts")) {  // --parallel ep: its experts of every routed layer
-    const json& mine_share = setup.at("experts").at(static_cast<size_t>(c.rank()));
-    const plan::ExpertRange range{mine_share.at(0).get<int64_t>(), mine_share.at(1).get<int64_t>()};
+    const json& shares = setup.at("experts");
+    std::vector<plan::ExpertRange> ranges;
+    for (const json& g : shares) ranges.push_back({g.at(0).get<int64_t>(), g.at(1).get<int64_t>()});
+    const plan::ExpertRange range = ranges.at(static_cast<size_t>(c.rank()));
+    // With attention on every rank it holds the rest of the model as rank 0 does.
+    const bool every = setup.value("attention", "rank0") == plan::ep_attention_name(plan::EpAttention::kEvery);
     lo.expert_begin = range.begin;
     lo.expert_end = range.end;
-    lo.experts_only = true;
+    lo.experts_only = !every;
     if (setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>()) {
       lo.mem_budget_bytes = o.mem_budget_bytes;
       lo.disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s;
@@ -378,7 +395,11 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
     if (lm.ok() && !lm->placement_report.empty())
       fmt::print(stderr, "[sluice] rank {}'s share streams from its disk:\n{}", c.rank(), lm->placement_report);
     RETURN_IF_ERROR(report_load(c, lm));
-    return run_expert_worker_loop(c, *lm->model, range);
+    if (!every) return run_expert_worker_loop(c, *lm->model, range);
+    ExpertParallelDriver driver(c, lm->model->hparams(), ranges, plan::EpAttention::kEvery,
+                                session.options().abort_grace_s);
+    lm->model->set_expert_dispatch(&driver);
+    return run_replica_worker_loop(c, *lm->model);
   }
   const json& ranges = setup.at("ranges");
   const json& mine_range = ranges.at(static_cast<size_t>(c.rank()));

@@ -36,6 +36,7 @@ namespace sluice::dist {
 
 struct ParallelOptions {
   std::string mode = "pp";     // pp: pipeline (layer ranges per rank); ep: experts per rank
+  std::string ep_attention = "auto";  // ep: rank0, every or auto (plan::parse_ep_attention)
   double timeout_s = 60;       // what a rank waits for another during a step
   double abort_grace_s = 3;    // after a failure, before the job is ended
 };
@@ -43,6 +44,9 @@ struct ParallelOptions {
 // Errors: a mode other than pp and ep (pp and ep together are refused:
 // not supported yet). Session::start() and `plan parallel` check with it.
 Status check_parallel_mode(const std::string& mode);
+// Errors: an --ep-attention other than auto, rank0 and every, or other than
+// auto with a mode that is not ep. Session::start() and `plan parallel`.
+Status check_ep_attention(const std::string& mode, const std::string& ep_attention);
 
 class Session {
  public:
@@ -79,9 +83,11 @@ class Session {
 StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions& options, Session& session);
 
 // Rank 0 with --parallel ep: the same start, planned by
-// plan_expert_parallel() (every routed layer's experts in contiguous shares),
-// then everything but the other ranks' experts loaded, with the model's
-// expert dispatch set (expert_parallel.h). A rank whose share exceeds its
+// plan_expert_parallel() (every routed layer's experts in contiguous shares;
+// attention on rank 0 or on every rank, as --ep-attention asks or the
+// planner chooses), then everything but the other ranks' experts loaded,
+// with the model's expert dispatch set (expert_parallel.h; with attention on
+// every rank also its stage runner). A rank whose share exceeds its
 // --mem-budget streams it from its own disk (the setup says which). Errors:
 // as load_pipelined(), and a model without routed experts, a backend whose
 // buffers are not host memory, a share that cannot stream under its budget.

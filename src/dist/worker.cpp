@@ -9,6 +9,29 @@
 
 namespace sluice::dist {
 
+Status mirror_step(Model& model, const StepView& v, std::optional<KvStore>* kv, std::vector<ForwardSeq>* seqs) {
+  const StepHeader& h = v.h;
+  if (!*kv || (*kv)->n_blocks() != h.kv_blocks || static_cast<int32_t>((*kv)->layout().dtype) != h.kv_dtype ||
+      (*kv)->layout().block_size != h.kv_block_size) {
+    kv->reset();
+    ASSIGN_OR_RETURN(KvStore store, model.backend().create_kv(
+                                        model.kv_layout(static_cast<KvDtype>(h.kv_dtype), h.kv_block_size),
+                                        h.kv_blocks));
+    kv->emplace(std::move(store));
+  }
+  for (size_t i = 0; i + 1 < v.copies.size(); i += 2) model.backend().copy_kv_block(**kv, v.copies[i], v.copies[i + 1]);
+  seqs->clear();
+  size_t tok = 0, tab = 0;
+  for (const StepSeq& s : v.seqs) {
+    seqs->push_back(ForwardSeq{.tokens = v.tokens.subspan(tok, static_cast<size_t>(s.n_tokens)), .pos0 = s.pos0,
+                               .block_table = v.tables.subspan(tab, static_cast<size_t>(s.n_blocks)),
+                               .n_logits = s.n_logits});
+    tok += static_cast<size_t>(s.n_tokens);
+    tab += static_cast<size_t>(s.n_blocks);
+  }
+  return Status();
+}
+
 Status run_worker_loop(Comm& comm, Model& model, int n_stages) {
   const int rank = comm.rank();
   const bool last = rank == n_stages - 1;
@@ -23,25 +46,7 @@ Status run_worker_loop(Comm& comm, Model& model, int n_stages) {
     RETURN_IF_ERROR(comm.recv_message(0, kTagControl, &msg, "a step", /*timeout=*/0));
     ASSIGN_OR_RETURN(const StepView v, decode_step(msg));
     if (v.h.kind == static_cast<int32_t>(StepKind::kShutdown)) return Status();
-    const StepHeader& h = v.h;
-    if (!kv || kv->n_blocks() != h.kv_blocks || static_cast<int32_t>(kv->layout().dtype) != h.kv_dtype ||
-        kv->layout().block_size != h.kv_block_size) {
-      kv.reset();
-      ASSIGN_OR_RETURN(KvStore store, model.backend().create_kv(
-                                          model.kv_layout(static_cast<KvDtype>(h.kv_dtype), h.kv_block_size),
-                                          h.kv_blocks));
-      kv.emplace(std::move(store));
-    }
-    for (size_t i = 0; i + 1 < v.copies.size(); i += 2) model.backend().copy_kv_block(*kv, v.copies[i], v.copies[i + 1]);
-    seqs.clear();
-    size_t tok = 0, tab = 0;
-    for (const StepSeq& s : v.seqs) {
-      seqs.push_back(ForwardSeq{.tokens = v.tokens.subspan(tok, static_cast<size_t>(s.n_tokens)), .pos0 = s.pos0,
-                                .block_table = v.tables.subspan(tab, static_cast<size_t>(s.n_blocks)),
-                                .n_logits = s.n_logits});
-      tok += static_cast<size_t>(s.n_tokens);
-      tab += static_cast<size_t>(s.n_blocks);
-    }
+    RETURN_IF_ERROR(mirror_step(model, v, &kv, &seqs));
     RETURN_IF_ERROR(model.begin_step(seqs, *kv, /*embed=*/false));
     const std::span<const int64_t> logit_rows = model.logit_rows();
     if (last && ret.size() < logit_rows.size() * static_cast<size_t>(n_embd))

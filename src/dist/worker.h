@@ -14,10 +14,22 @@
 // once they have. Not thread-safe: one loop per process.
 #pragma once
 
+#include <optional>
+#include <vector>
+
 #include "dist/comm.h"
+#include "dist/protocol.h"
+#include "kv/kv_store.h"
 #include "model/model.h"
 
 namespace sluice::dist {
+
+// A worker's side of rank 0's step `v`: *kv a pool of rank 0's shape
+// (created on first use or when the shape changes) with rank 0's copy-on-write
+// block copies applied, *seqs the step's sequences (views into v). Shared by
+// the pipeline's workers and expert parallelism's with attention on every
+// rank (expert_parallel.h). Errors: the pool cannot be created.
+Status mirror_step(Model& model, const StepView& v, std::optional<KvStore>* kv, std::vector<ForwardSeq>* seqs);
 
 // Runs until rank 0's shutdown (OK) or a failure (its error).
 Status run_worker_loop(Comm& comm, Model& model, int n_stages);

@@ -16,6 +16,23 @@ constexpr double kMessageHeaderBytes = 16;
 
 }  // namespace
 
+const char* ep_attention_name(EpAttention a) {
+  switch (a) {
+    case EpAttention::kAuto: return "auto";
+    case EpAttention::kRank0: return "rank0";
+    case EpAttention::kEvery: return "every";
+  }
+  return "?";
+}
+
+StatusOr<EpAttention> parse_ep_attention(std::string_view s) {
+  for (EpAttention a : {EpAttention::kAuto, EpAttention::kRank0, EpAttention::kEvery})
+    if (s == ep_attention_name(a)) return a;
+  return invalid_argument("unknown --ep-attention '{}' (rank0: attention on rank 0; every: on every rank; auto: the "
+                          "planner's choice)",
+                          s);
+}
+
 double ExpertParallelPlan::used_experts(int64_t r, double n_tokens) const {
   const ExpertRange g = shares[static_cast<size_t>(r)];
   const double pick = static_cast<double>(in.n_expert_used) / static_cast<double>(in.n_expert);
@@ -26,9 +43,9 @@ double ExpertParallelPlan::hit_rate(int64_t r, double n_tokens) const {
   if (!streams(r)) return 1.0;
   const ExpertRange g = shares[static_cast<size_t>(r)];
   const int64_t z = slots[static_cast<size_t>(r)];
-  // Rank 0 routes and predicts the next layer's experts; the others read
+  // A rank that routes predicts the next layer's experts; the others read
   // what they are sent.
-  if (r == 0) return expected_hit_rate(z, in.n_routed_layers, g.end - g.begin, used_experts(r, n_tokens));
+  if (runs_attention(r)) return expected_hit_rate(z, in.n_routed_layers, g.end - g.begin, used_experts(r, n_tokens));
   return std::min(1.0, static_cast<double>(z) / static_cast<double>(in.n_routed_layers * (g.end - g.begin)));
 }
 
@@ -50,6 +67,7 @@ double ExpertParallelPlan::experts_s(int64_t r, double n_tokens) const {
 }
 
 double ExpertParallelPlan::bytes_out(int64_t r, double n_tokens) const {
+  if (every()) return bytes_back(0, n_tokens);
   const ExpertRange g = shares[static_cast<size_t>(r)];
   const double rows = n_tokens * static_cast<double>(in.n_expert_used) * static_cast<double>(g.end - g.begin) /
                       static_cast<double>(in.n_expert);
@@ -64,33 +82,135 @@ double ExpertParallelPlan::bytes_back(int64_t r, double n_tokens) const {
 }
 
 double ExpertParallelPlan::link_s(int64_t r, double n_tokens) const {
+  if (every()) return exchange_s(n_tokens);
   const LinkFigures& l = in.links[static_cast<size_t>(r)];
   return 2 * l.latency_s + (bytes_out(r, n_tokens) + bytes_back(r, n_tokens)) / (l.gbps * 1e9);
+}
+
+// The slowest link's latency (every rank waits for its peers) and bandwidth.
+static LinkFigures ep_slowest_link(const ExpertParallelInputs& in) {
+  LinkFigures w{.latency_s = 0, .gbps = 0};
+  for (size_t r = 1; r < in.links.size(); ++r) {
+    w.latency_s = std::max(w.latency_s, in.links[r].latency_s);
+    w.gbps = r == 1 ? in.links[r].gbps : std::min(w.gbps, in.links[r].gbps);
+  }
+  return w;
+}
+
+double ExpertParallelPlan::exchange_s(double n_tokens) const {
+  if (!every() || n_ranks() < 2) return 0.0;
+  double total = 0, worst = 0;
+  for (int64_t r = 0; r < n_ranks(); ++r) total += bytes_back(r, n_tokens);
+  for (int64_t r = 0; r < n_ranks(); ++r) {
+    const double b = bytes_back(r, n_tokens);
+    worst = std::max(worst, std::max(static_cast<double>(n_ranks() - 1) * b, total - b));
+  }
+  const LinkFigures l = ep_slowest_link(in);
+  return l.latency_s + worst / (l.gbps * 1e9);
+}
+
+double ExpertParallelPlan::dense_s(int64_t r, double n_tokens) const {
+  const RankResources& k = in.ranks[static_cast<size_t>(r)];
+  return std::max(static_cast<double>(in.dense_read_bytes) / (k.read_gbps * 1e9),
+                  n_tokens * in.dense_flops_per_token / (k.tflops * 1e12));
 }
 
 double ExpertParallelPlan::layer_s(double n_tokens, bool with_disk) const {
   auto rank_s = [&](int64_t r) { return experts_s(r, n_tokens) - (with_disk ? 0.0 : disk_s(r, n_tokens)); };
   double layer = rank_s(0);
+  if (every()) {
+    for (int64_t r = 1; r < n_ranks(); ++r) layer = std::max(layer, rank_s(r));
+    return layer + exchange_s(n_tokens);
+  }
   for (int64_t r = 1; r < n_ranks(); ++r) layer = std::max(layer, rank_s(r) + link_s(r, n_tokens));
   return layer;
 }
 
+// kEvery: rank 0 sends each step's description before the ranks start.
+static double ep_step_message_s(const ExpertParallelPlan& p) {
+  return p.every() && p.n_ranks() > 1 ? ep_slowest_link(p.in).latency_s : 0.0;
+}
+
 double ExpertParallelPlan::step_s(double n_tokens) const {
-  const RankResources& k0 = in.ranks[0];
-  const double dense = std::max(static_cast<double>(in.dense_read_bytes) / (k0.read_gbps * 1e9),
-                                n_tokens * in.dense_flops_per_token / (k0.tflops * 1e12));
-  return dense + static_cast<double>(in.n_routed_layers) * layer_s(n_tokens, /*with_disk=*/true);
+  double dense = dense_s(0, n_tokens);
+  for (int64_t r = 1; r < n_ranks() && every(); ++r) dense = std::max(dense, dense_s(r, n_tokens));
+  return dense + ep_step_message_s(*this) + static_cast<double>(in.n_routed_layers) * layer_s(n_tokens, /*with_disk=*/true);
 }
 
 double ExpertParallelPlan::network_s(double n_tokens) const {
-  const double local = experts_s(0, n_tokens);
-  return static_cast<double>(in.n_routed_layers) * (layer_s(n_tokens, /*with_disk=*/true) - local);
+  const auto L = static_cast<double>(in.n_routed_layers);
+  if (every()) return ep_step_message_s(*this) + L * exchange_s(n_tokens);
+  return L * (layer_s(n_tokens, /*with_disk=*/true) - experts_s(0, n_tokens));
 }
 
 double ExpertParallelPlan::disk_wait_s(double n_tokens) const {
   return static_cast<double>(in.n_routed_layers) *
          (layer_s(n_tokens, /*with_disk=*/true) - layer_s(n_tokens, /*with_disk=*/false));
 }
+
+namespace {
+
+// The shares and each rank's memory under placement `a` (kRank0 or kEvery).
+// Errors: a share that does not fit its rank even streaming.
+StatusOr<ExpertParallelPlan> plan_ep_placement(const ExpertParallelInputs& in, EpAttention a) {
+  const auto S = static_cast<int64_t>(in.ranks.size());
+  ExpertParallelPlan p;
+  p.in = in;
+  p.attention = a;
+  const uint64_t dense_resident = in.dense_resident_bytes > 0 ? in.dense_resident_bytes : in.dense_bytes;
+  std::string refusal;
+  for (int64_t r = 0; r < S; ++r) {
+    const ExpertRange g{r * in.n_expert / S, (r + 1) * in.n_expert / S};
+    p.shares.push_back(g);
+    const int64_t n_share = g.end - g.begin;
+    const uint64_t experts = static_cast<uint64_t>(n_share) * static_cast<uint64_t>(in.n_routed_layers) *
+                             in.expert_bytes;
+    // Beside its share: the rest of the model where the rank runs attention,
+    // and in a worker's memory its KV pool (a --mem-budget is for weights
+    // alone, as rank 0's is; rank 0's pool is the engine's either way).
+    const RankResources& k = in.ranks[static_cast<size_t>(r)];
+    const bool rest = p.runs_attention(r);
+    const uint64_t kv = rest && r > 0 && !k.budget_given ? in.kv_bytes : 0;
+    const uint64_t weights = experts + (rest ? in.dense_bytes : 0);
+    const uint64_t bytes = weights + kv;
+    p.share_bytes.push_back(weights);
+    p.rank_bytes.push_back(weights);
+    p.slots.push_back(0);
+    if (bytes <= k.mem_cap_bytes) continue;
+    // Streaming the share (under a budget): the resident part, then a pool
+    // of at least one routed layer's share of slots.
+    const bool can_stream = k.budget_given && k.disk_gbps > 0 && in.expert_slot_bytes > 0;
+    const uint64_t resident = rest ? dense_resident : 0;
+    const uint64_t least = resident + static_cast<uint64_t>(n_share) * in.expert_slot_bytes;
+    if (can_stream && least <= k.mem_cap_bytes) {
+      const auto fit = static_cast<int64_t>((k.mem_cap_bytes - resident) / in.expert_slot_bytes);
+      p.slots.back() = std::min(fit, n_share * in.n_routed_layers);
+      p.rank_bytes.back() = resident + static_cast<uint64_t>(p.slots.back()) * in.expert_slot_bytes;
+      continue;
+    }
+    std::string why;
+    if (in.expert_slot_bytes == 0) why = "; this model's experts cannot stream expert by expert";
+    else if (!k.budget_given) why = "; only a rank given --mem-budget streams its share from its disk";
+    else if (!(k.disk_gbps > 0)) why = "; its disk was not measured, so it cannot stream its share";
+    else
+      why = fmt::format("; streaming the share from its disk needs at least {:.2f} MiB (resident {:.2f} MiB + a "
+                        "pool of {} expert slots x {:.3f} MiB)",
+                        mib(least), mib(resident), n_share, mib(in.expert_slot_bytes));
+    const std::string beside = r == 0  ? " and the rest of the model"
+                               : rest ? fmt::format(", the rest of the model{} (attention on every rank)",
+                                                    kv > 0 ? fmt::format(" and a KV pool of {:.1f} MiB", mib(kv)) : "")
+                                      : "";
+    refusal += fmt::format("{}rank {} needs {:.1f} MiB for experts {}-{}{} and may hold {:.1f} MiB ({}){}",
+                           refusal.empty() ? "" : "; ", r, mib(bytes), g.begin, g.end - 1, beside,
+                           mib(k.mem_cap_bytes), k.budget_given ? "its --mem-budget" : "memory available", why);
+  }
+  if (!refusal.empty())
+    return invalid_argument("the model's experts cannot be split over {} ranks that fit{}: {}", S,
+                            a == EpAttention::kEvery ? " with attention on every rank" : "", refusal);
+  return p;
+}
+
+}  // namespace
 
 StatusOr<ExpertParallelPlan> plan_expert_parallel(const ExpertParallelInputs& in) {
   const auto S = static_cast<int64_t>(in.ranks.size());
@@ -108,48 +228,30 @@ StatusOr<ExpertParallelPlan> plan_expert_parallel(const ExpertParallelInputs& in
     if (r > 0 && !(in.links[static_cast<size_t>(r)].gbps > 0))
       return invalid_argument("the link to rank {} has no measured bandwidth", r);
   }
-  ExpertParallelPlan p;
-  p.in = in;
-  const uint64_t dense_resident = in.dense_resident_bytes > 0 ? in.dense_resident_bytes : in.dense_bytes;
-  std::string refusal;
-  for (int64_t r = 0; r < S; ++r) {
-    const ExpertRange g{r * in.n_expert / S, (r + 1) * in.n_expert / S};
-    p.shares.push_back(g);
-    const int64_t n_share = g.end - g.begin;
-    const uint64_t experts = static_cast<uint64_t>(n_share) * static_cast<uint64_t>(in.n_routed_layers) *
-                             in.expert_bytes;
-    const uint64_t bytes = experts + (r == 0 ? in.dense_bytes : 0);
-    p.share_bytes.push_back(bytes);
-    p.rank_bytes.push_back(bytes);
-    p.slots.push_back(0);
-    const RankResources& k = in.ranks[static_cast<size_t>(r)];
-    if (bytes <= k.mem_cap_bytes) continue;
-    // Streaming the share: the resident part, then a pool of at least one
-    // routed layer's share of slots.
-    const bool can_stream = k.budget_given && k.disk_gbps > 0 && in.expert_slot_bytes > 0;
-    const uint64_t resident = r == 0 ? dense_resident : 0;
-    const uint64_t least = resident + static_cast<uint64_t>(n_share) * in.expert_slot_bytes;
-    if (can_stream && least <= k.mem_cap_bytes) {
-      const auto fit = static_cast<int64_t>((k.mem_cap_bytes - resident) / in.expert_slot_bytes);
-      p.slots.back() = std::min(fit, n_share * in.n_routed_layers);
-      p.rank_bytes.back() = resident + static_cast<uint64_t>(p.slots.back()) * in.expert_slot_bytes;
-      continue;
-    }
-    std::string why;
-    if (in.expert_slot_bytes == 0) why = "; this model's experts cannot stream expert by expert";
-    else if (!k.budget_given) why = "; only a rank given --mem-budget streams its share from its disk";
-    else if (!(k.disk_gbps > 0)) why = "; its disk was not measured, so it cannot stream its share";
-    else
-      why = fmt::format("; streaming the share from its disk needs at least {:.2f} MiB (resident {:.2f} MiB + a "
-                        "pool of {} expert slots x {:.3f} MiB)",
-                        mib(least), mib(resident), n_share, mib(in.expert_slot_bytes));
-    refusal += fmt::format("{}rank {} needs {:.1f} MiB for experts {}-{}{} and may hold {:.1f} MiB ({}){}",
-                           refusal.empty() ? "" : "; ", r, mib(bytes), g.begin, g.end - 1,
-                           r == 0 ? " and the rest of the model" : "", mib(k.mem_cap_bytes),
-                           k.budget_given ? "its --mem-budget" : "memory available", why);
+  if (in.attention != EpAttention::kAuto) {
+    ASSIGN_OR_RETURN(ExpertParallelPlan p, plan_ep_placement(in, in.attention));
+    (p.every() ? p.every_decode_s : p.rank0_decode_s) = p.step_s(1);
+    p.attention_why = fmt::format("as --ep-attention {} asks", ep_attention_name(in.attention));
+    return p;
   }
-  if (!refusal.empty())
-    return invalid_argument("the model's experts cannot be split over {} ranks that fit: {}", S, refusal);
+  StatusOr<ExpertParallelPlan> rank0 = plan_ep_placement(in, EpAttention::kRank0);
+  StatusOr<ExpertParallelPlan> every = plan_ep_placement(in, EpAttention::kEvery);
+  if (!rank0.ok() && !every.ok()) return rank0.status();
+  const double rank0_s = rank0.ok() ? rank0->step_s(1) : 0.0;
+  const double every_s = every.ok() ? every->step_s(1) : 0.0;
+  const bool take_every = every.ok() && (!rank0.ok() || every_s < rank0_s);
+  std::string why;
+  if (!every.ok())
+    why = fmt::format("attention on every rank does not fit: {}", every.status().message());
+  else if (!rank0.ok())
+    why = fmt::format("attention on rank 0 does not fit: {}", rank0.status().message());
+  else
+    why = fmt::format("predicted decode {:.3f} ms/token with attention on every rank, {:.3f} ms on rank 0",
+                      every_s * 1e3, rank0_s * 1e3);
+  ExpertParallelPlan p = take_every ? std::move(every).value() : std::move(rank0).value();
+  p.rank0_decode_s = rank0_s;
+  p.every_decode_s = every_s;
+  p.attention_why = std::move(why);
   return p;
 }
 

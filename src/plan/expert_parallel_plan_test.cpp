@@ -12,7 +12,8 @@ ExpertParallelInputs inputs(int n_ranks) {
   ExpertParallelInputs in{.n_expert = 8, .n_expert_used = 2, .n_embd = 64, .n_routed_layers = 4,
                           .expert_bytes = 1 << 20, .expert_flops = 2e6, .dense_bytes = 8 << 20,
                           .dense_read_bytes = 6 << 20, .dense_flops_per_token = 1.2e7,
-                          .expert_slot_bytes = (1 << 20) + (12 << 10), .dense_resident_bytes = (8 << 20) + (64 << 10)};
+                          .expert_slot_bytes = (1 << 20) + (12 << 10), .dense_resident_bytes = (8 << 20) + (64 << 10),
+                          .attention = EpAttention::kRank0};
   for (int r = 0; r < n_ranks; ++r) {
     in.ranks.push_back({.host = "h", .mem_cap_bytes = 1ull << 30, .read_gbps = 10, .tflops = 0.1, .n_threads = 1,
                         .disk_gbps = 1});
@@ -173,6 +174,118 @@ TEST(ExpertParallelPlan, RefusesAShareThatCannotStreamWithTheLeastBudget) {
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("only a rank given --mem-budget streams"), std::string::npos)
       << p.status().message();
+}
+
+
+// Attention on every rank, worked by hand for 2 ranks alike (inputs(2)), a
+// decode token: each rank runs u = 4 x (1 - 0.75) = 1 expert per routed
+// layer, t = 1 MiB / 10 GB/s = 104.8576 us (its 1 row's 20 us of compute
+// hide under the read); the rest reads 6 MiB at 10 GB/s = 629.1456 us.
+//   rank 0:  link = 2 x 50 us + (16 + 260 + 256) B / 1 GB/s = 100.532 us
+//            step = 629.1456 + 4 x (104.8576 + 100.532)       = 1450.704 us
+//   every:   exchange = 50 us + max(1 x 256, 512 - 256) B / 1 GB/s = 50.256 us
+//            step = 629.1456 + 50 (the step's description) + 4 x (104.8576 + 50.256) = 1299.6 us
+TEST(ExpertParallelPlan, AttentionOnEveryRankWorkedByHand) {
+  ExpertParallelInputs in = inputs(2);
+  in.attention = EpAttention::kRank0;
+  StatusOr<ExpertParallelPlan> r0 = plan_expert_parallel(in);
+  in.attention = EpAttention::kEvery;
+  StatusOr<ExpertParallelPlan> ev = plan_expert_parallel(in);
+  ASSERT_TRUE(r0.ok() && ev.ok());
+  EXPECT_FALSE(r0->every());
+  EXPECT_TRUE(ev->every());
+  EXPECT_NEAR(r0->link_s(1, 1), 100.532e-6, 1e-12);
+  EXPECT_NEAR(r0->step_s(1), 1450.704e-6, 1e-12);
+  EXPECT_EQ(r0->exchange_s(1), 0.0);
+  EXPECT_NEAR(ev->exchange_s(1), 50.256e-6, 1e-12);
+  EXPECT_NEAR(ev->step_s(1), 1299.6e-6, 1e-12);
+  EXPECT_NEAR(ev->network_s(1), 50e-6 + 4 * 50.256e-6, 1e-12);
+  // Rank 0 sends its outputs and gets rank 1's: 256 B each way.
+  EXPECT_DOUBLE_EQ(ev->bytes_out(1, 1), 256.0);
+  EXPECT_DOUBLE_EQ(ev->bytes_back(1, 1), 256.0);
+  // Every rank holds the rest of the model beside its share.
+  EXPECT_EQ(ev->rank_bytes[1], (8u << 20) + 16u * (1u << 20));
+  EXPECT_EQ(r0->rank_bytes[1], 16u * (1u << 20));
+  EXPECT_NE(ev->attention_why.find("--ep-attention every"), std::string::npos) << ev->attention_why;
+  // auto takes the faster: every.
+  in.attention = EpAttention::kAuto;
+  StatusOr<ExpertParallelPlan> au = plan_expert_parallel(in);
+  ASSERT_TRUE(au.ok());
+  EXPECT_TRUE(au->every());
+  EXPECT_NEAR(au->every_decode_s, 1299.6e-6, 1e-12);
+  EXPECT_NEAR(au->rank0_decode_s, 1450.704e-6, 1e-12);
+  EXPECT_NE(au->attention_why.find("1.300 ms/token with attention on every rank, 1.451 ms on rank 0"),
+            std::string::npos)
+      << au->attention_why;
+}
+
+// A slower rank 1 (read rate x GB/s < 10, a = 1 MiB / x its expert's read):
+// every = 6a (its rest) + 50 us + 4 x (a + 50.256 us) = 10a + 251.024 us;
+// rank 0 = 629.1456 us + 4 x (a + 100.532 us) = 4a + 1031.2736 us. Equal at
+// a = 130.0416 us, x = 8.0634 GB/s: above it every rank runs attention,
+// below it rank 0 does.
+TEST(ExpertParallelPlan, TheChoiceFlipsWhereTheFormulasSay) {
+  ExpertParallelInputs in = inputs(2);
+  in.attention = EpAttention::kAuto;
+  const double x_flip = (1 << 20) / 130.0416e-6 / 1e9;
+  for (double x : {8.5, 8.1, 8.0, 7.5}) {
+    in.ranks[1].read_gbps = x;
+    StatusOr<ExpertParallelPlan> p = plan_expert_parallel(in);
+    ASSERT_TRUE(p.ok());
+    const double a = (1 << 20) / (x * 1e9);
+    EXPECT_NEAR(p->every_decode_s, 10 * a + 251.024e-6, 1e-12) << x;
+    EXPECT_NEAR(p->rank0_decode_s, 4 * a + 1031.2736e-6, 1e-12) << x;
+    EXPECT_EQ(p->every(), x > x_flip) << x << " GB/s: " << p->attention_why;
+  }
+}
+
+// Attention on every rank needs each worker to hold the rest of the model
+// and a KV pool besides its share: auto falls back to rank 0 and says why;
+// asked for, it is refused with the rank's need.
+TEST(ExpertParallelPlan, AttentionOnEveryRankMustFitEveryRank) {
+  ExpertParallelInputs in = inputs(2);
+  in.attention = EpAttention::kAuto;
+  in.kv_bytes = 4u << 20;
+  in.ranks[1].mem_cap_bytes = (16u << 20) + (8u << 20) + (4u << 20) - 1;  // one byte short
+  StatusOr<ExpertParallelPlan> p = plan_expert_parallel(in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_FALSE(p->every());
+  EXPECT_EQ(p->every_decode_s, 0.0);
+  EXPECT_NE(p->attention_why.find("attention on every rank does not fit: "), std::string::npos) << p->attention_why;
+  EXPECT_NE(p->attention_why.find("a KV pool of 4.0 MiB"), std::string::npos) << p->attention_why;
+  in.attention = EpAttention::kEvery;
+  p = plan_expert_parallel(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("cannot be split over 2 ranks that fit with attention on every rank"),
+            std::string::npos)
+      << p.status().message();
+  EXPECT_NE(p.status().message().find("rank 1 needs 28.0 MiB"), std::string::npos) << p.status().message();
+  in.ranks[1].mem_cap_bytes += 1;
+  p = plan_expert_parallel(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->every());
+  // Under its budget (for weights alone, as rank 0's: the KV pool is beside
+  // it) the worker streams its share beside the rest, and predicts its
+  // routing as rank 0 does (it routes too).
+  in.ranks[1].budget_given = true;
+  in.ranks[1].mem_cap_bytes = in.dense_resident_bytes + 6 * in.expert_slot_bytes;
+  p = plan_expert_parallel(in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  ASSERT_TRUE(p->streams(1));
+  EXPECT_EQ(p->slots[1], 6);
+  const double u = p->used_experts(1, 1);
+  EXPECT_DOUBLE_EQ(p->hit_rate(1, 1), (6 - u) / (16 - u));
+}
+
+TEST(ExpertParallelPlan, ParsesTheAttentionFlag) {
+  for (EpAttention a : {EpAttention::kAuto, EpAttention::kRank0, EpAttention::kEvery}) {
+    StatusOr<EpAttention> got = parse_ep_attention(ep_attention_name(a));
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, a);
+  }
+  StatusOr<EpAttention> bad = parse_ep_attention("all");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown --ep-attention 'all'"), std::string::npos) << bad.status().message();
 }
 
 }  // namespace
