@@ -98,8 +98,9 @@ class ExpertParallelDriver : public ExpertDispatch {
   std::thread watchdog_;
 };
 
-// Ranks > 0: computes the experts [mine.begin, mine.end) of every routed
-// layer of `model` (loaded with experts_only) for rank 0's messages, until
+// Ranks > 0 (of `comm`: pp,ep's stage group): computes the experts
+// [mine.begin, mine.end) of every routed layer of `model` (loaded with
+// experts_only; pp,ep: its stage's layers alone) for rank 0's messages, until
 // its shutdown (OK) or a failure (its error).
 Status run_expert_worker_loop(Comm& comm, Model& model, plan::ExpertRange mine);
 
