@@ -201,8 +201,8 @@ Status run_expert_worker_loop(Comm& comm, Model& model, plan::ExpertRange mine) 
     if (msg.size() < sizeof hd) return data_loss("an expert message of {} bytes is shorter than its header", msg.size());
     std::memcpy(&hd, msg.data(), sizeof hd);
     if (hd.kind == kExpertShutdown) return Status();
-    if (hd.kind != kExpertRows || hd.n_rows <= 0 || hd.layer < model.layer_begin() || hd.layer >= model.layer_end() ||
-        !h.layer_is_moe(hd.layer) || msg.size() != message_bytes(hd.n_rows, E))
+    const bool its_layer = hd.layer >= model.layer_begin() && hd.layer < model.layer_end() && h.layer_is_moe(hd.layer);
+    if (hd.kind != kExpertRows || hd.n_rows <= 0 || !its_layer || msg.size() != message_bytes(hd.n_rows, E))
       return data_loss("a malformed expert message (kind {}, layer {}, {} rows, {} bytes)", hd.kind, hd.layer,
                        hd.n_rows, msg.size());
     const auto* ids = reinterpret_cast<const int32_t*>(msg.data() + sizeof hd);
