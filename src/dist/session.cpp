@@ -225,7 +225,7 @@ std::string expert_summary(const ExpertParallelDriver& d, const Comm& c) {
   std::string rows;
   for (int r = 0; r < d.plan().n_ranks(); ++r) rows += fmt::format("{}{}", r ? "/" : "", d.rows(r));
   return fmt::format("[sluice] experts: {} routed layers dispatched, expert rows per rank {}; sent {}\n", d.layers(),
-                     rows, links);
+                     rows, links.empty() ? "nothing (one rank)" : links);
 }
 
 void publish_job(int n_ranks, double decode_step_s) {
