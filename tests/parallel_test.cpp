@@ -153,6 +153,21 @@ class Pipeline : public ::testing::Test {
 
 TEST_F(Pipeline, RunMatchesOneProcessDense) { expect_run_matches(model_path("stories260K/stories260K.gguf"), {2, 3}); }
 
+// One long prompt, alone in its step: the pipeline cuts it into pieces so
+// that the stages work at once (PipelineDriver::pieces), and the tokens stay
+// those of one process.
+TEST_F(Pipeline, OneLongPromptIsCutIntoMicroBatches) {
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "Once upon a time, there was a little girl named Lily. ";
+  const std::string args = "run -m " + model_path("stories260K/stories260K.gguf") + " -p '" + prompt +
+                           "' -n 8 --temp 0 --json -t 1";
+  const std::vector<int32_t> alone = run_tokens(run_cli(args));
+  ASSERT_EQ(alone.size(), 8u);
+  const CliResult r = run_mpi(2, args + " --parallel pp");
+  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  expect_micro_batches(r.err);
+}
+
 TEST_F(Pipeline, RunMatchesOneProcessMoe) { expect_run_matches(model_path("stories-moe/stories-moe.gguf"), {2, 3}); }
 
 TEST_F(Pipeline, RunMatchesOneProcessSynth) {

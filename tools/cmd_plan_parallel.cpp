@@ -30,7 +30,7 @@ constexpr double kPlanParallelDiskGbps = 3.5;
 json predicted_json(const dist::PredictedSteps& d) {
   return {{"decode_s", d.decode_s},           {"decode_network_s", d.decode_network_s}, {"decode_disk_s", d.decode_disk_s},
           {"prefill_tokens", d.prefill_tokens}, {"prefill_s", d.prefill_s},
-          {"micro_batches", d.micro_batches}, {"prefill_batched_s", d.prefill_batched_s}};
+          {"micro_batches", d.micro_batches}};
 }
 
 }  // namespace

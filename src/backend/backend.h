@@ -16,7 +16,10 @@
 //     inputs (and for attention on its position and its sequence's K/V), never
 //     on which other tokens share the call or how work is split. So decode
 //     equals prefill bit for bit, and a sequence batched with others produces
-//     the tokens it produces alone.
+//     the tokens it produces alone. A backend may keep it only for calls of up
+//     to batch_invariant_tokens() tokens (the CUDA backend's tensor-core
+//     prefill rounds to BF16); past that a token's rows stay within the
+//     operator's tolerance of its rows alone.
 //   - Pointers to activations are into buffers from alloc(); weight views come
 //     from prepare_weights() or a weight source; K/V live in a KvStore from
 //     create_kv().
@@ -27,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -301,6 +305,9 @@ class Backend {
   virtual bool supports(Op op, const OpTypes& types) const = 0;
   // How matmuls with weights of this type round their activations. Default: not at all.
   virtual ActRounding matmul_act_rounding(DType weight) const { return ActRounding::kNone; }
+  // Calls of up to this many tokens keep per-token determinism bit for bit
+  // (see above). Default: every call.
+  virtual int64_t batch_invariant_tokens() const { return std::numeric_limits<int64_t>::max(); }
   // Threads for host-side work around the operators (sampling draws).
   virtual ThreadPool& host_pool() = 0;
 

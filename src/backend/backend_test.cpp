@@ -239,13 +239,32 @@ namespace {
 
 // Each token alone gives its rows of the batch, bit for bit.
 void check_per_token(OpCase& c, Backend& be, const OpOutputs& batch) {
+  // Past the backend's batch-invariant size the whole batch may round
+  // differently (backend.h): then the tokens alone, put together, must be as
+  // close to the batch as each output's tolerance asks of the reference.
+  const bool bits = c.n_tok() <= be.batch_invariant_tokens();
+  OpOutputs alone;
   for (int64_t t = 0; t < c.n_tok(); ++t) {
     for (const OpOutput& a : run_case(c, be, true, t, 1)) {
       const OpOutput* b = find_output(batch, a.name);
       ASSERT_TRUE(b != nullptr && a.n_rows == 1 && b->n_rows == c.n_tok()) << a.name << ": not one row per token";
-      ASSERT_TRUE(same_bits(a.values.data(), b->values.data() + t * a.row_len, static_cast<size_t>(a.row_len)))
-          << a.name << ": token " << t << " alone differs from the batch";
+      if (bits) {
+        ASSERT_TRUE(same_bits(a.values.data(), b->values.data() + t * a.row_len, static_cast<size_t>(a.row_len)))
+            << a.name << ": token " << t << " alone differs from the batch";
+        continue;
+      }
+      if (t == 0) alone.push_back({.name = a.name, .n_rows = c.n_tok(), .row_len = a.row_len, .tol = a.tol,
+                                   .values = {}, .guards_intact = true});
+      OpOutput* o = nullptr;
+      for (OpOutput& x : alone) o = x.name == a.name ? &x : o;
+      ASSERT_TRUE(o != nullptr) << a.name << ": not an output of token 0";
+      o->values.insert(o->values.end(), a.values.begin(), a.values.end());
+      o->guards_intact = o->guards_intact && a.guards_intact;
     }
+  }
+  if (!bits) {
+    SCOPED_TRACE("tokens alone against the batch (past the backend's batch-invariant size)");
+    compare(alone, batch);
   }
 }
 

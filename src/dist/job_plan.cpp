@@ -150,15 +150,14 @@ plan::PipelineExpertInputs pipeline_expert_inputs(const ModelFile& file, const M
 PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch) {
   PredictedSteps d{.decode_s = p.step_s(1, 1, 1),
                    .prefill_tokens = n_batch,
-                   .micro_batches = p.best_micro_batches(n_batch, kMaxMicroBatches, kMaxMicroBatches)};
+                   .micro_batches = p.best_micro_batches(n_batch, 1, kMaxMicroBatches)};
   for (int64_t r = 0; r < p.n_stages() && p.n_stages() > 1; ++r) d.decode_network_s += p.hop_s(r, 1);
   for (int64_t r = 0; r < p.n_stages(); ++r) {
     const auto i = static_cast<size_t>(r);
     const double in_memory_s = std::max(p.stage_read_s[i], p.stage_flops[i] / (p.stage_tflops[i] * 1e12));
     d.decode_disk_s += std::max(0.0, p.stage_disk_s[i] - in_memory_s);
   }
-  d.prefill_s = p.step_s(n_batch, 1, 1);
-  d.prefill_batched_s = p.step_s(n_batch, kMaxMicroBatches, d.micro_batches);
+  d.prefill_s = p.step_s(n_batch, 1, d.micro_batches);
   return d;
 }
 
@@ -168,8 +167,7 @@ PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batc
                         .decode_network_s = p.network_s(1),
                         .decode_disk_s = p.disk_wait_s(1),
                         .prefill_tokens = n_batch,
-                        .prefill_s = p.step_s(nb),
-                        .prefill_batched_s = p.step_s(nb)};
+                        .prefill_s = p.step_s(nb)};
 }
 
 PredictedSteps predicted_steps(const plan::PipelineExpertPlan& p, int64_t n_batch) {
@@ -220,11 +218,9 @@ std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs
   const PredictedSteps d = predicted_steps(p, n_batch);
   s += fmt::format(
       "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links, {:.2f} ms waiting on disks), prefill {} "
-      "tokens {:.1f} ms ({:.0f} tokens/s: a prompt is one micro-batch; {:.0f} tokens/s for {} prompts together, in {} "
-      "micro-batches); {} bytes per token per hop\n",
+      "tokens {:.1f} ms ({:.0f} tokens/s, in {} micro-batches); {} bytes per token per hop\n",
       d.decode_s * 1e3, d.decode_network_s * 1e3, d.decode_disk_s * 1e3, n_batch, d.prefill_s * 1e3,
-      static_cast<double>(n_batch) / d.prefill_s, static_cast<double>(n_batch) / d.prefill_batched_s,
-      kMaxMicroBatches, d.micro_batches, p.hop_bytes(1, 1, 1));
+      static_cast<double>(n_batch) / d.prefill_s, d.micro_batches, p.hop_bytes(1, 1, 1));
   return s;
 }
 

@@ -36,11 +36,8 @@ struct PredictedSteps {
   double decode_network_s = 0;  // of decode_s, on the links
   double decode_disk_s = 0;     // of decode_s, ranks waiting on their disks (pp: stages; ep: routed layers)
   int64_t prefill_tokens = 0;
-  double prefill_s = 0;         // one prompt of prefill_tokens: one micro-batch (the pipeline cuts a
-                                // step between sequences, never inside one)
-  int64_t micro_batches = 1;    // pp: the best cut of a step of prefill_tokens over
-                                // kMaxMicroBatches prompts; ep: 1
-  double prefill_batched_s = 0; // that step, cut into micro_batches
+  double prefill_s = 0;         // one prompt of prefill_tokens, cut into micro_batches
+  int64_t micro_batches = 1;    // pp: the plan's best cut (PipelineDriver::pieces); ep: 1
 };
 PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch);
 PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batch);

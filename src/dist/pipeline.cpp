@@ -59,6 +59,20 @@ void PipelineDriver::fail(const Status& st) {
   });
 }
 
+std::span<const ForwardSeq> PipelineDriver::pieces(const Model& model, std::span<const ForwardSeq> seqs) {
+  if (plan_.n_stages() < 2) return seqs;
+  int64_t n = 0, n_logits = 0;
+  for (const ForwardSeq& s : seqs) {
+    n += static_cast<int64_t>(s.tokens.size());
+    n_logits += s.n_logits;
+  }
+  const int64_t m = plan_.best_micro_batches(n, n_logits, kMaxMicroBatches);
+  if (m <= 1) return seqs;
+  if (pieces_.capacity() < static_cast<size_t>(model.max_seqs())) pieces_.reserve(static_cast<size_t>(model.max_seqs()));
+  cut_sequences(seqs, m, static_cast<size_t>(model.max_seqs()), &pieces_);
+  return pieces_;
+}
+
 Status PipelineDriver::run_step(Model& model, std::span<const ForwardSeq> seqs, KvStore& kv) {
   if (failed_) return failure_;
   Status st = step(model, seqs, kv);

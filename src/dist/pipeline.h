@@ -3,10 +3,12 @@
 // Rank 0 holds the first layer range, the embeddings and the output head, and
 // owns everything that is not a layer: the HTTP server, the scheduler, the KV
 // block tables, sampling. Each step it sends the step's plan to every worker
-// (protocol.h), cuts the sequences into micro-batches (as many as the
-// pipeline plan says make the step fastest: one in decode, more when the step
-// is compute-bound), runs its layers on each micro-batch and sends the hidden
-// rows on; the last stage sends back the rows that ask for logits:
+// (protocol.h), cuts the step into micro-batches of about equal tokens (as
+// many as the pipeline plan says make the step fastest: one in decode, more
+// when the step is compute-bound; a long prompt is cut into pieces for it, so
+// that one prompt pipelines too), runs its layers on each micro-batch and
+// sends the hidden rows on; the last stage sends back the rows that ask for
+// logits:
 //
 //   rank 0:  [mb0][mb1][mb2] ....................... <- rows   logits
 //   rank 1:       [mb0][mb1][mb2]
@@ -42,6 +44,9 @@ class PipelineDriver : public StageRunner {
   PipelineDriver(Comm& comm, plan::PipelinePlan plan, int64_t n_embd, int64_t n_batch, double abort_grace_s);
   ~PipelineDriver() override;
 
+  // The step cut into the plan's best number of micro-batches by tokens, a
+  // long prompt in pieces (cut_sequences, protocol.h).
+  std::span<const ForwardSeq> pieces(const Model& model, std::span<const ForwardSeq> seqs) override;
   Status run_step(Model& model, std::span<const ForwardSeq> seqs, KvStore& kv) override;
   void copy_kv_blocks(std::span<const BlockCopy> copies) override;
 
@@ -67,6 +72,7 @@ class PipelineDriver : public StageRunner {
   double abort_grace_s_;
   std::vector<uint8_t> msg_;          // the step's message (capacity kept)
   std::vector<int32_t> micro_ends_;   // [kMaxMicroBatches]
+  std::vector<ForwardSeq> pieces_;    // [model's max_seqs] the step's sequences, cut
   std::vector<BlockCopy> copies_;     // queued for the next step's message
   std::vector<float> ret_;            // [n_batch, n_embd] rows back from the last stage
   std::vector<Pending> sends_, recvs_;

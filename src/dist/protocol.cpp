@@ -115,4 +115,32 @@ void split_micro_batches(std::span<const ForwardSeq> seqs, int64_t m, std::vecto
   ends->back() = static_cast<int32_t>(n_seqs);
 }
 
+void cut_sequences(std::span<const ForwardSeq> seqs, int64_t m, size_t max_pieces, std::vector<ForwardSeq>* out) {
+  out->clear();
+  int64_t total = 0;
+  for (const ForwardSeq& s : seqs) total += static_cast<int64_t>(s.tokens.size());
+  const auto piece = [](const ForwardSeq& s, int64_t a, int64_t b, int64_t n_logits) {
+    return ForwardSeq{.tokens = s.tokens.subspan(static_cast<size_t>(a), static_cast<size_t>(b - a)),
+                      .pos0 = s.pos0 + a, .block_table = s.block_table, .n_logits = n_logits, .loras = s.loras};
+  };
+  int64_t g = 1;      // the next boundary: g * total / m tokens
+  int64_t start = 0;  // tokens before sequence i
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const ForwardSeq& s = seqs[i];
+    const auto len = static_cast<int64_t>(s.tokens.size());
+    int64_t a = 0;  // where the piece being built starts
+    for (; g < m; ++g) {
+      const int64_t at = g * total / m - start;
+      if (at >= len) break;  // at or past this sequence's end: a boundary between sequences
+      // This piece, the rest of this sequence and every later sequence.
+      const bool room = out->size() + 1 + (seqs.size() - i) <= max_pieces;
+      if (at <= a || at > len - s.n_logits || !room) continue;
+      out->push_back(piece(s, a, at, 0));
+      a = at;
+    }
+    out->push_back(piece(s, a, len, s.n_logits));
+    start += len;
+  }
+}
+
 }  // namespace sluice::dist

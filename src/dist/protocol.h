@@ -78,4 +78,15 @@ StatusOr<StepView> decode_step(std::span<const uint8_t> msg);
 //   ends: [m] exclusive sequence index of each group
 void split_micro_batches(std::span<const ForwardSeq> seqs, int64_t m, std::vector<int32_t>* ends);
 
+// The step's sequences cut where split_micro_batches(.., m, ..) wants its
+// boundaries, (g + 1) / m of the tokens, so that one long prompt pipelines
+// too: a boundary inside a sequence splits it into two pieces, the same
+// sequence (block table, adapters) at consecutive positions with its logits
+// in the last piece. A boundary inside the tokens that ask for logits, or one
+// that would make more than max_pieces pieces, is left alone. A stage runs a
+// sequence's pieces in order, so a piece's attention finds the K/V of the
+// ones before it.
+//   out: [<= max(seqs.size(), max_pieces)] (cleared; capacity kept)
+void cut_sequences(std::span<const ForwardSeq> seqs, int64_t m, size_t max_pieces, std::vector<ForwardSeq>* out);
+
 }  // namespace sluice::dist

@@ -57,5 +57,46 @@ TEST(Protocol, MicroBatchesSplitByTokensKeepOrderAndCoverAll) {
   EXPECT_EQ(ends, (std::vector<int32_t>{2, 5}));  // 5 tokens, then 4
 }
 
+// One long prompt and a short one, cut for 4 micro-batches: the prompt's
+// pieces cover it in order at consecutive positions, its logits in the last
+// piece; split_micro_batches then ends its groups at the cuts, a quarter of
+// the tokens each.
+TEST(Protocol, CutSequencesLetsMicroBatchesEndInsideAPrompt) {
+  std::vector<int32_t> prompt(96), other(4);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i);
+  const std::vector<int32_t> table = {7, 3, 9};
+  const std::vector<ForwardSeq> seqs = {{.tokens = prompt, .pos0 = 10, .block_table = table, .n_logits = 1, .loras = 2},
+                                        {.tokens = other, .pos0 = 0, .n_logits = 1}};
+  std::vector<ForwardSeq> pieces;
+  cut_sequences(seqs, 4, 16, &pieces);
+  ASSERT_EQ(pieces.size(), 5u);  // the prompt cut at 25, 50 and 75 of the 100 tokens; the short one whole
+  int64_t pos = 10;
+  for (size_t i = 0; i < 4; ++i) {
+    const ForwardSeq& p = pieces[i];
+    EXPECT_EQ(p.pos0, pos);
+    EXPECT_EQ(p.tokens.data(), prompt.data() + (pos - 10));
+    EXPECT_EQ(p.block_table.data(), table.data());
+    EXPECT_EQ(p.loras, 2u);
+    EXPECT_EQ(p.n_logits, i == 3 ? 1 : 0);
+    pos += static_cast<int64_t>(p.tokens.size());
+  }
+  EXPECT_EQ(pos, 10 + 96);
+  EXPECT_EQ(pieces[0].tokens.size(), 25u);
+  EXPECT_EQ(pieces[1].tokens.size(), 25u);
+  EXPECT_EQ(pieces[2].tokens.size(), 25u);
+  EXPECT_EQ(pieces[4].tokens.data(), other.data());
+  std::vector<int32_t> ends;
+  split_micro_batches(pieces, 4, &ends);
+  EXPECT_EQ(ends, (std::vector<int32_t>{1, 2, 3, 5}));
+
+  // The logits' tokens are never cut; nor past max_pieces.
+  const std::vector<ForwardSeq> verify = {{.tokens = prompt, .n_logits = 80}};
+  cut_sequences(verify, 4, 16, &pieces);
+  EXPECT_EQ(pieces.size(), 1u);  // the cuts at 24, 48 and 72 all fall in the last 80 tokens
+  cut_sequences(seqs, 4, 2, &pieces);
+  EXPECT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].tokens.size(), 96u);
+}
+
 }  // namespace
 }  // namespace sluice::dist

@@ -325,14 +325,17 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   json ranges = json::array(), streams = json::array();
   for (const plan::LayerRange& g : plan->ranges) ranges.push_back({g.begin, g.end});
   for (int64_t r = 0; r < plan->n_stages(); ++r) streams.push_back(plan->streams(r));
-  json setup = setup_message(o);
+  // A long prompt runs in up to kMaxMicroBatches pieces (PipelineDriver::pieces).
+  LoadOptions po = o;
+  po.max_seqs = o.max_seqs + kMaxMicroBatches - 1;
+  json setup = setup_message(po);
   setup["ranges"] = ranges;
   setup["streams"] = streams;
   setup["predict_experts"] = o.predict_experts;
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   // A range the plan found fits is held in memory; one that does not streams
   // the rest from this rank's disk under its --mem-budget (weights/placement.h).
-  LoadOptions mine_opts = o;
+  LoadOptions mine_opts = po;
   mine_opts.mem_budget_bytes = plan->streams(0) ? o.mem_budget_bytes : 0;
   mine_opts.disk_rate_cap_bytes_per_s = plan->streams(0) ? o.disk_rate_cap_bytes_per_s : 0;
   mine_opts.calibration = plan->streams(0) ? &job.cal : nullptr;

@@ -309,6 +309,7 @@ void Model::emit(std::string_view name, int64_t layer, const float* data, int64_
 }
 
 Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits) {
+  if (stages_) seqs = stages_->pieces(*this, seqs);  // the same tokens and logits, maybe in more pieces
   RETURN_IF_ERROR(begin_step(seqs, kv, /*embed=*/true));
   if (stages_) {
     RETURN_IF_ERROR(stages_->run_step(*this, seqs, kv));

@@ -122,6 +122,8 @@ class Model {
   int n_threads() const { return backend_->n_threads(); }
   // The longest context a sequence may reach (ModelOptions::n_ctx_max as resolved).
   int64_t n_ctx_max() const { return n_ctx_max_; }
+  // The most sequences one forward pass takes (ModelOptions::max_seqs).
+  int64_t max_seqs() const { return max_seqs_; }
   // The LongRoPE factor set chosen at load from n_ctx_max (kNone without
   // factors; model/rope_scaling.h says why it never changes afterwards).
   LongRopeFactors longrope_factors() const { return longrope_; }

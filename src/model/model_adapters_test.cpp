@@ -3,7 +3,10 @@
 // model), and every bad adapter is refused with an error naming what is wrong.
 #include "model/model_adapters.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -29,10 +32,20 @@ std::shared_ptr<const ModelFile> open_file(const std::string& path) {
   return std::make_shared<const ModelFile>(std::move(*mf));
 }
 
-// A tiny synthetic f32 model of a preset, written once per test binary.
+// A tiny synthetic f32 model of a preset, written once per process (ctest
+// runs this binary's tests as processes in parallel, which must not write one
+// file together) and removed when the process ends.
 std::string synth_path(const std::string& preset) {
-  const std::string path = ::testing::TempDir() + "/adapters_" + preset + ".gguf";
+  struct Written {
+    std::vector<std::string> paths;
+    ~Written() {
+      for (const std::string& p : paths) std::remove(p.c_str());
+    }
+  };
+  static Written written;
+  const std::string path = ::testing::TempDir() + "/adapters_" + preset + "_" + std::to_string(::getpid()) + ".gguf";
   if (!std::filesystem::exists(path)) {
+    written.paths.push_back(path);
     SynthShape shape = synth_preset(preset).value();
     shape.n_vocab = 256;
     shape.n_layer = std::min<int64_t>(shape.n_layer, 3);

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_flash_attn.cuh"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
@@ -123,6 +124,11 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
 
 ActRounding CudaBackend::matmul_act_rounding(DType weight) const {
   return weight == DType::kQ4_0 || weight == DType::kQ8_0 ? ActRounding::kInt8Blocks32 : ActRounding::kNone;
+}
+
+int64_t CudaBackend::batch_invariant_tokens() const {
+  const int64_t flash = kFlashMinQueries - 1;  // fewer query tokens of a sequence stay on launch_attention
+  return prefill_->on() ? std::min(flash, prefill_->min_tokens() - 1) : flash;
 }
 
 TrainOps* CudaBackend::train_ops() {

@@ -101,6 +101,10 @@ class CudaBackend final : public Backend {
   bool supports(Op op, const OpTypes& types) const override;
   // Q4_0 / Q8_0: 8-bit activations in blocks of 32 (cuda_matmul_q8.cuh); the rest read floats.
   ActRounding matmul_act_rounding(DType weight) const override;
+  // Below the tensor-core matmuls' and flash attention's thresholds
+  // (cuda_prefill.h, cuda_flash_attn.cuh): every call below both runs the
+  // GEMV and split-key kernels, whose rows do not depend on the batch.
+  int64_t batch_invariant_tokens() const override;
   ThreadPool& host_pool() override { return *pool_; }
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;

@@ -27,6 +27,7 @@
 // so once on stderr and turns itself off; the caller then runs the GEMV kernels.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -61,6 +62,8 @@ class PrefillMatmul {
 
   // Whether the path is on (cuBLASLt initialised, not turned off).
   bool on() const { return lt_ != nullptr; }
+  // The fewest tokens a call it takes has (either kind of matrix).
+  int64_t min_tokens() const { return std::min(min_bf16_, min_decoded_); }
   // Whether run() takes every one of outs at n_tok tokens.
   bool takes(std::span<const MatmulOut> outs, int64_t n_tok) const;
   // y = W x for every out, on s.  x: [n_tok, n_in] (device, 16-byte aligned)
