@@ -175,8 +175,7 @@ PredictedSteps predicted_steps(const plan::PipelineExpertPlan& p, int64_t n_batc
   return PredictedSteps{.decode_s = p.step_s(1),
                         .decode_network_s = p.network_s(1),
                         .prefill_tokens = n_batch,
-                        .prefill_s = p.step_s(nb),
-                        .prefill_batched_s = p.step_s(nb)};
+                        .prefill_s = p.step_s(nb)};
 }
 
 std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch) {
