@@ -464,6 +464,39 @@ TEST(Cli, PlanParallelPredictsExpertsOverRanks) {
   EXPECT_NE(text.out.find("[sluice] attention on "), std::string::npos) << text.out;
 }
 
+// `plan parallel --parallel pp,ep`: stages of --ep-size ranks, each stage a
+// contiguous range of layers whose experts its ranks split; together the
+// ranks hold the file's weights once.
+TEST(Cli, PlanParallelPlansStagesOfExpertRanks) {
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
+  const CliResult r = run_cli("plan parallel -m " + moe + " --parallel pp,ep --ranks 4 --ep-size 2 --hw h100 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["ranks"].size(), 4u);
+  double held = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    const nlohmann::json& rank = j["ranks"][static_cast<size_t>(i)];
+    EXPECT_EQ(rank["rank"], i);
+    EXPECT_EQ(rank["stage"], i / 2);
+    EXPECT_EQ(rank["experts"][0], i % 2 == 0 ? 0 : 8) << r.out;
+    EXPECT_EQ(rank["experts"][1], i % 2 == 0 ? 8 : 16) << r.out;
+    held += rank["weight_bytes"].get<double>();
+  }
+  EXPECT_EQ(j["ranks"][0]["layers"][0], 0);
+  EXPECT_EQ(j["ranks"][1]["layers"], j["ranks"][0]["layers"]);
+  EXPECT_EQ(j["ranks"][2]["layers"][0], j["ranks"][0]["layers"][1]);
+  EXPECT_EQ(j["ranks"][3]["layers"], j["ranks"][2]["layers"]);
+  EXPECT_EQ(j["ranks"][2]["layers"][1], 4);  // stories-moe's layers
+  const auto file = static_cast<double>(std::filesystem::file_size(moe));
+  EXPECT_LT(held, file);
+  EXPECT_GT(held, 0.95 * file);
+  EXPECT_GT(j["predicted"]["decode_network_s"].get<double>(), 0);
+  EXPECT_LT(j["predicted"]["decode_network_s"].get<double>(), j["predicted"]["decode_s"].get<double>());
+  const CliResult text = run_cli("plan parallel -m " + moe + " --parallel pp,ep --ranks 4 --ep-size 2");
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("[sluice] pipeline of 2 stages x 2 ranks (pp,ep)"), std::string::npos) << text.out;
+}
+
 // `plan parallel --parallel pp`: contiguous layer ranges over the ranks; what
 // a job would refuse, it refuses with the job's words.
 TEST(Cli, PlanParallelCutsLayersAndRefusesAsTheJobWould) {
@@ -486,7 +519,11 @@ TEST(Cli, PlanParallelCutsLayersAndRefusesAsTheJobWould) {
             std::string::npos) << text.out;
   const std::pair<std::string, std::string> refused[] = {
       {"--parallel ep --ranks 2", "--parallel ep needs a mixture-of-experts model"},
-      {"--parallel pp,ep --ranks 2", "pipeline and expert parallelism together are not supported yet"},
+      {"--parallel pp,ep --ranks 2", "--parallel pp,ep needs --ep-size E"},
+      {"--parallel pp,ep --ranks 4 --ep-size 2", "--parallel pp,ep needs a mixture-of-experts model"},
+      {"--parallel pp,ep --ranks 3 --ep-size 2", "3 ranks cannot be pipeline stages of --ep-size 2 ranks each"},
+      {"--parallel pp --ranks 2 --ep-size 2", "--ep-size applies to --parallel pp,ep only"},
+      {"--parallel pp,ep --ranks 12 --ep-size 2", "6 stages (12 ranks / --ep-size 2) for 5 layers"},
       {"--parallel tp --ranks 2", "unknown --parallel mode 'tp'"},
       {"--parallel pp --ranks 2 --budget-gb 0.0001", "cannot be cut into 2 ranges that fit"},
       {"--parallel pp --ranks 0", "--ranks must be >= 1"},

@@ -23,9 +23,9 @@
 //                                    below its share: both ranks stream their
 //                                    experts from disk, alone and batched,
 //                                    and the greedy tokens equal one process's
-//   ExpertParallel.Refuses*          a dense model, pp and ep together, shares
-//                                    that do not fit the ranks' budgets even
-//                                    streaming, an unknown --ep-attention
+//   ExpertParallel.Refuses*          a dense model, shares that do not fit the
+//                                    ranks' budgets even streaming, an unknown
+//                                    --ep-attention
 //   ExpertParallel.AttentionOnEveryRank*  --ep-attention every: each rank
 //                                    runs attention itself and the ranks
 //                                    exchange their experts' outputs; greedy
@@ -35,8 +35,18 @@
 //                                    streaming their shares
 //   (the tests above pin --ep-attention rank0; auto picks by measured rates)
 //   ExpertParallel.HungRankFailsRequests  as the pipeline's
+//   PipelineExperts.MatchesOneProcess  pp,ep over 4 ranks (2 stages x 2):
+//                                    greedy tokens of `run` and bench-serve's
+//                                    batched requests equal one process's; the
+//                                    map names each rank's layers and experts,
+//                                    and both stages' expert ranks computed rows
+//   PipelineExperts.RefusesBadCombinations  no --ep-size, --ep-size without
+//                                    pp,ep, a size not a multiple of it, a
+//                                    dense model
+//   PipelineExperts.HungExpertRankFailsRequests  a later stage's expert rank
+//                                    stopped: as the pipeline's
 //
-// Each rank runs one thread (-t 1): three ranks share CI's two cores.
+// Each rank runs one thread (-t 1): three or four ranks share CI's two cores.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -260,13 +270,14 @@ pid_t rank_pid(pid_t parent, int rank) {
   return -1;
 }
 
-// serve over 2 ranks; rank 1 stops (SIGSTOP) once tokens flow: the request
-// ends with an error within the timeout, the next gets 503 and the job ends
-// non-zero, rank 0 saying `failure`. served: the model's name in the API.
+// serve over n_ranks; rank `stopped` stops (SIGSTOP) once tokens flow: the
+// request ends with an error within the timeout, the next gets 503 and the job
+// ends non-zero, rank 0 saying `failure`. served: the model's name in the API.
+// *err: the job's stderr, when asked.
 void expect_hung_rank_fails(const std::string& model, const std::string& served, const std::string& mode,
-                            const std::string& failure) {
+                            const std::string& failure, int n_ranks = 2, int stopped = 1, std::string* err_out = nullptr) {
   const std::string err_path = testing::cli_temp_path("serve_stderr.txt");
-  const std::string cmd = mpirun_prefix(2) + SLUICE_BINARY + " serve -m " + model + " --port 0 -t 1 --parallel " +
+  const std::string cmd = mpirun_prefix(n_ranks) + SLUICE_BINARY + " serve -m " + model + " --port 0 -t 1 --parallel " +
                           mode + " --parallel-timeout 2 2>" + err_path;
   const pid_t mpirun = fork();
   ASSERT_GE(mpirun, 0);
@@ -309,7 +320,7 @@ void expect_hung_rank_fails(const std::string& model, const std::string& served,
     up = h && h->status == 200;
   }
   ASSERT_TRUE(up) << "server did not come up\n" << read_err();
-  const pid_t worker = rank_pid(mpirun, 1);
+  const pid_t worker = rank_pid(mpirun, stopped);
   ASSERT_GT(worker, 0);
   reaper.worker = worker;
   // A streamed generation; the worker stops answering once tokens flow.
@@ -361,6 +372,7 @@ void expect_hung_rank_fails(const std::string& model, const std::string& served,
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   const std::string err = read_err();
   EXPECT_NE(err.find(failure), std::string::npos) << err;
+  if (err_out) *err_out = err;
 }
 
 TEST_F(Pipeline, HungRankFailsRequests) {
@@ -454,12 +466,6 @@ TEST_F(ExpertParallel, RefusesDenseModel) {
   EXPECT_NE(r.err.find("--parallel ep needs a mixture-of-experts model"), std::string::npos) << r.err;
 }
 
-TEST_F(ExpertParallel, RefusesPipelineWithExperts) {
-  const CliResult r = run_mpi(2, "run -m " + model_path("stories-moe/stories-moe.gguf") + " -p hi -n 2 -t 1 --parallel pp,ep");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("pipeline and expert parallelism together are not supported yet"), std::string::npos) << r.err;
-}
-
 TEST_F(ExpertParallel, RefusesBudgetsTooSmall) {
   const CliResult r = run_mpi(2, "run -m " + model_path("stories-moe/stories-moe.gguf") +
                                      " -p hi -n 2 -t 1 --mem-budget 100K --parallel ep");
@@ -520,6 +526,88 @@ TEST_F(ExpertParallel, RefusesAnUnknownAttentionPlacement) {
 TEST_F(ExpertParallel, HungRankFailsRequests) {
   expect_hung_rank_fails(model_path("stories-moe/stories-moe.gguf"), "stories-moe", "ep --ep-attention rank0",
                          "expert parallelism failed");
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+class PipelineExperts : public ExpertParallel {
+ protected:
+  // Both stages' expert summaries: the lead of each sent rows to its expert
+  // rank and each computed some (rank 0 -> 1, rank 2 -> 3).
+  static void expect_both_stages_computed(const std::string& err) {
+    for (const char* link : {"sent 0->1 ", "sent 2->3 "}) {
+      const size_t end = err.find(link);
+      ASSERT_NE(end, std::string::npos) << link << "\n" << err;
+      const size_t at = err.rfind("[sluice] experts: ", end);
+      ASSERT_NE(at, std::string::npos) << err;
+      int layers = 0, rows0 = 0, rows1 = 0;
+      ASSERT_EQ(std::sscanf(err.c_str() + at,
+                            "[sluice] experts: %d routed layers dispatched, expert rows per rank %d/%d", &layers,
+                            &rows0, &rows1),
+                3)
+          << err;
+      EXPECT_GT(layers, 0) << link;
+      EXPECT_GT(rows0, 0) << link;
+      EXPECT_GT(rows1, 0) << link;
+    }
+  }
+};
+
+TEST_F(PipelineExperts, MatchesOneProcess) {
+  const std::string model = model_path("stories-moe/stories-moe.gguf");
+  const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
+  const std::vector<int32_t> alone = run_tokens(run_cli(args));
+  ASSERT_EQ(alone.size(), 24u);
+  const CliResult r = run_mpi(4, args + " --parallel pp,ep --ep-size 2");
+  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  EXPECT_NE(r.err.find("[sluice] pipeline of 2 stages x 2 ranks (pp,ep)"), std::string::npos) << r.err;
+  // The map: a row per rank with its stage, role, layers and experts.
+  for (const char* row : {"0      lead     0-", "0      experts  0-", "1      lead     ", "1      experts  "}) {
+    const size_t at = r.err.find(row);
+    ASSERT_NE(at, std::string::npos) << row << "\n" << r.err;
+  }
+  EXPECT_NE(r.err.find(" 0-7 +rest "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" 8-15 "), std::string::npos) << r.err;
+  expect_both_stages_computed(r.err);
+  // Batched, cut into micro-batches between the stages.
+  expect_batched_matches(model, "pp,ep --ep-size 2", {4}, [](const std::string& err) {
+    expect_both_stages_computed(err);
+    expect_micro_batches(err);
+  });
+}
+
+TEST_F(PipelineExperts, RefusesBadCombinations) {
+  const std::string moe = model_path("stories-moe/stories-moe.gguf");
+  // Checked before the job starts, by one process alone.
+  CliResult r = run_cli("run -m " + moe + " -p hi -n 2 -t 1 --parallel pp,ep");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--parallel pp,ep needs --ep-size E"), std::string::npos) << r.err;
+  r = run_cli("run -m " + moe + " -p hi -n 2 -t 1 --parallel ep --ep-size 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--ep-size applies to --parallel pp,ep only"), std::string::npos) << r.err;
+  // Checked by every rank at the job's start.
+  r = run_mpi(3, "run -m " + moe + " -p hi -n 2 -t 1 --parallel pp,ep --ep-size 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("3 ranks cannot be pipeline stages of --ep-size 2 ranks each"), std::string::npos) << r.err;
+  // Planned by rank 0.
+  r = run_mpi(2, "run -m " + model_path("stories260K/stories260K.gguf") + " -p hi -n 2 -t 1 --parallel pp,ep --ep-size 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--parallel pp,ep needs a mixture-of-experts model"), std::string::npos) << r.err;
+  // More stages than layers, shares that do not fit: the same planner's
+  // words, tested through `plan parallel` (cli_test.cpp) and its unit tests.
+}
+
+TEST_F(PipelineExperts, HungExpertRankFailsRequests) {
+  // Rank 3: the expert rank of stage 1, whose lead (rank 2) waits for it on
+  // its stage's communicator while rank 0 waits for stage 1.
+  std::string err;
+  expect_hung_rank_fails(model_path("stories-moe/stories-moe.gguf"), "stories-moe", "pp,ep --ep-size 2",
+                         "the pipeline failed", 4, 3, &err);
+  EXPECT_NE(err.find("expert parallelism failed: rank 3 did not complete"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -8,8 +8,12 @@ void add_parallel_options(CLI::App* c, ParallelArgs* args) {
   c->add_option("--parallel", args->mode,
                 "run across the processes of an MPI job (mpirun -np N ...): pp = pipeline, each rank holds a range "
                 "of layers and rank 0 the rest of the work; ep = experts (mixture-of-experts models), each rank "
-                "holds a share of every routed layer's experts and rank 0 the rest of the model")
+                "holds a share of every routed layer's experts and rank 0 the rest of the model; pp,ep = both, the "
+                "ranks in pipeline stages of --ep-size ranks, each stage's routed layers' experts split over its ranks")
       ->check(CLI::IsMember({"pp", "ep", "pp,ep", "ep,pp"}));
+  c->add_option("--ep-size", args->ep_size,
+                "with --parallel pp,ep: ranks per pipeline stage (its lead and expert ranks); the job's ranks must be "
+                "a multiple of it (stages x E)");
   c->add_option("--parallel-timeout", args->timeout_s,
                 "seconds a rank waits for another during a step before the request fails and the job ends")
       ->capture_default_str();
@@ -26,7 +30,8 @@ StatusOr<std::shared_ptr<dist::Session>> join_parallel(const ParallelArgs& args,
                                                        std::optional<int>* worker_exit) {
   if (args.mode.empty()) return std::shared_ptr<dist::Session>();
   ASSIGN_OR_RETURN(std::shared_ptr<dist::Session> s,
-                   dist::Session::start({.mode = args.mode, .ep_attention = args.ep_attention, .timeout_s = args.timeout_s}));
+                   dist::Session::start({.mode = args.mode, .ep_attention = args.ep_attention, .ep_size = args.ep_size,
+                                         .timeout_s = args.timeout_s}));
   if (!s->is_worker()) return s;
   const Status st = dist::run_worker(model, worker, *s);
   if (!st.ok()) fmt::print(stderr, "error: rank {}: {}\n", s->rank(), st.message());

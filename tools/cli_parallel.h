@@ -1,7 +1,8 @@
 // --parallel: one command run by every process of an MPI job (mpirun -np N
-// sluice run|bench|serve|bench-serve ... --parallel pp|ep). Rank 0 runs the
-// command; the other ranks become workers that hold layer ranges (pp) or
-// shares of the experts (ep) (dist/session.h) and return when rank 0 ends
+// sluice run|bench|serve|bench-serve ... --parallel pp|ep|pp,ep). Rank 0
+// runs the command; the other ranks become workers that hold layer ranges
+// (pp), shares of the experts (ep), or a stage's range and a share of its
+// experts (pp,ep --ep-size E) (dist/session.h) and return when rank 0 ends
 // the job.
 #pragma once
 
@@ -16,12 +17,13 @@
 namespace sluice::cli {
 
 struct ParallelArgs {
-  std::string mode;        // "" (one process), pp, ep
+  std::string mode;        // "" (one process), pp, ep, pp,ep
+  int64_t ep_size = 0;     // --ep-size: pp,ep's ranks per pipeline stage
   double timeout_s = 60;   // --parallel-timeout
   std::string ep_attention = "auto";  // --ep-attention rank0|every|auto
 };
 
-// Adds --parallel MODE, --parallel-timeout SECONDS and --ep-attention to a subcommand.
+// Adds --parallel MODE, --ep-size E, --ep-attention and --parallel-timeout SECONDS to a subcommand.
 void add_parallel_options(CLI::App* c, ParallelArgs* args);
 
 // Without --parallel: null, nothing happens. With it: joins the job; on a

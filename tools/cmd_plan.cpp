@@ -491,10 +491,12 @@ Runner add_plan(CLI::App& app) {
   cost->add_option("--tokens-per-s", a->tokens_per_s, "sustained throughput (else predicted from the model)");
 
   CLI::App* parallel = p->add_subcommand(
-      "parallel", "a job over processes (--parallel pp or ep): each rank's share and the step with its network leg");
+      "parallel", "a job over processes (--parallel pp, ep or pp,ep): each rank's share and the step with its network leg");
   parallel->add_option("-m,--model", a->model, ".gguf file (as the job loads it)")->required();
-  parallel->add_option("--parallel", a->parallel, "pp: layer ranges per rank; ep: experts per rank")->required();
+  parallel->add_option("--parallel", a->parallel, "pp: layer ranges per rank; ep: experts per rank; pp,ep: stages of "
+                       "--ep-size ranks, each stage's experts over its ranks")->required();
   parallel->add_option("--ranks", a->n_ranks, "processes of the job, alike")->capture_default_str();
+  parallel->add_option("--ep-size", a->ep_size, "with --parallel pp,ep: ranks per pipeline stage (ranks = stages x it)");
   hardware_flags(parallel, *a);
   parallel->add_option("--link-us", a->link_us, "link to rank 0: latency, one way, microseconds")->capture_default_str();
   parallel->add_option("--link-gbps", a->link_gbps, "link to rank 0: bandwidth, one way, GB/s")->capture_default_str();

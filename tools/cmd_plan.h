@@ -2,7 +2,7 @@
 // cmd_plan.cpp answers from the performance model alone (decode, kv, experts,
 // stream, spec, cost, --calibrate); cmd_plan_train.cpp plans fine-tuning over a
 // streamed base (train); cmd_plan_parallel.cpp plans a job over processes
-// (parallel: --parallel pp or ep, as a job prints its plan at load);
+// (parallel: --parallel pp, ep or pp,ep, as a job prints its plan at load);
 // cmd_plan_tiers.cpp plans weights over HBM, pinned host and disk (tiers);
 // cmd_plan_measure.cpp checks those answers against the engine on this
 // machine (--measure).
@@ -80,8 +80,9 @@ struct PlanArgs {
   double cost_ratio = 0.05;
   int64_t max_draft = 16;
   // Processes of a job (plan parallel).
-  std::string parallel;            // pp or ep, as the engine's --parallel
+  std::string parallel;            // pp, ep or pp,ep, as the engine's --parallel
   int n_ranks = 2;
+  int64_t ep_size = 0;             // pp,ep: ranks per stage (--ep-size)
   double link_us = 50;             // one small message, one way
   double link_gbps = 1.25;         // large messages, one way (10 Gb Ethernet)
   int64_t n_batch = 256;           // tokens per prefill step (the engine's default)
@@ -122,7 +123,7 @@ int run_measure(const PlanArgs& a);
 // budget, per micro-batch size (cmd_plan_train.cpp).
 int run_train(const PlanArgs& a);
 
-// `plan parallel -m FILE --parallel pp|ep --ranks N`: the job's placement map
+// `plan parallel -m FILE --parallel pp|ep|pp,ep --ranks N [--ep-size E]`: the job's placement map
 // and predicted steps for N ranks alike (cmd_plan_parallel.cpp).
 int run_parallel(const PlanArgs& a, const std::optional<plan::Calibration>& cal);
 

@@ -1,4 +1,4 @@
-// sluice plan parallel: a job over processes (--parallel pp or ep) planned as
+// sluice plan parallel: a job over processes (--parallel pp, ep or pp,ep) planned as
 // the job plans itself at load, for ranks alike (the --hw profile or this
 // machine calibrated) joined by links of the given latency and bandwidth.
 // The planners' inputs come from the model file and the map is printed by
@@ -39,7 +39,7 @@ json predicted_json(const dist::PredictedSteps& d) {
 }  // namespace
 
 int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
-  if (Status st = dist::check_parallel_mode(a.parallel); !st.ok()) return fail(st);
+  if (Status st = dist::check_parallel_mode(a.parallel, a.ep_size); !st.ok()) return fail(st);
   if (Status st = dist::check_ep_attention(a.parallel, a.ep_attention); !st.ok()) return fail(st);
   const StatusOr<pl::EpAttention> attention = pl::parse_ep_attention(a.ep_attention);
   if (!attention.ok()) return fail(attention.status());
@@ -85,7 +85,25 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
             {"mem_cap_bytes", rank.mem_cap_bytes}, {"budget_given", budget}, {"disk_gbps", rank.disk_gbps},
             {"link", {{"latency_s", a.link_us * 1e-6}, {"gbps", a.link_gbps}}}};
   json rows = json::array();
-  if (a.parallel == "pp") {
+  if (a.parallel == "pp,ep" || a.parallel == "ep,pp") {
+    pl::PipelineExpertInputs in = dist::pipeline_expert_inputs(*mf, *hp, a.ep_size);
+    in.ranks = ranks;
+    in.links = links;
+    auto p = pl::plan_pipeline_experts(in);
+    if (!p.ok()) return fail(p.status());
+    t += dist::pipeline_expert_map(*p, a.n_batch);
+    for (int64_t g = 0; g < p->n_stages(); ++g) {
+      const pl::LayerRange l = p->pipeline.ranges[static_cast<size_t>(g)];
+      const pl::ExpertParallelPlan& e = p->stages[static_cast<size_t>(g)];
+      for (int64_t m = 0; m < p->ep_size; ++m) {
+        const pl::ExpertRange x = e.shares[static_cast<size_t>(m)];
+        rows.push_back({{"rank", p->rank_of(g, m)}, {"stage", g}, {"layers", {l.begin, l.end}},
+                        {"experts", {x.begin, x.end}}, {"weight_bytes", e.rank_bytes[static_cast<size_t>(m)]}});
+      }
+    }
+    j["ep_size"] = a.ep_size;
+    j["predicted"] = predicted_json(dist::predicted_steps(*p, a.n_batch));
+  } else if (a.parallel == "pp") {
     pl::PipelineInputs in = dist::pipeline_inputs(*mf, *hp);
     in.ranks = ranks;
     in.links = links;

@@ -68,13 +68,47 @@ StatusOr<std::unique_ptr<Comm>> Comm::init(double timeout_s) {
   c->host_.assign(name, static_cast<size_t>(len));
   c->timeout_s_ = timeout_s;
   c->sent_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(c->size_));
-  for (int i = 0; i < c->size_; ++i) c->sent_[static_cast<size_t>(i)] = 0;
+  for (int i = 0; i < c->size_; ++i) {
+    c->sent_[static_cast<size_t>(i)] = 0;
+    c->world_ranks_.push_back(i);
+  }
+  return c;
+}
+
+StatusOr<std::unique_ptr<Comm>> Comm::split(int color, int key) const {
+  MPI_Comm sub;
+  const int rc = MPI_Comm_split(from_bits<MPI_Comm>(comm_), color < 0 ? MPI_UNDEFINED : color, key, &sub);
+  if (rc != MPI_SUCCESS) return unavailable("splitting the job's processes failed: {}", mpi_error(rc));
+  if (sub == MPI_COMM_NULL) return std::unique_ptr<Comm>();
+  MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+  std::unique_ptr<Comm> c(new Comm());
+  c->comm_ = to_bits(sub);
+  c->finalizes_ = false;
+  MPI_Comm_rank(sub, &c->rank_);
+  MPI_Comm_size(sub, &c->size_);
+  c->host_ = host_;
+  c->timeout_s_ = timeout_s_;
+  c->sent_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(c->size_));
+  // Each rank's in the job: this communicator's ranks of the new one's, translated.
+  MPI_Group mine, theirs;
+  MPI_Comm_group(sub, &mine);
+  MPI_Comm_group(from_bits<MPI_Comm>(comm_), &theirs);
+  std::vector<int> in_sub(static_cast<size_t>(c->size_)), in_this(static_cast<size_t>(c->size_));
+  for (int i = 0; i < c->size_; ++i) {
+    c->sent_[static_cast<size_t>(i)] = 0;
+    in_sub[static_cast<size_t>(i)] = i;
+  }
+  MPI_Group_translate_ranks(mine, c->size_, in_sub.data(), theirs, in_this.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&theirs);
+  for (const int r : in_this) c->world_ranks_.push_back(world_ranks_[static_cast<size_t>(r)]);
   return c;
 }
 
 Comm::~Comm() {
   MPI_Comm comm = from_bits<MPI_Comm>(comm_);
   MPI_Comm_free(&comm);
+  if (!finalizes_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -83,7 +117,7 @@ Comm::~Comm() {
 double Comm::wtime() { return MPI_Wtime(); }
 
 void Comm::abort(int code) {
-  MPI_Abort(from_bits<MPI_Comm>(comm_), code);
+  MPI_Abort(MPI_COMM_WORLD, code);  // every process of the job, whichever communicator failed
   std::_Exit(code);
 }
 
@@ -91,7 +125,7 @@ StatusOr<Pending> Comm::isend(int dest, int tag, const void* data, size_t bytes)
   CHECK(dest >= 0 && dest < size_ && bytes <= kMaxCount);
   MPI_Request r;
   const int rc = MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dest, tag, from_bits<MPI_Comm>(comm_), &r);
-  if (rc != MPI_SUCCESS) return unavailable("sending to rank {} failed: {}", dest, mpi_error(rc));
+  if (rc != MPI_SUCCESS) return unavailable("sending to rank {} failed: {}", world_rank(dest), mpi_error(rc));
   sent_[static_cast<size_t>(dest)].fetch_add(bytes, std::memory_order_relaxed);
   return Pending{.handle = to_bits(r), .peer = dest, .tag = tag};
 }
@@ -100,7 +134,7 @@ StatusOr<Pending> Comm::irecv(int src, int tag, void* data, size_t bytes) {
   CHECK(src >= 0 && src < size_ && bytes <= kMaxCount);
   MPI_Request r;
   const int rc = MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, src, tag, from_bits<MPI_Comm>(comm_), &r);
-  if (rc != MPI_SUCCESS) return unavailable("receiving from rank {} failed: {}", src, mpi_error(rc));
+  if (rc != MPI_SUCCESS) return unavailable("receiving from rank {} failed: {}", world_rank(src), mpi_error(rc));
   return Pending{.handle = to_bits(r), .peer = src, .tag = tag};
 }
 
@@ -136,14 +170,14 @@ Status Comm::wait(Pending& p, const char* what) {
   ASSIGN_OR_RETURN(const bool done, poll_until(timeout_s_, [&]() -> StatusOr<bool> {
     int flag = 0;
     const int rc = MPI_Test(&r, &flag, &st);
-    if (rc != MPI_SUCCESS) return unavailable("{} with rank {} failed: {}", what, p.peer, mpi_error(rc));
+    if (rc != MPI_SUCCESS) return unavailable("{} with rank {} failed: {}", what, world_rank(p.peer), mpi_error(rc));
     return flag != 0;
   }));
   if (!done) {
     MPI_Cancel(&r);
     MPI_Request_free(&r);
     p.handle = 0;
-    return unavailable("rank {} did not complete {} within {:.0f} s (it died or hangs)", p.peer, what,
+    return unavailable("rank {} did not complete {} within {:.0f} s (it died or hangs)", world_rank(p.peer), what,
                              timeout_s_);
   }
   p.handle = 0;
@@ -166,11 +200,11 @@ Status Comm::recv_message(int src, int tag, std::vector<uint8_t>* out, const cha
   ASSIGN_OR_RETURN(const bool arrived, poll_until(timeout, [&]() -> StatusOr<bool> {
     int flag = 0;
     const int rc = MPI_Iprobe(src, tag, comm, &flag, &st);
-    if (rc != MPI_SUCCESS) return unavailable("{} from rank {} failed: {}", what, src, mpi_error(rc));
+    if (rc != MPI_SUCCESS) return unavailable("{} from rank {} failed: {}", what, world_rank(src), mpi_error(rc));
     return flag != 0;
   }));
   if (!arrived)
-    return unavailable("rank {} sent no {} within {:.0f} s (it died or hangs)", src, what, timeout);
+    return unavailable("rank {} sent no {} within {:.0f} s (it died or hangs)", world_rank(src), what, timeout);
   int count = 0;
   MPI_Get_count(&st, MPI_BYTE, &count);
   out->resize(static_cast<size_t>(count));
@@ -185,6 +219,7 @@ StatusOr<std::unique_ptr<Comm>> Comm::init(double) {
   return unimplemented("this sluice was built without MPI (install libopenmpi-dev and rebuild) so it cannot run "
                        "across processes (--parallel)");
 }
+StatusOr<std::unique_ptr<Comm>> Comm::split(int, int) const { return unimplemented("no MPI"); }
 Comm::~Comm() = default;
 double Comm::wtime() { return 0; }
 void Comm::abort(int code) { std::_Exit(code); }

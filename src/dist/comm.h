@@ -11,6 +11,11 @@
 //   bytes sent are counted per destination. abort() ends the whole job with a
 //   non-zero exit (MPI_Abort): the way out after a peer failed.
 //
+// split() makes a sub-communicator of a job (pp,ep: the pipeline's stage
+// leads, each stage's group of expert ranks): the same deadlines, its ranks
+// numbered within it; errors name a peer by its rank in the job
+// (world_rank()), and abort() ends the whole job.
+//
 // Built without MPI (CMake found none), init() says so and nothing else
 // exists. Thread-safe (MPI_THREAD_MULTIPLE); the counters are atomics.
 #pragma once
@@ -43,7 +48,13 @@ class Comm {
   // MPI_COMM_WORLD with MPI_ERRORS_RETURN. timeout_s: what every wait allows.
   // Errors: built without MPI; MPI did not give MPI_THREAD_MULTIPLE.
   static StatusOr<std::unique_ptr<Comm>> init(double timeout_s);
-  // MPI_Finalize, unless the job was aborted.
+  // The processes of this communicator with the same `color` (>= 0) as
+  // one new communicator, ranked by `key` (MPI_Comm_split); a negative color:
+  // this process joins none (null). Collective: every process of this one
+  // calls it. Errors: an MPI error.
+  StatusOr<std::unique_ptr<Comm>> split(int color, int key) const;
+  // MPI_Finalize (the job's own communicator, unless the job was aborted);
+  // MPI_Comm_free (one made by split()).
   ~Comm();
 
   int rank() const { return rank_; }
@@ -51,6 +62,8 @@ class Comm {
   double timeout_s() const { return timeout_s_; }
   // The host this process runs on (MPI_Get_processor_name).
   const std::string& host() const { return host_; }
+  // Rank r of this communicator as a rank of the job (r itself but for split()'s).
+  int world_rank(int r) const { return world_ranks_[static_cast<size_t>(r)]; }
 
   // Starts sending / receiving `bytes` at `data` (which must stay valid, and
   // for a send unchanged, until wait()).
@@ -82,6 +95,8 @@ class Comm {
   double timeout_s_ = 60;
   std::string host_;
   uint64_t comm_ = 0;  // the MPI_Comm's bits
+  bool finalizes_ = true;  // the job's own (init()): MPI_Finalize at its end
+  std::vector<int> world_ranks_;  // [size] rank r's in the job
   std::unique_ptr<std::atomic<uint64_t>[]> sent_;
 };
 

@@ -55,9 +55,11 @@ ExpertParallelDriver::ExpertParallelDriver(Comm& comm, const ModelHparams& hp, s
   if (me_ != 0) return;
   MetricRegistry& reg = global_metrics();
   const char* help = "Bytes sent between the job's processes, per link (step plans, hidden rows, expert rows)";
+  const int lead = comm_.world_rank(0);  // links named by job ranks (pp,ep: a stage's group)
   for (size_t r = 1; r < S; ++r) {
-    out_bytes_[r] = reg.counter("sluice_dist_bytes_sent_total", help, fmt::format("link=\"0->{}\"", r));
-    back_bytes_[r] = reg.counter("sluice_dist_bytes_sent_total", help, fmt::format("link=\"{}->0\"", r));
+    const int w = comm_.world_rank(static_cast<int>(r));
+    out_bytes_[r] = reg.counter("sluice_dist_bytes_sent_total", help, fmt::format("link=\"{}->{}\"", lead, w));
+    back_bytes_[r] = reg.counter("sluice_dist_bytes_sent_total", help, fmt::format("link=\"{}->{}\"", w, lead));
   }
 }
 
@@ -278,8 +280,8 @@ Status run_expert_worker_loop(Comm& comm, Model& model, plan::ExpertRange mine) 
     if (msg.size() < sizeof hd) return data_loss("an expert message of {} bytes is shorter than its header", msg.size());
     std::memcpy(&hd, msg.data(), sizeof hd);
     if (hd.kind == kExpertShutdown) return Status();
-    if (hd.kind != kExpertRows || hd.n_rows <= 0 || hd.layer < 0 || hd.layer >= h.n_layer ||
-        !h.layer_is_moe(hd.layer) || msg.size() != message_bytes(hd.n_rows, E))
+    const bool its_layer = hd.layer >= model.layer_begin() && hd.layer < model.layer_end() && h.layer_is_moe(hd.layer);
+    if (hd.kind != kExpertRows || hd.n_rows <= 0 || !its_layer || msg.size() != message_bytes(hd.n_rows, E))
       return data_loss("a malformed expert message (kind {}, layer {}, {} rows, {} bytes)", hd.kind, hd.layer,
                        hd.n_rows, msg.size());
     const auto* ids = reinterpret_cast<const int32_t*>(msg.data() + sizeof hd);

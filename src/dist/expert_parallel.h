@@ -141,9 +141,10 @@ class ExpertParallelDriver : public ExpertDispatch, public StageRunner {
   std::thread watchdog_;
 };
 
-// Ranks > 0 under kRank0: computes the experts [mine.begin, mine.end) of
-// every routed layer of `model` (loaded with experts_only) for rank 0's
-// messages, until its shutdown (OK) or a failure (its error).
+// Ranks > 0 under kRank0 (of `comm`: pp,ep's stage group): computes the experts
+// [mine.begin, mine.end) of every routed layer of `model` (loaded with
+// experts_only; pp,ep: its stage's layers alone) for rank 0's messages, until
+// its shutdown (OK) or a failure (its error).
 Status run_expert_worker_loop(Comm& comm, Model& model, plan::ExpertRange mine);
 
 // Ranks > 0 under kEvery: runs every step rank 0 describes on `model` (the

@@ -157,6 +157,13 @@ uint64_t ep_kv_bytes(const ModelFile& file, const ModelHparams& hp, int64_t n_ct
   return std::min(bytes, std::max(per_token * static_cast<uint64_t>(std::max<int64_t>(1, n_ctx)), uint64_t{4} << 30));
 }
 
+plan::PipelineExpertInputs pipeline_expert_inputs(const ModelFile& file, const ModelHparams& hp, int64_t ep_size) {
+  plan::PipelineExpertInputs in{.layers = pipeline_inputs(file, hp), .experts = expert_parallel_inputs(file, hp),
+                                .ep_size = ep_size};
+  for (int64_t l = 0; l < hp.n_layer; ++l) in.routed.push_back(hp.is_moe() && hp.layer_is_moe(l) ? 1 : 0);
+  return in;
+}
+
 PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch) {
   PredictedSteps d{.decode_s = p.step_s(1, 1, 1),
                    .prefill_tokens = n_batch,
@@ -176,6 +183,14 @@ PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batc
   return PredictedSteps{.decode_s = p.step_s(1),
                         .decode_network_s = p.network_s(1),
                         .decode_disk_s = p.disk_wait_s(1),
+                        .prefill_tokens = n_batch,
+                        .prefill_s = p.step_s(nb)};
+}
+
+PredictedSteps predicted_steps(const plan::PipelineExpertPlan& p, int64_t n_batch) {
+  const auto nb = static_cast<double>(n_batch);
+  return PredictedSteps{.decode_s = p.step_s(1),
+                        .decode_network_s = p.network_s(1),
                         .prefill_tokens = n_batch,
                         .prefill_s = p.step_s(nb)};
 }
@@ -284,6 +299,50 @@ std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_bat
       "tokens {:.1f} ms ({:.0f} tokens/s); per token and routed layer {:.0f} B out, {:.0f} B back\n",
       d.decode_s * 1e3, d.decode_network_s * 1e3, d.decode_disk_s * 1e3, n_batch, d.prefill_s * 1e3,
       static_cast<double>(n_batch) / d.prefill_s, out, back);
+  return s;
+}
+
+}  // namespace sluice::dist
+
+namespace sluice::dist {
+
+std::string pipeline_expert_map(const plan::PipelineExpertPlan& p, int64_t n_batch) {
+  const int64_t E = p.ep_size;
+  std::string s = fmt::format("[sluice] pipeline of {} stages x {} ranks (pp,ep): each stage's lead (its first rank) "
+                              "runs the stage's layers, every routed layer's experts split over the stage's ranks; "
+                              "every weight in memory\n",
+                              p.n_stages(), E);
+  s += "  rank  host              stage  role     layers        experts     weights     memory cap              "
+       "read GB/s  TFLOP/s  link to rank 0\n";
+  for (int64_t g = 0; g < p.n_stages(); ++g) {
+    const plan::ExpertParallelPlan& e = p.stages[static_cast<size_t>(g)];
+    const plan::LayerRange range = p.pipeline.ranges[static_cast<size_t>(g)];
+    for (int64_t m = 0; m < E; ++m) {
+      const auto i = static_cast<size_t>(m);
+      const plan::RankResources& k = e.in.ranks[i];
+      const plan::ExpertRange x = e.shares[i];
+      const std::string layers = fmt::format("{}-{}{}", range.begin, range.end - 1, g == 0 && m == 0 ? " +head" : "");
+      const std::string experts = fmt::format("{}-{}{}", x.begin, x.end - 1, m == 0 ? " +rest" : "");
+      const std::string cap =
+          fmt::format("{} {}", job_plan_cap_text(k.mem_cap_bytes), k.budget_given ? "budget" : "available");
+      const plan::LinkFigures& l = e.in.links[i];
+      const std::string link =
+          p.rank_of(g, m) == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
+      s += fmt::format("  {:<5} {:<17} {:<6} {:<8} {:<13} {:<11} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n",
+                       p.rank_of(g, m), k.host.substr(0, 17), g, m == 0 ? "lead" : "experts", layers, experts,
+                       mib(e.rank_bytes[i]), cap, k.read_gbps, k.tflops, link);
+    }
+  }
+  double out = 0;  // every stage's group alike: the same shares
+  const plan::ExpertParallelPlan& e0 = p.stages[0];
+  for (int64_t r = 1; r < e0.n_ranks(); ++r) out += e0.bytes_out(r, 1) + e0.bytes_back(r, 1);
+  const PredictedSteps d = predicted_steps(p, n_batch);
+  s += fmt::format(
+      "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links), prefill {} tokens {:.1f} ms ({:.0f} "
+      "tokens/s as one micro-batch); per token {} B per hop between stages, {:.0f} B per routed layer to and from "
+      "the stages' expert ranks\n",
+      d.decode_s * 1e3, d.decode_network_s * 1e3, n_batch, d.prefill_s * 1e3,
+      static_cast<double>(n_batch) / d.prefill_s, p.pipeline.hop_bytes(1, 1, 1), out);
   return s;
 }
 

@@ -15,6 +15,7 @@
 #include "format/model_file.h"
 #include "model/hparams.h"
 #include "plan/expert_parallel_plan.h"
+#include "plan/pipeline_expert_plan.h"
 #include "plan/pipeline_plan.h"
 
 namespace sluice::dist {
@@ -32,6 +33,8 @@ plan::ExpertParallelInputs expert_parallel_inputs(const ModelFile& file, const M
 // n_ctx_max, else the trained context capped at ctx_cap (load_model's rule).
 uint64_t ep_kv_bytes(const ModelFile& file, const ModelHparams& hp, int64_t n_ctx_max, int64_t ctx_cap,
                      int64_t max_seqs);
+// Both, with which layers are routed, for --parallel pp,ep of ep_size ranks a stage.
+plan::PipelineExpertInputs pipeline_expert_inputs(const ModelFile& file, const ModelHparams& hp, int64_t ep_size);
 
 // What a plan predicts: one decode token and one prefill step of n_batch
 // tokens (the load's batch), the links' share of decode.
@@ -45,6 +48,7 @@ struct PredictedSteps {
 };
 PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch);
 PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batch);
+PredictedSteps predicted_steps(const plan::PipelineExpertPlan& p, int64_t n_batch);
 
 // The placement map: a row per rank (host, layers or experts, tier, weights
 // held in memory, memory cap, rates, link to rank 0), a line per rank that
@@ -54,5 +58,7 @@ PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batc
 // the ranks the pipeline plan was made for.
 std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch);
 std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_batch);
+// pp,ep: a row per job rank (its stage, the stage's layers, its experts).
+std::string pipeline_expert_map(const plan::PipelineExpertPlan& p, int64_t n_batch);
 
 }  // namespace sluice::dist

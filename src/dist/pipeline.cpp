@@ -24,7 +24,8 @@ PipelineDriver::PipelineDriver(Comm& comm, plan::PipelinePlan plan, int64_t n_em
     Counter*& c = link_bytes_[static_cast<size_t>(src * S + dst)];
     if (!c) c = reg.counter("sluice_dist_bytes_sent_total",
                             "Bytes sent between the job's processes, per link (step plans, hidden rows, expert rows)",
-                            fmt::format("link=\"{}->{}\"", src, dst));
+                            fmt::format("link=\"{}->{}\"", comm_.world_rank(static_cast<int>(src)),
+                                        comm_.world_rank(static_cast<int>(dst))));
   };
   for (int64_t r = 1; r < S; ++r) {
     add(0, r);      // step plans

@@ -1,7 +1,9 @@
 #include "dist/session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -16,6 +18,7 @@
 #include "format/model_file.h"
 #include "model/hparams.h"
 #include "plan/calibrate.h"
+#include "plan/pipeline_expert_plan.h"
 #include "weights/store_source.h"
 
 namespace sluice::dist {
@@ -196,6 +199,35 @@ Status report_load(Comm& c, const StatusOr<LoadedModel>& lm) {
   return Status();
 }
 
+// Why a rank's model cannot combine experts' outputs across processes ("":
+// it can): its backend's buffers are not host memory.
+std::string host_memory_failure(const LoadedModel& lm) {
+  if (lm.model->backend().host_visible()) return "";
+  return fmt::format("--parallel ep combines the experts' outputs in host memory, which the {} backend does not use; "
+                     "use --backend cpu",
+                     lm.model->backend().name());
+}
+
+// Rank 0's load failure as start_job() takes it ("": none), a model that
+// combines experts' outputs included.
+std::string rank0_expert_failure(const StatusOr<LoadedModel>& lm) {
+  const std::string why = lm.ok() ? host_memory_failure(*lm) : lm.status().message();
+  return why.empty() ? "" : "rank 0: " + why;
+}
+
+// An expert driver's summary: routed layers, rows per rank of its group (c:
+// the group's communicator, its links named by job ranks), bytes per link.
+std::string expert_summary(const ExpertParallelDriver& d, const Comm& c) {
+  std::string links;
+  for (int r = 1; r < d.n_ranks(); ++r)
+    links += fmt::format("{}{}->{} {} B, {}->{} {} B", links.empty() ? "" : ", ", c.world_rank(0), c.world_rank(r),
+                         d.link_bytes(0, r), c.world_rank(r), c.world_rank(0), d.link_bytes(r, 0));
+  std::string rows;
+  for (int r = 0; r < d.n_ranks(); ++r) rows += fmt::format("{}{}", r ? "/" : "", d.rows(r));
+  return fmt::format("[sluice] experts: {} routed layers dispatched, expert rows per rank {}; sent {}\n", d.layers(),
+                     rows, links.empty() ? "nothing (one rank)" : links);
+}
+
 void publish_job(int n_ranks, double decode_step_s) {
   MetricRegistry& reg = global_metrics();
   reg.gauge("sluice_dist_ranks", "Processes of the job")->set(n_ranks);
@@ -205,12 +237,17 @@ void publish_job(int n_ranks, double decode_step_s) {
 
 }  // namespace
 
-Status check_parallel_mode(const std::string& mode) {
-  if (mode == "pp,ep" || mode == "ep,pp")
-    return unimplemented("--parallel {}: pipeline and expert parallelism together are not supported yet; use pp "
-                         "(layer ranges per rank) or ep (experts per rank)",
-                         mode);
-  if (mode != "pp" && mode != "ep") return invalid_argument("unknown --parallel mode '{}' (pp: pipeline; ep: experts)", mode);
+Status check_parallel_mode(const std::string& mode, int64_t ep_size) {
+  if (mode == "pp,ep" || mode == "ep,pp") {
+    if (ep_size < 1)
+      return invalid_argument("--parallel {} needs --ep-size E: the ranks of each pipeline stage (its lead and its "
+                              "expert ranks; the job's ranks = stages x E)",
+                              mode);
+    return Status();
+  }
+  if (mode != "pp" && mode != "ep")
+    return invalid_argument("unknown --parallel mode '{}' (pp: pipeline; ep: experts; pp,ep: both)", mode);
+  if (ep_size != 0) return invalid_argument("--ep-size applies to --parallel pp,ep only, not {}", mode);
   return Status();
 }
 
@@ -223,45 +260,53 @@ Status check_ep_attention(const std::string& mode, const std::string& ep_attenti
 }
 
 StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options) {
-  RETURN_IF_ERROR(check_parallel_mode(options.mode));
+  RETURN_IF_ERROR(check_parallel_mode(options.mode, options.ep_size));
   RETURN_IF_ERROR(check_ep_attention(options.mode, options.ep_attention));
   if (!(options.timeout_s > 0)) return invalid_argument("the parallel timeout must be positive");
   std::shared_ptr<Session> s(new Session());
   s->options_ = options;
+  if (s->options_.mode == "ep,pp") s->options_.mode = "pp,ep";
   ASSIGN_OR_RETURN(s->comm_, Comm::init(options.timeout_s));
+  if (s->pipeline_experts()) {
+    // Stage g = job ranks g x E .. g x E + E - 1, its lead the first
+    // (plan/pipeline_expert_plan.h). Every rank refuses a bad size alike.
+    const int n = s->comm_->size(), r = s->comm_->rank(), E = static_cast<int>(options.ep_size);
+    RETURN_IF_ERROR(plan::check_stage_groups(n, E));
+    ASSIGN_OR_RETURN(s->stage_comm_, s->comm_->split(r % E == 0 ? 0 : -1, r));
+    ASSIGN_OR_RETURN(s->group_comm_, s->comm_->split(r / E, r));
+  }
   return s;
 }
 
 Session::~Session() {
-  if (ep_driver_) {
-    if (ep_driver_->failed()) comm_->abort(1);
-    const ExpertParallelDriver& d = *ep_driver_;
-    std::string links;
-    for (int r = 1; r < d.n_ranks(); ++r)
-      links += fmt::format("{}0->{} {} B, {}->0 {} B", links.empty() ? "" : ", ", r, d.link_bytes(0, r), r,
-                           d.link_bytes(r, 0));
-    std::string rows;
-    for (int r = 0; r < d.n_ranks(); ++r) rows += fmt::format("{}{}", r ? "/" : "", d.rows(r));
-    fmt::print(stderr, "[sluice] experts: {} routed layers dispatched, expert rows per rank {}; sent {}\n", d.layers(),
-               rows, links);
-    if (Status st = ep_driver_->shutdown(); !st.ok()) {
-      fmt::print(stderr, "error: ending the job: {}\n", st.message());
-      comm_->abort(1);
-    }
-    return;
+  // pp,ep: the pipeline ends first (its leads then end their groups).
+  if (driver_) end_pipeline();
+  if (ep_driver_) end_experts();
+}
+
+void Session::end_experts() {
+  if (ep_driver_->failed()) comm_->abort(1);
+  fmt::print(stderr, "{}", expert_summary(*ep_driver_, group_comm()));
+  if (Status st = ep_driver_->shutdown(); !st.ok()) {
+    fmt::print(stderr, "error: ending the job: {}\n", st.message());
+    comm_->abort(1);
   }
-  if (!driver_) return;
+}
+
+void Session::end_pipeline() {
   if (driver_->failed()) comm_->abort(1);
   // What crossed each link, per token computed, against the plan's count of
-  // hidden rows (the step plans add their tokens and block tables).
+  // hidden rows (the step plans add their tokens and block tables); links
+  // named by job ranks (pp,ep: stage g's lead is rank g x E).
   const PipelineDriver& d = *driver_;
+  const Comm& pc = stage_comm_ ? *stage_comm_ : *comm_;
   const int S = static_cast<int>(d.plan().n_stages());
   if (S > 1 && d.tokens() > 0) {
     std::string links;
     auto add = [&](int src, int dst, uint64_t planned) {
       const double per = static_cast<double>(d.link_bytes(src, dst)) / static_cast<double>(d.tokens());
-      links += fmt::format("{}{}->{} {:.0f} B/token (hidden rows {} B)", links.empty() ? "" : ", ", src, dst, per,
-                           planned);
+      links += fmt::format("{}{}->{} {:.0f} B/token (hidden rows {} B)", links.empty() ? "" : ", ", pc.world_rank(src),
+                           pc.world_rank(dst), per, planned);
     };
     for (int r = 1; r < S; ++r) add(r - 1, r, d.plan().hop_bytes(r, 1, 1));
     for (int r = 2; r < S; ++r) add(0, r, 0);
@@ -277,6 +322,7 @@ Session::~Session() {
 
 StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions& o, Session& session) {
   if (session.options().mode == "ep") return load_expert_parallel(path, o, session);
+  if (session.pipeline_experts()) return load_pipeline_experts(path, o, session);
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
   plan::PipelineInputs in = pipeline_inputs(job.file, job.hp);
@@ -347,11 +393,7 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   mine_opts.expert_begin = plan->shares[0].begin;
   mine_opts.expert_end = plan->shares[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
-  std::string mine_failure = lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message());
-  if (lm.ok() && !lm->model->backend().host_visible())
-    mine_failure = fmt::format("rank 0: --parallel ep combines the experts' outputs in host memory, which the {} "
-                               "backend does not use; use --backend cpu",
-                               lm->model->backend().name());
+  const std::string mine_failure = rank0_expert_failure(lm);
   ASSIGN_OR_RETURN(const std::string failures, start_job(c, mine_failure));
   if (!failures.empty()) return unavailable("loading the experts' shares failed: {}", failures);
   session.ep_driver_ = std::make_unique<ExpertParallelDriver>(c, lm->model->hparams(), plan->shares, plan->attention,
@@ -365,6 +407,96 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   return lm;
 }
 
+StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadOptions& o, Session& session) {
+  Comm& c = session.comm();
+  ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
+  plan::PipelineExpertInputs in = pipeline_expert_inputs(job.file, job.hp, session.options().ep_size);
+  in.ranks = job.ranks;
+  in.links = job.links;
+  const StatusOr<plan::PipelineExpertPlan> plan =
+      job.refusal.ok() ? plan::plan_pipeline_experts(in) : StatusOr<plan::PipelineExpertPlan>(job.refusal);
+  if (!plan.ok()) return refuse_job(c, plan.status());
+  json ranges = json::array(), experts = json::array();
+  for (int64_t g = 0; g < plan->n_stages(); ++g) {
+    const plan::LayerRange r = plan->pipeline.ranges[static_cast<size_t>(g)];
+    ranges.push_back({r.begin, r.end});
+    json shares = json::array();
+    for (const plan::ExpertRange& x : plan->stages[static_cast<size_t>(g)].shares) shares.push_back({x.begin, x.end});
+    experts.push_back(shares);
+  }
+  json setup = setup_message(o);
+  setup["ep_size"] = plan->ep_size;
+  setup["stage_ranges"] = ranges;
+  setup["stage_experts"] = experts;
+  setup["predict_experts"] = o.predict_experts;
+  RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
+  // Every range and share in memory (the plan refused any that does not fit).
+  LoadOptions mine_opts = o;
+  mine_opts.mem_budget_bytes = 0;
+  mine_opts.disk_rate_cap_bytes_per_s = 0;
+  mine_opts.layer_begin = plan->pipeline.ranges[0].begin;
+  mine_opts.layer_end = plan->pipeline.ranges[0].end;
+  mine_opts.expert_begin = plan->stages[0].shares[0].begin;
+  mine_opts.expert_end = plan->stages[0].shares[0].end;
+  StatusOr<LoadedModel> lm = load_model(path, mine_opts);
+  const std::string mine_failure = rank0_expert_failure(lm);
+  ASSIGN_OR_RETURN(const std::string failures, start_job(c, mine_failure));
+  if (!failures.empty()) return unavailable("loading the stages and their experts failed: {}", failures);
+  const double grace = session.options().abort_grace_s;
+  session.driver_ = std::make_unique<PipelineDriver>(*session.stage_comm_, plan->pipeline, job.hp.n_embd, o.n_batch,
+                                                     grace);
+  session.ep_driver_ =
+      std::make_unique<ExpertParallelDriver>(*session.group_comm_, lm->model->hparams(), plan->stages[0].shares,
+                                             plan::EpAttention::kRank0, grace);
+  lm->model->set_stage_runner(session.driver_.get());
+  lm->model->set_expert_dispatch(session.ep_driver_.get());
+  lm->placement_report = pipeline_expert_map(*plan, o.n_batch);
+  publish_job(c.size(), plan->step_s(1));
+  return lm;
+}
+
+namespace {
+
+// A rank > 0 of a pp,ep job (load_pipeline_experts()'s setup): stage g's
+// layers with its share of their experts; the lead of a later stage runs the
+// pipeline's worker loop with its group's experts dispatched, the others the
+// expert worker loop for the lead.
+Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup, Session& session) {
+  Comm& c = session.comm();
+  const int64_t E = setup.at("ep_size").get<int64_t>();
+  const auto g = static_cast<size_t>(c.rank() / E), m = static_cast<size_t>(c.rank() % E);
+  const json& range = setup.at("stage_ranges").at(g);
+  std::vector<plan::ExpertRange> shares;
+  for (const json& x : setup.at("stage_experts").at(g)) shares.push_back({x.at(0).get<int64_t>(), x.at(1).get<int64_t>()});
+  lo.layer_begin = range.at(0).get<int64_t>();
+  lo.layer_end = range.at(1).get<int64_t>();
+  lo.expert_begin = shares.at(m).begin;
+  lo.expert_end = shares.at(m).end;
+  lo.experts_only = m > 0;
+  lo.predict_experts = m == 0 && setup.at("predict_experts").get<bool>();
+  StatusOr<LoadedModel> lm = load_model(path, lo);
+  if (m == 0 && lm.ok())
+    if (const std::string why = host_memory_failure(*lm); !why.empty()) lm = invalid_argument("{}", why);
+  RETURN_IF_ERROR(report_load(c, lm));
+  if (m > 0) return run_expert_worker_loop(session.group_comm(), *lm->model, shares[m]);
+  // The group's driver needs its shares only: the plan's figures stay on rank 0.
+  const double grace = session.options().abort_grace_s;
+  ExpertParallelDriver ep(session.group_comm(), lm->model->hparams(), shares, plan::EpAttention::kRank0, grace);
+  lm->model->set_expert_dispatch(&ep);
+  const Status st = run_worker_loop(*session.stage_comm(), *lm->model, session.stage_comm()->size());
+  if (ep.failed()) {
+    // Its watchdog ends the job after the grace (rank 0 answers its requests
+    // meanwhile); the driver must outlive it.
+    std::this_thread::sleep_for(std::chrono::duration<double>(2 * grace));
+    c.abort(1);
+  }
+  fmt::print(stderr, "{}", expert_summary(ep, session.group_comm()));
+  const Status ended = ep.shutdown();  // the group's ranks stop, after a failure of the pipeline too
+  return st.ok() ? ended : st;
+}
+
+}  // namespace
+
 Status run_worker(const std::string& path, const WorkerOptions& o, Session& session) {
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
@@ -376,6 +508,7 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   ASSIGN_OR_RETURN(const json setup, recv_json(c, 0, kTagControl, "setup", c.timeout_s() * kLoadTimeoutFactor));
   if (!setup.value("ok", false)) return invalid_argument("rank 0 refused the job: {}", setup.value("error", "?"));
   LoadOptions lo = worker_load_options(o, setup);
+  if (setup.contains("ep_size")) return run_stage_rank(path, lo, setup, session);  // pp,ep
   if (setup.contains("experts")) {  // --parallel ep: its experts of every routed layer
     const json& shares = setup.at("experts");
     std::vector<plan::ExpertRange> ranges;

@@ -18,6 +18,16 @@
 // (load_expert_parallel(), expert_parallel.h); a share, like a range, may
 // stream from its rank's disk under the rank's --mem-budget.
 //
+// With --parallel pp,ep --ep-size E both (plan/pipeline_expert_plan.h): the
+// ranks are stages of E; start() splits the job into the stage leads' pipeline
+// (stage_comm(): rank g of it is stage g's lead, job rank g x E) and each
+// stage's group (group_comm(): rank 0 of it is the lead). Stage 0's lead is
+// rank 0 (load_pipeline_experts()); every lead's model dispatches its routed
+// layers' experts over its group (ExpertParallelDriver on group_comm()), a
+// lead of a later stage running the pipeline's worker loop on stage_comm(),
+// the other ranks the expert worker loop on group_comm(), for their stage's
+// layers only. The start, the plan and the load go over the whole job as above.
+//
 // The placement map (which rank holds which layers, in which tier, the rates
 // and links measured, the predicted step with its network leg; job_plan.h) is
 // printed at load and kept in LoadedModel::placement_report. Thread-compatible: the
@@ -35,23 +45,26 @@
 namespace sluice::dist {
 
 struct ParallelOptions {
-  std::string mode = "pp";     // pp: pipeline (layer ranges per rank); ep: experts per rank
+  std::string mode = "pp";     // pp: pipeline (layer ranges per rank); ep: experts per rank; pp,ep: both
   std::string ep_attention = "auto";  // ep: rank0, every or auto (plan::parse_ep_attention)
+  int64_t ep_size = 0;         // pp,ep: ranks per pipeline stage (required; 0 otherwise)
   double timeout_s = 60;       // what a rank waits for another during a step
   double abort_grace_s = 3;    // after a failure, before the job is ended
 };
 
-// Errors: a mode other than pp and ep (pp and ep together are refused:
-// not supported yet). Session::start() and `plan parallel` check with it.
-Status check_parallel_mode(const std::string& mode);
+// Errors: a mode other than pp, ep and pp,ep (or ep,pp); pp,ep without an
+// ep_size >= 1; an ep_size with another mode. Session::start() and `plan
+// parallel` check with it.
+Status check_parallel_mode(const std::string& mode, int64_t ep_size);
 // Errors: an --ep-attention other than auto, rank0 and every, or other than
 // auto with a mode that is not ep. Session::start() and `plan parallel`.
 Status check_ep_attention(const std::string& mode, const std::string& ep_attention);
 
 class Session {
  public:
-  // Joins the job. Errors: an unknown mode (pp and ep together are refused),
-  // no MPI in this build.
+  // Joins the job (pp,ep: splits it into stages, collectively). Errors: an
+  // unknown mode (check_parallel_mode()), no MPI in this build, pp,ep whose
+  // job size is not a multiple of its ep_size (on every rank alike).
   static StatusOr<std::shared_ptr<Session>> start(const ParallelOptions& options);
   // Rank 0: tells the workers to stop, or ends the job with a non-zero exit
   // when a step failed.
@@ -61,6 +74,11 @@ class Session {
   int rank() const { return comm_->rank(); }
   bool is_worker() const { return comm_->rank() > 0; }
   const ParallelOptions& options() const { return options_; }
+  bool pipeline_experts() const { return options_.mode == "pp,ep"; }
+  // pp,ep: the stage leads' pipeline (null on the other ranks) and this
+  // rank's stage group; otherwise null and the job's own.
+  Comm* stage_comm() { return stage_comm_.get(); }
+  Comm& group_comm() { return group_comm_ ? *group_comm_ : *comm_; }
   // Rank 0, after load_pipelined(): the stage runner its model uses.
   PipelineDriver* driver() { return driver_.get(); }
   // Rank 0 with --parallel ep, after load_pipelined(): the model's expert dispatch.
@@ -69,9 +87,13 @@ class Session {
  private:
   friend StatusOr<LoadedModel> load_pipelined(const std::string&, const LoadOptions&, Session&);
   friend StatusOr<LoadedModel> load_expert_parallel(const std::string&, const LoadOptions&, Session&);
+  friend StatusOr<LoadedModel> load_pipeline_experts(const std::string&, const LoadOptions&, Session&);
   Session() = default;
+  void end_pipeline();
+  void end_experts();
   ParallelOptions options_;
   std::unique_ptr<Comm> comm_;
+  std::unique_ptr<Comm> stage_comm_, group_comm_;  // pp,ep (split from comm_, freed before it)
   std::unique_ptr<PipelineDriver> driver_;
   std::unique_ptr<ExpertParallelDriver> ep_driver_;
 };
@@ -92,6 +114,15 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
 // as load_pipelined(), and a model without routed experts, a backend whose
 // buffers are not host memory, a share that cannot stream under its budget.
 StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOptions& options, Session& session);
+
+// Rank 0 with --parallel pp,ep: the same start, planned by
+// plan_pipeline_experts() (the cut over the stage leads, each stage's
+// experts over its group), then rank 0's range with its share of the range's
+// experts, with the stage runner (the leads' pipeline) and the expert
+// dispatch (its group) set. Errors: as both, and a job size that is not
+// stages x ep_size, more stages than layers, a share that does not fit its
+// rank's memory (none streams within a stage).
+StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadOptions& options, Session& session);
 
 // What a worker takes from its own command line (the rest comes from rank 0).
 struct WorkerOptions {
