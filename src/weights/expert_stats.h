@@ -19,6 +19,7 @@
 // ready + late + missed = chosen. Plain value.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace sluice::weights {
@@ -42,8 +43,12 @@ struct ExpertLayerStats {
     return predicted ? static_cast<double>(predicted_chosen) / static_cast<double>(predicted) : 0.0;
   }
   double hit_rate() const { return chosen ? static_cast<double>(ready) / static_cast<double>(chosen) : 0.0; }
-  // Mean lateness of a late expert, in milliseconds (0 when none was late).
-  double late_mean_ms() const { return late ? 1e3 * late_s / static_cast<double>(late) : 0.0; }
+  // Mean lateness of a late expert, in milliseconds (0 when none was late);
+  // never above 1e3 x late_max_s, which a sum of equal waits divided by their
+  // count can pass by a rounding.
+  double late_mean_ms() const {
+    return late ? std::min(1e3 * late_s / static_cast<double>(late), 1e3 * late_max_s) : 0.0;
+  }
   double kept_rate() const { return chosen ? static_cast<double>(kept) / static_cast<double>(chosen) : 0.0; }
   // Experts read (prefetches and misses) per chosen expert: the disk traffic
   // against what the chosen experts alone need.
