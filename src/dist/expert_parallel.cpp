@@ -315,10 +315,8 @@ Status run_replica_worker_loop(Comm& comm, Model& model) {
   std::vector<ForwardSeq> seqs;
   std::optional<KvStore> kv;
   for (;;) {
-    RETURN_IF_ERROR(comm.recv_message(0, kTagControl, &msg, "a step", /*timeout=*/0));
-    ASSIGN_OR_RETURN(const StepView v, decode_step(msg));
-    if (v.h.kind == static_cast<int32_t>(StepKind::kShutdown)) return Status();
-    RETURN_IF_ERROR(mirror_step(model, v, &kv, &seqs));
+    ASSIGN_OR_RETURN(const std::optional<StepView> step, receive_step(comm, model, &msg, &kv, &seqs));
+    if (!step) return Status();
     for (ForwardSeq& s : seqs) s.n_logits = 0;  // rank 0 computes the logits
     RETURN_IF_ERROR(model.begin_step(seqs, *kv, /*embed=*/true));
     RETURN_IF_ERROR(model.run_stage(0, seqs.size(), 0, model.step_tokens(), *kv));

@@ -9,7 +9,11 @@
 
 namespace sluice::dist {
 
-Status mirror_step(Model& model, const StepView& v, std::optional<KvStore>* kv, std::vector<ForwardSeq>* seqs) {
+StatusOr<std::optional<StepView>> receive_step(Comm& comm, Model& model, std::vector<uint8_t>* msg,
+                                               std::optional<KvStore>* kv, std::vector<ForwardSeq>* seqs) {
+  RETURN_IF_ERROR(comm.recv_message(0, kTagControl, msg, "a step", /*timeout=*/0));
+  ASSIGN_OR_RETURN(const StepView v, decode_step(*msg));
+  if (v.h.kind == static_cast<int32_t>(StepKind::kShutdown)) return std::optional<StepView>();
   const StepHeader& h = v.h;
   if (!*kv || (*kv)->n_blocks() != h.kv_blocks || static_cast<int32_t>((*kv)->layout().dtype) != h.kv_dtype ||
       (*kv)->layout().block_size != h.kv_block_size) {
@@ -29,7 +33,7 @@ Status mirror_step(Model& model, const StepView& v, std::optional<KvStore>* kv, 
     tok += static_cast<size_t>(s.n_tokens);
     tab += static_cast<size_t>(s.n_blocks);
   }
-  return Status();
+  return std::optional<StepView>(v);
 }
 
 Status run_worker_loop(Comm& comm, Model& model, int n_stages) {
@@ -43,10 +47,9 @@ Status run_worker_loop(Comm& comm, Model& model, int n_stages) {
   std::vector<Pending> sends;
   std::optional<KvStore> kv;
   for (;;) {
-    RETURN_IF_ERROR(comm.recv_message(0, kTagControl, &msg, "a step", /*timeout=*/0));
-    ASSIGN_OR_RETURN(const StepView v, decode_step(msg));
-    if (v.h.kind == static_cast<int32_t>(StepKind::kShutdown)) return Status();
-    RETURN_IF_ERROR(mirror_step(model, v, &kv, &seqs));
+    ASSIGN_OR_RETURN(const std::optional<StepView> step, receive_step(comm, model, &msg, &kv, &seqs));
+    if (!step) return Status();
+    const StepView& v = *step;
     RETURN_IF_ERROR(model.begin_step(seqs, *kv, /*embed=*/false));
     const std::span<const int64_t> logit_rows = model.logit_rows();
     if (last && ret.size() < logit_rows.size() * static_cast<size_t>(n_embd))

@@ -24,12 +24,15 @@
 
 namespace sluice::dist {
 
-// A worker's side of rank 0's step `v`: *kv a pool of rank 0's shape
-// (created on first use or when the shape changes) with rank 0's copy-on-write
-// block copies applied, *seqs the step's sequences (views into v). Shared by
-// the pipeline's workers and expert parallelism's with attention on every
-// rank (expert_parallel.h). Errors: the pool cannot be created.
-Status mirror_step(Model& model, const StepView& v, std::optional<KvStore>* kv, std::vector<ForwardSeq>* seqs);
+// A worker's next step from rank 0 (waited for without a deadline): the
+// message into *msg, *kv a pool of rank 0's shape (created on first use or
+// when the shape changes) with rank 0's copy-on-write block copies applied,
+// *seqs the step's sequences (views into *msg). nullopt: rank 0's shutdown.
+// Shared by the pipeline's workers and expert parallelism's with attention on
+// every rank (expert_parallel.h). Errors: a receive failed, a malformed
+// message, the pool cannot be created.
+StatusOr<std::optional<StepView>> receive_step(Comm& comm, Model& model, std::vector<uint8_t>* msg,
+                                               std::optional<KvStore>* kv, std::vector<ForwardSeq>* seqs);
 
 // Runs until rank 0's shutdown (OK) or a failure (its error).
 Status run_worker_loop(Comm& comm, Model& model, int n_stages);
