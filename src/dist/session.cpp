@@ -165,6 +165,14 @@ json setup_message(const LoadOptions& o) {
           {"max_seqs", o.max_seqs}, {"repack", o.repack}};
 }
 
+// A pipelined job's load options: its models take a step's sequences in up to
+// kMaxMicroBatches - 1 more pieces (PipelineDriver::pieces), on every rank.
+LoadOptions with_pieces(const LoadOptions& o) {
+  LoadOptions p = o;
+  p.max_seqs = o.max_seqs + kMaxMicroBatches - 1;
+  return p;
+}
+
 // A worker's load options: its own command line's and rank 0's setup_message().
 LoadOptions worker_load_options(const WorkerOptions& o, const json& setup) {
   return LoadOptions{.n_threads = o.n_threads,
@@ -334,9 +342,7 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   json ranges = json::array(), streams = json::array();
   for (const plan::LayerRange& g : plan->ranges) ranges.push_back({g.begin, g.end});
   for (int64_t r = 0; r < plan->n_stages(); ++r) streams.push_back(plan->streams(r));
-  // A long prompt runs in up to kMaxMicroBatches pieces (PipelineDriver::pieces).
-  LoadOptions po = o;
-  po.max_seqs = o.max_seqs + kMaxMicroBatches - 1;
+  const LoadOptions po = with_pieces(o);
   json setup = setup_message(po);
   setup["ranges"] = ranges;
   setup["streams"] = streams;
@@ -424,14 +430,15 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
     for (const plan::ExpertRange& x : plan->stages[static_cast<size_t>(g)].shares) shares.push_back({x.begin, x.end});
     experts.push_back(shares);
   }
-  json setup = setup_message(o);
+  const LoadOptions po = with_pieces(o);
+  json setup = setup_message(po);
   setup["ep_size"] = plan->ep_size;
   setup["stage_ranges"] = ranges;
   setup["stage_experts"] = experts;
   setup["predict_experts"] = o.predict_experts;
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   // Every range and share in memory (the plan refused any that does not fit).
-  LoadOptions mine_opts = o;
+  LoadOptions mine_opts = po;
   mine_opts.mem_budget_bytes = 0;
   mine_opts.disk_rate_cap_bytes_per_s = 0;
   mine_opts.layer_begin = plan->pipeline.ranges[0].begin;
