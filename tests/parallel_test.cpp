@@ -11,7 +11,8 @@
 //                                    must stream the rest from disk, and the
 //                                    greedy tokens equal one process's
 //   Pipeline.Refuses*                a rank with another model file; budgets
-//                                    below even the streaming minimum
+//                                    below even the streaming minimum;
+//                                    --micro-batches out of range or with ep
 //   Pipeline.HungRankFailsRequests   serve; a worker stopped (SIGSTOP) mid-
 //                                    request: the request ends with an error
 //                                    within the timeout and the job exits non-zero
@@ -189,9 +190,23 @@ TEST_F(Pipeline, RunMatchesOneProcessSynth) {
   }
 }
 
+// --micro-batches 3 pins the cut: how many micro-batches the plan picks
+// depends on the rates this machine measures.
 TEST_F(Pipeline, BatchedMatchesOneProcess) {
-  expect_batched_matches(model_path("stories260K/stories260K.gguf"), "pp", {2, 3}, expect_micro_batches);
-  expect_batched_matches(model_path("stories-moe/stories-moe.gguf"), "pp", {2}, expect_micro_batches);
+  expect_batched_matches(model_path("stories260K/stories260K.gguf"), "pp --micro-batches 3", {2, 3},
+                         expect_micro_batches);
+  expect_batched_matches(model_path("stories-moe/stories-moe.gguf"), "pp --micro-batches 3", {2},
+                         expect_micro_batches);
+}
+
+TEST_F(Pipeline, RefusesMicroBatchesOutOfRangeOrWithoutAPipeline) {
+  const std::string run = "run -m " + model_path("stories-moe/stories-moe.gguf") + " -p hi -n 2 -t 1";
+  CliResult r = run_mpi(2, run + " --parallel pp --micro-batches 9");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--micro-batches 9 is outside 0 (the plan's choice) to 8"), std::string::npos) << r.err;
+  r = run_mpi(2, run + " --parallel ep --micro-batches 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--micro-batches cuts a pipeline's steps"), std::string::npos) << r.err;
 }
 
 TEST_F(Pipeline, RefusesAnotherModelFile) {

@@ -14,6 +14,10 @@ void add_parallel_options(CLI::App* c, ParallelArgs* args) {
   c->add_option("--ep-size", args->ep_size,
                 "with --parallel pp,ep: ranks per pipeline stage (its lead and expert ranks); the job's ranks must be "
                 "a multiple of it (stages x E)");
+  c->add_option("--micro-batches", args->micro_batches,
+                "with --parallel pp or pp,ep: micro-batches each step is cut into (a long prompt in pieces), so "
+                "that the stages work at once; 0 = the planner's fastest for each step's tokens")
+      ->capture_default_str();
   c->add_option("--parallel-timeout", args->timeout_s,
                 "seconds a rank waits for another during a step before the request fails and the job ends")
       ->capture_default_str();
@@ -31,7 +35,7 @@ StatusOr<std::shared_ptr<dist::Session>> join_parallel(const ParallelArgs& args,
   if (args.mode.empty()) return std::shared_ptr<dist::Session>();
   ASSIGN_OR_RETURN(std::shared_ptr<dist::Session> s,
                    dist::Session::start({.mode = args.mode, .ep_attention = args.ep_attention, .ep_size = args.ep_size,
-                                         .timeout_s = args.timeout_s}));
+                                         .timeout_s = args.timeout_s, .micro_batches = args.micro_batches}));
   if (!s->is_worker()) return s;
   const Status st = dist::run_worker(model, worker, *s);
   if (!st.ok()) fmt::print(stderr, "error: rank {}: {}\n", s->rank(), st.message());

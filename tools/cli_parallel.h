@@ -21,9 +21,11 @@ struct ParallelArgs {
   int64_t ep_size = 0;     // --ep-size: pp,ep's ranks per pipeline stage
   double timeout_s = 60;   // --parallel-timeout
   std::string ep_attention = "auto";  // --ep-attention rank0|every|auto
+  int64_t micro_batches = 0;          // --micro-batches (0: the plan's choice)
 };
 
-// Adds --parallel MODE, --ep-size E, --ep-attention and --parallel-timeout SECONDS to a subcommand.
+// Adds --parallel MODE, --ep-size E, --ep-attention, --micro-batches N and --parallel-timeout SECONDS to a
+// subcommand.
 void add_parallel_options(CLI::App* c, ParallelArgs* args);
 
 // Without --parallel: null, nothing happens. With it: joins the job; on a

@@ -1,5 +1,6 @@
 #include "dist/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -11,8 +12,12 @@
 namespace sluice::dist {
 
 PipelineDriver::PipelineDriver(Comm& comm, plan::PipelinePlan plan, int64_t n_embd, int64_t n_batch,
-                               double abort_grace_s)
-    : comm_(comm), plan_(std::move(plan)), n_embd_(n_embd), abort_grace_s_(abort_grace_s) {
+                               double abort_grace_s, int64_t micro_batches)
+    : comm_(comm),
+      plan_(std::move(plan)),
+      n_embd_(n_embd),
+      abort_grace_s_(abort_grace_s),
+      micro_batches_fixed_(std::clamp<int64_t>(micro_batches, 0, kMaxMicroBatches)) {
   const int64_t S = plan_.n_stages();
   micro_ends_.reserve(kMaxMicroBatches);
   ret_.resize(static_cast<size_t>(n_batch * n_embd));
@@ -66,7 +71,8 @@ std::span<const ForwardSeq> PipelineDriver::pieces(const Model& model, std::span
     n += static_cast<int64_t>(s.tokens.size());
     n_logits += s.n_logits;
   }
-  const int64_t m = plan_.best_micro_batches(n, n_logits, kMaxMicroBatches);
+  const int64_t m = micro_batches_fixed_ > 0 ? std::min(micro_batches_fixed_, n)
+                                            : plan_.best_micro_batches(n, n_logits, kMaxMicroBatches);
   if (m <= 1) return seqs;
   if (pieces_.capacity() < static_cast<size_t>(model.max_seqs())) pieces_.reserve(static_cast<size_t>(model.max_seqs()));
   cut_sequences(seqs, m, static_cast<size_t>(model.max_seqs()), &pieces_);

@@ -40,8 +40,11 @@ inline constexpr int64_t kMaxMicroBatches = 8;
 
 class PipelineDriver : public StageRunner {
  public:
-  // n_batch: the model's most tokens per step (sizes the return buffer).
-  PipelineDriver(Comm& comm, plan::PipelinePlan plan, int64_t n_embd, int64_t n_batch, double abort_grace_s);
+  // n_batch: the model's most tokens per step (sizes the return buffer);
+  // micro_batches: 0, the plan's best per step, else that many (at most one
+  // per token), in [0, kMaxMicroBatches].
+  PipelineDriver(Comm& comm, plan::PipelinePlan plan, int64_t n_embd, int64_t n_batch, double abort_grace_s,
+                 int64_t micro_batches = 0);
   ~PipelineDriver() override;
 
   // The step cut into the plan's best number of micro-batches by tokens, a
@@ -70,6 +73,7 @@ class PipelineDriver : public StageRunner {
   plan::PipelinePlan plan_;
   int64_t n_embd_;
   double abort_grace_s_;
+  int64_t micro_batches_fixed_ = 0;
   std::vector<uint8_t> msg_;          // the step's message (capacity kept)
   std::vector<int32_t> micro_ends_;   // [kMaxMicroBatches]
   std::vector<ForwardSeq> pieces_;    // [model's max_seqs] the step's sequences, cut

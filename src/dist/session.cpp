@@ -271,6 +271,11 @@ StatusOr<std::shared_ptr<Session>> Session::start(const ParallelOptions& options
   RETURN_IF_ERROR(check_parallel_mode(options.mode, options.ep_size));
   RETURN_IF_ERROR(check_ep_attention(options.mode, options.ep_attention));
   if (!(options.timeout_s > 0)) return invalid_argument("the parallel timeout must be positive");
+  if (options.micro_batches < 0 || options.micro_batches > kMaxMicroBatches)
+    return invalid_argument("--micro-batches {} is outside 0 (the plan's choice) to {}", options.micro_batches,
+                            kMaxMicroBatches);
+  if (options.micro_batches > 0 && options.mode == "ep")
+    return invalid_argument("--micro-batches cuts a pipeline's steps (--parallel pp or pp,ep), not --parallel ep");
   std::shared_ptr<Session> s(new Session());
   s->options_ = options;
   if (s->options_.mode == "ep,pp") s->options_.mode = "pp,ep";
@@ -360,7 +365,8 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   ASSIGN_OR_RETURN(const std::string failures,
                    start_job(c, lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message())));
   if (!failures.empty()) return unavailable("loading the pipeline's stages failed: {}", failures);
-  session.driver_ = std::make_unique<PipelineDriver>(c, *plan, job.hp.n_embd, o.n_batch, session.options().abort_grace_s);
+  session.driver_ = std::make_unique<PipelineDriver>(c, *plan, job.hp.n_embd, o.n_batch, session.options().abort_grace_s,
+                                                     session.options().micro_batches);
   lm->model->set_stage_runner(session.driver_.get());
   // The job's map, then rank 0's own weight store's when its range streams.
   const std::string own = lm->placement_report;
@@ -451,7 +457,7 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
   if (!failures.empty()) return unavailable("loading the stages and their experts failed: {}", failures);
   const double grace = session.options().abort_grace_s;
   session.driver_ = std::make_unique<PipelineDriver>(*session.stage_comm_, plan->pipeline, job.hp.n_embd, o.n_batch,
-                                                     grace);
+                                                     grace, session.options().micro_batches);
   session.ep_driver_ =
       std::make_unique<ExpertParallelDriver>(*session.group_comm_, lm->model->hparams(), plan->stages[0].shares,
                                              plan::EpAttention::kRank0, grace);

@@ -50,6 +50,8 @@ struct ParallelOptions {
   int64_t ep_size = 0;         // pp,ep: ranks per pipeline stage (required; 0 otherwise)
   double timeout_s = 60;       // what a rank waits for another during a step
   double abort_grace_s = 3;    // after a failure, before the job is ended
+  int64_t micro_batches = 0;   // pp, pp,ep: micro-batches per step (0: the plan's best; else at most
+                               // this many, one per token at the least, up to kMaxMicroBatches)
 };
 
 // Errors: a mode other than pp, ep and pp,ep (or ep,pp); pp,ep without an
