@@ -10,6 +10,9 @@
 //                                    the range it would hold: the ranks that
 //                                    must stream the rest from disk, and the
 //                                    greedy tokens equal one process's
+//   Pipeline.StreamingRoutedRanksMatchOneProcess  the same for a routed
+//                                    model: each rank pools its own layers'
+//                                    experts and reads the rest from disk
 //   Pipeline.Refuses*                a rank with another model file; budgets
 //                                    below even the streaming minimum;
 //                                    --micro-batches out of range or with ep
@@ -251,6 +254,30 @@ TEST_F(Pipeline, StreamingRanksMatchOneProcess) {
   EXPECT_NE(r.err.find("(a pipeline stage)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("ms waiting on disks"), std::string::npos) << r.err;
   std::filesystem::remove(path);
+}
+
+TEST_F(Pipeline, StreamingRoutedRanksMatchOneProcess) {
+  // stories-moe (f32): 4 routed layers of 16 experts of 72 KiB and 0.5 MB
+  // beside them. Over 2 ranks a range is 2.3 MB of experts; under 1.8 MB each
+  // rank keeps its layers' dense parts, pools expert slots in the rest and
+  // reads the other experts of its range from its own disk.
+  const std::string model = model_path("stories-moe/stories-moe.gguf");
+  const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
+  const std::vector<int32_t> alone = run_tokens(run_cli(args));
+  ASSERT_EQ(alone.size(), 24u);
+  const CliResult r = run_mpi(2, args + " --mem-budget 1.8M --parallel pp");
+  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  EXPECT_NE(r.err.find("rank(s) 0, 1 stream part of their range"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 0 layers 0-1: experts stream from its disk"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1 layers 2-3: experts stream from its disk"), std::string::npos) << r.err;
+  // Each rank's store pools only its own layers' experts (its placement map).
+  EXPECT_NE(r.err.find("rank 0's range streams from its disk:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1's range streams from its disk:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ms waiting on disks"), std::string::npos) << r.err;
+  // Batched, the same.
+  expect_batched_matches(model, "pp --mem-budget 1.8M", {2}, [](const std::string& err) {
+    EXPECT_NE(err.find("rank 1's range streams from its disk:"), std::string::npos) << err;
+  });
 }
 
 TEST_F(Pipeline, RefusesBudgetsTooSmall) {

@@ -118,7 +118,8 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
         if (p->layer_streamed(r, l)) streamed.push_back(l);
       rows.push_back({{"rank", r}, {"layers", {g.begin, g.end}}, {"weight_bytes", p->stage_bytes[i]},
                       {"range_bytes", p->range_bytes[i]}, {"streamed_layers", streamed},
-                      {"ring_slots", p->stage_ring_slots[i]}, {"disk_s", p->stage_disk_s[i]}});
+                      {"ring_slots", p->stage_ring_slots[i]}, {"expert_slots", p->stage_expert_slots[i]},
+                      {"disk_s", p->disk_s(r, 1)}});
     }
     j["predicted"] = predicted_json(dist::predicted_steps(*p, a.n_batch));
   } else {

@@ -76,6 +76,50 @@ plan::PipelineInputs pipeline_inputs(const ModelFile& file, const ModelHparams& 
       in.layer_pinned_bytes.clear();
     }
   }
+  // A routed model streams a range expert by expert (plan/pipeline_plan.h),
+  // its layers' dense parts resident as the expert placement lays them out
+  // (weights/expert_placement.cpp: each layer's matrices in one aligned
+  // buffer, its vectors among the essentials). A decode token reads its
+  // chosen experts of a routed layer, not all of them.
+  if (hp.is_moe()) {
+    in.n_expert = hp.n_expert;
+    in.n_expert_used = hp.n_expert_used;
+    in.layer_read_bytes = in.layer_bytes;
+    in.layer_dense_bytes.assign(static_cast<size_t>(hp.n_layer), 0);
+    std::vector<std::vector<weights::TensorRange>> dense(static_cast<size_t>(hp.n_layer));
+    std::vector<uint64_t> vectors(static_cast<size_t>(hp.n_layer), 0);
+    uint64_t expert_total = 0;
+    int64_t n_routed = 0;
+    bool streamable = file.format == "gguf";
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      in.layer_routed.push_back(hp.layer_is_moe(l) ? 1 : 0);
+      n_routed += hp.layer_is_moe(l) ? 1 : 0;
+    }
+    for (const TensorInfo& t : file.tensors) {
+      const int64_t layer = split_layer_name(t.name).first;
+      if (layer < 0 || layer >= hp.n_layer) continue;
+      const auto i = static_cast<size_t>(layer);
+      const TensorSpec* sp = hp.spec ? hp.spec->find_tensor(t.name) : nullptr;
+      if (sp && sp->kind == TensorKind::kExperts) {
+        expert_total += t.n_bytes;
+        in.layer_read_bytes[i] -= t.n_bytes - t.n_bytes / static_cast<uint64_t>(hp.n_expert) *
+                                                 static_cast<uint64_t>(hp.n_expert_used);
+        streamable = streamable && t.file_offset >= 0;
+      } else if (t.file_offset < 0 || t.ne.size() <= 1) {
+        vectors[i] += t.n_bytes;
+      } else {
+        dense[i].push_back({static_cast<uint64_t>(t.file_offset), t.n_bytes});
+      }
+    }
+    for (int64_t l = 0; l < hp.n_layer; ++l) {
+      const auto i = static_cast<size_t>(l);
+      in.layer_dense_bytes[i] = weights::layout_extents(dense[i], weights::kDirectAlign).buffer_bytes + vectors[i];
+    }
+    if (streamable && n_routed > 0) {
+      in.expert_slot_bytes = weights::ExpertStore::slot_bytes_for(file, hp);
+      in.expert_bytes = expert_total / static_cast<uint64_t>(n_routed * hp.n_expert);
+    }
+  }
   if (in.head_flops_per_token == 0) {  // output tied to the embeddings: the head reads the table
     for (const TensorInfo& t : file.tensors)
       if (role_is(t, TensorRole::kTokenEmbd)) {
@@ -172,7 +216,7 @@ PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch) {
   for (int64_t r = 0; r < p.n_stages(); ++r) {
     const auto i = static_cast<size_t>(r);
     const double in_memory_s = std::max(p.stage_read_s[i], p.stage_flops[i] / (p.stage_tflops[i] * 1e12));
-    d.decode_disk_s += std::max(0.0, p.stage_disk_s[i] - in_memory_s);
+    d.decode_disk_s += std::max(0.0, p.disk_s(r, 1) - in_memory_s);
   }
   d.prefill_s = p.step_s(n_batch, 1, d.micro_batches);
   return d;
@@ -223,6 +267,18 @@ std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs
     if (!p.streams(r)) continue;
     const auto i = static_cast<size_t>(r);
     const plan::LayerRange g = p.ranges[i];
+    if (p.streams_experts(r)) {
+      const int64_t routed = p.stage_routed_layers[i];
+      s += fmt::format("  rank {} layers {}-{}: experts stream from its disk at {:.2f} GB/s into a pool of {} expert "
+                       "slots ({:.1f} per routed layer of {}, {} routed layers); a decode token finds {:.0f}% of its "
+                       "experts in a slot and reads the rest ({:.2f} ms); it holds {:.1f} MiB of the range's {:.1f} "
+                       "MiB\n",
+                       r, g.begin, g.end - 1, p.disk_gbps[i], p.stage_expert_slots[i],
+                       static_cast<double>(p.stage_expert_slots[i]) / static_cast<double>(routed), p.n_expert, routed,
+                       p.expert_hit_rate(r, 1) * 100.0, p.disk_s(r, 1) * 1e3, mib(p.stage_bytes[i]),
+                       mib(p.range_bytes[i]));
+      continue;
+    }
     std::string row;
     for (int64_t l = g.begin; l < g.end; ++l) row += p.layer_streamed(r, l) ? 'S' : 'R';
     s += fmt::format("  rank {} layers {}-{}: {}  (R resident, S streamed): {} of its {} layers stream from its disk at "

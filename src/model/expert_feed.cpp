@@ -140,7 +140,7 @@ Status ExpertFeed::ffn_block(const LayerStep& s) {
     // no read follows it until the next step routes, so the disk would idle
     // through the reorder, which costs more than the faster kernel saves at
     // a few tokens; it is left to a later wait.
-    const bool last_of_step = l == hp_.n_layer - 1 && ++n_handed == unique_ids_.size();
+    const bool last_of_step = l == options_.layer_end - 1 && ++n_handed == unique_ids_.size();
     if (!(last_of_step && n < kReorderBreakEvenTokens)) prepare_expert(l, i);
     return unique_ids_[static_cast<size_t>(i)];
   };

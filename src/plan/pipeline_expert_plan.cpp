@@ -80,6 +80,8 @@ StatusOr<PipelineExpertPlan> plan_pipeline_experts(const PipelineExpertInputs& i
   }
   p.lead_inputs.layer_slot_bytes.clear();  // a stage holds its range in memory
   p.lead_inputs.layer_pinned_bytes.clear();
+  p.lead_inputs.expert_slot_bytes = 0;     // nor streams its experts
+  p.lead_inputs.layer_read_bytes.clear();  // its layers as layer_bytes hold them
   p.lead_inputs.ranks.clear();
   p.lead_inputs.links.clear();
   for (int64_t g = 0; g < P; ++g) {

@@ -1,17 +1,36 @@
 #include "plan/pipeline_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
 
+#include "plan/expert_plan.h"
 #include "plan/stream_plan.h"
 
 namespace sluice::plan {
 
 double PipelinePlan::stage_s(int64_t r, double n_tokens) const {
   const auto i = static_cast<size_t>(r);
-  return std::max({stage_read_s[i], stage_flops[i] * n_tokens / (stage_tflops[i] * 1e12), stage_disk_s[i]});
+  return std::max({stage_read_s[i], stage_flops[i] * n_tokens / (stage_tflops[i] * 1e12), disk_s(r, n_tokens)});
+}
+
+double PipelinePlan::expert_hit_rate(int64_t r, double n_tokens) const {
+  if (!streams_experts(r)) return 1.0;
+  const auto i = static_cast<size_t>(r);
+  const double pick = static_cast<double>(n_expert_used) / static_cast<double>(n_expert);
+  const double d = static_cast<double>(n_expert) * (1.0 - std::pow(1.0 - pick, n_tokens));
+  return expected_hit_rate(stage_expert_slots[i], stage_routed_layers[i], n_expert, d);
+}
+
+double PipelinePlan::disk_s(int64_t r, double n_tokens) const {
+  const auto i = static_cast<size_t>(r);
+  if (!streams_experts(r)) return stage_disk_s[i];
+  const double pick = static_cast<double>(n_expert_used) / static_cast<double>(n_expert);
+  const double d = static_cast<double>(n_expert) * (1.0 - std::pow(1.0 - pick, n_tokens));
+  const double missed = static_cast<double>(stage_routed_layers[i]) * (1.0 - expert_hit_rate(r, n_tokens)) * d;
+  return missed * static_cast<double>(expert_bytes) / (disk_gbps[i] * 1e9);
 }
 
 bool PipelinePlan::layer_streamed(int64_t r, int64_t l) const {
@@ -56,8 +75,9 @@ struct PipelineStageFit {
   bool ok = false;
   uint64_t held_bytes = 0;   // in memory
   uint64_t range_bytes = 0;  // the range's weights
-  double read_s = 0, flops = 0, disk_s = 0;
+  double read_s = 0, flops = 0, disk_s = 0;  // disk_s: one decode token's
   int64_t n_streamed = 0, n_ring = 0;
+  int64_t n_expert_slots = 0, n_routed = 0;  // a routed range streaming its experts
 };
 
 class PipelineStageModel {
@@ -65,9 +85,12 @@ class PipelineStageModel {
   explicit PipelineStageModel(const PipelineInputs& in) : in_(in) {
     const size_t L = in.layer_bytes.size();
     pre_bytes_.assign(L + 1, 0);
+    pre_read_.assign(L + 1, 0);
     pre_flops_.assign(L + 1, 0);
+    const bool read_given = in.layer_read_bytes.size() == L;
     for (size_t l = 0; l < L; ++l) {
       pre_bytes_[l + 1] = pre_bytes_[l] + in.layer_bytes[l];
+      pre_read_[l + 1] = pre_read_[l] + (read_given ? in.layer_read_bytes[l] : in.layer_bytes[l]);
       pre_flops_[l + 1] = pre_flops_[l] + in.layer_flops_per_token[l];
     }
   }
@@ -75,8 +98,31 @@ class PipelineStageModel {
   uint64_t model_bytes() const { return pre_bytes_.back() + in_.head_bytes; }
   bool can_stream(int64_t r) const {
     const RankResources& k = in_.ranks[static_cast<size_t>(r)];
-    return k.budget_given && k.disk_gbps > 0 && in_.layer_slot_bytes.size() == in_.layer_bytes.size() &&
-           in_.layer_pinned_bytes.size() == in_.layer_bytes.size();
+    return k.budget_given && k.disk_gbps > 0 &&
+           ((in_.layer_slot_bytes.size() == in_.layer_bytes.size() &&
+             in_.layer_pinned_bytes.size() == in_.layer_bytes.size()) ||
+            streams_experts());
+  }
+  bool streams_experts() const {
+    return in_.expert_slot_bytes > 0 && in_.n_expert > 0 && in_.layer_dense_bytes.size() == in_.layer_bytes.size() &&
+           in_.layer_routed.size() == in_.layer_bytes.size();
+  }
+  // A routed range streaming its experts: what stays resident (rank 0's head,
+  // every layer's dense part) and its routed layers.
+  uint64_t dense_resident(int64_t r, int64_t b, int64_t e) const {
+    uint64_t n = r == 0 ? in_.head_bytes : 0;
+    for (int64_t l = b; l < e; ++l) n += in_.layer_dense_bytes[static_cast<size_t>(l)];
+    return n;
+  }
+  int64_t routed(int64_t b, int64_t e) const {
+    int64_t n = 0;
+    for (int64_t l = b; l < e; ++l) n += in_.layer_routed[static_cast<size_t>(l)] ? 1 : 0;
+    return n;
+  }
+  // The least a routed range streaming its experts needs: its resident part
+  // and one routed layer's experts in slots.
+  uint64_t expert_minimum(int64_t r, int64_t b, int64_t e) const {
+    return dense_resident(r, b, e) + static_cast<uint64_t>(in_.n_expert) * in_.expert_slot_bytes;
   }
   // What stays resident of [b, e) when it streams, and its largest slot.
   uint64_t essentials(int64_t r, int64_t b, int64_t e) const {
@@ -95,7 +141,7 @@ class PipelineStageModel {
     PipelineStageFit f;
     f.range_bytes =
         pre_bytes_[static_cast<size_t>(e)] - pre_bytes_[static_cast<size_t>(b)] + (r == 0 ? in_.head_bytes : 0);
-    const uint64_t read = pre_bytes_[static_cast<size_t>(e)] - pre_bytes_[static_cast<size_t>(b)] +
+    const uint64_t read = pre_read_[static_cast<size_t>(e)] - pre_read_[static_cast<size_t>(b)] +
                           (r == 0 ? in_.head_read_bytes : 0);
     f.read_s = static_cast<double>(read) / (k.read_gbps * 1e9);
     f.flops = pre_flops_[static_cast<size_t>(e)] - pre_flops_[static_cast<size_t>(b)] +
@@ -106,6 +152,7 @@ class PipelineStageModel {
       return f;
     }
     if (!can_stream(r)) return f;
+    if (streams_experts()) return fit_experts(r, b, e, f);
     const uint64_t ess = essentials(r, b, e), slot_bytes = slot(b, e);
     if (slot_bytes == 0 || k.mem_cap_bytes < ess + 2 * slot_bytes) return f;
     // The ring as the placement sizes it: plan_stream with the layer's decode
@@ -129,6 +176,23 @@ class PipelineStageModel {
     for (int64_t l = b; l < e; ++l)
       if (!streamed_in_spread(l - b, n, f.n_streamed)) f.held_bytes += in_.layer_slot_bytes[static_cast<size_t>(l)];
     f.disk_s = static_cast<double>(f.n_streamed) * static_cast<double>(slot_bytes) / (k.disk_gbps * 1e9);
+    f.ok = true;
+    return f;
+  }
+  // [b, e) of a routed model streaming its experts through a pool of slots.
+  PipelineStageFit fit_experts(int64_t r, int64_t b, int64_t e, PipelineStageFit f) const {
+    const RankResources& k = in_.ranks[static_cast<size_t>(r)];
+    f.n_routed = routed(b, e);
+    const uint64_t resident = dense_resident(r, b, e);
+    if (f.n_routed == 0 || k.mem_cap_bytes < expert_minimum(r, b, e)) return f;
+    const int64_t all = f.n_routed * in_.n_expert;
+    f.n_expert_slots =
+        std::min<int64_t>(all, static_cast<int64_t>((k.mem_cap_bytes - resident) / in_.expert_slot_bytes));
+    f.held_bytes = resident + static_cast<uint64_t>(f.n_expert_slots) * in_.expert_slot_bytes;
+    const double d = distinct_experts(in_.n_expert, in_.n_expert_used, 1);
+    const double h = expected_hit_rate(f.n_expert_slots, f.n_routed, in_.n_expert, d);
+    f.disk_s =
+        static_cast<double>(f.n_routed) * (1.0 - h) * d * static_cast<double>(in_.expert_bytes) / (k.disk_gbps * 1e9);
     f.ok = true;
     return f;
   }
@@ -163,6 +227,15 @@ class PipelineStageModel {
           whole_range = g;
         }
         if (!can_stream(r)) continue;
+        if (streams_experts()) {
+          if (routed(g.begin, g.end) == 0) continue;
+          if (expert_minimum(r, g.begin, g.end) < stream) {
+            stream = expert_minimum(r, g.begin, g.end);
+            stream_ess = dense_resident(r, g.begin, g.end);
+            stream_slot = in_.expert_slot_bytes;
+          }
+          continue;
+        }
         const uint64_t ess = essentials(r, g.begin, g.end), sl = slot(g.begin, g.end);
         if (ess + 2 * sl < stream) {
           stream = ess + 2 * sl;
@@ -175,13 +248,17 @@ class PipelineStageModel {
                        "memory",
                        r, k.host, k.budget_given ? "--mem-budget" : "available memory", mib(k.mem_cap_bytes),
                        mib(whole), whole_range.begin, whole_range.end - 1, r == 0 ? " +head" : "");
-      if (can_stream(r))
+      if (can_stream(r) && streams_experts())
+        s += fmt::format(" and {:.2f} MiB, the least a rank streaming its experts from its disk needs (resident "
+                         "{:.2f} MiB + a routed layer's {} experts in slots of {:.2f} MiB)",
+                         mib(stream), mib(stream_ess), in_.n_expert, mib(stream_slot));
+      else if (can_stream(r))
         s += fmt::format(" and {:.2f} MiB, the least a rank streaming from its disk needs (resident {:.2f} MiB + a "
                          "ring of 2 slots x {:.2f} MiB)",
                          mib(stream), mib(stream_ess), mib(stream_slot));
       else if (!k.budget_given)
         s += " (only a rank with its own --mem-budget streams from its disk)";
-      else if (in_.layer_slot_bytes.empty())
+      else if (in_.layer_slot_bytes.empty() && !streams_experts())
         s += " (this model's layers do not stream per rank)";
       else
         s += " (its disk was not measured)";
@@ -191,7 +268,7 @@ class PipelineStageModel {
 
  private:
   const PipelineInputs& in_;
-  std::vector<uint64_t> pre_bytes_;
+  std::vector<uint64_t> pre_bytes_, pre_read_;
   std::vector<double> pre_flops_;
 };
 
@@ -255,6 +332,9 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
   }
   p.links = in.links;
   p.n_embd = in.n_embd;
+  p.n_expert = in.n_expert;
+  p.n_expert_used = in.n_expert_used;
+  p.expert_bytes = in.expert_bytes;
   for (int64_t r = 0; r < S; ++r) {
     const LayerRange g = p.ranges[static_cast<size_t>(r)];
     const RankResources& k = in.ranks[static_cast<size_t>(r)];
@@ -268,6 +348,8 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
     p.stage_ring_slots.push_back(f.n_ring);
     p.stage_disk_s.push_back(f.disk_s);
     p.disk_gbps.push_back(k.disk_gbps);
+    p.stage_expert_slots.push_back(f.n_expert_slots);
+    p.stage_routed_layers.push_back(f.n_routed);
   }
   return p;
 }

@@ -20,14 +20,26 @@
 //
 //   disk_r = S_r x slot_r / disk_gbps_r
 //
+// A routed model's range streams expert by expert instead, as one process
+// does (weights/expert_placement.cpp): its layers' dense parts (attention,
+// routers, norms) and rank 0's head stay resident, and the rest of the budget
+// is a pool of Z_r expert slots, at least one routed layer's E experts, at
+// most every expert of the range's R_r routed layers. The stage routes, so it
+// predicts each routed layer's experts and reads them ahead; a step of n
+// tokens chooses d = distinct(n) experts a routed layer, found in a slot at
+// expert_plan.h's hit rate h_r = (Z_r - d) / (R_r E - d), and reads the rest:
+//
+//   disk_r(n) = R_r x (1 - h_r) x d x expert_bytes / disk_gbps_r
+//
 // Only a rank with its own budget (budget_given) and a measured disk rate
-// streams; a range whose essentials and 2 slots exceed the budget cannot be
-// the rank's, and a job with no cut left is refused with each rank's least need.
+// streams; a range whose essentials and 2 slots (a routed range: its dense
+// parts and E expert slots) exceed the budget cannot be the rank's, and a
+// job with no cut left is refused with each rank's least need.
 //
 // A step of n tokens over S stages, cut into m micro-batches (stage r starts
 // micro-batch i once stage r-1 sent it and stage r finished i-1):
 //
-//   stage r, n/m tokens:  t_r = max(bytes_r / read_r, flops_r x n/m / rate_r, disk_r)
+//   stage r, n/m tokens:  t_r = max(bytes_r / read_r, flops_r x n/m / rate_r, disk_r(n/m))
 //   hop into stage r:     h_r = latency_r + (n/m) x n_embd x 4 B / gbps_r
 //   back to rank 0:       h_0 = latency + logit rows x n_embd x 4 B / gbps
 //   step = sum_r (t_r + h_r) + h_0 + (m - 1) x max_r max(t_r, h_r)
@@ -79,6 +91,19 @@ struct PipelineInputs {
   // biases). Empty: the model's layers do not stream per rank.
   std::vector<uint64_t> layer_slot_bytes;    // [n_layer]
   std::vector<uint64_t> layer_pinned_bytes;  // [n_layer]
+  // A routed model's experts streaming a range (above): one expert's aligned
+  // slot (0: they do not stream per rank) and its own bytes, and what stays
+  // resident of each layer (its dense tensors, aligned; [n_layer]) and which
+  // layers route ([n_layer], 1: routed).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  uint64_t expert_slot_bytes = 0;
+  uint64_t expert_bytes = 0;
+  std::vector<uint64_t> layer_dense_bytes;
+  std::vector<char> layer_routed;
+  // The bytes one decode token reads of each layer, where they are fewer than
+  // layer_bytes (a routed layer reads its chosen experts); empty: layer_bytes.
+  std::vector<uint64_t> layer_read_bytes;    // [n_layer]
 };
 
 struct LayerRange {
@@ -96,15 +121,26 @@ struct PipelinePlan {
   std::vector<int64_t> stage_ring_slots;// [n_ranks] its ring (0 when nothing streams)
   std::vector<double> stage_disk_s;     // [n_ranks] the streamed layers read from disk once
   std::vector<double> disk_gbps;        // [n_ranks] the rates disk_s is at
+  std::vector<int64_t> stage_expert_slots;   // [n_ranks] a routed range's pool of expert slots (0: none)
+  std::vector<int64_t> stage_routed_layers;  // [n_ranks] routed layers in the range
+  int64_t n_expert = 0, n_expert_used = 0;
+  uint64_t expert_bytes = 0;
   std::vector<double> stage_flops;      // [n_ranks] per token
   std::vector<double> stage_tflops;     // [n_ranks]
   std::vector<LinkFigures> links;       // as the inputs'
   int64_t n_embd = 0;
 
   int64_t n_stages() const { return static_cast<int64_t>(ranges.size()); }
-  bool streams(int64_t r) const { return stage_streamed[static_cast<size_t>(r)] > 0; }
+  bool streams(int64_t r) const { return stage_streamed[static_cast<size_t>(r)] > 0 || streams_experts(r); }
+  // Whether rank r streams its range's experts (a pool of expert slots).
+  bool streams_experts(int64_t r) const { return stage_expert_slots[static_cast<size_t>(r)] > 0; }
   // Whether layer l of rank r's range streams (the placement's spread).
   bool layer_streamed(int64_t r, int64_t l) const;
+  // The share of the experts a step of n tokens chooses that rank r finds in
+  // a slot (h_r; 1 when it does not stream experts).
+  double expert_hit_rate(int64_t r, double n_tokens) const;
+  // Stage r's seconds reading from its disk in a pass of n tokens (disk_r(n)).
+  double disk_s(int64_t r, double n_tokens) const;
   // Stage r's seconds for n tokens (one micro-batch).
   double stage_s(int64_t r, double n_tokens) const;
   // Seconds to move n tokens' hidden rows into stage r (r = 0: the last stage's

@@ -146,5 +146,74 @@ TEST(PipelinePlan, RefusesABudgetBelowTheStreamingMinimumWithItsNumbers) {
   EXPECT_NE(m.find("a ring of 2 slots"), std::string::npos) << m;
 }
 
+// 8 routed layers of 1000 bytes: 200 dense, 16 experts of 50 (slots of 60),
+// 2 chosen a token; two ranks under budgets of 2000 bytes each, disks at 1 GB/s.
+PipelineInputs routed_inputs(uint64_t cap) {
+  PipelineInputs in = inputs(8, 2, cap);
+  in.layer_bytes.assign(8, 1000);
+  in.layer_read_bytes.assign(8, 300);  // dense + 2 experts
+  in.n_expert = 16;
+  in.n_expert_used = 2;
+  in.expert_slot_bytes = 60;
+  in.expert_bytes = 50;
+  in.layer_dense_bytes.assign(8, 200);
+  in.layer_routed.assign(8, 1);
+  for (RankResources& k : in.ranks) {
+    k.budget_given = true;
+    k.disk_gbps = 1;
+  }
+  return in;
+}
+
+TEST(PipelinePlan, RoutedRangesBeyondTheirBudgetsStreamTheirExperts) {
+  // 8050 bytes over two ranks of 2000: each keeps its layers' dense parts
+  // (and rank 0 the head) and pools expert slots in the rest.
+  auto p = plan_pipeline(routed_inputs(2000));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  for (int64_t r = 0; r < 2; ++r) {
+    const auto i = static_cast<size_t>(r);
+    const LayerRange g = p->ranges[i];
+    const int64_t n = g.end - g.begin;
+    EXPECT_TRUE(p->streams(r));
+    EXPECT_TRUE(p->streams_experts(r));
+    EXPECT_EQ(p->stage_streamed[i], 0);  // layers stay; experts stream
+    EXPECT_FALSE(p->layer_streamed(r, g.begin));
+    EXPECT_EQ(p->stage_routed_layers[i], n);
+    const uint64_t resident = (r == 0 ? 50u : 0u) + 200u * static_cast<uint64_t>(n);
+    EXPECT_EQ(p->stage_expert_slots[i], static_cast<int64_t>((2000 - resident) / 60));
+    EXPECT_EQ(p->stage_bytes[i], resident + 60u * static_cast<uint64_t>(p->stage_expert_slots[i]));
+    EXPECT_LE(p->stage_bytes[i], 2000u);
+    // A decode token chooses 2 experts a routed layer and finds (Z - 2) / (16 n - 2) of them in a slot.
+    const double h = (static_cast<double>(p->stage_expert_slots[i]) - 2) / (16.0 * static_cast<double>(n) - 2);
+    EXPECT_NEAR(p->expert_hit_rate(r, 1), h, 1e-12);
+    EXPECT_NEAR(p->disk_s(r, 1), static_cast<double>(n) * (1 - h) * 2 * 50 / 1e9, 1e-15);
+    // A long prefill chooses every expert: more of them miss.
+    EXPECT_GT(p->disk_s(r, 1000), p->disk_s(r, 1));
+    // The stage reads a token's chosen experts from memory, not all of them.
+    EXPECT_NEAR(p->stage_read_s[i], (300.0 * static_cast<double>(n) + (r == 0 ? 50 : 0)) / 1e9, 1e-15);
+    EXPECT_GE(p->stage_s(r, 1), p->disk_s(r, 1));
+  }
+  // Budgets that hold the model: nothing streams.
+  auto held = plan_pipeline(routed_inputs(10000));
+  ASSERT_TRUE(held.ok());
+  EXPECT_FALSE(held->streams(0));
+  EXPECT_FALSE(held->streams(1));
+  EXPECT_EQ(held->disk_s(0, 1), 0.0);
+}
+
+TEST(PipelinePlan, RefusesARoutedRangeBelowOneLayersExperts) {
+  // Rank 0's smallest range holds in 1050 bytes; streaming its experts, its
+  // resident part (the head and layer 0's dense: 250 bytes) and a routed
+  // layer's 16 experts in slots need 1210. Neither fits 900.
+  PipelineInputs in = routed_inputs(900);
+  in.ranks[0].host = "node-a";
+  auto p = plan_pipeline(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
+  const std::string& m = p.status().message();
+  EXPECT_NE(m.find("the least a rank streaming its experts from its disk needs"), std::string::npos) << m;
+  EXPECT_NE(m.find("a routed layer's 16 experts in slots"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace sluice::plan

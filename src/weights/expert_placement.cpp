@@ -55,8 +55,10 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
       dense[static_cast<size_t>(t.layer)].push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
     }
   }
+  // A pipeline stage (rule 6) streams the experts of its own layers.
+  const int64_t first = p.layer_begin, last = p.layer_end > p.layer_begin ? p.layer_end : p.n_layer;
   p.resident_layer_bytes = 0;
-  for (int64_t l = 0; l < p.n_layer; ++l) {
+  for (int64_t l = first; l < last; ++l) {
     LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
     const ExtentLayout lay = layout_extents(dense[static_cast<size_t>(l)], kDirectAlign, in.max_gap);
     lp.streamed = false;
@@ -69,7 +71,11 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
   p.resident_bytes = p.essentials_bytes + p.resident_layer_bytes;
   p.n_expert = hp.n_expert;
   p.n_expert_used = hp.n_expert_used;
-  for (int64_t l = 0; l < hp.n_layer; ++l) p.n_layer_moe += hp.layer_is_moe(l);
+  int64_t n_dense_first = 0;  // dense layers of the range before its first routed one
+  for (int64_t l = first; l < last; ++l) {
+    p.n_layer_moe += hp.layer_is_moe(l);
+    if (p.n_layer_moe == 0) ++n_dense_first;
+  }
   p.n_experts_total = p.n_layer_moe * n_share;
   p.expert_slot_bytes = ExpertStore::slot_bytes_for(file, hp);
   p.expert_bytes = ExpertStore::expert_bytes_for(file, hp);
@@ -109,9 +115,10 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
                       : plan::expected_hit_rate(p.n_expert_slots, p.n_layer_moe, n_share, distinct);
   p.experts_per_step = static_cast<double>(p.n_layer_moe) * distinct;
   p.expert_disk_bytes_per_step = p.experts_per_step * (1.0 - p.expected_hit_rate) * static_cast<double>(p.expert_bytes);
-  p.predicted_compute_s = static_cast<double>(p.n_layer) * in.layer_compute_s;
-  p.predicted_boundary_s = in.expert_compute_s + in.head_compute_s +
-                           static_cast<double>(hp.n_layer_dense) * in.layer_compute_s;
+  p.predicted_compute_s = static_cast<double>(last - first) * in.layer_compute_s;
+  // A stage past the first does not run the output head (rank 0 does).
+  p.predicted_boundary_s = in.expert_compute_s + (first == 0 ? in.head_compute_s : 0.0) +
+                           static_cast<double>(n_dense_first) * in.layer_compute_s;
   if (in.experts_only) {  // the share's experts are all it computes; it waits for rows, not a boundary
     p.predicted_compute_s = p.experts_per_step * in.expert_compute_s;
     p.predicted_boundary_s = 0;

@@ -1,7 +1,8 @@
 // An expert share (--parallel ep, placement rule 7): the placement holds and
 // counts only the share's experts, and the store never reads another expert
 // of the file (every read it makes recorded and checked against the share's
-// extents).
+// extents). A pipeline stage of a routed model (rule 6) pools the experts of
+// its own layers alone.
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -106,6 +107,60 @@ TEST(ExpertShare, PlacementHoldsOnlyTheShare) {
   PlacementInputs bad = alone;
   bad.expert_end = kExperts + 1;
   EXPECT_FALSE(plan_placement(*file, bad).ok());
+}
+
+TEST(ExpertShare, APipelineStagePoolsOnlyItsOwnLayersExperts) {
+  const auto file = share_model();
+  ASSERT_NE(file, nullptr);
+  const ModelHparams hp = hparams_from_metadata(file->metadata).value();
+  ASSERT_GE(hp.n_layer, 3);
+  const uint64_t slot = ExpertStore::slot_bytes_for(*file, hp);
+  // Layers 1.. of the model, held whole when the budget allows.
+  PlacementInputs in{.mem_budget_bytes = 1ull << 30, .disk_gbps = 1, .layer_compute_s = 1e-3, .head_compute_s = 5e-4,
+                     .layer_begin = 1};
+  const PlacementPlan held = plan_placement(*file, in).value();
+  EXPECT_EQ(held.n_expert_slots, 0);
+  // Below that: the stage's dense part resident, its own routed layers'
+  // experts pooled, layer 0 and the head elsewhere.
+  in.mem_budget_bytes = held.resident_bytes - 1;
+  const PlacementPlan pooled = plan_placement(*file, in).value();
+  int64_t n_moe = 0;
+  for (int64_t l = 1; l < hp.n_layer; ++l) n_moe += hp.layer_is_moe(l);
+  ASSERT_GT(n_moe, 0);
+  EXPECT_EQ(pooled.n_layer_moe, n_moe);
+  EXPECT_EQ(pooled.n_experts_total, n_moe * kExperts);
+  EXPECT_GE(pooled.n_expert_slots, kExperts);
+  EXPECT_LE(pooled.n_expert_slots, n_moe * kExperts);
+  EXPECT_LE(pooled.host_bytes, in.mem_budget_bytes);
+  EXPECT_DOUBLE_EQ(pooled.predicted_compute_s, static_cast<double>(hp.n_layer - 1) * 1e-3);
+  EXPECT_DOUBLE_EQ(pooled.predicted_boundary_s, 0.0);  // no head: rank 0 runs it
+  for (const TensorPlacement& t : pooled.tensors) {
+    const bool own = t.layer >= 1;
+    EXPECT_EQ(t.elsewhere, !own) << file->tensors[t.index].name;
+    if (own && is_expert_tensor(hp, file->tensors[t.index])) EXPECT_EQ(t.tier, Tier::kDisk);
+  }
+  // The least budget: the stage's resident part and one routed layer's experts.
+  in.mem_budget_bytes = pooled.resident_bytes + kExperts * slot;
+  const PlacementPlan least = plan_placement(*file, in).value();
+  EXPECT_EQ(least.min_budget_bytes, in.mem_budget_bytes);
+  EXPECT_EQ(least.n_expert_slots, kExperts);
+  EXPECT_LT(least.expected_hit_rate, 1.0);
+  EXPECT_GT(least.expert_disk_bytes_per_step, 0.0);
+  in.mem_budget_bytes -= 1;
+  const StatusOr<PlacementPlan> refused = plan_placement(*file, in);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  // The first stage: the head and layers 0-1, the rest elsewhere; the head
+  // is part of its step boundary.
+  in.layer_begin = 0;
+  in.layer_end = 2;
+  in.mem_budget_bytes = 1ull << 30;
+  in.mem_budget_bytes = plan_placement(*file, in).value().resident_bytes - 1;
+  const PlacementPlan first = plan_placement(*file, in).value();
+  EXPECT_EQ(first.n_layer_moe, (hp.layer_is_moe(0) ? 1 : 0) + (hp.layer_is_moe(1) ? 1 : 0));
+  EXPECT_GT(first.n_expert_slots, 0);
+  EXPECT_DOUBLE_EQ(first.predicted_boundary_s, 5e-4);
+  for (const TensorPlacement& t : first.tensors) EXPECT_EQ(t.elsewhere, t.layer >= 2) << file->tensors[t.index].name;
 }
 
 // Forwards to an engine and keeps every read's file range.

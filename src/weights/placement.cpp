@@ -230,9 +230,6 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
     return invalid_argument("training needs the compute time of a layer's backward visit (> 0)");
   // A routed model streams expert by expert, not layer by layer.
   if (auto hp = hparams_from_metadata(file.metadata); share || (hp.ok() && hp->is_moe() && !in.stream_all)) {
-    if (stage)
-      return unimplemented("a pipeline stage of a routed model holds its layers in memory; streaming its experts "
-                           "under --mem-budget is not supported yet");
     return plan_expert_placement(file, in, std::move(p));
   }
 
