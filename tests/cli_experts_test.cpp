@@ -137,5 +137,40 @@ TEST(Cli, PlanParallelStreamsExpertSharesBeyondTheBudget) {
   EXPECT_NE(refused.err.find("streaming the share from its disk needs at least"), std::string::npos) << refused.err;
 }
 
+// A routed model's pipeline ranks beyond their budgets pool expert slots for
+// their ranges (pp), or for their stage's share (pp,ep).
+TEST(Cli, PlanParallelStreamsARoutedRangesExpertsBeyondTheBudget) {
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
+  CliResult r = run_cli("plan parallel -m " + moe +
+                        " --parallel pp --ranks 2 --hw h100 --json --budget-gb 0.001 --disk-gbps 10");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  for (const nlohmann::json& rank : j["ranks"]) {
+    EXPECT_GT(rank["expert_slots"].get<int64_t>(), 0) << j.dump();
+    EXPECT_LE(rank["weight_bytes"].get<double>(), 0.001e9) << j.dump();
+    EXPECT_GT(rank["range_bytes"].get<double>(), 0.001e9) << j.dump();
+    EXPECT_GT(rank["disk_s"].get<double>(), 0.0) << j.dump();
+    EXPECT_TRUE(rank["streamed_layers"].empty()) << j.dump();  // layers stay; experts stream
+  }
+  EXPECT_GT(j["predicted"]["decode_disk_s"].get<double>(), 0.0);
+  r = run_cli("plan parallel -m " + moe + " --parallel pp --ranks 2 --hw h100 --budget-gb 0.0008 --disk-gbps 10");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot be cut into 2 ranges"), std::string::npos) << r.err;
+  r = run_cli("plan parallel -m " + moe +
+              " --parallel pp,ep --ranks 4 --ep-size 2 --hw h100 --json --budget-gb 0.0006 --disk-gbps 10");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  ASSERT_EQ(j["ranks"].size(), 4u);
+  EXPECT_TRUE(j["ranks"][0]["streams"].get<bool>()) << j.dump();  // the head, layers 0-1 and experts 0-7
+  EXPECT_GT(j["ranks"][0]["expert_slots"].get<int64_t>(), 0) << j.dump();
+  EXPECT_LE(j["ranks"][0]["weight_bytes"].get<double>(), 0.0006e9) << j.dump();
+  const CliResult text = run_cli("plan parallel -m " + moe +
+                                 " --parallel pp,ep --ranks 4 --ep-size 2 --hw h100 --budget-gb 0.0006 --disk-gbps 10");
+  EXPECT_NE(text.out.find("stream their share's experts from their own disk"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("  rank 0 experts 0-7: a pool of"), std::string::npos) << text.out;
+}
+
 }  // namespace
 }  // namespace sluice

@@ -27,6 +27,10 @@
 //                                    batched requests equal one process's; the
 //                                    map names each rank's layers and experts,
 //                                    and both stages' expert ranks computed rows
+//   PipelineExperts.StreamingRanksMatchOneProcess  every rank under a budget
+//                                    below its part: each pools its share of
+//                                    its stage's experts and reads the rest
+//                                    from its disk; tokens equal, alone and batched
 //   PipelineExperts.RefusesBadCombinations  no --ep-size, --ep-size without
 //                                    pp,ep, a size not a multiple of it, a
 //                                    dense model
@@ -36,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "parallel_fixture.h"
@@ -169,11 +174,42 @@ TEST_F(PipelineExperts, MatchesOneProcess) {
   EXPECT_NE(r.err.find(" 0-7 +rest "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" 8-15 "), std::string::npos) << r.err;
   expect_both_stages_computed(r.err);
-  // Batched, cut into micro-batches between the stages.
-  expect_batched_matches(model, "pp,ep --ep-size 2", {4}, [](const std::string& err) {
+  // Batched, cut into micro-batches between the stages (pinned: the plan's
+  // choice depends on the rates this machine measures).
+  expect_batched_matches(model, "pp,ep --ep-size 2 --micro-batches 3", {4}, [](const std::string& err) {
     expect_both_stages_computed(err);
     expect_micro_batches(err);
   });
+}
+
+TEST_F(PipelineExperts, StreamingRanksMatchOneProcess) {
+  // stories-moe over 2 stages x 2 ranks: a rank's part is its stage's dense
+  // parts (stage 0: the head) and 8 experts of each of 2 routed layers, 1.2
+  // to 1.6 MB; under 1.15 MB every rank pools expert slots for its share and
+  // reads the rest from its own disk.
+  const std::string model = model_path("stories-moe/stories-moe.gguf");
+  const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
+  const std::vector<int32_t> alone = run_tokens(run_cli(args));
+  ASSERT_EQ(alone.size(), 24u);
+  const CliResult r = run_mpi(4, args + " --mem-budget 1.15M --parallel pp,ep --ep-size 2");
+  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  EXPECT_NE(r.err.find("rank(s) 0, 1, 2, 3 stream their share's experts from their own disk"), std::string::npos)
+      << r.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(r.err.find(fmt::format("rank {}'s part streams from its disk:", rank)), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(fmt::format("  rank {} experts {}: a pool of", rank, rank % 2 ? "8-15" : "0-7")),
+              std::string::npos)
+        << r.err;
+  }
+  // Each store pools only its stage's layers (its placement map).
+  EXPECT_NE(r.err.find("layers 0-1 of 4 (a pipeline stage)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("layers 2-3 of 4 (a pipeline stage)"), std::string::npos) << r.err;
+  expect_both_stages_computed(r.err);
+  expect_batched_matches(model, "pp,ep --ep-size 2 --micro-batches 3 --mem-budget 1.15M", {4},
+                         [](const std::string& err) {
+                           expect_both_stages_computed(err);
+                           EXPECT_NE(err.find("rank 3's part streams from its disk:"), std::string::npos) << err;
+                         });
 }
 
 TEST_F(PipelineExperts, RefusesBadCombinations) {

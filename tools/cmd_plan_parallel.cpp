@@ -98,7 +98,8 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
       for (int64_t m = 0; m < p->ep_size; ++m) {
         const pl::ExpertRange x = e.shares[static_cast<size_t>(m)];
         rows.push_back({{"rank", p->rank_of(g, m)}, {"stage", g}, {"layers", {l.begin, l.end}},
-                        {"experts", {x.begin, x.end}}, {"weight_bytes", e.rank_bytes[static_cast<size_t>(m)]}});
+                        {"experts", {x.begin, x.end}}, {"weight_bytes", e.rank_bytes[static_cast<size_t>(m)]},
+                        {"streams", p->streams(g, m)}, {"expert_slots", e.slots[static_cast<size_t>(m)]}});
       }
     }
     j["ep_size"] = a.ep_size;

@@ -83,7 +83,7 @@ plan::PipelineInputs pipeline_inputs(const ModelFile& file, const ModelHparams& 
   // chosen experts of a routed layer, not all of them.
   if (hp.is_moe()) {
     in.n_expert = hp.n_expert;
-    in.n_expert_used = hp.n_expert_used;
+    in.expert_pick = static_cast<double>(hp.n_expert_used) / static_cast<double>(hp.n_expert);
     in.layer_read_bytes = in.layer_bytes;
     in.layer_dense_bytes.assign(static_cast<size_t>(hp.n_layer), 0);
     std::vector<std::vector<weights::TensorRange>> dense(static_cast<size_t>(hp.n_layer));
@@ -364,11 +364,19 @@ namespace sluice::dist {
 
 std::string pipeline_expert_map(const plan::PipelineExpertPlan& p, int64_t n_batch) {
   const int64_t E = p.ep_size;
+  std::string streaming;
+  for (int64_t g = 0; g < p.n_stages(); ++g)
+    for (int64_t m = 0; m < E; ++m)
+      if (p.streams(g, m)) streaming += fmt::format("{}{}", streaming.empty() ? "" : ", ", p.rank_of(g, m));
   std::string s = fmt::format("[sluice] pipeline of {} stages x {} ranks (pp,ep): each stage's lead (its first rank) "
                               "runs the stage's layers, every routed layer's experts split over the stage's ranks; "
-                              "every weight in memory\n",
-                              p.n_stages(), E);
-  s += "  rank  host              stage  role     layers        experts     weights     memory cap              "
+                              "{}\n",
+                              p.n_stages(), E,
+                              streaming.empty() ? "every weight in memory"
+                                                : fmt::format("rank(s) {} stream their share's experts from their own "
+                                                              "disk under --mem-budget",
+                                                              streaming));
+  s += "  rank  host              stage  role     layers        experts     tier    weights     memory cap              "
        "read GB/s  TFLOP/s  link to rank 0\n";
   for (int64_t g = 0; g < p.n_stages(); ++g) {
     const plan::ExpertParallelPlan& e = p.stages[static_cast<size_t>(g)];
@@ -384,9 +392,28 @@ std::string pipeline_expert_map(const plan::PipelineExpertPlan& p, int64_t n_bat
       const plan::LinkFigures& l = e.in.links[i];
       const std::string link =
           p.rank_of(g, m) == 0 ? "-" : fmt::format("{:.0f} us, {:.2f} GB/s", l.latency_s * 1e6, l.gbps);
-      s += fmt::format("  {:<5} {:<17} {:<6} {:<8} {:<13} {:<11} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n",
+      // A lead the cut fitted streaming holds what the cut counted.
+      const uint64_t held = m == 0 && p.pipeline.streams(g) ? p.pipeline.stage_bytes[static_cast<size_t>(g)]
+                                                            : e.rank_bytes[i];
+      s += fmt::format("  {:<5} {:<17} {:<6} {:<8} {:<13} {:<11} {:<7} {:>8.1f} MiB {:<23} {:>9.2f}  {:>7.3f}  {}\n",
                        p.rank_of(g, m), k.host.substr(0, 17), g, m == 0 ? "lead" : "experts", layers, experts,
-                       mib(e.rank_bytes[i]), cap, k.read_gbps, k.tflops, link);
+                       p.streams(g, m) ? "+disk" : "memory", mib(held), cap, k.read_gbps, k.tflops, link);
+    }
+  }
+  // A streaming rank: its pool and what a decode token reads from its disk.
+  for (int64_t g = 0; g < p.n_stages(); ++g) {
+    const plan::ExpertParallelPlan& e = p.stages[static_cast<size_t>(g)];
+    for (int64_t m = 0; m < E; ++m) {
+      if (!e.streams(m)) continue;
+      const auto i = static_cast<size_t>(m);
+      const plan::ExpertRange x = e.shares[i];
+      s += fmt::format("  rank {} experts {}-{}: a pool of {} expert slots ({:.1f} per routed layer of its {} routed "
+                       "layers' {} experts); a decode token finds {:.0f}% of its experts in a slot and reads the rest "
+                       "({:.2f} ms a step)\n",
+                       p.rank_of(g, m), x.begin, x.end - 1, e.slots[i],
+                       static_cast<double>(e.slots[i]) / static_cast<double>(e.in.n_routed_layers),
+                       e.in.n_routed_layers, x.end - x.begin, e.hit_rate(m, 1) * 100.0,
+                       e.disk_s(m, 1) * static_cast<double>(e.in.n_routed_layers) * 1e3);
     }
   }
   double out = 0;  // every stage's group alike: the same shares

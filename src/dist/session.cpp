@@ -428,25 +428,31 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
   const StatusOr<plan::PipelineExpertPlan> plan =
       job.refusal.ok() ? plan::plan_pipeline_experts(in) : StatusOr<plan::PipelineExpertPlan>(job.refusal);
   if (!plan.ok()) return refuse_job(c, plan.status());
-  json ranges = json::array(), experts = json::array();
+  json ranges = json::array(), experts = json::array(), streams = json::array();
   for (int64_t g = 0; g < plan->n_stages(); ++g) {
     const plan::LayerRange r = plan->pipeline.ranges[static_cast<size_t>(g)];
     ranges.push_back({r.begin, r.end});
     json shares = json::array();
-    for (const plan::ExpertRange& x : plan->stages[static_cast<size_t>(g)].shares) shares.push_back({x.begin, x.end});
+    const plan::ExpertParallelPlan& e = plan->stages[static_cast<size_t>(g)];
+    for (const plan::ExpertRange& x : e.shares) shares.push_back({x.begin, x.end});
     experts.push_back(shares);
+    for (int64_t m = 0; m < e.n_ranks(); ++m) streams.push_back(plan->streams(g, m));
   }
   const LoadOptions po = with_pieces(o);
   json setup = setup_message(po);
   setup["ep_size"] = plan->ep_size;
   setup["stage_ranges"] = ranges;
   setup["stage_experts"] = experts;
+  setup["streams"] = streams;
   setup["predict_experts"] = o.predict_experts;
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
-  // Every range and share in memory (the plan refused any that does not fit).
+  // A part the plan found fits is held in memory; one that does not streams
+  // its share's experts from this rank's disk under its --mem-budget.
   LoadOptions mine_opts = po;
-  mine_opts.mem_budget_bytes = 0;
-  mine_opts.disk_rate_cap_bytes_per_s = 0;
+  const bool mine_streams = plan->streams(0, 0);
+  mine_opts.mem_budget_bytes = mine_streams ? o.mem_budget_bytes : 0;
+  mine_opts.disk_rate_cap_bytes_per_s = mine_streams ? o.disk_rate_cap_bytes_per_s : 0;
+  mine_opts.calibration = mine_streams ? &job.cal : nullptr;
   mine_opts.layer_begin = plan->pipeline.ranges[0].begin;
   mine_opts.layer_end = plan->pipeline.ranges[0].end;
   mine_opts.expert_begin = plan->stages[0].shares[0].begin;
@@ -463,7 +469,9 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
                                              plan::EpAttention::kRank0, grace);
   lm->model->set_stage_runner(session.driver_.get());
   lm->model->set_expert_dispatch(session.ep_driver_.get());
+  const std::string own = lm->placement_report;
   lm->placement_report = pipeline_expert_map(*plan, o.n_batch);
+  if (!own.empty()) lm->placement_report += "[sluice] rank 0's part streams from its disk:\n" + own;
   publish_job(c.size(), plan->step_s(1));
   return lm;
 }
@@ -474,7 +482,8 @@ namespace {
 // layers with its share of their experts; the lead of a later stage runs the
 // pipeline's worker loop with its group's experts dispatched, the others the
 // expert worker loop for the lead.
-Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup, Session& session) {
+Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup, const WorkerOptions& o,
+                      const plan::Calibration& cal, Session& session) {
   Comm& c = session.comm();
   const int64_t E = setup.at("ep_size").get<int64_t>();
   const auto g = static_cast<size_t>(c.rank() / E), m = static_cast<size_t>(c.rank() % E);
@@ -487,9 +496,16 @@ Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup
   lo.expert_end = shares.at(m).end;
   lo.experts_only = m > 0;
   lo.predict_experts = m == 0 && setup.at("predict_experts").get<bool>();
+  if (setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>()) {
+    lo.mem_budget_bytes = o.mem_budget_bytes;
+    lo.disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s;
+    lo.calibration = &cal;
+  }
   StatusOr<LoadedModel> lm = load_model(path, lo);
   if (m == 0 && lm.ok())
     if (const std::string why = host_memory_failure(*lm); !why.empty()) lm = invalid_argument("{}", why);
+  if (lm.ok() && !lm->placement_report.empty())
+    fmt::print(stderr, "[sluice] rank {}'s part streams from its disk:\n{}", c.rank(), lm->placement_report);
   RETURN_IF_ERROR(report_load(c, lm));
   if (m > 0) return run_expert_worker_loop(session.group_comm(), *lm->model, shares[m]);
   // The group's driver needs its shares only: the plan's figures stay on rank 0.
@@ -521,7 +537,7 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   ASSIGN_OR_RETURN(const json setup, recv_json(c, 0, kTagControl, "setup", c.timeout_s() * kLoadTimeoutFactor));
   if (!setup.value("ok", false)) return invalid_argument("rank 0 refused the job: {}", setup.value("error", "?"));
   LoadOptions lo = worker_load_options(o, setup);
-  if (setup.contains("ep_size")) return run_stage_rank(path, lo, setup, session);  // pp,ep
+  if (setup.contains("ep_size")) return run_stage_rank(path, lo, setup, o, cal, session);  // pp,ep
   if (setup.contains("experts")) {  // --parallel ep: its experts of every routed layer
     const json& shares = setup.at("experts");
     std::vector<plan::ExpertRange> ranges;

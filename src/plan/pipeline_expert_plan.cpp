@@ -78,10 +78,11 @@ StatusOr<PipelineExpertPlan> plan_pipeline_experts(const PipelineExpertInputs& i
         dense_flops[i] + (in.routed[i] ? all_flops * static_cast<double>(lead_share) / static_cast<double>(x.n_expert)
                                        : 0.0);
   }
-  p.lead_inputs.layer_slot_bytes.clear();  // a stage holds its range in memory
+  p.lead_inputs.layer_slot_bytes.clear();  // a lead streams its share's experts, not whole layers
   p.lead_inputs.layer_pinned_bytes.clear();
-  p.lead_inputs.expert_slot_bytes = 0;     // nor streams its experts
   p.lead_inputs.layer_read_bytes.clear();  // its layers as layer_bytes hold them
+  p.lead_inputs.n_expert = lead_share;     // its pool: its share of each routed layer
+  p.lead_inputs.expert_pick = static_cast<double>(x.n_expert_used) / static_cast<double>(x.n_expert);
   p.lead_inputs.ranks.clear();
   p.lead_inputs.links.clear();
   for (int64_t g = 0; g < P; ++g) {
@@ -110,22 +111,39 @@ StatusOr<PipelineExpertPlan> plan_pipeline_experts(const PipelineExpertInputs& i
       return invalid_argument("stage {} (layers {}-{}) holds no routed layer, so its {} expert ranks would idle: use "
                               "fewer stages or a smaller --ep-size",
                               g, range.begin, range.end - 1, E - 1);
-    s.expert_slot_bytes = 0;  // no share streams within a stage
     s.attention = EpAttention::kRank0;  // the stage's lead runs attention; its expert ranks hold experts alone
-    s.dense_resident_bytes = 0;
+    // A share beyond its rank's budget streams (expert_parallel_plan.h); the
+    // lead's resident part is its range's dense parts (and stage 0's head)
+    // as the cut counted them.
+    s.dense_resident_bytes = g == 0 ? in.layers.head_bytes : 0;
+    const bool dense_laid_out = in.layers.layer_dense_bytes.size() == static_cast<size_t>(L);
+    for (int64_t l = range.begin; l < range.end; ++l)
+      s.dense_resident_bytes += dense_laid_out ? in.layers.layer_dense_bytes[static_cast<size_t>(l)]
+                                               : dense_bytes[static_cast<size_t>(l)];
     s.ranks.assign(in.ranks.begin() + g * E, in.ranks.begin() + (g + 1) * E);
     s.links.assign(in.links.begin() + g * E, in.links.begin() + (g + 1) * E);
-    // The lead's share fits (the cut counted it); the others' must too.
+    // The lead fits (the cut counted it); the others' shares must too, in
+    // memory or streaming.
     for (int64_t m = 1; m < E; ++m) {
       const int64_t n_share = (m + 1) * x.n_expert / E - m * x.n_expert / E;
       const uint64_t need = static_cast<uint64_t>(n_share * s.n_routed_layers) * x.expert_bytes;
+      const uint64_t least = static_cast<uint64_t>(n_share) * x.expert_slot_bytes;
       const RankResources& k = s.ranks[static_cast<size_t>(m)];
-      if (need > k.mem_cap_bytes)
-        refusal += fmt::format("{}rank {} (stage {}) needs {:.2f} MiB for experts {}-{} of layers {}-{} and may hold "
-                               "{:.2f} MiB ({})",
-                               refusal.empty() ? "" : "; ", p.rank_of(g, m), g, mib(need), m * x.n_expert / E,
-                               (m + 1) * x.n_expert / E - 1, range.begin, range.end - 1, mib(k.mem_cap_bytes),
-                               k.budget_given ? "its --mem-budget" : "memory available");
+      const bool can_stream = k.budget_given && k.disk_gbps > 0 && x.expert_slot_bytes > 0;
+      if (need <= k.mem_cap_bytes || (can_stream && least <= k.mem_cap_bytes)) continue;
+      std::string why;
+      if (x.expert_slot_bytes == 0) why = "; this model's experts cannot stream expert by expert";
+      else if (!k.budget_given) why = "; only a rank given --mem-budget streams its share from its disk";
+      else if (!(k.disk_gbps > 0)) why = "; its disk was not measured, so it cannot stream its share";
+      else
+        why = fmt::format("; streaming the share from its disk needs at least {:.2f} MiB (a pool of {} expert slots "
+                          "x {:.3f} MiB)",
+                          mib(least), n_share, mib(x.expert_slot_bytes));
+      refusal += fmt::format("{}rank {} (stage {}) needs {:.2f} MiB for experts {}-{} of layers {}-{} and may hold "
+                             "{:.2f} MiB ({}){}",
+                             refusal.empty() ? "" : "; ", p.rank_of(g, m), g, mib(need), m * x.n_expert / E,
+                             (m + 1) * x.n_expert / E - 1, range.begin, range.end - 1, mib(k.mem_cap_bytes),
+                             k.budget_given ? "its --mem-budget" : "memory available", why);
     }
     if (!refusal.empty()) continue;
     StatusOr<ExpertParallelPlan> e = plan_expert_parallel(s);
@@ -133,9 +151,8 @@ StatusOr<PipelineExpertPlan> plan_pipeline_experts(const PipelineExpertInputs& i
     p.stages.push_back(*std::move(e));
   }
   if (!refusal.empty())
-    return resource_exhausted("the stages' experts do not fit their ranks (under --parallel pp,ep every share is held "
-                              "in memory; streaming within a stage is not built): {}; raise --mem-budget, or run "
-                              "more ranks per stage",
+    return resource_exhausted("the stages' experts do not fit their ranks, in memory or streaming: {}; raise "
+                              "--mem-budget, or run more ranks per stage",
                               refusal);
   return p;
 }

@@ -17,9 +17,14 @@
 //      lead's share of its experts (bytes and FLOPs);
 //   2. per stage: plan_expert_parallel() over the stage's routed layers and
 //      its group's E ranks, the lead holding the stage's non-expert part.
-// Every share must fit its rank's memory: streaming within a stage (a
-// range's or a share's weights from disk) is not built, and a share that
-// does not fit is refused, naming the rank and the sizes. Links between
+// A rank whose part does not fit its --mem-budget streams its share's
+// experts from its own disk, as under --parallel ep: in step 1 a lead's range
+// is fitted as pipeline_plan.h fits a routed range (its layers' dense parts
+// resident, a pool of at least one routed layer's share of slots, its
+// expert count E_0 = its share), in step 2 every rank's share as
+// expert_parallel_plan.h streams one (the lead routes and reads ahead, the
+// other ranks read what they are sent). A part that fits neither way is
+// refused, naming the rank and the sizes. Links between
 // ranks other than rank 0 are taken to be like their links to rank 0 (the
 // job probes those only).
 //
@@ -59,6 +64,12 @@ struct PipelineExpertPlan {
   int64_t n_stages() const { return pipeline.n_stages(); }
   // Job rank of stage g's member m (m = 0: the lead).
   int64_t rank_of(int64_t g, int64_t m) const { return g * ep_size + m; }
+  // Whether stage g's member m streams experts from its disk (the lead: as
+  // the cut fitted it or as its stage's plan did).
+  bool streams(int64_t g, int64_t m) const {
+    const ExpertParallelPlan& e = stages[static_cast<size_t>(g)];
+    return e.streams(m) || (m == 0 && pipeline.streams(g));
+  }
   // Predicted seconds of a step of n tokens as one micro-batch (above), and
   // of it the time on links (the hops and the routed layers' round trips).
   double step_s(double n_tokens) const;

@@ -101,10 +101,79 @@ TEST(PipelineExpertPlan, Refusals) {
   ASSERT_TRUE(fits.ok()) << fits.status().message();
   tight.ranks[3].mem_cap_bytes = 3u << 20;
   refused(tight, "rank 3 (stage 1) needs");
-  refused(tight, "streaming within a stage is not built");
+  refused(tight, "may hold 3.00 MiB (memory available)");
   StatusOr<PipelineExpertPlan> tiny = plan_pipeline_experts(inputs(4, 2, 1u << 20));
   ASSERT_FALSE(tiny.ok());
   EXPECT_NE(tiny.status().message().find("cannot be cut into 2 ranges"), std::string::npos) << tiny.status().message();
+}
+
+// The same model with experts that stream (slots of 1.25 MiB, each layer's
+// dense part 1 MiB resident) and every rank under a budget, disks at 1 GB/s.
+PipelineExpertInputs streaming_inputs(uint64_t budget) {
+  PipelineExpertInputs in = inputs(4, 2, budget);
+  in.layers.n_expert = 8;
+  in.layers.expert_pick = 2.0 / 8;
+  in.layers.expert_slot_bytes = in.experts.expert_slot_bytes = 5u << 18;
+  in.layers.expert_bytes = 1 << 20;
+  in.layers.layer_dense_bytes = {1u << 20, 1u << 20, 1u << 20, 3u << 20};
+  in.layers.layer_routed = {1, 1, 1, 0};
+  for (RankResources& k : in.ranks) {
+    k.budget_given = true;
+    k.disk_gbps = 1;
+  }
+  return in;
+}
+
+TEST(PipelineExpertPlan, PartsBeyondTheirBudgetsStreamTheirShares) {
+  // 9 MiB a rank (rank 1: 6 MiB): no cut holds both leads' parts in memory
+  // (the head and layers 0-1 with half their experts take 12 MiB, layers 1-3
+  // 13), so lead 0 keeps its layers' dense parts and pools 4 slots for its
+  // share (the cut 0-1 | 2-3); rank 1's share of layers 0-1 (8 MiB) does not
+  // fit its budget, and it pools its own.
+  PipelineExpertInputs in = streaming_inputs(9u << 20);
+  in.ranks[1].mem_cap_bytes = 6u << 20;
+  StatusOr<PipelineExpertPlan> p = plan_pipeline_experts(in);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  bool any_lead = false, any_member = false;
+  for (int64_t g = 0; g < p->n_stages(); ++g) {
+    const ExpertParallelPlan& e = p->stages[static_cast<size_t>(g)];
+    any_lead = any_lead || p->pipeline.streams_experts(g);
+    EXPECT_EQ(p->pipeline.streams_experts(g), e.streams(0)) << g;  // both steps agree on the lead
+    for (int64_t m = 0; m < 2; ++m) {
+      EXPECT_LE(e.rank_bytes[static_cast<size_t>(m)], 9u << 20) << g << " " << m;
+      if (m > 0) any_member = any_member || e.streams(m);
+    }
+    if (e.streams(0)) {
+      // The lead streams only its share (4 experts a routed layer), found in a
+      // slot at the hit rate of its pool, and the disk is in the stage's step.
+      EXPECT_EQ(p->pipeline.n_expert, 4);
+      EXPECT_GT(e.disk_s(0, 1), 0.0);
+      EXPECT_LT(e.hit_rate(0, 1), 1.0);
+    }
+  }
+  EXPECT_TRUE(any_lead);
+  EXPECT_TRUE(any_member);
+  // Each stage's disk time is in the job's step.
+  PipelineExpertInputs roomy = streaming_inputs(1ull << 30);
+  StatusOr<PipelineExpertPlan> held = plan_pipeline_experts(roomy);
+  ASSERT_TRUE(held.ok());
+  EXPECT_GT(p->step_s(1), held->step_s(1));
+  // Below a routed layer's share of slots even streaming: refused with the least.
+  StatusOr<PipelineExpertPlan> tiny = plan_pipeline_experts(streaming_inputs(4u << 20));
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_NE(tiny.status().message().find("the least a rank streaming its experts from its disk needs"),
+            std::string::npos)
+      << tiny.status().message();
+  // A member below its share's slots: named, with what streaming needs.
+  PipelineExpertInputs member = streaming_inputs(9u << 20);
+  member.ranks[3].mem_cap_bytes = 3u << 20;  // its share: 4 MiB; 4 slots of 1.25 MiB
+  StatusOr<PipelineExpertPlan> short_member = plan_pipeline_experts(member);
+  ASSERT_FALSE(short_member.ok());
+  EXPECT_NE(short_member.status().message().find("rank 3 (stage 1)"), std::string::npos)
+      << short_member.status().message();
+  EXPECT_NE(short_member.status().message().find("streaming the share from its disk needs at least 5.00 MiB"),
+            std::string::npos)
+      << short_member.status().message();
 }
 
 }  // namespace

@@ -16,19 +16,27 @@ double PipelinePlan::stage_s(int64_t r, double n_tokens) const {
   return std::max({stage_read_s[i], stage_flops[i] * n_tokens / (stage_tflops[i] * 1e12), disk_s(r, n_tokens)});
 }
 
+namespace {
+
+// The experts of E a step of n tokens chooses in a routed layer, each token
+// choosing a given one with probability `pick`.
+double chosen_experts(int64_t n_expert, double pick, double n_tokens) {
+  return static_cast<double>(n_expert) * (1.0 - std::pow(1.0 - pick, n_tokens));
+}
+
+}  // namespace
+
 double PipelinePlan::expert_hit_rate(int64_t r, double n_tokens) const {
   if (!streams_experts(r)) return 1.0;
   const auto i = static_cast<size_t>(r);
-  const double pick = static_cast<double>(n_expert_used) / static_cast<double>(n_expert);
-  const double d = static_cast<double>(n_expert) * (1.0 - std::pow(1.0 - pick, n_tokens));
-  return expected_hit_rate(stage_expert_slots[i], stage_routed_layers[i], n_expert, d);
+  return expected_hit_rate(stage_expert_slots[i], stage_routed_layers[i], n_expert,
+                           chosen_experts(n_expert, expert_pick, n_tokens));
 }
 
 double PipelinePlan::disk_s(int64_t r, double n_tokens) const {
   const auto i = static_cast<size_t>(r);
   if (!streams_experts(r)) return stage_disk_s[i];
-  const double pick = static_cast<double>(n_expert_used) / static_cast<double>(n_expert);
-  const double d = static_cast<double>(n_expert) * (1.0 - std::pow(1.0 - pick, n_tokens));
+  const double d = chosen_experts(n_expert, expert_pick, n_tokens);
   const double missed = static_cast<double>(stage_routed_layers[i]) * (1.0 - expert_hit_rate(r, n_tokens)) * d;
   return missed * static_cast<double>(expert_bytes) / (disk_gbps[i] * 1e9);
 }
@@ -189,7 +197,7 @@ class PipelineStageModel {
     f.n_expert_slots =
         std::min<int64_t>(all, static_cast<int64_t>((k.mem_cap_bytes - resident) / in_.expert_slot_bytes));
     f.held_bytes = resident + static_cast<uint64_t>(f.n_expert_slots) * in_.expert_slot_bytes;
-    const double d = distinct_experts(in_.n_expert, in_.n_expert_used, 1);
+    const double d = chosen_experts(in_.n_expert, in_.expert_pick, 1);
     const double h = expected_hit_rate(f.n_expert_slots, f.n_routed, in_.n_expert, d);
     f.disk_s =
         static_cast<double>(f.n_routed) * (1.0 - h) * d * static_cast<double>(in_.expert_bytes) / (k.disk_gbps * 1e9);
@@ -333,7 +341,7 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
   p.links = in.links;
   p.n_embd = in.n_embd;
   p.n_expert = in.n_expert;
-  p.n_expert_used = in.n_expert_used;
+  p.expert_pick = in.expert_pick;
   p.expert_bytes = in.expert_bytes;
   for (int64_t r = 0; r < S; ++r) {
     const LayerRange g = p.ranges[static_cast<size_t>(r)];

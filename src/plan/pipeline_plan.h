@@ -91,12 +91,14 @@ struct PipelineInputs {
   // biases). Empty: the model's layers do not stream per rank.
   std::vector<uint64_t> layer_slot_bytes;    // [n_layer]
   std::vector<uint64_t> layer_pinned_bytes;  // [n_layer]
-  // A routed model's experts streaming a range (above): one expert's aligned
+  // A routed model's experts streaming a range (above): the experts a rank
+  // holds of each routed layer (E; a pp,ep lead its share), the chance a
+  // token chooses a given one (k / E of the model's), one expert's aligned
   // slot (0: they do not stream per rank) and its own bytes, and what stays
   // resident of each layer (its dense tensors, aligned; [n_layer]) and which
   // layers route ([n_layer], 1: routed).
   int64_t n_expert = 0;
-  int64_t n_expert_used = 0;
+  double expert_pick = 0;
   uint64_t expert_slot_bytes = 0;
   uint64_t expert_bytes = 0;
   std::vector<uint64_t> layer_dense_bytes;
@@ -123,7 +125,8 @@ struct PipelinePlan {
   std::vector<double> disk_gbps;        // [n_ranks] the rates disk_s is at
   std::vector<int64_t> stage_expert_slots;   // [n_ranks] a routed range's pool of expert slots (0: none)
   std::vector<int64_t> stage_routed_layers;  // [n_ranks] routed layers in the range
-  int64_t n_expert = 0, n_expert_used = 0;
+  int64_t n_expert = 0;
+  double expert_pick = 0;
   uint64_t expert_bytes = 0;
   std::vector<double> stage_flops;      // [n_ranks] per token
   std::vector<double> stage_tflops;     // [n_ranks]

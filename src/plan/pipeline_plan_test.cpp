@@ -153,7 +153,7 @@ PipelineInputs routed_inputs(uint64_t cap) {
   in.layer_bytes.assign(8, 1000);
   in.layer_read_bytes.assign(8, 300);  // dense + 2 experts
   in.n_expert = 16;
-  in.n_expert_used = 2;
+  in.expert_pick = 2.0 / 16;
   in.expert_slot_bytes = 60;
   in.expert_bytes = 50;
   in.layer_dense_bytes.assign(8, 200);

@@ -163,6 +163,36 @@ TEST(ExpertShare, APipelineStagePoolsOnlyItsOwnLayersExperts) {
   for (const TensorPlacement& t : first.tensors) EXPECT_EQ(t.elsewhere, t.layer >= 2) << file->tensors[t.index].name;
 }
 
+TEST(ExpertShare, AStagesShareHoldsOnlyItsLayersExperts) {
+  // --parallel pp,ep: an expert rank of the stage of layers 1.. holds experts
+  // 4-7 of those layers alone; everything else is elsewhere.
+  const auto file = share_model();
+  ASSERT_NE(file, nullptr);
+  const ModelHparams hp = hparams_from_metadata(file->metadata).value();
+  const uint64_t slot = ExpertStore::slot_bytes_for(*file, hp);
+  int64_t n_moe = 0;
+  for (int64_t l = 1; l < hp.n_layer; ++l) n_moe += hp.layer_is_moe(l);
+  const PlacementInputs in{.mem_budget_bytes = 4 * slot, .disk_gbps = 1, .layer_compute_s = 1e-3, .layer_begin = 1,
+                           .expert_begin = 4, .expert_end = 8, .experts_only = true};
+  const PlacementPlan p = plan_placement(*file, in).value();
+  EXPECT_EQ(p.resident_bytes, 0u);
+  EXPECT_EQ(p.n_layer_moe, n_moe);
+  EXPECT_EQ(p.n_experts_total, 4 * n_moe);
+  EXPECT_EQ(p.n_expert_slots, 4);
+  EXPECT_EQ(p.min_budget_bytes, 4 * slot);
+  for (const TensorPlacement& t : p.tensors) {
+    const bool mine = t.layer >= 1 && is_expert_tensor(hp, file->tensors[t.index]);
+    EXPECT_EQ(t.elsewhere, !mine) << file->tensors[t.index].name;
+  }
+  // The stage's lead: its layers' dense parts and experts 0-3 of them.
+  const PlacementInputs lead{.mem_budget_bytes = 1ull << 30, .disk_gbps = 1, .layer_compute_s = 1e-3,
+                             .layer_begin = 1, .expert_begin = 0, .expert_end = 4};
+  const PlacementPlan l = plan_placement(*file, lead).value();
+  EXPECT_GT(l.resident_bytes, 0u);
+  EXPECT_EQ(l.n_experts_total, 4 * n_moe);
+  for (const TensorPlacement& t : l.tensors) EXPECT_EQ(t.elsewhere, t.layer < 1) << file->tensors[t.index].name;
+}
+
 // Forwards to an engine and keeps every read's file range.
 class RecordingEngine : public IoEngine {
  public:

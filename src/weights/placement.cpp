@@ -163,8 +163,8 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   if (share) {
     ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(file.metadata));
     if (!hp.is_moe()) return invalid_argument("an expert share needs a mixture-of-experts model");
-    if (stage || in.training || in.stream_all)
-      return unimplemented("an expert share streams alone (not with a layer range, training or --stream-all)");
+    if (in.training || in.stream_all)
+      return unimplemented("an expert share streams alone (not with training or --stream-all)");
     const int64_t end = in.expert_end < 0 ? hp.n_expert : in.expert_end;
     if (in.expert_begin < 0 || in.expert_begin >= end || end > hp.n_expert)
       return invalid_argument("expert share [{}, {}) is not inside the model's {} experts", in.expert_begin,
@@ -179,7 +179,8 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   if (stage) {
     p.total_tensor_bytes = 0;
     for (TensorPlacement& t : p.tensors) {
-      t.elsewhere = t.layer >= 0 ? t.layer < p.layer_begin || t.layer >= p.layer_end : p.layer_begin > 0;
+      // (an expert share alone keeps its other tensors elsewhere too)
+      t.elsewhere = t.elsewhere || (t.layer >= 0 ? t.layer < p.layer_begin || t.layer >= p.layer_end : p.layer_begin > 0);
       if (!t.elsewhere) p.total_tensor_bytes += t.n_bytes;
     }
     for (int64_t l = 0; l < p.n_layer; ++l)

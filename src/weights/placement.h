@@ -35,13 +35,16 @@
 //      its own layers by these rules; with layer_begin > 0 the tensors outside
 //      the blocks are rank 0's too. The other processes' tensors are
 //      `elsewhere`: served from the file's memory map, never read, not counted.
-//      (Dense models; a routed model's stage, and training, are refused.)
+//      A routed model's stage streams the experts of its own routed layers
+//      (rule 7's pool over them alone); training a stage is refused.
 //   7. An expert share (in.expert_begin/expert_end, dist/expert_parallel.h)
 //      of a routed model always streams expert by expert (plan_expert_
 //      placement): the pool holds only the share's experts, at least one
 //      routed layer's share of slots, and the store never reads another
 //      expert. With experts_only every other tensor is elsewhere, as in
-//      rule 6 (a rank r > 0 of --parallel ep holds its experts alone).
+//      rule 6 (a rank r > 0 of --parallel ep holds its experts alone). With
+//      a layer range too (--parallel pp,ep), the share of that range's
+//      routed layers.
 // Predicted per step: compute = n_layer x compute_s, disk = n_streamed x
 // transfer_s, step = max of the two, stall = step - compute. This assumes the
 // ring lets the disk run ahead across resident layers. Training predicts per
