@@ -39,7 +39,8 @@ struct KernelQ4_K {
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_blocks = a.n_in / 256;
     const auto [wr, xt] = tile_rows<BlockQ4_K, ActQ8x256, NR, NT>(a, r, t);
-    __m256 acc[NR][NT] = {};
+    __m256 acc[NR][NT];
+    fill(acc, _mm256_setzero_ps());
     const __m256i nib = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < n_blocks; ++b) {
       __m256i sc[NR];    // [sc0..sc7] int16 in both 128-bit lanes
@@ -92,7 +93,8 @@ struct KernelQ6_K {
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_blocks = a.n_in / 256;
     const auto [wr, xt] = tile_rows<BlockQ6_K, ActQ8x256, NR, NT>(a, r, t);
-    __m256 acc[NR][NT] = {};
+    __m256 acc[NR][NT];
+    fill(acc, _mm256_setzero_ps());
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256i bits45 = _mm256_set1_epi8(0x30);
     for (int64_t b = 0; b < n_blocks; ++b) {
@@ -160,7 +162,8 @@ struct Kernel256 {
     using Block = typename Traits::Block;
     const int64_t n_blocks = a.n_in / 256;
     const auto [wr, xt] = tile_rows<Block, ActQ8x256, NR, NT>(a, r, t);
-    __m256 acc[NR][NT] = {};
+    __m256 acc[NR][NT];
+    fill(acc, _mm256_setzero_ps());
     const __m256i table = codebook();
     for (int64_t b = 0; b < n_blocks; ++b) {
       typename Traits::State st[NR];

@@ -51,7 +51,8 @@ struct KernelQ4_K {
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_blocks = a.n_in / 256;
     const auto [wr, xt] = tile_rows<BlockQ4_K, ActQ8x256, NR, NT>(a, r, t);
-    __m256 acc[NR][NT] = {};
+    __m256 acc[NR][NT];
+    fill(acc, _mm256_setzero_ps());
     const __m512i nib = _mm512_set1_epi8(0x0F);
     // vpshufb controls picking the int16 scale of sub-block 2c (low 256 bits) and
     // 2c+1 (high 256 bits) out of [sc0 .. sc7] repeated in every 128-bit lane.
@@ -112,7 +113,8 @@ struct KernelQ6_K {
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_blocks = a.n_in / 256;
     const auto [wr, xt] = tile_rows<BlockQ6_K, ActQ8x256, NR, NT>(a, r, t);
-    __m256 acc[NR][NT] = {};
+    __m256 acc[NR][NT];
+    fill(acc, _mm256_setzero_ps());
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512i bits45 = _mm512_set1_epi8(0x30);
     // vpermw indices: 128-bit lane k of quarter p (64 elements) takes the scale of
@@ -213,7 +215,8 @@ struct Kernel256 {
     using Block = typename Traits::Block;
     const int64_t n_blocks = a.n_in / 256;
     const auto [wr, xt] = tile_rows<Block, ActQ8x256, NR, NT>(a, r, t);
-    __m256 acc[NR][NT] = {};
+    __m256 acc[NR][NT];
+    fill(acc, _mm256_setzero_ps());
     const Consts256 k;
     for (int64_t b = 0; b < n_blocks; ++b) {
       typename Traits::State st[NR];

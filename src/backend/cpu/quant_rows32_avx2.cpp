@@ -43,7 +43,8 @@ struct Kernel32 {
     using Block = typename Traits::Block;
     const int64_t n_blocks = a.n_in / 32;
     const auto [wr, xt] = tile_rows<Block, ActQ8x64, NR, NT>(a, r, t);
-    __m256 acc[NR][NT] = {};
+    __m256 acc[NR][NT];
+    fill(acc, _mm256_setzero_ps());
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i table = codebook();
     for (int64_t b = 0; b < n_blocks; ++b) {

@@ -83,7 +83,8 @@ struct KernelQ4_0 {
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_blocks = a.n_in / 32;
     const auto [wr, xt] = tile_rows<BlockQ4_0, ActQ8x64, NR, NT>(a, r, t);
-    __m512 acc[NR][NT] = {};
+    __m512 acc[NR][NT];
+    fill(acc, _mm512_setzero_ps());
     const Consts k;
     int64_t b = 0;
     for (; b + 2 <= n_blocks; b += 2) {
@@ -118,7 +119,8 @@ struct KernelQ4_0x4 {
     const uint8_t* rec = a.w + r * a.w_row_bytes;  // group r / 4 starts at 4 rows' bytes each
     const ActQ8x64* xt[NT];
     for (int j = 0; j < NT; ++j) xt[j] = act_row<ActQ8x64>(a, t + j);
-    __m512 acc[4][NT] = {};
+    __m512 acc[4][NT];
+    fill(acc, _mm512_setzero_ps());
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512i pick[4];  // row i's scales: [d(2p) x 8 | d(2p+1) x 8]
     for (int i = 0; i < 4; ++i) pick[i] = _mm512_inserti64x4(_mm512_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1), 1);
@@ -153,7 +155,8 @@ struct Kernel32 {
     using Block = typename Traits::Block;
     const int64_t n_blocks = a.n_in / 32;
     const auto [wr, xt] = tile_rows<Block, ActQ8x64, NR, NT>(a, r, t);
-    __m512 acc[NR][NT] = {};
+    __m512 acc[NR][NT];
+    fill(acc, _mm512_setzero_ps());
     const __m512i table = _mm512_broadcast_i32x4(loadu128(kIq4NlValues));
     for (int64_t b = 0; b < n_blocks; b += 2) {
       const bool two = b + 1 < n_blocks;

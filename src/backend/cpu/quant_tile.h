@@ -65,6 +65,14 @@ template <typename Block, typename Act, int NR, int NT>
   return p;
 }
 
+// acc[i][j] = v for every i, j (in registers: an aggregate zero-initialization
+// here became a rep stos to the stack, which the first loads then waited on).
+template <typename T, int NR, int NT>
+[[gnu::always_inline]] inline void fill(T (&acc)[NR][NT], T v) {
+  for (int i = 0; i < NR; ++i)
+    for (int j = 0; j < NT; ++j) acc[i][j] = v;
+}
+
 // Tokens per chunk for S: a multiple of S::kTileToks, at least one tile.
 template <class S>
 int64_t token_chunk(const Args& a) {
