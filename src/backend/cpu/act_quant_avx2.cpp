@@ -37,6 +37,14 @@ void quantize_to(const float* x, int n_vec, float id, int8_t* q) {
   }
 }
 
+// Quantizes the n (a multiple of 32) floats at x: returns the scale d = amax /
+// 127, writes q[n].
+float quantize_block(const float* x, int n, int8_t* q) {
+  const float amax = abs_max(x, n / 8);
+  quantize_to(x, n / 32, amax > 0.0f ? 127.0f / amax : 0.0f, q);
+  return amax / 127.0f;
+}
+
 // Sums of each 4 consecutive int8 of q[32] as 8 int32.
 __m256i sum4(const int8_t* q) {
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
@@ -53,12 +61,10 @@ void convert_act_q8x64_avx2(const float* x, void* dst, int64_t n_in, int32_t off
     ActQ8x64& out = g[b / 2];
     const int h = static_cast<int>(b % 2);
     const float* xb = x + b * 32;
-    const float amax = abs_max(xb, 4);
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    quantize_to(xb, 1, id, out.q + 32 * h);
+    const float d = quantize_block(xb, 32, out.q + 32 * h);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.corr + 8 * h),
                         _mm256_mullo_epi32(sum4(out.q + 32 * h), neg_off));
-    _mm256_storeu_ps(out.d + 8 * h, _mm256_set1_ps(amax / 127.0f));
+    _mm256_storeu_ps(out.d + 8 * h, _mm256_set1_ps(d));
   }
   if (n_blocks % 2 == 1) {
     ActQ8x64& out = g[n_blocks / 2];
@@ -74,10 +80,7 @@ void convert_act_q8x256_avx2(const float* x, void* dst, int64_t n_in) {
   for (int64_t blk = 0; blk < n_in / 256; ++blk) {
     const float* xb = x + blk * 256;
     ActQ8x256& out = blocks[blk];
-    const float amax = abs_max(xb, 32);
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    quantize_to(xb, 8, id, out.q);
-    out.d = amax / 127.0f;
+    out.d = quantize_block(xb, 256, out.q);
     // Each 32 bytes holds sub-blocks 2k, 2k+1; two hadds of four such vectors
     // give [bs0 bs2 bs4 bs6 | bs1 bs3 bs5 bs7], which the permute orders.
     __m256i half[2];

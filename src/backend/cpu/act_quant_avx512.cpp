@@ -32,11 +32,11 @@ void quantize_to(const float* x, int n_vec, float id, int8_t* q) {
   }
 }
 
-// Quantizes one block of 32: returns its scale d, writes q[32].
-float quantize32(const float* x, int8_t* q) {
-  const float amax = abs_max(x, 2);
-  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-  quantize_to(x, 2, id, q);
+// Quantizes the n (a multiple of 16) floats at x: returns the scale d = amax /
+// 127, writes q[n].
+float quantize_block(const float* x, int n, int8_t* q) {
+  const float amax = abs_max(x, n / 16);
+  quantize_to(x, n / 16, amax > 0.0f ? 127.0f / amax : 0.0f, q);
   return amax / 127.0f;
 }
 
@@ -49,10 +49,10 @@ void convert_act_q8x64_avx512(const float* x, void* dst, int64_t n_in, int32_t o
   const __m512i neg_off = _mm512_set1_epi32(-off);
   for (int64_t b = 0; b < n_blocks; b += 2) {
     ActQ8x64& out = g[b / 2];
-    const float d0 = quantize32(x + b * 32, out.q);
+    const float d0 = quantize_block(x + b * 32, 32, out.q);
     float d1 = 0.0f;
     if (b + 1 < n_blocks) {
-      d1 = quantize32(x + (b + 1) * 32, out.q + 32);
+      d1 = quantize_block(x + (b + 1) * 32, 32, out.q + 32);
     } else {
       std::memset(out.q + 32, 0, 32);
     }
@@ -73,10 +73,7 @@ void convert_act_q8x256_avx512(const float* x, void* dst, int64_t n_in) {
   for (int64_t blk = 0; blk < n_in / 256; ++blk) {
     const float* xb = x + blk * 256;
     ActQ8x256& out = blocks[blk];
-    const float amax = abs_max(xb, 16);
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    quantize_to(xb, 16, id, out.q);
-    out.d = amax / 127.0f;
+    out.d = quantize_block(xb, 256, out.q);
     // Per 16 bytes: sums of 4 bytes, then within each 128-bit chunk.
     __m512i s[4];
     for (int k = 0; k < 4; ++k) {

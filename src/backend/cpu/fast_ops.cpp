@@ -11,8 +11,8 @@ namespace sluice::cpu::fast {
 
 void rmsnorm(const float* x, const float* weight, float* out, int64_t n_tokens, int64_t n, float eps, Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return rmsnorm_avx512(x, weight, out, n_tokens, n, eps);
-    case Isa::kAvx2: return rmsnorm_avx2(x, weight, out, n_tokens, n, eps);
+    case Isa::kAvx512: return kOpsAvx512.rmsnorm(x, weight, out, n_tokens, n, eps);
+    case Isa::kAvx2: return kOpsAvx2.rmsnorm(x, weight, out, n_tokens, n, eps);
     case Isa::kScalar: return ref::rmsnorm(x, weight, out, n_tokens, n, eps);
   }
 }
@@ -21,32 +21,32 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const floa
           Isa isa) {
   const bool neox = layout == RopeLayout::kNeox;
   switch (isa) {
-    case Isa::kAvx512: return rope_avx512(x, n_heads, head_dim, n_rot, cos_sin, neox);
-    case Isa::kAvx2: return rope_avx2(x, n_heads, head_dim, n_rot, cos_sin, neox);
+    case Isa::kAvx512: return kOpsAvx512.rope(x, n_heads, head_dim, n_rot, cos_sin, neox);
+    case Isa::kAvx2: return kOpsAvx2.rope(x, n_heads, head_dim, n_rot, cos_sin, neox);
     case Isa::kScalar: return ref::rope(x, n_heads, head_dim, n_rot, cos_sin, layout);
   }
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return swiglu_avx512(gate, up, out, n);
-    case Isa::kAvx2: return swiglu_avx2(gate, up, out, n);
+    case Isa::kAvx512: return kOpsAvx512.swiglu(gate, up, out, n);
+    case Isa::kAvx2: return kOpsAvx2.swiglu(gate, up, out, n);
     case Isa::kScalar: return ref::swiglu(gate, up, out, n);
   }
 }
 
 void geglu(const float* gate, const float* up, float* out, int64_t n, Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return geglu_avx512(gate, up, out, n);
-    case Isa::kAvx2: return geglu_avx2(gate, up, out, n);
+    case Isa::kAvx512: return kOpsAvx512.geglu(gate, up, out, n);
+    case Isa::kAvx2: return kOpsAvx2.geglu(gate, up, out, n);
     case Isa::kScalar: return ref::geglu(gate, up, out, n);
   }
 }
 
 void add(const float* a, const float* b, float* out, int64_t n, Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return add_avx512(a, b, out, n);
-    case Isa::kAvx2: return add_avx2(a, b, out, n);
+    case Isa::kAvx512: return kOpsAvx512.add(a, b, out, n);
+    case Isa::kAvx2: return kOpsAvx2.add(a, b, out, n);
     case Isa::kScalar:
       for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
       return;

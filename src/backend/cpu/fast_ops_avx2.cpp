@@ -1,49 +1,15 @@
 // AVX2 + FMA fast ops (compiled with -mavx2 -mfma -mf16c; called only when the
-// CPU has them). Every helper has internal linkage; tails use vmaskmovps.
+// CPU has them): rope, and the shared kernels of fast_ops_simd.h. Every helper
+// has internal linkage; tails use vmaskmovps.
 #include <immintrin.h>
 
-#include "backend/cpu/fast_ops_isa.h"
+#include "backend/cpu/fast_ops_simd.h"
 #include "backend/cpu/vec_math_avx2.h"
 
 namespace sluice::cpu::fast {
 namespace {
 
-using avx2::exp_ps;
-using avx2::hsum;
-
-// Lane masks for the first k < 8 lanes: load 8 ints at kTailMask + 8 - k.
-alignas(32) const int32_t kTailMask[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-
-__m256i tail_mask(int64_t k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTailMask + 8 - k)); }
-
-}  // namespace
-
-void rmsnorm_avx2(const float* x, const float* weight, float* out, int64_t n_tokens, int64_t n, float eps) {
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* xt = x + t * n;
-    float* ot = out + t * n;
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      const __m256 a = _mm256_loadu_ps(xt + i), b = _mm256_loadu_ps(xt + i + 8);
-      s0 = _mm256_fmadd_ps(a, a, s0);
-      s1 = _mm256_fmadd_ps(b, b, s1);
-    }
-    for (; i < n; i += 8) {
-      const __m256 a = _mm256_maskload_ps(xt + i, tail_mask(n - i < 8 ? n - i : 8));
-      s0 = _mm256_fmadd_ps(a, a, s0);
-    }
-    const float ss = hsum(_mm256_add_ps(s0, s1)) / static_cast<float>(n);
-    const __m256 inv = _mm256_set1_ps(1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(ss + eps))));
-    for (i = 0; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(ot + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xt + i), inv), _mm256_loadu_ps(weight + i)));
-    if (i < n) {
-      const __m256i m = tail_mask(n - i);
-      _mm256_maskstore_ps(ot + i, m, _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(xt + i, m), inv),
-                                                   _mm256_maskload_ps(weight + i, m)));
-    }
-  }
-}
+__m256i tail_mask(int64_t k) { return avx2::Vec::mask(k); }
 
 void rope_avx2(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_sin, bool neox) {
   const int64_t half = n_rot / 2;
@@ -79,37 +45,8 @@ void rope_avx2(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const
   }
 }
 
-void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  for (int64_t i = 0; i < n; i += 8) {
-    const __m256i m = tail_mask(n - i < 8 ? n - i : 8);
-    const __m256 g = _mm256_maskload_ps(gate + i, m);
-    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-    _mm256_maskstore_ps(out + i, m, _mm256_mul_ps(silu, _mm256_maskload_ps(up + i, m)));
-  }
-}
+}  // namespace
 
-// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
-void geglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 c1 = _mm256_set1_ps(-2.0f * 0.79788456080286535588f);
-  const __m256 c3 = _mm256_set1_ps(-2.0f * 0.79788456080286535588f * 0.044715f);
-  for (int64_t i = 0; i < n; i += 8) {
-    const __m256i m = tail_mask(n - i < 8 ? n - i : 8);
-    const __m256 g = _mm256_maskload_ps(gate + i, m);
-    const __m256 neg2u = _mm256_mul_ps(g, _mm256_fmadd_ps(_mm256_mul_ps(g, g), c3, c1));
-    const __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(one, exp_ps(neg2u)));
-    _mm256_maskstore_ps(out + i, m, _mm256_mul_ps(gelu, _mm256_maskload_ps(up + i, m)));
-  }
-}
-
-void add_avx2(const float* a, const float* b, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
-  if (i < n) {
-    const __m256i m = tail_mask(n - i);
-    _mm256_maskstore_ps(out + i, m, _mm256_add_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m)));
-  }
-}
+const LevelOps kOpsAvx2 = level_ops<avx2::Vec>(rope_avx2);
 
 }  // namespace sluice::cpu::fast

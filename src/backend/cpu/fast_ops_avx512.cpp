@@ -1,8 +1,9 @@
-// AVX-512 fast ops (compiled with -mavx512*; called only when the CPU has it).
-// Every helper has internal linkage; tails use masked loads and stores.
+// AVX-512 fast ops (compiled with -mavx512*; called only when the CPU has it):
+// rope, and the shared kernels of fast_ops_simd.h. Every helper has internal
+// linkage; tails use masked loads and stores.
 #include <immintrin.h>
 
-#include "backend/cpu/fast_ops_isa.h"
+#include "backend/cpu/fast_ops_simd.h"
 #include "backend/cpu/vec_math_avx512.h"
 
 // GCC 12 reports the deliberately undefined lanes inside <immintrin.h> helpers
@@ -19,37 +20,6 @@ __mmask16 tail_mask(int64_t k) { return static_cast<__mmask16>((1u << k) - 1u); 
 inline void store_masked(float* p, __mmask16 m, __m512 v) {
   if (m == 0xFFFF) _mm512_storeu_ps(p, v);
   else _mm512_mask_storeu_ps(p, m, v);
-}
-
-using avx512::exp_ps;
-using avx512::hsum;
-
-}  // namespace
-
-void rmsnorm_avx512(const float* x, const float* weight, float* out, int64_t n_tokens, int64_t n, float eps) {
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* xt = x + t * n;
-    float* ot = out + t * n;
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-      const __m512 a = _mm512_loadu_ps(xt + i), b = _mm512_loadu_ps(xt + i + 16);
-      s0 = _mm512_fmadd_ps(a, a, s0);
-      s1 = _mm512_fmadd_ps(b, b, s1);
-    }
-    for (; i < n; i += 16) {
-      const __m512 a = _mm512_maskz_loadu_ps(tail_mask(n - i < 16 ? n - i : 16), xt + i);
-      s0 = _mm512_fmadd_ps(a, a, s0);
-    }
-    const float ss = hsum(_mm512_add_ps(s0, s1)) / static_cast<float>(n);
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(ss + eps))));
-    for (i = 0; i < n; i += 16) {
-      const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-      const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, xt + i), inv),
-                                     _mm512_maskz_loadu_ps(m, weight + i));
-      store_masked(ot + i, m, v);
-    }
-  }
 }
 
 void rope_avx512(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* cos_sin, bool neox) {
@@ -85,37 +55,8 @@ void rope_avx512(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, con
   }
 }
 
-void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-    store_masked(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
-  }
-}
+}  // namespace
 
-// gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
-void geglu_avx512(const float* gate, const float* up, float* out, int64_t n) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512 c1 = _mm512_set1_ps(-2.0f * 0.79788456080286535588f);
-  const __m512 c3 = _mm512_set1_ps(-2.0f * 0.79788456080286535588f * 0.044715f);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i < 16 ? n - i : 16);
-    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-    const __m512 neg2u = _mm512_mul_ps(g, _mm512_fmadd_ps(_mm512_mul_ps(g, g), c3, c1));
-    const __m512 gelu = _mm512_div_ps(g, _mm512_add_ps(one, exp_ps(neg2u)));
-    store_masked(out + i, m, _mm512_mul_ps(gelu, _mm512_maskz_loadu_ps(m, up + i)));
-  }
-}
-
-void add_avx512(const float* a, const float* b, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
-  if (i < n) {
-    const __mmask16 m = tail_mask(n - i);
-    _mm512_mask_storeu_ps(out + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
-  }
-}
+const LevelOps kOpsAvx512 = level_ops<avx512::Vec>(rope_avx512);
 
 }  // namespace sluice::cpu::fast

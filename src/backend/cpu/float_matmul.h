@@ -44,7 +44,9 @@ namespace sluice::cpu {
 constexpr int64_t kFloatActPadF32 = 16;
 constexpr int64_t kFloatActPadBF16 = 32;
 
-// Every float_rows_* function is a RowsFn (rows_fn.h).
+// Every float_rows_* is a RowsFn (rows_fn.h): the scalar ones functions, the
+// SIMD ones constant pointers to their level's instance of the shared tiles and
+// driver (float_matmul_simd.h).
 
 // Activation conversion (baseline code, float_matmul.cpp).
 size_t float_act_row_bytes_f32(int64_t n_in);
@@ -58,15 +60,15 @@ RowsFn float_rows_f16_scalar;
 RowsFn float_rows_bf16_scalar;
 
 // AVX2 + FMA + F16C (float_matmul_avx2.cpp); f32 activations.
-RowsFn float_rows_f32_avx2;
-RowsFn float_rows_f16_avx2;
-RowsFn float_rows_bf16_avx2;
+extern RowsFn* const float_rows_f32_avx2;
+extern RowsFn* const float_rows_f16_avx2;
+extern RowsFn* const float_rows_bf16_avx2;
 
 // AVX-512 (float_matmul_avx512.cpp); f32 activations except bf16dp.
-RowsFn float_rows_f32_avx512;
-RowsFn float_rows_f16_avx512;
-RowsFn float_rows_bf16_avx512;
+extern RowsFn* const float_rows_f32_avx512;
+extern RowsFn* const float_rows_f16_avx512;
+extern RowsFn* const float_rows_bf16_avx512;
 // bf16 activations (float_convert_act_bf16), vdpbf16ps: needs AVX512_BF16.
-RowsFn float_rows_bf16dp_avx512;
+extern RowsFn* const float_rows_bf16dp_avx512;
 
 }  // namespace sluice::cpu

@@ -38,13 +38,9 @@ struct KernelQ4_K {
   template <int NR, int NT>
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_blocks = a.n_in / 256;
-    const BlockQ4_K* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = reinterpret_cast<const BlockQ4_K*>(a.w + (r + i) * a.w_row_bytes);
-    const ActQ8x256* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x256*>(a.xa + (t + j) * a.xa_stride);
+    const auto [wr, xt] = tile_rows<BlockQ4_K, ActQ8x256, NR, NT>(a, r, t);
     __m256 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    fill(acc, _mm256_setzero_ps());
     const __m256i nib = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < n_blocks; ++b) {
       __m256i sc[NR];    // [sc0..sc7] int16 in both 128-bit lanes
@@ -83,12 +79,7 @@ struct KernelQ4_K {
       for (int j = 0; j < NT; ++j) {
         const ActQ8x256& x = xt[j][b];
         const __m256i bsum = loadu256(x.bsum);
-        for (int i = 0; i < NR; ++i) {
-          const __m256 dot = _mm256_cvtepi32_ps(isum[i][j]);
-          const __m256 msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsum, mins[i]));
-          acc[i][j] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d[i] * x.d), acc[i][j]);
-          acc[i][j] = _mm256_fnmadd_ps(msum, _mm256_set1_ps(dmin[i] * x.d), acc[i][j]);
-        }
+        for (int i = 0; i < NR; ++i) finish_with_mins(isum[i][j], bsum, mins[i], d[i], dmin[i], x.d, &acc[i][j]);
       }
     }
     store_acc8<NR, NT>(a, r, t, acc);
@@ -101,13 +92,9 @@ struct KernelQ6_K {
   template <int NR, int NT>
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_blocks = a.n_in / 256;
-    const BlockQ6_K* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = reinterpret_cast<const BlockQ6_K*>(a.w + (r + i) * a.w_row_bytes);
-    const ActQ8x256* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x256*>(a.xa + (t + j) * a.xa_stride);
+    const auto [wr, xt] = tile_rows<BlockQ6_K, ActQ8x256, NR, NT>(a, r, t);
     __m256 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    fill(acc, _mm256_setzero_ps());
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256i bits45 = _mm256_set1_epi8(0x30);
     for (int64_t b = 0; b < n_blocks; ++b) {
@@ -174,13 +161,9 @@ struct Kernel256 {
   static void tile(const Args& a, int64_t r, int64_t t) {
     using Block = typename Traits::Block;
     const int64_t n_blocks = a.n_in / 256;
-    const Block* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = weight_row<Block>(a, r + i);
-    const ActQ8x256* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = act_row<ActQ8x256>(a, t + j);
+    const auto [wr, xt] = tile_rows<Block, ActQ8x256, NR, NT>(a, r, t);
     __m256 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    fill(acc, _mm256_setzero_ps());
     const __m256i table = codebook();
     for (int64_t b = 0; b < n_blocks; ++b) {
       typename Traits::State st[NR];
@@ -239,9 +222,7 @@ struct TraitsQ2_K {
     *sc = pick_pair(s.sc8, 2 * k, 2 * k + 1);
   }
   static void finish(const State& s, __m256i isum, __m256i bsum, float ad, __m256* acc) {
-    const __m256 msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsum, s.m16));
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s.d * ad), *acc);
-    *acc = _mm256_fnmadd_ps(msum, _mm256_set1_ps(s.dmin * ad), *acc);
+    finish_with_mins(isum, bsum, s.m16, s.d, s.dmin, ad, acc);
   }
 };
 
@@ -305,9 +286,7 @@ struct TraitsQ5_K {
     *sc = pick_pair(s.sc8, 2 * k, 2 * k + 1);
   }
   static void finish(const State& s, __m256i isum, __m256i bsum, float ad, __m256* acc) {
-    const __m256 msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsum, s.mins));
-    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(s.d * ad), *acc);
-    *acc = _mm256_fnmadd_ps(msum, _mm256_set1_ps(s.dmin * ad), *acc);
+    finish_with_mins(isum, bsum, s.mins, s.d, s.dmin, ad, acc);
   }
 };
 

@@ -50,13 +50,9 @@ struct KernelQ4_K {
   template <int NR, int NT>
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_blocks = a.n_in / 256;
-    const BlockQ4_K* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = reinterpret_cast<const BlockQ4_K*>(a.w + (r + i) * a.w_row_bytes);
-    const ActQ8x256* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x256*>(a.xa + (t + j) * a.xa_stride);
+    const auto [wr, xt] = tile_rows<BlockQ4_K, ActQ8x256, NR, NT>(a, r, t);
     __m256 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    fill(acc, _mm256_setzero_ps());
     const __m512i nib = _mm512_set1_epi8(0x0F);
     // vpshufb controls picking the int16 scale of sub-block 2c (low 256 bits) and
     // 2c+1 (high 256 bits) out of [sc0 .. sc7] repeated in every 128-bit lane.
@@ -103,16 +99,10 @@ struct KernelQ4_K {
       for (int j = 0; j < NT; ++j) {
         const ActQ8x256& x = xt[j][b];
         const __m256i bsum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsum));
-        for (int i = 0; i < NR; ++i) {
-          const __m256 dot = _mm256_cvtepi32_ps(fold(isum[i][j]));
-          const __m256 msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsum, mins[i]));
-          acc[i][j] = _mm256_fmadd_ps(dot, _mm256_set1_ps(d[i] * x.d), acc[i][j]);
-          acc[i][j] = _mm256_fnmadd_ps(msum, _mm256_set1_ps(dmin[i] * x.d), acc[i][j]);
-        }
+        for (int i = 0; i < NR; ++i) finish_with_mins(fold(isum[i][j]), bsum, mins[i], d[i], dmin[i], x.d, &acc[i][j]);
       }
     }
-    for (int j = 0; j < NT; ++j)
-      for (int i = 0; i < NR; ++i) a.y[(t + j) * a.y_stride + r + i] = hsum8(acc[i][j]);
+    store_acc8<NR, NT>(a, r, t, acc);
   }
 };
 
@@ -122,13 +112,9 @@ struct KernelQ6_K {
   template <int NR, int NT>
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_blocks = a.n_in / 256;
-    const BlockQ6_K* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = reinterpret_cast<const BlockQ6_K*>(a.w + (r + i) * a.w_row_bytes);
-    const ActQ8x256* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x256*>(a.xa + (t + j) * a.xa_stride);
+    const auto [wr, xt] = tile_rows<BlockQ6_K, ActQ8x256, NR, NT>(a, r, t);
     __m256 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    fill(acc, _mm256_setzero_ps());
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512i bits45 = _mm512_set1_epi8(0x30);
     // vpermw indices: 128-bit lane k of quarter p (64 elements) takes the scale of
@@ -184,8 +170,7 @@ struct KernelQ6_K {
         }
       }
     }
-    for (int j = 0; j < NT; ++j)
-      for (int i = 0; i < NR; ++i) a.y[(t + j) * a.y_stride + r + i] = hsum8(acc[i][j]);
+    store_acc8<NR, NT>(a, r, t, acc);
   }
 };
 
@@ -229,13 +214,9 @@ struct Kernel256 {
   static void tile(const Args& a, int64_t r, int64_t t) {
     using Block = typename Traits::Block;
     const int64_t n_blocks = a.n_in / 256;
-    const Block* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = weight_row<Block>(a, r + i);
-    const ActQ8x256* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = act_row<ActQ8x256>(a, t + j);
+    const auto [wr, xt] = tile_rows<Block, ActQ8x256, NR, NT>(a, r, t);
     __m256 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    fill(acc, _mm256_setzero_ps());
     const Consts256 k;
     for (int64_t b = 0; b < n_blocks; ++b) {
       typename Traits::State st[NR];
@@ -266,17 +247,9 @@ struct Kernel256 {
         for (int i = 0; i < NR; ++i) Traits::finish(st[i], fold(isum[i][j]), bsum, x.d, &acc[i][j]);
       }
     }
-    for (int j = 0; j < NT; ++j)
-      for (int i = 0; i < NR; ++i) a.y[(t + j) * a.y_stride + r + i] = hsum8(acc[i][j]);
+    store_acc8<NR, NT>(a, r, t, acc);
   }
 };
-
-// acc += cvt(isum) * d*ad - cvt(madd(bsum, mins)) * dmin*ad.
-void finish_with_mins(__m256i isum, __m256i bsum, __m256i mins, float d, float dmin, float ad, __m256* acc) {
-  const __m256 msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsum, mins));
-  *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * ad), *acc);
-  *acc = _mm256_fnmadd_ps(msum, _mm256_set1_ps(dmin * ad), *acc);
-}
 
 struct TraitsQ2_K {
   using Block = BlockQ2_K;

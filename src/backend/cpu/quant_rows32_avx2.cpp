@@ -42,13 +42,9 @@ struct Kernel32 {
   static void tile(const Args& a, int64_t r, int64_t t) {
     using Block = typename Traits::Block;
     const int64_t n_blocks = a.n_in / 32;
-    const Block* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = weight_row<Block>(a, r + i);
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = act_row<ActQ8x64>(a, t + j);
+    const auto [wr, xt] = tile_rows<Block, ActQ8x64, NR, NT>(a, r, t);
     __m256 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    fill(acc, _mm256_setzero_ps());
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i table = codebook();
     for (int64_t b = 0; b < n_blocks; ++b) {

@@ -82,13 +82,9 @@ struct KernelQ4_0 {
   template <int NR, int NT>
   static void tile(const Args& a, int64_t r, int64_t t) {
     const int64_t n_blocks = a.n_in / 32;
-    const BlockQ4_0* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = reinterpret_cast<const BlockQ4_0*>(a.w + (r + i) * a.w_row_bytes);
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
+    const auto [wr, xt] = tile_rows<BlockQ4_0, ActQ8x64, NR, NT>(a, r, t);
     __m512 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+    fill(acc, _mm512_setzero_ps());
     const Consts k;
     int64_t b = 0;
     for (; b + 2 <= n_blocks; b += 2) {
@@ -122,10 +118,9 @@ struct KernelQ4_0x4 {
     const int64_t n_pairs = a.n_in / 64;
     const uint8_t* rec = a.w + r * a.w_row_bytes;  // group r / 4 starts at 4 rows' bytes each
     const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = reinterpret_cast<const ActQ8x64*>(a.xa + (t + j) * a.xa_stride);
+    for (int j = 0; j < NT; ++j) xt[j] = act_row<ActQ8x64>(a, t + j);
     __m512 acc[4][NT];
-    for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+    fill(acc, _mm512_setzero_ps());
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512i pick[4];  // row i's scales: [d(2p) x 8 | d(2p+1) x 8]
     for (int i = 0; i < 4; ++i) pick[i] = _mm512_inserti64x4(_mm512_set1_epi32(2 * i), _mm256_set1_epi32(2 * i + 1), 1);
@@ -159,13 +154,9 @@ struct Kernel32 {
   static void tile(const Args& a, int64_t r, int64_t t) {
     using Block = typename Traits::Block;
     const int64_t n_blocks = a.n_in / 32;
-    const Block* wr[NR];
-    for (int i = 0; i < NR; ++i) wr[i] = weight_row<Block>(a, r + i);
-    const ActQ8x64* xt[NT];
-    for (int j = 0; j < NT; ++j) xt[j] = act_row<ActQ8x64>(a, t + j);
+    const auto [wr, xt] = tile_rows<Block, ActQ8x64, NR, NT>(a, r, t);
     __m512 acc[NR][NT];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+    fill(acc, _mm512_setzero_ps());
     const __m512i table = _mm512_broadcast_i32x4(loadu128(kIq4NlValues));
     for (int64_t b = 0; b < n_blocks; b += 2) {
       const bool two = b + 1 < n_blocks;
@@ -216,7 +207,7 @@ struct TraitsQ4_1 {
   static constexpr bool kSigned = false, kOffsetInCorr = false, kHasMin = true;
   static void load(const Block& b0, const Block& b1, bool two, __m512i, __m512i* w, __m512* s, __m512* m,
                    __mmask64*) {
-    *w = halves(nibbles32(b0.qs), nibbles32(b1.qs));
+    *w = halves(unpack_nibbles(b0.qs), unpack_nibbles(b1.qs));
     *s = scale_pair(b0.d, b1.d, two);
     *m = scale_pair(b0.m, b1.m, two);
   }
@@ -227,7 +218,7 @@ struct TraitsQ5_1 {
   static constexpr bool kSigned = false, kOffsetInCorr = false, kHasMin = true;
   static void load(const Block& b0, const Block& b1, bool two, __m512i, __m512i* w, __m512* s, __m512* m,
                    __mmask64*) {
-    *w = _mm512_or_si512(halves(nibbles32(b0.qs), nibbles32(b1.qs)), fifth_bits(b0.qh, b1.qh));
+    *w = _mm512_or_si512(halves(unpack_nibbles(b0.qs), unpack_nibbles(b1.qs)), fifth_bits(b0.qh, b1.qh));
     *s = scale_pair(b0.d, b1.d, two);
     *m = scale_pair(b0.m, b1.m, two);
   }
@@ -238,7 +229,7 @@ struct TraitsQ5_0 {
   static constexpr bool kSigned = false, kOffsetInCorr = true, kHasMin = false;
   static void load(const Block& b0, const Block& b1, bool two, __m512i, __m512i* w, __m512* s, __m512*,
                    __mmask64*) {
-    *w = _mm512_or_si512(halves(nibbles32(b0.qs), nibbles32(b1.qs)), fifth_bits(b0.qh, b1.qh));
+    *w = _mm512_or_si512(halves(unpack_nibbles(b0.qs), unpack_nibbles(b1.qs)), fifth_bits(b0.qh, b1.qh));
     *s = scale_pair(b0.d, b1.d, two);
   }
 };
@@ -248,7 +239,7 @@ struct TraitsIq4Nl {
   static constexpr bool kSigned = true, kOffsetInCorr = false, kHasMin = false;
   static void load(const Block& b0, const Block& b1, bool two, __m512i table, __m512i* w, __m512* s, __m512*,
                    __mmask64* neg) {
-    split_sign(_mm512_shuffle_epi8(table, halves(nibbles32(b0.qs), nibbles32(b1.qs))), w, neg);
+    split_sign(_mm512_shuffle_epi8(table, halves(unpack_nibbles(b0.qs), unpack_nibbles(b1.qs))), w, neg);
     *s = scale_pair(b0.d, b1.d, two);
   }
 };

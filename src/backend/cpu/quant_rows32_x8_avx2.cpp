@@ -47,6 +47,23 @@ constexpr int kX8Toks = 4;            // tokens per tile: 4 int + 4 float accumu
 constexpr int64_t kStageBlocks = 32;  // blocks of 8 GGUF rows staged at a time (8.5 KiB for Q8_0)
 constexpr int kCorrInts = 8192;       // Q4_0's corr(t, b) of one token chunk, on the stack
 
+// The start of staging block `at` (bytes into each row) of 8 GGUF rows: the 8
+// f16 scales (0 for an absent row) to rec[0..16), and v[i] = load(row i's
+// quants just past its scale), zeros for an absent row.
+template <typename Vec, class Load>
+void stage_scales(const uint8_t* const (&row)[kX8Rows], size_t at, uint8_t* rec, Vec (&v)[kX8Rows], Load load) {
+  uint16_t d[kX8Rows];
+  for (int i = 0; i < kX8Rows; ++i) {
+    d[i] = 0;
+    v[i] = Vec{};
+    if (row[i] != nullptr) {
+      std::memcpy(&d[i], row[i] + at, 2);
+      v[i] = load(row[i] + at + 2);
+    }
+  }
+  std::memcpy(rec, d, sizeof(d));
+}
+
 int32_t load4(const int8_t* q) {
   int32_t v;
   std::memcpy(&v, q, 4);
@@ -104,17 +121,8 @@ struct Q8_0x8 {
   // Block b of 8 GGUF rows (null: absent, zero) -> one record. An 8 x 8
   // transpose of dwords: v[i] = row i's dwords 0..7; chunk k = dword k of rows 0..7.
   static void stage(const uint8_t* const (&row)[kX8Rows], size_t at, uint8_t* rec) {
-    uint16_t d[kX8Rows];
     __m256i v[kX8Rows];
-    for (int i = 0; i < kX8Rows; ++i) {
-      d[i] = 0;
-      v[i] = _mm256_setzero_si256();
-      if (row[i] != nullptr) {
-        std::memcpy(&d[i], row[i] + at, 2);
-        v[i] = loadu256(row[i] + at + 2);
-      }
-    }
-    std::memcpy(rec, d, sizeof(d));
+    stage_scales(row, at, rec, v, [](const uint8_t* qs) { return loadu256(qs); });
     __m256i t[8], u[8];
     for (int i = 0; i < 8; i += 2) {
       t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);      // [i,i+1: d0 d1 | d4 d5]
@@ -192,17 +200,8 @@ struct Q4_0x8 {
   // and 16 + e in the high one), so a 4 x 8 transpose of dwords, done as two
   // 4 x 4 ones: v[i] = [row i | row i + 4]; chunk c = [dword c of rows 0..3 | 4..7].
   static void stage(const uint8_t* const (&row)[kX8Rows], size_t at, uint8_t* rec) {
-    uint16_t d[kX8Rows];
     __m128i x[kX8Rows];
-    for (int i = 0; i < kX8Rows; ++i) {
-      d[i] = 0;
-      x[i] = _mm_setzero_si128();
-      if (row[i] != nullptr) {
-        std::memcpy(&d[i], row[i] + at, 2);
-        x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + at + 2));
-      }
-    }
-    std::memcpy(rec, d, sizeof(d));
+    stage_scales(row, at, rec, x, [](const uint8_t* qs) { return loadu128(qs); });
     __m256i v[4];
     for (int i = 0; i < 4; ++i) v[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(x[i]), x[i + 4], 1);
     const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);

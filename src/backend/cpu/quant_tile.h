@@ -49,6 +49,30 @@ const Block* weight_row(const Args& a, int64_t r) {
   return reinterpret_cast<const Block*>(a.w + r * a.w_row_bytes);
 }
 
+// What a tile of NR rows at r x NT tokens at t reads: wr[i] = row r + i's
+// blocks, xt[j] = token t + j's activations.
+template <typename Block, typename Act, int NR, int NT>
+struct TileRows {
+  const Block* wr[NR];
+  const Act* xt[NT];
+};
+
+template <typename Block, typename Act, int NR, int NT>
+[[gnu::always_inline]] inline TileRows<Block, Act, NR, NT> tile_rows(const Args& a, int64_t r, int64_t t) {
+  TileRows<Block, Act, NR, NT> p{};
+  for (int i = 0; i < NR; ++i) p.wr[i] = weight_row<Block>(a, r + i);
+  for (int j = 0; j < NT; ++j) p.xt[j] = act_row<Act>(a, t + j);
+  return p;
+}
+
+// acc[i][j] = v for every i, j (in registers: an aggregate zero-initialization
+// here became a rep stos to the stack, which the first loads then waited on).
+template <typename T, int NR, int NT>
+[[gnu::always_inline]] inline void fill(T (&acc)[NR][NT], T v) {
+  for (int i = 0; i < NR; ++i)
+    for (int j = 0; j < NT; ++j) acc[i][j] = v;
+}
+
 // Tokens per chunk for S: a multiple of S::kTileToks, at least one tile.
 template <class S>
 int64_t token_chunk(const Args& a) {

@@ -1,8 +1,9 @@
 // What the AVX-512 quantized-matmul kernels (quant_rows32_avx512.cpp,
 // quant_rows256_avx512.cpp, quant_rows32_x16_avx512.cpp) share: their tile
 // shapes for the driver of quant_tile.h (run_rows<K>, rows_x4<K>), software
-// prefetch, horizontal sums, the accumulator store and byte loads. Include only from files compiled for AVX-512
-// (*_avx512.cpp): everything here has internal linkage.
+// prefetch, horizontal sums, the accumulator store and byte loads, with the
+// 256-bit helpers of quant_tile_simd.h. Include only from files compiled for
+// AVX-512 (*_avx512.cpp): everything here has internal linkage.
 #pragma once
 
 #include <immintrin.h>
@@ -10,7 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cpu/quant_tile.h"
+#include "backend/cpu/quant_tile_simd.h"
+#include "backend/cpu/vec_math_avx512.h"
 
 namespace sluice::cpu {
 namespace {
@@ -20,12 +22,7 @@ namespace {
 // no faster here). Decode streams one row at a time: with 2 or 4 rows
 // interleaved the hardware prefetcher fell behind and GEMV from DRAM dropped
 // from ~25 to ~14 GB/s on the Zen 4 this was tuned on.
-struct Avx512Tiles {
-  static constexpr int kTileRows = 4;
-  static constexpr int kTileToks = 4;
-  static constexpr int kGemvRows = 1;
-  static constexpr size_t kChunkActBytes = 256 * 1024;  // a token chunk's activations stay in L2
-};
+using Avx512Tiles = QuantTiles<4>;
 constexpr int kPrefetchBytes = 512;            // software prefetch distance per row stream
 
 [[maybe_unused]] void prefetch_ahead(const void* p) {
@@ -33,23 +30,7 @@ constexpr int kPrefetchBytes = 512;            // software prefetch distance per
 }
 
 // Sum of 16 lanes in a fixed order.
-[[maybe_unused]] float hsum16(__m512 v) {
-  __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  return _mm_cvtss_f32(s4);
-}
-
-// Sum of 8 lanes in a fixed order.
-[[maybe_unused]] float hsum8(__m256 v) {
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  return _mm_cvtss_f32(s4);
-}
-
-[[maybe_unused]] float f16(uint16_t h) { return _cvtsh_ss(h); }
+[[maybe_unused]] float hsum16(__m512 v) { return avx512::hsum(v); }
 
 // Sum of the two 256-bit halves of 16 int32 lanes.
 [[maybe_unused]] __m256i fold(__m512i v) {
@@ -71,17 +52,8 @@ void rows_x4(const Args& a, int64_t n_tok, int64_t r0, int64_t r1) {
 template <class K>
 constexpr auto run_rows = tiled_rows_of<Avx512Tiles, K>;
 
-[[maybe_unused]] __m128i loadu128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-[[maybe_unused]] __m256i loadu256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 [[maybe_unused]] __m512i halves(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-// 16 bytes of nibbles (Q4_0 layout) -> 32 bytes in element order, 0..15 each.
-[[maybe_unused]] __m256i nibbles32(const uint8_t* qs) {
-  const __m128i v = loadu128(qs);
-  return _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
-                          _mm256_set1_epi8(0x0F));
 }
 
 // Signed codebook bytes -> their magnitudes, and the mask of the negative ones.
