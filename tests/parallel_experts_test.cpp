@@ -83,6 +83,9 @@ TEST_F(ExpertParallel, StreamingRanksMatchOneProcess) {
   EXPECT_NE(r.err.find("experts 8-15 of 16: an expert share"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("ms waiting on disks"), std::string::npos) << r.err;
   expect_rank1_computed(r.err);
+  // Rank 1 has no router: it read ahead what rank 0 predicted.
+  EXPECT_NE(r.err.find("read ahead by rank 0's prediction"), std::string::npos) << r.err;
+  expect_read_ahead(r.err, 1);
   // Batched, the same (bench-serve prints no job map: rank 1's load says it streams).
   expect_batched_matches(model, "ep --ep-attention rank0 --mem-budget 1.5M", {2}, [](const std::string& err) {
     EXPECT_NE(err.find("rank 1's share streams from its disk:"), std::string::npos) << err;
@@ -205,6 +208,9 @@ TEST_F(PipelineExperts, StreamingRanksMatchOneProcess) {
   EXPECT_NE(r.err.find("layers 0-1 of 4 (a pipeline stage)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("layers 2-3 of 4 (a pipeline stage)"), std::string::npos) << r.err;
   expect_both_stages_computed(r.err);
+  // The expert ranks read ahead what their leads predicted.
+  expect_read_ahead(r.err, 1);
+  expect_read_ahead(r.err, 3);
   expect_batched_matches(model, "pp,ep --ep-size 2 --micro-batches 3 --mem-budget 1.15M", {4},
                          [](const std::string& err) {
                            expect_both_stages_computed(err);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -272,6 +274,23 @@ class ExpertParallel : public Pipeline {
     EXPECT_GT(rows0, 0);
     EXPECT_GT(rows1, 0);
     EXPECT_EQ(err.find("0->1 0 B"), std::string::npos) << err;
+  }
+
+  // A streaming expert rank's store table (printed at the job's end): it
+  // read ahead what rank 0 predicted, and found some of its experts ready.
+  static void expect_read_ahead(const std::string& err, int rank) {
+    const size_t at = err.find(fmt::format("[sluice] rank {}'s experts (", rank));
+    ASSERT_NE(at, std::string::npos) << err;
+    const size_t all = err.find("\n    all ", at);
+    ASSERT_NE(all, std::string::npos) << err;
+    double recall = 0, precision = 0, hit = 0, kept = 0;
+    int resident = 0, chosen = 0, ready = 0;
+    ASSERT_EQ(std::sscanf(err.c_str() + all, "\n    all %d %lf%% %lf%% %lf%% %lf%% %d %d", &resident, &recall,
+                          &precision, &hit, &kept, &chosen, &ready),
+              7)
+        << err.substr(all, 200);
+    EXPECT_GT(recall, 0.0) << err.substr(at, 800);
+    EXPECT_GT(ready, 0) << err.substr(at, 800);
   }
 
   static std::string synth(const char* preset) {

@@ -13,7 +13,7 @@
 namespace sluice::dist {
 namespace {
 
-enum ExpertMsgKind : int32_t { kExpertRows = 1, kExpertShutdown = 2 };
+enum ExpertMsgKind : int32_t { kExpertRows = 1, kExpertShutdown = 2, kExpertPredict = 3 };
 
 // The ids padded to a multiple of 4 so the rows after them stay 16-byte aligned.
 size_t padded_ids(int64_t n_rows) { return static_cast<size_t>((n_rows + 3) / 4 * 4); }
@@ -49,6 +49,10 @@ ExpertParallelDriver::ExpertParallelDriver(Comm& comm, const ModelHparams& hp, s
   sends_.reserve(2 * S);
   recvs_.reserve(S);
   step_sends_.reserve(S);
+  pred_msg_.resize(S);
+  for (std::vector<int32_t>& m : pred_msg_)
+    m.reserve(sizeof(ExpertMsgHeader) / sizeof(int32_t) + padded_ids(hp.n_expert));
+  pred_seen_.resize(static_cast<size_t>(hp.n_expert));
   micro_ends_.reserve(1);
   out_bytes_.assign(S, nullptr);
   back_bytes_.assign(S, nullptr);
@@ -92,6 +96,36 @@ Status ExpertParallelDriver::experts(const LayerStep& s, const MoeStep& m) {
     return failure_;
   }
   return st;
+}
+
+void ExpertParallelDriver::predict(int64_t layer, std::span<const int32_t> ids) {
+  if (failed_ || me_ != 0 || attention_ != plan::EpAttention::kRank0) return;
+  constexpr size_t kHeaderWords = sizeof(ExpertMsgHeader) / sizeof(int32_t);
+  for (size_t r = 1; r < read_ahead_.size() && r < shares_.size(); ++r) {
+    if (!read_ahead_[r]) continue;
+    // Its share of the prediction, each expert once.
+    std::vector<int32_t>& msg = pred_msg_[r];
+    std::fill(pred_seen_.begin(), pred_seen_.end(), 0);
+    msg.resize(kHeaderWords);
+    for (const int32_t e : ids) {
+      if (e < shares_[r].begin || e >= shares_[r].end || pred_seen_[static_cast<size_t>(e)]) continue;
+      pred_seen_[static_cast<size_t>(e)] = 1;
+      msg.push_back(e);
+    }
+    const auto n = static_cast<int64_t>(msg.size() - kHeaderWords);
+    if (n == 0) continue;
+    msg.resize(kHeaderWords + padded_ids(n), -1);
+    const ExpertMsgHeader hd{.kind = kExpertPredict, .layer = static_cast<int32_t>(layer), .n_rows = n};
+    std::memcpy(msg.data(), &hd, sizeof hd);
+    // Small: sent at once (MPI's eager protocol), so the buffer is free again.
+    if (Status st = comm_.send(static_cast<int>(r), kTagControl, msg.data(), msg.size() * sizeof(int32_t),
+                               "a routed layer's predicted experts");
+        !st.ok()) {
+      fail(st);
+      return;
+    }
+    out_bytes_[r]->add(static_cast<double>(msg.size() * sizeof(int32_t)));
+  }
 }
 
 void ExpertParallelDriver::copy_kv_blocks(std::span<const BlockCopy> copies) {
@@ -281,6 +315,19 @@ Status run_expert_worker_loop(Comm& comm, Model& model, plan::ExpertRange mine) 
     std::memcpy(&hd, msg.data(), sizeof hd);
     if (hd.kind == kExpertShutdown) return Status();
     const bool its_layer = hd.layer >= model.layer_begin() && hd.layer < model.layer_end() && h.layer_is_moe(hd.layer);
+    if (hd.kind == kExpertPredict) {  // read ahead; no answer
+      const size_t bytes = sizeof hd + padded_ids(hd.n_rows) * sizeof(int32_t);
+      if (hd.n_rows <= 0 || hd.n_rows > h.n_expert || !its_layer || msg.size() != bytes)
+        return data_loss("a malformed expert prediction (layer {}, {} experts, {} bytes)", hd.layer, hd.n_rows,
+                         msg.size());
+      const auto* ids = reinterpret_cast<const int32_t*>(msg.data() + sizeof hd);
+      for (int64_t i = 0; i < hd.n_rows; ++i)
+        if (ids[i] < mine.begin || ids[i] >= mine.end)
+          return data_loss("rank 0 predicted expert {}, which is not this rank's ({}-{})", ids[i], mine.begin,
+                           mine.end - 1);
+      model.predict_experts(hd.layer, std::span(ids, static_cast<size_t>(hd.n_rows)));
+      continue;
+    }
     if (hd.kind != kExpertRows || hd.n_rows <= 0 || !its_layer || msg.size() != message_bytes(hd.n_rows, E))
       return data_loss("a malformed expert message (kind {}, layer {}, {} rows, {} bytes)", hd.kind, hd.layer,
                        hd.n_rows, msg.size());

@@ -46,7 +46,14 @@
 // runtime dispatch picks per machine; ranks whose routing differed would
 // disagree on the rows exchanged and fail the step.)
 //
+// Read-ahead (kRank0): a rank r > 0 that streams its share from its disk
+// reads what it is sent unless told earlier. Rank 0 routes, so it predicts
+// each routed layer's experts (ExpertFeed); the driver sends each streaming
+// rank its share of them (kind 3) before the layer's rows, and the rank reads
+// those ahead while rank 0 runs attention (Model::predict_experts).
+//
 // Messages (kRank0, rank 0 -> r):  ExpertMsgHeader | ids [n_rows, padded to 4] | rows [n_rows, n_embd] f32
+//          (kRank0 predict, 0 -> r): ExpertMsgHeader (n_rows: ids) | ids [n_rows, padded to 4]
 //          (r -> 0):               outputs [n_rows, n_embd] f32, in the order sent
 //          (kEvery, r -> q):       outputs [n_rows of r, n_embd] f32, in pair order
 // A message of kind kShutdown (kEvery: the step protocol's) ends the worker.
@@ -72,7 +79,7 @@
 namespace sluice::dist {
 
 struct ExpertMsgHeader {
-  int32_t kind = 0;  // 1: a layer's rows, 2: shutdown
+  int32_t kind = 0;  // 1: a layer's rows, 2: shutdown, 3: a layer's predicted experts
   int32_t layer = 0;
   int64_t n_rows = 0;
 };
@@ -87,6 +94,11 @@ class ExpertParallelDriver : public ExpertDispatch, public StageRunner {
   ~ExpertParallelDriver() override;
 
   Status experts(const LayerStep& s, const MoeStep& m) override;
+  // kRank0, rank 0: each read-ahead rank's share of `ids`, sent (kind 3).
+  void predict(int64_t layer, std::span<const int32_t> ids) override;
+  // kRank0, rank 0: the ranks that stream their share (read_ahead[r] != 0),
+  // to which predictions go; none by default.
+  void set_read_ahead(std::vector<char> read_ahead) { read_ahead_ = std::move(read_ahead); }
   // kEvery, rank 0: the step's description to every rank, then this model's
   // layers over the whole step.
   Status run_step(Model& model, std::span<const ForwardSeq> seqs, KvStore& kv) override;
@@ -133,6 +145,9 @@ class ExpertParallelDriver : public ExpertDispatch, public StageRunner {
   std::vector<int32_t> micro_ends_;          // [1] the whole step, one batch
   std::vector<BlockCopy> copies_;            // queued for the next step's description
   std::vector<Pending> step_sends_;
+  std::vector<char> read_ahead_;             // [n_ranks] kRank0: predictions go to these ranks
+  std::vector<std::vector<int32_t>> pred_msg_;  // [n_ranks] kRank0: a prediction (header, ids), as int32 words
+  std::vector<uint8_t> pred_seen_;           // [n_expert]
   std::vector<Counter*> out_bytes_, back_bytes_;  // [n_ranks] 0 -> r, r -> 0 (null at 0, and off rank 0)
   int64_t layers_ = 0;
   std::vector<int64_t> rows_;                // [n_ranks]

@@ -333,7 +333,7 @@ std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_bat
                      "{:.2f} GB/s ({:.2f} ms); it holds {:.1f} MiB of the share's {:.1f} MiB\n",
                      r, g.begin, g.end - 1, p.slots[i], mib(p.in.expert_slot_bytes),
                      static_cast<double>(p.slots[i]) / static_cast<double>(p.in.n_routed_layers), g.end - g.begin,
-                     p.runs_attention(r) ? ", read ahead by routing prediction" : ", read as its rows arrive",
+                     p.runs_attention(r) ? ", read ahead by routing prediction" : ", read ahead by rank 0's prediction",
                      100 * p.hit_rate(r, 1), missed, p.in.ranks[i].disk_gbps,
                      p.disk_s(r, 1) * static_cast<double>(p.in.n_routed_layers) * 1e3, mib(p.rank_bytes[i]),
                      mib(p.share_bytes[i]));

@@ -404,12 +404,18 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   mine_opts.calibration = plan->streams(0) ? &job.cal : nullptr;
   mine_opts.expert_begin = plan->shares[0].begin;
   mine_opts.expert_end = plan->shares[0].end;
+  // With attention on rank 0, the ranks that stream read ahead what rank 0
+  // predicts (expert_parallel.h): rank 0 predicts for them.
+  std::vector<char> read_ahead(static_cast<size_t>(plan->n_ranks()), 0);
+  for (int64_t r = 1; r < plan->n_ranks() && !plan->every(); ++r) read_ahead[static_cast<size_t>(r)] = plan->streams(r);
+  mine_opts.predict_experts = o.predict_experts || std::count(read_ahead.begin(), read_ahead.end(), 1) > 0;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
   const std::string mine_failure = rank0_expert_failure(lm);
   ASSIGN_OR_RETURN(const std::string failures, start_job(c, mine_failure));
   if (!failures.empty()) return unavailable("loading the experts' shares failed: {}", failures);
   session.ep_driver_ = std::make_unique<ExpertParallelDriver>(c, lm->model->hparams(), plan->shares, plan->attention,
                                                               session.options().abort_grace_s);
+  session.ep_driver_->set_read_ahead(std::move(read_ahead));
   lm->model->set_expert_dispatch(session.ep_driver_.get());
   if (plan->every()) lm->model->set_stage_runner(session.ep_driver_.get());  // the step to every rank
   const std::string own = lm->placement_report;
@@ -457,6 +463,9 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
   mine_opts.layer_end = plan->pipeline.ranges[0].end;
   mine_opts.expert_begin = plan->stages[0].shares[0].begin;
   mine_opts.expert_end = plan->stages[0].shares[0].end;
+  std::vector<char> read_ahead(static_cast<size_t>(plan->ep_size), 0);
+  for (int64_t m = 1; m < plan->ep_size; ++m) read_ahead[static_cast<size_t>(m)] = plan->streams(0, m);
+  mine_opts.predict_experts = o.predict_experts || std::count(read_ahead.begin(), read_ahead.end(), 1) > 0;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
   const std::string mine_failure = rank0_expert_failure(lm);
   ASSIGN_OR_RETURN(const std::string failures, start_job(c, mine_failure));
@@ -467,6 +476,7 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
   session.ep_driver_ =
       std::make_unique<ExpertParallelDriver>(*session.group_comm_, lm->model->hparams(), plan->stages[0].shares,
                                              plan::EpAttention::kRank0, grace);
+  session.ep_driver_->set_read_ahead(std::move(read_ahead));
   lm->model->set_stage_runner(session.driver_.get());
   lm->model->set_expert_dispatch(session.ep_driver_.get());
   const std::string own = lm->placement_report;
@@ -482,6 +492,14 @@ namespace {
 // layers with its share of their experts; the lead of a later stage runs the
 // pipeline's worker loop with its group's experts dispatched, the others the
 // expert worker loop for the lead.
+// An expert rank's store at the job's end, when it streamed: what it read,
+// what it found in its slots, and per layer what was predicted, ready, late.
+void print_streamed_experts(int rank, const LoadedModel& lm) {
+  if (!lm.stream || !lm.stream->store().streams_experts()) return;
+  const weights::ExpertStatsSnapshot ex = lm.stream->store().expert_stats();
+  fmt::print(stderr, "[sluice] rank {}'s {}", rank, ex.table());
+}
+
 Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup, const WorkerOptions& o,
                       const plan::Calibration& cal, Session& session) {
   Comm& c = session.comm();
@@ -495,7 +513,12 @@ Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup
   lo.expert_begin = shares.at(m).begin;
   lo.expert_end = shares.at(m).end;
   lo.experts_only = m > 0;
-  lo.predict_experts = m == 0 && setup.at("predict_experts").get<bool>();
+  // A lead predicts for its expert ranks that stream (they read ahead).
+  std::vector<char> read_ahead(static_cast<size_t>(E), 0);
+  for (size_t k = 1; k < static_cast<size_t>(E); ++k)
+    read_ahead[k] = setup.at("streams").at(g * static_cast<size_t>(E) + k).get<bool>();
+  lo.predict_experts = m == 0 && (setup.at("predict_experts").get<bool>() ||
+                                  std::count(read_ahead.begin(), read_ahead.end(), 1) > 0);
   if (setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>()) {
     lo.mem_budget_bytes = o.mem_budget_bytes;
     lo.disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s;
@@ -507,10 +530,15 @@ Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup
   if (lm.ok() && !lm->placement_report.empty())
     fmt::print(stderr, "[sluice] rank {}'s part streams from its disk:\n{}", c.rank(), lm->placement_report);
   RETURN_IF_ERROR(report_load(c, lm));
-  if (m > 0) return run_expert_worker_loop(session.group_comm(), *lm->model, shares[m]);
+  if (m > 0) {
+    const Status st = run_expert_worker_loop(session.group_comm(), *lm->model, shares[m]);
+    print_streamed_experts(c.rank(), *lm);
+    return st;
+  }
   // The group's driver needs its shares only: the plan's figures stay on rank 0.
   const double grace = session.options().abort_grace_s;
   ExpertParallelDriver ep(session.group_comm(), lm->model->hparams(), shares, plan::EpAttention::kRank0, grace);
+  ep.set_read_ahead(std::move(read_ahead));
   lm->model->set_expert_dispatch(&ep);
   const Status st = run_worker_loop(*session.stage_comm(), *lm->model, session.stage_comm()->size());
   if (ep.failed()) {
@@ -557,7 +585,11 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
     if (lm.ok() && !lm->placement_report.empty())
       fmt::print(stderr, "[sluice] rank {}'s share streams from its disk:\n{}", c.rank(), lm->placement_report);
     RETURN_IF_ERROR(report_load(c, lm));
-    if (!every) return run_expert_worker_loop(c, *lm->model, range);
+    if (!every) {
+      const Status st = run_expert_worker_loop(c, *lm->model, range);
+      print_streamed_experts(c.rank(), *lm);
+      return st;
+    }
     ExpertParallelDriver driver(c, lm->model->hparams(), ranges, plan::EpAttention::kEvery,
                                 session.options().abort_grace_s);
     lm->model->set_expert_dispatch(&driver);

@@ -6,10 +6,14 @@
 // FFNs and the residual add are handed to the dispatch:
 //
 //   ExpertFeed::ffn_block(s) = moe_route(s, m) -> count
+//                              -> dispatch.predict(l + 1, ids)  (with prediction)
 //                              -> dispatch.experts(s, m): x += the FFN
 //
 // Called on the model's forward thread only.
 #pragma once
+
+#include <cstdint>
+#include <span>
 
 #include "model/decoder_blocks.h"
 #include "sluice/status.h"
@@ -25,6 +29,11 @@ class ExpertDispatch {
   // Errors: a process holding some of the experts failed or did not answer
   // in time (the step fails).
   virtual Status experts(const LayerStep& s, const MoeStep& m) = 0;
+  // The experts this process predicts routed layer `layer` will choose
+  // (ids, [n_tok x candidates], -1: none), before it runs: a dispatch whose
+  // other processes stream their experts passes them on, so that those read
+  // theirs ahead. Failures surface at the next experts().
+  virtual void predict(int64_t layer, std::span<const int32_t> ids) {}
 };
 
 }  // namespace sluice

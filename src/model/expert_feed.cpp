@@ -106,6 +106,13 @@ void ExpertFeed::predict_routing(int64_t layer, const float* x, int64_t n, bool 
     distinct_experts(pred_ids_.data(), n * c, pred_unique_ids_);
     source_->predict_experts(layer, pred_unique_ids_);
   }
+  if (dispatch_) dispatch_->predict(layer, std::span<const int32_t>(pred_ids_.data(), static_cast<size_t>(n * c)));
+}
+
+void ExpertFeed::predict_experts(int64_t layer, std::span<const int32_t> ids) {
+  if (!streams() || layer >= options_.layer_end || !hp_.layer_is_moe(layer)) return;
+  distinct_experts(ids.data(), static_cast<int64_t>(ids.size()), pred_unique_ids_);
+  source_->predict_experts(layer, pred_unique_ids_);
 }
 
 Status ExpertFeed::ffn_block(const LayerStep& s) {
@@ -119,6 +126,11 @@ Status ExpertFeed::ffn_block(const LayerStep& s) {
       ASSIGN_OR_RETURN(moe.experts, landed_experts(l, std::span(ids_.data(), static_cast<size_t>(n * hp_.n_expert_used)),
                                                    s.w));
     }
+    // A first guess at the next routed layer's experts before this layer's
+    // rows go out: the other processes' reads of theirs start ahead of the
+    // rows (predict() refines it once the layer is done).
+    if (options_.predict && l + 1 < options_.layer_end && hp_.layer_is_moe(l + 1))
+      predict_routing(l + 1, s.x, n, /*early=*/true);
     return dispatch_->experts(s, moe);
   }
   if (!streams()) {

@@ -84,6 +84,10 @@ class ExpertFeed {
   // source that streams experts (a prefetch hint). Otherwise nothing.
   //   x: [n, n_embd] the rows entering the layer
   void predict(int64_t layer, const float* x, int64_t n);
+  // Another process's prediction of routed layer `layer` (ids, -1: none):
+  // with a source that streams experts, this process's share of them is read
+  // ahead as predict() would (an expert rank of --parallel ep).
+  void predict_experts(int64_t layer, std::span<const int32_t> ids);
 
   // x += the routed FFN of s's layer (s.w bound). Errors: the weight source's
   // (the caller releases the layer, and with it any experts it pinned).

@@ -107,6 +107,8 @@ StatusOr<std::span<const ExpertWeights>> Model::landed_experts(int64_t l, std::s
   return experts_->landed_experts(l, ids, weights_.layers[static_cast<size_t>(l)]);
 }
 
+void Model::predict_experts(int64_t l, std::span<const int32_t> ids) { experts_->predict_experts(l, ids); }
+
 void Model::release_layer(int64_t l) {
   if (source_) source_->release(l);
 }

@@ -215,6 +215,10 @@ class Model {
   // into its slots, all landed (waited for here); valid until release_layer(l).
   // Errors: the source's (a read failed, an expert outside its share).
   StatusOr<std::span<const ExpertWeights>> landed_experts(int64_t l, std::span<const int32_t> ids);
+  // Before routed layer l: the experts another process predicts it will
+  // choose (ids, -1: none); those of this process's share that stream are
+  // read ahead (ExpertFeed::predict_experts).
+  void predict_experts(int64_t l, std::span<const int32_t> ids);
   // The RoPE layer l rotates with (gemma3's windowed layers have their own).
   const RopeFreqs& layer_rope(int64_t l) const;
   // The weight source, or null when every matrix is resident.

@@ -43,10 +43,9 @@ double ExpertParallelPlan::hit_rate(int64_t r, double n_tokens) const {
   if (!streams(r)) return 1.0;
   const ExpertRange g = shares[static_cast<size_t>(r)];
   const int64_t z = slots[static_cast<size_t>(r)];
-  // A rank that routes predicts the next layer's experts; the others read
-  // what they are sent.
-  if (runs_attention(r)) return expected_hit_rate(z, in.n_routed_layers, g.end - g.begin, used_experts(r, n_tokens));
-  return std::min(1.0, static_cast<double>(z) / static_cast<double>(in.n_routed_layers * (g.end - g.begin)));
+  // Every streaming rank reads the next layer's experts ahead: a rank that
+  // routes from its own prediction, the others from rank 0's.
+  return expected_hit_rate(z, in.n_routed_layers, g.end - g.begin, used_experts(r, n_tokens));
 }
 
 double ExpertParallelPlan::disk_s(int64_t r, double n_tokens) const {

@@ -26,10 +26,11 @@
 // and the rest of the budget is a pool
 // of Z_r expert slots, at least one routed layer's share (E_r slots), at
 // most all of it (L x E_r). Its experts are then found in a slot at the hit
-// rate h_r of expert_plan.h over the share (a rank that routes, rank 0 and
-// under kEvery every rank, predicts the next layer's experts and reads them
-// ahead: (Z_r - u_r) / (L E_r - u_r); a rank r > 0 under kRank0 reads what it
-// is sent: Z_r / (L E_r)), and the rest are read before the layer's experts
+// rate h_r of expert_plan.h over the share: (Z_r - u_r) / (L E_r - u_r), every
+// streaming rank reading the next layer's experts ahead (a rank that routes,
+// rank 0 and under kEvery every rank, from its own prediction; a rank r > 0
+// under kRank0 from rank 0's, sent before the layer's rows,
+// dist/expert_parallel.h), and the rest are read before the layer's experts
 // compute:
 //
 //   disk_r = (1 - h_r) x u_r x expert_bytes / disk_gbps_r   per routed layer

@@ -94,8 +94,9 @@ TEST(ExpertParallelPlan, AShareBeyondItsBudgetStreamsAndTheStepCountsItsDisk) {
   EXPECT_EQ(p->rank_bytes[1], static_cast<uint64_t>(p->slots[1]) * slot);
   EXPECT_EQ(p->share_bytes[1], 16u << 20);
   EXPECT_LE(p->rank_bytes[1], 10u << 20);
-  // A rank that does not route reads what it is sent: hit rate = slots / (layers x share).
-  EXPECT_DOUBLE_EQ(p->hit_rate(1, 1), static_cast<double>(p->slots[1]) / 16.0);
+  // A rank that does not route reads ahead what rank 0 predicts:
+  // hit rate = (slots - u) / (layers x share - u), u = 4 x 2/8 = 1 at one token.
+  EXPECT_DOUBLE_EQ(p->hit_rate(1, 1), (static_cast<double>(p->slots[1]) - 1.0) / 15.0);
   EXPECT_DOUBLE_EQ(p->hit_rate(0, 1), 1.0);
   EXPECT_EQ(p->disk_s(0, 1), 0.0);
   // disk_1 = (1 - h) x u_1 x expert_bytes / disk rate, u_1 = 4 x (1 - (1 - 2/8)^n).

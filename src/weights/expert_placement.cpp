@@ -17,7 +17,8 @@
 // the pool holds at least E_s slots, at most L x E_s; a step chooses
 // distinct(T) x E_s / E of them per routed layer. A share with the rest of
 // the model routes and predicts as above; a share alone (experts_only) reads
-// what it is sent, found in a slot at h = n_slots / (L E_s).
+// ahead what the routing process predicts (dist/expert_parallel.h), found in
+// a slot at the same h.
 #include <algorithm>
 #include <cmath>
 
@@ -110,9 +111,9 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
   }
 
   const double distinct = plan::distinct_experts(hp.n_expert, hp.n_expert_used, p.tokens_per_step) * share;
-  p.expected_hit_rate =
-      in.experts_only ? std::min(1.0, static_cast<double>(p.n_expert_slots) / static_cast<double>(p.n_experts_total))
-                      : plan::expected_hit_rate(p.n_expert_slots, p.n_layer_moe, n_share, distinct);
+  // A share alone reads ahead what the process that routes predicts
+  // (dist/expert_parallel.h), as one that routes does its own prediction.
+  p.expected_hit_rate = plan::expected_hit_rate(p.n_expert_slots, p.n_layer_moe, n_share, distinct);
   p.experts_per_step = static_cast<double>(p.n_layer_moe) * distinct;
   p.expert_disk_bytes_per_step = p.experts_per_step * (1.0 - p.expected_hit_rate) * static_cast<double>(p.expert_bytes);
   p.predicted_compute_s = static_cast<double>(last - first) * in.layer_compute_s;

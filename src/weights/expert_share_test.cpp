@@ -80,12 +80,16 @@ TEST(ExpertShare, PlacementHoldsOnlyTheShare) {
   const std::string map = placement_map(p);
   EXPECT_NE(map.find("experts 4-7 of 16: an expert share"), std::string::npos) << map;
   EXPECT_NE(map.find("resident: nothing else"), std::string::npos) << map;
-  // Half the share's experts of every layer: read as rows arrive, found at slots / experts.
+  // Half the share's experts of every layer, read ahead as the routing
+  // process predicts: found at (slots - d) / (experts - d), d the share of the
+  // experts a token chooses (4 of 16 experts, 2 used: d = 4 x 2/16).
   PlacementInputs half = alone;
   half.mem_budget_bytes = static_cast<uint64_t>(2 * n_moe) * slot;
   const PlacementPlan h = plan_placement(*file, half).value();
   EXPECT_EQ(h.n_expert_slots, 2 * n_moe);
-  EXPECT_DOUBLE_EQ(h.expected_hit_rate, 0.5);
+  const double d = 4.0 * static_cast<double>(hp.n_expert_used) / kExperts;
+  EXPECT_NEAR(h.expected_hit_rate, (2.0 * static_cast<double>(n_moe) - d) / (4.0 * static_cast<double>(n_moe) - d),
+              1e-12);
   // Below one routed layer's share: refused with the smallest budget that works.
   half.mem_budget_bytes = 4 * slot - 1;
   const StatusOr<PlacementPlan> refused = plan_placement(*file, half);

@@ -382,7 +382,7 @@ std::string placement_map(const PlacementPlan& p) {
                      mb(static_cast<double>(p.n_expert_slots) * static_cast<double>(p.expert_slot_bytes)),
                      static_cast<double>(p.n_expert_slots) / static_cast<double>(p.n_layer_moe),
                      p.expert_share ? p.n_share() : p.n_expert,
-                     p.experts_only ? "rows for them arrive" : "routing and prediction ask");
+                     p.experts_only ? "another process's prediction and rows ask" : "routing and prediction ask");
     s += p.experts_only ? "  resident: nothing else (the rest of the model is another process's); experts resident "
                           "per layer start at 0 and follow use\n"
                         : "  resident: embeddings, output, and every layer's attention, norms, routers and shared "
@@ -392,8 +392,7 @@ std::string placement_map(const PlacementPlan& p) {
     s += fmt::format("  predicted per step ({} token(s)): hit rate {:.0f}% ({}), {} of experts read, compute {}, "
                      "disk {} + {} at the step boundary, stall {}; smallest workable budget {} bytes\n",
                      p.tokens_per_step, 100 * p.expected_hit_rate,
-                     p.experts_only ? "slots over the share's experts, nothing read ahead"
-                                    : "slots less one layer's read-ahead, over the other experts",
+                     "slots less one layer's read-ahead, over the other experts",
                      mb(p.expert_disk_bytes_per_step),
                      ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_boundary_s),
                      ms(p.predicted_stall_s), p.min_budget_bytes);
