@@ -15,6 +15,16 @@ namespace {
 
 double gib(uint64_t b) { return static_cast<double>(b) / (1ull << 30); }
 double mib(uint64_t b) { return static_cast<double>(b) / (1ull << 20); }
+// "rank(s) a, b <what>" for the ranks r < n_ranks where streams(r), or
+// `none` when none does (the maps' first lines).
+template <class Streams>
+std::string streaming_note(int64_t n_ranks, Streams streams, const char* none, const char* what) {
+  std::string list;
+  for (int64_t r = 0; r < n_ranks; ++r)
+    if (streams(r)) list += fmt::format("{}{}", list.empty() ? "" : ", ", r);
+  return list.empty() ? std::string(none) : fmt::format("rank(s) {} {}", list, what);
+}
+
 // A memory cap: GiB, or MiB below one GiB (a small --mem-budget).
 std::string job_plan_cap_text(uint64_t b) {
   return b >= (1ull << 30) ? fmt::format("{:.2f} GiB", gib(b)) : fmt::format("{:.1f} MiB", mib(b));
@@ -240,14 +250,10 @@ PredictedSteps predicted_steps(const plan::PipelineExpertPlan& p, int64_t n_batc
 }
 
 std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch) {
-  std::string streaming;
-  for (int64_t r = 0; r < p.n_stages(); ++r)
-    if (p.streams(r)) streaming += fmt::format("{}{}", streaming.empty() ? "" : ", ", r);
-  std::string s = fmt::format("[sluice] pipeline of {} ranks (pp); {}\n", p.n_stages(),
-                              streaming.empty() ? "every stage's weights in memory"
-                                                : fmt::format("rank(s) {} stream part of their range from their own "
-                                                              "disk under --mem-budget",
-                                                              streaming));
+  std::string s = fmt::format(
+      "[sluice] pipeline of {} ranks (pp); {}\n", p.n_stages(),
+      streaming_note(p.n_stages(), [&](int64_t r) { return p.streams(r); }, "every stage's weights in memory",
+                     "stream part of their range from their own disk under --mem-budget"));
   s += "  rank  host              layers        tier    weights     memory cap              read GB/s  TFLOP/s"
        "  link to rank 0\n";
   for (int64_t r = 0; r < p.n_stages(); ++r) {
@@ -297,16 +303,11 @@ std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs
 }
 
 std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_batch) {
-  std::string streaming;
-  for (int64_t r = 0; r < p.n_ranks(); ++r)
-    if (p.streams(r)) streaming += fmt::format("{}{}", streaming.empty() ? "" : ", ", r);
-  std::string s = fmt::format("[sluice] experts over {} ranks (ep): every routed layer's experts split, the rest on "
-                              "{}; {}\n",
-                              p.n_ranks(), p.every() ? "every rank" : "rank 0",
-                              streaming.empty() ? "every weight in memory"
-                                                : fmt::format("rank(s) {} stream their share from their own disk "
-                                                              "under --mem-budget",
-                                                              streaming));
+  std::string s = fmt::format(
+      "[sluice] experts over {} ranks (ep): every routed layer's experts split, the rest on {}; {}\n", p.n_ranks(),
+      p.every() ? "every rank" : "rank 0",
+      streaming_note(p.n_ranks(), [&](int64_t r) { return p.streams(r); }, "every weight in memory",
+                     "stream their share from their own disk under --mem-budget"));
   s += "  rank  host              experts       tier    weights     memory cap              read GB/s  TFLOP/s"
        "  link to rank 0\n";
   for (int64_t r = 0; r < p.n_ranks(); ++r) {
@@ -364,18 +365,12 @@ namespace sluice::dist {
 
 std::string pipeline_expert_map(const plan::PipelineExpertPlan& p, int64_t n_batch) {
   const int64_t E = p.ep_size;
-  std::string streaming;
-  for (int64_t g = 0; g < p.n_stages(); ++g)
-    for (int64_t m = 0; m < E; ++m)
-      if (p.streams(g, m)) streaming += fmt::format("{}{}", streaming.empty() ? "" : ", ", p.rank_of(g, m));
-  std::string s = fmt::format("[sluice] pipeline of {} stages x {} ranks (pp,ep): each stage's lead (its first rank) "
-                              "runs the stage's layers, every routed layer's experts split over the stage's ranks; "
-                              "{}\n",
-                              p.n_stages(), E,
-                              streaming.empty() ? "every weight in memory"
-                                                : fmt::format("rank(s) {} stream their share's experts from their own "
-                                                              "disk under --mem-budget",
-                                                              streaming));
+  std::string s = fmt::format(
+      "[sluice] pipeline of {} stages x {} ranks (pp,ep): each stage's lead (its first rank) runs the stage's layers, "
+      "every routed layer's experts split over the stage's ranks; {}\n",
+      p.n_stages(), E,
+      streaming_note(p.n_stages() * E, [&](int64_t r) { return p.streams(r / E, r % E); }, "every weight in memory",
+                     "stream their share's experts from their own disk under --mem-budget"));
   s += "  rank  host              stage  role     layers        experts     tier    weights     memory cap              "
        "read GB/s  TFLOP/s  link to rank 0\n";
   for (int64_t g = 0; g < p.n_stages(); ++g) {

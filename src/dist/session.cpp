@@ -184,6 +184,16 @@ LoadOptions worker_load_options(const WorkerOptions& o, const json& setup) {
                      .backend = o.backend};
 }
 
+// A part the plan found fits is held in memory (no budget); one that does
+// not streams from this rank's disk under its --mem-budget, with the rates
+// measured at start (weights/placement.h).
+void stream_under_budget(LoadOptions* lo, bool streams, uint64_t mem_budget, double disk_rate_cap,
+                         const plan::Calibration* cal) {
+  lo->mem_budget_bytes = streams ? mem_budget : 0;
+  lo->disk_rate_cap_bytes_per_s = streams ? disk_rate_cap : 0;
+  lo->calibration = streams ? cal : nullptr;
+}
+
 // Rank 0, after its own load (`failures`: why it failed, or ""): every
 // worker's load result, then the word to go on, or to stop when any failed.
 // Returns every failure, "" when none.
@@ -353,12 +363,8 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   setup["streams"] = streams;
   setup["predict_experts"] = o.predict_experts;
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
-  // A range the plan found fits is held in memory; one that does not streams
-  // the rest from this rank's disk under its --mem-budget (weights/placement.h).
   LoadOptions mine_opts = po;
-  mine_opts.mem_budget_bytes = plan->streams(0) ? o.mem_budget_bytes : 0;
-  mine_opts.disk_rate_cap_bytes_per_s = plan->streams(0) ? o.disk_rate_cap_bytes_per_s : 0;
-  mine_opts.calibration = plan->streams(0) ? &job.cal : nullptr;
+  stream_under_budget(&mine_opts, plan->streams(0), o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal);
   mine_opts.layer_begin = plan->ranges[0].begin;
   mine_opts.layer_end = plan->ranges[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
@@ -395,13 +401,8 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   setup["streams"] = streams;
   setup["attention"] = plan::ep_attention_name(plan->attention);
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
-  // A share the plan found fits is held in memory; one that does not streams
-  // from this rank's disk, expert by expert, under its --mem-budget
-  // (weights/placement.h, rule 7).
   LoadOptions mine_opts = o;
-  mine_opts.mem_budget_bytes = plan->streams(0) ? o.mem_budget_bytes : 0;
-  mine_opts.disk_rate_cap_bytes_per_s = plan->streams(0) ? o.disk_rate_cap_bytes_per_s : 0;
-  mine_opts.calibration = plan->streams(0) ? &job.cal : nullptr;
+  stream_under_budget(&mine_opts, plan->streams(0), o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal);
   mine_opts.expert_begin = plan->shares[0].begin;
   mine_opts.expert_end = plan->shares[0].end;
   // With attention on rank 0, the ranks that stream read ahead what rank 0
@@ -452,13 +453,8 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
   setup["streams"] = streams;
   setup["predict_experts"] = o.predict_experts;
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
-  // A part the plan found fits is held in memory; one that does not streams
-  // its share's experts from this rank's disk under its --mem-budget.
   LoadOptions mine_opts = po;
-  const bool mine_streams = plan->streams(0, 0);
-  mine_opts.mem_budget_bytes = mine_streams ? o.mem_budget_bytes : 0;
-  mine_opts.disk_rate_cap_bytes_per_s = mine_streams ? o.disk_rate_cap_bytes_per_s : 0;
-  mine_opts.calibration = mine_streams ? &job.cal : nullptr;
+  stream_under_budget(&mine_opts, plan->streams(0, 0), o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal);
   mine_opts.layer_begin = plan->pipeline.ranges[0].begin;
   mine_opts.layer_end = plan->pipeline.ranges[0].end;
   mine_opts.expert_begin = plan->stages[0].shares[0].begin;
@@ -519,11 +515,8 @@ Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup
     read_ahead[k] = setup.at("streams").at(g * static_cast<size_t>(E) + k).get<bool>();
   lo.predict_experts = m == 0 && (setup.at("predict_experts").get<bool>() ||
                                   std::count(read_ahead.begin(), read_ahead.end(), 1) > 0);
-  if (setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>()) {
-    lo.mem_budget_bytes = o.mem_budget_bytes;
-    lo.disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s;
-    lo.calibration = &cal;
-  }
+  stream_under_budget(&lo, setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>(), o.mem_budget_bytes,
+                      o.disk_rate_cap_bytes_per_s, &cal);
   StatusOr<LoadedModel> lm = load_model(path, lo);
   if (m == 0 && lm.ok())
     if (const std::string why = host_memory_failure(*lm); !why.empty()) lm = invalid_argument("{}", why);
@@ -576,11 +569,8 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
     lo.expert_begin = range.begin;
     lo.expert_end = range.end;
     lo.experts_only = !every;
-    if (setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>()) {
-      lo.mem_budget_bytes = o.mem_budget_bytes;
-      lo.disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s;
-      lo.calibration = &cal;
-    }
+    stream_under_budget(&lo, setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>(), o.mem_budget_bytes,
+                        o.disk_rate_cap_bytes_per_s, &cal);
     StatusOr<LoadedModel> lm = load_model(path, lo);
     if (lm.ok() && !lm->placement_report.empty())
       fmt::print(stderr, "[sluice] rank {}'s share streams from its disk:\n{}", c.rank(), lm->placement_report);
@@ -600,11 +590,8 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   lo.predict_experts = setup.at("predict_experts").get<bool>();
   lo.layer_begin = mine_range.at(0).get<int64_t>();
   lo.layer_end = mine_range.at(1).get<int64_t>();
-  if (setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>()) {
-    lo.mem_budget_bytes = o.mem_budget_bytes;
-    lo.disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s;
-    lo.calibration = &cal;
-  }
+  stream_under_budget(&lo, setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>(), o.mem_budget_bytes,
+                      o.disk_rate_cap_bytes_per_s, &cal);
   StatusOr<LoadedModel> lm = load_model(path, lo);
   if (lm.ok() && !lm->placement_report.empty())
     fmt::print(stderr, "[sluice] rank {}'s range streams from its disk:\n{}", c.rank(), lm->placement_report);

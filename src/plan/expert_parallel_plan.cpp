@@ -147,6 +147,18 @@ double ExpertParallelPlan::disk_wait_s(double n_tokens) const {
          (layer_s(n_tokens, /*with_disk=*/true) - layer_s(n_tokens, /*with_disk=*/false));
 }
 
+std::string share_stream_refusal(const RankResources& k, uint64_t expert_slot_bytes, uint64_t resident,
+                                 int64_t n_share) {
+  if (expert_slot_bytes == 0) return "; this model's experts cannot stream expert by expert";
+  if (!k.budget_given) return "; only a rank given --mem-budget streams its share from its disk";
+  if (!(k.disk_gbps > 0)) return "; its disk was not measured, so it cannot stream its share";
+  const uint64_t least = resident + static_cast<uint64_t>(n_share) * expert_slot_bytes;
+  return fmt::format("; streaming the share from its disk needs at least {:.2f} MiB ({}a pool of {} expert slots x "
+                     "{:.3f} MiB)",
+                     mib(least), resident > 0 ? fmt::format("resident {:.2f} MiB + ", mib(resident)) : "", n_share,
+                     mib(expert_slot_bytes));
+}
+
 namespace {
 
 // The shares and each rank's memory under placement `a` (kRank0 or kEvery).
@@ -187,14 +199,7 @@ StatusOr<ExpertParallelPlan> plan_ep_placement(const ExpertParallelInputs& in, E
       p.rank_bytes.back() = resident + static_cast<uint64_t>(p.slots.back()) * in.expert_slot_bytes;
       continue;
     }
-    std::string why;
-    if (in.expert_slot_bytes == 0) why = "; this model's experts cannot stream expert by expert";
-    else if (!k.budget_given) why = "; only a rank given --mem-budget streams its share from its disk";
-    else if (!(k.disk_gbps > 0)) why = "; its disk was not measured, so it cannot stream its share";
-    else
-      why = fmt::format("; streaming the share from its disk needs at least {:.2f} MiB (resident {:.2f} MiB + a "
-                        "pool of {} expert slots x {:.3f} MiB)",
-                        mib(least), mib(resident), n_share, mib(in.expert_slot_bytes));
+    const std::string why = share_stream_refusal(k, in.expert_slot_bytes, resident, n_share);
     const std::string beside = r == 0  ? " and the rest of the model"
                                : rest ? fmt::format(", the rest of the model{} (attention on every rank)",
                                                     kv > 0 ? fmt::format(" and a KV pool of {:.1f} MiB", mib(kv)) : "")

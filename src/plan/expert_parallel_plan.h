@@ -159,6 +159,12 @@ struct ExpertParallelPlan {
   double layer_s(double n_tokens, bool with_disk) const;
 };
 
+// Why rank k cannot stream a share of n_share experts a routed layer beside
+// `resident` bytes, as "; ..." for a refusal: the model's experts do not
+// stream, no budget of its own, no measured disk, or the least it needs.
+std::string share_stream_refusal(const RankResources& k, uint64_t expert_slot_bytes, uint64_t resident,
+                                 int64_t n_share);
+
 // Errors: no ranks, a dense model, more ranks than experts, a rank without
 // rates, or a share that does not fit its rank even streaming (naming the
 // rank, the sizes and the least budget that would stream it) in the

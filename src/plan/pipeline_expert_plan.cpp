@@ -131,14 +131,7 @@ StatusOr<PipelineExpertPlan> plan_pipeline_experts(const PipelineExpertInputs& i
       const RankResources& k = s.ranks[static_cast<size_t>(m)];
       const bool can_stream = k.budget_given && k.disk_gbps > 0 && x.expert_slot_bytes > 0;
       if (need <= k.mem_cap_bytes || (can_stream && least <= k.mem_cap_bytes)) continue;
-      std::string why;
-      if (x.expert_slot_bytes == 0) why = "; this model's experts cannot stream expert by expert";
-      else if (!k.budget_given) why = "; only a rank given --mem-budget streams its share from its disk";
-      else if (!(k.disk_gbps > 0)) why = "; its disk was not measured, so it cannot stream its share";
-      else
-        why = fmt::format("; streaming the share from its disk needs at least {:.2f} MiB (a pool of {} expert slots "
-                          "x {:.3f} MiB)",
-                          mib(least), n_share, mib(x.expert_slot_bytes));
+      const std::string why = share_stream_refusal(k, x.expert_slot_bytes, 0, n_share);
       refusal += fmt::format("{}rank {} (stage {}) needs {:.2f} MiB for experts {}-{} of layers {}-{} and may hold "
                              "{:.2f} MiB ({}){}",
                              refusal.empty() ? "" : "; ", p.rank_of(g, m), g, mib(need), m * x.n_expert / E,

@@ -115,13 +115,16 @@ class PipelineStageModel {
     return in_.expert_slot_bytes > 0 && in_.n_expert > 0 && in_.layer_dense_bytes.size() == in_.layer_bytes.size() &&
            in_.layer_routed.size() == in_.layer_bytes.size();
   }
-  // A routed range streaming its experts: what stays resident (rank 0's head,
-  // every layer's dense part) and its routed layers.
-  uint64_t dense_resident(int64_t r, int64_t b, int64_t e) const {
+  // Rank r's resident bytes holding `per_layer` of each layer of [b, e)
+  // (rank 0 with its head).
+  uint64_t resident(int64_t r, int64_t b, int64_t e, const std::vector<uint64_t>& per_layer) const {
     uint64_t n = r == 0 ? in_.head_bytes : 0;
-    for (int64_t l = b; l < e; ++l) n += in_.layer_dense_bytes[static_cast<size_t>(l)];
+    for (int64_t l = b; l < e; ++l) n += per_layer[static_cast<size_t>(l)];
     return n;
   }
+  // A routed range streaming its experts: what stays resident (rank 0's head,
+  // every layer's dense part) and its routed layers.
+  uint64_t dense_resident(int64_t r, int64_t b, int64_t e) const { return resident(r, b, e, in_.layer_dense_bytes); }
   int64_t routed(int64_t b, int64_t e) const {
     int64_t n = 0;
     for (int64_t l = b; l < e; ++l) n += in_.layer_routed[static_cast<size_t>(l)] ? 1 : 0;
@@ -133,11 +136,7 @@ class PipelineStageModel {
     return dense_resident(r, b, e) + static_cast<uint64_t>(in_.n_expert) * in_.expert_slot_bytes;
   }
   // What stays resident of [b, e) when it streams, and its largest slot.
-  uint64_t essentials(int64_t r, int64_t b, int64_t e) const {
-    uint64_t n = r == 0 ? in_.head_bytes : 0;
-    for (int64_t l = b; l < e; ++l) n += in_.layer_pinned_bytes[static_cast<size_t>(l)];
-    return n;
-  }
+  uint64_t essentials(int64_t r, int64_t b, int64_t e) const { return resident(r, b, e, in_.layer_pinned_bytes); }
   uint64_t slot(int64_t b, int64_t e) const {
     uint64_t s = 0;
     for (int64_t l = b; l < e; ++l) s = std::max(s, in_.layer_slot_bytes[static_cast<size_t>(l)]);

@@ -45,14 +45,30 @@ bool is_expert_tensor(const ModelHparams& hp, const TensorInfo& t) {
   return s && s->kind == TensorKind::kExperts;
 }
 
-TEST(ExpertShare, PlacementHoldsOnlyTheShare) {
-  const auto file = share_model();
-  ASSERT_NE(file, nullptr);
-  const ModelHparams hp = hparams_from_metadata(file->metadata).value();
-  const uint64_t slot = ExpertStore::slot_bytes_for(*file, hp);
-  int64_t n_moe = 0;
+// The model, its hyperparameters and one expert's slot, for every test.
+class ExpertShare : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    file = share_model();
+    ASSERT_NE(file, nullptr);
+    hp = hparams_from_metadata(file->metadata).value();
+    slot = ExpertStore::slot_bytes_for(*file, hp);
+  }
+  // Routed layers from `begin` to the last.
+  int64_t routed_from(int64_t begin) const {
+    int64_t n = 0;
+    for (int64_t l = begin; l < hp.n_layer; ++l) n += hp.layer_is_moe(l);
+    return n;
+  }
+
+  std::shared_ptr<const ModelFile> file;
+  ModelHparams hp;
+  uint64_t slot = 0;
+};
+
+TEST_F(ExpertShare, PlacementHoldsOnlyTheShare) {
+  const int64_t n_moe = routed_from(0);
   uint64_t expert_tensor_bytes = 0;
-  for (int64_t l = 0; l < hp.n_layer; ++l) n_moe += hp.layer_is_moe(l);
   for (const TensorInfo& t : file->tensors)
     if (is_expert_tensor(hp, t)) expert_tensor_bytes += t.n_bytes;
   // Rank 1 of 4 alone: experts 4-7, nothing else held; a budget that would
@@ -113,12 +129,8 @@ TEST(ExpertShare, PlacementHoldsOnlyTheShare) {
   EXPECT_FALSE(plan_placement(*file, bad).ok());
 }
 
-TEST(ExpertShare, APipelineStagePoolsOnlyItsOwnLayersExperts) {
-  const auto file = share_model();
-  ASSERT_NE(file, nullptr);
-  const ModelHparams hp = hparams_from_metadata(file->metadata).value();
+TEST_F(ExpertShare, APipelineStagePoolsOnlyItsOwnLayersExperts) {
   ASSERT_GE(hp.n_layer, 3);
-  const uint64_t slot = ExpertStore::slot_bytes_for(*file, hp);
   // Layers 1.. of the model, held whole when the budget allows.
   PlacementInputs in{.mem_budget_bytes = 1ull << 30, .disk_gbps = 1, .layer_compute_s = 1e-3, .head_compute_s = 5e-4,
                      .layer_begin = 1};
@@ -128,8 +140,7 @@ TEST(ExpertShare, APipelineStagePoolsOnlyItsOwnLayersExperts) {
   // experts pooled, layer 0 and the head elsewhere.
   in.mem_budget_bytes = held.resident_bytes - 1;
   const PlacementPlan pooled = plan_placement(*file, in).value();
-  int64_t n_moe = 0;
-  for (int64_t l = 1; l < hp.n_layer; ++l) n_moe += hp.layer_is_moe(l);
+  const int64_t n_moe = routed_from(1);
   ASSERT_GT(n_moe, 0);
   EXPECT_EQ(pooled.n_layer_moe, n_moe);
   EXPECT_EQ(pooled.n_experts_total, n_moe * kExperts);
@@ -141,7 +152,9 @@ TEST(ExpertShare, APipelineStagePoolsOnlyItsOwnLayersExperts) {
   for (const TensorPlacement& t : pooled.tensors) {
     const bool own = t.layer >= 1;
     EXPECT_EQ(t.elsewhere, !own) << file->tensors[t.index].name;
-    if (own && is_expert_tensor(hp, file->tensors[t.index])) EXPECT_EQ(t.tier, Tier::kDisk);
+    if (own && is_expert_tensor(hp, file->tensors[t.index])) {
+      EXPECT_EQ(t.tier, Tier::kDisk);
+    }
   }
   // The least budget: the stage's resident part and one routed layer's experts.
   in.mem_budget_bytes = pooled.resident_bytes + kExperts * slot;
@@ -167,15 +180,10 @@ TEST(ExpertShare, APipelineStagePoolsOnlyItsOwnLayersExperts) {
   for (const TensorPlacement& t : first.tensors) EXPECT_EQ(t.elsewhere, t.layer >= 2) << file->tensors[t.index].name;
 }
 
-TEST(ExpertShare, AStagesShareHoldsOnlyItsLayersExperts) {
+TEST_F(ExpertShare, AStagesShareHoldsOnlyItsLayersExperts) {
   // --parallel pp,ep: an expert rank of the stage of layers 1.. holds experts
   // 4-7 of those layers alone; everything else is elsewhere.
-  const auto file = share_model();
-  ASSERT_NE(file, nullptr);
-  const ModelHparams hp = hparams_from_metadata(file->metadata).value();
-  const uint64_t slot = ExpertStore::slot_bytes_for(*file, hp);
-  int64_t n_moe = 0;
-  for (int64_t l = 1; l < hp.n_layer; ++l) n_moe += hp.layer_is_moe(l);
+  const int64_t n_moe = routed_from(1);
   const PlacementInputs in{.mem_budget_bytes = 4 * slot, .disk_gbps = 1, .layer_compute_s = 1e-3, .layer_begin = 1,
                            .expert_begin = 4, .expert_end = 8, .experts_only = true};
   const PlacementPlan p = plan_placement(*file, in).value();
@@ -224,17 +232,14 @@ class RecordingEngine : public IoEngine {
   std::vector<TensorRange> reads_;  // offset, length
 };
 
-TEST(ExpertShare, TheStoreReadsOnlyItsOwnExperts) {
-  const auto file = share_model();
-  ASSERT_NE(file, nullptr);
-  const ModelHparams hp = hparams_from_metadata(file->metadata).value();
+TEST_F(ExpertShare, TheStoreReadsOnlyItsOwnExperts) {
   auto inner = IoEngine::open({.path = file->source_path, .backend = IoBackend::kPread, .queue_depth = 4,
                                .direct = testing::dir_supports_direct(testing::scratch_dir())});
   ASSERT_TRUE(inner.ok()) << inner.status().to_string();
   RecordingEngine engine(std::move(*inner));
   BandwidthArbiter arbiter(engine, {});
   WeightCounters counters;
-  const ExpertStoreOptions options{.n_slots = 8, .slot_bytes = ExpertStore::slot_bytes_for(*file, hp),
+  const ExpertStoreOptions options{.n_slots = 8, .slot_bytes = slot,
                                    .expert_begin = 4, .expert_end = 8};
   auto opened = ExpertStore::open(*file, hp, options, arbiter, counters);
   ASSERT_TRUE(opened.ok()) << opened.status().to_string();
