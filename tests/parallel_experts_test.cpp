@@ -21,7 +21,8 @@
 //                                    expert), batched, and with both ranks
 //                                    streaming their shares
 //   (the tests above pin --ep-attention rank0; auto picks by measured rates)
-//   ExpertParallel.HungRankFailsRequests  as the pipeline's
+//   ExpertParallel.HungRankFailsRequests*  as the pipeline's, with attention
+//                                    on rank 0 and on every rank
 //   PipelineExperts.MatchesOneProcess  pp,ep over 4 ranks (2 stages x 2):
 //                                    greedy tokens of `run` and bench-serve's
 //                                    batched requests equal one process's; the
@@ -158,6 +159,14 @@ TEST_F(ExpertParallel, RefusesAnUnknownAttentionPlacement) {
 
 TEST_F(ExpertParallel, HungRankFailsRequests) {
   expect_hung_rank_fails(model_path("stories-moe/stories-moe.gguf"), "stories-moe", "ep --ep-attention rank0",
+                         "expert parallelism failed");
+}
+
+// With attention on every rank rank 0 waits for a stopped rank's outputs in
+// the layer's exchange (or for its step description to be taken): the same
+// bounded failure.
+TEST_F(ExpertParallel, HungRankFailsRequestsWithAttentionOnEveryRank) {
+  expect_hung_rank_fails(model_path("stories-moe/stories-moe.gguf"), "stories-moe", "ep --ep-attention every",
                          "expert parallelism failed");
 }
 

@@ -389,7 +389,8 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   in.ranks = job.ranks;
   in.links = job.links;
   ASSIGN_OR_RETURN(in.attention, plan::parse_ep_attention(session.options().ep_attention));
-  in.kv_bytes = ep_kv_bytes(job.file, job.hp, o.n_ctx_max, o.ctx_cap, o.max_seqs);
+  in.kv_bytes = o.kv_budget_bytes > 0 ? o.kv_budget_bytes
+                                      : ep_kv_bytes(job.file, job.hp, o.n_ctx_max, o.ctx_cap, o.max_seqs);
   const StatusOr<plan::ExpertParallelPlan> plan =
       job.refusal.ok() ? plan::plan_expert_parallel(in) : StatusOr<plan::ExpertParallelPlan>(job.refusal);
   if (!plan.ok()) return refuse_job(c, plan.status());

@@ -83,7 +83,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                        .gpu_budget_bytes = config.gpu_budget_bytes,
                        .device_reserve = kv_reserve,
                        .tokens_per_step = config.max_seqs,
-                       .loras = config.loras};
+                       .loras = config.loras,
+                       .kv_budget_bytes = config.kv_budget_bytes};
   ASSIGN_OR_RETURN(LoadedModel lm, config.parallel ? dist::load_pipelined(config.model_path, lo, *config.parallel)
                                                    : load_model(config.model_path, lo));
   e.file = lm.file;

@@ -72,6 +72,10 @@ struct LoadOptions {
   int64_t expert_begin = 0;
   int64_t expert_end = -1;
   bool experts_only = false;
+  // The engine's KV pool when its caller fixed it (EngineConfig::kv_budget_bytes;
+  // 0: the engine's default): what --parallel ep plans every rank to mirror
+  // with attention on every rank. Nothing here allocates it.
+  uint64_t kv_budget_bytes = 0;
 };
 
 struct LoadedModel {
