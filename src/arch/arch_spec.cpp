@@ -24,12 +24,19 @@ constexpr auto concat(const std::array<TensorSpec, N>&... parts) {
 // one input): 0 q/k/v, 1 attention output, 2 gate/up, 3 down, 4 the router,
 // 5 the shared expert's gate/up, 6 its down; outside the blocks 0 is the
 // output head. Per-expert matrices are grouped per expert (gate/up, down).
-constexpr std::array<TensorSpec, 4> kGlobal = {{
+// The embedding table and the final norm, which every family has; a family
+// whose head is the embedding table (tied) has no output head.
+constexpr std::array<TensorSpec, 2> kEmbdAndNorm = {{
     {R::kTokenEmbd, "token_embd.weight", "model.embed_tokens.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, false, P::kAny, -1},
     {R::kOutputNorm, "output_norm.weight", "model.norm.weight", false, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+}};
+constexpr std::array<TensorSpec, 1> kOutputHead = {{
     {R::kOutput, "output.weight", "lm_head.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, true, P::kAny, 0},
+}};
+constexpr std::array<TensorSpec, 1> kRopeFreqs = {{
     {R::kRopeFreqs, "rope_freqs.weight", "", false, K::kVector, {D::kRotHalf}, true, P::kAny, -1},
 }};
+constexpr auto kGlobal = concat(kEmbdAndNorm, kOutputHead, kRopeFreqs);
 constexpr std::array<TensorSpec, 5> kAttention = {{
     {R::kAttnNorm, "attn_norm.weight", "input_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
     {R::kAttnQ, "attn_q.weight", "self_attn.q_proj.weight", true, K::kMatrix, {D::kEmbd, D::kEmbdQ}, false, P::kAny, 0},
@@ -46,12 +53,16 @@ constexpr std::array<TensorSpec, 2> kQkNorm = {{
     {R::kAttnQNorm, "attn_q_norm.weight", "self_attn.q_norm.weight", true, K::kVector, {D::kHeadDim}, false, P::kAny, -1},
     {R::kAttnKNorm, "attn_k_norm.weight", "self_attn.k_norm.weight", true, K::kVector, {D::kHeadDim}, false, P::kAny, -1},
 }};
-constexpr std::array<TensorSpec, 4> kDenseFfn = {{
+constexpr std::array<TensorSpec, 1> kFfnNorm = {{
     {R::kFfnNorm, "ffn_norm.weight", "post_attention_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
+}};
+// The gated FFN's matrices (SwiGLU, or GeGLU in Gemma).
+constexpr std::array<TensorSpec, 3> kGatedFfn = {{
     {R::kFfnGate, "ffn_gate.weight", "mlp.gate_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf}, false, P::kDense, 2},
     {R::kFfnUp, "ffn_up.weight", "mlp.up_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf}, false, P::kDense, 2},
     {R::kFfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, K::kMatrix, {D::kFf, D::kEmbd}, false, P::kDense, 3},
 }};
+constexpr auto kDenseFfn = concat(kFfnNorm, kGatedFfn);
 // Routed experts: HF keeps one matrix per expert ({e} is its index); GGUF
 // stacks them into one 3-D tensor per role.
 constexpr std::array<TensorSpec, 4> kMixtralExperts = {{
@@ -77,18 +88,14 @@ constexpr std::array<TensorSpec, 4> kQwenShared = {{
 // output is RMS-normed before its residual add. HF names the attention
 // post-norm post_attention_layernorm, which llama-family checkpoints use for
 // the FFN's pre-norm.
-constexpr std::array<TensorSpec, 2> kGlobalTied = {{
-    {R::kTokenEmbd, "token_embd.weight", "model.embed_tokens.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, false, P::kAny, -1},
-    {R::kOutputNorm, "output_norm.weight", "model.norm.weight", false, K::kVector, {D::kEmbd}, false, P::kAny, -1},
-}};
-constexpr std::array<TensorSpec, 6> kGemmaPostNormFfn = {{
+constexpr std::array<TensorSpec, 2> kGemmaPreFfn = {{
     {R::kAttnPostNorm, "post_attention_norm.weight", "post_attention_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
     {R::kFfnNorm, "ffn_norm.weight", "pre_feedforward_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
-    {R::kFfnGate, "ffn_gate.weight", "mlp.gate_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf}, false, P::kDense, 2},
-    {R::kFfnUp, "ffn_up.weight", "mlp.up_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf}, false, P::kDense, 2},
-    {R::kFfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, K::kMatrix, {D::kFf, D::kEmbd}, false, P::kDense, 3},
+}};
+constexpr std::array<TensorSpec, 1> kGemmaFfnPostNorm = {{
     {R::kFfnPostNorm, "post_ffw_norm.weight", "post_feedforward_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
 }};
+constexpr auto kGemmaPostNormFfn = concat(kGemmaPreFfn, kGatedFfn, kGemmaFfnPostNorm);
 // Phi-3: q/k/v in one matrix, gate and up in one (GGUF calls it ffn_up).
 constexpr std::array<TensorSpec, 6> kPhi3Layer = {{
     {R::kAttnNorm, "attn_norm.weight", "input_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
@@ -97,13 +104,6 @@ constexpr std::array<TensorSpec, 6> kPhi3Layer = {{
     {R::kFfnNorm, "ffn_norm.weight", "post_attention_layernorm.weight", true, K::kVector, {D::kEmbd}, false, P::kAny, -1},
     {R::kFfnGateUp, "ffn_up.weight", "mlp.gate_up_proj.weight", true, K::kMatrix, {D::kEmbd, D::kFf2}, false, P::kDense, 2},
     {R::kFfnDown, "ffn_down.weight", "mlp.down_proj.weight", true, K::kMatrix, {D::kFf, D::kEmbd}, false, P::kDense, 3},
-}};
-constexpr std::array<TensorSpec, 2> kGlobalUntied = {{
-    {R::kTokenEmbd, "token_embd.weight", "model.embed_tokens.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, false, P::kAny, -1},
-    {R::kOutputNorm, "output_norm.weight", "model.norm.weight", false, K::kVector, {D::kEmbd}, false, P::kAny, -1},
-}};
-constexpr std::array<TensorSpec, 1> kOutputHead = {{
-    {R::kOutput, "output.weight", "lm_head.weight", false, K::kMatrix, {D::kEmbd, D::kVocab}, true, P::kAny, 0},
 }};
 // LongRoPE (Phi-3 128k, Phi-3.5): one divisor per rotated pair for each
 // context regime (model/rope_scaling.h). HF keeps them in config.json
@@ -124,11 +124,11 @@ constexpr auto kQwen3Tensors = concat(kGlobal, kAttention, kQkNorm, kDenseFfn);
 constexpr auto kQwen3MoeTensors = concat(kGlobal, kAttention, kQkNorm, kDenseFfn, kQwenExperts);
 
 // Gemma 2: the llama attention block; GeGLU FFN; post-norms.
-constexpr auto kGemma2Tensors = concat(kGlobalTied, kAttention, kGemmaPostNormFfn);
+constexpr auto kGemma2Tensors = concat(kEmbdAndNorm, kAttention, kGemmaPostNormFfn);
 // Gemma 3 (text): Gemma 2's layer with per-head q/k norms.
-constexpr auto kGemma3Tensors = concat(kGlobalTied, kAttention, kQkNorm, kGemmaPostNormFfn);
+constexpr auto kGemma3Tensors = concat(kEmbdAndNorm, kAttention, kQkNorm, kGemmaPostNormFfn);
 // Phi-3 (mini, medium; Phi-4 uses this architecture name too).
-constexpr auto kPhi3Tensors = concat(kGlobalUntied, kOutputHead, kLongRopeFactors, kPhi3Layer);
+constexpr auto kPhi3Tensors = concat(kEmbdAndNorm, kOutputHead, kLongRopeFactors, kPhi3Layer);
 
 constexpr const char* kLlamaHf[] = {"llama", "mistral", "mixtral"};
 constexpr const char* kQwen2Hf[] = {"qwen2"};

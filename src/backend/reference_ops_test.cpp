@@ -67,21 +67,25 @@ TEST(RefOps, RmsNorm) {
 }
 
 TEST(RefOps, RopeLayoutsRotateTheRightPairs) {
-  // head_dim 6, n_rot 4: dims 4..5 untouched.
+  // head_dim 6, n_rot 4: dims 4..5 untouched. Pair p turns by (cos, sin) =
+  // cs[2p], cs[2p + 1]; its dims are (2p, 2p + 1) adjacent, (p, p + 2) NeoX.
   const float cs[4] = {std::cos(0.5f), std::sin(0.5f), std::cos(0.25f), std::sin(0.25f)};
-  std::vector<float> adj = {1, 2, 3, 4, 5, 6}, neox = adj;
-  rope(adj.data(), 1, 6, 4, cs, RopeLayout::kAdjacent);
-  EXPECT_NEAR(adj[0], 1 * cs[0] - 2 * cs[1], 1e-6);
-  EXPECT_NEAR(adj[1], 1 * cs[1] + 2 * cs[0], 1e-6);
-  EXPECT_NEAR(adj[2], 3 * cs[2] - 4 * cs[3], 1e-6);
-  EXPECT_NEAR(adj[3], 3 * cs[3] + 4 * cs[2], 1e-6);
-  EXPECT_EQ(adj[4], 5);
-  rope(neox.data(), 1, 6, 4, cs, RopeLayout::kNeox);
-  EXPECT_NEAR(neox[0], 1 * cs[0] - 3 * cs[1], 1e-6);
-  EXPECT_NEAR(neox[2], 1 * cs[1] + 3 * cs[0], 1e-6);
-  EXPECT_NEAR(neox[1], 2 * cs[2] - 4 * cs[3], 1e-6);
-  EXPECT_NEAR(neox[3], 2 * cs[3] + 4 * cs[2], 1e-6);
-  EXPECT_EQ(neox[5], 6);
+  struct Case {
+    RopeLayout layout;
+    int pairs[2][2];  // [pair][first, second dim]
+  };
+  for (const Case& c : {Case{RopeLayout::kAdjacent, {{0, 1}, {2, 3}}}, Case{RopeLayout::kNeox, {{0, 2}, {1, 3}}}}) {
+    const std::vector<float> in = {1, 2, 3, 4, 5, 6};
+    std::vector<float> x = in;
+    rope(x.data(), 1, 6, 4, cs, c.layout);
+    for (int p = 0; p < 2; ++p) {
+      const int i = c.pairs[p][0], j = c.pairs[p][1];
+      EXPECT_NEAR(x[i], in[i] * cs[2 * p] - in[j] * cs[2 * p + 1], 1e-6) << "dim " << i;
+      EXPECT_NEAR(x[j], in[i] * cs[2 * p + 1] + in[j] * cs[2 * p], 1e-6) << "dim " << j;
+    }
+    EXPECT_EQ(x[4], 5);
+    EXPECT_EQ(x[5], 6);
+  }
 }
 
 TEST(RefOps, GeluTanhKnownValues) {

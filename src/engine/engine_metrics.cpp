@@ -1,19 +1,22 @@
 #include "engine/engine_metrics.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include <fmt/format.h>
+
+#include "sluice/finish_reason.h"
 
 namespace sluice {
 
 EngineMetrics::EngineMetrics() {
   MetricRegistry& r = global_metrics();
   const char* help = "Requests finished, by outcome";
-  requests[static_cast<int>(FinishReason::kNone)] = r.counter("sluice_requests_total", help, "outcome=\"none\"");
-  requests[static_cast<int>(FinishReason::kStop)] = r.counter("sluice_requests_total", help, "outcome=\"stop\"");
-  requests[static_cast<int>(FinishReason::kLength)] = r.counter("sluice_requests_total", help, "outcome=\"length\"");
-  requests[static_cast<int>(FinishReason::kAbort)] = r.counter("sluice_requests_total", help, "outcome=\"abort\"");
-  requests[static_cast<int>(FinishReason::kError)] = r.counter("sluice_requests_total", help, "outcome=\"error\"");
+  for (int i = 0; i < static_cast<int>(std::size(requests)); ++i) {
+    const auto reason = static_cast<FinishReason>(i);
+    const char* outcome = reason == FinishReason::kNone ? "none" : finish_reason_name(reason);
+    requests[i] = r.counter("sluice_requests_total", help, fmt::format("outcome=\"{}\"", outcome));
+  }
   generated_tokens = r.counter("sluice_generated_tokens_total", "Tokens generated");
   preemptions = r.counter("sluice_preemptions_total", "Sequences preempted (recompute or swap)");
   const auto secs = exponential_buckets(0.001, 2.0, 18);

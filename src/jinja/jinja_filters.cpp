@@ -3,6 +3,7 @@
 // by jinja2's keyword names.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,18 @@ const std::set<std::string>& known_filters() {
       "round",  "safe",   "select", "selectattr", "sort",  "string",    "sum",     "title",    "tojson",
       "trim",   "unique", "upper", "wordcount"};
   return k;
+}
+
+// `s` read whole as a number (std::stod's syntax), or nullopt when it is not
+// one or has more after it.
+std::optional<double> whole_double(const std::string& s) {
+  try {
+    size_t used = 0;
+    const double d = std::stod(s, &used);
+    if (used == s.size()) return d;
+  } catch (...) {
+  }
+  return std::nullopt;
 }
 
 // First character upper, the rest lower (jinja2's capitalize).
@@ -415,11 +428,11 @@ JinjaValue Renderer::apply_filter(const std::string& f, const JinjaValue& v, Jin
         const int64_t base = a.get(1, "base").is_number() ? a.get(1, "base").as_int() : 10;
         const int64_t r = std::stoll(s, &used, static_cast<int>(base));
         if (used == s.size()) return JinjaValue::integer(r);
-        const double d = std::stod(s, &used);
-        return used == s.size() ? JinjaValue::integer(JinjaValue::number(d).as_int()) : fallback;
       } catch (...) {
         return fallback;
       }
+      const std::optional<double> d = whole_double(s);  // "1.5": int() of the float
+      return d ? JinjaValue::integer(JinjaValue::number(*d).as_int()) : fallback;
     }
     return v.is_number() ? JinjaValue::integer(v.as_int()) : fallback;
   }
@@ -427,14 +440,8 @@ JinjaValue Renderer::apply_filter(const std::string& f, const JinjaValue& v, Jin
     const JinjaValue dflt = a.get(0, "default");
     const JinjaValue fallback = dflt.is_undefined() ? JinjaValue::number(0) : dflt;
     if (v.is_string()) {
-      const std::string s = strip_chars(v.as_string(), kWhitespace, true, true);
-      try {
-        size_t used = 0;
-        const double d = std::stod(s, &used);
-        return used == s.size() ? JinjaValue::number(d) : fallback;
-      } catch (...) {
-        return fallback;
-      }
+      const std::optional<double> d = whole_double(strip_chars(v.as_string(), kWhitespace, true, true));
+      return d ? JinjaValue::number(*d) : fallback;
     }
     return v.is_number() ? JinjaValue::number(v.as_double()) : fallback;
   }

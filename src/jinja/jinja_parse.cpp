@@ -521,12 +521,20 @@ class TemplateParser {
     n->kind = Node::Kind::kSetBlock;
     while (p.accept_op("|")) n->filters.push_back(p.parse_filter(nullptr));
     p.expect_end("{% set %}");
+    n->body = parse_scope_body("endset");
+    return n;
+  }
+
+  // The body of a block that runs apart from where it stands (a {% set %}
+  // block, a macro, a call block's caller), up to `end`: a loop around the
+  // block is not the body's loop, so break/continue in it need one of its own.
+  NodeList parse_scope_body(const std::string& end) {
     const int saved = loop_depth_;
     loop_depth_ = 0;
     std::string stop;
-    n->body = parse_body({"endset"}, &stop);
+    NodeList body = parse_body({end}, &stop);
     loop_depth_ = saved;
-    return n;
+    return body;
   }
 
   NodePtr parse_macro(const Segment& seg) {
@@ -536,11 +544,7 @@ class TemplateParser {
     p.expect_op("(");
     n->params = p.parse_params();
     p.expect_end("{% macro %}");
-    const int saved = loop_depth_;  // a loop around a macro definition is not the macro's loop
-    loop_depth_ = 0;
-    std::string stop;
-    n->body = parse_body({"endmacro"}, &stop);
-    loop_depth_ = saved;
+    n->body = parse_scope_body("endmacro");
     return n;
   }
 
@@ -551,11 +555,7 @@ class TemplateParser {
     n->expr = p.parse_expr();
     if (n->expr->kind != Expr::Kind::kCall) fail(seg.line, "{% call %} needs a macro call");
     p.expect_end("{% call %}");
-    const int saved = loop_depth_;
-    loop_depth_ = 0;
-    std::string stop;
-    n->body = parse_body({"endcall"}, &stop);
-    loop_depth_ = saved;
+    n->body = parse_scope_body("endcall");
     return n;
   }
 

@@ -133,9 +133,6 @@ TEST(Jinja, WhitespaceControlAndHfBlockTrimming) {
   EXPECT_EQ(render_json("x\n  {%- if true -%}\n  y  \n  {%- endif %}\nz\n  {% if true %}\n    w\n  {% endif %}\nend\n"
                    "{# c #}\nk\n{{ 'v' }}\n{% for i in [1,2] +%}\n{{ i }}\n{% endfor %}\n"),
             "xyz\n    w\nend\nk\nv\n\n1\n\n2\n");
-  EXPECT_EQ(render_json("x\n  {%- if true -%}\n  y  \n  {%- endif %}\nz\n  {% if true %}\n    w\n  {% endif %}\nend\n"
-                   "{# c #}\nk\n{{ 'v' }}\n{% for i in [1,2] +%}\n{{ i }}\n{% endfor %}\n"),
-            "xyz\n    w\nend\nk\nv\n\n1\n\n2\n");
 }
 
 TEST(Jinja, ErrorsAreStatusesNamingTheProblem) {

@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "model/greedy_test_util.h"
+#include "model/hf_folder_test_util.h"
 #include "model/model.h"
 #include "model/model_weights.h"
 #include "format/hf_config.h"
@@ -148,24 +149,20 @@ std::vector<std::vector<double>> reference_logits(const Ref& r, const std::vecto
         k[t] = mv(r.l(l, "attn_k.weight"), xn, nkv);
         v[t] = mv(r.l(l, "attn_v.weight"), xn, nkv);
       }
-      for (int64_t hh = 0; hh < h.n_head; ++hh) {
-        double* qh = q[t].data() + hh * hd;
-        if (h.qk_norm) {
-          std::vector<double> tmp(qh, qh + hd);
-          rms(tmp, r.l(l, "attn_q_norm.weight"), h.eps);
-          std::copy(tmp.begin(), tmp.end(), qh);
+      // Each head of q or k: its per-head norm (qk_norm), then RoPE.
+      auto norm_and_rope = [&](std::vector<double>& heads, int64_t n_heads, const char* norm) {
+        for (int64_t hh = 0; hh < n_heads; ++hh) {
+          double* xh = heads.data() + hh * hd;
+          if (h.qk_norm) {
+            std::vector<double> tmp(xh, xh + hd);
+            rms(tmp, r.l(l, norm), h.eps);
+            std::copy(tmp.begin(), tmp.end(), xh);
+          }
+          rope_neox(xh, hd, t, base, linear);
         }
-        rope_neox(qh, hd, t, base, linear);
-      }
-      for (int64_t hh = 0; hh < h.n_head_kv; ++hh) {
-        double* kh = k[t].data() + hh * hd;
-        if (h.qk_norm) {
-          std::vector<double> tmp(kh, kh + hd);
-          rms(tmp, r.l(l, "attn_k_norm.weight"), h.eps);
-          std::copy(tmp.begin(), tmp.end(), kh);
-        }
-        rope_neox(kh, hd, t, base, linear);
-      }
+      };
+      norm_and_rope(q[t], h.n_head, "attn_q_norm.weight");
+      norm_and_rope(k[t], h.n_head_kv, "attn_k_norm.weight");
     }
     for (int64_t t = 0; t < n; ++t) {
       std::vector<double> att(static_cast<size_t>(nq));
@@ -394,32 +391,6 @@ TEST(GemmaPhi3AgainstLlamaCpp, ScalarReferenceMatchesLlamaCpp) {
 // HF folders: the synth file written back under HF names and conventions
 // (Gemma's norms as w of a (1 + w) scale), with the config transformers
 // would carry, loads to the same model.
-void write_hf_folder(const ModelFile& g, const std::string& dir, const std::string& config) {
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json") << config;
-  const ArchSpec& spec = *find_arch(*g.metadata.get_string("general.architecture"));
-  nlohmann::json header = nlohmann::json::object();
-  std::string body;
-  for (const TensorInfo& t : g.tensors) {
-    const TensorSpec* ts = spec.find_tensor(t.name);
-    ASSERT_NE(ts, nullptr) << t.name;
-    const auto [layer, suffix] = split_layer_name(t.name);
-    const std::string hf = ts->per_layer ? "model.layers." + std::to_string(layer) + "." + ts->hf : ts->hf;
-    std::vector<float> v(static_cast<size_t>(t.n_bytes / 4));
-    std::memcpy(v.data(), t.data, t.n_bytes);
-    if (spec.hf_norm_plus_one && t.ne.size() == 1)
-      for (float& x : v) x -= 1.0f;
-    std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
-    header[hf] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {body.size(), body.size() + t.n_bytes}}};
-    body.append(reinterpret_cast<const char*>(v.data()), t.n_bytes);
-  }
-  const std::string text = header.dump();
-  const uint64_t n = text.size();
-  std::ofstream f(dir + "/model.safetensors", std::ios::binary);
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f << text << body;
-}
-
 TEST(GemmaPhi3Hf, FoldersLoadToTheSameModel) {
   const std::string common = R"("hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
       "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512, "max_position_embeddings": 2048,
@@ -438,7 +409,7 @@ TEST(GemmaPhi3Hf, FoldersLoadToTheSameModel) {
   for (const auto& [preset, config] : cases) {
     auto gguf = synth(preset);
     const std::string dir = own_path("hf_" + preset);
-    write_hf_folder(*gguf, dir, config);
+    testing_util::write_hf_folder(*gguf, dir, config);
     auto hf = read_hf_model(dir);
     ASSERT_TRUE(hf.ok()) << preset << ": " << hf.status().to_string();
     const std::vector<int32_t> toks = tokens_of(12, 512);

@@ -21,6 +21,7 @@
 #include "format/hf_config.h"
 #include "format/safetensors.h"
 #include "model/greedy_test_util.h"
+#include "model/hf_folder_test_util.h"
 #include "model/model.h"
 #include "model/rope_scaling.h"
 #include "model/synth.h"
@@ -238,35 +239,12 @@ std::string hf_config(const ModelFile& g, const std::string& type) {
   return c.dump();
 }
 
-void write_phi3_hf_folder(const ModelFile& g, const std::string& dir, const std::string& config) {
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json") << config;
-  const ArchSpec& spec = *find_arch("phi3");
-  nlohmann::json header = nlohmann::json::object();
-  std::string body;
-  for (const TensorInfo& t : g.tensors) {
-    const TensorSpec* ts = spec.find_tensor(t.name);
-    ASSERT_NE(ts, nullptr) << t.name;
-    if (!*ts->hf) continue;  // the factors: in config.json
-    const auto [layer, suffix] = split_layer_name(t.name);
-    const std::string hf = ts->per_layer ? "model.layers." + std::to_string(layer) + "." + ts->hf : ts->hf;
-    std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
-    header[hf] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {body.size(), body.size() + t.n_bytes}}};
-    body.append(reinterpret_cast<const char*>(t.data), t.n_bytes);
-  }
-  const std::string text = header.dump();
-  const uint64_t n = text.size();
-  std::ofstream f(dir + "/model.safetensors", std::ios::binary);
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f << text << body;
-}
-
 TEST(LongRopeHf, FolderAndItsConversionLoadToTheSameModel) {
   const auto gguf = open_gguf(synth_longrope());
   const auto toks = tokens_of(20);
   for (const char* type : {"longrope", "su"}) {
     const std::string dir = case_path(std::string("hf_") + type);
-    write_phi3_hf_folder(*gguf, dir, hf_config(*gguf, type));
+    testing_util::write_hf_folder(*gguf, dir, hf_config(*gguf, type));
     auto hf = read_hf_model(dir);
     ASSERT_TRUE(hf.ok()) << hf.status().to_string();
     EXPECT_EQ(factors_of(*hf, "rope_factors_long.weight"), factors_of(*gguf, "rope_factors_long.weight"));

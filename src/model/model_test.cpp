@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,17 @@ using testing::shipped_model_path;
 using testing::stories260k_reference_path;
 
 StatusOr<ModelFile> stories() { return open_model_file(shipped_model_path("stories260K.gguf")); }
+
+// stories260K loaded after `change` edits its file (metadata, tensor list). A
+// file that does not open fails the calling test (and its status is returned).
+StatusOr<std::unique_ptr<Model>> load_changed_stories(const std::function<void(ModelFile&)>& change,
+                                                      const ModelOptions& options = {}) {
+  auto mf = stories();
+  EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+  if (!mf.ok()) return mf.status();
+  change(*mf);
+  return Model::load(std::make_shared<const ModelFile>(std::move(*mf)), options);
+}
 
 // Rows of a [n_out, n_in] f32 matrix reordered from adjacent-pair RoPE layout to
 // the NeoX (rotate_half) layout, head by head: new row (h, half, i) = old (h, 2i + half).
@@ -87,10 +99,8 @@ TEST(Model, Qwen2PathWithNeoxRopeAndBiasesReproducesReference) {
 }
 
 TEST(Model, RefusesUnsupportedArchitectureByName) {
-  auto mf = stories();
-  ASSERT_TRUE(mf.ok());
-  mf->metadata.set("general.architecture", MetaValue::str("starcoder2"));
-  auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)));
+  auto m = load_changed_stories(
+      [](ModelFile& mf) { mf.metadata.set("general.architecture", MetaValue::str("starcoder2")); });
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(m.status().message().find("starcoder2"), std::string::npos);
@@ -119,18 +129,15 @@ TEST(Model, RefusesOtherMoeVariantsByName) {
 }
 
 TEST(Model, RefusesMissingOrMisshapenTensorsByName) {
-  auto mf = stories();
-  ASSERT_TRUE(mf.ok());
-  for (auto& t : mf->tensors)
-    if (t.name == "blk.2.ffn_up.weight") t.name = "blk.2.ffn_up.renamed";
-  auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)));
+  auto m = load_changed_stories([](ModelFile& mf) {
+    for (auto& t : mf.tensors)
+      if (t.name == "blk.2.ffn_up.weight") t.name = "blk.2.ffn_up.renamed";
+  });
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("blk.2.ffn_up.weight"), std::string::npos);
 
-  auto mf2 = stories();
-  ASSERT_TRUE(mf2.ok());
-  mf2->metadata.set("llama.feed_forward_length", MetaValue::u32(173));
-  auto m2 = Model::load(std::make_shared<const ModelFile>(std::move(*mf2)));
+  auto m2 = load_changed_stories(
+      [](ModelFile& mf) { mf.metadata.set("llama.feed_forward_length", MetaValue::u32(173)); });
   ASSERT_FALSE(m2.ok());
   EXPECT_NE(m2.status().message().find("expected"), std::string::npos) << m2.status().message();
 }
@@ -168,23 +175,19 @@ TEST(Model, DeviceReserveIsAskedWithTheModelAndHandedToTheBackendBeforePreparing
   };
   auto be = std::make_shared<Recording>();
   int64_t layers_seen = 0;
-  auto mf = stories();
-  ASSERT_TRUE(mf.ok());
-  auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)),
-                       ModelOptions{.backend = be, .device_reserve = [&](const Model& model) -> StatusOr<uint64_t> {
-                                      layers_seen = model.hparams().n_layer;
-                                      return uint64_t{12345};
-                                    }});
+  auto m = load_changed_stories([](ModelFile&) {},
+                                 ModelOptions{.backend = be, .device_reserve = [&](const Model& model) -> StatusOr<uint64_t> {
+                                                layers_seen = model.hparams().n_layer;
+                                                return uint64_t{12345};
+                                              }});
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_EQ(layers_seen, 5);
   EXPECT_EQ(be->calls, (std::vector<std::string>{"reserve 12345", "prepare"}));
-  auto mf2 = stories();
-  ASSERT_TRUE(mf2.ok());
-  auto bad = Model::load(std::make_shared<const ModelFile>(std::move(*mf2)),
-                         ModelOptions{.backend = std::make_shared<Recording>(),
-                                      .device_reserve = [](const Model&) -> StatusOr<uint64_t> {
-                                        return resource_exhausted("no room for the KV pool");
-                                      }});
+  auto bad = load_changed_stories([](ModelFile&) {},
+                                   ModelOptions{.backend = std::make_shared<Recording>(),
+                                                .device_reserve = [](const Model&) -> StatusOr<uint64_t> {
+                                                  return resource_exhausted("no room for the KV pool");
+                                                }});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("KV pool"), std::string::npos);
 }

@@ -1,43 +1,19 @@
 // The per-token hot path allocates nothing: a decode step (forward pass of one
 // token, and of a small batch of sequences) performs no heap allocation once
 // the model and its KV cache exist.
-#include <atomic>
-#include <cstdlib>
-#include <new>
 
 #include <gtest/gtest.h>
 
+#include "base/alloc_count_test_util.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "sample/sampler.h"
 
-// The replacements below pair malloc with free by design; gcc, inlining them
-// into a test, takes the pair for a mismatch (-Wmismatched-new-delete).
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<int64_t> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
-  return std::malloc(n ? n : 1);
-}
-void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-
 namespace sluice {
 namespace {
+
+using testing::g_allocations;
+using testing::g_counting;
 
 TEST(NoAllocation, DecodeStepsAndBatchedStepsDoNotAllocate) {
   const std::string path = ::testing::TempDir() + "/no_alloc_model.gguf";

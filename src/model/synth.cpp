@@ -1,5 +1,6 @@
 #include "model/synth.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <unordered_set>
@@ -52,90 +53,102 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
   return h;
 }
 
+// The tiny shape of a windowed family (tiny-gemma2, tiny-gemma3, tiny-phi3*):
+// dim 64, 4 heads of 16 (2 kv), ffn 128, a window of 8, and norm weights
+// spread around 1 so that a misapplied norm shows.
+SynthShape tiny_windowed(const char* name, int64_t n_layer, float rope_freq_base, const char* arch,
+                         float rope_scale_linear = 0.0f, int64_t longrope_orig_ctx = 0) {
+  return {.name = name, .n_vocab = 4096, .n_embd = 64, .n_layer = n_layer, .n_head = 4, .n_head_kv = 2, .n_ff = 128,
+          .n_ctx = 2048, .rope_freq_base = rope_freq_base, .arch = arch, .n_swa = 8,
+          .rope_scale_linear = rope_scale_linear, .norm_noise = 0.1f, .longrope_orig_ctx = longrope_orig_ctx};
+}
+
+// The presets, in the order synth_preset_names() lists them (synth.h says
+// what each is).
+const std::vector<SynthShape>& presets() {
+  static const std::vector<SynthShape> k = {
+      {.name = "tiny", .n_vocab = 4096, .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4, .n_ff = 768,
+       .n_ctx = 2048, .rope_freq_base = 10000.0f},
+      {.name = "110m", .n_vocab = 32000, .n_embd = 768, .n_layer = 12, .n_head = 12, .n_head_kv = 12, .n_ff = 2048,
+       .n_ctx = 1024, .rope_freq_base = 10000.0f},
+      // TinyLlama-1.1B
+      {.name = "1b", .n_vocab = 32000, .n_embd = 2048, .n_layer = 22, .n_head = 32, .n_head_kv = 4, .n_ff = 5632,
+       .n_ctx = 2048, .rope_freq_base = 10000.0f},
+      // Llama-3-8B
+      {.name = "8b", .n_vocab = 128256, .n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 8, .n_ff = 14336,
+       .n_ctx = 8192, .rope_freq_base = 500000.0f},
+      // Llama-3-70B layer shape
+      {.name = "70b-slice", .n_vocab = 128256, .n_embd = 8192, .n_layer = 2, .n_head = 64, .n_head_kv = 8,
+       .n_ff = 28672, .n_ctx = 8192, .rope_freq_base = 500000.0f},
+      // Mixtral-8x7B: GGUF llama with experts
+      {.name = "mixtral-8x7b", .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 8,
+       .n_ff = 14336, .n_ctx = 32768, .rope_freq_base = 1e6f, .n_expert = 8, .n_expert_used = 2,
+       .n_ff_expert = 14336},
+      // Qwen1.5-MoE-A2.7B
+      {.name = "qwen2moe-a2.7b", .n_vocab = 151936, .n_embd = 2048, .n_layer = 24, .n_head = 16, .n_head_kv = 16,
+       .n_ff = 5632, .n_ctx = 8192, .rope_freq_base = 1e6f, .arch = "qwen2moe", .n_expert = 60,
+       .n_expert_used = 4, .n_ff_expert = 1408, .n_ff_shared = 5632, .qkv_bias = true},
+      // Qwen3-30B-A3B
+      {.name = "qwen3-30b-a3b", .n_vocab = 151936, .n_embd = 2048, .n_layer = 48, .n_head = 32, .n_head_kv = 4,
+       .n_ff = 6144, .n_ctx = 40960, .rope_freq_base = 1e6f, .arch = "qwen3moe", .head_dim = 128, .n_expert = 128,
+       .n_expert_used = 8, .n_ff_expert = 768},
+      {.name = "gemma2-2b", .n_vocab = 256000, .n_embd = 2304, .n_layer = 26, .n_head = 8, .n_head_kv = 4,
+       .n_ff = 9216, .n_ctx = 8192, .rope_freq_base = 10000.0f, .arch = "gemma2", .head_dim = 256, .n_swa = 4096},
+      {.name = "gemma2-9b", .n_vocab = 256000, .n_embd = 3584, .n_layer = 42, .n_head = 16, .n_head_kv = 8,
+       .n_ff = 14336, .n_ctx = 8192, .rope_freq_base = 10000.0f, .arch = "gemma2", .head_dim = 256, .n_swa = 4096},
+      {.name = "gemma3-1b", .n_vocab = 262144, .n_embd = 1152, .n_layer = 26, .n_head = 4, .n_head_kv = 1,
+       .n_ff = 6912, .n_ctx = 32768, .rope_freq_base = 1e6f, .arch = "gemma3", .head_dim = 256, .n_swa = 512},
+      {.name = "gemma3-4b", .n_vocab = 262144, .n_embd = 2560, .n_layer = 34, .n_head = 8, .n_head_kv = 4,
+       .n_ff = 10240, .n_ctx = 131072, .rope_freq_base = 1e6f, .arch = "gemma3", .head_dim = 256, .n_swa = 1024,
+       .rope_scale_linear = 8.0f},
+      // Phi-3-mini-4k-instruct
+      {.name = "phi3-mini", .n_vocab = 32064, .n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32,
+       .n_ff = 8192, .n_ctx = 4096, .rope_freq_base = 10000.0f, .arch = "phi3", .n_swa = 2047},
+      // Phi-3-mini-128k-instruct
+      {.name = "phi3-mini-128k", .n_vocab = 32064, .n_embd = 3072, .n_layer = 32, .n_head = 32, .n_head_kv = 32,
+       .n_ff = 8192, .n_ctx = 131072, .rope_freq_base = 10000.0f, .arch = "phi3", .n_swa = 262144,
+       .longrope_orig_ctx = 4096},
+      {.name = "tiny-mixtral", .n_vocab = 4096, .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4,
+       .n_ff = 512, .n_ctx = 2048, .rope_freq_base = 10000.0f, .n_expert = 8, .n_expert_used = 2,
+       .n_ff_expert = 512},
+      {.name = "tiny-qwen2moe", .n_vocab = 4096, .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4,
+       .n_ff = 512, .n_ctx = 2048, .rope_freq_base = 10000.0f, .arch = "qwen2moe", .n_expert = 12,
+       .n_expert_used = 4, .n_ff_expert = 256, .n_ff_shared = 512, .qkv_bias = true},
+      {.name = "tiny-qwen3", .n_vocab = 4096, .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4,
+       .n_ff = 768, .n_ctx = 2048, .rope_freq_base = 10000.0f, .arch = "qwen3", .head_dim = 64},
+      {.name = "tiny-qwen3moe", .n_vocab = 4096, .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4,
+       .n_ff = 768, .n_ctx = 2048, .rope_freq_base = 10000.0f, .arch = "qwen3moe", .head_dim = 64,
+       .n_expert = 16, .n_expert_used = 4, .n_ff_expert = 256},
+      tiny_windowed("tiny-gemma2", 26, 10000.0f, "gemma2"),
+      tiny_windowed("tiny-gemma3", 6, 1e6f, "gemma3", /*rope_scale_linear=*/8.0f),
+      tiny_windowed("tiny-phi3", 4, 10000.0f, "phi3"),
+      tiny_windowed("tiny-phi3-128k", 4, 10000.0f, "phi3", 0.0f, /*longrope_orig_ctx=*/64),
+      // Mistral-7B-v0.1
+      {.name = "mistral-7b", .n_vocab = 32000, .n_embd = 4096, .n_layer = 32, .n_head = 32, .n_head_kv = 8,
+       .n_ff = 14336, .n_ctx = 32768, .rope_freq_base = 10000.0f, .n_swa = 4096},
+      {.name = "tiny-mistral", .n_vocab = 4096, .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4,
+       .n_ff = 768, .n_ctx = 2048, .rope_freq_base = 10000.0f, .n_swa = 64},
+  };
+  return k;
+}
+
 }  // namespace
 
 std::vector<std::string> synth_preset_names() {
-  return {"tiny", "110m", "1b", "8b", "70b-slice", "mixtral-8x7b", "qwen2moe-a2.7b", "qwen3-30b-a3b",
-          "gemma2-2b", "gemma2-9b", "gemma3-1b", "gemma3-4b", "phi3-mini", "phi3-mini-128k",
-          "tiny-mixtral", "tiny-qwen2moe", "tiny-qwen3", "tiny-qwen3moe", "tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-phi3-128k", "mistral-7b", "tiny-mistral"};
+  std::vector<std::string> names;
+  for (const SynthShape& s : presets()) names.push_back(s.name);
+  return names;
 }
 
 StatusOr<SynthShape> synth_preset(const std::string& name, int64_t n_layer_override) {
-  SynthShape s;
-  s.name = name;
-  if (name == "tiny") {
-    s = {name, 4096, 256, 4, 8, 4, 768, 2048, 10000.0f};
-  } else if (name == "110m") {
-    s = {name, 32000, 768, 12, 12, 12, 2048, 1024, 10000.0f};
-  } else if (name == "1b") {  // TinyLlama-1.1B
-    s = {name, 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f};
-  } else if (name == "8b") {  // Llama-3-8B
-    s = {name, 128256, 4096, 32, 32, 8, 14336, 8192, 500000.0f};
-  } else if (name == "70b-slice") {  // Llama-3-70B layer shape
-    s = {name, 128256, 8192, 2, 64, 8, 28672, 8192, 500000.0f};
-  } else if (name == "mixtral-8x7b") {  // Mixtral-8x7B: GGUF llama with experts
-    s = {name, 32000, 4096, 32, 32, 8, 14336, 32768, 1e6f, "llama", 0, 8, 2, 14336, 0};
-  } else if (name == "qwen2moe-a2.7b") {  // Qwen1.5-MoE-A2.7B
-    s = {name, 151936, 2048, 24, 16, 16, 5632, 8192, 1e6f, "qwen2moe", 0, 60, 4, 1408, 5632, true};
-  } else if (name == "qwen3-30b-a3b") {  // Qwen3-30B-A3B
-    s = {name, 151936, 2048, 48, 32, 4, 6144, 40960, 1e6f, "qwen3moe", 128, 128, 8, 768, 0};
-  } else if (name == "tiny-mixtral") {
-    s = {name, 4096, 256, 4, 8, 4, 512, 2048, 10000.0f, "llama", 0, 8, 2, 512, 0};
-  } else if (name == "tiny-qwen2moe") {
-    s = {name, 4096, 256, 4, 8, 4, 512, 2048, 10000.0f, "qwen2moe", 0, 12, 4, 256, 512, true};
-  } else if (name == "tiny-qwen3") {
-    s = {name, 4096, 256, 4, 8, 4, 768, 2048, 10000.0f, "qwen3", 64};
-  } else if (name == "tiny-qwen3moe") {
-    s = {name, 4096, 256, 4, 8, 4, 768, 2048, 10000.0f, "qwen3moe", 64, 16, 4, 256, 0};
-  } else if (name == "mistral-7b") {  // Mistral-7B-v0.1
-    s = {name, 32000, 4096, 32, 32, 8, 14336, 32768, 10000.0f};
-    s.n_swa = 4096;
-  } else if (name == "tiny-mistral") {
-    s = {name, 4096, 256, 4, 8, 4, 768, 2048, 10000.0f};
-    s.n_swa = 64;
-  } else if (name == "gemma2-2b") {
-    s = {name, 256000, 2304, 26, 8, 4, 9216, 8192, 10000.0f, "gemma2", 256};
-    s.n_swa = 4096;
-  } else if (name == "gemma2-9b") {
-    s = {name, 256000, 3584, 42, 16, 8, 14336, 8192, 10000.0f, "gemma2", 256};
-    s.n_swa = 4096;
-  } else if (name == "gemma3-1b") {
-    s = {name, 262144, 1152, 26, 4, 1, 6912, 32768, 1e6f, "gemma3", 256};
-    s.n_swa = 512;
-  } else if (name == "gemma3-4b") {
-    s = {name, 262144, 2560, 34, 8, 4, 10240, 131072, 1e6f, "gemma3", 256};
-    s.n_swa = 1024;
-    s.rope_scale_linear = 8.0f;
-  } else if (name == "phi3-mini") {  // Phi-3-mini-4k-instruct
-    s = {name, 32064, 3072, 32, 32, 32, 8192, 4096, 10000.0f, "phi3"};
-    s.n_swa = 2047;
-  } else if (name == "phi3-mini-128k") {  // Phi-3-mini-128k-instruct
-    s = {name, 32064, 3072, 32, 32, 32, 8192, 131072, 10000.0f, "phi3"};
-    s.n_swa = 262144;
-    s.longrope_orig_ctx = 4096;
-  } else if (name == "tiny-gemma2") {
-    s = {name, 4096, 64, 26, 4, 2, 128, 2048, 10000.0f, "gemma2"};
-    s.n_swa = 8;
-    s.norm_noise = 0.1f;
-  } else if (name == "tiny-gemma3") {
-    s = {name, 4096, 64, 6, 4, 2, 128, 2048, 1e6f, "gemma3"};
-    s.n_swa = 8;
-    s.rope_scale_linear = 8.0f;
-    s.norm_noise = 0.1f;
-  } else if (name == "tiny-phi3") {
-    s = {name, 4096, 64, 4, 4, 2, 128, 2048, 10000.0f, "phi3"};
-    s.n_swa = 8;
-    s.norm_noise = 0.1f;
-  } else if (name == "tiny-phi3-128k") {
-    s = {name, 4096, 64, 4, 4, 2, 128, 2048, 10000.0f, "phi3"};
-    s.n_swa = 8;
-    s.norm_noise = 0.1f;
-    s.longrope_orig_ctx = 64;
-  } else {
+  const auto& all = presets();
+  const auto it = std::find_if(all.begin(), all.end(), [&](const SynthShape& s) { return s.name == name; });
+  if (it == all.end()) {
     std::string known;
     for (const std::string& n : synth_preset_names()) known += (known.empty() ? "" : ", ") + n;
     return invalid_argument("unknown synth preset '{}' (known: {})", name, known);
   }
+  SynthShape s = *it;
   if (n_layer_override > 0) s.n_layer = n_layer_override;
   return s;
 }

@@ -3,32 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
-#include <new>
 #include <numeric>
 #include <string>
 #include <vector>
 
-// The replacement below pairs malloc with free on purpose.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-// Counts heap allocations while enabled, to check that the per-token calls
-// allocate nothing. Replaces the global operator new for this test binary.
-namespace {
-std::atomic<bool> g_count_allocs{false};
-std::atomic<int64_t> g_n_allocs{0};
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (g_count_allocs.load(std::memory_order_relaxed)) g_n_allocs.fetch_add(1);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#include "base/alloc_count_test_util.h"
 
 namespace sluice {
 namespace {
@@ -429,16 +410,16 @@ TEST(SamplerTest, NoAllocationPerCall) {
   Sampler s(p, 5000);
   const std::vector<float> l = test_logits(5000, 8);
   std::vector<float> probs(5000);
-  g_n_allocs = 0;
-  g_count_allocs = true;
+  testing::g_allocations = 0;
+  testing::g_counting = true;
   for (int i = 0; i < 20; ++i) {
     const int32_t t = s.sample(l.data());
     s.accept(t);
     s.distribution(l.data(), probs.data());
     s.sample_from(probs.data());
   }
-  g_count_allocs = false;
-  EXPECT_EQ(g_n_allocs.load(), 0);
+  testing::g_counting = false;
+  EXPECT_EQ(testing::g_allocations.load(), 0);
 }
 
 TEST(SamplerTest, ValidationNamesTheBadField) {

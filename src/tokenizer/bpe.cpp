@@ -1,6 +1,5 @@
 #include "tokenizer/bpe.h"
 
-#include <queue>
 #include <string>
 
 #include "tokenizer/unicode.h"
@@ -10,20 +9,6 @@ namespace sluice {
 namespace {
 
 using Symbol = MergeSymbol;
-
-struct Bigram {
-  int left = 0;
-  int right = 0;
-  int32_t rank = 0;
-  size_t size = 0;
-};
-
-// Lowest rank first; equal ranks: leftmost first.
-struct BigramGreater {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  }
-};
 
 class BpeSession {
  public:
@@ -51,7 +36,7 @@ class BpeSession {
     const std::string_view text(text_);
     const int32_t rank = vocab_.merge_rank(text.substr(l.offset, l.n), text.substr(r.offset, r.n));
     if (rank < 0) return;
-    queue_.push(Bigram{left, right, rank, l.n + r.n});
+    queue_.push(MergeBigram{left, right, -static_cast<double>(rank), l.n + r.n});  // lowest rank first
   }
 
   void emit(std::string_view piece, std::vector<int32_t>* out) const {
@@ -75,7 +60,7 @@ class BpeSession {
   const Vocab& vocab_;
   std::string text_;  // the word in the byte-level alphabet
   std::vector<Symbol> symbols_;
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramGreater> queue_;
+  MergeQueue queue_;
 };
 
 }  // namespace

@@ -6,8 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -130,12 +128,7 @@ TEST(CleanSpaces, FinishResetsForTheNextText) {
   EXPECT_EQ(out, "a 's");  // no rewrite across finish()
 }
 
-json read_clean_spaces_golden() {
-  std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/tests/data/clean_spaces_gpt2_llamacpp.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-}
+json read_clean_spaces_golden() { return testing::read_test_data_json("clean_spaces_gpt2_llamacpp.json"); }
 
 // decode() and StreamDecoder of llama.cpp's ids give llama_detokenize's text.
 TEST(CleanSpaces, Gpt2VocabDecodesAsLlamaCppDetokenizes) {

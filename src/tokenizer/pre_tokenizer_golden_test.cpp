@@ -6,9 +6,7 @@
 // token 50256 renamed, also with special tokens parsed (the mask's lstrip).
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -21,12 +19,7 @@ namespace {
 
 using nlohmann::json;
 
-json read_pretok_golden() {
-  std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/tests/data/pretok_gpt2_llamacpp.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-}
+json read_pretok_golden() { return testing::read_test_data_json("pretok_gpt2_llamacpp.json"); }
 
 TEST(PreTokenizerGolden, EveryNameHasLlamaCppIds) {
   const json golden = read_pretok_golden();

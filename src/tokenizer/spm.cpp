@@ -1,7 +1,6 @@
 #include "tokenizer/spm.h"
 
 #include <algorithm>
-#include <queue>
 #include <unordered_map>
 #include <utility>
 
@@ -13,20 +12,6 @@ namespace {
 
 // One piece of the text in a doubly linked list; n == 0 marks a piece merged away.
 using Symbol = MergeSymbol;
-
-struct SpmBigram {
-  int left = 0;
-  int right = 0;
-  float score = 0.0f;
-  size_t size = 0;  // bytes of the merged piece when it was queued
-};
-
-// Highest score first; equal scores: leftmost first.
-struct SpmBigramLess {
-  bool operator()(const SpmBigram& a, const SpmBigram& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  }
-};
 
 class SpmSession {
  public:
@@ -45,7 +30,7 @@ class SpmSession {
     const std::string_view piece = text_.substr(symbols_[left].offset, size);
     const int32_t id = vocab_.find(piece);
     if (id < 0) return;
-    queue_.push(SpmBigram{left, right, vocab_.score(id), size});
+    queue_.push(MergeBigram{left, right, vocab_.score(id), size});  // highest score first
     rev_merge_.emplace(piece, std::make_pair(left, right));
   }
 
@@ -81,7 +66,7 @@ class SpmSession {
   const Vocab& vocab_;
   std::string_view text_;
   std::vector<Symbol> symbols_;
-  std::priority_queue<SpmBigram, std::vector<SpmBigram>, SpmBigramLess> queue_;
+  MergeQueue queue_;
   std::unordered_map<std::string_view, std::pair<int, int>> rev_merge_;
 };
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/mapped_file.h"
 #include "base/test_data.h"
 #include "format/gguf_reader.h"
@@ -25,6 +27,14 @@ inline StatusOr<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::string&
   Metadata md;
   RETURN_IF_ERROR(import_hf_tokenizer(dir, &md));
   return Tokenizer::from_metadata(md);
+}
+
+// tests/data/<name> parsed as JSON: a discarded value (not an object) when the
+// file is missing or malformed, for the test to assert on.
+inline nlohmann::json read_test_data_json(const std::string& name) {
+  StatusOr<std::string> text = read_text_file(joined(source_dir(), "/tests/data/", name));
+  if (!text.ok()) return nlohmann::json(nlohmann::json::value_t::discarded);
+  return nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
 }
 
 struct GoldenCase {

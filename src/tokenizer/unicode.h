@@ -6,9 +6,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <queue>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sluice {
 
@@ -27,18 +28,33 @@ struct MergeSymbol {
   size_t n = 0;       // bytes; 0 once merged into its left neighbour
 };
 
+// A mergeable pair queued by merge_pairwise's caller: `size` is the merged
+// bytes when queued; the highest priority merges first (BPE: minus the merge
+// rank; SPM: the merged piece's score), the leftmost on ties.
+struct MergeBigram {
+  int left = 0;
+  int right = 0;
+  double priority = 0;
+  size_t size = 0;
+};
+struct MergeBigramOrder {
+  bool operator()(const MergeBigram& a, const MergeBigram& b) const {
+    return a.priority < b.priority || (a.priority == b.priority && a.left > b.left);
+  }
+};
+using MergeQueue = std::priority_queue<MergeBigram, std::vector<MergeBigram>, MergeBigramOrder>;
+
 // Appends one linked symbol per UTF-8 character of `text` to *out (cleared first).
 void split_merge_symbols(std::string_view text, std::vector<MergeSymbol>* out);
 
 // Pairwise merging of `text`, SPM's and BPE's loop: splits it into
 // `symbols` (split_merge_symbols), offers every adjacent pair to
 // try_add(left, right) (which queues it if mergeable and ignores negative
-// indices), then pops the best queued bigram (a type with `left`, `right` and
-// `size`, the merged bytes when queued) until `queue` is empty: skipped if
+// indices), then pops the best queued bigram until `queue` is empty: skipped if
 // either side changed since, else right merges into left and the new
 // neighbours are offered. Last, emit(piece) for each remaining symbol in order.
-template <typename Queue, typename TryAdd, typename Emit>
-void merge_pairwise(std::string_view text, std::vector<MergeSymbol>& symbols, Queue& queue, TryAdd&& try_add,
+template <typename TryAdd, typename Emit>
+void merge_pairwise(std::string_view text, std::vector<MergeSymbol>& symbols, MergeQueue& queue, TryAdd&& try_add,
                     Emit&& emit) {
   split_merge_symbols(text, &symbols);
   for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));

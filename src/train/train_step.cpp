@@ -92,28 +92,13 @@ void TrainStep::plan_buffers() {
   const int64_t T = opt_.max_tokens;
   auto floats = [&](int64_t n) { return be_.alloc(static_cast<size_t>(T * n) * sizeof(float)); };
   xs_ = floats((h.n_layer + 1) * h.n_embd);
-  n1_ = floats(h.n_embd);
-  m_ = floats(h.n_embd);
-  n2_ = floats(h.n_embd);
-  proj_ = floats(h.n_embd);
-  q_ = floats(h.n_embd_q());
-  att_ = floats(h.n_embd_q());
-  k_ = floats(h.n_embd_kv());
-  v_ = floats(h.n_embd_kv());
+  // The activations and their gradients, by row width.
+  for (auto* b : {&n1_, &m_, &n2_, &proj_, &dx_, &dn_}) *b = floats(h.n_embd);
+  for (auto* b : {&q_, &att_, &dq_, &datt_}) *b = floats(h.n_embd_q());
+  for (auto* b : {&k_, &v_, &dk_, &dv_}) *b = floats(h.n_embd_kv());
+  for (auto* b : {&g_, &u_, &h_, &dh_, &dg_, &du_}) *b = floats(h.n_ff);
   lse_ = floats(h.n_head);
-  g_ = floats(h.n_ff);
-  u_ = floats(h.n_ff);
-  h_ = floats(h.n_ff);
   lora_u_ = floats(7 * std::max<int64_t>(1, params_.max_rank()));
-  dx_ = floats(h.n_embd);
-  dn_ = floats(h.n_embd);
-  dq_ = floats(h.n_embd_q());
-  datt_ = floats(h.n_embd_q());
-  dk_ = floats(h.n_embd_kv());
-  dv_ = floats(h.n_embd_kv());
-  dh_ = floats(h.n_ff);
-  dg_ = floats(h.n_ff);
-  du_ = floats(h.n_ff);
   cos_sin_ = floats(h.n_rot);
   // Logits a chunk of rows at a time: about 32 MiB of them.
   logits_chunk_ = std::clamp<int64_t>((int64_t{8} << 20) / std::max<int64_t>(1, h.n_vocab), 1, T);

@@ -24,14 +24,24 @@ std::vector<int32_t> greedy(const std::shared_ptr<const ModelFile>& file, std::s
   return r->tokens;
 }
 
-TEST(StreamedModel, SameTokensAsResidentAndCountsBytes) {
-  const std::string path = testing::scratch_dir() + "/streamed_model.gguf";
-  SynthShape shape{.name = "s", .n_vocab = 1024, .n_embd = 256, .n_layer = 8, .n_head = 8, .n_head_kv = 4,
+// A small q8_0 synth model of n_layer layers written to scratch/<name> and
+// opened; null (and the test failed) when either step fails.
+std::shared_ptr<const ModelFile> synth_model(const std::string& name, int64_t n_layer) {
+  const std::string path = testing::scratch_dir() + "/" + name;
+  SynthShape shape{.name = "s", .n_vocab = 1024, .n_embd = 256, .n_layer = n_layer, .n_head = 8, .n_head_kv = 4,
                    .n_ff = 768, .n_ctx = 256};
-  ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 3, .n_threads = 2}, path).ok());
+  auto written = write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 3, .n_threads = 2}, path);
+  EXPECT_TRUE(written.ok()) << written.status().to_string();
+  if (!written.ok()) return nullptr;
   auto mf = open_model_file(path);
-  ASSERT_TRUE(mf.ok());
-  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+  if (!mf.ok()) return nullptr;
+  return std::make_shared<const ModelFile>(std::move(*mf));
+}
+
+TEST(StreamedModel, SameTokensAsResidentAndCountsBytes) {
+  auto file = synth_model("streamed_model.gguf", 8);
+  ASSERT_NE(file, nullptr);
   const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
   const auto resident = greedy(file, nullptr, prompt, 24);
 
@@ -84,13 +94,9 @@ TEST(StreamedModel, ProbesStayWithinTheBudget) {
 }
 
 TEST(StreamedModel, RefusesABudgetThatCannotHoldTheRing) {
-  const std::string path = testing::scratch_dir() + "/streamed_model_small.gguf";
-  SynthShape shape{.name = "s", .n_vocab = 1024, .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4,
-                   .n_ff = 768, .n_ctx = 256};
-  ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 3, .n_threads = 2}, path).ok());
-  auto mf = open_model_file(path);
-  ASSERT_TRUE(mf.ok());
-  auto r = open_streaming(std::make_shared<const ModelFile>(std::move(*mf)), StreamingOptions{.mem_budget_bytes = 1000});
+  auto file = synth_model("streamed_model_small.gguf", 4);
+  ASSERT_NE(file, nullptr);
+  auto r = open_streaming(file, StreamingOptions{.mem_budget_bytes = 1000});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("budget"), std::string::npos) << r.status().message();
 }

@@ -347,11 +347,7 @@ Status WeightStore::fill(int64_t from) {
     const TransferClass cls = j == 0 ? TransferClass::kCritical : TransferClass::kPrefetch;
     const int s = layer_slot_[static_cast<size_t>(l)];
     if (s >= 0) {
-      Slot& slot = slots_[static_cast<size_t>(s)];
-      if (slot.transfer && cls < slot.cls) {
-        arbiter_->reprioritize(slot.transfer, cls);
-        slot.cls = cls;
-      }
+      raise_priority(slots_[static_cast<size_t>(s)], cls);
       continue;
     }
     CHECK(!reusable_.empty());  // |desired| <= free slots by construction
@@ -401,10 +397,7 @@ StatusOr<LayerView> WeightStore::acquire(int64_t layer) {
   ++n_acquired_;
   pos_ = pos;
   if (slot.transfer) {
-    if (slot.cls != TransferClass::kCritical) {
-      arbiter_->reprioritize(slot.transfer, TransferClass::kCritical);
-      slot.cls = TransferClass::kCritical;
-    }
+    raise_priority(slot, TransferClass::kCritical);
     const bool landed = arbiter_->landed(slot.transfer);
     TransferResult r = arbiter_->wait(slot.transfer);
     slot.transfer = 0;
@@ -447,11 +440,7 @@ bool WeightStore::prefetch(int64_t layer, TransferClass priority) {
   if (!layers_[static_cast<size_t>(layer)].streamed) return true;
   const int s = layer_slot_[static_cast<size_t>(layer)];
   if (s >= 0) {
-    Slot& slot = slots_[static_cast<size_t>(s)];
-    if (slot.transfer && priority < slot.cls) {
-      arbiter_->reprioritize(slot.transfer, priority);
-      slot.cls = priority;
-    }
+    raise_priority(slots_[static_cast<size_t>(s)], priority);
     return true;
   }
   // A slot the automatic read-ahead does not need for the coming layers.
@@ -480,6 +469,13 @@ bool WeightStore::cancel(int64_t layer) {
 void WeightStore::cancel_all() {
   for (size_t s = 0; s < slots_.size(); ++s)
     if (!slots_[s].acquired && slots_[s].layer >= 0) drop(static_cast<int>(s));
+}
+
+void WeightStore::raise_priority(Slot& slot, TransferClass cls) {
+  if (slot.transfer && cls < slot.cls) {
+    arbiter_->reprioritize(slot.transfer, cls);
+    slot.cls = cls;
+  }
 }
 
 bool WeightStore::reprioritize(int64_t layer, TransferClass priority) {

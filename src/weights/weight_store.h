@@ -211,6 +211,9 @@ class WeightStore {
   // The schedule position of layer's next acquire after pos_.
   int64_t next_position(int64_t layer) const;
   Status start(int slot, int64_t layer, TransferClass cls);
+  // Moves the slot's unretired read up to `cls` when that is more urgent than
+  // its class (lower is more urgent).
+  void raise_priority(Slot& slot, TransferClass cls);
   // The streamed layers read through the slots as the ring reads them, for
   // `seconds` or four passes over the streamed layers, whichever ends first.
   // Leaves every slot empty.

@@ -185,31 +185,33 @@ TEST(WeightStore, RingProbeReratesThePlanAndLeavesTheRingIntact) {
   EXPECT_TRUE((*plain)->plan().disk_note.empty());
 }
 
+// Layer l holds a ring slot: being read or landed.
+bool in_ring(const WeightStore& ws, int64_t l) {
+  const LayerState s = ws.state(l);
+  return s == LayerState::kLoading || s == LayerState::kLanded;
+}
+
 TEST(WeightStore, ReadAheadKeepsTheNextLayersInFlightAndWraps) {
   auto file = synth_file("f16");
   auto store = WeightStore::open(file, plan_with_ring(*file, 3, 0), {.queue_depth = 4});
   ASSERT_TRUE(store.ok());
   WeightStore& ws = **store;
-  auto in_ring = [&](int64_t l) {
-    const LayerState s = ws.state(l);
-    return s == LayerState::kLoading || s == LayerState::kLanded;
-  };
   // At open the first K layers start loading.
-  EXPECT_TRUE(in_ring(0) && in_ring(1) && in_ring(2));
+  EXPECT_TRUE(in_ring(ws, 0) && in_ring(ws, 1) && in_ring(ws, 2));
   EXPECT_EQ(ws.state(3), LayerState::kAbsent);
   ASSERT_TRUE(ws.acquire(0).ok());
   EXPECT_EQ(ws.state(0), LayerState::kAcquired);
-  EXPECT_TRUE(in_ring(1) && in_ring(2));  // i+1 .. i+K-1
+  EXPECT_TRUE(in_ring(ws, 1) && in_ring(ws, 2));  // i+1 .. i+K-1
   EXPECT_EQ(ws.state(3), LayerState::kAbsent);
   ws.release(0);
-  EXPECT_TRUE(in_ring(3));  // the freed slot takes i+K
+  EXPECT_TRUE(in_ring(ws, 3));  // the freed slot takes i+K
   EXPECT_EQ(ws.state(0), LayerState::kAbsent);
   for (int64_t l = 1; l < kLayers; ++l) {
     ASSERT_TRUE(ws.acquire(l).ok());
     ws.release(l);
   }
   // After the last layer the ring holds the next step's first layers.
-  EXPECT_TRUE(in_ring(0) && in_ring(1) && in_ring(2));
+  EXPECT_TRUE(in_ring(ws, 0) && in_ring(ws, 1) && in_ring(ws, 2));
   EXPECT_EQ(ws.state(5), LayerState::kAbsent);
 }
 
@@ -265,10 +267,6 @@ TEST(WeightStore, TrainingScheduleKeepsTheLayersTheBackwardComesBackTo) {
   auto store = WeightStore::open(file, plan_with_ring(*file, 3, 0), {.queue_depth = 4});
   ASSERT_TRUE(store.ok());
   WeightStore& ws = **store;
-  auto in_ring = [&](int64_t l) {
-    const LayerState s = ws.state(l);
-    return s == LayerState::kLoading || s == LayerState::kLanded;
-  };
   ASSERT_TRUE(ws.set_schedule(training_schedule(kLayers)).ok());
   for (int64_t l = 0; l < 4; ++l) {
     ASSERT_TRUE(ws.acquire(l).ok());
@@ -276,7 +274,7 @@ TEST(WeightStore, TrainingScheduleKeepsTheLayersTheBackwardComesBackTo) {
   }
   // After forward layer 3 the schedule goes 4, 5, 5, 4, 3: 3 keeps its slot
   // beside 4 and 5, where the default order would have dropped it for 0.
-  EXPECT_TRUE(in_ring(3) && in_ring(4) && in_ring(5));
+  EXPECT_TRUE(in_ring(ws, 3) && in_ring(ws, 4) && in_ring(ws, 5));
   EXPECT_EQ(ws.state(0), LayerState::kAbsent);
   ASSERT_TRUE(ws.acquire(4).ok());
   ws.release(4);
@@ -286,12 +284,12 @@ TEST(WeightStore, TrainingScheduleKeepsTheLayersTheBackwardComesBackTo) {
   // them waits for no transfer (the counter grows when one is waited for).
   const uint64_t before = ws.counters().disk_read_bytes;
   for (int64_t l : {5, 4, 3}) {
-    EXPECT_TRUE(in_ring(l)) << l;
+    EXPECT_TRUE(in_ring(ws, l)) << l;
     ASSERT_TRUE(ws.acquire(l).ok());
     ws.release(l);
   }
   EXPECT_EQ(ws.counters().disk_read_bytes, before);
-  EXPECT_TRUE(in_ring(2) && in_ring(1));  // the backward reads ahead
+  EXPECT_TRUE(in_ring(ws, 2) && in_ring(ws, 1));  // the backward reads ahead
   // Acquires off the schedule still get their layer (evaluation's forward passes).
   for (int64_t l = 0; l < kLayers; ++l) {
     auto v = ws.acquire(l);
