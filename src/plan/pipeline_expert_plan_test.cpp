@@ -109,7 +109,7 @@ TEST(PipelineExpertPlan, Refusals) {
 
 // The same model with experts that stream (slots of 1.25 MiB, each layer's
 // dense part 1 MiB resident) and every rank under a budget, disks at 1 GB/s.
-PipelineExpertInputs streaming_inputs(uint64_t budget) {
+PipelineExpertInputs streaming_expert_inputs(uint64_t budget) {
   PipelineExpertInputs in = inputs(4, 2, budget);
   in.layers.n_expert = 8;
   in.layers.expert_pick = 2.0 / 8;
@@ -130,7 +130,7 @@ TEST(PipelineExpertPlan, PartsBeyondTheirBudgetsStreamTheirShares) {
   // 13), so lead 0 keeps its layers' dense parts and pools 4 slots for its
   // share (the cut 0-1 | 2-3); rank 1's share of layers 0-1 (8 MiB) does not
   // fit its budget, and it pools its own.
-  PipelineExpertInputs in = streaming_inputs(9u << 20);
+  PipelineExpertInputs in = streaming_expert_inputs(9u << 20);
   in.ranks[1].mem_cap_bytes = 6u << 20;
   StatusOr<PipelineExpertPlan> p = plan_pipeline_experts(in);
   ASSERT_TRUE(p.ok()) << p.status().message();
@@ -154,18 +154,18 @@ TEST(PipelineExpertPlan, PartsBeyondTheirBudgetsStreamTheirShares) {
   EXPECT_TRUE(any_lead);
   EXPECT_TRUE(any_member);
   // Each stage's disk time is in the job's step.
-  PipelineExpertInputs roomy = streaming_inputs(1ull << 30);
+  PipelineExpertInputs roomy = streaming_expert_inputs(1ull << 30);
   StatusOr<PipelineExpertPlan> held = plan_pipeline_experts(roomy);
   ASSERT_TRUE(held.ok());
   EXPECT_GT(p->step_s(1), held->step_s(1));
   // Below a routed layer's share of slots even streaming: refused with the least.
-  StatusOr<PipelineExpertPlan> tiny = plan_pipeline_experts(streaming_inputs(4u << 20));
+  StatusOr<PipelineExpertPlan> tiny = plan_pipeline_experts(streaming_expert_inputs(4u << 20));
   ASSERT_FALSE(tiny.ok());
   EXPECT_NE(tiny.status().message().find("the least a rank streaming its experts from its disk needs"),
             std::string::npos)
       << tiny.status().message();
   // A member below its share's slots: named, with what streaming needs.
-  PipelineExpertInputs member = streaming_inputs(9u << 20);
+  PipelineExpertInputs member = streaming_expert_inputs(9u << 20);
   member.ranks[3].mem_cap_bytes = 3u << 20;  // its share: 4 MiB; 4 slots of 1.25 MiB
   StatusOr<PipelineExpertPlan> short_member = plan_pipeline_experts(member);
   ASSERT_FALSE(short_member.ok());

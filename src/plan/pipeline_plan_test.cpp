@@ -148,7 +148,7 @@ TEST(PipelinePlan, RefusesABudgetBelowTheStreamingMinimumWithItsNumbers) {
 
 // 8 routed layers of 1000 bytes: 200 dense, 16 experts of 50 (slots of 60),
 // 2 chosen a token; two ranks under budgets of 2000 bytes each, disks at 1 GB/s.
-PipelineInputs routed_inputs(uint64_t cap) {
+PipelineInputs routed_pipeline_inputs(uint64_t cap) {
   PipelineInputs in = inputs(8, 2, cap);
   in.layer_bytes.assign(8, 1000);
   in.layer_read_bytes.assign(8, 300);  // dense + 2 experts
@@ -168,7 +168,7 @@ PipelineInputs routed_inputs(uint64_t cap) {
 TEST(PipelinePlan, RoutedRangesBeyondTheirBudgetsStreamTheirExperts) {
   // 8050 bytes over two ranks of 2000: each keeps its layers' dense parts
   // (and rank 0 the head) and pools expert slots in the rest.
-  auto p = plan_pipeline(routed_inputs(2000));
+  auto p = plan_pipeline(routed_pipeline_inputs(2000));
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   for (int64_t r = 0; r < 2; ++r) {
     const auto i = static_cast<size_t>(r);
@@ -194,7 +194,7 @@ TEST(PipelinePlan, RoutedRangesBeyondTheirBudgetsStreamTheirExperts) {
     EXPECT_GE(p->stage_s(r, 1), p->disk_s(r, 1));
   }
   // Budgets that hold the model: nothing streams.
-  auto held = plan_pipeline(routed_inputs(10000));
+  auto held = plan_pipeline(routed_pipeline_inputs(10000));
   ASSERT_TRUE(held.ok());
   EXPECT_FALSE(held->streams(0));
   EXPECT_FALSE(held->streams(1));
@@ -205,7 +205,7 @@ TEST(PipelinePlan, RefusesARoutedRangeBelowOneLayersExperts) {
   // Rank 0's smallest range holds in 1050 bytes; streaming its experts, its
   // resident part (the head and layer 0's dense: 250 bytes) and a routed
   // layer's 16 experts in slots need 1210. Neither fits 900.
-  PipelineInputs in = routed_inputs(900);
+  PipelineInputs in = routed_pipeline_inputs(900);
   in.ranks[0].host = "node-a";
   auto p = plan_pipeline(in);
   ASSERT_FALSE(p.ok());
