@@ -226,7 +226,7 @@ PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch) {
   for (int64_t r = 0; r < p.n_stages(); ++r) {
     const auto i = static_cast<size_t>(r);
     const double in_memory_s = std::max(p.stage_read_s[i], p.stage_flops[i] / (p.stage_tflops[i] * 1e12));
-    d.decode_disk_s += std::max(0.0, p.disk_s(r, 1) - in_memory_s);
+    d.decode_disk_s += p.stage_s(r, 1) - in_memory_s;
   }
   d.prefill_s = p.step_s(n_batch, 1, d.micro_batches);
   return d;

@@ -13,7 +13,10 @@ namespace sluice::plan {
 
 double PipelinePlan::stage_s(int64_t r, double n_tokens) const {
   const auto i = static_cast<size_t>(r);
-  return std::max({stage_read_s[i], stage_flops[i] * n_tokens / (stage_tflops[i] * 1e12), disk_s(r, n_tokens)});
+  const double in_memory = std::max(stage_read_s[i], stage_flops[i] * n_tokens / (stage_tflops[i] * 1e12));
+  // Missed experts are read once their layer routes: on top of the compute.
+  if (streams_experts(r)) return in_memory + disk_s(r, n_tokens);
+  return std::max(in_memory, disk_s(r, n_tokens));
 }
 
 namespace {
@@ -205,7 +208,8 @@ class PipelineStageModel {
   }
   // One token's stage time (decode).
   double decode_s(int64_t r, const PipelineStageFit& f) const {
-    return std::max({f.read_s, f.flops / (in_.ranks[static_cast<size_t>(r)].tflops * 1e12), f.disk_s});
+    const double in_memory = std::max(f.read_s, f.flops / (in_.ranks[static_cast<size_t>(r)].tflops * 1e12));
+    return f.n_expert_slots > 0 ? in_memory + f.disk_s : std::max(in_memory, f.disk_s);
   }
 
   // Why no cut fits: each rank's least need (its smallest range, in memory

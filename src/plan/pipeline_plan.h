@@ -31,6 +31,12 @@
 //
 //   disk_r(n) = R_r x (1 - h_r) x d x expert_bytes / disk_gbps_r
 //
+// which adds to the stage's time rather than hiding behind it: a layer's
+// missed experts are read only once it routes (as expert_parallel_plan.h
+// counts a streaming share). Measured: qwen2moe-a2.7b at 4 layers, Q4_0, 2
+// ranks under 450M each (docs/BENCHMARKS.md, "Across processes"), decode
+// 12.9 ms a token against 7.1 in memory and 3.4 ms of predicted misses a stage.
+//
 // Only a rank with its own budget (budget_given) and a measured disk rate
 // streams; a range whose essentials and 2 slots (a routed range: its dense
 // parts and E expert slots) exceed the budget cannot be the rank's, and a
@@ -39,7 +45,8 @@
 // A step of n tokens over S stages, cut into m micro-batches (stage r starts
 // micro-batch i once stage r-1 sent it and stage r finished i-1):
 //
-//   stage r, n/m tokens:  t_r = max(bytes_r / read_r, flops_r x n/m / rate_r, disk_r(n/m))
+//   stage r, n/m tokens:  t_r = max(bytes_r / read_r, flops_r x n/m / rate_r, disk_r)
+//                         (a routed range streaming experts: max(...) + disk_r(n/m))
 //   hop into stage r:     h_r = latency_r + (n/m) x n_embd x 4 B / gbps_r
 //   back to rank 0:       h_0 = latency + logit rows x n_embd x 4 B / gbps
 //   step = sum_r (t_r + h_r) + h_0 + (m - 1) x max_r max(t_r, h_r)
