@@ -8,10 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "base/meminfo.h"
 #include "base/metrics.h"
-#include "dist/fingerprint.h"
 #include "dist/job_plan.h"
+#include "dist/job_start.h"
 #include "dist/link_probe.h"
 #include "dist/protocol.h"
 #include "dist/worker.h"
@@ -24,197 +23,12 @@
 namespace sluice::dist {
 namespace {
 
-using nlohmann::json;
-
-// Loading a rank's range may read tens of GB from its disk: that wait gets
-// this many times the step timeout.
-constexpr double kLoadTimeoutFactor = 20;
-
-// The share of available memory a rank without --mem-budget offers for weights.
-constexpr double kAvailableShare = 0.9;
-
-// This rank's fingerprint, memory and rates (the planner's probes on the
-// model's own layer, briefly; under its own --mem-budget also the model
-// file's read rate as the weight store reads it, for a range that streams),
-// as the hello message; *cal: the rates as measured, for streaming the rank's
-// range. The message's disk rate is at most --disk-rate-cap, as the rank's
-// capped reads will find it.
-StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, int n_threads, uint64_t mem_budget,
-                     double disk_rate_cap, plan::Calibration* cal_out) {
-  ASSIGN_OR_RETURN(const Fingerprint fp, fingerprint(path));
-  // One rank at a time: ranks sharing a machine would otherwise measure each
-  // other (decode runs the stages in turn, not together).
-  std::vector<uint8_t> turn(1, 0);
-  if (c.rank() > 0)
-    RETURN_IF_ERROR(c.recv_message(c.rank() - 1, kTagTurn, &turn, "the turn to measure",
-                                   c.timeout_s() * kLoadTimeoutFactor));
-  plan::CalibrateOptions co{.n_threads = n_threads, .n_repeats = 3, .mem_bytes = 64ull << 20, .probe_disk = false,
-                            .min_probe_seconds = 0.05};
-  co = plan::with_model_weights(co, file);
-  co.weight_read_bytes = std::min<uint64_t>(co.weight_read_bytes, 256ull << 20);
-  ASSIGN_OR_RETURN(plan::Calibration cal, plan::calibrate(co));
-  // A file the store cannot read by offset (not one GGUF, smaller than a
-  // read) leaves the rate 0: the rank holds its range in memory or refuses it.
-  if (mem_budget > 0 && file.format == "gguf") {
-    if (Status st = weights::measure_store_reads(file, /*direct=*/true, &cal); !st.ok()) {
-      fmt::print(stderr, "[sluice] rank {}: its disk was not measured ({}); its range must fit --mem-budget\n",
-                 c.rank(), st.message());
-      cal.disk_read_gbps = 0;
-    }
-  }
-  *cal_out = cal;  // as measured: a streaming load applies the cap itself (open_streaming)
-  // What the planner sees: the disk as the rank's capped reads will find it (0: not measured).
-  plan::Calibration planned = cal;
-  if (cal.disk_read_gbps > 0) weights::apply_disk_rate_cap(planned, disk_rate_cap);
-  if (c.rank() + 1 < c.size()) RETURN_IF_ERROR(c.send(c.rank() + 1, kTagTurn, turn.data(), 1, "the turn to measure"));
-  const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
-  return json{{"version", fp.version},
-              {"binary_hash", fp.binary_hash},
-              {"model_hash", fp.model_hash},
-              {"model_bytes", fp.model_bytes},
-              {"host", c.host()},
-              {"mem_cap", mem_budget > 0 ? mem_budget
-                                         : static_cast<uint64_t>(kAvailableShare * static_cast<double>(available))},
-              {"budget_given", mem_budget > 0},
-              {"read_gbps", cal.decode_read_gbps()},
-              {"tflops", cal.matmul_tflops},
-              {"disk_gbps", planned.disk_read_gbps},
-              {"n_threads", cal.n_threads}};
-}
-
-Fingerprint fingerprint_of(const json& j) {
-  return Fingerprint{.version = j.at("version").get<std::string>(),
-                     .binary_hash = j.at("binary_hash").get<uint64_t>(),
-                     .model_hash = j.at("model_hash").get<uint64_t>(),
-                     .model_bytes = j.at("model_bytes").get<uint64_t>()};
-}
-
-plan::RankResources resources_of(const json& j) {
-  return plan::RankResources{.host = j.at("host").get<std::string>(),
-                             .mem_cap_bytes = j.at("mem_cap").get<uint64_t>(),
-                             .budget_given = j.at("budget_given").get<bool>(),
-                             .read_gbps = j.at("read_gbps").get<double>(),
-                             .tflops = j.at("tflops").get<double>(),
-                             .n_threads = j.at("n_threads").get<int>(),
-                             .disk_gbps = j.value("disk_gbps", 0.0)};
-}
-
-Status send_json(Comm& c, int dest, int tag, const json& j, const char* what) {
-  const std::string s = j.dump();
-  return c.send(dest, tag, s.data(), s.size(), what);
-}
-
-StatusOr<json> recv_json(Comm& c, int src, int tag, const char* what, double timeout) {
-  std::vector<uint8_t> msg;
-  RETURN_IF_ERROR(c.recv_message(src, tag, &msg, what, timeout));
-  json j = json::parse(msg.begin(), msg.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return data_loss("rank {} sent a malformed {}", src, what);
-  return j;
-}
-
-// What rank 0 learns at the job's start, before any plan: the model, every
-// rank's resources and its link to rank 0, and whether the ranks may run together.
-struct JobStart {
-  ModelFile file;
-  ModelHparams hp;
-  std::vector<plan::RankResources> ranks;  // [n_ranks]
-  std::vector<plan::LinkFigures> links;    // [n_ranks] links[r]: rank 0 <-> rank r (links[0] unused)
-  plan::Calibration cal;                   // rank 0's rates (its range's streaming plans with them)
-  Status refusal;  // ok, or the job's processes differ (naming each rank and what differs)
-};
-
-// Rank 0: the start both plans share (session.h): every rank's hello with
-// the fingerprints compared, then the link probe. A refusal is kept, not
-// returned: the workers wait for the setup message either way (refuse_job()).
-// Errors: LoRA adapters, the model file, a rank that did not answer in time.
-StatusOr<JobStart> gather_job(Comm& c, const std::string& path, const LoadOptions& o) {
-  if (!o.loras.empty())
-    return unimplemented("LoRA adapters are not supported across processes (--parallel) yet; drop --lora");
-  JobStart job;
-  ASSIGN_OR_RETURN(job.file, open_model_file(path));
-  ASSIGN_OR_RETURN(job.hp, hparams_from_metadata(job.file.metadata));
-  ASSIGN_OR_RETURN(const json mine,
-                   hello(c, path, job.file, o.n_threads, o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal));
-  job.ranks.push_back(resources_of(mine));
-  std::string refusal;
-  for (int r = 1; r < c.size(); ++r) {
-    ASSIGN_OR_RETURN(const json h, recv_json(c, r, kTagHello, "hello", c.timeout_s() * kLoadTimeoutFactor));
-    if (const std::string why = fingerprint_mismatch(fingerprint_of(mine), fingerprint_of(h)); !why.empty())
-      refusal += fmt::format("{}rank {} on {}: {}", refusal.empty() ? "" : "; ", r, h.at("host").get<std::string>(), why);
-    job.ranks.push_back(resources_of(h));
-  }
-  ASSIGN_OR_RETURN(job.links, probe_links(c));
-  if (!refusal.empty()) job.refusal = invalid_argument("the job's processes differ: {}", refusal);
-  return job;
-}
-
-Status send_to_workers(Comm& c, int tag, const json& j, const char* what) {
-  for (int r = 1; r < c.size(); ++r) RETURN_IF_ERROR(send_json(c, r, tag, j, what));
-  return Status();
-}
-
-// Rank 0: every worker is told the job will not run, and why; returns `why`.
-Status refuse_job(Comm& c, const Status& why) {
-  RETURN_IF_ERROR(send_to_workers(c, kTagControl, {{"ok", false}, {"error", why.message()}}, "setup"));
-  return why;
-}
-
-// The setup message's load options, both plans' (each adds its placement).
-json setup_message(const LoadOptions& o) {
-  return {{"ok", true},          {"n_batch", o.n_batch}, {"n_ctx_max", o.n_ctx_max}, {"ctx_cap", o.ctx_cap},
-          {"max_seqs", o.max_seqs}, {"repack", o.repack}};
-}
-
 // A pipelined job's load options: its models take a step's sequences in up to
 // kMaxMicroBatches - 1 more pieces (PipelineDriver::pieces), on every rank.
 LoadOptions with_pieces(const LoadOptions& o) {
   LoadOptions p = o;
   p.max_seqs = o.max_seqs + kMaxMicroBatches - 1;
   return p;
-}
-
-// A worker's load options: its own command line's and rank 0's setup_message().
-LoadOptions worker_load_options(const WorkerOptions& o, const json& setup) {
-  return LoadOptions{.n_threads = o.n_threads,
-                     .n_batch = setup.at("n_batch").get<int64_t>(),
-                     .n_ctx_max = setup.at("n_ctx_max").get<int64_t>(),
-                     .ctx_cap = setup.at("ctx_cap").get<int64_t>(),
-                     .max_seqs = setup.at("max_seqs").get<int64_t>(),
-                     .repack = setup.at("repack").get<bool>(),
-                     .backend = o.backend};
-}
-
-// A part the plan found fits is held in memory (no budget); one that does
-// not streams from this rank's disk under its --mem-budget, with the rates
-// measured at start (weights/placement.h).
-void stream_under_budget(LoadOptions* lo, bool streams, uint64_t mem_budget, double disk_rate_cap,
-                         const plan::Calibration* cal) {
-  lo->mem_budget_bytes = streams ? mem_budget : 0;
-  lo->disk_rate_cap_bytes_per_s = streams ? disk_rate_cap : 0;
-  lo->calibration = streams ? cal : nullptr;
-}
-
-// Rank 0, after its own load (`failures`: why it failed, or ""): every
-// worker's load result, then the word to go on, or to stop when any failed.
-// Returns every failure, "" when none.
-StatusOr<std::string> start_job(Comm& c, std::string failures) {
-  for (int r = 1; r < c.size(); ++r) {
-    ASSIGN_OR_RETURN(const json j, recv_json(c, r, kTagHello, "load result", c.timeout_s() * kLoadTimeoutFactor));
-    if (!j.value("ok", false))
-      failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, j.value("error", "?"));
-  }
-  RETURN_IF_ERROR(send_to_workers(c, kTagControl, {{"ok", failures.empty()}, {"error", failures}}, "start"));
-  return failures;
-}
-
-// A worker, after its load: the result to rank 0, then rank 0's word
-// (start_job()). Errors: its load failed, the job did not start.
-Status report_load(Comm& c, const StatusOr<LoadedModel>& lm) {
-  RETURN_IF_ERROR(send_json(c, 0, kTagHello,
-                            {{"ok", lm.ok()}, {"error", lm.ok() ? "" : lm.status().message()}}, "load result"));
-  ASSIGN_OR_RETURN(const json go, recv_json(c, 0, kTagControl, "start", c.timeout_s() * kLoadTimeoutFactor));
-  if (!go.value("ok", false)) return unavailable("the job did not start: {}", go.value("error", "?"));
-  return Status();
 }
 
 // Why a rank's model cannot combine experts' outputs across processes ("":
@@ -516,8 +330,7 @@ Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup
     read_ahead[k] = setup.at("streams").at(g * static_cast<size_t>(E) + k).get<bool>();
   lo.predict_experts = m == 0 && (setup.at("predict_experts").get<bool>() ||
                                   std::count(read_ahead.begin(), read_ahead.end(), 1) > 0);
-  stream_under_budget(&lo, setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>(), o.mem_budget_bytes,
-                      o.disk_rate_cap_bytes_per_s, &cal);
+  stream_as_setup_says(&lo, setup, c.rank(), o, &cal);
   StatusOr<LoadedModel> lm = load_model(path, lo);
   if (m == 0 && lm.ok())
     if (const std::string why = host_memory_failure(*lm); !why.empty()) lm = invalid_argument("{}", why);
@@ -570,8 +383,7 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
     lo.expert_begin = range.begin;
     lo.expert_end = range.end;
     lo.experts_only = !every;
-    stream_under_budget(&lo, setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>(), o.mem_budget_bytes,
-                        o.disk_rate_cap_bytes_per_s, &cal);
+    stream_as_setup_says(&lo, setup, c.rank(), o, &cal);
     StatusOr<LoadedModel> lm = load_model(path, lo);
     if (lm.ok() && !lm->placement_report.empty())
       fmt::print(stderr, "[sluice] rank {}'s share streams from its disk:\n{}", c.rank(), lm->placement_report);
@@ -591,8 +403,7 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   lo.predict_experts = setup.at("predict_experts").get<bool>();
   lo.layer_begin = mine_range.at(0).get<int64_t>();
   lo.layer_end = mine_range.at(1).get<int64_t>();
-  stream_under_budget(&lo, setup.at("streams").at(static_cast<size_t>(c.rank())).get<bool>(), o.mem_budget_bytes,
-                      o.disk_rate_cap_bytes_per_s, &cal);
+  stream_as_setup_says(&lo, setup, c.rank(), o, &cal);
   StatusOr<LoadedModel> lm = load_model(path, lo);
   if (lm.ok() && !lm->placement_report.empty())
     fmt::print(stderr, "[sluice] rank {}'s range streams from its disk:\n{}", c.rank(), lm->placement_report);

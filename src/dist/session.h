@@ -5,7 +5,7 @@
 // would alone (its model's layers beyond its own range run on the other
 // ranks); ranks > 0 call run_worker(), which returns when rank 0 ends the job.
 //
-// Start, on every rank together:
+// Start, on every rank together (job_start.h):
 //
 //   rank r -> 0   hello: fingerprint (binary, model file), memory, measured rates
 //   0 <-> r       link probe (link_probe.h)
