@@ -71,11 +71,7 @@ TEST_F(ExpertParallel, StreamingRanksMatchOneProcess) {
   // with the rest); under 1.5 MB each rank keeps a pool of expert slots and
   // reads the rest of its share from its own disk.
   const std::string model = model_path("stories-moe/stories-moe.gguf");
-  const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
-  const std::vector<int32_t> alone = run_tokens(run_cli(args));
-  ASSERT_EQ(alone.size(), 24u);
-  const CliResult r = run_mpi(2, args + " --mem-budget 1.5M --parallel ep --ep-attention rank0");
-  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  const CliResult r = run_matching_alone(model, 2, "--mem-budget 1.5M --parallel ep --ep-attention rank0");
   EXPECT_NE(r.err.find("rank(s) 0, 1 stream their share from their own disk"), std::string::npos) << r.err;
   // Each rank's store holds and reads only its share (its placement map).
   EXPECT_NE(r.err.find("rank 0's share streams from its disk:"), std::string::npos) << r.err;
@@ -127,11 +123,7 @@ TEST_F(ExpertParallel, AttentionOnEveryRankBatchedMatchesOneProcess) {
 // (rank 1) the KV pool: rank 1 routes too, so it reads its experts ahead.
 TEST_F(ExpertParallel, AttentionOnEveryRankWithStreamingSharesMatchesOneProcess) {
   const std::string model = model_path("stories-moe/stories-moe.gguf");
-  const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
-  const std::vector<int32_t> alone = run_tokens(run_cli(args));
-  ASSERT_EQ(alone.size(), 24u);
-  const CliResult r = run_mpi(2, args + " --mem-budget 1.5M --parallel ep --ep-attention every");
-  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  const CliResult r = run_matching_alone(model, 2, "--mem-budget 1.5M --parallel ep --ep-attention every");
   EXPECT_NE(r.err.find("rank(s) 0, 1 stream their share from their own disk"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank 1's share streams from its disk:"), std::string::npos) << r.err;
   expect_rank1_computed(r.err);
@@ -172,11 +164,7 @@ TEST_F(ExpertParallel, HungRankFailsRequestsWithAttentionOnEveryRank) {
 
 TEST_F(PipelineExperts, MatchesOneProcess) {
   const std::string model = model_path("stories-moe/stories-moe.gguf");
-  const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
-  const std::vector<int32_t> alone = run_tokens(run_cli(args));
-  ASSERT_EQ(alone.size(), 24u);
-  const CliResult r = run_mpi(4, args + " --parallel pp,ep --ep-size 2");
-  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  const CliResult r = run_matching_alone(model, 4, "--parallel pp,ep --ep-size 2");
   EXPECT_NE(r.err.find("[sluice] pipeline of 2 stages x 2 ranks (pp,ep)"), std::string::npos) << r.err;
   // The map: a row per rank with its stage, role, layers and experts.
   for (const char* row : {"0      lead     0-", "0      experts  0-", "1      lead     ", "1      experts  "}) {
@@ -200,11 +188,7 @@ TEST_F(PipelineExperts, StreamingRanksMatchOneProcess) {
   // to 1.6 MB; under 1.15 MB every rank pools expert slots for its share and
   // reads the rest from its own disk.
   const std::string model = model_path("stories-moe/stories-moe.gguf");
-  const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
-  const std::vector<int32_t> alone = run_tokens(run_cli(args));
-  ASSERT_EQ(alone.size(), 24u);
-  const CliResult r = run_mpi(4, args + " --mem-budget 1.15M --parallel pp,ep --ep-size 2");
-  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  const CliResult r = run_matching_alone(model, 4, "--mem-budget 1.15M --parallel pp,ep --ep-size 2");
   EXPECT_NE(r.err.find("rank(s) 0, 1, 2, 3 stream their share's experts from their own disk"), std::string::npos)
       << r.err;
   for (int rank = 0; rank < 4; ++rank) {

@@ -42,21 +42,7 @@ inline std::string mpirun_prefix(int n) {
 }
 
 inline CliResult run_mpi(int n, const std::string& args) {
-  // run_cli prefixes the binary; a shell wrapper puts mpirun before it.
-  const std::string err_path = testing::cli_temp_path("mpi_stderr.txt");
-  const std::string cmd = mpirun_prefix(n) + SLUICE_BINARY + " " + args + " 2>" + err_path;
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "", "popen failed"};
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, got);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  std::remove(err_path.c_str());
-  return r;
+  return testing::run_binary(mpirun_prefix(n) + SLUICE_BINARY, args);
 }
 
 class Pipeline : public ::testing::Test {
@@ -74,14 +60,21 @@ class Pipeline : public ::testing::Test {
     return j["tokens"].get<std::vector<int32_t>>();
   }
 
-  // `run` alone and over n ranks give the same greedy tokens.
-  static void expect_run_matches(const std::string& model, const std::vector<int>& ranks) {
+  // `run` of `model` (24 greedy tokens) alone and over n ranks with
+  // `job_args` (--parallel and the rest): the same tokens. Returns the job's result.
+  static CliResult run_matching_alone(const std::string& model, int n, const std::string& job_args) {
     const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
     const std::vector<int32_t> alone = run_tokens(run_cli(args));
-    ASSERT_EQ(alone.size(), 24u);
+    EXPECT_EQ(alone.size(), 24u);
+    CliResult r = run_mpi(n, args + " " + job_args);
+    EXPECT_EQ(run_tokens(r), alone) << n << " ranks, " << job_args << "\n" << r.err;
+    return r;
+  }
+
+  // `run` alone and over n ranks give the same greedy tokens.
+  static void expect_run_matches(const std::string& model, const std::vector<int>& ranks) {
     for (int n : ranks) {
-      const CliResult r = run_mpi(n, args + " --parallel pp");
-      EXPECT_EQ(run_tokens(r), alone) << n << " ranks\n" << r.err;
+      const CliResult r = run_matching_alone(model, n, "--parallel pp");
       EXPECT_NE(r.err.find("pipeline of " + std::to_string(n) + " ranks"), std::string::npos) << r.err;
     }
   }
@@ -249,11 +242,7 @@ class ExpertParallel : public Pipeline {
  protected:
   // `run` alone and over 2 ranks with --parallel ep give the same greedy tokens.
   static void expect_run_matches(const std::string& model, const std::string& attention = "rank0") {
-    const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
-    const std::vector<int32_t> alone = run_tokens(run_cli(args));
-    ASSERT_EQ(alone.size(), 24u);
-    const CliResult r = run_mpi(2, args + " --parallel ep --ep-attention " + attention);
-    EXPECT_EQ(run_tokens(r), alone) << r.err;
+    const CliResult r = run_matching_alone(model, 2, "--parallel ep --ep-attention " + attention);
     EXPECT_NE(r.err.find("experts over 2 ranks (ep)"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("[sluice] attention on " + std::string(attention == "every" ? "every rank" : "rank 0")),
               std::string::npos)

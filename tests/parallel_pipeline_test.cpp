@@ -128,11 +128,7 @@ TEST_F(Pipeline, StreamingRoutedRanksMatchOneProcess) {
   // rank keeps its layers' dense parts, pools expert slots in the rest and
   // reads the other experts of its range from its own disk.
   const std::string model = model_path("stories-moe/stories-moe.gguf");
-  const std::string args = "run -m " + model + " -p 'Once upon a time' -n 24 --temp 0 --json -t 1";
-  const std::vector<int32_t> alone = run_tokens(run_cli(args));
-  ASSERT_EQ(alone.size(), 24u);
-  const CliResult r = run_mpi(2, args + " --mem-budget 1.8M --parallel pp");
-  EXPECT_EQ(run_tokens(r), alone) << r.err;
+  const CliResult r = run_matching_alone(model, 2, "--mem-budget 1.8M --parallel pp");
   EXPECT_NE(r.err.find("rank(s) 0, 1 stream part of their range"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank 0 layers 0-1: experts stream from its disk"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank 1 layers 2-3: experts stream from its disk"), std::string::npos) << r.err;
