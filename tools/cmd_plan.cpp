@@ -39,11 +39,22 @@ json calibration_json(const pl::Calibration& c) {
           {"decode_read_gbps", c.decode_read_gbps()}, {"matmul_type", dtype_name(c.matmul_type)},
           {"matmul_tflops", c.matmul_tflops}, {"matmul_model_layer", c.matmul_model_layer},
           {"matmul_n_tokens", c.matmul_n_tokens},
+          {"matmul_curve", [&] {
+             json pts = json::array();
+             for (const pl::RatePoint& p : c.matmul_curve.points()) pts.push_back({{"n_tokens", p.n_tokens}, {"tflops", p.rate}});
+             return pts;
+           }()},
           {"disk_read_gbps", c.disk_read_gbps}, {"disk_direct", c.disk_direct}, {"disk_note", c.disk_note},
           {"mem_capacity_gb", c.mem_capacity_gb}};
 }
 
 std::string calibration_text(const pl::Calibration& c) {
+  std::string curve;
+  if (c.matmul_curve.points().size() > 1) {
+    curve = "            matmul by rows at once:";
+    for (const pl::RatePoint& p : c.matmul_curve.points()) curve += fmt::format(" {} {:.0f}", p.n_tokens, p.rate * 1e3);
+    curve += " GFLOP/s\n";
+  }
   const std::string roof = c.weight_read_gbps > 0
                                ? "decode roof = the weight read: the rate decode's own matmuls stream weights at"
                                : "decode roof = the memory read (no weight read probed)";
@@ -51,10 +62,11 @@ std::string calibration_text(const pl::Calibration& c) {
       "calibration ({} threads): memory read {:.2f} GB/s (streaming sum), weight read {:.2f} GB/s (engine's batch-1 "
       "matmuls in decode's dispatches), {} matmul {:.2f} GFLOP/s ({} at {} tokens), disk read {:.2f} GB/s ({}), "
       "{:.1f} GB RAM\n"
+      "{}"
       "            {}\n",
       c.n_threads, c.mem_read_gbps, c.weight_read_gbps, dtype_name(c.matmul_type), c.matmul_tflops * 1e3,
       c.matmul_model_layer ? "the model's layer dispatches" : "one matrix", c.matmul_n_tokens, c.disk_read_gbps,
-      c.disk_note, c.mem_capacity_gb, roof);
+      c.disk_note, c.mem_capacity_gb, curve, roof);
 }
 
 
@@ -517,7 +529,7 @@ Runner add_plan(CLI::App& app) {
     if (tiers->parsed()) return run_tiers(*a);  // the GPU's rates are flags
     std::optional<pl::Calibration> cal;
     if (a->calibrate) {
-      auto c = pl::calibrate({.n_threads = a->n_threads});
+      auto c = pl::calibrate({.n_threads = a->n_threads, .matmul_curve_tokens = {8, 16, 32, 128}});
       if (!c.ok()) return fail(c.status());
       cal = *c;
       const bool more = decode->parsed() || kv->parsed() || stream->parsed() || experts->parsed() || cost->parsed() ||

@@ -68,6 +68,8 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
                                .budget_given = budget,
                                .read_gbps = h->mem_gbps,
                                .tflops = h->peak_tflops,
+                               // The probe's rate by rows, unless --tflops set the rate.
+                               .tflops_curve = cal && !(a.tflops > 0) ? cal->matmul_curve : pl::RateCurve{},
                                .n_threads = a.n_threads,
                                .disk_gbps = budget ? disk_gbps : 0.0};
   const std::vector<pl::RankResources> ranks(static_cast<size_t>(a.n_ranks), rank);

@@ -401,6 +401,17 @@ StatusOr<Calibration> calibrate(const CalibrateOptions& o) {
                                           std::max(1, o.n_repeats / 2), o.matmul_type, o.min_probe_seconds);
   }
   c.matmul_n_tokens = o.matmul_n_tokens;
+  std::vector<RatePoint> curve{{o.matmul_n_tokens, c.matmul_tflops}};
+  for (int64_t n : o.matmul_curve_tokens) {
+    if (n <= 0 || n == o.matmul_n_tokens) continue;
+    const double t = c.matmul_model_layer
+                         ? probe_layer_matmul_tflops(pool, o.weight_read_layer, n, o.weight_read_bytes,
+                                                     std::max(1, o.n_repeats / 2), o.min_probe_seconds)
+                         : probe_matmul_tflops(pool, o.matmul_n_in, o.matmul_n_out, n, std::max(1, o.n_repeats / 2),
+                                               o.matmul_type, o.min_probe_seconds);
+    curve.push_back({n, t});
+  }
+  c.matmul_curve = RateCurve(std::move(curve));
   c.matmul_type = o.matmul_type;
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGESIZE);

@@ -59,6 +59,7 @@
 #include "base/thread_pool.h"
 #include "format/model_file.h"
 #include "plan/hardware.h"
+#include "plan/rate_curve.h"
 #include "quant/dtype.h"
 #include "sluice/status.h"
 
@@ -89,6 +90,9 @@ struct CalibrateOptions {
   int64_t matmul_n_in = 2048;
   int64_t matmul_n_out = 2048;
   int64_t matmul_n_tokens = 64;
+  // Further sizes the matmul probe runs at, for matmul_curve (empty: only
+  // matmul_n_tokens). A pipeline's micro-batches multiply a few rows at once.
+  std::vector<int64_t> matmul_curve_tokens;
   bool probe_disk = true;
   std::string disk_path;                      // file to read; empty: a temp file in temp_dir
   std::string temp_dir = "/tmp";
@@ -108,6 +112,7 @@ struct Calibration {
   double matmul_tflops = 0;                   // of the engine's kernels on matmul_type weights
   bool matmul_model_layer = false;            // matmul_tflops is the model's layer dispatches (else one matrix)
   int64_t matmul_n_tokens = 0;                // tokens the matmul probe multiplied at once
+  RateCurve matmul_curve;                     // TFLOP/s at matmul_n_tokens and each matmul_curve_tokens
   DType matmul_type = DType::kQ8_0;
   double disk_read_gbps = 0;                  // 0 when not probed
   bool disk_direct = false;                   // O_DIRECT was honoured

@@ -61,7 +61,9 @@ double ExpertParallelPlan::experts_s(int64_t r, double n_tokens) const {
   const double share = static_cast<double>(g.end - g.begin) / static_cast<double>(in.n_expert);
   const double rows = n_tokens * static_cast<double>(in.n_expert_used) * share;
   const double read = used_experts(r, n_tokens) * static_cast<double>(in.expert_bytes) / (k.read_gbps * 1e9);
-  const double compute = rows * in.expert_flops / (k.tflops * 1e12);
+  // Each chosen expert multiplies its own rows: the rate at that many.
+  const double used = used_experts(r, n_tokens);
+  const double compute = rows * in.expert_flops / (k.tflops_curve.at_or(used > 0 ? rows / used : rows, k.tflops) * 1e12);
   return std::max(read, compute) + disk_s(r, n_tokens);
 }
 
@@ -111,7 +113,7 @@ double ExpertParallelPlan::exchange_s(double n_tokens) const {
 double ExpertParallelPlan::dense_s(int64_t r, double n_tokens) const {
   const RankResources& k = in.ranks[static_cast<size_t>(r)];
   return std::max(static_cast<double>(in.dense_read_bytes) / (k.read_gbps * 1e9),
-                  n_tokens * in.dense_flops_per_token / (k.tflops * 1e12));
+                  n_tokens * in.dense_flops_per_token / (k.tflops_curve.at_or(n_tokens, k.tflops) * 1e12));
 }
 
 double ExpertParallelPlan::layer_s(double n_tokens, bool with_disk) const {
