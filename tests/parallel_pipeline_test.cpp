@@ -118,6 +118,9 @@ TEST_F(Pipeline, StreamingRanksMatchOneProcess) {
     ++n_loaded;
   EXPECT_EQ(n_loaded, n_named) << r.err;
   EXPECT_NE(r.err.find("(a pipeline stage)"), std::string::npos) << r.err;
+  // Each rank's forward, timed alone and with every rank at once, by rows.
+  EXPECT_NE(r.err.find("rank 1 forward TFLOP/s by rows at once: 8 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("; every rank at once: 8 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("ms waiting on disks"), std::string::npos) << r.err;
   std::filesystem::remove(path);
 }

@@ -267,6 +267,20 @@ std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs
                      layers, p.streams(r) ? "+disk" : "memory", mib(p.stage_bytes[static_cast<size_t>(r)]), cap,
                      k.read_gbps, k.tflops, link);
   }
+  // The rate by rows at once that the micro-batches are planned at.
+  for (int64_t r = 0; r < p.n_stages(); ++r) {
+    const plan::RateCurve& c = p.stage_tflops_curve[static_cast<size_t>(r)];
+    if (c.points().size() < 2) continue;
+    s += fmt::format("  rank {} {} TFLOP/s by rows at once:", r,
+                     in.ranks[static_cast<size_t>(r)].forward_curve.empty() ? "matmul" : "forward");
+    for (const plan::RatePoint& q : c.points()) s += fmt::format(" {} {:.3f}", q.n_tokens, q.rate);
+    const plan::RateCurve& shared = p.stage_tflops_curve_shared[static_cast<size_t>(r)];
+    if (!shared.empty()) {
+      s += "; every rank at once:";
+      for (const plan::RatePoint& q : shared.points()) s += fmt::format(" {} {:.3f}", q.n_tokens, q.rate);
+    }
+    s += "\n";
+  }
   // A streaming rank: which of its layers stay in memory, which stream (the
   // placement's spread; its weight store prints the same at load).
   for (int64_t r = 0; r < p.n_stages(); ++r) {

@@ -6,6 +6,7 @@
 
 #include "base/meminfo.h"
 #include "dist/fingerprint.h"
+#include "dist/forward_probe.h"
 #include "dist/link_probe.h"
 #include "dist/protocol.h"
 #include "model/hparams.h"
@@ -24,12 +25,28 @@ Fingerprint fingerprint_of(const json& j) {
                      .model_bytes = j.at("model_bytes").get<uint64_t>()};
 }
 
+// [[rows, TFLOP/s], ...] as hello() sends the matmul probe's curve.
+plan::RateCurve curve_of(const json& j) {
+  std::vector<plan::RatePoint> points;
+  for (const json& p : j) points.push_back({.n_tokens = p.at(0).get<int64_t>(), .rate = p.at(1).get<double>()});
+  return plan::RateCurve(std::move(points));
+}
+
+json curve_json(const plan::RateCurve& c) {
+  json j = json::array();
+  for (const plan::RatePoint& p : c.points()) j.push_back({p.n_tokens, p.rate});
+  return j;
+}
+
 plan::RankResources resources_of(const json& j) {
   return plan::RankResources{.host = j.at("host").get<std::string>(),
                              .mem_cap_bytes = j.at("mem_cap").get<uint64_t>(),
                              .budget_given = j.at("budget_given").get<bool>(),
                              .read_gbps = j.at("read_gbps").get<double>(),
                              .tflops = j.at("tflops").get<double>(),
+                             .tflops_curve = curve_of(j.value("tflops_curve", json::array())),
+                             .forward_curve = curve_of(j.value("forward_curve", json::array())),
+                             .forward_curve_shared = curve_of(j.value("forward_curve_shared", json::array())),
                              .n_threads = j.at("n_threads").get<int>(),
                              .disk_gbps = j.value("disk_gbps", 0.0)};
 }
@@ -47,6 +64,8 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
                                    c.timeout_s() * kLoadTimeoutFactor));
   plan::CalibrateOptions co{.n_threads = n_threads, .n_repeats = 3, .mem_bytes = 64ull << 20, .probe_disk = false,
                             .min_probe_seconds = 0.05};
+  // The plan cuts steps into micro-batches of a few rows: the rate at those too.
+  co.matmul_curve_tokens = {8, 16, 32, 128};
   co = plan::with_model_weights(co, file);
   co.weight_read_bytes = std::min<uint64_t>(co.weight_read_bytes, 256ull << 20);
   ASSIGN_OR_RETURN(plan::Calibration cal, plan::calibrate(co));
@@ -59,22 +78,65 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
       cal.disk_read_gbps = 0;
     }
   }
+  // The engine's forward over a few of the model's layers at the row counts
+  // a micro-batch may have (forward_probe.h), within what the rank may hold:
+  // alone here, and below with every rank at once.
+  const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
+  const uint64_t mem_cap =
+      mem_budget > 0 ? mem_budget : static_cast<uint64_t>(kAvailableShare * static_cast<double>(available));
+  static constexpr int64_t kForwardRows[] = {8, 16, 32, 64, 128};
+  constexpr double kForwardSeconds = 0.08;
+  plan::RateCurve forward, forward_shared;
+  std::unique_ptr<ForwardProbe> probe;
+  auto not_timed = [&](const Status& st) {
+    fmt::print(stderr, "[sluice] rank {}: its forward pass was not timed ({}); the plan takes its matmul rate\n",
+               c.rank(), st.message());
+    probe.reset();
+  };
+  if (StatusOr<std::unique_ptr<ForwardProbe>> p = ForwardProbe::create(path, n_threads, mem_cap, 128); p.ok())
+    probe = std::move(*p);
+  else
+    not_timed(p.status());
+  if (probe) {
+    if (StatusOr<plan::RateCurve> f = probe->curve(kForwardRows, kForwardSeconds); f.ok()) forward = std::move(*f);
+    else not_timed(f.status());
+  }
   *cal_out = cal;  // as measured: a streaming load applies the cap itself (open_streaming)
   // What the planner sees: the disk as the rank's capped reads will find it (0: not measured).
   plan::Calibration planned = cal;
   if (cal.disk_read_gbps > 0) weights::apply_disk_rate_cap(planned, disk_rate_cap);
   if (c.rank() + 1 < c.size()) RETURN_IF_ERROR(c.send(c.rank() + 1, kTagTurn, turn.data(), 1, "the turn to measure"));
-  const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
+  // Then every rank at once, as a micro-batched step runs the stages: ranks
+  // sharing a machine share its caches and memory bus. The last rank, done
+  // measuring alone, starts the others.
+  if (c.size() > 1) {
+    const int last = c.size() - 1;
+    if (c.rank() == last) {
+      for (int r = 0; r < last; ++r) RETURN_IF_ERROR(c.send(r, kTagTurn, turn.data(), 1, "the shared probe's start"));
+    } else {
+      RETURN_IF_ERROR(c.recv_message(last, kTagTurn, &turn, "the shared probe's start",
+                                     c.timeout_s() * kLoadTimeoutFactor));
+    }
+    if (probe) {
+      if (StatusOr<plan::RateCurve> f = probe->curve(kForwardRows, kForwardSeconds); f.ok())
+        forward_shared = std::move(*f);
+      else
+        not_timed(f.status());
+    }
+  }
+  probe.reset();
   return json{{"version", fp.version},
               {"binary_hash", fp.binary_hash},
               {"model_hash", fp.model_hash},
               {"model_bytes", fp.model_bytes},
               {"host", c.host()},
-              {"mem_cap", mem_budget > 0 ? mem_budget
-                                         : static_cast<uint64_t>(kAvailableShare * static_cast<double>(available))},
+              {"mem_cap", mem_cap},
               {"budget_given", mem_budget > 0},
               {"read_gbps", cal.decode_read_gbps()},
               {"tflops", cal.matmul_tflops},
+              {"tflops_curve", curve_json(cal.matmul_curve)},
+              {"forward_curve", curve_json(forward)},
+              {"forward_curve_shared", curve_json(forward_shared)},
               {"disk_gbps", planned.disk_read_gbps},
               {"n_threads", cal.n_threads}};
 }

@@ -11,9 +11,12 @@
 
 namespace sluice::plan {
 
-double PipelinePlan::stage_s(int64_t r, double n_tokens) const {
+double PipelinePlan::stage_s(int64_t r, double n_tokens, bool together) const {
   const auto i = static_cast<size_t>(r);
-  const double in_memory = std::max(stage_read_s[i], stage_flops[i] * n_tokens / (stage_tflops[i] * 1e12));
+  double tflops = i < stage_tflops_curve.size() ? stage_tflops_curve[i].at_or(n_tokens, stage_tflops[i])
+                                                : stage_tflops[i];
+  if (together && i < stage_tflops_curve_shared.size()) tflops = stage_tflops_curve_shared[i].at_or(n_tokens, tflops);
+  const double in_memory = std::max(stage_read_s[i], stage_flops[i] * n_tokens / (tflops * 1e12));
   // Missed experts are read once their layer routes: on top of the compute.
   if (streams_experts(r)) return in_memory + disk_s(r, n_tokens);
   return std::max(in_memory, disk_s(r, n_tokens));
@@ -59,7 +62,7 @@ double PipelinePlan::step_s(int64_t n_tokens, int64_t n_logits, int64_t m) const
   const double n = static_cast<double>(n_tokens) / static_cast<double>(m);
   double sum = 0, slowest = 0;
   for (int64_t r = 0; r < n_stages(); ++r) {
-    const double t = stage_s(r, n), h = r > 0 ? hop_s(r, n) : 0.0;
+    const double t = stage_s(r, n, /*together=*/m > 1), h = r > 0 ? hop_s(r, n) : 0.0;
     sum += t + h;
     slowest = std::max({slowest, t, h});
   }
@@ -355,6 +358,8 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
     p.stage_read_s.push_back(f.read_s);
     p.stage_flops.push_back(f.flops);
     p.stage_tflops.push_back(k.tflops);
+    p.stage_tflops_curve.push_back(k.forward_curve.empty() ? k.tflops_curve : k.forward_curve);
+    p.stage_tflops_curve_shared.push_back(k.forward_curve_shared);
     p.stage_streamed.push_back(f.n_streamed);
     p.stage_ring_slots.push_back(f.n_ring);
     p.stage_disk_s.push_back(f.disk_s);

@@ -51,15 +51,28 @@
 //   back to rank 0:       h_0 = latency + logit rows x n_embd x 4 B / gbps
 //   step = sum_r (t_r + h_r) + h_0 + (m - 1) x max_r max(t_r, h_r)
 //
+// rate_r is the rank's rate at n/m rows: its forward_curve (the engine's own
+// forward over a few of the model's layers, timed at a few row counts;
+// dist/forward_probe.h), else its tflops_curve (the matmuls alone), read by
+// rate_curve.h, not one figure at the probe's size: on Zen 5 a 110m Q8_0
+// layer's forward runs at 0.48 TFLOP/s over 16 rows against 0.57 over 64, and
+// a 128-token prefill cut into 8 micro-batches multiplies 16 rows at a time.
+// With m > 1 the stages compute at the same time, so rate_r is then the
+// forward timed with every rank at once (forward_curve_shared): two ranks on
+// one machine share its caches and memory bus (10% slower at 16 rows, 4% at
+// 128, two one-thread processes on Zen 5).
+//
 // In decode every micro-batch reads the stage's weights again, so m = 1 is
 // best there; prefill and large batches are compute-bound and gain from
-// micro-batches (best_micro_batches()). Pure functions: no measuring here.
+// micro-batches (best_micro_batches()), less so where the rate falls at fewer
+// rows. Pure functions: no measuring here.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "plan/rate_curve.h"
 #include "sluice/status.h"
 
 namespace sluice::plan {
@@ -73,6 +86,10 @@ struct RankResources {
   bool budget_given = false;   // mem_cap_bytes is its --mem-budget
   double read_gbps = 0;        // weight-read rate (decode roof), > 0
   double tflops = 0;           // matmul rate at prefill shapes, > 0
+  RateCurve tflops_curve;      // the matmul rate by rows multiplied at once (empty: tflops at any)
+  RateCurve forward_curve;     // the engine's forward of the model's layers by rows, in the plan's
+                               // FLOPs per second (dist/forward_probe.h); empty: tflops_curve
+  RateCurve forward_curve_shared;  // the same timed with every rank at once (empty: forward_curve)
   int n_threads = 0;
   double disk_gbps = 0;        // the model file read as the weight store reads it; 0: not measured
                                // (the rank holds its range in memory or refuses it)
@@ -136,7 +153,11 @@ struct PipelinePlan {
   double expert_pick = 0;
   uint64_t expert_bytes = 0;
   std::vector<double> stage_flops;      // [n_ranks] per token
-  std::vector<double> stage_tflops;     // [n_ranks]
+  std::vector<double> stage_tflops;     // [n_ranks] the rank's matmul rate as probed
+  std::vector<RateCurve> stage_tflops_curve;  // [n_ranks] the forward's (else the matmul's) rate by rows
+                                              // (empty: stage_tflops at any)
+  std::vector<RateCurve> stage_tflops_curve_shared;  // [n_ranks] the forward's with every rank at once
+                                                     // (empty: stage_tflops_curve)
   std::vector<LinkFigures> links;       // as the inputs'
   int64_t n_embd = 0;
 
@@ -151,8 +172,9 @@ struct PipelinePlan {
   double expert_hit_rate(int64_t r, double n_tokens) const;
   // Stage r's seconds reading from its disk in a pass of n tokens (disk_r(n)).
   double disk_s(int64_t r, double n_tokens) const;
-  // Stage r's seconds for n tokens (one micro-batch).
-  double stage_s(int64_t r, double n_tokens) const;
+  // Stage r's seconds for n tokens (one micro-batch); `together`: while the
+  // other stages compute too (a step in more than one micro-batch).
+  double stage_s(int64_t r, double n_tokens, bool together = false) const;
   // Seconds to move n tokens' hidden rows into stage r (r = 0: the last stage's
   // rows back to rank 0).
   double hop_s(int64_t r, double n_tokens) const;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace sluice::plan {
 namespace {
 
@@ -69,6 +71,36 @@ TEST(PipelinePlan, StepTimeAddsLinksAndMicroBatchesHelpOnlyWhenComputeBound) {
   EXPECT_LT(p->step_s(100000, 1, 4), p->step_s(100000, 1, 1));
   EXPECT_EQ(p->hop_bytes(1, 10, 2), 10u * 64 * 4);
   EXPECT_EQ(p->hop_bytes(0, 10, 2), 2u * 64 * 4);
+}
+
+// A rank slower at fewer rows (its forward timed by rows) makes each
+// micro-batch dearer: the plan's step at m micro-batches reads the rate at
+// n/m rows, and the shared curve (every rank at once) when m > 1.
+TEST(PipelinePlan, MicroBatchesAreTimedAtTheirRowsAndWithTheOtherStagesRunning) {
+  PipelineInputs in = inputs(8, 2, 10000);
+  const double n = 1e5;  // compute-bound
+  auto flat = plan_pipeline(in);
+  ASSERT_TRUE(flat.ok());
+  for (RankResources& k : in.ranks) k.forward_curve = RateCurve({{1000, 0.25}, {100000, 1.0}});
+  auto curved = plan_pipeline(in);
+  ASSERT_TRUE(curved.ok());
+  // One micro-batch of 1e5 rows: the curve's top, the flat rate.
+  EXPECT_NEAR(curved->step_s(100000, 1, 1), flat->step_s(100000, 1, 1), 1e-12);
+  // Four of 25000 rows: log2(25) / log2(100) of the way from 0.25 to 1.
+  const double rate = 0.25 + 0.75 * std::log2(25.0) / std::log2(100.0);
+  EXPECT_NEAR(curved->stage_s(1, n / 4, false), 4 * 200 * (n / 4) / (rate * 1e12), 1e-12);
+  EXPECT_GT(curved->step_s(100000, 1, 4), flat->step_s(100000, 1, 4));
+  EXPECT_LE(curved->best_micro_batches(100000, 1, 8), flat->best_micro_batches(100000, 1, 8));
+  // Decode stays memory-bound: the curve is flat below its first point.
+  EXPECT_NEAR(curved->step_s(1, 1, 1), flat->step_s(1, 1, 1), 1e-12);
+  // Every rank at once at half the rate: a step in micro-batches takes it,
+  // one micro-batch (the stages in turn) does not.
+  for (RankResources& k : in.ranks) k.forward_curve_shared = RateCurve({{1000, 0.125}, {100000, 0.5}});
+  auto shared = plan_pipeline(in);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_NEAR(shared->stage_s(1, n / 4, true), 2 * curved->stage_s(1, n / 4, false), 1e-12);
+  EXPECT_NEAR(shared->step_s(100000, 1, 1), curved->step_s(100000, 1, 1), 1e-12);
+  EXPECT_GT(shared->step_s(100000, 1, 4), curved->step_s(100000, 1, 4));
 }
 
 // 16 layers of 100 bytes (a slot each, nothing pinned); rank 0 under its own
