@@ -17,7 +17,7 @@ namespace sluice::dist {
 ForwardProbe::~ForwardProbe() = default;
 
 StatusOr<std::unique_ptr<ForwardProbe>> ForwardProbe::create(const std::string& path, int n_threads,
-                                                             uint64_t cap_bytes, int64_t max_rows) {
+                                                             uint64_t cap_bytes, int64_t max_rows, bool repack) {
   ASSIGN_OR_RETURN(ModelFile mf, open_model_file(path));
   auto file = std::make_shared<const ModelFile>(std::move(mf));
   ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(file->metadata));
@@ -42,7 +42,8 @@ StatusOr<std::unique_ptr<ForwardProbe>> ForwardProbe::create(const std::string& 
 
   std::unique_ptr<ForwardProbe> p(new ForwardProbe());
   ASSIGN_OR_RETURN(p->model_, Model::load(file, {.n_threads = n_threads, .n_batch = max_rows, .n_ctx_max = max_rows,
-                                                 .max_seqs = 1, .layer_begin = b, .layer_end = e}));
+                                                 .max_seqs = 1, .repack = repack, .layer_begin = b,
+                                                 .layer_end = e}));
   p->kv_ = std::make_unique<KvCache>(p->model_->make_kv_cache(max_rows));
   p->flops_per_token_ = flops_per_token;
   p->max_rows_ = max_rows;

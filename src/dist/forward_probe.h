@@ -15,7 +15,7 @@
 //
 // The probe loads layers [b, e) as a pipeline stage would (b = 1 when the
 // model has more than one layer, so no output head), repacked as a stage's
-// are, over as many layers as make memory_span_bytes() (weights read from
+// are (or in the file's order, as a streamed layer runs), over as many layers as make memory_span_bytes() (weights read from
 // memory, not cache) and at most `cap_bytes`; a pass is begin_step on rows of
 // small random hidden values, then run_stage over [b, e), one sequence at
 // position 0. Each size's rate is the median pass of at least 3 over
@@ -41,8 +41,10 @@ class ForwardProbe {
   // Loads the probe's layers. Null (no error) when not even one layer fits
   // cap_bytes (0: no limit); rows up to max_rows may be timed.
   // Errors: the file cannot be opened or loaded as a model.
+  // repack: as resident layers run (the backend's layouts); false: in the
+  // file's row order, as a streamed layer runs.
   static StatusOr<std::unique_ptr<ForwardProbe>> create(const std::string& path, int n_threads, uint64_t cap_bytes,
-                                                        int64_t max_rows);
+                                                        int64_t max_rows, bool repack = true);
   ~ForwardProbe();
 
   // The rate at each of `rows` (> max_rows: skipped).

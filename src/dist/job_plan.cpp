@@ -274,11 +274,14 @@ std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs
     s += fmt::format("  rank {} {} TFLOP/s by rows at once:", r,
                      in.ranks[static_cast<size_t>(r)].forward_curve.empty() ? "matmul" : "forward");
     for (const plan::RatePoint& q : c.points()) s += fmt::format(" {} {:.3f}", q.n_tokens, q.rate);
-    const plan::RateCurve& shared = p.stage_tflops_curve_shared[static_cast<size_t>(r)];
-    if (!shared.empty()) {
-      s += "; every rank at once:";
-      for (const plan::RatePoint& q : shared.points()) s += fmt::format(" {} {:.3f}", q.n_tokens, q.rate);
-    }
+    auto more = [&](const plan::RateCurve& more_curve, const char* what) {
+      if (more_curve.empty()) return;
+      s += what;
+      for (const plan::RatePoint& q : more_curve.points()) s += fmt::format(" {} {:.3f}", q.n_tokens, q.rate);
+    };
+    more(p.stage_tflops_curve_shared[static_cast<size_t>(r)], "; every rank at once:");
+    if (p.stage_streamed[static_cast<size_t>(r)] > 0)
+      more(p.stage_streamed_curve[static_cast<size_t>(r)], "; streamed layers (not repacked):");
     s += "\n";
   }
   // A streaming rank: which of its layers stay in memory, which stream (the

@@ -47,6 +47,7 @@ plan::RankResources resources_of(const json& j) {
                              .tflops_curve = curve_of(j.value("tflops_curve", json::array())),
                              .forward_curve = curve_of(j.value("forward_curve", json::array())),
                              .forward_curve_shared = curve_of(j.value("forward_curve_shared", json::array())),
+                             .forward_curve_streamed = curve_of(j.value("forward_curve_streamed", json::array())),
                              .n_threads = j.at("n_threads").get<int>(),
                              .disk_gbps = j.value("disk_gbps", 0.0)};
 }
@@ -101,6 +102,14 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
     if (StatusOr<plan::RateCurve> f = probe->curve(kForwardRows, kForwardSeconds); f.ok()) forward = std::move(*f);
     else not_timed(f.status());
   }
+  // Under a budget the rank's range may stream, and a streamed layer runs in
+  // the file's row order (not repacked): its rate too.
+  plan::RateCurve forward_streamed;
+  if (probe && mem_budget > 0) {
+    StatusOr<std::unique_ptr<ForwardProbe>> s = ForwardProbe::create(path, n_threads, mem_cap, 128, /*repack=*/false);
+    StatusOr<plan::RateCurve> f = s.ok() && *s ? (*s)->curve(kForwardRows, kForwardSeconds) : plan::RateCurve();
+    if (f.ok()) forward_streamed = std::move(*f);
+  }
   *cal_out = cal;  // as measured: a streaming load applies the cap itself (open_streaming)
   // What the planner sees: the disk as the rank's capped reads will find it (0: not measured).
   plan::Calibration planned = cal;
@@ -137,6 +146,7 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
               {"tflops_curve", curve_json(cal.matmul_curve)},
               {"forward_curve", curve_json(forward)},
               {"forward_curve_shared", curve_json(forward_shared)},
+              {"forward_curve_streamed", curve_json(forward_streamed)},
               {"disk_gbps", planned.disk_read_gbps},
               {"n_threads", cal.n_threads}};
 }

@@ -11,12 +11,25 @@
 
 namespace sluice::plan {
 
-double PipelinePlan::stage_s(int64_t r, double n_tokens, bool together) const {
+double PipelinePlan::stage_s(int64_t r, double n_tokens, bool together, double n_logits) const {
   const auto i = static_cast<size_t>(r);
-  double tflops = i < stage_tflops_curve.size() ? stage_tflops_curve[i].at_or(n_tokens, stage_tflops[i])
-                                                : stage_tflops[i];
-  if (together && i < stage_tflops_curve_shared.size()) tflops = stage_tflops_curve_shared[i].at_or(n_tokens, tflops);
-  const double in_memory = std::max(stage_read_s[i], stage_flops[i] * n_tokens / (tflops * 1e12));
+  auto rate = [&](double n) {
+    double t = i < stage_tflops_curve.size() ? stage_tflops_curve[i].at_or(n, stage_tflops[i]) : stage_tflops[i];
+    if (together && i < stage_tflops_curve_shared.size()) t = stage_tflops_curve_shared[i].at_or(n, t);
+    return t * 1e12;
+  };
+  const double head = r == 0 ? head_flops : 0.0;
+  if (n_logits < 0) n_logits = n_tokens;
+  // The layers' compute, streamed ones at their own rate; the head's rows.
+  const double layers = (stage_flops[i] - head) * n_tokens, resident_rate = rate(n_tokens);
+  double compute = layers / resident_rate;
+  const LayerRange g = ranges[i];
+  if (stage_streamed[i] > 0 && i < stage_streamed_curve.size() && !stage_streamed_curve[i].empty() && g.end > g.begin) {
+    const double f = static_cast<double>(stage_streamed[i]) / static_cast<double>(g.end - g.begin);
+    compute = layers * ((1 - f) / resident_rate + f / (stage_streamed_curve[i].at(n_tokens) * 1e12));
+  }
+  if (head > 0 && n_logits > 0) compute += head * n_logits / rate(n_logits);
+  const double in_memory = std::max(stage_read_s[i], compute);
   // Missed experts are read once their layer routes: on top of the compute.
   if (streams_experts(r)) return in_memory + disk_s(r, n_tokens);
   return std::max(in_memory, disk_s(r, n_tokens));
@@ -62,7 +75,8 @@ double PipelinePlan::step_s(int64_t n_tokens, int64_t n_logits, int64_t m) const
   const double n = static_cast<double>(n_tokens) / static_cast<double>(m);
   double sum = 0, slowest = 0;
   for (int64_t r = 0; r < n_stages(); ++r) {
-    const double t = stage_s(r, n, /*together=*/m > 1), h = r > 0 ? hop_s(r, n) : 0.0;
+    const double logits = static_cast<double>(n_logits) / static_cast<double>(m);
+    const double t = stage_s(r, n, /*together=*/m > 1, logits), h = r > 0 ? hop_s(r, n) : 0.0;
     sum += t + h;
     slowest = std::max({slowest, t, h});
   }
@@ -349,6 +363,7 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
   p.n_expert = in.n_expert;
   p.expert_pick = in.expert_pick;
   p.expert_bytes = in.expert_bytes;
+  p.head_flops = in.head_flops_per_token;
   for (int64_t r = 0; r < S; ++r) {
     const LayerRange g = p.ranges[static_cast<size_t>(r)];
     const RankResources& k = in.ranks[static_cast<size_t>(r)];
@@ -360,6 +375,7 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
     p.stage_tflops.push_back(k.tflops);
     p.stage_tflops_curve.push_back(k.forward_curve.empty() ? k.tflops_curve : k.forward_curve);
     p.stage_tflops_curve_shared.push_back(k.forward_curve_shared);
+    p.stage_streamed_curve.push_back(k.forward_curve_streamed);
     p.stage_streamed.push_back(f.n_streamed);
     p.stage_ring_slots.push_back(f.n_ring);
     p.stage_disk_s.push_back(f.disk_s);

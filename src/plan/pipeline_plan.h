@@ -57,7 +57,10 @@
 // rate_curve.h, not one figure at the probe's size: on Zen 5 a 110m Q8_0
 // layer's forward runs at 0.48 TFLOP/s over 16 rows against 0.57 over 64, and
 // a 128-token prefill cut into 8 micro-batches multiplies 16 rows at a time.
-// With m > 1 the stages compute at the same time, so rate_r is then the
+// A rank's streamed layers run in the file's row order, not repacked, at
+// their own rate (forward_curve_streamed: on Zen 5 a 110m Q8_0 prefill ran at
+// 2105 tokens/s so against 3106 repacked); the head multiplies only the rows
+// that ask for logits (a prompt's last). With m > 1 the stages compute at the same time, so rate_r is then the
 // forward timed with every rank at once (forward_curve_shared): two ranks on
 // one machine share its caches and memory bus (10% slower at 16 rows, 4% at
 // 128, two one-thread processes on Zen 5).
@@ -90,6 +93,8 @@ struct RankResources {
   RateCurve forward_curve;     // the engine's forward of the model's layers by rows, in the plan's
                                // FLOPs per second (dist/forward_probe.h); empty: tflops_curve
   RateCurve forward_curve_shared;  // the same timed with every rank at once (empty: forward_curve)
+  RateCurve forward_curve_streamed;  // the forward with the layers in the file's row order, as a streamed
+                                     // layer runs (not repacked), alone; empty: forward_curve
   int n_threads = 0;
   double disk_gbps = 0;        // the model file read as the weight store reads it; 0: not measured
                                // (the rank holds its range in memory or refuses it)
@@ -158,6 +163,8 @@ struct PipelinePlan {
                                               // (empty: stage_tflops at any)
   std::vector<RateCurve> stage_tflops_curve_shared;  // [n_ranks] the forward's with every rank at once
                                                      // (empty: stage_tflops_curve)
+  std::vector<RateCurve> stage_streamed_curve;  // [n_ranks] its streamed layers' (empty: as its resident ones)
+  double head_flops = 0;                // per logit row, in stage 0's stage_flops (the output head's)
   std::vector<LinkFigures> links;       // as the inputs'
   int64_t n_embd = 0;
 
@@ -174,7 +181,8 @@ struct PipelinePlan {
   double disk_s(int64_t r, double n_tokens) const;
   // Stage r's seconds for n tokens (one micro-batch); `together`: while the
   // other stages compute too (a step in more than one micro-batch).
-  double stage_s(int64_t r, double n_tokens, bool together = false) const;
+  // n_logits: of the n rows, those the output head multiplies (< 0: all).
+  double stage_s(int64_t r, double n_tokens, bool together = false, double n_logits = -1) const;
   // Seconds to move n tokens' hidden rows into stage r (r = 0: the last stage's
   // rows back to rank 0).
   double hop_s(int64_t r, double n_tokens) const;
