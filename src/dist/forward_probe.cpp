@@ -46,6 +46,7 @@ StatusOr<std::unique_ptr<ForwardProbe>> ForwardProbe::create(const std::string& 
                                                  .layer_end = e}));
   p->kv_ = std::make_unique<KvCache>(p->model_->make_kv_cache(max_rows));
   p->flops_per_token_ = flops_per_token;
+  p->n_layers_ = e - b;
   p->max_rows_ = max_rows;
   p->tokens_.assign(static_cast<size_t>(max_rows), 1);
   std::mt19937 rng(7);
@@ -55,37 +56,49 @@ StatusOr<std::unique_ptr<ForwardProbe>> ForwardProbe::create(const std::string& 
   return p;
 }
 
-StatusOr<plan::RateCurve> ForwardProbe::curve(std::span<const int64_t> rows, double min_seconds) {
-  const int64_t n_embd = model_->hparams().n_embd;
-  // A pass at the most rows first: the KV rows and scratch touched once.
-  {
-    const ForwardSeq seq{.tokens = std::span<const int32_t>(tokens_.data(), static_cast<size_t>(max_rows_)),
-                         .pos0 = 0, .block_table = kv_->block_table(), .n_logits = 0};
-    RETURN_IF_ERROR(model_->begin_step(std::span(&seq, 1), kv_->store(), /*embed=*/false));
-    std::copy_n(hidden_.data(), max_rows_ * n_embd, model_->hidden());
-    RETURN_IF_ERROR(model_->run_stage(0, 1, 0, max_rows_, kv_->store()));
+StatusOr<double> ForwardProbe::pass_s(int64_t n, int64_t pos0) {
+  const ForwardSeq seq{.tokens = std::span<const int32_t>(tokens_.data(), static_cast<size_t>(n)),
+                       .pos0 = pos0, .block_table = kv_->block_table(), .n_logits = 0};
+  Stopwatch sw;
+  RETURN_IF_ERROR(model_->begin_step(std::span(&seq, 1), kv_->store(), /*embed=*/false));
+  std::copy_n(hidden_.data(), n * model_->hparams().n_embd, model_->hidden());
+  RETURN_IF_ERROR(model_->run_stage(0, 1, 0, n, kv_->store()));
+  return sw.seconds();
+}
+
+StatusOr<double> ForwardProbe::median_pass_s(int64_t n, int64_t pos0, double min_seconds) {
+  RETURN_IF_ERROR(pass_s(n, pos0).status());  // warm-up
+  std::vector<double> times;
+  Stopwatch window;
+  while (times.size() < 3 || window.seconds() < min_seconds) {
+    ASSIGN_OR_RETURN(const double s, pass_s(n, pos0));
+    times.push_back(s);
   }
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  return times[times.size() / 2];
+}
+
+StatusOr<plan::RateCurve> ForwardProbe::curve(std::span<const int64_t> rows, double min_seconds) {
+  // A pass at the most rows first: the KV rows and scratch touched once.
+  RETURN_IF_ERROR(pass_s(max_rows_, 0).status());
   std::vector<plan::RatePoint> points;
   for (int64_t n : rows) {
     if (n <= 0 || n > max_rows_) continue;
-    const ForwardSeq seq{.tokens = std::span<const int32_t>(tokens_.data(), static_cast<size_t>(n)),
-                         .pos0 = 0, .block_table = kv_->block_table(), .n_logits = 0};
-    std::vector<double> rates;
-    Stopwatch window;
-    // A warm-up pass, then at least 3 more over min_seconds.
-    for (int pass = 0; pass < 4 || window.seconds() < min_seconds; ++pass) {
-      Stopwatch sw;
-      RETURN_IF_ERROR(model_->begin_step(std::span(&seq, 1), kv_->store(), /*embed=*/false));
-      std::copy_n(hidden_.data(), n * n_embd, model_->hidden());
-      RETURN_IF_ERROR(model_->run_stage(0, 1, 0, n, kv_->store()));
-      const double s = sw.seconds();
-      if (pass > 0 && s > 0) rates.push_back(flops_per_token_ * static_cast<double>(n) / s / 1e12);
-      if (pass == 0) window.reset();
-    }
-    std::nth_element(rates.begin(), rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2), rates.end());
-    points.push_back({n, rates[rates.size() / 2]});
+    ASSIGN_OR_RETURN(const double s, median_pass_s(n, 0, min_seconds));
+    if (s > 0) points.push_back({n, flops_per_token_ * static_cast<double>(n) / s / 1e12});
   }
   return plan::RateCurve(std::move(points));
+}
+
+StatusOr<double> ForwardProbe::attention_pair_s(double min_seconds) {
+  const int64_t n = std::max<int64_t>(1, max_rows_ / 4), keys = max_rows_ - n;
+  if (keys <= 0) return 0.0;
+  ASSIGN_OR_RETURN(const double first, median_pass_s(n, 0, min_seconds));
+  // The later pass's keys at [0, keys) must be written: one pass over them.
+  RETURN_IF_ERROR(pass_s(keys, 0).status());
+  ASSIGN_OR_RETURN(const double later, median_pass_s(n, keys, min_seconds));
+  return std::max(0.0, later - first) / (static_cast<double>(n) * static_cast<double>(keys) *
+                                         static_cast<double>(n_layers_));
 }
 
 }  // namespace sluice::dist

@@ -49,12 +49,25 @@ class ForwardProbe {
 
   // The rate at each of `rows` (> max_rows: skipped).
   StatusOr<plan::RateCurve> curve(std::span<const int64_t> rows, double min_seconds);
+  // What attention adds per earlier key: a quarter of max_rows rows timed at
+  // position 0 and after the other three quarters, the difference per query,
+  // per key and per layer (seconds; >= 0). A prompt's later micro-batches
+  // attend over the earlier ones' keys, which the curve (every pass at
+  // position 0) does not see: on Zen 5 the f16 attention tile was 11% of a
+  // 110m stage's time in 32-row micro-batches of a 128-token prompt.
+  StatusOr<double> attention_pair_s(double min_seconds);
 
  private:
   ForwardProbe() = default;
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> kv_;
+  // One pass of n rows at pos0 (seconds).
+  StatusOr<double> pass_s(int64_t n, int64_t pos0);
+  // The median of passes (a warm-up, then at least 3 over min_seconds).
+  StatusOr<double> median_pass_s(int64_t n, int64_t pos0, double min_seconds);
+
   double flops_per_token_ = 0;
+  int64_t n_layers_ = 0;
   int64_t max_rows_ = 0;
   std::vector<int32_t> tokens_;
   std::vector<float> hidden_;

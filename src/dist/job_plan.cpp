@@ -218,17 +218,19 @@ plan::PipelineExpertInputs pipeline_expert_inputs(const ModelFile& file, const M
   return in;
 }
 
-PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch) {
+PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch, int64_t micro_batches) {
   PredictedSteps d{.decode_s = p.step_s(1, 1, 1),
                    .prefill_tokens = n_batch,
-                   .micro_batches = p.best_micro_batches(n_batch, 1, kMaxMicroBatches)};
+                   .micro_batches = micro_batches > 0 ? micro_batches
+                                                      : p.best_micro_batches(n_batch, 1, kMaxMicroBatches,
+                                                                             /*one_prompt=*/true)};
   for (int64_t r = 0; r < p.n_stages() && p.n_stages() > 1; ++r) d.decode_network_s += p.hop_s(r, 1);
   for (int64_t r = 0; r < p.n_stages(); ++r) {
     const auto i = static_cast<size_t>(r);
     const double in_memory_s = std::max(p.stage_read_s[i], p.stage_flops[i] / (p.stage_tflops[i] * 1e12));
     d.decode_disk_s += p.stage_s(r, 1) - in_memory_s;
   }
-  d.prefill_s = p.step_s(n_batch, 1, d.micro_batches);
+  d.prefill_s = p.step_s(n_batch, 1, d.micro_batches, /*one_prompt=*/true);
   return d;
 }
 
@@ -249,7 +251,8 @@ PredictedSteps predicted_steps(const plan::PipelineExpertPlan& p, int64_t n_batc
                         .prefill_s = p.step_s(nb)};
 }
 
-std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch) {
+std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch,
+                         int64_t micro_batches) {
   std::string s = fmt::format(
       "[sluice] pipeline of {} ranks (pp); {}\n", p.n_stages(),
       streaming_note(p.n_stages(), [&](int64_t r) { return p.streams(r); }, "every stage's weights in memory",
@@ -282,6 +285,8 @@ std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs
     more(p.stage_tflops_curve_shared[static_cast<size_t>(r)], "; every rank at once:");
     if (p.stage_streamed[static_cast<size_t>(r)] > 0)
       more(p.stage_streamed_curve[static_cast<size_t>(r)], "; streamed layers (not repacked):");
+    if (const double a = p.stage_attention_s[static_cast<size_t>(r)]; a > 0)
+      s += fmt::format("; attention {:.3g} ns a query per earlier key", a * 1e9);
     s += "\n";
   }
   // A streaming rank: which of its layers stay in memory, which stream (the
@@ -310,7 +315,7 @@ std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs
                      r, g.begin, g.end - 1, row, p.stage_streamed[i], g.end - g.begin, p.disk_gbps[i],
                      p.stage_ring_slots[i], p.stage_disk_s[i] * 1e3, mib(p.stage_bytes[i]), mib(p.range_bytes[i]));
   }
-  const PredictedSteps d = predicted_steps(p, n_batch);
+  const PredictedSteps d = predicted_steps(p, n_batch, micro_batches);
   s += fmt::format(
       "[sluice] predicted: decode {:.2f} ms/token ({:.2f} ms of it on links, {:.2f} ms waiting on disks), prefill {} "
       "tokens {:.1f} ms ({:.0f} tokens/s, in {} micro-batches); {} bytes per token per hop\n",

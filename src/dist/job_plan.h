@@ -46,7 +46,8 @@ struct PredictedSteps {
   double prefill_s = 0;         // one prompt of prefill_tokens, cut into micro_batches
   int64_t micro_batches = 1;    // pp: the plan's best cut (PipelineDriver::pieces); ep: 1
 };
-PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch);
+// micro_batches: a step's prefill cut as --micro-batches fixes it (0: the plan's best).
+PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch, int64_t micro_batches = 0);
 PredictedSteps predicted_steps(const plan::ExpertParallelPlan& p, int64_t n_batch);
 PredictedSteps predicted_steps(const plan::PipelineExpertPlan& p, int64_t n_batch);
 
@@ -56,7 +57,8 @@ PredictedSteps predicted_steps(const plan::PipelineExpertPlan& p, int64_t n_batc
 // where attention runs and why, then the predicted steps with their network
 // and disk legs. `in` holds
 // the ranks the pipeline plan was made for.
-std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch);
+std::string pipeline_map(const plan::PipelinePlan& p, const plan::PipelineInputs& in, int64_t n_batch,
+                         int64_t micro_batches = 0);
 std::string expert_parallel_map(const plan::ExpertParallelPlan& p, int64_t n_batch);
 // pp,ep: a row per job rank (its stage, the stage's layers, its experts).
 std::string pipeline_expert_map(const plan::PipelineExpertPlan& p, int64_t n_batch);

@@ -47,6 +47,7 @@ plan::RankResources resources_of(const json& j) {
                              .tflops_curve = curve_of(j.value("tflops_curve", json::array())),
                              .forward_curve = curve_of(j.value("forward_curve", json::array())),
                              .forward_curve_shared = curve_of(j.value("forward_curve_shared", json::array())),
+                             .attention_pair_s = j.value("attention_pair_s", 0.0),
                              .forward_curve_streamed = curve_of(j.value("forward_curve_streamed", json::array())),
                              .n_threads = j.at("n_threads").get<int>(),
                              .disk_gbps = j.value("disk_gbps", 0.0)};
@@ -98,9 +99,14 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
     probe = std::move(*p);
   else
     not_timed(p.status());
+  double attention_pair_s = 0;
   if (probe) {
     if (StatusOr<plan::RateCurve> f = probe->curve(kForwardRows, kForwardSeconds); f.ok()) forward = std::move(*f);
     else not_timed(f.status());
+  }
+  if (probe) {
+    if (StatusOr<double> a = probe->attention_pair_s(kForwardSeconds); a.ok()) attention_pair_s = *a;
+    else not_timed(a.status());
   }
   // Under a budget the rank's range may stream, and a streamed layer runs in
   // the file's row order (not repacked): its rate too.
@@ -147,6 +153,7 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
               {"forward_curve", curve_json(forward)},
               {"forward_curve_shared", curve_json(forward_shared)},
               {"forward_curve_streamed", curve_json(forward_streamed)},
+              {"attention_pair_s", attention_pair_s},
               {"disk_gbps", planned.disk_read_gbps},
               {"n_threads", cal.n_threads}};
 }

@@ -72,7 +72,8 @@ std::span<const ForwardSeq> PipelineDriver::pieces(const Model& model, std::span
     n_logits += s.n_logits;
   }
   const int64_t m = micro_batches_fixed_ > 0 ? std::min(micro_batches_fixed_, n)
-                                            : plan_.best_micro_batches(n, n_logits, kMaxMicroBatches);
+                                            : plan_.best_micro_batches(n, n_logits, kMaxMicroBatches,
+                                                                       /*one_prompt=*/seqs.size() == 1);
   if (m <= 1) return seqs;
   if (pieces_.capacity() < static_cast<size_t>(model.max_seqs())) pieces_.reserve(static_cast<size_t>(model.max_seqs()));
   cut_sequences(seqs, m, static_cast<size_t>(model.max_seqs()), &pieces_);
@@ -95,7 +96,12 @@ Status PipelineDriver::step(Model& model, std::span<const ForwardSeq> seqs, KvSt
   const int64_t n = model.step_tokens();
   const std::span<const int64_t> logit_rows = model.logit_rows();
   const auto n_logits = static_cast<int64_t>(logit_rows.size());
-  const int64_t m = plan_.best_micro_batches(n, n_logits, std::min<int64_t>(kMaxMicroBatches, seqs.size()));
+  // Pieces of one sequence (pieces()) share its block table.
+  const bool one_prompt = std::all_of(seqs.begin(), seqs.end(), [&](const ForwardSeq& s) {
+    return s.block_table.data() == seqs.front().block_table.data();
+  });
+  const int64_t m =
+      plan_.best_micro_batches(n, n_logits, std::min<int64_t>(kMaxMicroBatches, seqs.size()), one_prompt);
   split_micro_batches(seqs, m, &micro_ends_);
   micro_batches_->add(static_cast<double>(micro_ends_.size()));
   ++steps_;

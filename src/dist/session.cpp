@@ -190,7 +190,7 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   lm->model->set_stage_runner(session.driver_.get());
   // The job's map, then rank 0's own weight store's when its range streams.
   const std::string own = lm->placement_report;
-  lm->placement_report = pipeline_map(*plan, in, o.n_batch);
+  lm->placement_report = pipeline_map(*plan, in, o.n_batch, session.options().micro_batches);
   if (!own.empty()) lm->placement_report += "[sluice] rank 0's range streams from its disk:\n" + own;
   publish_job(c.size(), plan->step_s(1, 1, 1));
   return lm;

@@ -11,7 +11,7 @@
 
 namespace sluice::plan {
 
-double PipelinePlan::stage_s(int64_t r, double n_tokens, bool together, double n_logits) const {
+double PipelinePlan::stage_s(int64_t r, double n_tokens, bool together, double n_logits, double keys_before) const {
   const auto i = static_cast<size_t>(r);
   auto rate = [&](double n) {
     double t = i < stage_tflops_curve.size() ? stage_tflops_curve[i].at_or(n, stage_tflops[i]) : stage_tflops[i];
@@ -29,6 +29,7 @@ double PipelinePlan::stage_s(int64_t r, double n_tokens, bool together, double n
     compute = layers * ((1 - f) / resident_rate + f / (stage_streamed_curve[i].at(n_tokens) * 1e12));
   }
   if (head > 0 && n_logits > 0) compute += head * n_logits / rate(n_logits);
+  if (i < stage_attention_s.size()) compute += stage_attention_s[i] * n_tokens * keys_before;
   const double in_memory = std::max(stage_read_s[i], compute);
   // Missed experts are read once their layer routes: on top of the compute.
   if (streams_experts(r)) return in_memory + disk_s(r, n_tokens);
@@ -71,23 +72,28 @@ double PipelinePlan::hop_s(int64_t r, double n_tokens) const {
   return l.latency_s + n_tokens * static_cast<double>(n_embd) * 4.0 / (l.gbps * 1e9);
 }
 
-double PipelinePlan::step_s(int64_t n_tokens, int64_t n_logits, int64_t m) const {
+double PipelinePlan::step_s(int64_t n_tokens, int64_t n_logits, int64_t m, bool one_prompt) const {
   const double n = static_cast<double>(n_tokens) / static_cast<double>(m);
-  double sum = 0, slowest = 0;
-  for (int64_t r = 0; r < n_stages(); ++r) {
-    const double logits = static_cast<double>(n_logits) / static_cast<double>(m);
-    const double t = stage_s(r, n, /*together=*/m > 1, logits), h = r > 0 ? hop_s(r, n) : 0.0;
-    sum += t + h;
-    slowest = std::max({slowest, t, h});
+  const double logits = static_cast<double>(n_logits) / static_cast<double>(m);
+  // Micro-batch i of one prompt attends over the i x n keys before it too.
+  auto t = [&](int64_t r, int64_t i) {
+    return stage_s(r, n, /*together=*/m > 1, logits, one_prompt ? static_cast<double>(i) * n : 0.0);
+  };
+  double sum = 0;
+  for (int64_t r = 0; r < n_stages(); ++r) sum += t(r, 0) + (r > 0 ? hop_s(r, n) : 0.0);
+  if (n_stages() > 1) sum += hop_s(0, logits);
+  for (int64_t i = 1; i < m; ++i) {
+    double slowest = 0;
+    for (int64_t r = 0; r < n_stages(); ++r) slowest = std::max({slowest, t(r, i), r > 0 ? hop_s(r, n) : 0.0});
+    sum += slowest;
   }
-  if (n_stages() > 1) sum += hop_s(0, static_cast<double>(n_logits) / static_cast<double>(m));
-  return sum + static_cast<double>(m - 1) * slowest;
+  return sum;
 }
 
-int64_t PipelinePlan::best_micro_batches(int64_t n_tokens, int64_t n_logits, int64_t max_m) const {
+int64_t PipelinePlan::best_micro_batches(int64_t n_tokens, int64_t n_logits, int64_t max_m, bool one_prompt) const {
   int64_t best = 1;
   for (int64_t m = 2; m <= max_m; ++m)
-    if (step_s(n_tokens, n_logits, m) < step_s(n_tokens, n_logits, best)) best = m;
+    if (step_s(n_tokens, n_logits, m, one_prompt) < step_s(n_tokens, n_logits, best, one_prompt)) best = m;
   return best;
 }
 
@@ -376,6 +382,7 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
     p.stage_tflops_curve.push_back(k.forward_curve.empty() ? k.tflops_curve : k.forward_curve);
     p.stage_tflops_curve_shared.push_back(k.forward_curve_shared);
     p.stage_streamed_curve.push_back(k.forward_curve_streamed);
+    p.stage_attention_s.push_back(k.attention_pair_s * static_cast<double>(g.end - g.begin));
     p.stage_streamed.push_back(f.n_streamed);
     p.stage_ring_slots.push_back(f.n_ring);
     p.stage_disk_s.push_back(f.disk_s);

@@ -49,7 +49,9 @@
 //                         (a routed range streaming experts: max(...) + disk_r(n/m))
 //   hop into stage r:     h_r = latency_r + (n/m) x n_embd x 4 B / gbps_r
 //   back to rank 0:       h_0 = latency + logit rows x n_embd x 4 B / gbps
-//   step = sum_r (t_r + h_r) + h_0 + (m - 1) x max_r max(t_r, h_r)
+//   step = sum_r (t_r + h_r) + h_0 + sum over micro-batches i >= 1 of max_r max(t_r(i), h_r)
+//   (t_r(i): one prompt's micro-batch i also attends over the i x n/m keys
+//   before it, at the rank's measured attention cost per query and key)
 //
 // rate_r is the rank's rate at n/m rows: its forward_curve (the engine's own
 // forward over a few of the model's layers, timed at a few row counts;
@@ -93,6 +95,7 @@ struct RankResources {
   RateCurve forward_curve;     // the engine's forward of the model's layers by rows, in the plan's
                                // FLOPs per second (dist/forward_probe.h); empty: tflops_curve
   RateCurve forward_curve_shared;  // the same timed with every rank at once (empty: forward_curve)
+  double attention_pair_s = 0;  // a layer's attention per query and per earlier key (the probe's; 0: none)
   RateCurve forward_curve_streamed;  // the forward with the layers in the file's row order, as a streamed
                                      // layer runs (not repacked), alone; empty: forward_curve
   int n_threads = 0;
@@ -164,6 +167,7 @@ struct PipelinePlan {
   std::vector<RateCurve> stage_tflops_curve_shared;  // [n_ranks] the forward's with every rank at once
                                                      // (empty: stage_tflops_curve)
   std::vector<RateCurve> stage_streamed_curve;  // [n_ranks] its streamed layers' (empty: as its resident ones)
+  std::vector<double> stage_attention_s;  // [n_ranks] its layers' attention per query per earlier key
   double head_flops = 0;                // per logit row, in stage 0's stage_flops (the output head's)
   std::vector<LinkFigures> links;       // as the inputs'
   int64_t n_embd = 0;
@@ -181,16 +185,21 @@ struct PipelinePlan {
   double disk_s(int64_t r, double n_tokens) const;
   // Stage r's seconds for n tokens (one micro-batch); `together`: while the
   // other stages compute too (a step in more than one micro-batch).
-  // n_logits: of the n rows, those the output head multiplies (< 0: all).
-  double stage_s(int64_t r, double n_tokens, bool together = false, double n_logits = -1) const;
+  // n_logits: of the n rows, those the output head multiplies (< 0: all);
+  // keys_before: keys each row attends to before its micro-batch (a prompt's
+  // later micro-batches), beyond what the rate curve's passes saw.
+  double stage_s(int64_t r, double n_tokens, bool together = false, double n_logits = -1,
+                 double keys_before = 0) const;
   // Seconds to move n tokens' hidden rows into stage r (r = 0: the last stage's
   // rows back to rank 0).
   double hop_s(int64_t r, double n_tokens) const;
   // Predicted seconds of a step of n_tokens tokens (n_logits of them asking for
-  // logits) cut into m micro-batches (the formula above).
-  double step_s(int64_t n_tokens, int64_t n_logits, int64_t m) const;
+  // logits) cut into m micro-batches (the formula above); one_prompt: the
+  // step is one sequence's tokens from its start, so micro-batch i attends
+  // over the i x n/m keys before it as well.
+  double step_s(int64_t n_tokens, int64_t n_logits, int64_t m, bool one_prompt = false) const;
   // The m in [1, max_m] that step_s() says is fastest.
-  int64_t best_micro_batches(int64_t n_tokens, int64_t n_logits, int64_t max_m) const;
+  int64_t best_micro_batches(int64_t n_tokens, int64_t n_logits, int64_t max_m, bool one_prompt = false) const;
   // Bytes sent per step: into stage r (r >= 1) and back to rank 0 (r = 0), the
   // hidden rows only (the step's description adds ~4 bytes per token and per
   // block-table entry).

@@ -103,6 +103,28 @@ TEST(PipelinePlan, MicroBatchesAreTimedAtTheirRowsAndWithTheOtherStagesRunning) 
   EXPECT_GT(shared->step_s(100000, 1, 4), curved->step_s(100000, 1, 4));
 }
 
+// One prompt's later micro-batches attend over the earlier ones' keys: with
+// an attention cost per query and key, micro-batch i of n rows adds
+// layers x cost x n x i n to each stage; a batch of sequences adds nothing.
+TEST(PipelinePlan, APromptsLaterMicroBatchesPayForTheKeysBeforeThem) {
+  PipelineInputs in = inputs(8, 2, 10000);
+  for (LinkFigures& l : in.links) l = {.latency_s = 0, .gbps = 1e9};  // the stages, not the hops, set the step
+  auto plain = plan_pipeline(in);
+  ASSERT_TRUE(plain.ok());
+  for (RankResources& k : in.ranks) k.attention_pair_s = 1e-9;
+  auto p = plan_pipeline(in);
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->ranges[1].end - p->ranges[1].begin, 4);
+  const double n = 25000;  // 4 micro-batches of 1e5 tokens
+  EXPECT_NEAR(p->stage_s(1, n, false, -1, 2 * n) - plain->stage_s(1, n, false, -1, 2 * n), 4 * 1e-9 * n * 2 * n, 1e-9);
+  EXPECT_NEAR(p->step_s(100000, 1, 1, true), plain->step_s(100000, 1, 1, true), 1e-12);
+  EXPECT_NEAR(p->step_s(100000, 1, 4, false), plain->step_s(100000, 1, 4, false), 1e-12);
+  // Both stages hold 4 layers: the slower of them in micro-batches 1..3 pays
+  // 4 x 1e-9 x n x (i n) more.
+  const double extra = 4 * 1e-9 * n * n * (1 + 2 + 3);
+  EXPECT_NEAR(p->step_s(100000, 1, 4, true) - plain->step_s(100000, 1, 4, true), extra, extra * 1e-9);
+}
+
 // 16 layers of 100 bytes (a slot each, nothing pinned); rank 0 under its own
 // budget of 450 bytes: the head (50), a ring of 2 slots and 2 resident layers,
 // or 4 layers in memory; its disk at `disk_gbps` (the memory reads at 1).
