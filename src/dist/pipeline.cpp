@@ -100,8 +100,11 @@ Status PipelineDriver::step(Model& model, std::span<const ForwardSeq> seqs, KvSt
   const bool one_prompt = std::all_of(seqs.begin(), seqs.end(), [&](const ForwardSeq& s) {
     return s.block_table.data() == seqs.front().block_table.data();
   });
-  const int64_t m =
-      plan_.best_micro_batches(n, n_logits, std::min<int64_t>(kMaxMicroBatches, seqs.size()), one_prompt);
+  // --micro-batches fixes the cut here too (pieces() only cut long prompts).
+  const auto n_seqs = static_cast<int64_t>(seqs.size());
+  const int64_t m = micro_batches_fixed_ > 0
+                        ? std::min(micro_batches_fixed_, n_seqs)
+                        : plan_.best_micro_batches(n, n_logits, std::min<int64_t>(kMaxMicroBatches, n_seqs), one_prompt);
   split_micro_batches(seqs, m, &micro_ends_);
   micro_batches_->add(static_cast<double>(micro_ends_.size()));
   ++steps_;
