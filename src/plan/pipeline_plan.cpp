@@ -32,8 +32,10 @@ double PipelinePlan::stage_s(int64_t r, double n_tokens, bool together, double n
   if (i < stage_attention_s.size()) compute += stage_attention_s[i] * n_tokens * keys_before;
   const double in_memory = std::max(stage_read_s[i], compute);
   // Missed experts are read once their layer routes: on top of the compute.
-  if (streams_experts(r)) return in_memory + disk_s(r, n_tokens);
-  return std::max(in_memory, disk_s(r, n_tokens));
+  const double disk = disk_s(r, n_tokens) *
+                      (together && i < stage_disk_sharers.size() ? static_cast<double>(stage_disk_sharers[i]) : 1.0);
+  if (streams_experts(r)) return in_memory + disk;
+  return std::max(in_memory, disk);
 }
 
 namespace {
@@ -389,6 +391,13 @@ StatusOr<PipelinePlan> plan_pipeline(const PipelineInputs& in) {
     p.disk_gbps.push_back(k.disk_gbps);
     p.stage_expert_slots.push_back(f.n_expert_slots);
     p.stage_routed_layers.push_back(f.n_routed);
+  }
+  // Streaming ranks of one host read one disk: at once, each at its share.
+  for (int64_t r = 0; r < S; ++r) {
+    int64_t n = 0;
+    for (int64_t q = 0; q < S && p.streams(r); ++q)
+      n += p.streams(q) && in.ranks[static_cast<size_t>(q)].host == in.ranks[static_cast<size_t>(r)].host ? 1 : 0;
+    p.stage_disk_sharers.push_back(std::max<int64_t>(n, 1));
   }
   return p;
 }

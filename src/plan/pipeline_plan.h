@@ -65,7 +65,9 @@
 // that ask for logits (a prompt's last). With m > 1 the stages compute at the same time, so rate_r is then the
 // forward timed with every rank at once (forward_curve_shared): two ranks on
 // one machine share its caches and memory bus (10% slower at 16 rows, 4% at
-// 128, two one-thread processes on Zen 5).
+// 128, two one-thread processes on Zen 5), and streaming ranks of one host
+// share its disk: each reads at disk_gbps / (streaming ranks on the host)
+// then (two ranks' rings on Zen 5 read at 1.86 GB/s each against 3.71 alone).
 //
 // In decode every micro-batch reads the stage's weights again, so m = 1 is
 // best there; prefill and large batches are compute-bound and gain from
@@ -154,7 +156,8 @@ struct PipelinePlan {
   std::vector<int64_t> stage_streamed;  // [n_ranks] layers streamed from the rank's disk (0: all in memory)
   std::vector<int64_t> stage_ring_slots;// [n_ranks] its ring (0 when nothing streams)
   std::vector<double> stage_disk_s;     // [n_ranks] the streamed layers read from disk once
-  std::vector<double> disk_gbps;        // [n_ranks] the rates disk_s is at
+  std::vector<double> disk_gbps;        // [n_ranks] the rates disk_s is at, each rank alone
+  std::vector<int64_t> stage_disk_sharers;  // [n_ranks] streaming ranks on its host (its disk), itself included
   std::vector<int64_t> stage_expert_slots;   // [n_ranks] a routed range's pool of expert slots (0: none)
   std::vector<int64_t> stage_routed_layers;  // [n_ranks] routed layers in the range
   int64_t n_expert = 0;

@@ -157,6 +157,27 @@ TEST(PipelinePlan, ARankBeyondItsBudgetStreamsTheRestOfItsRange) {
   EXPECT_FALSE(fast->layer_streamed(0, 8));
 }
 
+// Two streaming ranks on one host read one disk: while both stages run (a
+// step in micro-batches) each reads at half its rate; on two hosts, each at
+// its own.
+TEST(PipelinePlan, StreamingRanksOfOneHostShareItsDisk) {
+  PipelineInputs in = streaming_inputs(0.5);
+  in.ranks[1].mem_cap_bytes = 450;
+  in.ranks[1].budget_given = true;
+  in.ranks[1].disk_gbps = 0.5;
+  auto one_host = plan_pipeline(in);
+  ASSERT_TRUE(one_host.ok()) << one_host.status().to_string();
+  ASSERT_TRUE(one_host->streams(0) && one_host->streams(1));
+  EXPECT_EQ(one_host->stage_disk_sharers[0], 2);
+  EXPECT_NEAR(one_host->stage_s(1, 1, true), 2 * one_host->stage_disk_s[1], 1e-15);
+  EXPECT_NEAR(one_host->stage_s(1, 1, false), one_host->stage_disk_s[1], 1e-15);
+  in.ranks[1].host = "other";
+  auto two_hosts = plan_pipeline(in);
+  ASSERT_TRUE(two_hosts.ok());
+  EXPECT_EQ(two_hosts->stage_disk_sharers[1], 1);
+  EXPECT_NEAR(two_hosts->stage_s(1, 1, true), two_hosts->stage_disk_s[1], 1e-15);
+}
+
 TEST(PipelinePlan, ASlowerDiskShiftsLayersOffTheStreamingRank) {
   // At 0.5 GB/s a streamed layer costs 200 ns against 100 ns from memory:
   // plan_stream sizes a ring of 3, one layer stays resident, and the cut
