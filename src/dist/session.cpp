@@ -179,8 +179,8 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = po;
   stream_under_budget(&mine_opts, plan->streams(0), o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal);
-  mine_opts.layer_begin = plan->ranges[0].begin;
-  mine_opts.layer_end = plan->ranges[0].end;
+  mine_opts.stage.layer_begin = plan->ranges[0].begin;
+  mine_opts.stage.layer_end = plan->ranges[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
   ASSIGN_OR_RETURN(const std::string failures,
                    start_job(c, lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message())));
@@ -218,8 +218,8 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = o;
   stream_under_budget(&mine_opts, plan->streams(0), o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal);
-  mine_opts.expert_begin = plan->shares[0].begin;
-  mine_opts.expert_end = plan->shares[0].end;
+  mine_opts.stage.expert_begin = plan->shares[0].begin;
+  mine_opts.stage.expert_end = plan->shares[0].end;
   // With attention on rank 0, the ranks that stream read ahead what rank 0
   // predicts (expert_parallel.h): rank 0 predicts for them.
   std::vector<char> read_ahead(static_cast<size_t>(plan->n_ranks()), 0);
@@ -270,10 +270,10 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = po;
   stream_under_budget(&mine_opts, plan->streams(0, 0), o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal);
-  mine_opts.layer_begin = plan->pipeline.ranges[0].begin;
-  mine_opts.layer_end = plan->pipeline.ranges[0].end;
-  mine_opts.expert_begin = plan->stages[0].shares[0].begin;
-  mine_opts.expert_end = plan->stages[0].shares[0].end;
+  mine_opts.stage.layer_begin = plan->pipeline.ranges[0].begin;
+  mine_opts.stage.layer_end = plan->pipeline.ranges[0].end;
+  mine_opts.stage.expert_begin = plan->stages[0].shares[0].begin;
+  mine_opts.stage.expert_end = plan->stages[0].shares[0].end;
   std::vector<char> read_ahead(static_cast<size_t>(plan->ep_size), 0);
   for (int64_t m = 1; m < plan->ep_size; ++m) read_ahead[static_cast<size_t>(m)] = plan->streams(0, m);
   mine_opts.predict_experts = o.predict_experts || std::count(read_ahead.begin(), read_ahead.end(), 1) > 0;
@@ -319,11 +319,11 @@ Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup
   const json& range = setup.at("stage_ranges").at(g);
   std::vector<plan::ExpertRange> shares;
   for (const json& x : setup.at("stage_experts").at(g)) shares.push_back({x.at(0).get<int64_t>(), x.at(1).get<int64_t>()});
-  lo.layer_begin = range.at(0).get<int64_t>();
-  lo.layer_end = range.at(1).get<int64_t>();
-  lo.expert_begin = shares.at(m).begin;
-  lo.expert_end = shares.at(m).end;
-  lo.experts_only = m > 0;
+  lo.stage.layer_begin = range.at(0).get<int64_t>();
+  lo.stage.layer_end = range.at(1).get<int64_t>();
+  lo.stage.expert_begin = shares.at(m).begin;
+  lo.stage.expert_end = shares.at(m).end;
+  lo.stage.experts_only = m > 0;
   // A lead predicts for its expert ranks that stream (they read ahead).
   std::vector<char> read_ahead(static_cast<size_t>(E), 0);
   for (size_t k = 1; k < static_cast<size_t>(E); ++k)
@@ -380,9 +380,9 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
     const plan::ExpertRange range = ranges.at(static_cast<size_t>(c.rank()));
     // With attention on every rank it holds the rest of the model as rank 0 does.
     const bool every = setup.value("attention", "rank0") == plan::ep_attention_name(plan::EpAttention::kEvery);
-    lo.expert_begin = range.begin;
-    lo.expert_end = range.end;
-    lo.experts_only = !every;
+    lo.stage.expert_begin = range.begin;
+    lo.stage.expert_end = range.end;
+    lo.stage.experts_only = !every;
     stream_as_setup_says(&lo, setup, c.rank(), o, &cal);
     StatusOr<LoadedModel> lm = load_model(path, lo);
     if (lm.ok() && !lm->placement_report.empty())
@@ -401,8 +401,8 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   const json& ranges = setup.at("ranges");
   const json& mine_range = ranges.at(static_cast<size_t>(c.rank()));
   lo.predict_experts = setup.at("predict_experts").get<bool>();
-  lo.layer_begin = mine_range.at(0).get<int64_t>();
-  lo.layer_end = mine_range.at(1).get<int64_t>();
+  lo.stage.layer_begin = mine_range.at(0).get<int64_t>();
+  lo.stage.layer_end = mine_range.at(1).get<int64_t>();
   stream_as_setup_says(&lo, setup, c.rank(), o, &cal);
   StatusOr<LoadedModel> lm = load_model(path, lo);
   if (lm.ok() && !lm->placement_report.empty())
