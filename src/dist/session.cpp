@@ -60,6 +60,17 @@ std::string expert_summary(const ExpertParallelDriver& d, const Comm& c) {
                      rows, links.empty() ? "nothing (one rank)" : links);
 }
 
+// The job's plan over its ranks and links, or its refusal (the job's own, or
+// the planner's) after telling the workers (refuse_job).
+template <class Plan, class Inputs>
+StatusOr<Plan> plan_job(Comm& c, const JobStart& job, Inputs& in, StatusOr<Plan> (*plan)(const Inputs&)) {
+  in.ranks = job.ranks;
+  in.links = job.links;
+  StatusOr<Plan> p = job.refusal.ok() ? plan(in) : StatusOr<Plan>(job.refusal);
+  if (!p.ok()) return refuse_job(c, p.status());
+  return p;
+}
+
 void publish_job(int n_ranks, double decode_step_s) {
   MetricRegistry& reg = global_metrics();
   reg.gauge("sluice_dist_ranks", "Processes of the job")->set(n_ranks);
@@ -163,11 +174,8 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
   plan::PipelineInputs in = pipeline_inputs(job.file, job.hp);
-  in.ranks = job.ranks;
-  in.links = job.links;
-  const StatusOr<plan::PipelinePlan> plan =
-      job.refusal.ok() ? plan::plan_pipeline(in) : StatusOr<plan::PipelinePlan>(job.refusal);
-  if (!plan.ok()) return refuse_job(c, plan.status());
+  const StatusOr<plan::PipelinePlan> plan = plan_job(c, job, in, plan::plan_pipeline);
+  if (!plan.ok()) return plan.status();
   json ranges = json::array(), streams = json::array();
   for (const plan::LayerRange& g : plan->ranges) ranges.push_back({g.begin, g.end});
   for (int64_t r = 0; r < plan->n_stages(); ++r) streams.push_back(plan->streams(r));
@@ -200,14 +208,11 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
   plan::ExpertParallelInputs in = expert_parallel_inputs(job.file, job.hp);
-  in.ranks = job.ranks;
-  in.links = job.links;
   ASSIGN_OR_RETURN(in.attention, plan::parse_ep_attention(session.options().ep_attention));
   in.kv_bytes = o.kv_budget_bytes > 0 ? o.kv_budget_bytes
                                       : ep_kv_bytes(job.file, job.hp, o.n_ctx_max, o.ctx_cap, o.max_seqs);
-  const StatusOr<plan::ExpertParallelPlan> plan =
-      job.refusal.ok() ? plan::plan_expert_parallel(in) : StatusOr<plan::ExpertParallelPlan>(job.refusal);
-  if (!plan.ok()) return refuse_job(c, plan.status());
+  const StatusOr<plan::ExpertParallelPlan> plan = plan_job(c, job, in, plan::plan_expert_parallel);
+  if (!plan.ok()) return plan.status();
   json experts = json::array(), streams = json::array();
   for (const plan::ExpertRange& g : plan->shares) experts.push_back({g.begin, g.end});
   for (int64_t r = 0; r < plan->n_ranks(); ++r) streams.push_back(plan->streams(r));
@@ -245,11 +250,8 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
   plan::PipelineExpertInputs in = pipeline_expert_inputs(job.file, job.hp, session.options().ep_size);
-  in.ranks = job.ranks;
-  in.links = job.links;
-  const StatusOr<plan::PipelineExpertPlan> plan =
-      job.refusal.ok() ? plan::plan_pipeline_experts(in) : StatusOr<plan::PipelineExpertPlan>(job.refusal);
-  if (!plan.ok()) return refuse_job(c, plan.status());
+  const StatusOr<plan::PipelineExpertPlan> plan = plan_job(c, job, in, plan::plan_pipeline_experts);
+  if (!plan.ok()) return plan.status();
   json ranges = json::array(), experts = json::array(), streams = json::array();
   for (int64_t g = 0; g < plan->n_stages(); ++g) {
     const plan::LayerRange r = plan->pipeline.ranges[static_cast<size_t>(g)];
