@@ -1,5 +1,7 @@
 #include "base/metrics.h"
 
+#include <initializer_list>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -7,6 +9,12 @@
 
 namespace sluice {
 namespace {
+
+// The registry's Prometheus text has each of `lines`.
+void expect_exposition_has(const MetricRegistry& r, std::initializer_list<const char*> lines) {
+  const std::string text = r.render_prometheus();
+  for (const char* line : lines) EXPECT_NE(text.find(line), std::string::npos) << line;
+}
 
 TEST(Metrics, CountersAndGaugesByLabel) {
   MetricRegistry r;
@@ -19,10 +27,8 @@ TEST(Metrics, CountersAndGaugesByLabel) {
   EXPECT_EQ(r.value("sluice_weight_bytes_read_total", "tier=\"disk\""), 100);
   EXPECT_EQ(r.value("sluice_running"), 3);
   EXPECT_EQ(r.value("missing"), 0);
-  const std::string text = r.render_prometheus();
-  EXPECT_NE(text.find("# TYPE sluice_weight_bytes_read_total counter"), std::string::npos);
-  EXPECT_NE(text.find("sluice_weight_bytes_read_total{tier=\"disk\"} 100"), std::string::npos);
-  EXPECT_NE(text.find("sluice_running 3"), std::string::npos);
+  expect_exposition_has(r, {"# TYPE sluice_weight_bytes_read_total counter",
+                            "sluice_weight_bytes_read_total{tier=\"disk\"} 100", "sluice_running 3"});
 }
 
 TEST(Metrics, HistogramBucketsAreCumulativeAndQuantilesInterpolate) {
@@ -36,10 +42,8 @@ TEST(Metrics, HistogramBucketsAreCumulativeAndQuantilesInterpolate) {
   EXPECT_EQ(h->cumulative_count(2), 4u);
   EXPECT_GT(h->quantile(0.5), 0.1);
   EXPECT_LE(h->quantile(0.5), 0.2);
-  const std::string text = r.render_prometheus();
-  EXPECT_NE(text.find("sluice_ttft_seconds_bucket{le=\"0.2\"} 3"), std::string::npos);
-  EXPECT_NE(text.find("sluice_ttft_seconds_bucket{le=\"+Inf\"} 5"), std::string::npos);
-  EXPECT_NE(text.find("sluice_ttft_seconds_count 5"), std::string::npos);
+  expect_exposition_has(r, {"sluice_ttft_seconds_bucket{le=\"0.2\"} 3", "sluice_ttft_seconds_bucket{le=\"+Inf\"} 5",
+                            "sluice_ttft_seconds_count 5"});
 }
 
 // series_count() moves exactly when a series is created, so a reader that keeps

@@ -60,6 +60,17 @@ std::string expert_summary(const ExpertParallelDriver& d, const Comm& c) {
                      rows, links.empty() ? "nothing (one rank)" : links);
 }
 
+// The job's plan over its ranks and links, or its refusal (the job's own, or
+// the planner's) after telling the workers (refuse_job).
+template <class Plan, class Inputs>
+StatusOr<Plan> plan_job(Comm& c, const JobStart& job, Inputs& in, StatusOr<Plan> (*plan)(const Inputs&)) {
+  in.ranks = job.ranks;
+  in.links = job.links;
+  StatusOr<Plan> p = job.refusal.ok() ? plan(in) : StatusOr<Plan>(job.refusal);
+  if (!p.ok()) return refuse_job(c, p.status());
+  return p;
+}
+
 void publish_job(int n_ranks, double decode_step_s) {
   MetricRegistry& reg = global_metrics();
   reg.gauge("sluice_dist_ranks", "Processes of the job")->set(n_ranks);
@@ -163,11 +174,8 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
   plan::PipelineInputs in = pipeline_inputs(job.file, job.hp);
-  in.ranks = job.ranks;
-  in.links = job.links;
-  const StatusOr<plan::PipelinePlan> plan =
-      job.refusal.ok() ? plan::plan_pipeline(in) : StatusOr<plan::PipelinePlan>(job.refusal);
-  if (!plan.ok()) return refuse_job(c, plan.status());
+  const StatusOr<plan::PipelinePlan> plan = plan_job(c, job, in, plan::plan_pipeline);
+  if (!plan.ok()) return plan.status();
   json ranges = json::array(), streams = json::array();
   for (const plan::LayerRange& g : plan->ranges) ranges.push_back({g.begin, g.end});
   for (int64_t r = 0; r < plan->n_stages(); ++r) streams.push_back(plan->streams(r));
@@ -179,8 +187,8 @@ StatusOr<LoadedModel> load_pipelined(const std::string& path, const LoadOptions&
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = po;
   stream_under_budget(&mine_opts, plan->streams(0), o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal);
-  mine_opts.layer_begin = plan->ranges[0].begin;
-  mine_opts.layer_end = plan->ranges[0].end;
+  mine_opts.stage.layer_begin = plan->ranges[0].begin;
+  mine_opts.stage.layer_end = plan->ranges[0].end;
   StatusOr<LoadedModel> lm = load_model(path, mine_opts);
   ASSIGN_OR_RETURN(const std::string failures,
                    start_job(c, lm.ok() ? "" : fmt::format("rank 0: {}", lm.status().message())));
@@ -200,14 +208,11 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
   plan::ExpertParallelInputs in = expert_parallel_inputs(job.file, job.hp);
-  in.ranks = job.ranks;
-  in.links = job.links;
   ASSIGN_OR_RETURN(in.attention, plan::parse_ep_attention(session.options().ep_attention));
   in.kv_bytes = o.kv_budget_bytes > 0 ? o.kv_budget_bytes
                                       : ep_kv_bytes(job.file, job.hp, o.n_ctx_max, o.ctx_cap, o.max_seqs);
-  const StatusOr<plan::ExpertParallelPlan> plan =
-      job.refusal.ok() ? plan::plan_expert_parallel(in) : StatusOr<plan::ExpertParallelPlan>(job.refusal);
-  if (!plan.ok()) return refuse_job(c, plan.status());
+  const StatusOr<plan::ExpertParallelPlan> plan = plan_job(c, job, in, plan::plan_expert_parallel);
+  if (!plan.ok()) return plan.status();
   json experts = json::array(), streams = json::array();
   for (const plan::ExpertRange& g : plan->shares) experts.push_back({g.begin, g.end});
   for (int64_t r = 0; r < plan->n_ranks(); ++r) streams.push_back(plan->streams(r));
@@ -218,8 +223,8 @@ StatusOr<LoadedModel> load_expert_parallel(const std::string& path, const LoadOp
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = o;
   stream_under_budget(&mine_opts, plan->streams(0), o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal);
-  mine_opts.expert_begin = plan->shares[0].begin;
-  mine_opts.expert_end = plan->shares[0].end;
+  mine_opts.stage.expert_begin = plan->shares[0].begin;
+  mine_opts.stage.expert_end = plan->shares[0].end;
   // With attention on rank 0, the ranks that stream read ahead what rank 0
   // predicts (expert_parallel.h): rank 0 predicts for them.
   std::vector<char> read_ahead(static_cast<size_t>(plan->n_ranks()), 0);
@@ -245,11 +250,8 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
   Comm& c = session.comm();
   ASSIGN_OR_RETURN(const JobStart job, gather_job(c, path, o));
   plan::PipelineExpertInputs in = pipeline_expert_inputs(job.file, job.hp, session.options().ep_size);
-  in.ranks = job.ranks;
-  in.links = job.links;
-  const StatusOr<plan::PipelineExpertPlan> plan =
-      job.refusal.ok() ? plan::plan_pipeline_experts(in) : StatusOr<plan::PipelineExpertPlan>(job.refusal);
-  if (!plan.ok()) return refuse_job(c, plan.status());
+  const StatusOr<plan::PipelineExpertPlan> plan = plan_job(c, job, in, plan::plan_pipeline_experts);
+  if (!plan.ok()) return plan.status();
   json ranges = json::array(), experts = json::array(), streams = json::array();
   for (int64_t g = 0; g < plan->n_stages(); ++g) {
     const plan::LayerRange r = plan->pipeline.ranges[static_cast<size_t>(g)];
@@ -270,10 +272,10 @@ StatusOr<LoadedModel> load_pipeline_experts(const std::string& path, const LoadO
   RETURN_IF_ERROR(send_to_workers(c, kTagControl, setup, "setup"));
   LoadOptions mine_opts = po;
   stream_under_budget(&mine_opts, plan->streams(0, 0), o.mem_budget_bytes, o.disk_rate_cap_bytes_per_s, &job.cal);
-  mine_opts.layer_begin = plan->pipeline.ranges[0].begin;
-  mine_opts.layer_end = plan->pipeline.ranges[0].end;
-  mine_opts.expert_begin = plan->stages[0].shares[0].begin;
-  mine_opts.expert_end = plan->stages[0].shares[0].end;
+  mine_opts.stage.layer_begin = plan->pipeline.ranges[0].begin;
+  mine_opts.stage.layer_end = plan->pipeline.ranges[0].end;
+  mine_opts.stage.expert_begin = plan->stages[0].shares[0].begin;
+  mine_opts.stage.expert_end = plan->stages[0].shares[0].end;
   std::vector<char> read_ahead(static_cast<size_t>(plan->ep_size), 0);
   for (int64_t m = 1; m < plan->ep_size; ++m) read_ahead[static_cast<size_t>(m)] = plan->streams(0, m);
   mine_opts.predict_experts = o.predict_experts || std::count(read_ahead.begin(), read_ahead.end(), 1) > 0;
@@ -319,11 +321,11 @@ Status run_stage_rank(const std::string& path, LoadOptions lo, const json& setup
   const json& range = setup.at("stage_ranges").at(g);
   std::vector<plan::ExpertRange> shares;
   for (const json& x : setup.at("stage_experts").at(g)) shares.push_back({x.at(0).get<int64_t>(), x.at(1).get<int64_t>()});
-  lo.layer_begin = range.at(0).get<int64_t>();
-  lo.layer_end = range.at(1).get<int64_t>();
-  lo.expert_begin = shares.at(m).begin;
-  lo.expert_end = shares.at(m).end;
-  lo.experts_only = m > 0;
+  lo.stage.layer_begin = range.at(0).get<int64_t>();
+  lo.stage.layer_end = range.at(1).get<int64_t>();
+  lo.stage.expert_begin = shares.at(m).begin;
+  lo.stage.expert_end = shares.at(m).end;
+  lo.stage.experts_only = m > 0;
   // A lead predicts for its expert ranks that stream (they read ahead).
   std::vector<char> read_ahead(static_cast<size_t>(E), 0);
   for (size_t k = 1; k < static_cast<size_t>(E); ++k)
@@ -380,9 +382,9 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
     const plan::ExpertRange range = ranges.at(static_cast<size_t>(c.rank()));
     // With attention on every rank it holds the rest of the model as rank 0 does.
     const bool every = setup.value("attention", "rank0") == plan::ep_attention_name(plan::EpAttention::kEvery);
-    lo.expert_begin = range.begin;
-    lo.expert_end = range.end;
-    lo.experts_only = !every;
+    lo.stage.expert_begin = range.begin;
+    lo.stage.expert_end = range.end;
+    lo.stage.experts_only = !every;
     stream_as_setup_says(&lo, setup, c.rank(), o, &cal);
     StatusOr<LoadedModel> lm = load_model(path, lo);
     if (lm.ok() && !lm->placement_report.empty())
@@ -401,8 +403,8 @@ Status run_worker(const std::string& path, const WorkerOptions& o, Session& sess
   const json& ranges = setup.at("ranges");
   const json& mine_range = ranges.at(static_cast<size_t>(c.rank()));
   lo.predict_experts = setup.at("predict_experts").get<bool>();
-  lo.layer_begin = mine_range.at(0).get<int64_t>();
-  lo.layer_end = mine_range.at(1).get<int64_t>();
+  lo.stage.layer_begin = mine_range.at(0).get<int64_t>();
+  lo.stage.layer_end = mine_range.at(1).get<int64_t>();
   stream_as_setup_says(&lo, setup, c.rank(), o, &cal);
   StatusOr<LoadedModel> lm = load_model(path, lo);
   if (lm.ok() && !lm->placement_report.empty())

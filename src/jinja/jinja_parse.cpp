@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <initializer_list>
 #include <set>
 
 #include "jinja/jinja_error.h"
@@ -103,16 +104,33 @@ class ExprParser {
     }
   }
 
+  // Comma-separated items up to `close` (consumed; a trailing comma is
+  // allowed), each parsed by `item`.
+  template <class Item>
+  void parse_items(const char* close, Item item) {
+    for (bool first = true; !accept_op(close); first = false) {
+      if (!first) expect_op(",");
+      if (accept_op(close)) break;
+      item();
+    }
+  }
+
+  // A filter or a test at line `at`: `name` applied to `subject`, its first operand.
+  static std::shared_ptr<Expr> applied(Expr::Kind kind, int at, std::string name, ExprPtr subject) {
+    auto e = std::make_shared<Expr>();
+    e->kind = kind;
+    e->line = at;
+    e->name = std::move(name);
+    e->operands.push_back(std::move(subject));
+    return e;
+  }
+
   // `|name(args)` with the subject given (null for a block filter); '|' consumed.
   ExprPtr parse_filter(ExprPtr subject) {
     const int at = line();
     std::string name = expect_name();
     if (!is_known_filter(name)) unsupported(at, "the filter '" + name + "'");
-    auto f = std::make_shared<Expr>();
-    f->kind = Expr::Kind::kFilter;
-    f->line = at;
-    f->name = name;
-    f->operands.push_back(subject);
+    auto f = applied(Expr::Kind::kFilter, at, std::move(name), std::move(subject));
     if (accept_op("(")) parse_call_args(&f->operands, &f->kwargs);
     return finish(f);
   }
@@ -153,16 +171,21 @@ class ExprParser {
     ExprParser* p_;
   };
 
-  ExprPtr parse_or() {
-    ExprPtr l = parse_and();
-    while (accept_name("or")) l = make(Expr::Kind::kBinary, "or", {l, parse_and()});
-    return l;
+  // A left-associative level: operands parsed by `next`, joined by the first
+  // of `ops` that follows (keywords when `names`, else operators).
+  ExprPtr parse_left(ExprPtr (ExprParser::*next)(), std::initializer_list<const char*> ops, bool names) {
+    ExprPtr l = (this->*next)();
+    while (true) {
+      const char* op = nullptr;
+      for (const char* c : ops)
+        if (!op && (names ? accept_name(c) : accept_op(c))) op = c;
+      if (!op) return l;
+      l = make(Expr::Kind::kBinary, op, {l, (this->*next)()});
+    }
   }
-  ExprPtr parse_and() {
-    ExprPtr l = parse_not();
-    while (accept_name("and")) l = make(Expr::Kind::kBinary, "and", {l, parse_not()});
-    return l;
-  }
+
+  ExprPtr parse_or() { return parse_left(&ExprParser::parse_and, {"or"}, true); }
+  ExprPtr parse_and() { return parse_left(&ExprParser::parse_not, {"and"}, true); }
   ExprPtr parse_not() {
     if (accept_name("not")) {
       DepthGuard g(this);
@@ -189,29 +212,9 @@ class ExprParser {
       l = make(Expr::Kind::kBinary, op, {l, parse_math1()});
     }
   }
-  ExprPtr parse_math1() {
-    ExprPtr l = parse_concat();
-    while (true) {
-      if (accept_op("+")) l = make(Expr::Kind::kBinary, "+", {l, parse_concat()});
-      else if (accept_op("-")) l = make(Expr::Kind::kBinary, "-", {l, parse_concat()});
-      else return l;
-    }
-  }
-  ExprPtr parse_concat() {
-    ExprPtr l = parse_math2();
-    while (accept_op("~")) l = make(Expr::Kind::kBinary, "~", {l, parse_math2()});
-    return l;
-  }
-  ExprPtr parse_math2() {
-    ExprPtr l = parse_pow();
-    while (true) {
-      std::string op;
-      for (const char* c : {"//", "*", "/", "%"})
-        if (op.empty() && accept_op(c)) op = c;
-      if (op.empty()) return l;
-      l = make(Expr::Kind::kBinary, op, {l, parse_pow()});
-    }
-  }
+  ExprPtr parse_math1() { return parse_left(&ExprParser::parse_concat, {"+", "-"}, false); }
+  ExprPtr parse_concat() { return parse_left(&ExprParser::parse_math2, {"~"}, false); }
+  ExprPtr parse_math2() { return parse_left(&ExprParser::parse_pow, {"//", "*", "/", "%"}, false); }
   ExprPtr parse_pow() {
     ExprPtr l = parse_unary(true);
     while (accept_op("**")) l = make(Expr::Kind::kBinary, "**", {l, parse_unary(true)});
@@ -275,12 +278,8 @@ class ExprParser {
         const bool negated = accept_name("not");
         std::string name = expect_name();
         if (!is_known_test(name)) unsupported(at, "the test '" + name + "'");
-        auto t = std::make_shared<Expr>();
-        t->kind = Expr::Kind::kTest;
-        t->line = at;
-        t->name = name;
+        auto t = applied(Expr::Kind::kTest, at, std::move(name), e);
         t->negated = negated;
-        t->operands.push_back(e);
         if (accept_op("(")) {
           parse_call_args(&t->operands, &t->kwargs);
         } else if (takes_bare_argument()) {
@@ -349,22 +348,16 @@ class ExprParser {
     }
     if (accept_op("[")) {
       std::vector<ExprPtr> items;
-      while (!accept_op("]")) {
-        if (!items.empty()) expect_op(",");
-        if (accept_op("]")) break;
-        items.push_back(parse_expr());
-      }
+      parse_items("]", [&] { items.push_back(parse_expr()); });
       return make(Expr::Kind::kList, "", std::move(items));
     }
     if (accept_op("{")) {
       std::vector<ExprPtr> kv;
-      while (!accept_op("}")) {
-        if (!kv.empty()) expect_op(",");
-        if (accept_op("}")) break;
+      parse_items("}", [&] {
         kv.push_back(parse_expr());
         expect_op(":");
         kv.push_back(parse_expr());
-      }
+      });
       return make(Expr::Kind::kDict, "", std::move(kv));
     }
     fail(t.line, "unexpected '" + t.text + "'");
@@ -537,37 +530,42 @@ class TemplateParser {
     return body;
   }
 
-  NodePtr parse_macro(const Segment& seg) {
-    auto n = node(Node::Kind::kMacro, seg);
+  // A block statement, `{% tag head %} body {% end %}`: `head` parses what
+  // follows the tag into the node; the body runs to `end`, apart from an
+  // enclosing loop when `scoped` (parse_scope_body).
+  template <class Head>
+  NodePtr parse_block(const Segment& seg, Node::Kind kind, const char* tag, const std::string& end, bool scoped,
+                      Head head) {
+    auto n = node(kind, seg);
     ExprParser p(seg.tokens, 1, seg.line);
-    n->text = p.expect_name();
-    p.expect_op("(");
-    n->params = p.parse_params();
-    p.expect_end("{% macro %}");
-    n->body = parse_scope_body("endmacro");
+    head(p, *n);
+    p.expect_end(tag);
+    std::string stop;
+    n->body = scoped ? parse_scope_body(end) : parse_body({end}, &stop);
     return n;
+  }
+
+  NodePtr parse_macro(const Segment& seg) {
+    return parse_block(seg, Node::Kind::kMacro, "{% macro %}", "endmacro", true, [](ExprParser& p, Node& n) {
+      n.text = p.expect_name();
+      p.expect_op("(");
+      n.params = p.parse_params();
+    });
   }
 
   NodePtr parse_call(const Segment& seg) {
-    auto n = node(Node::Kind::kCallBlock, seg);
-    ExprParser p(seg.tokens, 1, seg.line);
-    if (p.accept_op("(")) n->params = p.parse_params();
-    n->expr = p.parse_expr();
-    if (n->expr->kind != Expr::Kind::kCall) fail(seg.line, "{% call %} needs a macro call");
-    p.expect_end("{% call %}");
-    n->body = parse_scope_body("endcall");
-    return n;
+    return parse_block(seg, Node::Kind::kCallBlock, "{% call %}", "endcall", true, [&](ExprParser& p, Node& n) {
+      if (p.accept_op("(")) n.params = p.parse_params();
+      n.expr = p.parse_expr();
+      if (n.expr->kind != Expr::Kind::kCall) fail(seg.line, "{% call %} needs a macro call");
+    });
   }
 
   NodePtr parse_filter_block(const Segment& seg) {
-    auto n = node(Node::Kind::kFilterBlock, seg);
-    ExprParser p(seg.tokens, 1, seg.line);
-    n->filters.push_back(p.parse_filter(nullptr));
-    while (p.accept_op("|")) n->filters.push_back(p.parse_filter(nullptr));
-    p.expect_end("{% filter %}");
-    std::string stop;
-    n->body = parse_body({"endfilter"}, &stop);
-    return n;
+    return parse_block(seg, Node::Kind::kFilterBlock, "{% filter %}", "endfilter", false, [](ExprParser& p, Node& n) {
+      n.filters.push_back(p.parse_filter(nullptr));
+      while (p.accept_op("|")) n.filters.push_back(p.parse_filter(nullptr));
+    });
   }
 
   // Hugging Face's {% generation %} marks assistant text for training masks;

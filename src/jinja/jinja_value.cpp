@@ -51,11 +51,20 @@ JinjaValue::~JinjaValue() {
   }  // each v is released with empty containers: no recursion
 }
 
-JinjaValue JinjaValue::undefined(std::string hint) {
+template <class M>
+JinjaValue JinjaValue::of_kind(Kind kind, M JinjaValue::*member, M payload) {
   JinjaValue v;
-  v.s_ = std::make_shared<std::string>(std::move(hint));
+  v.kind_ = kind;
+  v.*member = std::move(payload);
   return v;
 }
+
+template <class T>
+JinjaValue JinjaValue::boxed(Kind kind, std::shared_ptr<T> JinjaValue::*member, T payload) {
+  return of_kind(kind, member, std::make_shared<T>(std::move(payload)));
+}
+
+JinjaValue JinjaValue::undefined(std::string hint) { return boxed(Kind::kUndefined, &JinjaValue::s_, std::move(hint)); }
 
 JinjaValue JinjaValue::none() {
   JinjaValue v;
@@ -63,33 +72,13 @@ JinjaValue JinjaValue::none() {
   return v;
 }
 
-JinjaValue JinjaValue::boolean(bool b) {
-  JinjaValue v;
-  v.kind_ = Kind::kBool;
-  v.b_ = b;
-  return v;
-}
+JinjaValue JinjaValue::boolean(bool b) { return of_kind(Kind::kBool, &JinjaValue::b_, b); }
 
-JinjaValue JinjaValue::integer(int64_t i) {
-  JinjaValue v;
-  v.kind_ = Kind::kInt;
-  v.i_ = i;
-  return v;
-}
+JinjaValue JinjaValue::integer(int64_t i) { return of_kind(Kind::kInt, &JinjaValue::i_, i); }
 
-JinjaValue JinjaValue::number(double d) {
-  JinjaValue v;
-  v.kind_ = Kind::kFloat;
-  v.d_ = d;
-  return v;
-}
+JinjaValue JinjaValue::number(double d) { return of_kind(Kind::kFloat, &JinjaValue::d_, d); }
 
-JinjaValue JinjaValue::string(std::string s) {
-  JinjaValue v;
-  v.kind_ = Kind::kString;
-  v.s_ = std::make_shared<std::string>(std::move(s));
-  return v;
-}
+JinjaValue JinjaValue::string(std::string s) { return boxed(Kind::kString, &JinjaValue::s_, std::move(s)); }
 
 JinjaValue JinjaValue::markup(std::string s) {
   JinjaValue v = string(std::move(s));
@@ -97,12 +86,7 @@ JinjaValue JinjaValue::markup(std::string s) {
   return v;
 }
 
-JinjaValue JinjaValue::list(JinjaList items) {
-  JinjaValue v;
-  v.kind_ = Kind::kList;
-  v.list_ = std::make_shared<JinjaList>(std::move(items));
-  return v;
-}
+JinjaValue JinjaValue::list(JinjaList items) { return boxed(Kind::kList, &JinjaValue::list_, std::move(items)); }
 
 JinjaValue JinjaValue::tuple(JinjaList items) {
   JinjaValue v = list(std::move(items));
@@ -110,18 +94,10 @@ JinjaValue JinjaValue::tuple(JinjaList items) {
   return v;
 }
 
-JinjaValue JinjaValue::dict(JinjaDict items) {
-  JinjaValue v;
-  v.kind_ = Kind::kDict;
-  v.dict_ = std::make_shared<JinjaDict>(std::move(items));
-  return v;
-}
+JinjaValue JinjaValue::dict(JinjaDict items) { return boxed(Kind::kDict, &JinjaValue::dict_, std::move(items)); }
 
 JinjaValue JinjaValue::function(JinjaFunction fn) {
-  JinjaValue v;
-  v.kind_ = Kind::kFunction;
-  v.fn_ = std::make_shared<JinjaFunction>(std::move(fn));
-  return v;
+  return boxed(Kind::kFunction, &JinjaValue::fn_, std::move(fn));
 }
 
 JinjaValue JinjaValue::from_json(const nlohmann::ordered_json& j) {

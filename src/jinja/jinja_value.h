@@ -116,6 +116,12 @@ class JinjaValue {
   void repr_into(std::string* out, int depth) const;
   bool equals_at(const JinjaValue& other, int depth) const;
   bool hashable_at(int depth) const;
+  // A value of `kind` whose payload `member` is `payload`; boxed(): held in a
+  // new shared T.
+  template <class M>
+  static JinjaValue of_kind(Kind kind, M JinjaValue::*member, M payload);
+  template <class T>
+  static JinjaValue boxed(Kind kind, std::shared_ptr<T> JinjaValue::*member, T payload);
 
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;  // kBool: the value; kList: a tuple; kString: markup

@@ -218,15 +218,21 @@ StatusOr<ExpertParallelPlan> plan_ep_placement(const ExpertParallelInputs& in, E
 
 }  // namespace
 
+Status check_expert_split(const ExpertParallelInputs& in, int64_t parts, std::string_view mode,
+                          std::string_view parts_name) {
+  if (in.n_expert <= 0 || in.n_routed_layers <= 0)
+    return invalid_argument("{} needs a mixture-of-experts model; this one has no routed experts (use --parallel pp)",
+                            mode);
+  if (parts > in.n_expert)
+    return invalid_argument("{} for {} experts: expert parallelism needs at least one expert per rank", parts_name,
+                            in.n_expert);
+  return Status();
+}
+
 StatusOr<ExpertParallelPlan> plan_expert_parallel(const ExpertParallelInputs& in) {
   const auto S = static_cast<int64_t>(in.ranks.size());
   if (S == 0) return invalid_argument("an expert-parallel plan needs at least one rank");
-  if (in.n_expert <= 0 || in.n_routed_layers <= 0)
-    return invalid_argument("--parallel ep needs a mixture-of-experts model; this one has no routed experts "
-                            "(use --parallel pp)");
-  if (S > in.n_expert)
-    return invalid_argument("{} ranks for {} experts: expert parallelism needs at least one expert per rank", S,
-                            in.n_expert);
+  RETURN_IF_ERROR(check_expert_split(in, S, "--parallel ep", fmt::format("{} ranks", S)));
   if (static_cast<int64_t>(in.links.size()) != S) return invalid_argument("links for {} ranks, not {}", in.links.size(), S);
   for (int64_t r = 0; r < S; ++r) {
     const RankResources& k = in.ranks[static_cast<size_t>(r)];

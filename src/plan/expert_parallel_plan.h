@@ -165,6 +165,12 @@ struct ExpertParallelPlan {
 std::string share_stream_refusal(const RankResources& k, uint64_t expert_slot_bytes, uint64_t resident,
                                  int64_t n_share);
 
+// The model's experts split `parts` ways, one expert at least to each: an
+// error naming `mode` ("--parallel ep") for a dense model, or `parts_name`
+// ("3 ranks") when there are fewer experts than parts.
+Status check_expert_split(const ExpertParallelInputs& in, int64_t parts, std::string_view mode,
+                          std::string_view parts_name);
+
 // Errors: no ranks, a dense model, more ranks than experts, a rank without
 // rates, or a share that does not fit its rank even streaming (naming the
 // rank, the sizes and the least budget that would stream it) in the

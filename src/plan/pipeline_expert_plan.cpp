@@ -48,12 +48,7 @@ StatusOr<PipelineExpertPlan> plan_pipeline_experts(const PipelineExpertInputs& i
     return invalid_argument("{} stages ({} ranks / --ep-size {}) for {} layers: each stage needs a layer; use at most "
                             "{} stages",
                             P, N, E, L, L);
-  if (x.n_expert <= 0 || x.n_routed_layers <= 0)
-    return invalid_argument("--parallel pp,ep needs a mixture-of-experts model; this one has no routed experts "
-                            "(use --parallel pp)");
-  if (E > x.n_expert)
-    return invalid_argument("--ep-size {} for {} experts: each rank of a stage needs at least one expert", E,
-                            x.n_expert);
+  RETURN_IF_ERROR(check_expert_split(x, E, "--parallel pp,ep", fmt::format("--ep-size {}", E)));
   if (static_cast<int64_t>(in.routed.size()) != L || static_cast<int64_t>(in.links.size()) != N)
     return invalid_argument("pipeline and expert inputs disagree in size");
 

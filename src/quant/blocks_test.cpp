@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "quant/quant.h"
@@ -19,6 +20,16 @@ namespace {
 void put_u16(std::vector<uint8_t>& bytes, uint16_t v) {
   bytes.push_back(static_cast<uint8_t>(v & 0xff));
   bytes.push_back(static_cast<uint8_t>(v >> 8));
+}
+
+// One 256-element super-block of type t dequantized: every element is
+// expected(e). Returns the floats (for the spot checks that name a case).
+std::vector<float> dequantize_block_expecting(DType t, const std::vector<uint8_t>& bytes,
+                                              const std::function<float(int)>& expected) {
+  std::vector<float> out(256);
+  dequantize_row(t, bytes.data(), out.data(), 256);
+  for (int e = 0; e < 256; ++e) EXPECT_EQ(out[static_cast<size_t>(e)], expected(e)) << e;
+  return out;
 }
 
 TEST(BlocksTest, FieldOffsetsMatchGgml) {
@@ -131,13 +142,10 @@ TEST(BlocksTest, Q4_KScalePackingAllValues) {
 TEST(BlocksTest, Q4_KHandBuilt) {
   const std::vector<uint8_t> bytes = q4_k_test_block();
   ASSERT_EQ(bytes.size(), 144u);
-  float out[256];
-  dequantize_row(DType::kQ4_K, bytes.data(), out, 256);
-  for (int e = 0; e < 256; ++e) {
+  const std::vector<float> out = dequantize_block_expecting(DType::kQ4_K, bytes, [](int e) {
     const int s = e / 32;
-    const float expected = 1.0f * kSc[s] * q4_k_test_quant(e) - 0.5f * kM[s];
-    EXPECT_EQ(out[e], expected) << e;
-  }
+    return 1.0f * kSc[s] * q4_k_test_quant(e) - 0.5f * kM[s];
+  });
   EXPECT_EQ(out[0], 3.0f);      // sub-block 0, q = 3, low nibble of qs[0]
   EXPECT_EQ(out[32], 4.0f);     // sub-block 1, q = 3, high nibble of qs[0]: 2*3 - 0.5*4
   EXPECT_EQ(out[200], 527.5f);  // sub-block 6, q = 11: 48*11 - 0.5*1
@@ -169,12 +177,8 @@ std::vector<uint8_t> q6_k_test_block() {
 TEST(BlocksTest, Q6_KHandBuilt) {
   const std::vector<uint8_t> bytes = q6_k_test_block();
   ASSERT_EQ(bytes.size(), 210u);
-  float out[256];
-  dequantize_row(DType::kQ6_K, bytes.data(), out, 256);
-  for (int e = 0; e < 256; ++e) {
-    const float expected = 0.5f * q6_k_test_scale(e / 16) * (q6_k_test_quant(e) - 32);
-    EXPECT_EQ(out[e], expected) << e;
-  }
+  const std::vector<float> out = dequantize_block_expecting(
+      DType::kQ6_K, bytes, [](int e) { return 0.5f * q6_k_test_scale(e / 16) * (q6_k_test_quant(e) - 32); });
   EXPECT_EQ(out[0], -15.5f);    // q = 1, scale 1: ql[0] low, qh[0] bits 0-1
   EXPECT_EQ(out[100], 73.5f);   // q = 53, scale 7: ql[36] high, qh[4] bits 6-7
   EXPECT_EQ(out[255], -224.0f); // q = 60, scale -16: ql[127] high, qh[63] bits 6-7

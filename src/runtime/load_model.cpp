@@ -23,8 +23,10 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   }
   ModelOptions mo{.n_threads = o.n_threads, .n_batch = o.n_batch, .n_ctx_max = n_ctx, .max_seqs = o.max_seqs,
                   .backend = o.shared_backend, .repack = o.repack, .predict_experts = o.predict_experts,
-                  .expert_predict_margin = o.expert_predict_margin, .device_reserve = o.device_reserve, .layer_begin = o.layer_begin, .layer_end = o.layer_end,
-                  .expert_begin = o.expert_begin, .expert_end = o.expert_end, .experts_only = o.experts_only};
+                  .expert_predict_margin = o.expert_predict_margin, .device_reserve = o.device_reserve,
+                  .layer_begin = o.stage.layer_begin, .layer_end = o.stage.layer_end,
+                  .expert_begin = o.stage.expert_begin, .expert_end = o.stage.expert_end,
+                  .experts_only = o.stage.experts_only};
   if (!mo.backend) {
     ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads,
                                                  .device_budget_bytes = o.gpu_budget_bytes}));
@@ -48,11 +50,7 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                                                        .disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s,
                                                        .calibration = o.calibration,
                                                        .training = o.training,
-                                                       .layer_begin = o.layer_begin,
-                                                       .layer_end = o.layer_end,
-                                                       .expert_begin = o.expert_begin,
-                                                       .expert_end = o.expert_end,
-                                                       .experts_only = o.experts_only}));
+                                                       .stage = o.stage}));
     lm.stream = setup.source;
     lm.placement_report = std::move(setup.report);
     mo.weights = setup.source;

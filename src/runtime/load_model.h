@@ -60,18 +60,12 @@ struct LoadOptions {
   // and compute for micro-batches of tokens_per_step tokens
   // (weights::StreamingOptions::training).
   std::optional<plan::TrainWorkload> training;
-  // A pipeline stage's layers (ModelOptions::layer_begin/end; dist/session.h).
-  // Under mem_budget_bytes the stage's own layers stream (weights/placement.h,
-  // rule 6).
-  int64_t layer_begin = 0;
-  int64_t layer_end = -1;
-  // Expert parallelism: this process's experts (ModelOptions::expert_begin/
-  // end, experts_only; dist/expert_parallel.h). Under mem_budget_bytes the
-  // share streams expert by expert and only its experts are ever read
-  // (weights/placement.h, rule 7).
-  int64_t expert_begin = 0;
-  int64_t expert_end = -1;
-  bool experts_only = false;
+  // This process's part of the model (ModelOptions::layer_begin ..
+  // experts_only): a pipeline stage's layers (dist/session.h) and an expert
+  // share (dist/expert_parallel.h). Under mem_budget_bytes the stage's own
+  // layers stream (weights/placement.h, rule 6), and the share expert by
+  // expert, only its experts ever read (rule 7).
+  weights::StageSlice stage;
   // The engine's KV pool when its caller fixed it (EngineConfig::kv_budget_bytes;
   // 0: the engine's default): what --parallel ep plans every rank to mirror
   // with attention on every rank. Nothing here allocates it.

@@ -215,17 +215,31 @@ StatusOr<StreamingSetup> stream_at_half(const std::shared_ptr<const ModelFile>& 
                                                .direct = direct});
 }
 
+// A synth_qwen2moe file (256 tokens) and its experts streamed at half its
+// size; load_streamed_at_half ASSERTs, so call it under ASSERT_NO_FATAL_FAILURE.
+struct StreamedAtHalf {
+  std::shared_ptr<const ModelFile> file;
+  StreamingSetup setup;
+  WeightStore& store() const { return setup.source->store(); }
+};
+
+void load_streamed_at_half(const std::string& name, int64_t n_expert, uint64_t seed, StreamedAtHalf* out) {
+  out->file = synth_qwen2moe(name, 256, n_expert, 0, seed);
+  ASSERT_NE(out->file, nullptr);
+  auto setup = stream_at_half(out->file);
+  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+  out->setup = std::move(*setup);
+}
+
 // acquire without waiting, then next_landed(): every chosen expert handed out
 // once, its bytes in place when it is, then -1.
 TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
   constexpr int64_t kExperts = 16;
-  const auto file = synth_qwen2moe("expert_store_landing.gguf", 256, kExperts, 0, 5);
-  ASSERT_NE(file, nullptr);
-  auto setup = stream_at_half(file);
-  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
-  WeightStore& store = setup->source->store();
+  StreamedAtHalf streamed;
+  ASSERT_NO_FATAL_FAILURE(load_streamed_at_half("expert_store_landing.gguf", kExperts, 5, &streamed));
+  WeightStore& store = streamed.store();
   ASSERT_TRUE(store.streams_experts());
-  const TensorInfo* gate = file->find("blk.1.ffn_gate_exps.weight");
+  const TensorInfo* gate = streamed.file->find("blk.1.ffn_gate_exps.weight");
   ASSERT_NE(gate, nullptr);
   const uint64_t slice = gate->n_bytes / static_cast<uint64_t>(kExperts);
   const std::vector<int32_t> chosen = {3, 11, 0, 7};
@@ -311,11 +325,9 @@ TEST(ExpertStore, ADroppedPrefetchThatNeverBeganKeepsTheExpertItEvicted) {
 // first, so an expert only the first named is neither counted as predicted
 // nor kept reading.
 TEST(ExpertStore, ALaterPredictionOfALayerReplacesTheEarlierOne) {
-  const auto file = synth_qwen2moe("expert_store_repredict.gguf", 256, 16, 0, 7);
-  ASSERT_NE(file, nullptr);
-  auto setup = stream_at_half(file);
-  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
-  WeightStore& store = setup->source->store();
+  StreamedAtHalf streamed;
+  ASSERT_NO_FATAL_FAILURE(load_streamed_at_half("expert_store_repredict.gguf", 16, 7, &streamed));
+  WeightStore& store = streamed.store();
   store.predict_experts(1, std::vector<int32_t>{3, 5, 9});
   store.predict_experts(1, std::vector<int32_t>{3, 12});
   const std::vector<int32_t> chosen = {3, 12};
@@ -338,11 +350,9 @@ TEST(ExpertStore, ALaterPredictionOfALayerReplacesTheEarlierOne) {
 // never a pinned one), and a later hit finds them reordered.
 TEST(ExpertStore, LandedExpertsNotInUseAreOfferedForReorderingWhileWaiting) {
   constexpr int64_t kExperts = 16;
-  const auto file = synth_qwen2moe("expert_store_idle.gguf", 256, kExperts, 0, 8);
-  ASSERT_NE(file, nullptr);
-  auto setup = stream_at_half(file);
-  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
-  WeightStore& store = setup->source->store();
+  StreamedAtHalf streamed;
+  ASSERT_NO_FATAL_FAILURE(load_streamed_at_half("expert_store_idle.gguf", kExperts, 8, &streamed));
+  WeightStore& store = streamed.store();
   auto drain = [&](int64_t layer, size_t n) {
     int64_t i = 0;
     for (size_t k = 0; k < n; ++k) ASSERT_TRUE(store.next_expert(layer, &i).ok());
@@ -375,7 +385,7 @@ TEST(ExpertStore, LandedExpertsNotInUseAreOfferedForReorderingWhileWaiting) {
     if (!found) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_TRUE(found);
-  const TensorInfo* gate = file->find("blk.2.ffn_gate_exps.weight");
+  const TensorInfo* gate = streamed.file->find("blk.2.ffn_gate_exps.weight");
   ASSERT_NE(gate, nullptr);
   const uint64_t slice = gate->n_bytes / static_cast<uint64_t>(kExperts);
   EXPECT_EQ(std::memcmp(p.gate, gate->data + 9 * slice, slice), 0);

@@ -142,11 +142,11 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
                        .tokens_per_step = o.tokens_per_step,
                        .expert_compute_s = expert_s,
                        .head_compute_s = head_s,
-                       .layer_begin = o.layer_begin,
-                       .layer_end = o.layer_end,
-                       .expert_begin = o.expert_begin,
-                       .expert_end = o.expert_end,
-                       .experts_only = o.experts_only};
+                       .layer_begin = o.stage.layer_begin,
+                       .layer_end = o.stage.layer_end,
+                       .expert_begin = o.stage.expert_begin,
+                       .expert_end = o.stage.expert_end,
+                       .experts_only = o.stage.experts_only};
   std::string compute_line = fmt::format("compute per layer at {} token(s)/step: {:.2f} ms (estimate)",
                                          o.tokens_per_step, compute_s * 1e3);
   if (o.training) {

@@ -58,6 +58,18 @@ class StoreWeightSource : public LayerWeightSource {
   ModelHparams hp_;
 };
 
+// The part of the model one process holds and runs (dist/): a pipeline
+// stage's layers and an expert share of every routed layer. -1: to the last.
+// The placement takes it field by field (PlacementInputs::layer_begin ..
+// experts_only: rules 6 and 7), the model likewise (ModelOptions).
+struct StageSlice {
+  int64_t layer_begin = 0;    // layers [layer_begin, layer_end)
+  int64_t layer_end = -1;
+  int64_t expert_begin = 0;   // routed experts [expert_begin, expert_end)
+  int64_t expert_end = -1;
+  bool experts_only = false;  // the share alone: nothing else is held
+};
+
 struct StreamingOptions {
   uint64_t mem_budget_bytes = 0;  // compute-tier budget for weights
   int n_threads = 0;
@@ -76,13 +88,8 @@ struct StreamingOptions {
   // Fine-tuning: the placement plans training's order and compute
   // (PlacementInputs::training) for micro-batches of tokens_per_step tokens.
   std::optional<plan::TrainWorkload> training;
-  // A pipeline stage's layers (PlacementInputs::layer_begin/end; -1: to the last).
-  int64_t layer_begin = 0;
-  int64_t layer_end = -1;
-  // An expert share (PlacementInputs::expert_begin/end, experts_only; -1: to the last).
-  int64_t expert_begin = 0;
-  int64_t expert_end = -1;
-  bool experts_only = false;
+  // A pipeline stage's layers and an expert share (the whole model by default).
+  StageSlice stage;
 };
 
 struct StreamingSetup {

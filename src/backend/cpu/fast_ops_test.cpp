@@ -33,6 +33,27 @@ void copy_in(GuardedFloats& g, const std::vector<float>& v) { std::memcpy(g.data
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
+// out = op(gate, up) at `isa` against the reference op: guards intact, each
+// element within tol x (1 + |ref|), and the same bits with out aliasing gate.
+// Returns the normalized error against the reference.
+double expect_gated_matches(void (*fast_op)(const float*, const float*, float*, int64_t, Isa),
+                            void (*ref_op)(const float*, const float*, float*, int64_t),
+                            const std::vector<float>& gate, const std::vector<float>& up, Isa isa, double tol) {
+  const auto n = static_cast<int64_t>(gate.size());
+  std::vector<float> ref(gate.size());
+  ref_op(gate.data(), up.data(), ref.data(), n);
+  GuardedFloats out(gate.size());
+  fast_op(gate.data(), up.data(), out.data(), n, isa);
+  EXPECT_TRUE(out.guards_intact()) << isa_name(isa) << " n=" << n;
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_NEAR(out.data()[i], ref[i], tol * (1 + std::abs(ref[i]))) << isa_name(isa) << " i=" << i;
+  GuardedFloats inplace(gate.size());  // out aliases gate
+  copy_in(inplace, gate);
+  fast_op(inplace.data(), up.data(), inplace.data(), n, isa);
+  EXPECT_TRUE(same_bits(inplace.data(), out.data(), gate.size())) << isa_name(isa);
+  return nmse(out.data(), ref.data(), ref.size());
+}
+
 TEST(FastOps, RmsnormMatchesReference) {
   for (Isa isa : levels()) {
     for (int64_t n : {1, 7, 16, 31, 64, 80, 128, 1000, 4097}) {
@@ -93,17 +114,7 @@ TEST(FastOps, GegluMatchesReference) {
       const auto up = random_floats(static_cast<size_t>(n), 7);
       // Saturating values: gelu(-100) ~ -0, gelu(100) = 100, and the tanh's knee.
       if (n > 4) { gate[0] = -100.0f; gate[1] = 100.0f; gate[2] = -9.0f; gate[3] = 0.0f; }
-      std::vector<float> ref(static_cast<size_t>(n));
-      ref::geglu(gate.data(), up.data(), ref.data(), n);
-      GuardedFloats out(static_cast<size_t>(n));
-      fast::geglu(gate.data(), up.data(), out.data(), n, isa);
-      EXPECT_TRUE(out.guards_intact()) << isa_name(isa) << " n=" << n;
-      for (int64_t i = 0; i < n; ++i)
-        EXPECT_NEAR(out.data()[i], ref[i], 2e-6 * (1 + std::abs(ref[i]))) << isa_name(isa) << " i=" << i;
-      GuardedFloats inplace(static_cast<size_t>(n));  // out aliases gate
-      copy_in(inplace, gate);
-      fast::geglu(inplace.data(), up.data(), inplace.data(), n, isa);
-      EXPECT_TRUE(same_bits(inplace.data(), out.data(), static_cast<size_t>(n))) << isa_name(isa);
+      expect_gated_matches(fast::geglu, ref::geglu, gate, up, isa, 2e-6);
     }
   }
 }
@@ -115,18 +126,8 @@ TEST(FastOps, SwigluMatchesReference) {
       const auto up = random_floats(static_cast<size_t>(n), 5);
       // Saturating values: silu(-100) ~ -0, silu(100) = 100.
       if (n > 3) { gate[0] = -100.0f; gate[1] = 100.0f; gate[2] = -20.0f; }
-      std::vector<float> ref(static_cast<size_t>(n));
-      ref::swiglu(gate.data(), up.data(), ref.data(), n);
-      GuardedFloats out(static_cast<size_t>(n));
-      fast::swiglu(gate.data(), up.data(), out.data(), n, isa);
-      EXPECT_TRUE(out.guards_intact()) << isa_name(isa) << " n=" << n;
-      EXPECT_LT(nmse(out.data(), ref.data(), ref.size()), 1e-12) << isa_name(isa) << " n=" << n;
-      for (int64_t i = 0; i < n; ++i)
-        EXPECT_NEAR(out.data()[i], ref[i], 1e-6 * (1 + std::abs(ref[i]))) << isa_name(isa) << " i=" << i;
-      GuardedFloats inplace(static_cast<size_t>(n));  // out aliases gate
-      copy_in(inplace, gate);
-      fast::swiglu(inplace.data(), up.data(), inplace.data(), n, isa);
-      EXPECT_TRUE(same_bits(inplace.data(), out.data(), static_cast<size_t>(n))) << isa_name(isa);
+      const double err = expect_gated_matches(fast::swiglu, ref::swiglu, gate, up, isa, 1e-6);
+      EXPECT_LT(err, 1e-12) << isa_name(isa) << " n=" << n;
     }
   }
 }

@@ -91,6 +91,19 @@ std::vector<float> run(const MatmulKernel& k, const Problem& p, int64_t n_tok, c
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
+// Every step-th token alone, from its own activation row: the bits `full`
+// (run() over all p.n_tok tokens) has for it.
+void expect_tokens_alone_keep_the_bits(const MatmulKernel& k, const Problem& p, const std::vector<float>& full,
+                                       int64_t step) {
+  for (int64_t t = 0; t < p.n_tok; t += step) {
+    GuardedFloats y1(static_cast<size_t>(p.n_out));
+    k.rows(p.w.data(), p.w_row_bytes, p.n_in, p.xa.data() + t * p.xa_stride, p.xa_stride, 1, y1.data(), p.n_out, 0,
+           p.n_out);
+    ASSERT_TRUE(y1.guards_intact());
+    EXPECT_TRUE(same_bits(y1.data(), full.data() + t * p.n_out, static_cast<size_t>(p.n_out))) << "token " << t;
+  }
+}
+
 // Normalized-error bound of a kernel against the double reference.
 double nmse_bound(const MatmulKernel& k) {
   // bf16 activations: each x rounded with relative error <= 2^-9 (about 2^-9/sqrt(3)
@@ -132,14 +145,7 @@ TEST(FloatMatmul, EveryTypeAndIsaMatchesDoubleReferenceAndIsBitStable) {
             ASSERT_TRUE(ok) << "split " << a << " " << b;
             EXPECT_TRUE(same_bits(split.data(), full.data(), split.size())) << "n_tok=" << n_tok << " cuts " << a << "," << b;
           }
-          // Every token alone, from its own activation row.
-          for (int64_t t = 0; t < p.n_tok; t += 7) {
-            GuardedFloats y1(static_cast<size_t>(n_out));
-            k.rows(p.w.data(), p.w_row_bytes, n_in, p.xa.data() + t * p.xa_stride, p.xa_stride, 1, y1.data(), n_out, 0,
-                   n_out);
-            ASSERT_TRUE(y1.guards_intact());
-            EXPECT_TRUE(same_bits(y1.data(), full.data() + t * n_out, static_cast<size_t>(n_out))) << "token " << t;
-          }
+          ASSERT_NO_FATAL_FAILURE(expect_tokens_alone_keep_the_bits(k, p, full, 7));
         }
       }
     }
@@ -169,13 +175,7 @@ TEST(FloatMatmul, LongRowsAndManyTokensKeepTheBits) {
           ASSERT_TRUE(ok);
           EXPECT_TRUE(same_bits(y.data(), full.data(), y.size())) << "n_tok=" << part;
         }
-        for (int64_t t = 0; t < n_tok; t += 11) {
-          GuardedFloats y1(static_cast<size_t>(n_out));
-          k.rows(p.w.data(), p.w_row_bytes, n_in, p.xa.data() + t * p.xa_stride, p.xa_stride, 1, y1.data(), n_out, 0,
-                 n_out);
-          ASSERT_TRUE(y1.guards_intact());
-          EXPECT_TRUE(same_bits(y1.data(), full.data() + t * n_out, static_cast<size_t>(n_out))) << "token " << t;
-        }
+        ASSERT_NO_FATAL_FAILURE(expect_tokens_alone_keep_the_bits(k, p, full, 11));
       }
     }
   }
