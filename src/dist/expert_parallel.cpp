@@ -37,7 +37,7 @@ ExpertParallelDriver::ExpertParallelDriver(Comm& comm, const ModelHparams& hp, s
       shares_(std::move(shares)),
       attention_(attention),
       me_(comm.rank()),
-      abort_grace_s_(abort_grace_s) {
+      failure_(comm, abort_grace_s, "expert parallelism") {
   const auto S = shares_.size();
   owner_.assign(static_cast<size_t>(hp.n_expert), 0);
   for (size_t r = 0; r < S; ++r)
@@ -67,9 +67,7 @@ ExpertParallelDriver::ExpertParallelDriver(Comm& comm, const ModelHparams& hp, s
   }
 }
 
-ExpertParallelDriver::~ExpertParallelDriver() {
-  if (watchdog_.joinable()) watchdog_.detach();
-}
+ExpertParallelDriver::~ExpertParallelDriver() = default;
 
 uint64_t ExpertParallelDriver::link_bytes(int src, int dst) const {
   const Counter* c = nullptr;
@@ -78,28 +76,13 @@ uint64_t ExpertParallelDriver::link_bytes(int src, int dst) const {
   return c ? static_cast<uint64_t>(c->value()) : 0;
 }
 
-void ExpertParallelDriver::fail(const Status& st) {
-  if (failed_.exchange(true)) return;
-  failure_ = st;
-  fmt::print(stderr, "error: expert parallelism failed: {}; the job ends in {:.0f} s\n", st.message(), abort_grace_s_);
-  watchdog_ = std::thread([this] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(abort_grace_s_));
-    comm_.abort(1);
-  });
-}
-
 Status ExpertParallelDriver::experts(const LayerStep& s, const MoeStep& m) {
-  if (failed_) return failure_;
-  Status st = dispatch(s, m);
-  if (!st.ok() && me_ == 0) {  // a worker returns its error and ends (its loop's caller)
-    fail(st);
-    return failure_;
-  }
-  return st;
+  // A worker returns its error and ends (its loop's caller).
+  return failure_.guard([&] { return dispatch(s, m); }, /*fail_on_error=*/me_ == 0);
 }
 
 void ExpertParallelDriver::predict(int64_t layer, std::span<const int32_t> ids) {
-  if (failed_ || me_ != 0 || attention_ != plan::EpAttention::kRank0) return;
+  if (failure_.failed() || me_ != 0 || attention_ != plan::EpAttention::kRank0) return;
   constexpr size_t kHeaderWords = sizeof(ExpertMsgHeader) / sizeof(int32_t);
   for (size_t r = 1; r < read_ahead_.size() && r < shares_.size(); ++r) {
     if (!read_ahead_[r]) continue;
@@ -121,7 +104,7 @@ void ExpertParallelDriver::predict(int64_t layer, std::span<const int32_t> ids) 
     if (Status st = comm_.send(static_cast<int>(r), kTagControl, msg.data(), msg.size() * sizeof(int32_t),
                                "a routed layer's predicted experts");
         !st.ok()) {
-      fail(st);
+      failure_.fail(st);
       return;
     }
     out_bytes_[r]->add(static_cast<double>(msg.size() * sizeof(int32_t)));
@@ -133,13 +116,7 @@ void ExpertParallelDriver::copy_kv_blocks(std::span<const BlockCopy> copies) {
 }
 
 Status ExpertParallelDriver::run_step(Model& model, std::span<const ForwardSeq> seqs, KvStore& kv) {
-  if (failed_) return failure_;
-  Status st = broadcast_step(model, seqs, kv);
-  if (!st.ok()) {
-    fail(st);
-    return failure_;
-  }
-  return st;
+  return failure_.guard([&] { return broadcast_step(model, seqs, kv); });
 }
 
 Status ExpertParallelDriver::broadcast_step(Model& model, std::span<const ForwardSeq> seqs, KvStore& kv) {
@@ -293,7 +270,7 @@ Status ExpertParallelDriver::dispatch(const LayerStep& s, const MoeStep& m) {
 }
 
 Status ExpertParallelDriver::shutdown() {
-  if (failed_) return failure_;
+  if (failure_.failed()) return failure_.status();
   const ExpertMsgHeader hd{.kind = kExpertShutdown};
   if (attention_ == plan::EpAttention::kEvery) encode_shutdown(&step_msg_);
   const void* data = attention_ == plan::EpAttention::kEvery ? static_cast<const void*>(step_msg_.data()) : &hd;

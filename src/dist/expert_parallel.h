@@ -71,6 +71,7 @@
 
 #include "base/metrics.h"
 #include "dist/comm.h"
+#include "dist/job_failure.h"
 #include "model/expert_dispatch.h"
 #include "model/model.h"
 #include "model/stage_runner.h"
@@ -106,7 +107,7 @@ class ExpertParallelDriver : public ExpertDispatch, public StageRunner {
 
   // Rank 0: tells every worker to stop (the job's clean end). Errors: a send failed.
   Status shutdown();
-  bool failed() const { return failed_.load(); }
+  bool failed() const { return failure_.failed(); }
   int64_t n_ranks() const { return static_cast<int64_t>(shares_.size()); }
   plan::EpAttention attention() const { return attention_; }
   // Bytes sent from rank src to rank dst (counted on rank 0, the pairs with
@@ -123,14 +124,12 @@ class ExpertParallelDriver : public ExpertDispatch, public StageRunner {
   Status send_rows(const LayerStep& s, const MoeStep& m);
   // kEvery: this rank's outputs to every other rank, theirs' receives posted.
   Status post_exchange();
-  void fail(const Status& st);
 
   Comm& comm_;
   const ModelHparams& hp_;
   std::vector<plan::ExpertRange> shares_;
   plan::EpAttention attention_;
   int me_;                                   // this rank
-  double abort_grace_s_;
   std::vector<int32_t> owner_;               // [n_expert] the rank that computes it
   std::vector<int64_t> count_;               // [n_ranks] the layer's rows per rank
   std::vector<int64_t> slot_row_;            // [n_tok * n_used] the pair's row in its rank's outputs
@@ -151,9 +150,7 @@ class ExpertParallelDriver : public ExpertDispatch, public StageRunner {
   std::vector<Counter*> out_bytes_, back_bytes_;  // [n_ranks] 0 -> r, r -> 0 (null at 0, and off rank 0)
   int64_t layers_ = 0;
   std::vector<int64_t> rows_;                // [n_ranks]
-  std::atomic<bool> failed_{false};
-  Status failure_;
-  std::thread watchdog_;
+  JobFailure failure_;
 };
 
 // Ranks > 0 under kRank0 (of `comm`: pp,ep's stage group): computes the experts

@@ -16,8 +16,8 @@ PipelineDriver::PipelineDriver(Comm& comm, plan::PipelinePlan plan, int64_t n_em
     : comm_(comm),
       plan_(std::move(plan)),
       n_embd_(n_embd),
-      abort_grace_s_(abort_grace_s),
-      micro_batches_fixed_(std::clamp<int64_t>(micro_batches, 0, kMaxMicroBatches)) {
+      micro_batches_fixed_(std::clamp<int64_t>(micro_batches, 0, kMaxMicroBatches)),
+      failure_(comm, abort_grace_s, "the pipeline") {
   const int64_t S = plan_.n_stages();
   micro_ends_.reserve(kMaxMicroBatches);
   ret_.resize(static_cast<size_t>(n_batch * n_embd));
@@ -40,9 +40,7 @@ PipelineDriver::PipelineDriver(Comm& comm, plan::PipelinePlan plan, int64_t n_em
   micro_batches_ = reg.counter("sluice_dist_micro_batches_total", "Micro-batches the pipelined steps were cut into");
 }
 
-PipelineDriver::~PipelineDriver() {
-  if (watchdog_.joinable()) watchdog_.detach();
-}
+PipelineDriver::~PipelineDriver() = default;
 
 uint64_t PipelineDriver::link_bytes(int src, int dst) const {
   const Counter* c = link_bytes_[static_cast<size_t>(src * plan_.n_stages() + dst)];
@@ -51,17 +49,6 @@ uint64_t PipelineDriver::link_bytes(int src, int dst) const {
 
 void PipelineDriver::copy_kv_blocks(std::span<const BlockCopy> copies) {
   copies_.insert(copies_.end(), copies.begin(), copies.end());
-}
-
-void PipelineDriver::fail(const Status& st) {
-  if (failed_.exchange(true)) return;
-  failure_ = st;
-  fmt::print(stderr, "error: the pipeline failed: {}; the job ends in {:.0f} s\n", st.message(), abort_grace_s_);
-  // The requests in flight get their errors meanwhile; then every process ends.
-  watchdog_ = std::thread([this] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(abort_grace_s_));
-    comm_.abort(1);
-  });
 }
 
 std::span<const ForwardSeq> PipelineDriver::pieces(const Model& model, std::span<const ForwardSeq> seqs) {
@@ -81,14 +68,9 @@ std::span<const ForwardSeq> PipelineDriver::pieces(const Model& model, std::span
 }
 
 Status PipelineDriver::run_step(Model& model, std::span<const ForwardSeq> seqs, KvStore& kv) {
-  if (failed_) return failure_;
-  Status st = step(model, seqs, kv);
-  if (!st.ok()) {
-    // Anything still in flight refers to this step's buffers: cancelled by wait's deadline or left to the abort.
-    fail(st);
-    return failure_;
-  }
-  return st;
+  // A failed step's sends and receives in flight refer to its buffers:
+  // cancelled by wait's deadline or left to the abort.
+  return failure_.guard([&] { return step(model, seqs, kv); });
 }
 
 Status PipelineDriver::step(Model& model, std::span<const ForwardSeq> seqs, KvStore& kv) {
@@ -163,7 +145,7 @@ Status PipelineDriver::step(Model& model, std::span<const ForwardSeq> seqs, KvSt
 }
 
 Status PipelineDriver::shutdown() {
-  if (failed_) return failure_;
+  if (failure_.failed()) return failure_.status();
   encode_shutdown(&msg_);
   for (int r = 1; r < plan_.n_stages(); ++r)
     RETURN_IF_ERROR(comm_.send(r, kTagControl, msg_.data(), msg_.size(), "the end of the job"));

@@ -30,6 +30,7 @@
 
 #include "base/metrics.h"
 #include "dist/comm.h"
+#include "dist/job_failure.h"
 #include "model/stage_runner.h"
 #include "plan/pipeline_plan.h"
 
@@ -56,7 +57,7 @@ class PipelineDriver : public StageRunner {
   // Tells every worker to stop (the job's clean end). Errors: a send failed.
   Status shutdown();
   // Whether a step failed (the job is ending).
-  bool failed() const { return failed_.load(); }
+  bool failed() const { return failure_.failed(); }
   const plan::PipelinePlan& plan() const { return plan_; }
   // Bytes sent from rank src to rank dst (step plans, hidden rows, the rows
   // back), counted on rank 0 from the protocol's sizes: 0 for a pair that
@@ -67,12 +68,10 @@ class PipelineDriver : public StageRunner {
 
  private:
   Status step(Model& model, std::span<const ForwardSeq> seqs, KvStore& kv);
-  void fail(const Status& st);
 
   Comm& comm_;
   plan::PipelinePlan plan_;
   int64_t n_embd_;
-  double abort_grace_s_;
   int64_t micro_batches_fixed_ = 0;
   std::vector<uint8_t> msg_;          // the step's message (capacity kept)
   std::vector<int32_t> micro_ends_;   // [kMaxMicroBatches]
@@ -84,9 +83,7 @@ class PipelineDriver : public StageRunner {
   std::vector<Counter*> link_bytes_;  // [n_stages * n_stages] src * n + dst; null: an unused pair
   Counter* micro_batches_ = nullptr;
   int64_t steps_ = 0, tokens_ = 0;
-  std::atomic<bool> failed_{false};
-  Status failure_;
-  std::thread watchdog_;
+  JobFailure failure_;
 };
 
 }  // namespace sluice::dist
