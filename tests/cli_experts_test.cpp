@@ -172,5 +172,18 @@ TEST(Cli, PlanParallelStreamsARoutedRangesExpertsBeyondTheBudget) {
   EXPECT_NE(text.out.find("  rank 0 experts 0-7: a pool of"), std::string::npos) << text.out;
 }
 
+// `plan parallel --calibrate`: each rank stands for a machine like this one,
+// its forward timed here by rows (as a job's ranks time theirs at start), and
+// no two ranks share a disk.
+TEST(Cli, PlanParallelCalibratedTimesThisMachinesForwardByRows) {
+  const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
+  const CliResult r = run_cli("plan parallel --calibrate -t 1 -m " + moe + " --parallel pp --ranks 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank 1 forward TFLOP/s by rows at once: 8 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ns a query per earlier key"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("#1 "), std::string::npos) << r.out;  // its own machine
+  EXPECT_EQ(r.out.find("every rank at once"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace sluice

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "cmd_plan.h"
+#include "dist/forward_probe.h"
 #include "dist/job_plan.h"
 #include "dist/session.h"
 #include "plan/model_shape.h"
@@ -72,7 +73,25 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
                                .tflops_curve = cal && !(a.tflops > 0) ? cal->matmul_curve : pl::RateCurve{},
                                .n_threads = a.n_threads,
                                .disk_gbps = budget ? disk_gbps : 0.0};
-  const std::vector<pl::RankResources> ranks(static_cast<size_t>(a.n_ranks), rank);
+  pl::RankResources probed = rank;
+  if (cal && !(a.tflops > 0)) {
+    // This machine's own forward over a few of the model's layers by rows, as
+    // each rank of a job times its own at start (dist/forward_probe.h);
+    // under a budget also as streamed layers run. The ranks stand for
+    // machines of their own: nothing is timed "with every rank at once".
+    static constexpr int64_t kRows[] = {8, 16, 32, 64, 128};
+    const uint64_t cap = budget ? rank.mem_cap_bytes : 0;
+    if (auto p = dist::ForwardProbe::create(a.model, a.n_threads, cap, 128); p.ok() && *p) {
+      if (auto c = (*p)->curve(kRows, 0.1); c.ok()) probed.forward_curve = std::move(*c);
+      if (auto s = (*p)->attention_pair_s(0.1); s.ok()) probed.attention_pair_s = *s;
+    }
+    if (budget)
+      if (auto p = dist::ForwardProbe::create(a.model, a.n_threads, cap, 128, /*repack=*/false); p.ok() && *p)
+        if (auto c = (*p)->curve(kRows, 0.1); c.ok()) probed.forward_curve_streamed = std::move(*c);
+  }
+  // Every rank on a machine of its own: no two share a disk.
+  std::vector<pl::RankResources> ranks(static_cast<size_t>(a.n_ranks), probed);
+  for (int64_t r = 0; r < a.n_ranks; ++r) ranks[static_cast<size_t>(r)].host = fmt::format("#{} {}", r, h->name);
   std::vector<pl::LinkFigures> links(static_cast<size_t>(a.n_ranks), {.latency_s = a.link_us * 1e-6, .gbps = a.link_gbps});
   links[0] = {};  // rank 0's own, unused (as the link probe gives it)
 
