@@ -225,11 +225,7 @@ PredictedSteps predicted_steps(const plan::PipelinePlan& p, int64_t n_batch, int
                                                       : p.best_micro_batches(n_batch, 1, kMaxMicroBatches,
                                                                              /*one_prompt=*/true)};
   for (int64_t r = 0; r < p.n_stages() && p.n_stages() > 1; ++r) d.decode_network_s += p.hop_s(r, 1);
-  for (int64_t r = 0; r < p.n_stages(); ++r) {
-    const auto i = static_cast<size_t>(r);
-    const double in_memory_s = std::max(p.stage_read_s[i], p.stage_flops[i] / (p.stage_tflops[i] * 1e12));
-    d.decode_disk_s += p.stage_s(r, 1) - in_memory_s;
-  }
+  for (int64_t r = 0; r < p.n_stages(); ++r) d.decode_disk_s += p.stage_s(r, 1) - p.in_memory_s(r, 1);
   d.prefill_s = p.step_s(n_batch, 1, d.micro_batches, /*one_prompt=*/true);
   return d;
 }

@@ -11,29 +11,34 @@
 
 namespace sluice::plan {
 
-double PipelinePlan::stage_s(int64_t r, double n_tokens, bool together, double n_logits, double keys_before) const {
+double PipelinePlan::in_memory_s(int64_t r, double n_tokens, bool together, double n_logits,
+                                 double keys_before) const {
   const auto i = static_cast<size_t>(r);
   auto rate = [&](double n) {
-    double t = i < stage_tflops_curve.size() ? stage_tflops_curve[i].at_or(n, stage_tflops[i]) : stage_tflops[i];
-    if (together && i < stage_tflops_curve_shared.size()) t = stage_tflops_curve_shared[i].at_or(n, t);
-    return t * 1e12;
+    const double alone = stage_tflops_curve[i].at_or(n, stage_tflops[i]);
+    return (together ? stage_tflops_curve_shared[i].at_or(n, alone) : alone) * 1e12;
   };
   const double head = r == 0 ? head_flops : 0.0;
   if (n_logits < 0) n_logits = n_tokens;
-  // The layers' compute, streamed ones at their own rate; the head's rows.
+  // The layers' compute, streamed ones at their own rate; the head's rows;
+  // attention over the keys before the micro-batch.
   const double layers = (stage_flops[i] - head) * n_tokens, resident_rate = rate(n_tokens);
   double compute = layers / resident_rate;
-  const LayerRange g = ranges[i];
-  if (stage_streamed[i] > 0 && i < stage_streamed_curve.size() && !stage_streamed_curve[i].empty() && g.end > g.begin) {
+  if (stage_streamed[i] > 0 && !stage_streamed_curve[i].empty()) {
+    const LayerRange g = ranges[i];
     const double f = static_cast<double>(stage_streamed[i]) / static_cast<double>(g.end - g.begin);
     compute = layers * ((1 - f) / resident_rate + f / (stage_streamed_curve[i].at(n_tokens) * 1e12));
   }
   if (head > 0 && n_logits > 0) compute += head * n_logits / rate(n_logits);
-  if (i < stage_attention_s.size()) compute += stage_attention_s[i] * n_tokens * keys_before;
-  const double in_memory = std::max(stage_read_s[i], compute);
+  compute += stage_attention_s[i] * n_tokens * keys_before;
+  return std::max(stage_read_s[i], compute);
+}
+
+double PipelinePlan::stage_s(int64_t r, double n_tokens, bool together, double n_logits, double keys_before) const {
+  const double in_memory = in_memory_s(r, n_tokens, together, n_logits, keys_before);
+  const double disk =
+      disk_s(r, n_tokens) * (together ? static_cast<double>(stage_disk_sharers[static_cast<size_t>(r)]) : 1.0);
   // Missed experts are read once their layer routes: on top of the compute.
-  const double disk = disk_s(r, n_tokens) *
-                      (together && i < stage_disk_sharers.size() ? static_cast<double>(stage_disk_sharers[i]) : 1.0);
   if (streams_experts(r)) return in_memory + disk;
   return std::max(in_memory, disk);
 }

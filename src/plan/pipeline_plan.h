@@ -186,6 +186,10 @@ struct PipelinePlan {
   double expert_hit_rate(int64_t r, double n_tokens) const;
   // Stage r's seconds reading from its disk in a pass of n tokens (disk_r(n)).
   double disk_s(int64_t r, double n_tokens) const;
+  // Stage r's seconds for n tokens without its disk: the larger of reading its
+  // weights from memory and its compute (arguments as stage_s's).
+  double in_memory_s(int64_t r, double n_tokens, bool together = false, double n_logits = -1,
+                     double keys_before = 0) const;
   // Stage r's seconds for n tokens (one micro-batch); `together`: while the
   // other stages compute too (a step in more than one micro-batch).
   // n_logits: of the n rows, those the output head multiplies (< 0: all);
