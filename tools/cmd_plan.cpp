@@ -529,7 +529,7 @@ Runner add_plan(CLI::App& app) {
     if (tiers->parsed()) return run_tiers(*a);  // the GPU's rates are flags
     std::optional<pl::Calibration> cal;
     if (a->calibrate) {
-      auto c = pl::calibrate({.n_threads = a->n_threads, .matmul_curve_tokens = {8, 16, 32, 128}});
+      auto c = pl::calibrate({.n_threads = a->n_threads, .matmul_curve_tokens = pl::kMatmulCurveTokens});
       if (!c.ok()) return fail(c.status());
       cal = *c;
       const bool more = decode->parsed() || kv->parsed() || stream->parsed() || experts->parsed() || cost->parsed() ||

@@ -79,15 +79,16 @@ int run_parallel(const PlanArgs& a, const std::optional<pl::Calibration>& cal) {
     // each rank of a job times its own at start (dist/forward_probe.h);
     // under a budget also as streamed layers run. The ranks stand for
     // machines of their own: nothing is timed "with every rank at once".
-    static constexpr int64_t kRows[] = {8, 16, 32, 64, 128};
     const uint64_t cap = budget ? rank.mem_cap_bytes : 0;
-    if (auto p = dist::ForwardProbe::create(a.model, a.n_threads, cap, 128); p.ok() && *p) {
-      if (auto c = (*p)->curve(kRows, 0.1); c.ok()) probed.forward_curve = std::move(*c);
-      if (auto s = (*p)->attention_pair_s(0.1); s.ok()) probed.attention_pair_s = *s;
+    auto p = dist::ForwardProbe::create(a.model, a.n_threads, cap, dist::kForwardProbeMaxRows);
+    if (!p.ok()) return fail(p.status());
+    if (*p) {
+      auto r = (*p)->time_alone(budget, 0.1);
+      if (!r.ok()) return fail(r.status());
+      probed.forward_curve = std::move(r->curve);
+      probed.forward_curve_streamed = std::move(r->streamed);
+      probed.attention_pair_s = r->attention_pair_s;
     }
-    if (budget)
-      if (auto p = dist::ForwardProbe::create(a.model, a.n_threads, cap, 128, /*repack=*/false); p.ok() && *p)
-        if (auto c = (*p)->curve(kRows, 0.1); c.ok()) probed.forward_curve_streamed = std::move(*c);
   }
   // Every rank on a machine of its own: no two share a disk.
   std::vector<pl::RankResources> ranks(static_cast<size_t>(a.n_ranks), probed);

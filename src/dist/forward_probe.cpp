@@ -45,6 +45,9 @@ StatusOr<std::unique_ptr<ForwardProbe>> ForwardProbe::create(const std::string& 
                                                  .max_seqs = 1, .repack = repack, .layer_begin = b,
                                                  .layer_end = e}));
   p->kv_ = std::make_unique<KvCache>(p->model_->make_kv_cache(max_rows));
+  p->path_ = path;
+  p->n_threads_ = n_threads;
+  p->cap_bytes_ = cap_bytes;
   p->flops_per_token_ = flops_per_token;
   p->n_layers_ = e - b;
   p->max_rows_ = max_rows;
@@ -99,6 +102,19 @@ StatusOr<double> ForwardProbe::attention_pair_s(double min_seconds) {
   ASSIGN_OR_RETURN(const double later, median_pass_s(n, keys, min_seconds));
   return std::max(0.0, later - first) / (static_cast<double>(n) * static_cast<double>(keys) *
                                          static_cast<double>(n_layers_));
+}
+
+StatusOr<ForwardRates> ForwardProbe::time_alone(bool streamed, double min_seconds) {
+  ForwardRates r;
+  ASSIGN_OR_RETURN(r.curve, curve(kForwardProbeRows, min_seconds));
+  ASSIGN_OR_RETURN(r.attention_pair_s, attention_pair_s(min_seconds));
+  if (streamed) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ForwardProbe> rows, create(path_, n_threads_, cap_bytes_, max_rows_, false));
+    if (rows) {
+      ASSIGN_OR_RETURN(r.streamed, rows->curve(kForwardProbeRows, min_seconds));
+    }
+  }
+  return r;
 }
 
 }  // namespace sluice::dist

@@ -36,6 +36,17 @@
 
 namespace sluice::dist {
 
+// The row counts a rank's forward is timed at: a micro-batch's sizes.
+inline constexpr int64_t kForwardProbeRows[] = {8, 16, 32, 64, 128};
+inline constexpr int64_t kForwardProbeMaxRows = 128;
+
+// A machine's forward timed alone (ForwardProbe::time_alone).
+struct ForwardRates {
+  plan::RateCurve curve;        // the layers as resident ones run, by rows
+  plan::RateCurve streamed;     // in the file's row order, as streamed ones run (when asked)
+  double attention_pair_s = 0;  // attention per query, per earlier key and per layer
+};
+
 class ForwardProbe {
  public:
   // Loads the probe's layers. Null (no error) when not even one layer fits
@@ -56,6 +67,10 @@ class ForwardProbe {
   // position 0) does not see: on Zen 5 the f16 attention tile was 11% of a
   // 110m stage's time in 32-row micro-batches of a 128-token prompt.
   StatusOr<double> attention_pair_s(double min_seconds);
+  // curve() and attention_pair_s() at kForwardProbeRows, and with `streamed`
+  // the curve of the same layers loaded in the file's row order (a second
+  // probe, within the same cap).
+  StatusOr<ForwardRates> time_alone(bool streamed, double min_seconds);
 
  private:
   ForwardProbe() = default;
@@ -66,6 +81,9 @@ class ForwardProbe {
   // The median of passes (a warm-up, then at least 3 over min_seconds).
   StatusOr<double> median_pass_s(int64_t n, int64_t pos0, double min_seconds);
 
+  std::string path_;
+  int n_threads_ = 0;
+  uint64_t cap_bytes_ = 0;
   double flops_per_token_ = 0;
   int64_t n_layers_ = 0;
   int64_t max_rows_ = 0;

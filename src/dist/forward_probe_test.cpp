@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
+
 #include "base/test_data.h"
 
 namespace sluice::dist {
@@ -24,6 +26,21 @@ TEST(ForwardProbe, TimesTheModelsOwnLayersAtEachRowCount) {
   auto again = (*probe)->curve(kRows, 0.01);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->points().size(), 3u);
+}
+
+TEST(ForwardProbe, AloneGivesTheCurveAttentionAndTheFileOrderCurve) {
+  SKIP_UNLESS_EXISTS(kModel);
+  auto probe = ForwardProbe::create(kModel, 1, 0, kForwardProbeMaxRows);
+  ASSERT_TRUE(probe.ok()) << probe.status().to_string();
+  ASSERT_NE(*probe, nullptr);
+  auto r = (*probe)->time_alone(/*streamed=*/true, 0.01);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->curve.points().size(), std::size(kForwardProbeRows));
+  EXPECT_EQ(r->streamed.points().size(), std::size(kForwardProbeRows));
+  EXPECT_GE(r->attention_pair_s, 0.0);
+  auto without = (*probe)->time_alone(/*streamed=*/false, 0.01);
+  ASSERT_TRUE(without.ok());
+  EXPECT_TRUE(without->streamed.empty());
 }
 
 TEST(ForwardProbe, NothingWhenNotOneLayerFitsTheCap) {

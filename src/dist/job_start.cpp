@@ -67,7 +67,7 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
   plan::CalibrateOptions co{.n_threads = n_threads, .n_repeats = 3, .mem_bytes = 64ull << 20, .probe_disk = false,
                             .min_probe_seconds = 0.05};
   // The plan cuts steps into micro-batches of a few rows: the rate at those too.
-  co.matmul_curve_tokens = {8, 16, 32, 128};
+  co.matmul_curve_tokens = plan::kMatmulCurveTokens;
   co = plan::with_model_weights(co, file);
   co.weight_read_bytes = std::min<uint64_t>(co.weight_read_bytes, 256ull << 20);
   ASSIGN_OR_RETURN(plan::Calibration cal, plan::calibrate(co));
@@ -86,35 +86,25 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
   const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
   const uint64_t mem_cap =
       mem_budget > 0 ? mem_budget : static_cast<uint64_t>(kAvailableShare * static_cast<double>(available));
-  static constexpr int64_t kForwardRows[] = {8, 16, 32, 64, 128};
   constexpr double kForwardSeconds = 0.08;
-  plan::RateCurve forward, forward_shared;
+  ForwardRates alone;
+  plan::RateCurve shared;
   std::unique_ptr<ForwardProbe> probe;
   auto not_timed = [&](const Status& st) {
     fmt::print(stderr, "[sluice] rank {}: its forward pass was not timed ({}); the plan takes its matmul rate\n",
                c.rank(), st.message());
     probe.reset();
+    alone = {};
   };
-  if (StatusOr<std::unique_ptr<ForwardProbe>> p = ForwardProbe::create(path, n_threads, mem_cap, 128); p.ok())
+  if (StatusOr<std::unique_ptr<ForwardProbe>> p = ForwardProbe::create(path, n_threads, mem_cap, kForwardProbeMaxRows);
+      p.ok())
     probe = std::move(*p);
   else
     not_timed(p.status());
-  double attention_pair_s = 0;
+  // Under a budget the rank's range may stream: the file-order rate too.
   if (probe) {
-    if (StatusOr<plan::RateCurve> f = probe->curve(kForwardRows, kForwardSeconds); f.ok()) forward = std::move(*f);
-    else not_timed(f.status());
-  }
-  if (probe) {
-    if (StatusOr<double> a = probe->attention_pair_s(kForwardSeconds); a.ok()) attention_pair_s = *a;
-    else not_timed(a.status());
-  }
-  // Under a budget the rank's range may stream, and a streamed layer runs in
-  // the file's row order (not repacked): its rate too.
-  plan::RateCurve forward_streamed;
-  if (probe && mem_budget > 0) {
-    StatusOr<std::unique_ptr<ForwardProbe>> s = ForwardProbe::create(path, n_threads, mem_cap, 128, /*repack=*/false);
-    StatusOr<plan::RateCurve> f = s.ok() && *s ? (*s)->curve(kForwardRows, kForwardSeconds) : plan::RateCurve();
-    if (f.ok()) forward_streamed = std::move(*f);
+    if (StatusOr<ForwardRates> r = probe->time_alone(mem_budget > 0, kForwardSeconds); r.ok()) alone = std::move(*r);
+    else not_timed(r.status());
   }
   *cal_out = cal;  // as measured: a streaming load applies the cap itself (open_streaming)
   // What the planner sees: the disk as the rank's capped reads will find it (0: not measured).
@@ -133,10 +123,8 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
                                      c.timeout_s() * kLoadTimeoutFactor));
     }
     if (probe) {
-      if (StatusOr<plan::RateCurve> f = probe->curve(kForwardRows, kForwardSeconds); f.ok())
-        forward_shared = std::move(*f);
-      else
-        not_timed(f.status());
+      if (StatusOr<plan::RateCurve> f = probe->curve(kForwardProbeRows, kForwardSeconds); f.ok()) shared = std::move(*f);
+      else not_timed(f.status());
     }
   }
   probe.reset();
@@ -150,10 +138,10 @@ StatusOr<json> hello(Comm& c, const std::string& path, const ModelFile& file, in
               {"read_gbps", cal.decode_read_gbps()},
               {"tflops", cal.matmul_tflops},
               {"tflops_curve", curve_json(cal.matmul_curve)},
-              {"forward_curve", curve_json(forward)},
-              {"forward_curve_shared", curve_json(forward_shared)},
-              {"forward_curve_streamed", curve_json(forward_streamed)},
-              {"attention_pair_s", attention_pair_s},
+              {"forward_curve", curve_json(alone.curve)},
+              {"forward_curve_shared", curve_json(shared)},
+              {"forward_curve_streamed", curve_json(alone.streamed)},
+              {"attention_pair_s", alone.attention_pair_s},
               {"disk_gbps", planned.disk_read_gbps},
               {"n_threads", cal.n_threads}};
 }

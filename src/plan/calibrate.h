@@ -83,6 +83,9 @@ std::vector<MatmulGroup> default_layer(DType type);
 // report no cache size).
 uint64_t memory_span_bytes();
 
+// The matmul probe's further sizes where a pipeline plans micro-batches.
+inline const std::vector<int64_t> kMatmulCurveTokens = {8, 16, 32, 128};
+
 struct CalibrateOptions {
   int n_threads = 0;                          // <= 0: one per core
   int n_repeats = 5;
