@@ -391,26 +391,22 @@ StatusOr<Calibration> calibrate(const CalibrateOptions& o) {
     const std::vector<MatmulGroup> layer = o.weight_read_layer.empty() ? default_layer(o.matmul_type) : o.weight_read_layer;
     c.weight_read_gbps = probe_weight_read_gbps(pool, layer, o.weight_read_bytes, o.n_repeats, o.min_probe_seconds);
   }
-  if (!o.weight_read_layer.empty()) {
-    // The model's own layer: prefill runs exactly these dispatches.
-    c.matmul_tflops = probe_layer_matmul_tflops(pool, o.weight_read_layer, o.matmul_n_tokens, o.weight_read_bytes,
-                                                std::max(1, o.n_repeats / 2), o.min_probe_seconds);
-    c.matmul_model_layer = true;
-  } else {
-    c.matmul_tflops = probe_matmul_tflops(pool, o.matmul_n_in, o.matmul_n_out, o.matmul_n_tokens,
-                                          std::max(1, o.n_repeats / 2), o.matmul_type, o.min_probe_seconds);
-  }
+  // The model's own layer when known (prefill runs exactly these
+  // dispatches), else one matrix; at n tokens.
+  c.matmul_model_layer = !o.weight_read_layer.empty();
+  auto matmul_at = [&](int64_t n) {
+    const int repeats = std::max(1, o.n_repeats / 2);
+    return c.matmul_model_layer
+               ? probe_layer_matmul_tflops(pool, o.weight_read_layer, n, o.weight_read_bytes, repeats,
+                                           o.min_probe_seconds)
+               : probe_matmul_tflops(pool, o.matmul_n_in, o.matmul_n_out, n, repeats, o.matmul_type,
+                                     o.min_probe_seconds);
+  };
+  c.matmul_tflops = matmul_at(o.matmul_n_tokens);
   c.matmul_n_tokens = o.matmul_n_tokens;
   std::vector<RatePoint> curve{{o.matmul_n_tokens, c.matmul_tflops}};
-  for (int64_t n : o.matmul_curve_tokens) {
-    if (n <= 0 || n == o.matmul_n_tokens) continue;
-    const double t = c.matmul_model_layer
-                         ? probe_layer_matmul_tflops(pool, o.weight_read_layer, n, o.weight_read_bytes,
-                                                     std::max(1, o.n_repeats / 2), o.min_probe_seconds)
-                         : probe_matmul_tflops(pool, o.matmul_n_in, o.matmul_n_out, n, std::max(1, o.n_repeats / 2),
-                                               o.matmul_type, o.min_probe_seconds);
-    curve.push_back({n, t});
-  }
+  for (int64_t n : o.matmul_curve_tokens)
+    if (n > 0 && n != o.matmul_n_tokens) curve.push_back({n, matmul_at(n)});
   c.matmul_curve = RateCurve(std::move(curve));
   c.matmul_type = o.matmul_type;
   const long pages = ::sysconf(_SC_PHYS_PAGES);
