@@ -10,6 +10,17 @@
 #include "model/model.h"
 
 namespace sluice::dist {
+namespace {
+
+// Whether the step is one sequence's tokens: one, or pieces() of one (they
+// share its block table). Its micro-batches then attend over each other's keys.
+bool one_sequence(std::span<const ForwardSeq> seqs) {
+  return std::all_of(seqs.begin(), seqs.end(),
+                     [&](const ForwardSeq& s) { return s.block_table.data() == seqs.front().block_table.data(); });
+}
+
+}  // namespace
+
 
 PipelineDriver::PipelineDriver(Comm& comm, plan::PipelinePlan plan, int64_t n_embd, int64_t n_batch,
                                double abort_grace_s, int64_t micro_batches)
@@ -60,7 +71,7 @@ std::span<const ForwardSeq> PipelineDriver::pieces(const Model& model, std::span
   }
   const int64_t m = micro_batches_fixed_ > 0 ? std::min(micro_batches_fixed_, n)
                                             : plan_.best_micro_batches(n, n_logits, kMaxMicroBatches,
-                                                                       /*one_prompt=*/seqs.size() == 1);
+                                                                       /*one_prompt=*/one_sequence(seqs));
   if (m <= 1) return seqs;
   if (pieces_.capacity() < static_cast<size_t>(model.max_seqs())) pieces_.reserve(static_cast<size_t>(model.max_seqs()));
   cut_sequences(seqs, m, static_cast<size_t>(model.max_seqs()), &pieces_);
@@ -78,10 +89,7 @@ Status PipelineDriver::step(Model& model, std::span<const ForwardSeq> seqs, KvSt
   const int64_t n = model.step_tokens();
   const std::span<const int64_t> logit_rows = model.logit_rows();
   const auto n_logits = static_cast<int64_t>(logit_rows.size());
-  // Pieces of one sequence (pieces()) share its block table.
-  const bool one_prompt = std::all_of(seqs.begin(), seqs.end(), [&](const ForwardSeq& s) {
-    return s.block_table.data() == seqs.front().block_table.data();
-  });
+  const bool one_prompt = one_sequence(seqs);
   // --micro-batches fixes the cut here too (pieces() only cut long prompts).
   const auto n_seqs = static_cast<int64_t>(seqs.size());
   const int64_t m = micro_batches_fixed_ > 0
