@@ -24,12 +24,11 @@ void parse_and_check(const std::vector<uint8_t>& b, int iteration) {
   }
 }
 
-class SafetensorsFuzz : public ::testing::Test {
+class SafetensorsFuzz : public RealFileTest {
  protected:
   void SetUp() override {
-    const std::string path = model_path("stories260K/hf/model.safetensors");
-    if (!testing::path_exists(path)) GTEST_SKIP() << "real-model data not found at " << path;
-    file_ = slurp(path);
+    load(model_path("stories260K/hf/model.safetensors"));
+    if (IsSkipped()) return;
     std::memcpy(&header_len_, file_.data(), 8);
     ASSERT_LT(header_len_, file_.size());
   }
@@ -60,7 +59,6 @@ class SafetensorsFuzz : public ::testing::Test {
   }
   static constexpr size_t kSlack = 64 * 1024;
   std::vector<uint8_t> scratch_;
-  std::vector<uint8_t> file_;
   uint64_t header_len_ = 0;
 };
 
