@@ -96,6 +96,13 @@ struct OpOutput {
 using OpOutputs = std::vector<OpOutput>;
 const OpOutput* find_output(const OpOutputs& outs, const std::string& name);
 
+// Rows t0 .. t0 + n - 1 of v, rows of len elements: the part of a case's
+// [n_tok, len] input that a run over those tokens reads.
+template <typename T>
+std::span<const T> rows(const std::vector<T>& v, int64_t t0, int64_t n, int64_t len = 1) {
+  return std::span(v).subspan(static_cast<size_t>(t0 * len), static_cast<size_t>(n * len));
+}
+
 // One run of a case on one backend: the memory it declares, and its outputs.
 class OpRun {
  public:

@@ -27,7 +27,7 @@ class RopeTablesCase final : public OpCase {
   int64_t n_tok() const override { return static_cast<int64_t>(positions_.size()); }
   void run(OpRun& r, int64_t t0, int64_t n) override {
     const auto n_rot = static_cast<int64_t>(2 * inv_freq_.size());
-    r.be().rope_tables(std::span(positions_).subspan(static_cast<size_t>(t0), static_cast<size_t>(n)), inv_freq_,
+    r.be().rope_tables(rows(positions_, t0, n), inv_freq_,
                        magnitude_, r.out("cos_sin", n, n_rot, Tol::bits()));
   }
 

@@ -30,7 +30,7 @@ class NormGluCase final : public OpCase {
     const double d2 = matmul_tolerance(type_, r.rounding(type_), 2);
     auto gu = n_small_ > 0 ? r.weights({small_.view, gate_.view, up_.view}) : r.weights({gate_.view, up_.view});
     const WeightView down = r.weights({down_.view})[0];
-    const float* x = r.in(std::span(x_).subspan(static_cast<size_t>(t0 * n_embd_), static_cast<size_t>(n * n_embd_)));
+    const float* x = r.in(rows(x_, t0, n, n_embd_));
     float* xn = r.out("xn", n, n_embd_, Tol::nmse(1e-11));
     float* g = r.out("h", n, n_ff_, Tol::written());  // gate, then act(gate) * up
     float* u = r.out("up", n, n_ff_, Tol::nmse(d1));
@@ -68,12 +68,9 @@ class GluMatmulCase final : public OpCase {
   void run(OpRun& r, int64_t t0, int64_t n) override {
     r.be().reserve({.n_tok = n_tok_, .n_in_max = n_ff_});
     const WeightView down = r.weights({down_.view})[0];
-    const auto rows = [&](const std::vector<float>& v) {
-      return std::span(v).subspan(static_cast<size_t>(t0 * n_ff_), static_cast<size_t>(n * n_ff_));
-    };
-    float* h = r.inout("h", rows(gate_), n_ff_, Tol::nmse(1e-11));
+    float* h = r.inout("h", rows(gate_, t0, n, n_ff_), n_ff_, Tol::nmse(1e-11));
     float* y = r.out("y", n, n_embd_, Tol::nmse(matmul_tolerance(type_, r.rounding(type_), 2)));
-    r.be().glu_matmul({.gate = h, .up = r.in(rows(up_)), .n_ff = n_ff_, .n_tok = n, .act = act_, .out = {down, y}});
+    r.be().glu_matmul({.gate = h, .up = r.in(rows(up_, t0, n, n_ff_)), .n_ff = n_ff_, .n_tok = n, .act = act_, .out = {down, y}});
   }
 
  private:
@@ -99,7 +96,7 @@ class MatmulCase final : public OpCase {
   void run(OpRun& r, int64_t t0, int64_t n) override {
     r.be().reserve({.n_tok = n_tok_, .n_in_max = n_in_});
     const WeightView w = r.weights({w_.view})[0];
-    const float* x = r.in(std::span(x_).subspan(static_cast<size_t>(t0 * n_in_), static_cast<size_t>(n * n_in_)));
+    const float* x = r.in(rows(x_, t0, n, n_in_));
     const MatmulOut o[1] = {{w, r.out("y", n, n_out_, Tol::nmse(matmul_tolerance(type_, r.rounding(type_), 1)))}};
     r.be().matmul(o, x, n_in_, n);
   }
@@ -125,7 +122,7 @@ class EmbedCase final : public OpCase {
   void run(OpRun& r, int64_t t0, int64_t n) override {
     r.be().reserve({.n_tok = n_tok(), .n_in_max = n_embd_});
     // The table is not prepared: the model keeps it where it is (a row per token is read).
-    r.be().embed(table_.view, std::span(tokens_).subspan(static_cast<size_t>(t0), static_cast<size_t>(n)), 2.0f,
+    r.be().embed(table_.view, rows(tokens_, t0, n), 2.0f,
                  r.out("x", n, n_embd_, Tol::bits()));
   }
 
@@ -201,9 +198,6 @@ class LoraCase final : public OpCase {
   int64_t n_tok() const override { return n_tok_; }
 
   void run(OpRun& r, int64_t t0, int64_t n) override {
-    const auto rows = [&](const std::vector<float>& v, int64_t len) {
-      return std::span(v).subspan(static_cast<size_t>(t0 * len), static_cast<size_t>(n * len));
-    };
     std::vector<LoraSegment> segs;  // the segments' parts in t0 .. t0 + n - 1, from row t0
     for (size_t i = 0; i < segs_.size(); ++i) {
       const Seg& s = segs_[i];
@@ -214,7 +208,7 @@ class LoraCase final : public OpCase {
     }
     r.be().reserve({.n_tok = n_tok_, .lora_rank = 16});
     const double tol = matmul_tolerance(DType::kF32, ActRounding::kNone, 2);
-    r.be().lora({.x = r.in(rows(x_, n_in_)), .y = r.inout("y", rows(y_, n_out_), n_out_, Tol::nmse(tol)),
+    r.be().lora({.x = r.in(rows(x_, t0, n, n_in_)), .y = r.inout("y", rows(y_, t0, n, n_out_), n_out_, Tol::nmse(tol)),
                  .n_in = n_in_, .n_out = n_out_, .segs = segs,
                  .u = keep_u_ ? r.out("u", n, kRankU, Tol::nmse(tol)) : nullptr, .u_stride = keep_u_ ? kRankU : 0});
   }

@@ -19,8 +19,7 @@ class RouteCase final : public OpCase {
   int64_t n_tok() const override { return n_tok_; }
   void run(OpRun& r, int64_t t0, int64_t n) override {
     // The router's outputs are in the backend's memory; ids and weights go to the host.
-    r.be().route({.logits = r.in(std::span(logits_).subspan(static_cast<size_t>(t0 * n_expert_),
-                                                          static_cast<size_t>(n * n_expert_))),
+    r.be().route({.logits = r.in(rows(logits_, t0, n, n_expert_)),
                   .n_tok = n, .n_expert = n_expert_, .n_used = n_used_, .renormalize = renormalize_,
                   .ids = r.host_ints("ids", n, n_used_), .weights = r.host_out("weights", n, n_used_, Tol::bits())});
   }
@@ -86,8 +85,7 @@ class ExpertFfnCase final : public OpCase {
     ExpertWeights shared;
     if (s_.n_ff_shared > 0) shared = experts.back(), experts.pop_back();
     const auto tok = static_cast<size_t>(t0 * s_.n_used);
-    r.be().expert_ffn({.x = r.in(std::span(x_).subspan(static_cast<size_t>(t0 * s_.n_embd),
-                                                       static_cast<size_t>(n * s_.n_embd))),
+    r.be().expert_ffn({.x = r.in(rows(x_, t0, n, s_.n_embd)),
                        .out = r.out("out", n, s_.n_embd, Tol::nmse(tolerance(r))), .ids = ids_.data() + tok,
                        .weights = weights_.data() + tok, .n_tok = n, .n_used = s_.n_used, .n_embd = s_.n_embd,
                        .n_ff = s_.n_ff, .experts = experts, .shared = s_.n_ff_shared > 0 ? &shared : nullptr,

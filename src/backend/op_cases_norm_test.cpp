@@ -20,10 +20,7 @@ class AddCase final : public OpCase {
   std::span<const Op> ops() const override { return kOps; }
   int64_t n_tok() const override { return n_tok_; }
   void run(OpRun& r, int64_t t0, int64_t n) override {
-    const auto rows = [&](const std::vector<float>& v) {
-      return std::span(v).subspan(static_cast<size_t>(t0 * n_), static_cast<size_t>(n * n_));
-    };
-    r.be().add(r.inout("x", rows(x_), n_, Tol::bits()), r.in(rows(y_)), n * n_);
+    r.be().add(r.inout("x", rows(x_, t0, n, n_), n_, Tol::bits()), r.in(rows(y_, t0, n, n_)), n * n_);
   }
 
  private:
@@ -41,7 +38,7 @@ class RmsnormCase final : public OpCase {
   std::span<const Op> ops() const override { return kOps; }
   int64_t n_tok() const override { return n_tok_; }
   void run(OpRun& r, int64_t t0, int64_t n) override {
-    const auto x = std::span(x_).subspan(static_cast<size_t>(t0 * n_), static_cast<size_t>(n * n_));
+    const auto x = rows(x_, t0, n, n_);
     r.be().rmsnorm(r.in(x), w_.data(), eps_, r.out("out", n, n_, Tol::nmse(tol_)), n, n_);
     float* inplace = r.inout("inplace", x, n_, Tol::nmse(tol_));
     r.be().rmsnorm(inplace, w_.data(), eps_, inplace, n, n_);
@@ -71,11 +68,8 @@ class AddRmsnormCase final : public OpCase {
   std::span<const Op> ops() const override { return kOps; }
   int64_t n_tok() const override { return n_tok_; }
   void run(OpRun& r, int64_t t0, int64_t n) override {
-    const auto rows = [&](const std::vector<float>& v) {
-      return std::span(v).subspan(static_cast<size_t>(t0 * n_), static_cast<size_t>(n * n_));
-    };
-    float* x = r.inout("x", rows(x_), n_, Tol::bits());
-    r.be().add(x, r.in(rows(y_)), n * n_);
+    float* x = r.inout("x", rows(x_, t0, n, n_), n_, Tol::bits());
+    r.be().add(x, r.in(rows(y_, t0, n, n_)), n * n_);
     r.be().rmsnorm(x, w_.data(), 1e-5f, r.out("out", n, n_, Tol::nmse(1e-11)), n, n_);
   }
 

@@ -25,11 +25,6 @@ namespace {
 
 size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
-// Rows t0 .. t0 + n - 1 of v, rows of len.
-std::span<const float> rows(const std::vector<float>& v, int64_t t0, int64_t n, int64_t len) {
-  return std::span(v).subspan(sz(t0 * len), sz(n * len));
-}
-
 TrainOps& train(OpRun& r) { return *r.be().train_ops(); }
 
 // dx = W^T dy (or +=) through a frozen matrix of `type`, prepared as the

@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "base/test_data.h"
+
 namespace sluice::testing {
 
 // No single allocation may exceed this while parsing a file of a few MB.
@@ -26,6 +30,17 @@ inline std::vector<uint8_t> slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
+
+// A fixture over the bytes of one real-model file (file_). load() reads it, or
+// skips the test when the file is absent; SetUp then returns (IsSkipped()).
+class RealFileTest : public ::testing::Test {
+ protected:
+  void load(const std::string& path) {
+    if (!path_exists(path)) GTEST_SKIP() << "real-model data not found at " << path;
+    file_ = slurp(path);
+  }
+  std::vector<uint8_t> file_;
+};
 
 // splitmix64: deterministic on every platform, unlike std distributions.
 class FuzzRng {

@@ -151,12 +151,11 @@ TEST(GgufFuzz, Gpt2VocabMutations) {
 }
 
 // Explicit, named corruptions of the real header.
-class GgufCorruption : public ::testing::Test {
+class GgufCorruption : public RealFileTest {
  protected:
   void SetUp() override {
-    const std::string path = shipped_model_path("stories260K.gguf");
-    if (!testing::path_exists(path)) GTEST_SKIP() << "real-model data not found at " << path;
-    file_ = slurp(path);
+    load(shipped_model_path("stories260K.gguf"));
+    if (IsSkipped()) return;
     fields_ = testing::map_gguf_fields(file_);
   }
   void put_u64(size_t at, uint64_t v) { std::memcpy(file_.data() + at, &v, 8); }
@@ -170,7 +169,6 @@ class GgufCorruption : public ::testing::Test {
           << "'" << w << "' missing from: " << r.status().message();
     }
   }
-  std::vector<uint8_t> file_;
   testing::GgufFieldMap fields_;
 };
 

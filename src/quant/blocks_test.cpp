@@ -2,6 +2,7 @@
 // description (not from the quantizers), then dequantize_row must produce exactly
 // the floats the format defines.
 #include "quant/blocks.h"
+#include "quant/blocks_more.h"
 
 #include <gtest/gtest.h>
 
@@ -43,6 +44,21 @@ TEST(BlocksTest, FieldOffsetsMatchGgml) {
   EXPECT_EQ(offsetof(BlockQ6_K, qh), 128u);
   EXPECT_EQ(offsetof(BlockQ6_K, scales), 192u);
   EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
+  // quant/blocks_more.h
+  EXPECT_EQ(offsetof(BlockQ4_1, qs), 4u);
+  EXPECT_EQ(offsetof(BlockQ5_0, qh), 2u);
+  EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qh), 4u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qs), 8u);
+  EXPECT_EQ(offsetof(BlockQ2_K, qs), 16u);
+  EXPECT_EQ(offsetof(BlockQ2_K, d), 80u);
+  EXPECT_EQ(offsetof(BlockQ3_K, qs), 32u);
+  EXPECT_EQ(offsetof(BlockQ3_K, scales), 96u);
+  EXPECT_EQ(offsetof(BlockQ3_K, d), 108u);
+  EXPECT_EQ(offsetof(BlockQ5_K, qh), 16u);
+  EXPECT_EQ(offsetof(BlockQ5_K, qs), 48u);
+  EXPECT_EQ(offsetof(BlockIq4Xs, scales_l), 4u);
+  EXPECT_EQ(offsetof(BlockIq4Xs, qs), 8u);
   EXPECT_EQ(row_bytes(DType::kQ4_K, 512), 288u);
   EXPECT_EQ(row_bytes(DType::kQ6_K, 256), 210u);
 }
