@@ -236,6 +236,9 @@ struct ScratchNeeds {
   int64_t n_ff_shared = 0;  // the shared expert's width (0: none)
   int64_t n_embd = 0;
   int64_t lora_rank = 0;    // the largest adapter rank lora() sees (0: none)
+  // Bytes of weight views in host memory one layer reads, at most (a weight
+  // source's; Backend::reads_host_weights). 0: none.
+  uint64_t host_weight_bytes = 0;
 };
 
 // The operators of the interface below, one per method (a fusion is one
@@ -356,6 +359,20 @@ class Backend {
   // Bytes of weights this backend copied into its memory from a slower tier
   // while running (the cuda backend's streamed dispatches), since creation.
   virtual uint64_t bytes_streamed() const { return 0; }
+
+  // Weights in a weight source's host memory (--mem-budget: the store's
+  // resident layers and ring slots). A backend whose memory is not the host's
+  // reads such views by copying their bytes in at each use, when it can
+  // (reads_host_weights()); the copies may still be running when an operator
+  // returns, so the caller calls finish_host_reads() before that memory is
+  // reused (the source's release of a layer). register_host() names memory
+  // views will point into, to pin for faster copies, until unregister_host();
+  // ScratchNeeds::host_weight_bytes sizes what the copies go through.
+  // Defaults: a host-visible backend reads them in place; nothing to pin or wait for.
+  virtual bool reads_host_weights() const { return host_visible(); }
+  virtual void register_host(const uint8_t* data, size_t bytes) {}
+  virtual void unregister_host(const uint8_t* data) {}
+  virtual void finish_host_reads() {}
 
   // --- operators (shapes in the argument structs above) --------------------
   // x[t] = scale * row tokens[t] of the table.  x: [tokens.size(), table.n_in]

@@ -80,6 +80,7 @@ CudaBackend::CudaBackend(int device, uint64_t budget_bytes)
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   train_.reset();
+  host_views_.reset();
   for (auto& [p, n] : scratch_)
     if (p) cudaFree(p);
   for (void* p : vec_blocks_) cudaFree(p);
@@ -181,6 +182,15 @@ float* CudaBackend::scratch(int which, int64_t n) {
 
 void CudaBackend::reserve(const ScratchNeeds& n) {
   flush_add();
+  if (n.host_weight_bytes > 0) {
+    // Two layers' copies in flight and in use, each matrix 256-byte aligned.
+    const size_t want = 2 * (n.host_weight_bytes + 32 * 256);
+    if (!host_views_) host_views_ = std::make_unique<HostViews>(want);
+    if (host_views_->capacity() < want) {
+      SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // the copies' readers are done
+      host_views_->grow(want);
+    }
+  }
   scratch(kPartial, kMaxSplitItems * (n.head_dim + 2));
   const int64_t x_rows = n.n_tok * std::max<int64_t>(1, n.n_used);  // expert rows gathered
   scratch(kXq, (x_rows * n.n_in_max + 3) / 4);

@@ -16,8 +16,9 @@
 // the last call's (every layer of a step) is not sent again.
 //
 // Under --gpu-budget the weights past it stream from pinned host memory
-// (prepare_weights). Not yet: weights streamed from disk through a WeightStore
-// (load_model refuses --mem-budget on this backend), a Q8_0 KV cache, CUDA graphs.
+// (prepare_weights). With a weight store (--mem-budget: three tiers) the
+// store's host memory is registered, and views into it are copied into a
+// device ring at each use (cuda_host_views.h). Not yet: a Q8_0 KV cache, CUDA graphs.
 // Calls come from one thread at a time (backend.h).
 #pragma once
 
@@ -31,6 +32,7 @@
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
 #include "backend/cuda/cuda_prefill.h"
+#include "backend/cuda/cuda_host_views.h"
 #include "backend/cuda/cuda_weight_ring.h"
 
 namespace sluice::cuda {
@@ -123,6 +125,13 @@ class CudaBackend final : public Backend {
   PreparedWeights prepare_weights(std::span<const WeightGroup> groups) override;
   // Under a budget, the weights get what is left after this (the KV pool).
   void set_device_reserve(uint64_t bytes) override { reserve_ = bytes; }
+  // Views into registered host memory (a weight store's, --mem-budget) are
+  // copied into a ring of device memory at each use (cuda_host_views.h), sized
+  // by ScratchNeeds::host_weight_bytes and counted in the budget.
+  bool reads_host_weights() const override { return true; }
+  void register_host(const uint8_t* data, size_t bytes) override;
+  void unregister_host(const uint8_t* data) override;
+  void finish_host_reads() override;
 
   void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) override;
   void rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
@@ -140,7 +149,9 @@ class CudaBackend final : public Backend {
   // cuda_kernels.cuh launch_lora (training's forward needs it too).
   void lora(const LoraArgs& a) override;
 
-  uint64_t bytes_streamed() const override { return ring_ ? ring_->bytes_copied() : 0; }
+  uint64_t bytes_streamed() const override {
+    return (ring_ ? ring_->bytes_copied() : 0) + (host_views_ ? host_views_->bytes_copied() : 0);
+  }
   // The training operators (cuda_train_ops.h).
   TrainOps* train_ops() override;
   cudaStream_t stream() const { return stream_; }
@@ -164,12 +175,13 @@ class CudaBackend final : public Backend {
   void flush_add();
   const float* take_add(const float* x, int64_t n);
   // Streamed matrices: bind() copies outs to bound with the views of streamed
-  // matrices pointed into their ring slots (acquired), and returns how many
-  // groups it acquired, in held; unbind() releases them once the launches
-  // that read them are enqueued.
+  // matrices pointed into their ring slots (acquired) and views of host
+  // memory into their copies, and returns how many groups or copies it holds,
+  // in held; unbind() releases them once the launches that read them are enqueued.
   struct Held {
-    int group;
+    int group;            // in ring_, or -1: a host view's copy
     uint8_t* base;
+    int64_t ticket = -1;  // the host view's copy (host_views_)
   };
   int bind(std::span<const MatmulOut> outs, MatmulOut* bound, Held* held);
   void unbind(const Held* held, int n);
@@ -195,6 +207,7 @@ class CudaBackend final : public Backend {
   uint64_t budget_ = 0;
   uint64_t reserve_ = 0;  // of budget_, kept for the caller (set_device_reserve)
   std::unique_ptr<WeightRing> ring_;  // the streamed matrices (null: all resident)
+  std::unique_ptr<HostViews> host_views_;  // views of a weight source's host memory (null: none)
   std::unique_ptr<PrefillMatmul> prefill_;  // matmuls of many tokens on the tensor cores
   std::unique_ptr<CudaTrainOps> train_;     // made on the first train_ops()
   struct StreamedAt {

@@ -60,7 +60,17 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
                                   static_cast<double>(budget_) / (1 << 30), static_cast<double>(reserve_) / (1 << 30));
     return p;
   }
-  const uint64_t budget = budget_ > 0 ? budget_ - reserve_ : 0;  // for the weights
+  // For the weights: the budget less the KV pool's reserve and the ring that
+  // host views (a weight store's layers) are copied through.
+  const uint64_t staging = host_views_ ? host_views_->capacity() : 0;
+  if (budget_ > 0 && reserve_ + staging >= budget_) {
+    p.status = resource_exhausted("--gpu-budget {:.2f} GiB leaves nothing for resident weights after {:.2f} GiB for "
+                                  "the KV cache and {:.2f} GiB for the layers copied in from host memory",
+                                  static_cast<double>(budget_) / (1 << 30), static_cast<double>(reserve_) / (1 << 30),
+                                  static_cast<double>(staging) / (1 << 30));
+    return p;
+  }
+  const uint64_t budget = budget_ > 0 ? budget_ - reserve_ - staging : 0;
   if (budget > 0 && total > budget) {
     if (ring_) {
       p.status = invalid_argument("--gpu-budget: the cuda backend streams the weights of one model, and one is "
@@ -167,6 +177,14 @@ int CudaBackend::bind(std::span<const MatmulOut> outs, MatmulOut* bound, Held* h
   int n = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
     bound[i] = outs[i];
+    const WeightView& w = outs[i].w;
+    if (host_views_ && w.data && host_views_->holds(w.data)) {  // a weight source's host memory
+      const HostViews::Copy c =
+          host_views_->copy_in(w.data, row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out), stream_);
+      held[n++] = Held{.group = -1, .base = c.device, .ticket = c.ticket};
+      bound[i].w.data = c.device;
+      continue;
+    }
     if (streamed_.empty()) continue;
     const auto it = streamed_.find(outs[i].w.data);
     if (it == streamed_.end()) continue;
@@ -180,7 +198,23 @@ int CudaBackend::bind(std::span<const MatmulOut> outs, MatmulOut* bound, Held* h
 }
 
 void CudaBackend::unbind(const Held* held, int n) {
-  for (int i = 0; i < n; ++i) ring_->release(held[i].group, stream_);
+  for (int i = 0; i < n; ++i) {
+    if (held[i].group < 0) host_views_->read(held[i].ticket, stream_);
+    else ring_->release(held[i].group, stream_);
+  }
+}
+
+void CudaBackend::register_host(const uint8_t* data, size_t bytes) {
+  if (!host_views_) host_views_ = std::make_unique<HostViews>(size_t{1} << 20);  // grown by reserve()
+  host_views_->register_range(data, bytes);
+}
+
+void CudaBackend::unregister_host(const uint8_t* data) {
+  if (host_views_) host_views_->unregister_range(data);
+}
+
+void CudaBackend::finish_host_reads() {
+  if (host_views_) host_views_->finish();
 }
 
 }  // namespace sluice::cuda
