@@ -79,6 +79,16 @@ class LayerWeightSource {
   // model may reorder it in place for its backend (Backend::prepare_in_place)
   // before its first step. Default: no, leave it as it is.
   virtual bool reorderable(const uint8_t* data) const { return false; }
+  // Whether layer l's matrices belong to the device tier (--gpu-budget with
+  // --mem-budget on a GPU): resident() gives their bytes (the file's mapping)
+  // for the backend to copy into its memory at load; acquire() still
+  // brackets the layer, and the model keeps the backend's copies bound.
+  // Default: no.
+  virtual bool device_resident(int64_t layer) const { return false; }
+  // The source's own host memory weight views point into (resident copies,
+  // ring and expert slots), for a backend to pin (Backend::register_host).
+  // Default: none.
+  virtual std::vector<std::span<const uint8_t>> host_regions() const { return {}; }
   // Layer l's matrices; blocks only if their transfer has not landed.
   virtual Status acquire(int64_t layer, LayerWeightPointers* out) = 0;
   virtual void release(int64_t layer) = 0;

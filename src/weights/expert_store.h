@@ -100,6 +100,8 @@ struct ExpertStoreOptions {
 
 class ExpertStore {
  public:
+  // The slots' memory, [n_slots, slot_bytes] (WeightStore::host_regions).
+  std::span<const uint8_t> pool() const { return {pool_.data(), pool_.size()}; }
   // The largest aligned buffer one expert of this model needs.
   static uint64_t slot_bytes_for(const ModelFile& file, const ModelHparams& hp);
   // One expert's own bytes (its three slices), the same for every expert of a model.

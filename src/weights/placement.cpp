@@ -129,8 +129,6 @@ StatusOr<uint64_t> parse_byte_size(const std::string& text) {
 }
 
 StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInputs& in) {
-  if (in.device_budget_bytes > 0)
-    return unimplemented("the device tier has no backend in this build; use --mem-budget for host memory");
   PlacementPlan p;
   p.budget_bytes = in.mem_budget_bytes;
   p.disk_gbps = in.disk_gbps;
@@ -187,6 +185,27 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
       p.layers[static_cast<size_t>(l)].elsewhere = l < p.layer_begin || l >= p.layer_end;
   }
   const int64_t n_own = p.n_stage_layers();
+  // Rule 8: the device tier's layers.
+  for (int64_t l : in.device_layers) {
+    if (l < p.layer_begin || l >= p.layer_end)
+      return invalid_argument("device-tier layer {} is not among the layers placed here [{}, {})", l, p.layer_begin,
+                              p.layer_end);
+    if (p.layers[static_cast<size_t>(l)].device) return invalid_argument("device-tier layer {} named twice", l);
+    p.layers[static_cast<size_t>(l)].device = true;
+  }
+  const int64_t n_device = static_cast<int64_t>(in.device_layers.size());
+  if (n_device > 0) {
+    if (in.training || share) return unimplemented("a device tier with fine-tuning or an expert share");
+    if (auto hp = hparams_from_metadata(file.metadata); hp.ok() && hp->is_moe())
+      return unimplemented("a device tier of whole layers for a routed model (its experts stream by expert)");
+    for (TensorPlacement& t : p.tensors)
+      if (t.layer >= 0 && !t.elsewhere && p.layers[static_cast<size_t>(t.layer)].device &&
+          !is_essential_tensor(t, file.tensors[t.index])) {
+        t.tier = Tier::kDevice;
+        p.total_tensor_bytes -= t.n_bytes;
+      }
+  }
+  const int64_t n_host = n_own - n_device;  // the layers rules 2-5 place
 
   // Essentials: one aligned buffer of everything from the file, plus in-memory tensors.
   std::vector<TensorRange> essential_ranges;
@@ -194,7 +213,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   uint64_t in_memory_bytes = 0;
   for (const TensorPlacement& t : p.tensors) {
     const TensorInfo& info = file.tensors[t.index];
-    if (t.elsewhere) continue;
+    if (t.elsewhere || t.tier == Tier::kDevice) continue;
     if (is_essential_tensor(t, info)) {
       if (t.from_file) essential_ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
       else in_memory_bytes += info.n_bytes;
@@ -205,6 +224,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   p.essentials_bytes = layout_extents(essential_ranges, kDirectAlign, in.max_gap).buffer_bytes + in_memory_bytes;
   uint64_t all_layers_bytes = 0;
   for (int64_t l = p.layer_begin; l < p.layer_end; ++l) {
+    if (p.layers[static_cast<size_t>(l)].device) continue;
     const ExtentLayout lay = layout_extents(layer_ranges[static_cast<size_t>(l)], kDirectAlign, in.max_gap);
     LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
     lp.matrix_bytes = lay.tensor_bytes;
@@ -285,15 +305,16 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
 
   // Whole layers fill what the ring leaves; at least one layer streams.
   uint64_t left = budget - p.essentials_bytes - static_cast<uint64_t>(p.n_ring_slots) * p.slot_bytes;
-  int64_t n_resident = std::min<int64_t>(n_own - 1, static_cast<int64_t>(left / p.slot_bytes));
-  const int64_t n_streamed = n_own - n_resident;
+  int64_t n_resident = std::min<int64_t>(n_host - 1, static_cast<int64_t>(left / p.slot_bytes));
+  const int64_t n_streamed = n_host - n_resident;
   p.n_ring_slots = std::min(p.n_ring_slots, n_streamed);
   // Streamed layers spread evenly (plan::streamed_in_spread); in training
   // order the resident ones keep off the turns.
-  for (int64_t l = p.layer_begin; l < p.layer_end; ++l) {
-    const bool streamed = in.training ? !training_resident(l, p.n_layer, n_resident)
-                                      : plan::streamed_in_spread(l - p.layer_begin, n_own, n_streamed);
+  for (int64_t l = p.layer_begin, h = 0; l < p.layer_end; ++l) {
     LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
+    if (lp.device) continue;
+    const bool streamed = in.training ? !training_resident(l, p.n_layer, n_resident)
+                                      : plan::streamed_in_spread(h++, n_host, n_streamed);
     lp.streamed = streamed;
     if (streamed) {
       ++p.n_streamed;
@@ -339,11 +360,15 @@ void PlacementPlan::rerate_disk(double gbps, std::string note) {
 }
 
 std::string placement_map(const PlacementPlan& p) {
-  int64_t n_host = 0, n_disk = 0;
-  uint64_t host_tensor_bytes = 0, disk_tensor_bytes = 0;
+  int64_t n_host = 0, n_disk = 0, n_device = 0, n_device_layers = 0;
+  uint64_t host_tensor_bytes = 0, disk_tensor_bytes = 0, device_tensor_bytes = 0;
+  for (const LayerPlacement& l : p.layers) n_device_layers += l.device ? 1 : 0;
   for (const TensorPlacement& t : p.tensors) {
     if (t.elsewhere) continue;
-    if (t.tier == Tier::kDisk) {
+    if (t.tier == Tier::kDevice) {
+      ++n_device;
+      device_tensor_bytes += t.n_bytes;
+    } else if (t.tier == Tier::kDisk) {
       ++n_disk;
       disk_tensor_bytes += t.n_bytes;
     } else {
@@ -356,14 +381,19 @@ std::string placement_map(const PlacementPlan& p) {
                                  ? fmt::format("{} layers", p.n_layer)
                                  : fmt::format("layers {}-{} of {} (a pipeline stage)", p.layer_begin, p.layer_end - 1,
                                                p.n_layer);
-  s += fmt::format("placement map: {}, {} of tensors; compute tier = host RAM, budget {}\n", layers,
+  s += fmt::format("placement map: {}, {} of tensors{}; compute tier = {}, host budget {}\n", layers,
                    mb(static_cast<double>(p.total_tensor_bytes)),
+                   n_device ? fmt::format(" outside the device tier") : std::string(),
+                   n_device ? "the device (its layers' copies, the rest copied in at each use)" : "host RAM",
                    p.budget_bytes ? mb(static_cast<double>(p.budget_bytes)) : std::string("unlimited"));
   s += fmt::format("  {:<7} {:>10} {:>8}  {}\n", "tier", "bytes", "tensors", "holds");
-  s += fmt::format("  {:<7} {:>10} {:>8}  {}\n", "device", "0 B", 0, "none (no device backend in this build)");
+  s += fmt::format("  {:<7} {:>10} {:>8}  {}\n", "device", mb(static_cast<double>(device_tensor_bytes)), n_device,
+                   n_device ? fmt::format("{} layers, copied to the device at load from the file's memory map",
+                                          n_device_layers)
+                            : std::string("none"));
   s += fmt::format("  {:<7} {:>10} {:>8}  essentials {} + {} resident layers {}", "host",
                    mb(static_cast<double>(p.host_bytes)), n_host, mb(static_cast<double>(p.essentials_bytes)),
-                   p.n_stage_layers() - p.n_streamed, mb(static_cast<double>(p.resident_layer_bytes)));
+                   p.n_stage_layers() - n_device_layers - p.n_streamed, mb(static_cast<double>(p.resident_layer_bytes)));
   if (p.n_ring_slots > 0)
     s += fmt::format(" + ring {} slots x {} = {}", p.n_ring_slots, mb(static_cast<double>(p.slot_bytes)),
                      mb(static_cast<double>(p.ring_bytes)));
@@ -402,8 +432,8 @@ std::string placement_map(const PlacementPlan& p) {
   }
   if (p.n_streamed > 0) {
     std::string row;
-    for (const LayerPlacement& l : p.layers) row += l.elsewhere ? '-' : l.streamed ? 'S' : 'R';
-    s += fmt::format("  layers: {}   (R resident, S streamed{})\n", row,
+    for (const LayerPlacement& l : p.layers) row += l.elsewhere ? '-' : l.device ? 'G' : l.streamed ? 'S' : 'R';
+    s += fmt::format("  layers: {}   ({}R resident, S streamed{})\n", row, n_device_layers ? "G device tier, " : "",
                      p.n_stage_layers() < p.n_layer ? ", - another process's" : "");
     s += fmt::format("  ring: K = {} (plan_stream: transfer {}/layer at {:.2f} GB/s, compute {}/layer at {} "
                      "tokens/step -> K = {})\n",

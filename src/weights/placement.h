@@ -45,6 +45,11 @@
 //      rule 6 (a rank r > 0 of --parallel ep holds its experts alone). With
 //      a layer range too (--parallel pp,ep), the share of that range's
 //      routed layers.
+//   8. The device tier's layers (in.device_layers, chosen by plan::plan_tiers
+//      for the GPU's budget) are the backend's: their matrices Tier::kDevice,
+//      served from the file's memory map for the backend's copy at load,
+//      counted in no host figure; rules 2-5 place the other layers. Dense
+//      models only (a routed model's experts stream by rule 7's pool).
 // Predicted per step: compute = n_layer x compute_s, disk = n_streamed x
 // transfer_s, step = max of the two, stall = step - compute. This assumes the
 // ring lets the disk run ahead across resident layers. Training predicts per
@@ -73,7 +78,6 @@ const char* tier_name(Tier t);
 
 struct PlacementInputs {
   uint64_t mem_budget_bytes = 0;     // compute tier (host RAM here); 0: unlimited
-  uint64_t device_budget_bytes = 0;  // device tier; interface only: must be 0 in a CPU build
   double disk_gbps = 0;              // measured O_DIRECT read rate; needed when streaming
   double layer_compute_s = 0;        // compute per layer per step; needed when streaming
   int64_t tokens_per_step = 1;       // what layer_compute_s was measured for (shown in the map)
@@ -94,13 +98,17 @@ struct PlacementInputs {
   int64_t expert_begin = 0;          // an expert share [expert_begin, expert_end) of every
   int64_t expert_end = -1;           // routed layer (-1: to the last); rule 7
   bool experts_only = false;         // the share alone: every other tensor elsewhere
+  // The device tier (three tiers on a GPU: --gpu-budget with --mem-budget):
+  // these layers' matrices are copied into the backend's memory at load from
+  // the file's memory map, and the store neither holds nor reads them (rule 8).
+  std::vector<int64_t> device_layers;
 };
 
 struct TensorPlacement {
   size_t index = 0;        // in ModelFile::tensors
   std::string suffix;      // "attn_q.weight" in a block, else the full name
   int64_t layer = -1;      // -1 outside the blocks
-  Tier tier = Tier::kHost; // kHost: resident; kDisk: streamed through the ring
+  Tier tier = Tier::kHost; // kHost: resident; kDisk: streamed through the ring; kDevice: rule 8
   bool from_file = true;   // false: bytes only in memory (file_offset < 0)
   uint64_t n_bytes = 0;
   bool elsewhere = false;  // another process's (outside this stage): mapped, never read
@@ -109,6 +117,7 @@ struct TensorPlacement {
 struct LayerPlacement {
   bool streamed = false;
   bool elsewhere = false;     // outside this stage's layers
+  bool device = false;        // the device tier's (rule 8)
   uint64_t matrix_bytes = 0;  // the streamable tensors' own bytes
   uint64_t extent_bytes = 0;  // their aligned buffer size (what a slot or resident copy takes)
 };

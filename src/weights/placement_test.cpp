@@ -275,7 +275,8 @@ TEST(Placement, MapNamesEveryTier) {
 
 TEST(Placement, BadRequests) {
   const ModelFile f = fake_model(4);
-  EXPECT_EQ(plan_placement(f, {.device_budget_bytes = 1}).status().code(), StatusCode::kUnimplemented);
+  // The device tier's layers must be the model's (rule 8; device_tier_test.cpp has the rest).
+  EXPECT_EQ(plan_placement(f, {.device_layers = {4}}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(plan_placement(f, {.mem_budget_bytes = 300'000'000}).status().code(), StatusCode::kInvalidArgument);
   // Formats that cannot be read by offset stream nothing; a small budget is refused.
   const ModelFile hf = fake_model(4, "safetensors");

@@ -146,7 +146,8 @@ StatusOr<StreamingSetup> open_streaming(std::shared_ptr<const ModelFile> file, c
                        .layer_end = o.stage.layer_end,
                        .expert_begin = o.stage.expert_begin,
                        .expert_end = o.stage.expert_end,
-                       .experts_only = o.stage.experts_only};
+                       .experts_only = o.stage.experts_only,
+                       .device_layers = o.device_layers};
   std::string compute_line = fmt::format("compute per layer at {} token(s)/step: {:.2f} ms (estimate)",
                                          o.tokens_per_step, compute_s * 1e3);
   if (o.training) {

@@ -32,6 +32,8 @@ class StoreWeightSource : public LayerWeightSource {
   bool reorderable(const uint8_t* data) const override { return store_->owns_resident(data); }
   Status acquire(int64_t layer, LayerWeightPointers* out) override;
   void release(int64_t layer) override { store_->release(layer); }
+  bool device_resident(int64_t layer) const override { return store_->plan().layers[static_cast<size_t>(layer)].device; }
+  std::vector<std::span<const uint8_t>> host_regions() const override { return store_->host_regions(); }
   void end_step(int64_t n_tokens) override { store_->end_step(n_tokens); }
   Status set_schedule(std::span<const int64_t> order) override { return store_->set_schedule(order); }
   bool streams_experts() const override { return store_->streams_experts(); }
@@ -90,6 +92,8 @@ struct StreamingOptions {
   std::optional<plan::TrainWorkload> training;
   // A pipeline stage's layers and an expert share (the whole model by default).
   StageSlice stage;
+  // Three tiers: the layers a device backend holds (PlacementInputs::device_layers).
+  std::vector<int64_t> device_layers;
 };
 
 struct StreamingSetup {

@@ -88,8 +88,12 @@ Status WeightStore::load(const WeightStoreOptions& options) {
     const TensorPlacement& t = plan_.tensors[i];
     const TensorInfo& info = f.tensors[t.index];
     const bool expert_on_disk = t.tier == Tier::kDisk && !plan_.layers[static_cast<size_t>(std::max<int64_t>(0, t.layer))].streamed;
-    if (t.layer >= 0 && !is_essential_tensor(t, info) && !expert_on_disk && !t.elsewhere)
+    if (t.layer >= 0 && !is_essential_tensor(t, info) && !expert_on_disk && !t.elsewhere && t.tier != Tier::kDevice)
       layers_[static_cast<size_t>(t.layer)].matrix_bytes += t.n_bytes;
+    if (t.tier == Tier::kDevice) {  // rule 8: the backend copies it from the file's memory at load
+      resident_[info.name] = info.data;
+      continue;
+    }
     if (t.tier != Tier::kHost) continue;
     // Another process's (a pipeline stage's rule 6): the file's own memory,
     // bound but never read here.
@@ -492,6 +496,14 @@ bool WeightStore::reprioritize(int64_t layer, TransferClass priority) {
 const uint8_t* WeightStore::resident_tensor(const std::string& name) const {
   auto it = resident_.find(name);
   return it == resident_.end() ? nullptr : it->second;
+}
+
+std::vector<std::span<const uint8_t>> WeightStore::host_regions() const {
+  std::vector<std::span<const uint8_t>> r;
+  for (const AlignedBuffer& b : resident_bufs_) r.emplace_back(b.data(), b.size());
+  for (const Slot& s : slots_) r.emplace_back(s.buf.data(), s.buf.size());
+  if (experts_) r.push_back(experts_->pool());
+  return r;
 }
 
 bool WeightStore::owns_resident(const uint8_t* data) const {

@@ -175,6 +175,9 @@ class WeightStore {
   // once at open and never reads into again; not the ModelFile's memory, a
   // ring slot or an expert slot.
   bool owns_resident(const uint8_t* data) const;
+  // Every buffer of the store's that weight views point into: the resident
+  // copies, the ring's slots and the expert pool (a GPU pins them).
+  std::vector<std::span<const uint8_t>> host_regions() const;
   LayerState state(int64_t layer) const;
   int64_t n_layer() const { return plan_.n_layer; }
   const PlacementPlan& plan() const { return plan_; }
