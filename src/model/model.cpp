@@ -20,7 +20,9 @@ Model::Model(std::shared_ptr<const ModelFile> file, const ModelHparams& hp, cons
       source_(options.weights),
       adapters_(hp, options.max_seqs) {}
 
-Model::~Model() = default;
+Model::~Model() {
+  for (const uint8_t* p : registered_) backend_->unregister_host(p);
+}
 
 StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> file, const ModelOptions& options) {
   ASSIGN_OR_RETURN(ModelHparams hp, hparams_from_metadata(file->metadata));
@@ -57,6 +59,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
   if (m->expert_begin_ < 0 || m->expert_begin_ > m->expert_end_ || m->expert_end_ > m->hp_.n_expert)
     return invalid_argument("expert range [{}, {}) is not inside the model's {} experts", options.expert_begin,
                             options.expert_end, m->hp_.n_expert);
+  if (m->source_ && !m->backend_->host_visible()) RETURN_IF_ERROR(m->plan_device_tiers());
   m->plan_buffers(options);
   if (options.device_reserve) {
     ASSIGN_OR_RETURN(const uint64_t reserve, options.device_reserve(*m));
@@ -69,9 +72,11 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
     m->prepared_ = m->backend_->prepare_weights(spans);
     RETURN_IF_ERROR(m->prepared_.status);
     m->host_layer_bytes_ = layer_bytes_of_groups(m->weights_, spans, m->prepared_.host_groups);
+  } else if (!m->device_layer_.empty()) {
+    RETURN_IF_ERROR(m->prepare_device_layers());
   }
   m->host_layer_bytes_.resize(static_cast<size_t>(m->hp_.n_layer), 0);
-  if (options.repack && m->source_) m->reorder_resident();
+  if (options.repack && m->source_ && m->device_layer_.empty()) m->reorder_resident();
   return m;
 }
 
@@ -98,7 +103,7 @@ StatusOr<const LayerWeights*> Model::acquire_layer(int64_t l) {
   if (source_) {
     LayerWeightPointers p;
     RETURN_IF_ERROR(source_->acquire(l, &p));
-    bind_layer(w, p);
+    if (!on_device(l)) bind_layer(w, p);
   }
   return &w;
 }
@@ -110,8 +115,51 @@ StatusOr<std::span<const ExpertWeights>> Model::landed_experts(int64_t l, std::s
 void Model::predict_experts(int64_t l, std::span<const int32_t> ids) { experts_->predict_experts(l, ids); }
 
 void Model::release_layer(int64_t l) {
-  if (source_) source_->release(l);
+  if (!source_) return;
+  backend_->finish_host_reads();  // the copies from the layer's host bytes are done before they are reused
+  source_->release(l);
 }
+
+Status Model::plan_device_tiers() {
+  if (!backend_->reads_host_weights()) {
+    return unimplemented("--mem-budget streams weights through host memory, which the {} backend does not read; "
+                         "load the model whole on it (no --mem-budget) or use --backend cpu",
+                         backend_->name());
+  }
+  device_layer_.assign(static_cast<size_t>(hp_.n_layer), 0);
+  for (int64_t l = layer_begin_; l < layer_end_; ++l) {
+    const auto lu = static_cast<size_t>(l);
+    device_layer_[lu] = source_->device_resident(l) ? 1 : 0;
+    if (!device_layer_[lu]) host_weight_bytes_ = std::max(host_weight_bytes_, layer_matrix_bytes(weights_.layers[lu]));
+  }
+  for (std::span<const uint8_t> r : source_->host_regions()) {
+    backend_->register_host(r.data(), r.size());
+    registered_.push_back(r.data());
+  }
+  return Status();
+}
+
+Status Model::prepare_device_layers() {
+  // The device tier's layers and the output head go to the backend's memory
+  // once; every other layer's views stay in the source's host memory and are
+  // copied in at each use (Backend::reads_host_weights).
+  std::vector<std::vector<WeightView*>> groups = dispatch_groups(weights_, arch());
+  std::erase_if(groups, [&](const std::vector<WeightView*>& g) {
+    if (!holds(g[0]) || !g[0]->data) return true;
+    const int64_t l = layer_of_view(weights_, g[0]);
+    return l >= 0 && !device_layer_[static_cast<size_t>(l)];
+  });
+  std::vector<WeightGroup> spans(groups.begin(), groups.end());
+  prepared_ = backend_->prepare_weights(spans);
+  RETURN_IF_ERROR(prepared_.status);
+  host_layer_bytes_.assign(static_cast<size_t>(hp_.n_layer), 0);
+  for (int64_t l = layer_begin_; l < layer_end_; ++l)
+    if (!device_layer_[static_cast<size_t>(l)])
+      host_layer_bytes_[static_cast<size_t>(l)] = layer_matrix_bytes(weights_.layers[static_cast<size_t>(l)]);
+  return Status();
+}
+
+bool Model::on_device(int64_t l) const { return !device_layer_.empty() && device_layer_[static_cast<size_t>(l)]; }
 
 const RopeFreqs& Model::layer_rope(int64_t l) const { return hp_.layer_has_own_rope(l) ? rope_swa_ : rope_; }
 
@@ -202,7 +250,8 @@ ScratchNeeds Model::scratch_needs() const {
   return {.n_tok = n_batch_, .n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q(), h.n_ff_expert, h.n_ff_shared}),
           .n_ctx = n_ctx_max_, .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
           .max_seqs = max_seqs_, .n_expert = h.n_expert, .n_used = h.n_expert_used, .n_ff_expert = h.n_ff_expert,
-          .n_ff_shared = h.n_ff_shared, .n_embd = h.n_embd, .lora_rank = adapters_.rank_max()};
+          .n_ff_shared = h.n_ff_shared, .n_embd = h.n_embd, .lora_rank = adapters_.rank_max(),
+          .host_weight_bytes = host_weight_bytes_};
 }
 
 StatusOr<int> Model::add_lora(const LoraAdapter& adapter, float scale) {
@@ -400,7 +449,7 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
     if (source_) {
       LayerWeightPointers p;
       if (Status st = source_->acquire(l, &p); !st.ok()) return st;
-      bind_layer(w, p);
+      if (!on_device(l)) bind_layer(w, p);
     }
     const LayerStep step{.be = *backend_, .hp = hp_, .w = w, .layer = l, .n_tok = n,
                          .x = x, .xn = xn_->floats() + t0 * hp_.n_embd, .q = q_->floats() + t0 * hp_.n_embd_q(),
@@ -415,12 +464,12 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
     if (!hp_.layer_is_moe(l)) {
       dense_ffn_block(step);
     } else if (Status st = experts_->ffn_block(step); !st.ok()) {
-      if (source_) source_->release(l);  // the layer and whatever experts it pinned
+      release_layer(l);  // the layer and whatever experts it pinned
       return st;
     }
     experts_->predict(l + 1, x, n);  // the next routed layer's, from the state entering it
     emit("l_out", l, x, n, hp_.n_embd);
-    if (source_) source_->release(l);
+    release_layer(l);
   }
   return Status();
 }

@@ -238,6 +238,15 @@ class Model {
   // (LayerWeightSource::reorderable), reordered there once at load, as
   // prepare_weights() would have copied them; the rest stay as they are.
   void reorder_resident();
+  // A weight source on a backend that is not host-visible (three tiers):
+  // which layers are the device tier's, the host bytes one layer reads at
+  // most, the source's host memory registered with the backend (before the
+  // scratch is planned); then, after it, the device tier's layers and the
+  // output head prepared in the backend's memory.
+  Status plan_device_tiers();
+  Status prepare_device_layers();
+  // Whether layer l's views point into the backend's memory for good.
+  bool on_device(int64_t l) const;
 
   std::shared_ptr<const ModelFile> file_;
   ModelHparams hp_;
@@ -249,6 +258,9 @@ class Model {
   ModelWeights weights_;
   PreparedWeights prepared_;
   std::vector<uint64_t> host_layer_bytes_;  // [n_layer] host_layer_bytes()
+  std::vector<uint8_t> device_layer_;       // [n_layer] the device tier's (empty: no device tiers)
+  uint64_t host_weight_bytes_ = 0;          // ScratchNeeds::host_weight_bytes
+  std::vector<const uint8_t*> registered_;  // Backend::register_host'ed, unregistered at destruction
   LongRopeFactors longrope_ = LongRopeFactors::kNone;
   RopeFreqs rope_;      // inv_freq [n_rot / 2] after scaling, and the cos/sin magnitude
   RopeFreqs rope_swa_;  // windowed layers' own RoPE (gemma3), or empty inv_freq

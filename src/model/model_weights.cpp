@@ -252,4 +252,28 @@ std::vector<uint64_t> layer_bytes_of_groups(const ModelWeights& w, std::span<con
   return out;
 }
 
+int64_t layer_of_view(const ModelWeights& w, const WeightView* v) {
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& lw = w.layers[l];
+    if (v >= lw.mats.data() && v < lw.mats.data() + lw.mats.size()) return static_cast<int64_t>(l);
+    for (const ExpertWeights& e : lw.experts)
+      if (v == &e.gate || v == &e.up || v == &e.down) return static_cast<int64_t>(l);
+  }
+  return -1;
+}
+
+uint64_t layer_matrix_bytes(const LayerWeights& layer) {
+  uint64_t n = 0;
+  for (size_t r = 0; r < layer.mats.size(); ++r) {
+    const WeightView& v = layer.mats[r];
+    if (v.n_out == 0) continue;
+    bool part_of_fused = false;
+    for (TensorRole fused : {TensorRole::kAttnQkv, TensorRole::kFfnGateUp})
+      for (TensorRole part : fused_parts(fused))
+        part_of_fused = part_of_fused || (static_cast<size_t>(part) == r && layer.mat(fused).n_out > 0);
+    if (!part_of_fused) n += row_bytes(v.type, v.n_in) * static_cast<uint64_t>(v.n_out);
+  }
+  return n;
+}
+
 }  // namespace sluice

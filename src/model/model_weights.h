@@ -78,6 +78,14 @@ std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const Arc
 std::vector<uint64_t> layer_bytes_of_groups(const ModelWeights& w, std::span<const WeightGroup> groups,
                                             std::span<const uint8_t> which);
 
+// The layer whose matrix `v` is (a view inside w.layers[l]), or -1 (the
+// output head, the embedding table).
+int64_t layer_of_view(const ModelWeights& w, const WeightView* v);
+
+// Bytes of a layer's matrices as the file holds them (a fused matrix once,
+// not again as its parts; stacked experts all).
+uint64_t layer_matrix_bytes(const LayerWeights& layer);
+
 // Whether a per-layer tensor of the spec belongs to layer l of this model
 // (dense or routed FFN).
 bool applies_to_layer(const TensorSpec& t, const ModelHparams& hp, int64_t layer);

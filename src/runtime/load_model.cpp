@@ -6,8 +6,40 @@
 
 #include "base/timer.h"
 #include "lora/lora_adapter.h"
+#include "runtime/device_tiers.h"
 
 namespace sluice {
+namespace {
+
+// What a backend that is not host-visible needs to stream under --mem-budget:
+// it reads host views, and the run is one the three tiers cover.
+StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions& o, const Backend& be) {
+  if (!be.reads_host_weights()) {
+    return unimplemented("--mem-budget streams weights through host memory, which the {} backend does not read; "
+                         "load the model whole on it (no --mem-budget) or use --backend cpu",
+                         be.name());
+  }
+  if (o.training) {
+    return unimplemented("fine-tuning with --mem-budget on the {} backend (three tiers) is not built: fine-tune with "
+                         "--gpu-budget alone, or with --backend cpu",
+                         be.name());
+  }
+  if (o.device_reserve) {
+    return unimplemented("serving with --mem-budget on the {} backend is not built: the KV pool's share of "
+                         "--gpu-budget and the three tiers are not planned together yet; use run or bench, or serve "
+                         "with --gpu-budget alone",
+                         be.name());
+  }
+  const weights::StageSlice whole;
+  if (o.stage.layer_begin != whole.layer_begin || o.stage.layer_end != whole.layer_end ||
+      o.stage.expert_begin != whole.expert_begin || o.stage.expert_end != whole.expert_end || o.stage.experts_only)
+    return unimplemented("a pipeline stage or expert share with --mem-budget on the {} backend", be.name());
+  plan::TierRates rates = plan::h200_tier_rates();
+  if (o.calibration && o.calibration->disk_read_gbps > 0) rates.disk_gbps = o.calibration->disk_read_gbps;
+  return plan_device_tiers(file, o.gpu_budget_bytes, o.mem_budget_bytes, rates);
+}
+
+}  // namespace
 
 StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) {
   Stopwatch sw;
@@ -34,10 +66,10 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
     return invalid_argument("--gpu-budget is set where the model shares another model's backend (a draft model): "
                             "the budget belongs to the backend's creation");
   }
+  // Three tiers: a device that copies host views in at each use.
+  std::optional<DeviceTiers> tiers;
   if (o.mem_budget_bytes > 0 && !mo.backend->host_visible()) {
-    return unimplemented("--mem-budget streams weights through host memory, which the {} backend does not read yet; "
-                         "load the model whole on it (no --mem-budget) or use --backend cpu",
-                         mo.backend->name());
+    ASSIGN_OR_RETURN(tiers, device_tiers_for(*lm.file, o, *mo.backend));
   }
   if (o.disk_rate_cap_bytes_per_s > 0 && o.mem_budget_bytes == 0)
     return invalid_argument("--disk-rate-cap caps the reads of weights streamed under --mem-budget; give a memory "
@@ -50,9 +82,17 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                                                        .disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s,
                                                        .calibration = o.calibration,
                                                        .training = o.training,
-                                                       .stage = o.stage}));
+                                                       .stage = o.stage,
+                                                       .device_layers = tiers ? tiers->device_layers
+                                                                              : std::vector<int64_t>{}}));
     lm.stream = setup.source;
     lm.placement_report = std::move(setup.report);
+    if (tiers) {
+      lm.placement_report += device_tiers_report(*tiers, setup.source->store().plan().disk_gbps,
+                                                 "HBM, host-to-device and FLOP/s an H200's as stated (plan tiers "
+                                                 "--hbm-gbps/--h2d-gbps/--tflops take measured ones), disk the "
+                                                 "store's measured");
+    }
     mo.weights = setup.source;
   }
   ASSIGN_OR_RETURN(lm.model, Model::load(lm.file, mo));

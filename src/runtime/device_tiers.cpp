@@ -1,0 +1,37 @@
+#include "runtime/device_tiers.h"
+
+#include <fmt/format.h>
+
+#include "plan/model_shape.h"
+#include "plan/weight_bytes.h"
+
+namespace sluice {
+
+StatusOr<DeviceTiers> plan_device_tiers(const ModelFile& file, uint64_t gpu_budget_bytes, uint64_t host_budget_bytes,
+                                        const plan::TierRates& rates) {
+  DeviceTiers t;
+  ASSIGN_OR_RETURN(const plan::ModelShape shape, plan::shape_from_model_file(file));
+  t.inputs = plan::TierInputs{.shape = shape,
+                              .weights = plan::weight_bytes_of_file(file, shape),
+                              .rates = rates,
+                              .gpu_budget_bytes = static_cast<double>(gpu_budget_bytes),
+                              .host_budget_bytes = static_cast<double>(host_budget_bytes)};
+  ASSIGN_OR_RETURN(t.plan, plan::plan_tiers(t.inputs));
+  if (!t.plan.routed)
+    for (size_t l = 0; l < t.plan.layer_map.size(); ++l)
+      if (t.plan.layer_map[l] == 'G') t.device_layers.push_back(static_cast<int64_t>(l));
+  return t;
+}
+
+std::string device_tiers_report(const DeviceTiers& tiers, double store_disk_gbps, const std::string& rates_note) {
+  plan::TierInputs in = tiers.inputs;
+  if (store_disk_gbps > 0) in.rates.disk_gbps = store_disk_gbps;
+  StatusOr<plan::TierPlan> p = plan::plan_tiers(in);
+  std::string s = fmt::format("[sluice] three tiers on the device: {} layers held there{}; rates: {}\n",
+                              tiers.device_layers.size(), tiers.plan.routed ? " (a routed model: none)" : "",
+                              rates_note);
+  if (!p.ok()) return s + fmt::format("[sluice] (no prediction: {})\n", p.status().message());
+  return s + plan::tier_map(*p, in);
+}
+
+}  // namespace sluice

@@ -1,0 +1,267 @@
+// Three tiers (--gpu-budget with --mem-budget on a device backend), the parts
+// that run without a GPU: the placement's device tier (rule 8), the store
+// serving it, and the model's contract with a backend whose memory is not the
+// host's: the device tier's layers and the head prepared once and kept bound,
+// every other view in the store's registered memory, and the host reads
+// finished before the store reuses a layer's bytes. The backend here is the
+// reference one saying it is not host-visible, with a checking arena as its
+// "device" memory; the CUDA side (cuda/cuda_host_views.h) is tested on a GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backend/reference_backend.h"
+#include "model/generate.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "runtime/device_tiers.h"
+#include "sample/sampler.h"
+#include "weights/store_source.h"
+#include "weights/weights_test_util.h"
+
+namespace sluice::weights {
+namespace {
+
+std::shared_ptr<const ModelFile> synth_model(const std::string& name, int64_t n_layer) {
+  const std::string path = testing::scratch_dir() + "/" + name;
+  SynthShape shape{.name = "s", .n_vocab = 1024, .n_embd = 256, .n_layer = n_layer, .n_head = 8, .n_head_kv = 4,
+                   .n_ff = 768, .n_ctx = 256};
+  auto written = write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 5, .n_threads = 2}, path);
+  EXPECT_TRUE(written.ok()) << written.status().to_string();
+  if (!written.ok()) return nullptr;
+  auto mf = open_model_file(path);
+  EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+  if (!mf.ok()) return nullptr;
+  return std::make_shared<const ModelFile>(std::move(*mf));
+}
+
+uint64_t slot_of(const ModelFile& f) {
+  auto all = plan_placement(f, {});
+  EXPECT_TRUE(all.ok());
+  uint64_t slot = 0;
+  for (const LayerPlacement& l : all->layers) slot = std::max(slot, l.extent_bytes);
+  return slot;
+}
+
+TEST(DeviceTier, ItsLayersAreTheBackendsAndTheOthersArePlacedAsBefore) {
+  auto file = synth_model("device_tier_place.gguf", 8);
+  ASSERT_NE(file, nullptr);
+  const uint64_t slot = slot_of(*file);
+  auto base = plan_placement(*file, {});
+  ASSERT_TRUE(base.ok());
+  // Room for the essentials, a ring of 2 and one resident layer, over the 5
+  // layers the device does not hold.
+  PlacementInputs in{.mem_budget_bytes = base->essentials_bytes + 3 * slot + 4096, .disk_gbps = 2,
+                     .layer_compute_s = 1e-3, .device_layers = {1, 4, 6}};
+  auto p = plan_placement(*file, in);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  int64_t device = 0, resident = 0;
+  for (int64_t l = 0; l < 8; ++l) {
+    const LayerPlacement& lp = p->layers[static_cast<size_t>(l)];
+    const bool want = l == 1 || l == 4 || l == 6;
+    EXPECT_EQ(lp.device, want) << l;
+    if (want) {
+      EXPECT_FALSE(lp.streamed) << l;
+    }
+    device += lp.device;
+    resident += !lp.device && !lp.streamed;
+  }
+  EXPECT_EQ(device, 3);
+  EXPECT_EQ(p->n_streamed + resident, 5);
+  EXPECT_EQ(resident, 1);
+  for (const TensorPlacement& t : p->tensors) {
+    const TensorInfo& info = file->tensors[t.index];
+    const bool want = t.layer >= 0 && p->layers[static_cast<size_t>(t.layer)].device && info.ne.size() > 1;
+    EXPECT_EQ(t.tier == Tier::kDevice, want) << info.name;
+  }
+  // The host holds what it held for the five layers alone.
+  EXPECT_LE(p->host_bytes, in.mem_budget_bytes);
+  EXPECT_EQ(p->resident_layer_bytes, slot);
+  const std::string map = placement_map(*p);
+  EXPECT_NE(map.find("3 layers, copied to the device"), std::string::npos) << map;
+  EXPECT_NE(map.find("G"), std::string::npos) << map;
+
+  // Bad requests.
+  PlacementInputs out = in;
+  out.device_layers = {8};
+  EXPECT_EQ(plan_placement(*file, out).status().code(), StatusCode::kInvalidArgument);
+  out.device_layers = {2, 2};
+  EXPECT_EQ(plan_placement(*file, out).status().code(), StatusCode::kInvalidArgument);
+  out.device_layers = {2};
+  out.training = true;
+  out.train_backward_s = 1e-3;
+  EXPECT_EQ(plan_placement(*file, out).status().code(), StatusCode::kUnimplemented);
+}
+
+// A backend whose memory is not the host's, over the reference kernels: its
+// "device" copies are an arena of its own, and every matrix an operator reads
+// must be there or in a registered host range, never the file's mapping of a
+// device-tier layer (the model must keep the prepared copies bound).
+class DeviceLike final : public ReferenceBackend {
+ public:
+  bool host_visible() const override { return false; }
+  bool reads_host_weights() const override { return true; }
+  void register_host(const uint8_t* data, size_t bytes) override { ranges.emplace_back(data, bytes); }
+  void unregister_host(const uint8_t* data) override { ++unregistered; }
+  void finish_host_reads() override {
+    ++finishes;
+    unfinished = false;
+  }
+  void reserve(const ScratchNeeds& needs) override {
+    host_weight_bytes = std::max(host_weight_bytes, needs.host_weight_bytes);
+    ReferenceBackend::reserve(needs);
+  }
+  PreparedWeights prepare_weights(std::span<const WeightGroup> groups) override {
+    for (const WeightGroup& g : groups)
+      for (WeightView* w : g) {
+        const size_t n = row_bytes(w->type, w->n_in) * static_cast<size_t>(w->n_out);
+        arena.emplace_back(w->data, w->data + n);
+        w->data = arena.back().data();
+        ++prepared;
+      }
+    return {};
+  }
+  void matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) override {
+    for (const MatmulOut& o : outs) check(o.w);
+    ReferenceBackend::matmul(outs, x, n_in, n_tok);
+  }
+  void norm_matmul(const NormMatmulArgs& a) override {
+    for (const MatmulOut& o : a.outs) check(o.w);
+    ReferenceBackend::norm_matmul(a);
+  }
+  void glu_matmul(const GluMatmulArgs& a) override {
+    check(a.out.w);
+    ReferenceBackend::glu_matmul(a);
+  }
+  void logits(const LogitsArgs& a) override {
+    check(a.output);
+    ReferenceBackend::logits(a);
+  }
+
+  std::vector<std::pair<const uint8_t*, size_t>> ranges;
+  std::vector<std::vector<uint8_t>> arena;
+  uint64_t host_weight_bytes = 0;
+  int prepared = 0, host_reads = 0, device_reads = 0, finishes = 0, unregistered = 0;
+  bool unfinished = false;   // a host view read since the last finish_host_reads()
+  std::string stray;         // a view found neither here nor in a registered range
+
+ private:
+  void check(const WeightView& w) {
+    for (const auto& a : arena)
+      if (w.data >= a.data() && w.data < a.data() + a.size()) {
+        ++device_reads;
+        return;
+      }
+    for (const auto& [p, n] : ranges)
+      if (w.data >= p && w.data < p + n) {
+        ++host_reads;
+        unfinished = true;
+        return;
+      }
+    stray = "a view outside the device copies and the registered host memory";
+  }
+};
+
+// The store as the model's source, checking at each release that the reads
+// from the layer's host bytes were finished first.
+class CheckedSource final : public LayerWeightSource {
+ public:
+  CheckedSource(std::shared_ptr<StoreWeightSource> s, const DeviceLike& be) : s_(std::move(s)), be_(be) {}
+  const uint8_t* resident(const std::string& name) const override { return s_->resident(name); }
+  bool reorderable(const uint8_t* data) const override { return s_->reorderable(data); }
+  bool device_resident(int64_t layer) const override { return s_->device_resident(layer); }
+  std::vector<std::span<const uint8_t>> host_regions() const override { return s_->host_regions(); }
+  Status acquire(int64_t layer, LayerWeightPointers* out) override { return s_->acquire(layer, out); }
+  void release(int64_t layer) override {
+    if (be_.unfinished) ++early_releases;
+    s_->release(layer);
+  }
+  void end_step(int64_t n_tokens) override { s_->end_step(n_tokens); }
+  int early_releases = 0;
+
+ private:
+  std::shared_ptr<StoreWeightSource> s_;
+  const DeviceLike& be_;
+};
+
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
+  KvCache kv = m.make_kv_cache(static_cast<int64_t>(prompt.size()) + n);
+  Sampler s(SamplingParams{.temperature = 0}, static_cast<int32_t>(m.hparams().n_vocab));
+  auto r = generate(m, kv, prompt, s, GenerateParams{.stop = {.max_tokens = n}});
+  EXPECT_TRUE(r.ok());
+  return r.ok() ? r->tokens : std::vector<int32_t>{};
+}
+
+TEST(DeviceTier, TheModelKeepsTheDevicesCopiesAndFinishesHostReadsBeforeReleasing) {
+  auto file = synth_model("device_tier_model.gguf", 8);
+  ASSERT_NE(file, nullptr);
+  const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
+  auto plain = Model::load(file, ModelOptions{.n_threads = 2});
+  ASSERT_TRUE(plain.ok());
+  const std::vector<int32_t> want = greedy(**plain, prompt, 16);
+
+  // The device holds what plan_tiers gives it under a budget of 5 layers'
+  // bytes beside the essentials; the host the essentials, a ring of 2 and one layer.
+  const uint64_t slot = slot_of(*file);
+  auto base = plan_placement(*file, {});
+  ASSERT_TRUE(base.ok());
+  const uint64_t essentials = base->essentials_bytes;
+  auto tiers = plan_device_tiers(*file, essentials + 5 * slot, essentials + 3 * slot + 4096,
+                                 plan::h200_tier_rates());
+  ASSERT_TRUE(tiers.ok()) << tiers.status().to_string();
+  ASSERT_GT(tiers->device_layers.size(), 0u);
+  ASSERT_LT(tiers->device_layers.size(), 8u);
+  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = essentials + 3 * slot + 4096,
+                                                      .n_threads = 2,
+                                                      .direct = testing::dir_supports_direct(testing::scratch_dir()),
+                                                      .device_layers = tiers->device_layers});
+  ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+  EXPECT_GT(setup->source->store().plan().n_streamed, 0);
+  for (int64_t l : tiers->device_layers) {
+    const std::string name = fmt::format("blk.{}.attn_q.weight", l);
+    EXPECT_EQ(setup->source->resident(name), file->find(name)->data) << "served from the file's mapping";
+  }
+
+  auto be = std::make_shared<DeviceLike>();
+  auto src = std::make_shared<CheckedSource>(setup->source, *be);
+  {
+    auto m = Model::load(file, ModelOptions{.n_threads = 2, .weights = src, .backend = be});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_FALSE(be->ranges.empty());
+    EXPECT_GT(be->host_weight_bytes, 0u);
+    // The device tier's q/k/v, o, gate/up, down and the output head.
+    EXPECT_EQ(be->prepared, static_cast<int>(tiers->device_layers.size()) * 7 + 1);
+    EXPECT_EQ(greedy(**m, prompt, 16), want);
+    EXPECT_EQ(be->stray, "");
+    EXPECT_GT(be->device_reads, 0);
+    EXPECT_GT(be->host_reads, 0);
+    EXPECT_GT(be->finishes, 0);
+    EXPECT_EQ(src->early_releases, 0);
+    const std::vector<uint64_t>& host = (*m)->host_layer_bytes();
+    for (int64_t l = 0; l < 8; ++l) {
+      const bool dev = std::find(tiers->device_layers.begin(), tiers->device_layers.end(), l) !=
+                       tiers->device_layers.end();
+      EXPECT_EQ(host[static_cast<size_t>(l)] == 0, dev) << l;
+    }
+  }
+  EXPECT_EQ(be->unregistered, static_cast<int>(be->ranges.size()));
+}
+
+// The report names the layers held on the device and the legs' plan.
+TEST(DeviceTier, TheReportGivesTheThreeTiersPlan) {
+  auto file = synth_model("device_tier_report.gguf", 8);
+  ASSERT_NE(file, nullptr);
+  const uint64_t slot = slot_of(*file);
+  auto tiers = plan_device_tiers(*file, 6 * slot, 4 * slot, plan::h200_tier_rates());
+  ASSERT_TRUE(tiers.ok()) << tiers.status().to_string();
+  const std::string r = device_tiers_report(*tiers, 1.5, "stated");
+  EXPECT_NE(r.find("three tiers on the device"), std::string::npos) << r;
+  EXPECT_NE(r.find("disk 1.50 GB/s"), std::string::npos) << r;
+  EXPECT_NE(r.find("layers    "), std::string::npos) << r;
+  // Too small a GPU budget is refused with the smallest that streams.
+  auto small = plan_device_tiers(*file, slot, 4 * slot, plan::h200_tier_rates());
+  EXPECT_EQ(small.status().code(), StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace sluice::weights
