@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "quant/blocks_more.h"
+#include "quant/dtype.h"
 
 namespace sluice::cuda {
 
@@ -386,5 +387,42 @@ struct DecQ3_K {  // 110 bytes: (d * (sc - 32)) * (q - 4); quarters 2p and 2p + 
   }
   __device__ static int x_off(int c, int v) { return 128 * (c / 16) + 64 * ((c / 8) % 2) + 4 * (c % 8) + 32 * v; }
 };
+
+// ---- the types with a decoder ----
+
+// Calls f.template operator()<D>() with the decoder D of `type` and returns
+// true; false, f not called, for a type without one. The one list of the
+// types the CUDA kernels decode: the matmul, the bf16 tiles of prefill and
+// training's f32 rows all dispatch through it.
+template <class F>
+bool with_decoder(DType type, F&& f) {
+  switch (type) {
+    case DType::kF32: f.template operator()<DecF32>(); return true;
+    case DType::kF16: f.template operator()<DecF16>(); return true;
+    case DType::kBF16: f.template operator()<DecBF16>(); return true;
+    case DType::kQ8_0: f.template operator()<DecQ8_0>(); return true;
+    case DType::kQ4_0: f.template operator()<DecQ4_0>(); return true;
+    case DType::kQ4_1: f.template operator()<DecQ4_1>(); return true;
+    case DType::kQ5_0: f.template operator()<DecQ5_0>(); return true;
+    case DType::kQ5_1: f.template operator()<DecQ5_1>(); return true;
+    case DType::kQ2_K: f.template operator()<DecQ2_K>(); return true;
+    case DType::kQ3_K: f.template operator()<DecQ3_K>(); return true;
+    case DType::kQ4_K: f.template operator()<DecQ4_K>(); return true;
+    case DType::kQ5_K: f.template operator()<DecQ5_K>(); return true;
+    case DType::kQ6_K: f.template operator()<DecQ6_K>(); return true;
+    case DType::kIQ4_NL: f.template operator()<DecIq4Nl>(); return true;
+    case DType::kIQ4_XS: f.template operator()<DecIq4Xs>(); return true;
+    default: return false;
+  }
+}
+
+// Elements a block of a quantized or 16-bit type holds (its decoder's
+// kElems), 0 for F32 and the types without a decoder: what the weight-to-
+// tile conversions (bf16 for prefill, f32 for training) take.
+inline int converted_block_elems(DType type) {
+  int elems = 0;
+  if (type != DType::kF32) with_decoder(type, [&]<class D>() { elems = D::kElems; });
+  return elems;
+}
 
 }  // namespace sluice::cuda

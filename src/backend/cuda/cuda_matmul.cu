@@ -250,25 +250,7 @@ void launch_args(DType type, const MatmulArgs& a, int64_t n_tok, cudaStream_t st
 }  // namespace
 
 bool matmul_supports(DType type) {
-  switch (type) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
-    case DType::kIQ4_NL:
-    case DType::kIQ4_XS:
-      return true;
-  }
-  return false;
+  return with_decoder(type, [&]<class D>() {});  // a decoder is what the kernels need
 }
 
 void launch_matmul(const WeightView& w, const float* x, int64_t x_stride, int64_t n_tok, float* y, int64_t y_stride,
@@ -331,23 +313,7 @@ void launch_matmul_group(std::span<const WeightView> ws, std::span<float* const>
 namespace {
 
 void launch_args(DType type, const MatmulArgs& a, int64_t n_tok, cudaStream_t stream) {
-  switch (type) {
-    case DType::kF32: return launch_type<DecF32>(a, n_tok, stream);
-    case DType::kF16: return launch_type<DecF16>(a, n_tok, stream);
-    case DType::kBF16: return launch_type<DecBF16>(a, n_tok, stream);
-    case DType::kQ8_0: return launch_type<DecQ8_0>(a, n_tok, stream);
-    case DType::kQ4_0: return launch_type<DecQ4_0>(a, n_tok, stream);
-    case DType::kQ4_1: return launch_type<DecQ4_1>(a, n_tok, stream);
-    case DType::kQ5_0: return launch_type<DecQ5_0>(a, n_tok, stream);
-    case DType::kQ5_1: return launch_type<DecQ5_1>(a, n_tok, stream);
-    case DType::kQ2_K: return launch_type<DecQ2_K>(a, n_tok, stream);
-    case DType::kQ3_K: return launch_type<DecQ3_K>(a, n_tok, stream);
-    case DType::kQ4_K: return launch_type<DecQ4_K>(a, n_tok, stream);
-    case DType::kQ5_K: return launch_type<DecQ5_K>(a, n_tok, stream);
-    case DType::kQ6_K: return launch_type<DecQ6_K>(a, n_tok, stream);
-    case DType::kIQ4_NL: return launch_type<DecIq4Nl>(a, n_tok, stream);
-    case DType::kIQ4_XS: return launch_type<DecIq4Xs>(a, n_tok, stream);
-  }
+  with_decoder(type, [&]<class D>() { launch_type<D>(a, n_tok, stream); });
 }
 
 }  // namespace

@@ -120,26 +120,6 @@ __global__ void matmul_t_panel(const float* wp, int64_t n_rows, int64_t row0, co
   }
 }
 
-int elems_of(DType t) {
-  switch (t) {
-    case DType::kF16:
-    case DType::kBF16: return 8;
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kIQ4_NL: return 32;
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
-    case DType::kIQ4_XS: return 256;
-    default: return 0;
-  }
-}
-
 template <class D>
 void launch_rows(const WeightView& w, int64_t row0, int64_t n_rows, float* out, cudaStream_t s) {
   const int64_t rb = static_cast<int64_t>(row_bytes(w.type, w.n_in)), n_blocks = w.n_in / D::kElems;
@@ -285,12 +265,12 @@ __global__ void lora_dx(const double* du, const float* a, float* dx, int64_t n_t
 
 bool weights_to_f32_type(DType type, WeightLayout layout) {
   if (layout == WeightLayout::kSplitScales) return type == DType::kQ4_0 || type == DType::kQ8_0;
-  return layout == WeightLayout::kRows && elems_of(type) != 0;
+  return layout == WeightLayout::kRows && converted_block_elems(type) != 0;
 }
 
 bool weights_to_f32_takes(const WeightView& w) {
   if (!weights_to_f32_type(w.type, w.layout)) return false;
-  const int elems = elems_of(w.type);
+  const int elems = converted_block_elems(w.type);
   if (w.n_in <= 0 || w.n_in % elems != 0) return false;
   const auto addr = reinterpret_cast<uintptr_t>(w.data);
   if (w.layout == WeightLayout::kSplitScales) return addr % 16 == 0;
@@ -313,23 +293,8 @@ void launch_weights_to_f32(const WeightView& w, int64_t row0, int64_t n_rows, fl
     SLUICE_CUDA_LAUNCHED();
     return;
   }
-  switch (w.type) {
-    case DType::kF16: launch_rows<DecF16>(w, row0, n_rows, out, s); break;
-    case DType::kBF16: launch_rows<DecBF16>(w, row0, n_rows, out, s); break;
-    case DType::kQ8_0: launch_rows<DecQ8_0>(w, row0, n_rows, out, s); break;
-    case DType::kQ4_0: launch_rows<DecQ4_0>(w, row0, n_rows, out, s); break;
-    case DType::kQ4_1: launch_rows<DecQ4_1>(w, row0, n_rows, out, s); break;
-    case DType::kQ5_0: launch_rows<DecQ5_0>(w, row0, n_rows, out, s); break;
-    case DType::kQ5_1: launch_rows<DecQ5_1>(w, row0, n_rows, out, s); break;
-    case DType::kQ2_K: launch_rows<DecQ2_K>(w, row0, n_rows, out, s); break;
-    case DType::kQ3_K: launch_rows<DecQ3_K>(w, row0, n_rows, out, s); break;
-    case DType::kQ4_K: launch_rows<DecQ4_K>(w, row0, n_rows, out, s); break;
-    case DType::kQ5_K: launch_rows<DecQ5_K>(w, row0, n_rows, out, s); break;
-    case DType::kQ6_K: launch_rows<DecQ6_K>(w, row0, n_rows, out, s); break;
-    case DType::kIQ4_NL: launch_rows<DecIq4Nl>(w, row0, n_rows, out, s); break;
-    case DType::kIQ4_XS: launch_rows<DecIq4Xs>(w, row0, n_rows, out, s); break;
-    default: CHECK(false);
-  }
+  const bool decoded = with_decoder(w.type, [&]<class D>() { launch_rows<D>(w, row0, n_rows, out, s); });
+  CHECK(decoded);
   SLUICE_CUDA_LAUNCHED();
 }
 
