@@ -370,6 +370,15 @@ class Backend {
   // ScratchNeeds::host_weight_bytes sizes what the copies go through.
   // Defaults: a host-visible backend reads them in place; nothing to pin or wait for.
   virtual bool reads_host_weights() const { return host_visible(); }
+  // The rates of the backend's own memory a plan over three tiers needs
+  // (runtime/device_tiers.h), measured now: reading it, and copying pinned
+  // host memory into it. Zeros: none measured (host memory's rates are
+  // plan/calibrate's).
+  struct MemoryRates {
+    double read_gbps = 0;
+    double host_copy_gbps = 0;
+  };
+  virtual MemoryRates measure_memory_rates() { return {}; }
   virtual void register_host(const uint8_t* data, size_t bytes) {}
   virtual void unregister_host(const uint8_t* data) {}
   virtual void finish_host_reads() {}

@@ -23,13 +23,13 @@ StatusOr<DeviceTiers> plan_device_tiers(const ModelFile& file, uint64_t gpu_budg
   return t;
 }
 
-std::string device_tiers_report(const DeviceTiers& tiers, double store_disk_gbps, const std::string& rates_note) {
+std::string device_tiers_report(const DeviceTiers& tiers, double store_disk_gbps) {
   plan::TierInputs in = tiers.inputs;
   if (store_disk_gbps > 0) in.rates.disk_gbps = store_disk_gbps;
   StatusOr<plan::TierPlan> p = plan::plan_tiers(in);
   std::string s = fmt::format("[sluice] three tiers on the device: {} layers held there{}; rates: {}\n",
                               tiers.device_layers.size(), tiers.plan.routed ? " (a routed model: none)" : "",
-                              rates_note);
+                              tiers.rates_note.empty() ? std::string("as given") : tiers.rates_note);
   if (!p.ok()) return s + fmt::format("[sluice] (no prediction: {})\n", p.status().message());
   return s + plan::tier_map(*p, in);
 }

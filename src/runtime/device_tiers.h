@@ -27,6 +27,7 @@ struct DeviceTiers {
   std::vector<int64_t> device_layers;  // ascending (weights::StreamingOptions::device_layers)
   plan::TierInputs inputs;             // what plan_tiers was given
   plan::TierPlan plan;
+  std::string rates_note;              // where inputs.rates came from (the report says it)
 };
 
 // gpu_budget_bytes: the device's weights (0: unlimited: every layer);
@@ -37,8 +38,7 @@ StatusOr<DeviceTiers> plan_device_tiers(const ModelFile& file, uint64_t gpu_budg
                                         const plan::TierRates& rates);
 
 // The load report's lines: the three tiers' plan (tier_map) with the disk at
-// the rate the weight store measured, which rates were stated rather than
-// measured, and the layers the store actually holds.
-std::string device_tiers_report(const DeviceTiers& tiers, double store_disk_gbps, const std::string& rates_note);
+// the rate the weight store measured (0: as planned), and where the rates came from.
+std::string device_tiers_report(const DeviceTiers& tiers, double store_disk_gbps);
 
 }  // namespace sluice

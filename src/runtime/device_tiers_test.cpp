@@ -254,7 +254,7 @@ TEST(DeviceTier, TheReportGivesTheThreeTiersPlan) {
   const uint64_t slot = slot_of(*file);
   auto tiers = plan_device_tiers(*file, 6 * slot, 4 * slot, plan::h200_tier_rates());
   ASSERT_TRUE(tiers.ok()) << tiers.status().to_string();
-  const std::string r = device_tiers_report(*tiers, 1.5, "stated");
+  const std::string r = device_tiers_report(*tiers, 1.5);
   EXPECT_NE(r.find("three tiers on the device"), std::string::npos) << r;
   EXPECT_NE(r.find("disk 1.50 GB/s"), std::string::npos) << r;
   EXPECT_NE(r.find("layers    "), std::string::npos) << r;

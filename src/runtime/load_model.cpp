@@ -13,7 +13,7 @@ namespace {
 
 // What a backend that is not host-visible needs to stream under --mem-budget:
 // it reads host views, and the run is one the three tiers cover.
-StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions& o, const Backend& be) {
+StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions& o, Backend& be) {
   if (!be.reads_host_weights()) {
     return unimplemented("--mem-budget streams weights through host memory, which the {} backend does not read; "
                          "load the model whole on it (no --mem-budget) or use --backend cpu",
@@ -34,9 +34,19 @@ StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions&
   if (o.stage.layer_begin != whole.layer_begin || o.stage.layer_end != whole.layer_end ||
       o.stage.expert_begin != whole.expert_begin || o.stage.expert_end != whole.expert_end || o.stage.experts_only)
     return unimplemented("a pipeline stage or expert share with --mem-budget on the {} backend", be.name());
+  // The device's memory measured here; its FLOP/s an H200's as stated (plan
+  // tiers --tflops takes a measured one); the disk as calibrated, else the
+  // store's own reads replace it in the report.
   plan::TierRates rates = plan::h200_tier_rates();
+  const Backend::MemoryRates m = be.measure_memory_rates();
+  if (m.read_gbps > 0) rates.hbm_gbps = m.read_gbps;
+  if (m.host_copy_gbps > 0) rates.h2d_gbps = m.host_copy_gbps;
   if (o.calibration && o.calibration->disk_read_gbps > 0) rates.disk_gbps = o.calibration->disk_read_gbps;
-  return plan_device_tiers(file, o.gpu_budget_bytes, o.mem_budget_bytes, rates);
+  ASSIGN_OR_RETURN(DeviceTiers t, plan_device_tiers(file, o.gpu_budget_bytes, o.mem_budget_bytes, rates));
+  t.rates_note = fmt::format("{} {} memory and host-to-device copies, FLOP/s an H200's as stated, disk the weight "
+                             "store's own reads",
+                             m.read_gbps > 0 ? "measured" : "an H200's stated", be.name());
+  return t;
 }
 
 }  // namespace
@@ -88,10 +98,7 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
     lm.stream = setup.source;
     lm.placement_report = std::move(setup.report);
     if (tiers) {
-      lm.placement_report += device_tiers_report(*tiers, setup.source->store().plan().disk_gbps,
-                                                 "HBM, host-to-device and FLOP/s an H200's as stated (plan tiers "
-                                                 "--hbm-gbps/--h2d-gbps/--tflops take measured ones), disk the "
-                                                 "store's measured");
+      lm.placement_report += device_tiers_report(*tiers, setup.source->store().plan().disk_gbps);
     }
     mo.weights = setup.source;
   }

@@ -129,6 +129,8 @@ class CudaBackend final : public Backend {
   // copied into a ring of device memory at each use (cuda_host_views.h), sized
   // by ScratchNeeds::host_weight_bytes and counted in the budget.
   bool reads_host_weights() const override { return true; }
+  // Device-to-device copies (read + write) and pinned host-to-device copies of 256 MiB.
+  MemoryRates measure_memory_rates() override;
   void register_host(const uint8_t* data, size_t bytes) override;
   void unregister_host(const uint8_t* data) override;
   void finish_host_reads() override;

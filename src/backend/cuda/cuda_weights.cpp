@@ -213,6 +213,11 @@ void CudaBackend::unregister_host(const uint8_t* data) {
   if (host_views_) host_views_->unregister_range(data);
 }
 
+Backend::MemoryRates CudaBackend::measure_memory_rates() {
+  const CopyBandwidth bw = measure_copy_bandwidth(size_t{256} << 20, 3);
+  return MemoryRates{.read_gbps = bw.d2d_gbps, .host_copy_gbps = bw.h2d_pinned_gbps};
+}
+
 void CudaBackend::finish_host_reads() {
   if (host_views_) host_views_->finish();
 }
