@@ -65,7 +65,8 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
     ASSIGN_OR_RETURN(const uint64_t reserve, options.device_reserve(*m));
     m->backend_->set_device_reserve(reserve);
   }
-  if (options.repack && !m->source_) {
+  // A backend whose memory is not the host's needs the copy whatever `repack` says.
+  if ((options.repack || !m->backend_->host_visible()) && !m->source_) {
     std::vector<std::vector<WeightView*>> groups = dispatch_groups(m->weights_, m->arch());
     std::erase_if(groups, [&](const std::vector<WeightView*>& g) { return !m->holds(g[0]); });
     std::vector<WeightGroup> spans(groups.begin(), groups.end());

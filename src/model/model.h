@@ -67,6 +67,8 @@ struct ModelOptions {
   // copy costs memory. Never with a weight source; there, when set, experts
   // streamed from it are reordered where they land, and the matrices it keeps
   // resident in memory of its own once at load (Backend::prepare_in_place).
+  // A backend that is not host-visible (a GPU) is given the matrices to copy
+  // whatever this says: its kernels cannot read the file's memory.
   bool repack = true;
   // Mixture of experts: before each routed layer, predict its routing from the
   // hidden state entering the layer (the layer's router applied to its FFN norm

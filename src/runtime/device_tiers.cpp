@@ -30,6 +30,7 @@ std::string device_tiers_report(const DeviceTiers& tiers, double store_disk_gbps
   std::string s = fmt::format("[sluice] three tiers on the device: {} layers held there{}; rates: {}\n",
                               tiers.device_layers.size(), tiers.plan.routed ? " (a routed model: none)" : "",
                               tiers.rates_note.empty() ? std::string("as given") : tiers.rates_note);
+  if (!tiers.note.empty()) s += "[sluice] " + tiers.note + "\n";
   if (!p.ok()) return s + fmt::format("[sluice] (no prediction: {})\n", p.status().message());
   return s + plan::tier_map(*p, in);
 }

@@ -28,6 +28,7 @@ struct DeviceTiers {
   plan::TierInputs inputs;             // what plan_tiers was given
   plan::TierPlan plan;
   std::string rates_note;              // where inputs.rates came from (the report says it)
+  std::string note;                    // anything else the report should say ("" if nothing)
 };
 
 // gpu_budget_bytes: the device's weights (0: unlimited: every layer);

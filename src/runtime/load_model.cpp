@@ -19,11 +19,6 @@ StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions&
                          "load the model whole on it (no --mem-budget) or use --backend cpu",
                          be.name());
   }
-  if (o.training) {
-    return unimplemented("fine-tuning with --mem-budget on the {} backend (three tiers) is not built: fine-tune with "
-                         "--gpu-budget alone, or with --backend cpu",
-                         be.name());
-  }
   if (o.device_reserve) {
     return unimplemented("serving with --mem-budget on the {} backend is not built: the KV pool's share of "
                          "--gpu-budget and the three tiers are not planned together yet; use run or bench, or serve "
@@ -43,6 +38,13 @@ StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions&
   if (m.host_copy_gbps > 0) rates.h2d_gbps = m.host_copy_gbps;
   if (o.calibration && o.calibration->disk_read_gbps > 0) rates.disk_gbps = o.calibration->disk_read_gbps;
   ASSIGN_OR_RETURN(DeviceTiers t, plan_device_tiers(file, o.gpu_budget_bytes, o.mem_budget_bytes, rates));
+  // Fine-tuning walks the layers forward and back; the store's training
+  // placement (rule 5) is the host's, and no layer is the device's yet.
+  if (o.training) {
+    t.device_layers.clear();
+    t.note = "fine-tuning: every layer is copied in from host memory at each visit (no device tier for training "
+             "yet); the plan below is inference's";
+  }
   t.rates_note = fmt::format("{} {} memory and host-to-device copies, FLOP/s an H200's as stated, disk the weight "
                              "store's own reads",
                              m.read_gbps > 0 ? "measured" : "an H200's stated", be.name());

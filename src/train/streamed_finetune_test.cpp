@@ -143,7 +143,8 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
   std::filesystem::remove_all(dir_c);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, StreamedFinetune, ::testing::Values("reference", "cpu"));
+// cuda: three tiers (the store in host RAM, every layer copied in at each visit), on a GPU.
+INSTANTIATE_TEST_SUITE_P(Backends, StreamedFinetune, ::testing::Values("reference", "cpu", "cuda"));
 
 }  // namespace
 }  // namespace sluice

@@ -160,6 +160,18 @@ class CudaBackend final : public Backend {
   // Launches the deferred add(), if any: for operators outside this class
   // (CudaTrainOps) that read what it writes.
   void flush_pending() { flush_add(); }
+  // For operators outside this class (CudaTrainOps' matmul_t): w as the
+  // kernels can read it, its bytes copied in when they are a streamed
+  // dispatch's or a weight source's host memory; release_weight() once the
+  // launches that read it are enqueued.
+  struct HeldWeight {
+    WeightView w;
+    int n_held = 0;
+    int group = -1;
+    int64_t ticket = -1;
+  };
+  HeldWeight hold_weight(const WeightView& w);
+  void release_weight(const HeldWeight& h);
 
  private:
   // The device copy of a host vector of n floats (norms, biases), copied on

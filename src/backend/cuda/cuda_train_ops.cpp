@@ -77,9 +77,16 @@ void CudaTrainOps::reserve(const TrainScratchNeeds& n) {
 
 void CudaTrainOps::matmul_t(const MatmulTArgs& a) {
   be_.flush_pending();
-  const WeightView& w = a.w;
-  CHECK(supports_matmul_t(w.type, w.layout));
-  if (a.n_tok == 0 || w.n_in == 0) return;
+  CHECK(supports_matmul_t(a.w.type, a.w.layout));
+  if (a.n_tok == 0 || a.w.n_in == 0) return;
+  // A streamed matrix (--gpu-budget) or a weight store's (--mem-budget) is
+  // copied into device memory first.
+  const CudaBackend::HeldWeight held = be_.hold_weight(a.w);
+  matmul_t_held(a, held.w);
+  be_.release_weight(held);
+}
+
+void CudaTrainOps::matmul_t_held(const MatmulTArgs& a, const WeightView& w) {
   if (w.type == DType::kF32) {  // rows read in place, in panels only to bound a thread's loop
     const auto* wf = reinterpret_cast<const float*>(w.data);
     launch_matmul_t_panel(wf, w.n_out, 0, a.dy, w.n_out, a.dx, w.n_in, a.n_tok, !a.accumulate, stream());

@@ -62,6 +62,8 @@ class CudaTrainOps final : public TrainOps {
   // The rows of seqs, on the device.
   TrainAttnDev attn_dev(const TrainAttentionArgs& a);
   cudaStream_t stream() const;
+  // matmul_t with w readable by the kernels (CudaBackend::hold_weight).
+  void matmul_t_held(const MatmulTArgs& a, const WeightView& w);
 
   CudaBackend& be_;
   std::vector<std::pair<void*, size_t>> areas_;

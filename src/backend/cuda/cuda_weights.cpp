@@ -204,6 +204,23 @@ void CudaBackend::unbind(const Held* held, int n) {
   }
 }
 
+CudaBackend::HeldWeight CudaBackend::hold_weight(const WeightView& w) {
+  const MatmulOut out{w, nullptr};
+  MatmulOut bound;
+  Held held[1];
+  HeldWeight h;
+  h.n_held = bind(std::span(&out, 1), &bound, held);
+  h.w = bound.w;
+  if (h.n_held > 0) h.group = held[0].group, h.ticket = held[0].ticket;
+  return h;
+}
+
+void CudaBackend::release_weight(const HeldWeight& h) {
+  if (h.n_held == 0) return;
+  const Held held{.group = h.group, .base = nullptr, .ticket = h.ticket};
+  unbind(&held, 1);
+}
+
 void CudaBackend::register_host(const uint8_t* data, size_t bytes) {
   if (!host_views_) host_views_ = std::make_unique<HostViews>(size_t{1} << 20);  // grown by reserve()
   host_views_->register_range(data, bytes);
