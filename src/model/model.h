@@ -137,7 +137,8 @@ class Model {
   const std::string& repack_summary() const { return prepared_.summary; }
   // Bytes of each layer's matrices the backend reads from host memory and
   // copies to its own at each use (prepare_weights left them there: cuda
-  // under --gpu-budget).  [n_layer], all 0 when none
+  // under --gpu-budget; or a weight source's, three tiers: every layer
+  // outside the device tier).  [n_layer], all 0 when none
   const std::vector<uint64_t>& host_layer_bytes() const { return host_layer_bytes_; }
 
   // The KV dtype used when none is asked for: f32 for F32 models (full
