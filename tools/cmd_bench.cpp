@@ -300,6 +300,19 @@ int run(const BenchArgs& a) {
                  100 * per_token * tg.median / 1e9 / gpu_h2d_gbps, gpu_h2d_gbps);
     fmt::print("\n");
   }
+  if (lm->tiers) {  // three tiers: the measured rates held to the plan's (runtime/device_tiers.h)
+    auto planned = replan_device_tiers(*lm->tiers, stream->store().plan().disk_gbps, a.n_prompt);
+    if (planned.ok()) {
+      fmt::print("tiers: pp{} {:.1f} t/s against {:.1f} planned ({:+.1f}%, bound {})", a.n_prompt, pp.median,
+                 planned->prefill.tokens_per_s, 100 * (pp.median / planned->prefill.tokens_per_s - 1),
+                 plan::stream_bound_name(planned->prefill.bound));
+      if (has_tg)
+        fmt::print("; tg {:.2f} t/s against {:.2f} planned ({:+.1f}%, bound {})", tg.median,
+                   planned->decode.tokens_per_s, 100 * (tg.median / planned->decode.tokens_per_s - 1),
+                   plan::stream_bound_name(planned->decode.bound));
+      fmt::print("\n");
+    }
+  }
   fmt::print("pp: {:.2f} GFLOP per prompt ({:.1f}% attention) -> {:.2f} GFLOP/s", pp_flops / 1e9,
              100 * pp_attn_flops / pp_flops, pp_gflops);
   if (cal) {

@@ -23,10 +23,18 @@ StatusOr<DeviceTiers> plan_device_tiers(const ModelFile& file, uint64_t gpu_budg
   return t;
 }
 
+StatusOr<plan::TierPlan> replan_device_tiers(const DeviceTiers& tiers, double store_disk_gbps,
+                                             int64_t prefill_tokens) {
+  plan::TierInputs in = tiers.inputs;
+  if (store_disk_gbps > 0) in.rates.disk_gbps = store_disk_gbps;
+  if (prefill_tokens > 0) in.prefill_tokens = prefill_tokens;
+  return plan::plan_tiers(in);
+}
+
 std::string device_tiers_report(const DeviceTiers& tiers, double store_disk_gbps) {
   plan::TierInputs in = tiers.inputs;
   if (store_disk_gbps > 0) in.rates.disk_gbps = store_disk_gbps;
-  StatusOr<plan::TierPlan> p = plan::plan_tiers(in);
+  StatusOr<plan::TierPlan> p = replan_device_tiers(tiers, store_disk_gbps);
   std::string s = fmt::format("[sluice] three tiers on the device: {} layers held there{}; rates: {}\n",
                               tiers.device_layers.size(), tiers.plan.routed ? " (a routed model: none)" : "",
                               tiers.rates_note.empty() ? std::string("as given") : tiers.rates_note);

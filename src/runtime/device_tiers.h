@@ -38,6 +38,12 @@ struct DeviceTiers {
 StatusOr<DeviceTiers> plan_device_tiers(const ModelFile& file, uint64_t gpu_budget_bytes, uint64_t host_budget_bytes,
                                         const plan::TierRates& rates);
 
+// The plan again with the disk at the rate the weight store measured (0: as
+// planned) and a prefill of prefill_tokens (0: as planned): what a run's
+// measurements are held to.
+StatusOr<plan::TierPlan> replan_device_tiers(const DeviceTiers& tiers, double store_disk_gbps,
+                                             int64_t prefill_tokens = 0);
+
 // The load report's lines: the three tiers' plan (tier_map) with the disk at
 // the rate the weight store measured (0: as planned), and where the rates came from.
 std::string device_tiers_report(const DeviceTiers& tiers, double store_disk_gbps);

@@ -258,6 +258,12 @@ TEST(DeviceTier, TheReportGivesTheThreeTiersPlan) {
   EXPECT_NE(r.find("three tiers on the device"), std::string::npos) << r;
   EXPECT_NE(r.find("disk 1.50 GB/s"), std::string::npos) << r;
   EXPECT_NE(r.find("layers    "), std::string::npos) << r;
+  // What a bench holds its figures to: the plan at the store's disk rate and its prompt length.
+  auto again = replan_device_tiers(*tiers, 1.5, 1024);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->prefill.n_tokens, 1024);
+  EXPECT_EQ(again->decode.n_tokens, 1);
+  EXPECT_EQ(again->layer_map, tiers->plan.layer_map);
   // Too small a GPU budget is refused with the smallest that streams.
   auto small = plan_device_tiers(*file, slot, 4 * slot, plan::h200_tier_rates());
   EXPECT_EQ(small.status().code(), StatusCode::kResourceExhausted);

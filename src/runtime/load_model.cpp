@@ -6,7 +6,6 @@
 
 #include "base/timer.h"
 #include "lora/lora_adapter.h"
-#include "runtime/device_tiers.h"
 
 namespace sluice {
 namespace {
@@ -101,6 +100,7 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
     lm.placement_report = std::move(setup.report);
     if (tiers) {
       lm.placement_report += device_tiers_report(*tiers, setup.source->store().plan().disk_gbps);
+      lm.tiers = std::move(tiers);
     }
     mo.weights = setup.source;
   }

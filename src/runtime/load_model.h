@@ -22,6 +22,7 @@
 #include "format/model_file.h"
 #include "model/model.h"
 #include "plan/calibrate.h"
+#include "runtime/device_tiers.h"
 #include "sluice/lora.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/store_source.h"
@@ -77,6 +78,7 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
   std::shared_ptr<weights::StoreWeightSource> stream;  // set when weights stream under a budget
   std::string placement_report;                        // the streaming report ("" when resident)
+  std::optional<DeviceTiers> tiers;                    // three tiers on a device (--gpu-budget with --mem-budget)
   std::unique_ptr<Model> model;
   double load_seconds = 0;
   std::string name;  // general.name, else the path
