@@ -22,19 +22,6 @@
 namespace sluice::weights {
 namespace {
 
-std::shared_ptr<const ModelFile> synth_model(const std::string& name, int64_t n_layer) {
-  const std::string path = testing::scratch_dir() + "/" + name;
-  SynthShape shape{.name = "s", .n_vocab = 1024, .n_embd = 256, .n_layer = n_layer, .n_head = 8, .n_head_kv = 4,
-                   .n_ff = 768, .n_ctx = 256};
-  auto written = write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 5, .n_threads = 2}, path);
-  EXPECT_TRUE(written.ok()) << written.status().to_string();
-  if (!written.ok()) return nullptr;
-  auto mf = open_model_file(path);
-  EXPECT_TRUE(mf.ok()) << mf.status().to_string();
-  if (!mf.ok()) return nullptr;
-  return std::make_shared<const ModelFile>(std::move(*mf));
-}
-
 uint64_t slot_of(const ModelFile& f) {
   auto all = plan_placement(f, {});
   EXPECT_TRUE(all.ok());
@@ -44,7 +31,7 @@ uint64_t slot_of(const ModelFile& f) {
 }
 
 TEST(DeviceTier, ItsLayersAreTheBackendsAndTheOthersArePlacedAsBefore) {
-  auto file = synth_model("device_tier_place.gguf", 8);
+  auto file = testing::small_synth_model("device_tier_place.gguf", 8, 5);
   ASSERT_NE(file, nullptr);
   const uint64_t slot = slot_of(*file);
   auto base = plan_placement(*file, {});
@@ -193,7 +180,7 @@ std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n)
 }
 
 TEST(DeviceTier, TheModelKeepsTheDevicesCopiesAndFinishesHostReadsBeforeReleasing) {
-  auto file = synth_model("device_tier_model.gguf", 8);
+  auto file = testing::small_synth_model("device_tier_model.gguf", 8, 5);
   ASSERT_NE(file, nullptr);
   const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
   auto plain = Model::load(file, ModelOptions{.n_threads = 2});
@@ -249,7 +236,7 @@ TEST(DeviceTier, TheModelKeepsTheDevicesCopiesAndFinishesHostReadsBeforeReleasin
 
 // The report names the layers held on the device and the legs' plan.
 TEST(DeviceTier, TheReportGivesTheThreeTiersPlan) {
-  auto file = synth_model("device_tier_report.gguf", 8);
+  auto file = testing::small_synth_model("device_tier_report.gguf", 8, 5);
   ASSERT_NE(file, nullptr);
   const uint64_t slot = slot_of(*file);
   auto tiers = plan_device_tiers(*file, 6 * slot, 4 * slot, plan::h200_tier_rates());

@@ -24,23 +24,8 @@ std::vector<int32_t> greedy(const std::shared_ptr<const ModelFile>& file, std::s
   return r->tokens;
 }
 
-// A small q8_0 synth model of n_layer layers written to scratch/<name> and
-// opened; null (and the test failed) when either step fails.
-std::shared_ptr<const ModelFile> synth_model(const std::string& name, int64_t n_layer) {
-  const std::string path = testing::scratch_dir() + "/" + name;
-  SynthShape shape{.name = "s", .n_vocab = 1024, .n_embd = 256, .n_layer = n_layer, .n_head = 8, .n_head_kv = 4,
-                   .n_ff = 768, .n_ctx = 256};
-  auto written = write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 3, .n_threads = 2}, path);
-  EXPECT_TRUE(written.ok()) << written.status().to_string();
-  if (!written.ok()) return nullptr;
-  auto mf = open_model_file(path);
-  EXPECT_TRUE(mf.ok()) << mf.status().to_string();
-  if (!mf.ok()) return nullptr;
-  return std::make_shared<const ModelFile>(std::move(*mf));
-}
-
 TEST(StreamedModel, SameTokensAsResidentAndCountsBytes) {
-  auto file = synth_model("streamed_model.gguf", 8);
+  auto file = testing::small_synth_model("streamed_model.gguf", 8, 3);
   ASSERT_NE(file, nullptr);
   const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
   const auto resident = greedy(file, nullptr, prompt, 24);
@@ -94,7 +79,7 @@ TEST(StreamedModel, ProbesStayWithinTheBudget) {
 }
 
 TEST(StreamedModel, RefusesABudgetThatCannotHoldTheRing) {
-  auto file = synth_model("streamed_model_small.gguf", 4);
+  auto file = testing::small_synth_model("streamed_model_small.gguf", 4, 3);
   ASSERT_NE(file, nullptr);
   auto r = open_streaming(file, StreamingOptions{.mem_budget_bytes = 1000});
   ASSERT_FALSE(r.ok());

@@ -1,5 +1,6 @@
 // Test helpers for the weights module: a scratch directory on a filesystem that
-// takes O_DIRECT when there is one, and small files to read back.
+// takes O_DIRECT when there is one, small files to read back, and a small
+// synth model to stream.
 #pragma once
 
 #include <fcntl.h>
@@ -12,11 +13,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "format/model_file.h"
+#include "model/synth.h"
 
 namespace sluice::weights::testing {
 
@@ -79,6 +84,22 @@ inline std::vector<uint8_t> write_random_file(const std::string& path, size_t n,
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(n));
   return bytes;
+}
+
+// A small Q8_0 synth model of n_layer layers (n_embd 256, n_ff 768, a
+// 1024-token vocabulary: the layers are most of its bytes) written to
+// scratch_dir()/name and opened; null, the test failed, when either step fails.
+inline std::shared_ptr<const ModelFile> small_synth_model(const std::string& name, int64_t n_layer, uint64_t seed) {
+  const std::string path = scratch_dir() + "/" + name;
+  SynthShape shape{.name = "s", .n_vocab = 1024, .n_embd = 256, .n_layer = n_layer, .n_head = 8, .n_head_kv = 4,
+                   .n_ff = 768, .n_ctx = 256};
+  auto written = write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = seed, .n_threads = 2}, path);
+  EXPECT_TRUE(written.ok()) << written.status().to_string();
+  if (!written.ok()) return nullptr;
+  auto mf = open_model_file(path);
+  EXPECT_TRUE(mf.ok()) << mf.status().to_string();
+  if (!mf.ok()) return nullptr;
+  return std::make_shared<const ModelFile>(std::move(*mf));
 }
 
 }  // namespace sluice::weights::testing
