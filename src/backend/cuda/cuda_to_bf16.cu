@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_decode_rows.cuh"
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_to_bf16.cuh"
 #include "base/check.h"
@@ -20,32 +21,6 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);  // .x = a (low half)
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// Enough blocks to fill the GPU several times over, each walking a grid stride.
-unsigned grid_for(int64_t items) {
-  const int64_t blocks = (items + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 132 * 32 ? (blocks > 0 ? blocks : 1) : 132 * 32);
-}
-
-template <class D>
-__global__ void rows_to_bf16(const uint8_t* w, int64_t row_bytes, int64_t n_blocks, int64_t n_items, int64_t n_in,
-                             uint16_t* out) {
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n_items; i += int64_t{gridDim.x} * blockDim.x) {
-    const int c = static_cast<int>(i % D::kLanes);
-    const int64_t rb = i / D::kLanes, row = rb / n_blocks, b = rb % n_blocks;
-    const typename D::Raw raw = D::load(w + row * row_bytes + b * D::kBytes, c);
-    float v[8];
-    D::decode(raw, c, v);
-    uint16_t* o = out + row * n_in + b * D::kElems;
-    *reinterpret_cast<uint2*>(o + D::x_off(c, 0)) = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
-    *reinterpret_cast<uint2*>(o + D::x_off(c, 1)) = make_uint2(pack2(v[4], v[5]), pack2(v[6], v[7]));
-  }
-}
 
 // Split layout: block i (rows one after the other) has its quants at
 // quants + i * kQ and its f16 scale at scales[i].  Q4_0: (q - 8) * d, element
@@ -102,13 +77,6 @@ __global__ void split_columns(const float* y, int64_t n, ColumnParts parts) {
   }
 }
 
-template <class D>
-void launch_rows(const WeightView& w, int64_t row0, int64_t n_rows, uint16_t* out, cudaStream_t s) {
-  const int64_t rb = static_cast<int64_t>(row_bytes(w.type, w.n_in)), n_blocks = w.n_in / D::kElems;
-  const int64_t items = n_rows * n_blocks * D::kLanes;
-  rows_to_bf16<D><<<grid_for(items), kThreads, 0, s>>>(w.data + row0 * rb, rb, n_blocks, items, w.n_in, out);
-}
-
 }  // namespace
 
 bool to_bf16_takes(const WeightView& w) {
@@ -136,7 +104,7 @@ void launch_weights_to_bf16(const WeightView& w, int64_t row0, int64_t n_rows, u
     SLUICE_CUDA_LAUNCHED();
     return;
   }
-  const bool decoded = with_decoder(w.type, [&]<class D>() { launch_rows<D>(w, row0, n_rows, out, s); });
+  const bool decoded = with_decoder(w.type, [&]<class D>() { launch_decode_rows<D>(w, row0, n_rows, out, s); });
   CHECK(decoded);
   SLUICE_CUDA_LAUNCHED();
 }

@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_decode_rows.cuh"
 #include "backend/cuda/cuda_dequant.cuh"
 #include "backend/cuda/cuda_train_kernels.cuh"
 #include "base/check.h"
@@ -20,11 +21,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
-
-unsigned grid_for(int64_t items) {
-  const int64_t blocks = (items + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 132 * 32 ? (blocks > 0 ? blocks : 1) : 132 * 32);
-}
 
 __device__ __forceinline__ double warp_sum_d(double v) {
 #pragma unroll
@@ -75,21 +71,6 @@ __device__ __forceinline__ double act_derivative(Activation act, double g) {
 
 // ---- matmul_t ----
 
-template <class D>
-__global__ void rows_to_f32(const uint8_t* w, int64_t row_bytes, int64_t n_blocks, int64_t n_items, int64_t n_in,
-                            float* out) {
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n_items; i += int64_t{gridDim.x} * blockDim.x) {
-    const int c = static_cast<int>(i % D::kLanes);
-    const int64_t rb = i / D::kLanes, row = rb / n_blocks, b = rb % n_blocks;
-    const typename D::Raw raw = D::load(w + row * row_bytes + b * D::kBytes, c);
-    float v[8];
-    D::decode(raw, c, v);
-    float* o = out + row * n_in + b * D::kElems;
-    *reinterpret_cast<float4*>(o + D::x_off(c, 0)) = make_float4(v[0], v[1], v[2], v[3]);
-    *reinterpret_cast<float4*>(o + D::x_off(c, 1)) = make_float4(v[4], v[5], v[6], v[7]);
-  }
-}
-
 // Split layout (quant/split_scales.h): block i's quants at quants + i * kQ, its f16 scale at scales[i].
 template <bool kQ8>
 __global__ void split_to_f32(const uint8_t* quants, const uint16_t* scales, int64_t n_items, float* out) {
@@ -118,13 +99,6 @@ __global__ void matmul_t_panel(const float* wp, int64_t n_rows, int64_t row0, co
     for (int64_t r = 0; r < n_rows; ++r) acc += static_cast<double>(g[r]) * wp[r * n_in + i];
     dx[k] = static_cast<float>((first ? 0.0 : static_cast<double>(dx[k])) + acc);
   }
-}
-
-template <class D>
-void launch_rows(const WeightView& w, int64_t row0, int64_t n_rows, float* out, cudaStream_t s) {
-  const int64_t rb = static_cast<int64_t>(row_bytes(w.type, w.n_in)), n_blocks = w.n_in / D::kElems;
-  const int64_t items = n_rows * n_blocks * D::kLanes;
-  rows_to_f32<D><<<grid_for(items), kThreads, 0, s>>>(w.data + row0 * rb, rb, n_blocks, items, w.n_in, out);
 }
 
 // ---- rows and elements ----
@@ -293,7 +267,7 @@ void launch_weights_to_f32(const WeightView& w, int64_t row0, int64_t n_rows, fl
     SLUICE_CUDA_LAUNCHED();
     return;
   }
-  const bool decoded = with_decoder(w.type, [&]<class D>() { launch_rows<D>(w, row0, n_rows, out, s); });
+  const bool decoded = with_decoder(w.type, [&]<class D>() { launch_decode_rows<D>(w, row0, n_rows, out, s); });
   CHECK(decoded);
   SLUICE_CUDA_LAUNCHED();
 }
