@@ -71,25 +71,6 @@ __device__ __forceinline__ double act_derivative(Activation act, double g) {
 
 // ---- matmul_t ----
 
-// Split layout (quant/split_scales.h): block i's quants at quants + i * kQ, its f16 scale at scales[i].
-template <bool kQ8>
-__global__ void split_to_f32(const uint8_t* quants, const uint16_t* scales, int64_t n_items, float* out) {
-  constexpr int kQ = kQ8 ? 32 : 16;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n_items; i += int64_t{gridDim.x} * blockDim.x) {
-    const float d = __half2float(__ushort_as_half(__ldg(scales + i)));
-    const uint8_t* q = quants + i * kQ;
-    float* o = out + i * 32;
-    for (int j = 0; j < 32; ++j) {
-      if constexpr (kQ8) {
-        o[j] = static_cast<float>(static_cast<int8_t>(q[j])) * d;
-      } else {
-        const uint32_t byte = q[j % 16];
-        o[j] = (static_cast<float>(j < 16 ? byte & 15u : byte >> 4) - 8.0f) * d;
-      }
-    }
-  }
-}
-
 __global__ void matmul_t_panel(const float* wp, int64_t n_rows, int64_t row0, const float* dy, int64_t n_out,
                                float* dx, int64_t n_in, int64_t n_items, bool first) {
   for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < n_items; k += int64_t{gridDim.x} * blockDim.x) {
@@ -237,39 +218,12 @@ __global__ void lora_dx(const double* du, const float* a, float* dx, int64_t n_t
 
 }  // namespace
 
-bool weights_to_f32_type(DType type, WeightLayout layout) {
-  if (layout == WeightLayout::kSplitScales) return type == DType::kQ4_0 || type == DType::kQ8_0;
-  return layout == WeightLayout::kRows && converted_block_elems(type) != 0;
-}
+bool weights_to_f32_type(DType type, WeightLayout layout) { return decodes_rows(type, layout); }
 
-bool weights_to_f32_takes(const WeightView& w) {
-  if (!weights_to_f32_type(w.type, w.layout)) return false;
-  const int elems = converted_block_elems(w.type);
-  if (w.n_in <= 0 || w.n_in % elems != 0) return false;
-  const auto addr = reinterpret_cast<uintptr_t>(w.data);
-  if (w.layout == WeightLayout::kSplitScales) return addr % 16 == 0;
-  if (elems == 8) return addr % 16 == 0;
-  const size_t block = row_bytes(w.type, elems);
-  return addr % (block % 4 == 0 ? 4 : 2) == 0;
-}
+bool weights_to_f32_takes(const WeightView& w) { return decodes_rows(w); }
 
 void launch_weights_to_f32(const WeightView& w, int64_t row0, int64_t n_rows, float* out, cudaStream_t s) {
-  CHECK(weights_to_f32_takes(w) && row0 >= 0 && row0 + n_rows <= w.n_out &&
-        reinterpret_cast<uintptr_t>(out) % 16 == 0);
-  if (n_rows == 0) return;
-  if (w.layout == WeightLayout::kSplitScales) {
-    const bool q8 = w.type == DType::kQ8_0;
-    const int64_t qb = q8 ? 32 : 16, n_b = w.n_in / 32, items = n_rows * n_b;
-    const uint8_t* quants = w.data + row0 * n_b * qb;
-    const auto* scales = reinterpret_cast<const uint16_t*>(w.data + w.n_out * n_b * qb) + row0 * n_b;
-    if (q8) split_to_f32<true><<<grid_for(items), kThreads, 0, s>>>(quants, scales, items, out);
-    else split_to_f32<false><<<grid_for(items), kThreads, 0, s>>>(quants, scales, items, out);
-    SLUICE_CUDA_LAUNCHED();
-    return;
-  }
-  const bool decoded = with_decoder(w.type, [&]<class D>() { launch_decode_rows<D>(w, row0, n_rows, out, s); });
-  CHECK(decoded);
-  SLUICE_CUDA_LAUNCHED();
+  launch_decode_rows(w, row0, n_rows, out, s);
 }
 
 void launch_matmul_t_panel(const float* wp, int64_t n_rows, int64_t row0, const float* dy, int64_t n_out, float* dx,
