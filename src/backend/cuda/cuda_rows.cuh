@@ -1,6 +1,6 @@
 // Device helpers for kernels that take one token's row per thread block
-// (norms, the quantization of x): warp and block sums, and a row held in
-// registers so that it is read from memory once.
+// (norms, the quantization of x, training's rows): warp and block sums and
+// maxima, and a row held in registers so that it is read from memory once.
 //
 // Register order: with W warps, thread (warp, lane) holds the elements
 //   (warp + k * W) * 32 + lane,   k < K,
@@ -8,31 +8,46 @@
 // blocks: one warp each) and every load of a warp is 128 contiguous bytes.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 namespace sluice::cuda {
 
-__device__ __forceinline__ float warp_sum(float v) {
+// Sum and max over a warp, float or double; every lane gets it.
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
+template <class T>
+__device__ __forceinline__ T warp_max(T v) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
-// Sum over the thread block; every thread gets it. `red`: [32] shared.
-__device__ __forceinline__ float block_sum(float v, float* red) {
+// Sum and max over the thread block; every thread gets it. `red`: [32] shared.
+template <class T>
+__device__ __forceinline__ T block_sum(T v, T* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
   v = warp_sum(v);
   __syncthreads();  // red may still be read from a previous call
   if (lane == 0) red[warp] = v;
   __syncthreads();
-  return warp_sum(lane < n_warp ? red[lane] : 0.0f);
+  return warp_sum(lane < n_warp ? red[lane] : T{0});
+}
+
+template <class T>
+__device__ __forceinline__ T block_max(T v, T* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();  // red may still be read from a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  return warp_max(lane < n_warp ? red[lane] : T{-INFINITY});
 }
 
 // Element k of this thread's share of a row (register order above).

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_rows.cuh"
 #include "backend/cuda/cuda_train_kernels.cuh"
 #include "base/check.h"
 
@@ -20,12 +21,6 @@ namespace {
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kPer = kTrainMaxHeadDim / 32;
 
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // a . b over head_dim, every lane gets it.
 __device__ __forceinline__ double dot(const float* a, const float* b, int head_dim, int lane) {
   double s = 0;
@@ -34,7 +29,7 @@ __device__ __forceinline__ double dot(const float* a, const float* b, int head_d
     const int d = lane + 32 * k;
     if (d < head_dim) s += static_cast<double>(a[d]) * b[d];
   }
-  return warp_sum_d(s);
+  return warp_sum(s);
 }
 
 // scale * q . k, soft-capped.

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/cuda_decode_rows.cuh"
 #include "backend/cuda/cuda_dequant.cuh"
+#include "backend/cuda/cuda_rows.cuh"
 #include "backend/cuda/cuda_train_kernels.cuh"
 #include "base/check.h"
 #include "quant/dtype.h"
@@ -21,37 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
-
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ double warp_max_d(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Sum / max over the thread block (kThreads threads), every thread gets it. red: [32] shared.
-__device__ __forceinline__ double block_sum_d(double v, double* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum_d(v);
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  return warp_sum_d(lane < kThreads / 32 ? red[lane] : 0.0);
-}
-
-__device__ __forceinline__ double block_max_d(double v, double* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_max_d(v);
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  return warp_max_d(lane < kThreads / 32 ? red[lane] : -INFINITY);
-}
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -93,8 +63,8 @@ __global__ void rmsnorm_backward(const float* x, const float* w, const float* dy
     ss += static_cast<double>(x[i]) * x[i];
     gx += static_cast<double>(dy[i]) * w[i] * x[i];
   }
-  ss = block_sum_d(ss, red);
-  gx = block_sum_d(gx, red);
+  ss = block_sum(ss, red);
+  gx = block_sum(gx, red);
   const double r = 1.0 / sqrt(ss / static_cast<double>(n) + static_cast<double>(eps));
   const double c = r * r * r * gx / static_cast<double>(n);
   for (int64_t i = threadIdx.x; i < n; i += kThreads)
@@ -142,12 +112,12 @@ __global__ void cross_entropy(float* logits, const int32_t* targets, double* los
   }
   double m = -INFINITY;
   for (int64_t i = threadIdx.x; i < n_vocab; i += kThreads) m = fmax(m, static_cast<double>(z[i]));
-  m = block_max_d(m, red);
+  m = block_max(m, red);
   double sum = 0;
   for (int64_t i = threadIdx.x; i < n_vocab; i += kThreads) sum += exp(static_cast<double>(z[i]) - m);
-  sum = block_sum_d(sum, red);
+  sum = block_sum(sum, red);
   const double lse = m + log(sum);
-  const double zt = z[target];  // read by every thread before any writes (block_sum_d synchronized)
+  const double zt = z[target];  // read by every thread before any writes (block_sum synchronized)
   __syncthreads();
   if (threadIdx.x == 0) loss[t] = lse - zt;
   for (int64_t i = threadIdx.x; i < n_vocab; i += kThreads) {
@@ -181,7 +151,7 @@ __global__ void lora_du(const float* b, const float* dy, double* du, int64_t n_t
   const int64_t t = warp / rank, r = warp % rank;
   double s = 0;
   for (int64_t o = lane; o < n_out; o += 32) s += static_cast<double>(b[o * rank + r]) * dy[t * n_out + o];
-  s = warp_sum_d(s);
+  s = warp_sum(s);
   if (lane == 0) du[t * rank + r] = static_cast<double>(scale) * s;
 }
 
