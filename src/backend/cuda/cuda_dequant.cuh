@@ -82,35 +82,25 @@ struct DecF32 {
   __device__ static int x_off(int, int v) { return 4 * v; }
 };
 
-struct DecF16 {
+// F16 and BF16: 8 16-bit values, element 2k in the low half of word k.
+template <bool kBF16>
+struct Dec16 {
   static constexpr int kElems = 8, kBytes = 16, kLanes = 1;
   struct Raw { uint4 a; };
   __device__ static Raw load(const uint8_t* p, int) { return {ld128_stream(p)}; }
+  __device__ static float half(uint32_t bits) { return kBF16 ? __uint_as_float(bits << 16) : f16(bits); }
   __device__ static void decode(const Raw& r, int, float* w) {
     const uint32_t u[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      w[2 * k] = f16(u[k] & 0xffffu);
-      w[2 * k + 1] = f16(u[k] >> 16);
+      w[2 * k] = half(u[k] & 0xffffu);
+      w[2 * k + 1] = half(u[k] >> 16);
     }
   }
   __device__ static int x_off(int, int v) { return 4 * v; }
 };
-
-struct DecBF16 {
-  static constexpr int kElems = 8, kBytes = 16, kLanes = 1;
-  struct Raw { uint4 a; };
-  __device__ static Raw load(const uint8_t* p, int) { return {ld128_stream(p)}; }
-  __device__ static void decode(const Raw& r, int, float* w) {
-    const uint32_t u[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      w[2 * k] = __uint_as_float(u[k] << 16);
-      w[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
-    }
-  }
-  __device__ static int x_off(int, int v) { return 4 * v; }
-};
+using DecF16 = Dec16<false>;
+using DecBF16 = Dec16<true>;
 
 // ---- 32-element blocks: 4 lanes each ----
 
