@@ -29,26 +29,23 @@ __device__ __forceinline__ T warp_max(T v) {
   return v;
 }
 
-// Sum and max over the thread block; every thread gets it. `red`: [32] shared.
-template <class T>
-__device__ __forceinline__ T block_sum(T v, T* red) {
+// Sum (kMax false) or max over the thread block; every thread gets it.
+// `red`: [32] shared.
+template <bool kMax, class T>
+__device__ __forceinline__ T block_reduce(T v, T* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
-  v = warp_sum(v);
+  auto across = [](T x) { return kMax ? warp_max(x) : warp_sum(x); };
+  v = across(v);
   __syncthreads();  // red may still be read from a previous call
   if (lane == 0) red[warp] = v;
   __syncthreads();
-  return warp_sum(lane < n_warp ? red[lane] : T{0});
+  return across(lane < n_warp ? red[lane] : (kMax ? T{-INFINITY} : T{0}));
 }
 
 template <class T>
-__device__ __forceinline__ T block_max(T v, T* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warp = (blockDim.x + 31) >> 5;
-  v = warp_max(v);
-  __syncthreads();  // red may still be read from a previous call
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  return warp_max(lane < n_warp ? red[lane] : T{-INFINITY});
-}
+__device__ __forceinline__ T block_sum(T v, T* red) { return block_reduce<false>(v, red); }
+template <class T>
+__device__ __forceinline__ T block_max(T v, T* red) { return block_reduce<true>(v, red); }
 
 // Element k of this thread's share of a row (register order above).
 __device__ __forceinline__ int64_t row_elem(int k) {
