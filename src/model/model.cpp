@@ -130,8 +130,14 @@ Status Model::plan_device_tiers() {
   device_layer_.assign(static_cast<size_t>(hp_.n_layer), 0);
   for (int64_t l = layer_begin_; l < layer_end_; ++l) {
     const auto lu = static_cast<size_t>(l);
+    const LayerWeights& lw = weights_.layers[lu];
     device_layer_[lu] = source_->device_resident(l) ? 1 : 0;
-    if (!device_layer_[lu]) host_weight_bytes_ = std::max(host_weight_bytes_, layer_matrix_bytes(weights_.layers[lu]));
+    // What one layer copies in: all of it, or a device layer's chosen experts.
+    const uint64_t copied = !device_layer_[lu] ? layer_matrix_bytes(lw)
+                            : lw.experts.empty() ? 0
+                                                 : expert_bytes(lw.experts[0]) *
+                                                       static_cast<uint64_t>(std::max<int64_t>(1, hp_.n_expert_used));
+    host_weight_bytes_ = std::max(host_weight_bytes_, copied);
   }
   for (std::span<const uint8_t> r : source_->host_regions()) {
     backend_->register_host(r.data(), r.size());
@@ -141,22 +147,28 @@ Status Model::plan_device_tiers() {
 }
 
 Status Model::prepare_device_layers() {
-  // The device tier's layers and the output head go to the backend's memory
-  // once; every other layer's views stay in the source's host memory and are
-  // copied in at each use (Backend::reads_host_weights).
+  // The device tier's layers (a routed layer's dense part) and the output
+  // head go to the backend's memory once; every other view stays in the
+  // source's host memory and is copied in at each use
+  // (Backend::reads_host_weights), experts into slots the backend keeps.
   std::vector<std::vector<WeightView*>> groups = dispatch_groups(weights_, arch());
   std::erase_if(groups, [&](const std::vector<WeightView*>& g) {
     if (!holds(g[0]) || !g[0]->data) return true;
-    const int64_t l = layer_of_view(weights_, g[0]);
-    return l >= 0 && !device_layer_[static_cast<size_t>(l)];
+    bool expert = false;
+    const int64_t l = layer_of_view(weights_, g[0], &expert);
+    return l >= 0 && (expert || !device_layer_[static_cast<size_t>(l)]);
   });
   std::vector<WeightGroup> spans(groups.begin(), groups.end());
   prepared_ = backend_->prepare_weights(spans);
   RETURN_IF_ERROR(prepared_.status);
   host_layer_bytes_.assign(static_cast<size_t>(hp_.n_layer), 0);
-  for (int64_t l = layer_begin_; l < layer_end_; ++l)
-    if (!device_layer_[static_cast<size_t>(l)])
-      host_layer_bytes_[static_cast<size_t>(l)] = layer_matrix_bytes(weights_.layers[static_cast<size_t>(l)]);
+  for (int64_t l = layer_begin_; l < layer_end_; ++l) {
+    const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
+    host_layer_bytes_[static_cast<size_t>(l)] =
+        !device_layer_[static_cast<size_t>(l)] ? layer_matrix_bytes(lw)
+        : lw.experts.empty()                    ? 0
+                                                : expert_bytes(lw.experts[0]) * lw.experts.size();
+  }
   return Status();
 }
 

@@ -252,14 +252,24 @@ std::vector<uint64_t> layer_bytes_of_groups(const ModelWeights& w, std::span<con
   return out;
 }
 
-int64_t layer_of_view(const ModelWeights& w, const WeightView* v) {
+int64_t layer_of_view(const ModelWeights& w, const WeightView* v, bool* expert) {
+  if (expert) *expert = false;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& lw = w.layers[l];
     if (v >= lw.mats.data() && v < lw.mats.data() + lw.mats.size()) return static_cast<int64_t>(l);
-    for (const ExpertWeights& e : lw.experts)
-      if (v == &e.gate || v == &e.up || v == &e.down) return static_cast<int64_t>(l);
+    for (const ExpertWeights& e : lw.experts) {
+      if (v != &e.gate && v != &e.up && v != &e.down) continue;
+      if (expert) *expert = true;
+      return static_cast<int64_t>(l);
+    }
   }
   return -1;
+}
+
+uint64_t expert_bytes(const ExpertWeights& e) {
+  uint64_t n = 0;
+  for (const WeightView* v : {&e.gate, &e.up, &e.down}) n += row_bytes(v->type, v->n_in) * static_cast<uint64_t>(v->n_out);
+  return n;
 }
 
 uint64_t layer_matrix_bytes(const LayerWeights& layer) {

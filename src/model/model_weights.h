@@ -79,8 +79,12 @@ std::vector<uint64_t> layer_bytes_of_groups(const ModelWeights& w, std::span<con
                                             std::span<const uint8_t> which);
 
 // The layer whose matrix `v` is (a view inside w.layers[l]), or -1 (the
-// output head, the embedding table).
-int64_t layer_of_view(const ModelWeights& w, const WeightView* v);
+// output head, the embedding table); *expert (when given) says whether it
+// is one expert's (LayerWeights::experts).
+int64_t layer_of_view(const ModelWeights& w, const WeightView* v, bool* expert = nullptr);
+
+// Bytes of one expert's matrices (gate, up, down).
+uint64_t expert_bytes(const ExpertWeights& e);
 
 // Bytes of a layer's matrices as the file holds them (a fused matrix once,
 // not again as its parts; stacked experts all).

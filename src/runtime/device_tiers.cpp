@@ -17,9 +17,12 @@ StatusOr<DeviceTiers> plan_device_tiers(const ModelFile& file, uint64_t gpu_budg
                               .gpu_budget_bytes = static_cast<double>(gpu_budget_bytes),
                               .host_budget_bytes = static_cast<double>(host_budget_bytes)};
   ASSIGN_OR_RETURN(t.plan, plan::plan_tiers(t.inputs));
-  if (!t.plan.routed)
+  if (t.plan.routed) {  // every layer's dense part; the experts come from the store, one by one
+    for (int64_t l = 0; l < shape.n_layer; ++l) t.device_layers.push_back(l);
+  } else {
     for (size_t l = 0; l < t.plan.layer_map.size(); ++l)
       if (t.plan.layer_map[l] == 'G') t.device_layers.push_back(static_cast<int64_t>(l));
+  }
   return t;
 }
 
@@ -36,7 +39,10 @@ std::string device_tiers_report(const DeviceTiers& tiers, double store_disk_gbps
   if (store_disk_gbps > 0) in.rates.disk_gbps = store_disk_gbps;
   StatusOr<plan::TierPlan> p = replan_device_tiers(tiers, store_disk_gbps);
   std::string s = fmt::format("[sluice] three tiers on the device: {} layers held there{}; rates: {}\n",
-                              tiers.device_layers.size(), tiers.plan.routed ? " (a routed model: none)" : "",
+                              tiers.device_layers.size(),
+                              tiers.plan.routed ? " (a routed model: their dense parts; experts come from host RAM and "
+                                                  "the file, each kept in a device slot once copied)"
+                                                : "",
                               tiers.rates_note.empty() ? std::string("as given") : tiers.rates_note);
   if (!tiers.note.empty()) s += "[sluice] " + tiers.note + "\n";
   if (!p.ok()) return s + fmt::format("[sluice] (no prediction: {})\n", p.status().message());

@@ -9,8 +9,9 @@
 // weight store places the rest over the host budget by its own rules
 // (weights/placement.h, rule 8 for the device's), and the backend copies the
 // device's layers at load and every other layer's views at each use
-// (Backend::reads_host_weights). Dense models: a routed model's experts
-// stream expert by expert from the store and its device tier is empty.
+// (Backend::reads_host_weights). A routed model's device tier is every
+// layer's dense part; its experts stay the store's (host RAM and the file,
+// expert by expert) and the backend keeps those it copies in device slots.
 #pragma once
 
 #include <cstdint>

@@ -16,6 +16,7 @@
 #include "model/synth.h"
 #include "runtime/device_tiers.h"
 #include "sample/sampler.h"
+#include "weights/expert_store.h"
 #include "weights/store_source.h"
 #include "weights/weights_test_util.h"
 
@@ -124,21 +125,39 @@ class DeviceLike final : public ReferenceBackend {
     check(a.output);
     ReferenceBackend::logits(a);
   }
+  void expert_ffn(const ExpertFfnArgs& a) override {
+    // The chosen experts only (the others' views may be unbound).
+    for (int64_t i = 0; i < a.n_tok * a.n_used; ++i) {
+      const ExpertWeights& e = a.experts[static_cast<size_t>(a.ids[i])];
+      for (const WeightView* v : {&e.gate, &e.up, &e.down}) {
+        check(*v);
+        if (in_arena(*v)) prepared_expert = true;
+      }
+    }
+    if (a.shared)
+      for (const WeightView* v : {&a.shared->gate, &a.shared->up, &a.shared->down}) check(*v);
+    ReferenceBackend::expert_ffn(a);
+  }
 
   std::vector<std::pair<const uint8_t*, size_t>> ranges;
   std::vector<std::vector<uint8_t>> arena;
   uint64_t host_weight_bytes = 0;
   int prepared = 0, host_reads = 0, device_reads = 0, finishes = 0, unregistered = 0;
   bool unfinished = false;   // a host view read since the last finish_host_reads()
+  bool prepared_expert = false;  // an expert's view in the arena (experts must stay the store's)
   std::string stray;         // a view found neither here nor in a registered range
 
  private:
-  void check(const WeightView& w) {
+  bool in_arena(const WeightView& w) const {
     for (const auto& a : arena)
-      if (w.data >= a.data() && w.data < a.data() + a.size()) {
-        ++device_reads;
-        return;
-      }
+      if (w.data >= a.data() && w.data < a.data() + a.size()) return true;
+    return false;
+  }
+  void check(const WeightView& w) {
+    if (in_arena(w)) {
+      ++device_reads;
+      return;
+    }
     for (const auto& [p, n] : ranges)
       if (w.data >= p && w.data < p + n) {
         ++host_reads;
@@ -164,6 +183,18 @@ class CheckedSource final : public LayerWeightSource {
     s_->release(layer);
   }
   void end_step(int64_t n_tokens) override { s_->end_step(n_tokens); }
+  bool streams_experts() const override { return s_->streams_experts(); }
+  void predict_experts(int64_t layer, std::span<const int32_t> experts) override { s_->predict_experts(layer, experts); }
+  Status begin_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) override {
+    return s_->begin_experts(layer, experts, out);
+  }
+  Status next_expert(int64_t layer, int64_t* index) override { return s_->next_expert(layer, index); }
+  void expert_prepared(int64_t layer, int64_t index) override { s_->expert_prepared(layer, index); }
+  bool next_expert_ready(int64_t layer) const override { return s_->next_expert_ready(layer); }
+  bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const override {
+    return s_->unprepared_expert(layer, expert, out);
+  }
+  void unpinned_expert_prepared(int64_t layer, int32_t expert) override { s_->unpinned_expert_prepared(layer, expert); }
   int early_releases = 0;
 
  private:
@@ -232,6 +263,52 @@ TEST(DeviceTier, TheModelKeepsTheDevicesCopiesAndFinishesHostReadsBeforeReleasin
     }
   }
   EXPECT_EQ(be->unregistered, static_cast<int>(be->ranges.size()));
+}
+
+// A routed model: the device holds every layer's dense part and the head;
+// the experts stay the store's, resident in host RAM when they fit and
+// streamed through its expert pool when not, and are read from there.
+TEST(DeviceTier, ARoutedModelKeepsItsExpertsInTheStore) {
+  SynthShape shape = synth_preset("tiny-qwen2moe").value();
+  shape.n_vocab = 256;
+  shape.n_expert = 16;
+  const std::string path = testing::scratch_dir() + "/device_tier_moe.gguf";
+  ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 7, .n_threads = 2}, path).ok());
+  auto mf = open_model_file(path);
+  ASSERT_TRUE(mf.ok());
+  auto file = std::make_shared<const ModelFile>(std::move(*mf));
+  const ModelHparams hp = hparams_from_metadata(file->metadata).value();
+  const std::vector<int32_t> prompt = {1, 30, 31, 32, 50, 77};
+  auto plain = Model::load(file, ModelOptions{.n_threads = 2});
+  ASSERT_TRUE(plain.ok());
+  const std::vector<int32_t> want = greedy(**plain, prompt, 12);
+
+  auto tiers = plan_device_tiers(*file, 0, 0, plan::h200_tier_rates());
+  ASSERT_TRUE(tiers.ok()) << tiers.status().to_string();
+  ASSERT_TRUE(tiers->plan.routed);
+  ASSERT_EQ(static_cast<int64_t>(tiers->device_layers.size()), hp.n_layer);
+  auto base = plan_placement(*file, {});
+  ASSERT_TRUE(base.ok());
+  const uint64_t slot = ExpertStore::slot_bytes_for(*file, hp);
+  // Every expert resident in host RAM; then a pool of a routed layer's experts and two more.
+  for (uint64_t budget : {uint64_t{0}, base->essentials_bytes + (static_cast<uint64_t>(hp.n_expert) + 2) * slot}) {
+    auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = budget == 0 ? (uint64_t{1} << 40) : budget,
+                                                        .n_threads = 2,
+                                                        .direct = testing::dir_supports_direct(testing::scratch_dir()),
+                                                        .device_layers = tiers->device_layers});
+    ASSERT_TRUE(setup.ok()) << setup.status().to_string();
+    EXPECT_EQ(setup->source->store().streams_experts(), budget != 0);
+    auto be = std::make_shared<DeviceLike>();
+    auto src = std::make_shared<CheckedSource>(setup->source, *be);
+    auto m = Model::load(file, ModelOptions{.n_threads = 2, .weights = src, .backend = be});
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    EXPECT_EQ(greedy(**m, prompt, 12), want) << budget;
+    EXPECT_EQ(be->stray, "") << budget;
+    EXPECT_FALSE(be->prepared_expert) << budget;
+    EXPECT_GT(be->device_reads, 0) << budget;
+    EXPECT_GT(be->host_reads, 0) << budget;
+    EXPECT_EQ(src->early_releases, 0) << budget;
+  }
 }
 
 // The report names the layers held on the device and the legs' plan.

@@ -52,7 +52,7 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
     if (spec && spec->kind == TensorKind::kExperts) {
       if (!t.from_file) return unimplemented("tensor '{}' cannot be read expert by expert from the file", info.name);
       t.tier = Tier::kDisk;
-    } else if (!is_essential_tensor(t, info)) {
+    } else if (!is_essential_tensor(t, info) && t.tier != Tier::kDevice) {  // the device tier's: rule 8
       dense[static_cast<size_t>(t.layer)].push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
     }
   }

@@ -196,14 +196,17 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   const int64_t n_device = static_cast<int64_t>(in.device_layers.size());
   if (n_device > 0) {
     if (in.training || share) return unimplemented("a device tier with fine-tuning or an expert share");
-    if (auto hp = hparams_from_metadata(file.metadata); hp.ok() && hp->is_moe())
-      return unimplemented("a device tier of whole layers for a routed model (its experts stream by expert)");
-    for (TensorPlacement& t : p.tensors)
-      if (t.layer >= 0 && !t.elsewhere && p.layers[static_cast<size_t>(t.layer)].device &&
-          !is_essential_tensor(t, file.tensors[t.index])) {
-        t.tier = Tier::kDevice;
-        p.total_tensor_bytes -= t.n_bytes;
-      }
+    // A routed layer's experts stay the store's (rule 7's pool, or resident).
+    const StatusOr<ModelHparams> hp = hparams_from_metadata(file.metadata);
+    for (TensorPlacement& t : p.tensors) {
+      const TensorInfo& info = file.tensors[t.index];
+      if (t.layer < 0 || t.elsewhere || !p.layers[static_cast<size_t>(t.layer)].device || is_essential_tensor(t, info))
+        continue;
+      const TensorSpec* spec = hp.ok() && hp->spec ? hp->spec->find_tensor(info.name) : nullptr;
+      if (spec && spec->kind == TensorKind::kExperts) continue;
+      t.tier = Tier::kDevice;
+      p.total_tensor_bytes -= t.n_bytes;
+    }
   }
   const int64_t n_host = n_own - n_device;  // the layers rules 2-5 place
 
@@ -223,8 +226,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   }
   p.essentials_bytes = layout_extents(essential_ranges, kDirectAlign, in.max_gap).buffer_bytes + in_memory_bytes;
   uint64_t all_layers_bytes = 0;
-  for (int64_t l = p.layer_begin; l < p.layer_end; ++l) {
-    if (p.layers[static_cast<size_t>(l)].device) continue;
+  for (int64_t l = p.layer_begin; l < p.layer_end; ++l) {  // (a device layer's: its experts, if any)
     const ExtentLayout lay = layout_extents(layer_ranges[static_cast<size_t>(l)], kDirectAlign, in.max_gap);
     LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
     lp.matrix_bytes = lay.tensor_bytes;
