@@ -184,8 +184,8 @@ int run(RunArgs a) {
   }
   if (!lm.model->repack_summary().empty()) fmt::print(stderr, "[sluice] weights: {}\n", lm.model->repack_summary());
   if (lm.model->adapters().size() > 0) fmt::print(stderr, "[sluice] {}\n", lm.model->adapters().summary());
-  if (const uint64_t streamed = lm.model->backend().bytes_streamed(); streamed > 0)
-    fmt::print(stderr, "[sluice] gpu: {:.3f} GB of streamed weights copied host to device\n", static_cast<double>(streamed) / 1e9);
+  if (const std::string copies = lm.model->backend().copy_summary(); !copies.empty())
+    fmt::print(stderr, "[sluice] {}\n", copies);
   if (const LongRopeFactors f = lm.model->longrope_factors(); f != LongRopeFactors::kNone) {
     fmt::print(stderr, "[sluice] LongRoPE: {} factors (context {} {} the original {}; --ctx-size chooses)\n",
                longrope_factors_name(f), lm.model->n_ctx_max(), f == LongRopeFactors::kLong ? "past" : "within",

@@ -180,6 +180,10 @@ struct ExpertFfnArgs {
   // was returned, and one never returned (an error) is not read. The outputs
   // do not depend on the order.
   const FunctionRef<int64_t()>* next = nullptr;
+  // The model's layer these experts are (>= 0: an expert's bytes are the
+  // same whenever layer and id are, so a backend that copies host views in
+  // may keep the copy); -1: no such promise.
+  int64_t layer = -1;
 };
 
 // Logits of chosen tokens: rows[i] of x is normed and multiplied by the output
@@ -239,6 +243,11 @@ struct ScratchNeeds {
   // Bytes of weight views in host memory one layer reads, at most (a weight
   // source's; Backend::reads_host_weights). 0: none.
   uint64_t host_weight_bytes = 0;
+  // A routed model whose experts are host views (three tiers): its layers
+  // and one expert's bytes (gate, up, down), for the slots a backend may keep
+  // them in (ExpertFfnArgs::layer). 0: none.
+  int64_t n_layer = 0;
+  uint64_t expert_bytes = 0;
 };
 
 // The operators of the interface below, one per method (a fusion is one
@@ -382,6 +391,9 @@ class Backend {
   virtual void register_host(const uint8_t* data, size_t bytes) {}
   virtual void unregister_host(const uint8_t* data) {}
   virtual void finish_host_reads() {}
+  // One line on what the backend copied in while running (streamed weights,
+  // experts kept in slots and how often they were found there); "" if nothing.
+  virtual std::string copy_summary() const { return ""; }
 
   // --- operators (shapes in the argument structs above) --------------------
   // x[t] = scale * row tokens[t] of the table.  x: [tokens.size(), table.n_in]

@@ -81,7 +81,7 @@ void moe_experts(const LayerStep& s, const MoeStep& m) {
   s.be.expert_ffn({.x = s.xn, .out = s.proj, .ids = m.ids, .weights = m.weights, .n_tok = s.n_tok,
                    .n_used = h.n_expert_used, .n_embd = h.n_embd, .n_ff = h.n_ff_expert, .act = h.spec->act,
                    .experts = m.experts, .shared = has_shared ? &shared : nullptr, .n_ff_shared = h.n_ff_shared,
-                   .shared_gate = w.vec(R::kFfnSharedGate), .next = m.next});
+                   .shared_gate = w.vec(R::kFfnSharedGate), .next = m.next, .layer = s.layer});
   s.be.add(s.x, s.proj, s.n_tok * h.n_embd);
 }
 

@@ -138,6 +138,7 @@ Status Model::plan_device_tiers() {
                                                  : expert_bytes(lw.experts[0]) *
                                                        static_cast<uint64_t>(std::max<int64_t>(1, hp_.n_expert_used));
     host_weight_bytes_ = std::max(host_weight_bytes_, copied);
+    if (!lw.experts.empty()) host_expert_bytes_ = std::max(host_expert_bytes_, expert_bytes(lw.experts[0]));
   }
   for (std::span<const uint8_t> r : source_->host_regions()) {
     backend_->register_host(r.data(), r.size());
@@ -264,7 +265,7 @@ ScratchNeeds Model::scratch_needs() const {
           .n_ctx = n_ctx_max_, .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
           .max_seqs = max_seqs_, .n_expert = h.n_expert, .n_used = h.n_expert_used, .n_ff_expert = h.n_ff_expert,
           .n_ff_shared = h.n_ff_shared, .n_embd = h.n_embd, .lora_rank = adapters_.rank_max(),
-          .host_weight_bytes = host_weight_bytes_};
+          .host_weight_bytes = host_weight_bytes_, .n_layer = h.n_layer, .expert_bytes = host_expert_bytes_};
 }
 
 StatusOr<int> Model::add_lora(const LoraAdapter& adapter, float scale) {

@@ -263,6 +263,7 @@ class Model {
   std::vector<uint64_t> host_layer_bytes_;  // [n_layer] host_layer_bytes()
   std::vector<uint8_t> device_layer_;       // [n_layer] the device tier's (empty: no device tiers)
   uint64_t host_weight_bytes_ = 0;          // ScratchNeeds::host_weight_bytes
+  uint64_t host_expert_bytes_ = 0;          // ScratchNeeds::expert_bytes
   std::vector<const uint8_t*> registered_;  // Backend::register_host'ed, unregistered at destruction
   LongRopeFactors longrope_ = LongRopeFactors::kNone;
   RopeFreqs rope_;      // inv_freq [n_rot / 2] after scaling, and the cos/sin magnitude

@@ -126,6 +126,8 @@ class DeviceLike final : public ReferenceBackend {
     ReferenceBackend::logits(a);
   }
   void expert_ffn(const ExpertFfnArgs& a) override {
+    // The layer, for a device that keeps experts in slots by (layer, id).
+    if (a.layer < 0) stray = "an expert call without its layer";
     // The chosen experts only (the others' views may be unbound).
     for (int64_t i = 0; i < a.n_tok * a.n_used; ++i) {
       const ExpertWeights& e = a.experts[static_cast<size_t>(a.ids[i])];

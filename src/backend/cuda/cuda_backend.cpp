@@ -80,6 +80,7 @@ CudaBackend::CudaBackend(int device, uint64_t budget_bytes)
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   train_.reset();
+  experts_dev_.reset();
   host_views_.reset();
   for (auto& [p, n] : scratch_)
     if (p) cudaFree(p);
@@ -182,6 +183,11 @@ float* CudaBackend::scratch(int which, int64_t n) {
 
 void CudaBackend::reserve(const ScratchNeeds& n) {
   flush_add();
+  if (n.expert_bytes > 0) {
+    expert_layers_ = std::max(expert_layers_, n.n_layer);
+    n_expert_ = std::max(n_expert_, n.n_expert);
+    expert_bytes_ = std::max(expert_bytes_, n.expert_bytes);
+  }
   if (n.host_weight_bytes > 0) {
     // Two layers' copies in flight and in use, each matrix 256-byte aligned.
     const size_t want = 2 * (n.host_weight_bytes + 32 * 256);
@@ -431,9 +437,13 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   int64_t off = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const int64_t c = counts_[i];
-    const ExpertWeights& w = a.experts[static_cast<size_t>(order[i])];
+    ExpertWeights w = a.experts[static_cast<size_t>(order[i])];
+    // An expert in a weight source's host memory: from its device slot, copied there if it is not.
+    const bool slotted = experts_dev_ && a.layer >= 0 && host_views_ && host_views_->holds(w.gate.data);
+    if (slotted) w = experts_dev_->acquire(a.layer, order[i], w, stream_);
     launch_gather_rows(a.x, d_tok + off, xg, c, a.n_embd, stream_);
     ffn_rows(w, xg, c, a.n_embd, a.n_ff, a.act, yd);
+    if (slotted) experts_dev_->release(stream_);
     launch_scatter_rows(yd, d_slot + off, y, c, a.n_embd, stream_);
     off += c;
   }

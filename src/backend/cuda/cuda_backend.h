@@ -32,6 +32,7 @@
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
 #include "backend/cuda/cuda_prefill.h"
+#include "backend/cuda/cuda_expert_slots.h"
 #include "backend/cuda/cuda_host_views.h"
 #include "backend/cuda/cuda_weight_ring.h"
 
@@ -134,6 +135,7 @@ class CudaBackend final : public Backend {
   void register_host(const uint8_t* data, size_t bytes) override;
   void unregister_host(const uint8_t* data) override;
   void finish_host_reads() override;
+  std::string copy_summary() const override;
 
   void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) override;
   void rope_tables(std::span<const int64_t> positions, std::span<const double> inv_freq, double magnitude,
@@ -152,7 +154,8 @@ class CudaBackend final : public Backend {
   void lora(const LoraArgs& a) override;
 
   uint64_t bytes_streamed() const override {
-    return (ring_ ? ring_->bytes_copied() : 0) + (host_views_ ? host_views_->bytes_copied() : 0);
+    return (ring_ ? ring_->bytes_copied() : 0) + (host_views_ ? host_views_->bytes_copied() : 0) +
+           (experts_dev_ ? experts_dev_->bytes_copied() : 0);
   }
   // The training operators (cuda_train_ops.h).
   TrainOps* train_ops() override;
@@ -222,6 +225,13 @@ class CudaBackend final : public Backend {
   uint64_t reserve_ = 0;  // of budget_, kept for the caller (set_device_reserve)
   std::unique_ptr<WeightRing> ring_;  // the streamed matrices (null: all resident)
   std::unique_ptr<HostViews> host_views_;  // views of a weight source's host memory (null: none)
+  // A routed model's experts copied from host views, kept in device slots
+  // (made by prepare_weights from what the budget leaves; null: none).
+  std::unique_ptr<DeviceExperts> experts_dev_;
+  int64_t expert_layers_ = 0, n_expert_ = 0;  // ScratchNeeds::n_layer, n_expert
+  uint64_t expert_bytes_ = 0;                 // ScratchNeeds::expert_bytes
+  // Makes experts_dev_ from `left` bytes of the budget (0: unlimited).
+  std::string make_expert_slots(uint64_t left);
   std::unique_ptr<PrefillMatmul> prefill_;  // matmuls of many tokens on the tensor cores
   std::unique_ptr<CudaTrainOps> train_;     // made on the first train_ops()
   struct StreamedAt {

@@ -169,6 +169,10 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
   if (n_split > 0)
     p.summary += fmt::format("; {} Q4_0/Q8_0 matrices ({:.2f} GiB) with their scales split off for 16-byte loads",
                              n_split, static_cast<double>(split_bytes) / (1 << 30));
+  // What the budget leaves after the resident matrices holds the experts
+  // copied in from host views (three tiers, a routed model).
+  const uint64_t used = arena_bytes + (ring_ ? static_cast<uint64_t>(ring_->n_slots()) * ring_->slot_bytes() : 0);
+  p.summary += make_expert_slots(budget > 0 ? (budget > used ? budget - used : 1) : 0);
   p.arena = std::move(arena);
   return p;
 }
@@ -237,6 +241,38 @@ Backend::MemoryRates CudaBackend::measure_memory_rates() {
 
 void CudaBackend::finish_host_reads() {
   if (host_views_) host_views_->finish();
+  if (experts_dev_) experts_dev_->finish();
+}
+
+std::string CudaBackend::make_expert_slots(uint64_t left) {
+  if (expert_bytes_ == 0 || !host_views_ || experts_dev_) return "";
+  const size_t slot = DeviceExperts::slot_bytes_for(expert_bytes_);
+  int64_t n = expert_layers_ * n_expert_;  // every expert, where the memory allows
+  if (left > 0) {
+    n = std::min<int64_t>(n, static_cast<int64_t>(left / slot));
+  } else {
+    size_t free = 0, total = 0;
+    SLUICE_CUDA_OK(cudaMemGetInfo(&free, &total));
+    n = std::min<int64_t>(n, static_cast<int64_t>(free / 5 * 4 / slot));  // a fifth left for the KV cache and scratch
+  }
+  if (n < 2) return "; no device slots for experts (each is copied in when chosen)";
+  experts_dev_ = std::make_unique<DeviceExperts>(expert_layers_, n_expert_, expert_bytes_, static_cast<int>(n));
+  return fmt::format("; {} device slots of {:.1f} MiB keep the experts copied in ({:.1f} a routed layer)", n,
+                     static_cast<double>(slot) / (1 << 20),
+                     static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, expert_layers_)));
+}
+
+std::string CudaBackend::copy_summary() const {
+  std::string s;
+  if (const uint64_t b = bytes_streamed(); b > 0)
+    s = fmt::format("gpu: {:.3f} GB of weights copied host to device", static_cast<double>(b) / 1e9);
+  if (experts_dev_) {
+    const ExpertSlots& e = experts_dev_->slots();
+    const uint64_t all = e.hits() + e.misses();
+    s += fmt::format("{}experts in {} device slots: {} of {} chosen found there ({:.1f}%)", s.empty() ? "" : "; ",
+                     e.n_slots(), e.hits(), all, all ? 100.0 * static_cast<double>(e.hits()) / all : 0.0);
+  }
+  return s;
 }
 
 }  // namespace sluice::cuda

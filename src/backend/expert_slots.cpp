@@ -1,0 +1,35 @@
+#include "backend/expert_slots.h"
+
+#include "base/check.h"
+
+namespace sluice {
+
+ExpertSlots::ExpertSlots(int64_t n_layer, int64_t n_expert, int n_slots)
+    : n_expert_(n_expert),
+      slot_of_(static_cast<size_t>(n_layer * n_expert), -1),
+      key_of_(static_cast<size_t>(n_slots), -1),
+      stamp_(static_cast<size_t>(n_slots), 0) {
+  CHECK(n_layer >= 1 && n_expert >= 1 && n_slots >= 2);
+}
+
+ExpertSlots::Found ExpertSlots::find(int64_t layer, int64_t expert) {
+  const int64_t key = layer * n_expert_ + expert;
+  CHECK(layer >= 0 && expert >= 0 && expert < n_expert_ && key < static_cast<int64_t>(slot_of_.size()));
+  ++clock_;
+  if (const int32_t s = slot_of_[static_cast<size_t>(key)]; s >= 0) {
+    stamp_[static_cast<size_t>(s)] = clock_;
+    ++hits_;
+    return {.slot = s, .hit = true};
+  }
+  size_t lru = 0;
+  for (size_t s = 1; s < stamp_.size(); ++s)
+    if (stamp_[s] < stamp_[lru]) lru = s;
+  if (key_of_[lru] >= 0) slot_of_[static_cast<size_t>(key_of_[lru])] = -1;
+  key_of_[lru] = key;
+  slot_of_[static_cast<size_t>(key)] = static_cast<int32_t>(lru);
+  stamp_[lru] = clock_;
+  ++misses_;
+  return {.slot = static_cast<int>(lru), .hit = false};
+}
+
+}  // namespace sluice

@@ -1,0 +1,61 @@
+#include "backend/expert_slots.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+namespace sluice {
+namespace {
+
+TEST(ExpertSlots, AChosenExpertStaysUntilTheLeastRecentlyUsedGoes) {
+  ExpertSlots s(2, 4, 3);
+  const auto a = s.find(0, 1), b = s.find(0, 2), c = s.find(1, 1);
+  EXPECT_FALSE(a.hit || b.hit || c.hit);
+  EXPECT_EQ(std::set<int>({a.slot, b.slot, c.slot}).size(), 3u);
+  EXPECT_TRUE(s.find(0, 1).hit);  // (0, 1) used again: (0, 2) is now the oldest
+  const auto d = s.find(1, 3);
+  EXPECT_FALSE(d.hit);
+  EXPECT_EQ(d.slot, b.slot);
+  EXPECT_FALSE(s.find(0, 2).hit);  // forgotten
+  EXPECT_EQ(s.hits(), 1u);
+  EXPECT_EQ(s.misses(), 5u);
+}
+
+TEST(ExpertSlots, TheSameExpertOfAnotherLayerIsAnotherKey) {
+  ExpertSlots s(3, 2, 2);
+  EXPECT_FALSE(s.find(0, 0).hit);
+  EXPECT_FALSE(s.find(1, 0).hit);
+  EXPECT_TRUE(s.find(0, 0).hit);
+  EXPECT_TRUE(s.find(1, 0).hit);
+}
+
+// Against a plain model of the slots: a hit exactly when the key is held, a
+// miss never takes the slot found just before, and no two keys share a slot.
+TEST(ExpertSlots, RandomRoutingAgainstAPlainModel) {
+  std::mt19937 rng(3);
+  for (int n_slots : {2, 5, 40}) {
+    ExpertSlots s(4, 16, n_slots);
+    std::map<int64_t, int> held;  // key -> slot
+    int last = -1;
+    for (int i = 0; i < 20000; ++i) {
+      const int64_t l = rng() % 4, e = rng() % 16, key = l * 16 + e;
+      const ExpertSlots::Found f = s.find(l, e);
+      ASSERT_EQ(f.hit, held.count(key) == 1);
+      if (f.hit) {
+        ASSERT_EQ(f.slot, held[key]);
+      } else {
+        ASSERT_NE(f.slot, last);
+        std::erase_if(held, [&](const auto& kv) { return kv.second == f.slot; });
+        held[key] = f.slot;
+      }
+      ASSERT_LE(static_cast<int>(held.size()), n_slots);
+      last = f.slot;
+    }
+    EXPECT_EQ(s.hits() + s.misses(), 20000u);
+  }
+}
+
+}  // namespace
+}  // namespace sluice
