@@ -253,7 +253,7 @@ std::string CudaBackend::make_expert_slots(uint64_t left) {
   } else {
     size_t free = 0, total = 0;
     SLUICE_CUDA_OK(cudaMemGetInfo(&free, &total));
-    n = std::min<int64_t>(n, static_cast<int64_t>(free / 5 * 4 / slot));  // a fifth left for the KV cache and scratch
+    n = std::min<int64_t>(n, static_cast<int64_t>(free / 2 / slot));  // half left for the KV cache and scratch
   }
   if (n < 2) return "; no device slots for experts (each is copied in when chosen)";
   experts_dev_ = std::make_unique<DeviceExperts>(expert_layers_, n_expert_, expert_bytes_, static_cast<int>(n));
