@@ -63,10 +63,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   }
   // Under --gpu-budget the KV pool is kept first and the weights get the rest:
   // a longer context or more sequences leave fewer layers resident.
-  std::function<StatusOr<uint64_t>(const Model&)> kv_reserve;
+  std::function<StatusOr<uint64_t>(const KvShape&)> kv_reserve;
   if (config.gpu_budget_bytes > 0) {
-    kv_reserve = [&config](const Model& m) -> StatusOr<uint64_t> {
-      ASSIGN_OR_RETURN(const KvPool pool, plan_kv_pool(config, m));
+    kv_reserve = [&config](const KvShape& shape) -> StatusOr<uint64_t> {
+      ASSIGN_OR_RETURN(const KvPool pool, plan_kv_pool(config, shape));
       return static_cast<uint64_t>(pool.n_blocks) * static_cast<uint64_t>(pool.block_bytes);
     };
   }
@@ -118,7 +118,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   } else if (!config.draft_model_path.empty()) {
     return invalid_argument("a draft model was given but speculative decoding is off");
   }
-  ASSIGN_OR_RETURN(const KvPool pool, plan_kv_pool(config, *e.model));
+  ASSIGN_OR_RETURN(const KvPool pool, plan_kv_pool(config, e.model->kv_shape()));
   const KvLayout& layout = pool.layout;
   const int64_t block_bytes = pool.block_bytes, window = pool.window, n_blocks = pool.n_blocks;
   ASSIGN_OR_RETURN(e.kv, e.model->backend().create_kv(layout, n_blocks));

@@ -16,16 +16,16 @@ StatusOr<KvDtype> parse_kv_dtype(const std::string& s, KvDtype automatic) {
   return invalid_argument("unknown KV dtype '{}' (auto, f32, f16, q8_0)", s);
 }
 
-StatusOr<KvPool> plan_kv_pool(const EngineConfig& config, const Model& model) {
+StatusOr<KvPool> plan_kv_pool(const EngineConfig& config, const KvShape& shape) {
   KvPool p;
-  ASSIGN_OR_RETURN(KvDtype dtype, parse_kv_dtype(config.kv_dtype, model.default_kv_dtype()));
-  p.layout = model.kv_layout(dtype, config.kv_block_size);
+  ASSIGN_OR_RETURN(KvDtype dtype, parse_kv_dtype(config.kv_dtype, shape.default_dtype));
+  p.layout = shape.layout(dtype, config.kv_block_size);
   ASSIGN_OR_RETURN(p.block_bytes, kv_block_bytes(p.layout));
-  p.window = model.hparams().kv_window();
+  p.window = shape.window;
   if (config.kv_budget_bytes > 0) {
     ASSIGN_OR_RETURN(p.n_blocks, kv_blocks_for_budget(config.kv_budget_bytes, p.layout));
   } else {
-    const int64_t per_seq = kv_blocks_per_seq(model.n_ctx_max(), p.layout.block_size, p.window);
+    const int64_t per_seq = kv_blocks_per_seq(shape.n_ctx_max, p.layout.block_size, p.window);
     const int64_t floor =
         p.window > 0 ? kv_window_blocks(p.window, p.layout.block_size) +
                            (config.max_batch_tokens + p.layout.block_size - 1) / p.layout.block_size

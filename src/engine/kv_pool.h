@@ -13,7 +13,7 @@
 
 namespace sluice {
 
-class Model;
+struct KvShape;
 
 // --kv-dtype: "auto" (or "") is the model's own choice.
 StatusOr<KvDtype> parse_kv_dtype(const std::string& s, KvDtype automatic);
@@ -24,7 +24,7 @@ StatusOr<KvDtype> parse_kv_dtype(const std::string& s, KvDtype automatic);
 // sequence needs (with a window: the window's blocks and a chunk's, see
 // Scheduler::add), and at most 4 GiB beyond that. Asked before the weights are
 // prepared too (ModelOptions::device_reserve), so it depends on the model's
-// shape alone.
+// KV shape alone (model.h).
 struct KvPool {
   KvLayout layout;
   int64_t block_bytes = 0;
@@ -32,6 +32,6 @@ struct KvPool {
   int64_t n_blocks = 0;
 };
 
-StatusOr<KvPool> plan_kv_pool(const EngineConfig& config, const Model& model);
+StatusOr<KvPool> plan_kv_pool(const EngineConfig& config, const KvShape& shape);
 
 }  // namespace sluice

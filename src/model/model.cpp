@@ -62,7 +62,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
   if (m->source_ && !m->backend_->host_visible()) RETURN_IF_ERROR(m->plan_device_tiers());
   m->plan_buffers(options);
   if (options.device_reserve) {
-    ASSIGN_OR_RETURN(const uint64_t reserve, options.device_reserve(*m));
+    ASSIGN_OR_RETURN(const uint64_t reserve, options.device_reserve(m->kv_shape()));
     m->backend_->set_device_reserve(reserve);
   }
   // A backend whose memory is not the host's needs the copy whatever `repack` says.
@@ -274,14 +274,24 @@ StatusOr<int> Model::add_lora(const LoraAdapter& adapter, float scale) {
   return index;
 }
 
-KvDtype Model::default_kv_dtype() const {
-  return weights_.token_embd.type == DType::kF32 ? KvDtype::kF32 : KvDtype::kF16;
+namespace {
+
+KvShape kv_shape_from(const ModelHparams& hp, DType embd_type, int64_t n_ctx_max) {
+  return KvShape{.n_layer = hp.n_layer, .n_embd_kv = hp.n_embd_kv(), .n_head_kv = hp.n_head_kv,
+                 .window = hp.kv_window(), .n_ctx_max = n_ctx_max > 0 ? n_ctx_max : hp.n_ctx_train,
+                 .default_dtype = embd_type == DType::kF32 ? KvDtype::kF32 : KvDtype::kF16};
 }
 
-KvLayout Model::kv_layout(KvDtype dtype, int64_t block_size) const {
-  return KvLayout{.n_layer = hp_.n_layer, .n_embd_kv = hp_.n_embd_kv(), .block_size = block_size, .dtype = dtype,
-                  .n_head_kv = hp_.n_head_kv};
+}  // namespace
+
+StatusOr<KvShape> kv_shape_of(const ModelFile& file, int64_t n_ctx_max) {
+  ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(file.metadata));
+  const TensorInfo* embd = file.find(hp.spec->find(TensorRole::kTokenEmbd)->gguf);
+  if (!embd) return data_loss("tensor '{}' is missing", hp.spec->find(TensorRole::kTokenEmbd)->gguf);
+  return kv_shape_from(hp, embd->type, n_ctx_max);
 }
+
+KvShape Model::kv_shape() const { return kv_shape_from(hp_, weights_.token_embd.type, n_ctx_max_); }
 
 KvCache Model::make_kv_cache(int64_t n_ctx) {
   auto c = make_kv_cache(n_ctx, default_kv_dtype());

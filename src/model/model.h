@@ -50,6 +50,27 @@ class Model;
 // prefetch (stories-moe, replayed by `sluice bench-experts`; see model.cpp).
 inline constexpr float kExpertPredictMargin = 0.83f;
 
+// What a KV cache's size depends on: the model's shape, the dtype it takes
+// when none is asked for (f32 for F32 models, full precision end to end;
+// f16 otherwise), the positions a query reads back (kv_window) and the
+// longest context. Known from the model file before the weights are bound
+// (kv_shape_of) and of a loaded model (Model::kv_shape): the same answer.
+struct KvShape {
+  int64_t n_layer = 0;
+  int64_t n_embd_kv = 0;
+  int64_t n_head_kv = 0;
+  int64_t window = 0;     // ModelHparams::kv_window()
+  int64_t n_ctx_max = 0;
+  KvDtype default_dtype = KvDtype::kF16;
+  KvLayout layout(KvDtype dtype, int64_t block_size = 16) const {
+    return KvLayout{.n_layer = n_layer, .n_embd_kv = n_embd_kv, .block_size = block_size, .dtype = dtype,
+                    .n_head_kv = n_head_kv};
+  }
+};
+// n_ctx_max <= 0: the model's trained context. Errors: the file's
+// hyperparameters or its token embedding table.
+StatusOr<KvShape> kv_shape_of(const ModelFile& file, int64_t n_ctx_max);
+
 struct ModelOptions {
   int n_threads = 0;      // threads of the CPU backend created when `backend` is null; <= 0: one per core
   int64_t n_batch = 256;  // most tokens in one forward pass (all sequences together)
@@ -82,8 +103,9 @@ struct ModelOptions {
   // Device memory the caller keeps for itself out of the backend's budget
   // (Backend::set_device_reserve), asked once the model's shape is known and
   // before its weights are prepared: the engine's KV pool, so that under
-  // --gpu-budget a longer context leaves fewer layers resident. Null: none.
-  std::function<StatusOr<uint64_t>(const Model&)> device_reserve;
+  // --gpu-budget a longer context leaves fewer layers resident. It depends on
+  // the KV shape alone (three tiers ask it before the model exists). Null: none.
+  std::function<StatusOr<uint64_t>(const KvShape&)> device_reserve;
   // A pipeline stage (dist/): the layers [layer_begin, layer_end) this model
   // holds and runs; the others are bound as views but never read or prepared
   // (and the output head only by the stage that has layer 0). -1: n_layer.
@@ -141,10 +163,10 @@ class Model {
   // outside the device tier).  [n_layer], all 0 when none
   const std::vector<uint64_t>& host_layer_bytes() const { return host_layer_bytes_; }
 
-  // The KV dtype used when none is asked for: f32 for F32 models (full
-  // precision end to end), f16 otherwise.
-  KvDtype default_kv_dtype() const;
-  KvLayout kv_layout(KvDtype dtype, int64_t block_size = 16) const;
+  // The KV cache's shape (KvShape: its default dtype, layout, window).
+  KvShape kv_shape() const;
+  KvDtype default_kv_dtype() const { return kv_shape().default_dtype; }
+  KvLayout kv_layout(KvDtype dtype, int64_t block_size = 16) const { return kv_shape().layout(dtype, block_size); }
   // A single-sequence KV cache for up to n_ctx positions (default dtype).
   KvCache make_kv_cache(int64_t n_ctx);
   StatusOr<KvCache> make_kv_cache(int64_t n_ctx, KvDtype dtype);

@@ -176,8 +176,8 @@ TEST(Model, DeviceReserveIsAskedWithTheModelAndHandedToTheBackendBeforePreparing
   auto be = std::make_shared<Recording>();
   int64_t layers_seen = 0;
   auto m = load_changed_stories([](ModelFile&) {},
-                                 ModelOptions{.backend = be, .device_reserve = [&](const Model& model) -> StatusOr<uint64_t> {
-                                                layers_seen = model.hparams().n_layer;
+                                 ModelOptions{.backend = be, .device_reserve = [&](const KvShape& kv) -> StatusOr<uint64_t> {
+                                                layers_seen = kv.n_layer;
                                                 return uint64_t{12345};
                                               }});
   ASSERT_TRUE(m.ok()) << m.status().message();
@@ -185,7 +185,7 @@ TEST(Model, DeviceReserveIsAskedWithTheModelAndHandedToTheBackendBeforePreparing
   EXPECT_EQ(be->calls, (std::vector<std::string>{"reserve 12345", "prepare"}));
   auto bad = load_changed_stories([](ModelFile&) {},
                                    ModelOptions{.backend = std::make_shared<Recording>(),
-                                                .device_reserve = [](const Model&) -> StatusOr<uint64_t> {
+                                                .device_reserve = [](const KvShape&) -> StatusOr<uint64_t> {
                                                   return resource_exhausted("no room for the KV pool");
                                                 }});
   ASSERT_FALSE(bad.ok());

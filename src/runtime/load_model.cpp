@@ -12,17 +12,25 @@ namespace {
 
 // What a backend that is not host-visible needs to stream under --mem-budget:
 // it reads host views, and the run is one the three tiers cover.
-StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions& o, Backend& be) {
+StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions& o, int64_t n_ctx, Backend& be) {
   if (!be.reads_host_weights()) {
     return unimplemented("--mem-budget streams weights through host memory, which the {} backend does not read; "
                          "load the model whole on it (no --mem-budget) or use --backend cpu",
                          be.name());
   }
-  if (o.device_reserve) {
-    return unimplemented("serving with --mem-budget on the {} backend is not built: the KV pool's share of "
-                         "--gpu-budget and the three tiers are not planned together yet; use run or bench, or serve "
-                         "with --gpu-budget alone",
-                         be.name());
+  // The caller's share of --gpu-budget (the engine's KV pool) first, as the
+  // model will keep it; the weights' tiers are planned in the rest.
+  uint64_t gpu_weights = o.gpu_budget_bytes;
+  if (o.device_reserve && o.gpu_budget_bytes > 0) {
+    ASSIGN_OR_RETURN(const KvShape kv, kv_shape_of(file, n_ctx));
+    ASSIGN_OR_RETURN(const uint64_t reserve, o.device_reserve(kv));
+    if (reserve >= o.gpu_budget_bytes) {
+      return resource_exhausted("--gpu-budget {:.2f} GiB leaves nothing for weights after the {:.2f} GiB kept for the "
+                                "KV cache (a shorter context, fewer sequences or --kv-budget shrink it)",
+                                static_cast<double>(o.gpu_budget_bytes) / (1 << 30),
+                                static_cast<double>(reserve) / (1 << 30));
+    }
+    gpu_weights -= reserve;
   }
   const weights::StageSlice whole;
   if (o.stage.layer_begin != whole.layer_begin || o.stage.layer_end != whole.layer_end ||
@@ -36,7 +44,7 @@ StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions&
   if (m.read_gbps > 0) rates.hbm_gbps = m.read_gbps;
   if (m.host_copy_gbps > 0) rates.h2d_gbps = m.host_copy_gbps;
   if (o.calibration && o.calibration->disk_read_gbps > 0) rates.disk_gbps = o.calibration->disk_read_gbps;
-  ASSIGN_OR_RETURN(DeviceTiers t, plan_device_tiers(file, o.gpu_budget_bytes, o.mem_budget_bytes, rates));
+  ASSIGN_OR_RETURN(DeviceTiers t, plan_device_tiers(file, gpu_weights, o.mem_budget_bytes, rates));
   // Fine-tuning walks the layers forward and back; the store's training
   // placement (rule 5) is the host's, and no layer is the device's yet.
   if (o.training) {
@@ -80,7 +88,7 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   // Three tiers: a device that copies host views in at each use.
   std::optional<DeviceTiers> tiers;
   if (o.mem_budget_bytes > 0 && !mo.backend->host_visible()) {
-    ASSIGN_OR_RETURN(tiers, device_tiers_for(*lm.file, o, *mo.backend));
+    ASSIGN_OR_RETURN(tiers, device_tiers_for(*lm.file, o, n_ctx, *mo.backend));
   }
   if (o.disk_rate_cap_bytes_per_s > 0 && o.mem_budget_bytes == 0)
     return invalid_argument("--disk-rate-cap caps the reads of weights streamed under --mem-budget; give a memory "

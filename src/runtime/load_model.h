@@ -52,7 +52,7 @@ struct LoadOptions {
   // pinned host memory (BackendOptions::device_budget_bytes; 0: all resident).
   uint64_t gpu_budget_bytes = 0;
   // Out of gpu_budget_bytes, what the caller keeps (ModelOptions::device_reserve).
-  std::function<StatusOr<uint64_t>(const Model&)> device_reserve;
+  std::function<StatusOr<uint64_t>(const KvShape&)> device_reserve;
   int64_t tokens_per_step = 1;
   const plan::Calibration* calibration = nullptr;
   // Adapters added to the model in this order (Model::add_lora: bit i is loras[i]).
