@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_expert_slots.h"
 
+#include "backend/cuda/cuda_align.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "base/check.h"
 #include "quant/dtype.h"
@@ -7,12 +8,11 @@
 namespace sluice::cuda {
 namespace {
 
-size_t aligned(size_t n) { return (n + 255) / 256 * 256; }
-size_t view_bytes(const WeightView& w) { return row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out); }
+size_t expert_view_bytes(const WeightView& w) { return row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out); }
 
 }  // namespace
 
-size_t DeviceExperts::slot_bytes_for(uint64_t expert_bytes) { return aligned(expert_bytes) + 3 * 256; }
+size_t DeviceExperts::slot_bytes_for(uint64_t expert_bytes) { return weight_aligned(expert_bytes) + 3 * kWeightAlign; }
 
 DeviceExperts::DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_bytes, int n_slots)
     : slots_(n_layer, n_expert, n_slots), slot_bytes_(slot_bytes_for(expert_bytes)) {
@@ -39,7 +39,7 @@ ExpertWeights DeviceExperts::acquire(int64_t layer, int64_t expert, const Expert
   ExpertWeights d = host;
   size_t off = 0;
   for (WeightView* w : {&d.gate, &d.up, &d.down}) {
-    const size_t n = view_bytes(*w);
+    const size_t n = expert_view_bytes(*w);
     CHECK(off + n <= slot_bytes_);
     if (!f.hit) {
       if (w == &d.gate && read_recorded_[static_cast<size_t>(f.slot)])  // the slot's readers first
@@ -48,7 +48,7 @@ ExpertWeights DeviceExperts::acquire(int64_t layer, int64_t expert, const Expert
       bytes_copied_ += n;
     }
     w->data = base + off;
-    off += aligned(n);
+    off += weight_aligned(n);
   }
   if (!f.hit) {
     SLUICE_CUDA_OK(cudaEventRecord(copied_, copy_));

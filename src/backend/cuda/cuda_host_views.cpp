@@ -1,17 +1,13 @@
 #include "backend/cuda/cuda_host_views.h"
 
+#include "backend/cuda/cuda_align.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "base/check.h"
 
 namespace sluice::cuda {
-namespace {
-
-size_t aligned(size_t n) { return (n + 255) / 256 * 256; }  // as the resident arena's matrices
-
-}  // namespace
 
 HostViews::HostViews(size_t capacity)
-    : ring_(aligned(capacity), kMaxLive), read_(kMaxLive), read_ticket_(kMaxLive, -1) {
+    : ring_(weight_aligned(capacity), kMaxLive), read_(kMaxLive), read_ticket_(kMaxLive, -1) {
   SLUICE_CUDA_OK(cudaMalloc(&dev_, ring_.capacity()));
   SLUICE_CUDA_OK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   SLUICE_CUDA_OK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
@@ -29,10 +25,10 @@ HostViews::~HostViews() {
 }
 
 void HostViews::grow(size_t capacity) {
-  if (aligned(capacity) <= ring_.capacity()) return;
+  if (weight_aligned(capacity) <= ring_.capacity()) return;
   SLUICE_CUDA_OK(cudaStreamSynchronize(copy_));
   SLUICE_CUDA_OK(cudaFree(dev_));
-  ring_ = ByteRing(aligned(capacity), kMaxLive);
+  ring_ = ByteRing(weight_aligned(capacity), kMaxLive);
   SLUICE_CUDA_OK(cudaMalloc(&dev_, ring_.capacity()));
   read_ticket_.assign(kMaxLive, -1);
   pending_ = false;
@@ -62,7 +58,7 @@ bool HostViews::holds(const uint8_t* p) const {
 }
 
 HostViews::Copy HostViews::copy_in(const uint8_t* host, size_t n, cudaStream_t compute) {
-  const ByteRing::Piece p = ring_.allocate(aligned(n));
+  const ByteRing::Piece p = ring_.allocate(weight_aligned(n));
   if (p.after >= 0) {
     const size_t i = static_cast<size_t>(p.after % kMaxLive);
     // A piece overwritten before its readers were enqueued would be one call's

@@ -2,23 +2,19 @@
 
 #include <algorithm>
 
+#include "backend/cuda/cuda_align.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "base/check.h"
 
 namespace sluice::cuda {
-namespace {
-
-size_t aligned(size_t n) { return (n + 255) / 256 * 256; }  // each group 256-byte aligned, as the resident arena
-
-}  // namespace
 
 WeightRing::WeightRing(std::vector<size_t> group_bytes, int n_slots)
     : bytes_(std::move(group_bytes)), ring_(static_cast<int>(bytes_.size()), n_slots, *this) {
   offset_.resize(bytes_.size());
   for (size_t g = 0; g < bytes_.size(); ++g) {
     offset_[g] = host_bytes_;
-    host_bytes_ += aligned(bytes_[g]);
-    slot_bytes_ = std::max(slot_bytes_, aligned(bytes_[g]));
+    host_bytes_ += weight_aligned(bytes_[g]);
+    slot_bytes_ = std::max(slot_bytes_, weight_aligned(bytes_[g]));
   }
   SLUICE_CUDA_OK(cudaMallocHost(&host_, host_bytes_));
   SLUICE_CUDA_OK(cudaMalloc(&dev_, slot_bytes_ * static_cast<size_t>(n_slots)));

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda/cuda_align.h"
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.cuh"
@@ -32,7 +33,6 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
   const bool split = !(env && std::strcmp(env, "rows") == 0);
   auto splits = [&](const WeightView& w) { return split && split_scales_takes(w.type, w.n_in); };
   auto bytes_of = [](const WeightView& w) { return row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out); };
-  auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
   const size_t n_groups = groups.size();
   std::unordered_map<const uint8_t*, size_t> owner;  // host bytes -> the first group that has them
   std::vector<size_t> group_bytes(n_groups, 0);
@@ -42,8 +42,8 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
       if (!w->data || owner.count(w->data)) continue;
       CHECK(w->layout == WeightLayout::kRows);
       owner[w->data] = gi;
-      group_bytes[gi] += aligned(bytes_of(*w));
-      total += aligned(bytes_of(*w));
+      group_bytes[gi] += weight_aligned(bytes_of(*w));
+      total += weight_aligned(bytes_of(*w));
     }
   PreparedWeights p;
   if (total == 0) return p;
@@ -116,7 +116,7 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
       if (!w->data || owner.at(w->data) != gi || offset.count(w->data)) continue;
       size_t& at = streams[gi] ? group_fill[gi] : arena_bytes;
       offset[w->data] = at;
-      at += aligned(bytes_of(*w));
+      at += weight_aligned(bytes_of(*w));
     }
   std::unique_ptr<DeviceBuffer> arena;
   if (arena_bytes > 0) arena = std::make_unique<DeviceBuffer>(arena_bytes);
