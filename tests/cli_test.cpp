@@ -121,33 +121,6 @@ TEST(Cli, RunOnCudaGivesReferenceTokensOrSaysWhyNot) {
   EXPECT_NE(t.err.find("smallest"), std::string::npos) << t.err;
 }
 
-// Three tiers on the GPU: --gpu-budget holds the output head and the layers
-// plan_tiers gives it, --mem-budget the store's essentials and ring, the rest
-// read from the file; every layer not on the device is copied in at each use.
-// The same tokens as the reference.
-TEST(Cli, RunOnCudaOverThreeTiersGivesReferenceTokens) {
-  const auto ref = reference();
-  const auto& g = ref["generation"][1];
-  const auto all = g["tokens"].get<std::vector<int32_t>>();
-  const size_t n_prompt = g["prompt_tokens"].size();
-  const std::vector<int32_t> expected(all.begin() + static_cast<long>(n_prompt), all.end());
-  const std::string run =
-      "run -m " + kStories + " -p 'Once upon a time' -n " + std::to_string(expected.size()) + " --temp 0 --json ";
-  CliResult probe = run_cli(run + "--backend cuda");
-  if (probe.exit_code != 0) GTEST_SKIP() << "no GPU here: " << probe.err;
-  CliResult r = run_cli(run + "--backend cuda --gpu-budget 900K --mem-budget 1000K");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("three tiers on the device: 1 layers"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("layers: GSSSS"), std::string::npos) << r.err;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>(), expected);
-  // Serving over three tiers: the KV pool's share of --gpu-budget is kept
-  // first and the weights' tiers planned in the rest.
-  CliResult s = run_cli("bench-serve -m " + kStories + " --backend cuda --gpu-budget 1200K --mem-budget 1000K "
-                        "--requests 4 --output-len 8 --max-seqs 2 -c 256");
-  EXPECT_EQ(s.exit_code, 0) << s.err;
-  EXPECT_NE(s.err.find("three tiers on the device"), std::string::npos) << s.err;
-}
-
 // --backend's help lists every registered backend, and for one that cannot
 // run here, why.
 TEST(Cli, BackendHelpSaysWhichBackendsRunHere) {
