@@ -441,8 +441,12 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
     // An expert in a weight source's host memory: from its device slot, copied there if it is not.
     const bool slotted = experts_dev_ && a.layer >= 0 && host_views_ && host_views_->holds(w.gate.data);
     if (slotted) w = experts_dev_->acquire(a.layer, order[i], w, stream_);
-    launch_gather_rows(a.x, d_tok + off, xg, c, a.n_embd, stream_);
-    ffn_rows(w, xg, c, a.n_embd, a.n_ff, a.act, yd);
+    {
+      std::optional<PdlBlock> plain;  // a copy may just have written the slot: no early weight loads (cuda_pdl.cuh)
+      if (slotted) plain.emplace();
+      launch_gather_rows(a.x, d_tok + off, xg, c, a.n_embd, stream_);
+      ffn_rows(w, xg, c, a.n_embd, a.n_ff, a.act, yd);
+    }
     if (slotted) experts_dev_->release(stream_);
     launch_scatter_rows(yd, d_slot + off, y, c, a.n_embd, stream_);
     off += c;
