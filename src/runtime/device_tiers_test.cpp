@@ -172,35 +172,16 @@ class DeviceLike final : public ReferenceBackend {
 
 // The store as the model's source, checking at each release that the reads
 // from the layer's host bytes were finished first.
-class CheckedSource final : public LayerWeightSource {
+class CheckedSource final : public testing::ForwardingSource {
  public:
-  CheckedSource(std::shared_ptr<StoreWeightSource> s, const DeviceLike& be) : s_(std::move(s)), be_(be) {}
-  const uint8_t* resident(const std::string& name) const override { return s_->resident(name); }
-  bool reorderable(const uint8_t* data) const override { return s_->reorderable(data); }
-  bool device_resident(int64_t layer) const override { return s_->device_resident(layer); }
-  std::vector<std::span<const uint8_t>> host_regions() const override { return s_->host_regions(); }
-  Status acquire(int64_t layer, LayerWeightPointers* out) override { return s_->acquire(layer, out); }
+  CheckedSource(std::shared_ptr<StoreWeightSource> s, const DeviceLike& be) : ForwardingSource(std::move(s)), be_(be) {}
   void release(int64_t layer) override {
     if (be_.unfinished) ++early_releases;
-    s_->release(layer);
+    ForwardingSource::release(layer);
   }
-  void end_step(int64_t n_tokens) override { s_->end_step(n_tokens); }
-  bool streams_experts() const override { return s_->streams_experts(); }
-  void predict_experts(int64_t layer, std::span<const int32_t> experts) override { s_->predict_experts(layer, experts); }
-  Status begin_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) override {
-    return s_->begin_experts(layer, experts, out);
-  }
-  Status next_expert(int64_t layer, int64_t* index) override { return s_->next_expert(layer, index); }
-  void expert_prepared(int64_t layer, int64_t index) override { s_->expert_prepared(layer, index); }
-  bool next_expert_ready(int64_t layer) const override { return s_->next_expert_ready(layer); }
-  bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const override {
-    return s_->unprepared_expert(layer, expert, out);
-  }
-  void unpinned_expert_prepared(int64_t layer, int32_t expert) override { s_->unpinned_expert_prepared(layer, expert); }
   int early_releases = 0;
 
  private:
-  std::shared_ptr<StoreWeightSource> s_;
   const DeviceLike& be_;
 };
 

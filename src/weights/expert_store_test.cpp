@@ -417,41 +417,24 @@ TEST(ExpertStore, SynthQwen2MoeAtAThirdOfItsSizeGivesTheResidentTokens) {
 
 // Forwards to a store source and counts the experts the model reports as
 // reordered in place.
-class CountingSource : public LayerWeightSource {
+class CountingSource : public testing::ForwardingSource {
  public:
-  explicit CountingSource(std::shared_ptr<StoreWeightSource> s) : s_(std::move(s)) {}
-  const uint8_t* resident(const std::string& name) const override { return s_->resident(name); }
-  Status acquire(int64_t layer, LayerWeightPointers* out) override { return s_->acquire(layer, out); }
-  void release(int64_t layer) override { s_->release(layer); }
-  void end_step(int64_t n_tokens) override { s_->end_step(n_tokens); }
-  bool streams_experts() const override { return s_->streams_experts(); }
-  void predict_experts(int64_t layer, std::span<const int32_t> experts) override { s_->predict_experts(layer, experts); }
-  Status begin_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) override {
-    return s_->begin_experts(layer, experts, out);
-  }
-  Status next_expert(int64_t layer, int64_t* index) override { return s_->next_expert(layer, index); }
+  using ForwardingSource::ForwardingSource;
   void expert_prepared(int64_t layer, int64_t index) override {
     ++n_prepared;
-    s_->expert_prepared(layer, index);
-  }
-  bool next_expert_ready(int64_t layer) const override { return s_->next_expert_ready(layer); }
-  bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const override {
-    return s_->unprepared_expert(layer, expert, out);
+    ForwardingSource::expert_prepared(layer, index);
   }
   void unpinned_expert_prepared(int64_t layer, int32_t expert) override {
     ++n_prepared;
-    s_->unpinned_expert_prepared(layer, expert);
+    ForwardingSource::unpinned_expert_prepared(layer, expert);
   }
   bool reorderable(const uint8_t* data) const override {
-    const bool yes = s_->reorderable(data);
+    const bool yes = ForwardingSource::reorderable(data);
     n_reorderable += yes;
     return yes;
   }
   int64_t n_prepared = 0;
   mutable int64_t n_reorderable = 0;
-
- private:
-  std::shared_ptr<StoreWeightSource> s_;
 };
 
 // Resident matrices (attention, head) sit in the store's own buffers, so with

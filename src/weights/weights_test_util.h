@@ -22,6 +22,7 @@
 
 #include "format/model_file.h"
 #include "model/synth.h"
+#include "model/weight_source.h"
 
 namespace sluice::weights::testing {
 
@@ -101,5 +102,35 @@ inline std::shared_ptr<const ModelFile> small_synth_model(const std::string& nam
   if (!mf.ok()) return nullptr;
   return std::make_shared<const ModelFile>(std::move(*mf));
 }
+
+// A weight source that forwards every call to another: tests derive from it
+// and override the calls they count or check.
+class ForwardingSource : public LayerWeightSource {
+ public:
+  explicit ForwardingSource(std::shared_ptr<LayerWeightSource> s) : s_(std::move(s)) {}
+  const uint8_t* resident(const std::string& name) const override { return s_->resident(name); }
+  bool reorderable(const uint8_t* data) const override { return s_->reorderable(data); }
+  bool device_resident(int64_t layer) const override { return s_->device_resident(layer); }
+  std::vector<std::span<const uint8_t>> host_regions() const override { return s_->host_regions(); }
+  Status acquire(int64_t layer, LayerWeightPointers* out) override { return s_->acquire(layer, out); }
+  void release(int64_t layer) override { s_->release(layer); }
+  void end_step(int64_t n_tokens) override { s_->end_step(n_tokens); }
+  Status set_schedule(std::span<const int64_t> order) override { return s_->set_schedule(order); }
+  bool streams_experts() const override { return s_->streams_experts(); }
+  void predict_experts(int64_t layer, std::span<const int32_t> experts) override { s_->predict_experts(layer, experts); }
+  Status begin_experts(int64_t layer, std::span<const int32_t> experts, ExpertPointers* out) override {
+    return s_->begin_experts(layer, experts, out);
+  }
+  Status next_expert(int64_t layer, int64_t* index) override { return s_->next_expert(layer, index); }
+  void expert_prepared(int64_t layer, int64_t index) override { s_->expert_prepared(layer, index); }
+  bool next_expert_ready(int64_t layer) const override { return s_->next_expert_ready(layer); }
+  bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const override {
+    return s_->unprepared_expert(layer, expert, out);
+  }
+  void unpinned_expert_prepared(int64_t layer, int32_t expert) override { s_->unpinned_expert_prepared(layer, expert); }
+
+ private:
+  std::shared_ptr<LayerWeightSource> s_;
+};
 
 }  // namespace sluice::weights::testing
