@@ -391,6 +391,11 @@ class Backend {
   virtual void register_host(const uint8_t* data, size_t bytes) {}
   virtual void unregister_host(const uint8_t* data) {}
   virtual void finish_host_reads() {}
+  // Experts of `layer` the router's prediction expects soon, their views
+  // bound (experts[id] for id in ids; host views of a weight source): a
+  // backend that keeps experts in slots (ExpertFfnArgs::layer) may start
+  // copying them now. Default: nothing.
+  virtual void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts) {}
   // One line on what the backend copied in while running (streamed weights,
   // experts kept in slots and how often they were found there); "" if nothing.
   virtual std::string copy_summary() const { return ""; }

@@ -105,6 +105,9 @@ void ExpertFeed::predict_routing(int64_t layer, const float* x, int64_t n, bool 
   if (streams()) {
     distinct_experts(pred_ids_.data(), n * c, pred_unique_ids_);
     source_->predict_experts(layer, pred_unique_ids_);
+  } else if (!early && source_ && !be_.host_visible()) {  // experts in the source's host memory: the device's copies
+    distinct_experts(pred_ids_.data(), n * c, pred_unique_ids_);
+    be_.prefetch_experts(layer, pred_unique_ids_, weights_.layers[static_cast<size_t>(layer)].experts);
   }
   if (dispatch_) dispatch_->predict(layer, std::span<const int32_t>(pred_ids_.data(), static_cast<size_t>(n * c)));
 }

@@ -247,7 +247,9 @@ void Model::plan_buffers(const ModelOptions& options) {
   experts_ = std::make_unique<ExpertFeed>(
       be, h, weights_, source_.get(), hook_,
       ExpertFeedOptions{.n_batch = nb, .layer_end = layer_end_,
-                        .predict = options.predict_experts || (source_ && source_->streams_experts()),
+                        // streamed experts, or experts a device copies in from host views (three tiers)
+                        .predict = options.predict_experts ||
+                                   (source_ && (source_->streams_experts() || !be.host_visible())),
                         .predict_margin = options.expert_predict_margin, .repack = options.repack,
                         .expert_begin = expert_begin_, .expert_end = expert_end_});
   positions_.resize(static_cast<size_t>(nb));

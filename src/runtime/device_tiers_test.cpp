@@ -140,6 +140,12 @@ class DeviceLike final : public ReferenceBackend {
       for (const WeightView* v : {&a.shared->gate, &a.shared->up, &a.shared->down}) check(*v);
     ReferenceBackend::expert_ffn(a);
   }
+  void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts) override {
+    ++prefetches;
+    if (layer < 0 || ids.empty()) stray = "a prefetch for no layer the router predicts";
+    for (int32_t e : ids)
+      if (!in_ranges(experts[static_cast<size_t>(e)].gate)) stray = "a prefetch of an expert outside host memory";
+  }
 
   std::vector<std::pair<const uint8_t*, size_t>> ranges;
   std::vector<std::vector<uint8_t>> arena;
@@ -147,12 +153,18 @@ class DeviceLike final : public ReferenceBackend {
   int prepared = 0, host_reads = 0, device_reads = 0, finishes = 0, unregistered = 0;
   bool unfinished = false;   // a host view read since the last finish_host_reads()
   bool prepared_expert = false;  // an expert's view in the arena (experts must stay the store's)
+  int prefetches = 0;            // prefetch_experts() calls
   std::string stray;         // a view found neither here nor in a registered range
 
  private:
   bool in_arena(const WeightView& w) const {
     for (const auto& a : arena)
       if (w.data >= a.data() && w.data < a.data() + a.size()) return true;
+    return false;
+  }
+  bool in_ranges(const WeightView& w) const {
+    for (const auto& [p, n] : ranges)
+      if (w.data >= p && w.data < p + n) return true;
     return false;
   }
   void check(const WeightView& w) {
@@ -291,6 +303,9 @@ TEST(DeviceTier, ARoutedModelKeepsItsExpertsInTheStore) {
     EXPECT_GT(be->device_reads, 0) << budget;
     EXPECT_GT(be->host_reads, 0) << budget;
     EXPECT_EQ(src->early_releases, 0) << budget;
+    // Resident experts are copied ahead by the router's prediction; streamed
+    // ones are the store's to predict (its pool), not the device's.
+    EXPECT_EQ(be->prefetches > 0, budget == 0) << budget;
   }
 }
 

@@ -8,7 +8,8 @@
 //
 // A copy into a slot waits (on a copy stream of its own) for the event
 // recorded behind the kernels that last read the slot; the compute stream
-// waits for the copy's event. The host waits only in finish(). Calls come
+// waits for the copy's event, also when the copy was a prefetch. The host
+// waits only in finish(). Calls come
 // from one thread at a time; nothing allocates after construction.
 #pragma once
 
@@ -39,10 +40,19 @@ class DeviceExperts {
   ExpertWeights acquire(int64_t layer, int64_t expert, const ExpertWeights& host, cudaStream_t compute);
   // The work on `compute` since the last acquire is the last to read its slot.
   void release(cudaStream_t compute);
+  // Starts copying expert e of layer l into a slot, unless one holds it (the
+  // router's prediction). Its host bytes must stay (a resident expert's):
+  // finish() does not wait for these copies.
+  void prefetch(int64_t layer, int64_t expert, const ExpertWeights& host);
   // Returns once every copy issued so far has read its host bytes.
   void finish();
 
-  const ExpertSlots& slots() const { return slots_; }
+  int n_slots() const { return slots_.n_slots(); }
+  // Chosen experts found in a slot (acquire's hits) and copied in (its
+  // misses), and the experts prefetch() copied.
+  uint64_t hits() const { return hits_; }
+  uint64_t misses() const { return misses_; }
+  uint64_t prefetched() const { return prefetched_; }
   size_t slot_bytes() const { return slot_bytes_; }
   uint64_t bytes_copied() const { return bytes_copied_; }
 
@@ -51,12 +61,18 @@ class DeviceExperts {
   size_t slot_bytes_;
   uint8_t* dev_ = nullptr;
   cudaStream_t copy_ = nullptr;
-  cudaEvent_t copied_ = nullptr;
-  std::vector<cudaEvent_t> read_;       // [n_slots]
-  std::vector<uint8_t> read_recorded_;  // [n_slots]
+  // Copies a missed expert's matrices into slot s, after the slot's readers.
+  ExpertWeights copy_into(int s, const ExpertWeights& host);
+
+  cudaEvent_t copied_ = nullptr;          // after the last copy acquire() issued
+  std::vector<cudaEvent_t> read_;         // [n_slots] after the kernels that last read a slot
+  std::vector<uint8_t> read_recorded_;    // [n_slots]
+  std::vector<cudaEvent_t> filled_;       // [n_slots] after the last copy into a slot
+  std::vector<uint8_t> filled_recorded_;  // [n_slots]
   int held_ = -1;                       // the slot of the last acquire
   bool pending_ = false;
   uint64_t bytes_copied_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, prefetched_ = 0;
 };
 
 }  // namespace sluice::cuda

@@ -262,15 +262,25 @@ std::string CudaBackend::make_expert_slots(uint64_t left) {
                      static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, expert_layers_)));
 }
 
+void CudaBackend::prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts) {
+  if (!experts_dev_ || !host_views_) return;
+  for (int32_t e : ids) {
+    const ExpertWeights& w = experts[static_cast<size_t>(e)];
+    if (w.gate.data && host_views_->holds(w.gate.data)) experts_dev_->prefetch(layer, e, w);
+  }
+}
+
 std::string CudaBackend::copy_summary() const {
   std::string s;
   if (const uint64_t b = bytes_streamed(); b > 0)
     s = fmt::format("gpu: {:.3f} GB of weights copied host to device", static_cast<double>(b) / 1e9);
   if (experts_dev_) {
-    const ExpertSlots& e = experts_dev_->slots();
+    const DeviceExperts& e = *experts_dev_;
     const uint64_t all = e.hits() + e.misses();
-    s += fmt::format("{}experts in {} device slots: {} of {} chosen found there ({:.1f}%)", s.empty() ? "" : "; ",
-                     e.n_slots(), e.hits(), all, all ? 100.0 * static_cast<double>(e.hits()) / all : 0.0);
+    s += fmt::format("{}experts in {} device slots: {} of {} chosen found there ({:.1f}%), {} copied ahead by the "
+                     "router's prediction",
+                     s.empty() ? "" : "; ", e.n_slots(), e.hits(), all,
+                     all ? 100.0 * static_cast<double>(e.hits()) / static_cast<double>(all) : 0.0, e.prefetched());
   }
   return s;
 }
