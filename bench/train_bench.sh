@@ -13,10 +13,15 @@
 #            (--disk-rate-cap, for plan train and the streamed runs alike) so
 #            that the crossover falls inside the rows (DISK_RATE=0: the disk as it is)
 #
-# Usage: bench/train_bench.sh speed|stream
+#   gpu      on a GPU: sluice finetune --backend cuda against bench/train_peft.py
+#            (PyTorch + PEFT) at the 8b shape, and seed 002's rows on the device
+#            (host -> HBM, disk -> host -> HBM) against resident
+#
+# Usage: bench/train_bench.sh speed|stream|gpu
 # env: SLUICE=build/sluice WORK=/tmp/sluice-train-bench THREADS=2 PYTHON=/usr/bin/python3
 #      speed:  PRESET=110m RANK=8 BATCH=4 SEQ=512 STEPS=5
 #      stream: PRESET=110m TYPE=q8_0 SEQ=128 BATCHES="1 2 3 4 6 8" STEPS=4 DISK_RATE=100M
+#      gpu:    LAYERS=8 RANK=8 BATCH=4 SEQ=512 STEPS=3 BATCHES="1 4 16"
 #              LAYERS=(the preset's)
 #              (a 512-token vocabulary, so the layers, which stream, are nearly all of the file)
 set -euo pipefail
@@ -88,8 +93,45 @@ stream)
     "$work/stream.txt"
   echo "plan train's crossover (overhead under 5%): $(field 'math.ceil(d["tokens_overhead_5pct"])' < "$work/plan.json") tokens a micro-batch"
   ;;
+gpu)
+  # On a GPU: sluice finetune --backend cuda against bench/train_peft.py
+  # (PyTorch + PEFT, BF16 base, same rank, targets, batch and sequence) at
+  # the 8b shape cut to LAYERS layers; then seed 002's rows on the device:
+  # the same run with the base streamed host -> HBM (--gpu-budget, a third
+  # of the file) and disk -> host -> HBM (--gpu-budget and --mem-budget, a
+  # third each), per tokens a step, against resident.
+  layers=${LAYERS:-8} rank=${RANK:-8} batch=${BATCH:-4} seq=${SEQ:-512} steps=${STEPS:-3}
+  model=$work/8b-bf16-$layers.gguf
+  [ -f "$model" ] || $sluice synth --preset 8b --type bf16 --layers "$layers" -o "$model"
+  third=$(python3 -c "import os; print(os.path.getsize('$model') // 3)")
+  gcommon=(-m "$model" -d "$data" --rank "$rank" --alpha $((2 * rank)) --targets all --seq "$seq"
+           --steps $((steps + 1)) --val-split 0 --backend cuda --json)
+  $sluice finetune "${gcommon[@]}" --batch "$batch" -o "$work/gpu.gguf" > "$work/gpu.json" 2> "$work/gpu.err"
+  "$python" bench/train_peft.py --layers "$layers" --rank "$rank" --targets all --batch "$batch" --seq "$seq" \
+    --steps "$steps" --warmup-steps 1 > "$work/peft.json"
+  cat "$work/gpu.json" "$work/peft.json"
+  s=$(field 'd["median_timed_step_s"]' < "$work/gpu.json")
+  p=$(field 'd["median_step_s"]' < "$work/peft.json")
+  python3 -c "print('8b x $layers layers, rank $rank, $batch x $seq tokens: sluice %.1f tokens/s, pytorch+peft %.1f, ratio %.2fx' % ($batch * $seq / $s, $batch * $seq / $p, $p / $s))"
+  : > "$work/gpu-stream.txt"
+  for b in ${BATCHES:-1 4 16}; do
+    for how in resident hbm tiers; do
+      case $how in
+        resident) extra=() ;;
+        hbm) extra=(--gpu-budget "$third") ;;
+        tiers) extra=(--gpu-budget "$third" --mem-budget "$third") ;;
+      esac
+      $sluice finetune "${gcommon[@]}" --batch "$b" -o "$work/gpu-$how.gguf" "${extra[@]}" \
+        > "$work/gpu-$how.json" 2> "$work/gpu-$how.err" || { echo "[bench] $how failed: $(tail -1 "$work/gpu-$how.err")" >&2; continue; }
+      echo "$((b * seq)) $how $(field 'd["median_timed_step_s"]' < "$work/gpu-$how.json")" >> "$work/gpu-stream.txt"
+    done
+  done
+  awk '{t[$1 " " $2] = $3; k[$1] = 1} END {printf "%7s %11s %11s %11s %9s %9s\n", "tokens", "resident_s", "hbm_s", "tiers_s", "hbm", "tiers";
+       for (n in k) printf "%7d %11.3f %11.3f %11.3f %8.1f%% %8.1f%%\n", n, t[n " resident"], t[n " hbm"], t[n " tiers"],
+         100 * (t[n " hbm"] / t[n " resident"] - 1), 100 * (t[n " tiers"] / t[n " resident"] - 1)}' "$work/gpu-stream.txt" | sort -n
+  ;;
 *)
-  echo "usage: bench/train_bench.sh speed|stream" >&2
+  echo "usage: bench/train_bench.sh speed|stream|gpu" >&2
   exit 2
   ;;
 esac
