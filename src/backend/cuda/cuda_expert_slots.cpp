@@ -1,5 +1,7 @@
 #include "backend/cuda/cuda_expert_slots.h"
 
+#include <utility>
+
 #include "backend/cuda/cuda_align.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "base/check.h"
@@ -15,67 +17,45 @@ size_t expert_view_bytes(const WeightView& w) { return row_bytes(w.type, w.n_in)
 size_t DeviceExperts::slot_bytes_for(uint64_t expert_bytes) { return weight_aligned(expert_bytes) + 3 * kWeightAlign; }
 
 DeviceExperts::DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_bytes, int n_slots)
-    : slots_(n_layer, n_expert, n_slots), slot_bytes_(slot_bytes_for(expert_bytes)) {
-  SLUICE_CUDA_OK(cudaMalloc(&dev_, slot_bytes_ * static_cast<size_t>(n_slots)));
-  SLUICE_CUDA_OK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+    : slots_(n_layer, n_expert, n_slots), slots_dev_(slot_bytes_for(expert_bytes), n_slots) {
   SLUICE_CUDA_OK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
-  const auto n = static_cast<size_t>(n_slots);
-  read_.resize(n);
-  filled_.resize(n);
-  read_recorded_.assign(n, 0);
-  filled_recorded_.assign(n, 0);
-  for (cudaEvent_t& e : read_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  for (cudaEvent_t& e : filled_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
 
-DeviceExperts::~DeviceExperts() {
-  cudaStreamSynchronize(copy_);
-  for (cudaEvent_t e : read_) cudaEventDestroy(e);
-  for (cudaEvent_t e : filled_) cudaEventDestroy(e);
-  cudaEventDestroy(copied_);
-  cudaStreamDestroy(copy_);
-  cudaFree(dev_);
-}
+DeviceExperts::~DeviceExperts() { cudaEventDestroy(copied_); }
 
-ExpertWeights DeviceExperts::copy_into(int s, const ExpertWeights& host) {
-  const auto su = static_cast<size_t>(s);
-  uint8_t* base = dev_ + su * slot_bytes_;
-  if (read_recorded_[su]) SLUICE_CUDA_OK(cudaStreamWaitEvent(copy_, read_[su], 0));  // the slot's readers first
+ExpertWeights DeviceExperts::in_slot(int s, const ExpertWeights& host) const {
   ExpertWeights d = host;
   size_t off = 0;
   for (WeightView* w : {&d.gate, &d.up, &d.down}) {
-    const size_t n = expert_view_bytes(*w);
-    CHECK(off + n <= slot_bytes_);
-    SLUICE_CUDA_OK(cudaMemcpyAsync(base + off, w->data, n, cudaMemcpyHostToDevice, copy_));
-    bytes_copied_ += n;
-    w->data = base + off;
-    off += weight_aligned(n);
+    w->data = slots_dev_.slot(s) + off;
+    off += weight_aligned(expert_view_bytes(*w));
   }
-  SLUICE_CUDA_OK(cudaEventRecord(filled_[su], copy_));
-  filled_recorded_[su] = 1;
+  return d;
+}
+
+ExpertWeights DeviceExperts::copy_into(int s, const ExpertWeights& host) {
+  slots_dev_.begin_fill(s);  // the slot's readers first
+  const ExpertWeights d = in_slot(s, host);
+  for (auto [from, to] : {std::pair{&host.gate, &d.gate}, std::pair{&host.up, &d.up}, std::pair{&host.down, &d.down}}) {
+    const size_t n = expert_view_bytes(*from);
+    slots_dev_.copy(s, static_cast<size_t>(to->data - slots_dev_.slot(s)), from->data, n);
+    bytes_copied_ += n;
+  }
+  slots_dev_.end_fill(s);
   return d;
 }
 
 ExpertWeights DeviceExperts::acquire(int64_t layer, int64_t expert, const ExpertWeights& host, cudaStream_t compute) {
   const ExpertSlots::Found f = slots_.find(layer, expert);
   held_ = f.slot;
-  const auto su = static_cast<size_t>(f.slot);
   ++(f.hit ? hits_ : misses_);
+  // Held already (perhaps by a prefetch still copying), or copied now: after the slot's fill.
+  const ExpertWeights d = f.hit ? in_slot(f.slot, host) : copy_into(f.slot, host);
   if (!f.hit) {
-    const ExpertWeights d = copy_into(f.slot, host);
-    SLUICE_CUDA_OK(cudaEventRecord(copied_, copy_));
+    SLUICE_CUDA_OK(cudaEventRecord(copied_, slots_dev_.copy_stream()));
     pending_ = true;
-    SLUICE_CUDA_OK(cudaStreamWaitEvent(compute, filled_[su], 0));
-    return d;
   }
-  // Held already (perhaps by a prefetch still copying): the views into the slot, after its copy.
-  if (filled_recorded_[su]) SLUICE_CUDA_OK(cudaStreamWaitEvent(compute, filled_[su], 0));
-  ExpertWeights d = host;
-  size_t off = 0;
-  for (WeightView* w : {&d.gate, &d.up, &d.down}) {
-    w->data = dev_ + su * slot_bytes_ + off;
-    off += weight_aligned(expert_view_bytes(*w));
-  }
+  slots_dev_.wait_filled(f.slot, compute);
   return d;
 }
 
@@ -88,8 +68,7 @@ void DeviceExperts::prefetch(int64_t layer, int64_t expert, const ExpertWeights&
 
 void DeviceExperts::release(cudaStream_t compute) {
   CHECK(held_ >= 0);
-  SLUICE_CUDA_OK(cudaEventRecord(read_[static_cast<size_t>(held_)], compute));
-  read_recorded_[static_cast<size_t>(held_)] = 1;
+  slots_dev_.mark_read(held_, compute);
   held_ = -1;
 }
 

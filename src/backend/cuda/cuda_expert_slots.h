@@ -2,14 +2,14 @@
 // tiers: the weight store's host RAM or its expert pool), kept in device slots
 // once copied, so that an expert chosen again is read from HBM. Which expert
 // sits in which slot is backend/expert_slots.h's ExpertSlots (least recently
-// used goes; tested without a GPU); this class is its copier.
+// used goes; tested without a GPU); this class is its copier, over
+// DeviceSlots (cuda_device_slots.h).
 //
 //   device  n_slots slots of one expert's gate, up and down (each 256-aligned)
 //
-// A copy into a slot waits (on a copy stream of its own) for the event
-// recorded behind the kernels that last read the slot; the compute stream
-// waits for the copy's event, also when the copy was a prefetch. The host
-// waits only in finish(). Calls come
+// A copy into a slot waits (on the slots' copy stream) for the kernels that
+// last read the slot; the compute stream waits for the copy, also when the
+// copy was a prefetch. The host waits only in finish(). Calls come
 // from one thread at a time; nothing allocates after construction.
 #pragma once
 
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_device_slots.h"
 #include "backend/expert_slots.h"
 
 namespace sluice::cuda {
@@ -53,22 +54,18 @@ class DeviceExperts {
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
   uint64_t prefetched() const { return prefetched_; }
-  size_t slot_bytes() const { return slot_bytes_; }
+  size_t slot_bytes() const { return slots_dev_.slot_bytes(); }
   uint64_t bytes_copied() const { return bytes_copied_; }
 
  private:
-  ExpertSlots slots_;
-  size_t slot_bytes_;
-  uint8_t* dev_ = nullptr;
-  cudaStream_t copy_ = nullptr;
   // Copies a missed expert's matrices into slot s, after the slot's readers.
   ExpertWeights copy_into(int s, const ExpertWeights& host);
+  // The views of an expert held in slot s.
+  ExpertWeights in_slot(int s, const ExpertWeights& host) const;
 
-  cudaEvent_t copied_ = nullptr;          // after the last copy acquire() issued
-  std::vector<cudaEvent_t> read_;         // [n_slots] after the kernels that last read a slot
-  std::vector<uint8_t> read_recorded_;    // [n_slots]
-  std::vector<cudaEvent_t> filled_;       // [n_slots] after the last copy into a slot
-  std::vector<uint8_t> filled_recorded_;  // [n_slots]
+  ExpertSlots slots_;
+  DeviceSlots slots_dev_;
+  cudaEvent_t copied_ = nullptr;  // after the last copy acquire() issued (finish() waits for it)
   int held_ = -1;                       // the slot of the last acquire
   bool pending_ = false;
   uint64_t bytes_copied_ = 0;

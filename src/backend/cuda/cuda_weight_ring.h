@@ -8,10 +8,10 @@
 //   device ring  K slots, each the size of the largest streamed group
 //
 // Which group goes in which slot, and when, is backend/slot_ring.h's SlotRing
-// (tested without a GPU); this class is its copier: a copy into a slot waits
-// (on the copy stream) for an event recorded behind the kernels that last read
-// the slot, and the compute stream waits for the copy's event before the
-// kernels that read it (events, never the host).
+// (tested without a GPU); this class is its copier, over DeviceSlots
+// (cuda_device_slots.h): a copy into a slot waits (on the copy stream) for the
+// kernels that last read the slot, and the compute stream waits for the copy
+// before the kernels that read it (events, never the host).
 //
 // Groups are numbered in the order the forward pass reads them. Calls come
 // from one thread at a time (the backend's); nothing allocates after
@@ -22,8 +22,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "backend/cuda/cuda_device_slots.h"
 #include "backend/slot_ring.h"
 
 namespace sluice::cuda {
@@ -58,11 +60,8 @@ class WeightRing final : private SlotCopier {
   std::vector<size_t> bytes_, offset_;
   size_t slot_bytes_ = 0, host_bytes_ = 0;
   uint8_t* host_ = nullptr;  // pinned
-  uint8_t* dev_ = nullptr;   // [n_slots, slot_bytes_]
-  cudaStream_t copy_ = nullptr;
+  std::unique_ptr<DeviceSlots> slots_;  // [n_slots, slot_bytes_]
   cudaStream_t compute_ = nullptr;  // the stream of the acquire / release in progress
-  std::vector<cudaEvent_t> copied_, used_;
-  std::vector<uint8_t> used_recorded_;
   uint64_t bytes_copied_ = 0;
   SlotRing ring_;
 };
