@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "runtime/device_tiers.h"
+#include "runtime/load_model.h"
 #include "sample/sampler.h"
 #include "weights/expert_store.h"
 #include "weights/store_source.h"
@@ -209,7 +210,7 @@ TEST(DeviceTier, TheModelKeepsTheDevicesCopiesAndFinishesHostReadsBeforeReleasin
   auto file = testing::small_synth_model("device_tier_model.gguf", 8, 5);
   ASSERT_NE(file, nullptr);
   const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
-  auto plain = Model::load(file, ModelOptions{.n_threads = 2});
+  auto plain = Model::load(file, ModelOptions{.backend = std::make_shared<ReferenceBackend>()});  // the same kernels
   ASSERT_TRUE(plain.ok());
   const std::vector<int32_t> want = greedy(**plain, prompt, 16);
 
@@ -274,7 +275,7 @@ TEST(DeviceTier, ARoutedModelKeepsItsExpertsInTheStore) {
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
   const ModelHparams hp = hparams_from_metadata(file->metadata).value();
   const std::vector<int32_t> prompt = {1, 30, 31, 32, 50, 77};
-  auto plain = Model::load(file, ModelOptions{.n_threads = 2});
+  auto plain = Model::load(file, ModelOptions{.backend = std::make_shared<ReferenceBackend>()});  // the same kernels
   ASSERT_TRUE(plain.ok());
   const std::vector<int32_t> want = greedy(**plain, prompt, 12);
 
@@ -307,6 +308,31 @@ TEST(DeviceTier, ARoutedModelKeepsItsExpertsInTheStore) {
     // ones are the store's to predict (its pool), not the device's.
     EXPECT_EQ(be->prefetches > 0, budget == 0) << budget;
   }
+}
+
+// load_model on a backend that is not host-visible, with --mem-budget: the
+// three tiers' plan (no --gpu-budget: every layer on the device), the store
+// holding the rest, the report with both maps, and the plain run's tokens.
+TEST(DeviceTier, LoadModelPlansTheTiersForABackendThatIsNotHostVisible) {
+  auto file = testing::small_synth_model("device_tier_load.gguf", 4, 5);
+  ASSERT_NE(file, nullptr);
+  const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
+  auto plain = Model::load(file, ModelOptions{.backend = std::make_shared<ReferenceBackend>()});  // the same kernels
+  ASSERT_TRUE(plain.ok());
+  const std::vector<int32_t> want = greedy(**plain, prompt, 8);
+  auto be = std::make_shared<DeviceLike>();
+  auto lm = load_model(file->source_path, LoadOptions{.n_threads = 2, .max_seqs = 1, .shared_backend = be,
+                                                      .mem_budget_bytes = uint64_t{64} << 20});
+  ASSERT_TRUE(lm.ok()) << lm.status().to_string();
+  ASSERT_TRUE(lm->tiers.has_value());
+  EXPECT_EQ(lm->tiers->device_layers.size(), 4u);
+  EXPECT_NE(lm->placement_report.find("three tiers on the device: 4 layers"), std::string::npos)
+      << lm->placement_report;
+  EXPECT_NE(lm->placement_report.find("layers    GGGG"), std::string::npos) << lm->placement_report;
+  EXPECT_NE(lm->placement_report.find("an H200's stated"), std::string::npos) << lm->placement_report;
+  EXPECT_EQ(greedy(*lm->model, prompt, 8), want);
+  EXPECT_EQ(be->stray, "");
+  EXPECT_EQ(be->prepared, 4 * 7 + 1);
 }
 
 // The report names the layers held on the device and the legs' plan.
