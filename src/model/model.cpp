@@ -162,13 +162,15 @@ Status Model::prepare_device_layers() {
   std::vector<WeightGroup> spans(groups.begin(), groups.end());
   prepared_ = backend_->prepare_weights(spans);
   RETURN_IF_ERROR(prepared_.status);
+  // What each layer reads from host memory: all of it, or a device layer's
+  // experts when they are resident there (streamed ones are the disk's).
   host_layer_bytes_.assign(static_cast<size_t>(hp_.n_layer), 0);
   for (int64_t l = layer_begin_; l < layer_end_; ++l) {
     const LayerWeights& lw = weights_.layers[static_cast<size_t>(l)];
     host_layer_bytes_[static_cast<size_t>(l)] =
-        !device_layer_[static_cast<size_t>(l)] ? layer_matrix_bytes(lw)
-        : lw.experts.empty()                    ? 0
-                                                : expert_bytes(lw.experts[0]) * lw.experts.size();
+        !device_layer_[static_cast<size_t>(l)]          ? layer_matrix_bytes(lw)
+        : lw.experts.empty() || source_->streams_experts() ? 0
+                                                           : expert_bytes(lw.experts[0]) * lw.experts.size();
   }
   return Status();
 }

@@ -307,6 +307,10 @@ TEST(DeviceTier, ARoutedModelKeepsItsExpertsInTheStore) {
     // Resident experts are copied ahead by the router's prediction; streamed
     // ones are the store's to predict (its pool), not the device's.
     EXPECT_EQ(be->prefetches > 0, budget == 0) << budget;
+    // What a layer reads from host memory (the page's tiers): its experts when
+    // they are resident there; streamed ones come from the disk.
+    for (int64_t l = 0; l < hp.n_layer; ++l)
+      EXPECT_EQ((*m)->host_layer_bytes()[static_cast<size_t>(l)] > 0, budget == 0 && hp.layer_is_moe(l)) << l;
   }
 }
 
