@@ -26,18 +26,27 @@ StatusOr<DeviceTiers> plan_device_tiers(const ModelFile& file, uint64_t gpu_budg
   return t;
 }
 
-StatusOr<plan::TierPlan> replan_device_tiers(const DeviceTiers& tiers, double store_disk_gbps,
-                                             int64_t prefill_tokens) {
+namespace {
+
+// The plan's inputs with the disk at the store's rate and a prefill of
+// prefill_tokens (0: each as planned).
+plan::TierInputs inputs_at(const DeviceTiers& tiers, double store_disk_gbps, int64_t prefill_tokens) {
   plan::TierInputs in = tiers.inputs;
   if (store_disk_gbps > 0) in.rates.disk_gbps = store_disk_gbps;
   if (prefill_tokens > 0) in.prefill_tokens = prefill_tokens;
-  return plan::plan_tiers(in);
+  return in;
+}
+
+}  // namespace
+
+StatusOr<plan::TierPlan> replan_device_tiers(const DeviceTiers& tiers, double store_disk_gbps,
+                                             int64_t prefill_tokens) {
+  return plan::plan_tiers(inputs_at(tiers, store_disk_gbps, prefill_tokens));
 }
 
 std::string device_tiers_report(const DeviceTiers& tiers, double store_disk_gbps) {
-  plan::TierInputs in = tiers.inputs;
-  if (store_disk_gbps > 0) in.rates.disk_gbps = store_disk_gbps;
-  StatusOr<plan::TierPlan> p = replan_device_tiers(tiers, store_disk_gbps);
+  const plan::TierInputs in = inputs_at(tiers, store_disk_gbps, 0);
+  const StatusOr<plan::TierPlan> p = plan::plan_tiers(in);
   std::string s = fmt::format("[sluice] three tiers on the device: {} layers held there{}; rates: {}\n",
                               tiers.device_layers.size(),
                               tiers.plan.routed ? " (a routed model: their dense parts; experts come from host RAM and "
