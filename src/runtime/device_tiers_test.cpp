@@ -206,13 +206,20 @@ std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n)
   return r.ok() ? r->tokens : std::vector<int32_t>{};
 }
 
+// The model's greedy tokens run plainly on the reference backend: the same
+// kernels as DeviceLike's, so the same tokens whatever the ISA.
+std::vector<int32_t> reference_tokens(const std::shared_ptr<const ModelFile>& file, const std::vector<int32_t>& prompt,
+                                      int n) {
+  auto plain = Model::load(file, ModelOptions{.backend = std::make_shared<ReferenceBackend>()});
+  EXPECT_TRUE(plain.ok()) << plain.status().to_string();
+  return plain.ok() ? greedy(**plain, prompt, n) : std::vector<int32_t>{};
+}
+
 TEST(DeviceTier, TheModelKeepsTheDevicesCopiesAndFinishesHostReadsBeforeReleasing) {
   auto file = testing::small_synth_model("device_tier_model.gguf", 8, 5);
   ASSERT_NE(file, nullptr);
   const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
-  auto plain = Model::load(file, ModelOptions{.backend = std::make_shared<ReferenceBackend>()});  // the same kernels
-  ASSERT_TRUE(plain.ok());
-  const std::vector<int32_t> want = greedy(**plain, prompt, 16);
+  const std::vector<int32_t> want = reference_tokens(file, prompt, 16);
 
   // The device holds what plan_tiers gives it under a budget of 5 layers'
   // bytes beside the essentials; the host the essentials, a ring of 2 and one layer.
@@ -275,9 +282,7 @@ TEST(DeviceTier, ARoutedModelKeepsItsExpertsInTheStore) {
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
   const ModelHparams hp = hparams_from_metadata(file->metadata).value();
   const std::vector<int32_t> prompt = {1, 30, 31, 32, 50, 77};
-  auto plain = Model::load(file, ModelOptions{.backend = std::make_shared<ReferenceBackend>()});  // the same kernels
-  ASSERT_TRUE(plain.ok());
-  const std::vector<int32_t> want = greedy(**plain, prompt, 12);
+  const std::vector<int32_t> want = reference_tokens(file, prompt, 12);
 
   auto tiers = plan_device_tiers(*file, 0, 0, plan::h200_tier_rates());
   ASSERT_TRUE(tiers.ok()) << tiers.status().to_string();
@@ -321,9 +326,7 @@ TEST(DeviceTier, LoadModelPlansTheTiersForABackendThatIsNotHostVisible) {
   auto file = testing::small_synth_model("device_tier_load.gguf", 4, 5);
   ASSERT_NE(file, nullptr);
   const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
-  auto plain = Model::load(file, ModelOptions{.backend = std::make_shared<ReferenceBackend>()});  // the same kernels
-  ASSERT_TRUE(plain.ok());
-  const std::vector<int32_t> want = greedy(**plain, prompt, 8);
+  const std::vector<int32_t> want = reference_tokens(file, prompt, 8);
   auto be = std::make_shared<DeviceLike>();
   auto lm = load_model(file->source_path, LoadOptions{.n_threads = 2, .max_seqs = 1, .shared_backend = be,
                                                       .mem_budget_bytes = uint64_t{64} << 20});
