@@ -32,9 +32,7 @@ StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions&
     }
     gpu_weights -= reserve;
   }
-  const weights::StageSlice whole;
-  if (o.stage.layer_begin != whole.layer_begin || o.stage.layer_end != whole.layer_end ||
-      o.stage.expert_begin != whole.expert_begin || o.stage.expert_end != whole.expert_end || o.stage.experts_only)
+  if (!o.stage.whole())
     return unimplemented("a pipeline stage or expert share with --mem-budget on the {} backend", be.name());
   // The device's memory measured here; its FLOP/s an H200's as stated (plan
   // tiers --tflops takes a measured one); the disk as calibrated, else the

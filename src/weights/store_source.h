@@ -70,6 +70,10 @@ struct StageSlice {
   int64_t expert_begin = 0;   // routed experts [expert_begin, expert_end)
   int64_t expert_end = -1;
   bool experts_only = false;  // the share alone: nothing else is held
+  // No stage and no share: the whole model.
+  bool whole() const {
+    return layer_begin == 0 && layer_end < 0 && expert_begin == 0 && expert_end < 0 && !experts_only;
+  }
 };
 
 struct StreamingOptions {
