@@ -41,13 +41,14 @@ void matmul_sync(const WeightView& w, const float* x, int64_t n_tok, float* y);
 // The device's copy bandwidths, medians of timed copies of `bytes`:
 //   d2d: a device-to-device copy, counting bytes read plus bytes written (the
 //        decode roof: a matmul reads its weights at most this fast);
-//   h2d_pinned / h2d_pageable: host to device from pinned / ordinary memory.
+//   h2d_pinned / h2d_pageable: host to device from pinned / ordinary memory
+//        (the pageable one only when asked; 0 otherwise).
 struct CopyBandwidth {
   double d2d_gbps = 0;
   double h2d_pinned_gbps = 0;
   double h2d_pageable_gbps = 0;
 };
-CopyBandwidth measure_copy_bandwidth(size_t bytes = size_t{1} << 30, int reps = 10);
+CopyBandwidth measure_copy_bandwidth(size_t bytes = size_t{1} << 30, int reps = 10, bool with_pageable = true);
 
 // TFLOP/s of cuBLASLt's BF16 GEMM at y[n_tok, n_out] = x[n_tok, n_in] W^T
 // (float sums and output; random operands), the ceiling of the tensor-core

@@ -235,7 +235,7 @@ void CudaBackend::unregister_host(const uint8_t* data) {
 }
 
 Backend::MemoryRates CudaBackend::measure_memory_rates() {
-  const CopyBandwidth bw = measure_copy_bandwidth(size_t{256} << 20, 3);
+  const CopyBandwidth bw = measure_copy_bandwidth(size_t{256} << 20, 3, /*with_pageable=*/false);
   return MemoryRates{.read_gbps = bw.d2d_gbps, .host_copy_gbps = bw.h2d_pinned_gbps};
 }
 
