@@ -385,7 +385,7 @@ std::string placement_map(const PlacementPlan& p) {
                                                p.n_layer);
   s += fmt::format("placement map: {}, {} of tensors{}; compute tier = {}, host budget {}\n", layers,
                    mb(static_cast<double>(p.total_tensor_bytes)),
-                   n_device ? fmt::format(" outside the device tier") : std::string(),
+                   n_device ? " outside the device tier" : "",
                    n_device ? "the device (its layers' copies, the rest copied in at each use)" : "host RAM",
                    p.budget_bytes ? mb(static_cast<double>(p.budget_bytes)) : std::string("unlimited"));
   s += fmt::format("  {:<7} {:>10} {:>8}  {}\n", "tier", "bytes", "tensors", "holds");
