@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cuda/cuda_align.h"
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/cuda_flash_attn.cuh"
@@ -190,7 +191,7 @@ void CudaBackend::reserve(const ScratchNeeds& n) {
   }
   if (n.host_weight_bytes > 0) {
     // Two layers' copies in flight and in use, each matrix 256-byte aligned.
-    const size_t want = 2 * (n.host_weight_bytes + 32 * 256);
+    const size_t want = 2 * (n.host_weight_bytes + 32 * kWeightAlign);
     if (!host_views_) host_views_ = std::make_unique<HostViews>(want);
     if (host_views_->capacity() < want) {
       SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // the copies' readers are done
