@@ -21,7 +21,7 @@ BlockManager::BlockManager(const BlockManagerConfig& config)
     : block_size_(config.block_size),
       enable_prefix_caching_(config.enable_prefix_caching),
       window_(config.window),
-      pool_(config.n_blocks),
+      pool_(config.n_blocks, config.n_blocks_limit > 0 ? config.n_blocks_limit : -1),
       n_host_total_(config.n_host_blocks) {
   CHECK(config.block_size > 0 && config.n_blocks > 0 && config.n_host_blocks >= 0 && config.window >= 0);
   host_free_.reserve(static_cast<size_t>(n_host_total_));
@@ -364,6 +364,7 @@ BlockStats BlockManager::stats() const {
   return BlockStats{
       .n_total = pool_.n_total(),
       .n_used = pool_.n_used(),
+      .n_draining = pool_.n_draining(),
       .n_free = pool_.n_available() - pool_.n_cached(),
       .n_cached = pool_.n_cached(),
       .n_host_total = n_host_total_,
@@ -378,7 +379,7 @@ BlockStats BlockManager::stats() const {
 }
 
 Status BlockManager::check_invariants() const {
-  const int64_t n = pool_.n_total();
+  const int64_t n = pool_.n_ids();
   std::vector<int32_t> refs(static_cast<size_t>(n), 0);
   std::vector<int64_t> position(static_cast<size_t>(n), -1);  // block index within any table
   std::vector<uint8_t> host_held(static_cast<size_t>(n_host_total_), 0);

@@ -61,6 +61,7 @@ struct BlockSwap {
 
 struct BlockManagerConfig {
   int64_t n_blocks = 0;                // device blocks (see kv_blocks_for_budget)
+  int64_t n_blocks_limit = 0;          // of those, usable at start (0: all; set_block_limit moves it)
   int64_t block_size = 16;             // tokens per block
   int64_t n_host_blocks = 0;           // host slots for swap; 0 disables swap
   bool enable_prefix_caching = true;
@@ -84,8 +85,9 @@ int64_t kv_window_blocks(int64_t window, int64_t block_size);
 constexpr int32_t kReleasedBlock = -1;
 
 struct BlockStats {
-  int64_t n_total = 0;             // device blocks
+  int64_t n_total = 0;             // device blocks usable now (the pool's limit)
   int64_t n_used = 0;              // held by at least one table
+  int64_t n_draining = 0;          // of n_used, past the limit (retired when freed)
   int64_t n_free = 0;              // not held, no hash
   int64_t n_cached = 0;            // not held, hash kept (reusable until evicted)
   int64_t n_host_total = 0;
@@ -175,6 +177,9 @@ class BlockManager {
 
   BlockStats stats() const;
   const BlockPool& pool() const { return pool_; }
+  // The device pool's limit (BlockPool::set_limit): blocks past it are no
+  // longer handed out; used ones there drain as their sequences free them.
+  void set_block_limit(int64_t n_blocks) { pool_.set_limit(n_blocks); }
 
   // Blocks conserved (free + cached + used == total, each in one state), refcounts
   // equal the number of tables holding each block, every hash indexes a block

@@ -60,15 +60,43 @@ StatusOr<int64_t> kv_blocks_for_budget(uint64_t budget_bytes, const KvLayout& la
   return static_cast<int64_t>(budget_bytes / static_cast<uint64_t>(block));
 }
 
-BlockPool::BlockPool(int64_t n_blocks)
+BlockPool::BlockPool(int64_t n_blocks, int64_t limit)
     : ref_count_(static_cast<size_t>(n_blocks), 0),
       hash_(static_cast<size_t>(n_blocks), 0),
       has_hash_(static_cast<size_t>(n_blocks), 0),
-      cache_(n_blocks) {
+      cache_(n_blocks),
+      limit_(limit < 0 ? n_blocks : limit) {
   CHECK(n_blocks > 0 && n_blocks <= std::numeric_limits<int32_t>::max());
+  CHECK(limit_ >= 1 && limit_ <= n_blocks);
   free_list_.reserve(static_cast<size_t>(n_blocks));
   // Back of the list is taken first, so a fresh pool hands out 0, 1, 2, ...
-  for (int64_t b = n_blocks - 1; b >= 0; --b) free_list_.push_back(static_cast<int32_t>(b));
+  for (int64_t b = limit_ - 1; b >= 0; --b) free_list_.push_back(static_cast<int32_t>(b));
+}
+
+void BlockPool::set_limit(int64_t limit) {
+  CHECK(limit >= 1 && limit <= n_ids());
+  if (limit < limit_) {
+    std::erase_if(free_list_, [&](int32_t b) { return b >= limit; });
+    for (int32_t b = static_cast<int32_t>(limit); b < limit_; ++b) {
+      if (ref_count_[b] > 0) {
+        ++n_draining_;
+      } else if (has_hash_[b]) {  // cached: forgotten
+        cache_.remove_evictable(b);
+        cache_.erase(hash_[b], b);
+        has_hash_[b] = 0;
+        hash_[b] = 0;
+      }
+    }
+  } else {
+    // Lowest ids on the back: they are handed out first.
+    std::vector<int32_t> back;
+    for (int32_t b = static_cast<int32_t>(limit) - 1; b >= limit_; --b) {
+      if (ref_count_[b] > 0) --n_draining_;
+      else back.push_back(b);
+    }
+    free_list_.insert(free_list_.begin(), back.begin(), back.end());
+  }
+  limit_ = limit;
 }
 
 int32_t BlockPool::check_id(int32_t block) const {
@@ -113,6 +141,15 @@ void BlockPool::unref(int32_t block) {
   CHECK(ref_count_[block] > 0);
   if (--ref_count_[block] > 0) return;
   --n_used_;
+  if (block >= limit_) {  // draining: retired
+    --n_draining_;
+    if (has_hash_[block]) {
+      cache_.erase(hash_[block], block);
+      has_hash_[block] = 0;
+      hash_[block] = 0;
+    }
+    return;
+  }
   if (has_hash_[block]) {
     cache_.push_evictable(block);
   } else {
@@ -138,7 +175,7 @@ void BlockPool::unregister_hash(int32_t block) {
 }
 
 Status BlockPool::check_invariants(std::span<const int32_t> expected_refs) const {
-  const int64_t n = n_total();
+  const int64_t n = n_ids();
   if (static_cast<int64_t>(expected_refs.size()) != n) {
     return internal_error("block pool: {} expected refcounts for {} blocks", expected_refs.size(), n);
   }
@@ -148,13 +185,23 @@ Status BlockPool::check_invariants(std::span<const int32_t> expected_refs) const
     if (on_free_list[b]) return internal_error("block pool: block {} twice on the free list", b);
     on_free_list[b] = 1;
   }
-  int64_t n_used = 0, n_free = 0, n_cached = 0;
+  int64_t n_used = 0, n_free = 0, n_cached = 0, n_draining = 0;
   for (int32_t b = 0; b < n; ++b) {
     if (ref_count_[b] != expected_refs[b]) {
       return internal_error("block pool: block {} has ref_count {} but {} tables hold it", b,
                             ref_count_[b], expected_refs[b]);
     }
     const bool evictable = cache_.is_evictable(b);
+    if (b >= limit_) {  // past the limit: draining, or retired (on no list)
+      if (on_free_list[b] || evictable) return internal_error("block pool: block {} past the limit {} is free", b, limit_);
+      if (ref_count_[b] > 0) ++n_draining, ++n_used;
+      else if (has_hash_[b]) return internal_error("block pool: retired block {} keeps a hash", b);
+      if (has_hash_[b]) {
+        const std::optional<int32_t> owner = cache_.find(hash_[b]);
+        if (!owner || *owner != b) return internal_error("block pool: block {} hash is not indexed to it", b);
+      }
+      continue;
+    }
     if (ref_count_[b] > 0) {
       if (on_free_list[b] || evictable) return internal_error("block pool: used block {} is also free", b);
       ++n_used;
@@ -174,9 +221,10 @@ Status BlockPool::check_invariants(std::span<const int32_t> expected_refs) const
       if (!owner || *owner != b) return internal_error("block pool: block {} hash is not indexed to it", b);
     }
   }
-  if (n_used != n_used_ || n_used + n_cached + n_free != n || n_cached != cache_.n_evictable()) {
-    return internal_error("block pool: counts used {} (kept {}) + cached {} + free {} != total {}", n_used,
-                          n_used_, n_cached, n_free, n);
+  if (n_used != n_used_ || n_draining != n_draining_ || n_used - n_draining + n_cached + n_free != limit_ ||
+      n_cached != cache_.n_evictable()) {
+    return internal_error("block pool: counts used {} (kept {}, draining {} kept {}) + cached {} + free {} != limit {}",
+                          n_used, n_used_, n_draining, n_draining_, n_cached, n_free, limit_);
   }
   for (const auto& [h, b] : cache_.index()) {
     if (b < 0 || b >= n || !has_hash_[b] || hash_[b] != h) {

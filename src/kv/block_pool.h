@@ -13,6 +13,15 @@
 //   ref():      used -> used (count+1), or cached free -> used (prefix hit)
 //   unref():    count-1; at 0: hashed -> cached free (most recent), else -> free
 //
+// A limit (set_limit) lets the pool's memory shrink and grow at run time (the
+// fluid split, plan/fluid_split.h): ids at or past it are never handed out.
+// Free and cached ones there are retired at once (hash dropped); used ones
+// drain, retiring at their last unref. Raising the limit brings retired ids
+// back as free. Ids run 0 .. n_ids()-1 whatever the limit:
+//
+//   ids:   [0 ............ limit) [limit ............ n_ids)
+//           used / cached / free    draining (used) or retired
+//
 // A block is hashed only while the PrefixCache index maps its hash to it, so a
 // hash maps to at most one block and a block has at most one hash.
 // Not thread-safe: owned by the engine thread (through BlockManager).
@@ -63,12 +72,26 @@ StatusOr<int64_t> kv_blocks_for_budget(uint64_t budget_bytes, const KvLayout& la
 
 class BlockPool {
  public:
-  explicit BlockPool(int64_t n_blocks);
+  // n_blocks ids, all below the limit (n_blocks unless `limit` is given, 1 .. n_blocks).
+  explicit BlockPool(int64_t n_blocks, int64_t limit = -1);
 
-  int64_t n_total() const { return static_cast<int64_t>(ref_count_.size()); }
+  // Ids the pool was made with (per-block arrays are this long).
+  int64_t n_ids() const { return static_cast<int64_t>(ref_count_.size()); }
+  // Blocks the pool may hold now: the limit.
+  int64_t n_total() const { return limit_; }
+  // Used blocks, draining ones included.
   int64_t n_used() const { return n_used_; }
-  // Blocks an allocate() can return: free plus cached free.
-  int64_t n_available() const { return n_total() - n_used_; }
+  // Used blocks at or past the limit, waiting for their last holder.
+  int64_t n_draining() const { return n_draining_; }
+  // Blocks an allocate() can return: free plus cached free, below the limit.
+  int64_t n_available() const { return n_total() - (n_used_ - n_draining_); }
+  // Moves the limit (1 .. n_ids()). Lowering it retires the free and cached
+  // blocks past it and leaves the used ones draining; raising it makes the
+  // retired ids below the new limit free (a draining one stays used).
+  void set_limit(int64_t limit);
+  // True when no block at or past the limit is used: the memory of ids
+  // limit .. n_ids()-1 holds nothing anyone reads.
+  bool drained() const { return n_draining_ == 0; }
   // Free blocks that still keep a hash (a subset of n_available()).
   int64_t n_cached() const { return cache_.n_evictable(); }
   // Cached blocks evicted so far to make room.
@@ -95,8 +118,9 @@ class BlockPool {
   // Cached free blocks, least recently freed (first to be evicted) first.
   std::vector<int32_t> cached_in_eviction_order() const { return cache_.evictable_in_order(); }
 
-  // Verifies the three-state partition, the counters, the index, and that every
-  // block's ref_count equals expected_refs[block] (the number of tables holding it).
+  // Verifies the three-state partition below the limit (used or retired past
+  // it), the counters, the index, and that every block's ref_count equals
+  // expected_refs[block] (the number of tables holding it; [n_ids()]).
   Status check_invariants(std::span<const int32_t> expected_refs) const;
 
  private:
@@ -107,6 +131,8 @@ class BlockPool {
   std::vector<uint8_t> has_hash_;   // [n_blocks]
   std::vector<int32_t> free_list_;  // unhashed free blocks; back is taken first
   PrefixCache cache_;
+  int64_t limit_ = 0;
+  int64_t n_draining_ = 0;
   int64_t n_used_ = 0;
   int64_t n_evictions_ = 0;
 };

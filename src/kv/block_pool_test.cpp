@@ -162,5 +162,55 @@ TEST(BlockPoolTest, RandomOperationsKeepInvariants) {
   }
 }
 
+// A limit retires the free and cached blocks past it at once and the used ones
+// as they are freed; raising it brings them back, lowest ids first.
+TEST(BlockPool, ALimitRetiresBlocksPastItAndDrainsTheUsedOnes) {
+  BlockPool pool(8);
+  std::vector<int32_t> refs(8, 0);
+  std::vector<int32_t> got;
+  for (int i = 0; i < 6; ++i) got.push_back(*pool.allocate());  // 0..5 used
+  for (int32_t b : got) refs[b] = 1;
+  ASSERT_TRUE(pool.register_hash(5, 55));
+  pool.unref(5);  // 5: cached
+  refs[5] = 0;
+  pool.unref(4);  // 4: free
+  refs[4] = 0;
+  pool.set_limit(3);  // 3 used past it; 4 free, 5 cached, 6 and 7 free: retired
+  EXPECT_EQ(pool.n_total(), 3);
+  EXPECT_EQ(pool.n_draining(), 1);
+  EXPECT_FALSE(pool.drained());
+  EXPECT_EQ(pool.n_available(), 0);
+  EXPECT_FALSE(pool.find(55).has_value());  // the cached block's hash is forgotten
+  EXPECT_FALSE(pool.allocate().has_value());
+  ASSERT_TRUE(pool.check_invariants(refs).ok()) << pool.check_invariants(refs).to_string();
+  pool.unref(3);  // the last holder: 3 retires
+  refs[3] = 0;
+  EXPECT_TRUE(pool.drained());
+  EXPECT_EQ(pool.n_used(), 3);
+  ASSERT_TRUE(pool.check_invariants(refs).ok()) << pool.check_invariants(refs).to_string();
+  pool.set_limit(8);
+  EXPECT_EQ(pool.n_available(), 5);
+  EXPECT_EQ(*pool.allocate(), 3);  // lowest first
+  refs[3] = 1;
+  ASSERT_TRUE(pool.check_invariants(refs).ok()) << pool.check_invariants(refs).to_string();
+}
+
+TEST(BlockPool, RaisingTheLimitKeepsADrainingBlockUsed) {
+  BlockPool pool(4, 2);
+  EXPECT_EQ(pool.n_total(), 2);
+  std::vector<int32_t> refs(4, 0);
+  EXPECT_EQ(*pool.allocate(), 0);
+  EXPECT_EQ(*pool.allocate(), 1);
+  refs[0] = refs[1] = 1;
+  EXPECT_FALSE(pool.allocate().has_value());
+  pool.set_limit(1);  // 1 drains
+  pool.set_limit(3);  // and is simply used again; 2 becomes free
+  EXPECT_EQ(pool.n_draining(), 0);
+  EXPECT_EQ(pool.n_available(), 1);
+  EXPECT_EQ(*pool.allocate(), 2);
+  refs[2] = 1;
+  ASSERT_TRUE(pool.check_invariants(refs).ok()) << pool.check_invariants(refs).to_string();
+}
+
 }  // namespace
 }  // namespace sluice

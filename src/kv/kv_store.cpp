@@ -1,5 +1,8 @@
 #include "kv/kv_store.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -116,6 +119,18 @@ void KvStore::load_row(const uint8_t* layer, int64_t row, float* dst) const {
   const uint8_t* block = layer + static_cast<size_t>(row / bs) * block_bytes_ + static_cast<size_t>(row % bs) * slice;
   for (int64_t s = 0; s < n_slices_; ++s)
     load_values(layout_.dtype, block + static_cast<size_t>(s * bs) * slice, dst + s * n, n);
+}
+
+void KvStore::release_blocks(int64_t first) {
+  CHECK(host_memory() && first >= 0 && first <= n_blocks_);
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  for (int64_t l = 0; l < layout_.n_layer; ++l)
+    for (uint8_t* layer : {k_layer(l), v_layer(l)}) {
+      const auto begin = reinterpret_cast<uintptr_t>(layer + static_cast<size_t>(first) * block_bytes_);
+      const auto end = reinterpret_cast<uintptr_t>(layer + layer_bytes_);
+      const uintptr_t a = (begin + page - 1) / page * page, b = end / page * page;
+      if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+    }
 }
 
 void KvStore::copy_block(int32_t src, int32_t dst) {

@@ -78,6 +78,11 @@ class KvStore {
 
   // Copies every layer's K and V rows of block src to block dst (copy-on-write).
   void copy_block(int32_t src, int32_t dst);
+  // Gives the memory of blocks first .. n_blocks()-1 back to the system (every
+  // layer's K and V; whole pages inside the range only): the pool no longer
+  // hands them out (BlockPool::set_limit) and none is in use. A block written
+  // later takes fresh zero pages. Host stores only.
+  void release_blocks(int64_t first);
   // Copies block `src` of `from` into block `dst` of `to` (swap out / swap in).
   // Both stores must have the same layout.
   static void move_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst);
