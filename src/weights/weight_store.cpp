@@ -128,12 +128,17 @@ Status WeightStore::load(const WeightStoreOptions& options) {
         format_bytes(static_cast<double>(*available)));
   }
   uint64_t load_bytes = 0;
-  for (Group& g : groups) {
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    Group& g = groups[gi];
     if (g.tensors.empty()) continue;
     ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(g.layout.buffer_bytes));
     for (size_t j = 0; j < g.tensors.size(); ++j)
       resident_[f.tensors[plan_.tensors[g.tensors[j]].index].name] = buf.data() + g.layout.tensor_offsets[j];
     ASSIGN_OR_RETURN(g.transfer, arbiter_->submit(TransferClass::kCritical, g.layout.extents, buf.data()));
+    if (gi > 0) {
+      layers_[gi - 1].buffer = static_cast<int>(resident_bufs_.size());
+      layers_[gi - 1].moved = g.tensors;
+    }
     resident_bufs_.push_back(std::move(buf));
   }
   Status load_status;
@@ -159,16 +164,8 @@ Status WeightStore::load(const WeightStoreOptions& options) {
     LayerInfo& li = layers_[static_cast<size_t>(l)];
     li.streamed = plan_.layers[static_cast<size_t>(l)].streamed;
     std::vector<size_t> members;
-    std::vector<TensorRange> ranges;
-    for (size_t i = 0; i < plan_.tensors.size(); ++i) {
-      const TensorPlacement& t = plan_.tensors[i];
-      if (t.layer != l) continue;
-      members.push_back(i);
-      if (t.tier == Tier::kDisk) {
-        const TensorInfo& info = f.tensors[t.index];
-        ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
-      }
-    }
+    for (size_t i = 0; i < plan_.tensors.size(); ++i)
+      if (plan_.tensors[i].layer == l) members.push_back(i);
     if (!li.streamed) {
       for (size_t i : members) {
         const TensorPlacement& t = plan_.tensors[i];
@@ -177,28 +174,11 @@ Status WeightStore::load(const WeightStoreOptions& options) {
       }
       continue;
     }
-    li.layout = layout_extents(ranges, kDirectAlign);
-    if (li.layout.buffer_bytes > plan_.slot_bytes)
-      return invalid_argument("layer {} needs {} bytes but the plan's slots hold {}", l, li.layout.buffer_bytes,
-                              plan_.slot_bytes);
-    streamed_pos_[static_cast<size_t>(l)] = static_cast<int64_t>(streamed_.size());
-    streamed_.push_back(l);
-    for (size_t s = 0; s < slots_.size(); ++s) {
-      std::vector<LayerTensor>& table = slot_tables_[s * static_cast<size_t>(n) + static_cast<size_t>(l)];
-      size_t streamed_index = 0;
-      for (size_t i : members) {
-        const TensorPlacement& t = plan_.tensors[i];
-        if (t.tier == Tier::kDisk) {
-          table.push_back({.suffix = t.suffix,
-                           .data = slots_[s].buf.data() + li.layout.tensor_offsets[streamed_index++],
-                           .n_bytes = t.n_bytes,
-                           .streamed = true});
-        } else {
-          table.push_back({.suffix = t.suffix, .data = resident_.at(f.tensors[t.index].name), .n_bytes = t.n_bytes});
-        }
-      }
-    }
+    for (size_t i : members)
+      if (plan_.tensors[i].tier == Tier::kDisk) li.moved.push_back(i);
+    RETURN_IF_ERROR(make_streamed(l));
   }
+  index_streamed();
   uint64_t resident_tensor_bytes = 0;
   for (const TensorPlacement& t : plan_.tensors)
     if (t.tier == Tier::kHost && !t.elsewhere) resident_tensor_bytes += t.n_bytes;
@@ -500,7 +480,8 @@ const uint8_t* WeightStore::resident_tensor(const std::string& name) const {
 
 std::vector<std::span<const uint8_t>> WeightStore::host_regions() const {
   std::vector<std::span<const uint8_t>> r;
-  for (const AlignedBuffer& b : resident_bufs_) r.emplace_back(b.data(), b.size());
+  for (const AlignedBuffer& b : resident_bufs_)
+    if (b.size() > 0) r.emplace_back(b.data(), b.size());
   for (const Slot& s : slots_) r.emplace_back(s.buf.data(), s.buf.size());
   if (experts_) r.push_back(experts_->pool());
   return r;

@@ -168,6 +168,27 @@ class WeightStore {
   // Per-layer expert counters (empty when experts are not streamed).
   ExpertStatsSnapshot expert_stats() const { return experts_ ? experts_->stats() : ExpertStatsSnapshot{}; }
 
+  // The fluid split (engine/fluid_control.h), between steps (no layer
+  // acquired): demote() frees a resident layer's buffer and streams it
+  // through the ring from then on; promote() reads a streamed layer into a
+  // buffer of its own again (blocking until it has landed) and serves it from
+  // there. Both update the plan (its map, byte counts) and keep the slots'
+  // read-ahead going. (weight_store_fluid.cpp)
+  // Whether demote(layer) can: a resident layer read into a buffer of its own
+  // (not the file's memory, not the device tier's, no experts of its own), no
+  // bigger than a ring slot, in a store with a ring.
+  bool demotable(int64_t layer) const;
+  // Errors: not demotable (failed precondition).
+  Status demote(int64_t layer);
+  // Errors: the layer is resident, or acquired (failed precondition); the
+  // read failed (the layer stays streamed).
+  Status promote(int64_t layer);
+  // A resident layer's tensors, without acquiring it (the model binds a
+  // promoted layer with them).
+  LayerView resident_view(int64_t layer) const;
+  // Bytes a demote() frees (the layer's buffer), 0 when not demotable.
+  uint64_t resident_buffer_bytes(int64_t layer) const;
+
   // A resident tensor by full name ("token_embd.weight", "blk.3.attn_norm.weight",
   // or any tensor of a resident layer); nullptr for streamed or unknown names.
   const uint8_t* resident_tensor(const std::string& name) const;
@@ -201,6 +222,8 @@ class WeightStore {
     ExtentLayout layout;                // streamed matrices (streamed layers only)
     std::vector<LayerTensor> resident;  // view table of a resident layer
     uint64_t matrix_bytes = 0;
+    int buffer = -1;                    // resident_bufs_ index of its own buffer, or -1
+    std::vector<size_t> moved;          // plan_.tensors in that buffer, which demote() streams
   };
 
   WeightStore(std::shared_ptr<const ModelFile> file, PlacementPlan plan, const WeightStoreOptions& options);
@@ -227,6 +250,11 @@ class WeightStore {
   StatusOr<RingReads> probe_ring_reads(double seconds);
   void drop(int slot);
   LayerView view(int slot, int64_t layer) const;
+  // Makes layer l streamed: its extents over li.moved's tensors and a view
+  // table per slot (the others point where they are resident).
+  Status make_streamed(int64_t l);
+  // streamed_ and streamed_pos_ from layers_.
+  void index_streamed();
 
   std::shared_ptr<const ModelFile> file_;
   PlacementPlan plan_;

@@ -453,5 +453,49 @@ TEST(WeightStore, RefusesAPlanForAnotherFile) {
   EXPECT_EQ(WeightStore::open(b, plan).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The fluid split's moves: a resident layer demoted streams through the ring
+// with the file's bytes and frees its buffer; promoted, it is resident again.
+TEST(WeightStore, DemotedLayersStreamAndPromotedOnesComeBack) {
+  auto file = synth_file("f16");
+  auto store = WeightStore::open(file, plan_with_ring(*file, 2, 3), {.queue_depth = 4});
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  WeightStore& ws = **store;
+  int64_t resident = -1;
+  for (int64_t l = 0; l < kLayers && resident < 0; ++l)
+    if (ws.state(l) == LayerState::kResident) resident = l;
+  ASSERT_GE(resident, 0);
+  ASSERT_TRUE(ws.demotable(resident));
+  const uint64_t freed = ws.resident_buffer_bytes(resident);
+  EXPECT_GT(freed, 0u);
+  const uint64_t host_before = ws.plan().host_bytes;
+  const size_t regions_before = ws.host_regions().size();
+  ASSERT_TRUE(ws.demote(resident).ok());
+  EXPECT_NE(ws.state(resident), LayerState::kResident);
+  EXPECT_TRUE(ws.plan().layers[static_cast<size_t>(resident)].streamed);
+  EXPECT_EQ(ws.plan().host_bytes, host_before - freed);
+  EXPECT_EQ(ws.host_regions().size(), regions_before - 1);
+  EXPECT_FALSE(ws.demotable(resident));
+  EXPECT_FALSE(ws.demote(resident).ok());
+  // Two passes over every layer: each acquire gives the file's bytes.
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t l = 0; l < kLayers; ++l) {
+      auto v = ws.acquire(l);
+      ASSERT_TRUE(v.ok()) << v.status().to_string();
+      expect_layer_matches(*file, *v, l);
+      EXPECT_EQ(v->streamed, l == resident || ws.plan().layers[static_cast<size_t>(l)].streamed);
+      ws.release(l);
+    }
+  ASSERT_TRUE(ws.promote(resident).ok());
+  EXPECT_EQ(ws.state(resident), LayerState::kResident);
+  EXPECT_EQ(ws.plan().host_bytes, host_before);
+  expect_layer_matches(*file, ws.resident_view(resident), resident);
+  auto v = ws.acquire(resident);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->streamed);
+  expect_layer_matches(*file, *v, resident);
+  ws.release(resident);
+  EXPECT_FALSE(ws.promote(resident).ok());  // already resident
+}
+
 }  // namespace
 }  // namespace sluice::weights

@@ -1,0 +1,150 @@
+// WeightStore's side of the fluid split: a resident layer demoted to the ring
+// and promoted back, between steps (weight_store.h).
+#include <algorithm>
+
+#include "base/check.h"
+#include "weights/weight_store.h"
+
+namespace sluice::weights {
+
+Status WeightStore::make_streamed(int64_t l) {
+  const ModelFile& f = *file_;
+  LayerInfo& li = layers_[static_cast<size_t>(l)];
+  std::vector<TensorRange> ranges;
+  for (size_t i : li.moved) {
+    const TensorInfo& info = f.tensors[plan_.tensors[i].index];
+    ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
+  }
+  ExtentLayout layout = layout_extents(ranges, kDirectAlign);
+  if (layout.buffer_bytes > plan_.slot_bytes)
+    return invalid_argument("layer {} needs {} bytes but the plan's slots hold {}", l, layout.buffer_bytes,
+                            plan_.slot_bytes);
+  const auto n = static_cast<size_t>(plan_.n_layer);
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    std::vector<LayerTensor>& table = slot_tables_[s * n + static_cast<size_t>(l)];
+    table.clear();
+    size_t streamed_index = 0;
+    for (size_t i = 0; i < plan_.tensors.size(); ++i) {
+      const TensorPlacement& t = plan_.tensors[i];
+      if (t.layer != l) continue;
+      if (std::find(li.moved.begin(), li.moved.end(), i) != li.moved.end()) {
+        table.push_back({.suffix = t.suffix,
+                         .data = slots_[s].buf.data() + layout.tensor_offsets[streamed_index++],
+                         .n_bytes = t.n_bytes,
+                         .streamed = true});
+      } else if (t.tier != Tier::kDisk) {  // kDisk: experts, streamed one by one
+        table.push_back({.suffix = t.suffix, .data = resident_.at(f.tensors[t.index].name), .n_bytes = t.n_bytes});
+      }
+    }
+  }
+  li.layout = std::move(layout);
+  li.streamed = true;
+  return Status();
+}
+
+void WeightStore::index_streamed() {
+  streamed_.clear();
+  streamed_pos_.assign(static_cast<size_t>(plan_.n_layer), -1);
+  for (int64_t l = 0; l < plan_.n_layer; ++l) {
+    if (!layers_[static_cast<size_t>(l)].streamed) continue;
+    streamed_pos_[static_cast<size_t>(l)] = static_cast<int64_t>(streamed_.size());
+    streamed_.push_back(l);
+  }
+}
+
+bool WeightStore::demotable(int64_t layer) const {
+  CHECK(layer >= 0 && layer < plan_.n_layer);
+  const LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  if (li.streamed || li.buffer < 0 || slots_.empty() || plan_.n_expert > 0)
+    return false;
+  return resident_bufs_[static_cast<size_t>(li.buffer)].size() <= plan_.slot_bytes;
+}
+
+uint64_t WeightStore::resident_buffer_bytes(int64_t layer) const {
+  if (!demotable(layer)) return 0;
+  return resident_bufs_[static_cast<size_t>(layers_[static_cast<size_t>(layer)].buffer)].size();
+}
+
+Status WeightStore::demote(int64_t layer) {
+  if (!demotable(layer))
+    return invalid_argument("layer {} cannot be demoted: it is not resident in a buffer of its own that fits a "
+                               "ring slot{}",
+                               layer, slots_.empty() ? " (the store has no ring: nothing streams)" : "");
+  CHECK(n_acquired_ == 0);
+  LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  RETURN_IF_ERROR(make_streamed(layer));
+  index_streamed();
+  uint64_t bytes = 0;
+  for (size_t i : li.moved) {
+    TensorPlacement& t = plan_.tensors[i];
+    resident_.erase(file_->tensors[t.index].name);
+    t.tier = Tier::kDisk;
+    bytes += t.n_bytes;
+  }
+  const uint64_t freed = resident_bufs_[static_cast<size_t>(li.buffer)].size();
+  resident_bufs_[static_cast<size_t>(li.buffer)] = AlignedBuffer();
+  li.resident.clear();
+  LayerPlacement& lp = plan_.layers[static_cast<size_t>(layer)];
+  lp.streamed = true;
+  ++plan_.n_streamed;
+  plan_.streamed_bytes += bytes;
+  plan_.resident_layer_bytes -= std::min(plan_.resident_layer_bytes, freed);
+  plan_.resident_bytes -= std::min(plan_.resident_bytes, freed);
+  plan_.host_bytes -= std::min(plan_.host_bytes, freed);
+  counters_.set_placement(counters_.snapshot().resident_bytes - std::min(counters_.snapshot().resident_bytes, bytes),
+                          plan_.streamed_bytes);
+  if (auto_prefetch_) RETURN_IF_ERROR(fill(pos_ + 1));
+  return Status();
+}
+
+Status WeightStore::promote(int64_t layer) {
+  CHECK(layer >= 0 && layer < plan_.n_layer);
+  LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  if (!li.streamed) return invalid_argument("layer {} is already resident", layer);
+  const int s = layer_slot_[static_cast<size_t>(layer)];
+  if (s >= 0 && slots_[static_cast<size_t>(s)].acquired)
+    return invalid_argument("layer {} is acquired; promote it between steps", layer);
+  if (s >= 0) drop(s);
+  ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(li.layout.buffer_bytes));
+  ASSIGN_OR_RETURN(const TransferId id, arbiter_->submit(TransferClass::kCritical, li.layout.extents, buf.data()));
+  const TransferResult r = arbiter_->wait(id);
+  counters_.add_disk_read(r.bytes);
+  RETURN_IF_ERROR(r.status.with_context(fmt::format("promoting layer {}", layer)));
+  uint64_t bytes = 0;
+  for (size_t j = 0; j < li.moved.size(); ++j) {
+    TensorPlacement& t = plan_.tensors[li.moved[j]];
+    resident_[file_->tensors[t.index].name] = buf.data() + li.layout.tensor_offsets[j];
+    t.tier = Tier::kHost;
+    bytes += t.n_bytes;
+  }
+  li.resident.clear();
+  for (const TensorPlacement& t : plan_.tensors)
+    if (t.layer == layer && t.tier != Tier::kDisk)
+      li.resident.push_back({.suffix = t.suffix, .data = resident_.at(file_->tensors[t.index].name), .n_bytes = t.n_bytes});
+  const uint64_t held = buf.size();
+  if (li.buffer < 0) {
+    li.buffer = static_cast<int>(resident_bufs_.size());
+    resident_bufs_.push_back(std::move(buf));
+  } else {
+    resident_bufs_[static_cast<size_t>(li.buffer)] = std::move(buf);
+  }
+  li.streamed = false;
+  index_streamed();
+  LayerPlacement& lp = plan_.layers[static_cast<size_t>(layer)];
+  lp.streamed = false;
+  --plan_.n_streamed;
+  plan_.streamed_bytes -= std::min(plan_.streamed_bytes, bytes);
+  plan_.resident_layer_bytes += held;
+  plan_.resident_bytes += held;
+  plan_.host_bytes += held;
+  counters_.set_placement(counters_.snapshot().resident_bytes + bytes, plan_.streamed_bytes);
+  if (auto_prefetch_) RETURN_IF_ERROR(fill(pos_ + 1));
+  return Status();
+}
+
+LayerView WeightStore::resident_view(int64_t layer) const {
+  CHECK(layer >= 0 && layer < plan_.n_layer && !layers_[static_cast<size_t>(layer)].streamed);
+  return LayerView{.layer = layer, .streamed = false, .tensors = layers_[static_cast<size_t>(layer)].resident};
+}
+
+}  // namespace sluice::weights
