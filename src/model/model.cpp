@@ -77,6 +77,7 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
     RETURN_IF_ERROR(m->prepare_device_layers());
   }
   m->host_layer_bytes_.resize(static_cast<size_t>(m->hp_.n_layer), 0);
+  m->repack_ = options.repack;
   if (options.repack && m->source_ && m->device_layer_.empty()) m->reorder_resident();
   return m;
 }
@@ -175,14 +176,41 @@ Status Model::prepare_device_layers() {
   return Status();
 }
 
+uint64_t Model::demotable_bytes(int64_t l) const {
+  if (!source_ || !backend_->host_visible() || l < layer_begin_ || l >= layer_end_) return 0;
+  return source_->demotable_bytes(l);
+}
+
+Status Model::demote_layer(int64_t l) {
+  if (demotable_bytes(l) == 0) return invalid_argument("layer {} cannot be demoted", l);
+  RETURN_IF_ERROR(source_->demote(l));
+  // The ring holds the file's rows: what was reordered in place is not.
+  LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+  for (WeightView& v : w.mats) v.layout = WeightLayout::kRows;
+  return Status();
+}
+
+Status Model::promote_layer(int64_t l) {
+  if (!source_ || !backend_->host_visible() || l < layer_begin_ || l >= layer_end_)
+    return invalid_argument("layer {} cannot be promoted", l);
+  LayerWeightPointers p;
+  RETURN_IF_ERROR(source_->promote(l, &p));
+  bind_layer(weights_.layers[static_cast<size_t>(l)], p);
+  if (repack_) reorder_in_place(l);
+  return Status();
+}
+
 bool Model::on_device(int64_t l) const { return !device_layer_.empty() && device_layer_[static_cast<size_t>(l)]; }
 
 const RopeFreqs& Model::layer_rope(int64_t l) const { return hp_.layer_has_own_rope(l) ? rope_swa_ : rope_; }
 
-void Model::reorder_resident() {
+void Model::reorder_resident() { reorder_in_place(-1); }
+
+void Model::reorder_in_place(int64_t only_layer) {
   // Views bound per layer at acquire() keep their layout across binds, and a
   // resident layer is bound to the same bytes every time.
   for (const std::vector<WeightView*>& g : dispatch_groups(weights_, arch())) {
+    if (only_layer >= 0 && layer_of_view(weights_, g[0]) != only_layer) continue;
     WeightView views[4];
     bool movable = g.size() <= 4;
     for (size_t i = 0; movable && i < g.size(); ++i) {
@@ -194,11 +222,12 @@ void Model::reorder_resident() {
     for (size_t i = 0; i < g.size(); ++i) {
       if (views[i].layout == g[i]->layout) continue;
       g[i]->layout = views[i].layout;
+      if (only_layer >= 0) continue;  // a promotion: counted at load
       prepared_.repacked_bytes += row_bytes(views[i].type, views[i].n_in) * static_cast<uint64_t>(views[i].n_out);
       ++prepared_.n_repacked;
     }
   }
-  if (prepared_.n_repacked > 0)
+  if (only_layer < 0 && prepared_.n_repacked > 0)
     prepared_.summary = fmt::format("{} resident matrices reordered in place at load ({:.1f} MiB)",
                                     prepared_.n_repacked, static_cast<double>(prepared_.repacked_bytes) / (1 << 20));
 }

@@ -141,6 +141,7 @@ class Model {
   const ArchSpec& arch() const { return *hp_.spec; }
   const ModelFile& file() const { return *file_; }
   Backend& backend() { return *backend_; }
+  const Backend& backend() const { return *backend_; }
   // The backend, to share with another model.
   const std::shared_ptr<Backend>& shared_backend() const { return backend_; }
   int n_threads() const { return backend_->n_threads(); }
@@ -162,6 +163,15 @@ class Model {
   // under --gpu-budget; or a weight source's, three tiers: every layer
   // outside the device tier).  [n_layer], all 0 when none
   const std::vector<uint64_t>& host_layer_bytes() const { return host_layer_bytes_; }
+
+  // The fluid split (engine/fluid_control.h), between steps, with a weight
+  // source on a host-visible backend: the host bytes demoting layer l frees
+  // (0: it cannot move); demote_layer streams it from then on (its views back
+  // in the file's row layout); promote_layer makes it resident again,
+  // reordered in place as at load.
+  uint64_t demotable_bytes(int64_t l) const;
+  Status demote_layer(int64_t l);
+  Status promote_layer(int64_t l);
 
   // The KV cache's shape (KvShape: its default dtype, layout, window).
   KvShape kv_shape() const;
@@ -263,6 +273,8 @@ class Model {
   // (LayerWeightSource::reorderable), reordered there once at load, as
   // prepare_weights() would have copied them; the rest stay as they are.
   void reorder_resident();
+  // reorder_resident() for layer l's groups alone (-1: every layer's and the rest).
+  void reorder_in_place(int64_t only_layer);
   // A weight source on a backend that is not host-visible (three tiers):
   // which layers are the device tier's, the host bytes one layer reads at
   // most, the source's host memory registered with the backend (before the
@@ -282,6 +294,7 @@ class Model {
   std::shared_ptr<LayerWeightSource> source_;
   ModelWeights weights_;
   PreparedWeights prepared_;
+  bool repack_ = false;                     // ModelOptions::repack
   std::vector<uint64_t> host_layer_bytes_;  // [n_layer] host_layer_bytes()
   std::vector<uint8_t> device_layer_;       // [n_layer] the device tier's (empty: no device tiers)
   uint64_t host_weight_bytes_ = 0;          // ScratchNeeds::host_weight_bytes

@@ -126,6 +126,17 @@ class LayerWeightSource {
   virtual bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const { return false; }
   // That expert was reordered in place; it stays so until it is read again.
   virtual void unpinned_expert_prepared(int64_t layer, int32_t expert) {}
+
+  // The fluid split (engine/fluid_control.h), between steps: the host bytes
+  // demote(l) would free by streaming resident layer l (0: it cannot);
+  // demote(l) does it; promote(l) makes a streamed layer resident again
+  // and gives its matrices (as acquire() would, without acquiring it).
+  // Defaults: nothing can move.
+  virtual uint64_t demotable_bytes(int64_t layer) const { return 0; }
+  virtual Status demote(int64_t layer) { return unimplemented("this weight source cannot demote layers"); }
+  virtual Status promote(int64_t layer, LayerWeightPointers* out) {
+    return unimplemented("this weight source cannot promote layers");
+  }
 };
 
 }  // namespace sluice

@@ -14,6 +14,15 @@ namespace sluice::weights {
 
 Status StoreWeightSource::acquire(int64_t layer, LayerWeightPointers* out) {
   ASSIGN_OR_RETURN(LayerView v, store_->acquire(layer));
+  return pointers(layer, v, out);
+}
+
+Status StoreWeightSource::promote(int64_t layer, LayerWeightPointers* out) {
+  RETURN_IF_ERROR(store_->promote(layer));
+  return pointers(layer, store_->resident_view(layer), out);
+}
+
+Status StoreWeightSource::pointers(int64_t layer, const LayerView& v, LayerWeightPointers* out) const {
   const bool experts_apart = store_->streams_experts();
   for (const TensorSpec& t : hp_.spec->tensors) {
     if (!t.per_layer || t.kind == TensorKind::kVector || !applies_to_layer(t, hp_, layer)) continue;
