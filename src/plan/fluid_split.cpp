@@ -33,6 +33,17 @@ FluidDecision decision(const FluidSplitConfig& c, FluidAction a, FluidSplitState
 
 }  // namespace
 
+StatusOr<std::vector<double>> ring_demotion_costs(double compute_s, double transfer_s, int64_t n_streamed,
+                                                  int64_t max_units) {
+  if (!(compute_s >= 0) || !(transfer_s >= 0) || n_streamed < 0 || max_units < 0)
+    return invalid_argument("ring demotion costs: compute {} s, transfer {} s, {} streamed, {} units", compute_s,
+                            transfer_s, n_streamed, max_units);
+  auto step = [&](int64_t s) { return std::max(compute_s, static_cast<double>(s) * transfer_s); };
+  std::vector<double> costs;
+  for (int64_t k = 0; k <= max_units; ++k) costs.push_back(step(n_streamed + k) - step(n_streamed));
+  return costs;
+}
+
 int64_t fluid_kv_blocks(const FluidSplitConfig& c, int64_t n_demoted) {
   const double left = c.budget_bytes - resident_bytes(c, n_demoted);
   return left > 0 ? static_cast<int64_t>(std::floor(left / c.kv_block_bytes)) : 0;

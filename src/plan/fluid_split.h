@@ -88,6 +88,14 @@ struct FluidDecision {
 Status validate_fluid_split(const FluidSplitConfig& c);
 // The pool's blocks with n_demoted units streamed.
 int64_t fluid_kv_blocks(const FluidSplitConfig& c, int64_t n_demoted);
+// The price list of a split between host memory and the disk (a weight
+// store's resident layers and its ring, --mem-budget): with S layers streamed,
+// a decode step takes max(compute_s, S x transfer_s) (the ring hides reads
+// under compute until they outlast it), so entry k is
+//   max(compute_s, (S + k) x transfer_s) - max(compute_s, S x transfer_s),
+// k = 0 .. max_units. Errors: a negative time or count.
+StatusOr<std::vector<double>> ring_demotion_costs(double compute_s, double transfer_s, int64_t n_streamed,
+                                                  int64_t max_units);
 // One step of the policy above. c must pass validate_fluid_split.
 StatusOr<FluidDecision> decide_fluid_split(const FluidSplitConfig& c, const FluidSplitState& s, const FluidLoad& load);
 

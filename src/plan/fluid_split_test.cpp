@@ -193,5 +193,19 @@ TEST(FluidSplit, PricedByTheTierPlanner) {
   EXPECT_EQ(decide_fluid_split(c, {}, dear)->action, FluidAction::kKeep);
 }
 
+// Streaming under the ring's cover is free until the reads outlast compute.
+TEST(FluidSplit, RingDemotionsCostOnlyWhatTheReadsOutlast) {
+  // compute 1.0 s a step, a layer read in 0.3 s, 2 layers streamed (0.6 s: hidden).
+  auto c = ring_demotion_costs(1.0, 0.3, 2, 3);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->size(), 4u);
+  EXPECT_DOUBLE_EQ((*c)[0], 0.0);
+  EXPECT_DOUBLE_EQ((*c)[1], 0.0);           // 0.9 s: still hidden
+  EXPECT_NEAR((*c)[2], 0.2, 1e-12);          // 1.2 s
+  EXPECT_NEAR((*c)[3], 0.5, 1e-12);          // 1.5 s
+  EXPECT_FALSE(ring_demotion_costs(-1, 0.3, 2, 3).ok());
+  EXPECT_FALSE(ring_demotion_costs(1, 0.3, -2, 3).ok());
+}
+
 }  // namespace
 }  // namespace sluice::plan
