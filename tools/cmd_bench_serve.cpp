@@ -78,6 +78,7 @@ struct BenchServeArgs {
   int64_t max_seqs = 16;
   int64_t max_batch_tokens = 512;
   uint64_t kv_budget_bytes = 0;
+  bool fluid_split = false;
   double sample_ms = 5;
   double timeout_s = 600;
   std::string dump_workload;
@@ -308,6 +309,7 @@ int run(const BenchServeArgs& a) {
   cfg.max_batch_tokens = a.max_batch_tokens;
   cfg.max_seqs = a.max_seqs;
   cfg.kv_budget_bytes = a.kv_budget_bytes;
+  cfg.fluid_split = a.fluid_split;
   cfg.max_queued = std::max<int64_t>(1024, a.n_requests);
   cfg.parallel = *parallel;
   Stopwatch load_sw;
@@ -387,6 +389,9 @@ int run(const BenchServeArgs& a) {
     j["load_s"] = load_s;
     j["engine"] = engine.summary();
     const EngineStats es = engine.stats();
+    j["fluid_demotions"] = es.fluid_demotions;
+    j["fluid_promotions"] = es.fluid_promotions;
+    j["fluid_demoted_layers"] = es.fluid_demoted_layers;
     j["spec_drafted"] = es.spec_drafted;
     j["spec_accepted"] = es.spec_accepted;
     j["spec_acceptance_rate"] = es.spec_acceptance_rate();
@@ -423,6 +428,11 @@ int run(const BenchServeArgs& a) {
   fmt::print("KV blocks used: peak {:.1f}%, mean {:.1f}% ({} samples) | prefix cache hits {:.1f}% | preemptions {}\n",
              100 * fig.kv_util_peak, 100 * fig.kv_util_mean, fig.n_kv_samples, 100 * prefix_hit_rate, n_preemptions);
   if (const std::string spec = speculative_line(engine.stats()); !spec.empty()) fmt::print("{}\n", spec);
+  if (cfg.fluid_split) {
+    const EngineStats es = engine.stats();
+    fmt::print("fluid split: {} layer demotions, {} promotions, {} layers streamed at the end\n", es.fluid_demotions,
+               es.fluid_promotions, es.fluid_demoted_layers);
+  }
   if (const std::string w = engine.weights_report(); !w.empty()) fmt::print("{}", w);
   return 0;
 }
@@ -449,6 +459,9 @@ Runner add_bench_serve(CLI::App& app) {
   c->add_option("--max-seqs", a->max_seqs, "sequences running at once")->capture_default_str();
   c->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens per engine step")->capture_default_str();
   c->add_option("--kv-budget", a->kv_budget_bytes, "KV pool bytes (default: the engine's)");
+  c->add_flag("--fluid-split", a->fluid_split,
+              "with --mem-budget: resident layers and the KV pool share the budget (layers stream instead of "
+              "preempting)");
   c->add_option("--sample-ms", a->sample_ms, "period of the KV use samples")->capture_default_str();
   c->add_option("--timeout", a->timeout_s, "abort and fail after this many seconds")->capture_default_str();
   c->add_option("--dump-workload", a->dump_workload,

@@ -27,6 +27,9 @@
 namespace sluice {
 
 class Tokenizer;
+namespace plan {
+struct Calibration;
+}
 namespace dist {
 class Session;
 }
@@ -99,7 +102,16 @@ struct EngineConfig {
   uint64_t mem_budget_bytes = 0;   // weights beyond it stream from disk through the weight store; 0: all resident
   double disk_rate_cap_bytes_per_s = 0;  // under mem_budget_bytes: disk reads capped at this rate (a slower disk); 0: none
   uint64_t gpu_budget_bytes = 0;   // --backend cuda: weights beyond it stream from pinned host memory; 0: all resident
+  // With mem_budget_bytes: the weight store's resident layers and the KV pool
+  // share one host budget; layers stream instead of preempting requests when
+  // the pool runs short, and come back when load drops (engine/fluid_control.h).
+  bool fluid_split = false;
+  int64_t fluid_hold_steps = 8;    // calm steps before a layer comes back
   bool check_invariants = false;   // verify KV block accounting after every step (tests; slow)
+  // Under mem_budget_bytes: this machine's rates for the weight store's
+  // placement (a caller that measured them already; tests); null: probed at
+  // load. Not owned; read during create().
+  const plan::Calibration* calibration = nullptr;
   // Speculative decoding (lossless): "off", "lookup" (n-gram prompt lookup) or
   // "draft" (draft_model_path, a model with the same vocabulary, kept resident).
   std::string speculative = "off";
@@ -128,6 +140,10 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t generated_tokens = 0;
   int64_t finished_requests = 0;
+  // The fluid split (EngineConfig::fluid_split), since start.
+  int64_t fluid_demoted_layers = 0;  // layers streamed instead of resident now
+  int64_t fluid_demotions = 0;
+  int64_t fluid_promotions = 0;
   // Speculative decoding, since start.
   int64_t spec_drafted = 0;    // draft tokens verified
   int64_t spec_accepted = 0;   // of them, accepted

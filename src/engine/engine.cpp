@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -83,6 +84,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                        .gpu_budget_bytes = config.gpu_budget_bytes,
                        .device_reserve = kv_reserve,
                        .tokens_per_step = config.max_seqs,
+                       .calibration = config.calibration,
                        .loras = config.loras,
                        .kv_budget_bytes = config.kv_budget_bytes};
   ASSIGN_OR_RETURN(LoadedModel lm, config.parallel ? dist::load_pipelined(config.model_path, lo, *config.parallel)
@@ -121,7 +123,22 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   ASSIGN_OR_RETURN(const KvPool pool, plan_kv_pool(config, e.model->kv_shape()));
   const KvLayout& layout = pool.layout;
   const int64_t block_bytes = pool.block_bytes, window = pool.window, n_blocks = pool.n_blocks;
-  ASSIGN_OR_RETURN(e.kv, e.model->backend().create_kv(layout, n_blocks));
+  // The fluid split: the store and the pool are made for the most blocks it
+  // can reach, the pool's limit starts where every layer is resident.
+  int64_t n_ids = n_blocks, n_limit = 0;
+  std::optional<FluidSetup> fluid;
+  if (config.fluid_split) {
+    if (!e.stream)
+      return invalid_argument("--fluid-split shares --mem-budget between resident layers and the KV pool; it needs "
+                              "--mem-budget");
+    if (config.parallel) return unimplemented("--fluid-split is not supported across processes (--parallel)");
+    ASSIGN_OR_RETURN(FluidSetup fs, plan_fluid_split(*e.model, e.stream->store().plan(), n_blocks, block_bytes,
+                                                     config.fluid_hold_steps));
+    n_ids = fs.n_blocks_max;
+    n_limit = fs.n_blocks_start;
+    fluid = std::move(fs);
+  }
+  ASSIGN_OR_RETURN(e.kv, e.model->backend().create_kv(layout, n_ids));
   int64_t n_host_blocks = 0;
   if (config.preempt_swap) {
     // The swap target is host memory, whatever memory the backend computes in.
@@ -132,7 +149,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e.sched = std::make_unique<Scheduler>(
       SchedulerConfig{.max_batch_tokens = config.max_batch_tokens, .max_seqs = config.max_seqs,
                       .preemption_mode = config.preempt_swap ? PreemptionMode::kSwap : PreemptionMode::kRecompute},
-      BlockManagerConfig{.n_blocks = n_blocks, .block_size = layout.block_size, .n_host_blocks = n_host_blocks,
+      BlockManagerConfig{.n_blocks = n_ids, .n_blocks_limit = n_limit, .block_size = layout.block_size,
+                         .n_host_blocks = n_host_blocks,
                          .enable_prefix_caching = config.prefix_caching,
                          .window = window});
   e.eog = e.tok->eog_ids();
@@ -144,6 +162,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                            RunnerConfig{.max_seqs = config.max_seqs, .max_logits = n_rows});
   e.sampling.reserve(static_cast<size_t>(config.max_seqs));
   e.tasks.reserve(static_cast<size_t>(config.max_seqs));
+  if (fluid) {
+    e.fluid = std::make_unique<FluidControl>(std::move(*fluid), *e.model, e.kv);
+    e.placement += (e.placement.empty() || e.placement.back() == '\n' ? "" : "\n") + e.fluid->describe() + "\n";
+  }
   e.metrics.kv_blocks_total->set(static_cast<double>(n_blocks));
   if (e.stream && e.stream->store().streams_experts()) e.metrics.init_experts(e.model->hparams());
   if (e.model->hparams().is_moe()) e.model->set_routing_counters(e.metrics.init_routing(e.model->hparams()));
@@ -324,8 +346,37 @@ Engine::Impl::Output* Engine::Impl::output_of(SeqId seq) {
   return &reqs.at(it->second.first).outs[static_cast<size_t>(it->second.second)];
 }
 
+FluidCosts Engine::Impl::fluid_costs() const {
+  // A decode step at the running batch, and a token recomputed, from the
+  // steps seen so far.
+  const auto n_running = static_cast<double>(std::max<int64_t>(1, sched->n_running()));
+  const double step_s = step_cost.seconds(n_running);
+  const double per_token_s = step_cost.per_token() > 0 ? step_cost.per_token() : step_s / n_running;
+  FluidCosts c;
+  double remaining_sum = 0, remaining_min = -1;
+  for (SeqId id : sched->running()) {
+    const Sequence* s = sched->find(id);
+    const auto left = static_cast<double>(std::max<int64_t>(1, s->stop.max_tokens - s->n_generated()));
+    remaining_sum += left;
+    remaining_min = remaining_min < 0 ? left : std::min(remaining_min, left);
+  }
+  if (!sched->running().empty()) {
+    const Sequence* victim = sched->find(sched->running().back());
+    c.preempt_cost_s = static_cast<double>(victim->n_computed) * per_token_s + step_s;
+    c.wait_cost_s = remaining_min * step_s;
+    c.horizon_steps = remaining_sum / static_cast<double>(sched->running().size());
+  }
+  return c;
+}
+
 void Engine::Impl::step() {
   if (proposer) propose_drafts();
+  if (fluid) {
+    if (const Status st = fluid->before_step(*sched, fluid_costs()); !st.ok()) {
+      fmt::print(stderr, "[sluice] fluid split stopped: {}\n", st.message());
+      fluid.reset();
+    }
+  }
   StepPlan plan = sched->schedule();
   if (plan.empty()) {
     // Nothing fits this step (e.g. waiting for blocks held by a step in flight).
@@ -572,6 +623,11 @@ void Engine::Impl::publish_stats() {
   st.steps = s.n_steps;
   st.generated_tokens = static_cast<int64_t>(metrics.generated_tokens->value());
   st.finished_requests = s.n_finished;
+  if (fluid) {
+    st.fluid_demoted_layers = fluid->n_demoted();
+    st.fluid_demotions = fluid->n_demotions();
+    st.fluid_promotions = fluid->n_promotions();
+  }
   st.spec_drafted = spec_drafted;
   st.spec_accepted = spec_accepted;
   st.spec_passes = spec_passes;

@@ -17,6 +17,7 @@
 #include "sluice/engine.h"
 
 #include "engine/engine_metrics.h"
+#include "engine/fluid_control.h"
 #include "engine/model_runner.h"
 #include "engine/output_text.h"
 #include "engine/scheduler.h"
@@ -87,6 +88,7 @@ struct Engine::Impl {
   std::shared_ptr<weights::StoreWeightSource> stream;
   std::string placement;
   std::unique_ptr<spec::Proposer> proposer;
+  std::unique_ptr<FluidControl> fluid;  // EngineConfig::fluid_split; null: off
 
   std::mutex mu;
   std::condition_variable cv;
@@ -131,6 +133,8 @@ struct Engine::Impl {
   // step that failed).
   void abort_request(RequestId id, FinishReason reason = FinishReason::kAbort, const std::string& error = "");
   void publish_stats();
+  // The fluid split's view of this step: what preempting or waiting would cost.
+  FluidCosts fluid_costs() const;
 };
 
 }  // namespace sluice

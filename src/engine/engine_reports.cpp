@@ -60,8 +60,10 @@ std::string Engine::summary() const {
           : fmt::format(" (LongRoPE {} factors: {} the original {})", longrope_factors_name(e.model->longrope_factors()),
                         e.model->longrope_factors() == LongRopeFactors::kLong ? "past" : "within",
                         e.model->hparams().rope_orig_ctx),
-      kv_dtype_name(l.dtype), e.kv.n_blocks(), l.block_size, e.kv.n_blocks() * l.block_size,
-      static_cast<double>(e.kv.bytes()) / (1 << 20),
+      kv_dtype_name(l.dtype), e.sched->blocks().pool().n_total(), l.block_size,
+      e.sched->blocks().pool().n_total() * l.block_size,
+      static_cast<double>(e.kv.bytes()) * static_cast<double>(e.sched->blocks().pool().n_total()) /
+          static_cast<double>(e.kv.n_blocks()) / (1 << 20),
       (e.host_kv ? fmt::format(", swap pool {} blocks", e.host_kv->n_blocks()) : "") +
           (e.sched->blocks().window() > 0
                ? fmt::format(", sliding window {}: blocks behind it freed", e.sched->blocks().window())

@@ -165,6 +165,32 @@ void Scheduler::preempt(SeqId id, StepPlan* plan) {
   ++stats_.n_preempted_recompute;
 }
 
+BlockDemand Scheduler::block_demand() const {
+  BlockDemand d;
+  int64_t budget = config_.max_batch_tokens;
+  for (SeqId id : running_) {
+    if (budget <= 0) break;
+    const Sequence& s = seqs_.at(id);
+    const int64_t end = reserve_end(s, budget);
+    d.running_need += blocks_.blocks_needed_to_append(s.id, end - blocks_.n_tokens(s.id));
+    budget -= chunk_size(s, budget);
+  }
+  if (!swapped_.empty()) {
+    const Sequence& s = seqs_.at(swapped_.front());
+    d.waiting_need = blocks_.blocks_for(reserve_end(s, config_.max_batch_tokens));
+  } else if (!waiting_.empty()) {
+    const Sequence& s = seqs_.at(waiting_.front());
+    const int64_t n = blocks_.window() > 0 ? std::min(s.n_total(), longest_chunk()) : s.n_total();
+    d.waiting_need = blocks_.blocks_for(n) + (running_.empty() ? 0 : config_.watermark_blocks);
+  }
+  for (const auto& [id, s] : seqs_) {
+    const int64_t most = blocks_.window() > 0 ? blocks_.window_blocks() + blocks_.blocks_for(longest_chunk())
+                                              : blocks_.blocks_for(s.n_prompt + s.stop.max_tokens - 1);
+    d.largest_seq = std::max(d.largest_seq, most);
+  }
+  return d;
+}
+
 StepPlan Scheduler::schedule() {
   CHECK(in_flight_.empty());
   StepPlan plan;

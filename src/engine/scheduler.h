@@ -79,6 +79,14 @@ struct SchedulerStats {
   int64_t n_aborted = 0;
 };
 
+// The blocks the next schedule() would want beyond those held (the fluid
+// split's load, engine/fluid_control.h), read without changing anything.
+struct BlockDemand {
+  int64_t running_need = 0;  // fresh blocks the running sequences' next chunks reserve
+  int64_t waiting_need = 0;  // blocks the first swapped (else waiting) sequence needs to come in (0: none)
+  int64_t largest_seq = 0;   // the most blocks any unfinished sequence can come to hold (add()'s bound)
+};
+
 class Scheduler {
  public:
   // The configs must pass validate_scheduler_config.
@@ -109,6 +117,11 @@ class Scheduler {
   // first token from the same logits.
   Status fork(SeqId parent, SeqId child, std::optional<int32_t> child_last_token = std::nullopt);
 
+  // What the next schedule() wants, in blocks; a step must not be in flight.
+  // An upper bound where prefix hits may lower it (a waiting prompt counts
+  // all its blocks).
+  BlockDemand block_demand() const;
+
   // The unfinished sequence `id`, or nullptr.
   const Sequence* find(SeqId id) const;
   // Finished sequences since the last call, in finishing order.
@@ -125,6 +138,8 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return config_; }
   const BlockManager& blocks() const { return blocks_; }
+  // The device pool's limit (BlockManager::set_block_limit; the fluid split).
+  void set_block_limit(int64_t n_blocks) { blocks_.set_block_limit(n_blocks); }
   SchedulerStats stats() const { return stats_; }
 
   // Every sequence in exactly one queue matching its state, queues sorted, block

@@ -1,0 +1,120 @@
+#include "engine/fluid_control.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "model/model.h"
+#include "weights/placement.h"
+
+namespace sluice {
+
+StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::PlacementPlan& store, int64_t n_pool_blocks,
+                                      int64_t block_bytes, int64_t promote_hold_steps) {
+  if (store.n_ring_slots < 1)
+    return invalid_argument("--fluid-split moves layers between host memory and the weight store's ring, and "
+                            "nothing streams under this --mem-budget (no ring); lower --mem-budget or drop "
+                            "--fluid-split");
+  FluidSetup f;
+  uint64_t unit = 0, moved = 0;
+  for (int64_t l = model.hparams().n_layer - 1; l >= 0; --l) {
+    const uint64_t b = model.demotable_bytes(l);
+    if (b == 0) continue;
+    f.units.push_back(l);
+    unit = std::max(unit, b);
+    moved += b;
+  }
+  if (f.units.empty())
+    return invalid_argument("--fluid-split: no layer can move between host memory and the ring (every layer "
+                            "streams already, the model is routed, or the {} backend does not read host memory in "
+                            "place)",
+                            model.backend().name());
+  plan::FluidSplitConfig& c = f.config;
+  c.floor_bytes = static_cast<double>(store.host_bytes - std::min(store.host_bytes, moved));
+  c.unit_bytes = static_cast<double>(unit);
+  c.n_units = static_cast<int64_t>(f.units.size());
+  c.kv_block_bytes = static_cast<double>(block_bytes);
+  c.budget_bytes = c.floor_bytes + static_cast<double>(c.n_units) * c.unit_bytes +
+                   static_cast<double>(n_pool_blocks) * c.kv_block_bytes;
+  c.promote_hold_steps = promote_hold_steps;
+  ASSIGN_OR_RETURN(c.demote_cost_s,
+                   plan::ring_demotion_costs(store.predicted_compute_s, store.transfer_s, store.n_streamed, c.n_units));
+  RETURN_IF_ERROR(plan::validate_fluid_split(c));
+  f.n_blocks_start = plan::fluid_kv_blocks(c, 0);
+  f.n_blocks_max = plan::fluid_kv_blocks(c, c.n_units);
+  return f;
+}
+
+FluidControl::FluidControl(FluidSetup setup, Model& model, KvStore& kv)
+    : setup_(std::move(setup)), model_(model), kv_(kv) {}
+
+std::string FluidControl::describe() const {
+  const plan::FluidSplitConfig& c = setup_.config;
+  return fmt::format("fluid split: {:.1f} MiB shared by {} movable layers of {:.1f} MiB and the KV pool ({} blocks "
+                     "of {:.1f} KiB with every layer resident, up to {} with all streamed); a demoted layer costs "
+                     "{:.3f} ms a step at first",
+                     (c.budget_bytes - c.floor_bytes) / (1 << 20), c.n_units, c.unit_bytes / (1 << 20),
+                     setup_.n_blocks_start, c.kv_block_bytes / 1024, setup_.n_blocks_max,
+                     c.demote_cost_s.size() > 1 ? c.demote_cost_s[1] * 1e3 : 0.0);
+}
+
+Status FluidControl::finish_promotion(Scheduler& sched) {
+  if (!sched.blocks().pool().drained()) return Status();
+  if (kv_.host_memory()) kv_.release_blocks(pending_);
+  const int64_t layer = setup_.units[static_cast<size_t>(state_.n_demoted - 1)];
+  RETURN_IF_ERROR(model_.promote_layer(layer));
+  --state_.n_demoted;
+  state_.calm_steps = 0;
+  ++n_promotions_;
+  pending_ = -1;
+  return Status();
+}
+
+Status FluidControl::before_step(Scheduler& sched, const FluidCosts& costs) {
+  const BlockDemand d = sched.block_demand();
+  const BlockPool& pool = sched.blocks().pool();
+  if (pending_ >= 0) {
+    // The smaller pool is already in force: a shortage in it calls the promotion off.
+    if (d.running_need > pool.n_available() || (d.waiting_need > 0 && d.running_need + d.waiting_need > pool.n_available())) {
+      sched.set_block_limit(plan::fluid_kv_blocks(setup_.config, state_.n_demoted));
+      pending_ = -1;
+      reason_ = "a promotion was called off: the pool's blocks are needed again";
+    } else {
+      return finish_promotion(sched);
+    }
+  }
+  const plan::FluidLoad load{.n_blocks_used = pool.n_used(),
+                             .n_blocks_running_need = d.running_need,
+                             .n_blocks_waiting_need = d.waiting_need,
+                             .preempt_cost_s = costs.preempt_cost_s,
+                             .wait_cost_s = costs.wait_cost_s,
+                             .horizon_steps = std::max(1.0, costs.horizon_steps)};
+  ASSIGN_OR_RETURN(const plan::FluidDecision dec, plan::decide_fluid_split(setup_.config, state_, load));
+  reason_ = dec.reason;
+  if (dec.action == plan::FluidAction::kDemote) {
+    for (int64_t u = state_.n_demoted; u < dec.next.n_demoted; ++u) {
+      RETURN_IF_ERROR(model_.demote_layer(setup_.units[static_cast<size_t>(u)]));
+      ++state_.n_demoted;  // the pool grows only by what was freed
+      ++n_demotions_;
+    }
+    state_.calm_steps = 0;
+    sched.set_block_limit(plan::fluid_kv_blocks(setup_.config, state_.n_demoted));
+    return Status();
+  }
+  if (dec.action == plan::FluidAction::kPromote) {
+    const int64_t limit = dec.n_kv_blocks;
+    if (limit < d.largest_seq) {  // a sequence could no longer fit the pool alone
+      state_.calm_steps = dec.next.calm_steps;
+      reason_ = fmt::format("promotion held: the pool would shrink to {} blocks, below the {} one sequence can need",
+                            limit, d.largest_seq);
+      return Status();
+    }
+    sched.set_block_limit(limit);
+    pending_ = limit;
+    return finish_promotion(sched);
+  }
+  state_ = dec.next;
+  return Status();
+}
+
+}  // namespace sluice

@@ -1,0 +1,94 @@
+// FluidControl: the fluid split at run time (plan/fluid_split.h's policy,
+// applied between steps). The weight store's resident layers and the KV pool
+// share one host budget (--fluid-split with --mem-budget): when the running
+// sequences (or the first waiting request) need blocks the pool lacks, layers
+// are demoted to the ring and the pool grows by their bytes, instead of
+// preempting (or leaving the request waiting), when the planner's price says
+// streaming costs less; when load drops, layers come back one at a time.
+//
+//   budget = floor + resident units x unit + pool blocks x block   (fixed)
+//   demote k: k layers' buffers freed (Model::demote_layer), pool limit raised
+//   promote:  pool limit lowered; once the blocks past it drain (their
+//             sequences free them) their pages go back (KvStore::
+//             release_blocks) and the layer is read in again
+//             (Model::promote_layer). A shortage before then cancels it.
+//
+// The KV store and the block pool are made for the most blocks the split can
+// reach (every unit demoted); the pool's limit is the split's current size,
+// and a host store commits pages only where blocks are written.
+// Not thread-safe: the engine thread, between steps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "kv/kv_store.h"
+#include "plan/fluid_split.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+class Model;
+namespace weights {
+struct PlacementPlan;
+}
+
+struct FluidSetup {
+  plan::FluidSplitConfig config;
+  std::vector<int64_t> units;  // demotable layers, in demotion order (promoted in reverse)
+  int64_t n_blocks_start = 0;  // the pool with every unit resident
+  int64_t n_blocks_max = 0;    // the pool with every unit demoted (the store's and the pool's ids)
+};
+
+// The split for a model over a weight store placed by `store` (whose compute
+// and transfer times price it, ring_demotion_costs) beside a pool of
+// n_pool_blocks blocks of block_bytes: the budget is the store's host buffers
+// plus that pool. Errors: no layer can move (a backend that does not read
+// host memory in place, a routed model, every layer streamed already, or none
+// streamed: no ring to demote into).
+StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::PlacementPlan& store, int64_t n_pool_blocks,
+                                      int64_t block_bytes, int64_t promote_hold_steps);
+
+// What a shortage would cost otherwise this step (the engine's estimates).
+struct FluidCosts {
+  double preempt_cost_s = 0;  // recomputing the sequence a running shortage would preempt
+  double wait_cost_s = 0;     // the first waiting request's wait if not admitted
+  double horizon_steps = 1;   // decode steps the extra blocks stay held
+};
+
+class FluidControl {
+ public:
+  FluidControl(FluidSetup setup, Model& model, KvStore& kv);
+
+  // One step of the policy over the scheduler's demand, applied: layers
+  // demoted and the pool grown, or a promotion started or finished. Errors:
+  // a layer failed to move (the split is left where it was; the caller may
+  // stop calling).
+  Status before_step(Scheduler& sched, const FluidCosts& costs);
+
+  int64_t n_demoted() const { return state_.n_demoted; }
+  int64_t n_units() const { return static_cast<int64_t>(setup_.units.size()); }
+  int64_t n_demotions() const { return n_demotions_; }    // layers demoted, since start
+  int64_t n_promotions() const { return n_promotions_; }  // layers promoted, since start
+  bool promotion_pending() const { return pending_ >= 0; }
+  const std::string& last_reason() const { return reason_; }
+  const FluidSetup& setup() const { return setup_; }
+  // One line for the load report.
+  std::string describe() const;
+
+ private:
+  // Finishes a pending promotion once the blocks past the new limit drained.
+  Status finish_promotion(Scheduler& sched);
+
+  FluidSetup setup_;
+  Model& model_;
+  KvStore& kv_;
+  plan::FluidSplitState state_;
+  int64_t pending_ = -1;  // the pool limit of a promotion waiting for its blocks to drain; -1: none
+  int64_t n_demotions_ = 0, n_promotions_ = 0;
+  std::string reason_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,108 @@
+// The fluid split at run time (engine/fluid_control.h) on stories260K under a
+// --mem-budget that keeps two of its five layers resident: the pool grows by
+// demoting them instead of preempting, shrinks back when load drops, and
+// every request's tokens are those of a run without any budget.
+#include "engine/fluid_control.h"
+
+#include <gtest/gtest.h>
+
+#include "base/test_data.h"
+#include "engine/engine_test_util.h"
+#include "plan/calibrate.h"
+
+namespace sluice {
+namespace {
+
+using testing::Collector;
+using testing::prompt_of;
+using testing::shipped_model_path;
+
+// Rates that make the placement compute-bound (a ring of 2 slots), so the
+// budget below keeps layers 0 and 2 resident whatever this machine measures.
+const plan::Calibration kSlowMachine{
+    .n_threads = 2, .mem_read_gbps = 10, .matmul_tflops = 0.0005, .disk_read_gbps = 1};
+
+EngineConfig config(bool fluid, uint64_t mem_budget) {
+  return EngineConfig{.model_path = shipped_model_path("stories260K.gguf"),
+                      .n_threads = 2,
+                      .max_batch_tokens = 256,
+                      .max_seqs = 8,
+                      .kv_budget_bytes = 10 * 20480,  // 10 blocks of 16 f32 positions
+                      .mem_budget_bytes = mem_budget,
+                      .fluid_split = fluid,
+                      .fluid_hold_steps = 2,
+                      .check_invariants = true,
+                      .calibration = &kSlowMachine};
+}
+
+struct Burst {
+  std::vector<std::vector<int32_t>> tokens;  // per request, in submission order
+  EngineStats stats;
+  std::string placement;
+};
+
+// Eight requests at once, then one alone (a calm stretch for promotions).
+Burst run_burst(const EngineConfig& cfg) {
+  auto e = Engine::create(cfg);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  Burst b;
+  if (!e.ok()) return b;
+  Collector c;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 8; ++i) {
+    auto id = (*e)->submit({.prompt = prompt_of((*e)->tokenizer(), i), .max_tokens = 40 + 3 * i,
+                            .sampling = {.temperature = 0}, .ignore_eos = true},
+                           c.callback());
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    if (id.ok()) ids.push_back(*id);
+  }
+  c.wait(8);
+  auto last = (*e)->submit({.prompt = prompt_of((*e)->tokenizer(), 1), .max_tokens = 30,
+                            .sampling = {.temperature = 0}, .ignore_eos = true},
+                           c.callback());
+  EXPECT_TRUE(last.ok());
+  if (last.ok()) ids.push_back(*last);
+  c.wait(9);
+  for (RequestId id : ids) b.tokens.push_back(c.results_[id].tokens[0]);
+  b.stats = (*e)->stats();
+  b.placement = (*e)->placement_report();
+  return b;
+}
+
+constexpr uint64_t kTwoLayersResident = 1290000;  // essentials, a ring of 2 and 2 of 5 layers
+
+TEST(FluidControl, DemotesLayersInsteadOfPreemptingAndPromotesThemBack) {
+  const Burst plain = run_burst(config(false, 0));
+  const Burst fixed = run_burst(config(false, kTwoLayersResident));
+  const Burst fluid = run_burst(config(true, kTwoLayersResident));
+  ASSERT_EQ(plain.tokens.size(), 9u);
+  ASSERT_EQ(fluid.tokens.size(), 9u);
+  ASSERT_EQ(fixed.tokens.size(), 9u);
+  for (size_t i = 0; i < plain.tokens.size(); ++i) {
+    EXPECT_EQ(fluid.tokens[i], plain.tokens[i]) << "request " << i;
+    EXPECT_EQ(fixed.tokens[i], plain.tokens[i]) << "request " << i;
+  }
+  EXPECT_NE(fluid.placement.find("fluid split: "), std::string::npos) << fluid.placement;
+  // The fixed pool of 10 blocks preempts; the fluid one grows by up to two
+  // layers' bytes (9 blocks each) and preempts less.
+  EXPECT_GT(fixed.stats.preemptions, 0);
+  EXPECT_LT(fluid.stats.preemptions, fixed.stats.preemptions);
+  EXPECT_GE(fluid.stats.fluid_demotions, 1);
+  // The lone request's steps are calm: every demoted layer comes back.
+  EXPECT_EQ(fluid.stats.fluid_promotions, fluid.stats.fluid_demotions);
+  EXPECT_EQ(fluid.stats.fluid_demoted_layers, 0);
+  EXPECT_EQ(fluid.stats.kv_blocks_total, fixed.stats.kv_blocks_total);
+}
+
+TEST(FluidControl, NeedsAMemoryBudgetWithLayersThatCanMove) {
+  auto none = Engine::create(config(true, 0));
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("needs --mem-budget"), std::string::npos) << none.status().to_string();
+  // Everything resident: no ring to stream a demoted layer through.
+  auto all = Engine::create(config(true, 4u << 20));
+  ASSERT_FALSE(all.ok());
+  EXPECT_NE(all.status().message().find("no ring"), std::string::npos) << all.status().to_string();
+}
+
+}  // namespace
+}  // namespace sluice
