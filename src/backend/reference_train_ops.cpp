@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/train_math.h"
 #include "base/check.h"
 #include "quant/quant.h"
 
@@ -99,15 +100,9 @@ void ReferenceTrainOps::rmsnorm_backward(const RmsNormBackArgs& a) {
     const float* x = a.x + t * a.n;
     const float* dy = a.dy + t * a.n;
     float* dx = a.dx + t * a.n;
-    double ss = 0, gx = 0;
+    const RmsNormBackFactors f = rmsnorm_backward_factors(x, dy, a.w, a.n, a.eps);
     for (int64_t i = 0; i < a.n; ++i) {
-      ss += static_cast<double>(x[i]) * x[i];
-      gx += static_cast<double>(dy[i]) * a.w[i] * x[i];
-    }
-    const double r = 1.0 / std::sqrt(ss / static_cast<double>(a.n) + static_cast<double>(a.eps));
-    const double c = r * r * r * gx / static_cast<double>(a.n);
-    for (int64_t i = 0; i < a.n; ++i) {
-      dx[i] = static_cast<float>(dx[i] + (r * static_cast<double>(dy[i]) * a.w[i] - c * x[i]));
+      dx[i] = static_cast<float>(dx[i] + (f.r * static_cast<double>(dy[i]) * a.w[i] - f.c * x[i]));
     }
   }
 }
@@ -284,19 +279,8 @@ void ReferenceTrainOps::lora_backward(const LoraBackArgs& a) {
 }
 
 void ReferenceTrainOps::adamw(const AdamWArgs& a) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(a.step));
-  for (int64_t i = 0; i < a.n; ++i) {
-    const double g = a.g[i];
-    const double m = a.beta1 * static_cast<double>(a.m[i]) + (1.0 - a.beta1) * g;
-    const double v = a.beta2 * static_cast<double>(a.v[i]) + (1.0 - a.beta2) * g * g;
-    a.m[i] = static_cast<float>(m);
-    a.v[i] = static_cast<float>(v);
-    double p = a.p[i];
-    p -= static_cast<double>(a.lr) * a.weight_decay * p;
-    p -= a.lr * (m / bc1) / (std::sqrt(v / bc2) + a.eps);
-    a.p[i] = static_cast<float>(p);
-  }
+  const AdamWBias bias = adamw_bias(a);
+  for (int64_t i = 0; i < a.n; ++i) adamw_update(a, bias, i);
 }
 
 }  // namespace sluice

@@ -6,6 +6,7 @@
 #include "backend/cpu/fast_ops.h"
 #include "backend/cpu/matmul_t.h"
 #include "backend/cpu/train_attention.h"
+#include "backend/train_math.h"
 #include "base/check.h"
 
 namespace sluice::cpu {
@@ -54,15 +55,10 @@ void CpuTrainOps::rmsnorm_backward(const RmsNormBackArgs& a) {
       const float* x = a.x + t * a.n;
       const float* dy = a.dy + t * a.n;
       float* dx = a.dx + t * a.n;
-      double ss = 0, gx = 0;
-      for (int64_t i = 0; i < a.n; ++i) {
-        ss += static_cast<double>(x[i]) * x[i];
-        gx += static_cast<double>(dy[i]) * a.w[i] * x[i];
-      }
-      const double r = 1.0 / std::sqrt(ss / static_cast<double>(a.n) + static_cast<double>(a.eps));
-      const auto rf = static_cast<float>(r);
-      const auto c = static_cast<float>(r * r * r * gx / static_cast<double>(a.n));
-      for (int64_t i = 0; i < a.n; ++i) dx[i] += rf * (dy[i] * a.w[i]) - c * x[i];
+      const RmsNormBackFactors f = rmsnorm_backward_factors(x, dy, a.w, a.n, a.eps);
+      const auto r = static_cast<float>(f.r);
+      const auto c = static_cast<float>(f.c);
+      for (int64_t i = 0; i < a.n; ++i) dx[i] += r * (dy[i] * a.w[i]) - c * x[i];
     }
   });
 }
@@ -157,19 +153,10 @@ void CpuTrainOps::lora_backward(const LoraBackArgs& a) {
 }
 
 void CpuTrainOps::adamw(const AdamWArgs& a) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(a.step));
-  const double decay = 1.0 - static_cast<double>(a.lr) * a.weight_decay;
+  const AdamWBias bias = adamw_bias(a);
   pool_.parallel_for((a.n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {
     const int64_t e = std::min(a.n, c1 * kChunk);
-    for (int64_t i = c0 * kChunk; i < e; ++i) {
-      const double g = a.g[i];
-      const double m = a.beta1 * static_cast<double>(a.m[i]) + (1.0 - a.beta1) * g;
-      const double v = a.beta2 * static_cast<double>(a.v[i]) + (1.0 - a.beta2) * g * g;
-      a.m[i] = static_cast<float>(m);
-      a.v[i] = static_cast<float>(v);
-      a.p[i] = static_cast<float>(a.p[i] * decay - a.lr * (m / bc1) / (std::sqrt(v / bc2) + a.eps));
-    }
+    for (int64_t i = c0 * kChunk; i < e; ++i) adamw_update(a, bias, i);
   });
 }
 

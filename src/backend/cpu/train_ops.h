@@ -10,7 +10,9 @@
 //   rmsnorm_backward, rope, glu, glu_backward, adamw
 //                       per row or per element, contiguous chunks per thread;
 //                       rope and glu are the forward pass's own kernels
-//                       (fast_ops.h), the inverse rotation by the negated sines
+//                       (fast_ops.h), the inverse rotation by the negated sines;
+//                       rmsnorm_backward's row sums and adamw's update are the
+//                       reference's own (train_math.h)
 //
 // Every result is bit-identical from run to run and for any thread count:
 // each output element is computed by one thread in a fixed order (sums over
