@@ -223,14 +223,9 @@ void ReferenceTrainOps::attention_backward(const TrainAttentionBackArgs& b) {
 
 void ReferenceTrainOps::cross_entropy(const CrossEntropyArgs& a) {
   for (int64_t t = 0; t < a.n_tok; ++t) {
+    if (cross_entropy_ignored_row(a, t)) continue;
     float* z = a.logits + t * a.n_vocab;
     const int32_t target = a.targets[t];
-    if (target < 0) {
-      a.loss[t] = 0;
-      std::fill(z, z + a.n_vocab, 0.0f);
-      continue;
-    }
-    CHECK(target < a.n_vocab);
     double m = -INFINITY;
     for (int64_t i = 0; i < a.n_vocab; ++i) m = std::max(m, static_cast<double>(z[i]));
     double sum = 0;

@@ -1,15 +1,19 @@
-// The scalar arithmetic of two training operators, written once for the
-// reference (reference_train_ops.cpp) and the CPU backend (cpu/train_ops.cpp),
-// which differ only in how they split the rows and elements among threads.
-// The reference is itself held to finite differences and to torch
-// (reference_train_ops_test.cpp), so the CPU's arithmetic stays tested through
-// it; the op cases then check the CPU's split. Pure functions, thread-safe.
+// What the reference (reference_train_ops.cpp) and the CPU backend
+// (cpu/train_ops.cpp) do alike in three training operators, written once:
+// rmsnorm_backward's row factors and adamw's update, where the two differ only
+// in how they split rows and elements among threads, and cross_entropy's rule
+// for ignored rows. The reference is itself held to finite differences and to
+// torch (reference_train_ops_test.cpp), so the CPU's arithmetic stays tested
+// through it; the op cases then check the CPU's split. No state: calls on
+// disjoint rows or elements may run on different threads.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "backend/train_ops.h"
+#include "base/check.h"
 
 namespace sluice {
 
@@ -55,6 +59,20 @@ inline void adamw_update(const AdamWArgs& a, const AdamWBias& bias, int64_t i) {
   p -= static_cast<double>(a.lr) * a.weight_decay * p;
   p -= a.lr * (m / bias.bc1) / (std::sqrt(v / bias.bc2) + a.eps);
   a.p[i] = static_cast<float>(p);
+}
+
+// CrossEntropyArgs' rule for an ignored row t (target < 0), applied here: loss
+// 0 and a zero gradient; true for such a row. Otherwise CHECKs that the target
+// is inside the vocabulary and returns false.
+inline bool cross_entropy_ignored_row(const CrossEntropyArgs& a, int64_t t) {
+  const int32_t target = a.targets[t];
+  if (target >= 0) {
+    CHECK(target < a.n_vocab);
+    return false;
+  }
+  a.loss[t] = 0;
+  std::fill(a.logits + t * a.n_vocab, a.logits + (t + 1) * a.n_vocab, 0.0f);
+  return true;
 }
 
 }  // namespace sluice

@@ -112,14 +112,9 @@ void CpuTrainOps::attention_backward(const TrainAttentionBackArgs& b) {
 void CpuTrainOps::cross_entropy(const CrossEntropyArgs& a) {
   pool_.parallel_for_claimed(a.n_tok, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
+      if (cross_entropy_ignored_row(a, t)) continue;
       float* z = a.logits + t * a.n_vocab;
       const int32_t target = a.targets[t];
-      if (target < 0) {
-        a.loss[t] = 0;
-        std::fill(z, z + a.n_vocab, 0.0f);
-        continue;
-      }
-      CHECK(target < a.n_vocab);
       const float zt = z[target];
       const float m = kn_.max(z, a.n_vocab);
       const double sum = kn_.exp_sum(z, m, z, a.n_vocab);  // z = e^(z - m)
