@@ -166,24 +166,26 @@ __global__ void lora_db(const float* dy, const float* u, float* db, int64_t n_to
   }
 }
 
-__global__ void lora_da(const double* du, const float* x, float* da, int64_t n_tok, int64_t n_in, int64_t rank) {
-  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < rank * n_in;
+// dA and dx are both du [n_tok, rank] times an f32 matrix f [n_sum, n_cols]:
+//   c[row][col] += sum_j du[row * du_row + j * du_j] f[j][col]   (one thread per (row, col), j ascending)
+// dA = du^T x: rows r, j over t (du_row = 1, du_j = rank); dx = du A: rows t,
+// j over r (du_row = rank, du_j = 1).
+__global__ void add_du_times(const double* du, int64_t du_row, int64_t du_j, const float* f, float* c,
+                             int64_t n_rows, int64_t n_cols, int64_t n_sum) {
+  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < n_rows * n_cols;
        k += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = k / n_in, i = k % n_in;
+    const int64_t row = k / n_cols, col = k % n_cols;
     double s = 0;
-    for (int64_t t = 0; t < n_tok; ++t) s += du[t * rank + r] * x[t * n_in + i];
-    da[k] = static_cast<float>(da[k] + s);
+    for (int64_t j = 0; j < n_sum; ++j) s += du[row * du_row + j * du_j] * f[j * n_cols + col];
+    c[k] = static_cast<float>(c[k] + s);
   }
 }
 
-__global__ void lora_dx(const double* du, const float* a, float* dx, int64_t n_tok, int64_t n_in, int64_t rank) {
-  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < n_tok * n_in;
-       k += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t t = k / n_in, i = k % n_in;
-    double s = 0;
-    for (int64_t r = 0; r < rank; ++r) s += static_cast<double>(a[r * n_in + i]) * du[t * rank + r];
-    dx[k] = static_cast<float>(dx[k] + s);
-  }
+void launch_add_du_times(const double* du, int64_t du_row, int64_t du_j, const float* f, float* c, int64_t n_rows,
+                         int64_t n_cols, int64_t n_sum, cudaStream_t s) {
+  if (n_rows * n_cols == 0) return;
+  add_du_times<<<grid_for(n_rows * n_cols), kThreads, 0, s>>>(du, du_row, du_j, f, c, n_rows, n_cols, n_sum);
+  SLUICE_CUDA_LAUNCHED();
 }
 
 }  // namespace
@@ -265,16 +267,12 @@ void launch_lora_db(const float* dy, const float* u, float* db, int64_t n_tok, i
 
 void launch_lora_da(const double* du, const float* x, float* da, int64_t n_tok, int64_t n_in, int64_t rank,
                     cudaStream_t s) {
-  if (rank * n_in == 0) return;
-  lora_da<<<grid_for(rank * n_in), kThreads, 0, s>>>(du, x, da, n_tok, n_in, rank);
-  SLUICE_CUDA_LAUNCHED();
+  launch_add_du_times(du, 1, rank, x, da, rank, n_in, n_tok, s);
 }
 
 void launch_lora_dx(const double* du, const float* a, float* dx, int64_t n_tok, int64_t n_in, int64_t rank,
                     cudaStream_t s) {
-  if (n_tok * n_in == 0) return;
-  lora_dx<<<grid_for(n_tok * n_in), kThreads, 0, s>>>(du, a, dx, n_tok, n_in, rank);
-  SLUICE_CUDA_LAUNCHED();
+  launch_add_du_times(du, rank, 1, a, dx, n_tok, n_in, rank, s);
 }
 
 }  // namespace sluice::cuda
