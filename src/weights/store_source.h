@@ -52,7 +52,7 @@ class StoreWeightSource : public LayerWeightSource {
   void unpinned_expert_prepared(int64_t layer, int32_t expert) override {
     store_->unpinned_expert_prepared(layer, expert);
   }
-  uint64_t demotable_bytes(int64_t layer) const override { return store_->resident_buffer_bytes(layer); }
+  uint64_t demotable_bytes(int64_t layer) const override { return store_->demotable_bytes(layer); }
   Status demote(int64_t layer) override { return store_->demote(layer); }
   Status promote(int64_t layer, LayerWeightPointers* out) override;
   WeightStore& store() { return *store_; }

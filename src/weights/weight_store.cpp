@@ -163,9 +163,13 @@ Status WeightStore::load(const WeightStoreOptions& options) {
   for (int64_t l = 0; l < n; ++l) {
     LayerInfo& li = layers_[static_cast<size_t>(l)];
     li.streamed = plan_.layers[static_cast<size_t>(l)].streamed;
+    li.device_home = plan_.layers[static_cast<size_t>(l)].device;
     std::vector<size_t> members;
     for (size_t i = 0; i < plan_.tensors.size(); ++i)
       if (plan_.tensors[i].layer == l) members.push_back(i);
+    if (li.device_home)
+      for (size_t i : members)
+        if (plan_.tensors[i].tier == Tier::kDevice) li.moved.push_back(i);
     if (!li.streamed) {
       for (size_t i : members) {
         const TensorPlacement& t = plan_.tensors[i];

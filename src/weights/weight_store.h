@@ -169,25 +169,28 @@ class WeightStore {
   ExpertStatsSnapshot expert_stats() const { return experts_ ? experts_->stats() : ExpertStatsSnapshot{}; }
 
   // The fluid split (engine/fluid_control.h), between steps (no layer
-  // acquired): demote() frees a resident layer's buffer and streams it
-  // through the ring from then on; promote() reads a streamed layer into a
-  // buffer of its own again (blocking until it has landed) and serves it from
-  // there. Both update the plan (its map, byte counts) and keep the slots'
-  // read-ahead going. (weight_store_fluid.cpp)
-  // Whether demote(layer) can: a resident layer read into a buffer of its own
-  // (not the file's memory, not the device tier's, no experts of its own), no
-  // bigger than a ring slot, in a store with a ring.
+  // acquired): demote() streams a layer through the ring from then on, one
+  // resident in a buffer of its own (the buffer is freed) or one of the device
+  // tier (rule 8: the backend's copy is the caller's to free); promote()
+  // undoes it: a host layer is read into a buffer of its own again (blocking
+  // until it has landed), a device-tier one is served from the file's memory
+  // for the backend to copy again. Both update the plan (its map, byte
+  // counts) and keep the slots' read-ahead going. (weight_store_fluid.cpp)
+  // Whether demote(layer) can: a dense model's layer resident in a buffer of
+  // its own or in the device tier, no bigger than a ring slot, in a store
+  // with a ring.
   bool demotable(int64_t layer) const;
-  // Errors: not demotable (failed precondition).
+  // Errors: not demotable (invalid argument).
   Status demote(int64_t layer);
-  // Errors: the layer is resident, or acquired (failed precondition); the
+  // Errors: the layer is not streamed, or acquired (invalid argument); the
   // read failed (the layer stays streamed).
   Status promote(int64_t layer);
-  // A resident layer's tensors, without acquiring it (the model binds a
-  // promoted layer with them).
+  // A resident (or device-tier) layer's tensors, without acquiring it (the
+  // model binds a promoted layer with them).
   LayerView resident_view(int64_t layer) const;
-  // Bytes a demote() frees (the layer's buffer), 0 when not demotable.
-  uint64_t resident_buffer_bytes(int64_t layer) const;
+  // Bytes a demote() moves out of the layer's tier: its host buffer, or the
+  // device tier's tensor bytes; 0 when not demotable.
+  uint64_t demotable_bytes(int64_t layer) const;
 
   // A resident tensor by full name ("token_embd.weight", "blk.3.attn_norm.weight",
   // or any tensor of a resident layer); nullptr for streamed or unknown names.
@@ -223,7 +226,8 @@ class WeightStore {
     std::vector<LayerTensor> resident;  // view table of a resident layer
     uint64_t matrix_bytes = 0;
     int buffer = -1;                    // resident_bufs_ index of its own buffer, or -1
-    std::vector<size_t> moved;          // plan_.tensors in that buffer, which demote() streams
+    bool device_home = false;           // placed in the device tier (rule 8): promote() goes back there
+    std::vector<size_t> moved;          // plan_.tensors in that buffer (or tier), which demote() streams
   };
 
   WeightStore(std::shared_ptr<const ModelFile> file, PlacementPlan plan, const WeightStoreOptions& options);
@@ -255,6 +259,8 @@ class WeightStore {
   Status make_streamed(int64_t l);
   // streamed_ and streamed_pos_ from layers_.
   void index_streamed();
+  // The aligned extents of li.moved's tensors (what a slot holds of the layer).
+  uint64_t moved_extent_bytes(const LayerInfo& li) const;
 
   std::shared_ptr<const ModelFile> file_;
   PlacementPlan plan_;

@@ -55,21 +55,34 @@ void WeightStore::index_streamed() {
 bool WeightStore::demotable(int64_t layer) const {
   CHECK(layer >= 0 && layer < plan_.n_layer);
   const LayerInfo& li = layers_[static_cast<size_t>(layer)];
-  if (li.streamed || li.buffer < 0 || slots_.empty() || plan_.n_expert > 0)
-    return false;
-  return resident_bufs_[static_cast<size_t>(li.buffer)].size() <= plan_.slot_bytes;
+  if (li.streamed || slots_.empty() || plan_.n_expert > 0 || li.moved.empty()) return false;
+  if (li.buffer >= 0) return resident_bufs_[static_cast<size_t>(li.buffer)].size() <= plan_.slot_bytes;
+  return li.device_home && moved_extent_bytes(li) <= plan_.slot_bytes;
 }
 
-uint64_t WeightStore::resident_buffer_bytes(int64_t layer) const {
+uint64_t WeightStore::moved_extent_bytes(const LayerInfo& li) const {
+  std::vector<TensorRange> ranges;
+  for (size_t i : li.moved) {
+    const TensorInfo& info = file_->tensors[plan_.tensors[i].index];
+    ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
+  }
+  return layout_extents(ranges, kDirectAlign).buffer_bytes;
+}
+
+uint64_t WeightStore::demotable_bytes(int64_t layer) const {
   if (!demotable(layer)) return 0;
-  return resident_bufs_[static_cast<size_t>(layers_[static_cast<size_t>(layer)].buffer)].size();
+  const LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  if (li.buffer >= 0) return resident_bufs_[static_cast<size_t>(li.buffer)].size();
+  uint64_t bytes = 0;
+  for (size_t i : li.moved) bytes += plan_.tensors[i].n_bytes;
+  return bytes;
 }
 
 Status WeightStore::demote(int64_t layer) {
   if (!demotable(layer))
-    return invalid_argument("layer {} cannot be demoted: it is not resident in a buffer of its own that fits a "
-                               "ring slot{}",
-                               layer, slots_.empty() ? " (the store has no ring: nothing streams)" : "");
+    return invalid_argument("layer {} cannot be demoted: it is not resident in a buffer of its own or the device "
+                            "tier, fitting a ring slot{}",
+                            layer, slots_.empty() ? " (the store has no ring: nothing streams)" : "");
   CHECK(n_acquired_ == 0);
   LayerInfo& li = layers_[static_cast<size_t>(layer)];
   RETURN_IF_ERROR(make_streamed(layer));
@@ -81,18 +94,23 @@ Status WeightStore::demote(int64_t layer) {
     t.tier = Tier::kDisk;
     bytes += t.n_bytes;
   }
-  const uint64_t freed = resident_bufs_[static_cast<size_t>(li.buffer)].size();
-  resident_bufs_[static_cast<size_t>(li.buffer)] = AlignedBuffer();
   li.resident.clear();
   LayerPlacement& lp = plan_.layers[static_cast<size_t>(layer)];
   lp.streamed = true;
   ++plan_.n_streamed;
   plan_.streamed_bytes += bytes;
-  plan_.resident_layer_bytes -= std::min(plan_.resident_layer_bytes, freed);
-  plan_.resident_bytes -= std::min(plan_.resident_bytes, freed);
-  plan_.host_bytes -= std::min(plan_.host_bytes, freed);
-  counters_.set_placement(counters_.snapshot().resident_bytes - std::min(counters_.snapshot().resident_bytes, bytes),
-                          plan_.streamed_bytes);
+  if (li.buffer >= 0) {  // a host layer: its buffer goes
+    const uint64_t freed = resident_bufs_[static_cast<size_t>(li.buffer)].size();
+    resident_bufs_[static_cast<size_t>(li.buffer)] = AlignedBuffer();
+    plan_.resident_layer_bytes -= std::min(plan_.resident_layer_bytes, freed);
+    plan_.resident_bytes -= std::min(plan_.resident_bytes, freed);
+    plan_.host_bytes -= std::min(plan_.host_bytes, freed);
+    const uint64_t resident = counters_.snapshot().resident_bytes;
+    counters_.set_placement(resident - std::min(resident, bytes), plan_.streamed_bytes);
+  } else {  // the device tier's: the backend frees its copy
+    lp.device = false;
+    counters_.set_placement(counters_.snapshot().resident_bytes, plan_.streamed_bytes);
+  }
   if (auto_prefetch_) RETURN_IF_ERROR(fill(pos_ + 1));
   return Status();
 }
@@ -100,44 +118,57 @@ Status WeightStore::demote(int64_t layer) {
 Status WeightStore::promote(int64_t layer) {
   CHECK(layer >= 0 && layer < plan_.n_layer);
   LayerInfo& li = layers_[static_cast<size_t>(layer)];
-  if (!li.streamed) return invalid_argument("layer {} is already resident", layer);
+  if (!li.streamed || li.moved.empty())
+    return invalid_argument("layer {} is not streamed", layer);
   const int s = layer_slot_[static_cast<size_t>(layer)];
   if (s >= 0 && slots_[static_cast<size_t>(s)].acquired)
     return invalid_argument("layer {} is acquired; promote it between steps", layer);
   if (s >= 0) drop(s);
-  ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(li.layout.buffer_bytes));
-  ASSIGN_OR_RETURN(const TransferId id, arbiter_->submit(TransferClass::kCritical, li.layout.extents, buf.data()));
-  const TransferResult r = arbiter_->wait(id);
-  counters_.add_disk_read(r.bytes);
-  RETURN_IF_ERROR(r.status.with_context(fmt::format("promoting layer {}", layer)));
+  LayerPlacement& lp = plan_.layers[static_cast<size_t>(layer)];
   uint64_t bytes = 0;
-  for (size_t j = 0; j < li.moved.size(); ++j) {
-    TensorPlacement& t = plan_.tensors[li.moved[j]];
-    resident_[file_->tensors[t.index].name] = buf.data() + li.layout.tensor_offsets[j];
-    t.tier = Tier::kHost;
-    bytes += t.n_bytes;
+  if (li.device_home) {  // back to the device tier: the file's memory, for the backend to copy
+    for (size_t i : li.moved) {
+      TensorPlacement& t = plan_.tensors[i];
+      const TensorInfo& info = file_->tensors[t.index];
+      resident_[info.name] = info.data;
+      t.tier = Tier::kDevice;
+      bytes += t.n_bytes;
+    }
+    lp.device = true;
+  } else {
+    ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(li.layout.buffer_bytes));
+    ASSIGN_OR_RETURN(const TransferId id, arbiter_->submit(TransferClass::kCritical, li.layout.extents, buf.data()));
+    const TransferResult r = arbiter_->wait(id);
+    counters_.add_disk_read(r.bytes);
+    RETURN_IF_ERROR(r.status.with_context(fmt::format("promoting layer {}", layer)));
+    for (size_t j = 0; j < li.moved.size(); ++j) {
+      TensorPlacement& t = plan_.tensors[li.moved[j]];
+      resident_[file_->tensors[t.index].name] = buf.data() + li.layout.tensor_offsets[j];
+      t.tier = Tier::kHost;
+      bytes += t.n_bytes;
+    }
+    const uint64_t held = buf.size();
+    if (li.buffer < 0) {
+      li.buffer = static_cast<int>(resident_bufs_.size());
+      resident_bufs_.push_back(std::move(buf));
+    } else {
+      resident_bufs_[static_cast<size_t>(li.buffer)] = std::move(buf);
+    }
+    plan_.resident_layer_bytes += held;
+    plan_.resident_bytes += held;
+    plan_.host_bytes += held;
   }
   li.resident.clear();
   for (const TensorPlacement& t : plan_.tensors)
     if (t.layer == layer && t.tier != Tier::kDisk)
       li.resident.push_back({.suffix = t.suffix, .data = resident_.at(file_->tensors[t.index].name), .n_bytes = t.n_bytes});
-  const uint64_t held = buf.size();
-  if (li.buffer < 0) {
-    li.buffer = static_cast<int>(resident_bufs_.size());
-    resident_bufs_.push_back(std::move(buf));
-  } else {
-    resident_bufs_[static_cast<size_t>(li.buffer)] = std::move(buf);
-  }
   li.streamed = false;
   index_streamed();
-  LayerPlacement& lp = plan_.layers[static_cast<size_t>(layer)];
   lp.streamed = false;
   --plan_.n_streamed;
   plan_.streamed_bytes -= std::min(plan_.streamed_bytes, bytes);
-  plan_.resident_layer_bytes += held;
-  plan_.resident_bytes += held;
-  plan_.host_bytes += held;
-  counters_.set_placement(counters_.snapshot().resident_bytes + bytes, plan_.streamed_bytes);
+  const uint64_t resident = counters_.snapshot().resident_bytes;
+  counters_.set_placement(li.device_home ? resident : resident + bytes, plan_.streamed_bytes);
   if (auto_prefetch_) RETURN_IF_ERROR(fill(pos_ + 1));
   return Status();
 }

@@ -465,7 +465,7 @@ TEST(WeightStore, DemotedLayersStreamAndPromotedOnesComeBack) {
     if (ws.state(l) == LayerState::kResident) resident = l;
   ASSERT_GE(resident, 0);
   ASSERT_TRUE(ws.demotable(resident));
-  const uint64_t freed = ws.resident_buffer_bytes(resident);
+  const uint64_t freed = ws.demotable_bytes(resident);
   EXPECT_GT(freed, 0u);
   const uint64_t host_before = ws.plan().host_bytes;
   const size_t regions_before = ws.host_regions().size();
@@ -495,6 +495,48 @@ TEST(WeightStore, DemotedLayersStreamAndPromotedOnesComeBack) {
   expect_layer_matches(*file, *v, resident);
   ws.release(resident);
   EXPECT_FALSE(ws.promote(resident).ok());  // already resident
+}
+
+// A device-tier layer (rule 8) demoted streams through the ring; promoted, it
+// is served from the file's memory again for the backend to copy.
+TEST(WeightStore, DemotedDeviceLayersStreamAndComeBackToTheDeviceTier) {
+  auto file = synth_file("f16");
+  const PlacementPlan probe = plan_placement(*file, {}).value();
+  const uint64_t slot = largest_layer(probe);
+  const double compute_s = static_cast<double>(slot) / 1e9 * 1.0001;  // a ring of 2
+  auto plan = plan_placement(*file, {.mem_budget_bytes = probe.essentials_bytes + 2 * slot + 100,
+                                     .disk_gbps = 1.0,
+                                     .layer_compute_s = compute_s,
+                                     .device_layers = {0, 1}});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  auto store = WeightStore::open(file, *plan, {.queue_depth = 4});
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  WeightStore& ws = **store;
+  ASSERT_TRUE(ws.plan().layers[1].device);
+  ASSERT_TRUE(ws.demotable(1));
+  EXPECT_GT(ws.demotable_bytes(1), 0u);
+  const uint64_t host_before = ws.plan().host_bytes;
+  ASSERT_TRUE(ws.demote(1).ok());
+  EXPECT_FALSE(ws.plan().layers[1].device);
+  EXPECT_TRUE(ws.plan().layers[1].streamed);
+  EXPECT_EQ(ws.plan().host_bytes, host_before);  // the device's bytes: no host figure moves
+  for (int64_t l = 0; l < kLayers; ++l) {
+    auto v = ws.acquire(l);
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    expect_layer_matches(*file, *v, l);
+    EXPECT_EQ(v->streamed, l != 0);
+    ws.release(l);
+  }
+  ASSERT_TRUE(ws.promote(1).ok());
+  EXPECT_TRUE(ws.plan().layers[1].device);
+  EXPECT_FALSE(ws.plan().layers[1].streamed);
+  const LayerView v = ws.resident_view(1);
+  expect_layer_matches(*file, v, 1);
+  for (const LayerTensor& t : v.tensors) {
+    if (t.suffix.find("norm") != std::string::npos) continue;  // essentials: the host's copy
+    const TensorInfo* info = file->find("blk.1." + t.suffix);
+    EXPECT_EQ(t.data, info->data) << t.suffix;  // the matrices: the file's memory, as at load
+  }
 }
 
 }  // namespace
