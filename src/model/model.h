@@ -165,10 +165,12 @@ class Model {
   const std::vector<uint64_t>& host_layer_bytes() const { return host_layer_bytes_; }
 
   // The fluid split (engine/fluid_control.h), between steps, with a weight
-  // source on a host-visible backend: the host bytes demoting layer l frees
-  // (0: it cannot move); demote_layer streams it from then on (its views back
-  // in the file's row layout); promote_layer makes it resident again,
-  // reordered in place as at load.
+  // source: the bytes demoting layer l frees in its tier (0: it cannot move):
+  // a host-resident layer's buffer on a host-visible backend, or a device-tier
+  // layer's arena (three tiers, a dense model); demote_layer streams it from
+  // then on (its views back in the file's row layout, the arena freed);
+  // promote_layer makes it resident again, reordered in place or copied to
+  // the device as at load.
   uint64_t demotable_bytes(int64_t l) const;
   Status demote_layer(int64_t l);
   Status promote_layer(int64_t l);
@@ -282,6 +284,13 @@ class Model {
   // output head prepared in the backend's memory.
   Status plan_device_tiers();
   Status prepare_device_layers();
+  // The groups prepare_device_layers() gives the backend (only_layer < 0: all
+  // but those of layers with an arena of their own), or one layer's.
+  std::vector<std::vector<WeightView*>> device_groups(int64_t only_layer);
+  // The backend's prepare_weights() of those groups.
+  PreparedWeights prepare_groups(int64_t only_layer);
+  // A dense model's device-tier layers are prepared one arena each.
+  bool per_layer_arenas() const { return !hp_.is_moe(); }
   // Whether layer l's views point into the backend's memory for good.
   bool on_device(int64_t l) const;
 
@@ -294,6 +303,7 @@ class Model {
   std::shared_ptr<LayerWeightSource> source_;
   ModelWeights weights_;
   PreparedWeights prepared_;
+  std::vector<PreparedWeights> device_prepared_;  // [n_layer] a device-tier layer's own arena (dense models)
   bool repack_ = false;                     // ModelOptions::repack
   std::vector<uint64_t> host_layer_bytes_;  // [n_layer] host_layer_bytes()
   std::vector<uint8_t> device_layer_;       // [n_layer] the device tier's (empty: no device tiers)

@@ -215,43 +215,58 @@ std::vector<int32_t> reference_tokens(const std::shared_ptr<const ModelFile>& fi
   return plain.ok() ? greedy(**plain, prompt, n) : std::vector<int32_t>{};
 }
 
-TEST(DeviceTier, TheModelKeepsTheDevicesCopiesAndFinishesHostReadsBeforeReleasing) {
-  auto file = testing::small_synth_model("device_tier_model.gguf", 8, 5);
-  ASSERT_NE(file, nullptr);
-  const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
-  const std::vector<int32_t> want = reference_tokens(file, prompt, 16);
+// An 8-layer dense model over three tiers: the device holds what plan_tiers
+// gives it under a budget of 5 layers' bytes beside the essentials; the host
+// the essentials, a ring of 2 and one layer.
+struct DenseTiers {
+  std::shared_ptr<const ModelFile> file;
+  std::vector<int64_t> device_layers;
+  std::shared_ptr<StoreWeightSource> source;
+};
 
-  // The device holds what plan_tiers gives it under a budget of 5 layers'
-  // bytes beside the essentials; the host the essentials, a ring of 2 and one layer.
-  const uint64_t slot = slot_of(*file);
-  auto base = plan_placement(*file, {});
+void open_dense_tiers(const std::string& name, DenseTiers* t) {
+  t->file = testing::small_synth_model(name, 8, 5);
+  ASSERT_NE(t->file, nullptr);
+  const uint64_t slot = slot_of(*t->file);
+  auto base = plan_placement(*t->file, {});
   ASSERT_TRUE(base.ok());
   const uint64_t essentials = base->essentials_bytes;
-  auto tiers = plan_device_tiers(*file, essentials + 5 * slot, essentials + 3 * slot + 4096,
+  auto tiers = plan_device_tiers(*t->file, essentials + 5 * slot, essentials + 3 * slot + 4096,
                                  plan::h200_tier_rates());
   ASSERT_TRUE(tiers.ok()) << tiers.status().to_string();
   ASSERT_GT(tiers->device_layers.size(), 0u);
   ASSERT_LT(tiers->device_layers.size(), 8u);
-  auto setup = open_streaming(file, StreamingOptions{.mem_budget_bytes = essentials + 3 * slot + 4096,
-                                                      .n_threads = 2,
-                                                      .direct = testing::dir_supports_direct(testing::scratch_dir()),
-                                                      .device_layers = tiers->device_layers});
+  t->device_layers = tiers->device_layers;
+  auto setup = open_streaming(t->file, StreamingOptions{.mem_budget_bytes = essentials + 3 * slot + 4096,
+                                                         .n_threads = 2,
+                                                         .direct = testing::dir_supports_direct(testing::scratch_dir()),
+                                                         .device_layers = tiers->device_layers});
   ASSERT_TRUE(setup.ok()) << setup.status().to_string();
   EXPECT_GT(setup->source->store().plan().n_streamed, 0);
-  for (int64_t l : tiers->device_layers) {
+  t->source = setup->source;
+}
+
+TEST(DeviceTier, TheModelKeepsTheDevicesCopiesAndFinishesHostReadsBeforeReleasing) {
+  DenseTiers t;
+  ASSERT_NO_FATAL_FAILURE(open_dense_tiers("device_tier_model.gguf", &t));
+  const std::shared_ptr<const ModelFile>& file = t.file;
+  const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
+  const std::vector<int32_t> want = reference_tokens(file, prompt, 16);
+  const std::vector<int64_t>& device_layers = t.device_layers;
+  for (int64_t l : device_layers) {
     const std::string name = fmt::format("blk.{}.attn_q.weight", l);
-    EXPECT_EQ(setup->source->resident(name), file->find(name)->data) << "served from the file's mapping";
+    EXPECT_EQ(t.source->resident(name), file->find(name)->data) << "served from the file's mapping";
   }
 
   auto be = std::make_shared<DeviceLike>();
-  auto src = std::make_shared<CheckedSource>(setup->source, *be);
+  auto src = std::make_shared<CheckedSource>(t.source, *be);
   {
     auto m = Model::load(file, ModelOptions{.n_threads = 2, .weights = src, .backend = be});
     ASSERT_TRUE(m.ok()) << m.status().to_string();
     EXPECT_FALSE(be->ranges.empty());
     EXPECT_GT(be->host_weight_bytes, 0u);
     // The device tier's q/k/v, o, gate/up, down and the output head.
-    EXPECT_EQ(be->prepared, static_cast<int>(tiers->device_layers.size()) * 7 + 1);
+    EXPECT_EQ(be->prepared, static_cast<int>(device_layers.size()) * 7 + 1);
     EXPECT_EQ(greedy(**m, prompt, 16), want);
     EXPECT_EQ(be->stray, "");
     EXPECT_GT(be->device_reads, 0);
@@ -260,12 +275,40 @@ TEST(DeviceTier, TheModelKeepsTheDevicesCopiesAndFinishesHostReadsBeforeReleasin
     EXPECT_EQ(src->early_releases, 0);
     const std::vector<uint64_t>& host = (*m)->host_layer_bytes();
     for (int64_t l = 0; l < 8; ++l) {
-      const bool dev = std::find(tiers->device_layers.begin(), tiers->device_layers.end(), l) !=
-                       tiers->device_layers.end();
+      const bool dev = std::find(device_layers.begin(), device_layers.end(), l) !=
+                       device_layers.end();
       EXPECT_EQ(host[static_cast<size_t>(l)] == 0, dev) << l;
     }
   }
   EXPECT_EQ(be->unregistered, static_cast<int>(be->ranges.size()));
+}
+
+// The fluid split's moves on the device: a device-tier layer demoted is
+// copied in from the store's ring at each use (its arena freed), promoted it
+// is copied to the device again, and the tokens never change.
+TEST(DeviceTier, ADemotedDeviceLayerStreamsAndComesBackWithTheSameTokens) {
+  DenseTiers t;
+  ASSERT_NO_FATAL_FAILURE(open_dense_tiers("device_tier_fluid.gguf", &t));
+  const std::vector<int32_t> prompt = {1, 300, 301, 302, 500, 77};
+  const std::vector<int32_t> want = reference_tokens(t.file, prompt, 12);
+  auto be = std::make_shared<DeviceLike>();
+  auto m = Model::load(t.file, ModelOptions{.n_threads = 2, .weights = t.source, .backend = be});
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const int64_t l = t.device_layers.back();
+  ASSERT_GT((*m)->demotable_bytes(l), 0u);
+  EXPECT_EQ((*m)->host_layer_bytes()[static_cast<size_t>(l)], 0u);
+  ASSERT_TRUE((*m)->demote_layer(l).ok());
+  EXPECT_FALSE(t.source->device_resident(l));
+  EXPECT_GT((*m)->host_layer_bytes()[static_cast<size_t>(l)], 0u);
+  EXPECT_EQ(greedy(**m, prompt, 12), want);
+  EXPECT_EQ(be->stray, "");
+  const int prepared = be->prepared;
+  ASSERT_TRUE((*m)->promote_layer(l).ok());
+  EXPECT_TRUE(t.source->device_resident(l));
+  EXPECT_EQ(be->prepared, prepared + 7);  // its q/k/v, o, gate/up and down copied again
+  EXPECT_EQ((*m)->host_layer_bytes()[static_cast<size_t>(l)], 0u);
+  EXPECT_EQ(greedy(**m, prompt, 12), want);
+  EXPECT_EQ(be->stray, "");
 }
 
 // A routed model: the device holds every layer's dense part and the head;
