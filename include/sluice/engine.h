@@ -27,6 +27,7 @@
 namespace sluice {
 
 class Tokenizer;
+class Backend;
 namespace plan {
 struct Calibration;
 }
@@ -112,6 +113,9 @@ struct EngineConfig {
   // placement (a caller that measured them already; tests); null: probed at
   // load. Not owned; read during create().
   const plan::Calibration* calibration = nullptr;
+  // Run on this backend instead of creating `backend` by name (a caller that
+  // built its own; tests).
+  std::shared_ptr<Backend> shared_backend;
   // Speculative decoding (lossless): "off", "lookup" (n-gram prompt lookup) or
   // "draft" (draft_model_path, a model with the same vocabulary, kept resident).
   std::string speculative = "off";

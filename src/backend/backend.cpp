@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include "kv/kv_store.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -38,6 +40,17 @@ const char* op_name(Op op) {
 
 void Backend::lora(const LoraArgs& a) {
   CHECK(false && "this backend has no LoRA operator: Model::load refuses adapters on it");
+}
+
+StatusOr<KvStore> Backend::create_kv_reserved(const KvLayout& layout, int64_t n_blocks, int64_t n_backed) {
+  return create_kv(layout, n_blocks);
+}
+
+Status Backend::resize_kv(KvStore& kv, int64_t n_backed) {
+  if (n_backed < 1 || n_backed > kv.n_blocks())
+    return invalid_argument("a KV store of {} blocks cannot back {}", kv.n_blocks(), n_backed);
+  if (kv.host_memory()) kv.release_blocks(n_backed);
+  return Status();
 }
 
 void Backend::read_floats(const float* src, float* dst, int64_t n) {

@@ -343,6 +343,17 @@ class Backend {
   virtual void reserve(const ScratchNeeds& needs) = 0;
   // The KV store the operators read and write (the paged cache's memory).
   virtual StatusOr<KvStore> create_kv(const KvLayout& layout, int64_t n_blocks) = 0;
+  // A KV store of n_blocks ids whose memory backs only blocks 0 .. n_backed-1
+  // for now, resize_kv() moving that line (the fluid split: the pool grows
+  // into memory weights gave up, and gives it back). resize_kv: blocks past
+  // n_backed hold nothing anyone reads (BlockPool::set_limit drained them),
+  // and the caller has finished every step that read them. Errors: the
+  // memory for the blocks asked for is not there (nothing changes).
+  // Defaults: create_kv() (host memory takes pages only where blocks are
+  // written); resize_kv gives a host store's pages past n_backed back
+  // (KvStore::release_blocks) and changes nothing else.
+  virtual StatusOr<KvStore> create_kv_reserved(const KvLayout& layout, int64_t n_blocks, int64_t n_backed);
+  virtual Status resize_kv(KvStore& kv, int64_t n_backed);
   // Copies every layer's rows of block src to block dst (copy-on-write).
   virtual void copy_kv_block(KvStore& kv, int32_t src, int32_t dst) = 0;
   // Copies block src of `from` to block dst of `to` (swap out / swap in).

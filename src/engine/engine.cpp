@@ -79,6 +79,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                        .ctx_cap = 4096,
                        .max_seqs = config.max_seqs,
                        .backend = config.backend,
+                       .shared_backend = config.shared_backend,
                        .mem_budget_bytes = config.mem_budget_bytes,
                        .disk_rate_cap_bytes_per_s = config.disk_rate_cap_bytes_per_s,
                        .gpu_budget_bytes = config.gpu_budget_bytes,
@@ -132,13 +133,18 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       return invalid_argument("--fluid-split shares --mem-budget between resident layers and the KV pool; it needs "
                               "--mem-budget");
     if (config.parallel) return unimplemented("--fluid-split is not supported across processes (--parallel)");
-    ASSIGN_OR_RETURN(FluidSetup fs, plan_fluid_split(*e.model, e.stream->store().plan(), n_blocks, block_bytes,
+    ASSIGN_OR_RETURN(FluidSetup fs, plan_fluid_split(*e.model, e.stream->store().plan(),
+                                                     lm.tiers ? &lm.tiers->inputs : nullptr, n_blocks, block_bytes,
                                                      config.fluid_hold_steps));
     n_ids = fs.n_blocks_max;
     n_limit = fs.n_blocks_start;
     fluid = std::move(fs);
   }
-  ASSIGN_OR_RETURN(e.kv, e.model->backend().create_kv(layout, n_ids));
+  if (fluid) {
+    ASSIGN_OR_RETURN(e.kv, e.model->backend().create_kv_reserved(layout, n_ids, n_limit));
+  } else {
+    ASSIGN_OR_RETURN(e.kv, e.model->backend().create_kv(layout, n_ids));
+  }
   int64_t n_host_blocks = 0;
   if (config.preempt_swap) {
     // The swap target is host memory, whatever memory the backend computes in.
@@ -163,7 +169,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e.sampling.reserve(static_cast<size_t>(config.max_seqs));
   e.tasks.reserve(static_cast<size_t>(config.max_seqs));
   if (fluid) {
-    e.fluid = std::make_unique<FluidControl>(std::move(*fluid), *e.model, e.kv);
+    e.fluid = std::make_unique<FluidControl>(std::move(*fluid), *e.model, e.kv, !e.model->backend().host_visible());
     e.placement += (e.placement.empty() || e.placement.back() == '\n' ? "" : "\n") + e.fluid->describe() + "\n";
   }
   e.metrics.kv_blocks_total->set(static_cast<double>(n_blocks));

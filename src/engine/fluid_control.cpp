@@ -9,8 +9,14 @@
 
 namespace sluice {
 
-StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::PlacementPlan& store, int64_t n_pool_blocks,
-                                      int64_t block_bytes, int64_t promote_hold_steps) {
+StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::PlacementPlan& store,
+                                      const plan::TierInputs* device_tiers, int64_t n_pool_blocks, int64_t block_bytes,
+                                      int64_t promote_hold_steps) {
+  const bool on_device = !model.backend().host_visible();
+  if (on_device && !device_tiers)
+    return invalid_argument("--fluid-split on the {} backend moves device-tier layers: it needs --gpu-budget with "
+                            "--mem-budget (three tiers)",
+                            model.backend().name());
   if (store.n_ring_slots < 1)
     return invalid_argument("--fluid-split moves layers between host memory and the weight store's ring, and "
                             "nothing streams under this --mem-budget (no ring); lower --mem-budget or drop "
@@ -25,42 +31,48 @@ StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::Placeme
     moved += b;
   }
   if (f.units.empty())
-    return invalid_argument("--fluid-split: no layer can move between host memory and the ring (every layer "
-                            "streams already, the model is routed, or the {} backend does not read host memory in "
-                            "place)",
-                            model.backend().name());
+    return invalid_argument("--fluid-split: no layer can move between {} and the ring (every layer streams "
+                            "already, or the model is routed)",
+                            on_device ? "the device tier" : "host memory");
   plan::FluidSplitConfig& c = f.config;
-  c.floor_bytes = static_cast<double>(store.host_bytes - std::min(store.host_bytes, moved));
+  // On the host the store's other buffers (essentials, the ring) are the
+  // floor; on a device the budget is the device tier's arenas and the pool alone.
+  c.floor_bytes = on_device ? 0.0 : static_cast<double>(store.host_bytes - std::min(store.host_bytes, moved));
   c.unit_bytes = static_cast<double>(unit);
   c.n_units = static_cast<int64_t>(f.units.size());
   c.kv_block_bytes = static_cast<double>(block_bytes);
   c.budget_bytes = c.floor_bytes + static_cast<double>(c.n_units) * c.unit_bytes +
                    static_cast<double>(n_pool_blocks) * c.kv_block_bytes;
   c.promote_hold_steps = promote_hold_steps;
-  ASSIGN_OR_RETURN(c.demote_cost_s,
-                   plan::ring_demotion_costs(store.predicted_compute_s, store.transfer_s, store.n_streamed, c.n_units));
+  if (on_device) {
+    ASSIGN_OR_RETURN(c.demote_cost_s, plan::demotion_costs(*device_tiers, c.n_units));
+  } else {
+    ASSIGN_OR_RETURN(c.demote_cost_s,
+                     plan::ring_demotion_costs(store.predicted_compute_s, store.transfer_s, store.n_streamed, c.n_units));
+  }
   RETURN_IF_ERROR(plan::validate_fluid_split(c));
   f.n_blocks_start = plan::fluid_kv_blocks(c, 0);
   f.n_blocks_max = plan::fluid_kv_blocks(c, c.n_units);
   return f;
 }
 
-FluidControl::FluidControl(FluidSetup setup, Model& model, KvStore& kv)
-    : setup_(std::move(setup)), model_(model), kv_(kv) {}
+FluidControl::FluidControl(FluidSetup setup, Model& model, KvStore& kv, bool on_device)
+    : setup_(std::move(setup)), model_(model), kv_(kv), on_device_(on_device) {}
 
 std::string FluidControl::describe() const {
   const plan::FluidSplitConfig& c = setup_.config;
-  return fmt::format("fluid split: {:.1f} MiB shared by {} movable layers of {:.1f} MiB and the KV pool ({} blocks "
-                     "of {:.1f} KiB with every layer resident, up to {} with all streamed); a demoted layer costs "
-                     "{:.3f} ms a step at first",
-                     (c.budget_bytes - c.floor_bytes) / (1 << 20), c.n_units, c.unit_bytes / (1 << 20),
+  return fmt::format("fluid split: {:.1f} MiB of {} shared by {} movable layers of {:.1f} MiB and the KV pool ({} "
+                     "blocks of {:.1f} KiB with every layer resident, up to {} with all streamed); a demoted layer "
+                     "costs {:.3f} ms a step at first",
+                     (c.budget_bytes - c.floor_bytes) / (1 << 20), on_device_ ? "device memory" : "host memory",
+                     c.n_units, c.unit_bytes / (1 << 20),
                      setup_.n_blocks_start, c.kv_block_bytes / 1024, setup_.n_blocks_max,
                      c.demote_cost_s.size() > 1 ? c.demote_cost_s[1] * 1e3 : 0.0);
 }
 
 Status FluidControl::finish_promotion(Scheduler& sched) {
   if (!sched.blocks().pool().drained()) return Status();
-  if (kv_.host_memory()) kv_.release_blocks(pending_);
+  RETURN_IF_ERROR(model_.backend().resize_kv(kv_, pending_));
   const int64_t layer = setup_.units[static_cast<size_t>(state_.n_demoted - 1)];
   RETURN_IF_ERROR(model_.promote_layer(layer));
   --state_.n_demoted;
@@ -98,7 +110,9 @@ Status FluidControl::before_step(Scheduler& sched, const FluidCosts& costs) {
       ++n_demotions_;
     }
     state_.calm_steps = 0;
-    sched.set_block_limit(plan::fluid_kv_blocks(setup_.config, state_.n_demoted));
+    const int64_t limit = plan::fluid_kv_blocks(setup_.config, state_.n_demoted);
+    RETURN_IF_ERROR(model_.backend().resize_kv(kv_, limit));  // into the memory the layers gave up
+    sched.set_block_limit(limit);
     return Status();
   }
   if (dec.action == plan::FluidAction::kPromote) {

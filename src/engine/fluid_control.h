@@ -1,21 +1,25 @@
 // FluidControl: the fluid split at run time (plan/fluid_split.h's policy,
-// applied between steps). The weight store's resident layers and the KV pool
-// share one host budget (--fluid-split with --mem-budget): when the running
+// applied between steps). Resident layers and the KV pool share one budget
+// (--fluid-split with --mem-budget): the host's, the weight store's resident
+// layers against a host KV pool; or, over three tiers on a device (with
+// --gpu-budget), the HBM's, the device tier's layers against the device's
+// KV pool. When the running
 // sequences (or the first waiting request) need blocks the pool lacks, layers
 // are demoted to the ring and the pool grows by their bytes, instead of
 // preempting (or leaving the request waiting), when the planner's price says
 // streaming costs less; when load drops, layers come back one at a time.
 //
 //   budget = floor + resident units x unit + pool blocks x block   (fixed)
-//   demote k: k layers' buffers freed (Model::demote_layer), pool limit raised
+//   demote k: k layers' buffers or device arenas freed (Model::demote_layer),
+//             the pool's memory grown (Backend::resize_kv) and its limit raised
 //   promote:  pool limit lowered; once the blocks past it drain (their
-//             sequences free them) their pages go back (KvStore::
-//             release_blocks) and the layer is read in again
+//             sequences free them) their memory goes back (resize_kv) and
+//             the layer is read in or copied to the device again
 //             (Model::promote_layer). A shortage before then cancels it.
 //
 // The KV store and the block pool are made for the most blocks the split can
-// reach (every unit demoted); the pool's limit is the split's current size,
-// and a host store commits pages only where blocks are written.
+// reach (every unit demoted; Backend::create_kv_reserved backs only the
+// first); the pool's limit is the split's current size.
 // Not thread-safe: the engine thread, between steps.
 #pragma once
 
@@ -26,6 +30,7 @@
 #include "engine/scheduler.h"
 #include "kv/kv_store.h"
 #include "plan/fluid_split.h"
+#include "plan/tier_plan.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -42,14 +47,17 @@ struct FluidSetup {
   int64_t n_blocks_max = 0;    // the pool with every unit demoted (the store's and the pool's ids)
 };
 
-// The split for a model over a weight store placed by `store` (whose compute
-// and transfer times price it, ring_demotion_costs) beside a pool of
-// n_pool_blocks blocks of block_bytes: the budget is the store's host buffers
-// plus that pool. Errors: no layer can move (a backend that does not read
-// host memory in place, a routed model, every layer streamed already, or none
-// streamed: no ring to demote into).
-StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::PlacementPlan& store, int64_t n_pool_blocks,
-                                      int64_t block_bytes, int64_t promote_hold_steps);
+// The split for a model over a weight store placed by `store` beside a pool
+// of n_pool_blocks blocks of block_bytes. On the host: the budget is the
+// store's host buffers plus that pool, priced by ring_demotion_costs over the
+// store's compute and transfer times. On a device (device_tiers: the three
+// tiers' planner inputs): the device tier's arenas plus the pool, priced by
+// plan::demotion_costs. Errors: no layer can move (a routed model, every
+// layer streamed already, none streamed: no ring to demote into, or a device
+// without three tiers).
+StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::PlacementPlan& store,
+                                      const plan::TierInputs* device_tiers, int64_t n_pool_blocks, int64_t block_bytes,
+                                      int64_t promote_hold_steps);
 
 // What a shortage would cost otherwise this step (the engine's estimates).
 struct FluidCosts {
@@ -60,7 +68,7 @@ struct FluidCosts {
 
 class FluidControl {
  public:
-  FluidControl(FluidSetup setup, Model& model, KvStore& kv);
+  FluidControl(FluidSetup setup, Model& model, KvStore& kv, bool on_device);
 
   // One step of the policy over the scheduler's demand, applied: layers
   // demoted and the pool grown, or a promotion started or finished. Errors:
@@ -85,6 +93,7 @@ class FluidControl {
   FluidSetup setup_;
   Model& model_;
   KvStore& kv_;
+  bool on_device_ = false;
   plan::FluidSplitState state_;
   int64_t pending_ = -1;  // the pool limit of a promotion waiting for its blocks to drain; -1: none
   int64_t n_demotions_ = 0, n_promotions_ = 0;

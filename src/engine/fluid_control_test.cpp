@@ -9,6 +9,9 @@
 #include "base/test_data.h"
 #include "engine/engine_test_util.h"
 #include "plan/calibrate.h"
+#include "runtime/device_like_test_util.h"
+#include "weights/placement.h"
+#include "weights/weights_test_util.h"
 
 namespace sluice {
 namespace {
@@ -102,6 +105,78 @@ TEST(FluidControl, NeedsAMemoryBudgetWithLayersThatCanMove) {
   auto all = Engine::create(config(true, 4u << 20));
   ASSERT_FALSE(all.ok());
   EXPECT_NE(all.status().message().find("no ring"), std::string::npos) << all.status().to_string();
+}
+
+// Over three tiers on a device (the reference kernels behind a backend that
+// is not host-visible): the units are the device tier's layers, demoted to
+// the store's ring with their arenas freed, and the tokens are the reference
+// backend's.
+TEST(FluidControl, OnADeviceDemotesDeviceTierLayersAndKeepsTheTokens) {
+  auto file = weights::testing::small_synth_model("fluid_device.gguf", 8, 5);
+  ASSERT_NE(file, nullptr);
+  auto all = weights::plan_placement(*file, {});
+  ASSERT_TRUE(all.ok());
+  uint64_t slot = 0;
+  for (const weights::LayerPlacement& l : all->layers) slot = std::max(slot, l.extent_bytes);
+  const uint64_t essentials = all->essentials_bytes;
+  const uint64_t kv_bytes = 6 * 65536;  // 6 blocks of 16 f16 positions, 8 layers of 4 x 32 values
+  auto run = [&](bool fluid, bool tiers) {
+    EngineConfig cfg{.model_path = file->source_path,
+                     .backend = "reference",
+                     .n_threads = 2,
+                     .max_batch_tokens = 128,
+                     .max_seqs = 8,
+                     .ctx_size = 256,
+                     .kv_budget_bytes = kv_bytes,
+                     .kv_dtype = "f16",
+                     .mem_budget_bytes = tiers ? essentials + 3 * slot + 4096 : 0,
+                     .gpu_budget_bytes = tiers ? kv_bytes + essentials + 5 * slot : 0,
+                     .fluid_split = fluid,
+                     .fluid_hold_steps = 2,
+                     .check_invariants = true,
+                     .calibration = &kSlowMachine};
+    std::shared_ptr<testing::DeviceLike> be;
+    if (tiers) cfg.shared_backend = be = std::make_shared<testing::DeviceLike>();
+    auto e = Engine::create(cfg);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    Burst b;
+    if (!e.ok()) return b;
+    if (fluid) EXPECT_NE((*e)->placement_report().find("of device memory shared by"), std::string::npos) << (*e)->placement_report();
+    Collector c;
+    std::vector<RequestId> ids;
+    for (int i = 0; i < 8; ++i) {
+      auto id = (*e)->submit({.prompt = {1, 20 + i, 40 + i, 60, 80 + 2 * i}, .max_tokens = 28,
+                              .sampling = {.temperature = 0}, .ignore_eos = true},
+                             c.callback());
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+      if (id.ok()) ids.push_back(*id);
+    }
+    c.wait(8);
+    auto last = (*e)->submit({.prompt = {1, 7, 9}, .max_tokens = 24, .sampling = {.temperature = 0},
+                              .ignore_eos = true},
+                             c.callback());
+    EXPECT_TRUE(last.ok());
+    if (last.ok()) ids.push_back(*last);
+    c.wait(9);
+    for (RequestId id : ids) b.tokens.push_back(c.results_[id].tokens[0]);
+    b.stats = (*e)->stats();
+    if (be) EXPECT_EQ(be->stray, "");
+    return b;
+  };
+  const Burst plain = run(false, false);
+  const Burst fixed = run(false, true);
+  const Burst fluid = run(true, true);
+  ASSERT_EQ(plain.tokens.size(), 9u);
+  ASSERT_EQ(fluid.tokens.size(), 9u);
+  for (size_t i = 0; i < plain.tokens.size(); ++i) {
+    EXPECT_EQ(fixed.tokens[i], plain.tokens[i]) << "request " << i;
+    EXPECT_EQ(fluid.tokens[i], plain.tokens[i]) << "request " << i;
+  }
+  EXPECT_GT(fixed.stats.preemptions, 0);
+  EXPECT_LT(fluid.stats.preemptions, fixed.stats.preemptions);
+  EXPECT_GE(fluid.stats.fluid_demotions, 1);
+  EXPECT_EQ(fluid.stats.fluid_promotions, fluid.stats.fluid_demotions);
+  EXPECT_EQ(fluid.stats.fluid_demoted_layers, 0);
 }
 
 }  // namespace

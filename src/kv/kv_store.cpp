@@ -23,6 +23,7 @@ StatusOr<KvStore> KvStore::shape(const KvLayout& layout, int64_t n_blocks) {
   s.n_slices_ = kv_slices(layout);
   s.block_bytes_ = s.row_bytes_ * static_cast<size_t>(layout.block_size);
   s.layer_bytes_ = s.block_bytes_ * static_cast<size_t>(n_blocks);
+  s.layer_stride_ = s.layer_bytes_;
   return s;
 }
 
@@ -42,9 +43,14 @@ StatusOr<size_t> KvStore::side_bytes(const KvLayout& layout, int64_t n_blocks) {
 }
 
 StatusOr<KvStore> KvStore::create_external(const KvLayout& layout, int64_t n_blocks, std::shared_ptr<void> owner,
-                                           uint8_t* k, uint8_t* v) {
+                                           uint8_t* k, uint8_t* v, size_t layer_stride) {
   CHECK(owner != nullptr && k != nullptr && v != nullptr);
   ASSIGN_OR_RETURN(KvStore s, shape(layout, n_blocks));
+  if (layer_stride > 0) {
+    if (layer_stride < s.layer_bytes_)
+      return invalid_argument("KV store: a layer stride of {} bytes is below a layer's {}", layer_stride, s.layer_bytes_);
+    s.layer_stride_ = layer_stride;
+  }
   s.k_base_ = k;
   s.v_base_ = v;
   s.owner_ = std::move(owner);

@@ -43,10 +43,12 @@ class KvStore {
   // and accessors, but the bytes are not host memory, so the host-side
   // store_row, load_row, prefetch_row, copy_block and move_block must not be
   // called (the backend moves rows and blocks itself). k and v each hold
-  // side_bytes(layout, n_blocks); `owner` keeps them alive.
-  // Errors: as create().
+  // side_bytes(layout, n_blocks), or, with layer_stride (0: none), n_layer
+  // strides of that many bytes each starting with a layer's rows (a device
+  // that backs each layer's blocks in granules of its own); `owner` keeps
+  // them alive. Errors: as create(); a stride below a layer's rows.
   static StatusOr<KvStore> create_external(const KvLayout& layout, int64_t n_blocks, std::shared_ptr<void> owner,
-                                           uint8_t* k, uint8_t* v);
+                                           uint8_t* k, uint8_t* v, size_t layer_stride = 0);
   // Bytes of all layers' K (or V) rows. Errors: as create().
   static StatusOr<size_t> side_bytes(const KvLayout& layout, int64_t n_blocks);
 
@@ -60,10 +62,10 @@ class KvStore {
   uint64_t bytes() const { return 2 * static_cast<uint64_t>(layer_bytes_) * static_cast<uint64_t>(layout_.n_layer); }
 
   // Base of layer l's K (or V) rows: [n_blocks][n_slices][block_size][slice].
-  uint8_t* k_layer(int64_t l) { return k_base_ + static_cast<size_t>(l) * layer_bytes_; }
-  uint8_t* v_layer(int64_t l) { return v_base_ + static_cast<size_t>(l) * layer_bytes_; }
-  const uint8_t* k_layer(int64_t l) const { return k_base_ + static_cast<size_t>(l) * layer_bytes_; }
-  const uint8_t* v_layer(int64_t l) const { return v_base_ + static_cast<size_t>(l) * layer_bytes_; }
+  uint8_t* k_layer(int64_t l) { return k_base_ + static_cast<size_t>(l) * layer_stride_; }
+  uint8_t* v_layer(int64_t l) { return v_base_ + static_cast<size_t>(l) * layer_stride_; }
+  const uint8_t* k_layer(int64_t l) const { return k_base_ + static_cast<size_t>(l) * layer_stride_; }
+  const uint8_t* v_layer(int64_t l) const { return v_base_ + static_cast<size_t>(l) * layer_stride_; }
 
   // Stores n_embd_kv floats as row `row` (= block * block_size + slot) of a
   // layer's K or V (`layer`: k_layer() or v_layer()), converted to the dtype.
@@ -97,6 +99,7 @@ class KvStore {
   int64_t n_slices_ = 1;
   size_t block_bytes_ = 0;  // one layer's K (or V) rows of one block
   size_t layer_bytes_ = 0;  // one layer's K (or V) rows of every block
+  size_t layer_stride_ = 0; // from one layer's rows to the next's (layer_bytes_ unless external says more)
   HugeBuffer k_;  // [n_layer][n_blocks][block_size][row]; huge pages: attention reads
   HugeBuffer v_;  // short slices of rows scattered over blocks
   uint8_t* k_base_ = nullptr;      // k_.data(), or the external memory

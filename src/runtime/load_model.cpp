@@ -79,7 +79,9 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   if (!mo.backend) {
     ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads,
                                                  .device_budget_bytes = o.gpu_budget_bytes}));
-  } else if (o.gpu_budget_bytes > 0) {
+  } else if (o.gpu_budget_bytes > 0 && o.mem_budget_bytes == 0) {
+    // With --mem-budget too the budget still plans the three tiers' device
+    // layers (below); alone it would only size a backend made elsewhere.
     return invalid_argument("--gpu-budget is set where the model shares another model's backend (a draft model): "
                             "the budget belongs to the backend's creation");
   }

@@ -123,6 +123,9 @@ class ForwardingSource : public LayerWeightSource {
   }
   Status next_expert(int64_t layer, int64_t* index) override { return s_->next_expert(layer, index); }
   void expert_prepared(int64_t layer, int64_t index) override { s_->expert_prepared(layer, index); }
+  uint64_t demotable_bytes(int64_t layer) const override { return s_->demotable_bytes(layer); }
+  Status demote(int64_t layer) override { return s_->demote(layer); }
+  Status promote(int64_t layer, LayerWeightPointers* out) override { return s_->promote(layer, out); }
   bool next_expert_ready(int64_t layer) const override { return s_->next_expert_ready(layer); }
   bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const override {
     return s_->unprepared_expert(layer, expert, out);

@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_prefill.h"
 #include "backend/cuda/cuda_expert_slots.h"
 #include "backend/cuda/cuda_host_views.h"
+#include "backend/cuda/cuda_kv_reserve.h"
 #include "backend/cuda/cuda_weight_ring.h"
 
 namespace sluice::cuda {
@@ -116,6 +117,10 @@ class CudaBackend final : public Backend {
   void write_floats(const float* src, float* dst, int64_t n) override;
   void reserve(const ScratchNeeds& needs) override;
   StatusOr<KvStore> create_kv(const KvLayout& layout, int64_t n_blocks) override;
+  // Over a KvReservation (cuda_kv_reserve.h): addresses for every block,
+  // device memory for the backed ones.
+  StatusOr<KvStore> create_kv_reserved(const KvLayout& layout, int64_t n_blocks, int64_t n_backed) override;
+  Status resize_kv(KvStore& kv, int64_t n_backed) override;
   void copy_kv_block(KvStore& kv, int32_t src, int32_t dst) override;
   void move_kv_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst) override;
   // Copies every matrix to the device (Q4_0 / Q8_0 with their scales split
@@ -227,6 +232,7 @@ class CudaBackend final : public Backend {
   uint64_t reserve_ = 0;  // of budget_, kept for the caller (set_device_reserve)
   std::unique_ptr<WeightRing> ring_;  // the streamed matrices (null: all resident)
   std::unique_ptr<HostViews> host_views_;  // views of a weight source's host memory (null: none)
+  std::weak_ptr<KvReservation> kv_reserved_;  // the store create_kv_reserved made (resize_kv finds it here)
   // A routed model's experts copied from host views, kept in device slots
   // (made by prepare_weights from what the budget leaves; null: none).
   std::unique_ptr<DeviceExperts> experts_dev_;

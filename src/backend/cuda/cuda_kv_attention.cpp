@@ -48,6 +48,30 @@ StatusOr<KvStore> CudaBackend::create_kv(const KvLayout& layout, int64_t n_block
   return KvStore::create_external(layout, n_blocks, std::move(owner), mem, mem + side);
 }
 
+StatusOr<KvStore> CudaBackend::create_kv_reserved(const KvLayout& layout, int64_t n_blocks, int64_t n_backed) {
+  flush_add();
+  if (layout.dtype != KvDtype::kF32 && layout.dtype != KvDtype::kF16)
+    return unimplemented("the cuda backend keeps the KV cache in f32 or f16, not {}", kv_dtype_name(layout.dtype));
+  ASSIGN_OR_RETURN(const size_t side, KvStore::side_bytes(layout, n_blocks));
+  const size_t block_bytes = side / static_cast<size_t>(layout.n_layer) / static_cast<size_t>(n_blocks);
+  ASSIGN_OR_RETURN(std::shared_ptr<KvReservation> r, KvReservation::create(block_bytes, layout.n_layer, n_blocks));
+  RETURN_IF_ERROR(r->back(n_backed));
+  kv_reserved_ = r;
+  uint8_t* k = r->k();
+  uint8_t* v = r->v();
+  const size_t stride = r->layer_stride();
+  return KvStore::create_external(layout, n_blocks, std::move(r), k, v, stride);
+}
+
+Status CudaBackend::resize_kv(KvStore& kv, int64_t n_backed) {
+  const std::shared_ptr<KvReservation> r = kv_reserved_.lock();
+  if (!r || kv.k_layer(0) != r->k()) return Backend::resize_kv(kv, n_backed);  // a store of fixed size
+  if (n_backed < 1 || n_backed > kv.n_blocks())
+    return invalid_argument("a KV store of {} blocks cannot back {}", kv.n_blocks(), n_backed);
+  flush_add();
+  return r->back(n_backed);
+}
+
 void CudaBackend::copy_kv_block(KvStore& kv, int32_t src, int32_t dst) {
   flush_add();
   CHECK(src >= 0 && src < kv.n_blocks() && dst >= 0 && dst < kv.n_blocks());
