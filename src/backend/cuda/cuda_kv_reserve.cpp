@@ -56,7 +56,7 @@ CUmemAllocationProp device_prop(int device) {
   return p;
 }
 
-size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+size_t granule_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
@@ -74,7 +74,7 @@ StatusOr<std::shared_ptr<KvReservation>> KvReservation::create(size_t block_byte
   r->granule_ = g;
   r->n_layer_ = n_layer;
   r->n_blocks_ = n_blocks;
-  r->stride_ = round_up(block_bytes * static_cast<size_t>(n_blocks), g);
+  r->stride_ = granule_round_up(block_bytes * static_cast<size_t>(n_blocks), g);
   const size_t side = r->stride_ * static_cast<size_t>(n_layer);
   for (uint8_t** base : {&r->k_, &r->v_}) {
     CUdeviceptr p = 0;
@@ -103,7 +103,7 @@ KvReservation::~KvReservation() {
 }
 
 size_t KvReservation::granules_for(int64_t n_blocks) const {
-  return round_up(block_bytes_ * static_cast<size_t>(n_blocks), granule_) / granule_;
+  return granule_round_up(block_bytes_ * static_cast<size_t>(n_blocks), granule_) / granule_;
 }
 
 size_t KvReservation::mapped_bytes() const {
