@@ -56,8 +56,8 @@ bool WeightStore::demotable(int64_t layer) const {
   CHECK(layer >= 0 && layer < plan_.n_layer);
   const LayerInfo& li = layers_[static_cast<size_t>(layer)];
   if (li.streamed || slots_.empty() || plan_.n_expert > 0 || li.moved.empty()) return false;
-  if (li.buffer >= 0) return resident_bufs_[static_cast<size_t>(li.buffer)].size() <= plan_.slot_bytes;
-  return li.device_home && moved_extent_bytes(li) <= plan_.slot_bytes;
+  // What a slot must hold is the extents' size (a buffer may be allocated larger).
+  return (li.buffer >= 0 || li.device_home) && moved_extent_bytes(li) <= plan_.slot_bytes;
 }
 
 uint64_t WeightStore::moved_extent_bytes(const LayerInfo& li) const {
