@@ -274,9 +274,16 @@ void Engine::Impl::run() {
   for (;;) {
     std::deque<Pending> in;
     std::vector<RequestId> ab;
+    bool idle_tick = false;
     {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stop || !incoming.empty() || !aborts.empty() || sched->has_unfinished(); });
+      auto ready = [&] { return stop || !incoming.empty() || !aborts.empty() || sched->has_unfinished(); };
+      // Idle with layers demoted: the load has dropped, and every 50 ms
+      // counts as a calm step of the fluid split, which brings them back.
+      if (fluid && (fluid->n_demoted() > 0 || fluid->promotion_pending()))
+        idle_tick = !cv.wait_for(lock, std::chrono::milliseconds(50), ready);
+      else
+        cv.wait(lock, ready);
       in.swap(incoming);
       ab.swap(aborts);
       if (stop) {
@@ -292,6 +299,14 @@ void Engine::Impl::run() {
       for (RequestId id : left) abort_request(id);
       publish_stats();
       return;
+    }
+    if (idle_tick) {
+      if (const Status st = fluid->before_step(*sched, FluidCosts{}); !st.ok()) {
+        fmt::print(stderr, "[sluice] fluid split stopped: {}\n", st.message());
+        fluid.reset();
+      }
+      publish_stats();
+      continue;
     }
     if (sched->has_unfinished()) step();
     publish_stats();

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "base/test_data.h"
 #include "engine/engine_test_util.h"
 #include "plan/calibrate.h"
@@ -60,6 +63,13 @@ Burst run_burst(const EngineConfig& cfg) {
     if (id.ok()) ids.push_back(*id);
   }
   c.wait(8);
+  // Idle, the load has dropped: the demoted layers come back without a step.
+  if (cfg.fluid_split) {
+    EXPECT_GT((*e)->stats().fluid_demoted_layers, 0);
+    for (int i = 0; i < 200 && (*e)->stats().fluid_demoted_layers > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    EXPECT_EQ((*e)->stats().fluid_demoted_layers, 0) << "still demoted after 5 s idle";
+  }
   auto last = (*e)->submit({.prompt = prompt_of((*e)->tokenizer(), 1), .max_tokens = 30,
                             .sampling = {.temperature = 0}, .ignore_eos = true},
                            c.callback());
@@ -91,7 +101,7 @@ TEST(FluidControl, DemotesLayersInsteadOfPreemptingAndPromotesThemBack) {
   EXPECT_GT(fixed.stats.preemptions, 0);
   EXPECT_LT(fluid.stats.preemptions, fixed.stats.preemptions);
   EXPECT_GE(fluid.stats.fluid_demotions, 1);
-  // The lone request's steps are calm: every demoted layer comes back.
+  // Idle after the burst: every demoted layer comes back.
   EXPECT_EQ(fluid.stats.fluid_promotions, fluid.stats.fluid_demotions);
   EXPECT_EQ(fluid.stats.fluid_demoted_layers, 0);
   EXPECT_EQ(fluid.stats.kv_blocks_total, fixed.stats.kv_blocks_total);
