@@ -301,10 +301,7 @@ void Engine::Impl::run() {
       return;
     }
     if (idle_tick) {
-      if (const Status st = fluid->before_step(*sched, FluidCosts{}); !st.ok()) {
-        fmt::print(stderr, "[sluice] fluid split stopped: {}\n", st.message());
-        fluid.reset();
-      }
+      fluid_step(FluidCosts{});
       publish_stats();
       continue;
     }
@@ -390,14 +387,17 @@ FluidCosts Engine::Impl::fluid_costs() const {
   return c;
 }
 
+void Engine::Impl::fluid_step(const FluidCosts& costs) {
+  std::lock_guard<std::mutex> lock(placement_mu);
+  if (const Status st = fluid->before_step(*sched, costs); !st.ok()) {
+    fmt::print(stderr, "[sluice] fluid split stopped: {}\n", st.message());
+    fluid.reset();
+  }
+}
+
 void Engine::Impl::step() {
   if (proposer) propose_drafts();
-  if (fluid) {
-    if (const Status st = fluid->before_step(*sched, fluid_costs()); !st.ok()) {
-      fmt::print(stderr, "[sluice] fluid split stopped: {}\n", st.message());
-      fluid.reset();
-    }
-  }
+  if (fluid) fluid_step(fluid_costs());
   StepPlan plan = sched->schedule();
   if (plan.empty()) {
     // Nothing fits this step (e.g. waiting for blocks held by a step in flight).

@@ -66,7 +66,9 @@ std::string Engine::describe_json() const {
   j["adapters"] = lora_names();
   j["speculative"] = e.proposer ? e.proposer->describe() : "";
 
-  // Placement: per layer, the bytes each tier holds.
+  // Placement: per layer, the bytes each tier holds (the fluid split moves
+  // it between steps, under placement_mu).
+  std::lock_guard<std::mutex> placement_lock(e.placement_mu);
   const weights::PlacementPlan* plan = e.stream ? &e.stream->store().plan() : nullptr;
   PlacementFacts f{.gpu = e.cfg.backend == "cuda", .layer_bytes = layer_bytes,
                    .layer_host_bytes = e.model->host_layer_bytes(), .layer_begin = e.model->layer_begin(),

@@ -89,6 +89,9 @@ struct Engine::Impl {
   std::string placement;
   std::unique_ptr<spec::Proposer> proposer;
   std::unique_ptr<FluidControl> fluid;  // EngineConfig::fluid_split; null: off
+  // Held while the fluid split moves layers (the engine thread) and while
+  // describe_json() reads the placement (any thread).
+  mutable std::mutex placement_mu;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -135,6 +138,8 @@ struct Engine::Impl {
   void publish_stats();
   // The fluid split's view of this step: what preempting or waiting would cost.
   FluidCosts fluid_costs() const;
+  // One step of the fluid split under placement_mu; on an error it says so and stops the split.
+  void fluid_step(const FluidCosts& costs);
 };
 
 }  // namespace sluice
