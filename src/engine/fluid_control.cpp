@@ -17,7 +17,9 @@ StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::Placeme
     return invalid_argument("--fluid-split on the {} backend moves device-tier layers: it needs --gpu-budget with "
                             "--mem-budget (three tiers)",
                             model.backend().name());
-  if (store.n_ring_slots < 1)
+  // On the host a demoted layer streams through the ring; on a device it may
+  // also go to host memory of its own.
+  if (!on_device && store.n_ring_slots < 1)
     return invalid_argument("--fluid-split moves layers between host memory and the weight store's ring, and "
                             "nothing streams under this --mem-budget (no ring); lower --mem-budget or drop "
                             "--fluid-split");

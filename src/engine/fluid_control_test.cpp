@@ -130,7 +130,7 @@ TEST(FluidControl, OnADeviceDemotesDeviceTierLayersAndKeepsTheTokens) {
   for (const weights::LayerPlacement& l : all->layers) slot = std::max(slot, l.extent_bytes);
   const uint64_t essentials = all->essentials_bytes;
   const uint64_t kv_bytes = 6 * 65536;  // 6 blocks of 16 f16 positions, 8 layers of 4 x 32 values
-  auto run = [&](bool fluid, bool tiers) {
+  auto run = [&](bool fluid, bool tiers, uint64_t mem_budget = 0) {
     EngineConfig cfg{.model_path = file->source_path,
                      .backend = "reference",
                      .n_threads = 2,
@@ -139,7 +139,7 @@ TEST(FluidControl, OnADeviceDemotesDeviceTierLayersAndKeepsTheTokens) {
                      .ctx_size = 256,
                      .kv_budget_bytes = kv_bytes,
                      .kv_dtype = "f16",
-                     .mem_budget_bytes = tiers ? essentials + 3 * slot + 4096 : 0,
+                     .mem_budget_bytes = !tiers ? 0 : mem_budget > 0 ? mem_budget : essentials + 3 * slot + 4096,
                      .gpu_budget_bytes = tiers ? kv_bytes + essentials + 5 * slot : 0,
                      .fluid_split = fluid,
                      .fluid_hold_steps = 2,
@@ -175,18 +175,22 @@ TEST(FluidControl, OnADeviceDemotesDeviceTierLayersAndKeepsTheTokens) {
   };
   const Burst plain = run(false, false);
   const Burst fixed = run(false, true);
-  const Burst fluid = run(true, true);
-  ASSERT_EQ(plain.tokens.size(), 9u);
-  ASSERT_EQ(fluid.tokens.size(), 9u);
-  for (size_t i = 0; i < plain.tokens.size(); ++i) {
-    EXPECT_EQ(fixed.tokens[i], plain.tokens[i]) << "request " << i;
-    EXPECT_EQ(fluid.tokens[i], plain.tokens[i]) << "request " << i;
+  // The host budget holding every other layer (no ring): demoted layers go
+  // to host memory of their own; a tight one: through the ring.
+  for (uint64_t mem : {uint64_t{256} << 20, uint64_t{0}}) {
+    const Burst fluid = run(true, true, mem);
+    ASSERT_EQ(plain.tokens.size(), 9u);
+    ASSERT_EQ(fluid.tokens.size(), 9u) << mem;
+    for (size_t i = 0; i < plain.tokens.size(); ++i) {
+      EXPECT_EQ(fixed.tokens[i], plain.tokens[i]) << "request " << i;
+      EXPECT_EQ(fluid.tokens[i], plain.tokens[i]) << "request " << i << ", host budget " << mem;
+    }
+    EXPECT_GT(fixed.stats.preemptions, 0);
+    EXPECT_LT(fluid.stats.preemptions, fixed.stats.preemptions) << mem;
+    EXPECT_GE(fluid.stats.fluid_demotions, 1) << mem;
+    EXPECT_EQ(fluid.stats.fluid_promotions, fluid.stats.fluid_demotions) << mem;
+    EXPECT_EQ(fluid.stats.fluid_demoted_layers, 0) << mem;
   }
-  EXPECT_GT(fixed.stats.preemptions, 0);
-  EXPECT_LT(fluid.stats.preemptions, fixed.stats.preemptions);
-  EXPECT_GE(fluid.stats.fluid_demotions, 1);
-  EXPECT_EQ(fluid.stats.fluid_promotions, fluid.stats.fluid_demotions);
-  EXPECT_EQ(fluid.stats.fluid_demoted_layers, 0);
 }
 
 }  // namespace

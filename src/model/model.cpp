@@ -228,6 +228,11 @@ Status Model::demote_layer(int64_t l) {
     device_prepared_[static_cast<size_t>(l)] = PreparedWeights{};  // the device copy goes
     device_layer_[static_cast<size_t>(l)] = 0;
     host_layer_bytes_[static_cast<size_t>(l)] = layer_matrix_bytes(w);
+    // Read into host memory of its own (no ring, or room): the backend reads it there.
+    if (const std::span<const uint8_t> r = source_->layer_region(l); !r.empty()) {
+      backend_->register_host(r.data(), r.size());
+      registered_.push_back(r.data());
+    }
   }
   // The ring holds the file's rows: what was reordered (or copied) is not.
   for (WeightView& v : w.mats) v.layout = WeightLayout::kRows;
@@ -236,6 +241,15 @@ Status Model::demote_layer(int64_t l) {
 
 Status Model::promote_layer(int64_t l) {
   if (!source_ || l < layer_begin_ || l >= layer_end_) return invalid_argument("layer {} cannot be promoted", l);
+  // A demoted device layer's host copy is about to go: the backend lets go of it first.
+  if (!device_layer_.empty()) {
+    const std::span<const uint8_t> r = source_->layer_region(l);
+    if (const auto it = std::find(registered_.begin(), registered_.end(), r.data()); !r.empty() && it != registered_.end()) {
+      backend_->finish_host_reads();
+      backend_->unregister_host(r.data());
+      registered_.erase(it);
+    }
+  }
   LayerWeightPointers p;
   RETURN_IF_ERROR(source_->promote(l, &p));
   LayerWeights& w = weights_.layers[static_cast<size_t>(l)];

@@ -133,6 +133,9 @@ class LayerWeightSource {
   // and gives its matrices (as acquire() would, without acquiring it).
   // Defaults: nothing can move.
   virtual uint64_t demotable_bytes(int64_t layer) const { return 0; }
+  // The host memory of layer l's own (a demoted device-tier layer's copy),
+  // for a backend to register; empty when none. Default: none.
+  virtual std::span<const uint8_t> layer_region(int64_t layer) const { return {}; }
   virtual Status demote(int64_t layer) { return unimplemented("this weight source cannot demote layers"); }
   virtual Status promote(int64_t layer, LayerWeightPointers* out) {
     return unimplemented("this weight source cannot promote layers");

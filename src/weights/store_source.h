@@ -54,6 +54,7 @@ class StoreWeightSource : public LayerWeightSource {
   }
   uint64_t demotable_bytes(int64_t layer) const override { return store_->demotable_bytes(layer); }
   Status demote(int64_t layer) override { return store_->demote(layer); }
+  std::span<const uint8_t> layer_region(int64_t layer) const override { return store_->layer_buffer(layer); }
   Status promote(int64_t layer, LayerWeightPointers* out) override;
   WeightStore& store() { return *store_; }
   const WeightStore& store() const { return *store_; }

@@ -169,22 +169,28 @@ class WeightStore {
   ExpertStatsSnapshot expert_stats() const { return experts_ ? experts_->stats() : ExpertStatsSnapshot{}; }
 
   // The fluid split (engine/fluid_control.h), between steps (no layer
-  // acquired): demote() streams a layer through the ring from then on, one
-  // resident in a buffer of its own (the buffer is freed) or one of the device
-  // tier (rule 8: the backend's copy is the caller's to free); promote()
-  // undoes it: a host layer is read into a buffer of its own again (blocking
-  // until it has landed), a device-tier one is served from the file's memory
-  // for the backend to copy again. Both update the plan (its map, byte
-  // counts) and keep the slots' read-ahead going. (weight_store_fluid.cpp)
+  // acquired): demote() moves a layer a tier down. One resident in a buffer
+  // of its own streams through the ring from then on (the buffer is freed);
+  // one of the device tier (rule 8: the backend's copy is the caller's to
+  // free) is read into a buffer of its own while the host budget has room,
+  // else streams through the ring. promote() undoes it: a host layer is read
+  // into a buffer of its own again (blocking until it has landed), a
+  // device-tier one is served from the file's memory for the backend to copy
+  // again (its host buffer freed: the caller unregisters it first,
+  // layer_buffer()). Both update the plan (its map, byte counts) and keep the
+  // slots' read-ahead going. (weight_store_fluid.cpp)
   // Whether demote(layer) can: a dense model's layer resident in a buffer of
-  // its own or in the device tier, no bigger than a ring slot, in a store
-  // with a ring.
+  // its own, fitting a ring slot in a store with a ring; or in the device
+  // tier, fitting a slot or the host budget's room.
   bool demotable(int64_t layer) const;
   // Errors: not demotable (invalid argument).
   Status demote(int64_t layer);
   // Errors: the layer is not streamed, or acquired (invalid argument); the
   // read failed (the layer stays streamed).
   Status promote(int64_t layer);
+  // The host buffer of the layer's own (a resident or a demoted device
+  // layer's; empty when none): what a backend registered to read it.
+  std::span<const uint8_t> layer_buffer(int64_t layer) const;
   // A resident (or device-tier) layer's tensors, without acquiring it (the
   // model binds a promoted layer with them).
   LayerView resident_view(int64_t layer) const;
@@ -261,6 +267,12 @@ class WeightStore {
   void index_streamed();
   // The aligned extents of li.moved's tensors (what a slot holds of the layer).
   uint64_t moved_extent_bytes(const LayerInfo& li) const;
+  // Whether the host budget holds `bytes` more.
+  bool host_room(uint64_t bytes) const;
+  // A device-tier layer read into a buffer of its own (demote without a
+  // ring or with room), and back (promote).
+  Status device_to_host(int64_t layer);
+  Status host_to_device(int64_t layer);
 
   std::shared_ptr<const ModelFile> file_;
   PlacementPlan plan_;

@@ -1,6 +1,7 @@
 // WeightStore's side of the fluid split: a resident layer demoted to the ring
 // and promoted back, between steps (weight_store.h).
 #include <algorithm>
+#include <cstring>
 
 #include "base/check.h"
 #include "weights/weight_store.h"
@@ -55,9 +56,67 @@ void WeightStore::index_streamed() {
 bool WeightStore::demotable(int64_t layer) const {
   CHECK(layer >= 0 && layer < plan_.n_layer);
   const LayerInfo& li = layers_[static_cast<size_t>(layer)];
-  if (li.streamed || slots_.empty() || plan_.n_expert > 0 || li.moved.empty()) return false;
+  if (li.streamed || plan_.n_expert > 0 || li.moved.empty()) return false;
   // What a slot must hold is the extents' size (a buffer may be allocated larger).
-  return (li.buffer >= 0 || li.device_home) && moved_extent_bytes(li) <= plan_.slot_bytes;
+  const uint64_t extents = moved_extent_bytes(li);
+  const bool to_ring = !slots_.empty() && extents <= plan_.slot_bytes;
+  if (li.buffer >= 0) return !li.device_home && to_ring;
+  return li.device_home && (to_ring || host_room(extents));
+}
+
+bool WeightStore::host_room(uint64_t bytes) const {
+  return plan_.budget_bytes == 0 || plan_.host_bytes + bytes <= plan_.budget_bytes;
+}
+
+Status WeightStore::device_to_host(int64_t layer) {
+  LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  std::vector<TensorRange> ranges;
+  for (size_t i : li.moved) {
+    const TensorInfo& info = file_->tensors[plan_.tensors[i].index];
+    ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
+  }
+  li.layout = layout_extents(ranges, kDirectAlign);
+  ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(li.layout.buffer_bytes));
+  if (arbiter_) {
+    ASSIGN_OR_RETURN(const TransferId id, arbiter_->submit(TransferClass::kCritical, li.layout.extents, buf.data()));
+    const TransferResult r = arbiter_->wait(id);
+    counters_.add_disk_read(r.bytes);
+    RETURN_IF_ERROR(r.status.with_context(fmt::format("demoting layer {} to host memory", layer)));
+  }
+  uint64_t bytes = 0;
+  for (size_t j = 0; j < li.moved.size(); ++j) {
+    TensorPlacement& t = plan_.tensors[li.moved[j]];
+    const TensorInfo& info = file_->tensors[t.index];
+    uint8_t* at = buf.data() + li.layout.tensor_offsets[j];
+    if (!arbiter_) std::memcpy(at, info.data, info.n_bytes);  // the file's memory map
+    resident_[info.name] = at;
+    t.tier = Tier::kHost;
+    bytes += t.n_bytes;
+  }
+  const uint64_t held = buf.size();
+  if (li.buffer < 0) {
+    li.buffer = static_cast<int>(resident_bufs_.size());
+    resident_bufs_.push_back(std::move(buf));
+  } else {
+    resident_bufs_[static_cast<size_t>(li.buffer)] = std::move(buf);
+  }
+  li.resident.clear();
+  for (const TensorPlacement& t : plan_.tensors)
+    if (t.layer == layer && t.tier != Tier::kDisk)
+      li.resident.push_back({.suffix = t.suffix, .data = resident_.at(file_->tensors[t.index].name), .n_bytes = t.n_bytes});
+  plan_.layers[static_cast<size_t>(layer)].device = false;
+  plan_.resident_layer_bytes += held;
+  plan_.resident_bytes += held;
+  plan_.host_bytes += held;
+  counters_.set_placement(counters_.snapshot().resident_bytes + bytes, plan_.streamed_bytes);
+  return Status();
+}
+
+std::span<const uint8_t> WeightStore::layer_buffer(int64_t layer) const {
+  const LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  if (li.buffer < 0) return {};
+  const AlignedBuffer& b = resident_bufs_[static_cast<size_t>(li.buffer)];
+  return {b.data(), b.size()};
 }
 
 uint64_t WeightStore::moved_extent_bytes(const LayerInfo& li) const {
@@ -85,6 +144,9 @@ Status WeightStore::demote(int64_t layer) {
                             layer, slots_.empty() ? " (the store has no ring: nothing streams)" : "");
   CHECK(n_acquired_ == 0);
   LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  // A device layer goes to host memory while the budget has room (no reads
+  // per step), else to the ring.
+  if (li.device_home && li.buffer < 0 && host_room(moved_extent_bytes(li))) return device_to_host(layer);
   RETURN_IF_ERROR(make_streamed(layer));
   index_streamed();
   uint64_t bytes = 0;
@@ -118,6 +180,7 @@ Status WeightStore::demote(int64_t layer) {
 Status WeightStore::promote(int64_t layer) {
   CHECK(layer >= 0 && layer < plan_.n_layer);
   LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  if (li.device_home && !li.streamed && li.buffer >= 0) return host_to_device(layer);
   if (!li.streamed || li.moved.empty())
     return invalid_argument("layer {} is not streamed", layer);
   const int s = layer_slot_[static_cast<size_t>(layer)];
@@ -170,6 +233,31 @@ Status WeightStore::promote(int64_t layer) {
   const uint64_t resident = counters_.snapshot().resident_bytes;
   counters_.set_placement(li.device_home ? resident : resident + bytes, plan_.streamed_bytes);
   if (auto_prefetch_) RETURN_IF_ERROR(fill(pos_ + 1));
+  return Status();
+}
+
+Status WeightStore::host_to_device(int64_t layer) {
+  LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  const uint64_t freed = resident_bufs_[static_cast<size_t>(li.buffer)].size();
+  uint64_t bytes = 0;
+  for (size_t i : li.moved) {
+    TensorPlacement& t = plan_.tensors[i];
+    const TensorInfo& info = file_->tensors[t.index];
+    resident_[info.name] = info.data;
+    t.tier = Tier::kDevice;
+    bytes += t.n_bytes;
+  }
+  resident_bufs_[static_cast<size_t>(li.buffer)] = AlignedBuffer();
+  li.resident.clear();
+  for (const TensorPlacement& t : plan_.tensors)
+    if (t.layer == layer && t.tier != Tier::kDisk)
+      li.resident.push_back({.suffix = t.suffix, .data = resident_.at(file_->tensors[t.index].name), .n_bytes = t.n_bytes});
+  plan_.layers[static_cast<size_t>(layer)].device = true;
+  plan_.resident_layer_bytes -= std::min(plan_.resident_layer_bytes, freed);
+  plan_.resident_bytes -= std::min(plan_.resident_bytes, freed);
+  plan_.host_bytes -= std::min(plan_.host_bytes, freed);
+  const uint64_t resident = counters_.snapshot().resident_bytes;
+  counters_.set_placement(resident - std::min(resident, bytes), plan_.streamed_bytes);
   return Status();
 }
 

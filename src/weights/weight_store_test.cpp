@@ -539,5 +539,39 @@ TEST(WeightStore, DemotedDeviceLayersStreamAndComeBackToTheDeviceTier) {
   }
 }
 
+// With room in the host budget a demoted device-tier layer is read into a
+// buffer of its own (no ring needed: everything else resident); promoted, the
+// buffer goes and the file's memory is served again.
+TEST(WeightStore, ADemotedDeviceLayerTakesHostRoomWhenThereIsSome) {
+  auto file = synth_file("f16");
+  auto plan = plan_placement(*file, {.device_layers = {0, 1}});  // no host budget: no ring
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  auto store = WeightStore::open(file, *plan, {.queue_depth = 4});
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  WeightStore& ws = **store;
+  ASSERT_EQ(ws.plan().n_streamed, 0);
+  ASSERT_TRUE(ws.demotable(0));
+  EXPECT_TRUE(ws.layer_buffer(0).empty());
+  const uint64_t host_before = ws.plan().host_bytes;
+  ASSERT_TRUE(ws.demote(0).ok());
+  EXPECT_EQ(ws.state(0), LayerState::kResident);
+  EXPECT_FALSE(ws.plan().layers[0].device);
+  ASSERT_FALSE(ws.layer_buffer(0).empty());
+  EXPECT_EQ(ws.plan().host_bytes, host_before + ws.layer_buffer(0).size());
+  EXPECT_FALSE(ws.demotable(0));  // one tier down at a time
+  auto v = ws.acquire(0);
+  ASSERT_TRUE(v.ok());
+  expect_layer_matches(*file, *v, 0);
+  for (const LayerTensor& t : v->tensors)
+    if (t.suffix.find("norm") == std::string::npos) EXPECT_TRUE(ws.owns_resident(t.data)) << t.suffix;
+  ws.release(0);
+  ASSERT_TRUE(ws.promote(0).ok());
+  EXPECT_TRUE(ws.plan().layers[0].device);
+  EXPECT_TRUE(ws.layer_buffer(0).empty());
+  EXPECT_EQ(ws.plan().host_bytes, host_before);
+  for (const LayerTensor& t : ws.resident_view(0).tensors)
+    if (t.suffix.find("norm") == std::string::npos) EXPECT_EQ(t.data, file->find("blk.0." + t.suffix)->data);
+}
+
 }  // namespace
 }  // namespace sluice::weights
