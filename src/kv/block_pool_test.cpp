@@ -127,24 +127,30 @@ TEST(BlockPoolTest, FreeBlocksGoFirstThenCachedOnesLeastRecentlyFreed) {
   EXPECT_TRUE(pool.check_invariants(std::vector<int32_t>{1, 1, 1, 1}).ok());
 }
 
-TEST(BlockPoolTest, RandomOperationsKeepInvariants) {
-  const int n = 12;
+// A random walk of allocate / ref / unref / register_hash over n blocks,
+// checking the invariants and the used count after every step; with
+// move_limit the limit moves too, and allocate() must never hand out an id
+// past it, and the draining count must be the used ids past it.
+void random_walk(int32_t n, int steps, bool move_limit) {
   BlockPool pool(n);
-  std::vector<int32_t> refs(n, 0);
+  std::vector<int32_t> refs(static_cast<size_t>(n), 0);
   uint64_t state = 99;
   auto next = [&] {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     return static_cast<int>((state >> 33) % 100000);
   };
   uint64_t next_hash = 1;
-  for (int step = 0; step < 4000; ++step) {
-    const int op = next() % 4;
+  for (int step = 0; step < steps; ++step) {
+    const int op = next() % (move_limit ? 5 : 4);
     const int32_t b = next() % n;
     if (op == 0) {
       const int64_t available = pool.n_available();
       const std::optional<int32_t> got = pool.allocate();
       ASSERT_EQ(got.has_value(), available > 0);
-      if (got) ++refs[*got];
+      if (got) {
+        ASSERT_LT(*got, pool.n_total()) << "an id past the limit";
+        ++refs[*got];
+      }
     } else if (op == 1 && (refs[b] > 0 || pool.has_hash(b))) {
       pool.ref(b);
       ++refs[b];
@@ -153,18 +159,27 @@ TEST(BlockPoolTest, RandomOperationsKeepInvariants) {
       --refs[b];
     } else if (op == 3 && refs[b] > 0 && !pool.has_hash(b)) {
       pool.register_hash(b, next_hash++);
+    } else if (op == 4 && next() % 8 == 0) {
+      pool.set_limit(1 + next() % n);
     }
     const Status st = pool.check_invariants(refs);
     ASSERT_TRUE(st.ok()) << "step " << step << ": " << st.to_string();
-    int64_t used = 0;
-    for (const int32_t r : refs) used += r > 0;
+    int64_t used = 0, draining = 0;
+    for (int32_t id = 0; id < n; ++id) {
+      used += refs[id] > 0;
+      draining += id >= pool.n_total() && refs[id] > 0;
+    }
     ASSERT_EQ(pool.n_used(), used);
+    ASSERT_EQ(pool.n_draining(), draining);
+    ASSERT_EQ(pool.drained(), draining == 0);
   }
 }
 
+TEST(BlockPoolTest, RandomOperationsKeepInvariants) { random_walk(12, 4000, false); }
+
 // A limit retires the free and cached blocks past it at once and the used ones
 // as they are freed; raising it brings them back, lowest ids first.
-TEST(BlockPool, ALimitRetiresBlocksPastItAndDrainsTheUsedOnes) {
+TEST(BlockPoolTest, ALimitRetiresBlocksPastItAndDrainsTheUsedOnes) {
   BlockPool pool(8);
   std::vector<int32_t> refs(8, 0);
   std::vector<int32_t> got;
@@ -195,7 +210,7 @@ TEST(BlockPool, ALimitRetiresBlocksPastItAndDrainsTheUsedOnes) {
   ASSERT_TRUE(pool.check_invariants(refs).ok()) << pool.check_invariants(refs).to_string();
 }
 
-TEST(BlockPool, RaisingTheLimitKeepsADrainingBlockUsed) {
+TEST(BlockPoolTest, RaisingTheLimitKeepsADrainingBlockUsed) {
   BlockPool pool(4, 2);
   EXPECT_EQ(pool.n_total(), 2);
   std::vector<int32_t> refs(4, 0);
@@ -211,6 +226,9 @@ TEST(BlockPool, RaisingTheLimitKeepsADrainingBlockUsed) {
   refs[2] = 1;
   ASSERT_TRUE(pool.check_invariants(refs).ok()) << pool.check_invariants(refs).to_string();
 }
+
+// The random walk again with the limit moving.
+TEST(BlockPoolTest, RandomOperationsWithAMovingLimitKeepInvariants) { random_walk(48, 6000, true); }
 
 }  // namespace
 }  // namespace sluice
