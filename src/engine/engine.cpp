@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <limits>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -169,6 +170,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e.sampling.reserve(static_cast<size_t>(config.max_seqs));
   e.tasks.reserve(static_cast<size_t>(config.max_seqs));
   if (fluid) {
+    e.sched->set_admission_blocks(fluid->n_blocks_reachable);
     e.fluid = std::make_unique<FluidControl>(std::move(*fluid), *e.model, e.kv, !e.model->backend().host_visible());
     e.placement += (e.placement.empty() || e.placement.back() == '\n' ? "" : "\n") + e.fluid->describe() + "\n";
   }
@@ -384,6 +386,11 @@ FluidCosts Engine::Impl::fluid_costs() const {
     c.wait_cost_s = remaining_min * step_s;
     c.horizon_steps = remaining_sum / static_cast<double>(sched->running().size());
   }
+  // The only sequence preempting itself, or a request waiting with nothing
+  // running, would wait for blocks no one frees.
+  constexpr double kForever = std::numeric_limits<double>::infinity();
+  if (sched->n_running() == 1) c.preempt_cost_s = kForever;
+  if (sched->n_running() == 0 && (sched->n_waiting() > 0 || sched->n_swapped() > 0)) c.wait_cost_s = kForever;
   return c;
 }
 

@@ -55,6 +55,8 @@ StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::Placeme
   RETURN_IF_ERROR(plan::validate_fluid_split(c));
   f.n_blocks_start = plan::fluid_kv_blocks(c, 0);
   f.n_blocks_max = plan::fluid_kv_blocks(c, c.n_units);
+  f.n_blocks_reachable = plan::fluid_kv_blocks(
+      c, std::min<int64_t>(c.n_units, static_cast<int64_t>(c.demote_cost_s.size()) - 1));
   return f;
 }
 

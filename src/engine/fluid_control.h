@@ -45,6 +45,7 @@ struct FluidSetup {
   std::vector<int64_t> units;  // demotable layers, in demotion order (promoted in reverse)
   int64_t n_blocks_start = 0;  // the pool with every unit resident
   int64_t n_blocks_max = 0;    // the pool with every unit demoted (the store's and the pool's ids)
+  int64_t n_blocks_reachable = 0;  // the pool with every unit the price list covers demoted (admission's bound)
 };
 
 // The split for a model over a weight store placed by `store` beside a pool
@@ -60,6 +61,9 @@ StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::Placeme
                                       int64_t promote_hold_steps);
 
 // What a shortage would cost otherwise this step (the engine's estimates).
+// Infinite where the alternative never ends: the only running sequence
+// preempting itself, or a request waiting while nothing runs (it fits the
+// pool the split can reach, not the pool as it is).
 struct FluidCosts {
   double preempt_cost_s = 0;  // recomputing the sequence a running shortage would preempt
   double wait_cost_s = 0;     // the first waiting request's wait if not admitted

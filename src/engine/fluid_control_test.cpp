@@ -193,5 +193,37 @@ TEST(FluidControl, OnADeviceDemotesDeviceTierLayersAndKeepsTheTokens) {
   }
 }
 
+// A request longer than the pool as it is, but within what demoting can make
+// room for: the fixed split refuses it, the fluid one demotes (nothing else
+// runs, so it would wait forever) and gives the unbudgeted run's tokens.
+TEST(FluidControl, ARequestLongerThanThePoolAsItIsRunsOnDemotedLayers) {
+  auto run = [](bool fluid, uint64_t mem_budget, std::vector<int32_t>* tokens, FinishReason* reason) {
+    EngineConfig cfg = config(fluid, mem_budget);
+    if (mem_budget == 0) cfg.kv_budget_bytes = 0;  // the unbudgeted run: the default pool
+    auto e = Engine::create(cfg);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    Collector c;
+    // ~5 prompt tokens + 250: 16 blocks, against 10 at load and 28 with both layers demoted.
+    auto id = (*e)->submit({.prompt = prompt_of((*e)->tokenizer(), 0), .max_tokens = 250,
+                            .sampling = {.temperature = 0}, .ignore_eos = true},
+                           c.callback());
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+    c.wait(1);
+    *tokens = c.results_[*id].tokens[0];
+    *reason = c.results_[*id].reason[0];
+  };
+  std::vector<int32_t> plain, fixed, fluid;
+  FinishReason plain_reason{}, fixed_reason{}, fluid_reason{};
+  ASSERT_NO_FATAL_FAILURE(run(false, 0, &plain, &plain_reason));
+  ASSERT_NO_FATAL_FAILURE(run(false, kTwoLayersResident, &fixed, &fixed_reason));
+  ASSERT_NO_FATAL_FAILURE(run(true, kTwoLayersResident, &fluid, &fluid_reason));
+  EXPECT_EQ(plain_reason, FinishReason::kLength);
+  ASSERT_EQ(plain.size(), 250u);
+  EXPECT_EQ(fixed_reason, FinishReason::kError);
+  EXPECT_TRUE(fixed.empty());
+  EXPECT_EQ(fluid_reason, FinishReason::kLength);
+  EXPECT_EQ(fluid, plain);
+}
+
 }  // namespace
 }  // namespace sluice

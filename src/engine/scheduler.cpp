@@ -68,7 +68,7 @@ Status Scheduler::add(SeqId id, SequenceParams params) {
   // With a sliding window, slots are reserved a chunk at a time and released
   // behind the window, so a sequence holds at most the window's blocks and a
   // chunk's (longest_chunk()), however long it gets.
-  const int64_t n_total_blocks = blocks_.pool().n_total();
+  const int64_t n_total_blocks = admission_blocks_ > 0 ? admission_blocks_ : blocks_.pool().n_total();
   const int64_t n_capacity = n_total_blocks * blocks_.block_size();
   const int64_t n_prompt = static_cast<int64_t>(params.prompt.size());
   if (blocks_.window() > 0) {

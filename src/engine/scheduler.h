@@ -140,6 +140,10 @@ class Scheduler {
   const BlockManager& blocks() const { return blocks_; }
   // The device pool's limit (BlockManager::set_block_limit; the fluid split).
   void set_block_limit(int64_t n_blocks) { blocks_.set_block_limit(n_blocks); }
+  // add() admits sequences that fit this many blocks alone (0: the pool's
+  // limit at the time): the pool the fluid split can grow to, which its
+  // caller grows when such a sequence would otherwise wait forever.
+  void set_admission_blocks(int64_t n_blocks) { admission_blocks_ = n_blocks; }
   SchedulerStats stats() const { return stats_; }
 
   // Every sequence in exactly one queue matching its state, queues sorted, block
@@ -187,6 +191,7 @@ class Scheduler {
   std::vector<InFlight> in_flight_;           // the step planned and not yet updated
   std::vector<SeqId> pending_aborts_;         // aborted while in flight
   uint64_t next_arrival_ = 0;
+  int64_t admission_blocks_ = 0;  // set_admission_blocks (0: the pool's limit)
   SchedulerStats stats_;
 };
 

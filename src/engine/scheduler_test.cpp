@@ -512,5 +512,26 @@ TEST(SchedulerWindowTest, SharedPrefixesAndPreemptionKeepOutputs) {
   }
 }
 
+// What the next schedule() wants, read without changing anything (the fluid
+// split's load), and admission bounded by the pool the split can reach.
+TEST(Scheduler, BlockDemandIsWhatTheNextStepReservesAndAdmissionTakesItsBound) {
+  Scheduler s({.max_batch_tokens = 64, .max_seqs = 4}, {.n_blocks = 8, .n_blocks_limit = 4, .block_size = 4});
+  // 6 prompt tokens + up to 5 generated: 3 blocks each at most.
+  ASSERT_TRUE(s.add(1, {.prompt = make_prompt(6, 1), .stop = {.max_tokens = 5}}).ok());
+  ASSERT_TRUE(s.add(2, {.prompt = make_prompt(6, 2), .stop = {.max_tokens = 5}}).ok());
+  BlockDemand d = s.block_demand();
+  EXPECT_EQ(d.running_need, 0);
+  EXPECT_EQ(d.waiting_need, 2);  // the first waiting prompt's 6 tokens
+  EXPECT_EQ(d.largest_seq, 3);
+  const StepPlan plan = s.schedule();  // both prompts: 2 blocks each, the whole limit
+  EXPECT_EQ(plan.seqs.size(), 2u);
+  EXPECT_EQ(s.blocks().pool().n_used(), 4);
+  // 17 tokens need 5 blocks: more than the limit of 4, refused unless admission reaches further.
+  EXPECT_FALSE(s.add(3, {.prompt = make_prompt(12, 3), .stop = {.max_tokens = 6}}).ok());
+  s.set_admission_blocks(8);
+  EXPECT_TRUE(s.add(3, {.prompt = make_prompt(12, 3), .stop = {.max_tokens = 6}}).ok());
+  EXPECT_EQ(s.block_demand().largest_seq, 5);
+}
+
 }  // namespace
 }  // namespace sluice
