@@ -391,7 +391,7 @@ int run(const BenchServeArgs& a) {
     const EngineStats es = engine.stats();
     j["fluid_demotions"] = es.fluid_demotions;
     j["fluid_promotions"] = es.fluid_promotions;
-    j["fluid_demoted_layers"] = es.fluid_demoted_layers;
+    j["fluid_demoted_units"] = es.fluid_demoted_units;
     j["spec_drafted"] = es.spec_drafted;
     j["spec_accepted"] = es.spec_accepted;
     j["spec_acceptance_rate"] = es.spec_acceptance_rate();
@@ -430,8 +430,8 @@ int run(const BenchServeArgs& a) {
   if (const std::string spec = speculative_line(engine.stats()); !spec.empty()) fmt::print("{}\n", spec);
   if (cfg.fluid_split) {
     const EngineStats es = engine.stats();
-    fmt::print("fluid split: {} layer demotions, {} promotions, {} layers streamed at the end\n", es.fluid_demotions,
-               es.fluid_promotions, es.fluid_demoted_layers);
+    fmt::print("fluid split: {} units given up to the KV pool, {} taken back, {} given up at the end\n", es.fluid_demotions,
+               es.fluid_promotions, es.fluid_demoted_units);
   }
   if (const std::string w = engine.weights_report(); !w.empty()) fmt::print("{}", w);
   return 0;

@@ -145,7 +145,7 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t finished_requests = 0;
   // The fluid split (EngineConfig::fluid_split), since start.
-  int64_t fluid_demoted_layers = 0;  // layers streamed instead of resident now
+  int64_t fluid_demoted_units = 0;  // units given up to the KV pool now (layers, or groups of expert slots)
   int64_t fluid_demotions = 0;
   int64_t fluid_promotions = 0;
   // Speculative decoding, since start.

@@ -652,7 +652,7 @@ void Engine::Impl::publish_stats() {
   st.generated_tokens = static_cast<int64_t>(metrics.generated_tokens->value());
   st.finished_requests = s.n_finished;
   if (fluid) {
-    st.fluid_demoted_layers = fluid->n_demoted();
+    st.fluid_demoted_units = fluid->n_demoted();
     st.fluid_demotions = fluid->n_demotions();
     st.fluid_promotions = fluid->n_promotions();
   }

@@ -32,9 +32,9 @@ EngineMetrics::EngineMetrics() {
   kv_blocks_used = r.gauge("sluice_kv_blocks_used", "KV blocks in use");
   kv_blocks_total = r.gauge("sluice_kv_blocks_total", "KV blocks in the pool");
   kv_blocks_cached = r.gauge("sluice_kv_blocks_cached", "Free KV blocks keeping a reusable prefix");
-  fluid_demoted = r.gauge("sluice_fluid_demoted_layers", "Layers streamed instead of resident by the fluid split");
-  fluid_demotions = r.gauge("sluice_fluid_demotions", "Layers the fluid split demoted to give the KV pool blocks, since start");
-  fluid_promotions = r.gauge("sluice_fluid_promotions", "Layers the fluid split made resident again, since start");
+  fluid_demoted = r.gauge("sluice_fluid_demoted_units", "Units (layers, or groups of expert slots) the fluid split gave up to the KV pool, now");
+  fluid_demotions = r.gauge("sluice_fluid_demotions", "Units the fluid split gave up to the KV pool, since start");
+  fluid_promotions = r.gauge("sluice_fluid_promotions", "Units the fluid split took back from the KV pool, since start");
   prefix_hit_ratio = r.gauge("sluice_prefix_cache_hit_ratio", "Prompt tokens served by the prefix cache / looked up");
   const char* wb = "Weight bytes read, by tier, since start";
   weight_disk_bytes = r.gauge("sluice_weight_read_bytes", wb, "tier=\"disk\"");
@@ -67,7 +67,7 @@ void EngineMetrics::publish(const EngineStats& s) {
   kv_blocks_used->set(static_cast<double>(s.kv_blocks_used));
   kv_blocks_total->set(static_cast<double>(s.kv_blocks_total));
   kv_blocks_cached->set(static_cast<double>(s.kv_blocks_cached));
-  fluid_demoted->set(static_cast<double>(s.fluid_demoted_layers));
+  fluid_demoted->set(static_cast<double>(s.fluid_demoted_units));
   fluid_demotions->set(static_cast<double>(s.fluid_demotions));
   fluid_promotions->set(static_cast<double>(s.fluid_promotions));
   prefix_hit_ratio->set(s.prefix_hit_rate);

@@ -6,7 +6,7 @@
 //   sluice_prompt_tokens, sluice_generation_tokens              histograms (per request)
 //   sluice_requests_running, sluice_requests_waiting, sluice_requests_swapped,
 //   sluice_kv_blocks_used, sluice_kv_blocks_total, sluice_kv_blocks_cached,
-//   sluice_prefix_cache_hit_ratio, sluice_fluid_demoted_layers,
+//   sluice_prefix_cache_hit_ratio, sluice_fluid_demoted_units,
 //   sluice_fluid_demotions, sluice_fluid_promotions             gauges
 //   sluice_weight_read_bytes{tier="disk|host"}, sluice_weight_stall_seconds,
 //   sluice_weight_overlap_efficiency, sluice_weight_resident_fraction

@@ -5,9 +5,50 @@
 #include <fmt/format.h>
 
 #include "model/model.h"
+#include "plan/expert_plan.h"
 #include "weights/placement.h"
 
 namespace sluice {
+
+namespace {
+
+// The split of a routed model's expert pool: a unit is one routed layer's
+// worth of slots (the fewest the pool may keep), priced by the placement's
+// step at the hit rate the smaller pool would get.
+StatusOr<FluidSetup> plan_expert_split(const weights::PlacementPlan& store,
+                                       const LayerWeightSource::ExpertSlotRange& slots, int64_t n_pool_blocks,
+                                       int64_t block_bytes, int64_t promote_hold_steps) {
+  FluidSetup f;
+  f.slots_per_unit = slots.min;
+  f.base_slots = slots.now;
+  const int64_t n_units = (slots.now - slots.min) / slots.min;
+  if (n_units < 1)
+    return invalid_argument("--fluid-split: the expert pool holds {} slots, no more than the {} one layer needs; "
+                            "nothing can move (raise --mem-budget)",
+                            slots.now, slots.min);
+  for (int64_t u = 0; u < n_units; ++u) f.units.push_back(u);
+  plan::FluidSplitConfig& c = f.config;
+  c.unit_bytes = static_cast<double>(f.slots_per_unit) * static_cast<double>(slots.slot_bytes);
+  c.n_units = n_units;
+  c.floor_bytes = static_cast<double>(store.host_bytes) - static_cast<double>(n_units) * c.unit_bytes;
+  c.kv_block_bytes = static_cast<double>(block_bytes);
+  c.budget_bytes = static_cast<double>(store.host_bytes) + static_cast<double>(n_pool_blocks) * c.kv_block_bytes;
+  c.promote_hold_steps = promote_hold_steps;
+  const double distinct = store.n_layer_moe > 0 ? store.experts_per_step / static_cast<double>(store.n_layer_moe) : 0;
+  const double gbps = store.disk_gbps > 0 ? store.disk_gbps : 1.0;
+  auto step = [&](int64_t n) {
+    return store.predicted_step_s_given(plan::expected_hit_rate(n, store.n_layer_moe, store.n_share(), distinct), gbps);
+  };
+  for (int64_t k = 0; k <= n_units; ++k) c.demote_cost_s.push_back(step(slots.now - k * f.slots_per_unit) - step(slots.now));
+  c.demote_cost_s[0] = 0;
+  RETURN_IF_ERROR(plan::validate_fluid_split(c));
+  f.n_blocks_start = plan::fluid_kv_blocks(c, 0);
+  f.n_blocks_max = plan::fluid_kv_blocks(c, c.n_units);
+  f.n_blocks_reachable = f.n_blocks_max;
+  return f;
+}
+
+}  // namespace
 
 StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::PlacementPlan& store,
                                       const plan::TierInputs* device_tiers, int64_t n_pool_blocks, int64_t block_bytes,
@@ -17,6 +58,9 @@ StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::Placeme
     return invalid_argument("--fluid-split on the {} backend moves device-tier layers: it needs --gpu-budget with "
                             "--mem-budget (three tiers)",
                             model.backend().name());
+  // A routed model streaming its experts: the units are slots of its pool.
+  const LayerWeightSource::ExpertSlotRange slots = model.expert_slot_range();
+  if (slots.max > 0) return plan_expert_split(store, slots, n_pool_blocks, block_bytes, promote_hold_steps);
   // On the host a demoted layer streams through the ring; on a device it may
   // also go to host memory of its own.
   if (!on_device && store.n_ring_slots < 1)
@@ -65,20 +109,29 @@ FluidControl::FluidControl(FluidSetup setup, Model& model, KvStore& kv, bool on_
 
 std::string FluidControl::describe() const {
   const plan::FluidSplitConfig& c = setup_.config;
-  return fmt::format("fluid split: {:.1f} MiB of {} shared by {} movable layers of {:.1f} MiB and the KV pool ({} "
-                     "blocks of {:.1f} KiB with every layer resident, up to {} with all streamed); a demoted layer "
-                     "costs {:.3f} ms a step at first",
+  const std::string units = setup_.slots_per_unit > 0
+                                ? fmt::format("{} groups of {} expert slots", c.n_units, setup_.slots_per_unit)
+                                : fmt::format("{} movable layers", c.n_units);
+  return fmt::format("fluid split: {:.1f} MiB of {} shared by {} of {:.1f} MiB and the KV pool ({} "
+                     "blocks of {:.1f} KiB with every unit resident, up to {} with all given up); the first unit "
+                     "given up costs {:.3f} ms a step",
                      (c.budget_bytes - c.floor_bytes) / (1 << 20), on_device_ ? "device memory" : "host memory",
-                     c.n_units, c.unit_bytes / (1 << 20),
+                     units, c.unit_bytes / (1 << 20),
                      setup_.n_blocks_start, c.kv_block_bytes / 1024, setup_.n_blocks_max,
                      c.demote_cost_s.size() > 1 ? c.demote_cost_s[1] * 1e3 : 0.0);
+}
+
+Status FluidControl::move_unit(int64_t u, bool demote) {
+  if (setup_.slots_per_unit > 0)  // the expert pool: unit u is the u-th group of slots from its end
+    return model_.set_expert_slots(setup_.base_slots - (demote ? u + 1 : u) * setup_.slots_per_unit);
+  const int64_t layer = setup_.units[static_cast<size_t>(u)];
+  return demote ? model_.demote_layer(layer) : model_.promote_layer(layer);
 }
 
 Status FluidControl::finish_promotion(Scheduler& sched) {
   if (!sched.blocks().pool().drained()) return Status();
   RETURN_IF_ERROR(model_.backend().resize_kv(kv_, pending_));
-  const int64_t layer = setup_.units[static_cast<size_t>(state_.n_demoted - 1)];
-  RETURN_IF_ERROR(model_.promote_layer(layer));
+  RETURN_IF_ERROR(move_unit(state_.n_demoted - 1, /*demote=*/false));
   --state_.n_demoted;
   state_.calm_steps = 0;
   ++n_promotions_;
@@ -109,7 +162,7 @@ Status FluidControl::before_step(Scheduler& sched, const FluidCosts& costs) {
   reason_ = dec.reason;
   if (dec.action == plan::FluidAction::kDemote) {
     for (int64_t u = state_.n_demoted; u < dec.next.n_demoted; ++u) {
-      RETURN_IF_ERROR(model_.demote_layer(setup_.units[static_cast<size_t>(u)]));
+      RETURN_IF_ERROR(move_unit(u, /*demote=*/true));
       ++state_.n_demoted;  // the pool grows only by what was freed
       ++n_demotions_;
     }

@@ -42,7 +42,11 @@ struct PlacementPlan;
 
 struct FluidSetup {
   plan::FluidSplitConfig config;
-  std::vector<int64_t> units;  // demotable layers, in demotion order (promoted in reverse)
+  std::vector<int64_t> units;  // demotable layers, in demotion order (promoted in reverse); with slots: 0, 1, ...
+  // A routed model's expert pool as the units (0: the units are layers):
+  // unit u is slots base_slots - (u+1) x slots_per_unit .. base_slots - u x slots_per_unit - 1.
+  int64_t slots_per_unit = 0;
+  int64_t base_slots = 0;
   int64_t n_blocks_start = 0;  // the pool with every unit resident
   int64_t n_blocks_max = 0;    // the pool with every unit demoted (the store's and the pool's ids)
   int64_t n_blocks_reachable = 0;  // the pool with every unit the price list covers demoted (admission's bound)
@@ -93,6 +97,8 @@ class FluidControl {
  private:
   // Finishes a pending promotion once the blocks past the new limit drained.
   Status finish_promotion(Scheduler& sched);
+  // Demotes unit u (a layer, or a group of expert slots), or promotes it back.
+  Status move_unit(int64_t u, bool demote);
 
   FluidSetup setup_;
   Model& model_;

@@ -65,10 +65,10 @@ Burst run_burst(const EngineConfig& cfg) {
   c.wait(8);
   // Idle, the load has dropped: the demoted layers come back without a step.
   if (cfg.fluid_split) {
-    EXPECT_GT((*e)->stats().fluid_demoted_layers, 0);
-    for (int i = 0; i < 200 && (*e)->stats().fluid_demoted_layers > 0; ++i)
+    EXPECT_GT((*e)->stats().fluid_demoted_units, 0);
+    for (int i = 0; i < 200 && (*e)->stats().fluid_demoted_units > 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    EXPECT_EQ((*e)->stats().fluid_demoted_layers, 0) << "still demoted after 5 s idle";
+    EXPECT_EQ((*e)->stats().fluid_demoted_units, 0) << "still demoted after 5 s idle";
   }
   auto last = (*e)->submit({.prompt = prompt_of((*e)->tokenizer(), 1), .max_tokens = 30,
                             .sampling = {.temperature = 0}, .ignore_eos = true},
@@ -103,7 +103,7 @@ TEST(FluidControl, DemotesLayersInsteadOfPreemptingAndPromotesThemBack) {
   EXPECT_GE(fluid.stats.fluid_demotions, 1);
   // Idle after the burst: every demoted layer comes back.
   EXPECT_EQ(fluid.stats.fluid_promotions, fluid.stats.fluid_demotions);
-  EXPECT_EQ(fluid.stats.fluid_demoted_layers, 0);
+  EXPECT_EQ(fluid.stats.fluid_demoted_units, 0);
   EXPECT_EQ(fluid.stats.kv_blocks_total, fixed.stats.kv_blocks_total);
 }
 
@@ -189,7 +189,7 @@ TEST(FluidControl, OnADeviceDemotesDeviceTierLayersAndKeepsTheTokens) {
     EXPECT_LT(fluid.stats.preemptions, fixed.stats.preemptions) << mem;
     EXPECT_GE(fluid.stats.fluid_demotions, 1) << mem;
     EXPECT_EQ(fluid.stats.fluid_promotions, fluid.stats.fluid_demotions) << mem;
-    EXPECT_EQ(fluid.stats.fluid_demoted_layers, 0) << mem;
+    EXPECT_EQ(fluid.stats.fluid_demoted_units, 0) << mem;
   }
 }
 
@@ -223,6 +223,46 @@ TEST(FluidControl, ARequestLongerThanThePoolAsItIsRunsOnDemotedLayers) {
   EXPECT_TRUE(fixed.empty());
   EXPECT_EQ(fluid_reason, FinishReason::kLength);
   EXPECT_EQ(fluid, plain);
+}
+
+// A routed model streaming its experts (stories-moe under a budget that gives
+// its pool 46 slots of 16-expert layers): the units are groups of slots, the
+// pool of experts shrinks to give the KV pool blocks, and the tokens are those
+// of the same budget split once.
+TEST(FluidControl, ARoutedModelGivesUpExpertSlots) {
+  const std::string path = testing::model_path("stories-moe/stories-moe.gguf");
+  SKIP_UNLESS_EXISTS(path);
+  auto run = [&](bool fluid) {
+    EngineConfig cfg = config(fluid, 4500 * 1000);
+    cfg.model_path = path;
+    cfg.kv_budget_bytes = 12 * 16384;  // 12 blocks of 16 f32 positions
+    auto e = Engine::create(cfg);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    Burst b;
+    if (!e.ok()) return b;
+    if (fluid) EXPECT_NE((*e)->placement_report().find("expert slots of"), std::string::npos) << (*e)->placement_report();
+    Collector c;
+    std::vector<RequestId> ids;
+    for (int i = 0; i < 12; ++i) {
+      auto id = (*e)->submit({.prompt = prompt_of((*e)->tokenizer(), i), .max_tokens = 40,
+                              .sampling = {.temperature = 0}, .ignore_eos = true},
+                             c.callback());
+      EXPECT_TRUE(id.ok()) << id.status().to_string();
+      if (id.ok()) ids.push_back(*id);
+    }
+    c.wait(12);
+    for (RequestId id : ids) b.tokens.push_back(c.results_[id].tokens[0]);
+    b.stats = (*e)->stats();
+    return b;
+  };
+  const Burst fixed = run(false);
+  const Burst fluid = run(true);
+  ASSERT_EQ(fixed.tokens.size(), 12u);
+  ASSERT_EQ(fluid.tokens.size(), 12u);
+  for (size_t i = 0; i < fixed.tokens.size(); ++i) EXPECT_EQ(fluid.tokens[i], fixed.tokens[i]) << "request " << i;
+  EXPECT_GT(fixed.stats.preemptions, 0);
+  EXPECT_LT(fluid.stats.preemptions, fixed.stats.preemptions);
+  EXPECT_GE(fluid.stats.fluid_demotions, 1);
 }
 
 }  // namespace

@@ -266,6 +266,16 @@ Status Model::promote_layer(int64_t l) {
   return Status();
 }
 
+LayerWeightSource::ExpertSlotRange Model::expert_slot_range() const {
+  if (!source_ || !backend_->host_visible() || !source_->streams_experts()) return {};
+  return source_->expert_slot_range();
+}
+
+Status Model::set_expert_slots(int64_t n) {
+  if (expert_slot_range().max == 0) return invalid_argument("this model keeps no expert pool");
+  return source_->set_expert_slots(n);
+}
+
 bool Model::on_device(int64_t l) const { return !device_layer_.empty() && device_layer_[static_cast<size_t>(l)]; }
 
 const RopeFreqs& Model::layer_rope(int64_t l) const { return hp_.layer_has_own_rope(l) ? rope_swa_ : rope_; }

@@ -174,6 +174,11 @@ class Model {
   uint64_t demotable_bytes(int64_t l) const;
   Status demote_layer(int64_t l);
   Status promote_layer(int64_t l);
+  // A routed model's expert pool (a weight source that streams experts, on
+  // a host-visible backend): its range (all 0 when there is none), and its
+  // size moved between steps (the split's units are slots).
+  LayerWeightSource::ExpertSlotRange expert_slot_range() const;
+  Status set_expert_slots(int64_t n);
 
   // The KV cache's shape (KvShape: its default dtype, layout, window).
   KvShape kv_shape() const;

@@ -11,6 +11,7 @@ const char* cache_policy_name(CachePolicy p) { return p == CachePolicy::kLru ? "
 ExpertCache::ExpertCache(const ExpertCacheConfig& config)
     : config_(config),
       slots_(static_cast<size_t>(config.n_slots)),
+      limit_(config.n_slots),
       where_(static_cast<size_t>(config.n_layer * config.n_expert), -1),
       usage_(where_.size(), 0.0),
       last_use_(where_.size(), 0),
@@ -32,7 +33,7 @@ ExpertCache::Placement ExpertCache::insert(int64_t layer, int64_t expert) {
   int64_t best = -1;
   double best_score = std::numeric_limits<double>::infinity();
   bool best_protected = true;
-  for (size_t s = 0; s < slots_.size(); ++s) {
+  for (size_t s = 0; s < static_cast<size_t>(limit_); ++s) {
     const Slot& slot = slots_[s];
     if (slot.layer < 0) {
       best = static_cast<int64_t>(s);
@@ -60,6 +61,12 @@ ExpertCache::Placement ExpertCache::insert(int64_t layer, int64_t expert) {
   where_[index(layer, expert)] = best;
   p.slot = best;
   return p;
+}
+
+void ExpertCache::set_limit(int64_t n) {
+  CHECK(n >= 1 && n <= n_slot_ids());
+  for (size_t s = static_cast<size_t>(n); s < slots_.size(); ++s) CHECK(slots_[s].layer < 0);
+  limit_ = n;
 }
 
 void ExpertCache::clear_slot(int64_t s) {

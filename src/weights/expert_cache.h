@@ -43,7 +43,13 @@ class ExpertCache {
  public:
   explicit ExpertCache(const ExpertCacheConfig& config);
 
-  int64_t n_slots() const { return static_cast<int64_t>(slots_.size()); }
+  // Slots in use: the limit (set_limit; all of them at first).
+  int64_t n_slots() const { return limit_; }
+  // Slots the cache was made with.
+  int64_t n_slot_ids() const { return static_cast<int64_t>(slots_.size()); }
+  // From now on only slots 0 .. n-1 take experts (1 .. n_slot_ids()). The
+  // slots past n must be empty (the caller clears them, clear_slot).
+  void set_limit(int64_t n);
   // The slot holding (l, e), or -1.
   int64_t slot_of(int64_t layer, int64_t expert) const { return where_[index(layer, expert)]; }
   // What a slot holds (layer -1 when empty).
@@ -96,6 +102,7 @@ class ExpertCache {
 
   ExpertCacheConfig config_;
   std::vector<Slot> slots_;
+  int64_t limit_ = 0;               // slots 0 .. limit_-1 take experts
   std::vector<int64_t> where_;      // [n_layer * n_expert] slot or -1
   std::vector<double> usage_;       // [n_layer * n_expert] decayed use counts
   std::vector<uint64_t> last_use_;  // [n_layer * n_expert] clock of the last use

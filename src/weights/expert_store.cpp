@@ -1,5 +1,8 @@
 #include "weights/expert_store.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -208,6 +211,27 @@ StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::open(const ModelFile& file, 
   }
   ASSIGN_OR_RETURN(s->pool_, AlignedBuffer::allocate(static_cast<uint64_t>(o.n_slots) * o.slot_bytes));
   return s;
+}
+
+Status ExpertStore::set_slot_limit(int64_t n) {
+  if (n < min_slots() || n > max_slots())
+    return invalid_argument("{} expert slots: between {} (one layer's experts) and {}", n, min_slots(), max_slots());
+  CHECK(pinned_.empty());
+  const int64_t old = cache_.n_slots();
+  for (int64_t slot = n; slot < old; ++slot) forget(slot);
+  cache_.set_limit(n);
+  if (n < old) {  // the pages of the slots past n go back (whole pages only)
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<uintptr_t>(pool_.data() + static_cast<size_t>(n) * slot_bytes_);
+    const auto end = reinterpret_cast<uintptr_t>(pool_.data() + pool_.size());
+    const uintptr_t a = (begin + page - 1) / page * page, b = end / page * page;
+    if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  }
+  for (int64_t slot = std::min(n, old); slot < std::max(n, old); ++slot) {
+    prepared_[static_cast<size_t>(slot)] = 0;
+    fresh_[static_cast<size_t>(slot)] = 0;
+  }
+  return Status();
 }
 
 bool ExpertStore::bytes_in(int64_t slot) const {

@@ -133,6 +133,13 @@ class ExpertStore {
 
   ExpertStatsSnapshot stats() const;
   int64_t n_slots() const { return cache_.n_slots(); }
+  // The fluid split, between steps (nothing pinned): from now on only slots
+  // 0 .. n-1 hold experts. Slots past n are emptied (their reads stopped) and
+  // their memory given back; raising n brings empty slots back. n from
+  // min_slots() (one layer's experts) to max_slots(). Errors: n outside that.
+  Status set_slot_limit(int64_t n);
+  int64_t min_slots() const { return expert_end_ - expert_begin_; }
+  int64_t max_slots() const { return cache_.n_slot_ids(); }
 
  private:
   struct ExpertInfo {

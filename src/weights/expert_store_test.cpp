@@ -51,6 +51,22 @@ TEST(ExpertCache, PinnedStayProtectedGoLastLeastUsedGoFirst) {
   EXPECT_EQ(c.insert(0, 3).slot, -1);
 }
 
+// A limit keeps experts out of the slots past it (the fluid split shrinking
+// the pool); raised, they take experts again.
+TEST(ExpertCache, ALimitKeepsExpertsOutOfTheSlotsPastIt) {
+  ExpertCache c({.n_layer = 1, .n_expert = 8, .n_slots = 4, .policy = CachePolicy::kLru});
+  EXPECT_EQ(c.insert(0, 0).slot, 0);
+  EXPECT_EQ(c.insert(0, 1).slot, 1);
+  c.set_limit(2);
+  EXPECT_EQ(c.n_slots(), 2);
+  EXPECT_EQ(c.n_slot_ids(), 4);
+  const ExpertCache::Placement p = c.insert(0, 2);  // full below the limit: one gives way
+  EXPECT_LT(p.slot, 2);
+  EXPECT_GE(p.evicted_expert, 0);
+  c.set_limit(4);
+  EXPECT_EQ(c.insert(0, 3).slot, 2);  // the first empty slot, now within the limit
+}
+
 TEST(ExpertCache, LruEvictsTheLeastRecentlyUsed) {
   ExpertCache c({.n_layer = 1, .n_expert = 4, .n_slots = 2, .policy = CachePolicy::kLru});
   c.insert(0, 0);

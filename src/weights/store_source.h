@@ -55,6 +55,11 @@ class StoreWeightSource : public LayerWeightSource {
   uint64_t demotable_bytes(int64_t layer) const override { return store_->demotable_bytes(layer); }
   Status demote(int64_t layer) override { return store_->demote(layer); }
   std::span<const uint8_t> layer_region(int64_t layer) const override { return store_->layer_buffer(layer); }
+  ExpertSlotRange expert_slot_range() const override {
+    return {.now = store_->expert_slots(), .min = store_->min_expert_slots(), .max = store_->max_expert_slots(),
+            .slot_bytes = store_->plan().expert_slot_bytes};
+  }
+  Status set_expert_slots(int64_t n) override { return store_->set_expert_slots(n); }
   Status promote(int64_t layer, LayerWeightPointers* out) override;
   WeightStore& store() { return *store_; }
   const WeightStore& store() const { return *store_; }

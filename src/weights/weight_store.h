@@ -165,6 +165,13 @@ class WeightStore {
     return experts_->unprepared(layer, expert, out);
   }
   void unpinned_expert_prepared(int64_t layer, int32_t expert) { experts_->mark_prepared_expert(layer, expert); }
+  // The fluid split over the expert pool (ExpertStore::set_slot_limit):
+  // slots in use, the fewest and the most. Errors: no expert pool, or n
+  // outside [min, max].
+  int64_t expert_slots() const { return experts_ ? experts_->n_slots() : 0; }
+  int64_t min_expert_slots() const { return experts_ ? experts_->min_slots() : 0; }
+  int64_t max_expert_slots() const { return experts_ ? experts_->max_slots() : 0; }
+  Status set_expert_slots(int64_t n);
   // Per-layer expert counters (empty when experts are not streamed).
   ExpertStatsSnapshot expert_stats() const { return experts_ ? experts_->stats() : ExpertStatsSnapshot{}; }
 

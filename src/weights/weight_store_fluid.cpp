@@ -261,6 +261,17 @@ Status WeightStore::host_to_device(int64_t layer) {
   return Status();
 }
 
+Status WeightStore::set_expert_slots(int64_t n) {
+  if (!experts_) return invalid_argument("this store keeps no expert pool");
+  const int64_t old = experts_->n_slots();
+  RETURN_IF_ERROR(experts_->set_slot_limit(n));
+  const int64_t delta = n - old;  // the plan's figures follow the pool
+  plan_.n_expert_slots = n;
+  const uint64_t moved = static_cast<uint64_t>(delta < 0 ? -delta : delta) * plan_.expert_slot_bytes;
+  plan_.host_bytes = delta < 0 ? plan_.host_bytes - std::min(plan_.host_bytes, moved) : plan_.host_bytes + moved;
+  return Status();
+}
+
 LayerView WeightStore::resident_view(int64_t layer) const {
   CHECK(layer >= 0 && layer < plan_.n_layer && !layers_[static_cast<size_t>(layer)].streamed);
   return LayerView{.layer = layer, .streamed = false, .tensors = layers_[static_cast<size_t>(layer)].resident};

@@ -126,6 +126,8 @@ class ForwardingSource : public LayerWeightSource {
   uint64_t demotable_bytes(int64_t layer) const override { return s_->demotable_bytes(layer); }
   Status demote(int64_t layer) override { return s_->demote(layer); }
   std::span<const uint8_t> layer_region(int64_t layer) const override { return s_->layer_region(layer); }
+  ExpertSlotRange expert_slot_range() const override { return s_->expert_slot_range(); }
+  Status set_expert_slots(int64_t n) override { return s_->set_expert_slots(n); }
   Status promote(int64_t layer, LayerWeightPointers* out) override { return s_->promote(layer, out); }
   bool next_expert_ready(int64_t layer) const override { return s_->next_expert_ready(layer); }
   bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const override {
