@@ -164,6 +164,9 @@ std::string StatsFeed::snapshot_text(const std::string& model_json) {
              {"blocks_cached", value("sluice_kv_blocks_cached")},
              {"prefix_hit_ratio", value("sluice_prefix_cache_hit_ratio")},
              {"preemptions", value("sluice_preemptions_total")},
+             {"fluid_units", value("sluice_fluid_demoted_units")},
+             {"fluid_demotions", value("sluice_fluid_demotions")},
+             {"fluid_promotions", value("sluice_fluid_promotions")},
              {"preemptions_per_s", rate("sluice_preemptions_total")}};
   j["throughput"] = {{"generated_tokens", value("sluice_generated_tokens_total")},
                      {"tokens_per_s", rate("sluice_generated_tokens_total")},

@@ -8,7 +8,9 @@
 //    "requests": {"running", "waiting", "swapped", "http_in_flight",
 //                 "finished": {"stop", "length", "abort", "error"}},
 //    "kv": {"blocks_used", "blocks_total", "blocks_cached", "prefix_hit_ratio",
-//           "preemptions", "preemptions_per_s"},
+//           "preemptions", "fluid_units", "fluid_demotions", "fluid_promotions",
+//           "preemptions_per_s"},     fluid_*: units (layers or groups of expert
+//                                     slots) the fluid split gave the pool: now, given, taken back
 //    "throughput": {"generated_tokens", "tokens_per_s", "requests_per_s"},
 //    "latency": {"ttft_s" | "tpot_s" | "e2e_s": {"count", "mean", "p50", "p90",
 //                "p99", "recent_mean"}},            quantiles since start; recent: the window
