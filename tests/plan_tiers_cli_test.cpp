@@ -75,6 +75,14 @@ TEST(PlanTiersCli, DenseLayerMapAndHostBudgetFlags) {
   EXPECT_EQ(d, a["layers"]["disk"].get<int64_t>());
   EXPECT_GT(g * h * d, 0);
   EXPECT_EQ(a["n_ring_slots"].get<int64_t>(), 2);
+  // The fluid split's price list: each doubling of the layers HBM gives the
+  // KV pool holds twice the positions and costs the decode step more.
+  const nlohmann::json& fluid = a["fluid"];
+  ASSERT_GE(fluid.size(), 2u);
+  EXPECT_EQ(fluid[0]["units"].get<int64_t>(), 1);
+  EXPECT_NEAR(fluid[1]["kv_tokens_f16"].get<double>(), 2 * fluid[0]["kv_tokens_f16"].get<double>(), 1e-6);
+  EXPECT_GT(fluid[0]["decode_step_added_s"].get<double>(), 0);
+  EXPECT_GT(fluid[1]["decode_step_added_s"].get<double>(), fluid[0]["decode_step_added_s"].get<double>());
   // Everything resident without budgets: no legs but compute.
   const nlohmann::json all = run_json("-m llama-3-8b --weights q4_0");
   EXPECT_EQ(all["layers"]["map"].get<std::string>(), std::string(32, 'G'));

@@ -14,7 +14,9 @@
 #include "cli.h"
 #include "cmd_plan.h"
 #include "model/synth.h"
+#include "plan/kv_plan.h"
 #include "plan/tier_plan.h"
+#include "plan/weight_bytes.h"
 #include "weights/placement.h"
 
 namespace sluice::cli::plan_cmd {
@@ -109,6 +111,26 @@ int run_tiers(const PlanArgs& a) {
   std::string t = fmt::format("model     {}\n", pl::shape_summary(m->shape));
   t += fmt::format("weights   {:.3f} GB ({})\n", static_cast<double>(m->weights.total()) / 1e9, m->weights_note);
   t += pl::tier_map(*p, in);
+  // The fluid split's price list (engine/fluid_control.h, --fluid-split):
+  // what the decode step pays for each unit HBM gives the KV pool, and the
+  // f16 KV positions those bytes hold.
+  const int64_t n_units = p->routed ? p->n_hbm_experts : p->n_hbm_layers;
+  auto costs = pl::demotion_costs(in, n_units);
+  if (!costs.ok()) return fail(costs.status());
+  const double kv_token = pl::kv_bytes_per_token(m->shape, pl::parse_weight_format("f16").value());
+  json fluid = json::array();
+  std::string row;
+  for (int64_t k = 1; k < static_cast<int64_t>(costs->size()); k *= 2) {
+    const double bytes = static_cast<double>(k) * p->unit_bytes;
+    const double tokens = kv_token > 0 ? bytes / kv_token : 0;
+    fluid.push_back({{"units", k}, {"bytes", bytes}, {"kv_tokens_f16", tokens},
+                     {"decode_step_added_s", (*costs)[static_cast<size_t>(k)]}});
+    row += fmt::format("{}{} -> +{:.0f} positions, +{:.3f} ms", row.empty() ? "" : "; ", k, tokens,
+                       (*costs)[static_cast<size_t>(k)] * 1e3);
+  }
+  if (!row.empty())
+    t += fmt::format("fluid     {} given to the KV pool (f16 positions, decode step added): {}\n",
+                     p->routed ? "experts" : "layers", row);
   json j = {{"model", m->shape.name},
             {"weights_bytes", m->weights.total()},
             {"gpu_budget_bytes", *gpu},
@@ -128,7 +150,8 @@ int run_tiers(const PlanArgs& a) {
             {"n_staging_slots", p->n_staging_slots},
             {"decode", step_json(p->decode)},
             {"prefill", step_json(p->prefill)},
-            {"note", p->note}};
+            {"note", p->note},
+            {"fluid", fluid}};
   if (p->routed) {
     j["experts"] = {{"total", p->n_experts}, {"hbm", p->n_hbm_experts}, {"host", p->n_host_experts},
                     {"disk", p->n_disk_experts}};
