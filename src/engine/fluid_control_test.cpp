@@ -107,6 +107,20 @@ TEST(FluidControl, DemotesLayersInsteadOfPreemptingAndPromotesThemBack) {
   EXPECT_EQ(fluid.stats.kv_blocks_total, fixed.stats.kv_blocks_total);
 }
 
+// With swapping for preemption and prompt-lookup drafts too: the split moves
+// under both, and every token is still the unbudgeted run's.
+TEST(FluidControl, MovesUnderSwappingAndSpeculation) {
+  const Burst plain = run_burst(config(false, 0));
+  EngineConfig cfg = config(true, kTwoLayersResident);
+  cfg.preempt_swap = true;
+  cfg.speculative = "lookup";
+  const Burst fluid = run_burst(cfg);
+  ASSERT_EQ(fluid.tokens.size(), plain.tokens.size());
+  for (size_t i = 0; i < plain.tokens.size(); ++i) EXPECT_EQ(fluid.tokens[i], plain.tokens[i]) << "request " << i;
+  EXPECT_GE(fluid.stats.fluid_demotions, 1);
+  EXPECT_EQ(fluid.stats.fluid_demoted_units, 0);
+}
+
 TEST(FluidControl, NeedsAMemoryBudgetWithLayersThatCanMove) {
   auto none = Engine::create(config(true, 0));
   ASSERT_FALSE(none.ok());
