@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "base/test_data.h"
@@ -47,35 +48,45 @@ struct Burst {
   std::string placement;
 };
 
-// Eight requests at once, then one alone (a calm stretch for promotions).
-Burst run_burst(const EngineConfig& cfg) {
+// A burst of requests at once; then, once idle (the fluid split's units come
+// back), one more alone.
+struct Workload {
+  int n_burst = 8;
+  // Request i: i < n_burst the burst's, i == n_burst the lone one.
+  std::function<Request(const Tokenizer&, int)> request;
+};
+
+// stories260K's: eight prompts of the engine tests, 40-61 tokens each, then 30.
+Workload stories_burst() {
+  return {.request = [](const Tokenizer& tok, int i) {
+    return Request{.prompt = prompt_of(tok, i < 8 ? i : 1), .max_tokens = i < 8 ? 40 + 3 * i : 30,
+                   .sampling = {.temperature = 0}, .ignore_eos = true};
+  }};
+}
+
+Burst run_burst(const EngineConfig& cfg, const Workload& w = stories_burst()) {
   auto e = Engine::create(cfg);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   Burst b;
   if (!e.ok()) return b;
   Collector c;
   std::vector<RequestId> ids;
-  for (int i = 0; i < 8; ++i) {
-    auto id = (*e)->submit({.prompt = prompt_of((*e)->tokenizer(), i), .max_tokens = 40 + 3 * i,
-                            .sampling = {.temperature = 0}, .ignore_eos = true},
-                           c.callback());
+  auto submit = [&](int i) {
+    auto id = (*e)->submit(w.request((*e)->tokenizer(), i), c.callback());
     EXPECT_TRUE(id.ok()) << id.status().to_string();
     if (id.ok()) ids.push_back(*id);
-  }
-  c.wait(8);
-  // Idle, the load has dropped: the demoted layers come back without a step.
+  };
+  for (int i = 0; i < w.n_burst; ++i) submit(i);
+  c.wait(w.n_burst);
+  // Idle, the load has dropped: the demoted units come back without a step.
   if (cfg.fluid_split) {
     EXPECT_GT((*e)->stats().fluid_demoted_units, 0);
     for (int i = 0; i < 200 && (*e)->stats().fluid_demoted_units > 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     EXPECT_EQ((*e)->stats().fluid_demoted_units, 0) << "still demoted after 5 s idle";
   }
-  auto last = (*e)->submit({.prompt = prompt_of((*e)->tokenizer(), 1), .max_tokens = 30,
-                            .sampling = {.temperature = 0}, .ignore_eos = true},
-                           c.callback());
-  EXPECT_TRUE(last.ok());
-  if (last.ok()) ids.push_back(*last);
-  c.wait(9);
+  submit(w.n_burst);
+  c.wait(w.n_burst + 1);
   for (RequestId id : ids) b.tokens.push_back(c.results_[id].tokens[0]);
   b.stats = (*e)->stats();
   b.placement = (*e)->placement_report();
@@ -161,29 +172,14 @@ TEST(FluidControl, OnADeviceDemotesDeviceTierLayersAndKeepsTheTokens) {
                      .calibration = &kSlowMachine};
     std::shared_ptr<testing::DeviceLike> be;
     if (tiers) cfg.shared_backend = be = std::make_shared<testing::DeviceLike>();
-    auto e = Engine::create(cfg);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    Burst b;
-    if (!e.ok()) return b;
-    if (fluid) EXPECT_NE((*e)->placement_report().find("of device memory shared by"), std::string::npos) << (*e)->placement_report();
-    Collector c;
-    std::vector<RequestId> ids;
-    for (int i = 0; i < 8; ++i) {
-      auto id = (*e)->submit({.prompt = {1, 20 + i, 40 + i, 60, 80 + 2 * i}, .max_tokens = 28,
-                              .sampling = {.temperature = 0}, .ignore_eos = true},
-                             c.callback());
-      EXPECT_TRUE(id.ok()) << id.status().to_string();
-      if (id.ok()) ids.push_back(*id);
-    }
-    c.wait(8);
-    auto last = (*e)->submit({.prompt = {1, 7, 9}, .max_tokens = 24, .sampling = {.temperature = 0},
-                              .ignore_eos = true},
-                             c.callback());
-    EXPECT_TRUE(last.ok());
-    if (last.ok()) ids.push_back(*last);
-    c.wait(9);
-    for (RequestId id : ids) b.tokens.push_back(c.results_[id].tokens[0]);
-    b.stats = (*e)->stats();
+    const Workload w{.request = [](const Tokenizer&, int i) {
+      return i < 8 ? Request{.prompt = {1, 20 + i, 40 + i, 60, 80 + 2 * i}, .max_tokens = 28,
+                             .sampling = {.temperature = 0}, .ignore_eos = true}
+                   : Request{.prompt = {1, 7, 9}, .max_tokens = 24, .sampling = {.temperature = 0},
+                             .ignore_eos = true};
+    }};
+    Burst b = run_burst(cfg, w);
+    if (fluid) EXPECT_NE(b.placement.find("of device memory shared by"), std::string::npos) << b.placement;
     if (be) EXPECT_EQ(be->stray, "");
     return b;
   };
@@ -250,29 +246,18 @@ TEST(FluidControl, ARoutedModelGivesUpExpertSlots) {
     EngineConfig cfg = config(fluid, 4500 * 1000);
     cfg.model_path = path;
     cfg.kv_budget_bytes = 12 * 16384;  // 12 blocks of 16 f32 positions
-    auto e = Engine::create(cfg);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    Burst b;
-    if (!e.ok()) return b;
-    if (fluid) EXPECT_NE((*e)->placement_report().find("expert slots of"), std::string::npos) << (*e)->placement_report();
-    Collector c;
-    std::vector<RequestId> ids;
-    for (int i = 0; i < 12; ++i) {
-      auto id = (*e)->submit({.prompt = prompt_of((*e)->tokenizer(), i), .max_tokens = 40,
-                              .sampling = {.temperature = 0}, .ignore_eos = true},
-                             c.callback());
-      EXPECT_TRUE(id.ok()) << id.status().to_string();
-      if (id.ok()) ids.push_back(*id);
-    }
-    c.wait(12);
-    for (RequestId id : ids) b.tokens.push_back(c.results_[id].tokens[0]);
-    b.stats = (*e)->stats();
+    const Workload w{.n_burst = 12, .request = [](const Tokenizer& tok, int i) {
+      return Request{.prompt = prompt_of(tok, i), .max_tokens = 40, .sampling = {.temperature = 0},
+                     .ignore_eos = true};
+    }};
+    Burst b = run_burst(cfg, w);
+    if (fluid) EXPECT_NE(b.placement.find("expert slots of"), std::string::npos) << b.placement;
     return b;
   };
   const Burst fixed = run(false);
   const Burst fluid = run(true);
-  ASSERT_EQ(fixed.tokens.size(), 12u);
-  ASSERT_EQ(fluid.tokens.size(), 12u);
+  ASSERT_EQ(fixed.tokens.size(), 13u);
+  ASSERT_EQ(fluid.tokens.size(), 13u);
   for (size_t i = 0; i < fixed.tokens.size(); ++i) EXPECT_EQ(fluid.tokens[i], fixed.tokens[i]) << "request " << i;
   EXPECT_GT(fixed.stats.preemptions, 0);
   EXPECT_LT(fluid.stats.preemptions, fixed.stats.preemptions);
