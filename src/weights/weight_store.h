@@ -276,6 +276,10 @@ class WeightStore {
   uint64_t moved_extent_bytes(const LayerInfo& li) const;
   // Whether the host budget holds `bytes` more.
   bool host_room(uint64_t bytes) const;
+  // The layer's view table from the plan's tensors that are not on disk.
+  void table_resident(int64_t layer);
+  // A layer's buffer of `bytes` allocated (added) or freed: the plan's host figures follow.
+  void count_resident_buffer(uint64_t bytes, bool added);
   // A device-tier layer read into a buffer of its own (demote without a
   // ring or with room), and back (promote).
   Status device_to_host(int64_t layer);

@@ -53,6 +53,19 @@ void WeightStore::index_streamed() {
   }
 }
 
+void WeightStore::table_resident(int64_t layer) {
+  LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  li.resident.clear();
+  for (const TensorPlacement& t : plan_.tensors)
+    if (t.layer == layer && t.tier != Tier::kDisk)
+      li.resident.push_back({.suffix = t.suffix, .data = resident_.at(file_->tensors[t.index].name), .n_bytes = t.n_bytes});
+}
+
+void WeightStore::count_resident_buffer(uint64_t bytes, bool added) {
+  for (uint64_t* figure : {&plan_.resident_layer_bytes, &plan_.resident_bytes, &plan_.host_bytes})
+    *figure = added ? *figure + bytes : *figure - std::min(*figure, bytes);
+}
+
 bool WeightStore::demotable(int64_t layer) const {
   CHECK(layer >= 0 && layer < plan_.n_layer);
   const LayerInfo& li = layers_[static_cast<size_t>(layer)];
@@ -100,14 +113,9 @@ Status WeightStore::device_to_host(int64_t layer) {
   } else {
     resident_bufs_[static_cast<size_t>(li.buffer)] = std::move(buf);
   }
-  li.resident.clear();
-  for (const TensorPlacement& t : plan_.tensors)
-    if (t.layer == layer && t.tier != Tier::kDisk)
-      li.resident.push_back({.suffix = t.suffix, .data = resident_.at(file_->tensors[t.index].name), .n_bytes = t.n_bytes});
+  table_resident(layer);
   plan_.layers[static_cast<size_t>(layer)].device = false;
-  plan_.resident_layer_bytes += held;
-  plan_.resident_bytes += held;
-  plan_.host_bytes += held;
+  count_resident_buffer(held, /*added=*/true);
   counters_.set_placement(counters_.snapshot().resident_bytes + bytes, plan_.streamed_bytes);
   return Status();
 }
@@ -164,9 +172,7 @@ Status WeightStore::demote(int64_t layer) {
   if (li.buffer >= 0) {  // a host layer: its buffer goes
     const uint64_t freed = resident_bufs_[static_cast<size_t>(li.buffer)].size();
     resident_bufs_[static_cast<size_t>(li.buffer)] = AlignedBuffer();
-    plan_.resident_layer_bytes -= std::min(plan_.resident_layer_bytes, freed);
-    plan_.resident_bytes -= std::min(plan_.resident_bytes, freed);
-    plan_.host_bytes -= std::min(plan_.host_bytes, freed);
+    count_resident_buffer(freed, /*added=*/false);
     const uint64_t resident = counters_.snapshot().resident_bytes;
     counters_.set_placement(resident - std::min(resident, bytes), plan_.streamed_bytes);
   } else {  // the device tier's: the backend frees its copy
@@ -217,14 +223,9 @@ Status WeightStore::promote(int64_t layer) {
     } else {
       resident_bufs_[static_cast<size_t>(li.buffer)] = std::move(buf);
     }
-    plan_.resident_layer_bytes += held;
-    plan_.resident_bytes += held;
-    plan_.host_bytes += held;
+    count_resident_buffer(held, /*added=*/true);
   }
-  li.resident.clear();
-  for (const TensorPlacement& t : plan_.tensors)
-    if (t.layer == layer && t.tier != Tier::kDisk)
-      li.resident.push_back({.suffix = t.suffix, .data = resident_.at(file_->tensors[t.index].name), .n_bytes = t.n_bytes});
+  table_resident(layer);
   li.streamed = false;
   index_streamed();
   lp.streamed = false;
@@ -248,14 +249,9 @@ Status WeightStore::host_to_device(int64_t layer) {
     bytes += t.n_bytes;
   }
   resident_bufs_[static_cast<size_t>(li.buffer)] = AlignedBuffer();
-  li.resident.clear();
-  for (const TensorPlacement& t : plan_.tensors)
-    if (t.layer == layer && t.tier != Tier::kDisk)
-      li.resident.push_back({.suffix = t.suffix, .data = resident_.at(file_->tensors[t.index].name), .n_bytes = t.n_bytes});
+  table_resident(layer);
   plan_.layers[static_cast<size_t>(layer)].device = true;
-  plan_.resident_layer_bytes -= std::min(plan_.resident_layer_bytes, freed);
-  plan_.resident_bytes -= std::min(plan_.resident_bytes, freed);
-  plan_.host_bytes -= std::min(plan_.host_bytes, freed);
+  count_resident_buffer(freed, /*added=*/false);
   const uint64_t resident = counters_.snapshot().resident_bytes;
   counters_.set_placement(resident - std::min(resident, bytes), plan_.streamed_bytes);
   return Status();
