@@ -280,6 +280,12 @@ class WeightStore {
   void table_resident(int64_t layer);
   // A layer's buffer of `bytes` allocated (added) or freed: the plan's host figures follow.
   void count_resident_buffer(uint64_t bytes, bool added);
+  // Reads li.moved's tensors into a buffer of the layer's own and serves
+  // them from there (tier host); *bytes: their bytes. Errors: the read.
+  Status read_own_buffer(int64_t layer, std::string_view why, uint64_t* bytes);
+  // li.moved's tensors served from the file's memory again, in the device
+  // tier (the backend copies them); returns their bytes.
+  uint64_t serve_from_file(int64_t layer);
   // A device-tier layer read into a buffer of its own (demote without a
   // ring or with room), and back (promote).
   Status device_to_host(int64_t layer);

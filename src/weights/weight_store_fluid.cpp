@@ -81,7 +81,7 @@ bool WeightStore::host_room(uint64_t bytes) const {
   return plan_.budget_bytes == 0 || plan_.host_bytes + bytes <= plan_.budget_bytes;
 }
 
-Status WeightStore::device_to_host(int64_t layer) {
+Status WeightStore::read_own_buffer(int64_t layer, std::string_view why, uint64_t* bytes) {
   LayerInfo& li = layers_[static_cast<size_t>(layer)];
   std::vector<TensorRange> ranges;
   for (size_t i : li.moved) {
@@ -94,9 +94,9 @@ Status WeightStore::device_to_host(int64_t layer) {
     ASSIGN_OR_RETURN(const TransferId id, arbiter_->submit(TransferClass::kCritical, li.layout.extents, buf.data()));
     const TransferResult r = arbiter_->wait(id);
     counters_.add_disk_read(r.bytes);
-    RETURN_IF_ERROR(r.status.with_context(fmt::format("demoting layer {} to host memory", layer)));
+    RETURN_IF_ERROR(r.status.with_context(fmt::format("{} layer {}", why, layer)));
   }
-  uint64_t bytes = 0;
+  *bytes = 0;
   for (size_t j = 0; j < li.moved.size(); ++j) {
     TensorPlacement& t = plan_.tensors[li.moved[j]];
     const TensorInfo& info = file_->tensors[t.index];
@@ -104,18 +104,23 @@ Status WeightStore::device_to_host(int64_t layer) {
     if (!arbiter_) std::memcpy(at, info.data, info.n_bytes);  // the file's memory map
     resident_[info.name] = at;
     t.tier = Tier::kHost;
-    bytes += t.n_bytes;
+    *bytes += t.n_bytes;
   }
-  const uint64_t held = buf.size();
+  count_resident_buffer(buf.size(), /*added=*/true);
   if (li.buffer < 0) {
     li.buffer = static_cast<int>(resident_bufs_.size());
     resident_bufs_.push_back(std::move(buf));
   } else {
     resident_bufs_[static_cast<size_t>(li.buffer)] = std::move(buf);
   }
+  return Status();
+}
+
+Status WeightStore::device_to_host(int64_t layer) {
+  uint64_t bytes = 0;
+  RETURN_IF_ERROR(read_own_buffer(layer, "demoting to host memory", &bytes));
   table_resident(layer);
   plan_.layers[static_cast<size_t>(layer)].device = false;
-  count_resident_buffer(held, /*added=*/true);
   counters_.set_placement(counters_.snapshot().resident_bytes + bytes, plan_.streamed_bytes);
   return Status();
 }
@@ -196,34 +201,9 @@ Status WeightStore::promote(int64_t layer) {
   LayerPlacement& lp = plan_.layers[static_cast<size_t>(layer)];
   uint64_t bytes = 0;
   if (li.device_home) {  // back to the device tier: the file's memory, for the backend to copy
-    for (size_t i : li.moved) {
-      TensorPlacement& t = plan_.tensors[i];
-      const TensorInfo& info = file_->tensors[t.index];
-      resident_[info.name] = info.data;
-      t.tier = Tier::kDevice;
-      bytes += t.n_bytes;
-    }
-    lp.device = true;
+    bytes = serve_from_file(layer);
   } else {
-    ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(li.layout.buffer_bytes));
-    ASSIGN_OR_RETURN(const TransferId id, arbiter_->submit(TransferClass::kCritical, li.layout.extents, buf.data()));
-    const TransferResult r = arbiter_->wait(id);
-    counters_.add_disk_read(r.bytes);
-    RETURN_IF_ERROR(r.status.with_context(fmt::format("promoting layer {}", layer)));
-    for (size_t j = 0; j < li.moved.size(); ++j) {
-      TensorPlacement& t = plan_.tensors[li.moved[j]];
-      resident_[file_->tensors[t.index].name] = buf.data() + li.layout.tensor_offsets[j];
-      t.tier = Tier::kHost;
-      bytes += t.n_bytes;
-    }
-    const uint64_t held = buf.size();
-    if (li.buffer < 0) {
-      li.buffer = static_cast<int>(resident_bufs_.size());
-      resident_bufs_.push_back(std::move(buf));
-    } else {
-      resident_bufs_[static_cast<size_t>(li.buffer)] = std::move(buf);
-    }
-    count_resident_buffer(held, /*added=*/true);
+    RETURN_IF_ERROR(read_own_buffer(layer, "promoting", &bytes));
   }
   table_resident(layer);
   li.streamed = false;
@@ -237,20 +217,25 @@ Status WeightStore::promote(int64_t layer) {
   return Status();
 }
 
-Status WeightStore::host_to_device(int64_t layer) {
-  LayerInfo& li = layers_[static_cast<size_t>(layer)];
-  const uint64_t freed = resident_bufs_[static_cast<size_t>(li.buffer)].size();
+uint64_t WeightStore::serve_from_file(int64_t layer) {
   uint64_t bytes = 0;
-  for (size_t i : li.moved) {
+  for (size_t i : layers_[static_cast<size_t>(layer)].moved) {
     TensorPlacement& t = plan_.tensors[i];
     const TensorInfo& info = file_->tensors[t.index];
     resident_[info.name] = info.data;
     t.tier = Tier::kDevice;
     bytes += t.n_bytes;
   }
+  plan_.layers[static_cast<size_t>(layer)].device = true;
+  return bytes;
+}
+
+Status WeightStore::host_to_device(int64_t layer) {
+  LayerInfo& li = layers_[static_cast<size_t>(layer)];
+  const uint64_t freed = resident_bufs_[static_cast<size_t>(li.buffer)].size();
+  const uint64_t bytes = serve_from_file(layer);
   resident_bufs_[static_cast<size_t>(li.buffer)] = AlignedBuffer();
   table_resident(layer);
-  plan_.layers[static_cast<size_t>(layer)].device = true;
   count_resident_buffer(freed, /*added=*/false);
   const uint64_t resident = counters_.snapshot().resident_bytes;
   counters_.set_placement(resident - std::min(resident, bytes), plan_.streamed_bytes);
