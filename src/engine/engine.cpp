@@ -127,20 +127,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   const int64_t block_bytes = pool.block_bytes, window = pool.window, n_blocks = pool.n_blocks;
   // The fluid split: the store and the pool are made for the most blocks it
   // can reach, the pool's limit starts where every layer is resident.
-  int64_t n_ids = n_blocks, n_limit = 0;
-  std::optional<FluidSetup> fluid;
-  if (config.fluid_split) {
-    if (!e.stream)
-      return invalid_argument("--fluid-split shares --mem-budget between resident layers and the KV pool; it needs "
-                              "--mem-budget");
-    if (config.parallel) return unimplemented("--fluid-split is not supported across processes (--parallel)");
-    ASSIGN_OR_RETURN(FluidSetup fs, plan_fluid_split(*e.model, e.stream->store().plan(),
-                                                     lm.tiers ? &lm.tiers->inputs : nullptr, n_blocks, block_bytes,
-                                                     config.fluid_hold_steps));
-    n_ids = fs.n_blocks_max;
-    n_limit = fs.n_blocks_start;
-    fluid = std::move(fs);
-  }
+  ASSIGN_OR_RETURN(std::optional<FluidSetup> fluid,
+                   e.plan_fluid(lm.tiers ? &lm.tiers->inputs : nullptr, n_blocks, block_bytes));
+  const int64_t n_ids = fluid ? fluid->n_blocks_max : n_blocks, n_limit = fluid ? fluid->n_blocks_start : 0;
   if (fluid) {
     ASSIGN_OR_RETURN(e.kv, e.model->backend().create_kv_reserved(layout, n_ids, n_limit));
   } else {
@@ -169,11 +158,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                            RunnerConfig{.max_seqs = config.max_seqs, .max_logits = n_rows});
   e.sampling.reserve(static_cast<size_t>(config.max_seqs));
   e.tasks.reserve(static_cast<size_t>(config.max_seqs));
-  if (fluid) {
-    e.sched->set_admission_blocks(fluid->n_blocks_reachable);
-    e.fluid = std::make_unique<FluidControl>(std::move(*fluid), *e.model, e.kv, !e.model->backend().host_visible());
-    e.placement += (e.placement.empty() || e.placement.back() == '\n' ? "" : "\n") + e.fluid->describe() + "\n";
-  }
+  if (fluid) e.start_fluid(std::move(*fluid));
   e.metrics.kv_blocks_total->set(static_cast<double>(n_blocks));
   if (e.stream && e.stream->store().streams_experts()) e.metrics.init_experts(e.model->hparams());
   if (e.model->hparams().is_moe()) e.model->set_routing_counters(e.metrics.init_routing(e.model->hparams()));
@@ -364,42 +349,6 @@ Engine::Impl::Output* Engine::Impl::output_of(SeqId seq) {
   auto it = owner.find(seq);
   if (it == owner.end()) return nullptr;
   return &reqs.at(it->second.first).outs[static_cast<size_t>(it->second.second)];
-}
-
-FluidCosts Engine::Impl::fluid_costs() const {
-  // A decode step at the running batch, and a token recomputed, from the
-  // steps seen so far.
-  const auto n_running = static_cast<double>(std::max<int64_t>(1, sched->n_running()));
-  const double step_s = step_cost.seconds(n_running);
-  const double per_token_s = step_cost.per_token() > 0 ? step_cost.per_token() : step_s / n_running;
-  FluidCosts c;
-  double remaining_sum = 0, remaining_min = -1;
-  for (SeqId id : sched->running()) {
-    const Sequence* s = sched->find(id);
-    const auto left = static_cast<double>(std::max<int64_t>(1, s->stop.max_tokens - s->n_generated()));
-    remaining_sum += left;
-    remaining_min = remaining_min < 0 ? left : std::min(remaining_min, left);
-  }
-  if (!sched->running().empty()) {
-    const Sequence* victim = sched->find(sched->running().back());
-    c.preempt_cost_s = static_cast<double>(victim->n_computed) * per_token_s + step_s;
-    c.wait_cost_s = remaining_min * step_s;
-    c.horizon_steps = remaining_sum / static_cast<double>(sched->running().size());
-  }
-  // The only sequence preempting itself, or a request waiting with nothing
-  // running, would wait for blocks no one frees.
-  constexpr double kForever = std::numeric_limits<double>::infinity();
-  if (sched->n_running() == 1) c.preempt_cost_s = kForever;
-  if (sched->n_running() == 0 && (sched->n_waiting() > 0 || sched->n_swapped() > 0)) c.wait_cost_s = kForever;
-  return c;
-}
-
-void Engine::Impl::fluid_step(const FluidCosts& costs) {
-  std::lock_guard<std::mutex> lock(placement_mu);
-  if (const Status st = fluid->before_step(*sched, costs); !st.ok()) {
-    fmt::print(stderr, "[sluice] fluid split stopped: {}\n", st.message());
-    fluid.reset();
-  }
 }
 
 void Engine::Impl::step() {
@@ -633,44 +582,5 @@ void Engine::Impl::abort_request(RequestId id, FinishReason reason, const std::s
   }
 }
 
-void Engine::Impl::publish_stats() {
-  const BlockStats b = sched->blocks().stats();
-  const SchedulerStats s = sched->stats();
-  EngineStats st;
-  st.running = sched->n_running();
-  st.waiting = sched->n_waiting();
-  st.swapped = sched->n_swapped();
-  st.kv_blocks_total = b.n_total;
-  st.kv_blocks_used = b.n_used;
-  st.kv_blocks_free = b.n_free;
-  st.kv_blocks_cached = b.n_cached;
-  st.prefix_hit_rate = b.n_prefix_queried_tokens > 0
-                           ? static_cast<double>(b.n_prefix_hit_tokens) / static_cast<double>(b.n_prefix_queried_tokens)
-                           : 0.0;
-  st.preemptions = s.n_preempted_recompute + s.n_preempted_swap;
-  st.steps = s.n_steps;
-  st.generated_tokens = static_cast<int64_t>(metrics.generated_tokens->value());
-  st.finished_requests = s.n_finished;
-  if (fluid) {
-    st.fluid_demoted_units = fluid->n_demoted();
-    st.fluid_demotions = fluid->n_demotions();
-    st.fluid_promotions = fluid->n_promotions();
-  }
-  st.spec_drafted = spec_drafted;
-  st.spec_accepted = spec_accepted;
-  st.spec_passes = spec_passes;
-  st.spec_emitted = spec_emitted;
-  metrics.publish(st);
-  if (stream) metrics.publish_weights(stream->store().counters());
-  // Per layer and expert: a few times a second is enough, and once more when
-  // the engine goes idle, so what it shows then is final.
-  if (stream && stream->store().streams_experts() &&
-      (stop || !sched->has_unfinished() || now_seconds() - experts_published_s > 0.25)) {
-    metrics.publish_experts(stream->store().expert_stats());
-    experts_published_s = now_seconds();
-  }
-  std::lock_guard<std::mutex> lock(stats_mu);
-  snapshot = st;
-}
 
 }  // namespace sluice

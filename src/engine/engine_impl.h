@@ -8,6 +8,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -136,6 +137,10 @@ struct Engine::Impl {
   // step that failed).
   void abort_request(RequestId id, FinishReason reason = FinishReason::kAbort, const std::string& error = "");
   void publish_stats();
+  // The fluid split (engine_fluid.cpp): its setup when EngineConfig::fluid_split
+  // (none: nullopt), then the control made over the engine's KV store and scheduler.
+  StatusOr<std::optional<FluidSetup>> plan_fluid(const plan::TierInputs* tiers, int64_t n_blocks, int64_t block_bytes);
+  void start_fluid(FluidSetup setup);
   // The fluid split's view of this step: what preempting or waiting would cost.
   FluidCosts fluid_costs() const;
   // One step of the fluid split under placement_mu; on an error it says so and stops the split.

@@ -1,10 +1,12 @@
 // Engine: what it tells its callers about itself for logs and benchmarks
-// (the KV pool and batching, speculation, the weight placement and counters).
+// (the KV pool and batching, speculation, the weight placement and counters),
+// and the stats it publishes after every step (EngineStats, the metrics).
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/timer.h"
 #include "engine/engine_impl.h"
 
 namespace sluice {
@@ -72,6 +74,46 @@ std::string Engine::summary() const {
       e.cfg.max_seqs, e.cfg.prefix_caching ? "on" : "off", e.model->n_threads(),
       e.model->repack_summary().empty() ? "" : " | " + e.model->repack_summary(),
       e.model->adapters().size() == 0 ? "" : " | " + e.model->adapters().summary());
+}
+
+void Engine::Impl::publish_stats() {
+  const BlockStats b = sched->blocks().stats();
+  const SchedulerStats s = sched->stats();
+  EngineStats st;
+  st.running = sched->n_running();
+  st.waiting = sched->n_waiting();
+  st.swapped = sched->n_swapped();
+  st.kv_blocks_total = b.n_total;
+  st.kv_blocks_used = b.n_used;
+  st.kv_blocks_free = b.n_free;
+  st.kv_blocks_cached = b.n_cached;
+  st.prefix_hit_rate = b.n_prefix_queried_tokens > 0
+                           ? static_cast<double>(b.n_prefix_hit_tokens) / static_cast<double>(b.n_prefix_queried_tokens)
+                           : 0.0;
+  st.preemptions = s.n_preempted_recompute + s.n_preempted_swap;
+  st.steps = s.n_steps;
+  st.generated_tokens = static_cast<int64_t>(metrics.generated_tokens->value());
+  st.finished_requests = s.n_finished;
+  if (fluid) {
+    st.fluid_demoted_units = fluid->n_demoted();
+    st.fluid_demotions = fluid->n_demotions();
+    st.fluid_promotions = fluid->n_promotions();
+  }
+  st.spec_drafted = spec_drafted;
+  st.spec_accepted = spec_accepted;
+  st.spec_passes = spec_passes;
+  st.spec_emitted = spec_emitted;
+  metrics.publish(st);
+  if (stream) metrics.publish_weights(stream->store().counters());
+  // Per layer and expert: a few times a second is enough, and once more when
+  // the engine goes idle, so what it shows then is final.
+  if (stream && stream->store().streams_experts() &&
+      (stop || !sched->has_unfinished() || now_seconds() - experts_published_s > 0.25)) {
+    metrics.publish_experts(stream->store().expert_stats());
+    experts_published_s = now_seconds();
+  }
+  std::lock_guard<std::mutex> lock(stats_mu);
+  snapshot = st;
 }
 
 }  // namespace sluice
