@@ -34,6 +34,9 @@ class GenerationService {
   virtual std::vector<std::string> lora_names() const { return {}; }
   // As Engine::describe_json: the model and its placement ("": not known).
   virtual std::string describe_json() const { return ""; }
+  // Changes whenever describe_json()'s placement moves (the fluid split's
+  // demotions and promotions), so a cached copy knows to refresh. Default: never.
+  virtual uint64_t placement_version() const { return 0; }
 };
 
 // The Engine as a GenerationService.
@@ -50,6 +53,10 @@ class EngineService final : public GenerationService {
   int64_t ctx_size() const override { return engine_->ctx_size(); }
   std::vector<std::string> lora_names() const override { return engine_->lora_names(); }
   std::string describe_json() const override { return engine_->describe_json(); }
+  uint64_t placement_version() const override {
+    const EngineStats s = engine_->stats();
+    return static_cast<uint64_t>(s.fluid_demotions + s.fluid_promotions);
+  }
 
  private:
   std::shared_ptr<Engine> engine_;

@@ -124,6 +124,7 @@ class HttpServer {
   StatsFeed stats_;
   std::mutex model_json_mu_;
   std::string model_json_;
+  uint64_t model_json_version_ = 0;  // GenerationService::placement_version() model_json_ was made at
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;
   int port_ = 0;

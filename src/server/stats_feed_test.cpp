@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/test_data.h"
+#include "plan/calibrate.h"
 #include "server/http_server.h"
 
 namespace sluice::server {
@@ -187,11 +188,14 @@ TEST(StatsFeed, RoutedRatesByCellStartFromZeroBeforeTheModelIsKnown) {
 // (mem_budget_bytes > 0: the shipped stories-moe-f16 with its experts streamed.)
 class LiveServer {
  public:
-  explicit LiveServer(const std::string& api_key = "", uint64_t mem_budget_bytes = 0) {
-    const std::string model = mem_budget_bytes > 0 ? testing::shipped_model_path("stories-moe-f16.gguf")
-                                                   : testing::model_path("stories-moe/stories-moe.gguf");
-    auto e = Engine::create({.model_path = model, .n_threads = 2, .max_batch_tokens = 64, .max_seqs = 4,
-                             .ctx_size = 256, .mem_budget_bytes = mem_budget_bytes});
+  explicit LiveServer(const std::string& api_key = "", uint64_t mem_budget_bytes = 0)
+      : LiveServer(EngineConfig{.model_path = mem_budget_bytes > 0 ? testing::shipped_model_path("stories-moe-f16.gguf")
+                                                                   : testing::model_path("stories-moe/stories-moe.gguf"),
+                                .n_threads = 2, .max_batch_tokens = 64, .max_seqs = 4, .ctx_size = 256,
+                                .mem_budget_bytes = mem_budget_bytes},
+                   api_key) {}
+  LiveServer(const EngineConfig& config, const std::string& api_key) {
+    auto e = Engine::create(config);
     if (!e.ok()) {
       error_ = e.status().to_string();
       return;
@@ -441,6 +445,48 @@ TEST(StatsRoutes, StatsNeedTheApiKeyButThePageDoesNot) {
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 200);
   EXPECT_EQ(page->body.find("sekrit"), std::string::npos);
+}
+
+// The fluid split moves the placement while serving: the page's model JSON
+// follows it (HttpServer::model_json refreshes when the placement's version
+// changes). stories260K under a budget that keeps 2 of its 5 layers resident
+// beside a 10-block KV pool; no promotion comes back within the test.
+TEST(StatsRoutes, TheModelsPlacementFollowsTheFluidSplit) {
+  static const plan::Calibration slow{.n_threads = 2, .mem_read_gbps = 10, .matmul_tflops = 0.0005,
+                                      .disk_read_gbps = 1};
+  LiveServer s(EngineConfig{.model_path = testing::shipped_model_path("stories260K.gguf"),
+                            .n_threads = 2,
+                            .max_batch_tokens = 256,
+                            .max_seqs = 8,
+                            .kv_budget_bytes = 10 * 20480,
+                            .mem_budget_bytes = 1290000,
+                            .fluid_split = true,
+                            .fluid_hold_steps = int64_t{1} << 40,
+                            .calibration = &slow},
+               "");
+  ASSERT_TRUE(s.ok()) << s.error();
+  auto disk_layers = [](const json& st) {
+    int n = 0;
+    for (const auto& l : st["model"]["placement"]["layers"]) n += l["tier"] == "disk";
+    return n;
+  };
+  const json before = s.stats();
+  const int disk_before = disk_layers(before);
+  EXPECT_EQ(before["kv"]["fluid_units"].get<double>(), 0);
+  std::vector<std::thread> burst;
+  for (int i = 0; i < 8; ++i)
+    burst.emplace_back([&s, i] {
+      auto cli = s.client();
+      const std::string body = R"({"prompt": "Once upon a time )" + std::string(static_cast<size_t>(i), 'x') +
+                               R"(", "max_tokens": 48, "temperature": 0, "ignore_eos": true})";
+      auto res = cli.Post("/v1/completions", body, "application/json");
+      EXPECT_TRUE(res && res->status == 200);
+    });
+  for (std::thread& t : burst) t.join();
+  const json after = s.stats();
+  const double units = after["kv"]["fluid_units"].get<double>();
+  EXPECT_GE(units, 1) << after["kv"].dump();
+  EXPECT_EQ(disk_layers(after), disk_before + static_cast<int>(units)) << after["model"]["placement"].dump();
 }
 
 }  // namespace

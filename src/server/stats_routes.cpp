@@ -32,7 +32,12 @@ void deny(httplib::Response& res) {
 std::string HttpServer::model_json() {
   if (!ready_.load(std::memory_order_acquire)) return "";
   std::lock_guard<std::mutex> lock(model_json_mu_);
-  if (model_json_.empty()) model_json_ = engine_->describe_json();
+  // Made once, and again when the placement moved (the fluid split).
+  const uint64_t version = engine_->placement_version();
+  if (model_json_.empty() || version != model_json_version_) {
+    model_json_ = engine_->describe_json();
+    model_json_version_ = version;
+  }
   return model_json_;
 }
 
