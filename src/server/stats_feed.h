@@ -4,7 +4,7 @@
 // way), grouped the way a person reads them, plus per-second rates:
 //
 //   {"time": unix s, "uptime_s", "rate_window_s",      rates are over the last window
-//    "model": Engine::describe_json() (or {}),
+//    "model": Engine::describe_json() (or {}; the server makes it again when the fluid split moves the placement),
 //    "requests": {"running", "waiting", "swapped", "http_in_flight",
 //                 "finished": {"stop", "length", "abort", "error"}},
 //    "kv": {"blocks_used", "blocks_total", "blocks_cached", "prefix_hit_ratio",
