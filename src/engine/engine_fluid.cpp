@@ -25,7 +25,7 @@ StatusOr<std::optional<FluidSetup>> Engine::Impl::plan_fluid(const plan::TierInp
 
 void Engine::Impl::start_fluid(FluidSetup setup) {
   sched->set_admission_blocks(setup.n_blocks_reachable);
-  fluid = std::make_unique<FluidControl>(std::move(setup), *model, kv, !model->backend().host_visible());
+  fluid = std::make_unique<FluidControl>(std::move(setup), *model, kv);
   placement += (placement.empty() || placement.back() == '\n' ? "" : "\n") + fluid->describe() + "\n";
 }
 

@@ -12,6 +12,18 @@ namespace sluice {
 
 namespace {
 
+// The pool's sizes a finished config implies: with every unit kept, with
+// every unit given up, and with every unit the price list covers given up.
+Status finish_setup(FluidSetup& f) {
+  const plan::FluidSplitConfig& c = f.config;
+  RETURN_IF_ERROR(plan::validate_fluid_split(c));
+  f.n_blocks_start = plan::fluid_kv_blocks(c, 0);
+  f.n_blocks_max = plan::fluid_kv_blocks(c, c.n_units);
+  f.n_blocks_reachable =
+      plan::fluid_kv_blocks(c, std::min<int64_t>(c.n_units, static_cast<int64_t>(c.demote_cost_s.size()) - 1));
+  return Status();
+}
+
 // The split of a routed model's expert pool: a unit is one routed layer's
 // worth of slots (the fewest the pool may keep), priced by the placement's
 // step at the hit rate the smaller pool would get.
@@ -26,7 +38,6 @@ StatusOr<FluidSetup> plan_expert_split(const weights::PlacementPlan& store,
     return invalid_argument("--fluid-split: the expert pool holds {} slots, no more than the {} one layer needs; "
                             "nothing can move (raise --mem-budget)",
                             slots.now, slots.min);
-  for (int64_t u = 0; u < n_units; ++u) f.units.push_back(u);
   plan::FluidSplitConfig& c = f.config;
   c.unit_bytes = static_cast<double>(f.slots_per_unit) * static_cast<double>(slots.slot_bytes);
   c.n_units = n_units;
@@ -40,11 +51,7 @@ StatusOr<FluidSetup> plan_expert_split(const weights::PlacementPlan& store,
     return store.predicted_step_s_given(plan::expected_hit_rate(n, store.n_layer_moe, store.n_share(), distinct), gbps);
   };
   for (int64_t k = 0; k <= n_units; ++k) c.demote_cost_s.push_back(step(slots.now - k * f.slots_per_unit) - step(slots.now));
-  c.demote_cost_s[0] = 0;
-  RETURN_IF_ERROR(plan::validate_fluid_split(c));
-  f.n_blocks_start = plan::fluid_kv_blocks(c, 0);
-  f.n_blocks_max = plan::fluid_kv_blocks(c, c.n_units);
-  f.n_blocks_reachable = f.n_blocks_max;
+  RETURN_IF_ERROR(finish_setup(f));
   return f;
 }
 
@@ -96,16 +103,12 @@ StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::Placeme
     ASSIGN_OR_RETURN(c.demote_cost_s,
                      plan::ring_demotion_costs(store.predicted_compute_s, store.transfer_s, store.n_streamed, c.n_units));
   }
-  RETURN_IF_ERROR(plan::validate_fluid_split(c));
-  f.n_blocks_start = plan::fluid_kv_blocks(c, 0);
-  f.n_blocks_max = plan::fluid_kv_blocks(c, c.n_units);
-  f.n_blocks_reachable = plan::fluid_kv_blocks(
-      c, std::min<int64_t>(c.n_units, static_cast<int64_t>(c.demote_cost_s.size()) - 1));
+  RETURN_IF_ERROR(finish_setup(f));
   return f;
 }
 
-FluidControl::FluidControl(FluidSetup setup, Model& model, KvStore& kv, bool on_device)
-    : setup_(std::move(setup)), model_(model), kv_(kv), on_device_(on_device) {}
+FluidControl::FluidControl(FluidSetup setup, Model& model, KvStore& kv)
+    : setup_(std::move(setup)), model_(model), kv_(kv) {}
 
 std::string FluidControl::describe() const {
   const plan::FluidSplitConfig& c = setup_.config;
@@ -115,7 +118,7 @@ std::string FluidControl::describe() const {
   return fmt::format("fluid split: {:.1f} MiB of {} shared by {} of {:.1f} MiB and the KV pool ({} "
                      "blocks of {:.1f} KiB with every unit resident, up to {} with all given up); the first unit "
                      "given up costs {:.3f} ms a step",
-                     (c.budget_bytes - c.floor_bytes) / (1 << 20), on_device_ ? "device memory" : "host memory",
+                     (c.budget_bytes - c.floor_bytes) / (1 << 20), model_.backend().host_visible() ? "host memory" : "device memory",
                      units, c.unit_bytes / (1 << 20),
                      setup_.n_blocks_start, c.kv_block_bytes / 1024, setup_.n_blocks_max,
                      c.demote_cost_s.size() > 1 ? c.demote_cost_s[1] * 1e3 : 0.0);
@@ -144,7 +147,7 @@ Status FluidControl::before_step(Scheduler& sched, const FluidCosts& costs) {
   const BlockPool& pool = sched.blocks().pool();
   if (pending_ >= 0) {
     // The smaller pool is already in force: a shortage in it calls the promotion off.
-    if (d.running_need > pool.n_available() || (d.waiting_need > 0 && d.running_need + d.waiting_need > pool.n_available())) {
+    if (d.running_need + d.waiting_need > pool.n_available()) {
       sched.set_block_limit(plan::fluid_kv_blocks(setup_.config, state_.n_demoted));
       pending_ = -1;
       reason_ = "a promotion was called off: the pool's blocks are needed again";

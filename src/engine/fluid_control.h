@@ -42,7 +42,7 @@ struct PlacementPlan;
 
 struct FluidSetup {
   plan::FluidSplitConfig config;
-  std::vector<int64_t> units;  // demotable layers, in demotion order (promoted in reverse); with slots: 0, 1, ...
+  std::vector<int64_t> units;  // demotable layers, in demotion order (promoted in reverse); empty with slots
   // A routed model's expert pool as the units (0: the units are layers):
   // unit u is slots base_slots - (u+1) x slots_per_unit .. base_slots - u x slots_per_unit - 1.
   int64_t slots_per_unit = 0;
@@ -76,7 +76,7 @@ struct FluidCosts {
 
 class FluidControl {
  public:
-  FluidControl(FluidSetup setup, Model& model, KvStore& kv, bool on_device);
+  FluidControl(FluidSetup setup, Model& model, KvStore& kv);
 
   // One step of the policy over the scheduler's demand, applied: layers
   // demoted and the pool grown, or a promotion started or finished. Errors:
@@ -85,7 +85,7 @@ class FluidControl {
   Status before_step(Scheduler& sched, const FluidCosts& costs);
 
   int64_t n_demoted() const { return state_.n_demoted; }
-  int64_t n_units() const { return static_cast<int64_t>(setup_.units.size()); }
+  int64_t n_units() const { return setup_.config.n_units; }
   int64_t n_demotions() const { return n_demotions_; }    // layers demoted, since start
   int64_t n_promotions() const { return n_promotions_; }  // layers promoted, since start
   bool promotion_pending() const { return pending_ >= 0; }
@@ -103,7 +103,6 @@ class FluidControl {
   FluidSetup setup_;
   Model& model_;
   KvStore& kv_;
-  bool on_device_ = false;
   plan::FluidSplitState state_;
   int64_t pending_ = -1;  // the pool limit of a promotion waiting for its blocks to drain; -1: none
   int64_t n_demotions_ = 0, n_promotions_ = 0;
