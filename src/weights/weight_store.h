@@ -272,14 +272,19 @@ class WeightStore {
   Status make_streamed(int64_t l);
   // streamed_ and streamed_pos_ from layers_.
   void index_streamed();
-  // The aligned extents of li.moved's tensors (what a slot holds of the layer).
-  uint64_t moved_extent_bytes(const LayerInfo& li) const;
+  // The aligned extents of li.moved's tensors (what a slot or a buffer of the
+  // layer's own holds of it).
+  ExtentLayout moved_layout(const LayerInfo& li) const;
   // Whether the host budget holds `bytes` more.
   bool host_room(uint64_t bytes) const;
   // The layer's view table from the plan's tensors that are not on disk.
   void table_resident(int64_t layer);
   // A layer's buffer of `bytes` allocated (added) or freed: the plan's host figures follow.
   void count_resident_buffer(uint64_t bytes, bool added);
+  // Frees the layer's own buffer (its index stays for a later promotion), counted.
+  void free_own_buffer(LayerInfo& li);
+  // Tensor bytes that became resident (added) or left: the counters' placement follows.
+  void count_resident_tensors(uint64_t bytes, bool added);
   // Reads li.moved's tensors into a buffer of the layer's own and serves
   // them from there (tier host); *bytes: their bytes. Errors: the read.
   Status read_own_buffer(int64_t layer, std::string_view why, uint64_t* bytes);

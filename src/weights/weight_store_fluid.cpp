@@ -1,5 +1,6 @@
-// WeightStore's side of the fluid split: a resident layer demoted to the ring
-// and promoted back, between steps (weight_store.h).
+// WeightStore's side of the fluid split, between steps (weight_store.h): a
+// layer demoted to the ring (or, from the device tier, to a buffer of its
+// own) and promoted back, and the expert pool resized.
 #include <algorithm>
 #include <cstring>
 
@@ -8,15 +9,18 @@
 
 namespace sluice::weights {
 
-Status WeightStore::make_streamed(int64_t l) {
-  const ModelFile& f = *file_;
-  LayerInfo& li = layers_[static_cast<size_t>(l)];
+ExtentLayout WeightStore::moved_layout(const LayerInfo& li) const {
   std::vector<TensorRange> ranges;
   for (size_t i : li.moved) {
-    const TensorInfo& info = f.tensors[plan_.tensors[i].index];
+    const TensorInfo& info = file_->tensors[plan_.tensors[i].index];
     ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
   }
-  ExtentLayout layout = layout_extents(ranges, kDirectAlign);
+  return layout_extents(ranges, kDirectAlign);
+}
+
+Status WeightStore::make_streamed(int64_t l) {
+  LayerInfo& li = layers_[static_cast<size_t>(l)];
+  ExtentLayout layout = moved_layout(li);
   if (layout.buffer_bytes > plan_.slot_bytes)
     return invalid_argument("layer {} needs {} bytes but the plan's slots hold {}", l, layout.buffer_bytes,
                             plan_.slot_bytes);
@@ -34,7 +38,7 @@ Status WeightStore::make_streamed(int64_t l) {
                          .n_bytes = t.n_bytes,
                          .streamed = true});
       } else if (t.tier != Tier::kDisk) {  // kDisk: experts, streamed one by one
-        table.push_back({.suffix = t.suffix, .data = resident_.at(f.tensors[t.index].name), .n_bytes = t.n_bytes});
+        table.push_back({.suffix = t.suffix, .data = resident_.at(file_->tensors[t.index].name), .n_bytes = t.n_bytes});
       }
     }
   }
@@ -66,12 +70,23 @@ void WeightStore::count_resident_buffer(uint64_t bytes, bool added) {
     *figure = added ? *figure + bytes : *figure - std::min(*figure, bytes);
 }
 
+void WeightStore::free_own_buffer(LayerInfo& li) {
+  AlignedBuffer& b = resident_bufs_[static_cast<size_t>(li.buffer)];
+  count_resident_buffer(b.size(), /*added=*/false);
+  b = AlignedBuffer();
+}
+
+void WeightStore::count_resident_tensors(uint64_t bytes, bool added) {
+  const uint64_t resident = counters_.snapshot().resident_bytes;
+  counters_.set_placement(added ? resident + bytes : resident - std::min(resident, bytes), plan_.streamed_bytes);
+}
+
 bool WeightStore::demotable(int64_t layer) const {
   CHECK(layer >= 0 && layer < plan_.n_layer);
   const LayerInfo& li = layers_[static_cast<size_t>(layer)];
   if (li.streamed || plan_.n_expert > 0 || li.moved.empty()) return false;
   // What a slot must hold is the extents' size (a buffer may be allocated larger).
-  const uint64_t extents = moved_extent_bytes(li);
+  const uint64_t extents = moved_layout(li).buffer_bytes;
   const bool to_ring = !slots_.empty() && extents <= plan_.slot_bytes;
   if (li.buffer >= 0) return !li.device_home && to_ring;
   return li.device_home && (to_ring || host_room(extents));
@@ -83,12 +98,7 @@ bool WeightStore::host_room(uint64_t bytes) const {
 
 Status WeightStore::read_own_buffer(int64_t layer, std::string_view why, uint64_t* bytes) {
   LayerInfo& li = layers_[static_cast<size_t>(layer)];
-  std::vector<TensorRange> ranges;
-  for (size_t i : li.moved) {
-    const TensorInfo& info = file_->tensors[plan_.tensors[i].index];
-    ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
-  }
-  li.layout = layout_extents(ranges, kDirectAlign);
+  li.layout = moved_layout(li);
   ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::allocate(li.layout.buffer_bytes));
   if (arbiter_) {
     ASSIGN_OR_RETURN(const TransferId id, arbiter_->submit(TransferClass::kCritical, li.layout.extents, buf.data()));
@@ -121,7 +131,7 @@ Status WeightStore::device_to_host(int64_t layer) {
   RETURN_IF_ERROR(read_own_buffer(layer, "demoting to host memory", &bytes));
   table_resident(layer);
   plan_.layers[static_cast<size_t>(layer)].device = false;
-  counters_.set_placement(counters_.snapshot().resident_bytes + bytes, plan_.streamed_bytes);
+  count_resident_tensors(bytes, /*added=*/true);
   return Status();
 }
 
@@ -130,15 +140,6 @@ std::span<const uint8_t> WeightStore::layer_buffer(int64_t layer) const {
   if (li.buffer < 0) return {};
   const AlignedBuffer& b = resident_bufs_[static_cast<size_t>(li.buffer)];
   return {b.data(), b.size()};
-}
-
-uint64_t WeightStore::moved_extent_bytes(const LayerInfo& li) const {
-  std::vector<TensorRange> ranges;
-  for (size_t i : li.moved) {
-    const TensorInfo& info = file_->tensors[plan_.tensors[i].index];
-    ranges.push_back({static_cast<uint64_t>(info.file_offset), info.n_bytes});
-  }
-  return layout_extents(ranges, kDirectAlign).buffer_bytes;
 }
 
 uint64_t WeightStore::demotable_bytes(int64_t layer) const {
@@ -159,7 +160,7 @@ Status WeightStore::demote(int64_t layer) {
   LayerInfo& li = layers_[static_cast<size_t>(layer)];
   // A device layer goes to host memory while the budget has room (no reads
   // per step), else to the ring.
-  if (li.device_home && li.buffer < 0 && host_room(moved_extent_bytes(li))) return device_to_host(layer);
+  if (li.device_home && li.buffer < 0 && host_room(moved_layout(li).buffer_bytes)) return device_to_host(layer);
   RETURN_IF_ERROR(make_streamed(layer));
   index_streamed();
   uint64_t bytes = 0;
@@ -175,14 +176,11 @@ Status WeightStore::demote(int64_t layer) {
   ++plan_.n_streamed;
   plan_.streamed_bytes += bytes;
   if (li.buffer >= 0) {  // a host layer: its buffer goes
-    const uint64_t freed = resident_bufs_[static_cast<size_t>(li.buffer)].size();
-    resident_bufs_[static_cast<size_t>(li.buffer)] = AlignedBuffer();
-    count_resident_buffer(freed, /*added=*/false);
-    const uint64_t resident = counters_.snapshot().resident_bytes;
-    counters_.set_placement(resident - std::min(resident, bytes), plan_.streamed_bytes);
+    free_own_buffer(li);
+    count_resident_tensors(bytes, /*added=*/false);
   } else {  // the device tier's: the backend frees its copy
     lp.device = false;
-    counters_.set_placement(counters_.snapshot().resident_bytes, plan_.streamed_bytes);
+    count_resident_tensors(0, /*added=*/true);
   }
   if (auto_prefetch_) RETURN_IF_ERROR(fill(pos_ + 1));
   return Status();
@@ -211,8 +209,7 @@ Status WeightStore::promote(int64_t layer) {
   lp.streamed = false;
   --plan_.n_streamed;
   plan_.streamed_bytes -= std::min(plan_.streamed_bytes, bytes);
-  const uint64_t resident = counters_.snapshot().resident_bytes;
-  counters_.set_placement(li.device_home ? resident : resident + bytes, plan_.streamed_bytes);
+  count_resident_tensors(li.device_home ? 0 : bytes, /*added=*/true);
   if (auto_prefetch_) RETURN_IF_ERROR(fill(pos_ + 1));
   return Status();
 }
@@ -231,14 +228,10 @@ uint64_t WeightStore::serve_from_file(int64_t layer) {
 }
 
 Status WeightStore::host_to_device(int64_t layer) {
-  LayerInfo& li = layers_[static_cast<size_t>(layer)];
-  const uint64_t freed = resident_bufs_[static_cast<size_t>(li.buffer)].size();
   const uint64_t bytes = serve_from_file(layer);
-  resident_bufs_[static_cast<size_t>(li.buffer)] = AlignedBuffer();
+  free_own_buffer(layers_[static_cast<size_t>(layer)]);
   table_resident(layer);
-  count_resident_buffer(freed, /*added=*/false);
-  const uint64_t resident = counters_.snapshot().resident_bytes;
-  counters_.set_placement(resident - std::min(resident, bytes), plan_.streamed_bytes);
+  count_resident_tensors(bytes, /*added=*/false);
   return Status();
 }
 
