@@ -315,6 +315,8 @@ class Model {
   uint64_t host_weight_bytes_ = 0;          // ScratchNeeds::host_weight_bytes
   uint64_t host_expert_bytes_ = 0;          // ScratchNeeds::expert_bytes
   std::vector<const uint8_t*> registered_;  // Backend::register_host'ed, unregistered at destruction
+  // Registers host memory weight views point into with the backend (registered_).
+  void register_region(std::span<const uint8_t> r);
   LongRopeFactors longrope_ = LongRopeFactors::kNone;
   RopeFreqs rope_;      // inv_freq [n_rot / 2] after scaling, and the cos/sin magnitude
   RopeFreqs rope_swa_;  // windowed layers' own RoPE (gemma3), or empty inv_freq

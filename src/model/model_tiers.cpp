@@ -7,6 +7,11 @@
 
 namespace sluice {
 
+void Model::register_region(std::span<const uint8_t> r) {
+  backend_->register_host(r.data(), r.size());
+  registered_.push_back(r.data());
+}
+
 Status Model::plan_device_tiers() {
   if (!backend_->reads_host_weights()) {
     return unimplemented("--mem-budget streams weights through host memory, which the {} backend does not read; "
@@ -27,8 +32,7 @@ Status Model::plan_device_tiers() {
     if (!lw.experts.empty()) host_expert_bytes_ = std::max(host_expert_bytes_, expert_bytes(lw.experts[0]));
   }
   for (std::span<const uint8_t> r : source_->host_regions()) {
-    backend_->register_host(r.data(), r.size());
-    registered_.push_back(r.data());
+    register_region(r);
   }
   return Status();
 }
@@ -114,10 +118,7 @@ Status Model::demote_layer(int64_t l) {
     device_layer_[static_cast<size_t>(l)] = 0;
     host_layer_bytes_[static_cast<size_t>(l)] = layer_matrix_bytes(w);
     // Read into host memory of its own (no ring, or room): the backend reads it there.
-    if (const std::span<const uint8_t> r = source_->layer_region(l); !r.empty()) {
-      backend_->register_host(r.data(), r.size());
-      registered_.push_back(r.data());
-    }
+    if (const std::span<const uint8_t> r = source_->layer_region(l); !r.empty()) register_region(r);
   }
   // The ring holds the file's rows: what was reordered (or copied) is not.
   for (WeightView& v : w.mats) v.layout = WeightLayout::kRows;
