@@ -1,6 +1,7 @@
 #include "base/huge_buffer.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -9,6 +10,13 @@
 namespace sluice {
 
 void advise_huge_pages(void* p, size_t n_bytes) { madvise(p, n_bytes, MADV_HUGEPAGE); }
+
+void release_pages(uint8_t* p, size_t n_bytes) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p), end = begin + n_bytes;
+  const uintptr_t a = (begin + page - 1) / page * page, b = end / page * page;
+  if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+}
 
 HugeBuffer::HugeBuffer(size_t n_bytes) : size_(n_bytes) {
   if (n_bytes == 0) return;

@@ -15,6 +15,12 @@ namespace sluice {
 // The transparent huge page size on x86-64.
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
+// Gives the whole pages inside [p, p + n_bytes) back to the system
+// (madvise(MADV_DONTNEED)): anonymous memory reads as zeros afterwards and
+// takes fresh pages where it is written again. For pools that shrink (the
+// fluid split's KV blocks and expert slots).
+void release_pages(uint8_t* p, size_t n_bytes);
+
 // Asks the kernel to back [p, p + n_bytes) with transparent huge pages at its
 // first touch (madvise(MADV_HUGEPAGE)); p should be kHugePageBytes-aligned. A
 // hint: where THP is off the pages stay 4 KiB.

@@ -1,8 +1,5 @@
 #include "kv/kv_store.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -129,14 +126,9 @@ void KvStore::load_row(const uint8_t* layer, int64_t row, float* dst) const {
 
 void KvStore::release_blocks(int64_t first) {
   CHECK(host_memory() && first >= 0 && first <= n_blocks_);
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const size_t from = static_cast<size_t>(first) * block_bytes_;
   for (int64_t l = 0; l < layout_.n_layer; ++l)
-    for (uint8_t* layer : {k_layer(l), v_layer(l)}) {
-      const auto begin = reinterpret_cast<uintptr_t>(layer + static_cast<size_t>(first) * block_bytes_);
-      const auto end = reinterpret_cast<uintptr_t>(layer + layer_bytes_);
-      const uintptr_t a = (begin + page - 1) / page * page, b = end / page * page;
-      if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
-    }
+    for (uint8_t* layer : {k_layer(l), v_layer(l)}) release_pages(layer + from, layer_bytes_ - from);
 }
 
 void KvStore::copy_block(int32_t src, int32_t dst) {

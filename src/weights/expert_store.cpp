@@ -1,8 +1,5 @@
 #include "weights/expert_store.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -10,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "base/huge_buffer.h"
 #include "base/timer.h"
 #include "model/model_weights.h"
 
@@ -220,13 +218,8 @@ Status ExpertStore::set_slot_limit(int64_t n) {
   const int64_t old = cache_.n_slots();
   for (int64_t slot = n; slot < old; ++slot) forget(slot);
   cache_.set_limit(n);
-  if (n < old) {  // the pages of the slots past n go back (whole pages only)
-    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const auto begin = reinterpret_cast<uintptr_t>(pool_.data() + static_cast<size_t>(n) * slot_bytes_);
-    const auto end = reinterpret_cast<uintptr_t>(pool_.data() + pool_.size());
-    const uintptr_t a = (begin + page - 1) / page * page, b = end / page * page;
-    if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
-  }
+  const size_t kept = static_cast<size_t>(n) * slot_bytes_;
+  if (n < old) release_pages(pool_.data() + kept, pool_.size() - kept);  // the slots past n
   for (int64_t slot = std::min(n, old); slot < std::max(n, old); ++slot) {
     prepared_[static_cast<size_t>(slot)] = 0;
     fresh_[static_cast<size_t>(slot)] = 0;
