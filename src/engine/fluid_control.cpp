@@ -155,6 +155,9 @@ Status FluidControl::before_step(Scheduler& sched, const FluidCosts& costs) {
       return finish_promotion(sched);
     }
   }
+  // The steady state: every unit kept and nothing short. The policy would
+  // keep them too; asking it would only format its reason every step.
+  if (state_.n_demoted == 0 && d.running_need + d.waiting_need <= pool.n_available()) return Status();
   const plan::FluidLoad load{.n_blocks_used = pool.n_used(),
                              .n_blocks_running_need = d.running_need,
                              .n_blocks_waiting_need = d.waiting_need,
