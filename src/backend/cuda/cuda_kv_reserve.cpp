@@ -106,12 +106,6 @@ size_t KvReservation::granules_for(int64_t n_blocks) const {
   return granule_round_up(block_bytes_ * static_cast<size_t>(n_blocks), granule_) / granule_;
 }
 
-size_t KvReservation::mapped_bytes() const {
-  size_t n = 0;
-  for (const auto& m : mapped_) n += m.size();
-  return n * granule_;
-}
-
 Status KvReservation::back(int64_t n_blocks) {
   CHECK(n_blocks >= 0 && n_blocks <= n_blocks_);
   const Vmm& d = vmm();

@@ -39,9 +39,6 @@ class KvReservation {
   uint8_t* v() const { return v_; }
   size_t layer_stride() const { return stride_; }
   int64_t n_backed() const { return n_backed_; }
-  size_t granularity() const { return granule_; }
-  // Bytes of device memory mapped now.
-  size_t mapped_bytes() const;
 
   // Backs blocks 0 .. n_blocks-1 of every layer (and no more). Errors: the
   // device is out of memory (the granules mapped so far stay; n_backed()
