@@ -34,11 +34,15 @@ __device__ __forceinline__ uint32_t ld32(const uint8_t* p) { return __ldg(reinte
 __device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) { return ld16(p) | ld16(p + 2) << 16; }
 // 16 bytes read once: not kept in L1, which is left to x.
 __device__ __forceinline__ uint4 ld128_stream(const uint8_t* p) {
+#ifdef SLUICE_CUDA_EMU  // the CPU emulator (tests/cuda_emu): a plain load
+  return *reinterpret_cast<const uint4*>(p);
+#else
   uint4 r;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
       : "l"(p));
   return r;
+#endif
 }
 
 __device__ __forceinline__ float f16(uint32_t bits) { return __half2float(__ushort_as_half(static_cast<uint16_t>(bits))); }

@@ -37,11 +37,15 @@ __device__ __forceinline__ uint32_t h2(float a, float b) {
 
 // c += a b for one m16n8k16 tile (F16 operands, float sums).
 __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+#ifdef SLUICE_CUDA_EMU  // the CPU emulator (tests/cuda_emu) computes the tile over the warp's fragments
+  ::sluice_emu::mma_m16n8k16_f16_f32(c, a, b0, b1);
+#else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 // Element e (a multiple of 8) of store row `row` of K or V (kv/kv_store.h's layout).

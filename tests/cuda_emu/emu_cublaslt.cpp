@@ -1,0 +1,152 @@
+// A stand-in libcublasLt for the CUDA emulator: the calls of cublasLt.h, with
+// the matmul computed on the CPU in float (column major, as cuBLASLt; A and B
+// in F32, F16 or BF16; C and D in F32). Built as its own shared library so
+// that sluice loads it exactly as it loads the real one (cublaslt_api.h).
+#include <cstring>
+#include <new>
+
+#include "cublasLt.h"
+#include "sluice_emu/halves.h"
+
+struct cublasLtContext {
+  int unused;
+};
+struct cublasLtMatmulDescOpaque_t {
+  cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+};
+struct cublasLtMatrixLayoutOpaque_t {
+  cudaDataType type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+struct cublasLtMatmulPreferenceOpaque_t {
+  int unused;
+};
+
+namespace {
+
+bool operand_type(cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; }
+
+float element(const void* p, cudaDataType t, int64_t i) {
+  switch (t) {
+    case CUDA_R_16F: return sluice_emu::f16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+    case CUDA_R_16BF: return sluice_emu::bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+size_t cublasLtGetVersion() { return CUBLAS_VER_MAJOR * 10000; }
+const char* cublasLtGetStatusName(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
+}
+const char* cublasLtGetStatusString(cublasStatus_t s) {
+  return s == CUBLAS_STATUS_SUCCESS ? "success" : "the emulated cuBLASLt refused the call";
+}
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+  *h = new cublasLtContext();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale) {
+  if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *d = new cublasLtMatmulDescOpaque_t();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+  if (size != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
+  cublasOperation_t op;
+  std::memcpy(&op, buf, size);
+  if (attr == CUBLASLT_MATMUL_DESC_TRANSA) d->trans_a = op;
+  else if (attr == CUBLASLT_MATMUL_DESC_TRANSB) d->trans_b = op;
+  else return CUBLAS_STATUS_INVALID_VALUE;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+  if (ld < static_cast<int64_t>(rows) || ld <= 0) return CUBLAS_STATUS_INVALID_VALUE;
+  *l = new cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  *p = new cublasLtMatmulPreferenceOpaque_t();
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
+                                                    const void*, size_t) {
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatmulHeuristicResult_t* results, int* found) {
+  *found = 0;
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  const uint64_t m = op->trans_a == CUBLAS_OP_N ? a->rows : a->cols, ka = op->trans_a == CUBLAS_OP_N ? a->cols : a->rows;
+  const uint64_t kb = op->trans_b == CUBLAS_OP_N ? b->rows : b->cols, n = op->trans_b == CUBLAS_OP_N ? b->cols : b->rows;
+  if (!operand_type(a->type) || !operand_type(b->type) || c->type != CUDA_R_32F || d->type != CUDA_R_32F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (ka != kb || c->rows != m || c->cols != n || d->rows != m || d->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+  results[0] = {};
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// D[i][j] = alpha sum_l op(A)[i][l] op(B)[l][j] + beta C[i][j], every matrix
+// column major with its layout's leading dimension.
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha, const void* a,
+                              cublasLtMatrixLayout_t ad, const void* b, cublasLtMatrixLayout_t bd, const void* beta,
+                              const void* c, cublasLtMatrixLayout_t cd, void* d, cublasLtMatrixLayout_t dd,
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+  const bool ta = op->trans_a == CUBLAS_OP_T, tb = op->trans_b == CUBLAS_OP_T;
+  const int64_t m = static_cast<int64_t>(dd->rows), n = static_cast<int64_t>(dd->cols);
+  const int64_t k = static_cast<int64_t>(ta ? ad->rows : ad->cols);
+  if ((ta ? ad->cols : ad->rows) != dd->rows || (tb ? bd->rows : bd->cols) != dd->cols ||
+      static_cast<int64_t>(tb ? bd->cols : bd->rows) != k)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < m; ++i) {
+      float s = 0.0f;
+      for (int64_t l = 0; l < k; ++l) {
+        const float x = element(a, ad->type, ta ? l + i * ad->ld : i + l * ad->ld);
+        const float y = element(b, bd->type, tb ? j + l * bd->ld : l + j * bd->ld);
+        s += x * y;
+      }
+      float r = al * s;
+      if (be != 0.0f) r += be * static_cast<const float*>(c)[i + j * cd->ld];
+      static_cast<float*>(d)[i + j * dd->ld] = r;
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,322 @@
+// The emulator's launches: a grid's blocks one after another, a block's
+// threads as fibers that switch only at the points where CUDA threads wait
+// for each other (sluice_emu/device.h).
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "emu_state.h"
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+// Saves the callee-saved registers on this stack, stores its pointer at
+// *save_sp, and resumes the context whose stack pointer is load_sp (x86-64
+// System V; the floating-point control words are never changed here, so they
+// are not switched). No system call, unlike swapcontext, which would dominate
+// a kernel's run time.
+extern "C" void sluice_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl sluice_emu_switch
+  .type sluice_emu_switch, @function
+sluice_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size sluice_emu_switch, .-sluice_emu_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+
+namespace sluice_emu {
+
+namespace {
+
+
+// Each fiber's stack, below an inaccessible guard page (an overflow faults).
+constexpr size_t kStackBytes = size_t{64} << 10, kGuardBytes = 4096, kStackStride = kStackBytes + kGuardBytes;
+
+enum class Wait { kNone, kBlock, kWarp };
+
+struct Fiber {
+  void* sp = nullptr;  // saved stack pointer while switched out
+  uint3 thread_idx;
+  int lane = 0, warp = 0;
+  int exchanges = 0;  // warp exchanges this thread took part in (its slot set: the parity)
+  bool done = false;
+  Wait wait = Wait::kNone;
+  uint64_t gen = 0;  // the barrier generation it waits to see pass
+};
+
+struct Warp {
+  int live = 0, arrived = 0;
+  uint64_t gen = 0;
+  // What each lane deposits for an exchange, in two sets used in turn: a lane
+  // writes set p of exchange k only after every lane passed exchange k-1's
+  // barrier, so every read of exchange k-2 (the last to use set p) is done.
+  uint64_t slot[2][32][4];
+};
+
+struct Block {
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  int live = 0, arrived = 0;
+  uint64_t gen = 0;
+  void* sched_sp = nullptr;  // run_block's, while a fiber runs
+  void (*body)(void*) = nullptr;
+  void* ctx = nullptr;
+};
+
+thread_local Block* t_block = nullptr;
+thread_local Fiber* t_fiber = nullptr;
+thread_local char* t_stacks = nullptr;
+thread_local size_t t_stack_count = 0;
+
+char* stacks_for(size_t n) {
+  if (n > t_stack_count) {
+    if (t_stacks) munmap(t_stacks, t_stack_count * kStackStride);
+    void* p = mmap(nullptr, n * kStackStride, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "sluice CUDA emulator: cannot map %zu fiber stacks\n", n);
+      std::abort();
+    }
+    t_stacks = static_cast<char*>(p);
+    t_stack_count = n;
+    for (size_t i = 0; i < n; ++i) mprotect(t_stacks + i * kStackStride, kGuardBytes, PROT_NONE);
+  }
+  return t_stacks;
+}
+
+void release_if_complete(Block& b, Warp& w) {
+  if (w.live > 0 && w.arrived == w.live) {
+    w.arrived = 0;
+    ++w.gen;
+  }
+  if (b.live > 0 && b.arrived == b.live) {
+    b.arrived = 0;
+    ++b.gen;
+  }
+}
+
+bool runnable(const Block& b, const Fiber& f) {
+  if (f.done) return false;
+  switch (f.wait) {
+    case Wait::kNone: return true;
+    case Wait::kBlock: return b.gen != f.gen;
+    case Wait::kWarp: return b.warps[static_cast<size_t>(f.warp)].gen != f.gen;
+  }
+  return false;
+}
+
+// The first fiber after `from` (in thread order, wrapping round, `from` last)
+// that can run; null when none can.
+Fiber* next_runnable(Block& b, const Fiber* from) {
+  const size_t n = b.fibers.size(), i0 = from ? static_cast<size_t>(from - b.fibers.data()) + 1 : 0;
+  for (size_t k = 0; k < n; ++k) {
+    Fiber& f = b.fibers[(i0 + k) % n];
+    if (runnable(b, f)) return &f;
+  }
+  return nullptr;
+}
+
+// Makes f the running thread (its indices are what the kernel reads).
+void enter(Fiber& f) {
+  f.wait = Wait::kNone;
+  t_fiber = &f;
+  threadIdx = f.thread_idx;
+}
+
+// Leaves the running fiber (saving its stack pointer at *save) for the next
+// that can run, straight from fiber to fiber; back to run_block when none can
+// (every thread done, or a deadlock it reports).
+void switch_away(void** save) {
+  Block& b = *t_block;
+  Fiber* next = next_runnable(b, t_fiber);
+  if (next == t_fiber) {  // its own barrier has just opened
+    enter(*next);
+    return;
+  }
+  if (next == nullptr) {
+    sluice_emu_switch(save, b.sched_sp);
+    return;
+  }
+  enter(*next);
+  sluice_emu_switch(save, next->sp);
+}
+
+[[noreturn]] void fiber_entry() {
+  Block& b = *t_block;
+  b.body(b.ctx);
+  Fiber& f = *t_fiber;
+  f.done = true;
+  --b.live;
+  Warp& w = b.warps[static_cast<size_t>(f.warp)];
+  --w.live;
+  release_if_complete(b, w);  // those waiting at a barrier no longer wait for this thread
+  void* unused = nullptr;
+  switch_away(&unused);
+  __builtin_unreachable();
+}
+
+// A fresh fiber's stack as sluice_emu_switch leaves one it switched away
+// from: six zero registers, then fiber_entry as the return address (16-byte
+// aligned, so fiber_entry starts with the stack a call gives).
+void* prepare_stack(char* stack) {
+  auto* top = reinterpret_cast<uint64_t*>(stack + kStackBytes);
+  uint64_t* ret = top - 2;
+  ret[1] = 0;  // fiber_entry's own return address: it never returns
+  ret[0] = reinterpret_cast<uint64_t>(&fiber_entry);
+  for (int i = 1; i <= 6; ++i) ret[-i] = 0;
+  return ret - 6;
+}
+
+void wait_at(Wait kind) {
+  Block& b = *t_block;
+  Fiber& f = *t_fiber;
+  Warp& w = b.warps[static_cast<size_t>(f.warp)];
+  f.wait = kind;
+  if (kind == Wait::kWarp) {
+    f.gen = w.gen;
+    ++w.arrived;
+  } else {
+    f.gen = b.gen;
+    ++b.arrived;
+  }
+  release_if_complete(b, w);
+  switch_away(&f.sp);
+}
+
+void warp_barrier() { wait_at(Wait::kWarp); }
+
+void run_block(Block& b, dim3 grid, dim3 block, uint3 block_idx) {
+  const size_t n = size_t{block.x} * block.y * block.z;
+  char* stacks = stacks_for(n);
+  b.fibers.resize(n);
+  const size_t n_warps = (n + 31) / 32;
+  if (b.warps.size() < n_warps) b.warps.resize(n_warps);
+  for (size_t w = 0; w < n_warps; ++w) b.warps[w].live = b.warps[w].arrived = 0;
+  b.live = static_cast<int>(n);
+  b.arrived = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Fiber& f = b.fibers[i];
+    f.thread_idx = {static_cast<unsigned>(i % block.x), static_cast<unsigned>(i / block.x % block.y),
+                    static_cast<unsigned>(i / (size_t{block.x} * block.y))};
+    f.lane = static_cast<int>(i % 32);
+    f.warp = static_cast<int>(i / 32);
+    f.exchanges = 0;
+    f.done = false;
+    f.wait = Wait::kNone;
+    f.gen = 0;
+    ++b.warps[i / 32].live;
+    f.sp = prepare_stack(stacks + i * kStackStride + kGuardBytes);
+  }
+  blockIdx = block_idx;
+  blockDim = block;
+  gridDim = grid;
+  Fiber& first = b.fibers[0];
+  enter(first);
+  sluice_emu_switch(&b.sched_sp, first.sp);  // back when no thread can run
+  if (b.live > 0) {
+    std::fprintf(stderr,
+                 "sluice CUDA emulator: deadlock in block (%u,%u,%u): %d threads wait at a barrier that "
+                 "the others never reach\n",
+                 block_idx.x, block_idx.y, block_idx.z, b.live);
+    std::abort();
+  }
+  t_fiber = nullptr;
+}
+
+}  // namespace
+
+void sync_block() { wait_at(Wait::kBlock); }
+
+int lane_id() { return t_fiber->lane; }
+
+uint64_t exchange_warp(uint64_t mine, int src_lane) {
+  Fiber& f = *t_fiber;
+  auto& set = t_block->warps[static_cast<size_t>(f.warp)].slot[f.exchanges++ & 1];
+  set[f.lane][0] = mine;
+  warp_barrier();
+  return set[src_lane & 31][0];
+}
+
+// Fragments of mma.sync.m16n8k16 (F16 A row-major 16x16, B col-major 16x8, C/D
+// F32 16x8), lane = 4 g + t: a[0] holds A[g][2t..2t+1], a[1] A[g+8][2t..],
+// a[2] A[g][2t+8..], a[3] A[g+8][2t+8..]; b0 holds B[2t..2t+1][g], b1
+// B[2t+8..][g]; c[0..1] are D[g][2t..2t+1], c[2..3] D[g+8][2t..2t+1]. The low
+// half of a word is the lower column (A) or row (B).
+void mma_m16n8k16_f16_f32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  Fiber& f = *t_fiber;
+  auto& set = t_block->warps[static_cast<size_t>(f.warp)].slot[f.exchanges++ & 1];
+  const int lane = f.lane;
+  set[lane][0] = a[0] | uint64_t{a[1]} << 32;
+  set[lane][1] = a[2] | uint64_t{a[3]} << 32;
+  set[lane][2] = b0 | uint64_t{b1} << 32;
+  warp_barrier();
+  auto word = [&](int l, int k) { return static_cast<uint32_t>(set[l][k / 2] >> (32 * (k % 2))); };
+  auto half_of = [](uint32_t v, int hi) { return f16_bits_to_float(static_cast<uint16_t>(hi ? v >> 16 : v)); };
+  auto A = [&](int r, int k) {
+    const int l = 4 * (r % 8) + (k % 8) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return half_of(word(l, reg), k % 2);
+  };
+  auto B = [&](int k, int n) {
+    const int l = 4 * n + (k % 8) / 2, reg = 4 + (k >= 8 ? 1 : 0);
+    return half_of(word(l, reg), k % 2);
+  };
+  const int g = lane / 4, t = lane % 4;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + i % 2;
+    float s = c[i];
+    for (int k = 0; k < 16; ++k) s += A(r, k) * B(k, n);
+    out[i] = s;
+  }
+  for (int i = 0; i < 4; ++i) c[i] = out[i];
+}
+
+bool launch_ok(dim3 grid, dim3 block) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
+      grid.z > 65535) {
+    set_error(cudaErrorInvalidConfiguration);
+    return false;
+  }
+  return true;
+}
+
+void run_grid(dim3 grid, dim3 block, size_t, void (*body)(void*), void* ctx) {
+  static const bool trace = std::getenv("SLUICE_EMU_TRACE") != nullptr;
+  if (trace) std::fprintf(stderr, "[emu] grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x, grid.y, grid.z, block.x, block.y, block.z);
+  Block b;
+  b.body = body;
+  b.ctx = ctx;
+  Block* outer = t_block;
+  t_block = &b;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) run_block(b, grid, block, {x, y, z});
+  t_block = outer;
+  count_launch();
+}
+
+}  // namespace sluice_emu
