@@ -170,6 +170,16 @@ __global__ void lora_db(const float* dy, const float* u, float* db, int64_t n_to
 //   c[row][col] += sum_j du[row * du_row + j * du_j] f[j][col]   (one thread per (row, col), j ascending)
 // dA = du^T x: rows r, j over t (du_row = 1, du_j = rank); dx = du A: rows t,
 // j over r (du_row = rank, du_j = 1).
+// out[i] = the 16-bit float src[i] (F16, or BF16 when kBF16) as a float; any
+// width and any 2-byte alignment, for the rows decode_rows' 8-wide loads cannot read.
+template <bool kBF16>
+__global__ void rows16_to_f32(const uint16_t* src, int64_t n, float* out) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint32_t bits = __ldg(src + i);
+    out[i] = kBF16 ? __uint_as_float(bits << 16) : __half2float(__ushort_as_half(static_cast<uint16_t>(bits)));
+  }
+}
+
 __global__ void add_du_times(const double* du, int64_t du_row, int64_t du_j, const float* f, float* c,
                              int64_t n_rows, int64_t n_cols, int64_t n_sum) {
   for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < n_rows * n_cols;
@@ -192,10 +202,29 @@ void launch_add_du_times(const double* du, int64_t du_row, int64_t du_j, const f
 
 bool weights_to_f32_type(DType type, WeightLayout layout) { return decodes_rows(type, layout); }
 
-bool weights_to_f32_takes(const WeightView& w) { return decodes_rows(w); }
+namespace {
+// F16 / BF16 rows decode_rows cannot take (a width not a multiple of 8, or
+// rows not 16-byte aligned): one element a thread.
+bool rows16_any_width(const WeightView& w) {
+  return (w.type == DType::kF16 || w.type == DType::kBF16) && w.layout == WeightLayout::kRows && w.n_in > 0 &&
+         reinterpret_cast<uintptr_t>(w.data) % 2 == 0;
+}
+}  // namespace
+
+bool weights_to_f32_takes(const WeightView& w) { return decodes_rows(w) || rows16_any_width(w); }
 
 void launch_weights_to_f32(const WeightView& w, int64_t row0, int64_t n_rows, float* out, cudaStream_t s) {
-  launch_decode_rows(w, row0, n_rows, out, s);
+  if (decodes_rows(w)) {
+    launch_decode_rows(w, row0, n_rows, out, s);
+    return;
+  }
+  CHECK(rows16_any_width(w) && row0 >= 0 && row0 + n_rows <= w.n_out);
+  const int64_t n = n_rows * w.n_in;
+  if (n == 0) return;
+  const auto* src = reinterpret_cast<const uint16_t*>(w.data) + row0 * w.n_in;
+  if (w.type == DType::kBF16) rows16_to_f32<true><<<grid_for(n), kThreads, 0, s>>>(src, n, out);
+  else rows16_to_f32<false><<<grid_for(n), kThreads, 0, s>>>(src, n, out);
+  SLUICE_CUDA_LAUNCHED();
 }
 
 void launch_matmul_t_panel(const float* wp, int64_t n_rows, int64_t row0, const float* dy, int64_t n_out, float* dx,

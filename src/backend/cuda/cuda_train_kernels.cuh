@@ -21,10 +21,10 @@ namespace sluice::cuda {
 
 // ---- matmul_t -----------------------------------------------------------------
 
-// Whether launch_weights_to_f32 reads this matrix: F16, BF16 and the block
-// types of matmul_supports() in GGUF rows (n_in a multiple of the block,
-// data aligned for the decoder's loads), or Q4_0 / Q8_0 with the scales split
-// off (16-byte aligned). F32 rows need no decoding (launch_matmul_t_panel
+// Whether launch_weights_to_f32 reads this matrix: F16 and BF16 rows of any
+// width (2-byte aligned), the block types of matmul_supports() in GGUF rows
+// (n_in a multiple of the block, data aligned for the decoder's loads), or
+// Q4_0 / Q8_0 with the scales split off (16-byte aligned). F32 rows need no decoding (launch_matmul_t_panel
 // reads them in place).
 bool weights_to_f32_takes(const WeightView& w);
 // Whether type / layout is one weights_to_f32_takes can take (alignment aside).
