@@ -272,13 +272,22 @@ constexpr bool is_train_op(Op op) { return static_cast<int>(op) >= static_cast<i
 const char* op_name(Op op);
 
 // How a backend's matmuls round their activations before multiplying them
-// with weights of a type; the reference backend does not. How far its results
-// may lie from the reference's follows from it (the op-case list's tolerances).
+// with weights of a type (and, on some backends, how many tokens the call has:
+// CUDA's tensor-core path for many tokens rounds them to BF16); the reference
+// backend does not. How far its results may lie from the reference's follows
+// from it (the op-case list's tolerances).
 enum class ActRounding {
   kNone,           // float activations: only the summation order differs
   kBF16,           // rounded to bf16
   kInt8Blocks32,   // int8 in blocks of 32 with a float scale each
   kInt8Blocks256,  // int8 in blocks of 256 with a float scale each
+};
+
+// How a backend's attention rounds q, k, v and the probabilities before it
+// multiplies them; the reference backend does not.
+enum class AttnRounding {
+  kNone,  // float products (the KV cache's own type aside)
+  kF16,   // every operand of both products rounded to F16 (CUDA's flash attention)
 };
 
 // The data types an operator instance would see.
@@ -315,8 +324,13 @@ class Backend {
   // Whether the operator runs with these types (e.g. a matmul kernel for the
   // weight type, an attention kernel for the KV dtype).
   virtual bool supports(Op op, const OpTypes& types) const = 0;
-  // How matmuls with weights of this type round their activations. Default: not at all.
-  virtual ActRounding matmul_act_rounding(DType weight) const { return ActRounding::kNone; }
+  // How a matmul of n_tok tokens with weights of this type rounds its
+  // activations. Default: not at all.
+  virtual ActRounding matmul_act_rounding(DType weight, int64_t n_tok) const { return ActRounding::kNone; }
+  // How attention of a sequence with n_query new tokens and heads of head_dim
+  // rounds its operands (at most; a shape a faster kernel cannot take may
+  // round less). Default: not at all.
+  virtual AttnRounding attention_rounding(int64_t head_dim, int64_t n_query) const { return AttnRounding::kNone; }
   // Calls of up to this many tokens keep per-token determinism bit for bit
   // (see above). Default: every call.
   virtual int64_t batch_invariant_tokens() const { return std::numeric_limits<int64_t>::max(); }

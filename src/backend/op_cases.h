@@ -112,7 +112,8 @@ class OpRun {
   OpRun& operator=(const OpRun&) = delete;
 
   Backend& be() { return be_; }
-  ActRounding rounding(DType weight) const { return be_.matmul_act_rounding(weight); }
+  // How the backend's matmuls of n_tok tokens round their activations.
+  ActRounding rounding(DType weight, int64_t n_tok) const { return be_.matmul_act_rounding(weight, n_tok); }
 
   // A buffer of the backend holding these floats (an input).
   float* in(std::span<const float> values);

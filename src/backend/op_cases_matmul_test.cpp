@@ -26,8 +26,8 @@ class NormGluCase final : public OpCase {
 
   void run(OpRun& r, int64_t t0, int64_t n) override {
     r.be().reserve({.n_tok = n_tok_, .n_in_max = n_ff_});
-    const double d1 = matmul_tolerance(type_, r.rounding(type_), 1);
-    const double d2 = matmul_tolerance(type_, r.rounding(type_), 2);
+    const double d1 = matmul_tolerance(type_, r.rounding(type_, n), 1);
+    const double d2 = matmul_tolerance(type_, r.rounding(type_, n), 2);
     auto gu = n_small_ > 0 ? r.weights({small_.view, gate_.view, up_.view}) : r.weights({gate_.view, up_.view});
     const WeightView down = r.weights({down_.view})[0];
     const float* x = r.in(rows(x_, t0, n, n_embd_));
@@ -69,7 +69,7 @@ class GluMatmulCase final : public OpCase {
     r.be().reserve({.n_tok = n_tok_, .n_in_max = n_ff_});
     const WeightView down = r.weights({down_.view})[0];
     float* h = r.inout("h", rows(gate_, t0, n, n_ff_), n_ff_, Tol::nmse(1e-11));
-    float* y = r.out("y", n, n_embd_, Tol::nmse(matmul_tolerance(type_, r.rounding(type_), 2)));
+    float* y = r.out("y", n, n_embd_, Tol::nmse(matmul_tolerance(type_, r.rounding(type_, n), 2)));
     r.be().glu_matmul({.gate = h, .up = r.in(rows(up_, t0, n, n_ff_)), .n_ff = n_ff_, .n_tok = n, .act = act_, .out = {down, y}});
   }
 
@@ -97,7 +97,7 @@ class MatmulCase final : public OpCase {
     r.be().reserve({.n_tok = n_tok_, .n_in_max = n_in_});
     const WeightView w = r.weights({w_.view})[0];
     const float* x = r.in(rows(x_, t0, n, n_in_));
-    const MatmulOut o[1] = {{w, r.out("y", n, n_out_, Tol::nmse(matmul_tolerance(type_, r.rounding(type_), 1)))}};
+    const MatmulOut o[1] = {{w, r.out("y", n, n_out_, Tol::nmse(matmul_tolerance(type_, r.rounding(type_, n), 1)))}};
     r.be().matmul(o, x, n_in_, n);
   }
 
@@ -165,7 +165,7 @@ class LogitsCase final : public OpCase {
     r.be().logits({.x = r.in(x_), .rows = kRows + t0, .n_out = n, .norm = norm_.data(), .eps = 1e-5f,
                    .n_embd = n_embd_, .xn = r.in(scratch), .output = head,
                    .logits = r.host_out("logits", n, n_vocab_,
-                                        Tol::nmse(matmul_tolerance(type_, r.rounding(type_), 1)))});
+                                        Tol::nmse(matmul_tolerance(type_, r.rounding(type_, n), 1)))});
   }
 
  private:

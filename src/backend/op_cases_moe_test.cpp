@@ -86,16 +86,17 @@ class ExpertFfnCase final : public OpCase {
     if (s_.n_ff_shared > 0) shared = experts.back(), experts.pop_back();
     const auto tok = static_cast<size_t>(t0 * s_.n_used);
     r.be().expert_ffn({.x = r.in(rows(x_, t0, n, s_.n_embd)),
-                       .out = r.out("out", n, s_.n_embd, Tol::nmse(tolerance(r))), .ids = ids_.data() + tok,
+                       .out = r.out("out", n, s_.n_embd, Tol::nmse(tolerance(r, n))), .ids = ids_.data() + tok,
                        .weights = weights_.data() + tok, .n_tok = n, .n_used = s_.n_used, .n_embd = s_.n_embd,
                        .n_ff = s_.n_ff, .experts = experts, .shared = s_.n_ff_shared > 0 ? &shared : nullptr,
                        .n_ff_shared = s_.n_ff_shared, .shared_gate = s_.n_ff_shared > 0 ? shared_gate_.data() : nullptr});
   }
 
  private:
-  double tolerance(const OpRun& r) const {
-    const bool rounded = r.rounding(s_.type) != ActRounding::kNone ||
-                         (s_.n_ff_shared > 0 && r.rounding(s_.shared_type) != ActRounding::kNone);
+  // n: the call's tokens (each expert's matmuls see at most that many).
+  double tolerance(const OpRun& r, int64_t n) const {
+    const bool rounded = r.rounding(s_.type, n) != ActRounding::kNone ||
+                         (s_.n_ff_shared > 0 && r.rounding(s_.shared_type, n) != ActRounding::kNone);
     return rounded ? s_.rounded_nmse : matmul_tolerance(s_.type, ActRounding::kNone, 2);
   }
 

@@ -105,7 +105,7 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
   return false;
 }
 
-ActRounding CpuBackend::matmul_act_rounding(DType weight) const {
+ActRounding CpuBackend::matmul_act_rounding(DType weight, int64_t) const {
   const MatmulKernel& k = matmul_kernel(weight, isa_);
   if (k.act_row_bytes == act_row_bytes_q8x64) return ActRounding::kInt8Blocks32;
   if (k.act_row_bytes == act_row_bytes_q8x256) return ActRounding::kInt8Blocks256;

@@ -51,7 +51,7 @@ class CpuBackend final : public Backend {
   int n_threads() const override { return pool_->n_threads(); }
   bool supports(Op op, const OpTypes& types) const override;
   // As the kernel for (weight, isa()) converts them (matmul.h, act_quant.h).
-  ActRounding matmul_act_rounding(DType weight) const override;
+  ActRounding matmul_act_rounding(DType weight, int64_t n_tok) const override;
   ThreadPool& host_pool() override { return *pool_; }
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;

@@ -56,12 +56,12 @@ TEST(CpuBackend, SupportsSaysWhatItRuns) {
 
 TEST(CpuBackend, RoundsActivationsAsItsKernelsDo) {
   CpuBackend cpu({.n_threads = 1});
-  EXPECT_EQ(cpu.matmul_act_rounding(DType::kF32), ActRounding::kNone);
-  EXPECT_EQ(cpu.matmul_act_rounding(DType::kF16), ActRounding::kNone);
-  EXPECT_EQ(cpu.matmul_act_rounding(DType::kQ4_0), ActRounding::kInt8Blocks32);
-  EXPECT_EQ(cpu.matmul_act_rounding(DType::kIQ4_NL), ActRounding::kInt8Blocks32);
-  EXPECT_EQ(cpu.matmul_act_rounding(DType::kQ6_K), ActRounding::kInt8Blocks256);
-  EXPECT_EQ(CpuBackend({.n_threads = 1, .isa = Isa::kScalar}).matmul_act_rounding(DType::kBF16), ActRounding::kNone);
+  EXPECT_EQ(cpu.matmul_act_rounding(DType::kF32, 1), ActRounding::kNone);
+  EXPECT_EQ(cpu.matmul_act_rounding(DType::kF16, 1), ActRounding::kNone);
+  EXPECT_EQ(cpu.matmul_act_rounding(DType::kQ4_0, 1), ActRounding::kInt8Blocks32);
+  EXPECT_EQ(cpu.matmul_act_rounding(DType::kIQ4_NL, 1), ActRounding::kInt8Blocks32);
+  EXPECT_EQ(cpu.matmul_act_rounding(DType::kQ6_K, 1), ActRounding::kInt8Blocks256);
+  EXPECT_EQ(CpuBackend({.n_threads = 1, .isa = Isa::kScalar}).matmul_act_rounding(DType::kBF16, 1), ActRounding::kNone);
 }
 
 }  // namespace

@@ -125,8 +125,14 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
   return false;
 }
 
-ActRounding CudaBackend::matmul_act_rounding(DType weight) const {
+ActRounding CudaBackend::matmul_act_rounding(DType weight, int64_t n_tok) const {
+  if (prefill_->takes_type(weight, n_tok)) return ActRounding::kBF16;  // the tensor-core path (cuda_prefill.h)
   return weight == DType::kQ4_0 || weight == DType::kQ8_0 ? ActRounding::kInt8Blocks32 : ActRounding::kNone;
+}
+
+AttnRounding CudaBackend::attention_rounding(int64_t head_dim, int64_t n_query) const {
+  const bool flash = n_query >= kFlashMinQueries && (head_dim == 64 || head_dim == 96 || head_dim == 128);
+  return flash ? AttnRounding::kF16 : AttnRounding::kNone;  // flash attention's F16 products (cuda_flash_attn.cuh)
 }
 
 int64_t CudaBackend::batch_invariant_tokens() const {

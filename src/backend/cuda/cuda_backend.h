@@ -104,7 +104,8 @@ class CudaBackend final : public Backend {
   int n_threads() const override { return 1; }
   bool supports(Op op, const OpTypes& types) const override;
   // Q4_0 / Q8_0: 8-bit activations in blocks of 32 (cuda_matmul_q8.cuh); the rest read floats.
-  ActRounding matmul_act_rounding(DType weight) const override;
+  ActRounding matmul_act_rounding(DType weight, int64_t n_tok) const override;
+  AttnRounding attention_rounding(int64_t head_dim, int64_t n_query) const override;
   // Below the tensor-core matmuls' and flash attention's thresholds
   // (cuda_prefill.h, cuda_flash_attn.cuh): every call below both runs the
   // GEMV and split-key kernels, whose rows do not depend on the batch.

@@ -54,6 +54,12 @@ bool PrefillMatmul::takes(std::span<const MatmulOut> outs, int64_t n_tok) const 
   return true;
 }
 
+bool PrefillMatmul::takes_type(DType type, int64_t n_tok) const {
+  if (!lt_) return false;
+  if (type == DType::kBF16) return n_tok >= min_bf16_;
+  return n_tok >= min_decoded_ && to_bf16_type(type, WeightLayout::kRows);
+}
+
 template <class T>
 T* PrefillMatmul::grow(T** p, int64_t* cap, int64_t n, cudaStream_t s) {
   if (n > *cap) {

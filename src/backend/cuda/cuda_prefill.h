@@ -66,6 +66,9 @@ class PrefillMatmul {
   int64_t min_tokens() const { return std::min(min_bf16_, min_decoded_); }
   // Whether run() takes every one of outs at n_tok tokens.
   bool takes(std::span<const MatmulOut> outs, int64_t n_tok) const;
+  // Whether it takes matrices of this type in GGUF rows at n_tok tokens
+  // (alignment aside): what rounds a call's activations to BF16.
+  bool takes_type(DType type, int64_t n_tok) const;
   // y = W x for every out, on s.  x: [n_tok, n_in] (device, 16-byte aligned)
   // Returns false when cuBLASLt failed (said once; the path is off from then
   // on): the caller computes every out again on the GEMV kernels.

@@ -48,6 +48,7 @@ __global__ void split_columns(const float* y, int64_t n, ColumnParts parts) {
 }  // namespace
 
 bool to_bf16_takes(const WeightView& w) { return decodes_rows(w); }
+bool to_bf16_type(DType type, WeightLayout layout) { return decodes_rows(type, layout); }
 
 void launch_weights_to_bf16(const WeightView& w, int64_t row0, int64_t n_rows, uint16_t* out, cudaStream_t s) {
   launch_decode_rows(w, row0, n_rows, out, s);

@@ -22,6 +22,8 @@ namespace sluice::cuda {
 // Q4_0 / Q8_0 with the scales split off (quant/split_scales.h) and 16-byte
 // aligned.
 bool to_bf16_takes(const WeightView& w);
+// Whether it takes matrices of this type and layout (alignment and width aside).
+bool to_bf16_type(DType type, WeightLayout layout);
 // out[r][i] = bf16(W[row0 + r][i]) for r < n_rows.   out: [n_rows, w.n_in], 16-byte aligned
 void launch_weights_to_bf16(const WeightView& w, int64_t row0, int64_t n_rows, uint16_t* out, cudaStream_t s);
 // out[i] = bf16(x[i]) for i < n.   x, out: [n], 16-byte aligned
