@@ -46,7 +46,7 @@ TEST(Cli, RunOnCudaOverThreeTiersGivesReferenceTokens) {
   // Serving over three tiers: the KV pool's share of --gpu-budget is kept
   // first and the weights' tiers planned in the rest.
   CliResult s = run_cli("bench-serve -m " + kTiersModel + " --backend cuda --gpu-budget 1200K --mem-budget 1000K "
-                        "--requests 4 --output-len 8 --max-seqs 2 -c 256");
+                        "--requests 4 --prompt-len uniform:16:128 --output-len 8 --max-seqs 2 -c 256");
   EXPECT_EQ(s.exit_code, 0) << s.err;
   EXPECT_NE(s.err.find("three tiers on the device"), std::string::npos) << s.err;
 }

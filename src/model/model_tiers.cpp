@@ -31,6 +31,9 @@ Status Model::plan_device_tiers() {
     host_weight_bytes_ = std::max(host_weight_bytes_, copied);
     if (!lw.experts.empty()) host_expert_bytes_ = std::max(host_expert_bytes_, expert_bytes(lw.experts[0]));
   }
+  // What host layers are copied through is sized now, before the device tier's
+  // weights are placed: a device backend counts it in its budget.
+  if (host_weight_bytes_ > 0) backend_->reserve({.host_weight_bytes = host_weight_bytes_});
   for (std::span<const uint8_t> r : source_->host_regions()) {
     register_region(r);
   }
