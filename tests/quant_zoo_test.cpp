@@ -28,6 +28,10 @@
 // A wrong layout, bit order or sub-block scale moves logits by O(1) and fails
 // both by far.
 //
+// Every other backend but the reference (cuda where it is built) runs the same
+// files against the same bounds ("tiny-Q4_0.gguf@cuda"): its kernels round
+// activations as the CPU's do (int8) or not at all, never more coarsely.
+//
 // Greedy tokens: the reference's 16 greedy tokens are fed back (teacher forcing)
 // so every position is compared even after a near tie. Where llama.cpp's top two
 // logits (prompt's last position), or sluice's (later positions, where the
@@ -49,6 +53,7 @@
 #include "base/test_data.h"
 #include "cli_runner.h"
 #include "format/gguf_reader.h"
+#include "golden_params.h"
 #include "model/model.h"
 #include "quant/quant_mix.h"
 #include "tokenizer/tokenizer.h"
@@ -77,7 +82,9 @@ class QuantZooTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(QuantZooTest, LogitsAndGreedyTokensMatchLlamaCpp) {
   const std::string dir = model_path("quant-zoo");
   SKIP_UNLESS_EXISTS(dir + "/reference.json");
-  const std::string name = GetParam();
+  const testing::GoldenParam param = testing::parse_golden_param(GetParam());
+  if (!param.skip.empty()) GTEST_SKIP() << param.skip;
+  const std::string name = param.format;
   std::ifstream in(dir + "/reference.json");
   const nlohmann::json all_ref = nlohmann::json::parse(in);
   ASSERT_TRUE(all_ref["files"].contains(name)) << name;
@@ -86,7 +93,7 @@ TEST_P(QuantZooTest, LogitsAndGreedyTokensMatchLlamaCpp) {
   auto mf = read_gguf(dir + "/" + name);
   ASSERT_TRUE(mf.ok()) << mf.status().to_string();
   auto file = std::make_shared<const ModelFile>(std::move(*mf));
-  auto m = Model::load(file, ModelOptions{.n_threads = 2});
+  auto m = Model::load(file, ModelOptions{.n_threads = 2, .backend = param.backend});
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   Model& model = **m;
 
@@ -134,21 +141,33 @@ TEST_P(QuantZooTest, LogitsAndGreedyTokensMatchLlamaCpp) {
     ++n_checked;
     EXPECT_EQ(best, greedy[i]) << name << " greedy token " << i << " (gap " << decisive_gap << ")";
   }
-  std::printf("%-18s max |logit error| %.4f (bound %.2f), rms %.5f (bound %.2f); %d of %zu greedy tokens decisive\n",
-              name.c_str(), max_err, kLogitTolerance, rms_err, kLogitRmsTolerance, n_checked, greedy.size());
+  std::printf("%-24s max |logit error| %.4f (bound %.2f), rms %.5f (bound %.2f); %d of %zu greedy tokens decisive\n",
+              GetParam().c_str(), max_err, kLogitTolerance, rms_err, kLogitRmsTolerance, n_checked, greedy.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryMix, QuantZooTest,
-    ::testing::Values("tiny-f16.gguf", "tiny-Q8_0.gguf", "tiny-Q6_K.gguf", "tiny-Q5_K_M.gguf", "tiny-Q5_K_S.gguf",
-                      "tiny-Q5_1.gguf", "tiny-Q5_0.gguf", "tiny-Q4_K_M.gguf", "tiny-Q4_K_S.gguf", "tiny-Q4_1.gguf",
-                      "tiny-Q4_0.gguf", "tiny-IQ4_NL.gguf", "tiny-IQ4_XS.gguf", "tiny-Q3_K_L.gguf",
-                      "tiny-Q3_K_M.gguf", "tiny-Q3_K_S.gguf", "tiny-Q2_K.gguf"),
-    [](const auto& info) {
-      std::string n = info.param.substr(5, info.param.size() - 10);  // "tiny-" ... ".gguf"
-      std::replace(n.begin(), n.end(), '-', '_');
-      return n;
-    });
+// Every file on the CPU, then on every other registered backend but the reference.
+std::vector<std::string> zoo_params() {
+  const std::vector<std::string> files = {
+      "tiny-f16.gguf",    "tiny-Q8_0.gguf",   "tiny-Q6_K.gguf",   "tiny-Q5_K_M.gguf", "tiny-Q5_K_S.gguf",
+      "tiny-Q5_1.gguf",   "tiny-Q5_0.gguf",   "tiny-Q4_K_M.gguf", "tiny-Q4_K_S.gguf", "tiny-Q4_1.gguf",
+      "tiny-Q4_0.gguf",   "tiny-IQ4_NL.gguf", "tiny-IQ4_XS.gguf", "tiny-Q3_K_L.gguf", "tiny-Q3_K_M.gguf",
+      "tiny-Q3_K_S.gguf", "tiny-Q2_K.gguf"};
+  std::vector<std::string> params = files;
+  for (const RegisteredBackend& b : registered_backends()) {
+    const std::string be = b.name;
+    if (be == BackendOptions{}.name || be == "reference") continue;
+    for (const std::string& f : files) params.push_back(f + "@" + be);
+  }
+  return params;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryMix, QuantZooTest, ::testing::ValuesIn(zoo_params()), [](const auto& info) {
+  std::string n = info.param.substr(5);  // past "tiny-"
+  n.erase(n.find(".gguf"), 5);
+  std::replace(n.begin(), n.end(), '-', '_');
+  std::replace(n.begin(), n.end(), '@', '_');
+  return n;
+});
 
 // sluice's rules for llama.cpp's mixes (quant/quant_mix.h) choose, tensor by
 // tensor, the types llama-quantize chose in these files, and the same file type.
