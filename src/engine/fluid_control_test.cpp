@@ -10,6 +10,7 @@
 #include <functional>
 #include <thread>
 
+#include "backend/backend_registry.h"
 #include "base/test_data.h"
 #include "engine/engine_test_util.h"
 #include "plan/calibrate.h"
@@ -94,6 +95,9 @@ Burst run_burst(const EngineConfig& cfg, const Workload& w = stories_burst()) {
 }
 
 constexpr uint64_t kTwoLayersResident = 1290000;  // essentials, a ring of 2 and 2 of 5 layers
+// What the CUDA backend keeps of --gpu-budget beyond the device-like one's:
+// the ring host layers are copied through (two of them), scratch.
+constexpr uint64_t kCudaStaging = 1 << 20;
 
 TEST(FluidControl, DemotesLayersInsteadOfPreemptingAndPromotesThemBack) {
   const Burst plain = run_burst(config(false, 0));
@@ -146,49 +150,60 @@ TEST(FluidControl, NeedsAMemoryBudgetWithLayersThatCanMove) {
 // is not host-visible): the units are the device tier's layers, demoted to
 // the store's ring with their arenas freed, and the tokens are the reference
 // backend's.
-TEST(FluidControl, OnADeviceDemotesDeviceTierLayersAndKeepsTheTokens) {
+// An 8-layer synth model over three tiers on a device backend: `backend` (the
+// reference backend made not host-visible, DeviceLike, when "device-like"),
+// fluid or split once, tiers or all in host memory, mem_budget 0: a tight one.
+Burst device_burst(const std::string& backend, bool fluid, bool tiers, uint64_t mem_budget = 0) {
   auto file = weights::testing::small_synth_model("fluid_device.gguf", 8, 5);
-  ASSERT_NE(file, nullptr);
+  EXPECT_NE(file, nullptr);
+  if (!file) return {};
   auto all = weights::plan_placement(*file, {});
-  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all.ok());
+  if (!all.ok()) return {};
   uint64_t slot = 0;
   for (const weights::LayerPlacement& l : all->layers) slot = std::max(slot, l.extent_bytes);
   const uint64_t essentials = all->essentials_bytes;
   const uint64_t kv_bytes = 6 * 65536;  // 6 blocks of 16 f16 positions, 8 layers of 4 x 32 values
-  auto run = [&](bool fluid, bool tiers, uint64_t mem_budget = 0) {
-    EngineConfig cfg{.model_path = file->source_path,
-                     .backend = "reference",
-                     .n_threads = 2,
-                     .max_batch_tokens = 128,
-                     .max_seqs = 8,
-                     .ctx_size = 256,
-                     .kv_budget_bytes = kv_bytes,
-                     .kv_dtype = "f16",
-                     .mem_budget_bytes = !tiers ? 0 : mem_budget > 0 ? mem_budget : essentials + 3 * slot + 4096,
-                     .gpu_budget_bytes = tiers ? kv_bytes + essentials + 5 * slot : 0,
-                     .fluid_split = fluid,
-                     .fluid_hold_steps = 2,
-                     .check_invariants = true,
-                     .calibration = &kSlowMachine};
-    std::shared_ptr<testing::DeviceLike> be;
-    if (tiers) cfg.shared_backend = be = std::make_shared<testing::DeviceLike>();
-    const Workload w{.request = [](const Tokenizer&, int i) {
-      return i < 8 ? Request{.prompt = {1, 20 + i, 40 + i, 60, 80 + 2 * i}, .max_tokens = 28,
-                             .sampling = {.temperature = 0}, .ignore_eos = true}
-                   : Request{.prompt = {1, 7, 9}, .max_tokens = 24, .sampling = {.temperature = 0},
-                             .ignore_eos = true};
-    }};
-    Burst b = run_burst(cfg, w);
-    if (fluid) EXPECT_NE(b.placement.find("of device memory shared by"), std::string::npos) << b.placement;
-    if (be) EXPECT_EQ(be->stray, "");
-    return b;
-  };
-  const Burst plain = run(false, false);
-  const Burst fixed = run(false, true);
-  // The host budget holding every other layer (no ring): demoted layers go
-  // to host memory of their own; a tight one: through the ring.
+  const bool device_like = backend == "device-like";
+  EngineConfig cfg{.model_path = file->source_path,
+                   .backend = device_like ? "reference" : backend,
+                   .n_threads = 2,
+                   .max_batch_tokens = 128,
+                   .max_seqs = 8,
+                   .ctx_size = 256,
+                   .kv_budget_bytes = kv_bytes,
+                   .kv_dtype = "f16",
+                   .mem_budget_bytes = !tiers ? 0 : mem_budget > 0 ? mem_budget : essentials + 3 * slot + 4096,
+                   .gpu_budget_bytes = tiers ? kv_bytes + essentials + 5 * slot + (device_like ? 0 : kCudaStaging) : 0,
+                   .fluid_split = fluid,
+                   .fluid_hold_steps = 2,
+                   .check_invariants = true,
+                   .calibration = &kSlowMachine};
+  // On CUDA a preempted sequence is swapped, not recomputed: recomputing
+  // prefills it again past the batch-invariant size, in other roundings.
+  cfg.preempt_swap = !device_like;
+  std::shared_ptr<testing::DeviceLike> be;
+  if (tiers && device_like) cfg.shared_backend = be = std::make_shared<testing::DeviceLike>();
+  const Workload w{.request = [](const Tokenizer&, int i) {
+    return i < 8 ? Request{.prompt = {1, 20 + i, 40 + i, 60, 80 + 2 * i}, .max_tokens = 28,
+                           .sampling = {.temperature = 0}, .ignore_eos = true}
+                 : Request{.prompt = {1, 7, 9}, .max_tokens = 24, .sampling = {.temperature = 0},
+                           .ignore_eos = true};
+  }};
+  Burst b = run_burst(cfg, w);
+  if (fluid) EXPECT_NE(b.placement.find("of device memory shared by"), std::string::npos) << b.placement;
+  if (be) EXPECT_EQ(be->stray, "");
+  return b;
+}
+
+// A fluid device run against the fixed one: the same tokens (and those of
+// `plain`), fewer preemptions, every demoted layer back at the end. The host
+// budget holding every other layer (no ring): demoted layers go to host memory
+// of their own; a tight one: through the ring.
+void expect_fluid_beats_fixed(const std::string& backend, const Burst& plain) {
+  const Burst fixed = device_burst(backend, false, true);
   for (uint64_t mem : {uint64_t{256} << 20, uint64_t{0}}) {
-    const Burst fluid = run(true, true, mem);
+    const Burst fluid = device_burst(backend, true, true, mem);
     ASSERT_EQ(plain.tokens.size(), 9u);
     ASSERT_EQ(fluid.tokens.size(), 9u) << mem;
     for (size_t i = 0; i < plain.tokens.size(); ++i) {
@@ -201,6 +216,22 @@ TEST(FluidControl, OnADeviceDemotesDeviceTierLayersAndKeepsTheTokens) {
     EXPECT_EQ(fluid.stats.fluid_promotions, fluid.stats.fluid_demotions) << mem;
     EXPECT_EQ(fluid.stats.fluid_demoted_units, 0) << mem;
   }
+}
+
+TEST(FluidControl, OnADeviceDemotesDeviceTierLayersAndKeepsTheTokens) {
+  expect_fluid_beats_fixed("device-like", device_burst("device-like", false, false));
+}
+
+// The same on the CUDA backend (a GPU, or the CUDA emulator: tests/cuda_emu):
+// the KV pool on reserved device addresses that are backed as it grows
+// (cuda_kv_reserve.h), the device tier's layers in arenas of their own, host
+// layers copied in through the staging ring. The tokens are the CUDA backend's
+// own with everything on the device: its kernels give a token the same bits
+// whatever the batch at these sizes (Backend::batch_invariant_tokens), and
+// preemption swaps.
+TEST(FluidControl, OnCudaDemotesDeviceTierLayersAndKeepsTheTokens) {
+  if (auto be = create_backend({.name = "cuda"}); !be.ok()) GTEST_SKIP() << be.status().to_string();
+  expect_fluid_beats_fixed("cuda", device_burst("cuda", false, false));
 }
 
 // A request longer than the pool as it is, but within what demoting can make
