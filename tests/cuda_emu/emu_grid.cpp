@@ -1,11 +1,19 @@
 // The emulator's launches: a grid's blocks one after another, a block's
 // threads as fibers that switch only at the points where CUDA threads wait
 // for each other (sluice_emu/device.h).
+#include <pthread.h>
 #include <sys/mman.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define SLUICE_EMU_ASAN 1
+#endif
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -59,6 +67,7 @@ enum class Wait { kNone, kBlock, kWarp };
 
 struct Fiber {
   void* sp = nullptr;  // saved stack pointer while switched out
+  char* stack = nullptr;  // its lowest usable byte (kStackBytes of them)
   uint3 thread_idx;
   int lane = 0, warp = 0;
   int exchanges = 0;  // warp exchanges this thread took part in (its slot set: the parity)
@@ -82,6 +91,8 @@ struct Block {
   int live = 0, arrived = 0;
   uint64_t gen = 0;
   void* sched_sp = nullptr;  // run_block's, while a fiber runs
+  const void* sched_stack = nullptr;  // run_block's thread's stack (AddressSanitizer is told of each switch)
+  size_t sched_stack_size = 0;
   void (*body)(void*) = nullptr;
   void* ctx = nullptr;
 };
@@ -139,6 +150,20 @@ Fiber* next_runnable(Block& b, const Fiber* from) {
   return nullptr;
 }
 
+// Switches stacks as sluice_emu_switch does, telling AddressSanitizer (when
+// built with it) which stack runs next; `ending`: the one left never resumes.
+void switch_stack(void** save, void* load_sp, const void* stack, size_t size, bool ending = false) {
+#ifdef SLUICE_EMU_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(ending ? nullptr : &fake, stack, size);
+  sluice_emu_switch(save, load_sp);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  (void)stack, (void)size, (void)ending;
+  sluice_emu_switch(save, load_sp);
+#endif
+}
+
 // Makes f the running thread (its indices are what the kernel reads).
 void enter(Fiber& f) {
   f.wait = Wait::kNone;
@@ -149,7 +174,7 @@ void enter(Fiber& f) {
 // Leaves the running fiber (saving its stack pointer at *save) for the next
 // that can run, straight from fiber to fiber; back to run_block when none can
 // (every thread done, or a deadlock it reports).
-void switch_away(void** save) {
+void switch_away(void** save, bool ending = false) {
   Block& b = *t_block;
   Fiber* next = next_runnable(b, t_fiber);
   if (next == t_fiber) {  // its own barrier has just opened
@@ -157,14 +182,17 @@ void switch_away(void** save) {
     return;
   }
   if (next == nullptr) {
-    sluice_emu_switch(save, b.sched_sp);
+    switch_stack(save, b.sched_sp, b.sched_stack, b.sched_stack_size, ending);
     return;
   }
   enter(*next);
-  sluice_emu_switch(save, next->sp);
+  switch_stack(save, next->sp, next->stack, kStackBytes, ending);
 }
 
 [[noreturn]] void fiber_entry() {
+#ifdef SLUICE_EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
   Block& b = *t_block;
   b.body(b.ctx);
   Fiber& f = *t_fiber;
@@ -174,7 +202,7 @@ void switch_away(void** save) {
   --w.live;
   release_if_complete(b, w);  // those waiting at a barrier no longer wait for this thread
   void* unused = nullptr;
-  switch_away(&unused);
+  switch_away(&unused, true);
   __builtin_unreachable();
 }
 
@@ -182,6 +210,11 @@ void switch_away(void** save) {
 // from: six zero registers, then fiber_entry as the return address (16-byte
 // aligned, so fiber_entry starts with the stack a call gives).
 void* prepare_stack(char* stack) {
+#ifdef SLUICE_EMU_ASAN
+  // A fiber that ended never returned through its frames: their redzones are
+  // still poisoned in the shadow of the stack it leaves to the next.
+  __asan_unpoison_memory_region(stack, kStackBytes);
+#endif
   auto* top = reinterpret_cast<uint64_t*>(stack + kStackBytes);
   uint64_t* ret = top - 2;
   ret[1] = 0;  // fiber_entry's own return address: it never returns
@@ -228,14 +261,15 @@ void run_block(Block& b, dim3 grid, dim3 block, uint3 block_idx) {
     f.wait = Wait::kNone;
     f.gen = 0;
     ++b.warps[i / 32].live;
-    f.sp = prepare_stack(stacks + i * kStackStride + kGuardBytes);
+    f.stack = stacks + i * kStackStride + kGuardBytes;
+    f.sp = prepare_stack(f.stack);
   }
   blockIdx = block_idx;
   blockDim = block;
   gridDim = grid;
   Fiber& first = b.fibers[0];
   enter(first);
-  sluice_emu_switch(&b.sched_sp, first.sp);  // back when no thread can run
+  switch_stack(&b.sched_sp, first.sp, first.stack, kStackBytes);  // back when no thread can run
   if (b.live > 0) {
     std::fprintf(stderr,
                  "sluice CUDA emulator: deadlock in block (%u,%u,%u): %d threads wait at a barrier that "
@@ -304,12 +338,28 @@ bool launch_ok(dim3 grid, dim3 block) {
   return true;
 }
 
+// This thread's stack (lowest address, size): where switches back to run_block land.
+static std::pair<const void*, size_t> thread_stack() {
+  thread_local std::pair<const void*, size_t> s = [] {
+    pthread_attr_t attr;
+    void* low = nullptr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      pthread_attr_getstack(&attr, &low, &size);
+      pthread_attr_destroy(&attr);
+    }
+    return std::pair<const void*, size_t>(low, size);
+  }();
+  return s;
+}
+
 void run_grid(dim3 grid, dim3 block, size_t, void (*body)(void*), void* ctx) {
   static const bool trace = std::getenv("SLUICE_EMU_TRACE") != nullptr;
   if (trace) std::fprintf(stderr, "[emu] grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x, grid.y, grid.z, block.x, block.y, block.z);
   Block b;
   b.body = body;
   b.ctx = ctx;
+  std::tie(b.sched_stack, b.sched_stack_size) = thread_stack();
   Block* outer = t_block;
   t_block = &b;
   for (unsigned z = 0; z < grid.z; ++z)
