@@ -23,7 +23,20 @@ struct cublasLtMatmulPreferenceOpaque_t {
   int unused;
 };
 
+// The emulator's device memory is closed to host code outside its own calls
+// (emu_memory.cpp); the executable exports this to open it around the matmul.
+extern "C" void sluice_emu_device_access(int open) __attribute__((weak));
+
 namespace {
+
+struct OpenDevice {
+  OpenDevice() {
+    if (sluice_emu_device_access) sluice_emu_device_access(1);
+  }
+  ~OpenDevice() {
+    if (sluice_emu_device_access) sluice_emu_device_access(0);
+  }
+};
 
 bool operand_type(cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; }
 
@@ -133,6 +146,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
       static_cast<int64_t>(tb ? bd->cols : bd->rows) != k)
     return CUBLAS_STATUS_INVALID_VALUE;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  const OpenDevice open;
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t i = 0; i < m; ++i) {
       float s = 0.0f;

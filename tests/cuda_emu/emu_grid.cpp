@@ -356,6 +356,7 @@ static std::pair<const void*, size_t> thread_stack() {
 void run_grid(dim3 grid, dim3 block, size_t, void (*body)(void*), void* ctx) {
   static const bool trace = std::getenv("SLUICE_EMU_TRACE") != nullptr;
   if (trace) std::fprintf(stderr, "[emu] grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x, grid.y, grid.z, block.x, block.y, block.z);
+  DeviceAccess open;  // device memory, for this launch's threads
   Block b;
   b.body = body;
   b.ctx = ctx;

@@ -19,7 +19,7 @@ thread_local cudaError_t t_last_error = cudaSuccess;
 
 struct Memory {
   std::mutex mu;
-  std::map<void*, size_t> device, host;
+  std::map<void*, size_t> host;
   size_t used = 0;
 };
 Memory& memory() {
@@ -147,37 +147,30 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 
+namespace {
+size_t charged(size_t bytes) { return (bytes + 255) / 256 * 256; }
+}  // namespace
+
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = nullptr;
-  const size_t rounded = (bytes + 255) / 256 * 256;
-  if (!sluice_emu::charge_device(rounded)) return fail(cudaErrorMemoryAllocation);
-  void* q = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
+  if (!sluice_emu::charge_device(charged(bytes))) return fail(cudaErrorMemoryAllocation);
+  void* q = sluice_emu::device_alloc(bytes);
   if (q == nullptr) {
-    sluice_emu::refund_device(rounded);
+    sluice_emu::refund_device(charged(bytes));
     return fail(cudaErrorMemoryAllocation);
   }
-  if (sluice_emu::poison()) std::memset(q, 0xff, rounded);
-  sluice_emu::Memory& m = sluice_emu::memory();
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    m.device[q] = rounded;
+  if (sluice_emu::poison() && bytes > 0) {
+    sluice_emu::DeviceAccess open;
+    std::memset(q, 0xff, bytes);
   }
   *p = q;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
-  sluice_emu::Memory& m = sluice_emu::memory();
-  size_t bytes = 0;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    auto it = m.device.find(p);
-    if (it == m.device.end()) return fail(cudaErrorInvalidValue);
-    bytes = it->second;
-    m.device.erase(it);
-  }
-  sluice_emu::refund_device(bytes);
-  std::free(p);
+  const size_t bytes = sluice_emu::device_alloc_size(p);
+  if (!sluice_emu::device_free(p)) return fail(cudaErrorInvalidValue);
+  sluice_emu::refund_device(charged(bytes));
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
@@ -205,7 +198,10 @@ cudaError_t cudaHostUnregister(void* p) { return p != nullptr ? cudaSuccess : fa
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
   if (bytes > 0 && (dst == nullptr || src == nullptr)) return fail(cudaErrorInvalidValue);
-  if (bytes > 0) std::memmove(dst, src, bytes);
+  if (bytes > 0) {
+    sluice_emu::DeviceAccess open;
+    std::memmove(dst, src, bytes);
+  }
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
@@ -213,7 +209,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   if (bytes > 0 && p == nullptr) return fail(cudaErrorInvalidValue);
-  if (bytes > 0) std::memset(p, value, bytes);
+  if (bytes > 0) {
+    sluice_emu::DeviceAccess open;
+    std::memset(p, value, bytes);
+  }
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
