@@ -146,6 +146,21 @@ TEST(CudaEmulatorDeathTest, HostCodeTouchingDeviceMemoryFaults) {
   cudaFree(p);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// Under AddressSanitizer a device allocation is followed by a poisoned redzone:
+// thread 16 reads one float past a 16-float buffer.
+__global__ void read_past(const float* x, float* y) { y[threadIdx.x] = x[threadIdx.x]; }
+
+TEST(CudaEmulatorDeathTest, AKernelReadingPastItsBufferIsReportedUnderAsan) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  float *x = nullptr, *y = nullptr;
+  ASSERT_EQ(cudaMalloc(&x, 16 * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&y, 17 * 4), cudaSuccess);
+  EXPECT_DEATH(::sluice_emu::launch(1, 17)([&](auto&&... p) { read_past(p...); }, x, y), "use-after-poison");
+  cudaFree(x), cudaFree(y);
+}
+#endif
+
 // Half a warp at a shuffle, the other half at a block barrier: each waits for
 // the other for ever (a hang on a GPU); the emulator stops and says so.
 __global__ void split_warp() {
