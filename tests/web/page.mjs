@@ -33,12 +33,14 @@ async function startServer(args) {
     });
     child.on("exit", (code) => reject(new Error(`sluice serve exited ${code}:\n${log}`)));
   });
+  let exited = false;  // after "listening": the model failed to load
+  child.on("exit", () => { exited = true; });
   const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 300; i++) {
+  for (let i = 0; i < 300 && !exited; i++) {
     try { if ((await fetch(url + "/health")).ok) break; } catch { /* not yet */ }
     await sleep(100);
   }
-  return { url, child, log: () => log, stop: () => child.kill("SIGTERM") };
+  return { url, child, log: () => log, stop: () => child.kill("SIGTERM"), exited: () => exited };
 }
 
 let failed = 0;
@@ -285,6 +287,37 @@ try {
   });
 } finally {
   moe.stop();
+}
+
+// Three tiers on the GPU (a device, or a build for the CUDA emulator,
+// tests/cuda_emu): the layer the device holds is drawn as GPU, the streamed
+// ones as disk. Without a cuda backend here the check says why and skips.
+const gpu = await startServer(["-m", DENSE, "--backend", "cuda", "--kv-budget-mib", "1", "--gpu-budget", "2000K",
+                               "--mem-budget", "1000K"]);
+try {
+  const name = "three tiers on cuda: the layer the GPU holds is drawn as GPU, the streamed ones as disk";
+  if (gpu.exited()) {
+    console.log(`ok - ${name} # SKIP ${gpu.log().trim().split("\n").pop()}`);
+  } else {
+    await check(name, async () => {
+      const { page, errors, context } = await openPage(browser, gpu.url);
+      await waitLive(page);
+      await page.waitForFunction(() => document.querySelectorAll("#layers span").length === 5);
+      assert.equal(await page.locator("#layers span").nth(0).getAttribute("data-tiers"), "gpu");
+      assert.match(await page.locator("#layers span").nth(0).getAttribute("title"), /^layer 0: GPU [0-9.]+ [KM]B$/);
+      for (let l = 1; l < 5; ++l) assert.equal(await page.locator("#layers span").nth(l).getAttribute("data-tiers"), "disk");
+      const r = await fetch(gpu.url + "/v1/completions", {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 8, temperature: 0 }),
+      });
+      assert.equal(r.status, 200);
+      assert.match((await r.json()).choices[0].text, /^, there was a little girl/);
+      assert.deepEqual(errors, []);
+      await context.close();
+    });
+  }
+} finally {
+  gpu.stop();
 }
 
 const keyed = await startServer(["-m", DENSE, "--api-key", "sekrit-key"]);
