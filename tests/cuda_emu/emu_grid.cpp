@@ -367,7 +367,6 @@ void run_grid(dim3 grid, dim3 block, size_t, void (*body)(void*), void* ctx) {
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) run_block(b, grid, block, {x, y, z});
   t_block = outer;
-  count_launch();
 }
 
 }  // namespace sluice_emu

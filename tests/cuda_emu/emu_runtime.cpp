@@ -51,7 +51,6 @@ cudaError_t fail(cudaError_t e) {
 }  // namespace
 
 void set_error(cudaError_t e) { t_last_error = e; }
-void count_launch() {}
 
 size_t device_capacity() {
   static const size_t c = capacity_from_env();

@@ -11,7 +11,6 @@
 namespace sluice_emu {
 
 void set_error(cudaError_t e);
-void count_launch();
 // Device memory charged against the emulated capacity; false (nothing
 // charged) past it.
 bool charge_device(size_t bytes);
