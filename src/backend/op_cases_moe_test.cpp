@@ -122,6 +122,15 @@ void add_moe_cases(OpCaseList& list) {
                      MoeShape{DType::kQ8_0, 16, 8, 128, 96, 17, DType::kF32, 0, 4e-4});
   add<ExpertFfnCase>(list, "expert_ffn_q4_1_16x128x96_top8_t17",
                      MoeShape{DType::kQ4_1, 16, 8, 128, 96, 17, DType::kF32, 0, 4e-4});
+  // Decode shapes: one token and a few, k of many experts (a GPU backend
+  // takes every chosen expert in one launch per matrix); 8-bit activations,
+  // a 16-bit type and a K-quant.
+  add<ExpertFfnCase>(list, "expert_ffn_q4_0_32x256x128_top8_t1",
+                     MoeShape{DType::kQ4_0, 32, 8, 256, 128, 1, DType::kF32, 0, 4e-4});
+  add<ExpertFfnCase>(list, "expert_ffn_q4_0_32x256x128_top8_t6_shared_q4_0_64",
+                     MoeShape{DType::kQ4_0, 32, 8, 256, 128, 6, DType::kQ4_0, 64, 4e-4});
+  add<ExpertFfnCase>(list, "expert_ffn_f16_16x128x64_top4_t5", MoeShape{DType::kF16, 16, 4, 128, 64, 5, DType::kF32, 0, 4e-4});
+  add<ExpertFfnCase>(list, "expert_ffn_q6_K_8x256x256_top2_t3", MoeShape{DType::kQ6_K, 8, 2, 256, 256, 3, DType::kF32, 0, 8e-4});
 }
 
 }  // namespace sluice::op_cases

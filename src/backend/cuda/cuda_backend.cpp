@@ -213,8 +213,9 @@ void CudaBackend::reserve(const ScratchNeeds& n) {
     const int64_t rows = n.n_tok * std::max<int64_t>(1, n.n_used);
     const int64_t ff = std::max(n.n_ff_expert, n.n_ff_shared);
     scratch(kExpertX, rows * n.n_embd);
-    scratch(kExpertGate, n.n_tok * ff);
-    scratch(kExpertUp, n.n_tok * ff);
+    const int64_t gate_up = std::max(n.n_tok * ff, std::min(rows, kGroupedRows) * n.n_ff_expert);  // cuda_experts.cpp
+    scratch(kExpertGate, gate_up);
+    scratch(kExpertUp, gate_up);
     scratch(kExpertDown, n.n_tok * n.n_embd);
     scratch(kExpertY, rows * n.n_embd);
     if (n.n_ff_shared > 0) scratch(kSharedY, n.n_tok * n.n_embd);
@@ -380,90 +381,6 @@ void CudaBackend::glu_matmul(const GluMatmulArgs& a) {
     }
   }
   unbind(held, n_held);
-}
-
-void CudaBackend::route(const RouteArgs& a) {
-  flush_add();
-  host_logits_.resize(static_cast<size_t>(a.n_tok * a.n_expert));
-  SLUICE_CUDA_OK(cudaMemcpyAsync(host_logits_.data(), a.logits, host_logits_.size() * sizeof(float),
-                                 cudaMemcpyDeviceToHost, stream_));
-  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
-  RouteArgs h = a;
-  h.logits = host_logits_.data();
-  route_topk(h);
-}
-
-void CudaBackend::ffn_rows(const ExpertWeights& w, const float* x, int64_t n, int64_t n_embd, int64_t n_ff,
-                           Activation act, float* y) {
-  float* g = scratch(kExpertGate, n * n_ff);
-  float* u = scratch(kExpertUp, n * n_ff);
-  const MatmulOut gate_up[2] = {{w.gate, g}, {w.up, u}};
-  matmul(gate_up, x, n_embd, n);
-  launch_glu(g, u, n * n_ff, act, stream_);
-  const MatmulOut down{w.down, y};
-  matmul(std::span(&down, 1), g, n_ff, n);
-}
-
-void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
-  flush_add();
-  const int64_t n_slot = a.n_tok * a.n_used, n_expert = static_cast<int64_t>(a.experts.size());
-  // The order experts are computed in: as handed out, else ascending ids.
-  std::vector<int32_t>& order = order_;
-  order.clear();
-  if (a.next) {
-    for (int64_t e; (e = (*a.next)()) >= 0;) order.push_back(static_cast<int32_t>(e));
-  } else {
-    seen_.assign(static_cast<size_t>(n_expert), 0);
-    for (int64_t i = 0; i < n_slot; ++i)
-      if (a.ids[i] >= 0) seen_[static_cast<size_t>(a.ids[i])] = 1;
-    for (int32_t e = 0; e < n_expert; ++e)
-      if (seen_[static_cast<size_t>(e)]) order.push_back(e);
-  }
-  // Host packing: [n_slot] token of each gathered row, [n_slot] slot it lands
-  // in (t * n_used + j), grouped by expert in `order`; then the weights.
-  pack_.resize(static_cast<size_t>(n_slot) * (2 * sizeof(int32_t) + sizeof(float)));
-  auto* tok = reinterpret_cast<int32_t*>(pack_.data());
-  int32_t* slot = tok + n_slot;
-  auto* wts = reinterpret_cast<float*>(slot + n_slot);
-  std::memcpy(wts, a.weights, static_cast<size_t>(n_slot) * sizeof(float));
-  counts_.clear();
-  int64_t k = 0;
-  for (int32_t e : order) {
-    const int64_t start = k;
-    for (int64_t i = 0; i < n_slot; ++i)
-      if (a.ids[i] == e) tok[k] = static_cast<int32_t>(i / a.n_used), slot[k] = static_cast<int32_t>(i), ++k;
-    counts_.push_back(k - start);
-  }
-  const auto* dev = static_cast<const uint8_t*>(experts_.upload(pack_.data(), pack_.size(), stream_));
-  const auto* d_tok = reinterpret_cast<const int32_t*>(dev);
-  const int32_t* d_slot = d_tok + n_slot;
-  const auto* d_wts = reinterpret_cast<const float*>(d_slot + n_slot);
-  float* xg = scratch(kExpertX, n_slot * a.n_embd);
-  float* yd = scratch(kExpertDown, a.n_tok * a.n_embd);
-  float* y = scratch(kExpertY, n_slot * a.n_embd);
-  int64_t off = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const int64_t c = counts_[i];
-    ExpertWeights w = a.experts[static_cast<size_t>(order[i])];
-    // An expert in a weight source's host memory: from its device slot, copied there if it is not.
-    const bool slotted = experts_dev_ && a.layer >= 0 && host_views_ && host_views_->holds(w.gate.data);
-    if (slotted) w = experts_dev_->acquire(a.layer, order[i], w, stream_);
-    {
-      std::optional<PdlBlock> plain;  // a copy may just have written the slot: no early weight loads (cuda_pdl.cuh)
-      if (slotted) plain.emplace();
-      launch_gather_rows(a.x, d_tok + off, xg, c, a.n_embd, stream_);
-      ffn_rows(w, xg, c, a.n_embd, a.n_ff, a.act, yd);
-    }
-    if (slotted) experts_dev_->release(stream_);
-    launch_scatter_rows(yd, d_slot + off, y, c, a.n_embd, stream_);
-    off += c;
-  }
-  float* ys = nullptr;
-  if (a.shared) {
-    ys = scratch(kSharedY, a.n_tok * a.n_embd);
-    ffn_rows(*a.shared, a.x, a.n_tok, a.n_embd, a.n_ff_shared, a.act, ys);
-  }
-  launch_expert_sum(y, d_wts, a.n_used, ys, vec(a.shared_gate, a.n_embd), a.x, a.out, a.n_tok, a.n_embd, stream_);
 }
 
 void CudaBackend::add(float* x, const float* y, int64_t n) {

@@ -222,6 +222,19 @@ class CudaBackend final : public Backend {
   // y = W x for one expert (or the shared one) over n rows already gathered in xg_.
   void ffn_rows(const ExpertWeights& w, const float* x, int64_t n, int64_t n_embd, int64_t n_ff, Activation act,
                 float* y);
+  // cuda_experts.cpp. Whether w's bytes are in device memory as they are
+  // (not a host view's, not a streamed matrix's).
+  bool on_device(const WeightView& w) const;
+  // Whether expert w's `count` rows go in expert_ffn's grouped launches with
+  // experts like `first` (resident, too few rows for the tensor cores, a
+  // grouped kernel for gate|up and for down).
+  bool groups_expert(const ExpertWeights& w, const ExpertWeights& first, int64_t count) const;
+  // The grouped experts' FFN: y[slot] for each of their n_rows rows (rows'
+  // groups hold gate|up, `down` the same groups with down's matrices).
+  void grouped_ffn(const ExpertFfnArgs& a, const ExpertWeights& like, GroupedRows rows, const MatmulGroup* down,
+                   int64_t n_rows, float* y);
+  // Most rows expert_ffn takes grouped in one call (its gate/up scratch).
+  static constexpr int64_t kGroupedRows = 256;
 
   struct PendingAdd {
     float* x = nullptr;
@@ -263,6 +276,8 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> order_;         // expert_ffn: experts in compute order
   std::vector<int64_t> counts_;        //   rows each of them takes
   std::vector<uint8_t> seen_;          //   [n_expert] selected
+  std::vector<uint8_t> grouped_;       //   [order] whether it goes grouped
+  std::vector<int32_t> tok_, slot_;    //   [n_slot] token and slot of each row, by expert
 };
 
 }  // namespace sluice::cuda

@@ -91,23 +91,17 @@ __device__ __forceinline__ float warp_sum(float v) {
 // whose x values take registers.
 constexpr int unroll_for(int nt) { return nt <= 2 ? 4 : (nt == 4 ? 2 : 1); }
 
+// This thread's share of kRows weight rows times NT rows of x:
+// acc[r][t] = its blocks of w[r] . xr[t] (block_sums adds the threads' shares).
+// Issues the first weight loads, then waits for the kernel before (pdl_wait)
+// before it reads x. A token's sums do not depend on NT: every thread adds
+// its blocks in the same order whatever the unroll.
 template <class D, int NT>
-__global__ void __launch_bounds__(kThreads) matmul_kernel(const MatmulArgs a) {
+__device__ __forceinline__ void row_dots(const uint8_t* const (&w)[kRows], const float* const (&xr)[NT], int n_blocks,
+                                         float (&acc)[kRows][NT]) {
   constexpr int kPerStep = kThreads / D::kLanes;  // D blocks a step covers
   constexpr int kUnroll = unroll_for(NT);
-  pdl_trigger();
   const int c = static_cast<int>(threadIdx.x) % D::kLanes;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  const uint8_t* w[kRows];
-  float* yr[kRows];
-  int64_t ys[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int64_t row = row0 + r < a.n_out ? row0 + r : a.n_out - 1;  // tail rows: read, not written
-    locate(a, row, &w[r], &yr[r], &ys[r]);
-  }
-
-  float acc[kRows][NT];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -118,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(const MatmulArgs a) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int bu = b + u * kPerStep;
-      if (bu < a.n_blocks) {
+      if (bu < n_blocks) {
 #pragma unroll
         for (int r = 0; r < kRows; ++r) raw[u][r] = D::load(w[r] + static_cast<int64_t>(bu) * D::kBytes, c);
       }
@@ -127,18 +121,18 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(const MatmulArgs a) {
   const int b_first = static_cast<int>(threadIdx.x) / D::kLanes;
   load(b_first);  // the first weights, before the kernel this one follows is done (cuda_pdl.cuh)
   pdl_wait();
-  for (int b = b_first; b < a.n_blocks; b += kUnroll * kPerStep) {
+  for (int b = b_first; b < n_blocks; b += kUnroll * kPerStep) {
     if (b != b_first) load(b);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int bu = b + u * kPerStep;
-      if (bu >= a.n_blocks) break;
-      const float* xb = a.x + static_cast<int64_t>(bu) * D::kElems;
+      if (bu >= n_blocks) break;
+      const int64_t xo = static_cast<int64_t>(bu) * D::kElems;
       float4 xv[NT][2];
 #pragma unroll
       for (int t = 0; t < NT; ++t)
 #pragma unroll
-        for (int v = 0; v < 2; ++v) xv[t][v] = __ldg(reinterpret_cast<const float4*>(xb + t * a.x_stride + D::x_off(c, v)));
+        for (int v = 0; v < 2; ++v) xv[t][v] = __ldg(reinterpret_cast<const float4*>(xr[t] + xo + D::x_off(c, v)));
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         float wv[8];
@@ -159,7 +153,13 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(const MatmulArgs a) {
       }
     }
   }
+}
 
+// The block's sums of row_dots' shares: thread i < kRows * NT gets row i / NT,
+// token i % NT (warp shuffles, then the warps in order through shared memory);
+// the others get 0. Every thread of the block must call it.
+template <int NT>
+__device__ __forceinline__ float block_sums(const float (&acc)[kRows][NT]) {
   __shared__ float part[kWarps][kRows * NT];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
@@ -170,11 +170,35 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(const MatmulArgs a) {
       if (lane == 0) part[warp][r * NT + t] = s;
     }
   __syncthreads();
+  float s = 0.0f;
   if (threadIdx.x < kRows * NT) {
-    const int r = static_cast<int>(threadIdx.x) / NT, t = static_cast<int>(threadIdx.x) % NT;
-    float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < kWarps; ++i) s += part[i][threadIdx.x];
+  }
+  __syncthreads();  // part is free again (a grouped launch's next pass writes it)
+  return s;
+}
+
+template <class D, int NT>
+__global__ void __launch_bounds__(kThreads) matmul_kernel(const MatmulArgs a) {
+  pdl_trigger();
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const uint8_t* w[kRows];
+  float* yr[kRows];
+  int64_t ys[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t row = row0 + r < a.n_out ? row0 + r : a.n_out - 1;  // tail rows: read, not written
+    locate(a, row, &w[r], &yr[r], &ys[r]);
+  }
+  const float* xr[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xr[t] = a.x + t * a.x_stride;
+  float acc[kRows][NT];
+  row_dots<D, NT>(w, xr, a.n_blocks, acc);
+  const float s = block_sums<NT>(acc);
+  if (threadIdx.x < kRows * NT) {
+    const int r = static_cast<int>(threadIdx.x) / NT, t = static_cast<int>(threadIdx.x) % NT;
     if (row0 + r < a.n_out) {
       // r is not a compile-time index here: pick the row's output without
       // indexing the register arrays at run time.
@@ -213,6 +237,78 @@ void launch_type(MatmulArgs a, int64_t n_tok, cudaStream_t stream) {
     }
     SLUICE_CUDA_LAUNCHED();
   }
+}
+
+// A grouped launch (cuda_matmul.cuh): block (x, g) owns rows kRows * x.. of
+// group g's parts one after the other (part p: rows [p * n_out, (p + 1) * n_out)),
+// and goes over the group's rows NT at a time; a last pass of fewer rows
+// repeats the group's last one and writes only its own.
+struct GroupedArgs {
+  const MatmulGroup* groups = nullptr;
+  const int32_t* x_rows = nullptr;
+  const int32_t* y_rows = nullptr;
+  int64_t row_bytes = 0;
+  int n_blocks = 0;
+  int n_parts = 1;
+  int64_t n_out = 0;  // rows of one part
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  float* y[2] = {};
+  int64_t y_stride = 0;
+};
+
+template <class D, int NT>
+__global__ void __launch_bounds__(kThreads) matmul_grouped_kernel(const GroupedArgs a) {
+  pdl_trigger();
+  const MatmulGroup grp = a.groups[blockIdx.y];  // written by a copy the launch follows, not by a kernel
+  const int64_t rows = a.n_parts * a.n_out;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const uint8_t* w[kRows];
+  float* yr[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int64_t g = row0 + r < rows ? row0 + r : rows - 1;  // tail rows: read, not written
+    const int p = g >= a.n_out ? 1 : 0;
+    const int64_t local = g - p * a.n_out;
+    w[r] = grp.w[p] + local * a.row_bytes;
+    yr[r] = a.y[p] + local;
+  }
+  for (int t0 = 0; t0 < grp.count; t0 += NT) {
+    const float* xr[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int i = grp.off + (t0 + t < grp.count ? t0 + t : grp.count - 1);
+      xr[t] = a.x + static_cast<int64_t>(a.x_rows ? __ldg(a.x_rows + i) : i) * a.x_stride;
+    }
+    float acc[kRows][NT];
+    row_dots<D, NT>(w, xr, a.n_blocks, acc);
+    const float s = block_sums<NT>(acc);
+    if (threadIdx.x < kRows * NT) {
+      const int r = static_cast<int>(threadIdx.x) / NT, t = static_cast<int>(threadIdx.x) % NT;
+      if (row0 + r < rows && t0 + t < grp.count) {
+        const int i = grp.off + t0 + t;
+        const int64_t y_row = a.y_rows ? __ldg(a.y_rows + i) : i;
+        (r == 0 ? yr[0] : yr[kRows - 1])[y_row * a.y_stride] = s;
+      }
+    }
+  }
+}
+
+// Tokens a pass of a grouped launch covers: enough for the largest group, up to 8.
+inline int grouped_nt(int64_t max_count) { return max_count >= 8 ? 8 : max_count >= 4 ? 4 : max_count >= 2 ? 2 : 1; }
+
+template <class D>
+void launch_grouped_type(GroupedArgs a, const GroupedRows& g, cudaStream_t stream) {
+  CHECK(a.row_bytes % D::kBytes == 0);
+  a.n_blocks = static_cast<int>(a.row_bytes / D::kBytes);
+  const dim3 grid(static_cast<unsigned>((a.n_parts * a.n_out + kRows - 1) / kRows), static_cast<unsigned>(g.n_groups));
+  switch (grouped_nt(g.max_count)) {
+    case 8: launch_pdl(matmul_grouped_kernel<D, 8>, grid, kThreads, stream, a); break;
+    case 4: launch_pdl(matmul_grouped_kernel<D, 4>, grid, kThreads, stream, a); break;
+    case 2: launch_pdl(matmul_grouped_kernel<D, 2>, grid, kThreads, stream, a); break;
+    default: launch_pdl(matmul_grouped_kernel<D, 1>, grid, kThreads, stream, a); break;
+  }
+  SLUICE_CUDA_LAUNCHED();
 }
 
 // Float weights whose rows the fast kernel cannot take (n_in not a multiple of
@@ -308,6 +404,29 @@ void launch_matmul_group(std::span<const WeightView> ws, std::span<float* const>
   a.n_out = end;
   if (end == 0 || n_tok == 0) return;
   launch_args(w0.type, a, n_tok, stream);
+}
+
+bool matmul_grouped_takes(const WeightView& w) {
+  if (w.layout != WeightLayout::kRows) return false;
+  bool ok = false;
+  with_decoder(w.type, [&]<class D>() {
+    // launch_type's loads: uint4 for float types, else 4 or 2 bytes
+    constexpr uintptr_t kAlign = D::kLanes == 1 ? 16 : (D::kBytes % 4 == 0 ? 4 : 2);
+    ok = w.n_in % D::kElems == 0 && reinterpret_cast<uintptr_t>(w.data) % kAlign == 0;
+  });
+  return ok;
+}
+
+void launch_matmul_grouped(DType type, int64_t n_in, int64_t n_out, const GroupedRows& g, const float* x,
+                           int64_t x_stride, std::span<float* const> ys, int64_t y_stride, cudaStream_t stream) {
+  CHECK(matmul_grouped_takes({.type = type, .n_in = n_in, .n_out = n_out}) && (ys.size() == 1 || ys.size() == 2));
+  CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_stride % 4 == 0 && x_stride >= n_in && y_stride >= n_out);
+  if (g.n_groups == 0 || n_out == 0) return;
+  GroupedArgs a{.groups = g.groups, .x_rows = g.x_rows, .y_rows = g.y_rows,
+                .row_bytes = static_cast<int64_t>(row_bytes(type, n_in)), .n_parts = static_cast<int>(ys.size()),
+                .n_out = n_out, .x = x, .x_stride = x_stride, .y_stride = y_stride};
+  for (size_t p = 0; p < ys.size(); ++p) a.y[p] = ys[p];
+  with_decoder(type, [&]<class D>() { launch_grouped_type<D>(a, g, stream); });
 }
 
 namespace {

@@ -39,4 +39,32 @@ bool matmul_groupable(std::span<const WeightView> ws);
 void launch_matmul_group(std::span<const WeightView> ws, std::span<float* const> ys, const float* x, int64_t n_tok,
                          cudaStream_t stream);
 
+// Grouped launches: a routed layer's chosen experts, one launch for all of
+// them. Group g (one expert) multiplies its own matrices with its own run of
+// rows of a gathered list, rows [off, off + count):
+//   ys[p][y_row(i)][o] = W_p(g)[o] . x[x_row(i)]   for off <= i < off + count, p < parts
+// x_row(i) = x_rows[i] (null: i), y_row likewise. A row's result is the same
+// bits launch_matmul gives that row alone (the kernels add in one order).
+struct MatmulGroup {
+  const uint8_t* w[2] = {};  // its parts (an expert's gate and up, or its down alone), [n_out, n_in] each
+  int32_t off = 0;
+  int32_t count = 0;         // > 0
+};
+struct GroupedRows {
+  const MatmulGroup* groups = nullptr;  // device memory [n_groups]
+  int64_t n_groups = 0;
+  int64_t max_count = 0;                // the largest count (how many rows a pass takes)
+  const int32_t* x_rows = nullptr;      // device memory, or null
+  const int32_t* y_rows = nullptr;      // device memory, or null
+};
+
+// Whether launch_matmul_grouped takes matrices like w (GGUF rows, a decoder,
+// n_in a multiple of its block, w.data aligned for its loads).
+bool matmul_grouped_takes(const WeightView& w);
+// The grouped matmul over every group, with one or two parts (ys.size()).
+//   x: [.., x_stride] (16-byte aligned, x_stride % 4 == 0)  ys[p]: [.., y_stride]
+// Every group's w[p] must be what matmul_grouped_takes accepts for (type, n_in).
+void launch_matmul_grouped(DType type, int64_t n_in, int64_t n_out, const GroupedRows& g, const float* x,
+                           int64_t x_stride, std::span<float* const> ys, int64_t y_stride, cudaStream_t stream);
+
 }  // namespace sluice::cuda

@@ -168,37 +168,32 @@ __device__ __forceinline__ int part_of(const Parts& p, int64_t g) {
   return i;
 }
 
-// Warp w of a thread block owns rows row0 .. row0 + R - 1; lane l takes quant
-// blocks l, l + 32, ... of those rows, kUnroll of them loaded before use.
-// kUnroll: blocks a lane loads before using them (fewer with more tokens,
-// whose x takes registers). 8 for one token and one row was slower on an
-// H200 (the down projection 17.7 against 15.0 us): its registers cost a
-// third of the warps, so the rows took two waves.
-template <bool Q8, bool Split, int R, int NT, int kUnroll>
-__global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int n_blocks, int64_t n_out, QuantizedX qx) {
-  constexpr int kQB = Q8 ? 32 : 16;  // quant bytes of a block
-  pdl_trigger();
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
-  if (row0 >= n_out) return;
-  RowAt wr[R];
-  float* yr[R];
-  int64_t ys[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t g = row0 + r < n_out ? row0 + r : n_out - 1;
-    const int p = part_of(parts, g);
-    const int64_t start = p == 0 ? 0 : parts.end[p - 1], local = g - start;
-    if constexpr (Split) {
-      const uint8_t* scales = parts.w[p] + (parts.end[p] - start) * n_blocks * kQB;
-      wr[r] = {parts.w[p] + local * n_blocks * kQB, reinterpret_cast<const uint16_t*>(scales) + local * n_blocks};
-    } else {
-      wr[r] = {parts.w[p] + local * n_blocks * (kQB + 2), nullptr};
-    }
-    yr[r] = parts.y[p] + local;
-    ys[r] = parts.stride[p];
+template <bool Q8>
+constexpr int kQuantBytes = Q8 ? 32 : 16;  // quant bytes of a block
+
+// Row `local` of a matrix of n_rows rows at w.
+template <bool Q8, bool Split>
+__device__ __forceinline__ RowAt row_at(const uint8_t* w, int64_t local, int64_t n_rows, int n_blocks) {
+  constexpr int kQB = kQuantBytes<Q8>;
+  if constexpr (Split) {
+    const uint8_t* scales = w + n_rows * n_blocks * kQB;
+    return {w + local * n_blocks * kQB, reinterpret_cast<const uint16_t*>(scales) + local * n_blocks};
+  } else {
+    return {w + local * n_blocks * (kQB + 2), nullptr};
   }
-  float acc[R][NT] = {};
+}
+
+// This lane's share of R weight rows times NT tokens' quantized x (rows
+// x_row[t] of qx): the first weight loads, pdl_wait, then the blocks in
+// order (the same order whatever NT, so a token's sums do not depend on it).
+template <bool Q8, bool Split, int R, int NT, int kUnroll>
+__device__ __forceinline__ void q8_row_dots(const RowAt (&wr)[R], const int64_t (&x_row)[NT], const QuantizedX& qx,
+                                            int n_blocks, float (&acc)[R][NT]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
   const int64_t nb_x = qx.n_in / 32;
   Block<Q8> blk[kUnroll][R];
   auto load = [&](int b0) {
@@ -220,14 +215,45 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int
       if (b >= n_blocks) break;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const int4* xq = reinterpret_cast<const int4*>(qx.q + t * qx.n_in + static_cast<int64_t>(b) * 32);
+        const int4* xq = reinterpret_cast<const int4*>(qx.q + x_row[t] * qx.n_in + static_cast<int64_t>(b) * 32);
         const int4 xa = __ldg(xq), xb = __ldg(xq + 1);
-        const float d = __ldg(qx.d + t * nb_x + b), s = Q8 ? 0.0f : __ldg(qx.s + t * nb_x + b);
+        const float d = __ldg(qx.d + x_row[t] * nb_x + b), s = Q8 ? 0.0f : __ldg(qx.s + x_row[t] * nb_x + b);
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r][t] += block_dot<Q8>(blk[u][r], xa, xb, d, s);
       }
     }
   }
+}
+
+// Warp w of a thread block owns rows row0 .. row0 + R - 1; lane l takes quant
+// blocks l, l + 32, ... of those rows, kUnroll of them loaded before use.
+// kUnroll: blocks a lane loads before using them (fewer with more tokens,
+// whose x takes registers). 8 for one token and one row was slower on an
+// H200 (the down projection 17.7 against 15.0 us): its registers cost a
+// third of the warps, so the rows took two waves.
+template <bool Q8, bool Split, int R, int NT, int kUnroll>
+__global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int n_blocks, int64_t n_out, QuantizedX qx) {
+  pdl_trigger();
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
+  if (row0 >= n_out) return;
+  RowAt wr[R];
+  float* yr[R];
+  int64_t ys[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t g = row0 + r < n_out ? row0 + r : n_out - 1;
+    const int p = part_of(parts, g);
+    const int64_t start = p == 0 ? 0 : parts.end[p - 1];
+    wr[r] = row_at<Q8, Split>(parts.w[p], g - start, parts.end[p] - start, n_blocks);
+    yr[r] = parts.y[p] + (g - start);
+    ys[r] = parts.stride[p];
+  }
+  int64_t x_row[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) x_row[t] = t;
+  float acc[R][NT];
+  q8_row_dots<Q8, Split, R, NT, kUnroll>(wr, x_row, qx, n_blocks, acc);
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -259,6 +285,72 @@ void launch_rows(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx,
     SLUICE_CUDA_LAUNCHED();
     t0 += nt;
   }
+}
+
+// A grouped launch (cuda_matmul.cuh's MatmulGroup): warps as above over
+// group blockIdx.y's parts (part p: rows [p * n_out, (p + 1) * n_out)), NT of
+// the group's rows a pass; a last pass of fewer repeats the group's last row
+// and writes only its own.
+struct GroupedQ8 {
+  const MatmulGroup* groups = nullptr;
+  const int32_t* x_rows = nullptr;  // rows of qx
+  const int32_t* y_rows = nullptr;
+  int n_parts = 1;
+  int64_t n_out = 0;  // rows of one part
+  float* y[2] = {};
+  int64_t y_stride = 0;
+};
+
+template <bool Q8, bool Split, int R, int NT, int kUnroll>
+__global__ void __launch_bounds__(kWarps * 32) matmul_q8_grouped_kernel(GroupedQ8 a, int n_blocks, QuantizedX qx) {
+  pdl_trigger();
+  const MatmulGroup grp = a.groups[blockIdx.y];  // written by a copy the launch follows, not by a kernel
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t rows = a.n_parts * a.n_out;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
+  if (row0 >= rows) return;
+  RowAt wr[R];
+  float* yr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t g = row0 + r < rows ? row0 + r : rows - 1;
+    const int p = g >= a.n_out ? 1 : 0;
+    wr[r] = row_at<Q8, Split>(grp.w[p], g - p * a.n_out, a.n_out, n_blocks);
+    yr[r] = a.y[p] + (g - p * a.n_out);
+  }
+  for (int t0 = 0; t0 < grp.count; t0 += NT) {
+    int64_t x_row[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int i = grp.off + (t0 + t < grp.count ? t0 + t : grp.count - 1);
+      x_row[t] = a.x_rows ? __ldg(a.x_rows + i) : i;
+    }
+    float acc[R][NT];
+    q8_row_dots<Q8, Split, R, NT, kUnroll>(wr, x_row, qx, n_blocks, acc);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[r][t]);
+        if (lane == 0 && row0 + r < rows && t0 + t < grp.count) {
+          const int i = grp.off + t0 + t;
+          yr[r][(a.y_rows ? __ldg(a.y_rows + i) : i) * a.y_stride] = v;
+        }
+      }
+  }
+}
+
+template <bool Q8, bool Split>
+void launch_grouped(const GroupedQ8& a, int64_t n_in, const GroupedRows& g, QuantizedX qx, cudaStream_t s) {
+  const int n_blocks = static_cast<int>(n_in / 32);
+  const int64_t rows = a.n_parts * a.n_out;
+  const dim3 grid(static_cast<unsigned>((rows + kWarps - 1) / kWarps), static_cast<unsigned>(g.n_groups));
+  const int64_t m = g.max_count;
+  if (m >= 8) launch_pdl(matmul_q8_grouped_kernel<Q8, Split, 1, 8, 2>, grid, kWarps * 32, s, a, n_blocks, qx);
+  else if (m >= 4) launch_pdl(matmul_q8_grouped_kernel<Q8, Split, 1, 4, 2>, grid, kWarps * 32, s, a, n_blocks, qx);
+  else if (m >= 2) launch_pdl(matmul_q8_grouped_kernel<Q8, Split, 1, 2, 4>, grid, kWarps * 32, s, a, n_blocks, qx);
+  else launch_pdl(matmul_q8_grouped_kernel<Q8, Split, 1, 1, 4>, grid, kWarps * 32, s, a, n_blocks, qx);
+  SLUICE_CUDA_LAUNCHED();
 }
 
 template <bool Q8, bool Split>
@@ -309,6 +401,21 @@ void glu_quantize_x(float* gate, const float* up, int64_t n_tok, int64_t n, Acti
   const dim3 grid(static_cast<unsigned>((n / 32 + 7) / 8), static_cast<unsigned>(n_tok));
   glu_quantize_kernel<<<grid, 256, 0, s>>>(gate, up, n, act == Activation::kGelu, qx);
   SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_matmul_q8_grouped(DType type, WeightLayout layout, int64_t n_in, int64_t n_out, const GroupedRows& g,
+                              const QuantizedX& qx, std::span<float* const> ys, int64_t y_stride, cudaStream_t s) {
+  CHECK(matmul_q8_takes({.type = type, .n_in = n_in, .n_out = n_out, .layout = layout}) && qx.n_in >= n_in);
+  CHECK((ys.size() == 1 || ys.size() == 2) && y_stride >= n_out);
+  if (g.n_groups == 0 || n_out == 0) return;
+  GroupedQ8 a{.groups = g.groups, .x_rows = g.x_rows, .y_rows = g.y_rows, .n_parts = static_cast<int>(ys.size()),
+              .n_out = n_out, .y_stride = y_stride};
+  for (size_t p = 0; p < ys.size(); ++p) a.y[p] = ys[p];
+  const bool q8 = type == DType::kQ8_0, split = layout == WeightLayout::kSplitScales;
+  if (q8 && split) launch_grouped<true, true>(a, n_in, g, qx, s);
+  else if (q8) launch_grouped<true, false>(a, n_in, g, qx, s);
+  else if (split) launch_grouped<false, true>(a, n_in, g, qx, s);
+  else launch_grouped<false, false>(a, n_in, g, qx, s);
 }
 
 void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,

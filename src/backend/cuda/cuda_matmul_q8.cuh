@@ -23,6 +23,7 @@
 
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cuda_matmul.cuh"
 #include "backend/op_types.h"
 
 namespace sluice::cuda {
@@ -56,5 +57,12 @@ void glu_quantize_x(float* gate, const float* up, int64_t n_tok, int64_t n, Acti
 // type, width and layout in one launch (q/k/v, gate/up).  ys[p]: [n_tok, ws[p].n_out]
 void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
                       cudaStream_t s);
+
+// launch_matmul_grouped's grouped matmul (cuda_matmul.cuh) with x as
+// quantized: group g's rows read rows x_row(i) of qx. Every group's w[p] is a
+// matrix of (type, layout, n_in, n_out) that matmul_q8_takes, 2-byte aligned
+// for GGUF rows and 16-byte for split scales (as launch_matmul_q8 reads them).
+void launch_matmul_q8_grouped(DType type, WeightLayout layout, int64_t n_in, int64_t n_out, const GroupedRows& g,
+                              const QuantizedX& qx, std::span<float* const> ys, int64_t y_stride, cudaStream_t s);
 
 }  // namespace sluice::cuda
