@@ -14,7 +14,11 @@
 //   then:     shared expert, expert_sum (slots in order, weighted)
 //
 // (*) with 8-bit activations, act writes h and its quantization in one kernel.
+//
+// SLUICE_CUDA_GROUPED_EXPERTS=0 sends every expert one at a time (the A/B in
+// scripts/cuda-device-run).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -57,6 +61,14 @@ bool CudaBackend::on_device(const WeightView& w) const {
 }
 
 namespace {
+
+bool grouping_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("SLUICE_CUDA_GROUPED_EXPERTS");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
 
 // How a grouped launch reads one role's matrices (gate|up or down).
 enum class GroupKernel { kNone, kQ8, kFloat };
@@ -119,7 +131,7 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   int64_t n_grouped = 0, grouped_rows = 0, max_count = 0;
   const ExpertWeights* first = nullptr;
   const bool x_aligned = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.n_embd % 4 == 0;
-  for (size_t i = 0; i < order.size() && x_aligned; ++i) {
+  for (size_t i = 0; i < order.size() && x_aligned && grouping_on(); ++i) {
     const ExpertWeights& w = a.experts[static_cast<size_t>(order[i])];
     if (!first && groups_expert(w, w, counts_[i])) first = &w;
     if (first && grouped_rows + counts_[i] <= kGroupedRows && groups_expert(w, *first, counts_[i])) {
