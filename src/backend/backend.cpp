@@ -63,6 +63,14 @@ void Backend::in_place_layouts(std::span<const WeightView> group, WeightLayout* 
   for (size_t i = 0; i < group.size(); ++i) layouts[i] = WeightLayout::kRows;
 }
 
+void Backend::routed_ffn(const RouteArgs& r, const ExpertFfnArgs& e) {
+  route(r);
+  ExpertFfnArgs chosen = e;
+  chosen.ids = r.ids;
+  chosen.weights = r.weights;
+  expert_ffn(chosen);
+}
+
 void route_topk(const RouteArgs& a) {
   for (int64_t t = 0; t < a.n_tok; ++t) {
     const float* lg = a.logits + t * a.n_expert;

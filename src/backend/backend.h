@@ -439,6 +439,16 @@ class Backend {
   virtual void attention(const AttentionArgs& a) = 0;
   virtual void route(const RouteArgs& a) = 0;
   virtual void expert_ffn(const ExpertFfnArgs& a) = 0;
+  // route(r), then expert_ffn(e) over the ids and weights it chose (e.ids and
+  // e.weights are ignored): a routed layer whose experts need nothing of the
+  // host. A device backend may keep the routing on the device (no wait for
+  // the router's outputs); r.ids and r.weights are then written by the time
+  // the next wait_idle() or logits() returns, not on return. Default: route()
+  // then expert_ffn().
+  virtual void routed_ffn(const RouteArgs& r, const ExpertFfnArgs& e);
+  // Returns once every operator enqueued so far has finished and what it
+  // leaves for the host (routed_ffn's ids) is written. Default: nothing to wait for.
+  virtual void wait_idle() {}
   // x += y over n floats (the residual add).
   virtual void add(float* x, const float* y, int64_t n) = 0;
   // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * norm: an RMSNorm no matmul

@@ -40,13 +40,17 @@ struct MoeShape {
   int64_t n_ff_shared;  // 0: no shared expert
   double rounded_nmse;  // the tolerance where activations are rounded (a weighted
                         // sum of experts averages their errors: below one FFN's)
+  // Routed by the backend (routed_ffn: top-k of random router outputs, then
+  // the FFN) instead of expert_ffn over fixed ids.
+  bool routed = false;
 };
 
 class ExpertFfnCase final : public OpCase {
  public:
   explicit ExpertFfnCase(const MoeShape& s)
       : s_(s), x_(random_floats(static_cast<size_t>(s.n_tok * s.n_embd), 70)),
-        shared_gate_(random_floats(static_cast<size_t>(s.n_embd), 71, 0.1f)) {
+        shared_gate_(random_floats(static_cast<size_t>(s.n_embd), 71, 0.1f)),
+        logits_(random_floats(static_cast<size_t>(s.n_tok * s.n_expert), 72)) {
     for (int64_t e = 0; e < s.n_expert; ++e) {
       mats_.emplace_back(s.type, s.n_embd, s.n_ff, 20 + static_cast<uint32_t>(e));
       mats_.emplace_back(s.type, s.n_embd, s.n_ff, 40 + static_cast<uint32_t>(e));
@@ -66,7 +70,8 @@ class ExpertFfnCase final : public OpCase {
   }
 
   static constexpr Op kOps[] = {Op::kExpertFfn};
-  std::span<const Op> ops() const override { return kOps; }
+  static constexpr Op kRoutedOps[] = {Op::kRoute, Op::kExpertFfn};
+  std::span<const Op> ops() const override { return s_.routed ? std::span<const Op>(kRoutedOps) : kOps; }
   OpTypes types() const override { return {.weight = s_.type, .act = Activation::kSilu}; }
   bool supported_by(const Backend& be) const override {
     return be.supports(Op::kExpertFfn, types()) &&
@@ -85,11 +90,23 @@ class ExpertFfnCase final : public OpCase {
     ExpertWeights shared;
     if (s_.n_ff_shared > 0) shared = experts.back(), experts.pop_back();
     const auto tok = static_cast<size_t>(t0 * s_.n_used);
-    r.be().expert_ffn({.x = r.in(rows(x_, t0, n, s_.n_embd)),
-                       .out = r.out("out", n, s_.n_embd, Tol::nmse(tolerance(r, n))), .ids = ids_.data() + tok,
-                       .weights = weights_.data() + tok, .n_tok = n, .n_used = s_.n_used, .n_embd = s_.n_embd,
-                       .n_ff = s_.n_ff, .experts = experts, .shared = s_.n_ff_shared > 0 ? &shared : nullptr,
-                       .n_ff_shared = s_.n_ff_shared, .shared_gate = s_.n_ff_shared > 0 ? shared_gate_.data() : nullptr});
+    const ExpertFfnArgs ffn{.x = r.in(rows(x_, t0, n, s_.n_embd)),
+                            .out = r.out("out", n, s_.n_embd, Tol::nmse(tolerance(r, n))), .ids = ids_.data() + tok,
+                            .weights = weights_.data() + tok, .n_tok = n, .n_used = s_.n_used, .n_embd = s_.n_embd,
+                            .n_ff = s_.n_ff, .experts = experts, .shared = s_.n_ff_shared > 0 ? &shared : nullptr,
+                            .n_ff_shared = s_.n_ff_shared,
+                            .shared_gate = s_.n_ff_shared > 0 ? shared_gate_.data() : nullptr};
+    if (!s_.routed) {
+      r.be().expert_ffn(ffn);
+      return;
+    }
+    // The ids must be route_topk's; the weights may differ in the last bits
+    // (a device's expf and sum order). They are the host's after wait_idle().
+    r.be().routed_ffn({.logits = r.in(rows(logits_, t0, n, s_.n_expert)), .n_tok = n, .n_expert = s_.n_expert,
+                       .n_used = s_.n_used, .renormalize = true, .ids = r.host_ints("ids", n, s_.n_used),
+                       .weights = r.host_out("weights", n, s_.n_used, Tol::nmse(1e-12))},
+                      ffn);
+    r.be().wait_idle();
   }
 
  private:
@@ -102,7 +119,7 @@ class ExpertFfnCase final : public OpCase {
 
   MoeShape s_;
   std::vector<Matrix> mats_;
-  std::vector<float> x_, shared_gate_, weights_;
+  std::vector<float> x_, shared_gate_, weights_, logits_;
   std::vector<int32_t> ids_;
 };
 
@@ -131,6 +148,16 @@ void add_moe_cases(OpCaseList& list) {
                      MoeShape{DType::kQ4_0, 32, 8, 256, 128, 6, DType::kQ4_0, 64, 4e-4});
   add<ExpertFfnCase>(list, "expert_ffn_f16_16x128x64_top4_t5", MoeShape{DType::kF16, 16, 4, 128, 64, 5, DType::kF32, 0, 4e-4});
   add<ExpertFfnCase>(list, "expert_ffn_q6_K_8x256x256_top2_t3", MoeShape{DType::kQ6_K, 8, 2, 256, 256, 3, DType::kF32, 0, 8e-4});
+  // routed_ffn: the router's top-k and the experts in one call (a GPU backend
+  // routes on the device for decode-sized calls; the last one is past that).
+  add<ExpertFfnCase>(list, "routed_ffn_q4_0_32x256x128_top8_t1",
+                     MoeShape{DType::kQ4_0, 32, 8, 256, 128, 1, DType::kF32, 0, 4e-4, true});
+  add<ExpertFfnCase>(list, "routed_ffn_q8_0_16x128x96_top8_t17",
+                     MoeShape{DType::kQ8_0, 16, 8, 128, 96, 17, DType::kF32, 0, 4e-4, true});
+  add<ExpertFfnCase>(list, "routed_ffn_q4_0_32x256x128_top8_t6_shared_q4_0_64",
+                     MoeShape{DType::kQ4_0, 32, 8, 256, 128, 6, DType::kQ4_0, 64, 4e-4, true});
+  add<ExpertFfnCase>(list, "routed_ffn_q4_K_8x256x256_top2_t5", MoeShape{DType::kQ4_K, 8, 2, 256, 256, 5, DType::kF32, 0, 8e-4, true});
+  add<ExpertFfnCase>(list, "routed_ffn_f16_16x128x64_top8_t40", MoeShape{DType::kF16, 16, 8, 128, 64, 40, DType::kF32, 0, 4e-4, true});
 }
 
 }  // namespace sluice::op_cases

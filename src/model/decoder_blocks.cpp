@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "base/check.h"
+
 namespace sluice {
 
 using R = TensorRole;
@@ -61,28 +63,53 @@ void dense_ffn_block(const LayerStep& s) {
   s.be.add(s.x, s.proj, s.n_tok * h.n_embd);
 }
 
-void moe_route(const LayerStep& s, const MoeStep& m) {
+namespace {
+
+// The router on the FFN norm's dispatch (its weights are f32 in GGUF files).
+void route_logits(const LayerStep& s, const MoeStep& m) {
+  const ModelHparams& h = s.hp;
+  const MatmulOut router[1] = {{s.w.mat(R::kFfnRouter), m.router}};
+  s.be.norm_matmul({.x = s.x, .norm = s.w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = s.xn, .n_embd = h.n_embd,
+                    .n_tok = s.n_tok, .outs = router});
+}
+
+RouteArgs route_args(const LayerStep& s, const MoeStep& m) {
+  const ModelHparams& h = s.hp;
+  return {.logits = m.router, .n_tok = s.n_tok, .n_expert = h.n_expert, .n_used = h.n_expert_used,
+          .renormalize = h.expert_weights_norm, .ids = m.ids, .weights = m.weights};
+}
+
+// The layer's routed FFN over s.xn; *shared holds the shared expert's views.
+ExpertFfnArgs ffn_args(const LayerStep& s, const MoeStep& m, ExpertWeights* shared) {
   const ModelHparams& h = s.hp;
   const LayerWeights& w = s.w;
-  // The router rides on the norm's dispatch; its weights are f32 in GGUF files.
-  const MatmulOut router[1] = {{w.mat(R::kFfnRouter), m.router}};
-  s.be.norm_matmul({.x = s.x, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = s.xn, .n_embd = h.n_embd,
-                    .n_tok = s.n_tok, .outs = router});
-  s.be.route({.logits = m.router, .n_tok = s.n_tok, .n_expert = h.n_expert, .n_used = h.n_expert_used,
-              .renormalize = h.expert_weights_norm, .ids = m.ids, .weights = m.weights});
-  s.emit("ffn_moe_logits", s.layer, m.router, s.n_tok, h.n_expert);
+  *shared = {w.mat(R::kFfnGateShexp), w.mat(R::kFfnUpShexp), w.mat(R::kFfnDownShexp)};
+  return {.x = s.xn, .out = s.proj, .ids = m.ids, .weights = m.weights, .n_tok = s.n_tok, .n_used = h.n_expert_used,
+          .n_embd = h.n_embd, .n_ff = h.n_ff_expert, .act = h.spec->act, .experts = m.experts,
+          .shared = w.has_mat(R::kFfnGateShexp) ? shared : nullptr, .n_ff_shared = h.n_ff_shared,
+          .shared_gate = w.vec(R::kFfnSharedGate), .next = m.next, .layer = s.layer};
+}
+
+}  // namespace
+
+void moe_route(const LayerStep& s, const MoeStep& m) {
+  route_logits(s, m);
+  s.be.route(route_args(s, m));
+  s.emit("ffn_moe_logits", s.layer, m.router, s.n_tok, s.hp.n_expert);
 }
 
 void moe_experts(const LayerStep& s, const MoeStep& m) {
-  const ModelHparams& h = s.hp;
-  const LayerWeights& w = s.w;
-  const ExpertWeights shared{w.mat(R::kFfnGateShexp), w.mat(R::kFfnUpShexp), w.mat(R::kFfnDownShexp)};
-  const bool has_shared = w.has_mat(R::kFfnGateShexp);
-  s.be.expert_ffn({.x = s.xn, .out = s.proj, .ids = m.ids, .weights = m.weights, .n_tok = s.n_tok,
-                   .n_used = h.n_expert_used, .n_embd = h.n_embd, .n_ff = h.n_ff_expert, .act = h.spec->act,
-                   .experts = m.experts, .shared = has_shared ? &shared : nullptr, .n_ff_shared = h.n_ff_shared,
-                   .shared_gate = w.vec(R::kFfnSharedGate), .next = m.next, .layer = s.layer});
-  s.be.add(s.x, s.proj, s.n_tok * h.n_embd);
+  ExpertWeights shared;
+  s.be.expert_ffn(ffn_args(s, m, &shared));
+  s.be.add(s.x, s.proj, s.n_tok * s.hp.n_embd);
+}
+
+void moe_routed(const LayerStep& s, const MoeStep& m) {
+  CHECK(m.next == nullptr);
+  route_logits(s, m);
+  ExpertWeights shared;
+  s.be.routed_ffn(route_args(s, m), ffn_args(s, m, &shared));
+  s.be.add(s.x, s.proj, s.n_tok * s.hp.n_embd);
 }
 
 }  // namespace sluice

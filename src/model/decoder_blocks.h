@@ -85,5 +85,10 @@ void dense_ffn_block(const LayerStep& s);
 // moe_experts() with the same MoeStep.
 void moe_route(const LayerStep& s, const MoeStep& m);
 void moe_experts(const LayerStep& s, const MoeStep& m);
+// Both in one (Backend::routed_ffn), for experts that need nothing of the
+// host: a device backend may route without waiting. m.ids and m.weights are
+// written by the backend's next wait_idle() (or logits()), not on return;
+// m.next must be null.
+void moe_routed(const LayerStep& s, const MoeStep& m);
 
 }  // namespace sluice

@@ -39,8 +39,12 @@ ExpertFeed::ExpertFeed(Backend& be, const ModelHparams& hp, const ModelWeights& 
 ExpertFeed::~ExpertFeed() = default;
 
 void ExpertFeed::set_routing_counters(std::vector<Counter*> counters) {
+  count_pending();
   routed_ = std::move(counters);
   routed_step_.assign(static_cast<size_t>(hp_.n_expert), 0);
+  const auto layers = static_cast<size_t>(options_.layer_end);
+  ids_pending_.assign(routed_.empty() ? 0 : layers * ids_.size(), -1);
+  n_pending_.assign(routed_.empty() ? 0 : layers, 0);
 }
 
 int64_t ExpertFeed::n_pred_candidates() const { return std::min(hp_.n_expert, 2 * hp_.n_expert_used); }
@@ -51,10 +55,10 @@ void ExpertFeed::emit_routing(const char* name, const int32_t* ids, int64_t laye
   hook_(name, layer, f.data(), n, width);
 }
 
-void ExpertFeed::count_routing(int64_t layer, int64_t n) {
+void ExpertFeed::count_routing(int64_t layer, const int32_t* ids, int64_t n) {
   if (routed_.empty()) return;
   for (int64_t i = 0; i < n * hp_.n_expert_used; ++i)
-    if (ids_[static_cast<size_t>(i)] >= 0) ++routed_step_[static_cast<size_t>(ids_[static_cast<size_t>(i)])];
+    if (ids[i] >= 0) ++routed_step_[static_cast<size_t>(ids[i])];
   for (int64_t e = 0; e < hp_.n_expert; ++e) {
     uint32_t& c = routed_step_[static_cast<size_t>(e)];
     Counter* counter = routed_[static_cast<size_t>(layer * hp_.n_expert + e)];
@@ -62,6 +66,19 @@ void ExpertFeed::count_routing(int64_t layer, int64_t n) {
     c = 0;
   }
 }
+
+void ExpertFeed::count_pending() {
+  if (!any_pending_) return;
+  be_.wait_idle();
+  for (size_t l = 0; l < n_pending_.size(); ++l) {
+    if (n_pending_[l] == 0) continue;
+    count_routing(static_cast<int64_t>(l), ids_pending_.data() + l * ids_.size(), n_pending_[l]);
+    n_pending_[l] = 0;
+  }
+  any_pending_ = false;
+}
+
+void ExpertFeed::end_step() { count_pending(); }
 
 void ExpertFeed::distinct_experts(const int32_t* ids, int64_t n_ids, std::vector<int32_t>& out) {
   out.clear();
@@ -121,9 +138,21 @@ void ExpertFeed::predict_experts(int64_t layer, std::span<const int32_t> ids) {
 Status ExpertFeed::ffn_block(const LayerStep& s) {
   const int64_t l = s.layer, n = s.n_tok;
   MoeStep moe{.router = router_->floats(), .ids = ids_.data(), .weights = weights_used_.data(), .experts = s.w.experts};
+  if (!streams() && !dispatch_ && !hook_ && !options_.predict) {
+    // Nothing here reads the routing before the experts run: the backend may
+    // keep it on the device; it is counted once the step is over.
+    if (!routed_.empty()) {
+      if (n_pending_[static_cast<size_t>(l)] > 0) count_pending();  // a step that did not end_step()
+      moe.ids = ids_pending_.data() + static_cast<size_t>(l) * ids_.size();
+      n_pending_[static_cast<size_t>(l)] = n;
+      any_pending_ = true;
+    }
+    moe_routed(s, moe);
+    return Status();
+  }
   moe_route(s, moe);
   if (hook_) emit_routing("ffn_moe_ids", ids_.data(), l, n, hp_.n_expert_used);
-  count_routing(l, n);
+  count_routing(l, ids_.data(), n);
   if (dispatch_) {
     if (streams()) {  // this process's share of the chosen experts, landed
       ASSIGN_OR_RETURN(moe.experts, landed_experts(l, std::span(ids_.data(), static_cast<size_t>(n * hp_.n_expert_used)),

@@ -91,7 +91,15 @@ class ExpertFeed {
 
   // x += the routed FFN of s's layer (s.w bound). Errors: the weight source's
   // (the caller releases the layer, and with it any experts it pinned).
+  // Experts that need nothing of the host (resident, no dispatch, no hook,
+  // no prediction) go through Backend::routed_ffn, which may route without
+  // waiting for the device: their counts are taken at end_step() (or before
+  // the layer routes again).
   Status ffn_block(const LayerStep& s);
+  // The stage's layers are enqueued: the routing counts routed_ffn left
+  // pending are added (waiting for the backend when it routed on the
+  // device). Model::run_stage, at its end.
+  void end_step();
 
   // The distinct experts among ids (negative ones skipped) of `layer`, ready
   // to compute: w's own views without a streaming source, else read from
@@ -106,8 +114,10 @@ class ExpertFeed {
   bool streams() const { return source_ && source_->streams_experts(); }
   // The hook's view of a layer's expert ids (debug only: copies). ids: [n, width], -1: none.
   void emit_routing(const char* name, const int32_t* ids, int64_t layer, int64_t n, int64_t width) const;
-  // Adds the step's assignments of routed layer `layer` to its counters.
-  void count_routing(int64_t layer, int64_t n);
+  // Adds the assignments ids [n, n_expert_used] of routed layer `layer` to its counters.
+  void count_routing(int64_t layer, const int32_t* ids, int64_t n);
+  // Waits for the backend and counts every layer routed_ffn left pending.
+  void count_pending();
   // The predicted routing of `layer` from x. `early`: a first guess from the
   // state before the previous layer's experts are added, for the weight
   // source only (a later call refines it).
@@ -144,6 +154,10 @@ class ExpertFeed {
   std::vector<float> weights_used_;    // [n_batch, n_expert_used]
   std::vector<Counter*> routed_;       // [n_layer * n_expert] set_routing_counters(), or empty
   std::vector<uint32_t> routed_step_;  // [n_expert] a layer's assignments in the step
+  // routed_ffn's ids, kept per layer until counted (with counters only).
+  std::vector<int32_t> ids_pending_;     // [layer_end, n_batch, n_expert_used]
+  std::vector<int64_t> n_pending_;       // [layer_end] tokens not counted yet (0: none)
+  bool any_pending_ = false;
   // Prediction (options_.predict only).
   std::unique_ptr<Buffer> pred_router_;   // [n_batch, n_expert] predicted router logits
   std::unique_ptr<Buffer> pred_xn_;       // [n_batch, n_embd]

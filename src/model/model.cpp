@@ -448,6 +448,7 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
     emit("l_out", l, x, n, hp_.n_embd);
     release_layer(l);
   }
+  experts_->end_step();  // routing the device kept, counted (one wait a stage, not one a routed layer)
   return Status();
 }
 

@@ -56,43 +56,48 @@ TEST(NoAllocation, DecodeStepsAndBatchedStepsDoNotAllocate) {
   }
 }
 
-// A routed model with its routing predicted and counted (model/expert_feed.h):
-// prediction, routing, counters and the experts' FFN allocate nothing either.
+// A routed model with its routing counted (model/expert_feed.h), predicted
+// or not (then through Backend::routed_ffn, counted at the stage's end):
+// prediction, routing, counters and the experts' FFN allocate nothing either,
+// and every token's choices are counted.
 TEST(NoAllocation, RoutedDecodeStepsDoNotAllocate) {
   const std::string path = ::testing::TempDir() + "/no_alloc_moe.gguf";
   SynthShape shape{.name = "s", .n_vocab = 512, .n_embd = 128, .n_layer = 2, .n_head = 4, .n_head_kv = 2,
                    .n_ff = 256, .n_ctx = 256, .arch = "qwen2moe", .n_expert = 8, .n_expert_used = 2,
                    .n_ff_expert = 64, .n_ff_shared = 128};
   ASSERT_TRUE(write_synth_model(SynthOptions{.shape = shape, .type = "q8_0", .seed = 1, .n_threads = 2}, path).ok());
-  auto mf = open_model_file(path);
-  ASSERT_TRUE(mf.ok());
-  auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)),
-                       ModelOptions{.n_threads = 2, .n_batch = 64, .n_ctx_max = 256, .max_seqs = 4,
-                                    .predict_experts = true});
-  ASSERT_TRUE(m.ok()) << m.status().message();
-  Model& model = **m;
-  std::vector<Counter> counters(static_cast<size_t>(shape.n_layer * shape.n_expert));
-  std::vector<Counter*> counter_ptrs;
-  for (Counter& c : counters) counter_ptrs.push_back(&c);
-  model.set_routing_counters(counter_ptrs);
-  KvCache kv = model.make_kv_cache(200);
-  std::vector<float> logits(static_cast<size_t>(model.hparams().n_vocab));
-  const std::vector<int32_t> prompt(40, 7);
-  ASSERT_TRUE(model.forward(prompt, kv, logits.data(), false).ok());
+  for (const bool predict : {true, false}) {
+    SCOPED_TRACE(predict ? "predicted" : "not predicted");
+    auto mf = open_model_file(path);
+    ASSERT_TRUE(mf.ok());
+    auto m = Model::load(std::make_shared<const ModelFile>(std::move(*mf)),
+                         ModelOptions{.n_threads = 2, .n_batch = 64, .n_ctx_max = 256, .max_seqs = 4,
+                                      .predict_experts = predict});
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    Model& model = **m;
+    std::vector<Counter> counters(static_cast<size_t>(shape.n_layer * shape.n_expert));
+    std::vector<Counter*> counter_ptrs;
+    for (Counter& c : counters) counter_ptrs.push_back(&c);
+    model.set_routing_counters(counter_ptrs);
+    KvCache kv = model.make_kv_cache(200);
+    std::vector<float> logits(static_cast<size_t>(model.hparams().n_vocab));
+    const std::vector<int32_t> prompt(40, 7);
+    ASSERT_TRUE(model.forward(prompt, kv, logits.data(), false).ok());
 
-  g_allocations = 0;
-  g_counting = true;
-  bool ok = true;
-  for (int32_t tok = 9; ok && tok < 17; ++tok) {
-    const int32_t one[1] = {tok};
-    ok = model.forward(one, kv, logits.data(), false).ok();
+    g_allocations = 0;
+    g_counting = true;
+    bool ok = true;
+    for (int32_t tok = 9; ok && tok < 17; ++tok) {
+      const int32_t one[1] = {tok};
+      ok = model.forward(one, kv, logits.data(), false).ok();
+    }
+    g_counting = false;
+    EXPECT_TRUE(ok);
+    EXPECT_EQ(g_allocations.load(), 0) << "heap allocations in a routed decode step";
+    double routed = 0;
+    for (const Counter& c : counters) routed += c.value();
+    EXPECT_EQ(routed, static_cast<double>((40 + 8) * shape.n_layer * shape.n_expert_used));
   }
-  g_counting = false;
-  EXPECT_TRUE(ok);
-  EXPECT_EQ(g_allocations.load(), 0) << "heap allocations in a routed decode step";
-  double routed = 0;
-  for (const Counter& c : counters) routed += c.value();
-  EXPECT_EQ(routed, static_cast<double>((40 + 8) * shape.n_layer * shape.n_expert_used));
 }
 
 }  // namespace

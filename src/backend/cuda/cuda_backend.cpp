@@ -86,6 +86,9 @@ CudaBackend::~CudaBackend() {
   for (auto& [p, n] : scratch_)
     if (p) cudaFree(p);
   for (void* p : vec_blocks_) cudaFree(p);
+  for (RouteTable& t : route_tables_)
+    if (t.dev) cudaFree(t.dev);
+  if (route_log_) cudaFreeHost(route_log_);
   cudaStreamDestroy(stream_);
 }
 
@@ -151,6 +154,7 @@ void CudaBackend::read_floats(const float* src, float* dst, int64_t n) {
   flush_add();
   SLUICE_CUDA_OK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDefault, stream_));
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
+  drain_routes();
 }
 
 void CudaBackend::write_floats(const float* src, float* dst, int64_t n) {
@@ -421,6 +425,7 @@ void CudaBackend::logits(const LogitsArgs& a) {
   SLUICE_CUDA_OK(cudaMemcpyAsync(a.logits, dev, static_cast<size_t>(a.n_out * n_vocab) * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream_));
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
+  drain_routes();
 }
 
 }  // namespace sluice::cuda

@@ -155,6 +155,12 @@ class CudaBackend final : public Backend {
   void attention(const AttentionArgs& a) override;
   void route(const RouteArgs& a) override;
   void expert_ffn(const ExpertFfnArgs& a) override;
+  // Resident experts within the grouped launches' reach: routed on the device
+  // (cuda_route.cuh), no wait; the ids and weights reach r.ids / r.weights
+  // at the next wait (wait_idle, logits, route, read_floats). Else route()
+  // then expert_ffn().
+  void routed_ffn(const RouteArgs& r, const ExpertFfnArgs& e) override;
+  void wait_idle() override;
   void add(float* x, const float* y, int64_t n) override;
   void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
   void logits(const LogitsArgs& a) override;
@@ -214,7 +220,8 @@ class CudaBackend final : public Backend {
   void matmul_bound(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok);
   // The device scratch areas, by what they hold (scratch()'s `which`).
   enum ScratchArea {
-    kPartial, kLogits, kExpertX, kExpertGate, kExpertUp, kExpertDown, kExpertY, kSharedY, kXq, kXd, kXs, kNumScratch
+    kPartial, kLogits, kExpertX, kExpertGate, kExpertUp, kExpertDown, kExpertY, kSharedY, kXq, kXd, kXs, kRoute,
+    kNumScratch
   };
   static constexpr int64_t kMaxSplitItems = 1024;  // (query, head, split) partial results kPartial holds
   // A device scratch area of at least n floats (grows; `which` names it).
@@ -232,7 +239,13 @@ class CudaBackend final : public Backend {
   // The grouped experts' FFN: y[slot] for each of their n_rows rows (rows'
   // groups hold gate|up, `down` the same groups with down's matrices).
   void grouped_ffn(const ExpertFfnArgs& a, const ExpertWeights& like, GroupedRows rows, const MatmulGroup* down,
-                   int64_t n_rows, float* y);
+                   int64_t n_rows, float* y, bool groups_from_kernel = false);
+  // The device table of e's experts' (gate, up, down) pointers when routed_ffn
+  // may route them on the device (every expert resident and grouped alike),
+  // else null; kept per layer.
+  const uint8_t* const* route_table(const ExpertFfnArgs& e);
+  // After a wait on the stream: routed_ffn's ids and weights to their callers.
+  void drain_routes();
   // Most rows expert_ffn takes grouped in one call (its gate/up scratch).
   static constexpr int64_t kGroupedRows = 256;
 
@@ -278,6 +291,25 @@ class CudaBackend final : public Backend {
   std::vector<uint8_t> seen_;          //   [n_expert] selected
   std::vector<uint8_t> grouped_;       //   [order] whether it goes grouped
   std::vector<int32_t> tok_, slot_;    //   [n_slot] token and slot of each row, by expert
+  // routed_ffn: its ids and weights in pinned memory until the next wait.
+  struct PendingRoute {
+    size_t off;  // in route_log_: n ids, then n weights
+    int32_t* ids;
+    float* weights;
+    int64_t n;
+  };
+  uint8_t* route_log_ = nullptr;
+  size_t route_log_cap_ = 0, route_log_used_ = 0;
+  std::vector<PendingRoute> routes_pending_;
+  struct RouteTable {
+    const ExpertWeights* experts = nullptr;  // the layer's views it was made from
+    const uint8_t* gate0 = nullptr;          //   and the first expert's gate (rebinding changes it)
+    bool ok = false;
+    uint8_t** dev = nullptr;                 // [n_expert][3]
+  };
+  std::vector<RouteTable> route_tables_;  // by layer
+  Mirror route_table_;                    // a call's table without a layer
+  std::vector<const uint8_t*> route_host_;  // a table as it is sent
 };
 
 }  // namespace sluice::cuda

@@ -29,36 +29,10 @@
 #include "backend/cuda/cuda_matmul_q8.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_prefill.h"
+#include "backend/cuda/cuda_route.cuh"
 #include "base/check.h"
 
 namespace sluice::cuda {
-
-void CudaBackend::route(const RouteArgs& a) {
-  flush_add();
-  host_logits_.resize(static_cast<size_t>(a.n_tok * a.n_expert));
-  SLUICE_CUDA_OK(cudaMemcpyAsync(host_logits_.data(), a.logits, host_logits_.size() * sizeof(float),
-                                 cudaMemcpyDeviceToHost, stream_));
-  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
-  RouteArgs h = a;
-  h.logits = host_logits_.data();
-  route_topk(h);
-}
-
-void CudaBackend::ffn_rows(const ExpertWeights& w, const float* x, int64_t n, int64_t n_embd, int64_t n_ff,
-                           Activation act, float* y) {
-  float* g = scratch(kExpertGate, n * n_ff);
-  float* u = scratch(kExpertUp, n * n_ff);
-  const MatmulOut gate_up[2] = {{w.gate, g}, {w.up, u}};
-  matmul(gate_up, x, n_embd, n);
-  launch_glu(g, u, n * n_ff, act, stream_);
-  const MatmulOut down{w.down, y};
-  matmul(std::span(&down, 1), g, n_ff, n);
-}
-
-bool CudaBackend::on_device(const WeightView& w) const {
-  if (host_views_ && host_views_->holds(w.data)) return false;
-  return streamed_.empty() || streamed_.find(w.data) == streamed_.end();
-}
 
 namespace {
 
@@ -84,6 +58,149 @@ bool same_matrix_kind(const WeightView& a, const WeightView& b) {
 }
 
 }  // namespace
+
+void CudaBackend::route(const RouteArgs& a) {
+  flush_add();
+  host_logits_.resize(static_cast<size_t>(a.n_tok * a.n_expert));
+  SLUICE_CUDA_OK(cudaMemcpyAsync(host_logits_.data(), a.logits, host_logits_.size() * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
+  drain_routes();  // before these ids: an earlier routed_ffn's may share the caller's arrays
+  RouteArgs h = a;
+  h.logits = host_logits_.data();
+  route_topk(h);
+}
+
+void CudaBackend::wait_idle() {
+  flush_add();
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
+  drain_routes();
+}
+
+void CudaBackend::drain_routes() {
+  for (const PendingRoute& p : routes_pending_) {
+    const auto n = static_cast<size_t>(p.n);
+    std::memcpy(p.ids, route_log_ + p.off, n * sizeof(int32_t));
+    std::memcpy(p.weights, route_log_ + p.off + n * sizeof(int32_t), n * sizeof(float));
+  }
+  routes_pending_.clear();
+  route_log_used_ = 0;
+}
+
+const uint8_t* const* CudaBackend::route_table(const ExpertFfnArgs& e) {
+  const auto n_expert = static_cast<size_t>(e.experts.size());
+  auto fits = [&] {
+    const ExpertWeights& first = e.experts[0];
+    for (const ExpertWeights& w : e.experts) {
+      if (!same_matrix_kind(w.gate, first.gate) || !same_matrix_kind(w.up, first.up) ||
+          !same_matrix_kind(w.down, first.down) || !on_device(w.gate) || !on_device(w.up) || !on_device(w.down))
+        return false;
+      const GroupKernel gate = group_kernel(w.gate), up = group_kernel(w.up), down = group_kernel(w.down);
+      if (gate == GroupKernel::kNone || gate != up || down == GroupKernel::kNone) return false;
+    }
+    return true;
+  };
+  auto fill = [&](std::vector<const uint8_t*>& t) {
+    t.resize(3 * n_expert);
+    for (size_t i = 0; i < n_expert; ++i)
+      t[3 * i] = e.experts[i].gate.data, t[3 * i + 1] = e.experts[i].up.data, t[3 * i + 2] = e.experts[i].down.data;
+  };
+  std::vector<const uint8_t*>& host = route_host_;
+  if (e.layer < 0) {  // no promise the views stay: checked and sent each call
+    if (!fits()) return nullptr;
+    fill(host);
+    return static_cast<const uint8_t* const*>(route_table_.upload(host.data(), host.size() * sizeof(void*), stream_));
+  }
+  if (route_tables_.size() <= static_cast<size_t>(e.layer)) route_tables_.resize(static_cast<size_t>(e.layer) + 1);
+  RouteTable& t = route_tables_[static_cast<size_t>(e.layer)];
+  // A layer's views change only when it is bound anew (the fluid split
+  // demoting or promoting it), and then its first expert's gate does too.
+  if (t.experts != e.experts.data() || t.gate0 != e.experts[0].gate.data) {
+    t.experts = e.experts.data();
+    t.gate0 = e.experts[0].gate.data;
+    t.ok = fits();
+    if (t.ok) {
+      fill(host);
+      if (!t.dev) SLUICE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&t.dev), host.size() * sizeof(void*)));
+      SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // kernels queued may read the old table
+      SLUICE_CUDA_OK(cudaMemcpy(t.dev, host.data(), host.size() * sizeof(void*), cudaMemcpyHostToDevice));
+    }
+  }
+  return t.ok ? t.dev : nullptr;
+}
+
+void CudaBackend::routed_ffn(const RouteArgs& r, const ExpertFfnArgs& e) {
+  flush_add();
+  const int64_t n_slot = r.n_tok * r.n_used, n_expert = r.n_expert;
+  const bool shape_ok = grouping_on() && e.next == nullptr && r.n_tok > 0 && n_slot <= kGroupedRows &&
+                        n_expert <= kMaxRouteExperts && r.n_used <= kMaxRouteUsed && r.n_used <= n_expert &&
+                        static_cast<int64_t>(e.experts.size()) == n_expert &&
+                        reinterpret_cast<uintptr_t>(e.x) % 16 == 0 && e.n_embd % 4 == 0;
+  // No expert takes more rows than there are tokens: too few for the tensor cores.
+  const MatmulOut gate_up[2] = {{e.experts.empty() ? WeightView{} : e.experts[0].gate, nullptr},
+                                {e.experts.empty() ? WeightView{} : e.experts[0].up, nullptr}};
+  const uint8_t* const* table = shape_ok && !prefill_->takes(gate_up, r.n_tok) ? route_table(e) : nullptr;
+  if (!table) {
+    Backend::routed_ffn(r, e);
+    return;
+  }
+  // Device scratch: ids, weights, x rows, y rows [n_slot] each, then the
+  // gate|up and down groups [n_groups] each (8-aligned).
+  const int64_t n_groups = std::min(n_slot, n_expert);
+  const size_t groups_at = (static_cast<size_t>(4 * n_slot) * 4 + 7) / 8 * 8;
+  const size_t bytes = groups_at + 2 * static_cast<size_t>(n_groups) * sizeof(MatmulGroup);
+  auto* dev = reinterpret_cast<uint8_t*>(scratch(kRoute, static_cast<int64_t>((bytes + 3) / 4)));
+  auto* d_ids = reinterpret_cast<int32_t*>(dev);
+  auto* d_wts = reinterpret_cast<float*>(d_ids + n_slot);
+  int32_t* d_x_rows = reinterpret_cast<int32_t*>(d_wts + n_slot);
+  int32_t* d_y_rows = d_x_rows + n_slot;
+  auto* d_gate_up = reinterpret_cast<MatmulGroup*>(dev + groups_at);
+  MatmulGroup* d_down = d_gate_up + n_groups;
+  launch_route_topk(r.logits, r.n_tok, n_expert, r.n_used, r.renormalize, d_ids, d_wts, stream_);
+  // The ids and weights to the host, in pinned memory until the next wait.
+  const size_t log_bytes = static_cast<size_t>(n_slot) * (sizeof(int32_t) + sizeof(float));
+  if (route_log_used_ + log_bytes > route_log_cap_) {
+    wait_idle();  // the copies into the log are done and handed over
+    if (log_bytes > route_log_cap_) {
+      if (route_log_) SLUICE_CUDA_OK(cudaFreeHost(route_log_));
+      route_log_cap_ = std::max<size_t>({log_bytes, 2 * route_log_cap_, size_t{64} << 10});
+      SLUICE_CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&route_log_), route_log_cap_));
+    }
+  }
+  SLUICE_CUDA_OK(cudaMemcpyAsync(route_log_ + route_log_used_, dev, log_bytes, cudaMemcpyDeviceToHost, stream_));
+  routes_pending_.push_back({.off = route_log_used_, .ids = r.ids, .weights = r.weights, .n = n_slot});
+  route_log_used_ += log_bytes;
+  launch_group_rows(d_ids, n_slot, r.n_used, n_expert, table, n_groups, d_gate_up, d_down, d_x_rows, d_y_rows, stream_);
+  // Rows a pass takes: the mean rows an expert gets (a group with more takes more passes).
+  const int64_t per_group = (n_slot + n_groups - 1) / n_groups;
+  float* y = scratch(kExpertY, n_slot * e.n_embd);
+  grouped_ffn(e, e.experts[0],
+              GroupedRows{.groups = d_gate_up, .n_groups = n_groups, .max_count = per_group, .x_rows = d_x_rows,
+                          .y_rows = d_y_rows},
+              d_down, n_slot, y, /*groups_from_kernel=*/true);
+  float* ys = nullptr;
+  if (e.shared) {
+    ys = scratch(kSharedY, e.n_tok * e.n_embd);
+    ffn_rows(*e.shared, e.x, e.n_tok, e.n_embd, e.n_ff_shared, e.act, ys);
+  }
+  launch_expert_sum(y, d_wts, e.n_used, ys, vec(e.shared_gate, e.n_embd), e.x, e.out, e.n_tok, e.n_embd, stream_);
+}
+
+void CudaBackend::ffn_rows(const ExpertWeights& w, const float* x, int64_t n, int64_t n_embd, int64_t n_ff,
+                           Activation act, float* y) {
+  float* g = scratch(kExpertGate, n * n_ff);
+  float* u = scratch(kExpertUp, n * n_ff);
+  const MatmulOut gate_up[2] = {{w.gate, g}, {w.up, u}};
+  matmul(gate_up, x, n_embd, n);
+  launch_glu(g, u, n * n_ff, act, stream_);
+  const MatmulOut down{w.down, y};
+  matmul(std::span(&down, 1), g, n_ff, n);
+}
+
+bool CudaBackend::on_device(const WeightView& w) const {
+  if (host_views_ && host_views_->holds(w.data)) return false;
+  return streamed_.empty() || streamed_.find(w.data) == streamed_.end();
+}
 
 bool CudaBackend::groups_expert(const ExpertWeights& w, const ExpertWeights& first, int64_t count) const {
   if (!on_device(w.gate) || !on_device(w.up) || !on_device(w.down)) return false;
@@ -221,7 +338,7 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
 
 // rows: x_rows the token of each grouped row, y_rows its slot.
 void CudaBackend::grouped_ffn(const ExpertFfnArgs& a, const ExpertWeights& like, GroupedRows rows,
-                              const MatmulGroup* down, int64_t n_rows, float* y) {
+                              const MatmulGroup* down, int64_t n_rows, float* y, bool groups_from_kernel) {
   // h = act(gate x) * up x for every grouped row: [n_rows, n_ff] in grouped order
   float* g = scratch(kExpertGate, n_rows * a.n_ff);
   float* u = scratch(kExpertUp, n_rows * a.n_ff);
@@ -234,6 +351,10 @@ void CudaBackend::grouped_ffn(const ExpertFfnArgs& a, const ExpertWeights& like,
     quantize_x(a.x, a.n_embd, a.n_embd, a.n_tok, qx, stream_);
     launch_matmul_q8_grouped(like.gate.type, like.gate.layout, a.n_embd, a.n_ff, rows, qx, gate_up, a.n_ff, stream_);
   } else {
+    // The launch reads its group before it waits for the kernel before it
+    // (cuda_pdl.cuh): not early when that kernel wrote the groups.
+    std::optional<PdlBlock> plain;
+    if (groups_from_kernel) plain.emplace();
     launch_matmul_grouped(like.gate.type, a.n_embd, a.n_ff, rows, a.x, a.n_embd, gate_up, a.n_ff, stream_);
   }
   // down: h's rows in grouped order, each to its slot's row of y
