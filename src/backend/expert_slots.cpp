@@ -32,4 +32,20 @@ ExpertSlots::Found ExpertSlots::find(int64_t layer, int64_t expert) {
   return {.slot = static_cast<int>(lru), .hit = false};
 }
 
+void ExpertSlots::forget(int s) {
+  const auto su = static_cast<size_t>(s);
+  CHECK(su < key_of_.size());
+  if (key_of_[su] >= 0) slot_of_[static_cast<size_t>(key_of_[su])] = -1;
+  key_of_[su] = -1;
+  stamp_[su] = 0;
+}
+
+bool ExpertSlots::held_by(int s, int64_t* layer, int64_t* expert) const {
+  const int64_t key = key_of_[static_cast<size_t>(s)];
+  if (key < 0) return false;
+  *layer = key / n_expert_;
+  *expert = key % n_expert_;
+  return true;
+}
+
 }  // namespace sluice

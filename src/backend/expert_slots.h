@@ -29,6 +29,11 @@ class ExpertSlots {
     bool hit = false;
   };
   Found find(int64_t layer, int64_t expert);
+  // Slot s holds nothing from now on and is the next a miss takes (its copy
+  // was cancelled: a prediction that turned out wrong).
+  void forget(int s);
+  // The (layer, expert) slot s holds; false when it holds none.
+  bool held_by(int s, int64_t* layer, int64_t* expert) const;
 
   int n_slots() const { return static_cast<int>(stamp_.size()); }
   uint64_t hits() const { return hits_; }

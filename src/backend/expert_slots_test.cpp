@@ -23,6 +23,25 @@ TEST(ExpertSlots, AChosenExpertStaysUntilTheLeastRecentlyUsedGoes) {
   EXPECT_EQ(s.misses(), 5u);
 }
 
+// A slot whose copy was cancelled holds nothing and goes first.
+TEST(ExpertSlots, AForgottenSlotHoldsNothingAndGoesFirst) {
+  ExpertSlots s(2, 4, 3);
+  const auto a = s.find(0, 1), b = s.find(0, 2), c = s.find(1, 1);
+  int64_t layer = -1, expert = -1;
+  ASSERT_TRUE(s.held_by(c.slot, &layer, &expert));
+  EXPECT_EQ(layer, 1);
+  EXPECT_EQ(expert, 1);
+  s.forget(c.slot);
+  EXPECT_FALSE(s.held_by(c.slot, &layer, &expert));
+  const auto d = s.find(1, 2);
+  EXPECT_FALSE(d.hit);
+  EXPECT_EQ(d.slot, c.slot);  // not a's, the least recently used of those holding one
+  EXPECT_TRUE(s.find(0, 1).hit);
+  EXPECT_TRUE(s.find(0, 2).hit);
+  EXPECT_FALSE(s.find(1, 1).hit);
+  (void)a, (void)b;
+}
+
 TEST(ExpertSlots, TheSameExpertOfAnotherLayerIsAnotherKey) {
   ExpertSlots s(3, 2, 2);
   EXPECT_FALSE(s.find(0, 0).hit);

@@ -83,6 +83,9 @@ CudaBackend::~CudaBackend() {
   train_.reset();
   experts_dev_.reset();
   host_views_.reset();
+  ring_.reset();
+  copies_.reset();  // after every user of it
+  if (swap_after_) cudaEventDestroy(swap_after_);
   for (auto& [p, n] : scratch_)
     if (p) cudaFree(p);
   for (void* p : vec_blocks_) cudaFree(p);
@@ -202,7 +205,7 @@ void CudaBackend::reserve(const ScratchNeeds& n) {
   if (n.host_weight_bytes > 0) {
     // Two layers' copies in flight and in use, each matrix 256-byte aligned.
     const size_t want = 2 * (n.host_weight_bytes + 32 * kWeightAlign);
-    if (!host_views_) host_views_ = std::make_unique<HostViews>(want);
+    if (!host_views_) host_views_ = std::make_unique<HostViews>(want, copy_queue());
     if (host_views_->capacity() < want) {
       SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // the copies' readers are done
       host_views_->grow(want);

@@ -32,6 +32,7 @@
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
 #include "backend/cuda/cuda_prefill.h"
+#include "backend/cuda/cuda_copy_queue.h"
 #include "backend/cuda/cuda_expert_slots.h"
 #include "backend/cuda/cuda_host_views.h"
 #include "backend/cuda/cuda_kv_reserve.h"
@@ -257,6 +258,15 @@ class CudaBackend final : public Backend {
   PendingAdd pending_;  // x += y, not launched yet
   uint64_t budget_ = 0;
   uint64_t reserve_ = 0;  // of budget_, kept for the caller (set_device_reserve)
+  // Every copy between host and device memory that is not the compute's own
+  // (ring, host views, expert slots), in one queue by priority (made on first use).
+  std::unique_ptr<CopyQueue> copies_;
+  CopyQueue& copy_queue() {
+    if (!copies_) copies_ = std::make_unique<CopyQueue>();
+    return *copies_;
+  }
+  cudaEvent_t swap_after_ = nullptr;     // move_kv_block: the kernels its copies follow
+  std::vector<CopyQueue::Id> swap_ids_;  //   its transfers
   std::unique_ptr<WeightRing> ring_;  // the streamed matrices (null: all resident)
   std::unique_ptr<HostViews> host_views_;  // views of a weight source's host memory (null: none)
   std::weak_ptr<KvReservation> kv_reserved_;  // the store create_kv_reserved made (resize_kv finds it here)

@@ -5,54 +5,92 @@
 
 namespace sluice::cuda {
 
-DeviceSlots::DeviceSlots(size_t slot_bytes, int n_slots) : slot_bytes_(slot_bytes) {
+DeviceSlots::DeviceSlots(size_t slot_bytes, int n_slots, CopyQueue& queue) : slot_bytes_(slot_bytes), queue_(queue) {
   CHECK(n_slots >= 1 && slot_bytes > 0);
   const auto n = static_cast<size_t>(n_slots);
   SLUICE_CUDA_OK(cudaMalloc(&dev_, slot_bytes_ * n));
-  SLUICE_CUDA_OK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-  filled_.resize(n);
   read_.resize(n);
-  filled_recorded_.assign(n, 0);
+  filled_.resize(n);
   read_recorded_.assign(n, 0);
-  for (size_t s = 0; s < n; ++s) {
-    SLUICE_CUDA_OK(cudaEventCreateWithFlags(&filled_[s], cudaEventDisableTiming));
-    SLUICE_CUDA_OK(cudaEventCreateWithFlags(&read_[s], cudaEventDisableTiming));
-  }
+  filled_recorded_.assign(n, 0);
+  pending_.assign(n, 0);
+  for (cudaEvent_t& e : read_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  for (cudaEvent_t& e : filled_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
 
 DeviceSlots::~DeviceSlots() {
-  cudaStreamSynchronize(copy_);
-  for (cudaEvent_t e : filled_) cudaEventDestroy(e);
+  for (CopyQueue::Id id : pending_)
+    if (id != 0) queue_.cancel(id);  // waits for its chunks in flight
   for (cudaEvent_t e : read_) cudaEventDestroy(e);
-  cudaStreamDestroy(copy_);
+  for (cudaEvent_t e : filled_) cudaEventDestroy(e);
   cudaFree(dev_);
 }
 
-void DeviceSlots::begin_fill(int s) {
-  const auto su = static_cast<size_t>(s);
-  if (read_recorded_[su]) SLUICE_CUDA_OK(cudaStreamWaitEvent(copy_, read_[su], 0));
+void DeviceSlots::begin_fill(int s, CopyClass c) {
+  cancel_fill(s);
+  filled_recorded_[static_cast<size_t>(s)] = 0;
+  fill_class_ = c;
+  n_pieces_ = 0;
 }
 
 void DeviceSlots::copy(int s, size_t offset, const void* host, size_t n) {
-  CHECK(offset + n <= slot_bytes_);
-  SLUICE_CUDA_OK(cudaMemcpyAsync(slot(s) + offset, host, n, cudaMemcpyHostToDevice, copy_));
+  CHECK(offset + n <= slot_bytes_ && n_pieces_ < kMaxPieces);
+  pieces_[n_pieces_++] = CopyPiece{slot(s) + offset, host, n};
 }
 
 void DeviceSlots::end_fill(int s) {
   const auto su = static_cast<size_t>(s);
-  SLUICE_CUDA_OK(cudaEventRecord(filled_[su], copy_));
-  filled_recorded_[su] = 1;
+  // The fill follows the kernels that last read the slot; they record read_
+  // again only after they waited for this fill (the queue's contract).
+  pending_[su] = queue_.submit(fill_class_, std::span<const CopyPiece>(pieces_, static_cast<size_t>(n_pieces_)),
+                               read_recorded_[su] ? read_[su] : nullptr);
+  n_pieces_ = 0;
 }
 
-void DeviceSlots::wait_filled(int s, cudaStream_t compute) {
+void DeviceSlots::wait_filled(int s, cudaStream_t compute, cudaEvent_t copied) {
   const auto su = static_cast<size_t>(s);
-  if (filled_recorded_[su]) SLUICE_CUDA_OK(cudaStreamWaitEvent(compute, filled_[su], 0));
+  if (filled_recorded_[su]) {  // a settled fill
+    SLUICE_CUDA_OK(cudaStreamWaitEvent(compute, filled_[su], 0));
+    if (copied) SLUICE_CUDA_OK(cudaEventRecord(copied, queue_.stream()));
+    filled_recorded_[su] = 0;
+    return;
+  }
+  if (pending_[su] == 0) return;  // compute already waited for the slot's fill
+  queue_.wait(pending_[su], compute, copied);
+  queue_.retire(pending_[su]);
+  pending_[su] = 0;
 }
 
 void DeviceSlots::mark_read(int s, cudaStream_t compute) {
   const auto su = static_cast<size_t>(s);
   SLUICE_CUDA_OK(cudaEventRecord(read_[su], compute));
   read_recorded_[su] = 1;
+}
+
+bool DeviceSlots::fill_issued(int s) const {
+  const CopyQueue::Id id = pending_[static_cast<size_t>(s)];
+  return id != 0 && queue_.fully_issued(id);
+}
+
+void DeviceSlots::raise_fill(int s) {
+  const CopyQueue::Id id = pending_[static_cast<size_t>(s)];
+  if (id != 0) queue_.reprioritize(id, CopyClass::kCritical);
+}
+
+void DeviceSlots::settle_fill(int s) {
+  const auto su = static_cast<size_t>(s);
+  if (pending_[su] == 0) return;
+  queue_.wait(pending_[su], nullptr, filled_[su]);
+  queue_.retire(pending_[su]);
+  pending_[su] = 0;
+  filled_recorded_[su] = 1;
+}
+
+void DeviceSlots::cancel_fill(int s) {
+  CopyQueue::Id& id = pending_[static_cast<size_t>(s)];
+  if (id == 0) return;
+  queue_.cancel(id);
+  id = 0;
 }
 
 }  // namespace sluice::cuda

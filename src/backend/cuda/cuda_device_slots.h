@@ -1,15 +1,18 @@
-// DeviceSlots: n slots of device memory that a copy stream of their own
-// fills from host memory and the compute stream reads, ordered by events in
-// both directions (never the host): a fill waits for the kernels that last
-// read the slot, and kernels wait for the slot's last fill. What the ring of
-// streamed dispatches (cuda_weight_ring.h) and the expert slots
-// (cuda_expert_slots.h) are made of; which group or expert goes where is
-// their policy's.
+// DeviceSlots: n slots of device memory that the backend's copy queue
+// (cuda_copy_queue.h) fills from host memory and the compute stream reads,
+// ordered by events in both directions (never the host): a fill waits for
+// the kernels that last read the slot, and kernels wait for the slot's last
+// fill. What the ring of streamed dispatches (cuda_weight_ring.h) and the
+// expert slots (cuda_expert_slots.h) are made of; which group or expert goes
+// where is their policy's, and so is the class of each fill (the queue issues
+// critical fills before predicted ones).
 //
-//   fill:  begin_fill(s), copy(s, ...)*, end_fill(s)   on the copy stream
+//   fill:  begin_fill(s, class), copy(s, ...)*, end_fill(s)   one transfer
 //   read:  wait_filled(s, compute), kernels, mark_read(s, compute)
 //
-// Calls come from one thread at a time; nothing allocates after construction.
+// A fill not waited for yet can be raised to critical or cancelled (a
+// prediction that turned out right or wrong). Calls come from one thread at
+// a time; nothing allocates after construction.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,37 +21,55 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/copy_schedule.h"
+#include "backend/cuda/cuda_copy_queue.h"
+
 namespace sluice::cuda {
 
 class DeviceSlots {
  public:
-  DeviceSlots(size_t slot_bytes, int n_slots);
+  // The queue outlives the slots.
+  DeviceSlots(size_t slot_bytes, int n_slots, CopyQueue& queue);
   ~DeviceSlots();
   DeviceSlots(const DeviceSlots&) = delete;
   DeviceSlots& operator=(const DeviceSlots&) = delete;
 
-  int n_slots() const { return static_cast<int>(filled_.size()); }
+  int n_slots() const { return static_cast<int>(read_.size()); }
   size_t slot_bytes() const { return slot_bytes_; }
   uint8_t* slot(int s) const { return dev_ + static_cast<size_t>(s) * slot_bytes_; }
-  cudaStream_t copy_stream() const { return copy_; }
 
-  // The copy stream waits for the kernels that last read slot s.
-  void begin_fill(int s);
-  // n bytes from host to slot s at offset, on the copy stream.
+  // A fill of slot s of class c begins (a fill of s not waited for is cancelled).
+  void begin_fill(int s, CopyClass c);
+  // n bytes from host to slot s at offset, part of the fill.
   void copy(int s, size_t offset, const void* host, size_t n);
-  // The fill of slot s is what its next readers wait for.
+  // The fill is complete: submitted to the queue, after the slot's last readers.
   void end_fill(int s);
-  // The work enqueued on compute from now on waits for slot s's last fill.
-  void wait_filled(int s, cudaStream_t compute);
+  // The work enqueued on compute from now on waits for slot s's last fill;
+  // `copied` (if set) is recorded on the copy stream after it.
+  void wait_filled(int s, cudaStream_t compute, cudaEvent_t copied = nullptr);
   // The work enqueued on compute so far is the last to read slot s.
   void mark_read(int s, cudaStream_t compute);
+  // Whether slot s has a fill nobody waited for yet; raise it to critical, or drop it.
+  bool fill_pending(int s) const { return pending_[static_cast<size_t>(s)] != 0; }
+  // Whether that fill is on the copy stream whole (no chunk of it waits in the queue).
+  bool fill_issued(int s) const;
+  void raise_fill(int s);
+  void cancel_fill(int s);
+  // Slot s's fill stays (its bytes will be read, later if at all) but gives
+  // its queue record back: issued now, a slot event marks its end.
+  void settle_fill(int s);
 
  private:
+  static constexpr int kMaxPieces = 8;  // per fill
   size_t slot_bytes_;
   uint8_t* dev_ = nullptr;
-  cudaStream_t copy_ = nullptr;
-  std::vector<cudaEvent_t> filled_, read_;          // [n_slots]
-  std::vector<uint8_t> filled_recorded_, read_recorded_;
+  CopyQueue& queue_;
+  std::vector<cudaEvent_t> read_, filled_;        // [n_slots]
+  std::vector<uint8_t> read_recorded_, filled_recorded_;  // filled_: a settled fill compute has not waited for
+  std::vector<CopyQueue::Id> pending_;            // [n_slots] the fill not waited for, or 0
+  CopyClass fill_class_ = CopyClass::kCritical;   // of the fill being built
+  CopyPiece pieces_[kMaxPieces];
+  int n_pieces_ = 0;
 };
 
 }  // namespace sluice::cuda

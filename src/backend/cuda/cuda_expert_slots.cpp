@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_expert_slots.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "backend/cuda/cuda_align.h"
@@ -16,9 +17,10 @@ size_t expert_view_bytes(const WeightView& w) { return row_bytes(w.type, w.n_in)
 
 size_t DeviceExperts::slot_bytes_for(uint64_t expert_bytes) { return weight_aligned(expert_bytes) + 3 * kWeightAlign; }
 
-DeviceExperts::DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_bytes, int n_slots)
-    : slots_(n_layer, n_expert, n_slots), slots_dev_(slot_bytes_for(expert_bytes), n_slots) {
+DeviceExperts::DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_bytes, int n_slots, CopyQueue& queue)
+    : slots_(n_layer, n_expert, n_slots), slots_dev_(slot_bytes_for(expert_bytes), n_slots, queue) {
   SLUICE_CUDA_OK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  predicted_.reserve(static_cast<size_t>(n_slots));
 }
 
 DeviceExperts::~DeviceExperts() { cudaEventDestroy(copied_); }
@@ -33,8 +35,9 @@ ExpertWeights DeviceExperts::in_slot(int s, const ExpertWeights& host) const {
   return d;
 }
 
-ExpertWeights DeviceExperts::copy_into(int s, const ExpertWeights& host) {
-  slots_dev_.begin_fill(s);  // the slot's readers first
+ExpertWeights DeviceExperts::copy_into(int s, const ExpertWeights& host, CopyClass c) {
+  std::erase(predicted_, s);  // a slot taken for another expert is no prediction's any more
+  slots_dev_.begin_fill(s, c);  // the slot's readers first
   const ExpertWeights d = in_slot(s, host);
   for (auto [from, to] : {std::pair{&host.gate, &d.gate}, std::pair{&host.up, &d.up}, std::pair{&host.down, &d.down}}) {
     const size_t n = expert_view_bytes(*from);
@@ -50,20 +53,42 @@ ExpertWeights DeviceExperts::acquire(int64_t layer, int64_t expert, const Expert
   held_ = f.slot;
   ++(f.hit ? hits_ : misses_);
   // Held already (perhaps by a prefetch still copying), or copied now: after the slot's fill.
-  const ExpertWeights d = f.hit ? in_slot(f.slot, host) : copy_into(f.slot, host);
-  if (!f.hit) {
-    SLUICE_CUDA_OK(cudaEventRecord(copied_, slots_dev_.copy_stream()));
-    pending_ = true;
-  }
-  slots_dev_.wait_filled(f.slot, compute);
+  const ExpertWeights d = f.hit ? in_slot(f.slot, host) : copy_into(f.slot, host, CopyClass::kCritical);
+  if (f.hit) std::erase(predicted_, f.slot);
+  // After a copy made here, copied_ marks when its host bytes were read (finish()).
+  slots_dev_.wait_filled(f.slot, compute, f.hit ? nullptr : copied_);
+  if (!f.hit) pending_ = true;
   return d;
 }
 
 void DeviceExperts::prefetch(int64_t layer, int64_t expert, const ExpertWeights& host) {
   const ExpertSlots::Found f = slots_.find(layer, expert);
   if (f.hit) return;
-  copy_into(f.slot, host);
+  copy_into(f.slot, host, CopyClass::kPredicted);
+  predicted_.push_back(f.slot);
   ++prefetched_;
+}
+
+void DeviceExperts::settle_predictions(int64_t layer, std::span<const int32_t> chosen) {
+  for (size_t i = 0; i < predicted_.size();) {
+    const int s = predicted_[i];
+    int64_t l = -1, e = -1;
+    if (!slots_.held_by(s, &l, &e) || l != layer) {
+      ++i;
+      continue;
+    }
+    if (std::find(chosen.begin(), chosen.end(), static_cast<int32_t>(e)) != chosen.end()) {
+      slots_dev_.raise_fill(s);  // acquire() will wait for it: ahead of the other predictions
+    } else if (slots_dev_.fill_issued(s)) {
+      slots_dev_.settle_fill(s);  // wrong, but copied: kept (a later token may choose it)
+    } else if (slots_dev_.fill_pending(s)) {
+      slots_dev_.cancel_fill(s);  // wrong: what is not copied yet is dropped, the slot freed
+      slots_.forget(s);
+      ++cancelled_;
+    }
+    predicted_[i] = predicted_.back();
+    predicted_.pop_back();
+  }
 }
 
 void DeviceExperts::release(cudaStream_t compute) {

@@ -7,16 +7,21 @@
 //
 //   device  n_slots slots of one expert's gate, up and down (each 256-aligned)
 //
-// A copy into a slot waits (on the slots' copy stream) for the kernels that
-// last read the slot; the compute stream waits for the copy, also when the
-// copy was a prefetch. The host waits only in finish(). Calls come
-// from one thread at a time; nothing allocates after construction.
+// A copy into a slot waits (on the copy stream) for the kernels that last
+// read the slot; the compute stream waits for the copy, also when the copy
+// was a prefetch. Copies go through the backend's copy queue: a chosen
+// expert's as critical, a predicted one's as predicted (behind the layers and
+// chosen experts); once a layer's routing is known, settle_predictions()
+// raises its right predictions to critical and cancels the wrong ones not
+// copied yet. The host waits only in finish(). Calls come from one thread at
+// a time; nothing allocates after construction.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -28,7 +33,7 @@ namespace sluice::cuda {
 class DeviceExperts {
  public:
   // expert_bytes: one expert's three matrices; n_slots >= 2.
-  DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_bytes, int n_slots);
+  DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_bytes, int n_slots, CopyQueue& queue);
   ~DeviceExperts();
   DeviceExperts(const DeviceExperts&) = delete;
   DeviceExperts& operator=(const DeviceExperts&) = delete;
@@ -45,6 +50,9 @@ class DeviceExperts {
   // router's prediction). Its host bytes must stay (a resident expert's):
   // finish() does not wait for these copies.
   void prefetch(int64_t layer, int64_t expert, const ExpertWeights& host);
+  // Layer `layer` chose these experts: its predicted copies of them become
+  // critical; the others' copies not issued yet are dropped and their slots freed.
+  void settle_predictions(int64_t layer, std::span<const int32_t> chosen);
   // Returns once every copy issued so far has read its host bytes.
   void finish();
 
@@ -54,12 +62,14 @@ class DeviceExperts {
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
   uint64_t prefetched() const { return prefetched_; }
+  // Predicted copies dropped before they were issued (wrong predictions).
+  uint64_t cancelled() const { return cancelled_; }
   size_t slot_bytes() const { return slots_dev_.slot_bytes(); }
   uint64_t bytes_copied() const { return bytes_copied_; }
 
  private:
   // Copies a missed expert's matrices into slot s, after the slot's readers.
-  ExpertWeights copy_into(int s, const ExpertWeights& host);
+  ExpertWeights copy_into(int s, const ExpertWeights& host, CopyClass c);
   // The views of an expert held in slot s.
   ExpertWeights in_slot(int s, const ExpertWeights& host) const;
 
@@ -69,7 +79,8 @@ class DeviceExperts {
   int held_ = -1;                       // the slot of the last acquire
   bool pending_ = false;
   uint64_t bytes_copied_ = 0;
-  uint64_t hits_ = 0, misses_ = 0, prefetched_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, prefetched_ = 0, cancelled_ = 0;
+  std::vector<int> predicted_;  // slots prefetch() filled that no acquire() took yet
 };
 
 }  // namespace sluice::cuda

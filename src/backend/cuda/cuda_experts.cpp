@@ -305,6 +305,9 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
                             .y_rows = d_gslot},
                 d_groups + n_grouped, grouped_rows, y);
   }
+  // The routing is known: the layer's predicted copies that were right go
+  // first, the wrong ones not copied yet are dropped (DeviceExperts).
+  if (experts_dev_ && a.layer >= 0) experts_dev_->settle_predictions(a.layer, order);
   float* xg = scratch(kExpertX, n_slot * a.n_embd);
   float* yd = scratch(kExpertDown, a.n_tok * a.n_embd);
   int64_t off = 0;

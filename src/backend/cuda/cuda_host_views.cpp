@@ -6,27 +6,25 @@
 
 namespace sluice::cuda {
 
-HostViews::HostViews(size_t capacity)
-    : ring_(weight_aligned(capacity), kMaxLive), read_(kMaxLive), read_ticket_(kMaxLive, -1) {
+HostViews::HostViews(size_t capacity, CopyQueue& queue)
+    : ring_(weight_aligned(capacity), kMaxLive), queue_(queue), read_(kMaxLive), read_ticket_(kMaxLive, -1) {
   SLUICE_CUDA_OK(cudaMalloc(&dev_, ring_.capacity()));
-  SLUICE_CUDA_OK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   SLUICE_CUDA_OK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   for (cudaEvent_t& e : read_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
 
 HostViews::~HostViews() {
-  cudaStreamSynchronize(copy_);
+  queue_.finish();
   for (auto& [p, r] : ranges_)
     if (r.pinned) cudaHostUnregister(const_cast<uint8_t*>(p));
   for (cudaEvent_t e : read_) cudaEventDestroy(e);
   cudaEventDestroy(copied_);
-  cudaStreamDestroy(copy_);
   cudaFree(dev_);
 }
 
 void HostViews::grow(size_t capacity) {
   if (weight_aligned(capacity) <= ring_.capacity()) return;
-  SLUICE_CUDA_OK(cudaStreamSynchronize(copy_));
+  queue_.finish();
   SLUICE_CUDA_OK(cudaFree(dev_));
   ring_ = ByteRing(weight_aligned(capacity), kMaxLive);
   SLUICE_CUDA_OK(cudaMalloc(&dev_, ring_.capacity()));
@@ -45,7 +43,7 @@ bool HostViews::register_range(const uint8_t* data, size_t bytes) {
 void HostViews::unregister_range(const uint8_t* data) {
   auto it = ranges_.find(data);
   if (it == ranges_.end()) return;
-  SLUICE_CUDA_OK(cudaStreamSynchronize(copy_));  // no copy reads it any more
+  queue_.finish();  // no copy reads it any more
   if (it->second.pinned) cudaHostUnregister(const_cast<uint8_t*>(data));
   ranges_.erase(it);
 }
@@ -64,11 +62,13 @@ HostViews::Copy HostViews::copy_in(const uint8_t* host, size_t n, cudaStream_t c
     // A piece overwritten before its readers were enqueued would be one call's
     // views overrunning the ring (the capacity is sized for two layers).
     CHECK(read_ticket_[i] == p.after);
-    SLUICE_CUDA_OK(cudaStreamWaitEvent(copy_, read_[i], 0));
   }
-  SLUICE_CUDA_OK(cudaMemcpyAsync(dev_ + p.offset, host, n, cudaMemcpyHostToDevice, copy_));
-  SLUICE_CUDA_OK(cudaEventRecord(copied_, copy_));
-  SLUICE_CUDA_OK(cudaStreamWaitEvent(compute, copied_, 0));
+  // A critical copy (the layer is about to run): after the piece's last readers.
+  const CopyPiece piece{dev_ + p.offset, host, n};
+  const CopyQueue::Id id = queue_.submit(CopyClass::kCritical, std::span(&piece, 1),
+                                         p.after >= 0 ? read_[static_cast<size_t>(p.after % kMaxLive)] : nullptr);
+  queue_.wait(id, compute, copied_);
+  queue_.retire(id);
   pending_ = true;
   bytes_copied_ += n;
   return Copy{.device = dev_ + p.offset, .ticket = p.ticket};

@@ -1,6 +1,6 @@
 // HostViews: weight views in a weight source's host memory (the store's
 // resident layers and ring slots under --mem-budget), copied into a ring of
-// device memory at each use, on a copy stream of their own.
+// device memory at each use, through the backend's copy queue (critical copies).
 //
 //   host    the source's buffers, pinned with register_range() (a view outside
 //           them is copied too, from pageable memory, at a lower rate)
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backend/byte_ring.h"
+#include "backend/cuda/cuda_copy_queue.h"
 
 namespace sluice::cuda {
 
@@ -34,7 +35,8 @@ class HostViews {
  public:
   // capacity: device bytes for the copies in flight and in use (at least two
   // layers' worth, so the next layer's copies need not wait for this one's kernels).
-  explicit HostViews(size_t capacity);
+  // The queue (the backend's copies, cuda_copy_queue.h) outlives the views.
+  HostViews(size_t capacity, CopyQueue& queue);
   ~HostViews();
   HostViews(const HostViews&) = delete;
   HostViews& operator=(const HostViews&) = delete;
@@ -70,7 +72,7 @@ class HostViews {
   static constexpr int kMaxLive = 64;  // copies alive at once (events in the pool)
   ByteRing ring_;
   uint8_t* dev_ = nullptr;
-  cudaStream_t copy_ = nullptr;
+  CopyQueue& queue_;
   cudaEvent_t copied_ = nullptr;          // after the last copy
   std::vector<cudaEvent_t> read_;         // [kMaxLive] by ticket % kMaxLive
   std::vector<int64_t> read_ticket_;      // which ticket read_[i] was last recorded for (-1: none)

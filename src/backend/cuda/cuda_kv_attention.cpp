@@ -87,11 +87,22 @@ void CudaBackend::move_kv_block(const KvStore& from, int32_t src, KvStore& to, i
   CHECK(from.block_bytes() == to.block_bytes() && from.layout().n_layer == to.layout().n_layer);
   CHECK(src >= 0 && src < from.n_blocks() && dst >= 0 && dst < to.n_blocks());
   const size_t bb = from.block_bytes();
+  // KV swap traffic through the copy queue (after the kernels enqueued so
+  // far), a transfer per layer; the host waits for all of it: host memory
+  // may be pageable and is read right after.
+  if (!swap_after_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&swap_after_, cudaEventDisableTiming));
+  SLUICE_CUDA_OK(cudaEventRecord(swap_after_, stream_));
+  CopyQueue& q = copy_queue();
+  swap_ids_.clear();
   for (int64_t l = 0; l < from.layout().n_layer; ++l) {
-    SLUICE_CUDA_OK(cudaMemcpyAsync(to.k_layer(l) + dst * bb, from.k_layer(l) + src * bb, bb, cudaMemcpyDefault, stream_));
-    SLUICE_CUDA_OK(cudaMemcpyAsync(to.v_layer(l) + dst * bb, from.v_layer(l) + src * bb, bb, cudaMemcpyDefault, stream_));
+    const CopyPiece kv[2] = {{to.k_layer(l) + dst * bb, from.k_layer(l) + src * bb, bb},
+                             {to.v_layer(l) + dst * bb, from.v_layer(l) + src * bb, bb}};
+    swap_ids_.push_back(q.submit(CopyClass::kSwap, kv, swap_after_));
   }
-  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // host memory may be pageable and is read right after
+  for (CopyQueue::Id id : swap_ids_) {
+    q.sync(id);
+    q.retire(id);
+  }
 }
 
 void CudaBackend::qkv_store(const QkvStoreArgs& a) {

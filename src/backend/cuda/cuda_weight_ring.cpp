@@ -8,7 +8,7 @@
 
 namespace sluice::cuda {
 
-WeightRing::WeightRing(std::vector<size_t> group_bytes, int n_slots)
+WeightRing::WeightRing(std::vector<size_t> group_bytes, int n_slots, CopyQueue& queue)
     : bytes_(std::move(group_bytes)), ring_(static_cast<int>(bytes_.size()), n_slots, *this) {
   offset_.resize(bytes_.size());
   for (size_t g = 0; g < bytes_.size(); ++g) {
@@ -17,7 +17,7 @@ WeightRing::WeightRing(std::vector<size_t> group_bytes, int n_slots)
     slot_bytes_ = std::max(slot_bytes_, weight_aligned(bytes_[g]));
   }
   SLUICE_CUDA_OK(cudaMallocHost(&host_, host_bytes_));
-  slots_ = std::make_unique<DeviceSlots>(slot_bytes_, n_slots);
+  slots_ = std::make_unique<DeviceSlots>(slot_bytes_, n_slots, queue);
 }
 
 WeightRing::~WeightRing() {
@@ -38,7 +38,7 @@ void WeightRing::release(int g, cudaStream_t compute) {
 
 void WeightRing::copy(int g, int s) {
   const auto gu = static_cast<size_t>(g);
-  slots_->begin_fill(s);  // its readers first
+  slots_->begin_fill(s, CopyClass::kCritical);  // its readers first
   slots_->copy(s, 0, host_ + offset_[gu], bytes_[gu]);
   slots_->end_fill(s);
   bytes_copied_ += bytes_[gu];

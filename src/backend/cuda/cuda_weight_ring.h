@@ -1,7 +1,7 @@
 // WeightRing: the matrices that do not fit in the GPU's budget (--gpu-budget)
 // live in pinned host memory and are copied into a ring of device slots ahead
-// of use, on a copy stream of their own, so that the copies of the next
-// dispatches overlap the kernels of this one.
+// of use, through the backend's copy queue (as critical copies), so that the
+// copies of the next dispatches overlap the kernels of this one.
 //
 //   host tier    one pinned arena, every streamed group's bytes back to back
 //                (prepare_weights fills it, in the layouts the kernels read)
@@ -33,7 +33,7 @@ namespace sluice::cuda {
 class WeightRing final : private SlotCopier {
  public:
   // group_bytes: each streamed group's size, in reading order; n_slots >= 2.
-  WeightRing(std::vector<size_t> group_bytes, int n_slots);
+  WeightRing(std::vector<size_t> group_bytes, int n_slots, CopyQueue& queue);
   ~WeightRing() override;
   WeightRing(const WeightRing&) = delete;
   WeightRing& operator=(const WeightRing&) = delete;

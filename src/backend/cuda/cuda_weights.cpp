@@ -121,7 +121,7 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
   std::unique_ptr<DeviceBuffer> arena;
   if (arena_bytes > 0) arena = std::make_unique<DeviceBuffer>(arena_bytes);
   if (!streamed_bytes.empty()) {
-    ring_ = std::make_unique<WeightRing>(streamed_bytes, kSlots);
+    ring_ = std::make_unique<WeightRing>(streamed_bytes, kSlots, copy_queue());
     p.host_groups = streams;
   }
   std::unordered_map<const uint8_t*, const uint8_t*> placed;  // host bytes -> where the views now point
@@ -226,7 +226,7 @@ void CudaBackend::release_weight(const HeldWeight& h) {
 }
 
 void CudaBackend::register_host(const uint8_t* data, size_t bytes) {
-  if (!host_views_) host_views_ = std::make_unique<HostViews>(size_t{1} << 20);  // grown by reserve()
+  if (!host_views_) host_views_ = std::make_unique<HostViews>(size_t{1} << 20, copy_queue());  // grown by reserve()
   host_views_->register_range(data, bytes);
 }
 
@@ -256,7 +256,8 @@ std::string CudaBackend::make_expert_slots(uint64_t left) {
     n = std::min<int64_t>(n, static_cast<int64_t>(free / 2 / slot));  // half left for the KV cache and scratch
   }
   if (n < 2) return "; no device slots for experts (each is copied in when chosen)";
-  experts_dev_ = std::make_unique<DeviceExperts>(expert_layers_, n_expert_, expert_bytes_, static_cast<int>(n));
+  experts_dev_ = std::make_unique<DeviceExperts>(expert_layers_, n_expert_, expert_bytes_, static_cast<int>(n),
+                                                 copy_queue());
   return fmt::format("; {} device slots of {:.1f} MiB keep the experts copied in ({:.1f} a routed layer)", n,
                      static_cast<double>(slot) / (1 << 20),
                      static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, expert_layers_)));
@@ -278,9 +279,16 @@ std::string CudaBackend::copy_summary() const {
     const DeviceExperts& e = *experts_dev_;
     const uint64_t all = e.hits() + e.misses();
     s += fmt::format("{}experts in {} device slots: {} of {} chosen found there ({:.1f}%), {} copied ahead by the "
-                     "router's prediction",
+                     "router's prediction ({} wrong ones dropped before they were copied)",
                      s.empty() ? "" : "; ", e.n_slots(), e.hits(), all,
-                     all ? 100.0 * static_cast<double>(e.hits()) / static_cast<double>(all) : 0.0, e.prefetched());
+                     all ? 100.0 * static_cast<double>(e.hits()) / static_cast<double>(all) : 0.0, e.prefetched(),
+                     e.cancelled());
+  }
+  if (copies_) {
+    const auto b = copies_->bytes_issued();
+    s += fmt::format("{}copy queue: {:.3f} GB critical, {:.3f} GB predicted, {:.3f} GB kv swap",
+                     s.empty() ? "" : "; ", static_cast<double>(b[0]) / 1e9, static_cast<double>(b[1]) / 1e9,
+                     static_cast<double>(b[2]) / 1e9);
   }
   return s;
 }
