@@ -92,6 +92,7 @@ CudaBackend::~CudaBackend() {
   for (RouteTable& t : route_tables_)
     if (t.dev) cudaFree(t.dev);
   if (route_log_) cudaFreeHost(route_log_);
+  if (route_counter_) cudaFree(route_counter_);
   cudaStreamDestroy(stream_);
 }
 

@@ -240,7 +240,7 @@ class CudaBackend final : public Backend {
   // The grouped experts' FFN: y[slot] for each of their n_rows rows (rows'
   // groups hold gate|up, `down` the same groups with down's matrices).
   void grouped_ffn(const ExpertFfnArgs& a, const ExpertWeights& like, GroupedRows rows, const MatmulGroup* down,
-                   int64_t n_rows, float* y, bool groups_from_kernel = false);
+                   int64_t n_rows, float* y, bool routed_here = false);
   // The device table of e's experts' (gate, up, down) pointers when routed_ffn
   // may route them on the device (every expert resident and grouped alike),
   // else null; kept per layer.
@@ -320,6 +320,7 @@ class CudaBackend final : public Backend {
   std::vector<RouteTable> route_tables_;  // by layer
   Mirror route_table_;                    // a call's table without a layer
   std::vector<const uint8_t*> route_host_;  // a table as it is sent
+  int32_t* route_counter_ = nullptr;        // the routing kernel's blocks done (device, 0 between launches)
 };
 
 }  // namespace sluice::cuda

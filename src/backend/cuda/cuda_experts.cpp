@@ -156,7 +156,18 @@ void CudaBackend::routed_ffn(const RouteArgs& r, const ExpertFfnArgs& e) {
   int32_t* d_y_rows = d_x_rows + n_slot;
   auto* d_gate_up = reinterpret_cast<MatmulGroup*>(dev + groups_at);
   MatmulGroup* d_down = d_gate_up + n_groups;
-  launch_route_topk(r.logits, r.n_tok, n_expert, r.n_used, r.renormalize, d_ids, d_wts, stream_);
+  // One launch: the top-k, x quantized for the experts' 8-bit kernels, the groups.
+  if (!route_counter_) {
+    SLUICE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&route_counter_), sizeof(int32_t)));
+    SLUICE_CUDA_OK(cudaMemsetAsync(route_counter_, 0, sizeof(int32_t), stream_));
+  }
+  const bool q8_in = group_kernel(e.experts[0].gate) == GroupKernel::kQ8;
+  launch_route({.logits = r.logits, .n_expert = static_cast<int32_t>(n_expert), .n_used = static_cast<int32_t>(r.n_used),
+                .renormalize = r.renormalize, .ids = d_ids, .weights = d_wts, .x = e.x,
+                .n_embd = static_cast<int32_t>(e.n_embd), .qx = q8_in ? quantized_x(e.n_embd, r.n_tok) : QuantizedX{},
+                .table = table, .n_groups = static_cast<int32_t>(n_groups), .gate_up = d_gate_up, .down = d_down,
+                .x_rows = d_x_rows, .y_rows = d_y_rows, .counter = route_counter_},
+               r.n_tok, stream_);
   // The ids and weights to the host, in pinned memory until the next wait.
   const size_t log_bytes = static_cast<size_t>(n_slot) * (sizeof(int32_t) + sizeof(float));
   if (route_log_used_ + log_bytes > route_log_cap_) {
@@ -170,14 +181,13 @@ void CudaBackend::routed_ffn(const RouteArgs& r, const ExpertFfnArgs& e) {
   SLUICE_CUDA_OK(cudaMemcpyAsync(route_log_ + route_log_used_, dev, log_bytes, cudaMemcpyDeviceToHost, stream_));
   routes_pending_.push_back({.off = route_log_used_, .ids = r.ids, .weights = r.weights, .n = n_slot});
   route_log_used_ += log_bytes;
-  launch_group_rows(d_ids, n_slot, r.n_used, n_expert, table, n_groups, d_gate_up, d_down, d_x_rows, d_y_rows, stream_);
   // Rows a pass takes: the mean rows an expert gets (a group with more takes more passes).
   const int64_t per_group = (n_slot + n_groups - 1) / n_groups;
   float* y = scratch(kExpertY, n_slot * e.n_embd);
   grouped_ffn(e, e.experts[0],
               GroupedRows{.groups = d_gate_up, .n_groups = n_groups, .max_count = per_group, .x_rows = d_x_rows,
                           .y_rows = d_y_rows},
-              d_down, n_slot, y, /*groups_from_kernel=*/true);
+              d_down, n_slot, y, /*routed_here=*/true);
   float* ys = nullptr;
   if (e.shared) {
     ys = scratch(kSharedY, e.n_tok * e.n_embd);
@@ -341,7 +351,7 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
 
 // rows: x_rows the token of each grouped row, y_rows its slot.
 void CudaBackend::grouped_ffn(const ExpertFfnArgs& a, const ExpertWeights& like, GroupedRows rows,
-                              const MatmulGroup* down, int64_t n_rows, float* y, bool groups_from_kernel) {
+                              const MatmulGroup* down, int64_t n_rows, float* y, bool routed_here) {
   // h = act(gate x) * up x for every grouped row: [n_rows, n_ff] in grouped order
   float* g = scratch(kExpertGate, n_rows * a.n_ff);
   float* u = scratch(kExpertUp, n_rows * a.n_ff);
@@ -349,16 +359,19 @@ void CudaBackend::grouped_ffn(const ExpertFfnArgs& a, const ExpertWeights& like,
   const int32_t* slots = rows.y_rows;
   rows.y_rows = nullptr;  // gate|up: x rows by token, h rows in grouped order
   const bool q8_in = group_kernel(like.gate) == GroupKernel::kQ8, q8_down = group_kernel(like.down) == GroupKernel::kQ8;
-  if (q8_in) {
-    const QuantizedX qx = quantized_x(a.n_embd, a.n_tok);  // each token once; rows pick theirs
-    quantize_x(a.x, a.n_embd, a.n_embd, a.n_tok, qx, stream_);
-    launch_matmul_q8_grouped(like.gate.type, like.gate.layout, a.n_embd, a.n_ff, rows, qx, gate_up, a.n_ff, stream_);
-  } else {
+  {
     // The launch reads its group before it waits for the kernel before it
-    // (cuda_pdl.cuh): not early when that kernel wrote the groups.
+    // (cuda_pdl.cuh): not early when that kernel (routed_ffn's) wrote the groups.
     std::optional<PdlBlock> plain;
-    if (groups_from_kernel) plain.emplace();
-    launch_matmul_grouped(like.gate.type, a.n_embd, a.n_ff, rows, a.x, a.n_embd, gate_up, a.n_ff, stream_);
+    if (routed_here) plain.emplace();
+    if (q8_in) {
+      // x quantized once per token (rows pick theirs): by the routing kernel when it ran
+      const QuantizedX qx = quantized_x(a.n_embd, a.n_tok);
+      if (!routed_here) quantize_x(a.x, a.n_embd, a.n_embd, a.n_tok, qx, stream_);
+      launch_matmul_q8_grouped(like.gate.type, like.gate.layout, a.n_embd, a.n_ff, rows, qx, gate_up, a.n_ff, stream_);
+    } else {
+      launch_matmul_grouped(like.gate.type, a.n_embd, a.n_ff, rows, a.x, a.n_embd, gate_up, a.n_ff, stream_);
+    }
   }
   // down: h's rows in grouped order, each to its slot's row of y
   rows.x_rows = nullptr;

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_quantize.cuh"
 #include "backend/cuda/cuda_rows.cuh"
 #include "base/check.h"
 #include "quant/blocks.h"
@@ -13,19 +14,6 @@ namespace sluice::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // per thread block; a warp owns R output rows
-
-// Lane i of a warp holds element i of block b of token t: quantize it into qx.
-__device__ __forceinline__ void quantize_lane(float v, int64_t t, int64_t b, int lane, const QuantizedX& qx) {
-  const float amax = warp_max(fabsf(v));
-  const float d = amax / 127.0f;
-  const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
-  qx.q[t * qx.n_in + b * 32 + lane] = static_cast<int8_t>(q);
-  const float sum = warp_sum(static_cast<float>(q));
-  if (lane == 0) {
-    qx.d[t * (qx.n_in / 32) + b] = d;
-    qx.s[t * (qx.n_in / 32) + b] = d * sum;
-  }
-}
 
 // A warp per block of 32: lane i quantizes element i.
 __global__ void quantize_x_kernel(const float* x, int64_t x_stride, int64_t n_blocks, QuantizedX qx) {

@@ -154,7 +154,7 @@ inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
   for (int i = 0; i < 4; ++i) c += ((a >> (8 * i)) & 0xffu) * ((b >> (8 * i)) & 0xffu);
   return c;
 }
-// Atomics: real ones (blocks may run on several host threads); old value returned.
+// Atomics: real ones (launches may run on several host threads); old value returned.
 template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
 inline T atomicAdd(T* p, T v) {
   return std::atomic_ref<T>(*p).fetch_add(v);
@@ -167,6 +167,10 @@ inline T atomicMax(T* p, T v) {
   }
   return old;
 }
+
+// A launch's blocks run one after another on the calling thread here; the
+// fence orders its writes for other host threads (a copy queue's pump).
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
