@@ -15,7 +15,8 @@
 //
 // (*) with 8-bit activations, act writes h and its quantization in one kernel.
 //
-// SLUICE_CUDA_GROUPED_EXPERTS=0 sends every expert one at a time (the A/B in
+// SLUICE_CUDA_GROUPED_EXPERTS=0 sends every expert one at a time, and
+// SLUICE_CUDA_DEVICE_ROUTING=0 routes on the host (the A/Bs in
 // scripts/cuda-device-run).
 #include <algorithm>
 #include <cstdlib>
@@ -36,11 +37,18 @@ namespace sluice::cuda {
 
 namespace {
 
+bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, "0") == 0;
+}
+
 bool grouping_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("SLUICE_CUDA_GROUPED_EXPERTS");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool on = !env_off("SLUICE_CUDA_GROUPED_EXPERTS");
+  return on;
+}
+
+bool device_routing_on() {
+  static const bool on = !env_off("SLUICE_CUDA_DEVICE_ROUTING");
   return on;
 }
 
@@ -132,7 +140,7 @@ const uint8_t* const* CudaBackend::route_table(const ExpertFfnArgs& e) {
 void CudaBackend::routed_ffn(const RouteArgs& r, const ExpertFfnArgs& e) {
   flush_add();
   const int64_t n_slot = r.n_tok * r.n_used, n_expert = r.n_expert;
-  const bool shape_ok = grouping_on() && e.next == nullptr && r.n_tok > 0 && n_slot <= kGroupedRows &&
+  const bool shape_ok = grouping_on() && device_routing_on() && e.next == nullptr && r.n_tok > 0 && n_slot <= kGroupedRows &&
                         n_expert <= kMaxRouteExperts && r.n_used <= kMaxRouteUsed && r.n_used <= n_expert &&
                         static_cast<int64_t>(e.experts.size()) == n_expert &&
                         reinterpret_cast<uintptr_t>(e.x) % 16 == 0 && e.n_embd % 4 == 0;
