@@ -328,6 +328,35 @@ void mma_m16n8k16_f16_f32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1)
   for (int i = 0; i < 4; ++i) c[i] = out[i];
 }
 
+// Fragments of mma.sync.m16n8k32 (S8 A row-major 16x32, B col-major 32x8,
+// C/D S32 16x8), lane = 4 g + t: a[0] holds A[g][4t..4t+3], a[1] A[g+8][4t..],
+// a[2] A[g][4t+16..], a[3] A[g+8][4t+16..]; b0 holds B[4t..4t+3][g], b1
+// B[4t+16..][g]; c as in m16n8k16. The lowest byte of a word is the lowest k.
+void mma_m16n8k32_s8_s32(int32_t* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  Fiber& f = *t_fiber;
+  auto& set = t_block->warps[static_cast<size_t>(f.warp)].slot[f.exchanges++ & 1];
+  const int lane = f.lane;
+  set[lane][0] = a[0] | uint64_t{a[1]} << 32;
+  set[lane][1] = a[2] | uint64_t{a[3]} << 32;
+  set[lane][2] = b0 | uint64_t{b1} << 32;
+  warp_barrier();
+  auto byte_of = [&](int l, int reg, int k) {
+    const auto w = static_cast<uint32_t>(set[l][reg / 2] >> (32 * (reg % 2)));
+    return static_cast<int32_t>(static_cast<int8_t>(static_cast<uint8_t>(w >> (8 * (k % 4)))));
+  };
+  auto A = [&](int r, int k) { return byte_of(4 * (r % 8) + (k % 16) / 4, (r >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0), k); };
+  auto B = [&](int k, int n) { return byte_of(4 * n + (k % 16) / 4, 4 + (k >= 16 ? 1 : 0), k); };
+  const int g = lane / 4, t = lane % 4;
+  int32_t out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + i % 2;
+    int32_t s = c[i];
+    for (int k = 0; k < 32; ++k) s += A(r, k) * B(k, n);
+    out[i] = s;
+  }
+  for (int i = 0; i < 4; ++i) c[i] = out[i];
+}
+
 bool launch_ok(dim3 grid, dim3 block) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||

@@ -104,6 +104,48 @@ TEST(CudaEmulator, MmaTileIsTheMatrixProductInPtxFragmentLayout) {
   cudaFree(da), cudaFree(db), cudaFree(dd);
 }
 
+// One m16n8k32 int8 tile in the PTX manual's layout (a: A[g][4t..4t+3],
+// A[g+8][4t..], A[g][4t+16..], A[g+8][4t+16..]; b: B[4t..][g], B[4t+16..][g]).
+__global__ void mma_tile_s8(const int8_t* a, const int8_t* b, int32_t* d) {
+  const int lane = static_cast<int>(threadIdx.x), g = lane / 4, t = lane % 4;
+  auto word = [](const int8_t* p, int i0, int step) {
+    uint32_t w = 0;
+    for (int i = 0; i < 4; ++i) w |= static_cast<uint32_t>(static_cast<uint8_t>(p[i0 + i * step])) << (8 * i);
+    return w;
+  };
+  const uint32_t af[4] = {word(a, g * 32 + 4 * t, 1), word(a, (g + 8) * 32 + 4 * t, 1), word(a, g * 32 + 4 * t + 16, 1),
+                          word(a, (g + 8) * 32 + 4 * t + 16, 1)};
+  // b is B[k][n] row major, 32 x 8.
+  const uint32_t b0 = word(b, (4 * t) * 8 + g, 8), b1 = word(b, (4 * t + 16) * 8 + g, 8);
+  int32_t c[4] = {3, 3, 3, 3};
+  ::sluice_emu::mma_m16n8k32_s8_s32(c, af, b0, b1);
+  d[g * 8 + 2 * t] = c[0], d[g * 8 + 2 * t + 1] = c[1];
+  d[(g + 8) * 8 + 2 * t] = c[2], d[(g + 8) * 8 + 2 * t + 1] = c[3];
+}
+
+TEST(CudaEmulator, Int8MmaTileIsTheMatrixProductInPtxFragmentLayout) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> any(-128, 127);
+  std::vector<int8_t> a(16 * 32), b(32 * 8);
+  for (int8_t& v : a) v = static_cast<int8_t>(any(rng));
+  for (int8_t& v : b) v = static_cast<int8_t>(any(rng));
+  int8_t *da, *db;
+  int32_t* dd;
+  cudaMalloc(&da, a.size()), cudaMalloc(&db, b.size()), cudaMalloc(&dd, 16 * 8 * 4);
+  cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
+  ::sluice_emu::launch(1, 32)([&](auto&&... p) { mma_tile_s8(p...); }, da, db, dd);
+  std::vector<int32_t> d(16 * 8);
+  cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      int32_t want = 3;
+      for (int k = 0; k < 32; ++k) want += a[static_cast<size_t>(r * 32 + k)] * b[static_cast<size_t>(k * 8 + n)];
+      EXPECT_EQ(d[static_cast<size_t>(r * 8 + n)], want) << "D[" << r << "][" << n << "]";
+    }
+  cudaFree(da), cudaFree(db), cudaFree(dd);
+}
+
 TEST(CudaEmulator, SixteenBitFloatsRoundToNearestEven) {
   EXPECT_EQ(__half_as_ushort(__float2half_rn(1.0f)), 0x3c00);
   EXPECT_EQ(__half_as_ushort(__float2half_rn(0.1f)), 0x2e66);

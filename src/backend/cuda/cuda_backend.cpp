@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -143,8 +144,10 @@ AttnRounding CudaBackend::attention_rounding(int64_t head_dim, int64_t n_query) 
 }
 
 int64_t CudaBackend::batch_invariant_tokens() const {
-  const int64_t flash = kFlashMinQueries - 1;  // fewer query tokens of a sequence stay on launch_attention
-  return prefill_->on() ? std::min(flash, prefill_->min_tokens() - 1) : flash;
+  int64_t n = kFlashMinQueries - 1;  // fewer query tokens of a sequence stay on launch_attention
+  if (prefill_->on()) n = std::min(n, prefill_->min_tokens() - 1);
+  // Q4_0 / Q8_0 batches past the dp4a kernels' 8 tokens take the tensor cores (cuda_mmq.cu).
+  return mmq_on() ? std::min(n, kMmqMinTokens - 1) : n;
 }
 
 TrainOps* CudaBackend::train_ops() {
@@ -339,8 +342,21 @@ void CudaBackend::launch_q8(std::span<const MatmulOut> outs, const QuantizedX& q
   WeightView ws[4];
   float* ys[4];
   for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].w, ys[i] = outs[i].y;
-  launch_matmul_q8(std::span<const WeightView>(ws, outs.size()), std::span<float* const>(ys, outs.size()), qx, n_tok,
-                   stream_);
+  const std::span<const WeightView> wspan(ws, outs.size());
+  const std::span<float* const> yspan(ys, outs.size());
+  if (n_tok >= kMmqMinTokens && mmq_on()) {  // batches: the tensor cores, one pass over the weights per 32 tokens
+    launch_matmul_mmq(wspan, yspan, qx, n_tok, stream_);
+    return;
+  }
+  launch_matmul_q8(wspan, yspan, qx, n_tok, stream_);
+}
+
+bool CudaBackend::mmq_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("SLUICE_CUDA_MMQ");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
 }
 
 void CudaBackend::norm_matmul(const NormMatmulArgs& a) {

@@ -200,7 +200,10 @@ class CudaBackend final : public Backend {
   bool one_q8_launch(std::span<const MatmulOut> outs, int64_t n_tok) const;
   // The scratch for x quantized to 8 bits, n_tok rows of n_in.
   QuantizedX quantized_x(int64_t n_in, int64_t n_tok);
+  // The 8-bit launch of outs: the dp4a kernels, or from kMmqMinTokens tokens
+  // the int8 tensor cores (SLUICE_CUDA_MMQ=0: never).
   void launch_q8(std::span<const MatmulOut> outs, const QuantizedX& qx, int64_t n_tok);
+  static bool mmq_on();
   // add() is deferred to the next call: a norm over the same rows takes it
   // (take_add returns its y, to fuse; else it launches it and returns null),
   // every other entry point launches it first (flush_add).

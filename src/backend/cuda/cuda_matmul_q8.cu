@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_q8_blocks.cuh"
 #include "backend/cuda/cuda_quantize.cuh"
 #include "backend/cuda/cuda_rows.cuh"
 #include "base/check.h"
@@ -69,22 +70,11 @@ __global__ void glu_quantize_kernel(float* gate, const float* up, int64_t n, int
   quantize_lane(h, t, b, lane, qx);
 }
 
-__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint16_t*>(p)); }
-__device__ __forceinline__ int ld32_a2(const uint8_t* p) { return static_cast<int>(ld16(p) | ld16(p + 2) << 16); }
-__device__ __forceinline__ float f16(uint32_t bits) { return __half2float(__ushort_as_half(static_cast<uint16_t>(bits))); }
-
 // One 32-weight block's raw bytes: d and 4 (Q4_0) or 8 (Q8_0) words of quants.
 template <bool Q8>
 struct Block {
   uint32_t d;
   int w[Q8 ? 8 : 4];
-};
-
-// Where a row's blocks are. GGUF rows: block b at q + b * (2 + QB), its scale
-// first. Split scales: its quants at q + b * QB (16-byte aligned), its scale at d[b].
-struct RowAt {
-  const uint8_t* q;
-  const uint16_t* d;
 };
 
 template <bool Q8, bool Split>
@@ -135,39 +125,6 @@ __device__ __forceinline__ float block_dot(const Block<Q8>& b, const int4 xa, co
       sumi = __dp4a((b.w[i] >> 4) & 0x0f0f0f0f, xs_hi[i], sumi);
     }
     return f16(b.d) * (d * static_cast<float>(sumi) - 8.0f * s);
-  }
-}
-
-// Up to kMaxParts matrices of one type and width sharing x (q/k/v, gate/up),
-// their rows one after the other: part p covers global rows [end[p-1], end[p]).
-constexpr int kMaxParts = 4;
-struct Parts {
-  const uint8_t* w[kMaxParts] = {};
-  float* y[kMaxParts] = {};        // [n_tok, its n_out]
-  int64_t end[kMaxParts] = {};
-  int64_t stride[kMaxParts] = {};  // y row stride
-  int n = 0;
-};
-
-__device__ __forceinline__ int part_of(const Parts& p, int64_t g) {
-  int i = 0;
-#pragma unroll
-  for (int k = 0; k < kMaxParts - 1; ++k) i += (k < p.n - 1 && g >= p.end[k]) ? 1 : 0;
-  return i;
-}
-
-template <bool Q8>
-constexpr int kQuantBytes = Q8 ? 32 : 16;  // quant bytes of a block
-
-// Row `local` of a matrix of n_rows rows at w.
-template <bool Q8, bool Split>
-__device__ __forceinline__ RowAt row_at(const uint8_t* w, int64_t local, int64_t n_rows, int n_blocks) {
-  constexpr int kQB = kQuantBytes<Q8>;
-  if constexpr (Split) {
-    const uint8_t* scales = w + n_rows * n_blocks * kQB;
-    return {w + local * n_blocks * kQB, reinterpret_cast<const uint16_t*>(scales) + local * n_blocks};
-  } else {
-    return {w + local * n_blocks * (kQB + 2), nullptr};
   }
 }
 

@@ -58,6 +58,16 @@ void glu_quantize_x(float* gate, const float* up, int64_t n_tok, int64_t n, Acti
 void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
                       cudaStream_t s);
 
+// launch_matmul_q8's matmul on the int8 tensor cores (cuda_mmq.cu), for
+// batches past the dp4a kernels' 8 tokens a pass: one pass over the weights
+// serves up to 32 tokens. Not the dp4a kernels' bits (the sums go in another
+// order); a token's result still depends on that token alone.
+void launch_matmul_mmq(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
+                       cudaStream_t s);
+// Calls of at least this many tokens take launch_matmul_mmq (unless
+// SLUICE_CUDA_MMQ=0); fewer take the dp4a kernels.
+inline constexpr int64_t kMmqMinTokens = 9;
+
 // launch_matmul_grouped's grouped matmul (cuda_matmul.cuh) with x as
 // quantized: group g's rows read rows x_row(i) of qx. Every group's w[p] is a
 // matrix of (type, layout, n_in, n_out) that matmul_q8_takes, 2-byte aligned

@@ -61,6 +61,9 @@ int lane_id();
 // One m16n8k16 tile product over the warp: c (4 floats a lane) += a b, a and b
 // F16 pairs in mma.sync's fragment layout.
 void mma_m16n8k16_f16_f32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1);
+// One m16n8k32 tile product over the warp: c (4 ints a lane) += a b, a and b
+// signed bytes (4 a word) in mma.sync's fragment layout.
+void mma_m16n8k32_s8_s32(int32_t* c, const uint32_t* a, uint32_t b0, uint32_t b1);
 
 // Whether a launch of this shape is valid (as the device would judge it); a
 // bad one is recorded as the error cudaGetLastError() returns.

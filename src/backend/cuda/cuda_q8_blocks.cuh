@@ -1,0 +1,56 @@
+// Where Q4_0 / Q8_0 blocks are and how they are read, for the kernels that
+// multiply them with 8-bit x (cuda_matmul_q8.cu's dp4a GEMV, cuda_mmq.cu's
+// tensor-core small GEMM). Included by .cu files only.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_fp16.h>
+
+namespace sluice::cuda {
+
+__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint16_t*>(p)); }
+__device__ __forceinline__ int ld32_a2(const uint8_t* p) { return static_cast<int>(ld16(p) | ld16(p + 2) << 16); }
+__device__ __forceinline__ float f16(uint32_t bits) { return __half2float(__ushort_as_half(static_cast<uint16_t>(bits))); }
+
+// Where a row's blocks are. GGUF rows: block b at q + b * (2 + QB), its scale
+// first. Split scales: its quants at q + b * QB (16-byte aligned), its scale at d[b].
+struct RowAt {
+  const uint8_t* q;
+  const uint16_t* d;
+};
+
+template <bool Q8>
+constexpr int kQuantBytes = Q8 ? 32 : 16;  // quant bytes of a block
+
+// Row `local` of a matrix of n_rows rows at w.
+template <bool Q8, bool Split>
+__device__ __forceinline__ RowAt row_at(const uint8_t* w, int64_t local, int64_t n_rows, int n_blocks) {
+  constexpr int kQB = kQuantBytes<Q8>;
+  if constexpr (Split) {
+    const uint8_t* scales = w + n_rows * n_blocks * kQB;
+    return {w + local * n_blocks * kQB, reinterpret_cast<const uint16_t*>(scales) + local * n_blocks};
+  } else {
+    return {w + local * n_blocks * (kQB + 2), nullptr};
+  }
+}
+
+// Up to kMaxParts matrices of one type and width sharing x (q/k/v, gate/up),
+// their rows one after the other: part p covers global rows [end[p-1], end[p]).
+constexpr int kMaxParts = 4;
+struct Parts {
+  const uint8_t* w[kMaxParts] = {};
+  float* y[kMaxParts] = {};        // [n_tok, its n_out]
+  int64_t end[kMaxParts] = {};
+  int64_t stride[kMaxParts] = {};  // y row stride
+  int n = 0;
+};
+
+__device__ __forceinline__ int part_of(const Parts& p, int64_t g) {
+  int i = 0;
+#pragma unroll
+  for (int k = 0; k < kMaxParts - 1; ++k) i += (k < p.n - 1 && g >= p.end[k]) ? 1 : 0;
+  return i;
+}
+
+}  // namespace sluice::cuda
