@@ -20,10 +20,14 @@ const SHOTS = process.env.SCREENSHOT_DIR || "";
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // `sluice serve` on a free port; resolves once /health says ok.
-async function startServer(args) {
+async function startServer(args, waitS = 30) {
   const child = spawn(BIN, ["serve", "--host", "127.0.0.1", "--port", "0", "-t", "1", ...args],
                       { stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
+  // Set from the start: a server whose model fails to load may exit right
+  // after it says "listening", before a handler added later would see it.
+  let exited = false;
+  child.on("exit", () => { exited = true; });
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error("no port after 30 s:\n" + log)), 30000);
     child.stderr.on("data", (d) => {
@@ -33,14 +37,14 @@ async function startServer(args) {
     });
     child.on("exit", (code) => reject(new Error(`sluice serve exited ${code}:\n${log}`)));
   });
-  let exited = false;  // after "listening": the model failed to load
-  child.on("exit", () => { exited = true; });
   const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 300 && !exited; i++) {
-    try { if ((await fetch(url + "/health")).ok) break; } catch { /* not yet */ }
-    await sleep(100);
+  let healthy = false;
+  for (let i = 0; i < 10 * waitS && !exited && !healthy; i++) {
+    try { healthy = (await fetch(url + "/health")).ok; } catch { /* not yet */ }
+    if (!healthy) await sleep(100);
   }
-  return { url, child, log: () => log, stop: () => child.kill("SIGTERM"), exited: () => exited };
+  return { url, child, log: () => log, stop: () => child.kill("SIGTERM"), exited: () => exited,
+           healthy: () => healthy };
 }
 
 let failed = 0;
@@ -292,14 +296,16 @@ try {
 // Three tiers on the GPU (a device, or a build for the CUDA emulator,
 // tests/cuda_emu): the layer the device holds is drawn as GPU, the streamed
 // ones as disk. Without a cuda backend here the check says why and skips.
+// A busy machine (or the emulator) may take long to load or to give up.
 const gpu = await startServer(["-m", DENSE, "--backend", "cuda", "--kv-budget-mib", "1", "--gpu-budget", "2000K",
-                               "--mem-budget", "1000K"]);
+                               "--mem-budget", "1000K"], 120);
 try {
   const name = "three tiers on cuda: the layer the GPU holds is drawn as GPU, the streamed ones as disk";
   if (gpu.exited()) {
     console.log(`ok - ${name} # SKIP ${gpu.log().trim().split("\n").pop()}`);
   } else {
     await check(name, async () => {
+      assert.ok(gpu.healthy(), "the server neither loaded the model nor exited in 120 s:\n" + gpu.log());
       const { page, errors, context } = await openPage(browser, gpu.url);
       await waitLive(page);
       await page.waitForFunction(() => document.querySelectorAll("#layers span").length === 5);
