@@ -103,7 +103,8 @@ CopyClass CopySchedule::class_of(Id id) const {
 
 void CopySchedule::take(int r, Chunk* out) {
   Transfer& t = transfers_[static_cast<size_t>(r)];
-  const CopyPiece& p = pieces_[static_cast<size_t>(r) * static_cast<size_t>(max_pieces_) + static_cast<size_t>(t.piece)];
+  const size_t at = static_cast<size_t>(r) * static_cast<size_t>(max_pieces_) + static_cast<size_t>(t.piece);
+  const CopyPiece& p = pieces_[at];
   const size_t n = std::min(chunk_bytes_, p.n - t.offset);
   out->id = t.id;
   out->cls = t.cls;

@@ -140,9 +140,9 @@ const uint8_t* const* CudaBackend::route_table(const ExpertFfnArgs& e) {
 void CudaBackend::routed_ffn(const RouteArgs& r, const ExpertFfnArgs& e) {
   flush_add();
   const int64_t n_slot = r.n_tok * r.n_used, n_expert = r.n_expert;
-  const bool shape_ok = grouping_on() && device_routing_on() && e.next == nullptr && r.n_tok > 0 && n_slot <= kGroupedRows &&
-                        n_expert <= kMaxRouteExperts && r.n_used <= kMaxRouteUsed && r.n_used <= n_expert &&
-                        static_cast<int64_t>(e.experts.size()) == n_expert &&
+  const bool shape_ok = grouping_on() && device_routing_on() && e.next == nullptr && r.n_tok > 0 &&
+                        n_slot <= kGroupedRows && n_expert <= kMaxRouteExperts && r.n_used <= kMaxRouteUsed &&
+                        r.n_used <= n_expert && static_cast<int64_t>(e.experts.size()) == n_expert &&
                         reinterpret_cast<uintptr_t>(e.x) % 16 == 0 && e.n_embd % 4 == 0;
   // No expert takes more rows than there are tokens: too few for the tensor cores.
   const MatmulOut gate_up[2] = {{e.experts.empty() ? WeightView{} : e.experts[0].gate, nullptr},
@@ -170,7 +170,8 @@ void CudaBackend::routed_ffn(const RouteArgs& r, const ExpertFfnArgs& e) {
     SLUICE_CUDA_OK(cudaMemsetAsync(route_counter_, 0, sizeof(int32_t), stream_));
   }
   const bool q8_in = group_kernel(e.experts[0].gate) == GroupKernel::kQ8;
-  launch_route({.logits = r.logits, .n_expert = static_cast<int32_t>(n_expert), .n_used = static_cast<int32_t>(r.n_used),
+  launch_route({.logits = r.logits, .n_expert = static_cast<int32_t>(n_expert),
+                .n_used = static_cast<int32_t>(r.n_used),
                 .renormalize = r.renormalize, .ids = d_ids, .weights = d_wts, .x = e.x,
                 .n_embd = static_cast<int32_t>(e.n_embd), .qx = q8_in ? quantized_x(e.n_embd, r.n_tok) : QuantizedX{},
                 .table = table, .n_groups = static_cast<int32_t>(n_groups), .gate_up = d_gate_up, .down = d_down,
@@ -256,8 +257,11 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   for (int32_t e : order) {
     const int64_t start = k;
     for (int64_t i = 0; i < n_slot; ++i)
-      if (a.ids[i] == e)
-        tok_[static_cast<size_t>(k)] = static_cast<int32_t>(i / a.n_used), slot_[static_cast<size_t>(k)] = static_cast<int32_t>(i), ++k;
+      if (a.ids[i] == e) {
+        tok_[static_cast<size_t>(k)] = static_cast<int32_t>(i / a.n_used);
+        slot_[static_cast<size_t>(k)] = static_cast<int32_t>(i);
+        ++k;
+      }
     counts_.push_back(k - start);
   }
   // Which experts go grouped: resident, too few rows for the tensor cores,

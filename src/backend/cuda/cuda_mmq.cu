@@ -76,8 +76,8 @@ __device__ __forceinline__ RowWords load_words(const RowAt& r, int b, int t) {
 }
 
 template <bool Q8, bool Split, int J>
-__global__ void __launch_bounds__(kWarps * 32, J <= 2 ? 2 : 1) mmq_kernel(const Parts parts, int n_blocks, int64_t n_out,
-                                                          const QuantizedX qx, int n_tok) {
+__global__ void __launch_bounds__(kWarps * 32, J <= 2 ? 2 : 1)
+    mmq_kernel(const Parts parts, int n_blocks, int64_t n_out, const QuantizedX qx, int n_tok) {
   pdl_trigger();
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, t = lane % 4;

@@ -49,13 +49,14 @@ struct Outputs {
   std::vector<std::vector<float>> mmq, dp4a;
 };
 
-Outputs run_both(DType type, WeightLayout layout, int64_t n_in, std::vector<int64_t> n_outs, const std::vector<float>& x,
-                 int64_t n_tok) {
+Outputs run_both(DType type, WeightLayout layout, int64_t n_in, const std::vector<int64_t>& n_outs,
+                 const std::vector<float>& x, int64_t n_tok) {
   std::vector<std::unique_ptr<DevMem>> mats;
   std::vector<WeightView> ws;
   for (size_t p = 0; p < n_outs.size(); ++p) {
     mats.push_back(matrix(type, layout, n_in, n_outs[p], 11 + static_cast<uint32_t>(p)));
-    ws.push_back({.type = type, .data = mats.back()->as<uint8_t>(), .n_in = n_in, .n_out = n_outs[p], .layout = layout});
+    ws.push_back(
+        {.type = type, .data = mats.back()->as<uint8_t>(), .n_in = n_in, .n_out = n_outs[p], .layout = layout});
   }
   DevMem dx(x.size() * sizeof(float));
   copy_to_device(dx.p, x.data(), x.size() * sizeof(float));

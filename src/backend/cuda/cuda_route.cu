@@ -32,7 +32,11 @@ __device__ void route_token(const RouteDev& r, int64_t t, unsigned char* taken, 
     for (int e = tid; e < r.n_expert; e += kRouteThreads)
       if (!taken[e]) better(v, i, lg[e], e);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+      const int i2 = __shfl_xor_sync(0xffffffffu, i, o);
+      better(v, i, v2, i2);
+    }
     if (lane == 0) best_v[warp] = v, best_i[warp] = i;
     __syncthreads();
     if (tid == 0) {
