@@ -13,7 +13,12 @@ CopyQueue::CopyQueue(const CopyQueueOptions& options)
   for (Rec& r : recs_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&r.done, cudaEventDisableTiming));
   free_events_.resize(static_cast<size_t>(options.max_in_flight) + 8);
   for (cudaEvent_t& e : free_events_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  pump_ = std::thread([this] { pump(); });
+  int device = 0;
+  SLUICE_CUDA_OK(cudaGetDevice(&device));
+  pump_ = std::thread([this, device] {
+    SLUICE_CUDA_OK(cudaSetDevice(device));  // the current device is per thread: the backend's
+    pump();
+  });
 }
 
 CopyQueue::~CopyQueue() {
