@@ -1,19 +1,25 @@
-// CudaBackend's mixture-of-experts half: route() and expert_ffn().
+// CudaBackend's mixture-of-experts half: route(), expert_ffn() and
+// routed_ffn().
 //
 // expert_ffn groups the step's (token, slot) rows by expert. Experts whose
 // weights are resident on the device and whose rows are too few for the
 // tensor cores go as one grouped launch per matrix for all of them
 // (cuda_matmul.cuh's MatmulGroup), which is what decode needs: at one token a
-// routed layer is k experts of small matrices, and one launch each would be
-// ~5k short kernels a layer, mostly launch latency. The others (many rows:
+// routed layer is k experts of small matrices, and 5-7 launches each (~50 a
+// layer at top-8) would be mostly launch latency. The others (many rows:
 // prefill; or bytes a copy must bring in first: expert slots, host views, the
-// streamed ring) go one expert at a time as before.
+// streamed ring) go one expert at a time.
 //
 //   grouped:  [quantize x]  gate|up (2 parts, x rows by token)  act(*)  down (y rows by slot)
 //   one by one per expert:  gather x rows  gate|up  act  down  scatter to slots
 //   then:     shared expert, expert_sum (slots in order, weighted)
 //
 // (*) with 8-bit activations, act writes h and its quantization in one kernel.
+//
+// routed_ffn does the grouped path without the host: the routing kernel
+// (cuda_route.cuh) writes the ids, quantizes x and builds the groups' table
+// from a per-layer table of the experts' pointers (route_table), and the ids
+// reach the caller's arrays at the next wait (drain_routes).
 //
 // SLUICE_CUDA_GROUPED_EXPERTS=0 sends every expert one at a time, and
 // SLUICE_CUDA_DEVICE_ROUTING=0 routes on the host (the A/Bs in
