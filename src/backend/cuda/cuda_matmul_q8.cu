@@ -356,35 +356,17 @@ void launch_matmul_q8_grouped(DType type, WeightLayout layout, int64_t n_in, int
   GroupedQ8 a{.groups = g.groups, .x_rows = g.x_rows, .y_rows = g.y_rows, .n_parts = static_cast<int>(ys.size()),
               .n_out = n_out, .y_stride = y_stride};
   for (size_t p = 0; p < ys.size(); ++p) a.y[p] = ys[p];
-  const bool q8 = type == DType::kQ8_0, split = layout == WeightLayout::kSplitScales;
-  if (q8 && split) launch_grouped<true, true>(a, n_in, g, qx, s);
-  else if (q8) launch_grouped<true, false>(a, n_in, g, qx, s);
-  else if (split) launch_grouped<false, true>(a, n_in, g, qx, s);
-  else launch_grouped<false, false>(a, n_in, g, qx, s);
+  with_q8_layout(type, layout, [&]<bool Q8, bool Split>() { launch_grouped<Q8, Split>(a, n_in, g, qx, s); });
 }
 
 void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
                       cudaStream_t s) {
-  CHECK(!ws.empty() && ws.size() <= static_cast<size_t>(kMaxParts) && ws.size() == ys.size());
   Parts parts;
-  int64_t end = 0;
-  for (size_t p = 0; p < ws.size(); ++p) {
-    CHECK(matmul_q8_takes(ws[p]) && ws[p].type == ws[0].type && ws[p].layout == ws[0].layout && ws[p].n_in == ws[0].n_in &&
-          qx.n_in >= ws[p].n_in);
-    end += ws[p].n_out;
-    parts.w[p] = ws[p].data;
-    parts.y[p] = ys[p];
-    parts.end[p] = end;
-    parts.stride[p] = ws[p].n_out;
-  }
-  parts.n = static_cast<int>(ws.size());
-  if (end == 0 || n_tok == 0) return;
-  const int64_t n_in = ws[0].n_in;
-  const bool q8 = ws[0].type == DType::kQ8_0, split = ws[0].layout == WeightLayout::kSplitScales;
-  if (q8 && split) launch_type<true, true>(parts, n_in, end, qx, n_tok, s);
-  else if (q8) launch_type<true, false>(parts, n_in, end, qx, n_tok, s);
-  else if (split) launch_type<false, true>(parts, n_in, end, qx, n_tok, s);
-  else launch_type<false, false>(parts, n_in, end, qx, n_tok, s);
+  const int64_t n_out = q8_parts(ws, ys, qx.n_in, &parts);
+  if (n_out == 0 || n_tok == 0) return;
+  with_q8_layout(ws[0].type, ws[0].layout, [&]<bool Q8, bool Split>() {
+    launch_type<Q8, Split>(parts, ws[0].n_in, n_out, qx, n_tok, s);
+  });
 }
 
 }  // namespace sluice::cuda

@@ -4,8 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_matmul_q8.cuh"
+#include "backend/op_types.h"
+#include "base/check.h"
 
 namespace sluice::cuda {
 
@@ -51,6 +56,35 @@ __device__ __forceinline__ int part_of(const Parts& p, int64_t g) {
 #pragma unroll
   for (int k = 0; k < kMaxParts - 1; ++k) i += (k < p.n - 1 && g >= p.end[k]) ? 1 : 0;
   return i;
+}
+
+// The parts of one 8-bit launch over ws (1..kMaxParts matrices that
+// matmul_q8_takes, of one type, layout and width, read against x of qx_n_in
+// columns; CHECKed) into *parts; returns their rows together.
+inline int64_t q8_parts(std::span<const WeightView> ws, std::span<float* const> ys, int64_t qx_n_in, Parts* parts) {
+  CHECK(!ws.empty() && ws.size() <= static_cast<size_t>(kMaxParts) && ws.size() == ys.size());
+  int64_t end = 0;
+  for (size_t p = 0; p < ws.size(); ++p) {
+    CHECK(matmul_q8_takes(ws[p]) && ws[p].type == ws[0].type && ws[p].layout == ws[0].layout &&
+          ws[p].n_in == ws[0].n_in && qx_n_in >= ws[p].n_in);
+    end += ws[p].n_out;
+    parts->w[p] = ws[p].data;
+    parts->y[p] = ys[p];
+    parts->end[p] = end;
+    parts->stride[p] = ws[p].n_out;
+  }
+  parts->n = static_cast<int>(ws.size());
+  return end;
+}
+
+// f.template operator()<Q8, Split>() for a Q4_0 / Q8_0 type and its layout.
+template <class F>
+void with_q8_layout(DType type, WeightLayout layout, F&& f) {
+  const bool q8 = type == DType::kQ8_0, split = layout == WeightLayout::kSplitScales;
+  if (q8 && split) f.template operator()<true, true>();
+  else if (q8) f.template operator()<true, false>();
+  else if (split) f.template operator()<false, true>();
+  else f.template operator()<false, false>();
 }
 
 }  // namespace sluice::cuda
