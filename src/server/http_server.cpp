@@ -84,7 +84,10 @@ Status HttpServer::bind() {
 }
 
 void HttpServer::start() {
-  listener_ = std::thread([this] { http_->listen_after_bind(); });
+  listener_ = std::thread([this] {
+    http_->listen_after_bind();
+    listen_returned_.store(true);
+  });
 }
 
 Status HttpServer::set_engine(std::shared_ptr<Engine> engine, std::optional<ChatTemplate> chat_template) {
@@ -127,6 +130,11 @@ bool HttpServer::shutdown(double timeout_s) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(1000 * std::max(timeout_s, 1.0)));
   while (in_flight_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (in_flight_.load() > 0) clean = false;
+  // httplib's stop() does nothing before the listener runs its accept loop,
+  // which would then never end: a model that fails to load at once shuts
+  // down right after start(). Wait for the loop (or for the listener to give up).
+  if (listener_.joinable())
+    while (!http_->is_running() && !listen_returned_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   http_->stop();
   if (listener_.joinable()) listener_.join();
   return clean;

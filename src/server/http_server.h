@@ -127,6 +127,7 @@ class HttpServer {
   uint64_t model_json_version_ = 0;  // GenerationService::placement_version() model_json_ was made at
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;
+  std::atomic<bool> listen_returned_{false};  // the listener's listen_after_bind() is over
   int port_ = 0;
   std::shared_ptr<GenerationService> engine_;
   std::optional<ChatTemplate> chat_;
