@@ -294,12 +294,16 @@ uint64_t exchange_warp(uint64_t mine, int src_lane) {
   return set[src_lane & 31][0];
 }
 
-// Fragments of mma.sync.m16n8k16 (F16 A row-major 16x16, B col-major 16x8, C/D
-// F32 16x8), lane = 4 g + t: a[0] holds A[g][2t..2t+1], a[1] A[g+8][2t..],
-// a[2] A[g][2t+8..], a[3] A[g+8][2t+8..]; b0 holds B[2t..2t+1][g], b1
-// B[2t+8..][g]; c[0..1] are D[g][2t..2t+1], c[2..3] D[g+8][2t..2t+1]. The low
-// half of a word is the lower column (A) or row (B).
-void mma_m16n8k16_f16_f32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+// One mma.sync tile over the warp: A row-major 16 x K, B col-major K x 8,
+// C/D 16 x 8, lane = 4 g + t, each 32-bit register holding E = K / 8
+// elements (the lowest element in the low bits). With half = K / 2: a[0]
+// holds A[g][E t .. E t + E - 1], a[1] A[g+8][E t ..], a[2] A[g][half + E t ..],
+// a[3] A[g+8][half + E t ..]; b0 holds B[E t ..][g], b1 B[half + E t ..][g];
+// c[0..1] are D[g][2t..2t+1], c[2..3] D[g+8][2t..2t+1]. elem(word, i) is
+// element i of a word. The sums go in k order, onto c.
+template <int K, class T, class Elem>
+void mma_tile(T* c, const uint32_t* a, uint32_t b0, uint32_t b1, Elem elem) {
+  constexpr int E = K / 8, half = K / 2;
   Fiber& f = *t_fiber;
   auto& set = t_block->warps[static_cast<size_t>(f.warp)].slot[f.exchanges++ & 1];
   const int lane = f.lane;
@@ -307,54 +311,30 @@ void mma_m16n8k16_f16_f32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1)
   set[lane][1] = a[2] | uint64_t{a[3]} << 32;
   set[lane][2] = b0 | uint64_t{b1} << 32;
   warp_barrier();
-  auto word = [&](int l, int k) { return static_cast<uint32_t>(set[l][k / 2] >> (32 * (k % 2))); };
-  auto half_of = [](uint32_t v, int hi) { return f16_bits_to_float(static_cast<uint16_t>(hi ? v >> 16 : v)); };
+  auto word = [&](int l, int reg) { return static_cast<uint32_t>(set[l][reg / 2] >> (32 * (reg % 2))); };
   auto A = [&](int r, int k) {
-    const int l = 4 * (r % 8) + (k % 8) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-    return half_of(word(l, reg), k % 2);
+    return elem(word(4 * (r % 8) + (k % half) / E, (r >= 8 ? 1 : 0) + (k >= half ? 2 : 0)), k % E);
   };
-  auto B = [&](int k, int n) {
-    const int l = 4 * n + (k % 8) / 2, reg = 4 + (k >= 8 ? 1 : 0);
-    return half_of(word(l, reg), k % 2);
-  };
+  auto B = [&](int k, int n) { return elem(word(4 * n + (k % half) / E, 4 + (k >= half ? 1 : 0)), k % E); };
   const int g = lane / 4, t = lane % 4;
-  float out[4];
+  T out[4];
   for (int i = 0; i < 4; ++i) {
     const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + i % 2;
-    float s = c[i];
-    for (int k = 0; k < 16; ++k) s += A(r, k) * B(k, n);
+    T s = c[i];
+    for (int k = 0; k < K; ++k) s += A(r, k) * B(k, n);
     out[i] = s;
   }
   for (int i = 0; i < 4; ++i) c[i] = out[i];
 }
 
-// Fragments of mma.sync.m16n8k32 (S8 A row-major 16x32, B col-major 32x8,
-// C/D S32 16x8), lane = 4 g + t: a[0] holds A[g][4t..4t+3], a[1] A[g+8][4t..],
-// a[2] A[g][4t+16..], a[3] A[g+8][4t+16..]; b0 holds B[4t..4t+3][g], b1
-// B[4t+16..][g]; c as in m16n8k16. The lowest byte of a word is the lowest k.
+void mma_m16n8k16_f16_f32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  mma_tile<16>(c, a, b0, b1, [](uint32_t w, int i) { return f16_bits_to_float(static_cast<uint16_t>(w >> (16 * i))); });
+}
+
 void mma_m16n8k32_s8_s32(int32_t* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  Fiber& f = *t_fiber;
-  auto& set = t_block->warps[static_cast<size_t>(f.warp)].slot[f.exchanges++ & 1];
-  const int lane = f.lane;
-  set[lane][0] = a[0] | uint64_t{a[1]} << 32;
-  set[lane][1] = a[2] | uint64_t{a[3]} << 32;
-  set[lane][2] = b0 | uint64_t{b1} << 32;
-  warp_barrier();
-  auto byte_of = [&](int l, int reg, int k) {
-    const auto w = static_cast<uint32_t>(set[l][reg / 2] >> (32 * (reg % 2)));
-    return static_cast<int32_t>(static_cast<int8_t>(static_cast<uint8_t>(w >> (8 * (k % 4)))));
-  };
-  auto A = [&](int r, int k) { return byte_of(4 * (r % 8) + (k % 16) / 4, (r >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0), k); };
-  auto B = [&](int k, int n) { return byte_of(4 * n + (k % 16) / 4, 4 + (k >= 16 ? 1 : 0), k); };
-  const int g = lane / 4, t = lane % 4;
-  int32_t out[4];
-  for (int i = 0; i < 4; ++i) {
-    const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + i % 2;
-    int32_t s = c[i];
-    for (int k = 0; k < 32; ++k) s += A(r, k) * B(k, n);
-    out[i] = s;
-  }
-  for (int i = 0; i < 4; ++i) c[i] = out[i];
+  mma_tile<32>(c, a, b0, b1, [](uint32_t w, int i) {
+    return static_cast<int32_t>(static_cast<int8_t>(static_cast<uint8_t>(w >> (8 * i))));
+  });
 }
 
 bool launch_ok(dim3 grid, dim3 block) {
