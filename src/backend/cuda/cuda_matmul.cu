@@ -209,12 +209,17 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(const MatmulArgs a) {
   }
 }
 
+// The alignment the kernels' weight loads need of a matrix's start: uint4
+// loads for float types; 4-byte loads where every block start is 4-aligned, else 2.
+template <class D>
+constexpr uintptr_t load_align() {
+  return D::kLanes == 1 ? 16 : (D::kBytes % 4 == 0 ? 4 : 2);
+}
+
 template <class D>
 void launch_type(MatmulArgs a, int64_t n_tok, cudaStream_t stream) {
-  // uint4 loads for float types; 4-byte loads where every block start is 4-aligned.
-  constexpr uintptr_t kAlign = D::kLanes == 1 ? 16 : (D::kBytes % 4 == 0 ? 4 : 2);
   CHECK(a.row_bytes % D::kBytes == 0);
-  for (int p = 0; p < a.n_parts; ++p) CHECK(reinterpret_cast<uintptr_t>(a.part_w[p]) % kAlign == 0);
+  for (int p = 0; p < a.n_parts; ++p) CHECK(reinterpret_cast<uintptr_t>(a.part_w[p]) % load_align<D>() == 0);
   a.n_blocks = static_cast<int>(a.row_bytes / D::kBytes);
   const dim3 grid(static_cast<unsigned>((a.n_out + kRows - 1) / kRows));
   for (int64_t t0 = 0; t0 < n_tok;) {
@@ -410,9 +415,7 @@ bool matmul_grouped_takes(const WeightView& w) {
   if (w.layout != WeightLayout::kRows) return false;
   bool ok = false;
   with_decoder(w.type, [&]<class D>() {
-    // launch_type's loads: uint4 for float types, else 4 or 2 bytes
-    constexpr uintptr_t kAlign = D::kLanes == 1 ? 16 : (D::kBytes % 4 == 0 ? 4 : 2);
-    ok = w.n_in % D::kElems == 0 && reinterpret_cast<uintptr_t>(w.data) % kAlign == 0;
+    ok = w.n_in % D::kElems == 0 && reinterpret_cast<uintptr_t>(w.data) % load_align<D>() == 0;
   });
   return ok;
 }

@@ -361,11 +361,8 @@ void launch_matmul_q8_grouped(DType type, WeightLayout layout, int64_t n_in, int
 
 void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
                       cudaStream_t s) {
-  Parts parts;
-  const int64_t n_out = q8_parts(ws, ys, qx.n_in, &parts);
-  if (n_out == 0 || n_tok == 0) return;
-  with_q8_layout(ws[0].type, ws[0].layout, [&]<bool Q8, bool Split>() {
-    launch_type<Q8, Split>(parts, ws[0].n_in, n_out, qx, n_tok, s);
+  with_q8_launch(ws, ys, qx, n_tok, [&]<bool Q8, bool Split>(const Parts& parts, int64_t n_in, int64_t n_out) {
+    launch_type<Q8, Split>(parts, n_in, n_out, qx, n_tok, s);
   });
 }
 
