@@ -236,10 +236,10 @@ class CudaBackend final : public Backend {
   // cuda_experts.cpp. Whether w's bytes are in device memory as they are
   // (not a host view's, not a streamed matrix's).
   bool on_device(const WeightView& w) const;
-  // Whether expert w's `count` rows go in expert_ffn's grouped launches with
-  // experts like `first` (resident, too few rows for the tensor cores, a
-  // grouped kernel for gate|up and for down).
-  bool groups_expert(const ExpertWeights& w, const ExpertWeights& first, int64_t count) const;
+  // Whether expert w goes in one grouped launch with experts like `first`:
+  // resident, the same kinds of matrices, a grouped kernel for gate|up and
+  // for down (expert_ffn also wants rows too few for the tensor cores).
+  bool groupable(const ExpertWeights& w, const ExpertWeights& first) const;
   // The grouped experts' FFN: y[slot] for each of their n_rows rows (rows'
   // groups hold gate|up, `down` the same groups with down's matrices).
   void grouped_ffn(const ExpertFfnArgs& a, const ExpertWeights& like, GroupedRows rows, const MatmulGroup* down,

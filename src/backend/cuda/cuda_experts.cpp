@@ -104,14 +104,8 @@ void CudaBackend::drain_routes() {
 const uint8_t* const* CudaBackend::route_table(const ExpertFfnArgs& e) {
   const auto n_expert = static_cast<size_t>(e.experts.size());
   auto fits = [&] {
-    const ExpertWeights& first = e.experts[0];
-    for (const ExpertWeights& w : e.experts) {
-      if (!same_matrix_kind(w.gate, first.gate) || !same_matrix_kind(w.up, first.up) ||
-          !same_matrix_kind(w.down, first.down) || !on_device(w.gate) || !on_device(w.up) || !on_device(w.down))
-        return false;
-      const GroupKernel gate = group_kernel(w.gate), up = group_kernel(w.up), down = group_kernel(w.down);
-      if (gate == GroupKernel::kNone || gate != up || down == GroupKernel::kNone) return false;
-    }
+    for (const ExpertWeights& w : e.experts)
+      if (!groupable(w, e.experts[0])) return false;
     return true;
   };
   auto fill = [&](std::vector<const uint8_t*>& t) {
@@ -227,10 +221,8 @@ bool CudaBackend::on_device(const WeightView& w) const {
   return streamed_.empty() || streamed_.find(w.data) == streamed_.end();
 }
 
-bool CudaBackend::groups_expert(const ExpertWeights& w, const ExpertWeights& first, int64_t count) const {
+bool CudaBackend::groupable(const ExpertWeights& w, const ExpertWeights& first) const {
   if (!on_device(w.gate) || !on_device(w.up) || !on_device(w.down)) return false;
-  const MatmulOut gate_up[2] = {{w.gate, nullptr}, {w.up, nullptr}};
-  if (prefill_->takes(gate_up, count)) return false;  // rows enough for the tensor cores
   if (!same_matrix_kind(w.gate, first.gate) || !same_matrix_kind(w.up, first.up) ||
       !same_matrix_kind(w.down, first.down))
     return false;
@@ -278,8 +270,10 @@ void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   const bool x_aligned = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.n_embd % 4 == 0;
   for (size_t i = 0; i < order.size() && x_aligned && grouping_on(); ++i) {
     const ExpertWeights& w = a.experts[static_cast<size_t>(order[i])];
-    if (!first && groups_expert(w, w, counts_[i])) first = &w;
-    if (first && grouped_rows + counts_[i] <= kGroupedRows && groups_expert(w, *first, counts_[i])) {
+    const MatmulOut gate_up[2] = {{w.gate, nullptr}, {w.up, nullptr}};
+    if (prefill_->takes(gate_up, counts_[i])) continue;  // rows enough for the tensor cores
+    if (grouped_rows + counts_[i] <= kGroupedRows && groupable(w, first ? *first : w)) {
+      if (!first) first = &w;
       grouped_[i] = 1;
       ++n_grouped;
       grouped_rows += counts_[i];
