@@ -160,7 +160,7 @@ TEST_F(BenchServe, BadArgumentsFailCleanly) {
       {common() + " --arrival poisson:-1", "--arrival: bad value"},
       {common() + " --ctx-size 32", "exceed the context of 32"},
       {"bench-serve -m /nonexistent/model.gguf", "error:"},
-      {common() + " --fluid-split", "--fluid-split shares --mem-budget"},
+      {common() + " --fluid-split", "--fluid-split shares a budget"},
       {common() + " --fluid-split --mem-budget 64M", "no ring"},
   };
   for (const auto& [args, message] : cases) {

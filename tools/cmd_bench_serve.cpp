@@ -460,8 +460,8 @@ Runner add_bench_serve(CLI::App& app) {
   c->add_option("--max-batch-tokens", a->max_batch_tokens, "tokens per engine step")->capture_default_str();
   c->add_option("--kv-budget", a->kv_budget_bytes, "KV pool bytes (default: the engine's)");
   c->add_flag("--fluid-split", a->fluid_split,
-              "with --mem-budget: resident layers and the KV pool share the budget (layers stream instead of "
-              "preempting)");
+              "with --mem-budget, or --gpu-budget on cuda: resident layers and the KV pool share the budget "
+              "(layers stream instead of preempting)");
   c->add_option("--sample-ms", a->sample_ms, "period of the KV use samples")->capture_default_str();
   c->add_option("--timeout", a->timeout_s, "abort and fail after this many seconds")->capture_default_str();
   c->add_option("--dump-workload", a->dump_workload,

@@ -182,8 +182,8 @@ Runner add_serve(CLI::App& app) {
   c->add_flag("--no-prefix-cache", a->no_prefix_cache, "disable prefix caching");
   add_speculative_options(c, &a->engine);
   c->add_flag("--fluid-split", a->engine.fluid_split,
-              "with --mem-budget: resident layers and the KV pool share the budget (layers stream instead of "
-              "preempting, and come back when load drops)");
+              "with --mem-budget, or --gpu-budget on cuda: resident layers and the KV pool share the budget "
+              "(layers stream instead of preempting, and come back when load drops)");
   c->add_flag("--preempt-swap", a->engine.preempt_swap, "preempt by swapping KV to host memory (else recompute)");
   c->add_option("--swap-budget-mib", a->swap_budget_mib, "host swap pool in MiB (default: the KV budget)");
   return [a] { return serve(*a); };

@@ -106,6 +106,9 @@ struct EngineConfig {
   // With mem_budget_bytes: the weight store's resident layers and the KV pool
   // share one host budget; layers stream instead of preempting requests when
   // the pool runs short, and come back when load drops (engine/fluid_control.h).
+  // On a device with gpu_budget_bytes: its layers and its KV pool share that
+  // budget, and a layer given up is copied in from host memory (which holds
+  // every layer the device does not when there is no mem_budget_bytes).
   bool fluid_split = false;
   int64_t fluid_hold_steps = 8;    // calm steps before a layer comes back
   bool check_invariants = false;   // verify KV block accounting after every step (tests; slow)

@@ -84,6 +84,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                        .mem_budget_bytes = config.mem_budget_bytes,
                        .disk_rate_cap_bytes_per_s = config.disk_rate_cap_bytes_per_s,
                        .gpu_budget_bytes = config.gpu_budget_bytes,
+                       // The fluid split over --gpu-budget alone: the layers
+                       // the device gives up go to host memory, which holds the rest.
+                       .host_holds_rest = config.fluid_split && config.mem_budget_bytes == 0,
                        .device_reserve = kv_reserve,
                        .tokens_per_step = config.max_seqs,
                        .calibration = config.calibration,

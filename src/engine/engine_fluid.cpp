@@ -15,8 +15,8 @@ StatusOr<std::optional<FluidSetup>> Engine::Impl::plan_fluid(const plan::TierInp
                                                              int64_t block_bytes) {
   if (!cfg.fluid_split) return std::optional<FluidSetup>();
   if (!stream)
-    return invalid_argument("--fluid-split shares --mem-budget between resident layers and the KV pool; it needs "
-                            "--mem-budget");
+    return invalid_argument("--fluid-split shares a budget between resident layers and the KV pool; it needs "
+                            "--mem-budget (host memory), or --gpu-budget on a device backend");
   if (cfg.parallel) return unimplemented("--fluid-split is not supported across processes (--parallel)");
   ASSIGN_OR_RETURN(FluidSetup fs,
                    plan_fluid_split(*model, stream->store().plan(), tiers, n_blocks, block_bytes, cfg.fluid_hold_steps));

@@ -139,7 +139,7 @@ TEST(FluidControl, MovesUnderSwappingAndSpeculation) {
 TEST(FluidControl, NeedsAMemoryBudgetWithLayersThatCanMove) {
   auto none = Engine::create(config(true, 0));
   ASSERT_FALSE(none.ok());
-  EXPECT_NE(none.status().message().find("needs --mem-budget"), std::string::npos) << none.status().to_string();
+  EXPECT_NE(none.status().message().find("it needs --mem-budget"), std::string::npos) << none.status().to_string();
   // Everything resident: no ring to stream a demoted layer through.
   auto all = Engine::create(config(true, 4u << 20));
   ASSERT_FALSE(all.ok());
@@ -152,7 +152,9 @@ TEST(FluidControl, NeedsAMemoryBudgetWithLayersThatCanMove) {
 // backend's.
 // An 8-layer synth model over three tiers on a device backend: `backend` (the
 // reference backend made not host-visible, DeviceLike, when "device-like"),
-// fluid or split once, tiers or all in host memory, mem_budget 0: a tight one.
+// fluid or split once, tiers or all in host memory, mem_budget 0: a tight one,
+// kGpuBudgetAlone: none (--gpu-budget alone; host memory holds the rest).
+constexpr uint64_t kGpuBudgetAlone = ~uint64_t{0};
 Burst device_burst(const std::string& backend, bool fluid, bool tiers, uint64_t mem_budget = 0) {
   auto file = weights::testing::small_synth_model("fluid_device.gguf", 8, 5);
   EXPECT_NE(file, nullptr);
@@ -173,7 +175,9 @@ Burst device_burst(const std::string& backend, bool fluid, bool tiers, uint64_t 
                    .ctx_size = 256,
                    .kv_budget_bytes = kv_bytes,
                    .kv_dtype = "f16",
-                   .mem_budget_bytes = !tiers ? 0 : mem_budget > 0 ? mem_budget : essentials + 3 * slot + 4096,
+                   .mem_budget_bytes = !tiers || mem_budget == kGpuBudgetAlone ? 0
+                                       : mem_budget > 0                ? mem_budget
+                                                                       : essentials + 3 * slot + 4096,
                    .gpu_budget_bytes = tiers ? kv_bytes + essentials + 5 * slot + (device_like ? 0 : kCudaStaging) : 0,
                    .fluid_split = fluid,
                    .fluid_hold_steps = 2,
@@ -192,17 +196,20 @@ Burst device_burst(const std::string& backend, bool fluid, bool tiers, uint64_t 
   }};
   Burst b = run_burst(cfg, w);
   if (fluid) EXPECT_NE(b.placement.find("of device memory shared by"), std::string::npos) << b.placement;
+  if (mem_budget == kGpuBudgetAlone)
+    EXPECT_NE(b.placement.find("host memory holds every layer the device does not"), std::string::npos) << b.placement;
   if (be) EXPECT_EQ(be->stray, "");
   return b;
 }
 
 // A fluid device run against the fixed one: the same tokens (and those of
 // `plain`), fewer preemptions, every demoted layer back at the end. The host
-// budget holding every other layer (no ring): demoted layers go to host memory
-// of their own; a tight one: through the ring.
+// budget holding every other layer (no ring), and no host budget at all
+// (--gpu-budget alone): demoted layers go to host memory of their own; a
+// tight one: through the ring.
 void expect_fluid_beats_fixed(const std::string& backend, const Burst& plain) {
   const Burst fixed = device_burst(backend, false, true);
-  for (uint64_t mem : {uint64_t{256} << 20, uint64_t{0}}) {
+  for (uint64_t mem : {uint64_t{256} << 20, uint64_t{0}, kGpuBudgetAlone}) {
     const Burst fluid = device_burst(backend, true, true, mem);
     ASSERT_EQ(plain.tokens.size(), 9u);
     ASSERT_EQ(fluid.tokens.size(), 9u) << mem;

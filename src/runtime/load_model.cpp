@@ -6,13 +6,15 @@
 
 #include "base/timer.h"
 #include "lora/lora_adapter.h"
+#include "weights/placement.h"
 
 namespace sluice {
 namespace {
 
 // What a backend that is not host-visible needs to stream under --mem-budget:
 // it reads host views, and the run is one the three tiers cover.
-StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions& o, int64_t n_ctx, Backend& be) {
+StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions& o, uint64_t mem_budget, int64_t n_ctx,
+                                       Backend& be) {
   if (!be.reads_host_weights()) {
     return unimplemented("--mem-budget streams weights through host memory, which the {} backend does not read; "
                          "load the model whole on it (no --mem-budget) or use --backend cpu",
@@ -42,7 +44,7 @@ StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions&
   if (m.read_gbps > 0) rates.hbm_gbps = m.read_gbps;
   if (m.host_copy_gbps > 0) rates.h2d_gbps = m.host_copy_gbps;
   if (o.calibration && o.calibration->disk_read_gbps > 0) rates.disk_gbps = o.calibration->disk_read_gbps;
-  ASSIGN_OR_RETURN(DeviceTiers t, plan_device_tiers(file, gpu_weights, o.mem_budget_bytes, rates));
+  ASSIGN_OR_RETURN(DeviceTiers t, plan_device_tiers(file, gpu_weights, mem_budget, rates));
   // Fine-tuning walks the layers forward and back; the store's training
   // placement (rule 5) is the host's, and no layer is the device's yet.
   if (o.training) {
@@ -79,23 +81,31 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   if (!mo.backend) {
     ASSIGN_OR_RETURN(mo.backend, create_backend({.name = o.backend, .n_threads = o.n_threads,
                                                  .device_budget_bytes = o.gpu_budget_bytes}));
-  } else if (o.gpu_budget_bytes > 0 && o.mem_budget_bytes == 0) {
+  } else if (o.gpu_budget_bytes > 0 && o.mem_budget_bytes == 0 && !o.host_holds_rest) {
     // With --mem-budget too the budget still plans the three tiers' device
     // layers (below); alone it would only size a backend made elsewhere.
     return invalid_argument("--gpu-budget is set where the model shares another model's backend (a draft model): "
                             "the budget belongs to the backend's creation");
   }
+  // The host tier's budget: the caller's, or with host_holds_rest the whole
+  // model's (every layer in host buffers of its own, device ones included
+  // once demoted), so that no layer is read from disk per step.
+  uint64_t mem_budget = o.mem_budget_bytes;
+  if (o.host_holds_rest && mem_budget == 0 && o.gpu_budget_bytes > 0 && !mo.backend->host_visible()) {
+    ASSIGN_OR_RETURN(const weights::PlacementPlan whole, weights::plan_placement(*lm.file, {}));
+    mem_budget = whole.resident_bytes;
+  }
   // Three tiers: a device that copies host views in at each use.
   std::optional<DeviceTiers> tiers;
-  if (o.mem_budget_bytes > 0 && !mo.backend->host_visible()) {
-    ASSIGN_OR_RETURN(tiers, device_tiers_for(*lm.file, o, n_ctx, *mo.backend));
+  if (mem_budget > 0 && !mo.backend->host_visible()) {
+    ASSIGN_OR_RETURN(tiers, device_tiers_for(*lm.file, o, mem_budget, n_ctx, *mo.backend));
   }
   if (o.disk_rate_cap_bytes_per_s > 0 && o.mem_budget_bytes == 0)
     return invalid_argument("--disk-rate-cap caps the reads of weights streamed under --mem-budget; give a memory "
                             "budget too (without one every weight is read once, at load)");
-  if (o.mem_budget_bytes > 0) {
+  if (mem_budget > 0) {
     ASSIGN_OR_RETURN(weights::StreamingSetup setup,
-                     weights::open_streaming(lm.file, {.mem_budget_bytes = o.mem_budget_bytes,
+                     weights::open_streaming(lm.file, {.mem_budget_bytes = mem_budget,
                                                        .n_threads = o.n_threads,
                                                        .tokens_per_step = o.tokens_per_step,
                                                        .disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s,
@@ -106,6 +116,11 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                                                                               : std::vector<int64_t>{}}));
     lm.stream = setup.source;
     lm.placement_report = std::move(setup.report);
+    if (mem_budget != o.mem_budget_bytes)
+      lm.placement_report = fmt::format("host memory holds every layer the device does not ({:.2f} GiB, the whole "
+                                        "model: no --mem-budget), so that layers can move between the two\n",
+                                        static_cast<double>(mem_budget) / (1 << 30)) +
+                            lm.placement_report;
     if (tiers) {
       lm.placement_report += device_tiers_report(*tiers, setup.source->store().plan().disk_gbps);
       lm.tiers = std::move(tiers);

@@ -51,6 +51,12 @@ struct LoadOptions {
   // --backend cuda: GPU memory for the weights; those beyond it stream from
   // pinned host memory (BackendOptions::device_budget_bytes; 0: all resident).
   uint64_t gpu_budget_bytes = 0;
+  // With gpu_budget_bytes on a device backend and no mem_budget_bytes: run
+  // the three tiers with host memory holding every layer the device does not
+  // (a host budget of the whole model, nothing read from disk per step) in
+  // place of the backend's own pinned ring, so that device layers can move to
+  // host memory and back (the fluid split over --gpu-budget alone).
+  bool host_holds_rest = false;
   // Out of gpu_budget_bytes, what the caller keeps (ModelOptions::device_reserve).
   std::function<StatusOr<uint64_t>(const KvShape&)> device_reserve;
   int64_t tokens_per_step = 1;
