@@ -100,6 +100,54 @@ TEST_F(BenchServe, TableRunsWithPoissonArrivals) {
   }
 }
 
+// A ramp of arrivals (evenly spread over the given seconds) and the timeline
+// of the engine's state over the run: CSV rows in time order whose counts end
+// with every request finished, and the same run drawn as an SVG chart.
+TEST_F(BenchServe, RampArrivalsAndTheTimeline) {
+  const std::string workload = cli_temp_path("ramp.json"), csv = cli_temp_path("timeline.csv"),
+                    svg = cli_temp_path("timeline.svg");
+  const CliResult r = run_cli(common() + " --arrival ramp:0.3 --max-seqs 4 --sample-ms 1 --dump-workload " + workload +
+                              " --timeline " + csv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream fw(workload);
+  const nlohmann::json jw = nlohmann::json::parse(fw);
+  ASSERT_EQ(jw.size(), 12u);
+  for (size_t i = 0; i < jw.size(); ++i) EXPECT_NEAR(jw[i]["arrival_s"].get<double>(), 0.3 * i / 12, 1e-12) << i;
+  std::ifstream fc(csv);
+  std::string line;
+  ASSERT_TRUE(std::getline(fc, line));
+  EXPECT_EQ(line, "t_s,running,waiting,kv_blocks_used,kv_blocks_total,fluid_demoted_units,preemptions,finished");
+  double last_t = -1;
+  int64_t n_rows = 0, max_running = 0, finished = 0, total = 0;
+  while (std::getline(fc, line)) {
+    double t = 0;
+    long long running = 0, waiting = 0, used = 0, blocks = 0, demoted = 0, preempted = 0, done = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "%lf,%lld,%lld,%lld,%lld,%lld,%lld,%lld", &t, &running, &waiting, &used,
+                          &blocks, &demoted, &preempted, &done),
+              8)
+        << line;
+    EXPECT_GE(t, last_t);
+    EXPECT_LE(used, blocks);
+    EXPECT_LE(running, 4);
+    EXPECT_EQ(demoted, 0);  // no fluid split
+    last_t = t;
+    max_running = std::max<int64_t>(max_running, running);
+    finished = done;
+    total = blocks;
+    ++n_rows;
+  }
+  EXPECT_GE(n_rows, 2);
+  EXPECT_GE(max_running, 1);
+  EXPECT_EQ(finished, 12) << "the last row is the end of the run";
+  EXPECT_GT(total, 0);
+  ASSERT_EQ(run_cli(common() + " --arrival ramp:0.3 --timeline " + svg).exit_code, 0);
+  std::ifstream fs(svg);
+  const std::string chart(std::istreambuf_iterator<char>(fs), {});
+  EXPECT_EQ(chart.rfind("<svg", 0), 0u);
+  EXPECT_NE(chart.find("arrival ramp:0.3"), std::string::npos) << "the title names the workload";
+  for (const std::string& p : {workload, csv, svg}) std::remove(p.c_str());
+}
+
 TEST_F(BenchServe, DumpedWorkloadFollowsTheSeedAndLengths) {
   const std::string a = cli_temp_path("a.json"), b = cli_temp_path("b.json");
   const std::string args = "bench-serve -m " + model() +
@@ -158,6 +206,8 @@ TEST_F(BenchServe, BadArgumentsFailCleanly) {
       {common("0"), "--prompt-len: bad distribution '0'"},
       {common("normal:20:-1"), "--prompt-len: bad distribution 'normal:20:-1'"},
       {common() + " --arrival poisson:-1", "--arrival: bad value"},
+      {common() + " --arrival ramp:0", "--arrival: bad value"},
+      {common() + " --timeline /no/such/dir/t.csv", "--timeline: cannot write"},
       {common() + " --ctx-size 32", "exceed the context of 32"},
       {"bench-serve -m /nonexistent/model.gguf", "error:"},
       {common() + " --fluid-split", "--fluid-split shares a budget"},

@@ -10,11 +10,13 @@
 //                       \_ same in every prompt _/ \_ own tokens _/
 //             (BOS only if the model has one; with LEN = 0 all but BOS are own.)
 //             Token ids are uniform over the vocabulary minus control, end-of-
-//             generation and unknown tokens. a_i = 0 (--arrival all), or
-//             a_0 = 0, a_i = a_{i-1} + Exp(RATE) (--arrival poisson:RATE).
+//             generation and unknown tokens. a_i = 0 (--arrival all),
+//             a_0 = 0, a_i = a_{i-1} + Exp(RATE) (--arrival poisson:RATE), or
+//             a_i = SECONDS x i / n (--arrival ramp:SECONDS).
 //   driver    this thread submits each request at t0 + a_i, samples
-//             Engine::stats() every few ms for KV block use, and waits until
-//             every request has finished. Requests ignore EOS, so each
+//             Engine::stats() every few ms for KV block use (and, with
+//             --timeline, the state over time: bench/timeline.h), and waits
+//             until every request has finished. Requests ignore EOS, so each
 //             generates exactly O_i tokens; sampling is greedy unless --temp.
 //   figures   wall = last finish - t0; output_tps = sum O_i / wall; total_tps
 //             adds the prompt tokens; TTFT / TPOT / E2E from each request's
@@ -35,6 +37,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -50,6 +53,7 @@
 #include "base/timer.h"
 #include "cli.h"
 #include "bench/stats.h"
+#include "bench/timeline.h"
 #include "bench/workload_dist.h"
 #include "model_flags.h"
 #include "sluice/engine.h"
@@ -83,6 +87,7 @@ struct BenchServeArgs {
   double timeout_s = 600;
   std::string dump_workload;
   std::string dump_outputs;
+  std::string timeline;  // --timeline FILE (.svg: a chart; else CSV)
   bool dump_only = false;
   bool json = false;
   EngineConfig spec;  // speculative flags only
@@ -119,7 +124,7 @@ StatusOr<std::vector<WorkItem>> make_workload(const BenchServeArgs& a, const Tok
     while (static_cast<int64_t>(w.prompt.size()) < a.shared_prefix + n_own) {
       w.prompt.push_back(w.prompt.empty() && tok.bos_id() >= 0 ? tok.bos_id() : random_token());
     }
-    if (arrival.rate > 0 && i > 0) t += -std::log(1.0 - gap_rng.uniform01()) / arrival.rate;
+    t = arrival.next(t, i, items.size(), arrival.rate > 0 && i > 0 ? gap_rng.uniform01() : 0.0);
     w.arrival_s = t;
   }
   return items;
@@ -155,6 +160,7 @@ struct RunFigures {
   std::vector<std::vector<int32_t>> outputs;  // [n_requests] each request's tokens
   double kv_util_peak = 0, kv_util_mean = 0;
   int64_t n_kv_samples = 0;
+  bench::Timeline timeline;  // the engine's state at each sample that changed it
 };
 
 EventCallback track(Progress& p, size_t i) {
@@ -197,8 +203,18 @@ StatusOr<RunFigures> drive(Engine& engine, const BenchServeArgs& a, const std::v
   std::vector<RequestId> ids;
   RunFigures fig;
   double kv_util_sum = 0;
+  const EngineStats before = engine.stats();  // the warm-up's counts, left out of the timeline
+  double t0 = now_seconds();
   auto sample_kv = [&] {
     const EngineStats s = engine.stats();
+    fig.timeline.add({.t_s = now_seconds() - t0,
+                      .running = s.running,
+                      .waiting = s.waiting,
+                      .kv_used = s.kv_blocks_used,
+                      .kv_total = s.kv_blocks_total,
+                      .demoted = s.fluid_demoted_units,
+                      .preemptions = s.preemptions - before.preemptions,
+                      .finished = s.finished_requests - before.finished_requests});
     if (s.kv_blocks_total <= 0) return;
     const double u = static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total);
     fig.kv_util_peak = std::max(fig.kv_util_peak, u);
@@ -211,7 +227,7 @@ StatusOr<RunFigures> drive(Engine& engine, const BenchServeArgs& a, const std::v
     p.cv.wait_for(lock, std::chrono::seconds(30), [&] { return p.n_done == static_cast<int64_t>(ids.size()); });
   };
 
-  const double t0 = now_seconds();
+  t0 = now_seconds();
   size_t next = 0;
   for (;;) {
     const double now = now_seconds() - t0;
@@ -242,6 +258,7 @@ StatusOr<RunFigures> drive(Engine& engine, const BenchServeArgs& a, const std::v
     }
     p.cv.wait_for(lock, std::chrono::duration<double>(wait_s));
   }
+  sample_kv();  // the state at the end
   std::lock_guard<std::mutex> lock(p.mu);
   if (!p.error.empty()) return internal_error("{}", p.error);
   fig.wall_s = p.t_last_finish - t0;
@@ -288,6 +305,10 @@ int run(const BenchServeArgs& a) {
     if (auto d = parse_dist(flag, *text); !d.ok()) return fail(d.status());
   }
   if (auto arr = parse_arrival(a.arrival); !arr.ok()) return fail(arr.status());
+  // Output files that cannot be written fail now, not after the run.
+  for (auto [flag, path] : {std::pair{"--dump-outputs", &a.dump_outputs}, std::pair{"--timeline", &a.timeline}}) {
+    if (!path->empty() && !std::ofstream(*path)) return fail(io_error("{}: cannot write {}", flag, *path));
+  }
 
   if (a.dump_only) {
     auto tok = load_tokenizer(a.m.model);
@@ -347,6 +368,13 @@ int run(const BenchServeArgs& a) {
     std::ofstream f(a.dump_outputs);
     f << ordered_json(fig.outputs).dump() << "\n";
     if (!f) return fail(io_error("--dump-outputs: cannot write {}", a.dump_outputs));
+  }
+  if (!a.timeline.empty()) {
+    const std::string title =
+        fmt::format("{}: {} requests, prompt {}, output {}, arrival {}, --max-seqs {}{}",
+                    std::filesystem::path(a.m.model).filename().string(), a.n_requests,
+                    a.prompt_len, a.output_len, a.arrival, a.max_seqs, a.fluid_split ? ", --fluid-split" : "");
+    if (Status s = fig.timeline.write(a.timeline, title); !s.ok()) return fail(s);
   }
 
   // The engine's cumulative rate (RequestTimings::n_cached_prompt is not filled
@@ -450,7 +478,7 @@ Runner add_bench_serve(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--output-len", a->output_len, "generated tokens per request: N, uniform:A:B or normal:MEAN:SD")
       ->capture_default_str();
-  c->add_option("--arrival", a->arrival, "all (every request at t = 0) or poisson:RATE (requests/s)")
+  c->add_option("--arrival", a->arrival, "all (every request at t = 0), poisson:RATE (requests/s) or ramp:SECONDS (evenly spread over them)")
       ->capture_default_str();
   c->add_option("--shared-prefix", a->shared_prefix, "tokens every prompt starts with (BOS included), before its own")
       ->capture_default_str();
@@ -467,6 +495,9 @@ Runner add_bench_serve(CLI::App& app) {
   c->add_option("--dump-workload", a->dump_workload,
                 "write the workload as JSON [{prompt_tokens, max_tokens, arrival_s}, ...]");
   c->add_option("--dump-outputs", a->dump_outputs, "write each request's generated token ids as JSON [[...], ...]");
+  c->add_option("--timeline", a->timeline,
+                "write the engine's state over the run (requests running / waiting, KV blocks used / in the pool, "
+                "fluid split units given up, preemptions): FILE.svg a chart, any other name CSV");
   c->add_flag("--dump-only", a->dump_only, "write --dump-workload and exit (loads only the tokenizer)");
   add_speculative_options(c, &a->spec);
   c->add_flag("--json", a->json, "print one JSON object instead of the table");

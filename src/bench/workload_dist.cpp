@@ -70,7 +70,19 @@ StatusOr<Arrival> parse_arrival(const std::string& text) {
     const auto rate = parse_number(parts[1], false);
     if (rate && *rate > 0) return Arrival{.rate = *rate};
   }
-  return invalid_argument("--arrival: bad value '{}' (expected all or poisson:RATE with RATE > 0 requests/s)", text);
+  if (parts.size() == 2 && parts[0] == "ramp") {
+    const auto seconds = parse_number(parts[1], false);
+    if (seconds && *seconds > 0) return Arrival{.ramp_s = *seconds};
+  }
+  return invalid_argument("--arrival: bad value '{}' (expected all, poisson:RATE with RATE > 0 requests/s, or "
+                          "ramp:SECONDS with SECONDS > 0)",
+                          text);
+}
+
+double Arrival::next(double t_prev, size_t i, size_t n, double u) const {
+  if (ramp_s > 0) return n > 0 ? ramp_s * static_cast<double>(i) / static_cast<double>(n) : 0.0;
+  if (rate > 0 && i > 0) return t_prev - std::log(1.0 - u) / rate;
+  return t_prev;
 }
 
 int64_t draw(const Dist& d, Rng& rng) {

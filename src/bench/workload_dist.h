@@ -3,6 +3,7 @@
 // fixed formulas, so a seed names one workload on every standard library.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -18,9 +19,14 @@ struct Dist {
   double a = 1, b = 0;
 };
 
-// Arrival process: every request at t = 0, or Poisson with `rate` requests/s.
+// Arrival process: every request at t = 0, Poisson with `rate` requests/s,
+// or a ramp: request i of n at ramp_s x i / n (evenly spaced, so the number
+// running climbs from one as they pile up).
 struct Arrival {
-  double rate = 0;  // 0: all at once
+  double rate = 0;    // Poisson; 0: not Poisson
+  double ramp_s = 0;  // a ramp over this many seconds; 0: not a ramp
+  // Request i of n's arrival given the previous one's (t_prev) and a draw u in [0, 1).
+  double next(double t_prev, size_t i, size_t n, double u) const;
 };
 
 // Numbers from std::mt19937_64 by fixed formulas (the library's distributions

@@ -1,5 +1,7 @@
 #include "bench/workload_dist.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 namespace sluice::bench {
@@ -34,7 +36,18 @@ TEST(WorkloadDist, ParsesArrivals) {
   auto poisson = parse_arrival("poisson:2.5");
   ASSERT_TRUE(poisson.ok());
   EXPECT_EQ(poisson->rate, 2.5);
-  for (const char* bad : {"poisson:0", "poisson:-1", "poisson:", "some", "poisson:1:2"}) {
+  auto ramp = parse_arrival("ramp:20");
+  ASSERT_TRUE(ramp.ok());
+  EXPECT_EQ(ramp->ramp_s, 20);
+  EXPECT_EQ(ramp->rate, 0);
+  // Evenly spaced over the ramp, whatever the draw; Poisson adds a gap from
+  // the second request; all: every one at 0.
+  EXPECT_EQ(ramp->next(0, 0, 4, 0.5), 0);
+  EXPECT_EQ(ramp->next(0, 3, 4, 0.9), 15);
+  EXPECT_EQ(poisson->next(1.0, 0, 4, 0.5), 1.0);
+  EXPECT_NEAR(poisson->next(1.0, 1, 4, 0.5), 1.0 + std::log(2.0) / 2.5, 1e-12);
+  EXPECT_EQ(all->next(0, 3, 4, 0.5), 0);
+  for (const char* bad : {"poisson:0", "poisson:-1", "poisson:", "some", "poisson:1:2", "ramp:0", "ramp:", "ramp:x"}) {
     EXPECT_FALSE(parse_arrival(bad).ok()) << bad;
   }
 }
