@@ -53,6 +53,10 @@ Status Backend::resize_kv(KvStore& kv, int64_t n_backed) {
   return Status();
 }
 
+Status Backend::set_expert_slot_count(int64_t n) {
+  return unimplemented("the {} backend keeps no expert slots to resize (asked for {})", name(), n);
+}
+
 void Backend::read_floats(const float* src, float* dst, int64_t n) {
   std::copy(src, src + n, dst);
 }

@@ -8,7 +8,8 @@ ExpertSlots::ExpertSlots(int64_t n_layer, int64_t n_expert, int n_slots)
     : n_expert_(n_expert),
       slot_of_(static_cast<size_t>(n_layer * n_expert), -1),
       key_of_(static_cast<size_t>(n_slots), -1),
-      stamp_(static_cast<size_t>(n_slots), 0) {
+      stamp_(static_cast<size_t>(n_slots), 0),
+      limit_(n_slots) {
   CHECK(n_layer >= 1 && n_expert >= 1 && n_slots >= 2);
 }
 
@@ -22,7 +23,7 @@ ExpertSlots::Found ExpertSlots::find(int64_t layer, int64_t expert) {
     return {.slot = s, .hit = true};
   }
   size_t lru = 0;
-  for (size_t s = 1; s < stamp_.size(); ++s)
+  for (size_t s = 1; s < static_cast<size_t>(limit_); ++s)
     if (stamp_[s] < stamp_[lru]) lru = s;
   if (key_of_[lru] >= 0) slot_of_[static_cast<size_t>(key_of_[lru])] = -1;
   key_of_[lru] = key;
@@ -38,6 +39,12 @@ void ExpertSlots::forget(int s) {
   if (key_of_[su] >= 0) slot_of_[static_cast<size_t>(key_of_[su])] = -1;
   key_of_[su] = -1;
   stamp_[su] = 0;
+}
+
+void ExpertSlots::set_limit(int n) {
+  CHECK(n >= 2 && n <= n_slots());
+  for (int s = n; s < limit_; ++s) forget(s);
+  limit_ = n;
 }
 
 bool ExpertSlots::held_by(int s, int64_t* layer, int64_t* expert) const {

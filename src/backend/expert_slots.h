@@ -34,8 +34,13 @@ class ExpertSlots {
   void forget(int s);
   // The (layer, expert) slot s holds; false when it holds none.
   bool held_by(int s, int64_t* layer, int64_t* expert) const;
+  // Only slots [0, n) are used from now on (2 <= n <= n_slots()): the rest
+  // forget their experts (the fluid split gave their memory up); raised
+  // again, the slots given back are the first a miss takes.
+  void set_limit(int n);
 
   int n_slots() const { return static_cast<int>(stamp_.size()); }
+  int limit() const { return limit_; }
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
 
@@ -44,6 +49,7 @@ class ExpertSlots {
   std::vector<int32_t> slot_of_;    // [n_layer * n_expert] its slot, or -1
   std::vector<int64_t> key_of_;     // [n_slots] the key a slot holds, or -1
   std::vector<uint64_t> stamp_;     // [n_slots] last use (0: never)
+  int limit_ = 0;                   // slots in use: [0, limit_)
   uint64_t clock_ = 0;
   uint64_t hits_ = 0, misses_ = 0;
 };

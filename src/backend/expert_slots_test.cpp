@@ -42,6 +42,24 @@ TEST(ExpertSlots, AForgottenSlotHoldsNothingAndGoesFirst) {
   (void)a, (void)b;
 }
 
+// The fluid split gives slots up from the end: their experts are forgotten
+// and no miss takes them; given back, they are the first a miss takes.
+TEST(ExpertSlots, ALimitForgetsTheSlotsPastItAndRaisedGivesThemFirst) {
+  ExpertSlots s(2, 8, 6);
+  for (int e = 0; e < 6; ++e) EXPECT_EQ(s.find(0, e).slot, e);  // slots in order while empty
+  s.set_limit(3);
+  EXPECT_EQ(s.limit(), 3);
+  for (int e = 0; e < 3; ++e) EXPECT_TRUE(s.find(0, e).hit) << e;
+  int64_t layer = -1, expert = -1;
+  for (int slot = 3; slot < 6; ++slot) EXPECT_FALSE(s.held_by(slot, &layer, &expert)) << slot;
+  EXPECT_FALSE(s.find(0, 4).hit);  // forgotten with its slot
+  for (int e = 0; e < 40; ++e) EXPECT_LT(s.find(1, e % 8).slot, 3) << "no miss past the limit";
+  s.set_limit(6);
+  std::set<int> taken;
+  for (int e = 5; e < 8; ++e) taken.insert(s.find(0, e).slot);
+  EXPECT_EQ(taken, std::set<int>({3, 4, 5}));
+}
+
 TEST(ExpertSlots, TheSameExpertOfAnotherLayerIsAnotherKey) {
   ExpertSlots s(3, 2, 2);
   EXPECT_FALSE(s.find(0, 0).hit);

@@ -55,6 +55,37 @@ StatusOr<FluidSetup> plan_expert_split(const weights::PlacementPlan& store,
   return f;
 }
 
+// The split of a device's expert slots (three tiers, a routed model): a
+// unit is one routed layer's worth of slots, priced by the tier planner's
+// decode step with that many fewer experts in HBM.
+StatusOr<FluidSetup> plan_device_expert_split(const plan::TierInputs& tiers,
+                                              const LayerWeightSource::ExpertSlotRange& slots, int64_t n_pool_blocks,
+                                              int64_t block_bytes, int64_t promote_hold_steps) {
+  FluidSetup f;
+  f.slots_per_unit = slots.min;
+  f.base_slots = slots.now;
+  const int64_t n_units = (slots.now - slots.min) / slots.min;
+  if (n_units < 1)
+    return invalid_argument("--fluid-split: the device keeps {} expert slots, no more than the {} one routed layer "
+                            "has; nothing can move (raise --gpu-budget)",
+                            slots.now, slots.min);
+  plan::FluidSplitConfig& c = f.config;
+  c.unit_bytes = static_cast<double>(f.slots_per_unit) * static_cast<double>(slots.slot_bytes);
+  c.n_units = n_units;
+  c.floor_bytes = 0;  // the budget is the slots that can move and the pool
+  c.kv_block_bytes = static_cast<double>(block_bytes);
+  c.budget_bytes = static_cast<double>(n_units) * c.unit_bytes + static_cast<double>(n_pool_blocks) * c.kv_block_bytes;
+  c.promote_hold_steps = promote_hold_steps;
+  ASSIGN_OR_RETURN(const std::vector<double> per_expert, plan::demotion_costs(tiers, n_units * f.slots_per_unit));
+  for (int64_t k = 0; k <= n_units; ++k) {
+    const auto at = static_cast<size_t>(k * f.slots_per_unit);
+    if (at >= per_expert.size()) break;  // below the smallest budget the planner streams with
+    c.demote_cost_s.push_back(per_expert[at]);
+  }
+  RETURN_IF_ERROR(finish_setup(f));
+  return f;
+}
+
 }  // namespace
 
 StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::PlacementPlan& store,
@@ -67,6 +98,8 @@ StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::Placeme
                             model.backend().name());
   // A routed model streaming its experts: the units are slots of its pool.
   const LayerWeightSource::ExpertSlotRange slots = model.expert_slot_range();
+  if (slots.max > 0 && on_device)
+    return plan_device_expert_split(*device_tiers, slots, n_pool_blocks, block_bytes, promote_hold_steps);
   if (slots.max > 0) return plan_expert_split(store, slots, n_pool_blocks, block_bytes, promote_hold_steps);
   // On the host a demoted layer streams through the ring; on a device it may
   // also go to host memory of its own.

@@ -57,9 +57,13 @@ struct FluidSetup {
 // store's host buffers plus that pool, priced by ring_demotion_costs over the
 // store's compute and transfer times. On a device (device_tiers: the three
 // tiers' planner inputs): the device tier's arenas plus the pool, priced by
-// plan::demotion_costs. Errors: no layer can move (a routed model, every
-// layer streamed already, none streamed: no ring to demote into, or a device
-// without three tiers).
+// plan::demotion_costs. A routed model's units are groups of expert slots,
+// a routed layer's worth each: its expert pool's on the host (priced by the
+// store's step at the hit rate the smaller pool gets), the device's slots of
+// experts copied in on a device (priced by plan::demotion_costs). Errors:
+// nothing can move (every layer streamed already, none streamed: no ring to
+// demote into, slots for one routed layer only, or a device without three
+// tiers).
 StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::PlacementPlan& store,
                                       const plan::TierInputs* device_tiers, int64_t n_pool_blocks, int64_t block_bytes,
                                       int64_t promote_hold_steps);

@@ -174,9 +174,11 @@ class Model {
   uint64_t demotable_bytes(int64_t l) const;
   Status demote_layer(int64_t l);
   Status promote_layer(int64_t l);
-  // A routed model's expert pool (a weight source that streams experts, on
-  // a host-visible backend): its range (all 0 when there is none), and its
-  // size moved between steps (the split's units are slots).
+  // A routed model's expert slots: a weight source's pool of experts (on a
+  // host-visible backend, streaming experts), or the device's slots of
+  // experts copied in from host memory (three tiers; the backend's
+  // expert_slots()). Their range (all 0 when there is none; `min` is also the
+  // step), and their count moved between steps (the split's units are slots).
   LayerWeightSource::ExpertSlotRange expert_slot_range() const;
   Status set_expert_slots(int64_t n);
 

@@ -156,12 +156,19 @@ Status Model::promote_layer(int64_t l) {
 }
 
 LayerWeightSource::ExpertSlotRange Model::expert_slot_range() const {
-  if (!source_ || !backend_->host_visible() || !source_->streams_experts()) return {};
+  if (!source_) return {};
+  if (!backend_->host_visible()) {  // the device's slots, a routed layer's worth a step
+    const Backend::ExpertSlotCount c = backend_->expert_slots();
+    if (c.max == 0 || c.unit == 0) return {};
+    return {.now = c.now, .min = c.unit, .max = c.max, .slot_bytes = c.slot_bytes};
+  }
+  if (!source_->streams_experts()) return {};
   return source_->expert_slot_range();
 }
 
 Status Model::set_expert_slots(int64_t n) {
-  if (expert_slot_range().max == 0) return invalid_argument("this model keeps no expert pool");
+  if (expert_slot_range().max == 0) return invalid_argument("this model keeps no expert slots that can move");
+  if (!backend_->host_visible()) return backend_->set_expert_slot_count(n);
   return source_->set_expert_slots(n);
 }
 

@@ -1,14 +1,24 @@
 #include "backend/cuda/cuda_device_slots.h"
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_check.cuh"
 #include "base/check.h"
 
 namespace sluice::cuda {
 
-DeviceSlots::DeviceSlots(size_t slot_bytes, int n_slots, CopyQueue& queue) : slot_bytes_(slot_bytes), queue_(queue) {
-  CHECK(n_slots >= 1 && slot_bytes > 0);
+DeviceSlots::DeviceSlots(size_t slot_bytes, int n_slots, CopyQueue& queue, int chunk_slots)
+    : slot_bytes_(slot_bytes), n_backed_(n_slots), queue_(queue) {
+  CHECK(n_slots >= 1 && slot_bytes > 0 && chunk_slots >= 0);
   const auto n = static_cast<size_t>(n_slots);
-  SLUICE_CUDA_OK(cudaMalloc(&dev_, slot_bytes_ * n));
+  const int k = chunk_slots > 0 ? (n_slots - chunk_slots) / chunk_slots : 0;  // chunks after the first
+  chunks_.push_back({.first = 0, .n = n_slots - k * chunk_slots});
+  for (int j = 0; j < k; ++j) chunks_.push_back({.first = chunks_.back().first + chunks_.back().n, .n = chunk_slots});
+  base_.assign(n, nullptr);
+  for (Chunk& c : chunks_) {
+    SLUICE_CUDA_OK(cudaMalloc(&c.dev, slot_bytes_ * static_cast<size_t>(c.n)));
+    for (int i = 0; i < c.n; ++i) base_[static_cast<size_t>(c.first + i)] = c.dev + static_cast<size_t>(i) * slot_bytes_;
+  }
   read_.resize(n);
   filled_.resize(n);
   read_recorded_.assign(n, 0);
@@ -23,7 +33,38 @@ DeviceSlots::~DeviceSlots() {
     if (id != 0) queue_.cancel(id);  // waits for its chunks in flight
   for (cudaEvent_t e : read_) cudaEventDestroy(e);
   for (cudaEvent_t e : filled_) cudaEventDestroy(e);
-  cudaFree(dev_);
+  for (const Chunk& c : chunks_) cudaFree(c.dev);
+}
+
+bool DeviceSlots::set_backed(int n) {
+  bool ok = true;
+  for (Chunk& c : chunks_) {
+    CHECK(c.first >= n || c.first + c.n <= n);  // a chunk boundary
+    if (c.first >= n && c.dev) {  // given up: its fills dropped, its readers done, its memory freed
+      for (int s = c.first; s < c.first + c.n; ++s) {
+        const auto su = static_cast<size_t>(s);
+        cancel_fill(s);
+        if (read_recorded_[su]) SLUICE_CUDA_OK(cudaEventSynchronize(read_[su]));
+        if (filled_recorded_[su]) SLUICE_CUDA_OK(cudaEventSynchronize(filled_[su]));
+        read_recorded_[su] = filled_recorded_[su] = 0;
+        base_[su] = nullptr;
+      }
+      SLUICE_CUDA_OK(cudaFree(c.dev));
+      c.dev = nullptr;
+    } else if (c.first < n && !c.dev) {  // taken back
+      if (cudaMalloc(&c.dev, slot_bytes_ * static_cast<size_t>(c.n)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        c.dev = nullptr;
+        ok = false;  // the chunks before it stay backed: still a prefix
+        break;
+      }
+      for (int i = 0; i < c.n; ++i) base_[static_cast<size_t>(c.first + i)] = c.dev + static_cast<size_t>(i) * slot_bytes_;
+    }
+  }
+  n_backed_ = 0;
+  for (const Chunk& c : chunks_)
+    if (c.dev) n_backed_ = std::max(n_backed_, c.first + c.n);
+  return ok;
 }
 
 void DeviceSlots::begin_fill(int s, CopyClass c) {

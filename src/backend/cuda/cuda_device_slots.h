@@ -9,6 +9,12 @@
 //
 //   fill:  begin_fill(s, class), copy(s, ...)*, end_fill(s)   one transfer
 //   read:  wait_filled(s, compute), kernels, mark_read(s, compute)
+//   back:  set_backed(n)   slots [0, n) in device memory, the rest's freed
+//
+// With chunk_slots > 0 the slots are allocated in chunks that set_backed can
+// free and allocate again (the fluid split's units): the first chunk holds
+// n_slots - k x chunk_slots slots (at least chunk_slots), each other one
+// chunk_slots, so the backed counts are n_slots - j x chunk_slots.
 //
 // A fill not waited for yet can be raised to critical or cancelled (a
 // prediction that turned out right or wrong). Calls come from one thread at
@@ -28,15 +34,22 @@ namespace sluice::cuda {
 
 class DeviceSlots {
  public:
-  // The queue outlives the slots.
-  DeviceSlots(size_t slot_bytes, int n_slots, CopyQueue& queue);
+  // The queue outlives the slots. chunk_slots: 0, one allocation.
+  DeviceSlots(size_t slot_bytes, int n_slots, CopyQueue& queue, int chunk_slots = 0);
   ~DeviceSlots();
   DeviceSlots(const DeviceSlots&) = delete;
   DeviceSlots& operator=(const DeviceSlots&) = delete;
 
   int n_slots() const { return static_cast<int>(read_.size()); }
   size_t slot_bytes() const { return slot_bytes_; }
-  uint8_t* slot(int s) const { return dev_ + static_cast<size_t>(s) * slot_bytes_; }
+  uint8_t* slot(int s) const { return base_[static_cast<size_t>(s)]; }
+  // Slots [0, n) backed by device memory from now on, the others' freed once
+  // their fills are dropped and their readers done (the host waits for them).
+  // n must be a chunk boundary. False: the device could not allocate a chunk
+  // again (those backed stay). Between steps: no fill of a freed slot is
+  // waited for later.
+  bool set_backed(int n);
+  int n_backed() const { return n_backed_; }
 
   // A fill of slot s of class c begins (a fill of s not waited for is cancelled).
   void begin_fill(int s, CopyClass c);
@@ -61,8 +74,14 @@ class DeviceSlots {
 
  private:
   static constexpr int kMaxPieces = 8;  // per fill
+  struct Chunk {
+    int first = 0, n = 0;
+    uint8_t* dev = nullptr;  // null: freed
+  };
   size_t slot_bytes_;
-  uint8_t* dev_ = nullptr;
+  std::vector<Chunk> chunks_;
+  std::vector<uint8_t*> base_;  // [n_slots] each slot's memory, null while freed
+  int n_backed_ = 0;
   CopyQueue& queue_;
   std::vector<cudaEvent_t> read_, filled_;        // [n_slots]
   std::vector<uint8_t> read_recorded_, filled_recorded_;  // filled_: a settled fill compute has not waited for

@@ -17,8 +17,10 @@ size_t expert_view_bytes(const WeightView& w) { return row_bytes(w.type, w.n_in)
 
 size_t DeviceExperts::slot_bytes_for(uint64_t expert_bytes) { return weight_aligned(expert_bytes) + 3 * kWeightAlign; }
 
-DeviceExperts::DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_bytes, int n_slots, CopyQueue& queue)
-    : slots_(n_layer, n_expert, n_slots), slots_dev_(slot_bytes_for(expert_bytes), n_slots, queue) {
+DeviceExperts::DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_bytes, int n_slots, CopyQueue& queue,
+                             int chunk_slots)
+    : slots_(n_layer, n_expert, n_slots), slots_dev_(slot_bytes_for(expert_bytes), n_slots, queue, chunk_slots) {
+  CHECK(chunk_slots == 0 || chunk_slots >= 2);
   SLUICE_CUDA_OK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   predicted_.reserve(static_cast<size_t>(n_slots));
 }
@@ -95,6 +97,14 @@ void DeviceExperts::release(cudaStream_t compute) {
   CHECK(held_ >= 0);
   slots_dev_.mark_read(held_, compute);
   held_ = -1;
+}
+
+bool DeviceExperts::set_n_slots(int n) {
+  CHECK(held_ < 0 && n >= 2 && n <= max_slots());
+  std::erase_if(predicted_, [n](int s) { return s >= n; });  // their fills go with the slots
+  const bool ok = slots_dev_.set_backed(n);
+  slots_.set_limit(std::max(2, std::min(n, slots_dev_.n_backed())));
+  return ok;
 }
 
 void DeviceExperts::finish() {

@@ -32,8 +32,11 @@ namespace sluice::cuda {
 
 class DeviceExperts {
  public:
-  // expert_bytes: one expert's three matrices; n_slots >= 2.
-  DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_bytes, int n_slots, CopyQueue& queue);
+  // expert_bytes: one expert's three matrices; n_slots >= 2. chunk_slots:
+  // the slots set_n_slots gives up or takes back at a time (0: none; see
+  // DeviceSlots).
+  DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_bytes, int n_slots, CopyQueue& queue,
+                int chunk_slots = 0);
   ~DeviceExperts();
   DeviceExperts(const DeviceExperts&) = delete;
   DeviceExperts& operator=(const DeviceExperts&) = delete;
@@ -55,8 +58,14 @@ class DeviceExperts {
   void settle_predictions(int64_t layer, std::span<const int32_t> chosen);
   // Returns once every copy issued so far has read its host bytes.
   void finish();
+  // The fluid split: slots [0, n) kept, the device memory of the others freed
+  // (their experts forgotten, their predicted copies dropped), or taken back
+  // (n a chunk boundary, >= 2). Between steps, nothing held. False: the
+  // device could not allocate them again (fewer are in use).
+  bool set_n_slots(int n);
 
-  int n_slots() const { return slots_.n_slots(); }
+  int n_slots() const { return slots_.limit(); }  // in use now
+  int max_slots() const { return slots_.n_slots(); }
   // Chosen experts found in a slot (acquire's hits) and copied in (its
   // misses), and the experts prefetch() copied.
   uint64_t hits() const { return hits_; }

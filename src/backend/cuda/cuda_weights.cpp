@@ -256,8 +256,9 @@ std::string CudaBackend::make_expert_slots(uint64_t left) {
     n = std::min<int64_t>(n, static_cast<int64_t>(free / 2 / slot));  // half left for the KV cache and scratch
   }
   if (n < 2) return "; no device slots for experts (each is copied in when chosen)";
+  // In chunks of a routed layer's worth, which the fluid split gives up and takes back.
   experts_dev_ = std::make_unique<DeviceExperts>(expert_layers_, n_expert_, expert_bytes_, static_cast<int>(n),
-                                                 copy_queue());
+                                                 copy_queue(), n_expert_ >= 2 ? static_cast<int>(n_expert_) : 0);
   return fmt::format("; {} device slots of {:.1f} MiB keep the experts copied in ({:.1f} a routed layer)", n,
                      static_cast<double>(slot) / (1 << 20),
                      static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, expert_layers_)));
@@ -269,6 +270,29 @@ void CudaBackend::prefetch_experts(int64_t layer, std::span<const int32_t> ids, 
     const ExpertWeights& w = experts[static_cast<size_t>(e)];
     if (w.gate.data && host_views_->holds(w.gate.data)) experts_dev_->prefetch(layer, e, w);
   }
+}
+
+Backend::ExpertSlotCount CudaBackend::expert_slots() const {
+  if (!experts_dev_) return {};
+  const int64_t unit = n_expert_ >= 2 ? n_expert_ : 0;
+  return {.now = experts_dev_->n_slots(),
+          .max = experts_dev_->max_slots(),
+          .unit = unit > 0 && experts_dev_->max_slots() >= 2 * unit ? unit : 0,
+          .slot_bytes = experts_dev_->slot_bytes()};
+}
+
+Status CudaBackend::set_expert_slot_count(int64_t n) {
+  const ExpertSlotCount c = expert_slots();
+  if (c.unit == 0 || n < c.unit || n > c.max || (c.max - n) % c.unit != 0)
+    return invalid_argument("{} device expert slots: the count moves from {} in steps of {} (at least {})", n, c.max,
+                            c.unit, c.unit);
+  if (n == c.now) return Status();
+  finish_host_reads();
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // no kernel reads a slot given up
+  if (!experts_dev_->set_n_slots(static_cast<int>(n)))
+    return resource_exhausted("the device could not take back {} expert slots of {:.1f} MiB ({} in use)", n - c.now,
+                              static_cast<double>(c.slot_bytes) / (1 << 20), experts_dev_->n_slots());
+  return Status();
 }
 
 std::string CudaBackend::copy_summary() const {
