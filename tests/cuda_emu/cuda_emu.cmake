@@ -9,7 +9,7 @@ set(SLUICE_EMU_SRC ${CMAKE_BINARY_DIR}/cuda_emu_src)
 # The runtime (launches, memory, streams, the driver's VMM) every emulated
 # build links, and a stand-in libcublasLt loaded as the real one would be.
 add_library(sluice_cuda_emu STATIC ${SLUICE_EMU_DIR}/emu_grid.cpp ${SLUICE_EMU_DIR}/emu_memory.cpp
-            ${SLUICE_EMU_DIR}/emu_runtime.cpp ${SLUICE_EMU_DIR}/emu_vmm.cpp)
+            ${SLUICE_EMU_DIR}/emu_runtime.cpp ${SLUICE_EMU_DIR}/emu_streams.cpp ${SLUICE_EMU_DIR}/emu_vmm.cpp)
 target_include_directories(sluice_cuda_emu PUBLIC ${SLUICE_EMU_DIR}/include)
 add_library(sluice_emu_cublaslt SHARED ${SLUICE_EMU_DIR}/emu_cublaslt.cpp)
 # Executables export their symbols, so the stand-in finds sluice_emu_device_access.

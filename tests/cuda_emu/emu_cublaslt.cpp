@@ -2,7 +2,9 @@
 // the matmul computed on the CPU in float (column major, as cuBLASLt; A and B
 // in F32, F16 or BF16; C and D in F32). Built as its own shared library so
 // that sluice loads it exactly as it loads the real one (cublaslt_api.h).
+#include <cstdint>
 #include <cstring>
+#include <functional>
 #include <new>
 
 #include "cublasLt.h"
@@ -26,6 +28,7 @@ struct cublasLtMatmulPreferenceOpaque_t {
 // The emulator's device memory is closed to host code outside its own calls
 // (emu_memory.cpp); the executable exports this to open it around the matmul.
 extern "C" void sluice_emu_device_access(int open) __attribute__((weak));
+extern "C" void sluice_emu_submit(cudaStream_t stream, std::function<void()>* work) __attribute__((weak));
 
 namespace {
 
@@ -47,6 +50,11 @@ float element(const void* p, cudaDataType t, int64_t i) {
     default: return static_cast<const float*>(p)[i];
   }
 }
+
+// D = alpha op(A) op(B) + beta C (below), with copies of the layouts.
+void product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al, float be, const void* a,
+             const cublasLtMatrixLayoutOpaque_t& ad, const void* b, const cublasLtMatrixLayoutOpaque_t& bd,
+             const void* c, const cublasLtMatrixLayoutOpaque_t& cd, void* d, const cublasLtMatrixLayoutOpaque_t& dd);
 
 }  // namespace
 
@@ -138,7 +146,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha, const void* a,
                               cublasLtMatrixLayout_t ad, const void* b, cublasLtMatrixLayout_t bd, const void* beta,
                               const void* c, cublasLtMatrixLayout_t cd, void* d, cublasLtMatrixLayout_t dd,
-                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
   const bool ta = op->trans_a == CUBLAS_OP_T, tb = op->trans_b == CUBLAS_OP_T;
   const int64_t m = static_cast<int64_t>(dd->rows), n = static_cast<int64_t>(dd->cols);
   const int64_t k = static_cast<int64_t>(ta ? ad->rows : ad->cols);
@@ -146,6 +154,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
       static_cast<int64_t>(tb ? bd->cols : bd->rows) != k)
     return CUBLAS_STATUS_INVALID_VALUE;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  // The descriptors as they are now (the caller may destroy them), the
+  // product when the stream gets to it.
+  std::function<void()> work = [ta, tb, m, n, k, al, be, a, b, c, d, ad = *ad, bd = *bd, cd = *cd, dd = *dd] {
+    product(ta, tb, m, n, k, al, be, a, ad, b, bd, c, cd, d, dd);
+  };
+  if (sluice_emu_submit) {
+    sluice_emu_submit(stream, &work);
+  } else {
+    work();
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
+
+namespace {
+
+void product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al, float be, const void* a,
+             const cublasLtMatrixLayoutOpaque_t& ad_, const void* b, const cublasLtMatrixLayoutOpaque_t& bd_,
+             const void* c, const cublasLtMatrixLayoutOpaque_t& cd_, void* d, const cublasLtMatrixLayoutOpaque_t& dd_) {
+  const cublasLtMatrixLayoutOpaque_t *ad = &ad_, *bd = &bd_, *cd = &cd_, *dd = &dd_;
   const OpenDevice open;
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t i = 0; i < m; ++i) {
@@ -160,7 +189,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const v
       static_cast<float*>(d)[i + j * dd->ld] = r;
     }
   }
-  return CUBLAS_STATUS_SUCCESS;
 }
 
-}  // extern "C"
+}  // namespace

@@ -193,6 +193,12 @@ bool device_free(void* ptr) {
   return true;
 }
 
+bool is_device_pointer(const void* p) {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  return a.base != nullptr && in_device_memory(a, static_cast<const char*>(p));
+}
+
 size_t device_alloc_size(const void* ptr) {
   Arena& a = arena();
   std::lock_guard<std::mutex> lock(a.mu);

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <memory>
 #include <new>
+#include <vector>
 
 #include "cuda.h"
 #include "cuda_runtime.h"
@@ -19,7 +21,8 @@ thread_local cudaError_t t_last_error = cudaSuccess;
 
 struct Memory {
   std::mutex mu;
-  std::map<void*, size_t> host;
+  std::map<const char*, size_t> host;        // cudaMallocHost's
+  std::map<const char*, size_t> registered;  // cudaHostRegister's
   size_t used = 0;
 };
 Memory& memory() {
@@ -52,6 +55,19 @@ cudaError_t fail(cudaError_t e) {
 
 void set_error(cudaError_t e) { t_last_error = e; }
 
+bool is_pinned(const void* p) {
+  Memory& m = memory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  const char* c = static_cast<const char*>(p);
+  auto in = [c](const auto& ranges) {
+    auto it = ranges.upper_bound(c);
+    if (it == ranges.begin()) return false;
+    --it;
+    return c < it->first + it->second;
+  };
+  return in(m.registered) || in(m.host);
+}
+
 size_t device_capacity() {
   static const size_t c = capacity_from_env();
   return c;
@@ -73,13 +89,6 @@ void refund_device(size_t bytes) {
 
 using sluice_emu::fail;
 
-struct CUstream_st {
-  unsigned flags;
-};
-struct CUevent_st {
-  std::chrono::steady_clock::time_point at;
-  bool recorded = false;
-};
 
 cudaError_t cudaGetLastError() {
   const cudaError_t e = sluice_emu::t_last_error;
@@ -137,7 +146,10 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->maxThreadsPerBlock = 1024;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  sluice_emu::sync_all();
+  return cudaSuccess;
+}
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   sluice_emu::Memory& m = sluice_emu::memory();
   std::lock_guard<std::mutex> lock(m.mu);
@@ -167,6 +179,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
+  sluice_emu::sync_all();  // as on a GPU, the device's work first
   const size_t bytes = sluice_emu::device_alloc_size(p);
   if (!sluice_emu::device_free(p)) return fail(cudaErrorInvalidValue);
   sluice_emu::refund_device(charged(bytes));
@@ -177,76 +190,135 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
   if (*p == nullptr) return fail(cudaErrorMemoryAllocation);
   sluice_emu::Memory& m = sluice_emu::memory();
   std::lock_guard<std::mutex> lock(m.mu);
-  m.host[*p] = bytes;
+  m.host[static_cast<const char*>(*p)] = bytes;
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* p) {
   if (p == nullptr) return cudaSuccess;
+  sluice_emu::sync_all();
   sluice_emu::Memory& m = sluice_emu::memory();
   {
     std::lock_guard<std::mutex> lock(m.mu);
-    if (m.host.erase(p) == 0) return fail(cudaErrorInvalidValue);
+    if (m.host.erase(static_cast<const char*>(p)) == 0) return fail(cudaErrorInvalidValue);
   }
   std::free(p);
   return cudaSuccess;
 }
 cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned) {
-  return p != nullptr && bytes > 0 ? cudaSuccess : fail(cudaErrorInvalidValue);
+  if (p == nullptr || bytes == 0) return fail(cudaErrorInvalidValue);
+  sluice_emu::Memory& m = sluice_emu::memory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.registered[static_cast<const char*>(p)] = bytes;
+  return cudaSuccess;
 }
-cudaError_t cudaHostUnregister(void* p) { return p != nullptr ? cudaSuccess : fail(cudaErrorInvalidValue); }
+cudaError_t cudaHostUnregister(void* p) {
+  if (p == nullptr) return fail(cudaErrorInvalidValue);
+  sluice_emu::sync_all();  // no copy reads it afterwards
+  sluice_emu::Memory& m = sluice_emu::memory();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.registered.erase(static_cast<const char*>(p));
+  return cudaSuccess;
+}
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
   if (bytes > 0 && (dst == nullptr || src == nullptr)) return fail(cudaErrorInvalidValue);
+  sluice_emu::sync_all();  // the legacy stream: after everything
   if (bytes > 0) {
     sluice_emu::DeviceAccess open;
     std::memmove(dst, src, bytes);
   }
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+// Deferred (SLUICE_EMU_DEFER), a copy runs when its stream reaches it, as on a
+// GPU: the host bytes of a pinned source are read then. A pageable source is
+// staged at the call (the call returns once it may be reused), and a copy to
+// pageable memory returns once done.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t s) {
+  if (bytes > 0 && (dst == nullptr || src == nullptr)) return fail(cudaErrorInvalidValue);
+  if (bytes == 0) return cudaSuccess;
+  const bool dst_dev = sluice_emu::is_device_pointer(dst), src_dev = sluice_emu::is_device_pointer(src);
+  const bool host_side = !dst_dev || !src_dev;
+  if (!dst_dev && !sluice_emu::is_pinned(dst)) {  // to pageable memory: synchronous
+    sluice_emu::sync_stream(s);
+    sluice_emu::DeviceAccess open;
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
+  if (!src_dev && !sluice_emu::is_pinned(src)) {  // from pageable memory: staged now
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    sluice_emu::submit(s, [dst, staged] {
+      sluice_emu::DeviceAccess open;
+      std::memcpy(dst, staged->data(), staged->size());
+    }, true);
+    return cudaSuccess;
+  }
+  sluice_emu::submit(s, [dst, src, bytes] {
+    sluice_emu::DeviceAccess open;
+    std::memmove(dst, src, bytes);
+  }, host_side);
+  return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   if (bytes > 0 && p == nullptr) return fail(cudaErrorInvalidValue);
+  sluice_emu::sync_all();
   if (bytes > 0) {
     sluice_emu::DeviceAccess open;
     std::memset(p, value, bytes);
   }
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  if (bytes > 0 && p == nullptr) return fail(cudaErrorInvalidValue);
+  if (bytes == 0) return cudaSuccess;
+  sluice_emu::submit(s, [p, value, bytes] {
+    sluice_emu::DeviceAccess open;
+    std::memset(p, value, bytes);
+  }, false);
+  return cudaSuccess;
+}
 
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
-  *s = new CUstream_st{flags};
+  *s = sluice_emu::new_stream(flags);
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete s;
+  sluice_emu::delete_stream(s);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
-  return e != nullptr ? cudaSuccess : fail(cudaErrorInvalidValue);
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  sluice_emu::sync_stream(s);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  if (e == nullptr) return fail(cudaErrorInvalidValue);
+  sluice_emu::wait(s, e);
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-  *e = new CUevent_st();
+  *e = sluice_emu::new_event();
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete e;
+  sluice_emu::delete_event(e);
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (e == nullptr) return fail(cudaErrorInvalidValue);
-  e->at = std::chrono::steady_clock::now();
-  e->recorded = true;
+  sluice_emu::record(e, s);
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e != nullptr ? cudaSuccess : fail(cudaErrorInvalidValue); }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return e != nullptr ? cudaSuccess : fail(cudaErrorInvalidValue); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (e == nullptr) return fail(cudaErrorInvalidValue);
+  sluice_emu::sync_event(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (e == nullptr) return fail(cudaErrorInvalidValue);
+  return sluice_emu::event_done(e) ? cudaSuccess : cudaErrorNotReady;
+}
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (start == nullptr || end == nullptr || !start->recorded || !end->recorded) return fail(cudaErrorInvalidValue);
   *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();

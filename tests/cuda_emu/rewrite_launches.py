@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rewrites a CUDA source for the emulator (tests/cuda_emu/README.md): every
 kernel<<<grid, block[, smem[, stream]]>>>(args) launch becomes
-::sluice_emu::launch(grid, block[, smem[, stream]])([&](auto&&... a) { kernel(a...); }, args),
+::sluice_emu::launch(grid, block[, smem[, stream]])([=](auto&&... a) { kernel(a...); }, args),
 which g++ compiles (sluice_emu/device.h). Everything else is copied as it is.
 Usage: rewrite_launches.py IN OUT"""
 import os
@@ -13,7 +13,7 @@ LAUNCH = re.compile(r"([A-Za-z_][\w:]*(?:<(?:[^<>]|<[^<>]*>)*>)?)<<<(.*?)>>>\((\
 
 
 def launch(m):
-    call = f"[&](auto&&... sluice_emu_a) {{ {m.group(1)}(sluice_emu_a...); }}"
+    call = f"[=](auto&&... sluice_emu_a) {{ {m.group(1)}(sluice_emu_a...); }}"
     rest = ")" if m.group(3) else ", "
     return f"::sluice_emu::launch({m.group(2)})({call}{rest}"
 

@@ -124,7 +124,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsi
 template <class... P, class... A>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* cfg, void (*kernel)(P...), A&&... args) {
   if (!::sluice_emu::launch_ok(cfg->gridDim, cfg->blockDim)) return cudaErrorInvalidConfiguration;
-  ::sluice_emu::launch(cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes)(
-      [&](auto&&... a) { kernel(a...); }, std::forward<A>(args)...);
+  ::sluice_emu::launch(cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, cfg->stream)(
+      [kernel](auto&&... a) { kernel(a...); }, std::forward<A>(args)...);
   return cudaSuccess;
 }

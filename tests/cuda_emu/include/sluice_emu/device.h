@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -70,32 +71,41 @@ void mma_m16n8k32_s8_s32(int32_t* c, const uint32_t* a, uint32_t b0, uint32_t b1
 bool launch_ok(dim3 grid, dim3 block);
 // Runs body(ctx) as every thread of the grid.
 void run_grid(dim3 grid, dim3 block, size_t dynamic_smem, void (*body)(void*), void* ctx);
+// Runs `grid` on `stream` (a cudaStream_t; null: the legacy stream): at once,
+// or under SLUICE_EMU_DEFER when the stream gets to it (emu_streams.cpp).
+void submit_launch(void* stream, std::function<void()> grid);
 
 // kernel<<<grid, block, smem, stream>>>(args) is rewritten (rewrite_launches.py) as
 //   launch(grid, block, smem, stream)([&](auto&&... a) { kernel(a...); }, args)
 // so that the kernel's template arguments are deduced from the arguments, as
-// nvcc deduces them. The arguments are evaluated once, at the launch; each
-// thread's call copies them into the kernel's parameters.
+// nvcc deduces them. The arguments are evaluated once, at the launch, and kept
+// with the grid until it runs; each thread's call copies them into the
+// kernel's parameters.
 struct Launch {
   dim3 grid, block;
   size_t smem;
+  void* stream;
   template <class F, class... A>
   void operator()(F call, A&&... args) const {
     if (!launch_ok(grid, block)) return;
     using Args = std::tuple<std::decay_t<A>...>;
-    struct Ctx {
-      F* call;
-      Args args;
-    } ctx{&call, Args(std::forward<A>(args)...)};
-    run_grid(grid, block, smem, [](void* p) {
-      auto* c = static_cast<Ctx*>(p);
-      std::apply(*c->call, c->args);
-    }, &ctx);
+    submit_launch(stream, [g = grid, b = block, smem = smem, call, a = Args(std::forward<A>(args)...)]() mutable {
+      struct Ctx {
+        F* call;
+        Args* args;
+      } ctx{&call, &a};
+      run_grid(g, b, smem, [](void* p) {
+        auto* c = static_cast<Ctx*>(p);
+        std::apply(*c->call, *c->args);
+      }, &ctx);
+    });
   }
 };
 template <class S = void*>
-Launch launch(dim3 grid, dim3 block, size_t smem = 0, S = {}) {
-  return {grid, block, smem};
+Launch launch(dim3 grid, dim3 block, size_t smem = 0, S stream = {}) {
+  void* s = nullptr;
+  if constexpr (std::is_pointer_v<S>) s = static_cast<void*>(stream);
+  return {grid, block, smem, s};
 }
 
 }  // namespace sluice_emu
