@@ -104,16 +104,20 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
     return invalid_argument("--disk-rate-cap caps the reads of weights streamed under --mem-budget; give a memory "
                             "budget too (without one every weight is read once, at load)");
   if (mem_budget > 0) {
-    ASSIGN_OR_RETURN(weights::StreamingSetup setup,
-                     weights::open_streaming(lm.file, {.mem_budget_bytes = mem_budget,
-                                                       .n_threads = o.n_threads,
-                                                       .tokens_per_step = o.tokens_per_step,
-                                                       .disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s,
-                                                       .calibration = o.calibration,
-                                                       .training = o.training,
-                                                       .stage = o.stage,
-                                                       .device_layers = tiers ? tiers->device_layers
-                                                                              : std::vector<int64_t>{}}));
+    StatusOr<weights::StreamingSetup> opened =
+        weights::open_streaming(lm.file, {.mem_budget_bytes = mem_budget,
+                                          .n_threads = o.n_threads,
+                                          .tokens_per_step = o.tokens_per_step,
+                                          .disk_rate_cap_bytes_per_s = o.disk_rate_cap_bytes_per_s,
+                                          .calibration = o.calibration,
+                                          .training = o.training,
+                                          .stage = o.stage,
+                                          .device_layers = tiers ? tiers->device_layers : std::vector<int64_t>{}});
+    if (!opened.ok() && mem_budget != o.mem_budget_bytes)
+      return opened.status().with_context(
+          "--fluid-split under --gpu-budget alone keeps every layer the device does not in host memory (give "
+          "--mem-budget to read part of them from disk instead)");
+    ASSIGN_OR_RETURN(weights::StreamingSetup setup, std::move(opened));
     lm.stream = setup.source;
     lm.placement_report = std::move(setup.report);
     if (mem_budget != o.mem_budget_bytes)
