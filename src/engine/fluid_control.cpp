@@ -24,63 +24,50 @@ Status finish_setup(FluidSetup& f) {
   return Status();
 }
 
-// The split of a routed model's expert pool: a unit is one routed layer's
-// worth of slots (the fewest the pool may keep), priced by the placement's
-// step at the hit rate the smaller pool would get.
-StatusOr<FluidSetup> plan_expert_split(const weights::PlacementPlan& store,
-                                       const LayerWeightSource::ExpertSlotRange& slots, int64_t n_pool_blocks,
-                                       int64_t block_bytes, int64_t promote_hold_steps) {
+// The split of a routed model's expert slots: a unit is one routed layer's
+// worth (slots.min, the fewest kept). On the host (no tiers) the slots are
+// the store's expert pool, the budget the store's buffers and the pool, priced
+// by the placement's step at the hit rate the smaller pool would get; on a
+// device they are its slots of experts copied in, the budget those that can
+// move and the pool, priced by the tier planner's decode step with that many
+// fewer experts in HBM.
+StatusOr<FluidSetup> plan_slot_split(const weights::PlacementPlan& store, const plan::TierInputs* tiers,
+                                     const LayerWeightSource::ExpertSlotRange& slots, int64_t n_pool_blocks,
+                                     int64_t block_bytes, int64_t promote_hold_steps) {
   FluidSetup f;
   f.slots_per_unit = slots.min;
   f.base_slots = slots.now;
   const int64_t n_units = (slots.now - slots.min) / slots.min;
   if (n_units < 1)
-    return invalid_argument("--fluid-split: the expert pool holds {} slots, no more than the {} one layer needs; "
-                            "nothing can move (raise --mem-budget)",
-                            slots.now, slots.min);
+    return invalid_argument("--fluid-split: {} {} slots, no more than the {} one routed layer needs; nothing can "
+                            "move (raise {})",
+                            tiers ? "the device keeps expert" : "the expert pool holds", slots.now, slots.min,
+                            tiers ? "--gpu-budget" : "--mem-budget");
   plan::FluidSplitConfig& c = f.config;
   c.unit_bytes = static_cast<double>(f.slots_per_unit) * static_cast<double>(slots.slot_bytes);
   c.n_units = n_units;
-  c.floor_bytes = static_cast<double>(store.host_bytes) - static_cast<double>(n_units) * c.unit_bytes;
+  const double moving = static_cast<double>(n_units) * c.unit_bytes;
+  c.floor_bytes = tiers ? 0.0 : static_cast<double>(store.host_bytes) - moving;
   c.kv_block_bytes = static_cast<double>(block_bytes);
-  c.budget_bytes = static_cast<double>(store.host_bytes) + static_cast<double>(n_pool_blocks) * c.kv_block_bytes;
+  c.budget_bytes = c.floor_bytes + moving + static_cast<double>(n_pool_blocks) * c.kv_block_bytes;
   c.promote_hold_steps = promote_hold_steps;
-  const double distinct = store.n_layer_moe > 0 ? store.experts_per_step / static_cast<double>(store.n_layer_moe) : 0;
-  const double gbps = store.disk_gbps > 0 ? store.disk_gbps : 1.0;
-  auto step = [&](int64_t n) {
-    return store.predicted_step_s_given(plan::expected_hit_rate(n, store.n_layer_moe, store.n_share(), distinct), gbps);
-  };
-  for (int64_t k = 0; k <= n_units; ++k) c.demote_cost_s.push_back(step(slots.now - k * f.slots_per_unit) - step(slots.now));
-  RETURN_IF_ERROR(finish_setup(f));
-  return f;
-}
-
-// The split of a device's expert slots (three tiers, a routed model): a
-// unit is one routed layer's worth of slots, priced by the tier planner's
-// decode step with that many fewer experts in HBM.
-StatusOr<FluidSetup> plan_device_expert_split(const plan::TierInputs& tiers,
-                                              const LayerWeightSource::ExpertSlotRange& slots, int64_t n_pool_blocks,
-                                              int64_t block_bytes, int64_t promote_hold_steps) {
-  FluidSetup f;
-  f.slots_per_unit = slots.min;
-  f.base_slots = slots.now;
-  const int64_t n_units = (slots.now - slots.min) / slots.min;
-  if (n_units < 1)
-    return invalid_argument("--fluid-split: the device keeps {} expert slots, no more than the {} one routed layer "
-                            "has; nothing can move (raise --gpu-budget)",
-                            slots.now, slots.min);
-  plan::FluidSplitConfig& c = f.config;
-  c.unit_bytes = static_cast<double>(f.slots_per_unit) * static_cast<double>(slots.slot_bytes);
-  c.n_units = n_units;
-  c.floor_bytes = 0;  // the budget is the slots that can move and the pool
-  c.kv_block_bytes = static_cast<double>(block_bytes);
-  c.budget_bytes = static_cast<double>(n_units) * c.unit_bytes + static_cast<double>(n_pool_blocks) * c.kv_block_bytes;
-  c.promote_hold_steps = promote_hold_steps;
-  ASSIGN_OR_RETURN(const std::vector<double> per_expert, plan::demotion_costs(tiers, n_units * f.slots_per_unit));
-  for (int64_t k = 0; k <= n_units; ++k) {
-    const auto at = static_cast<size_t>(k * f.slots_per_unit);
-    if (at >= per_expert.size()) break;  // below the smallest budget the planner streams with
-    c.demote_cost_s.push_back(per_expert[at]);
+  if (tiers) {
+    ASSIGN_OR_RETURN(const std::vector<double> per_expert, plan::demotion_costs(*tiers, n_units * f.slots_per_unit));
+    for (int64_t k = 0; k <= n_units; ++k) {
+      const auto at = static_cast<size_t>(k * f.slots_per_unit);
+      if (at >= per_expert.size()) break;  // below the smallest budget the planner streams with
+      c.demote_cost_s.push_back(per_expert[at]);
+    }
+  } else {
+    const double distinct =
+        store.n_layer_moe > 0 ? store.experts_per_step / static_cast<double>(store.n_layer_moe) : 0;
+    const double gbps = store.disk_gbps > 0 ? store.disk_gbps : 1.0;
+    auto step = [&](int64_t n) {
+      return store.predicted_step_s_given(plan::expected_hit_rate(n, store.n_layer_moe, store.n_share(), distinct),
+                                          gbps);
+    };
+    for (int64_t k = 0; k <= n_units; ++k)
+      c.demote_cost_s.push_back(step(slots.now - k * f.slots_per_unit) - step(slots.now));
   }
   RETURN_IF_ERROR(finish_setup(f));
   return f;
@@ -93,14 +80,14 @@ StatusOr<FluidSetup> plan_fluid_split(const Model& model, const weights::Placeme
                                       int64_t promote_hold_steps) {
   const bool on_device = !model.backend().host_visible();
   if (on_device && !device_tiers)
-    return invalid_argument("--fluid-split on the {} backend moves device-tier layers: it needs --gpu-budget with "
-                            "--mem-budget (three tiers)",
+    return invalid_argument("--fluid-split on the {} backend moves device-tier layers or expert slots: it needs "
+                            "--gpu-budget (three tiers)",
                             model.backend().name());
-  // A routed model streaming its experts: the units are slots of its pool.
+  // A routed model: the units are groups of expert slots (its pool, or the device's).
   const LayerWeightSource::ExpertSlotRange slots = model.expert_slot_range();
-  if (slots.max > 0 && on_device)
-    return plan_device_expert_split(*device_tiers, slots, n_pool_blocks, block_bytes, promote_hold_steps);
-  if (slots.max > 0) return plan_expert_split(store, slots, n_pool_blocks, block_bytes, promote_hold_steps);
+  if (slots.max > 0)
+    return plan_slot_split(store, on_device ? device_tiers : nullptr, slots, n_pool_blocks, block_bytes,
+                           promote_hold_steps);
   // On the host a demoted layer streams through the ring; on a device it may
   // also go to host memory of its own.
   if (!on_device && store.n_ring_slots < 1)

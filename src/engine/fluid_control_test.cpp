@@ -150,6 +150,17 @@ TEST(FluidControl, NeedsAMemoryBudgetWithLayersThatCanMove) {
 // is not host-visible): the units are the device tier's layers, demoted to
 // the store's ring with their arenas freed, and the tokens are the reference
 // backend's.
+// Prompts of 5 tokens (and a lone one of 3): on CUDA within the batch size at
+// which its kernels give a token the same bits whatever the batch.
+Workload short_prompts() {
+  return {.request = [](const Tokenizer&, int i) {
+    return i < 8 ? Request{.prompt = {1, 20 + i, 40 + i, 60, 80 + 2 * i}, .max_tokens = 28,
+                           .sampling = {.temperature = 0}, .ignore_eos = true}
+                 : Request{.prompt = {1, 7, 9}, .max_tokens = 24, .sampling = {.temperature = 0},
+                           .ignore_eos = true};
+  }};
+}
+
 // An 8-layer synth model over three tiers on a device backend: `backend` (the
 // reference backend made not host-visible, DeviceLike, when "device-like"),
 // fluid or split once, tiers or all in host memory, mem_budget 0: a tight one,
@@ -188,13 +199,7 @@ Burst device_burst(const std::string& backend, bool fluid, bool tiers, uint64_t 
   cfg.preempt_swap = !device_like;
   std::shared_ptr<testing::DeviceLike> be;
   if (tiers && device_like) cfg.shared_backend = be = std::make_shared<testing::DeviceLike>();
-  const Workload w{.request = [](const Tokenizer&, int i) {
-    return i < 8 ? Request{.prompt = {1, 20 + i, 40 + i, 60, 80 + 2 * i}, .max_tokens = 28,
-                           .sampling = {.temperature = 0}, .ignore_eos = true}
-                 : Request{.prompt = {1, 7, 9}, .max_tokens = 24, .sampling = {.temperature = 0},
-                           .ignore_eos = true};
-  }};
-  Burst b = run_burst(cfg, w);
+  Burst b = run_burst(cfg, short_prompts());
   if (fluid) EXPECT_NE(b.placement.find("of device memory shared by"), std::string::npos) << b.placement;
   if (mem_budget == kGpuBudgetAlone) {
     EXPECT_NE(b.placement.find("host memory holds every layer the device does not"), std::string::npos) << b.placement;
@@ -329,13 +334,7 @@ TEST(FluidControl, OnCudaARoutedModelGivesUpDeviceExpertSlots) {
                      .check_invariants = true,
                      .calibration = &kSlowMachine};
     cfg.preempt_swap = true;  // recomputing would prefill past the batch-invariant size
-    const Workload w{.request = [](const Tokenizer&, int i) {
-      return i < 8 ? Request{.prompt = {1, 20 + i, 40 + i, 60, 80 + 2 * i}, .max_tokens = 28,
-                             .sampling = {.temperature = 0}, .ignore_eos = true}
-                   : Request{.prompt = {1, 7, 9}, .max_tokens = 24, .sampling = {.temperature = 0},
-                             .ignore_eos = true};
-    }};
-    Burst b = run_burst(cfg, w);
+    Burst b = run_burst(cfg, short_prompts());
     if (fluid) {
       EXPECT_NE(b.placement.find("groups of 16 expert slots"), std::string::npos) << b.placement;
     }
