@@ -24,24 +24,32 @@ namespace sluice::cuda {
 // ---- staging ----------------------------------------------------------------
 
 Staging::~Staging() {
-  if (sent_) cudaEventDestroy(sent_);
-  if (host_) cudaFreeHost(host_);
+  for (Buffer& b : ring_) {
+    if (b.queued) cudaEventSynchronize(b.sent);  // a queued copy still reads it
+    if (b.sent) cudaEventDestroy(b.sent);
+    if (b.host) cudaFreeHost(b.host);
+  }
 }
 
 uint8_t* Staging::host(size_t n) {
-  if (sent_) SLUICE_CUDA_OK(cudaEventSynchronize(sent_));
-  if (n > cap_) {
-    if (host_) SLUICE_CUDA_OK(cudaFreeHost(host_));
-    cap_ = std::max<size_t>(n, 2 * cap_);
-    SLUICE_CUDA_OK(cudaMallocHost(&host_, cap_));
+  at_ = (at_ + 1) % kRing;
+  Buffer& b = ring_[at_];
+  if (b.queued) SLUICE_CUDA_OK(cudaEventSynchronize(b.sent));
+  b.queued = false;
+  if (n > b.cap) {
+    if (b.host) SLUICE_CUDA_OK(cudaFreeHost(b.host));
+    b.cap = std::max<size_t>(n, 2 * b.cap);
+    SLUICE_CUDA_OK(cudaMallocHost(&b.host, b.cap));
   }
-  return host_;
+  return b.host;
 }
 
 void Staging::send(void* dst, size_t n, cudaStream_t s) {
-  if (!sent_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&sent_, cudaEventDisableTiming));
-  SLUICE_CUDA_OK(cudaMemcpyAsync(dst, host_, n, cudaMemcpyHostToDevice, s));
-  SLUICE_CUDA_OK(cudaEventRecord(sent_, s));
+  Buffer& b = ring_[at_];
+  if (!b.sent) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&b.sent, cudaEventDisableTiming));
+  SLUICE_CUDA_OK(cudaMemcpyAsync(dst, b.host, n, cudaMemcpyHostToDevice, s));
+  SLUICE_CUDA_OK(cudaEventRecord(b.sent, s));
+  b.queued = true;
 }
 
 Mirror::~Mirror() {

@@ -50,15 +50,23 @@ class Staging {
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
   ~Staging();
-  // n bytes of pinned memory, free to write (grows on first use of a size).
+  // n bytes of pinned memory, free to write (grows on first use of a size):
+  // the next of kRing buffers, once its send of kRing calls ago has been
+  // copied (the host waits only when kRing sends are still queued).
   uint8_t* host(size_t n);
-  // Copies the first n bytes of host() to dst, in stream order.
+  // Copies the first n bytes of the last host() to dst, in stream order.
   void send(void* dst, size_t n, cudaStream_t s);
 
  private:
-  uint8_t* host_ = nullptr;
-  size_t cap_ = 0;
-  cudaEvent_t sent_ = nullptr;  // recorded after the last send
+  static constexpr int kRing = 4;
+  struct Buffer {
+    uint8_t* host = nullptr;
+    size_t cap = 0;
+    cudaEvent_t sent = nullptr;  // recorded after its last send
+    bool queued = false;         // a send was recorded
+  };
+  Buffer ring_[kRing];
+  int at_ = kRing - 1;  // the buffer host() gave last
 };
 
 // Host data kept mirrored in device memory: upload() sends it only when it
