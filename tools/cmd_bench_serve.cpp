@@ -207,14 +207,15 @@ StatusOr<RunFigures> drive(Engine& engine, const BenchServeArgs& a, const std::v
   double t0 = now_seconds();
   auto sample_kv = [&] {
     const EngineStats s = engine.stats();
-    fig.timeline.add({.t_s = now_seconds() - t0,
-                      .running = s.running,
-                      .waiting = s.waiting,
-                      .kv_used = s.kv_blocks_used,
-                      .kv_total = s.kv_blocks_total,
-                      .demoted = s.fluid_demoted_units,
-                      .preemptions = s.preemptions - before.preemptions,
-                      .finished = s.finished_requests - before.finished_requests});
+    if (!a.timeline.empty())
+      fig.timeline.add({.t_s = now_seconds() - t0,
+                        .running = s.running,
+                        .waiting = s.waiting,
+                        .kv_used = s.kv_blocks_used,
+                        .kv_total = s.kv_blocks_total,
+                        .demoted = s.fluid_demoted_units,
+                        .preemptions = s.preemptions - before.preemptions,
+                        .finished = s.finished_requests - before.finished_requests});
     if (s.kv_blocks_total <= 0) return;
     const double u = static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total);
     fig.kv_util_peak = std::max(fig.kv_util_peak, u);

@@ -37,6 +37,7 @@
 
 #include "backend/op_types.h"
 #include "backend/train_ops.h"
+#include "base/expert_slot_range.h"
 #include "base/thread_pool.h"
 #include "kv/block_pool.h"
 #include "sluice/status.h"
@@ -421,19 +422,14 @@ class Backend {
   // backend that keeps experts in slots (ExpertFfnArgs::layer) may start
   // copying them now. Default: nothing.
   virtual void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts) {}
-  // The slots such a backend keeps experts in (the fluid split's units on a
-  // device: a routed model's): how many are in use, the most (made at load),
-  // the fewest it may keep and the step between counts (`unit`), and one
-  // slot's bytes. max == 0: none. set_expert_slot_count(n), n = max - j x unit
-  // >= unit, between steps: the slots past n give their device memory up
-  // (their experts are copied in again when chosen), or take it back.
-  // Errors: n not such a count; the memory is not there to take back (fewer
-  // slots stay in use; expert_slots() says how many).
-  struct ExpertSlotCount {
-    int64_t now = 0, max = 0, unit = 0;
-    uint64_t slot_bytes = 0;
-  };
-  virtual ExpertSlotCount expert_slots() const { return {}; }
+  // The slots such a backend keeps experts in, when the fluid split can move
+  // them (its units on a device: a routed model's); the most were made at
+  // load. set_expert_slot_count(n), n = max - j x min >= min, between steps:
+  // the slots past n give their device memory up (their experts are copied
+  // in again when chosen), or take it back. Errors: n not such a count; the
+  // memory is not there to take back (fewer slots stay in use;
+  // expert_slots() says how many). Default: none.
+  virtual ExpertSlotRange expert_slots() const { return {}; }
   virtual Status set_expert_slot_count(int64_t n);
   // One line on what the backend copied in while running (streamed weights,
   // experts kept in slots and how often they were found there); "" if nothing.

@@ -157,11 +157,7 @@ Status Model::promote_layer(int64_t l) {
 
 LayerWeightSource::ExpertSlotRange Model::expert_slot_range() const {
   if (!source_) return {};
-  if (!backend_->host_visible()) {  // the device's slots, a routed layer's worth a step
-    const Backend::ExpertSlotCount c = backend_->expert_slots();
-    if (c.max == 0 || c.unit == 0) return {};
-    return {.now = c.now, .min = c.unit, .max = c.max, .slot_bytes = c.slot_bytes};
-  }
+  if (!backend_->host_visible()) return backend_->expert_slots();  // the device's slots
   if (!source_->streams_experts()) return {};
   return source_->expert_slot_range();
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "arch/arch_spec.h"
+#include "base/expert_slot_range.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -140,13 +141,9 @@ class LayerWeightSource {
   virtual Status promote(int64_t layer, LayerWeightPointers* out) {
     return unimplemented("this weight source cannot promote layers");
   }
-  // A pool of expert slots the split can shrink and grow (streams_experts()):
-  // slots in use, the fewest (one layer's experts) and the most; then
-  // set_expert_slots(n) between steps. Defaults: no pool.
-  struct ExpertSlotRange {
-    int64_t now = 0, min = 0, max = 0;
-    uint64_t slot_bytes = 0;
-  };
+  // A pool of expert slots the split can shrink and grow (streams_experts()),
+  // then set_expert_slots(n) between steps. Defaults: no pool.
+  using ExpertSlotRange = sluice::ExpertSlotRange;
   virtual ExpertSlotRange expert_slot_range() const { return {}; }
   virtual Status set_expert_slots(int64_t n) { return unimplemented("this weight source keeps no expert pool"); }
 };

@@ -91,7 +91,9 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
   // model's (every layer in host buffers of its own, device ones included
   // once demoted), so that no layer is read from disk per step.
   uint64_t mem_budget = o.mem_budget_bytes;
-  if (o.host_holds_rest && mem_budget == 0 && o.gpu_budget_bytes > 0 && !mo.backend->host_visible()) {
+  const bool whole_host =
+      o.host_holds_rest && mem_budget == 0 && o.gpu_budget_bytes > 0 && !mo.backend->host_visible();
+  if (whole_host) {
     ASSIGN_OR_RETURN(const weights::PlacementPlan whole, weights::plan_placement(*lm.file, {}));
     mem_budget = whole.resident_bytes;
   }
@@ -113,14 +115,14 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& o) 
                                           .training = o.training,
                                           .stage = o.stage,
                                           .device_layers = tiers ? tiers->device_layers : std::vector<int64_t>{}});
-    if (!opened.ok() && mem_budget != o.mem_budget_bytes)
+    if (!opened.ok() && whole_host)
       return opened.status().with_context(
           "--fluid-split under --gpu-budget alone keeps every layer the device does not in host memory (give "
           "--mem-budget to read part of them from disk instead)");
     ASSIGN_OR_RETURN(weights::StreamingSetup setup, std::move(opened));
     lm.stream = setup.source;
     lm.placement_report = std::move(setup.report);
-    if (mem_budget != o.mem_budget_bytes)
+    if (whole_host)
       lm.placement_report = fmt::format("host memory holds every layer the device does not ({:.2f} GiB, the whole "
                                         "model: no --mem-budget), so that layers can move between the two\n",
                                         static_cast<double>(mem_budget) / (1 << 30)) +

@@ -120,8 +120,12 @@ void delete_event(cudaEvent_t e) {
 }
 
 void submit(cudaStream_t s, std::function<void()> work, bool copy) {
+  if (defer_mode() == DeferMode::kNone) {  // nothing is ever queued: no lock, launches of several threads side by side
+    work();
+    return;
+  }
   std::lock_guard<std::recursive_mutex> lock(streams().mu);
-  if (defer_mode() == DeferMode::kNone || s == nullptr) {  // the legacy stream: after everything
+  if (s == nullptr) {  // the legacy stream: after everything
     run_all();
     work();
     return;

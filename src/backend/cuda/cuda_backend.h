@@ -153,7 +153,7 @@ class CudaBackend final : public Backend {
   std::string copy_summary() const override;
   // Into the expert slots (DeviceExperts), experts in registered host memory.
   void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts) override;
-  ExpertSlotCount expert_slots() const override;
+  ExpertSlotRange expert_slots() const override;
   Status set_expert_slot_count(int64_t n) override;
 
   void embed(const WeightView& table, std::span<const int32_t> tokens, float scale, float* x) override;

@@ -213,12 +213,8 @@ void launch_rows(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx,
   const int n_blocks = static_cast<int>(n_in / 32);
   const dim3 grid(static_cast<unsigned>((n_out + kWarps * R - 1) / (kWarps * R)));
   for (int64_t t0 = 0; t0 < n_tok;) {
-    QuantizedX c = qx;
-    c.q += t0 * qx.n_in;
-    c.d += t0 * (qx.n_in / 32);
-    c.s += t0 * (qx.n_in / 32);
-    Parts pc = parts;
-    for (int p = 0; p < parts.n; ++p) pc.y[p] += t0 * parts.stride[p];
+    const QuantizedX c = from_token(qx, t0);
+    const Parts pc = from_token(parts, t0);
     const int64_t left = n_tok - t0;
     const int nt = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
     switch (nt) {

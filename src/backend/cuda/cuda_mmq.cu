@@ -182,12 +182,8 @@ void launch_type(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx,
   const dim3 grid(static_cast<unsigned>((n_out + 15) / 16));
   for (int64_t t0 = 0; t0 < n_tok; t0 += 8 * kMaxTiles) {
     const int n = static_cast<int>(std::min<int64_t>(n_tok - t0, 8 * kMaxTiles));
-    QuantizedX c = qx;
-    c.q += t0 * qx.n_in;
-    c.d += t0 * (qx.n_in / 32);
-    c.s += t0 * (qx.n_in / 32);
-    Parts pc = parts;
-    for (int p = 0; p < parts.n; ++p) pc.y[p] += t0 * parts.stride[p];
+    const QuantizedX c = from_token(qx, t0);
+    const Parts pc = from_token(parts, t0);
     switch ((n + 7) / 8) {
       case 1: launch_pdl(mmq_kernel<Q8, Split, 1>, grid, kWarps * 32, s, pc, n_blocks, n_out, c, n); break;
       case 2: launch_pdl(mmq_kernel<Q8, Split, 2>, grid, kWarps * 32, s, pc, n_blocks, n_out, c, n); break;

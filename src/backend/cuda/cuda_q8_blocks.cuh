@@ -51,6 +51,19 @@ struct Parts {
   int n = 0;
 };
 
+// The same outputs and quantized x from token t0 on (a launch's pass over
+// the next tokens).
+inline Parts from_token(Parts p, int64_t t0) {
+  for (int i = 0; i < p.n; ++i) p.y[i] += t0 * p.stride[i];
+  return p;
+}
+inline QuantizedX from_token(QuantizedX x, int64_t t0) {
+  x.q += t0 * x.n_in;
+  x.d += t0 * (x.n_in / 32);
+  x.s += t0 * (x.n_in / 32);
+  return x;
+}
+
 __device__ __forceinline__ int part_of(const Parts& p, int64_t g) {
   int i = 0;
 #pragma unroll

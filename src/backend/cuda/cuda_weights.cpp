@@ -272,20 +272,21 @@ void CudaBackend::prefetch_experts(int64_t layer, std::span<const int32_t> ids, 
   }
 }
 
-Backend::ExpertSlotCount CudaBackend::expert_slots() const {
-  if (!experts_dev_) return {};
-  const int64_t unit = n_expert_ >= 2 ? n_expert_ : 0;
+ExpertSlotRange CudaBackend::expert_slots() const {
+  // In chunks of a routed layer's worth: movable when there are two or more.
+  if (!experts_dev_ || n_expert_ < 2 || experts_dev_->max_slots() < 2 * n_expert_) return {};
   return {.now = experts_dev_->n_slots(),
+          .min = n_expert_,
           .max = experts_dev_->max_slots(),
-          .unit = unit > 0 && experts_dev_->max_slots() >= 2 * unit ? unit : 0,
           .slot_bytes = experts_dev_->slot_bytes()};
 }
 
 Status CudaBackend::set_expert_slot_count(int64_t n) {
-  const ExpertSlotCount c = expert_slots();
-  if (c.unit == 0 || n < c.unit || n > c.max || (c.max - n) % c.unit != 0)
+  const ExpertSlotRange c = expert_slots();
+  if (c.max == 0) return invalid_argument("the cuda backend keeps no expert slots that can move");
+  if (n < c.min || n > c.max || (c.max - n) % c.min != 0)
     return invalid_argument("{} device expert slots: the count moves from {} in steps of {} (at least {})", n, c.max,
-                            c.unit, c.unit);
+                            c.min, c.min);
   if (n == c.now) return Status();
   finish_host_reads();
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // no kernel reads a slot given up
