@@ -106,6 +106,13 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorCapturedEvent: return "cudaErrorCapturedEvent";
+    case cudaErrorGraphExecUpdateFailure: return "cudaErrorGraphExecUpdateFailure";
   }
   return "cudaErrorUnknown";
 }
@@ -118,6 +125,13 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorGraphExecUpdateFailure: return "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update";
   }
   return "unknown error";
 }
@@ -147,7 +161,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
-  sluice_emu::sync_all();
+  if (cudaError_t e = sluice_emu::sync_all()) return fail(e);
   return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
@@ -179,7 +193,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
-  sluice_emu::sync_all();  // as on a GPU, the device's work first
+  if (cudaError_t e = sluice_emu::sync_all()) return fail(e);  // as on a GPU, the device's work first
   const size_t bytes = sluice_emu::device_alloc_size(p);
   if (!sluice_emu::device_free(p)) return fail(cudaErrorInvalidValue);
   sluice_emu::refund_device(charged(bytes));
@@ -195,7 +209,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* p) {
   if (p == nullptr) return cudaSuccess;
-  sluice_emu::sync_all();
+  if (cudaError_t e = sluice_emu::sync_all()) return fail(e);
   sluice_emu::Memory& m = sluice_emu::memory();
   {
     std::lock_guard<std::mutex> lock(m.mu);
@@ -213,7 +227,7 @@ cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned) {
 }
 cudaError_t cudaHostUnregister(void* p) {
   if (p == nullptr) return fail(cudaErrorInvalidValue);
-  sluice_emu::sync_all();  // no copy reads it afterwards
+  if (cudaError_t e = sluice_emu::sync_all()) return fail(e);  // no copy reads it afterwards
   sluice_emu::Memory& m = sluice_emu::memory();
   std::lock_guard<std::mutex> lock(m.mu);
   m.registered.erase(static_cast<const char*>(p));
@@ -222,7 +236,7 @@ cudaError_t cudaHostUnregister(void* p) {
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
   if (bytes > 0 && (dst == nullptr || src == nullptr)) return fail(cudaErrorInvalidValue);
-  sluice_emu::sync_all();  // the legacy stream: after everything
+  if (cudaError_t e = sluice_emu::sync_all()) return fail(e);  // the legacy stream: after everything
   if (bytes > 0) {
     sluice_emu::DeviceAccess open;
     std::memmove(dst, src, bytes);
@@ -238,8 +252,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (bytes == 0) return cudaSuccess;
   const bool dst_dev = sluice_emu::is_device_pointer(dst), src_dev = sluice_emu::is_device_pointer(src);
   const bool host_side = !dst_dev || !src_dev;
+  const bool pageable = (!dst_dev && !sluice_emu::is_pinned(dst)) || (!src_dev && !sluice_emu::is_pinned(src));
+  if (cudaError_t e = sluice_emu::capture_allows(s, pageable)) return fail(e);
   if (!dst_dev && !sluice_emu::is_pinned(dst)) {  // to pageable memory: synchronous
-    sluice_emu::sync_stream(s);
+    if (cudaError_t e = sluice_emu::sync_stream(s)) return fail(e);
     sluice_emu::DeviceAccess open;
     std::memmove(dst, src, bytes);
     return cudaSuccess;
@@ -260,7 +276,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 cudaError_t cudaMemset(void* p, int value, size_t bytes) {
   if (bytes > 0 && p == nullptr) return fail(cudaErrorInvalidValue);
-  sluice_emu::sync_all();
+  if (cudaError_t e = sluice_emu::sync_all()) return fail(e);
   if (bytes > 0) {
     sluice_emu::DeviceAccess open;
     std::memset(p, value, bytes);
@@ -270,6 +286,7 @@ cudaError_t cudaMemset(void* p, int value, size_t bytes) {
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
   if (bytes > 0 && p == nullptr) return fail(cudaErrorInvalidValue);
   if (bytes == 0) return cudaSuccess;
+  if (cudaError_t e = sluice_emu::capture_allows(s, false)) return fail(e);
   sluice_emu::submit(s, [p, value, bytes] {
     sluice_emu::DeviceAccess open;
     std::memset(p, value, bytes);
@@ -287,12 +304,65 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  sluice_emu::sync_stream(s);
+  if (cudaError_t e = sluice_emu::sync_stream(s)) return fail(e);
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (e == nullptr) return fail(cudaErrorInvalidValue);
-  sluice_emu::wait(s, e);
+  if (cudaError_t err = sluice_emu::wait(s, e)) return fail(err);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  if (cudaError_t e = sluice_emu::begin_capture(s)) return fail(e);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  if (graph == nullptr) return fail(cudaErrorInvalidValue);
+  if (cudaError_t e = sluice_emu::end_capture(s, graph)) return fail(e);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  *status = !sluice_emu::capturing(s)  ? cudaStreamCaptureStatusNone
+            : s->capture_broken        ? cudaStreamCaptureStatusInvalidated
+                                       : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* n) {
+  if (graph == nullptr || n == nullptr || nodes != nullptr) return fail(cudaErrorInvalidValue);  // the count only
+  *n = graph->nodes.size();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (exec == nullptr || graph == nullptr) return fail(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->nodes};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info) {
+  if (exec == nullptr || graph == nullptr || info == nullptr) return fail(cudaErrorInvalidValue);
+  *info = {cudaGraphExecUpdateSuccess, nullptr, nullptr};
+  bool same = exec->nodes.size() == graph->nodes.size();
+  for (size_t i = 0; same && i < graph->nodes.size(); ++i) same = exec->nodes[i].copy == graph->nodes[i].copy;
+  if (!same) {
+    info->result = exec->nodes.size() == graph->nodes.size() ? cudaGraphExecUpdateErrorNodeTypeChanged
+                                                              : cudaGraphExecUpdateErrorTopologyChanged;
+    return fail(cudaErrorGraphExecUpdateFailure);
+  }
+  exec->nodes = graph->nodes;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (exec == nullptr) return fail(cudaErrorInvalidValue);
+  if (cudaError_t e = sluice_emu::capture_allows(s, false)) return fail(e);
+  sluice_emu::launch_graph(exec, s);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
   return cudaSuccess;
 }
 
@@ -307,17 +377,18 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (e == nullptr) return fail(cudaErrorInvalidValue);
-  sluice_emu::record(e, s);
+  if (cudaError_t err = sluice_emu::record(e, s)) return fail(err);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (e == nullptr) return fail(cudaErrorInvalidValue);
-  sluice_emu::sync_event(e);
+  if (cudaError_t err = sluice_emu::sync_event(e)) return fail(err);
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (e == nullptr) return fail(cudaErrorInvalidValue);
-  return sluice_emu::event_done(e) ? cudaSuccess : cudaErrorNotReady;
+  const cudaError_t err = sluice_emu::event_done(e);
+  return err == cudaErrorCapturedEvent ? fail(err) : err;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (start == nullptr || end == nullptr || !start->recorded || !end->recorded) return fail(cudaErrorInvalidValue);

@@ -8,11 +8,18 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <vector>
 
 #include "cuda_runtime.h"
 #include "sluice_emu/halves.h"
 
 namespace sluice_emu {
+
+// One node of a captured graph: a kernel, a copy or a fill, run at each launch.
+struct GraphNode {
+  std::function<void()> work;
+  bool copy = false;  // a copy between host and device (the node's kind)
+};
 
 void set_error(cudaError_t e);
 // Device memory charged against the emulated capacity; false (nothing
@@ -50,14 +57,25 @@ void delete_stream(cudaStream_t s);
 cudaEvent_t new_event();
 void delete_event(cudaEvent_t e);
 // Work on stream s (null: the legacy stream, after everything before it);
-// copy: it moves bytes between host and device.
+// copy: it moves bytes between host and device. On a stream being captured
+// the work is recorded, not run (cudaStreamBeginCapture).
 void submit(cudaStream_t s, std::function<void()> work, bool copy);
-void record(cudaEvent_t e, cudaStream_t s);
-void wait(cudaStream_t s, cudaEvent_t e);
-void sync_stream(cudaStream_t s);  // null: every stream
-void sync_event(cudaEvent_t e);
-bool event_done(cudaEvent_t e);
-void sync_all();
+// The calls below return what a GPU returns when they break a capture's
+// rules (emu_streams.cpp): cudaSuccess otherwise.
+cudaError_t record(cudaEvent_t e, cudaStream_t s);
+cudaError_t wait(cudaStream_t s, cudaEvent_t e);
+cudaError_t sync_stream(cudaStream_t s);  // null: every stream
+cudaError_t sync_event(cudaEvent_t e);
+cudaError_t event_done(cudaEvent_t e);    // cudaErrorNotReady: not yet
+cudaError_t sync_all();
+// An asynchronous call on s (null: the legacy stream) that touches pageable
+// host memory (pageable) or not: whether a capture under way allows it.
+cudaError_t capture_allows(cudaStream_t s, bool pageable);
+// Stream capture and graphs (cudaStreamBeginCapture ... cudaGraphLaunch).
+cudaError_t begin_capture(cudaStream_t s);
+cudaError_t end_capture(cudaStream_t s, cudaGraph_t* g);
+bool capturing(cudaStream_t s);
+void launch_graph(cudaGraphExec_t g, cudaStream_t s);
 
 }  // namespace sluice_emu
 
@@ -72,10 +90,23 @@ struct CUstream_st {
     uint64_t gen = 0;             // the record's generation
   };
   std::deque<Op> ops;
+  // Stream capture: the work recorded instead of run, and whether a call the
+  // capture forbids has invalidated it.
+  bool capturing = false;
+  bool capture_broken = false;
+  std::vector<sluice_emu::GraphNode> captured;
 };
 struct CUevent_st {
   std::chrono::steady_clock::time_point at;
   bool recorded = false;
   uint64_t issued = 0;                           // records issued (the last one's generation)
   std::map<uint64_t, cudaStream_t> pending;      // records not run yet: generation -> stream
+  cudaStream_t captured_in = nullptr;            // last recorded in this stream's capture
+};
+// A graph (a capture's work, in order) and its executable copy.
+struct CUgraph_st {
+  std::vector<sluice_emu::GraphNode> nodes;
+};
+struct CUgraphExec_st {
+  std::vector<sluice_emu::GraphNode> nodes;
 };

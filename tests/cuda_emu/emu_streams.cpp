@@ -14,6 +14,7 @@
 // first runs the waited stream up to the record it waits for. The legacy
 // stream (null) runs everything before it first. Every queue is under one
 // lock; a host thread that needs work runs it (other threads' calls wait).
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -119,7 +120,39 @@ void delete_event(cudaEvent_t e) {
   delete e;
 }
 
+namespace {
+std::atomic<int> g_capturing{0};  // streams capturing now
+
+// A call a capture forbids: the capture is invalidated (its end fails), as on a GPU.
+cudaError_t break_capture(cudaStream_t s, cudaError_t e) {
+  s->capture_broken = true;
+  set_error(e);
+  return e;
+}
+cudaError_t break_every_capture(cudaError_t e) {
+  for (cudaStream_t s : streams().all)
+    if (s->capturing) s->capture_broken = true;
+  set_error(e);
+  return e;
+}
+}  // namespace
+
+bool capturing(cudaStream_t s) { return s != nullptr && s->capturing; }
+
+cudaError_t capture_allows(cudaStream_t s, bool pageable) {
+  if (g_capturing.load(std::memory_order_relaxed) == 0) return cudaSuccess;
+  std::lock_guard<std::recursive_mutex> lock(streams().mu);
+  if (s == nullptr) return break_every_capture(cudaErrorStreamCaptureImplicit);  // the legacy stream joins them all
+  if (s->capturing && pageable) return break_capture(s, cudaErrorStreamCaptureUnsupported);
+  return cudaSuccess;
+}
+
 void submit(cudaStream_t s, std::function<void()> work, bool copy) {
+  if (s != nullptr && s->capturing) {  // recorded, run at each launch of the graph
+    s->captured.push_back({std::move(work), copy});
+    return;
+  }
+  if (s == nullptr && capture_allows(nullptr, false) != cudaSuccess) return;  // refused, as on a GPU
   if (defer_mode() == DeferMode::kNone) {  // nothing is ever queued: no lock, launches of several threads side by side
     work();
     return;
@@ -135,56 +168,106 @@ void submit(cudaStream_t s, std::function<void()> work, bool copy) {
   if (defer_mode() == DeferMode::kCopies && !copy) run_stream(s);
 }
 
-void record(cudaEvent_t e, cudaStream_t s) {
+cudaError_t record(cudaEvent_t e, cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(streams().mu);
+  if (s != nullptr && s->capturing) {  // marks a point of the capture: nothing the host may wait for
+    e->captured_in = s;
+    return cudaSuccess;
+  }
+  if (s == nullptr && g_capturing.load() > 0) return break_every_capture(cudaErrorStreamCaptureImplicit);
+  e->captured_in = nullptr;
   const uint64_t gen = ++e->issued;
   if (defer_mode() == DeferMode::kNone || s == nullptr) {
     run_all();
     e->at = std::chrono::steady_clock::now();
     e->recorded = true;
-    return;
+    return cudaSuccess;
   }
   e->pending[gen] = s;
   s->ops.push_back({.kind = CUstream_st::Op::kRecord, .event = e, .gen = gen});
+  return cudaSuccess;
 }
 
-void wait(cudaStream_t s, cudaEvent_t e) {
+cudaError_t wait(cudaStream_t s, cudaEvent_t e) {
   std::lock_guard<std::recursive_mutex> lock(streams().mu);
-  if (e->issued == 0) return;  // never recorded: nothing to wait for
+  if (s != nullptr && s->capturing) {
+    if (e->captured_in == s) return cudaSuccess;  // the stream's own order
+    return break_capture(s, cudaErrorStreamCaptureIsolation);  // work outside the capture
+  }
+  if (e->captured_in) return cudaErrorStreamCaptureUnsupported;  // joining a capture: not modelled here
+  if (s == nullptr && g_capturing.load() > 0) return break_every_capture(cudaErrorStreamCaptureImplicit);
+  if (e->issued == 0) return cudaSuccess;  // never recorded: nothing to wait for
   if (defer_mode() == DeferMode::kNone || s == nullptr) {
     run_until_record(e, e->issued);
-    return;
+    return cudaSuccess;
   }
   s->ops.push_back({.kind = CUstream_st::Op::kWait, .event = e, .gen = e->issued});
   if (defer_mode() == DeferMode::kCopies) run_stream(s);
+  return cudaSuccess;
 }
 
-void sync_stream(cudaStream_t s) {
+cudaError_t sync_stream(cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(streams().mu);
   if (s == nullptr) {
+    if (g_capturing.load() > 0) return break_every_capture(cudaErrorStreamCaptureImplicit);
     run_all();
   } else {
+    if (s->capturing) return break_capture(s, cudaErrorStreamCaptureUnsupported);
     run_stream(s);
   }
+  return cudaSuccess;
 }
 
-void sync_event(cudaEvent_t e) {
+cudaError_t sync_event(cudaEvent_t e) {
   std::lock_guard<std::recursive_mutex> lock(streams().mu);
+  if (e->captured_in) return cudaErrorCapturedEvent;
   run_until_record(e, e->issued);
+  return cudaSuccess;
 }
 
-bool event_done(cudaEvent_t e) {
+cudaError_t event_done(cudaEvent_t e) {
   std::lock_guard<std::recursive_mutex> lock(streams().mu);
-  if (!e->pending.count(e->issued)) return true;
+  if (e->captured_in) return cudaErrorCapturedEvent;
+  if (!e->pending.count(e->issued)) return cudaSuccess;
   // Work progresses on a GPU while the host polls: every other poll runs it.
   static uint64_t polls = 0;
   if (++polls % 2 == 0) run_until_record(e, e->issued);
-  return !e->pending.count(e->issued);
+  return e->pending.count(e->issued) ? cudaErrorNotReady : cudaSuccess;
 }
 
-void sync_all() {
+cudaError_t sync_all() {
   std::lock_guard<std::recursive_mutex> lock(streams().mu);
+  if (g_capturing.load() > 0) return break_every_capture(cudaErrorStreamCaptureImplicit);
   run_all();
+  return cudaSuccess;
+}
+
+cudaError_t begin_capture(cudaStream_t s) {
+  if (s == nullptr) return cudaErrorStreamCaptureUnsupported;  // the legacy stream cannot be captured
+  std::lock_guard<std::recursive_mutex> lock(streams().mu);
+  if (s->capturing) return cudaErrorStreamCaptureUnsupported;
+  s->capturing = true;
+  s->capture_broken = false;
+  s->captured.clear();
+  ++g_capturing;
+  return cudaSuccess;
+}
+
+cudaError_t end_capture(cudaStream_t s, cudaGraph_t* g) {
+  *g = nullptr;
+  std::lock_guard<std::recursive_mutex> lock(streams().mu);
+  if (s == nullptr || !s->capturing) return cudaErrorStreamCaptureUnmatched;
+  s->capturing = false;
+  --g_capturing;
+  std::vector<GraphNode> nodes = std::move(s->captured);
+  s->captured.clear();
+  if (s->capture_broken) return cudaErrorStreamCaptureInvalidated;
+  *g = new CUgraph_st{std::move(nodes)};
+  return cudaSuccess;
+}
+
+void launch_graph(cudaGraphExec_t g, cudaStream_t s) {
+  for (const GraphNode& n : g->nodes) submit(s, n.work, n.copy);  // each launch runs copies of the nodes
 }
 
 void submit_launch(void* stream, std::function<void()> grid) {

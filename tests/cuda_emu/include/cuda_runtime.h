@@ -20,6 +20,13 @@ enum cudaError_t : int {
   cudaErrorInvalidDevice = 101,
   cudaErrorNoDevice = 100,
   cudaErrorNotReady = 600,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
+  cudaErrorCapturedEvent = 907,
+  cudaErrorGraphExecUpdateFailure = 910,
 };
 using cudaError = cudaError_t;
 
@@ -33,8 +40,42 @@ enum cudaMemcpyKind : int {
 
 struct CUstream_st;
 struct CUevent_st;
+struct CUgraph_st;
+struct CUgraphExec_st;
+struct CUgraphNode_st;
 using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
+using cudaGraph_t = CUgraph_st*;
+using cudaGraphExec_t = CUgraphExec_st*;
+using cudaGraphNode_t = CUgraphNode_st*;
+
+// Stream capture: a stream's work recorded as a graph, not run, until the
+// graph is launched. The emulator refuses what a GPU refuses during a capture
+// (emu_streams.cpp): waiting for the captured stream or for an event recorded
+// in it, the legacy stream's work and synchronous calls (cudaMemcpy,
+// cudaFree, ...), copies of pageable memory, waits on events recorded outside
+// the capture; the capture is then invalidated and cudaStreamEndCapture fails.
+enum cudaStreamCaptureMode : int {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus : int {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+enum cudaGraphExecUpdateResult : int {
+  cudaGraphExecUpdateSuccess = 0,
+  cudaGraphExecUpdateError = 1,
+  cudaGraphExecUpdateErrorTopologyChanged = 2,
+  cudaGraphExecUpdateErrorNodeTypeChanged = 3,
+};
+struct cudaGraphExecUpdateResultInfo {
+  cudaGraphExecUpdateResult result;
+  cudaGraphNode_t errorNode;
+  cudaGraphNode_t errorFromNode;
+};
 
 constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
 constexpr unsigned cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2;
@@ -109,6 +150,18 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* n);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+// Succeeds when graph has exec's topology (the same nodes, of the same
+// kinds, in the same order); exec then runs graph's parameters.
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 
 cudaError_t cudaEventCreate(cudaEvent_t* e);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
