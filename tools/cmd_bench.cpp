@@ -206,6 +206,9 @@ int run(const BenchArgs& a) {
     if (!c.ok()) return fail(c.status());
     cal = *c;
   }
+  // How the backend launched the steps and what it copied in (a GPU's: CUDA graphs, streamed weights).
+  if (const std::string copies = model.backend().copy_summary(); !copies.empty())
+    fmt::print(stderr, "[sluice] {}\n", copies);
   const double machine_gbps = gpu_copy_gbps > 0 ? gpu_copy_gbps : cal ? cal->decode_read_gbps() : 0;
   const double machine_gflops = cal ? cal->matmul_tflops * 1e3 : 0;
 

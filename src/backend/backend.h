@@ -432,7 +432,8 @@ class Backend {
   virtual ExpertSlotRange expert_slots() const { return {}; }
   virtual Status set_expert_slot_count(int64_t n);
   // One line on what the backend copied in while running (streamed weights,
-  // experts kept in slots and how often they were found there); "" if nothing.
+  // experts kept in slots and how often they were found there) and how it
+  // launched the steps (graphs); "" if nothing to say.
   virtual std::string copy_summary() const { return ""; }
 
   // --- operators (shapes in the argument structs above) --------------------
@@ -467,6 +468,14 @@ class Backend {
   virtual void logits(const LogitsArgs& a) = 0;
   // The adapters' low-rank terms (LoraArgs). Default: none (supports(kLora) is false).
   virtual void lora(const LoraArgs& a);
+  // A forward step of n_tok tokens begins (before its embed) and ends (after
+  // its logits, or where it stops): a device backend may record the
+  // operators between them and launch them as one (CUDA graphs). `who` names
+  // the caller (a model: a draft and its target share a backend), whose
+  // steps are alike. A step's operators come between one begin_step and its
+  // end_step; the results are the same either way. Default: nothing.
+  virtual void begin_step(int64_t n_tok, const void* who) {}
+  virtual void end_step() {}
 
   // The training operators (backend/train_ops.h), or null when this backend
   // cannot train.

@@ -339,10 +339,12 @@ void Model::emit(std::string_view name, int64_t layer, const float* data, int64_
 Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits) {
   if (stages_) seqs = stages_->pieces(*this, seqs);  // the same tokens and logits, maybe in more pieces
   RETURN_IF_ERROR(begin_step(seqs, kv, /*embed=*/true));
-  if (stages_) {
-    RETURN_IF_ERROR(stages_->run_step(*this, seqs, kv));
-  } else {
-    RETURN_IF_ERROR(run_stage(0, seqs.size(), 0, step_n_, kv));
+  count_routing_at_finish_ = !stages_;
+  Status st = stages_ ? stages_->run_step(*this, seqs, kv) : run_stage(0, seqs.size(), 0, step_n_, kv);
+  count_routing_at_finish_ = false;
+  if (!st.ok()) {
+    backend_->end_step();  // what was enqueued runs; the step stops here
+    return st;
   }
   return finish_step(logits);
 }
@@ -374,6 +376,7 @@ Status Model::begin_step(std::span<const ForwardSeq> seqs, KvStore& kv, bool emb
   step_n_seqs_ = static_cast<int64_t>(seqs.size());
   Backend& be = *backend_;
   if (embed) {
+    be.begin_step(n, this);  // finish_step (or a failing stage) ends it
     int64_t t = 0;
     for (const ForwardSeq& s : seqs) {
       be.embed(weights_.token_embd, s.tokens, h.embd_scale, x_->floats() + t * h.n_embd);
@@ -391,10 +394,16 @@ Status Model::finish_step(float* logits) {
   if (source_) source_->end_step(step_n_);
   const ModelHparams& h = hp_;
   const int64_t n_out = step_n_out_;
-  if (n_out == 0) return Status();
+  if (n_out == 0) {
+    backend_->end_step();
+    experts_->end_step();
+    return Status();
+  }
   backend_->logits({.x = x_->floats(), .rows = logit_rows_.data(), .n_out = n_out,
                     .norm = weights_.output_norm.data(), .eps = h.rms_eps, .n_embd = h.n_embd, .xn = xn_->floats(),
                     .output = weights_.output, .logits = logits});
+  backend_->end_step();
+  experts_->end_step();  // what a device kept of the routing: read with the logits, counted now
   if (h.final_softcap > 0.0f) {  // gemma2: cap * tanh(logit / cap)
     const float cap = h.final_softcap, inv = 1.0f / h.final_softcap;
     for (int64_t i = 0; i < n_out * h.n_vocab; ++i) logits[i] = cap * std::tanh(logits[i] * inv);
@@ -448,7 +457,9 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
     emit("l_out", l, x, n, hp_.n_embd);
     release_layer(l);
   }
-  experts_->end_step();  // routing the device kept, counted (one wait a stage, not one a routed layer)
+  // Routing the device kept, counted (one wait a stage, not one a routed
+  // layer; forward() counts it after the logits instead).
+  if (!count_routing_at_finish_) experts_->end_step();
   return Status();
 }
 

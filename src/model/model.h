@@ -349,6 +349,10 @@ class Model {
   int64_t layer_begin_ = 0, layer_end_ = 0;  // ModelOptions::layer_begin/end, resolved
   int64_t expert_begin_ = 0, expert_end_ = 0;  // ModelOptions::expert_begin/end, resolved
   bool experts_only_ = false;
+  // forward() without stages: the routing a device kept is counted once the
+  // logits are read (finish_step), not at the stage's end, so that nothing
+  // waits for the device before them.
+  bool count_routing_at_finish_ = false;
   StageRunner* stages_ = nullptr;
   int64_t step_n_ = 0, step_n_out_ = 0;       // tokens and logits rows of the step begun
   int64_t step_n_seqs_ = 0;

@@ -31,8 +31,24 @@ Staging::~Staging() {
   }
 }
 
+void Staging::attach(StepGraph* g) {
+  graph_ = g;
+  g->listen(this);
+  // Buffers there from the start: a first use in a recorded step would settle it to allocate.
+  for (Buffer& b : ring_) {
+    if (b.cap >= kFirstBytes) continue;
+    if (b.host) SLUICE_CUDA_OK(cudaFreeHost(b.host));
+    SLUICE_CUDA_OK(cudaMallocHost(&b.host, kFirstBytes));
+    b.cap = kFirstBytes;
+  }
+}
+
 uint8_t* Staging::host(size_t n) {
-  at_ = (at_ + 1) % kRing;
+  at_ = (at_ + 1) % ring_.size();
+  if (graph_ && graph_->recording()) {
+    if (ring_[at_].recorded) grow(n);                  // come round to a buffer the recording reads
+    else if (ring_[at_].cap < n) graph_->settle();     // nothing is allocated while a step is recorded
+  }
   Buffer& b = ring_[at_];
   if (b.queued) SLUICE_CUDA_OK(cudaEventSynchronize(b.sent));
   b.queued = false;
@@ -48,8 +64,37 @@ void Staging::send(void* dst, size_t n, cudaStream_t s) {
   Buffer& b = ring_[at_];
   if (!b.sent) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&b.sent, cudaEventDisableTiming));
   SLUICE_CUDA_OK(cudaMemcpyAsync(dst, b.host, n, cudaMemcpyHostToDevice, s));
+  if (graph_ && graph_->recording()) {  // read when the graph runs: its event comes with the launch
+    b.recorded = true;
+    return;
+  }
   SLUICE_CUDA_OK(cudaEventRecord(b.sent, s));
   b.queued = true;
+}
+
+void Staging::grow(size_t n) {
+  graph_->settle();  // nothing is allocated while a step is recorded: what it holds is launched first
+  size_t cap = n;
+  for (const Buffer& b : ring_) cap = std::max(cap, b.cap);
+  std::vector<Buffer> more(ring_.size());
+  for (Buffer& b : more) {
+    SLUICE_CUDA_OK(cudaMallocHost(&b.host, cap));
+    b.cap = cap;
+  }
+  ring_.insert(ring_.begin() + static_cast<std::ptrdiff_t>(at_), more.begin(), more.end());  // at_: the first of them
+}
+
+void Staging::settle() {
+  if (graph_) graph_->settle();
+}
+
+void Staging::launched(cudaStream_t s) {
+  for (Buffer& b : ring_) {
+    if (!b.recorded) continue;
+    SLUICE_CUDA_OK(cudaEventRecord(b.sent, s));
+    b.queued = true;
+    b.recorded = false;
+  }
 }
 
 Mirror::~Mirror() {
@@ -60,6 +105,7 @@ const void* Mirror::upload(const void* src, size_t n, cudaStream_t s) {
   if (n == last_.size() && n > 0 && std::memcmp(src, last_.data(), n) == 0) return dev_;
   if (n > cap_) {
     // Kernels still queued may read the old copy: free it only after them.
+    staging_.settle();
     if (dev_) {
       SLUICE_CUDA_OK(cudaStreamSynchronize(s));
       SLUICE_CUDA_OK(cudaFree(dev_));
@@ -85,9 +131,13 @@ CudaBackend::CudaBackend(int device, uint64_t budget_bytes)
   SLUICE_CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
   scratch_.assign(kNumScratch, {nullptr, 0});
   prefill_ = std::make_unique<PrefillMatmul>();  // on this device
+  graph_ = std::make_unique<StepGraph>(stream_);
+  for (Staging* s : {&embed_staging_, &rope_staging_}) s->attach(graph_.get());
+  for (Mirror* m : {&kv_rows_, &attn_, &logit_rows_, &experts_, &lora_segs_, &route_table_}) m->attach(graph_.get());
 }
 
 CudaBackend::~CudaBackend() {
+  graph_->settle();
   cudaStreamSynchronize(stream_);
   train_.reset();
   experts_dev_.reset();
@@ -102,6 +152,7 @@ CudaBackend::~CudaBackend() {
     if (t.dev) cudaFree(t.dev);
   if (route_log_) cudaFreeHost(route_log_);
   if (route_counter_) cudaFree(route_counter_);
+  graph_.reset();
   cudaStreamDestroy(stream_);
 }
 
@@ -159,14 +210,19 @@ int64_t CudaBackend::batch_invariant_tokens() const {
 }
 
 TrainOps* CudaBackend::train_ops() {
+  settle();
   if (!train_) train_ = std::make_unique<CudaTrainOps>(*this);
   return train_.get();
 }
 
-std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) { return std::make_unique<DeviceBuffer>(bytes); }
+std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
+  settle();  // a synchronous fill
+  return std::make_unique<DeviceBuffer>(bytes);
+}
 
 void CudaBackend::read_floats(const float* src, float* dst, int64_t n) {
   flush_add();
+  settle();
   SLUICE_CUDA_OK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDefault, stream_));
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
   drain_routes();
@@ -174,6 +230,7 @@ void CudaBackend::read_floats(const float* src, float* dst, int64_t n) {
 
 void CudaBackend::write_floats(const float* src, float* dst, int64_t n) {
   flush_add();
+  settle();
   SLUICE_CUDA_OK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDefault, stream_));
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // src may go away when this returns
 }
@@ -197,6 +254,7 @@ void CudaBackend::lora(const LoraArgs& a) {
 float* CudaBackend::scratch(int which, int64_t n) {
   auto& [p, cap] = scratch_[static_cast<size_t>(which)];
   if (n > cap) {
+    settle();
     if (p) {
       SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
       SLUICE_CUDA_OK(cudaFree(p));
@@ -209,6 +267,7 @@ float* CudaBackend::scratch(int which, int64_t n) {
 
 void CudaBackend::reserve(const ScratchNeeds& n) {
   flush_add();
+  settle();
   if (n.expert_bytes > 0) {
     expert_layers_ = std::max(expert_layers_, n.n_layer);
     n_expert_ = std::max(n_expert_, n.n_expert);
@@ -245,6 +304,7 @@ const float* CudaBackend::vec(const float* host, int64_t n) {
   if (!host) return nullptr;
   auto it = vecs_.find(host);
   if (it != vecs_.end()) return it->second;
+  settle();  // a synchronous copy below
   const size_t bytes = (static_cast<size_t>(n) * sizeof(float) + 255) / 256 * 256;
   if (bytes > vec_left_) {
     const size_t block = std::max<size_t>(bytes, size_t{4} << 20);
@@ -305,8 +365,11 @@ void CudaBackend::matmul(std::span<const MatmulOut> outs, const float* x, int64_
 void CudaBackend::matmul_bound(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) {
   for (const MatmulOut& o : outs) CHECK(o.w.n_in == n_in);
   // Many tokens: tensor cores (cuda_prefill.h); false when cuBLASLt failed, then the kernels below.
-  if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && prefill_->takes(outs, n_tok) && prefill_->run(outs, x, n_in, n_tok, stream_))
-    return;
+  // cuBLASLt's calls are not recorded in a step's graph.
+  if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && prefill_->takes(outs, n_tok)) {
+    settle();
+    if (prefill_->run(outs, x, n_in, n_tok, stream_)) return;
+  }
   // Q4_0 / Q8_0 matrices take x quantized to 8 bits, once for the call.
   std::optional<QuantizedX> qx;
   auto quantized = [&] {
@@ -450,10 +513,21 @@ void CudaBackend::logits(const LogitsArgs& a) {
   float* dev = scratch(kLogits, a.n_out * n_vocab);
   const MatmulOut out{a.output, dev};
   matmul(std::span(&out, 1), a.xn, a.n_embd, a.n_out);
+  graph_->end();  // the step's graph runs (its last work is above); the logits go to pageable memory after it
   SLUICE_CUDA_OK(cudaMemcpyAsync(a.logits, dev, static_cast<size_t>(a.n_out * n_vocab) * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream_));
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
   drain_routes();
+}
+
+void CudaBackend::begin_step(int64_t n_tok, const void* who) {
+  flush_add();
+  graph_->begin(n_tok, who);
+}
+
+void CudaBackend::end_step() {
+  flush_add();
+  graph_->end();
 }
 
 }  // namespace sluice::cuda

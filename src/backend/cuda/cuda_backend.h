@@ -18,7 +18,10 @@
 // Under --gpu-budget the weights past it stream from pinned host memory
 // (prepare_weights). With a weight store (--mem-budget: three tiers) the
 // store's host memory is registered, and views into it are copied into a
-// device ring at each use (cuda_host_views.h). Not yet: a Q8_0 KV cache, CUDA graphs.
+// device ring at each use (cuda_host_views.h). A decode step of resident
+// weights is recorded and launched as one CUDA graph (cuda_step_graph.h):
+// every entry point that waits for the stream or uses another one settles the
+// recording first. Not yet: a Q8_0 KV cache.
 // Calls come from one thread at a time (backend.h).
 #pragma once
 
@@ -36,6 +39,7 @@
 #include "backend/cuda/cuda_expert_slots.h"
 #include "backend/cuda/cuda_host_views.h"
 #include "backend/cuda/cuda_kv_reserve.h"
+#include "backend/cuda/cuda_step_graph.h"
 #include "backend/cuda/cuda_weight_ring.h"
 
 namespace sluice::cuda {
@@ -44,29 +48,47 @@ class CudaTrainOps;
 
 // Pinned host memory for inputs sent to the device: host() hands it out only
 // once the copy that last read it has finished.
-class Staging {
+class Staging final : public StepGraph::Listener {
  public:
   Staging() = default;
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
   ~Staging();
+  // Sends may be recorded in g's steps (the graph reads the buffer when it
+  // runs). A buffer a recording reads is not handed out again before the
+  // recording's launch: when the ring comes round to one (a step sends more
+  // than the ring holds), the recording is launched there and the ring
+  // doubles, so that later steps are recorded whole.
+  void attach(StepGraph* g);
   // n bytes of pinned memory, free to write (grows on first use of a size):
-  // the next of kRing buffers, once its send of kRing calls ago has been
-  // copied (the host waits only when kRing sends are still queued).
+  // the next of the ring's buffers (kRing, more once a recorded step needed
+  // them), once its send of a ring's worth of calls ago has been copied
+  // (the host waits only when that many sends are still queued).
   uint8_t* host(size_t n);
   // Copies the first n bytes of the last host() to dst, in stream order.
   void send(void* dst, size_t n, cudaStream_t s);
+  // Ends the step recording under way, if any (StepGraph::settle).
+  void settle();
+  void launched(cudaStream_t s) override;
 
  private:
   static constexpr int kRing = 4;
+  static constexpr size_t kFirstBytes = size_t{64} << 10;  // each buffer's size from attach()
+  // Recording, and the ring has come round to a buffer the recording reads:
+  // settles the recording (nothing is allocated during one), then doubles the
+  // ring with buffers as large as its largest (n at least), the first of them
+  // next. (Recording, a buffer too small settles it too, then grows as ever.)
+  void grow(size_t n);
   struct Buffer {
     uint8_t* host = nullptr;
     size_t cap = 0;
     cudaEvent_t sent = nullptr;  // recorded after its last send
     bool queued = false;         // a send was recorded
+    bool recorded = false;       // a recording under way reads it (sent: at its launch)
   };
-  Buffer ring_[kRing];
-  int at_ = kRing - 1;  // the buffer host() gave last
+  std::vector<Buffer> ring_ = std::vector<Buffer>(kRing);
+  size_t at_ = kRing - 1;  // the buffer host() gave last
+  StepGraph* graph_ = nullptr;
 };
 
 // Host data kept mirrored in device memory: upload() sends it only when it
@@ -81,6 +103,7 @@ class Mirror {
   const void* upload(const void* src, size_t n, cudaStream_t s);
   // Marks the device copy stale (its bytes will be sent again).
   void forget() { last_.clear(); }
+  void attach(StepGraph* g) { staging_.attach(g); }
 
  private:
   Staging staging_;
@@ -177,6 +200,9 @@ class CudaBackend final : public Backend {
   void logits(const LogitsArgs& a) override;
   // cuda_kernels.cuh launch_lora (training's forward needs it too).
   void lora(const LoraArgs& a) override;
+  // The step's work recorded as a CUDA graph (cuda_step_graph.h).
+  void begin_step(int64_t n_tok, const void* who) override;
+  void end_step() override;
 
   uint64_t bytes_streamed() const override {
     return (ring_ ? ring_->bytes_copied() : 0) + (host_views_ ? host_views_->bytes_copied() : 0) +
@@ -202,6 +228,9 @@ class CudaBackend final : public Backend {
   void release_weight(const HeldWeight& h);
 
  private:
+  // Before a call a step's recording forbids (a wait for the stream, another
+  // stream, a synchronous copy or free): launches what is recorded.
+  void settle() { graph_->settle(); }
   // The device copy of a host vector of n floats (norms, biases), copied on
   // its first use; null for null.
   const float* vec(const float* host, int64_t n);
@@ -298,6 +327,7 @@ class CudaBackend final : public Backend {
   };
   std::unordered_map<const uint8_t*, StreamedAt> streamed_;  // by the view's (pinned host) data
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<StepGraph> graph_;  // decode steps recorded on stream_
   std::unique_ptr<ThreadPool> pool_;
   std::unordered_map<const float*, float*> vecs_;  // host vector -> device copy
   std::vector<void*> vec_blocks_;                  // device memory of the copies

@@ -75,6 +75,7 @@ bool same_matrix_kind(const WeightView& a, const WeightView& b) {
 
 void CudaBackend::route(const RouteArgs& a) {
   flush_add();
+  settle();
   host_logits_.resize(static_cast<size_t>(a.n_tok * a.n_expert));
   SLUICE_CUDA_OK(cudaMemcpyAsync(host_logits_.data(), a.logits, host_logits_.size() * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream_));
@@ -87,6 +88,7 @@ void CudaBackend::route(const RouteArgs& a) {
 
 void CudaBackend::wait_idle() {
   flush_add();
+  settle();
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));
   drain_routes();
 }
@@ -128,6 +130,7 @@ const uint8_t* const* CudaBackend::route_table(const ExpertFfnArgs& e) {
     t.gate0 = e.experts[0].gate.data;
     t.ok = fits();
     if (t.ok) {
+      settle();  // a synchronous copy below
       fill(host);
       if (!t.dev) SLUICE_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&t.dev), host.size() * sizeof(void*)));
       SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // kernels queued may read the old table
@@ -233,6 +236,7 @@ bool CudaBackend::groupable(const ExpertWeights& w, const ExpertWeights& first) 
 
 void CudaBackend::expert_ffn(const ExpertFfnArgs& a) {
   flush_add();
+  settle();  // experts may come from the host through the copy queue
   const int64_t n_slot = a.n_tok * a.n_used, n_expert = static_cast<int64_t>(a.experts.size());
   // The order experts are computed in: as handed out, else ascending ids.
   std::vector<int32_t>& order = order_;

@@ -33,6 +33,7 @@ KvLayerDev kv_layer(const KvStore& kv, int64_t layer) {
 
 StatusOr<KvStore> CudaBackend::create_kv(const KvLayout& layout, int64_t n_blocks) {
   flush_add();
+  settle();
   if (layout.dtype != KvDtype::kF32 && layout.dtype != KvDtype::kF16)
     return unimplemented("the cuda backend keeps the KV cache in f32 or f16, not {}", kv_dtype_name(layout.dtype));
   ASSIGN_OR_RETURN(size_t side, KvStore::side_bytes(layout, n_blocks));
@@ -50,6 +51,7 @@ StatusOr<KvStore> CudaBackend::create_kv(const KvLayout& layout, int64_t n_block
 
 StatusOr<KvStore> CudaBackend::create_kv_reserved(const KvLayout& layout, int64_t n_blocks, int64_t n_backed) {
   flush_add();
+  settle();
   if (layout.dtype != KvDtype::kF32 && layout.dtype != KvDtype::kF16)
     return unimplemented("the cuda backend keeps the KV cache in f32 or f16, not {}", kv_dtype_name(layout.dtype));
   ASSIGN_OR_RETURN(const size_t side, KvStore::side_bytes(layout, n_blocks));
@@ -69,11 +71,13 @@ Status CudaBackend::resize_kv(KvStore& kv, int64_t n_backed) {
   if (n_backed < 1 || n_backed > kv.n_blocks())
     return invalid_argument("a KV store of {} blocks cannot back {}", kv.n_blocks(), n_backed);
   flush_add();
+  settle();
   return r->back(n_backed);
 }
 
 void CudaBackend::copy_kv_block(KvStore& kv, int32_t src, int32_t dst) {
   flush_add();
+  settle();
   CHECK(src >= 0 && src < kv.n_blocks() && dst >= 0 && dst < kv.n_blocks());
   const size_t bb = kv.block_bytes();
   for (int64_t l = 0; l < kv.layout().n_layer; ++l) {
@@ -84,6 +88,7 @@ void CudaBackend::copy_kv_block(KvStore& kv, int32_t src, int32_t dst) {
 
 void CudaBackend::move_kv_block(const KvStore& from, int32_t src, KvStore& to, int32_t dst) {
   flush_add();
+  settle();
   CHECK(from.block_bytes() == to.block_bytes() && from.layout().n_layer == to.layout().n_layer);
   CHECK(src >= 0 && src < from.n_blocks() && dst >= 0 && dst < to.n_blocks());
   const size_t bb = from.block_bytes();
@@ -106,6 +111,7 @@ void CudaBackend::move_kv_block(const KvStore& from, int32_t src, KvStore& to, i
 }
 
 void CudaBackend::qkv_store(const QkvStoreArgs& a) {
+  graph_->tick();  // once a layer: a recorded step's segments end here
   flush_add();
   const int64_t n_q = a.n_head * a.head_dim, n_kv = a.n_head_kv * a.head_dim;
   const auto* rows = static_cast<const int64_t*>(

@@ -25,6 +25,7 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : size_(bytes) {
 
 PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups) {
   flush_add();
+  settle();
   // One device arena for the resident matrices, each 256-byte aligned; a
   // matrix seen twice (the same host bytes) is copied once, with the first
   // group that has it. Q4_0 / Q8_0 go with their scales split off
@@ -183,6 +184,7 @@ int CudaBackend::bind(std::span<const MatmulOut> outs, MatmulOut* bound, Held* h
     bound[i] = outs[i];
     const WeightView& w = outs[i].w;
     if (host_views_ && w.data && host_views_->holds(w.data)) {  // a weight source's host memory
+      settle();  // the copy queue's stream
       const HostViews::Copy c =
           host_views_->copy_in(w.data, row_bytes(w.type, w.n_in) * static_cast<size_t>(w.n_out), stream_);
       held[n++] = Held{.group = -1, .base = c.device, .ticket = c.ticket};
@@ -192,6 +194,7 @@ int CudaBackend::bind(std::span<const MatmulOut> outs, MatmulOut* bound, Held* h
     if (streamed_.empty()) continue;
     const auto it = streamed_.find(outs[i].w.data);
     if (it == streamed_.end()) continue;
+    settle();  // the ring's copies
     const int g = it->second.group;
     int j = 0;
     while (j < n && held[j].group != g) ++j;
@@ -226,20 +229,24 @@ void CudaBackend::release_weight(const HeldWeight& h) {
 }
 
 void CudaBackend::register_host(const uint8_t* data, size_t bytes) {
+  settle();
   if (!host_views_) host_views_ = std::make_unique<HostViews>(size_t{1} << 20, copy_queue());  // grown by reserve()
   host_views_->register_range(data, bytes);
 }
 
 void CudaBackend::unregister_host(const uint8_t* data) {
+  settle();
   if (host_views_) host_views_->unregister_range(data);
 }
 
 Backend::MemoryRates CudaBackend::measure_memory_rates() {
+  settle();
   const CopyBandwidth bw = measure_copy_bandwidth(size_t{256} << 20, 3, /*with_pageable=*/false);
   return MemoryRates{.read_gbps = bw.d2d_gbps, .host_copy_gbps = bw.h2d_pinned_gbps};
 }
 
 void CudaBackend::finish_host_reads() {
+  settle();
   if (host_views_) host_views_->finish();
   if (experts_dev_) experts_dev_->finish();
 }
@@ -266,6 +273,7 @@ std::string CudaBackend::make_expert_slots(uint64_t left) {
 
 void CudaBackend::prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts) {
   if (!experts_dev_ || !host_views_) return;
+  settle();  // the copy queue's stream
   for (int32_t e : ids) {
     const ExpertWeights& w = experts[static_cast<size_t>(e)];
     if (w.gate.data && host_views_->holds(w.gate.data)) experts_dev_->prefetch(layer, e, w);
@@ -288,6 +296,7 @@ Status CudaBackend::set_expert_slot_count(int64_t n) {
     return invalid_argument("{} device expert slots: the count moves from {} in steps of {} (at least {})", n, c.max,
                             c.min, c.min);
   if (n == c.now) return Status();
+  settle();
   finish_host_reads();
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // no kernel reads a slot given up
   if (!experts_dev_->set_n_slots(static_cast<int>(n)))
@@ -315,6 +324,7 @@ std::string CudaBackend::copy_summary() const {
                      s.empty() ? "" : "; ", static_cast<double>(b[0]) / 1e9, static_cast<double>(b[1]) / 1e9,
                      static_cast<double>(b[2]) / 1e9);
   }
+  if (const std::string g = graph_->summary(); !g.empty()) s += (s.empty() ? "" : "; ") + g;
   return s;
 }
 
