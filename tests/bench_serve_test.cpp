@@ -183,7 +183,8 @@ TEST_F(BenchServe, DumpedWorkloadFollowsTheSeedAndLengths) {
 
 // --backend reaches the engine: the scalar reference backend serves the whole
 // workload, and a backend that cannot run here (cuda without a GPU) fails
-// with its reason, an unknown one at parsing.
+// with its reason (where it runs, the report ends with its launch counts),
+// an unknown one at parsing.
 TEST_F(BenchServe, BackendFlagReachesTheEngine) {
   const CliResult cpu = run_cli(common() + " --json");
   const CliResult ref = run_cli(common() + " --backend reference --json");
@@ -194,6 +195,10 @@ TEST_F(BenchServe, BackendFlagReachesTheEngine) {
   if (gpu.exit_code != 0) {
     EXPECT_EQ(gpu.exit_code, 1) << gpu.err;
     EXPECT_NE(gpu.err.find("cuda"), std::string::npos) << gpu.err;
+  } else {  // a GPU (or the CUDA emulator): the report says how the decode steps were launched
+    const CliResult text = run_cli(common() + " --backend cuda");
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_NE(text.out.find("decode steps as CUDA graphs: "), std::string::npos) << text.out;
   }
   const CliResult bad = run_cli(common() + " --backend tpu --json");
   EXPECT_NE(bad.exit_code, 0);

@@ -463,6 +463,7 @@ int run(const BenchServeArgs& a) {
                es.fluid_promotions, es.fluid_demoted_units);
   }
   if (const std::string w = engine.weights_report(); !w.empty()) fmt::print("{}", w);
+  if (const std::string b = engine.backend_report(); !b.empty()) fmt::print("{}\n", b);
   return 0;
 }
 

@@ -198,6 +198,10 @@ class Engine {
   // prediction and cache figures; as text, and as a JSON object. "" otherwise.
   std::string weights_report() const;
   std::string weights_json() const;
+  // What the backend copied in and how it launched the steps (on a GPU:
+  // streamed weights, expert slots, CUDA graphs; Backend::copy_summary), one
+  // line, "" when nothing; read while the engine is idle.
+  std::string backend_report() const;
   int64_t n_vocab() const;
   // The model, where its weights live and the KV pool, as one JSON object,
   // fixed after load (src/engine/engine_describe.cpp lists the fields): for

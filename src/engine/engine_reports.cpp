@@ -12,6 +12,8 @@
 namespace sluice {
 
 std::string Engine::placement_report() const { return impl_->placement; }
+std::string Engine::backend_report() const { return impl_->model->backend().copy_summary(); }
+
 std::string Engine::weights_report() const {
   if (!impl_->stream) return "";
   const weights::WeightStore& store = impl_->stream->store();
