@@ -149,11 +149,16 @@ TEST_P(CudaGraphSteps, RecordedStepsGiveTheBitsOfKernelByKernelLaunches) {
   const int per_step = c.graph_layers > 0 ? static_cast<int>((c.n_layer + c.graph_layers - 1) / c.graph_layers) : 1;
   EXPECT_NE(s.find("CUDA graphs: 37 in "), std::string::npos) << s;
   EXPECT_LE(count_before(s, " launches"), 37 * per_step) << s;
-  if (c.budget_share == 0) EXPECT_GE(count_before(s, " launches"), 34 * per_step) << s;
+  if (c.budget_share == 0) {
+    EXPECT_GE(count_before(s, " launches"), 34 * per_step) << s;
+  }
   EXPECT_LE(count_before(s, " built"), 10 * per_step) << s;
   EXPECT_GE(count_before(s, " updated in place"), 27 * (c.budget_share > 0 ? 1 : per_step)) << s;
-  if (c.budget_share > 0) EXPECT_EQ(count_before(s, " only up to a wait"), 37) << s;
-  else EXPECT_LE(count_before(s, " only up to a wait"), 3) << s;
+  if (c.budget_share > 0) {
+    EXPECT_EQ(count_before(s, " only up to a wait"), 37) << s;
+  } else {
+    EXPECT_LE(count_before(s, " only up to a wait"), 3) << s;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphSteps,
