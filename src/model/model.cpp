@@ -339,9 +339,8 @@ void Model::emit(std::string_view name, int64_t layer, const float* data, int64_
 Status Model::forward(std::span<const ForwardSeq> seqs, KvStore& kv, float* logits) {
   if (stages_) seqs = stages_->pieces(*this, seqs);  // the same tokens and logits, maybe in more pieces
   RETURN_IF_ERROR(begin_step(seqs, kv, /*embed=*/true));
-  count_routing_at_finish_ = !stages_;
-  Status st = stages_ ? stages_->run_step(*this, seqs, kv) : run_stage(0, seqs.size(), 0, step_n_, kv);
-  count_routing_at_finish_ = false;
+  Status st = stages_ ? stages_->run_step(*this, seqs, kv)
+                      : run_stage(0, seqs.size(), 0, step_n_, kv, /*count_routing=*/false);
   if (!st.ok()) {
     backend_->end_step();  // what was enqueued runs; the step stops here
     return st;
@@ -416,7 +415,7 @@ void Model::set_routing_counters(std::vector<Counter*> counters) {
   experts_->set_routing_counters(std::move(counters));
 }
 
-Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n, KvStore& kv) {
+Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n, KvStore& kv, bool count_routing) {
   // The micro-batch's adapters: its sequences' tokens are rows [0, n) of the views below.
   const size_t n_seqs = seq_end - seq_begin;
   const bool adapted = adapters_.plan(std::span(lora_masks_.data() + seq_begin, n_seqs),
@@ -457,9 +456,7 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
     emit("l_out", l, x, n, hp_.n_embd);
     release_layer(l);
   }
-  // Routing the device kept, counted (one wait a stage, not one a routed
-  // layer; forward() counts it after the logits instead).
-  if (!count_routing_at_finish_) experts_->end_step();
+  if (count_routing) experts_->end_step();  // routing the device kept (one wait a stage, not one a routed layer)
   return Status();
 }
 

@@ -236,7 +236,10 @@ class Model {
   Status begin_step(std::span<const ForwardSeq> seqs, KvStore& kv, bool embed);
   // This model's layers over sequences [seq_begin, seq_end) of the step begun,
   // whose tokens are the hidden rows [t0, t0 + n) (contiguous, in order).
-  Status run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n, KvStore& kv);
+  // count_routing: the routing a device kept is counted at the stage's end
+  // (forward() without stages counts it after the logits instead, in
+  // finish_step, so that nothing waits for the device before them).
+  Status run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n, KvStore& kv, bool count_routing = true);
   // The logits of the step begun, from the hidden rows of the tokens that ask
   // for them (after the last layer). logits: [n_logits(), n_vocab].
   Status finish_step(float* logits);
@@ -349,10 +352,6 @@ class Model {
   int64_t layer_begin_ = 0, layer_end_ = 0;  // ModelOptions::layer_begin/end, resolved
   int64_t expert_begin_ = 0, expert_end_ = 0;  // ModelOptions::expert_begin/end, resolved
   bool experts_only_ = false;
-  // forward() without stages: the routing a device kept is counted once the
-  // logits are read (finish_step), not at the stage's end, so that nothing
-  // waits for the device before them.
-  bool count_routing_at_finish_ = false;
   StageRunner* stages_ = nullptr;
   int64_t step_n_ = 0, step_n_out_ = 0;       // tokens and logits rows of the step begun
   int64_t step_n_seqs_ = 0;

@@ -53,9 +53,9 @@ void StepGraph::set_enabled(bool on) { g_enabled.store(on ? 1 : 0, std::memory_o
 void StepGraph::begin(int64_t n_tok, const void* who) {
   if (in_step_) end();  // the last step did not end (it failed part way)
   if (!enabled() || n_tok < 1 || n_tok > kMaxTokens) return;
-  const auto at = std::find(owners_.begin(), owners_.end(), who);
-  if (at == owners_.end() && owners_.size() < static_cast<size_t>(kMaxOwners)) owners_.push_back(who);
-  owner_ = std::min(static_cast<int>(std::find(owners_.begin(), owners_.end(), who) - owners_.begin()), kMaxOwners - 1);
+  auto at = static_cast<size_t>(std::find(owners_.begin(), owners_.end(), who) - owners_.begin());
+  if (at == owners_.size() && owners_.size() < static_cast<size_t>(kMaxOwners)) owners_.push_back(who);
+  owner_ = std::min(static_cast<int>(at), kMaxOwners - 1);  // past kMaxOwners: the last one's
   n_tok_ = n_tok;
   if (int& rest = rest_[size_index()]; rest > 0) {
     --rest;
@@ -90,7 +90,7 @@ void StepGraph::settle() {
   launch_recording();
 }
 
-bool StepGraph::launch_recording() {
+void StepGraph::launch_recording() {
   recording_ = false;
   cudaGraph_t g = nullptr;
   if (const cudaError_t e = cudaStreamEndCapture(stream_, &g); e != cudaSuccess) {
@@ -105,7 +105,7 @@ bool StepGraph::launch_recording() {
   SLUICE_CUDA_OK(cudaGraphGetNodes(g, nullptr, &n_nodes));
   if (n_nodes == 0) {  // nothing was enqueued
     SLUICE_CUDA_OK(cudaGraphDestroy(g));
-    return true;
+    return;
   }
   Kept& k = kept(segment_);
   bool updated = false;
@@ -124,11 +124,9 @@ bool StepGraph::launch_recording() {
     step_built_ = true;
   }
   ++(updated ? counts_.updated : counts_.built);
-  ++counts_.segments;
   SLUICE_CUDA_OK(cudaGraphDestroy(g));
   SLUICE_CUDA_OK(cudaGraphLaunch(k.exec, stream_));
   for (Listener* l : listeners_) l->launched(stream_);
-  return updated;
 }
 
 void StepGraph::end() {
@@ -149,7 +147,7 @@ std::string StepGraph::summary() const {
   const Counts& c = counts_;
   if (c.steps == 0) return "";
   std::string s = fmt::format("decode steps as CUDA graphs: {} in {} launches ({} built, {} updated in place",
-                              c.steps, c.segments, c.built, c.updated);
+                              c.steps, c.built + c.updated, c.built, c.updated);
   if (c.partial > 0) s += fmt::format(", {} only up to a wait", c.partial);
   if (c.resting > 0) s += fmt::format(", {} run without while their shape kept changing", c.resting);
   return s + ")";

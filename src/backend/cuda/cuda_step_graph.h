@@ -82,8 +82,7 @@ class StepGraph {
   struct Counts {
     int64_t steps = 0;    // steps recorded (whole or in part)
     int64_t built = 0;    // graphs instantiated
-    int64_t updated = 0;  // launches of a kept graph updated in place
-    int64_t segments = 0; // graphs launched (a step's segments)
+    int64_t updated = 0;  // launches of a kept graph updated in place (launches: built + updated)
     int64_t partial = 0;  // steps whose recording ended before the step did
     int64_t resting = 0;  // steps not recorded while their size rested
   };
@@ -102,9 +101,9 @@ class StepGraph {
   struct Kept {
     cudaGraphExec_t exec = nullptr;
   };
-  // Ends the capture and launches it as segment `segment_` of n_tok_'s
-  // graphs; returns whether its kept graph was updated in place (false: built).
-  bool launch_recording();
+  // Ends the capture and launches it as segment `segment_` of the step's
+  // graphs: its kept graph updated in place, else one built.
+  void launch_recording();
   void start_capture();
   // The step's size: by owner and tokens.
   size_t size_index() const { return static_cast<size_t>(owner_ * (kMaxTokens + 1) + n_tok_); }
