@@ -42,7 +42,9 @@ class MatmulTCase final : public OpCase {
   void run(OpRun& r, int64_t t0, int64_t n) override {
     const WeightView w = r.weights({w_.view})[0];
     train(r).reserve({.n_tok = n, .n_ctx = 1, .n_head = 1, .head_dim = 1, .n_in_max = n_in_});
-    const Tol tol = Tol::nmse(1e-9);
+    // A tensor-core path rounds dy and the weights to BF16, as a forward matmul of as many tokens rounds x.
+    const Tol tol = Tol::nmse(train(r).matmul_t_rounds_to_bf16(type_, n) ? matmul_tolerance(type_, ActRounding::kBF16, 1)
+                                                                         : 1e-9);
     float* dx = accumulate_ ? r.inout("dx", rows(init_, t0, n, n_in_), n_in_, tol) : r.out("dx", n, n_in_, tol);
     train(r).matmul_t({.w = w, .dy = r.in(rows(dy_, t0, n, n_out_)), .dx = dx, .n_tok = n, .accumulate = accumulate_});
   }
@@ -229,6 +231,14 @@ void add_train_cases(OpCaseList& list) {
   }
   add_matmul_t(list, DType::kQ8_0, 64, 2100, 13);       // past one k span
   add_matmul_t(list, DType::kF16, 40, 2100, 7, true);
+  // Shapes a tensor-core path takes (rows and columns multiples of 8, 16 or
+  // more tokens for BF16, 32 or more for the rest): CUDA's run_t.
+  add_matmul_t(list, DType::kBF16, 64, 48, 33, true);
+  add_matmul_t(list, DType::kF16, 96, 40, 40);
+  add_matmul_t(list, DType::kQ4_0, 256, 64, 40, true);
+  add_matmul_t(list, DType::kQ8_0, 128, 24, 33);
+  add_matmul_t(list, DType::kQ4_K, 512, 24, 33, true);
+  add_matmul_t(list, DType::kQ6_K, 256, 16, 64);
 
   add<RmsnormBackwardCase>(list, "rmsnorm_backward_1x1", int64_t{1}, int64_t{1});
   add<RmsnormBackwardCase>(list, "rmsnorm_backward_3x37", int64_t{3}, int64_t{37});

@@ -193,6 +193,11 @@ class TrainOps {
   virtual ~TrainOps() = default;
   // Whether matmul_t runs on this matrix type and layout.
   virtual bool supports_matmul_t(DType type, WeightLayout layout) const = 0;
+  // Whether matmul_t of n_tok tokens through weights of this type may round
+  // dy and the weights to BF16 (a tensor-core path, as the forward's matmul
+  // of as many tokens rounds x; a shape it cannot take rounds nothing).
+  // Default: it rounds nothing.
+  virtual bool matmul_t_rounds_to_bf16(DType type, int64_t n_tok) const { return false; }
   virtual void reserve(const TrainScratchNeeds& needs) = 0;
 
   virtual void matmul_t(const MatmulTArgs& a) = 0;

@@ -21,8 +21,11 @@ struct cublasLtMatrixLayoutOpaque_t {
   uint64_t rows, cols;
   int64_t ld;
 };
+// The alignments a preference promises for A, B, C and D (cuBLASLt's
+// default: 256 bytes); the heuristic's algorithm may rely on them up to 16
+// bytes, so the matmul refuses pointers less aligned than that.
 struct cublasLtMatmulPreferenceOpaque_t {
-  int unused;
+  uint32_t align[4] = {256, 256, 256, 256};
 };
 
 // The emulator's device memory is closed to host code outside its own calls
@@ -119,14 +122,25 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
   delete p;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
-                                                    const void*, size_t) {
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t size) {
+  int which = -1;
+  switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: which = 0; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: which = 1; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: which = 2; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: which = 3; break;
+    default: return CUBLAS_STATUS_SUCCESS;
+  }
+  if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(&p->align[which], buf, size);
   return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t, int requested,
+                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int requested,
                                               cublasLtMatmulHeuristicResult_t* results, int* found) {
   *found = 0;
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
@@ -137,6 +151,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
   if (ka != kb || c->rows != m || c->cols != n || d->rows != m || d->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
   results[0] = {};
   results[0].state = CUBLAS_STATUS_SUCCESS;
+  for (int i = 0; i < 4; ++i) results[0].algo.data[i] = pref->align[i] < 16 ? pref->align[i] : 16;
   *found = 1;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -146,7 +161,14 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t op, const void* alpha, const void* a,
                               cublasLtMatrixLayout_t ad, const void* b, cublasLtMatrixLayout_t bd, const void* beta,
                               const void* c, cublasLtMatrixLayout_t cd, void* d, cublasLtMatrixLayout_t dd,
-                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
+                              const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
+  if (algo != nullptr) {  // the alignments the heuristic chose it for
+    const void* ptrs[4] = {a, b, c, d};
+    for (int i = 0; i < 4; ++i) {
+      if (algo->data[i] > 1 && reinterpret_cast<uintptr_t>(ptrs[i]) % algo->data[i] != 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  }
   const bool ta = op->trans_a == CUBLAS_OP_T, tb = op->trans_b == CUBLAS_OP_T;
   const int64_t m = static_cast<int64_t>(dd->rows), n = static_cast<int64_t>(dd->cols);
   const int64_t k = static_cast<int64_t>(ta ? ad->rows : ad->cols);

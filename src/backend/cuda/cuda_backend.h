@@ -226,6 +226,9 @@ class CudaBackend final : public Backend {
   };
   HeldWeight hold_weight(const WeightView& w);
   void release_weight(const HeldWeight& h);
+  // The tensor-core matmuls (cuda_prefill.h), for CudaTrainOps' matmul_t.
+  PrefillMatmul& tensor_cores() { return *prefill_; }
+  const PrefillMatmul& tensor_cores() const { return *prefill_; }
 
  private:
   // Before a call a step's recording forbids (a wait for the stream, another

@@ -1,12 +1,14 @@
-// The BF16 GEMM of the tensor-core matmul path (cuda_prefill.h), on cuBLASLt
-// from the CUDA toolkit: y = W x with W and x in BF16, products summed in
-// float, y written as float.
+// GEMMs on cuBLASLt from the CUDA toolkit, products summed in float and the
+// output written as float: BF16 operands for the tensor-core matmul path
+// (cuda_prefill.h: y = W x going forward, dx = W^T dy for training's input
+// gradient through a frozen matrix), F32 ones for training's adapter
+// gradients (cuda_train_ops.h; CUBLAS_COMPUTE_32F: no TF32 rounding).
 //
-// One handle and one workspace per GemmLt (per backend). The layouts, the
-// operation descriptor and the algorithm cuBLASLt's heuristic picks are kept
-// per shape (n_out, n_in, n_tok, y stride, pointer alignments), so a shape
-// seen before costs one cublasLtMatmul call; the first call of a shape
-// allocates its descriptors (host memory).
+// One handle and one workspace per GemmLt. The layouts, the operation
+// descriptor and the algorithm cuBLASLt's heuristic picks are kept per shape
+// (types, transposes, sizes, strides, pointer alignments), so a shape seen
+// before costs one cublasLtMatmul call; the first call of a shape allocates
+// its descriptors (host memory).
 #pragma once
 
 #include <cstdint>
@@ -31,11 +33,35 @@ class GemmLt {
   GemmLt& operator=(const GemmLt&) = delete;
   ~GemmLt();
 
-  // y[t][o] = sum_i w[o][i] * x[t][i], enqueued on s.
+  // One GEMM, every matrix row-major with `ld` elements from one row to the next:
+  //   c[i][j] = alpha * sum_l op(x)[i][l] * op(y)[l][j] + beta * c[i][j]
+  //   op(x): [m, k], x itself [m, k], or [k, m] with trans_x; op(y): [k, n] likewise.
+  // x and y are both of `type` (BF16 or F32), c is F32 (read only when beta != 0).
+  struct Gemm {
+    cudaDataType type = CUDA_R_16BF;
+    int64_t m = 0, n = 0, k = 0;
+    const void* x = nullptr;
+    int64_t ldx = 0;
+    bool trans_x = false;
+    const void* y = nullptr;
+    int64_t ldy = 0;
+    bool trans_y = false;
+    float* c = nullptr;
+    int64_t ldc = 0;
+    float alpha = 1.0f, beta = 0.0f;
+  };
+  // Plans g (its shape, strides and the alignment of its pointers): what
+  // run() does first, for a caller that must know before it enqueues
+  // anything. Errors: cuBLASLt refused the shape (the message names the
+  // call, the shape and cuBLAS's status).
+  Status plan(const Gemm& g);
+  // g enqueued on s; a shape planned before costs one cublasLtMatmul call.
+  // Pointers at least 2 (BF16) or 4 (F32) bytes aligned (CHECKed). Errors:
+  // as plan(), or the launch failed.
+  Status run(const Gemm& g, cudaStream_t s);
+
+  // The forward's GEMM: y[t][o] = sum_i w[o][i] * x[t][i], enqueued on s.
   //   w: [n_out, n_in] bf16   x: [n_tok, n_in] bf16   y: [n_tok, y_stride] f32 (y_stride >= n_out)
-  // w and x 16-byte aligned, y 4-byte aligned (CHECKed). Errors: cuBLASLt
-  // refused the shape or failed to launch (the message names the call, the
-  // shape and cuBLAS's status).
   Status run(const uint16_t* w, const uint16_t* x, float* y, int64_t n_out, int64_t n_in, int64_t n_tok,
              int64_t y_stride, cudaStream_t s);
 
@@ -46,8 +72,11 @@ class GemmLt {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int>;  // n_out, n_in, n_tok, y_stride, y alignment
-  StatusOr<const Plan*> plan(const Key& key);
+  // type, trans_x, trans_y, m, n, k, ldx, ldy, ldc, and the alignments of x, y and c.
+  using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int>;
+  static Key key_of(const Gemm& g);
+  StatusOr<const Plan*> plan_of(const Gemm& g);
+  Status error(const char* call, cublasStatus_t st, const Gemm& g) const;
   void destroy(Plan& p);
 
   const CublasLtApi* lt_ = nullptr;  // set by create()

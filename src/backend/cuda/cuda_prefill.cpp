@@ -42,13 +42,26 @@ PrefillMatmul::~PrefillMatmul() {
   if (ycat_) cudaFree(ycat_);
 }
 
+namespace {
+
+// A BF16 matrix cuBLASLt reads in place.
+bool bf16_in_place(const WeightView& w) {
+  return w.type == DType::kBF16 && w.layout == WeightLayout::kRows && w.n_in % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
+
+}  // namespace
+
+void PrefillMatmul::turn_off(const Status& why) {
+  fmt::print(stderr, "[sluice] cuda: tensor-core matmul off from here on: {}\n", why.message());
+  lt_.reset();
+}
+
 bool PrefillMatmul::takes(std::span<const MatmulOut> outs, int64_t n_tok) const {
   if (!lt_ || outs.empty()) return false;
   for (const MatmulOut& o : outs) {
     const WeightView& w = o.w;
-    const bool bf16 = w.type == DType::kBF16 && w.layout == WeightLayout::kRows && w.n_in % 8 == 0 &&
-                      reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
-    if (bf16 ? n_tok < min_bf16_ : (n_tok < min_decoded_ || !to_bf16_takes(w))) return false;
+    if (bf16_in_place(w) ? n_tok < min_bf16_ : (n_tok < min_decoded_ || !to_bf16_takes(w))) return false;
     if (reinterpret_cast<uintptr_t>(o.y) % 4 != 0) return false;
   }
   return true;
@@ -80,8 +93,7 @@ bool PrefillMatmul::run(std::span<const MatmulOut> outs, const float* x, int64_t
   if (const int64_t total = merged_rows(outs, n_in); total > 0) {
     const Status st = run_merged(outs, xb, total, n_in, n_tok, s);
     if (st.ok()) return true;
-    fmt::print(stderr, "[sluice] cuda: tensor-core matmul off from here on: {}\n", st.message());
-    lt_.reset();
+    turn_off(st);
     return false;
   }
   for (const MatmulOut& o : outs) {
@@ -101,9 +113,52 @@ bool PrefillMatmul::run(std::span<const MatmulOut> outs, const float* x, int64_t
       }
     }
     if (!st.ok()) {
-      fmt::print(stderr, "[sluice] cuda: tensor-core matmul off from here on: {}\n", st.message());
-      lt_.reset();
+      turn_off(st);
       return false;
+    }
+  }
+  return true;
+}
+
+bool PrefillMatmul::takes_t(const WeightView& w, const float* dy, int64_t n_tok) const {
+  if (!lt_ || w.n_out == 0 || w.n_in % 8 != 0 || w.n_out % 8 != 0 || reinterpret_cast<uintptr_t>(dy) % 16 != 0)
+    return false;
+  return bf16_in_place(w) ? n_tok >= min_bf16_ : n_tok >= min_decoded_ && to_bf16_takes(w);
+}
+
+bool PrefillMatmul::run_t(const WeightView& w, const float* dy, float* dx, int64_t n_tok, bool accumulate,
+                          cudaStream_t s) {
+  CHECK(takes_t(w, dy, n_tok));
+  const int64_t n_in = w.n_in, n_out = w.n_out;
+  const bool in_place = bf16_in_place(w);
+  // Slices of a multiple of 8 rows, so that each slice's columns of dy keep
+  // 16-byte alignment; a BF16 matrix read in place is one slice.
+  const int64_t rows = in_place ? n_out : std::clamp<int64_t>(max_scratch_ / n_in / 8 * 8, 8, n_out);
+  uint16_t* dyb = grow(&x16_, &x16_cap_, n_tok * n_out, s);
+  uint16_t* wb = in_place ? nullptr : grow(&w16_, &w16_cap_, rows * n_in, s);
+  // dx[t] (+)= dy[t][r0 .. r0 + n) times the slice's rows: x = dy's columns, y = the rows.
+  auto slice = [&](int64_t r0, int64_t n, const uint16_t* rows_at) {
+    return GemmLt::Gemm{.type = CUDA_R_16BF, .m = n_tok, .n = n_in, .k = n, .x = dyb + r0, .ldx = n_out,
+                        .y = rows_at, .ldy = n_in, .c = dx, .ldc = n_in, .beta = accumulate || r0 > 0 ? 1.0f : 0.0f};
+  };
+  const uint16_t* rows_at = in_place ? reinterpret_cast<const uint16_t*>(w.data) : wb;
+  // Both slice shapes planned before anything is enqueued: a refusal leaves dx as it was.
+  const int64_t last = n_out - (n_out - 1) / rows * rows;
+  for (const GemmLt::Gemm& g : {slice(0, rows, rows_at), slice(n_out - last, last, rows_at)}) {
+    if (const Status st = lt_->plan(g); !st.ok()) {
+      turn_off(st);
+      return false;
+    }
+  }
+  launch_floats_to_bf16(dy, n_tok * n_out, dyb, s);
+  for (int64_t r0 = 0; r0 < n_out; r0 += rows) {
+    const int64_t n = std::min(rows, n_out - r0);
+    if (!in_place) launch_weights_to_bf16(w, r0, n, wb, s);
+    const Status st = lt_->run(slice(r0, n, rows_at), s);
+    if (!st.ok()) {  // planned above, so a launch failed, with the slices before it in dx already
+      fmt::print(stderr, "[sluice] cuda: {} (SLUICE_CUDA_GEMM_MIN_TOKENS=0 turns the tensor-core path off)\n",
+                 st.message());
+      std::abort();
     }
   }
   return true;

@@ -74,10 +74,25 @@ class PrefillMatmul {
   // on): the caller computes every out again on the GEMV kernels.
   bool run(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok, cudaStream_t s);
 
+  // Training's input gradient through a frozen matrix on the tensor cores
+  // (TrainOps::matmul_t), with dy and the weights rounded to BF16 as the
+  // forward rounds x and the weights, at the same token thresholds.
+  // Whether run_t() takes w and dy at n_tok tokens: the forward's types with
+  // n_in and n_out multiples of 8, dy 16-byte aligned.
+  bool takes_t(const WeightView& w, const float* dy, int64_t n_tok) const;
+  // dx[t] = W^T dy[t] (+= with accumulate), on s.
+  //   dy: [n_tok, w.n_out]   dx: [n_tok, w.n_in]   (device)
+  // A matrix past the scratch goes in slices of rows, each adding its share.
+  // Returns false, dx untouched, when cuBLASLt refuses the shape (said once;
+  // the path is off from then on): the caller computes dx on its own kernels.
+  bool run_t(const WeightView& w, const float* dy, float* dx, int64_t n_tok, bool accumulate, cudaStream_t s);
+
  private:
   // A device scratch of at least n elements, grown (after a stream sync) when short.
   template <class T>
   static T* grow(T** p, int64_t* cap, int64_t n, cudaStream_t s);
+  // Says why the path turns off, and turns it off.
+  void turn_off(const Status& why);
   // The rows of all parts when run() merges them into one GEMM (see above), else 0.
   int64_t merged_rows(std::span<const MatmulOut> outs, int64_t n_in) const;
   // One GEMM over the parts' rows, split into their ys.

@@ -170,6 +170,44 @@ TEST(CudaPrefillSlices, AMatrixLargerThanTheScratchGoesInSlices) {
   }
 }
 
+// Training's input gradient on the tensor cores (run_t): dx = W^T dy in
+// slices of 40 rows (the last of 24), each adding its share at its columns of
+// dy, overwriting dx or adding to it; a matrix with a row count that is not a
+// multiple of 8 is left to the caller's kernels.
+TEST(CudaPrefillSlices, TheInputGradientGoesInSlicesAndAccumulates) {
+  SKIP_WITHOUT_GPU();
+  auto be = gpu();
+  ReferenceBackend ref;
+  const int64_t n_in = 512, n_out = 304, n_tok = 40;
+  cuda::PrefillMatmul pm(45 * n_in);  // 40 rows a slice: a multiple of 8
+  ASSERT_TRUE(pm.on()) << "cuBLASLt did not initialise on a machine with a GPU";
+  for (DType type : {DType::kQ4_K, DType::kQ4_0, DType::kBF16}) {
+    for (bool accumulate : {false, true}) {
+      Matrix w(type, n_in, n_out, 31);
+      auto prepared = to_device(*be, {&w.dev});
+      const auto dy = random_floats(static_cast<size_t>(n_tok * n_out), 32);
+      const auto dx0 = random_floats(static_cast<size_t>(n_tok * n_in), 33);
+      Dev ddy(*be, dy), ddx(*be, dx0);
+      ASSERT_TRUE(pm.takes_t(w.dev, ddy.p(), n_tok)) << dtype_name(type);
+      ASSERT_TRUE(pm.run_t(w.dev, ddy.p(), ddx.p(), n_tok, accumulate, nullptr));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<float> rdx = dx0;
+      ref.train_ops()->reserve({.n_tok = n_tok, .n_ctx = 1, .n_head = 1, .head_dim = 1, .n_in_max = n_in});
+      ref.train_ops()->matmul_t({.w = w.host, .dy = dy.data(), .dx = rdx.data(), .n_tok = n_tok,
+                                 .accumulate = accumulate});
+      const auto got = ddx.host(*be);
+      ASSERT_TRUE(all_finite(got)) << dtype_name(type);
+      EXPECT_LT(nmse(got.data(), rdx.data(), rdx.size()), kTensorCoreNmse)
+          << dtype_name(type) << (accumulate ? " accumulating" : "");
+    }
+  }
+  Matrix odd(DType::kQ4_K, n_in, 300, 34);
+  auto prepared = to_device(*be, {&odd.dev});
+  Dev ddy(*be, random_floats(static_cast<size_t>(n_tok * 300), 35));
+  EXPECT_FALSE(pm.takes_t(odd.dev, ddy.p(), n_tok)) << "300 rows: slices of dy's columns would lose their alignment";
+  EXPECT_FALSE(pm.takes_t(odd.dev, ddy.p(), 8)) << "below the token threshold";
+}
+
 }  // namespace
 }  // namespace sluice::cuda::testing
 

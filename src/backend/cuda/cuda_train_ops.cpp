@@ -4,8 +4,12 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_gemm_lt.h"
+#include "backend/cuda/cuda_prefill.h"
 #include "base/check.h"
 
 namespace sluice::cuda {
@@ -73,6 +77,7 @@ void CudaTrainOps::reserve(const TrainScratchNeeds& n) {
   area(kLoss, static_cast<size_t>(n.n_tok) * sizeof(double));
   pinned(static_cast<size_t>(n.n_tok) * (sizeof(TrainRowDev) + sizeof(double)));
   rows_.reserve(static_cast<size_t>(n.n_tok));
+  if (n.n_tok >= kLoraGemmMinTokens) lora_gemm();  // its workspace now, not within a step
 }
 
 void CudaTrainOps::matmul_t(const MatmulTArgs& a) {
@@ -86,7 +91,19 @@ void CudaTrainOps::matmul_t(const MatmulTArgs& a) {
   be_.release_weight(held);
 }
 
+bool CudaTrainOps::matmul_t_rounds_to_bf16(DType type, int64_t n_tok) const {
+  return type != DType::kF32 && be_.tensor_cores().takes_type(type, n_tok);
+}
+
 void CudaTrainOps::matmul_t_held(const MatmulTArgs& a, const WeightView& w) {
+  // Many tokens through a matrix the forward multiplies on the tensor cores
+  // go back on them too, rounded to BF16 as the forward rounds (F32 stays
+  // on the exact kernels both ways).
+  PrefillMatmul& tc = be_.tensor_cores();
+  if (w.type != DType::kF32 && tc.takes_t(w, a.dy, a.n_tok) &&
+      tc.run_t(w, a.dy, a.dx, a.n_tok, a.accumulate, stream())) {
+    return;
+  }
   if (w.type == DType::kF32) {  // rows read in place, in panels only to bound a thread's loop
     const auto* wf = reinterpret_cast<const float*>(w.data);
     launch_matmul_t_panel(wf, w.n_out, 0, a.dy, w.n_out, a.dx, w.n_in, a.n_tok, !a.accumulate, stream());
@@ -185,11 +202,59 @@ void CudaTrainOps::lora_backward(const LoraBackArgs& a) {
   be_.flush_pending();
   CHECK(a.rank > 0 && a.rank <= kMaxLoraRank);
   if (a.n_tok == 0) return;
+  if (a.n_tok >= std::max(kLoraGemmMinTokens, be_.batch_invariant_tokens() + 1) && lora_backward_gemms(a)) return;
   auto* du = static_cast<double*>(area(kDu, static_cast<size_t>(a.n_tok * a.rank) * sizeof(double)));
   launch_lora_du(a.b, a.dy, du, a.n_tok, a.n_out, a.rank, a.scale, stream());
   launch_lora_db(a.dy, a.u, a.db, a.n_tok, a.n_out, a.rank, a.scale, stream());
   launch_lora_da(du, a.x, a.da, a.n_tok, a.n_in, a.rank, stream());
   if (a.dx != nullptr) launch_lora_dx(du, a.a, a.dx, a.n_tok, a.n_in, a.rank, stream());
+}
+
+GemmLt* CudaTrainOps::lora_gemm() {
+  if (!gemm_tried_) {
+    gemm_tried_ = true;
+    auto g = GemmLt::create();
+    if (g.ok()) gemm_ = std::move(*g);
+    else fmt::print(stderr, "[sluice] cuda: adapter gradients on plain kernels ({})\n", g.status().message());
+  }
+  return gemm_.get();
+}
+
+bool CudaTrainOps::lora_backward_gemms(const LoraBackArgs& a) {
+  if (lora_gemm() == nullptr) return false;
+  // du = s dy B: [n_tok, rank], in the double scratch's first half.
+  auto* du = static_cast<float*>(area(kDu, static_cast<size_t>(a.n_tok * a.rank) * sizeof(double)));
+  using G = GemmLt::Gemm;
+  const int64_t t = a.n_tok, r = a.rank;
+  const G gemms[4] = {
+      // du = s dy B:  [t, n_out] [n_out, r]
+      G{.type = CUDA_R_32F, .m = t, .n = r, .k = a.n_out, .x = a.dy, .ldx = a.n_out, .y = a.b, .ldy = r, .c = du,
+        .ldc = r, .alpha = a.scale},
+      // dB += s dy^T u:  [n_out, t] [t, r]
+      G{.type = CUDA_R_32F, .m = a.n_out, .n = r, .k = t, .x = a.dy, .ldx = a.n_out, .trans_x = true, .y = a.u,
+        .ldy = r, .c = a.db, .ldc = r, .alpha = a.scale, .beta = 1.0f},
+      // dA += du^T x:  [r, t] [t, n_in]
+      G{.type = CUDA_R_32F, .m = r, .n = a.n_in, .k = t, .x = du, .ldx = r, .trans_x = true, .y = a.x, .ldy = a.n_in,
+        .c = a.da, .ldc = a.n_in, .beta = 1.0f},
+      // dx += du A:  [t, r] [r, n_in]
+      G{.type = CUDA_R_32F, .m = t, .n = a.n_in, .k = r, .x = du, .ldx = r, .y = a.a, .ldy = a.n_in, .c = a.dx,
+        .ldc = a.n_in, .beta = 1.0f},
+  };
+  const int n = a.dx != nullptr ? 4 : 3;
+  for (int i = 0; i < n; ++i) {  // every shape planned before any is enqueued
+    if (const Status st = gemm_->plan(gemms[i]); !st.ok()) {
+      fmt::print(stderr, "[sluice] cuda: adapter gradients on plain kernels from here on: {}\n", st.message());
+      gemm_.reset();
+      return false;
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    if (const Status st = gemm_->run(gemms[i], stream()); !st.ok()) {  // planned, so a launch failed
+      fmt::print(stderr, "[sluice] cuda: {}\n", st.message());
+      std::abort();
+    }
+  }
+  return true;
 }
 
 void CudaTrainOps::adamw(const AdamWArgs& a) {

@@ -1,10 +1,15 @@
 // CudaTrainOps: the training operators (backend/train_ops.h) on the CUDA
 // backend's stream, with the kernels of cuda_train_kernels.cuh.
 //
-//   matmul_t            the matrix decoded to f32 a panel of rows at a time
+//   matmul_t            past the tensor-core path's token threshold, every
+//                       type but F32 on it (PrefillMatmul::run_t: dy and the
+//                       weights in BF16, as the forward rounds); otherwise
+//                       the matrix decoded to f32 a panel of rows at a time
 //                       (the forward's decoders), dx summed over each panel
 //   attention (+ back)  one warp per (row, head); dk, dv one warp per key row
-//   lora_backward       du = s B^T dy (doubles, kept), then dB, dA, dx each
+//   lora_backward       from kLoraGemmMinTokens tokens, four F32 GEMMs on
+//                       cuBLASLt (du = s dy B, dB, dA, dx); fewer tokens, or
+//                       without cuBLASLt: du in doubles, then dB, dA, dx each
 //                       a sum in one thread per output element
 //   cross_entropy       one block per row; targets sent from and losses
 //                       returned to host memory (the call waits for them)
@@ -21,6 +26,7 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/cuda_train_kernels.cuh"
@@ -29,9 +35,14 @@
 namespace sluice::cuda {
 
 class CudaBackend;
+class GemmLt;
 
 class CudaTrainOps final : public TrainOps {
  public:
+  // lora_backward's GEMMs from this many tokens (and past the backend's
+  // batch-invariant size, so that dx keeps the per-row contract below it).
+  static constexpr int64_t kLoraGemmMinTokens = 16;
+
   explicit CudaTrainOps(CudaBackend& be);  // be outlives this
   ~CudaTrainOps() override;
   CudaTrainOps(const CudaTrainOps&) = delete;
@@ -40,6 +51,8 @@ class CudaTrainOps final : public TrainOps {
   // F32 rows, and every type launch_weights_to_f32 decodes (GGUF rows; Q4_0 /
   // Q8_0 also with the scales split off, as prepare_weights leaves them).
   bool supports_matmul_t(DType type, WeightLayout layout) const override;
+  // Past the tensor-core path's token threshold, every type but F32 (cuda_prefill.h's run_t).
+  bool matmul_t_rounds_to_bf16(DType type, int64_t n_tok) const override;
   void reserve(const TrainScratchNeeds& needs) override;
 
   void matmul_t(const MatmulTArgs& a) override;
@@ -64,6 +77,11 @@ class CudaTrainOps final : public TrainOps {
   cudaStream_t stream() const;
   // matmul_t with w readable by the kernels (CudaBackend::hold_weight).
   void matmul_t_held(const MatmulTArgs& a, const WeightView& w);
+  // lora_backward as F32 GEMMs; false (nothing enqueued) when cuBLASLt is
+  // not there or refuses a shape (said once; the kernels from then on).
+  bool lora_backward_gemms(const LoraBackArgs& a);
+  // The GEMMs' cuBLASLt handle, made on the first call; null without one.
+  GemmLt* lora_gemm();
 
   CudaBackend& be_;
   std::vector<std::pair<void*, size_t>> areas_;
@@ -71,6 +89,8 @@ class CudaTrainOps final : public TrainOps {
   size_t pinned_cap_ = 0;
   cudaEvent_t sent_ = nullptr;  // recorded after the last copy from pinned_
   std::vector<TrainRowDev> rows_;
+  std::unique_ptr<GemmLt> gemm_;  // made by lora_gemm()
+  bool gemm_tried_ = false;
 };
 
 }  // namespace sluice::cuda
