@@ -32,6 +32,35 @@ __global__ void block_sums(const float* x, float* warp_out, float* block_out) {
   }
 }
 
+// out[t] = lane (lane + k) % 32's value, then (with width 8) lane k's of its group of 8.
+__global__ void broadcasts(const int* x, int k, int* out, int* out8) {
+  const int t = static_cast<int>(threadIdx.x), lane = t % 32;
+  out[t] = __shfl_sync(0xffffffffu, x[t], (lane + k) % 32);
+  out8[t] = __shfl_sync(0xffffffffu, x[t], k, 8);
+}
+
+TEST(CudaEmulator, ShuffleFromALaneReadsThatLanesValueInItsWarpAndSegment) {
+  constexpr int kThreads = 64, kShift = 5;
+  std::vector<int> x(kThreads);
+  for (int i = 0; i < kThreads; ++i) x[static_cast<size_t>(i)] = 1000 + 7 * i;
+  int *dx, *d_out, *d_out8;
+  ASSERT_EQ(cudaMalloc(&dx, kThreads * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_out, kThreads * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_out8, kThreads * 4), cudaSuccess);
+  cudaMemcpy(dx, x.data(), kThreads * 4, cudaMemcpyHostToDevice);
+  ::sluice_emu::launch(1, kThreads)([&](auto&&... a) { broadcasts(a...); }, dx, kShift, d_out, d_out8);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<int> out(kThreads), out8(kThreads);
+  cudaMemcpy(out.data(), d_out, kThreads * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(out8.data(), d_out8, kThreads * 4, cudaMemcpyDeviceToHost);
+  for (int t = 0; t < kThreads; ++t) {
+    const int warp0 = t / 32 * 32;
+    EXPECT_EQ(out[static_cast<size_t>(t)], x[static_cast<size_t>(warp0 + (t % 32 + kShift) % 32)]) << t;
+    EXPECT_EQ(out8[static_cast<size_t>(t)], x[static_cast<size_t>(t / 8 * 8 + kShift)]) << t;
+  }
+  cudaFree(dx), cudaFree(d_out), cudaFree(d_out8);
+}
+
 TEST(CudaEmulator, ShufflesAndBarriersAcrossABlocksThreads) {
   constexpr int kBlocks = 3, kThreads = 96;
   std::vector<float> x(kBlocks * kThreads);

@@ -92,7 +92,8 @@ struct TrainAttnDev {
   float* lse = nullptr;      // [.., n_head]
 };
 constexpr int kTrainMaxHeadDim = 256;
-// TrainAttentionArgs: one warp per (row, head), two passes over the keys.
+// TrainAttentionArgs: one warp per (row, head), one pass over the keys
+// (cuda_train_attention.cu: float, a key per lane, online softmax).
 void launch_train_attention(const TrainAttnDev& a, cudaStream_t s);
 // TrainAttentionBackArgs: dsum[row][h] = dout . out, then dq (one warp per
 // (row, head), keys ascending) and dk, dv (one warp per (row, kv head):

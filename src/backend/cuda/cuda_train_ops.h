@@ -6,7 +6,8 @@
 //                       weights in BF16, as the forward rounds); otherwise
 //                       the matrix decoded to f32 a panel of rows at a time
 //                       (the forward's decoders), dx summed over each panel
-//   attention (+ back)  one warp per (row, head); dk, dv one warp per key row
+//   attention (+ back)  float; one warp per (row, head), the keys a lane
+//                       each, 32 at a time; dk, dv one warp per key row
 //   lora_backward       from kLoraGemmMinTokens tokens, four F32 GEMMs on
 //                       cuBLASLt (du = s dy B, dB, dA, dx); fewer tokens, or
 //                       without cuBLASLt: du in doubles, then dB, dA, dx each

@@ -5,7 +5,7 @@
 // A launch runs its blocks one after another on the calling thread; a block's
 // threads are fibers (emu_runtime.cpp) that switch only where CUDA threads
 // synchronise: __syncthreads(), and the warp-wide exchanges (__shfl_xor_sync,
-// the mma emulation). Between those points a thread runs alone, so a kernel
+// __shfl_sync, the mma emulation). Between those points a thread runs alone, so a kernel
 // that would race on a GPU (a missing barrier) computes here as if run in one
 // order: the emulator finds wrong indexing, unwritten outputs and reads out of
 // bounds (with AddressSanitizer), not races.
@@ -129,6 +129,19 @@ inline T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
   int src = lane ^ lane_mask;
   if ((src / width) != (lane / width)) src = lane;  // outside the segment: its own value
   bits = ::sluice_emu::exchange_warp(bits, src);
+  T r;
+  std::memcpy(&r, &bits, sizeof(T));
+  return r;
+}
+
+// Lane src_lane's v (of this lane's segment of `width` lanes).
+template <class T>
+inline T __shfl_sync(unsigned, T v, int src_lane, int width = 32) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  const int lane = ::sluice_emu::lane_id();
+  bits = ::sluice_emu::exchange_warp(bits, lane / width * width + src_lane % width);
   T r;
   std::memcpy(&r, &bits, sizeof(T));
   return r;
