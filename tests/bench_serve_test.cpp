@@ -148,6 +148,38 @@ TEST_F(BenchServe, RampArrivalsAndTheTimeline) {
   for (const std::string& p : {workload, csv, svg}) std::remove(p.c_str());
 }
 
+// --concurrency 3: a closed loop of three clients. The engine could run 8,
+// but never holds more than 3 requests (running or waiting), and every
+// request still finishes with its tokens.
+TEST_F(BenchServe, ConcurrencyKeepsThatManyRequestsInFlight) {
+  const std::string csv = cli_temp_path("concurrency.csv");
+  const CliResult r = run_cli(common() + " --max-seqs 8 --concurrency 3 --sample-ms 1 --timeline " + csv + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["config"]["concurrency"], 3);
+  EXPECT_EQ(j["n_output_tokens"], 12 * 16);
+  std::ifstream fc(csv);
+  std::string line;
+  ASSERT_TRUE(std::getline(fc, line));
+  int64_t n_rows = 0, max_in_flight = 0, finished = 0;
+  while (std::getline(fc, line)) {
+    double t = 0;
+    long long running = 0, waiting = 0, used = 0, blocks = 0, demoted = 0, preempted = 0, done = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "%lf,%lld,%lld,%lld,%lld,%lld,%lld,%lld", &t, &running, &waiting, &used,
+                          &blocks, &demoted, &preempted, &done),
+              8)
+        << line;
+    max_in_flight = std::max<int64_t>(max_in_flight, running + waiting);
+    finished = done;
+    ++n_rows;
+  }
+  EXPECT_GE(n_rows, 2);
+  EXPECT_GE(max_in_flight, 1);
+  EXPECT_LE(max_in_flight, 3);
+  EXPECT_EQ(finished, 12);
+  std::remove(csv.c_str());
+}
+
 TEST_F(BenchServe, DumpedWorkloadFollowsTheSeedAndLengths) {
   const std::string a = cli_temp_path("a.json"), b = cli_temp_path("b.json");
   const std::string args = "bench-serve -m " + model() +
@@ -212,6 +244,7 @@ TEST_F(BenchServe, BadArgumentsFailCleanly) {
       {common("normal:20:-1"), "--prompt-len: bad distribution 'normal:20:-1'"},
       {common() + " --arrival poisson:-1", "--arrival: bad value"},
       {common() + " --arrival ramp:0", "--arrival: bad value"},
+      {common() + " --concurrency -1", "--concurrency must be >= 0"},
       {common() + " --timeline /no/such/dir/t.csv", "--timeline: cannot write"},
       {common() + " --ctx-size 32", "exceed the context of 32"},
       {"bench-serve -m /nonexistent/model.gguf", "error:"},

@@ -280,7 +280,9 @@ TEST(ServerE2e, LoraAdaptersArePickedPerRequestAndShareSteps) {
       EXPECT_EQ(replies[i]["model"], model.empty() ? base : model);
     }
     EXPECT_TRUE(long_reply.is_object()) << srv.log();
-    if (long_reply.is_object()) EXPECT_EQ(long_reply["choices"][0]["token_ids"], ref_trained["tokens"]);
+    if (long_reply.is_object()) {
+      EXPECT_EQ(long_reply["choices"][0]["token_ids"], ref_trained["tokens"]);
+    }
     return overlapped;
   };
   bool overlapped = false;

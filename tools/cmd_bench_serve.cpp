@@ -13,7 +13,11 @@
 //             generation and unknown tokens. a_i = 0 (--arrival all),
 //             a_0 = 0, a_i = a_{i-1} + Exp(RATE) (--arrival poisson:RATE), or
 //             a_i = SECONDS x i / n (--arrival ramp:SECONDS).
-//   driver    this thread submits each request at t0 + a_i, samples
+//   driver    this thread submits each request at t0 + a_i (with
+//             --concurrency C: at t0 + a_i or when fewer than C of the
+//             requests submitted are unfinished, whichever is later: a closed
+//             loop of C clients, as a serving benchmark's "max concurrency";
+//             TTFT counts from the submission, not from a_i), samples
 //             Engine::stats() every few ms for KV block use (and, with
 //             --timeline, the state over time: bench/timeline.h), and waits
 //             until every request has finished. Requests ignore EOS, so each
@@ -76,6 +80,7 @@ struct BenchServeArgs {
   std::string prompt_len = "uniform:16:256";
   std::string output_len = "128";
   std::string arrival = "all";
+  int64_t concurrency = 0;  // requests unfinished at once, at most (0: no limit)
   int64_t shared_prefix = 0;
   uint64_t seed = 42;
   std::optional<float> temp;
@@ -232,7 +237,12 @@ StatusOr<RunFigures> drive(Engine& engine, const BenchServeArgs& a, const std::v
   size_t next = 0;
   for (;;) {
     const double now = now_seconds() - t0;
-    while (next < n && items[next].arrival_s <= now) {
+    auto slot_free = [&] {
+      if (a.concurrency <= 0) return true;
+      std::lock_guard<std::mutex> lock(p.mu);
+      return static_cast<int64_t>(next) - p.n_done < a.concurrency;
+    };
+    while (next < n && items[next].arrival_s <= now && slot_free()) {
       auto id = engine.submit(make_request(a, items[next], next), track(p, next));
       if (!id.ok()) {
         abort_all();
@@ -247,7 +257,9 @@ StatusOr<RunFigures> drive(Engine& engine, const BenchServeArgs& a, const std::v
       return resource_exhausted("timed out after {:.0f} s (--timeout) with {} of {} requests finished", a.timeout_s,
                                 p.n_done, n);
     }
-    const double until_arrival = next < n ? items[next].arrival_s - now : a.sample_ms / 1e3;
+    // A request already due is held back by --concurrency: wait for a finish.
+    const bool held = next < n && items[next].arrival_s <= now;
+    const double until_arrival = next < n && !held ? items[next].arrival_s - now : a.sample_ms / 1e3;
     const double wait_s = std::clamp(std::min(until_arrival, a.sample_ms / 1e3), 0.0, a.sample_ms / 1e3);
     std::unique_lock<std::mutex> lock(p.mu);
     if (next == n && p.n_done == static_cast<int64_t>(n)) break;
@@ -257,6 +269,7 @@ StatusOr<RunFigures> drive(Engine& engine, const BenchServeArgs& a, const std::v
       abort_all();
       return internal_error("{}", error);
     }
+    if (held && static_cast<int64_t>(next) - p.n_done < a.concurrency) continue;  // one finished since
     p.cv.wait_for(lock, std::chrono::duration<double>(wait_s));
   }
   sample_kv();  // the state at the end
@@ -298,6 +311,7 @@ int run(const BenchServeArgs& a) {
   if (a.n_requests < 1) return fail(invalid_argument("--requests must be >= 1 (got {})", a.n_requests));
   if (a.shared_prefix < 0) return fail(invalid_argument("--shared-prefix must be >= 0 (got {})", a.shared_prefix));
   if (a.max_seqs < 1) return fail(invalid_argument("--max-seqs must be >= 1 (got {})", a.max_seqs));
+  if (a.concurrency < 0) return fail(invalid_argument("--concurrency must be >= 0 (got {})", a.concurrency));
   if (a.max_batch_tokens < 1) return fail(invalid_argument("--max-batch-tokens must be >= 1 (got {})", a.max_batch_tokens));
   if (!(a.sample_ms > 0)) return fail(invalid_argument("--sample-ms must be > 0"));
   if (a.dump_only && a.dump_workload.empty()) return fail(invalid_argument("--dump-only needs --dump-workload FILE"));
@@ -372,9 +386,10 @@ int run(const BenchServeArgs& a) {
   }
   if (!a.timeline.empty()) {
     const std::string title =
-        fmt::format("{}: {} requests, prompt {}, output {}, arrival {}, --max-seqs {}{}",
-                    std::filesystem::path(a.m.model).filename().string(), a.n_requests,
-                    a.prompt_len, a.output_len, a.arrival, a.max_seqs, a.fluid_split ? ", --fluid-split" : "");
+        fmt::format("{}: {} requests, prompt {}, output {}, arrival {}{}, --max-seqs {}{}",
+                    std::filesystem::path(a.m.model).filename().string(), a.n_requests, a.prompt_len, a.output_len,
+                    a.arrival, a.concurrency > 0 ? fmt::format(", {} at a time", a.concurrency) : "", a.max_seqs,
+                    a.fluid_split ? ", --fluid-split" : "");
     if (Status s = fig.timeline.write(a.timeline, title); !s.ok()) return fail(s);
   }
 
@@ -431,6 +446,7 @@ int run(const BenchServeArgs& a) {
                    {"prompt_len", a.prompt_len},
                    {"output_len", a.output_len},
                    {"arrival", a.arrival},
+                   {"concurrency", a.concurrency},
                    {"shared_prefix", a.shared_prefix},
                    {"seed", a.seed},
                    {"temp", a.temp.value_or(0.0f)},
@@ -443,9 +459,10 @@ int run(const BenchServeArgs& a) {
     return 0;
   }
 
-  fmt::print("bench-serve: {} requests, prompt {}{} ({} tokens), output {} ({} tokens), arrival {}, seed {}\n",
+  fmt::print("bench-serve: {} requests, prompt {}{} ({} tokens), output {} ({} tokens), arrival {}{}, seed {}\n",
              items.size(), a.prompt_len, a.shared_prefix > 0 ? fmt::format(" + shared prefix {}", a.shared_prefix) : "",
-             n_prompt_tokens, a.output_len, n_output_tokens, a.arrival, a.seed);
+             n_prompt_tokens, a.output_len, n_output_tokens, a.arrival,
+             a.concurrency > 0 ? fmt::format(", {} at a time", a.concurrency) : "", a.seed);
   fmt::print("wall {:.3f} s | output {:.2f} tok/s | total {:.2f} tok/s | {:.3f} req/s\n", wall, output_tps, total_tps,
              req_per_s);
   fmt::print("| {:<10} | {:>10} | {:>10} | {:>10} | {:>10} |\n", "ms", "p50", "p90", "p99", "mean");
@@ -481,6 +498,10 @@ Runner add_bench_serve(CLI::App& app) {
   c->add_option("--output-len", a->output_len, "generated tokens per request: N, uniform:A:B or normal:MEAN:SD")
       ->capture_default_str();
   c->add_option("--arrival", a->arrival, "all (every request at t = 0), poisson:RATE (requests/s) or ramp:SECONDS (evenly spread over them)")
+      ->capture_default_str();
+  c->add_option("--concurrency", a->concurrency,
+                "at most this many requests unfinished at once: the next is submitted when one finishes, and its TTFT "
+                "counts from then (a closed loop of clients, a serving benchmark's max concurrency; 0: no limit)")
       ->capture_default_str();
   c->add_option("--shared-prefix", a->shared_prefix, "tokens every prompt starts with (BOS included), before its own")
       ->capture_default_str();
