@@ -178,15 +178,18 @@ class LogitsCase final : public OpCase {
 
 // The low-rank terms of adapted matmuls over a batch: segments of tokens with
 // their own factors (ranks differ), rows in no segment left as they are; with
-// keep_u one segment covers every row and u = A x is kept (the backward's).
+// keep_u one segment covers every row and u = A x is kept (the backward's);
+// with many, a segment of 3 rows every 4 (past what a launch carries inline).
 class LoraCase final : public OpCase {
  public:
-  LoraCase(int64_t n_in, int64_t n_out, int64_t n_tok, bool keep_u)
+  LoraCase(int64_t n_in, int64_t n_out, int64_t n_tok, bool keep_u, bool many = false)
       : n_in_(n_in), n_out_(n_out), n_tok_(n_tok), keep_u_(keep_u),
         x_(random_floats(static_cast<size_t>(n_tok * n_in), 40)), y_(random_floats(static_cast<size_t>(n_tok * n_out), 41)) {
     // [tok0, n_tok, rank, scale]: tokens 0-2, none, 4 .. n_tok - 2, none.
     if (keep_u) segs_ = {{0, n_tok, 8, 0.5f}};
-    else segs_ = {{0, 3, 4, 2.0f}, {4, n_tok - 5, 16, 0.25f}};
+    else if (!many) segs_ = {{0, 3, 4, 2.0f}, {4, n_tok - 5, 16, 0.25f}};
+    for (int64_t i = 0; many && 4 * i + 3 <= n_tok; ++i)
+      segs_.push_back({4 * i, 3, 4 + 4 * (i % 4), 0.25f + 0.125f * static_cast<float>(i % 5)});
     for (size_t i = 0; i < segs_.size(); ++i) {
       a_.push_back(random_floats(static_cast<size_t>(segs_[i].rank * n_in), 42 + 2 * static_cast<uint32_t>(i), 0.1f));
       b_.push_back(random_floats(static_cast<size_t>(n_out * segs_[i].rank), 43 + 2 * static_cast<uint32_t>(i), 0.1f));
@@ -255,6 +258,10 @@ void add_matmul_cases(OpCaseList& list) {
   add<LogitsCase>(list, "logits_q6_K_256x96", DType::kQ6_K, int64_t{256}, int64_t{96}, true);
   add<LoraCase>(list, "lora_2_segments_288x200_t11", int64_t{288}, int64_t{200}, int64_t{11}, false);
   add<LoraCase>(list, "lora_keep_u_64x96_t5", int64_t{64}, int64_t{96}, int64_t{5}, true);
+  add<LoraCase>(list, "lora_11_segments_96x80_t44", int64_t{96}, int64_t{80}, int64_t{44}, false, true);
+  // Segments long enough for CUDA's GEMMs (135 and 130 tokens), beside a short one.
+  add<LoraCase>(list, "lora_2_segments_256x192_t140", int64_t{256}, int64_t{192}, int64_t{140}, false);
+  add<LoraCase>(list, "lora_keep_u_128x96_t130", int64_t{128}, int64_t{96}, int64_t{130}, true);
 }
 
 }  // namespace sluice::op_cases

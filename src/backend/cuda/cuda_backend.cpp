@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_api.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "backend/cuda/cuda_flash_attn.cuh"
+#include "backend/cuda/cuda_gemm_lt.h"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
@@ -235,22 +236,6 @@ void CudaBackend::write_floats(const float* src, float* dst, int64_t n) {
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // src may go away when this returns
 }
 
-void CudaBackend::lora(const LoraArgs& a) {
-  flush_add();
-  lora_pack_.clear();
-  int32_t n = 0;
-  for (const LoraSegment& sg : a.segs) {
-    CHECK(sg.rank > 0 && sg.rank <= kLoraMaxRank);
-    lora_pack_.push_back({.a = sg.a, .b = sg.b, .tok0 = sg.tok0, .n_tok = static_cast<int32_t>(sg.n_tok),
-                          .rank = static_cast<int32_t>(sg.rank), .scale = sg.scale, .first = n});
-    n += static_cast<int32_t>(sg.n_tok);
-  }
-  if (n == 0) return;
-  const auto* segs = static_cast<const LoraSegDev*>(
-      lora_segs_.upload(lora_pack_.data(), lora_pack_.size() * sizeof(LoraSegDev), stream_));
-  launch_lora(segs, static_cast<int32_t>(lora_pack_.size()), n, a.x, a.y, a.n_in, a.n_out, a.u, a.u_stride, stream_);
-}
-
 float* CudaBackend::scratch(int which, int64_t n) {
   auto& [p, cap] = scratch_[static_cast<size_t>(which)];
   if (n > cap) {
@@ -283,6 +268,10 @@ void CudaBackend::reserve(const ScratchNeeds& n) {
     }
   }
   scratch(kPartial, kMaxSplitItems * (n.head_dim + 2));
+  if (n.lora_rank > 0 && n.n_tok >= kLoraGemmMinTokens) {  // lora()'s GEMMs: their handle, and u when not kept
+    f32_gemm();
+    scratch(kLoraU, n.n_tok * n.lora_rank);
+  }
   const int64_t x_rows = n.n_tok * std::max<int64_t>(1, n.n_used);  // expert rows gathered
   scratch(kXq, (x_rows * n.n_in_max + 3) / 4);
   scratch(kXd, x_rows * n.n_in_max / 32 + 1);

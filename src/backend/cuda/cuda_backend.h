@@ -37,6 +37,7 @@
 #include "backend/cuda/cuda_prefill.h"
 #include "backend/cuda/cuda_copy_queue.h"
 #include "backend/cuda/cuda_expert_slots.h"
+#include "backend/cuda/cuda_gemm_lt.h"
 #include "backend/cuda/cuda_host_views.h"
 #include "backend/cuda/cuda_kv_reserve.h"
 #include "backend/cuda/cuda_step_graph.h"
@@ -198,8 +199,11 @@ class CudaBackend final : public Backend {
   void add(float* x, const float* y, int64_t n) override;
   void rmsnorm(const float* x, const float* norm, float eps, float* out, int64_t n_tok, int64_t n) override;
   void logits(const LogitsArgs& a) override;
-  // cuda_kernels.cuh launch_lora (training's forward needs it too).
+  // cuda_lora.cpp: a segment of kLoraGemmMinTokens or more tokens as two F32
+  // GEMMs (u = x A^T, y += s u B^T), the others in one launch_lora
+  // (cuda_kernels.cuh); training's forward needs it too.
   void lora(const LoraArgs& a) override;
+  static constexpr int64_t kLoraGemmMinTokens = 128;
   // The step's work recorded as a CUDA graph (cuda_step_graph.h).
   void begin_step(int64_t n_tok, const void* who) override;
   void end_step() override;
@@ -226,6 +230,12 @@ class CudaBackend final : public Backend {
   };
   HeldWeight hold_weight(const WeightView& w);
   void release_weight(const HeldWeight& h);
+  // F32 GEMMs on cuBLASLt (lora()'s long segments, CudaTrainOps' adapter
+  // gradients), enqueued in order on the stream, every one planned first.
+  // False, with nothing enqueued, without cuBLASLt or when it refuses one
+  // (said once; false from then on). The first call settles a recording
+  // (the handle's workspace is allocated then).
+  bool f32_gemms(std::span<const GemmLt::Gemm> gemms);
   // The tensor-core matmuls (cuda_prefill.h), for CudaTrainOps' matmul_t.
   PrefillMatmul& tensor_cores() { return *prefill_; }
   const PrefillMatmul& tensor_cores() const { return *prefill_; }
@@ -267,7 +277,7 @@ class CudaBackend final : public Backend {
   // The device scratch areas, by what they hold (scratch()'s `which`).
   enum ScratchArea {
     kPartial, kLogits, kExpertX, kExpertGate, kExpertUp, kExpertDown, kExpertY, kSharedY, kXq, kXd, kXs, kRoute,
-    kNumScratch
+    kLoraU, kNumScratch
   };
   static constexpr int64_t kMaxSplitItems = 1024;  // (query, head, split) partial results kPartial holds
   // A device scratch area of at least n floats (grows; `which` names it).
@@ -340,6 +350,12 @@ class CudaBackend final : public Backend {
   Staging embed_staging_, rope_staging_;
   Mirror kv_rows_, attn_, logit_rows_, experts_, lora_segs_;
   std::vector<LoraSegDev> lora_pack_;  // lora(): the segments as the kernel reads them
+  // lora(): one segment as GEMMs; false (nothing enqueued) when cuBLASLt is not there or refuses.
+  bool lora_gemms(const LoraArgs& a, const LoraSegment& sg);
+  // f32_gemms()' handle, made on the first call; null without cuBLASLt.
+  GemmLt* f32_gemm();
+  std::unique_ptr<GemmLt> f32_gemm_;
+  bool f32_gemm_tried_ = false;
   std::vector<float> host_logits_;     // route(): the router's outputs
   std::vector<uint8_t> pack_;          // host packing of attention / expert lists
   std::vector<int32_t> order_;         // expert_ffn: experts in compute order

@@ -297,13 +297,17 @@ __global__ void expert_sum_kernel(const float* y, const float* w, int64_t n_used
 
 // ---- LoRA ----------------------------------------------------------------
 
-__global__ void lora_kernel(const LoraSegDev* segs, int32_t n_segs, const float* x, float* y, int64_t n_in,
-                            int64_t n_out, float* u_out, int64_t u_stride) {
+__device__ __forceinline__ const LoraSegDev& seg_at(const LoraSegs& s, int32_t k) {
+  return s.dev != nullptr ? s.dev[k] : s.in_args[k];
+}
+
+__global__ void lora_kernel(LoraSegs segs, const float* x, float* y, int64_t n_in, int64_t n_out, float* u_out,
+                            int64_t u_stride) {
   __shared__ float u[kLoraMaxRank];
   const int32_t i = static_cast<int32_t>(blockIdx.x);
   int32_t k = 0;
-  while (k + 1 < n_segs && segs[k + 1].first <= i) ++k;
-  const LoraSegDev sg = segs[k];
+  while (k + 1 < segs.n && seg_at(segs, k + 1).first <= i) ++k;
+  const LoraSegDev sg = seg_at(segs, k);
   const int64_t t = sg.tok0 + (i - sg.first);
   const float* xt = x + t * n_in;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
@@ -328,10 +332,10 @@ __global__ void lora_kernel(const LoraSegDev* segs, int32_t n_segs, const float*
 
 }  // namespace
 
-void launch_lora(const LoraSegDev* segs, int32_t n_segs, int64_t n_tok_total, const float* x, float* y, int64_t n_in,
-                 int64_t n_out, float* u_out, int64_t u_stride, cudaStream_t s) {
-  if (n_segs == 0 || n_tok_total == 0) return;
-  lora_kernel<<<static_cast<unsigned>(n_tok_total), kBlock, 0, s>>>(segs, n_segs, x, y, n_in, n_out, u_out, u_stride);
+void launch_lora(const LoraSegs& segs, int64_t n_tok_total, const float* x, float* y, int64_t n_in, int64_t n_out,
+                 float* u_out, int64_t u_stride, cudaStream_t s) {
+  if (segs.n == 0 || n_tok_total == 0) return;
+  lora_kernel<<<static_cast<unsigned>(n_tok_total), kBlock, 0, s>>>(segs, x, y, n_in, n_out, u_out, u_stride);
   SLUICE_CUDA_LAUNCHED();
 }
 

@@ -98,12 +98,21 @@ struct LoraSegDev {
   int32_t first = 0;         // tokens of the call's segments before this one
 };
 constexpr int kLoraMaxRank = 256;
+// A LoRA call's segments: up to kLoraInlineSegs in the launch's arguments
+// (nothing to copy; a recorded step keeps them in its graph's node), more in
+// device memory.
+constexpr int kLoraInlineSegs = 8;
+struct LoraSegs {
+  const LoraSegDev* dev = nullptr;  // [n] device memory, or null: in `in_args`
+  LoraSegDev in_args[kLoraInlineSegs];
+  int32_t n = 0;
+};
 // Per token t of every segment (one thread block each): u = A x[t] (one warp
 // per rank row, a fixed reduction), then y[t] += scale * B u; with u_out,
 // u_out[t * u_stride + r] = u[r]. The arithmetic of a token depends on its
 // rows only, so a token alone equals it in a batch.
-//   segs: [n_segs] device;  x: [.., n_in]  y: [.., n_out]
-void launch_lora(const LoraSegDev* segs, int32_t n_segs, int64_t n_tok_total, const float* x, float* y, int64_t n_in,
-                 int64_t n_out, float* u_out, int64_t u_stride, cudaStream_t s);
+//   x: [.., n_in]  y: [.., n_out]
+void launch_lora(const LoraSegs& segs, int64_t n_tok_total, const float* x, float* y, int64_t n_in, int64_t n_out,
+                 float* u_out, int64_t u_stride, cudaStream_t s);
 
 }  // namespace sluice::cuda

@@ -4,11 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include <fmt/format.h>
-
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.cuh"
-#include "backend/cuda/cuda_gemm_lt.h"
 #include "backend/cuda/cuda_prefill.h"
 #include "base/check.h"
 
@@ -77,7 +74,6 @@ void CudaTrainOps::reserve(const TrainScratchNeeds& n) {
   area(kLoss, static_cast<size_t>(n.n_tok) * sizeof(double));
   pinned(static_cast<size_t>(n.n_tok) * (sizeof(TrainRowDev) + sizeof(double)));
   rows_.reserve(static_cast<size_t>(n.n_tok));
-  if (n.n_tok >= kLoraGemmMinTokens) lora_gemm();  // its workspace now, not within a step
 }
 
 void CudaTrainOps::matmul_t(const MatmulTArgs& a) {
@@ -210,18 +206,7 @@ void CudaTrainOps::lora_backward(const LoraBackArgs& a) {
   if (a.dx != nullptr) launch_lora_dx(du, a.a, a.dx, a.n_tok, a.n_in, a.rank, stream());
 }
 
-GemmLt* CudaTrainOps::lora_gemm() {
-  if (!gemm_tried_) {
-    gemm_tried_ = true;
-    auto g = GemmLt::create();
-    if (g.ok()) gemm_ = std::move(*g);
-    else fmt::print(stderr, "[sluice] cuda: adapter gradients on plain kernels ({})\n", g.status().message());
-  }
-  return gemm_.get();
-}
-
 bool CudaTrainOps::lora_backward_gemms(const LoraBackArgs& a) {
-  if (lora_gemm() == nullptr) return false;
   // du = s dy B: [n_tok, rank], in the double scratch's first half.
   auto* du = static_cast<float*>(area(kDu, static_cast<size_t>(a.n_tok * a.rank) * sizeof(double)));
   using G = GemmLt::Gemm;
@@ -240,21 +225,7 @@ bool CudaTrainOps::lora_backward_gemms(const LoraBackArgs& a) {
       G{.type = CUDA_R_32F, .m = t, .n = a.n_in, .k = r, .x = du, .ldx = r, .y = a.a, .ldy = a.n_in, .c = a.dx,
         .ldc = a.n_in, .beta = 1.0f},
   };
-  const int n = a.dx != nullptr ? 4 : 3;
-  for (int i = 0; i < n; ++i) {  // every shape planned before any is enqueued
-    if (const Status st = gemm_->plan(gemms[i]); !st.ok()) {
-      fmt::print(stderr, "[sluice] cuda: adapter gradients on plain kernels from here on: {}\n", st.message());
-      gemm_.reset();
-      return false;
-    }
-  }
-  for (int i = 0; i < n; ++i) {
-    if (const Status st = gemm_->run(gemms[i], stream()); !st.ok()) {  // planned, so a launch failed
-      fmt::print(stderr, "[sluice] cuda: {}\n", st.message());
-      std::abort();
-    }
-  }
-  return true;
+  return be_.f32_gemms(std::span(gemms, a.dx != nullptr ? 4 : 3));
 }
 
 void CudaTrainOps::adamw(const AdamWArgs& a) {

@@ -27,7 +27,6 @@
 
 #include <cuda_runtime.h>
 
-#include <memory>
 #include <vector>
 
 #include "backend/cuda/cuda_train_kernels.cuh"
@@ -36,7 +35,6 @@
 namespace sluice::cuda {
 
 class CudaBackend;
-class GemmLt;
 
 class CudaTrainOps final : public TrainOps {
  public:
@@ -78,11 +76,9 @@ class CudaTrainOps final : public TrainOps {
   cudaStream_t stream() const;
   // matmul_t with w readable by the kernels (CudaBackend::hold_weight).
   void matmul_t_held(const MatmulTArgs& a, const WeightView& w);
-  // lora_backward as F32 GEMMs; false (nothing enqueued) when cuBLASLt is
-  // not there or refuses a shape (said once; the kernels from then on).
+  // lora_backward as F32 GEMMs (CudaBackend::f32_gemms); false, nothing
+  // enqueued, when they cannot run.
   bool lora_backward_gemms(const LoraBackArgs& a);
-  // The GEMMs' cuBLASLt handle, made on the first call; null without one.
-  GemmLt* lora_gemm();
 
   CudaBackend& be_;
   std::vector<std::pair<void*, size_t>> areas_;
@@ -90,8 +86,6 @@ class CudaTrainOps final : public TrainOps {
   size_t pinned_cap_ = 0;
   cudaEvent_t sent_ = nullptr;  // recorded after the last copy from pinned_
   std::vector<TrainRowDev> rows_;
-  std::unique_ptr<GemmLt> gemm_;  // made by lora_gemm()
-  bool gemm_tried_ = false;
 };
 
 }  // namespace sluice::cuda
