@@ -26,6 +26,16 @@ using ::sluice::testing::run_cli;
 
 using testing::shipped_model_path;
 
+// One row of a --timeline CSV.
+struct ServeTimelineRow {
+  double t = 0;
+  long long running = 0, waiting = 0, used = 0, blocks = 0, demoted = 0, preempted = 0, done = 0;
+};
+bool parse_serve_timeline_row(const std::string& line, ServeTimelineRow* r) {
+  return std::sscanf(line.c_str(), "%lf,%lld,%lld,%lld,%lld,%lld,%lld,%lld", &r->t, &r->running, &r->waiting, &r->used,
+                     &r->blocks, &r->demoted, &r->preempted, &r->done) == 8;
+}
+
 class BenchServe : public ::testing::Test {
  protected:
   static std::string model() { return shipped_model_path("stories260K.gguf"); }
@@ -120,20 +130,16 @@ TEST_F(BenchServe, RampArrivalsAndTheTimeline) {
   double last_t = -1;
   int64_t n_rows = 0, max_running = 0, finished = 0, total = 0;
   while (std::getline(fc, line)) {
-    double t = 0;
-    long long running = 0, waiting = 0, used = 0, blocks = 0, demoted = 0, preempted = 0, done = 0;
-    ASSERT_EQ(std::sscanf(line.c_str(), "%lf,%lld,%lld,%lld,%lld,%lld,%lld,%lld", &t, &running, &waiting, &used,
-                          &blocks, &demoted, &preempted, &done),
-              8)
-        << line;
-    EXPECT_GE(t, last_t);
-    EXPECT_LE(used, blocks);
-    EXPECT_LE(running, 4);
-    EXPECT_EQ(demoted, 0);  // no fluid split
-    last_t = t;
-    max_running = std::max<int64_t>(max_running, running);
-    finished = done;
-    total = blocks;
+    ServeTimelineRow r;
+    ASSERT_TRUE(parse_serve_timeline_row(line, &r)) << line;
+    EXPECT_GE(r.t, last_t);
+    EXPECT_LE(r.used, r.blocks);
+    EXPECT_LE(r.running, 4);
+    EXPECT_EQ(r.demoted, 0);  // no fluid split
+    last_t = r.t;
+    max_running = std::max<int64_t>(max_running, r.running);
+    finished = r.done;
+    total = r.blocks;
     ++n_rows;
   }
   EXPECT_GE(n_rows, 2);
@@ -153,24 +159,22 @@ TEST_F(BenchServe, RampArrivalsAndTheTimeline) {
 // request still finishes with its tokens.
 TEST_F(BenchServe, ConcurrencyKeepsThatManyRequestsInFlight) {
   const std::string csv = cli_temp_path("concurrency.csv");
-  const CliResult r = run_cli(common() + " --max-seqs 8 --concurrency 3 --sample-ms 1 --timeline " + csv + " --json");
+  // 64 tokens a request: long enough a run for the 1 ms samples to see requests in flight.
+  const CliResult r =
+      run_cli(common("uniform:4:40", "64") + " --max-seqs 8 --concurrency 3 --sample-ms 1 --timeline " + csv + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["config"]["concurrency"], 3);
-  EXPECT_EQ(j["n_output_tokens"], 12 * 16);
+  EXPECT_EQ(j["n_output_tokens"], 12 * 64);
   std::ifstream fc(csv);
   std::string line;
   ASSERT_TRUE(std::getline(fc, line));
   int64_t n_rows = 0, max_in_flight = 0, finished = 0;
   while (std::getline(fc, line)) {
-    double t = 0;
-    long long running = 0, waiting = 0, used = 0, blocks = 0, demoted = 0, preempted = 0, done = 0;
-    ASSERT_EQ(std::sscanf(line.c_str(), "%lf,%lld,%lld,%lld,%lld,%lld,%lld,%lld", &t, &running, &waiting, &used,
-                          &blocks, &demoted, &preempted, &done),
-              8)
-        << line;
-    max_in_flight = std::max<int64_t>(max_in_flight, running + waiting);
-    finished = done;
+    ServeTimelineRow r;
+    ASSERT_TRUE(parse_serve_timeline_row(line, &r)) << line;
+    max_in_flight = std::max<int64_t>(max_in_flight, r.running + r.waiting);
+    finished = r.done;
     ++n_rows;
   }
   EXPECT_GE(n_rows, 2);

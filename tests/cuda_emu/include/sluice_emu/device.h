@@ -120,31 +120,33 @@ extern thread_local dim3 gridDim;
 inline void __syncthreads() { ::sluice_emu::sync_block(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ::sluice_emu::exchange_warp(0, 0); }
 
+namespace sluice_emu {
+// Lane src's v, to this lane: a warp-wide exchange (every lane of the warp takes part).
 template <class T>
-inline T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
+inline T exchange_value(T v, int src) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  const int lane = ::sluice_emu::lane_id();
-  int src = lane ^ lane_mask;
-  if ((src / width) != (lane / width)) src = lane;  // outside the segment: its own value
-  bits = ::sluice_emu::exchange_warp(bits, src);
+  bits = exchange_warp(bits, src);
   T r;
   std::memcpy(&r, &bits, sizeof(T));
   return r;
+}
+}  // namespace sluice_emu
+
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
+  const int lane = ::sluice_emu::lane_id();
+  int src = lane ^ lane_mask;
+  if ((src / width) != (lane / width)) src = lane;  // outside the segment: its own value
+  return ::sluice_emu::exchange_value(v, src);
 }
 
 // Lane src_lane's v (of this lane's segment of `width` lanes).
 template <class T>
 inline T __shfl_sync(unsigned, T v, int src_lane, int width = 32) {
-  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>);
-  uint64_t bits = 0;
-  std::memcpy(&bits, &v, sizeof(T));
   const int lane = ::sluice_emu::lane_id();
-  bits = ::sluice_emu::exchange_warp(bits, lane / width * width + src_lane % width);
-  T r;
-  std::memcpy(&r, &bits, sizeof(T));
-  return r;
+  return ::sluice_emu::exchange_value(v, lane / width * width + src_lane % width);
 }
 
 template <class T>
