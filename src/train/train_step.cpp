@@ -109,7 +109,7 @@ void TrainStep::plan_buffers() {
   logits_chunk_ = std::clamp<int64_t>(logit_floats / std::max<int64_t>(1, h.n_vocab), 1, T);
   logits_ = be_.alloc(static_cast<size_t>(logits_chunk_ * h.n_vocab) * sizeof(float));
   positions_.resize(static_cast<size_t>(T));
-  if (!be_.host_visible()) zeros_.resize(static_cast<size_t>(T * h.n_embd));
+  if (!be_.host_visible()) zeros_ = floats(h.n_embd);  // alloc() zero-fills: a device-side copy, not a host upload
   loss_.resize(static_cast<size_t>(T));
   const int64_t n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q()});
   be_.reserve({.n_tok = T, .n_in_max = n_in_max, .n_ctx = opt_.max_seq, .n_head = h.n_head,
@@ -161,8 +161,8 @@ void TrainStep::zero(float* dst, int64_t n) {
     std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));
     return;
   }
-  if (static_cast<int64_t>(zeros_.size()) < n) zeros_.resize(static_cast<size_t>(n));  // sized in plan_buffers
-  be_.write_floats(zeros_.data(), dst, n);
+  CHECK(n <= opt_.max_tokens * model_.hparams().n_embd);  // zeros_'s size
+  be_.write_floats(zeros_->floats(), dst, n);  // buffer to buffer
 }
 
 float* TrainStep::u_of(R role) {

@@ -122,7 +122,7 @@ class TrainStep {
   std::vector<double> loss_;                     // [max_tokens]
   std::vector<TrainSeq> seqs_;
   std::unordered_map<const float*, std::unique_ptr<Buffer>> vecs_;  // vec()'s copies, by host vector
-  std::vector<float> zeros_;                     // zero()'s source where buffers are not host memory
+  std::unique_ptr<Buffer> zeros_;                // [T, n_embd] zeros: zero()'s source where buffers are not host memory
   std::vector<int64_t> forward_order_, train_order_;  // the weight source's schedules
 };
 
