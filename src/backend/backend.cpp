@@ -34,6 +34,7 @@ const char* op_name(Op op) {
     case Op::kCrossEntropy: return "cross-entropy";
     case Op::kLoraBackward: return "LoRA backward";
     case Op::kAdamW: return "AdamW";
+    case Op::kAddRows: return "bias on rows (training)";
   }
   return "?";
 }

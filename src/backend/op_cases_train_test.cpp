@@ -1,5 +1,6 @@
 // Op cases of the training operators (TrainOps, backend/train_ops.h) but
-// attention: matmul_t for every weight type (odd n_in, past a 256-column
+// attention: a bias added to rows (bit for bit: one float add each),
+// matmul_t for every weight type (odd n_in, past a 256-column
 // block, a 256-row chunk and a 2048-row span, tokens past a 96-row block; one
 // token and many; overwrite and accumulate), RMSNorm backward, RoPE on rows
 // (both layouts, the inverse), GLU and its backward (SiLU, GELU), cross-entropy
@@ -75,6 +76,23 @@ class RmsnormBackwardCase final : public OpCase {
  private:
   int64_t n_tok_, n_;
   std::vector<float> x_, w_, dy_, dx0_;
+};
+
+// x[t] += v for every row (a frozen bias on a micro-batch).
+class AddRowsCase final : public OpCase {
+ public:
+  AddRowsCase(int64_t n_tok, int64_t n)
+      : n_tok_(n_tok), n_(n), x_(random_floats(sz(n_tok * n), 18)), v_(random_floats(sz(n), 19)) {}
+  static constexpr Op kOps[] = {Op::kAddRows};
+  std::span<const Op> ops() const override { return kOps; }
+  int64_t n_tok() const override { return n_tok_; }
+  void run(OpRun& r, int64_t t0, int64_t n) override {
+    train(r).add_rows({.x = r.inout("x", rows(x_, t0, n, n_), n_, Tol::bits()), .v = r.in(v_), .n_tok = n, .n = n_});
+  }
+
+ private:
+  int64_t n_tok_, n_;
+  std::vector<float> x_, v_;
 };
 
 // RoPE on plain rows at positions 1, 4, 7, ..., or its inverse.
@@ -240,6 +258,8 @@ void add_train_cases(OpCaseList& list) {
   add_matmul_t(list, DType::kQ4_K, 512, 24, 33, true);
   add_matmul_t(list, DType::kQ6_K, 256, 16, 64);
 
+  add<AddRowsCase>(list, "add_rows_1x1", int64_t{1}, int64_t{1});
+  add<AddRowsCase>(list, "add_rows_70x300", int64_t{70}, int64_t{300});
   add<RmsnormBackwardCase>(list, "rmsnorm_backward_1x1", int64_t{1}, int64_t{1});
   add<RmsnormBackwardCase>(list, "rmsnorm_backward_3x37", int64_t{3}, int64_t{37});
   add<RmsnormBackwardCase>(list, "rmsnorm_backward_70x288", int64_t{70}, int64_t{288});

@@ -273,6 +273,11 @@ void ReferenceTrainOps::lora_backward(const LoraBackArgs& a) {
   for (size_t i = 0; i < db.size(); ++i) a.db[i] = static_cast<float>(a.db[i] + db[i]);
 }
 
+void ReferenceTrainOps::add_rows(const AddRowsArgs& a) {
+  for (int64_t t = 0; t < a.n_tok; ++t)
+    for (int64_t i = 0; i < a.n; ++i) a.x[t * a.n + i] += a.v[i];
+}
+
 void ReferenceTrainOps::adamw(const AdamWArgs& a) {
   const AdamWBias bias = adamw_bias(a);
   for (int64_t i = 0; i < a.n; ++i) adamw_update(a, bias, i);

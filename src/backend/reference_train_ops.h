@@ -27,6 +27,7 @@ class ReferenceTrainOps final : public TrainOps {
   void cross_entropy(const CrossEntropyArgs& a) override;
   void lora_backward(const LoraBackArgs& a) override;
   void adamw(const AdamWArgs& a) override;
+  void add_rows(const AddRowsArgs& a) override;
 
  private:
   std::vector<float> row_;     // [n_in_max] one dequantized weight row

@@ -69,6 +69,15 @@ struct RopeArgs {
   bool inverse = false;
 };
 
+// x[t] += v for every row t: a frozen bias (qwen2's q/k/v) on a whole
+// micro-batch in one call.
+struct AddRowsArgs {
+  float* x = nullptr;        // [n_tok, n] in place
+  const float* v = nullptr;  // [n]
+  int64_t n_tok = 0;
+  int64_t n = 0;
+};
+
 // h[t] = act(g[t]) * u[t]  (SiLU or tanh-approximated GELU, as the forward's glu_matmul).
 struct GluArgs {
   const float* g = nullptr;  // [n_tok, n_ff]
@@ -203,6 +212,7 @@ class TrainOps {
   virtual void matmul_t(const MatmulTArgs& a) = 0;
   virtual void rmsnorm_backward(const RmsNormBackArgs& a) = 0;
   virtual void rope(const RopeArgs& a) = 0;
+  virtual void add_rows(const AddRowsArgs& a) = 0;
   virtual void glu(const GluArgs& a) = 0;
   virtual void glu_backward(const GluBackArgs& a) = 0;
   virtual void attention(const TrainAttentionArgs& a) = 0;

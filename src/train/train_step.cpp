@@ -196,12 +196,11 @@ void TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_i
   lora_forward(l, R::kAttnQ, n1, q, E, Eq, n);
   lora_forward(l, R::kAttnK, n1, k, E, Ekv, n);
   lora_forward(l, R::kAttnV, n1, v, E, Ekv, n);
-  // Biases (qwen2): no gradient of their own, so a plain add on the host rows.
+  // Biases (qwen2): frozen, no gradient of their own; one call a bias over every row.
   const std::pair<const float*, std::pair<float*, int64_t>> biases[3] = {
       {w.vec(R::kAttnQBias), {q, Eq}}, {w.vec(R::kAttnKBias), {k, Ekv}}, {w.vec(R::kAttnVBias), {v, Ekv}}};
   for (const auto& [bias, dst] : biases) {
-    if (bias == nullptr) continue;
-    for (int64_t t = 0; t < n; ++t) be_.add(dst.first + t * dst.second, vec(bias, dst.second), dst.second);
+    if (bias != nullptr) ops_.add_rows({.x = dst.first, .v = vec(bias, dst.second), .n_tok = n, .n = dst.second});
   }
   RopeArgs rope{.x = q, .cos_sin = cos_sin_->floats(), .n_tok = n, .n_head = h.n_head, .head_dim = h.head_dim,
                 .n_rot = h.n_rot, .layout = h.rope_layout};

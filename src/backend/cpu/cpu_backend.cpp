@@ -100,6 +100,7 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
     case Op::kCrossEntropy:
     case Op::kLoraBackward:
     case Op::kAdamW:
+    case Op::kAddRows:
       return true;  // CpuTrainOps
   }
   return false;

@@ -147,6 +147,15 @@ void CpuTrainOps::lora_backward(const LoraBackArgs& a) {
   }
 }
 
+void CpuTrainOps::add_rows(const AddRowsArgs& a) {
+  pool_.parallel_for(a.n_tok, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* x = a.x + t * a.n;
+      for (int64_t i = 0; i < a.n; ++i) x[i] += a.v[i];
+    }
+  });
+}
+
 void CpuTrainOps::adamw(const AdamWArgs& a) {
   const AdamWBias bias = adamw_bias(a);
   pool_.parallel_for((a.n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1) {

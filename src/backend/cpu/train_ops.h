@@ -47,6 +47,7 @@ class CpuTrainOps final : public TrainOps {
   void cross_entropy(const CrossEntropyArgs& a) override;
   void lora_backward(const LoraBackArgs& a) override;
   void adamw(const AdamWArgs& a) override;
+  void add_rows(const AddRowsArgs& a) override;
 
  private:
   float* gemm_scratch();

@@ -188,6 +188,7 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
     case Op::kCrossEntropy:
     case Op::kLoraBackward:
     case Op::kAdamW:
+    case Op::kAddRows:
       return true;  // CudaTrainOps (cuda_train_ops.h)
   }
   return false;

@@ -86,6 +86,11 @@ __global__ void train_rope(float* x, const float* cos_sin, int64_t n_items, int6
   }
 }
 
+__global__ void add_rows(float* x, const float* v, int64_t n_items, int64_t n) {
+  for (int64_t k = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; k < n_items; k += int64_t{gridDim.x} * blockDim.x)
+    x[k] += v[k % n];
+}
+
 __global__ void train_glu(const float* g, const float* u, float* h, int64_t n, Activation act) {
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     h[i] = static_cast<float>(act_value(act, g[i]) * u[i]);
@@ -248,6 +253,13 @@ void launch_train_rope(float* x, const float* cos_sin, int64_t n_tok, int64_t n_
   if (items == 0) return;
   train_rope<<<grid_for(items), kThreads, 0, s>>>(x, cos_sin, items, n_head, head_dim, half,
                                                   layout == RopeLayout::kAdjacent, inverse);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_add_rows(float* x, const float* v, int64_t n_tok, int64_t n, cudaStream_t s) {
+  const int64_t items = n_tok * n;
+  if (items == 0) return;
+  add_rows<<<grid_for(items), kThreads, 0, s>>>(x, v, items, n);
   SLUICE_CUDA_LAUNCHED();
 }
 

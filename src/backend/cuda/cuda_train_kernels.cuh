@@ -47,6 +47,8 @@ void launch_train_rope(float* x, const float* cos_sin, int64_t n_tok, int64_t n_
                        RopeLayout layout, bool inverse, cudaStream_t s);
 // GluArgs: h = act(g) * u.  GluBackArgs: dg = dh * u * act'(g), du = dh * act(g).  [n] each
 void launch_train_glu(const float* g, const float* u, float* h, int64_t n, Activation act, cudaStream_t s);
+// x[t][i] += v[i] for t < n_tok, i < n (one thread per element).
+void launch_add_rows(float* x, const float* v, int64_t n_tok, int64_t n, cudaStream_t s);
 void launch_glu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n,
                          Activation act, cudaStream_t s);
 // CrossEntropyArgs with targets and loss in device memory, one block per row.

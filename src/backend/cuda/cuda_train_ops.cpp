@@ -228,6 +228,11 @@ bool CudaTrainOps::lora_backward_gemms(const LoraBackArgs& a) {
   return be_.f32_gemms(std::span(gemms, a.dx != nullptr ? 4 : 3));
 }
 
+void CudaTrainOps::add_rows(const AddRowsArgs& a) {
+  be_.flush_pending();
+  launch_add_rows(a.x, a.v, a.n_tok, a.n, stream());
+}
+
 void CudaTrainOps::adamw(const AdamWArgs& a) {
   be_.flush_pending();
   const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));

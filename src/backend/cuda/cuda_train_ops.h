@@ -64,6 +64,7 @@ class CudaTrainOps final : public TrainOps {
   void cross_entropy(const CrossEntropyArgs& a) override;
   void lora_backward(const LoraBackArgs& a) override;
   void adamw(const AdamWArgs& a) override;
+  void add_rows(const AddRowsArgs& a) override;
 
  private:
   // Device scratch of at least `bytes` (grows; `which` names it).
