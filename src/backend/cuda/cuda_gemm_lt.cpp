@@ -1,6 +1,9 @@
 #include "backend/cuda/cuda_gemm_lt.h"
 
 #include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
 
 #include "backend/cuda/cuda_check.cuh"
 #include "base/check.h"
@@ -146,6 +149,13 @@ Status GemmLt::run(const Gemm& g, cudaStream_t s) {
                                         &pl.algo, workspace_, workspace_bytes_, s);
   if (st != CUBLAS_STATUS_SUCCESS) return error("Matmul", st, g);
   return Status();
+}
+
+void GemmLt::run_planned(const Gemm& g, cudaStream_t s, const char* hint) {
+  if (const Status st = run(g, s); !st.ok()) {
+    fmt::print(stderr, "[sluice] cuda: {}{}\n", st.message(), hint);
+    std::abort();
+  }
 }
 
 Status GemmLt::run(const uint16_t* w, const uint16_t* x, float* y, int64_t n_out, int64_t n_in, int64_t n_tok,

@@ -59,6 +59,10 @@ class GemmLt {
   // Pointers at least 2 (BF16) or 4 (F32) bytes aligned (CHECKed). Errors:
   // as plan(), or the launch failed.
   Status run(const Gemm& g, cudaStream_t s);
+  // run() for a caller that planned g and may have enqueued work already
+  // (earlier slices or GEMMs): a failure now is a launch's, with nothing to
+  // fall back to, so it aborts with cuBLAS's message (and `hint`).
+  void run_planned(const Gemm& g, cudaStream_t s, const char* hint = "");
 
   // The forward's GEMM: y[t][o] = sum_i w[o][i] * x[t][i], enqueued on s.
   //   w: [n_out, n_in] bf16   x: [n_tok, n_in] bf16   y: [n_tok, y_stride] f32 (y_stride >= n_out)

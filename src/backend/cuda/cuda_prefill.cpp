@@ -154,12 +154,7 @@ bool PrefillMatmul::run_t(const WeightView& w, const float* dy, float* dx, int64
   for (int64_t r0 = 0; r0 < n_out; r0 += rows) {
     const int64_t n = std::min(rows, n_out - r0);
     if (!in_place) launch_weights_to_bf16(w, r0, n, wb, s);
-    const Status st = lt_->run(slice(r0, n, rows_at), s);
-    if (!st.ok()) {  // planned above, so a launch failed, with the slices before it in dx already
-      fmt::print(stderr, "[sluice] cuda: {} (SLUICE_CUDA_GEMM_MIN_TOKENS=0 turns the tensor-core path off)\n",
-                 st.message());
-      std::abort();
-    }
+    lt_->run_planned(slice(r0, n, rows_at), s, " (SLUICE_CUDA_GEMM_MIN_TOKENS=0 turns the tensor-core path off)");
   }
   return true;
 }

@@ -88,7 +88,7 @@ void CudaTrainOps::matmul_t(const MatmulTArgs& a) {
 }
 
 bool CudaTrainOps::matmul_t_rounds_to_bf16(DType type, int64_t n_tok) const {
-  return type != DType::kF32 && be_.tensor_cores().takes_type(type, n_tok);
+  return be_.tensor_cores().takes_type(type, n_tok);  // never F32
 }
 
 void CudaTrainOps::matmul_t_held(const MatmulTArgs& a, const WeightView& w) {
@@ -96,10 +96,7 @@ void CudaTrainOps::matmul_t_held(const MatmulTArgs& a, const WeightView& w) {
   // go back on them too, rounded to BF16 as the forward rounds (F32 stays
   // on the exact kernels both ways).
   PrefillMatmul& tc = be_.tensor_cores();
-  if (w.type != DType::kF32 && tc.takes_t(w, a.dy, a.n_tok) &&
-      tc.run_t(w, a.dy, a.dx, a.n_tok, a.accumulate, stream())) {
-    return;
-  }
+  if (tc.takes_t(w, a.dy, a.n_tok) && tc.run_t(w, a.dy, a.dx, a.n_tok, a.accumulate, stream())) return;
   if (w.type == DType::kF32) {  // rows read in place, in panels only to bound a thread's loop
     const auto* wf = reinterpret_cast<const float*>(w.data);
     launch_matmul_t_panel(wf, w.n_out, 0, a.dy, w.n_out, a.dx, w.n_in, a.n_tok, !a.accumulate, stream());
