@@ -64,6 +64,8 @@ void Backend::read_floats(const float* src, float* dst, int64_t n) {
 
 void Backend::write_floats(const float* src, float* dst, int64_t n) { std::copy(src, src + n, dst); }
 
+void Backend::copy_floats(const float* src, float* dst, int64_t n) { std::copy(src, src + n, dst); }
+
 void Backend::in_place_layouts(std::span<const WeightView> group, WeightLayout* layouts) const {
   for (size_t i = 0; i < group.size(); ++i) layouts[i] = WeightLayout::kRows;
 }

@@ -350,9 +350,14 @@ class Backend {
   virtual void read_floats(const float* src, float* dst, int64_t n);
   // Copies n floats from host memory (or another buffer of alloc()) into a
   // buffer of alloc() (adapters' factors at load; how tests fill the buffers
-  // of a backend that is not host-visible; training's row copies), in order
-  // with the operators. Default: memcpy.
+  // of a backend that is not host-visible), in order with the operators; src
+  // may be freed on return, so a device backend waits for the copy.
+  // Default: memcpy.
   virtual void write_floats(const float* src, float* dst, int64_t n);
+  // Copies n floats from one buffer of alloc() to another, in order with the
+  // operators, without waiting for them (training's row copies: the host stays
+  // ahead of the device). Default: memcpy.
+  virtual void copy_floats(const float* src, float* dst, int64_t n);
   // Sizes the operators' scratch for calls up to `needs` (grows, never
   // shrinks; a backend shared by two models keeps the larger of each).
   virtual void reserve(const ScratchNeeds& needs) = 0;

@@ -149,26 +149,38 @@ class GluCase final : public OpCase {
 };
 
 // Cross-entropy in place over logits of a spread; target -1 is ignored.
+// Deferred: the rows in two calls whose losses finish_losses() writes.
 class CrossEntropyCase final : public OpCase {
  public:
-  CrossEntropyCase(int64_t n_vocab, std::vector<int32_t> targets, float spread)
+  CrossEntropyCase(int64_t n_vocab, std::vector<int32_t> targets, float spread, bool deferred = false)
       : n_vocab_(n_vocab), targets_(std::move(targets)),
-        z_(random_floats(targets_.size() * sz(n_vocab), 9, spread)) {}
+        z_(random_floats(targets_.size() * sz(n_vocab), 9, spread)), deferred_(deferred) {}
   static constexpr Op kOps[] = {Op::kCrossEntropy};
   std::span<const Op> ops() const override { return kOps; }
   int64_t n_tok() const override { return static_cast<int64_t>(targets_.size()); }
   void run(OpRun& r, int64_t t0, int64_t n) override {
     // The gradient's scale is the whole case's 1 / tokens, so a token alone gives its row of the batch.
-    train(r).cross_entropy({.logits = r.inout("dz", rows(z_, t0, n, n_vocab_), n_vocab_, Tol::nmse(1e-11)),
-                            .targets = targets_.data() + t0,
-                            .loss = r.host_doubles("loss", n, 1, Tol::nmse(1e-13)), .n_tok = n,
-                            .n_vocab = n_vocab_, .grad_scale = 1.0f / static_cast<float>(targets_.size())});
+    float* z = r.inout("dz", rows(z_, t0, n, n_vocab_), n_vocab_, Tol::nmse(1e-11));
+    double* loss = r.host_doubles("loss", n, 1, Tol::nmse(1e-13));
+    const float scale = 1.0f / static_cast<float>(targets_.size());
+    if (!deferred_) {
+      train(r).cross_entropy({.logits = z, .targets = targets_.data() + t0, .loss = loss, .n_tok = n,
+                              .n_vocab = n_vocab_, .grad_scale = scale});
+      return;
+    }
+    const int64_t half = n / 2;
+    for (const auto& [a, b] : {std::pair{int64_t{0}, half}, std::pair{half, n}}) {
+      train(r).cross_entropy({.logits = z + a * n_vocab_, .targets = targets_.data() + t0 + a, .loss = loss + a,
+                              .n_tok = b - a, .n_vocab = n_vocab_, .grad_scale = scale, .deferred = true});
+    }
+    train(r).finish_losses();
   }
 
  private:
   int64_t n_vocab_;
   std::vector<int32_t> targets_;
   std::vector<float> z_;
+  bool deferred_;
 };
 
 // dA, dB (and dx unless with_dx is false) of a low-rank term at scale 0.75.
@@ -289,6 +301,8 @@ void add_train_cases(OpCaseList& list) {
   add<CrossEntropyCase>(list, "cross_entropy_v1", int64_t{1}, std::vector<int32_t>{0}, 1.0f);
   add<CrossEntropyCase>(list, "cross_entropy_v10_ignored", int64_t{10}, std::vector<int32_t>{3, -1, 9}, 2.0f);
   add<CrossEntropyCase>(list, "cross_entropy_v1001", int64_t{1001}, std::vector<int32_t>{0, 1000, 17, -1, 500}, 4.0f);
+  add<CrossEntropyCase>(list, "cross_entropy_v1001_deferred", int64_t{1001},
+                        std::vector<int32_t>{0, 1000, 17, -1, 500, 3, 999}, 4.0f, true);
   add<CrossEntropyCase>(list, "cross_entropy_v4099_wide", int64_t{4099}, std::vector<int32_t>{4098, 2}, 30.0f);
   add<CrossEntropyCase>(list, "cross_entropy_v151936", int64_t{151936}, std::vector<int32_t>{151935, 7, -1, 100000},
                         3.0f);

@@ -149,6 +149,10 @@ struct CrossEntropyArgs {
   int64_t n_tok = 0;
   int64_t n_vocab = 0;
   float grad_scale = 1.0f;          // d(total loss)/d(row loss): 1 / tokens counted, say
+  // loss[] is written by the next finish_losses() instead of on return, so a
+  // device backend need not wait for its kernels here (targets are read on
+  // the call; loss stays the caller's until then).
+  bool deferred = false;
 };
 
 // Gradients of an adapted matmul's low-rank term, y[t] += scale * B u[t],
@@ -218,6 +222,9 @@ class TrainOps {
   virtual void attention(const TrainAttentionArgs& a) = 0;
   virtual void attention_backward(const TrainAttentionBackArgs& a) = 0;
   virtual void cross_entropy(const CrossEntropyArgs& a) = 0;
+  // Writes the losses of the deferred cross_entropy calls since the last
+  // finish_losses(), waiting for them. Default: they were written on return.
+  virtual void finish_losses() {}
   virtual void lora_backward(const LoraBackArgs& a) = 0;
   virtual void adamw(const AdamWArgs& a) = 0;
 };

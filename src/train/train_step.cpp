@@ -153,7 +153,7 @@ const float* TrainStep::vec(const float* host, int64_t n) {
 
 void TrainStep::copy(const float* src, float* dst, int64_t n) {
   if (be_.host_visible()) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  else be_.write_floats(src, dst, n);  // buffer to buffer
+  else be_.copy_floats(src, dst, n);
 }
 
 void TrainStep::zero(float* dst, int64_t n) {
@@ -162,7 +162,7 @@ void TrainStep::zero(float* dst, int64_t n) {
     return;
   }
   CHECK(n <= opt_.max_tokens * model_.hparams().n_embd);  // zeros_'s size
-  be_.write_floats(zeros_->floats(), dst, n);  // buffer to buffer
+  be_.copy_floats(zeros_->floats(), dst, n);
 }
 
 float* TrainStep::u_of(R role) {
@@ -278,22 +278,20 @@ void TrainStep::layer_backward(int64_t l, const LayerWeights& w, const float* x_
                          .eps = h.rms_eps});
 }
 
-double TrainStep::loss_and_top_grad(const TrainBatch& b, float grad_scale, bool backward, int64_t n) {
+void TrainStep::loss_and_top_grad(const TrainBatch& b, float grad_scale, bool backward, int64_t n) {
   const ModelHparams& h = model_.hparams();
   const ModelWeights& mw = model_.weights();
   const int64_t E = h.n_embd;
   const float* x_top = xs_->floats() + h.n_layer * opt_.max_tokens * E;
   float* dx = dx_->floats();
   if (backward) zero(dx, n * E);
-  double sum = 0;
   for (int64_t r0 = 0; r0 < n; r0 += logits_chunk_) {
     const int64_t c = std::min(logits_chunk_, n - r0);
     const MatmulOut out[1] = {{mw.output, logits_->floats()}};
     be_.norm_matmul({.x = x_top + r0 * E, .norm = mw.output_norm.data(), .eps = h.rms_eps,
                      .xn = n1_->floats() + r0 * E, .n_embd = E, .n_tok = c, .outs = out});
     ops_.cross_entropy({.logits = logits_->floats(), .targets = b.targets.data() + r0, .loss = loss_.data() + r0,
-                        .n_tok = c, .n_vocab = h.n_vocab, .grad_scale = grad_scale});
-    for (int64_t t = r0; t < r0 + c; ++t) sum += loss_[static_cast<size_t>(t)];
+                        .n_tok = c, .n_vocab = h.n_vocab, .grad_scale = grad_scale, .deferred = true});
     if (!backward) continue;
     ops_.matmul_t({.w = mw.output, .dy = logits_->floats(), .dx = dn_->floats() + r0 * E, .n_tok = c});
   }
@@ -301,6 +299,12 @@ double TrainStep::loss_and_top_grad(const TrainBatch& b, float grad_scale, bool 
     ops_.rmsnorm_backward({.x = x_top, .w = vec(mw.output_norm.data(), E), .dy = dn_->floats(), .dx = dx, .n_tok = n,
                            .n = E, .eps = h.rms_eps});
   }
+}
+
+double TrainStep::loss_sum(int64_t n) {
+  ops_.finish_losses();
+  double sum = 0;
+  for (int64_t t = 0; t < n; ++t) sum += loss_[static_cast<size_t>(t)];
   return sum;
 }
 
@@ -326,15 +330,15 @@ StatusOr<double> TrainStep::run(const TrainBatch& b, float grad_scale, bool back
     layer_forward(l, *w, x_at(l), x_at(l + 1), n);
     model_.release_layer(l);
   }
-  const double loss = loss_and_top_grad(b, grad_scale, backward, n);
-  if (!backward) return loss;
+  loss_and_top_grad(b, grad_scale, backward, n);
+  if (!backward) return loss_sum(n);
   for (int64_t l = h.n_layer - 1; l >= 0; --l) {
     ASSIGN_OR_RETURN(const LayerWeights* w, model_.acquire_layer(l));
     layer_forward(l, *w, x_at(l), nullptr, n);
     layer_backward(l, *w, x_at(l), dx_->floats(), n);
     model_.release_layer(l);
   }
-  return loss;
+  return loss_sum(n);  // read once the backward is queued: the device need not drain at the loss
 }
 
 StatusOr<double> TrainStep::accumulate(const TrainBatch& batch, float grad_scale) {

@@ -93,8 +93,11 @@ class TrainStep {
   // dst = src, n floats of buffers; dst = 0.
   void copy(const float* src, float* dst, int64_t n);
   void zero(float* dst, int64_t n);
-  // The loss over x_L's rows, and with backward dx_L.
-  double loss_and_top_grad(const TrainBatch& batch, float grad_scale, bool backward, int64_t n);
+  // The per-token losses over x_L's rows (deferred: loss_sum reads them), and
+  // with backward dx_L.
+  void loss_and_top_grad(const TrainBatch& batch, float grad_scale, bool backward, int64_t n);
+  // The sum of the n per-token losses, once the backend has written them.
+  double loss_sum(int64_t n);
 
   Model& model_;
   LoraParams& params_;

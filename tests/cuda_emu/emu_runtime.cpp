@@ -13,6 +13,7 @@
 #include "cuda.h"
 #include "cuda_runtime.h"
 #include "emu_state.h"
+#include "sluice_emu/host_waits.h"
 
 namespace sluice_emu {
 namespace {
@@ -54,6 +55,12 @@ cudaError_t fail(cudaError_t e) {
 }  // namespace
 
 void set_error(cudaError_t e) { t_last_error = e; }
+
+namespace {
+thread_local int64_t t_host_waits = 0;
+}  // namespace
+int64_t host_waits() { return t_host_waits; }
+void count_host_wait() { ++t_host_waits; }
 
 bool is_pinned(const void* p) {
   Memory& m = memory();
@@ -161,6 +168,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
+  sluice_emu::count_host_wait();
   if (cudaError_t e = sluice_emu::sync_all()) return fail(e);
   return cudaSuccess;
 }
@@ -236,6 +244,7 @@ cudaError_t cudaHostUnregister(void* p) {
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
   if (bytes > 0 && (dst == nullptr || src == nullptr)) return fail(cudaErrorInvalidValue);
+  sluice_emu::count_host_wait();
   if (cudaError_t e = sluice_emu::sync_all()) return fail(e);  // the legacy stream: after everything
   if (bytes > 0) {
     sluice_emu::DeviceAccess open;
@@ -304,6 +313,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  sluice_emu::count_host_wait();
   if (cudaError_t e = sluice_emu::sync_stream(s)) return fail(e);
   return cudaSuccess;
 }
@@ -381,6 +391,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  sluice_emu::count_host_wait();
   if (e == nullptr) return fail(cudaErrorInvalidValue);
   if (cudaError_t err = sluice_emu::sync_event(e)) return fail(err);
   return cudaSuccess;

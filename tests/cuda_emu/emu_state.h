@@ -22,6 +22,7 @@ struct GraphNode {
 };
 
 void set_error(cudaError_t e);
+void count_host_wait();  // host_waits.h: one more wait on this thread
 // Device memory charged against the emulated capacity; false (nothing
 // charged) past it.
 bool charge_device(size_t bytes);

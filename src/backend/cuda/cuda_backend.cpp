@@ -237,6 +237,12 @@ void CudaBackend::write_floats(const float* src, float* dst, int64_t n) {
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));  // src may go away when this returns
 }
 
+void CudaBackend::copy_floats(const float* src, float* dst, int64_t n) {
+  flush_add();
+  settle();
+  SLUICE_CUDA_OK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+}
+
 float* CudaBackend::scratch(int which, int64_t n) {
   auto& [p, cap] = scratch_[static_cast<size_t>(which)];
   if (n > cap) {

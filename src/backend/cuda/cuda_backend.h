@@ -149,6 +149,7 @@ class CudaBackend final : public Backend {
   bool host_visible() const override { return false; }
   void read_floats(const float* src, float* dst, int64_t n) override;
   void write_floats(const float* src, float* dst, int64_t n) override;
+  void copy_floats(const float* src, float* dst, int64_t n) override;
   void reserve(const ScratchNeeds& needs) override;
   StatusOr<KvStore> create_kv(const KvLayout& layout, int64_t n_blocks) override;
   // Over a KvReservation (cuda_kv_reserve.h): addresses for every block,

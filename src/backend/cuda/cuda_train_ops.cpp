@@ -31,6 +31,8 @@ CudaTrainOps::~CudaTrainOps() {
     if (p) cudaFree(p);
   if (sent_) cudaEventDestroy(sent_);
   if (pinned_) cudaFreeHost(pinned_);
+  if (losses_copied_) cudaEventDestroy(losses_copied_);
+  if (loss_host_) cudaFreeHost(loss_host_);
 }
 
 cudaStream_t CudaTrainOps::stream() const { return be_.stream(); }
@@ -48,6 +50,7 @@ void* CudaTrainOps::area(int which, size_t bytes) {
     }
     SLUICE_CUDA_OK(cudaMalloc(&p, bytes));
     cap = bytes;
+    if (which == kRows) rows_on_device_.clear();
   }
   return p;
 }
@@ -70,10 +73,22 @@ void CudaTrainOps::reserve(const TrainScratchNeeds& n) {
   area(kDu, static_cast<size_t>(n.n_tok * kMaxLoraRank) * sizeof(double));
   area(kDsum, static_cast<size_t>(n.n_tok * n.n_head) * sizeof(double));
   area(kRows, static_cast<size_t>(n.n_tok) * sizeof(TrainRowDev));
-  area(kTargets, static_cast<size_t>(n.n_tok) * sizeof(int32_t));
-  area(kLoss, static_cast<size_t>(n.n_tok) * sizeof(double));
-  pinned(static_cast<size_t>(n.n_tok) * (sizeof(TrainRowDev) + sizeof(double)));
+  finish_losses();
+  reserve_losses(n.n_tok);
+  pending_losses_.reserve(64);
+  pinned(static_cast<size_t>(n.n_tok) * sizeof(TrainRowDev));
   rows_.reserve(static_cast<size_t>(n.n_tok));
+}
+
+void CudaTrainOps::reserve_losses(int64_t rows) {
+  CHECK(pending_losses_.empty());
+  if (rows <= loss_cap_) return;
+  if (loss_host_) SLUICE_CUDA_OK(cudaFreeHost(loss_host_));  // nothing pending: its last copy was waited for
+  loss_cap_ = std::max(rows, 2 * loss_cap_);
+  const auto cap = static_cast<size_t>(loss_cap_);
+  SLUICE_CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&loss_host_), cap * (sizeof(int32_t) + sizeof(double))));
+  area(kTargets, cap * sizeof(int32_t));
+  area(kLoss, cap * sizeof(double));
 }
 
 void CudaTrainOps::matmul_t(const MatmulTArgs& a) {
@@ -145,7 +160,11 @@ TrainAttnDev CudaTrainOps::attn_dev(const TrainAttentionArgs& a) {
   }
   const size_t bytes = rows_.size() * sizeof(TrainRowDev);
   auto* dev = static_cast<TrainRowDev*>(area(kRows, std::max<size_t>(bytes, 1)));
-  if (bytes > 0) {
+  const bool sent = rows_on_device_.size() == rows_.size() &&
+                    (bytes == 0 || std::memcmp(rows_on_device_.data(), rows_.data(), bytes) == 0);
+  if (bytes > 0 && !sent) {
+    // Stream-ordered: kernels queued before this copy still read the old rows.
+    rows_on_device_ = rows_;
     std::memcpy(pinned(bytes), rows_.data(), bytes);
     SLUICE_CUDA_OK(cudaMemcpyAsync(dev, pinned_, bytes, cudaMemcpyHostToDevice, stream()));
     if (!sent_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&sent_, cudaEventDisableTiming));
@@ -176,19 +195,39 @@ void CudaTrainOps::attention_backward(const TrainAttentionBackArgs& b) {
 
 void CudaTrainOps::cross_entropy(const CrossEntropyArgs& a) {
   be_.flush_pending();
-  if (a.n_tok == 0) return;
   for (int64_t t = 0; t < a.n_tok; ++t) CHECK(a.targets[t] < a.n_vocab);
-  const size_t tb = static_cast<size_t>(a.n_tok) * sizeof(int32_t), lb = static_cast<size_t>(a.n_tok) * sizeof(double);
-  const size_t loss_at = (tb + 7) / 8 * 8;
-  auto* host = static_cast<uint8_t*>(pinned(loss_at + lb));
-  std::memcpy(host, a.targets, tb);
-  auto* targets = static_cast<int32_t*>(area(kTargets, tb));
-  auto* loss = static_cast<double*>(area(kLoss, lb));
-  SLUICE_CUDA_OK(cudaMemcpyAsync(targets, host, tb, cudaMemcpyHostToDevice, stream()));
-  launch_cross_entropy(a.logits, targets, loss, a.n_tok, a.n_vocab, a.grad_scale, stream());
-  SLUICE_CUDA_OK(cudaMemcpyAsync(host + loss_at, loss, lb, cudaMemcpyDeviceToHost, stream()));
-  SLUICE_CUDA_OK(cudaStreamSynchronize(stream()));  // the losses are the caller's on return
-  std::memcpy(a.loss, host + loss_at, lb);
+  if (a.n_tok > 0) {
+    if (loss_rows_ + a.n_tok > loss_cap_) {
+      finish_losses();
+      reserve_losses(a.n_tok);
+    }
+    // Each call's rows of the staging areas stay its own until finish_losses().
+    const int64_t at = loss_rows_;
+    auto* host_targets = reinterpret_cast<int32_t*>(loss_host_) + at;
+    auto* host_loss = reinterpret_cast<double*>(loss_host_ + static_cast<size_t>(loss_cap_) * sizeof(int32_t)) + at;
+    auto* targets = static_cast<int32_t*>(areas_[kTargets].first) + at;
+    auto* loss = static_cast<double*>(areas_[kLoss].first) + at;
+    const size_t tb = static_cast<size_t>(a.n_tok) * sizeof(int32_t), lb = static_cast<size_t>(a.n_tok) * sizeof(double);
+    std::memcpy(host_targets, a.targets, tb);
+    SLUICE_CUDA_OK(cudaMemcpyAsync(targets, host_targets, tb, cudaMemcpyHostToDevice, stream()));
+    launch_cross_entropy(a.logits, targets, loss, a.n_tok, a.n_vocab, a.grad_scale, stream());
+    SLUICE_CUDA_OK(cudaMemcpyAsync(host_loss, loss, lb, cudaMemcpyDeviceToHost, stream()));
+    if (!losses_copied_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&losses_copied_, cudaEventDisableTiming));
+    SLUICE_CUDA_OK(cudaEventRecord(losses_copied_, stream()));
+    pending_losses_.push_back({.dst = a.loss, .at = at, .n = a.n_tok});
+    loss_rows_ += a.n_tok;
+  }
+  if (!a.deferred) finish_losses();  // the losses are the caller's on return
+}
+
+void CudaTrainOps::finish_losses() {
+  if (pending_losses_.empty()) return;
+  SLUICE_CUDA_OK(cudaEventSynchronize(losses_copied_));
+  const auto* host_loss = reinterpret_cast<const double*>(loss_host_ + static_cast<size_t>(loss_cap_) * sizeof(int32_t));
+  for (const PendingLoss& p : pending_losses_)
+    std::memcpy(p.dst, host_loss + p.at, static_cast<size_t>(p.n) * sizeof(double));
+  pending_losses_.clear();
+  loss_rows_ = 0;
 }
 
 void CudaTrainOps::lora_backward(const LoraBackArgs& a) {

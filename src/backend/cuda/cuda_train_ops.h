@@ -62,6 +62,7 @@ class CudaTrainOps final : public TrainOps {
   void attention(const TrainAttentionArgs& a) override;
   void attention_backward(const TrainAttentionBackArgs& a) override;
   void cross_entropy(const CrossEntropyArgs& a) override;
+  void finish_losses() override;
   void lora_backward(const LoraBackArgs& a) override;
   void adamw(const AdamWArgs& a) override;
   void add_rows(const AddRowsArgs& a) override;
@@ -72,7 +73,10 @@ class CudaTrainOps final : public TrainOps {
   void* area(int which, size_t bytes);
   // Pinned host memory of at least `bytes`, free to write (the last copy from it done).
   void* pinned(size_t bytes);
-  // The rows of seqs, on the device.
+  // Room for `rows` targets and losses of cross_entropy calls (pinned and on
+  // the device); only while none is pending.
+  void reserve_losses(int64_t rows);
+  // The rows of seqs, on the device (copied there only when they changed).
   TrainAttnDev attn_dev(const TrainAttentionArgs& a);
   cudaStream_t stream() const;
   // matmul_t with w readable by the kernels (CudaBackend::hold_weight).
@@ -87,6 +91,21 @@ class CudaTrainOps final : public TrainOps {
   size_t pinned_cap_ = 0;
   cudaEvent_t sent_ = nullptr;  // recorded after the last copy from pinned_
   std::vector<TrainRowDev> rows_;
+  // cross_entropy's rows since the last finish_losses(): targets and losses at
+  // [0, loss_rows_) of loss_host_ (pinned: loss_cap_ int32 targets, then
+  // loss_cap_ doubles) and of kTargets / kLoss; each call's losses copied back
+  // to the caller's array by finish_losses().
+  struct PendingLoss {
+    double* dst;
+    int64_t at, n;
+  };
+  uint8_t* loss_host_ = nullptr;
+  int64_t loss_cap_ = 0, loss_rows_ = 0;
+  std::vector<PendingLoss> pending_losses_;
+  cudaEvent_t losses_copied_ = nullptr;  // after the last loss copied to loss_host_
+  // What kRows holds on the device (empty: unknown). A step's attention calls
+  // share their rows, so one upload serves every layer's forward and backward.
+  std::vector<TrainRowDev> rows_on_device_;
 };
 
 }  // namespace sluice::cuda
