@@ -97,13 +97,20 @@ gpu)
   # On a GPU: sluice finetune --backend cuda against bench/train_peft.py
   # (PyTorch + PEFT, BF16 base, same rank, targets, batch and sequence) at
   # the 8b shape cut to LAYERS layers; then seed 002's rows on the device:
-  # the same run with the base streamed host -> HBM (--gpu-budget, a third
-  # of the file) and disk -> host -> HBM (--gpu-budget and --mem-budget, a
-  # third each), per tokens a step, against resident.
+  # the same run with the base streamed host -> HBM (--gpu-budget: the
+  # essentials and a third of the layers) and disk -> host -> HBM
+  # (--gpu-budget and --mem-budget, that much each), per tokens a step,
+  # against resident; and the crossover plan train predicts at the device's
+  # rates.
   layers=${LAYERS:-8} rank=${RANK:-8} batch=${BATCH:-4} seq=${SEQ:-512} steps=${STEPS:-3}
   model=$work/8b-bf16-$layers.gguf
   [ -f "$model" ] || $sluice synth --preset 8b --type bf16 --layers "$layers" -o "$model"
-  third=$(python3 -c "import os; print(os.path.getsize('$model') // 3)")
+  # The budgets hold the essentials (embeddings, head) and a third of the
+  # layers, at least the ring's two: a third of the file alone would not hold
+  # the 8b shape's 2.1 GB of embeddings and head at a few layers.
+  read -r ess lay < <($sluice info "$model" | awk '/^tensors:/ {on = 1; next}
+    on && $1 != "name" {if ($1 ~ /^blk\./) l += $(NF - 2); else e += $(NF - 2)} END {printf "%d %d\n", e, l}')
+  third=$(python3 -c "print(int($ess + 1.1 * max(2 * $lay / $layers, $lay / 3)))")
   gcommon=(-m "$model" -d "$data" --rank "$rank" --alpha $((2 * rank)) --targets all --seq "$seq"
            --steps $((steps + 1)) --val-split 0 --backend cuda --json)
   $sluice finetune "${gcommon[@]}" --batch "$batch" -o "$work/gpu.gguf" > "$work/gpu.json" 2> "$work/gpu.err"
@@ -126,6 +133,17 @@ gpu)
       echo "$((b * seq)) $how $(field 'd["median_timed_step_s"]' < "$work/gpu-$how.json")" >> "$work/gpu-stream.txt"
     done
   done
+  # The crossover plan train predicts for the host -> HBM leg, from this
+  # device's rates: the link is the pinned copy gpu-bench measures, compute
+  # the resident step's 6 x parameters x tokens per second.
+  h2d=$($sluice gpu-bench --types bf16 --tokens 1 --reps 1 2> /dev/null |
+        sed -n 's/.*host to device \([0-9.]*\) GB\/s pinned.*/\1/p')
+  tflops=$(python3 -c "import os; print(6 * os.path.getsize('$model') / 2 * $batch * $seq / $s / 1e12)")
+  tokens=$(for b in ${BATCHES:-1 4 16}; do printf '%s,' $((b * seq)); done)
+  echo "plan train at this device's rates: host -> HBM ${h2d:-?} GB/s pinned, ${tflops} TFLOP/s (the resident step);" \
+    "it counts 2 (S - K) layer copies a micro-batch, where a device step copies each layer at each visit (2 L)"
+  [ -n "$h2d" ] && $sluice plan train -m "$model" --budget-gb "$(python3 -c "print($third / 1e9)")" \
+    --tokens "${tokens%,}" --seq "$seq" --tflops "$tflops" --disk-gbps "$h2d"
   awk '{t[$1 " " $2] = $3; k[$1] = 1} END {printf "%7s %11s %11s %11s %9s %9s\n", "tokens", "resident_s", "hbm_s", "tiers_s", "hbm", "tiers";
        for (n in k) printf "%7d %11.3f %11.3f %11.3f %8.1f%% %8.1f%%\n", n, t[n " resident"], t[n " hbm"], t[n " tiers"],
          100 * (t[n " hbm"] / t[n " resident"] - 1), 100 * (t[n " tiers"] / t[n " resident"] - 1)}' "$work/gpu-stream.txt" | sort -n
