@@ -41,4 +41,8 @@ ByteRing::Piece ByteRing::allocate(size_t n) {
   return p;
 }
 
+bool ByteRing::is_live(int64_t ticket) const {
+  return count_ > 0 && ticket >= live_[static_cast<size_t>(front_)].ticket && ticket < next_ticket_;
+}
+
 }  // namespace sluice

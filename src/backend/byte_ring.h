@@ -39,6 +39,9 @@ class ByteRing {
   size_t capacity() const { return capacity_; }
   int max_live() const { return max_live_; }
   int live() const { return count_; }
+  // Whether piece `ticket` is still live: handed out and not retired (its
+  // bytes not yet given to a later piece).
+  bool is_live(int64_t ticket) const;
 
  private:
   struct Live {

@@ -52,6 +52,24 @@ TEST(ByteRing, AtMostMaxLivePiecesEvenWhenTheyFit) {
   EXPECT_EQ(r.live(), 2);
 }
 
+TEST(ByteRing, APieceIsLiveUntilRetired) {
+  ByteRing r(100, 8);
+  EXPECT_FALSE(r.is_live(0));  // not handed out yet
+  r.allocate(40);              // 0: [0, 40)
+  r.allocate(40);              // 1: [40, 80)
+  EXPECT_TRUE(r.is_live(0));
+  EXPECT_TRUE(r.is_live(1));
+  EXPECT_FALSE(r.is_live(2));
+  r.allocate(30);  // wraps over 0
+  EXPECT_FALSE(r.is_live(0));
+  EXPECT_TRUE(r.is_live(1));
+  EXPECT_TRUE(r.is_live(2));
+  r.allocate(100);  // everything
+  EXPECT_FALSE(r.is_live(1));
+  EXPECT_FALSE(r.is_live(2));
+  EXPECT_TRUE(r.is_live(3));
+}
+
 TEST(ByteRing, AWholeCapacityPieceRetiresEverything) {
   ByteRing r(64, 4);
   r.allocate(16);

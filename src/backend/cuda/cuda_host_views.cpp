@@ -1,5 +1,8 @@
 #include "backend/cuda/cuda_host_views.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "backend/cuda/cuda_align.h"
 #include "backend/cuda/cuda_check.cuh"
 #include "base/check.h"
@@ -8,6 +11,8 @@ namespace sluice::cuda {
 
 HostViews::HostViews(size_t capacity, CopyQueue& queue)
     : ring_(weight_aligned(capacity), kMaxLive), queue_(queue), read_(kMaxLive), read_ticket_(kMaxLive, -1) {
+  made_.reserve(kMaxLive);
+  unread_.reserve(kMaxLive);
   SLUICE_CUDA_OK(cudaMalloc(&dev_, ring_.capacity()));
   SLUICE_CUDA_OK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   for (cudaEvent_t& e : read_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -30,6 +35,9 @@ void HostViews::grow(size_t capacity) {
   SLUICE_CUDA_OK(cudaMalloc(&dev_, ring_.capacity()));
   read_ticket_.assign(kMaxLive, -1);
   pending_ = false;
+  made_.clear();
+  unread_.clear();
+  newest_read_ = -1;
 }
 
 bool HostViews::register_range(const uint8_t* data, size_t bytes) {
@@ -44,6 +52,7 @@ void HostViews::unregister_range(const uint8_t* data) {
   auto it = ranges_.find(data);
   if (it == ranges_.end()) return;
   queue_.finish();  // no copy reads it any more
+  made_.clear();
   if (it->second.pinned) cudaHostUnregister(const_cast<uint8_t*>(data));
   ranges_.erase(it);
 }
@@ -56,12 +65,23 @@ bool HostViews::holds(const uint8_t* p) const {
 }
 
 HostViews::Copy HostViews::copy_in(const uint8_t* host, size_t n, cudaStream_t compute) {
+  // Copied since the last finish() and still in the ring: the compute stream
+  // waited for that copy before the kernels that read it, so later work on it
+  // may read it too (read() keeps the piece until they are done).
+  for (const Made& m : made_) {
+    if (m.host == host && m.bytes == n && ring_.is_live(m.ticket)) {
+      if (std::find(unread_.begin(), unread_.end(), m.ticket) == unread_.end()) unread_.push_back(m.ticket);
+      return Copy{.device = m.device, .ticket = m.ticket};
+    }
+  }
   const ByteRing::Piece p = ring_.allocate(weight_aligned(n));
   if (p.after >= 0) {
     const size_t i = static_cast<size_t>(p.after % kMaxLive);
     // A piece overwritten before its readers were enqueued would be one call's
-    // views overrunning the ring (the capacity is sized for two layers).
+    // views overrunning the ring (the capacity is sized for two layers); the
+    // same for a piece handed out again (older than the newest retired).
     CHECK(read_ticket_[i] == p.after);
+    for (const int64_t u : unread_) CHECK(u > p.after);
   }
   // A critical copy (the layer is about to run): after the piece's last readers.
   const CopyPiece piece{dev_ + p.offset, host, n};
@@ -71,6 +91,9 @@ HostViews::Copy HostViews::copy_in(const uint8_t* host, size_t n, cudaStream_t c
   queue_.retire(id);
   pending_ = true;
   bytes_copied_ += n;
+  std::erase_if(made_, [&](const Made& m) { return !ring_.is_live(m.ticket); });
+  if (made_.size() == static_cast<size_t>(kMaxLive)) made_.erase(made_.begin());
+  made_.push_back({.host = host, .bytes = n, .ticket = p.ticket, .device = dev_ + p.offset});
   return Copy{.device = dev_ + p.offset, .ticket = p.ticket};
 }
 
@@ -78,9 +101,20 @@ void HostViews::read(int64_t ticket, cudaStream_t compute) {
   const size_t i = static_cast<size_t>(ticket % kMaxLive);
   SLUICE_CUDA_OK(cudaEventRecord(read_[i], compute));
   read_ticket_[i] = ticket;
+  std::erase(unread_, ticket);
+  // A copy waits only for the newest piece it retires, as if readers ran in
+  // ticket order; a piece read again after newer ones keeps that true by
+  // moving the newer pieces' events behind its readers too.
+  for (int64_t t = ticket + 1; t <= newest_read_; ++t) {
+    const size_t j = static_cast<size_t>(t % kMaxLive);
+    if (ring_.is_live(t) && read_ticket_[j] == t) SLUICE_CUDA_OK(cudaEventRecord(read_[j], compute));
+  }
+  newest_read_ = std::max(newest_read_, ticket);
 }
 
 void HostViews::finish() {
+  made_.clear();
+  unread_.clear();
   if (!pending_) return;
   SLUICE_CUDA_OK(cudaEventSynchronize(copied_));
   pending_ = false;

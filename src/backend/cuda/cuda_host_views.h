@@ -15,6 +15,12 @@
 // source may reuse them. The host thread runs ahead of the GPU, so the copy of
 // the next layer overlaps the kernels of this one.
 //
+// Between two finish() calls the host bytes do not change (a source hands
+// them out until release(), and the model finishes before it releases), so
+// the same view used again while its copy is live in the ring is not copied
+// again: a training step's backward reads each matrix twice in one visit
+// (recomputing the forward, then matmul_t), and copies it once.
+//
 // Calls come from one thread at a time (the backend's); nothing allocates
 // after construction but register_range's bookkeeping.
 #pragma once
@@ -63,7 +69,8 @@ class HostViews {
   Copy copy_in(const uint8_t* host, size_t n, cudaStream_t compute);
   // The work enqueued on `compute` so far is the last to read the copy `ticket`.
   void read(int64_t ticket, cudaStream_t compute);
-  // Returns once every copy issued so far has read its host bytes.
+  // Returns once every copy issued so far has read its host bytes; later
+  // views are copied again (their host bytes may have changed).
   void finish();
 
   uint64_t bytes_copied() const { return bytes_copied_; }
@@ -82,6 +89,17 @@ class HostViews {
   };
   std::map<const uint8_t*, Range> ranges_;  // registered, by start
   bool pending_ = false;                  // a copy since the last finish()
+  // The copies since the last finish() whose pieces may still be live, for
+  // copy_in to hand out again; at most kMaxLive (dead ones dropped first).
+  struct Made {
+    const uint8_t* host;
+    size_t bytes;
+    int64_t ticket;
+    uint8_t* device;
+  };
+  std::vector<Made> made_;
+  std::vector<int64_t> unread_;           // handed out again by copy_in, read() not yet called
+  int64_t newest_read_ = -1;              // the newest ticket read() recorded
   uint64_t bytes_copied_ = 0;
 };
 
