@@ -80,7 +80,8 @@ Runner add_finetune(CLI::App& app) {
                        {"predicted_read_bytes", t.predicted_read_bytes},
                        {"predicted_step_at_run_disk_s", t.predicted_step_at_run_disk_s},
                        {"measured_stall_s", t.measured_stall_s}, {"measured_read_bytes", t.measured_read_bytes},
-                       {"run_disk_gbps", t.run_disk_gbps}};
+                       {"run_disk_gbps", t.run_disk_gbps}, {"predicted_copy_bytes", t.predicted_copy_bytes},
+                       {"measured_copy_bytes", t.measured_copy_bytes}};
       }
       fmt::print("{}\n", j.dump());
     }

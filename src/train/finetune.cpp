@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "model/model_weights.h"
 #include "runtime/load_model.h"
 #include "server/chat_template.h"
 #include "train/lora_init.h"
@@ -101,7 +102,13 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
   const int64_t eval_every = o.eval_every > 0 ? o.eval_every : std::max<int64_t>(1, trainer->n_steps() / 10);
   const int64_t first = trainer->step();
   std::vector<double> step_s;
-  StepMeter meter(lm.stream.get(), to.grad_accum);
+  // A device copies the streamed layers in at each visit (no device tier for training).
+  const Backend& be = model.backend();
+  uint64_t layer_bytes = 0;
+  if (!be.host_visible()) {
+    for (const LayerWeights& w : model.weights().layers) layer_bytes += layer_matrix_bytes(w);
+  }
+  StepMeter meter(lm.stream.get(), to.grad_accum, be.host_visible() ? nullptr : &be, layer_bytes);
   while (trainer->step() < trainer->n_steps()) {
     meter.begin();
     ASSIGN_OR_RETURN(const TrainReport r, trainer->train_step());

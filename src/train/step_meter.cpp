@@ -5,16 +5,20 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend.h"
 #include "lora/lora_adapter.h"
 #include "train/lora_init.h"
 
 namespace sluice {
 
-StepMeter::StepMeter(const weights::StoreWeightSource* stream, int64_t micro_batches)
-    : stream_(stream), micro_batches_(std::max<int64_t>(1, micro_batches)) {}
+StepMeter::StepMeter(const weights::StoreWeightSource* stream, int64_t micro_batches, const Backend* device,
+                     uint64_t layer_bytes)
+    : stream_(stream), micro_batches_(std::max<int64_t>(1, micro_batches)), device_(device),
+      layer_bytes_(layer_bytes) {}
 
 void StepMeter::begin() {
   if (!stream_) return;
+  if (device_) copied_begin_ = device_->bytes_streamed();
   counters_begin_ = stream_->store().counters();
   io_begin_ = stream_->store().arbiter_stats();
 }
@@ -28,6 +32,7 @@ void StepMeter::end(double step_seconds) {
   stall_s_ += c.stall_s;
   read_bytes_ += static_cast<double>(io.total_bytes() - io_begin_.total_bytes());
   busy_s_ += io.busy_s - io_begin_.busy_s;
+  if (device_) copied_ += static_cast<double>(device_->bytes_streamed() - copied_begin_);
 }
 
 StepFigures StepMeter::figures() const {
@@ -53,7 +58,9 @@ StepFigures StepMeter::figures() const {
     f.measured_stall_s = stall_s_ / n;
     f.measured_read_bytes = read_bytes_ / n;
     f.run_disk_gbps = busy_s_ > 0 ? read_bytes_ / busy_s_ / 1e9 : 0.0;
+    if (device_) f.measured_copy_bytes = copied_ / n;
   }
+  if (device_) f.predicted_copy_bytes = m * 2 * static_cast<double>(layer_bytes_);
   f.predicted_step_at_run_disk_s = f.run_disk_gbps > 0 ? m * p.predicted_step_s_at(f.run_disk_gbps) : f.predicted_step_s;
   return f;
 }
@@ -76,6 +83,10 @@ std::string step_report(const StepFigures& f) {
                    mb(f.measured_read_bytes));
   s += fmt::format("  compute {:>9} {:>10}   (step - stall: the kernels ran at {:.2f}x the calibrated matmul rate)",
                    ms(f.predicted_compute_s), ms(compute), compute > 0 ? f.predicted_compute_s / compute : 0.0);
+  if (f.predicted_copy_bytes > 0) {
+    s += fmt::format("\n  copies {:>10} {:>10}   (host to device, mean: every layer once a visit, forward and backward)",
+                     mb(f.predicted_copy_bytes), mb(f.measured_copy_bytes));
+  }
   return s;
 }
 

@@ -20,6 +20,8 @@
 
 namespace sluice {
 
+class Backend;
+
 struct StepFigures {
   int64_t n_steps = 0;            // steps measured (after the first)
   double median_step_s = 0;
@@ -35,13 +37,20 @@ struct StepFigures {
   double measured_stall_s = 0;    // mean: acquires waiting for reads
   double measured_read_bytes = 0; // mean
   double run_disk_gbps = 0;       // bytes / time with reads in flight (0: nothing read)
+  // A device that copies the streamed layers in from host memory (0 otherwise):
+  // every layer once a visit, forward and backward, per optimizer step.
+  double predicted_copy_bytes = 0;
+  double measured_copy_bytes = 0;  // mean (Backend::bytes_streamed)
 };
 
 class StepMeter {
  public:
   // stream: the run's weight source when the base streams, else null (not
-  // owned; outlives the meter). micro_batches: per optimizer step.
-  StepMeter(const weights::StoreWeightSource* stream, int64_t micro_batches);
+  // owned; outlives the meter). micro_batches: per optimizer step. device:
+  // the backend, when it copies the streamed layers in (not host-visible),
+  // and layer_bytes the matrices' bytes of all its layers (one visit each).
+  StepMeter(const weights::StoreWeightSource* stream, int64_t micro_batches, const Backend* device = nullptr,
+            uint64_t layer_bytes = 0);
   void begin();
   void end(double step_seconds);
   StepFigures figures() const;
@@ -56,6 +65,10 @@ class StepMeter {
   double stall_s_ = 0;
   double read_bytes_ = 0;
   double busy_s_ = 0;
+  const Backend* device_;
+  uint64_t layer_bytes_;
+  uint64_t copied_begin_ = 0;
+  double copied_ = 0;
 };
 
 // Lines for the end of a streamed run: predicted against measured step time,

@@ -112,6 +112,15 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
   EXPECT_GE(t.predicted_read_bytes, reads * (slot - 2 * align)) << all;
   EXPECT_LE(t.measured_read_bytes, t.predicted_read_bytes) << all;
   EXPECT_GE(t.measured_read_bytes, t.predicted_read_bytes - reads * align) << all;
+  // A device copies every layer in from host memory once a visit: the
+  // backward's recomputed forward and its transposed matmuls read one copy.
+  if (backend == "cuda") {
+    EXPECT_GT(t.predicted_copy_bytes, 0) << all;
+    EXPECT_EQ(t.measured_copy_bytes, t.predicted_copy_bytes) << all;
+    EXPECT_NE(all.find("copies "), std::string::npos) << all;
+  } else {
+    EXPECT_EQ(t.predicted_copy_bytes, 0);
+  }
 
   // The disk capped at 50 MB/s (about 2 s of reads here): the same adapter; the
   // placement map and the calibration say the cap, and the steps' reads
