@@ -200,11 +200,15 @@ Burst device_burst(const std::string& backend, bool fluid, bool tiers, uint64_t 
   std::shared_ptr<testing::DeviceLike> be;
   if (tiers && device_like) cfg.shared_backend = be = std::make_shared<testing::DeviceLike>();
   Burst b = run_burst(cfg, short_prompts());
-  if (fluid) EXPECT_NE(b.placement.find("of device memory shared by"), std::string::npos) << b.placement;
+  if (fluid) {
+    EXPECT_NE(b.placement.find("of device memory shared by"), std::string::npos) << b.placement;
+  }
   if (mem_budget == kGpuBudgetAlone) {
     EXPECT_NE(b.placement.find("host memory holds every layer the device does not"), std::string::npos) << b.placement;
   }
-  if (be) EXPECT_EQ(be->stray, "");
+  if (be) {
+    EXPECT_EQ(be->stray, "");
+  }
   return b;
 }
 
@@ -295,7 +299,9 @@ TEST(FluidControl, ARoutedModelGivesUpExpertSlots) {
                      .ignore_eos = true};
     }};
     Burst b = run_burst(cfg, w);
-    if (fluid) EXPECT_NE(b.placement.find("expert slots of"), std::string::npos) << b.placement;
+    if (fluid) {
+      EXPECT_NE(b.placement.find("expert slots of"), std::string::npos) << b.placement;
+    }
     return b;
   };
   const Burst fixed = run(false);
