@@ -103,12 +103,12 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
   const int64_t first = trainer->step();
   std::vector<double> step_s;
   // A device copies the streamed layers in at each visit (no device tier for training).
-  const Backend& be = model.backend();
+  const Backend* device = model.backend().host_visible() ? nullptr : &model.backend();
   uint64_t layer_bytes = 0;
-  if (!be.host_visible()) {
+  if (device) {
     for (const LayerWeights& w : model.weights().layers) layer_bytes += layer_matrix_bytes(w);
   }
-  StepMeter meter(lm.stream.get(), to.grad_accum, be.host_visible() ? nullptr : &be, layer_bytes);
+  StepMeter meter(lm.stream.get(), to.grad_accum, device, layer_bytes);
   while (trainer->step() < trainer->n_steps()) {
     meter.begin();
     ASSIGN_OR_RETURN(const TrainReport r, trainer->train_step());

@@ -151,11 +151,6 @@ const float* TrainStep::vec(const float* host, int64_t n) {
   return b->floats();
 }
 
-void TrainStep::copy(const float* src, float* dst, int64_t n) {
-  if (be_.host_visible()) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  else be_.copy_floats(src, dst, n);
-}
-
 void TrainStep::zero(float* dst, int64_t n) {
   if (be_.host_visible()) {
     std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));
@@ -216,7 +211,7 @@ void TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_i
   be_.matmul(wo, att_->floats(), Eq, n);
   lora_forward(l, R::kAttnOutput, att_->floats(), proj, Eq, E, n);
   float* m = m_->floats();
-  copy(x_in, m, n * E);
+  be_.copy_floats(x_in, m, n * E);
   be_.add(m, proj, n * E);
 
   const MatmulOut gate_up[2] = {{w.mat(R::kFfnGate), g_->floats()}, {w.mat(R::kFfnUp), u_->floats()}};
@@ -234,7 +229,7 @@ void TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_i
   const MatmulOut down[1] = {{w.mat(R::kFfnDown), proj}};
   be_.matmul(down, h_->floats(), F, n);
   lora_forward(l, R::kFfnDown, h_->floats(), proj, F, E, n);
-  copy(m, x_out, n * E);
+  be_.copy_floats(m, x_out, n * E);
   be_.add(x_out, proj, n * E);
 }
 

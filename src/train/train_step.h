@@ -90,8 +90,7 @@ class TrainStep {
   // host (a model vector of n floats) as the operators read it: itself on a
   // host-visible backend, else its copy in a buffer (made on first use).
   const float* vec(const float* host, int64_t n);
-  // dst = src, n floats of buffers; dst = 0.
-  void copy(const float* src, float* dst, int64_t n);
+  // dst = 0, n floats of a buffer.
   void zero(float* dst, int64_t n);
   // The per-token losses over x_L's rows (deferred: loss_sum reads them), and
   // with backward dx_L.

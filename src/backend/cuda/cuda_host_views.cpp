@@ -91,8 +91,7 @@ HostViews::Copy HostViews::copy_in(const uint8_t* host, size_t n, cudaStream_t c
   queue_.retire(id);
   pending_ = true;
   bytes_copied_ += n;
-  std::erase_if(made_, [&](const Made& m) { return !ring_.is_live(m.ticket); });
-  if (made_.size() == static_cast<size_t>(kMaxLive)) made_.erase(made_.begin());
+  std::erase_if(made_, [&](const Made& m) { return !ring_.is_live(m.ticket); });  // at most kMaxLive stay
   made_.push_back({.host = host, .bytes = n, .ticket = p.ticket, .device = dev_ + p.offset});
   return Copy{.device = dev_ + p.offset, .ticket = p.ticket};
 }

@@ -90,7 +90,7 @@ class HostViews {
   std::map<const uint8_t*, Range> ranges_;  // registered, by start
   bool pending_ = false;                  // a copy since the last finish()
   // The copies since the last finish() whose pieces may still be live, for
-  // copy_in to hand out again; at most kMaxLive (dead ones dropped first).
+  // copy_in to hand out again (dead ones dropped at each copy).
   struct Made {
     const uint8_t* host;
     size_t bytes;

@@ -160,9 +160,10 @@ TrainAttnDev CudaTrainOps::attn_dev(const TrainAttentionArgs& a) {
   }
   const size_t bytes = rows_.size() * sizeof(TrainRowDev);
   auto* dev = static_cast<TrainRowDev*>(area(kRows, std::max<size_t>(bytes, 1)));
-  const bool sent = rows_on_device_.size() == rows_.size() &&
-                    (bytes == 0 || std::memcmp(rows_on_device_.data(), rows_.data(), bytes) == 0);
-  if (bytes > 0 && !sent) {
+  const bool changed =  // (memcmp is not given the empty vectors' null pointers)
+      rows_on_device_.size() != rows_.size() ||
+      (bytes > 0 && std::memcmp(rows_on_device_.data(), rows_.data(), bytes) != 0);
+  if (bytes > 0 && changed) {
     // Stream-ordered: kernels queued before this copy still read the old rows.
     rows_on_device_ = rows_;
     std::memcpy(pinned(bytes), rows_.data(), bytes);
@@ -204,7 +205,7 @@ void CudaTrainOps::cross_entropy(const CrossEntropyArgs& a) {
     // Each call's rows of the staging areas stay its own until finish_losses().
     const int64_t at = loss_rows_;
     auto* host_targets = reinterpret_cast<int32_t*>(loss_host_) + at;
-    auto* host_loss = reinterpret_cast<double*>(loss_host_ + static_cast<size_t>(loss_cap_) * sizeof(int32_t)) + at;
+    double* host_loss = host_losses() + at;
     auto* targets = static_cast<int32_t*>(areas_[kTargets].first) + at;
     auto* loss = static_cast<double*>(areas_[kLoss].first) + at;
     const size_t tb = static_cast<size_t>(a.n_tok) * sizeof(int32_t), lb = static_cast<size_t>(a.n_tok) * sizeof(double);
@@ -223,9 +224,8 @@ void CudaTrainOps::cross_entropy(const CrossEntropyArgs& a) {
 void CudaTrainOps::finish_losses() {
   if (pending_losses_.empty()) return;
   SLUICE_CUDA_OK(cudaEventSynchronize(losses_copied_));
-  const auto* host_loss = reinterpret_cast<const double*>(loss_host_ + static_cast<size_t>(loss_cap_) * sizeof(int32_t));
   for (const PendingLoss& p : pending_losses_)
-    std::memcpy(p.dst, host_loss + p.at, static_cast<size_t>(p.n) * sizeof(double));
+    std::memcpy(p.dst, host_losses() + p.at, static_cast<size_t>(p.n) * sizeof(double));
   pending_losses_.clear();
   loss_rows_ = 0;
 }

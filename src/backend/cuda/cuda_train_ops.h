@@ -76,6 +76,9 @@ class CudaTrainOps final : public TrainOps {
   // Room for `rows` targets and losses of cross_entropy calls (pinned and on
   // the device); only while none is pending.
   void reserve_losses(int64_t rows);
+  double* host_losses() const {  // the pinned losses, after the targets
+    return reinterpret_cast<double*>(loss_host_ + static_cast<size_t>(loss_cap_) * sizeof(int32_t));
+  }
   // The rows of seqs, on the device (copied there only when they changed).
   TrainAttnDev attn_dev(const TrainAttentionArgs& a);
   cudaStream_t stream() const;
