@@ -82,6 +82,9 @@ Runner add_finetune(CLI::App& app) {
                        {"measured_stall_s", t.measured_stall_s}, {"measured_read_bytes", t.measured_read_bytes},
                        {"run_disk_gbps", t.run_disk_gbps}, {"predicted_copy_bytes", t.predicted_copy_bytes},
                        {"measured_copy_bytes", t.measured_copy_bytes}};
+      } else if (t.predicted_copy_bytes > 0) {  // --gpu-budget alone: the backend's ring
+        j["device_ring"] = {{"predicted_copy_bytes", t.predicted_copy_bytes},
+                            {"measured_copy_bytes", t.measured_copy_bytes}};
       }
       fmt::print("{}\n", j.dump());
     }

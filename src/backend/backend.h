@@ -399,6 +399,17 @@ class Backend {
   // Bytes of weights this backend copied into its memory from a slower tier
   // while running (the cuda backend's streamed dispatches), since creation.
   virtual uint64_t bytes_streamed() const { return 0; }
+  // The order in which the groups of the last prepare_weights() will be used,
+  // one period repeating: indices into those groups, each at least once (a
+  // training step: the forward, then each layer's groups forward and in
+  // reverse). A backend that streams some of them (PreparedWeights::
+  // host_groups) copies ahead in that order and keeps what it comes back to
+  // soonest; by default the groups go in order, once a period (a forward pass
+  // a token). Errors: an index out of range, a streamed group left out.
+  virtual Status set_weight_schedule(std::span<const int> groups) { return Status(); }
+  // Host-to-backend bytes one period of that schedule copies once warm (0:
+  // nothing streams): what bytes_streamed() should grow by a period.
+  virtual uint64_t scheduled_copy_bytes() const { return 0; }
 
   // Weights in a weight source's host memory (--mem-budget: the store's
   // resident layers and ring slots). A backend whose memory is not the host's

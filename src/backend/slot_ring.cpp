@@ -13,22 +13,40 @@ SlotRing::SlotRing(int n_groups, int n_slots, SlotCopier& copier)
       slot_tick_(static_cast<size_t>(n_slots), 0),
       pins_(static_cast<size_t>(n_slots), 0) {
   CHECK(n_groups >= 1 && n_slots >= 2);
+  for (int g = 0; g < n_groups; ++g) order_.push_back(g);
 }
 
-bool SlotRing::in_window(int g, int first) const {
-  const int m = n_groups();
-  const int d = ((g - first) % m + m) % m;  // steps from first to g, cyclic
-  return d < n_slots();
+bool SlotRing::set_schedule(std::span<const int> order) {
+  std::vector<uint8_t> seen(static_cast<size_t>(n_groups()), 0);
+  for (int g : order) {
+    if (g < 0 || g >= n_groups()) return false;
+    seen[static_cast<size_t>(g)] = 1;
+  }
+  if (std::find(seen.begin(), seen.end(), 0) != seen.end()) return false;
+  order_.clear();
+  for (int g : order)
+    if (order_.empty() || order_.back() != g) order_.push_back(g);
+  while (order_.size() > 1 && order_.back() == order_.front()) order_.pop_back();  // the wrap is back to back too
+  pos_ = -1;
+  return true;
 }
 
-int SlotRing::ensure(int g, int first, bool must) {
+int64_t SlotRing::next_use(int g) const {
+  const auto period = static_cast<int64_t>(order_.size());
+  for (int64_t j = 1; j <= period; ++j)
+    if (order_[static_cast<size_t>(((pos_ + j) % period + period) % period)] == g) return j;
+  CHECK(false);  // set_schedule() admits only periods that visit every group
+  return period;
+}
+
+int SlotRing::ensure(int g, bool must) {
   const int have = group_slot_[static_cast<size_t>(g)];
   if (have >= 0) return have;
-  // An empty slot, else the least recently acquired one whose group is outside
-  // the window; for the group needed now (must), else one inside it. Never a
-  // slot acquired and not yet released.
+  // An empty slot, else the slot not acquired whose group is wanted latest
+  // (the least recently acquired among equals); a prefetch takes it only if
+  // that is later than g.
   int s = -1;
-  bool s_in = true;
+  int64_t s_next = 0;
   for (int i = 0; i < n_slots(); ++i) {
     const auto iu = static_cast<size_t>(i);
     const int held = slot_group_[iu];
@@ -37,13 +55,16 @@ int SlotRing::ensure(int g, int first, bool must) {
       break;
     }
     if (pins_[iu] > 0) continue;
-    const bool in = in_window(held, first);
-    if (in && !must) continue;
-    if (s < 0 || (s_in && !in) || (s_in == in && slot_tick_[iu] < slot_tick_[static_cast<size_t>(s)])) s = i, s_in = in;
+    const int64_t next = next_use(held);
+    if (s < 0 || next > s_next || (next == s_next && slot_tick_[iu] < slot_tick_[static_cast<size_t>(s)])) {
+      s = i;
+      s_next = next;
+    }
   }
+  if (s >= 0 && slot_group_[static_cast<size_t>(s)] >= 0 && !must && s_next <= next_use(g)) s = -1;
   if (s < 0) {
     CHECK(!must && "SlotRing: more groups acquired at once than it has slots");
-    return -1;  // a prefetch with every slot in use: the acquire will copy it
+    return -1;  // a prefetch with nothing to give way to it: the acquire will copy it
   }
   const auto su = static_cast<size_t>(s);
   if (slot_group_[su] >= 0) group_slot_[static_cast<size_t>(slot_group_[su])] = -1;
@@ -57,13 +78,22 @@ int SlotRing::ensure(int g, int first, bool must) {
 
 int SlotRing::acquire(int g) {
   CHECK(g >= 0 && g < n_groups());
-  const int s = ensure(g, g, true);
+  const auto period = static_cast<int64_t>(order_.size());
+  if (pos_ < 0 || order_[static_cast<size_t>(pos_)] != g) pos_ = (pos_ + next_use(g)) % period;
+  const int s = ensure(g, true);
   const auto su = static_cast<size_t>(s);
   slot_tick_[su] = ++tick_;
   ++pins_[su];
   copier_.wait_copied(s);
-  const int m = n_groups();
-  for (int i = 1; i < std::min(n_slots(), m); ++i) ensure((g + i) % m, g, false);  // the next ones, ahead of use
+  // The next distinct groups of the schedule, ahead of use, as long as each
+  // has a slot to take.
+  int ahead = 0;
+  for (int64_t j = 1; j < period && ahead < n_slots() - 1; ++j) {
+    const int h = order_[static_cast<size_t>((pos_ + j) % period)];
+    if (h == g || next_use(h) != j) continue;  // g itself, or a group already passed in this walk
+    ++ahead;
+    if (ensure(h, false) < 0) break;
+  }
   return s;
 }
 
@@ -72,6 +102,33 @@ void SlotRing::release(int g) {
   CHECK(s >= 0 && pins_[static_cast<size_t>(s)] > 0);
   --pins_[static_cast<size_t>(s)];
   copier_.mark_read(s);
+}
+
+namespace {
+
+class CountingCopier final : public SlotCopier {
+ public:
+  explicit CountingCopier(int n_groups) : copies(static_cast<size_t>(n_groups), 0) {}
+  void copy(int g, int) override { ++copies[static_cast<size_t>(g)]; }
+  void wait_copied(int) override {}
+  void mark_read(int) override {}
+  std::vector<int64_t> copies;
+};
+
+}  // namespace
+
+std::vector<int64_t> copies_per_period(int n_groups, int n_slots, std::span<const int> order) {
+  CountingCopier c(n_groups);
+  SlotRing ring(n_groups, n_slots, c);
+  CHECK(ring.set_schedule(order));
+  for (int period = 0; period < 3; ++period) {
+    if (period == 2) std::fill(c.copies.begin(), c.copies.end(), 0);
+    for (int g : order) {
+      ring.acquire(g);
+      ring.release(g);
+    }
+  }
+  return c.copies;
 }
 
 }  // namespace sluice

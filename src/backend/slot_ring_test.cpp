@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -112,6 +115,110 @@ TEST(SlotRing, RoutedAccessInAnyOrderGetsItsGroupAndKeepsTheContract) {
     if (ring.group_in(s) >= 0) {
       EXPECT_EQ(ring.slot_of(ring.group_in(s)), s);
     }
+}
+
+// Training's period over L layers of G groups each (layer l's groups are
+// l * G .. l * G + G - 1): the forward, then each layer from the last, its
+// groups forward (the recomputation) and in reverse (the transposed products).
+std::vector<int> training_groups(int L, int G) {
+  std::vector<int> order;
+  for (int g = 0; g < L * G; ++g) order.push_back(g);
+  for (int l = L - 1; l >= 0; --l) {
+    for (int i = 0; i < G; ++i) order.push_back(l * G + i);
+    for (int i = G - 1; i >= 0; --i) order.push_back(l * G + i);
+  }
+  return order;
+}
+
+// The offline optimum (Belady): a cache of k that, on a miss, drops what the
+// sequence wants latest. The misses at positions [from, to).
+int64_t optimal_misses(const std::vector<int>& seq, int k, size_t from, size_t to) {
+  std::vector<int> cache;
+  int64_t misses = 0;
+  for (size_t i = 0; i < seq.size(); ++i) {
+    if (std::find(cache.begin(), cache.end(), seq[i]) != cache.end()) continue;
+    if (i >= from && i < to) ++misses;
+    if (static_cast<int>(cache.size()) == k) {
+      auto next = [&](int g) {
+        for (size_t j = i + 1; j < seq.size(); ++j)
+          if (seq[j] == g) return j;
+        return std::numeric_limits<size_t>::max();
+      };
+      size_t victim = 0;
+      for (size_t c = 1; c < cache.size(); ++c)
+        if (next(cache[c]) > next(cache[victim])) victim = c;
+      cache.erase(cache.begin() + static_cast<std::ptrdiff_t>(victim));
+    }
+    cache.push_back(seq[i]);
+  }
+  return misses;
+}
+
+TEST(SlotRing, TrainingsScheduleCostsNearTheOptimumAndFarFewerCopiesThanTheForwardOne) {
+  const int L = 6, G = 4, k = 3;
+  const std::vector<int> order = training_groups(L, G);
+  auto run = [&](bool scheduled, std::vector<int>* copies_in_third) {
+    FakeCopier c(k);
+    SlotRing ring(L * G, k, c);
+    if (scheduled) {
+      EXPECT_TRUE(ring.set_schedule(order));
+    }
+    for (int period = 0; period < 3; ++period) {
+      const size_t before = c.copies.size();
+      for (int g : order) {
+        const int s = ring.acquire(g);
+        EXPECT_EQ(c.content[static_cast<size_t>(s)], g);
+        ring.release(g);
+      }
+      if (period == 2) copies_in_third->assign(c.copies.begin() + static_cast<std::ptrdiff_t>(before), c.copies.end());
+    }
+  };
+  std::vector<int> with, without;
+  run(true, &with);
+  run(false, &without);
+  // By hand: a layer costs G copies forward, and G + (G - k) backward (the
+  // recomputation leaves its last k groups for the reverse); at the bottom
+  // the backward leaves the forward its first k groups.
+  EXPECT_EQ(static_cast<int>(with.size()), (L - 1) * (3 * G - k) + G + 2 * (G - k));
+  // The offline optimum over the same repeating sequence, its middle period:
+  // the ring is no better (nothing is), and worse by a few copies at the top
+  // turn, where copying k - 1 groups ahead takes slots the optimum keeps.
+  std::vector<int> seq;
+  for (int p = 0; p < 7; ++p) seq.insert(seq.end(), order.begin(), order.end());
+  const int64_t optimum = optimal_misses(seq, k, 3 * order.size(), 4 * order.size());
+  EXPECT_GE(static_cast<int64_t>(with.size()), optimum);
+  EXPECT_LE(static_cast<int64_t>(with.size()), optimum + G);
+  // Prefetching in forward order only, the backward's reverse reads miss.
+  EXPECT_GT(without.size(), with.size() + static_cast<size_t>(L * (G - 1)));
+  // copies_per_period counts what the ring did.
+  const std::vector<int64_t> per_group = copies_per_period(L * G, k, order);
+  EXPECT_EQ(std::accumulate(per_group.begin(), per_group.end(), int64_t{0}), static_cast<int64_t>(with.size()));
+  for (int g = 0; g < L * G; ++g)
+    EXPECT_EQ(per_group[static_cast<size_t>(g)], std::count(with.begin(), with.end(), g)) << g;
+}
+
+TEST(SlotRing, ASchedulePrefetchesItsNextGroupsAndAcquiresOutOfItStillWork) {
+  const int k = 3;
+  FakeCopier c(k);
+  SlotRing ring(6, k, c);
+  const std::vector<int> order = {0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 0};
+  ASSERT_TRUE(ring.set_schedule(order));
+  ring.acquire(0);  // 0, then 1 and 2 ahead
+  ring.release(0);
+  EXPECT_EQ(c.copies, (std::vector<int>{0, 1, 2}));
+  ring.acquire(5);  // out of order: 5 now, then 4 and 3 (the schedule turns at 5)
+  ring.release(5);
+  EXPECT_EQ(c.copies, (std::vector<int>{0, 1, 2, 5, 4, 3}));
+  ring.acquire(5);  // back to back: the same place, nothing copied
+  ring.release(5);
+  EXPECT_EQ(c.copies.size(), 6u);
+  // A period that misses a group, or names one out of range, is refused.
+  EXPECT_FALSE(ring.set_schedule(std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_FALSE(ring.set_schedule(std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_FALSE(ring.set_schedule(std::vector<int>{0, 1, 2, 3, 4, -1, 5}));
+  ring.acquire(4);  // the schedule still holds: 2 comes ahead in place of 5, which it wants last
+  ring.release(4);
+  EXPECT_EQ(c.copies, (std::vector<int>{0, 1, 2, 5, 4, 3, 2}));
 }
 
 }  // namespace

@@ -72,6 +72,9 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
     std::vector<WeightGroup> spans(groups.begin(), groups.end());
     m->prepared_ = m->backend_->prepare_weights(spans);
     RETURN_IF_ERROR(m->prepared_.status);
+    if (!m->prepared_.host_groups.empty()) {
+      for (const WeightGroup& g : spans) m->streamed_group_layer_.push_back(layer_of_view(m->weights_, g[0]));
+    }
     m->host_layer_bytes_ = layer_bytes_of_groups(m->weights_, spans, m->prepared_.host_groups);
   } else if (!m->device_layer_.empty()) {
     RETURN_IF_ERROR(m->prepare_device_layers());
@@ -115,6 +118,13 @@ StatusOr<std::span<const ExpertWeights>> Model::landed_experts(int64_t l, std::s
 }
 
 void Model::predict_experts(int64_t l, std::span<const int32_t> ids) { experts_->predict_experts(l, ids); }
+
+Status Model::set_layer_schedule(std::span<const int64_t> order) {
+  if (source_) RETURN_IF_ERROR(source_->set_schedule(order));
+  if (streamed_group_layer_.empty() || std::ranges::equal(order, scheduled_layers_)) return Status();
+  scheduled_layers_.assign(order.begin(), order.end());
+  return backend_->set_weight_schedule(dispatch_schedule(streamed_group_layer_, order));
+}
 
 void Model::release_layer(int64_t l) {
   if (!source_) return;

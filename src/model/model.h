@@ -268,6 +268,12 @@ class Model {
   void predict_experts(int64_t l, std::span<const int32_t> ids);
   // The RoPE layer l rotates with (gemma3's windowed layers have their own).
   const RopeFreqs& layer_rope(int64_t l) const;
+  // The order the layers will be acquired in, one period repeating
+  // (weight_source.h: forward_schedule, training_schedule), for what streams
+  // them: the weight source, and a backend that streams dispatch groups from
+  // host memory (Backend::set_weight_schedule). Errors: the source's (a
+  // layer it does not know, one left out).
+  Status set_layer_schedule(std::span<const int64_t> order);
   // The weight source, or null when every matrix is resident.
   LayerWeightSource* weight_source() const { return source_.get(); }
 
@@ -313,6 +319,9 @@ class Model {
   std::shared_ptr<LayerWeightSource> source_;
   ModelWeights weights_;
   PreparedWeights prepared_;
+  // With some of prepared_'s groups streamed by the backend: each group's
+  // layer (-1: the output head), and the layer schedule last given for them.
+  std::vector<int64_t> streamed_group_layer_, scheduled_layers_;
   std::vector<PreparedWeights> device_prepared_;  // [n_layer] a device-tier layer's own arena (dense models)
   bool repack_ = false;                     // ModelOptions::repack
   std::vector<uint64_t> host_layer_bytes_;  // [n_layer] host_layer_bytes()

@@ -1,5 +1,6 @@
 #include "model/model_weights.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -227,6 +228,33 @@ std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const Arc
   }
   groups.push_back({&w.output});  // token_embd stays where it is (row lookups)
   return groups;
+}
+
+std::vector<int> dispatch_schedule(std::span<const int64_t> group_layer, std::span<const int64_t> layer_order) {
+  int64_t n_layer = 0;
+  for (int64_t l : layer_order) n_layer = std::max(n_layer, l + 1);
+  std::vector<std::vector<int>> of_layer(static_cast<size_t>(n_layer));
+  std::vector<int> unlayered;
+  for (size_t g = 0; g < group_layer.size(); ++g) {
+    const int64_t l = group_layer[g];
+    if (l >= 0 && l < n_layer) of_layer[static_cast<size_t>(l)].push_back(static_cast<int>(g));
+    else if (l < 0) unlayered.push_back(static_cast<int>(g));
+  }
+  std::vector<int> order;
+  std::vector<int> visits(static_cast<size_t>(n_layer), 0);
+  bool turned = false;
+  for (int64_t l : layer_order) {
+    const std::vector<int>& gs = of_layer[static_cast<size_t>(l)];
+    const int visit = visits[static_cast<size_t>(l)]++;
+    if (visit == 1 && !turned) {
+      order.insert(order.end(), unlayered.begin(), unlayered.end());
+      turned = true;
+    }
+    order.insert(order.end(), gs.begin(), gs.end());
+    if (visit == 1) order.insert(order.end(), gs.rbegin(), gs.rend());
+  }
+  if (!turned) order.insert(order.end(), unlayered.begin(), unlayered.end());
+  return order;
 }
 
 std::vector<uint64_t> layer_bytes_of_groups(const ModelWeights& w, std::span<const WeightGroup> groups,

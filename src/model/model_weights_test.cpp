@@ -1,6 +1,7 @@
 // layer_bytes_of_groups: how much of each layer a placement put somewhere, from
 // the dispatch groups it marked (what Model::host_layer_bytes reports of the
-// groups the cuda backend leaves in host memory under --gpu-budget).
+// groups the cuda backend leaves in host memory under --gpu-budget), and
+// dispatch_schedule: the order a layer schedule uses those groups in.
 #include "model/model_weights.h"
 
 #include <gtest/gtest.h>
@@ -63,6 +64,18 @@ TEST(ModelWeights, LayerBytesOfGroupsCountsEachMarkedMatrixOnceInItsLayer) {
   first_only[0] = 1;
   EXPECT_EQ(once, layer_bytes_of_groups(*w, spans, first_only));
   EXPECT_EQ(layer_bytes_of_groups(*w, spans, {}), std::vector<uint64_t>(w->layers.size(), 0));
+}
+
+TEST(ModelWeights, DispatchScheduleVisitsALayersGroupsForwardAndTheBackwardInReverseToo) {
+  // Two layers of two groups, then the head: 0 1 | 2 3 | 4.
+  const std::vector<int64_t> layer_of = {0, 0, 1, 1, -1};
+  EXPECT_EQ(dispatch_schedule(layer_of, forward_schedule(2)), (std::vector<int>{0, 1, 2, 3, 4}));
+  // Training: the forward, the loss (the head), then from the top layer each
+  // layer's groups forward (recomputed) and in reverse (transposed).
+  EXPECT_EQ(dispatch_schedule(layer_of, training_schedule(2)),
+            (std::vector<int>{0, 1, 2, 3, 4, 2, 3, 3, 2, 0, 1, 1, 0}));
+  // Groups of layers the order never visits are left out (a stage's others).
+  EXPECT_EQ(dispatch_schedule(std::vector<int64_t>{0, 1, 1}, forward_schedule(1)), (std::vector<int>{0}));
 }
 
 }  // namespace

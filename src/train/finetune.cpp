@@ -52,6 +52,7 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
                                              .tokens_per_step = to.batch * to.seq, .training = work}));
   Model& model = *lm.model;
   if (!lm.placement_report.empty()) log(lm.placement_report);
+  if (!model.repack_summary().empty()) log("weights: " + model.repack_summary());
   RETURN_IF_ERROR(check_trainable(model));
 
   ASSIGN_OR_RETURN(std::optional<server::ChatTemplate> chat, chat_template_for(lm, o.chat_template));
@@ -102,7 +103,9 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
   const int64_t eval_every = o.eval_every > 0 ? o.eval_every : std::max<int64_t>(1, trainer->n_steps() / 10);
   const int64_t first = trainer->step();
   std::vector<double> step_s;
-  // A device copies the streamed layers in at each visit (no device tier for training).
+  // A device copies the base in: every layer from host views at each visit
+  // (no device tier for training), or under --gpu-budget alone its own ring
+  // on its schedule.
   const Backend* device = model.backend().host_visible() ? nullptr : &model.backend();
   uint64_t layer_bytes = 0;
   if (device) {
@@ -135,7 +138,7 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
     res.median_step_s = step_s[step_s.size() / 2];
   }
   res.timing = meter.figures();
-  if (res.timing.streamed) log(step_report(res.timing));
+  if (const std::string report = step_report(res.timing); !report.empty()) log(report);
   ASSIGN_OR_RETURN(res.heldout_after, eval("after training"));
   RETURN_IF_ERROR(write_lora_gguf(params.to_adapter(), o.out_path));
   log(fmt::format("wrote {} ({} steps, {:.1f} s, {:.0f} tok/s)", o.out_path, res.steps, res.seconds,

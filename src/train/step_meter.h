@@ -37,8 +37,10 @@ struct StepFigures {
   double measured_stall_s = 0;    // mean: acquires waiting for reads
   double measured_read_bytes = 0; // mean
   double run_disk_gbps = 0;       // bytes / time with reads in flight (0: nothing read)
-  // A device that copies the streamed layers in from host memory (0 otherwise):
-  // every layer once a visit, forward and backward, per optimizer step.
+  // A device that copies the base in from host memory (0 otherwise), per
+  // optimizer step: the layers outside the device tier once a visit, forward
+  // and backward, or under --gpu-budget alone what the ring's schedule costs
+  // (Backend::scheduled_copy_bytes).
   double predicted_copy_bytes = 0;
   double measured_copy_bytes = 0;  // mean (Backend::bytes_streamed)
 };
@@ -47,8 +49,9 @@ class StepMeter {
  public:
   // stream: the run's weight source when the base streams, else null (not
   // owned; outlives the meter). micro_batches: per optimizer step. device:
-  // the backend, when it copies the streamed layers in (not host-visible),
-  // and layer_bytes the matrices' bytes of all its layers (one visit each).
+  // the backend, when it copies the base in (not host-visible), and
+  // layer_bytes the matrices' bytes of the layers it copies in at each visit
+  // (those outside its device tier).
   StepMeter(const weights::StoreWeightSource* stream, int64_t micro_batches, const Backend* device = nullptr,
             uint64_t layer_bytes = 0);
   void begin();
@@ -69,6 +72,7 @@ class StepMeter {
   uint64_t layer_bytes_;
   uint64_t copied_begin_ = 0;
   double copied_ = 0;
+  double scheduled_ = 0;  // the backend's ring: its schedule's cost a period, summed over the steps
 };
 
 // Lines for the end of a streamed run: predicted against measured step time,

@@ -3,7 +3,9 @@
 // store read the layers in training order as planned (2 (S - K) layer reads
 // a micro-batch, the turns served from the ring). With the disk capped
 // (--disk-rate-cap) the adapter is still the same, and the run's reads went no
-// faster than the cap.
+// faster than the cap. On cuda under --gpu-budget alone (the backend's ring
+// of dispatch slots) the adapter is the resident run's too, and the device
+// copied what was predicted.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -154,6 +156,65 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
 
 // cuda: three tiers (the store in host RAM, every layer copied in at each visit), on a GPU.
 INSTANTIATE_TEST_SUITE_P(Backends, StreamedFinetune, ::testing::Values("reference", "cpu", "cuda"));
+
+// On cuda under budgets, the adapter is the resident run's, and the device
+// copied from host memory what was predicted:
+//  - --gpu-budget alone: the base stays in host memory and what the budget
+//    does not hold streams through the backend's ring of dispatch slots, on
+//    training's schedule (the forward, then each layer forward and in
+//    reverse); a step that acquired in another order than the one declared,
+//    or a ring that prefetched in forward order only, copies more.
+TEST(CudaFinetuneUnderBudgets, TheDeviceCopiesWhatWasPredictedAndTheAdapterIsTheResidentOne) {
+  if (!has_train_ops("cuda")) GTEST_SKIP() << "the cuda backend has no training operators here";
+  const std::string base = synth_base();
+  auto mf = open_model_file(base);
+  ASSERT_TRUE(mf.ok()) << mf.status().to_string();
+  uint64_t layer_bytes = 0;
+  for (const auto& t : mf->tensors)
+    if (t.name.rfind("blk.", 0) == 0) layer_bytes += t.n_bytes;
+  const uint64_t total = mf->total_tensor_bytes();
+  const std::string dir = ::testing::TempDir() + "cuda_finetune_budgets_" + std::to_string(getpid()) + "/";
+  for (const char* d : {"resident", "ring"}) std::filesystem::create_directories(dir + d);
+  FinetuneOptions o{.model_path = base, .data_path = testing::kFinetuneStories, .out_path = dir + "resident/adapter.gguf",
+                    .val_split = 0, .rank = 4, .alpha = 8.0f,
+                    .train = {.steps = 3, .batch = 2, .grad_accum = 2, .seq = 16, .lr = 1e-2f, .seed = 5},
+                    .backend = "cuda", .n_threads = 2};
+  std::vector<std::string> lines;
+  auto log = [&](const std::string& l) { lines.push_back(l); };
+  auto joined = [&] {
+    std::string all;
+    for (const std::string& l : lines) all += l + "\n";
+    return all;
+  };
+  auto resident = finetune(o, log);
+  ASSERT_TRUE(resident.ok()) << resident.status().to_string();
+  EXPECT_EQ(resident->timing.predicted_copy_bytes, 0);
+  EXPECT_EQ(resident->timing.measured_copy_bytes, 0);
+  const std::string want = read_bytes(dir + "resident/adapter.gguf");
+  ASSERT_GT(want.size(), 0u);
+
+  // The ring.
+  o.out_path = dir + "ring/adapter.gguf";
+  o.gpu_budget_bytes = total / 2;
+  lines.clear();
+  auto ring = finetune(o, log);
+  ASSERT_TRUE(ring.ok()) << ring.status().to_string();
+  EXPECT_TRUE(read_bytes(o.out_path) == want) << "the ring's adapter differs from the resident run's\n" << joined();
+  EXPECT_EQ(resident->last_loss, ring->last_loss);
+  const StepFigures& r = ring->timing;
+  EXPECT_FALSE(r.streamed);
+  EXPECT_EQ(r.n_steps, 2);
+  ASSERT_GT(r.predicted_copy_bytes, 0) << joined();
+  EXPECT_EQ(r.measured_copy_bytes, r.predicted_copy_bytes) << joined();
+  // Two micro-batches a step, each copying a streamed group about twice
+  // (once forward, once for the backward visit, its first groups again):
+  // prefetching in forward order only, the backward's reverse reads cost
+  // about three.
+  EXPECT_LE(r.measured_copy_bytes, 2 * 2.3 * static_cast<double>(layer_bytes)) << joined();
+  EXPECT_NE(joined().find("base streamed host to device"), std::string::npos) << joined();
+
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace sluice

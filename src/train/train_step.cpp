@@ -305,9 +305,7 @@ double TrainStep::loss_sum(int64_t n) {
 
 StatusOr<double> TrainStep::run(const TrainBatch& b, float grad_scale, bool backward) {
   RETURN_IF_ERROR(check_batch(b));
-  if (LayerWeightSource* src = model_.weight_source()) {
-    RETURN_IF_ERROR(src->set_schedule(backward ? train_order_ : forward_order_));
-  }
+  RETURN_IF_ERROR(model_.set_layer_schedule(backward ? train_order_ : forward_order_));
   const ModelHparams& h = model_.hparams();
   const auto n = static_cast<int64_t>(b.tokens.size());
   const int64_t E = h.n_embd;

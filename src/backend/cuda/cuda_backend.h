@@ -209,6 +209,8 @@ class CudaBackend final : public Backend {
   void begin_step(int64_t n_tok, const void* who) override;
   void end_step() override;
 
+  Status set_weight_schedule(std::span<const int> groups) override;
+  uint64_t scheduled_copy_bytes() const override { return ring_ ? ring_->scheduled_bytes() : 0; }
   uint64_t bytes_streamed() const override {
     return (ring_ ? ring_->bytes_copied() : 0) + (host_views_ ? host_views_->bytes_copied() : 0) +
            (experts_dev_ ? experts_dev_->bytes_copied() : 0);
@@ -324,6 +326,8 @@ class CudaBackend final : public Backend {
   cudaEvent_t swap_after_ = nullptr;     // move_kv_block: the kernels its copies follow
   std::vector<CopyQueue::Id> swap_ids_;  //   its transfers
   std::unique_ptr<WeightRing> ring_;  // the streamed matrices (null: all resident)
+  std::vector<int> ring_of_group_;    // [prepare_weights' groups] the group's index in ring_, or -1
+  std::vector<int> ring_order_;       // set_weight_schedule's, in ring_ indices
   std::unique_ptr<HostViews> host_views_;  // views of a weight source's host memory (null: none)
   std::weak_ptr<KvReservation> kv_reserved_;  // the store create_kv_reserved made (resize_kv finds it here)
   // A routed model's experts copied from host views, kept in device slots

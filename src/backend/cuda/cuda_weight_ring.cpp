@@ -18,6 +18,17 @@ WeightRing::WeightRing(std::vector<size_t> group_bytes, int n_slots, CopyQueue& 
   }
   SLUICE_CUDA_OK(cudaMallocHost(&host_, host_bytes_));
   slots_ = std::make_unique<DeviceSlots>(slot_bytes_, n_slots, queue);
+  std::vector<int> order;
+  for (int g = 0; g < n_groups(); ++g) order.push_back(g);
+  set_schedule(order);
+}
+
+bool WeightRing::set_schedule(std::span<const int> order) {
+  if (!ring_.set_schedule(order)) return false;
+  const std::vector<int64_t> copies = copies_per_period(n_groups(), n_slots(), order);
+  scheduled_bytes_ = 0;
+  for (size_t g = 0; g < copies.size(); ++g) scheduled_bytes_ += static_cast<uint64_t>(copies[g]) * bytes_[g];
+  return true;
 }
 
 WeightRing::~WeightRing() {

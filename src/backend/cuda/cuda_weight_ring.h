@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/cuda/cuda_device_slots.h"
@@ -45,6 +46,12 @@ class WeightRing final : private SlotCopier {
   // Where group g's bytes go in the host tier (pinned; written before use).
   uint8_t* host(int g) { return host_ + offset_[static_cast<size_t>(g)]; }
 
+  // The order of the acquires, one period (SlotRing::set_schedule); false: a
+  // group out of range or missing.
+  bool set_schedule(std::span<const int> order);
+  // Host-to-device bytes one period of the schedule copies once warm.
+  uint64_t scheduled_bytes() const { return scheduled_bytes_; }
+
   // The device copy of group g, ordered before the next work on `compute`.
   uint8_t* acquire(int g, cudaStream_t compute);
   // The work on `compute` since acquire(g) is the last to read g's slot.
@@ -63,6 +70,7 @@ class WeightRing final : private SlotCopier {
   std::unique_ptr<DeviceSlots> slots_;  // [n_slots, slot_bytes_]
   cudaStream_t compute_ = nullptr;  // the stream of the acquire / release in progress
   uint64_t bytes_copied_ = 0;
+  uint64_t scheduled_bytes_ = 0;
   SlotRing ring_;
 };
 

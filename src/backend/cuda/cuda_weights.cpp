@@ -123,6 +123,7 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
   if (arena_bytes > 0) arena = std::make_unique<DeviceBuffer>(arena_bytes);
   if (!streamed_bytes.empty()) {
     ring_ = std::make_unique<WeightRing>(streamed_bytes, kSlots, copy_queue());
+    ring_of_group_ = ring_index;
     p.host_groups = streams;
   }
   std::unordered_map<const uint8_t*, const uint8_t*> placed;  // host bytes -> where the views now point
@@ -176,6 +177,19 @@ PreparedWeights CudaBackend::prepare_weights(std::span<const WeightGroup> groups
   p.summary += make_expert_slots(budget > 0 ? (budget > used ? budget - used : 1) : 0);
   p.arena = std::move(arena);
   return p;
+}
+
+Status CudaBackend::set_weight_schedule(std::span<const int> groups) {
+  if (!ring_) return Status();
+  ring_order_.clear();
+  for (int g : groups) {
+    if (g < 0 || static_cast<size_t>(g) >= ring_of_group_.size())
+      return invalid_argument("a weight schedule names group {} of {}", g, ring_of_group_.size());
+    if (const int r = ring_of_group_[static_cast<size_t>(g)]; r >= 0) ring_order_.push_back(r);
+  }
+  if (!ring_->set_schedule(ring_order_))
+    return invalid_argument("a weight schedule leaves out some of the {} streamed groups", ring_->n_groups());
+  return Status();
 }
 
 int CudaBackend::bind(std::span<const MatmulOut> outs, MatmulOut* bound, Held* held) {
