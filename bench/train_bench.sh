@@ -142,7 +142,7 @@ gpu)
   tflops=$(python3 -c "import os; print(6 * os.path.getsize('$model') / 2 * $batch * $seq / $s / 1e12)")
   tokens=$(for b in ${BATCHES:-1 4 16}; do printf '%s,' $((b * seq)); done)
   echo "plan train at this device's rates: host -> HBM ${h2d:-?} GB/s pinned, ${tflops} TFLOP/s (the resident step);" \
-    "it counts 2 (S - K) layer copies a micro-batch, where a device step copies each layer at each visit (2 L), and the hbm ring about 2.1 L"
+    "it counts 2 (S - K) layer copies a micro-batch, where a device step copies each layer outside its device tier at each visit (2 (L - G)), and the hbm ring about 2.1 L"
   [ -n "$h2d" ] && $sluice plan train -m "$model" --budget-gb "$(python3 -c "print($third / 1e9)")" \
     --tokens "${tokens%,}" --seq "$seq" --tflops "$tflops" --disk-gbps "$h2d"
   awk '{t[$1 " " $2] = $3; k[$1] = 1} END {printf "%7s %11s %11s %11s %9s %9s\n", "tokens", "resident_s", "hbm_s", "tiers_s", "hbm", "tiers";

@@ -274,6 +274,9 @@ class Model {
   // host memory (Backend::set_weight_schedule). Errors: the source's (a
   // layer it does not know, one left out).
   Status set_layer_schedule(std::span<const int64_t> order);
+  // Whether layer l's views point into the backend's memory for good (the
+  // three tiers' device tier).
+  bool on_device(int64_t l) const;
   // The weight source, or null when every matrix is resident.
   LayerWeightSource* weight_source() const { return source_.get(); }
 
@@ -307,8 +310,6 @@ class Model {
   PreparedWeights prepare_groups(int64_t only_layer);
   // A dense model's device-tier layers are prepared one arena each.
   bool per_layer_arenas() const { return !hp_.is_moe(); }
-  // Whether layer l's views point into the backend's memory for good.
-  bool on_device(int64_t l) const;
 
   std::shared_ptr<const ModelFile> file_;
   ModelHparams hp_;

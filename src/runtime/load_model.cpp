@@ -45,12 +45,27 @@ StatusOr<DeviceTiers> device_tiers_for(const ModelFile& file, const LoadOptions&
   if (m.host_copy_gbps > 0) rates.h2d_gbps = m.host_copy_gbps;
   if (o.calibration && o.calibration->disk_read_gbps > 0) rates.disk_gbps = o.calibration->disk_read_gbps;
   ASSIGN_OR_RETURN(DeviceTiers t, plan_device_tiers(file, gpu_weights, mem_budget, rates));
-  // Fine-tuning walks the layers forward and back; the store's training
-  // placement (rule 5) is the host's, and no layer is the device's yet.
+  // Fine-tuning walks the layers forward and back: a dense model's device
+  // layers stay in HBM for both visits, the store places the others for
+  // training's order (placement.h, rules 5 and 8). A routed model's device
+  // tier would copy experts in at each visit, which nothing plans yet.
   if (o.training) {
-    t.device_layers.clear();
-    t.note = "fine-tuning: every layer is copied in from host memory at each visit (no device tier for training "
-             "yet); the plan below is inference's";
+    ASSIGN_OR_RETURN(const ModelHparams hp, hparams_from_metadata(file.metadata));
+    if (hp.is_moe()) {
+      t.device_layers.clear();
+      t.note = "fine-tuning a routed model: every layer is copied in from host memory at each visit (no device tier "
+               "for it yet); the plan below is inference's";
+    } else if (t.device_layers.empty()) {
+      t.note = "fine-tuning: the device tier's 0 layers (the budget holds none beside the essentials and the staging "
+               "ring): every layer is copied in from host memory at each visit (twice a micro-batch); the plan below "
+               "is inference's";
+    } else {
+      t.note = fmt::format("fine-tuning: the device tier's {} layer{} stay{} in HBM for the forward and the backward; "
+                           "every other layer is copied in from host memory at each visit (twice a micro-batch); "
+                           "the plan below is inference's",
+                           t.device_layers.size(), t.device_layers.size() == 1 ? "" : "s",
+                           t.device_layers.size() == 1 ? "s" : "");
+    }
   }
   t.rates_note = fmt::format("{} {} memory and host-to-device copies, FLOP/s an H200's as stated, disk the weight "
                              "store's own reads",

@@ -103,13 +103,14 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
   const int64_t eval_every = o.eval_every > 0 ? o.eval_every : std::max<int64_t>(1, trainer->n_steps() / 10);
   const int64_t first = trainer->step();
   std::vector<double> step_s;
-  // A device copies the base in: every layer from host views at each visit
-  // (no device tier for training), or under --gpu-budget alone its own ring
-  // on its schedule.
+  // A device copies the base in: the layers outside its device tier from
+  // host views at each visit, or under --gpu-budget alone its own ring on
+  // its schedule.
   const Backend* device = model.backend().host_visible() ? nullptr : &model.backend();
   uint64_t layer_bytes = 0;
   if (device) {
-    for (const LayerWeights& w : model.weights().layers) layer_bytes += layer_matrix_bytes(w);
+    for (int64_t l = 0; l < model.hparams().n_layer; ++l)
+      if (!model.on_device(l)) layer_bytes += layer_matrix_bytes(model.weights().layers[static_cast<size_t>(l)]);
   }
   StepMeter meter(lm.stream.get(), to.grad_accum, device, layer_bytes);
   while (trainer->step() < trainer->n_steps()) {

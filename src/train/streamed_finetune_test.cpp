@@ -3,12 +3,13 @@
 // store read the layers in training order as planned (2 (S - K) layer reads
 // a micro-batch, the turns served from the ring). With the disk capped
 // (--disk-rate-cap) the adapter is still the same, and the run's reads went no
-// faster than the cap. On cuda under --gpu-budget alone (the backend's ring
-// of dispatch slots) the adapter is the resident run's too, and the device
-// copied what was predicted.
+// faster than the cap. On cuda under --gpu-budget, alone (the backend's ring
+// of dispatch slots) or with --mem-budget (a device tier), the adapter is the
+// resident run's too, and the device copied what was predicted.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include <unistd.h>
@@ -84,6 +85,10 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
 
   o.out_path = dir_b + "adapter.gguf";
   o.mem_budget_bytes = budget;
+  // cuda: a GPU budget of a third too, which holds no layer beside the
+  // essentials and the staging ring, so that every layer streams through the
+  // host (without one the device would hold them all).
+  if (backend == "cuda") o.gpu_budget_bytes = budget;
   lines.clear();
   auto streamed = finetune(o, log);
   ASSERT_TRUE(streamed.ok()) << streamed.status().to_string();
@@ -117,6 +122,7 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
   // A device copies every layer in from host memory once a visit: the
   // backward's recomputed forward and its transposed matmuls read one copy.
   if (backend == "cuda") {
+    EXPECT_NE(all.find("the device tier's 0 layers"), std::string::npos) << all;
     EXPECT_GT(t.predicted_copy_bytes, 0) << all;
     EXPECT_EQ(t.measured_copy_bytes, t.predicted_copy_bytes) << all;
     EXPECT_NE(all.find("copies "), std::string::npos) << all;
@@ -154,7 +160,7 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
   std::filesystem::remove_all(dir_c);
 }
 
-// cuda: three tiers (the store in host RAM, every layer copied in at each visit), on a GPU.
+// cuda: three tiers with no layer on the device (the store in host RAM, every layer copied in at each visit).
 INSTANTIATE_TEST_SUITE_P(Backends, StreamedFinetune, ::testing::Values("reference", "cpu", "cuda"));
 
 // On cuda under budgets, the adapter is the resident run's, and the device
@@ -164,6 +170,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, StreamedFinetune, ::testing::Values("referenc
 //    training's schedule (the forward, then each layer forward and in
 //    reverse); a step that acquired in another order than the one declared,
 //    or a ring that prefetched in forward order only, copies more.
+//  - --gpu-budget and --mem-budget (three tiers): the device tier's layers
+//    stay in HBM for both visits, every other layer is copied in once a visit.
 TEST(CudaFinetuneUnderBudgets, TheDeviceCopiesWhatWasPredictedAndTheAdapterIsTheResidentOne) {
   if (!has_train_ops("cuda")) GTEST_SKIP() << "the cuda backend has no training operators here";
   const std::string base = synth_base();
@@ -174,7 +182,7 @@ TEST(CudaFinetuneUnderBudgets, TheDeviceCopiesWhatWasPredictedAndTheAdapterIsThe
     if (t.name.rfind("blk.", 0) == 0) layer_bytes += t.n_bytes;
   const uint64_t total = mf->total_tensor_bytes();
   const std::string dir = ::testing::TempDir() + "cuda_finetune_budgets_" + std::to_string(getpid()) + "/";
-  for (const char* d : {"resident", "ring"}) std::filesystem::create_directories(dir + d);
+  for (const char* d : {"resident", "ring", "tiers"}) std::filesystem::create_directories(dir + d);
   FinetuneOptions o{.model_path = base, .data_path = testing::kFinetuneStories, .out_path = dir + "resident/adapter.gguf",
                     .val_split = 0, .rank = 4, .alpha = 8.0f,
                     .train = {.steps = 3, .batch = 2, .grad_accum = 2, .seq = 16, .lr = 1e-2f, .seed = 5},
@@ -213,6 +221,26 @@ TEST(CudaFinetuneUnderBudgets, TheDeviceCopiesWhatWasPredictedAndTheAdapterIsThe
   EXPECT_LE(r.measured_copy_bytes, 2 * 2.3 * static_cast<double>(layer_bytes)) << joined();
   EXPECT_NE(joined().find("base streamed host to device"), std::string::npos) << joined();
 
+  // Three tiers with a device tier.
+  o.out_path = dir + "tiers/adapter.gguf";
+  o.gpu_budget_bytes = total * 3 / 4;
+  o.mem_budget_bytes = total * 3 / 5;
+  lines.clear();
+  auto tiers = finetune(o, log);
+  ASSERT_TRUE(tiers.ok()) << tiers.status().to_string();
+  EXPECT_TRUE(read_bytes(o.out_path) == want) << "the three tiers' adapter differs from the resident run's\n"
+                                              << joined();
+  const std::string all = joined();
+  const size_t at = all.find("the device tier's ");
+  ASSERT_NE(at, std::string::npos) << all;
+  const int n_device = std::atoi(all.c_str() + at + std::string("the device tier's ").size());
+  EXPECT_GE(n_device, 1) << all;
+  const StepFigures& t = tiers->timing;
+  ASSERT_TRUE(t.streamed);
+  EXPECT_EQ(t.measured_copy_bytes, t.predicted_copy_bytes) << all;
+  // Every layer but the device's, twice a micro-batch: less than all of them.
+  EXPECT_LT(t.predicted_copy_bytes, 2 * 2 * static_cast<double>(layer_bytes)) << all;
+  EXPECT_GT(t.predicted_copy_bytes, 0) << all;
   std::filesystem::remove_all(dir);
 }
 

@@ -195,7 +195,7 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   }
   const int64_t n_device = static_cast<int64_t>(in.device_layers.size());
   if (n_device > 0) {
-    if (in.training || share) return unimplemented("a device tier with fine-tuning or an expert share");
+    if (share) return unimplemented("a device tier with an expert share");
     // A routed layer's experts stay the store's (rule 7's pool, or resident).
     const StatusOr<ModelHparams> hp = hparams_from_metadata(file.metadata);
     for (TensorPlacement& t : p.tensors) {
@@ -311,12 +311,14 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
   const int64_t n_streamed = n_host - n_resident;
   p.n_ring_slots = std::min(p.n_ring_slots, n_streamed);
   // Streamed layers spread evenly (plan::streamed_in_spread); in training
-  // order the resident ones keep off the turns.
+  // order the resident ones keep off the turns. Both count the host's layers
+  // alone (h), past the device tier's.
   for (int64_t l = p.layer_begin, h = 0; l < p.layer_end; ++l) {
     LayerPlacement& lp = p.layers[static_cast<size_t>(l)];
     if (lp.device) continue;
-    const bool streamed = in.training ? !training_resident(l, p.n_layer, n_resident)
-                                      : plan::streamed_in_spread(h++, n_host, n_streamed);
+    const bool streamed = in.training ? !training_resident(h, n_host, n_resident)
+                                      : plan::streamed_in_spread(h, n_host, n_streamed);
+    ++h;
     lp.streamed = streamed;
     if (streamed) {
       ++p.n_streamed;

@@ -48,10 +48,12 @@
 //   8. The device tier's layers (in.device_layers, chosen by plan::plan_tiers
 //      for the GPU's budget) are the backend's: their matrices Tier::kDevice,
 //      served from the file's memory map for the backend's copy at load,
-//      counted in no host figure; rules 2-5 place the other layers. A routed
-//      layer's experts stay the store's: resident when they all fit, else
-//      rule 7's pool (the device tier of a routed model is every layer's
-//      dense part).
+//      counted in no host figure; rules 2-5 place the other layers (rule 5's
+//      training spread among those alone: the store's schedule skips the
+//      device's layers, so its turns are the host layers'). A routed layer's
+//      experts stay the store's: resident when they all fit, else rule 7's
+//      pool (the device tier of a routed model is every layer's dense
+//      part).
 // Predicted per step: compute = n_layer x compute_s, disk = n_streamed x
 // transfer_s, step = max of the two, stall = step - compute. This assumes the
 // ring lets the disk run ahead across resident layers. Training predicts per

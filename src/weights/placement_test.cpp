@@ -208,6 +208,30 @@ TEST(Placement, TrainingKeepsResidentLayersOffTheTurns) {
   EXPECT_NEAR(resident.predicted_step_s(), 8 * 0.4 + 0.02, 1e-12);
 }
 
+// Training with a device tier (rules 5 and 8): the device's layers are
+// neither read nor held by the host, the training spread runs over the host's
+// layers alone (their first and last stream), and every layer's compute
+// counts.
+TEST(Placement, TrainingSpreadsTheHostLayersAroundTheDeviceTier) {
+  const ModelFile f = fake_model(8);
+  const PlacementPlan probe = plan_placement(f, streaming(2'000'000'000, 0.5)).value();
+  const uint64_t slot = probe.layers[0].extent_bytes;
+  PlacementInputs in = streaming(probe.essentials_bytes + 4 * slot + 1000, 0.15);  // 2 slots + 2 layers
+  in.training = true;
+  in.train_backward_s = 0.25;
+  in.head_compute_s = 0.02;
+  in.device_layers = {0, 5};
+  const PlacementPlan p = plan_placement(f, in).value();
+  std::string row;
+  for (const LayerPlacement& l : p.layers) row += l.device ? 'G' : l.streamed ? 'S' : 'R';
+  EXPECT_EQ(row, "GSSRSGRS");  // host layers 1 2 3 4 6 7; resident 1 + floor((2j + 1) 4 / 4): the 2nd and 4th
+  EXPECT_EQ(p.n_ring_slots, 2);
+  EXPECT_EQ(p.n_streamed, 4);
+  EXPECT_EQ(p.train.layer_reads, 2 * (4 - 2));
+  EXPECT_NEAR(p.predicted_compute_s, 8 * 0.4 + 0.02, 1e-12);
+  EXPECT_EQ(p.resident_layer_bytes, 2 * slot);
+}
+
 TEST(Placement, APipelineStagePlacesOnlyItsOwnLayers) {
   // Layers 4-7 of 10 (a rank > 0: the head is rank 0's), 100 MB each, under
   // 260 MB: the stage's norms and a ring of 2, every layer streamed; the
