@@ -14,6 +14,17 @@ SlotRing::SlotRing(int n_groups, int n_slots, SlotCopier& copier)
       pins_(static_cast<size_t>(n_slots), 0) {
   CHECK(n_groups >= 1 && n_slots >= 2);
   for (int g = 0; g < n_groups; ++g) order_.push_back(g);
+  index_places();
+}
+
+void SlotRing::index_places() {
+  place_begin_.assign(static_cast<size_t>(n_groups()) + 1, 0);
+  for (int g : order_) ++place_begin_[static_cast<size_t>(g) + 1];
+  for (size_t g = 1; g < place_begin_.size(); ++g) place_begin_[g] += place_begin_[g - 1];
+  places_.resize(order_.size());
+  std::vector<int64_t> fill(place_begin_.begin(), place_begin_.end() - 1);
+  for (size_t p = 0; p < order_.size(); ++p)
+    places_[static_cast<size_t>(fill[static_cast<size_t>(order_[p])]++)] = static_cast<int64_t>(p);
 }
 
 bool SlotRing::set_schedule(std::span<const int> order) {
@@ -27,16 +38,18 @@ bool SlotRing::set_schedule(std::span<const int> order) {
   for (int g : order)
     if (order_.empty() || order_.back() != g) order_.push_back(g);
   while (order_.size() > 1 && order_.back() == order_.front()) order_.pop_back();  // the wrap is back to back too
+  index_places();
   pos_ = -1;
   return true;
 }
 
 int64_t SlotRing::next_use(int g) const {
   const auto period = static_cast<int64_t>(order_.size());
-  for (int64_t j = 1; j <= period; ++j)
-    if (order_[static_cast<size_t>(((pos_ + j) % period + period) % period)] == g) return j;
-  CHECK(false);  // set_schedule() admits only periods that visit every group
-  return period;
+  const auto first = places_.begin() + place_begin_[static_cast<size_t>(g)];
+  const auto last = places_.begin() + place_begin_[static_cast<size_t>(g) + 1];
+  CHECK(first != last);  // set_schedule() admits only periods that visit every group
+  const auto next = std::upper_bound(first, last, pos_);
+  return next != last ? *next - pos_ : *first + period - pos_;
 }
 
 int SlotRing::ensure(int g, bool must) {

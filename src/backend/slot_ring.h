@@ -75,11 +75,16 @@ class SlotRing {
   // for a prefetch (!must) only if that is later than g, else -1.
   int ensure(int g, bool must);
   // Positions from the current one to group g's next place in the period
-  // (1 .. period).
+  // (1 .. period): a binary search of g's places, O(log period).
   int64_t next_use(int g) const;
+  // order_'s places of each group: group g's, ascending, are
+  // places_[place_begin_[g] .. place_begin_[g + 1]).
+  void index_places();
 
   SlotCopier& copier_;
   std::vector<int> order_;           // the schedule, one period
+  std::vector<int64_t> places_;      // [order_.size()]
+  std::vector<int64_t> place_begin_; // [n_groups + 1]
   int64_t pos_ = -1;                 // where the last acquire was in it
   std::vector<int> slot_group_;      // -1: empty
   std::vector<int> group_slot_;      // -1: not in a slot
