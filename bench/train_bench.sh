@@ -100,8 +100,9 @@ gpu)
   # the same run with the base streamed host -> HBM (--gpu-budget: the
   # essentials and a third of the layers) and disk -> host -> HBM
   # (--gpu-budget and --mem-budget, that much each), per tokens a step,
-  # against resident; and the crossover plan train predicts at the device's
-  # rates.
+  # against resident, each beside the overhead and crossover its own
+  # predicted copies give at the device's pinned rate; and plan train's
+  # crossover at the device's rates.
   layers=${LAYERS:-8} rank=${RANK:-8} batch=${BATCH:-4} seq=${SEQ:-512} steps=${STEPS:-3}
   model=$work/8b-bf16-$layers.gguf
   [ -f "$model" ] || $sluice synth --preset 8b --type bf16 --layers "$layers" -o "$model"
@@ -130,8 +131,13 @@ gpu)
       esac
       $sluice finetune "${gcommon[@]}" --batch "$b" -o "$work/gpu-$how.gguf" "${extra[@]}" \
         > "$work/gpu-$how.json" 2> "$work/gpu-$how.err" || { echo "[bench] $how failed: $(tail -1 "$work/gpu-$how.err")" >&2; continue; }
-      echo "$((b * seq)) $how $(field 'd["median_timed_step_s"]' < "$work/gpu-$how.json")" >> "$work/gpu-stream.txt"
-      if [ "$how" = hbm ]; then field '"hbm copies a step at %d tokens: %.1f MB predicted (the ring on training'"'"'s schedule), %.1f MB measured" % ('$((b * seq))', d["device_ring"]["predicted_copy_bytes"] / 1e6, d["device_ring"]["measured_copy_bytes"] / 1e6)' < "$work/gpu-hbm.json" || true; fi
+      # tokens, how, step s, then the host-to-device bytes a step (predicted,
+      # measured) and the disk's (predicted bytes, the rate the reads got).
+      field '"%d %s %s %s" % ('$((b * seq))', "'$how'", d["median_timed_step_s"], " ".join(str(x) for x in (
+        [d["device_ring"]["predicted_copy_bytes"], d["device_ring"]["measured_copy_bytes"], 0, 0] if "device_ring" in d else
+        [d["stream"]["predicted_copy_bytes"], d["stream"]["measured_copy_bytes"], d["stream"]["predicted_read_bytes"],
+         d["stream"]["run_disk_gbps"]] if "stream" in d else [0, 0, 0, 0])))' \
+        < "$work/gpu-$how.json" >> "$work/gpu-stream.txt"
     done
   done
   # The crossover plan train predicts for the host -> HBM leg, from this
@@ -145,9 +151,35 @@ gpu)
     "it counts 2 (S - K) layer copies a micro-batch, where a device step copies each layer outside its device tier at each visit (2 (L - G)), and the hbm ring about 2.1 L"
   [ -n "$h2d" ] && $sluice plan train -m "$model" --budget-gb "$(python3 -c "print($third / 1e9)")" \
     --tokens "${tokens%,}" --seq "$seq" --tflops "$tflops" --disk-gbps "$h2d"
-  awk '{t[$1 " " $2] = $3; k[$1] = 1} END {printf "%7s %11s %11s %11s %9s %9s\n", "tokens", "resident_s", "hbm_s", "tiers_s", "hbm", "tiers";
-       for (n in k) printf "%7d %11.3f %11.3f %11.3f %8.1f%% %8.1f%%\n", n, t[n " resident"], t[n " hbm"], t[n " tiers"],
-         100 * (t[n " hbm"] / t[n " resident"] - 1), 100 * (t[n " tiers"] / t[n " resident"] - 1)}' "$work/gpu-stream.txt" | sort -n
+  # Each streamed row beside the engine's own prediction: the bytes finetune
+  # predicted it would copy (hbm: the ring's schedule; tiers: the layers
+  # outside the device tier, twice) at gpu-bench's pinned rate, and the
+  # tiers' disk reads at the rate they got, against the resident step's
+  # compute: overhead max(0, link / compute - 1), and the crossover, the
+  # tokens a step past which the link hides behind the compute.
+  H2D="${h2d:-0}" python3 - "$work/gpu-stream.txt" <<'PY'
+import os, sys
+rows = {}
+for line in open(sys.argv[1]):
+    n, how, step, copy_pred, copy_meas, read_pred, disk_gbps = line.split()
+    rows[(int(n), how)] = [float(x) for x in (step, copy_pred, copy_meas, read_pred, disk_gbps)]
+h2d = float(os.environ["H2D"]) * 1e9
+print("%7s %9s %-6s %9s %9s %9s %11s %11s %10s" % ("tokens", "resident", "how", "step", "overhead", "predicted",
+                                                 "copies_MB", "measured_MB", "crossover"))
+for n in sorted({k[0] for k in rows}):
+    if (n, "resident") not in rows:
+        continue
+    res = rows[(n, "resident")][0]
+    for how in ("hbm", "tiers"):
+        if (n, how) not in rows:
+            continue
+        step, cp, cm, rd, disk = rows[(n, how)]
+        link = max(cp / h2d if h2d > 0 else 0.0, rd / (disk * 1e9) if disk > 0 else 0.0)
+        pred = max(0.0, link / res - 1) if res > 0 else 0.0
+        cross = n * link / res if res > 0 else 0.0
+        print("%7d %8.3fs %-6s %8.3fs %8.1f%% %8.1f%% %11.1f %11.1f %10.0f" % (
+            n, res, how, step, 100 * (step / res - 1), 100 * pred, cp / 1e6, cm / 1e6, cross))
+PY
   ;;
 *)
   echo "usage: bench/train_bench.sh speed|stream|gpu" >&2
