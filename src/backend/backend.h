@@ -400,12 +400,13 @@ class Backend {
   // while running (the cuda backend's streamed dispatches), since creation.
   virtual uint64_t bytes_streamed() const { return 0; }
   // The order in which the groups of the last prepare_weights() will be used,
-  // one period repeating: indices into those groups, each at least once (a
-  // training step: the forward, then each layer's groups forward and in
-  // reverse). A backend that streams some of them (PreparedWeights::
-  // host_groups) copies ahead in that order and keeps what it comes back to
-  // soonest; by default the groups go in order, once a period (a forward pass
-  // a token). Errors: an index out of range, a streamed group left out.
+  // one period repeating: indices into those groups (a training step: the
+  // forward, then each layer's groups forward and in reverse). A backend that
+  // streams some of them (PreparedWeights::host_groups) copies ahead in that
+  // order and keeps what it comes back to soonest; a group left out (a routed
+  // expert) is copied when used, never ahead. By default the groups go in
+  // order, once a period (a forward pass a token). Errors: an index out of
+  // range.
   virtual Status set_weight_schedule(std::span<const int> groups) { return Status(); }
   // Host-to-backend bytes one period of that schedule copies once warm (0:
   // nothing streams): what bytes_streamed() should grow by a period.

@@ -28,12 +28,8 @@ void SlotRing::index_places() {
 }
 
 bool SlotRing::set_schedule(std::span<const int> order) {
-  std::vector<uint8_t> seen(static_cast<size_t>(n_groups()), 0);
-  for (int g : order) {
+  for (int g : order)
     if (g < 0 || g >= n_groups()) return false;
-    seen[static_cast<size_t>(g)] = 1;
-  }
-  if (std::find(seen.begin(), seen.end(), 0) != seen.end()) return false;
   order_.clear();
   for (int g : order)
     if (order_.empty() || order_.back() != g) order_.push_back(g);
@@ -47,7 +43,7 @@ int64_t SlotRing::next_use(int g) const {
   const auto period = static_cast<int64_t>(order_.size());
   const auto first = places_.begin() + place_begin_[static_cast<size_t>(g)];
   const auto last = places_.begin() + place_begin_[static_cast<size_t>(g) + 1];
-  CHECK(first != last);  // set_schedule() admits only periods that visit every group
+  if (first == last) return kNever;  // left out: copied when acquired, never ahead
   const auto next = std::upper_bound(first, last, pos_);
   return next != last ? *next - pos_ : *first + period - pos_;
 }
@@ -92,7 +88,8 @@ int SlotRing::ensure(int g, bool must) {
 int SlotRing::acquire(int g) {
   CHECK(g >= 0 && g < n_groups());
   const auto period = static_cast<int64_t>(order_.size());
-  if (pos_ < 0 || order_[static_cast<size_t>(pos_)] != g) pos_ = (pos_ + next_use(g)) % period;
+  if (const int64_t next = next_use(g); next != kNever && (pos_ < 0 || order_[static_cast<size_t>(pos_)] != g))
+    pos_ = (pos_ + next) % period;
   const int s = ensure(g, true);
   const auto su = static_cast<size_t>(s);
   slot_tick_[su] = ++tick_;

@@ -21,7 +21,10 @@
 //
 // The schedule's position follows the acquires: acquire(g) moves it to g's
 // next place in the period (it stays if g is where it is), so an acquire out
-// of order (routed experts) costs that acquire a copy, never the contract. A
+// of order costs that acquire a copy, never the contract. A group the
+// schedule leaves out (a routed expert, whose turn only the router knows) is
+// copied when acquired, never ahead, gives way first, and leaves the
+// position where it is. A
 // slot acquired and not yet released is never refilled. With no more groups
 // than slots, every group stays in its slot after its first copy. Giving up
 // what the schedule wants latest is the offline optimum's rule; copying
@@ -57,9 +60,10 @@ class SlotRing {
 
   int n_groups() const { return static_cast<int>(group_slot_.size()); }
   int n_slots() const { return static_cast<int>(slot_group_.size()); }
-  // One period of the groups in acquire order, every group at least once (a
-  // group repeated back to back is one visit); the position goes to its start.
-  // False (and the schedule unchanged): a group out of range or missing.
+  // One period of the groups in acquire order (a group repeated back to back
+  // is one visit; a group left out is copied only when acquired: with none
+  // named, every group is); the position goes to its start. False (and the
+  // schedule unchanged): a group out of range.
   bool set_schedule(std::span<const int> order);
   // The slot holding group g, ready for the compute enqueued next.
   int acquire(int g);
@@ -75,7 +79,8 @@ class SlotRing {
   // for a prefetch (!must) only if that is later than g, else -1.
   int ensure(int g, bool must);
   // Positions from the current one to group g's next place in the period
-  // (1 .. period): a binary search of g's places, O(log period).
+  // (1 .. period; kNever for a group it leaves out): a binary search of g's
+  // places, O(log period).
   int64_t next_use(int g) const;
   // order_'s places of each group: group g's, ascending, are
   // places_[place_begin_[g] .. place_begin_[g + 1]).
@@ -86,6 +91,7 @@ class SlotRing {
   std::vector<int64_t> places_;      // [order_.size()]
   std::vector<int64_t> place_begin_; // [n_groups + 1]
   int64_t pos_ = -1;                 // where the last acquire was in it
+  static constexpr int64_t kNever = int64_t{1} << 62;
   std::vector<int> slot_group_;      // -1: empty
   std::vector<int> group_slot_;      // -1: not in a slot
   std::vector<uint64_t> slot_tick_;  // when its group was last acquired

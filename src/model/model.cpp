@@ -73,7 +73,14 @@ StatusOr<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelFile> fi
     m->prepared_ = m->backend_->prepare_weights(spans);
     RETURN_IF_ERROR(m->prepared_.status);
     if (!m->prepared_.host_groups.empty()) {
-      for (const WeightGroup& g : spans) m->streamed_group_layer_.push_back(layer_of_view(m->weights_, g[0]));
+      // The backend streams some groups: a forward pass a token, with a
+      // routed expert's copied only when the router picks it.
+      for (const WeightGroup& g : spans) {
+        bool expert = false;
+        const int64_t l = layer_of_view(m->weights_, g[0], &expert);
+        m->streamed_group_layer_.push_back(expert ? kRoutedGroup : l);
+      }
+      RETURN_IF_ERROR(m->set_layer_schedule(forward_schedule(m->hp_.n_layer)));
     }
     m->host_layer_bytes_ = layer_bytes_of_groups(m->weights_, spans, m->prepared_.host_groups);
   } else if (!m->device_layer_.empty()) {

@@ -238,7 +238,7 @@ std::vector<int> dispatch_schedule(std::span<const int64_t> group_layer, std::sp
   for (size_t g = 0; g < group_layer.size(); ++g) {
     const int64_t l = group_layer[g];
     if (l >= 0 && l < n_layer) of_layer[static_cast<size_t>(l)].push_back(static_cast<int>(g));
-    else if (l < 0) unlayered.push_back(static_cast<int>(g));
+    else if (l == -1) unlayered.push_back(static_cast<int>(g));
   }
   std::vector<int> order;
   std::vector<int> visits(static_cast<size_t>(n_layer), 0);

@@ -73,11 +73,13 @@ std::vector<std::vector<WeightView*>> dispatch_groups(ModelWeights& w, const Arc
 
 // The order a layer schedule (weight_source.h, one period) uses dispatch
 // groups in, for Backend::set_weight_schedule: group_layer[i] is group i's
-// layer (-1: none, the output head). Each visit of a layer uses its groups in
+// layer (-1: none, the output head; kRoutedGroup: a routed expert's, whose
+// turn only the router knows, left out). Each visit of a layer uses its groups in
 // order; a layer's second visit in the period (training_schedule's backward)
 // uses them in order and then in reverse: the recomputed forward, then the
 // transposed products. Groups of no layer come where the visits turn from
 // first to second (the loss, between forward and backward), else last.
+inline constexpr int64_t kRoutedGroup = -2;
 std::vector<int> dispatch_schedule(std::span<const int64_t> group_layer, std::span<const int64_t> layer_order);
 
 // Bytes per layer of the groups marked in `which` ([groups.size()], nonzero:

@@ -74,8 +74,12 @@ TEST(ModelWeights, DispatchScheduleVisitsALayersGroupsForwardAndTheBackwardInRev
   // layer's groups forward (recomputed) and in reverse (transposed).
   EXPECT_EQ(dispatch_schedule(layer_of, training_schedule(2)),
             (std::vector<int>{0, 1, 2, 3, 4, 2, 3, 3, 2, 0, 1, 1, 0}));
-  // Groups of layers the order never visits are left out (a stage's others).
+  // Groups of layers the order never visits are left out (a stage's others),
+  // and so are routed experts' (the router picks their turn).
   EXPECT_EQ(dispatch_schedule(std::vector<int64_t>{0, 1, 1}, forward_schedule(1)), (std::vector<int>{0}));
+  const std::vector<int64_t> routed = {0, kRoutedGroup, kRoutedGroup, 1, kRoutedGroup, -1};
+  EXPECT_EQ(dispatch_schedule(routed, forward_schedule(2)), (std::vector<int>{0, 3, 5}));
+  EXPECT_EQ(dispatch_schedule(routed, training_schedule(2)), (std::vector<int>{0, 3, 5, 3, 3, 0, 0}));
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ class WeightRing final : private SlotCopier {
   uint8_t* host(int g) { return host_ + offset_[static_cast<size_t>(g)]; }
 
   // The order of the acquires, one period (SlotRing::set_schedule); false: a
-  // group out of range or missing.
+  // group out of range.
   bool set_schedule(std::span<const int> order);
   // Host-to-device bytes one period of the schedule copies once warm.
   uint64_t scheduled_bytes() const { return scheduled_bytes_; }
