@@ -409,7 +409,8 @@ class Backend {
   // range.
   virtual Status set_weight_schedule(std::span<const int> groups) { return Status(); }
   // Host-to-backend bytes one period of that schedule copies once warm (0:
-  // nothing streams): what bytes_streamed() should grow by a period.
+  // nothing streams): what bytes_streamed() should grow by a period, besides
+  // the groups it leaves out (copied when used: a routed model's experts).
   virtual uint64_t scheduled_copy_bytes() const { return 0; }
 
   // Weights in a weight source's host memory (--mem-budget: the store's
