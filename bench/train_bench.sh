@@ -121,7 +121,7 @@ gpu)
   s=$(field 'd["median_timed_step_s"]' < "$work/gpu.json")
   p=$(field 'd["median_step_s"]' < "$work/peft.json")
   python3 -c "print('8b x $layers layers, rank $rank, $batch x $seq tokens: sluice %.1f tokens/s, pytorch+peft %.1f, ratio %.2fx' % ($batch * $seq / $s, $batch * $seq / $p, $p / $s))"
-  : > "$work/gpu-stream.txt"
+  rm -f "$work"/gpu-row-*.json
   for b in ${BATCHES:-1 4 16}; do
     for how in resident hbm tiers; do
       case $how in
@@ -131,13 +131,7 @@ gpu)
       esac
       $sluice finetune "${gcommon[@]}" --batch "$b" -o "$work/gpu-$how.gguf" "${extra[@]}" \
         > "$work/gpu-$how.json" 2> "$work/gpu-$how.err" || { echo "[bench] $how failed: $(tail -1 "$work/gpu-$how.err")" >&2; continue; }
-      # tokens, how, step s, then the host-to-device bytes a step (predicted,
-      # measured) and the disk's (predicted bytes, the rate the reads got).
-      field '"%d %s %s %s" % ('$((b * seq))', "'$how'", d["median_timed_step_s"], " ".join(str(x) for x in (
-        [d["device_ring"]["predicted_copy_bytes"], d["device_ring"]["measured_copy_bytes"], 0, 0] if "device_ring" in d else
-        [d["stream"]["predicted_copy_bytes"], d["stream"]["measured_copy_bytes"], d["stream"]["predicted_read_bytes"],
-         d["stream"]["run_disk_gbps"]] if "stream" in d else [0, 0, 0, 0])))' \
-        < "$work/gpu-$how.json" >> "$work/gpu-stream.txt"
+      cp "$work/gpu-$how.json" "$work/gpu-row-$((b * seq))-$how.json"
     done
   done
   # The crossover plan train predicts for the host -> HBM leg, from this
@@ -157,12 +151,15 @@ gpu)
   # tiers' disk reads at the rate they got, against the resident step's
   # compute: overhead max(0, link / compute - 1), and the crossover, the
   # tokens a step past which the link hides behind the compute.
-  H2D="${h2d:-0}" python3 - "$work/gpu-stream.txt" <<'PY'
-import os, sys
-rows = {}
-for line in open(sys.argv[1]):
-    n, how, step, copy_pred, copy_meas, read_pred, disk_gbps = line.split()
-    rows[(int(n), how)] = [float(x) for x in (step, copy_pred, copy_meas, read_pred, disk_gbps)]
+  H2D="${h2d:-0}" python3 - "$work" <<'PY'
+import glob, json, os, sys
+rows = {}  # (tokens, how): step s, copies predicted and measured, disk bytes predicted, the disk's rate
+for path in glob.glob(os.path.join(sys.argv[1], "gpu-row-*.json")):
+    n, how = os.path.basename(path)[len("gpu-row-"):-len(".json")].split("-")
+    d = json.load(open(path))
+    r = d.get("device_ring") or d.get("stream") or {}
+    rows[(int(n), how)] = [d["median_timed_step_s"], r.get("predicted_copy_bytes", 0), r.get("measured_copy_bytes", 0),
+                           r.get("predicted_read_bytes", 0), r.get("run_disk_gbps", 0)]
 h2d = float(os.environ["H2D"]) * 1e9
 print("%7s %9s %-6s %9s %9s %9s %11s %11s %10s" % ("tokens", "resident", "how", "step", "overhead", "predicted",
                                                  "copies_MB", "measured_MB", "crossover"))
