@@ -180,7 +180,8 @@ TEST(Cli, PlanParallelCalibratedTimesThisMachinesForwardByRows) {
   const CliResult r = run_cli("plan parallel --calibrate -t 1 -m " + moe + " --parallel pp --ranks 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("rank 1 forward TFLOP/s by rows at once: 8 "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("ns a query per earlier key"), std::string::npos) << r.out;
+  // (The attention term, "ns a query per earlier key", is the difference of
+  // two timings and may come out 0 on a loaded machine: ForwardProbe's test.)
   EXPECT_NE(r.out.find("#1 "), std::string::npos) << r.out;  // its own machine
   EXPECT_EQ(r.out.find("every rank at once"), std::string::npos) << r.out;
 }

@@ -38,6 +38,7 @@
 //   PipelineExperts.HungExpertRankFailsRequests  a later stage's expert rank
 //                                    stopped: as the pipeline's
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -185,29 +186,38 @@ TEST_F(PipelineExperts, MatchesOneProcess) {
 TEST_F(PipelineExperts, StreamingRanksMatchOneProcess) {
   // stories-moe over 2 stages x 2 ranks: a rank's part is its stage's dense
   // parts (stage 0: the head) and 8 experts of each of 2 routed layers, 1.2
-  // to 1.6 MB; under 1.15 MB every rank pools expert slots for its share and
-  // reads the rest from its own disk.
+  // to 1.6 MB; under 1.15 MB a rank pools expert slots for its share and
+  // reads the rest from its own disk. Which ranks do is the plan's: the
+  // stages split the layers 2/2 on like ranks, but the split follows the
+  // rates each stage lead measures (a lead whose disk probe ran slow under
+  // CI's load can take 1 layer and the head, and its stage then fits).
   const std::string model = model_path("stories-moe/stories-moe.gguf");
   const CliResult r = run_matching_alone(model, 4, "--mem-budget 1.15M --parallel pp,ep --ep-size 2");
-  EXPECT_NE(r.err.find("rank(s) 0, 1, 2, 3 stream their share's experts from their own disk"), std::string::npos)
-      << r.err;
-  for (int rank = 0; rank < 4; ++rank) {
+  const size_t at = r.err.find("rank(s) ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const size_t end = r.err.find(" stream their share's experts from their own disk", at);
+  ASSERT_NE(end, std::string::npos) << r.err;
+  const std::string named = r.err.substr(at + 8, end - at - 8);
+  int n_named = 0;
+  for (size_t p = 0; p <= named.size(); ++n_named) {
+    const size_t comma = std::min(named.find(", ", p), named.size());
+    const int rank = std::stoi(named.substr(p, comma - p));
     EXPECT_NE(r.err.find(fmt::format("rank {}'s part streams from its disk:", rank)), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(fmt::format("  rank {} experts {}: a pool of", rank, rank % 2 ? "8-15" : "0-7")),
               std::string::npos)
         << r.err;
+    // An expert rank reads ahead what its lead predicted.
+    if (rank % 2) expect_read_ahead(r.err, rank);
+    p = comma + 2;
   }
+  EXPECT_GE(n_named, 1) << r.err;  // the model's 5.2 MB cannot fit in 4 x 1.15 MB
   // Each store pools only its stage's layers (its placement map).
-  EXPECT_NE(r.err.find("layers 0-1 of 4 (a pipeline stage)"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("layers 2-3 of 4 (a pipeline stage)"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(layers \d-\d of 4 \(a pipeline stage\))"))) << r.err;
   expect_both_stages_computed(r.err);
-  // The expert ranks read ahead what their leads predicted.
-  expect_read_ahead(r.err, 1);
-  expect_read_ahead(r.err, 3);
   expect_batched_matches(model, "pp,ep --ep-size 2 --micro-batches 3 --mem-budget 1.15M", {4},
                          [](const std::string& err) {
                            expect_both_stages_computed(err);
-                           EXPECT_NE(err.find("rank 3's part streams from its disk:"), std::string::npos) << err;
+                           EXPECT_NE(err.find("'s part streams from its disk:"), std::string::npos) << err;
                          });
 }
 

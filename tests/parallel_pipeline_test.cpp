@@ -155,9 +155,9 @@ TEST_F(Pipeline, StreamingRoutedRanksMatchOneProcess) {
     p = comma + 2;
   }
   EXPECT_NE(r.err.find("ms waiting on disks"), std::string::npos) << r.err;
-  // Batched, the same.
+  // Batched, the same (whichever ranks the plan streams this time).
   expect_batched_matches(model, "pp --mem-budget 1.8M", {2}, [](const std::string& err) {
-    EXPECT_NE(err.find("rank 1's range streams from its disk:"), std::string::npos) << err;
+    EXPECT_NE(err.find("'s range streams from its disk:"), std::string::npos) << err;
   });
 }
 

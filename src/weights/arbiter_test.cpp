@@ -145,8 +145,9 @@ TEST_F(ArbiterTest, CapLimitsBandwidth) {
   EXPECT_GE(s, 0.95 * floor_s);
   EXPECT_LT(s, floor_s + 2.0);
   EXPECT_GT(arb.stats().cap_wait_s, 0.5 * floor_s);
-  // Reads held back by the cap are not in flight: not busy time.
-  EXPECT_LT(arb.stats().busy_s, 0.5 * s);
+  // Reads held back by the cap are not in flight: not busy time (counted,
+  // it would be all of s; the margin is for a disk other tests load).
+  EXPECT_LT(arb.stats().busy_s, 0.8 * s);
   EXPECT_EQ(std::memcmp(buf->data(), bytes_.data(), 4u << 20), 0);
   // Lifting the cap: the same transfer is no longer held back.
   arb.set_cap(0);

@@ -373,8 +373,10 @@ TEST(WeightStore, CountsStallsWhenTransfersAreSlowAndNotWhenHidden) {
     EXPECT_LT(s.overlap_efficiency(), 0.5);
   }
   {
-    // Uncapped, with 40 ms of "compute" per layer: the next layer lands in the meantime.
-    auto store = WeightStore::open(file, plan, {.queue_depth = 4});
+    // Uncapped, with 40 ms of "compute" per layer: the next layer lands in the
+    // meantime. Through the page cache (the file was just written): O_DIRECT
+    // would time the disk, which other tests' probes share under ctest -j.
+    auto store = WeightStore::open(file, plan, {.queue_depth = 4, .direct = false});
     ASSERT_TRUE(store.ok());
     WeightStore& ws = **store;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // first layers land
