@@ -2,6 +2,7 @@
 // same tokens as the whole model, dense and routed, and serving over them.
 // Without a GPU every test skips with the reason.
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,9 @@ TEST(Cli, RunOnCudaOverThreeTiersGivesReferenceTokens) {
 
 // A routed model over three tiers on the GPU: the device holds every layer's
 // dense part and keeps the experts it copies in slots; the store streams the
-// experts from the file under --mem-budget. The CPU's greedy tokens.
+// experts from the file under --mem-budget. The CPU's greedy tokens, and
+// experts copied to the device as they land in the store's pool (the chosen
+// ones and the next layer's predicted), so that some are found there ready.
 TEST(Cli, RoutedModelOverThreeTiersOnCudaGivesTheCpusTokens) {
   const std::string moe = testing::shipped_model_path("stories-moe-f16.gguf");
   const std::string run = "run -m " + moe + " -p 'Once upon a time' -n 24 --temp 0 -t 2 --json ";
@@ -66,6 +69,11 @@ TEST(Cli, RoutedModelOverThreeTiersOnCudaGivesTheCpusTokens) {
   EXPECT_NE(tiers.err.find("three tiers on the device: 4 layers"), std::string::npos) << tiers.err;
   EXPECT_NE(tiers.err.find("device slots"), std::string::npos) << tiers.err;
   EXPECT_NE(tiers.err.find("found there"), std::string::npos) << tiers.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(tiers.err, m, std::regex(R"((\d+) copied ahead of their use.*; (\d+) copied ahead in all)")))
+      << tiers.err;
+  EXPECT_GT(std::stoi(m[1].str()), 0) << tiers.err;
+  EXPECT_GT(std::stoi(m[2].str()), 0) << tiers.err;
   EXPECT_EQ(nlohmann::json::parse(tiers.out)["tokens"], nlohmann::json::parse(cpu.out)["tokens"]);
 }
 

@@ -438,8 +438,17 @@ class Backend {
   // Experts of `layer` the router's prediction expects soon, their views
   // bound (experts[id] for id in ids; host views of a weight source): a
   // backend that keeps experts in slots (ExpertFfnArgs::layer) may start
-  // copying them now. Default: nothing.
-  virtual void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts) {}
+  // copying them now. Resident host bytes stay; `transient` ones (a slot of
+  // the source's expert pool) stay only while the source keeps the expert
+  // for `layer` (predicted, or pinned once chosen): before the source may
+  // reuse them, the caller calls settle_expert_prefetches(), and
+  // finish_host_reads() covers the chosen ones. Default: nothing.
+  virtual void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts,
+                                bool transient) {}
+  // The transient prefetches of `layer` (every layer: -1) whose expert is not
+  // in `keep` are let go of their host bytes: dropped where not copied yet,
+  // else waited for. Those in keep stay as they are. Default: nothing.
+  virtual void settle_expert_prefetches(int64_t layer, std::span<const int32_t> keep) {}
   // The slots such a backend keeps experts in, when the fluid split can move
   // them (its units on a device: a routed model's); the most were made at
   // load. set_expert_slot_count(n), n = max - j x min >= min, between steps:

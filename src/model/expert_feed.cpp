@@ -28,6 +28,10 @@ ExpertFeed::ExpertFeed(Backend& be, const ModelHparams& hp, const ModelWeights& 
   seen_.resize(n_expert);
   expert_ptrs_.resize(n_expert);
   streamed_.resize(n_expert);
+  ahead_ids_.reserve(n_expert);
+  ahead_sent_.resize(n_expert);
+  ahead_new_.reserve(n_expert);
+  ahead_views_.resize(n_expert);
   if (options.predict) {
     pred_router_ = floats(hp.n_expert);
     pred_xn_ = floats(hp.n_embd);
@@ -78,7 +82,54 @@ void ExpertFeed::count_pending() {
   any_pending_ = false;
 }
 
-void ExpertFeed::end_step() { count_pending(); }
+void ExpertFeed::end_step() {
+  settle_ahead({});
+  count_pending();
+}
+
+void ExpertFeed::predict_to_source(int64_t layer, std::span<const int32_t> ids) {
+  if (!copies_ahead()) {
+    source_->predict_experts(layer, ids);
+    return;
+  }
+  if (ahead_layer_ != layer) settle_ahead({});
+  // What this prediction drops loses the source's protection: the device
+  // lets go of its bytes first. Those it keeps stay copied or copying.
+  be_.settle_expert_prefetches(layer, ids);
+  for (int32_t e : ahead_ids_)
+    if (std::find(ids.begin(), ids.end(), e) == ids.end()) ahead_sent_[static_cast<size_t>(e)] = 0;
+  ahead_layer_ = layer;
+  ahead_ids_.assign(ids.begin(), ids.end());
+  source_->predict_experts(layer, ids);
+  copy_landed_predictions();
+}
+
+void ExpertFeed::copy_landed_predictions() {
+  if (ahead_layer_ < 0) return;
+  ahead_new_.clear();
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(ahead_layer_)];
+  for (int32_t e : ahead_ids_) {
+    const auto ei = static_cast<size_t>(e);
+    ExpertPointers p;
+    if (ahead_sent_[ei] || !source_->landed_expert(ahead_layer_, e, &p)) continue;
+    ahead_sent_[ei] = 1;
+    ExpertWeights& x = ahead_views_[ei];
+    x = w.experts[ei];  // shapes and types; a device never reorders host experts in place
+    x.gate.data = p.gate;
+    x.up.data = p.up;
+    x.down.data = p.down;
+    ahead_new_.push_back(e);
+  }
+  if (!ahead_new_.empty()) be_.prefetch_experts(ahead_layer_, ahead_new_, ahead_views_, /*transient=*/true);
+}
+
+void ExpertFeed::settle_ahead(std::span<const int32_t> keep) {
+  if (ahead_layer_ < 0) return;
+  be_.settle_expert_prefetches(ahead_layer_, keep);
+  for (int32_t e : ahead_ids_) ahead_sent_[static_cast<size_t>(e)] = 0;
+  ahead_ids_.clear();
+  ahead_layer_ = -1;
+}
 
 void ExpertFeed::distinct_experts(const int32_t* ids, int64_t n_ids, std::vector<int32_t>& out) {
   out.clear();
@@ -121,10 +172,11 @@ void ExpertFeed::predict_routing(int64_t layer, const float* x, int64_t n, bool 
   if (hook_ && !early) emit_routing("ffn_moe_pred", pred_ids_.data(), layer, n, c);
   if (streams()) {
     distinct_experts(pred_ids_.data(), n * c, pred_unique_ids_);
-    source_->predict_experts(layer, pred_unique_ids_);
+    predict_to_source(layer, pred_unique_ids_);
   } else if (!early && source_ && !be_.host_visible()) {  // experts in the source's host memory: the device's copies
     distinct_experts(pred_ids_.data(), n * c, pred_unique_ids_);
-    be_.prefetch_experts(layer, pred_unique_ids_, weights_.layers[static_cast<size_t>(layer)].experts);
+    be_.prefetch_experts(layer, pred_unique_ids_, weights_.layers[static_cast<size_t>(layer)].experts,
+                         /*transient=*/false);
   }
   if (dispatch_) dispatch_->predict(layer, std::span<const int32_t>(pred_ids_.data(), static_cast<size_t>(n * c)));
 }
@@ -132,7 +184,7 @@ void ExpertFeed::predict_routing(int64_t layer, const float* x, int64_t n, bool 
 void ExpertFeed::predict_experts(int64_t layer, std::span<const int32_t> ids) {
   if (!streams() || layer >= options_.layer_end || !hp_.layer_is_moe(layer)) return;
   distinct_experts(ids.data(), static_cast<int64_t>(ids.size()), pred_unique_ids_);
-  source_->predict_experts(layer, pred_unique_ids_);
+  predict_to_source(layer, pred_unique_ids_);
 }
 
 Status ExpertFeed::ffn_block(const LayerStep& s) {
@@ -186,7 +238,12 @@ Status ExpertFeed::ffn_block(const LayerStep& s) {
     // a few tokens; it is left to a later wait.
     const bool last_of_step = l == options_.layer_end - 1 && ++n_handed == unique_ids_.size();
     if (!(last_of_step && n < kReorderBreakEvenTokens)) prepare_expert(l, i);
-    return unique_ids_[static_cast<size_t>(i)];
+    const int32_t e = unique_ids_[static_cast<size_t>(i)];
+    if (copies_ahead()) {  // to the device now, while the others still read; the next layer's too
+      be_.prefetch_experts(l, std::span(&e, 1), streamed_, /*transient=*/true);
+      copy_landed_predictions();
+    }
+    return int64_t{e};
   };
   const FunctionRef<int64_t()> next_ref(next);
   RETURN_IF_ERROR(begin_experts(l, ids_.data(), n * hp_.n_expert_used, s.w));
@@ -217,6 +274,9 @@ StatusOr<std::span<const ExpertWeights>> ExpertFeed::landed_experts(int64_t laye
 
 Status ExpertFeed::begin_experts(int64_t layer, const int32_t* ids, int64_t n_ids, const LayerWeights& w) {
   distinct_experts(ids, n_ids, unique_ids_);
+  // The routing is known: the device lets go of the wrong predictions'
+  // bytes before the source may reuse them (the chosen stay pinned).
+  settle_ahead(ahead_layer_ == layer ? std::span<const int32_t>(unique_ids_) : std::span<const int32_t>());
   RETURN_IF_ERROR(source_->begin_experts(layer, unique_ids_, expert_ptrs_.data()));
   // Experts reordered for the backend when they first landed (prepare_expert)
   // are in the layouts it gives; the others are still GGUF rows.

@@ -21,7 +21,12 @@
 // does not idle, and computes each expert as it lands; while waiting it
 // reorders experts that landed earlier (Backend::prepare_in_place) so a
 // later hit runs the backend's fastest kernels. Results are bit-identical to
-// resident experts either way.
+// resident experts either way. On a backend that is not host-visible (a GPU
+// keeping experts in slots) the experts are copied as they land instead, not
+// when their layer runs: each chosen one as next_expert() hands it out, and
+// the coming layer's predicted ones once the source has them in memory
+// (Backend::prefetch_experts, transient: the feed lets the device go of the
+// ones a prediction or the routing drops before the source may reuse them).
 //
 // Buffers are planned at construction for n_batch tokens; predict() and
 // ffn_block() allocate nothing (the activation hook's copies aside). Not
@@ -139,6 +144,18 @@ class ExpertFeed {
   void prepare_while_waiting(int64_t layer);
   // Reorders one expert's bytes in place for the backend (the same bits).
   void reorder_expert(ExpertWeights& x);
+  // Streamed experts go to a device that keeps them in slots as they land
+  // (streams(), the backend not host-visible, no dispatch).
+  bool copies_ahead() const { return streams() && !dispatch_ && !be_.host_visible(); }
+  // `layer`'s prediction is now ids (distinct): the device lets go of the
+  // experts it no longer names, the source is told, and those it has in
+  // memory are copied ahead.
+  void predict_to_source(int64_t layer, std::span<const int32_t> ids);
+  // The tracked prediction's experts that have landed since: copied ahead.
+  void copy_landed_predictions();
+  // The device lets go of the tracked prediction but for `keep` (the
+  // layer's routing), and it is tracked no more.
+  void settle_ahead(std::span<const int32_t> keep);
 
   Backend& be_;
   const ModelHparams& hp_;
@@ -169,6 +186,12 @@ class ExpertFeed {
   std::vector<uint8_t> seen_;                 // [n_expert]
   std::vector<ExpertPointers> expert_ptrs_;   // [n_expert] begin_experts()'s, by index
   std::vector<ExpertWeights> streamed_;       // [n_expert] views of the layer's acquired experts, by id
+  // Copies ahead (copies_ahead()): the one coming layer whose prediction the device may be copying.
+  int64_t ahead_layer_ = -1;                 // -1: none
+  std::vector<int32_t> ahead_ids_;           // [n_expert] its predicted experts
+  std::vector<uint8_t> ahead_sent_;          // [n_expert] copied ahead (by id)
+  std::vector<int32_t> ahead_new_;           // [n_expert] scratch: the ones handed over in one call
+  std::vector<ExpertWeights> ahead_views_;   // [n_expert] their views, by id
 };
 
 }  // namespace sluice

@@ -127,6 +127,11 @@ class LayerWeightSource {
   virtual bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const { return false; }
   // That expert was reordered in place; it stays so until it is read again.
   virtual void unpinned_expert_prepared(int64_t layer, int32_t expert) {}
+  // Expert `expert` of `layer`, whole in memory now (read and landed, not
+  // necessarily chosen): where it is. Its bytes stay while the expert is
+  // predicted for `layer` (predict_experts) or pinned (begin_experts until
+  // release); false: not in memory (not read, or still reading).
+  virtual bool landed_expert(int64_t layer, int32_t expert, ExpertPointers* out) const { return false; }
 
   // The fluid split (engine/fluid_control.h), between steps: the host bytes
   // demote(l) would free by streaming resident layer l (0: it cannot);

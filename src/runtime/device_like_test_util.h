@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <utility>
@@ -27,6 +28,8 @@ class DeviceLike final : public ReferenceBackend {
   void finish_host_reads() override {
     ++finishes;
     unfinished = false;
+    // The chosen transient prefetches are read by now (their layer ran).
+    std::erase_if(in_flight, [this](const Copy& c) { return c.layer <= last_layer && let_go(c); });
   }
   void reserve(const ScratchNeeds& needs) override {
     host_weight_bytes = std::max(host_weight_bytes, needs.host_weight_bytes);
@@ -71,13 +74,32 @@ class DeviceLike final : public ReferenceBackend {
     }
     if (a.shared)
       for (const WeightView* v : {&a.shared->gate, &a.shared->up, &a.shared->down}) check(*v);
+    last_layer = a.layer;
     ReferenceBackend::expert_ffn(a);
   }
-  void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts) override {
+  // A transient prefetch is "copied" as late as the contract lets it be: its
+  // host bytes, kept here when it was made, must be the same when it is let
+  // go (settle_expert_prefetches, or finish_host_reads once its layer ran).
+  void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts,
+                        bool transient) override {
     ++prefetches;
     if (layer < 0 || ids.empty()) stray = "a prefetch for no layer the router predicts";
-    for (int32_t e : ids)
-      if (!in_ranges(experts[static_cast<size_t>(e)].gate)) stray = "a prefetch of an expert outside host memory";
+    for (int32_t e : ids) {
+      const ExpertWeights& w = experts[static_cast<size_t>(e)];
+      if (!in_ranges(w.gate)) stray = "a prefetch of an expert outside host memory";
+      if (!transient) continue;
+      ++transient_prefetches;
+      Copy c{.layer = layer, .expert = e};
+      for (const WeightView* v : {&w.gate, &w.up, &w.down})
+        c.bytes.emplace_back(v->data, std::vector<uint8_t>(v->data, v->data + row_bytes(v->type, v->n_in) * v->n_out));
+      in_flight.push_back(std::move(c));
+    }
+  }
+  void settle_expert_prefetches(int64_t layer, std::span<const int32_t> keep) override {
+    std::erase_if(in_flight, [&](const Copy& c) {
+      return (layer < 0 || c.layer == layer) && std::find(keep.begin(), keep.end(), c.expert) == keep.end() &&
+             let_go(c);
+    });
   }
 
   std::vector<std::pair<const uint8_t*, size_t>> ranges;
@@ -87,9 +109,25 @@ class DeviceLike final : public ReferenceBackend {
   bool unfinished = false;   // a host view read since the last finish_host_reads()
   bool prepared_expert = false;  // an expert's view in the arena (experts must stay the store's)
   int prefetches = 0;            // prefetch_experts() calls
+  int transient_prefetches = 0;  // experts prefetched from transient host bytes
   std::string stray;         // a view found neither here nor in a registered range
 
  private:
+  struct Copy {
+    int64_t layer = -1;
+    int32_t expert = -1;
+    std::vector<std::pair<const uint8_t*, std::vector<uint8_t>>> bytes;  // gate, up, down as prefetched
+  };
+  // The copy is let go now (true): its host bytes must still be as prefetched.
+  bool let_go(const Copy& c) {
+    for (const auto& [at, was] : c.bytes)
+      if (std::memcmp(at, was.data(), was.size()) != 0)
+        stray = "the host bytes of a transient prefetch reused before it was let go";
+    return true;
+  }
+  std::vector<Copy> in_flight;  // transient prefetches not let go yet
+  int64_t last_layer = -1;      // the layer whose experts ran last
+
   bool in_arena(const WeightView& w) const {
     for (const auto& a : arena)
       if (w.data >= a.data() && w.data < a.data() + a.size()) return true;

@@ -505,6 +505,17 @@ bool ExpertStore::unprepared(int64_t* layer, int32_t* expert, ExpertPointers* ou
   return true;
 }
 
+bool ExpertStore::landed(int64_t layer, int32_t expert, ExpertPointers* out) const {
+  if (!in_share(expert)) return false;
+  const int64_t slot = cache_.slot_of(layer, expert);
+  if (slot < 0 || !bytes_in(slot)) return false;
+  const uint8_t* base = pool_.data() + static_cast<uint64_t>(slot) * slot_bytes_;
+  const ExpertInfo& x = experts_[static_cast<size_t>(layer * hp_.n_expert + expert)];
+  *out = ExpertPointers{base + x.offsets[0], base + x.offsets[1], base + x.offsets[2],
+                        prepared_[static_cast<size_t>(slot)] != 0};
+  return true;
+}
+
 void ExpertStore::mark_prepared_expert(int64_t layer, int32_t expert) {
   const int64_t slot = cache_.slot_of(layer, expert);
   CHECK(slot >= 0 && !cache_.pinned(slot));

@@ -22,6 +22,10 @@
 //                           order they land (waiting for the next if none
 //                           has: stall time), so the layer computes the ones
 //                           in memory while the others are still reading
+//   landed(l, e, &p)        whether (l, e) is whole in a slot now (read and
+//                           landed, chosen or not), and where: its bytes
+//                           stay while it is predicted or pinned (a device
+//                           copies predicted experts ahead from there)
 //   mark_prepared(l, i)     the caller reordered handed-out expert i in place
 //                           (ExpertPointers::prepared says so while the slot
 //                           holds it; a new read clears it)
@@ -127,6 +131,8 @@ class ExpertStore {
   bool next_ready(int64_t layer) const;
   // false: none.
   bool unprepared(int64_t* layer, int32_t* expert, ExpertPointers* out) const;
+  // false: not in a slot, or still reading.
+  bool landed(int64_t layer, int32_t expert, ExpertPointers* out) const;
   void mark_prepared_expert(int64_t layer, int32_t expert);
   void release(int64_t layer);
   void end_step();

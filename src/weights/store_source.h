@@ -49,6 +49,9 @@ class StoreWeightSource : public LayerWeightSource {
   bool unprepared_expert(int64_t* layer, int32_t* expert, ExpertPointers* out) const override {
     return store_->unprepared_expert(layer, expert, out);
   }
+  bool landed_expert(int64_t layer, int32_t expert, ExpertPointers* out) const override {
+    return store_->landed_expert(layer, expert, out);
+  }
   void unpinned_expert_prepared(int64_t layer, int32_t expert) override {
     store_->unpinned_expert_prepared(layer, expert);
   }

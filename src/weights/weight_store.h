@@ -165,6 +165,9 @@ class WeightStore {
     return experts_->unprepared(layer, expert, out);
   }
   void unpinned_expert_prepared(int64_t layer, int32_t expert) { experts_->mark_prepared_expert(layer, expert); }
+  bool landed_expert(int64_t layer, int32_t expert, ExpertPointers* out) const {
+    return experts_->landed(layer, expert, out);
+  }
   // The fluid split over the expert pool (ExpertStore::set_slot_limit):
   // slots in use, the fewest and the most. Errors: no expert pool, or n
   // outside [min, max].

@@ -134,6 +134,9 @@ class ForwardingSource : public LayerWeightSource {
     return s_->unprepared_expert(layer, expert, out);
   }
   void unpinned_expert_prepared(int64_t layer, int32_t expert) override { s_->unpinned_expert_prepared(layer, expert); }
+  bool landed_expert(int64_t layer, int32_t expert, ExpertPointers* out) const override {
+    return s_->landed_expert(layer, expert, out);
+  }
 
  private:
   std::shared_ptr<LayerWeightSource> s_;

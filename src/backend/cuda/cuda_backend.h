@@ -177,7 +177,9 @@ class CudaBackend final : public Backend {
   void finish_host_reads() override;
   std::string copy_summary() const override;
   // Into the expert slots (DeviceExperts), experts in registered host memory.
-  void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts) override;
+  void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts,
+                        bool transient) override;
+  void settle_expert_prefetches(int64_t layer, std::span<const int32_t> keep) override;
   ExpertSlotRange expert_slots() const override;
   Status set_expert_slot_count(int64_t n) override;
 

@@ -127,6 +127,15 @@ void DeviceSlots::settle_fill(int s) {
   filled_recorded_[su] = 1;
 }
 
+void DeviceSlots::finish_fill(int s) {
+  const auto su = static_cast<size_t>(s);
+  if (pending_[su] != 0) {
+    queue_.sync(pending_[su]);  // compute still waits for it (wait_filled)
+  } else if (filled_recorded_[su]) {
+    SLUICE_CUDA_OK(cudaEventSynchronize(filled_[su]));
+  }
+}
+
 void DeviceSlots::cancel_fill(int s) {
   CopyQueue::Id& id = pending_[static_cast<size_t>(s)];
   if (id == 0) return;

@@ -71,6 +71,9 @@ class DeviceSlots {
   // Slot s's fill stays (its bytes will be read, later if at all) but gives
   // its queue record back: issued now, a slot event marks its end.
   void settle_fill(int s);
+  // The host waits until slot s's last fill not waited for by compute yet
+  // (pending or settled) is done: its host bytes may be reused after.
+  void finish_fill(int s);
 
  private:
   static constexpr int kMaxPieces = 8;  // per fill

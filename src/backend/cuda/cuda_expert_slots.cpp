@@ -23,6 +23,7 @@ DeviceExperts::DeviceExperts(int64_t n_layer, int64_t n_expert, uint64_t expert_
   CHECK(chunk_slots == 0 || chunk_slots >= 2);
   SLUICE_CUDA_OK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   predicted_.reserve(static_cast<size_t>(n_slots));
+  transient_.reserve(static_cast<size_t>(n_slots));
 }
 
 DeviceExperts::~DeviceExperts() { cudaEventDestroy(copied_); }
@@ -38,7 +39,10 @@ ExpertWeights DeviceExperts::in_slot(int s, const ExpertWeights& host) const {
 }
 
 ExpertWeights DeviceExperts::copy_into(int s, const ExpertWeights& host, CopyClass c) {
-  std::erase(predicted_, s);  // a slot taken for another expert is no prediction's any more
+  // A slot taken for another expert is no prediction's any more; a transient
+  // fill of it is cancelled by begin_fill (its chunks in flight waited for).
+  std::erase(predicted_, s);
+  std::erase(transient_, s);
   slots_dev_.begin_fill(s, c);  // the slot's readers first
   const ExpertWeights d = in_slot(s, host);
   for (auto [from, to] : {std::pair{&host.gate, &d.gate}, std::pair{&host.up, &d.up}, std::pair{&host.down, &d.down}}) {
@@ -56,19 +60,48 @@ ExpertWeights DeviceExperts::acquire(int64_t layer, int64_t expert, const Expert
   ++(f.hit ? hits_ : misses_);
   // Held already (perhaps by a prefetch still copying), or copied now: after the slot's fill.
   const ExpertWeights d = f.hit ? in_slot(f.slot, host) : copy_into(f.slot, host, CopyClass::kCritical);
-  if (f.hit) std::erase(predicted_, f.slot);
-  // After a copy made here, copied_ marks when its host bytes were read (finish()).
-  slots_dev_.wait_filled(f.slot, compute, f.hit ? nullptr : copied_);
-  if (!f.hit) pending_ = true;
+  bool transient = false;
+  if (f.hit) {
+    std::erase(predicted_, f.slot);
+    transient = std::erase(transient_, f.slot) > 0;
+  }
+  // After a copy made here or one from transient bytes, copied_ marks when
+  // its host bytes were read (finish()).
+  const bool covered = !f.hit || transient;
+  slots_dev_.wait_filled(f.slot, compute, covered ? copied_ : nullptr);
+  if (covered) pending_ = true;
   return d;
 }
 
-void DeviceExperts::prefetch(int64_t layer, int64_t expert, const ExpertWeights& host) {
+void DeviceExperts::prefetch(int64_t layer, int64_t expert, const ExpertWeights& host, bool transient) {
   const ExpertSlots::Found f = slots_.find(layer, expert);
   if (f.hit) return;
   copy_into(f.slot, host, CopyClass::kPredicted);
   predicted_.push_back(f.slot);
+  if (transient) transient_.push_back(f.slot);
   ++prefetched_;
+}
+
+void DeviceExperts::settle_transient(int64_t layer, std::span<const int32_t> keep) {
+  for (size_t i = 0; i < transient_.size();) {
+    const int s = transient_[i];
+    int64_t l = -1, e = -1;
+    CHECK(slots_.held_by(s, &l, &e));  // whatever forgets a slot's expert drops it here first
+    if ((layer >= 0 && l != layer) || std::find(keep.begin(), keep.end(), static_cast<int32_t>(e)) != keep.end()) {
+      ++i;
+      continue;
+    }
+    if (slots_dev_.fill_pending(s) && !slots_dev_.fill_issued(s)) {
+      slots_dev_.cancel_fill(s);  // its chunks in flight waited for, the rest dropped
+      slots_.forget(s);
+      std::erase(predicted_, s);
+      ++cancelled_;
+    } else {
+      slots_dev_.finish_fill(s);  // on the copy stream whole: the slot keeps it once it has read the host bytes
+    }
+    transient_[i] = transient_.back();
+    transient_.pop_back();
+  }
 }
 
 void DeviceExperts::settle_predictions(int64_t layer, std::span<const int32_t> chosen) {
@@ -81,12 +114,17 @@ void DeviceExperts::settle_predictions(int64_t layer, std::span<const int32_t> c
     }
     if (std::find(chosen.begin(), chosen.end(), static_cast<int32_t>(e)) != chosen.end()) {
       slots_dev_.raise_fill(s);  // acquire() will wait for it: ahead of the other predictions
-    } else if (slots_dev_.fill_issued(s)) {
-      slots_dev_.settle_fill(s);  // wrong, but copied: kept (a later token may choose it)
-    } else if (slots_dev_.fill_pending(s)) {
+      ++ready_;
+    } else if (slots_dev_.fill_pending(s) && !slots_dev_.fill_issued(s)) {
       slots_dev_.cancel_fill(s);  // wrong: what is not copied yet is dropped, the slot freed
       slots_.forget(s);
+      std::erase(transient_, s);  // cancel_fill waited for its chunks in flight
       ++cancelled_;
+    } else {
+      slots_dev_.settle_fill(s);  // wrong, but copied: kept (a later token may choose it)
+      // From transient bytes (settle_transient() normally came first): read
+      // before the source may reuse them.
+      if (std::erase(transient_, s) > 0) slots_dev_.finish_fill(s);
     }
     predicted_[i] = predicted_.back();
     predicted_.pop_back();
@@ -102,6 +140,7 @@ void DeviceExperts::release(cudaStream_t compute) {
 bool DeviceExperts::set_n_slots(int n) {
   CHECK(held_ < 0 && n >= 2 && n <= max_slots());
   std::erase_if(predicted_, [n](int s) { return s >= n; });  // their fills go with the slots
+  std::erase_if(transient_, [n](int s) { return s >= n; });  // (set_backed waits for what is in flight)
   const bool ok = slots_dev_.set_backed(n);
   slots_.set_limit(std::max(2, std::min(n, slots_dev_.n_backed())));
   return ok;

@@ -13,7 +13,10 @@
 // expert's as critical, a predicted one's as predicted (behind the layers and
 // chosen experts); once a layer's routing is known, settle_predictions()
 // raises its right predictions to critical and cancels the wrong ones not
-// copied yet. The host waits only in finish(). Calls come from one thread at
+// copied yet. A prefetch from transient host bytes (a slot of the weight
+// source's expert pool, which it reuses once the expert is neither predicted
+// nor pinned) is let go of them in settle_transient(), or, once acquired, in
+// finish(). The host waits only in those two. Calls come from one thread at
 // a time; nothing allocates after construction.
 #pragma once
 
@@ -50,9 +53,16 @@ class DeviceExperts {
   // The work on `compute` since the last acquire is the last to read its slot.
   void release(cudaStream_t compute);
   // Starts copying expert e of layer l into a slot, unless one holds it (the
-  // router's prediction). Its host bytes must stay (a resident expert's):
-  // finish() does not wait for these copies.
-  void prefetch(int64_t layer, int64_t expert, const ExpertWeights& host);
+  // router's prediction). Resident host bytes (transient false) must stay:
+  // nothing waits for these copies. Transient ones stay until
+  // settle_transient() lets the copy go, or until finish() after the expert
+  // is acquired.
+  void prefetch(int64_t layer, int64_t expert, const ExpertWeights& host, bool transient = false);
+  // The transient prefetches of `layer` (every layer: -1) whose expert is not
+  // in `keep`: dropped (the slot freed) if not on the copy stream whole, else
+  // the host waits until the copy has read its bytes (the slot keeps it).
+  void settle_transient(int64_t layer, std::span<const int32_t> keep);
+  bool has_transient() const { return !transient_.empty(); }
   // Layer `layer` chose these experts: its predicted copies of them become
   // critical; the others' copies not issued yet are dropped and their slots freed.
   void settle_predictions(int64_t layer, std::span<const int32_t> chosen);
@@ -71,6 +81,9 @@ class DeviceExperts {
   uint64_t hits() const { return hits_; }
   uint64_t misses() const { return misses_; }
   uint64_t prefetched() const { return prefetched_; }
+  // Chosen experts found in a slot a prefetch filled (of hits(); counted
+  // when settle_predictions() learns the layer's routing).
+  uint64_t ready() const { return ready_; }
   // Predicted copies dropped before they were issued (wrong predictions).
   uint64_t cancelled() const { return cancelled_; }
   size_t slot_bytes() const { return slots_dev_.slot_bytes(); }
@@ -88,8 +101,9 @@ class DeviceExperts {
   int held_ = -1;                       // the slot of the last acquire
   bool pending_ = false;
   uint64_t bytes_copied_ = 0;
-  uint64_t hits_ = 0, misses_ = 0, prefetched_ = 0, cancelled_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, prefetched_ = 0, cancelled_ = 0, ready_ = 0;
   std::vector<int> predicted_;  // slots prefetch() filled that no acquire() took yet
+  std::vector<int> transient_;  // of those, the ones whose fill reads transient host bytes, not yet let go
 };
 
 }  // namespace sluice::cuda

@@ -1,7 +1,8 @@
 // The device's expert slots (cuda_expert_slots.h) given up and taken back
 // (the fluid split): with fewer slots the least recently used go sooner, and
-// every expert acquired holds its own bytes before, while and after. Without
-// a usable GPU every test skips.
+// every expert acquired holds its own bytes before, while and after; and
+// copies from transient host bytes done with them once let go. Without a
+// usable GPU every test skips.
 #ifdef SLUICE_HAVE_CUDA
 
 #include <cstdint>
@@ -85,6 +86,79 @@ TEST(CudaExpertSlots, GivenUpAndTakenBackTheSlotsKeepEveryExpertsBytes) {
     hits = slots.hits();
     round();  // 8 slots again: every one found
     EXPECT_EQ(slots.hits() - hits, 8u);
+  }
+  cudaStreamDestroy(compute);
+}
+
+// The bytes of an expert's three device matrices, after the compute stream.
+std::vector<uint8_t> device_bytes(const ExpertWeights& d, cudaStream_t compute) {
+  EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(compute));
+  std::vector<uint8_t> out(3 * kMatrixBytes);
+  size_t at = 0;
+  for (const WeightView* v : {&d.gate, &d.up, &d.down}) {
+    copy_to_host(out.data() + at, v->data, kMatrixBytes);
+    at += kMatrixBytes;
+  }
+  return out;
+}
+
+// Prefetches from transient host bytes (the weight store's expert pool): the
+// bytes may be overwritten once settle_transient() let go of a prefetch, or
+// once finish() follows its acquire, and the device keeps what was there.
+// Under the emulator's deferred copies (SLUICE_EMU_DEFER=copies) a copy that
+// nothing waited for reads the host bytes only when forced to, so a let-go
+// without the wait shows up as the overwritten bytes in a slot.
+TEST(CudaExpertSlots, TransientPrefetchesAreDoneWithTheirHostBytesOnceLetGo) {
+  SKIP_WITHOUT_GPU();
+  HostExperts host;
+  const size_t expert_bytes = 3 * kMatrixBytes;
+  const std::vector<uint8_t> was(host.p, host.p + kLayers * kExperts * expert_bytes);
+  auto bytes_was = [&](int64_t l, int64_t e) {
+    const auto at = was.begin() + static_cast<std::ptrdiff_t>((l * kExperts + e) * static_cast<int64_t>(expert_bytes));
+    return std::vector<uint8_t>(at, at + static_cast<std::ptrdiff_t>(expert_bytes));
+  };
+  auto overwrite = [&](int64_t l, int64_t e) {  // the pool's slot takes another expert
+    std::memset(host.p + static_cast<size_t>(l * kExperts + e) * expert_bytes, 0xa5, expert_bytes);
+  };
+  cudaStream_t compute = nullptr;
+  ASSERT_EQ(cudaSuccess, cudaStreamCreate(&compute));
+  {
+    CopyQueue q({.chunk_bytes = 64, .max_in_flight = 2, .max_transfers = 16, .max_pieces = 8});
+    DeviceExperts slots(kLayers, kExperts, expert_bytes, 6, q);
+    for (int64_t e = 0; e < kExperts; ++e) slots.prefetch(1, e, host.of(1, e), /*transient=*/true);
+    EXPECT_EQ(slots.prefetched(), 4u);
+    const int32_t kept[] = {1, 2};
+    slots.settle_transient(1, kept);  // a refined prediction: 0 and 3 let go
+    EXPECT_TRUE(slots.has_transient());
+    overwrite(1, 0);
+    overwrite(1, 3);
+    slots.settle_predictions(1, kept);  // the layer routes to 1 and 2
+    for (int64_t e : {1, 2}) {
+      const uint64_t hits = slots.hits();
+      const ExpertWeights d = slots.acquire(1, e, host.of(1, e), compute);
+      EXPECT_EQ(slots.hits(), hits + 1) << e;
+      EXPECT_EQ(device_bytes(d, compute), bytes_was(1, e)) << e;
+      slots.release(compute);
+    }
+    EXPECT_EQ(slots.ready(), 2u);
+    slots.finish();  // the layer's end: the chosen ones' host bytes are free too
+    EXPECT_FALSE(slots.has_transient());
+    overwrite(1, 1);
+    overwrite(1, 2);
+    // Found again with the bytes they were copied with; 0 and 3 found whole
+    // from before the overwrite, or dropped and copied again from the new bytes.
+    for (int64_t e = 0; e < kExperts; ++e) {
+      const uint64_t hits = slots.hits();
+      const ExpertWeights d = slots.acquire(1, e, host.of(1, e), compute);
+      const bool hit = slots.hits() == hits + 1;
+      if (e == 1 || e == 2) EXPECT_TRUE(hit) << e;
+      const ExpertWeights h = host.of(1, e);
+      const std::vector<uint8_t> now(h.gate.data, h.gate.data + expert_bytes);
+      EXPECT_EQ(device_bytes(d, compute), hit ? bytes_was(1, e) : now) << e;
+      slots.release(compute);
+    }
+    slots.finish();
+    EXPECT_EQ(slots.prefetched() - slots.ready(), 2u);  // the wrong ones
   }
   cudaStreamDestroy(compute);
 }

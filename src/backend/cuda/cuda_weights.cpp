@@ -284,13 +284,20 @@ std::string CudaBackend::make_expert_slots(uint64_t left) {
                      static_cast<double>(n) / static_cast<double>(std::max<int64_t>(1, expert_layers_)));
 }
 
-void CudaBackend::prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts) {
+void CudaBackend::prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts,
+                                   bool transient) {
   if (!experts_dev_ || !host_views_) return;
   settle();  // the copy queue's stream
   for (int32_t e : ids) {
     const ExpertWeights& w = experts[static_cast<size_t>(e)];
-    if (w.gate.data && host_views_->holds(w.gate.data)) experts_dev_->prefetch(layer, e, w);
+    if (w.gate.data && host_views_->holds(w.gate.data)) experts_dev_->prefetch(layer, e, w, transient);
   }
+}
+
+void CudaBackend::settle_expert_prefetches(int64_t layer, std::span<const int32_t> keep) {
+  if (!experts_dev_ || !experts_dev_->has_transient()) return;
+  settle();  // a copy may wait for kernels being recorded
+  experts_dev_->settle_transient(layer, keep);
 }
 
 ExpertSlotRange CudaBackend::expert_slots() const {
@@ -325,11 +332,13 @@ std::string CudaBackend::copy_summary() const {
   if (experts_dev_) {
     const DeviceExperts& e = *experts_dev_;
     const uint64_t all = e.hits() + e.misses();
-    s += fmt::format("{}experts in {} device slots: {} of {} chosen found there ({:.1f}%), {} copied ahead by the "
-                     "router's prediction ({} wrong ones dropped before they were copied)",
+    const uint64_t ready = std::min(e.ready(), e.hits());
+    s += fmt::format("{}experts in {} device slots: {} of {} chosen found there ({:.1f}%: {} kept from before, {} "
+                     "copied ahead of their use, by the router's prediction or as they landed in host memory); {} "
+                     "copied ahead in all ({} wrong ones dropped before they were copied)",
                      s.empty() ? "" : "; ", e.n_slots(), e.hits(), all,
-                     all ? 100.0 * static_cast<double>(e.hits()) / static_cast<double>(all) : 0.0, e.prefetched(),
-                     e.cancelled());
+                     all ? 100.0 * static_cast<double>(e.hits()) / static_cast<double>(all) : 0.0, e.hits() - ready,
+                     ready, e.prefetched(), e.cancelled());
   }
   if (copies_) {
     const auto b = copies_->bytes_issued();
