@@ -22,15 +22,26 @@ ExpertSlots::Found ExpertSlots::find(int64_t layer, int64_t expert) {
     ++hits_;
     return {.slot = s, .hit = true};
   }
-  size_t lru = 0;
-  for (size_t s = 1; s < static_cast<size_t>(limit_); ++s)
-    if (stamp_[s] < stamp_[lru]) lru = s;
+  const auto lru = static_cast<size_t>(next_victim());
   if (key_of_[lru] >= 0) slot_of_[static_cast<size_t>(key_of_[lru])] = -1;
   key_of_[lru] = key;
   slot_of_[static_cast<size_t>(key)] = static_cast<int32_t>(lru);
   stamp_[lru] = clock_;
   ++misses_;
   return {.slot = static_cast<int>(lru), .hit = false};
+}
+
+bool ExpertSlots::holds(int64_t layer, int64_t expert) const {
+  const int64_t key = layer * n_expert_ + expert;
+  CHECK(layer >= 0 && expert >= 0 && expert < n_expert_ && key < static_cast<int64_t>(slot_of_.size()));
+  return slot_of_[static_cast<size_t>(key)] >= 0;
+}
+
+int ExpertSlots::next_victim() const {
+  size_t lru = 0;
+  for (size_t s = 1; s < static_cast<size_t>(limit_); ++s)
+    if (stamp_[s] < stamp_[lru]) lru = s;
+  return static_cast<int>(lru);
 }
 
 void ExpertSlots::forget(int s) {

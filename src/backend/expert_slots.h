@@ -29,6 +29,10 @@ class ExpertSlots {
     bool hit = false;
   };
   Found find(int64_t layer, int64_t expert);
+  // Without changing anything: whether a slot holds expert e of layer l, and
+  // the slot a miss would take now.
+  bool holds(int64_t layer, int64_t expert) const;
+  int next_victim() const;
   // Slot s holds nothing from now on and is the next a miss takes (its copy
   // was cancelled: a prediction that turned out wrong).
   void forget(int s);

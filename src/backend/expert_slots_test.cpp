@@ -23,6 +23,22 @@ TEST(ExpertSlots, AChosenExpertStaysUntilTheLeastRecentlyUsedGoes) {
   EXPECT_EQ(s.misses(), 5u);
 }
 
+// holds() and next_victim() look without touching: the victim named is the
+// slot the next miss takes, and a look does not make a slot recently used.
+TEST(ExpertSlots, ALookNamesTheNextVictimWithoutUsingAnything) {
+  ExpertSlots s(2, 4, 3);
+  const auto a = s.find(0, 1), b = s.find(0, 2), c = s.find(1, 1);
+  EXPECT_TRUE(s.holds(0, 1) && s.holds(1, 1));
+  EXPECT_FALSE(s.holds(1, 2));
+  EXPECT_EQ(s.next_victim(), a.slot);
+  EXPECT_EQ(s.next_victim(), a.slot);  // still: looking is no use
+  EXPECT_EQ(s.hits(), 0u);
+  EXPECT_TRUE(s.find(0, 1).hit);
+  EXPECT_EQ(s.next_victim(), b.slot);
+  EXPECT_EQ(s.find(1, 3).slot, b.slot);
+  EXPECT_EQ(s.next_victim(), c.slot);
+}
+
 // A slot whose copy was cancelled holds nothing and goes first.
 TEST(ExpertSlots, AForgottenSlotHoldsNothingAndGoesFirst) {
   ExpertSlots s(2, 4, 3);

@@ -74,6 +74,15 @@ ExpertWeights DeviceExperts::acquire(int64_t layer, int64_t expert, const Expert
 }
 
 void DeviceExperts::prefetch(int64_t layer, int64_t expert, const ExpertWeights& host, bool transient) {
+  // A prefetch never takes the slot of another one not used yet: with fewer
+  // slots than a layer's experts and the next layer's predicted ones, the
+  // copies would evict each other before their acquire (the acquire copies
+  // it anyway, as critical).
+  if (!slots_.holds(layer, expert) &&
+      std::find(predicted_.begin(), predicted_.end(), slots_.next_victim()) != predicted_.end()) {
+    ++declined_;
+    return;
+  }
   const ExpertSlots::Found f = slots_.find(layer, expert);
   if (f.hit) return;
   copy_into(f.slot, host, CopyClass::kPredicted);

@@ -53,7 +53,8 @@ class DeviceExperts {
   // The work on `compute` since the last acquire is the last to read its slot.
   void release(cudaStream_t compute);
   // Starts copying expert e of layer l into a slot, unless one holds it (the
-  // router's prediction). Resident host bytes (transient false) must stay:
+  // router's prediction) or the slot it would take holds a prefetch not
+  // acquired yet (declined()). Resident host bytes (transient false) must stay:
   // nothing waits for these copies. Transient ones stay until
   // settle_transient() lets the copy go, or until finish() after the expert
   // is acquired.
@@ -84,6 +85,8 @@ class DeviceExperts {
   // Chosen experts found in a slot a prefetch filled (of hits(); counted
   // when settle_predictions() learns the layer's routing).
   uint64_t ready() const { return ready_; }
+  // Prefetches not made: the slot they would take held another prefetch not used yet.
+  uint64_t declined() const { return declined_; }
   // Predicted copies dropped before they were issued (wrong predictions).
   uint64_t cancelled() const { return cancelled_; }
   size_t slot_bytes() const { return slots_dev_.slot_bytes(); }
@@ -101,7 +104,7 @@ class DeviceExperts {
   int held_ = -1;                       // the slot of the last acquire
   bool pending_ = false;
   uint64_t bytes_copied_ = 0;
-  uint64_t hits_ = 0, misses_ = 0, prefetched_ = 0, cancelled_ = 0, ready_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, prefetched_ = 0, cancelled_ = 0, ready_ = 0, declined_ = 0;
   std::vector<int> predicted_;  // slots prefetch() filled that no acquire() took yet
   std::vector<int> transient_;  // of those, the ones whose fill reads transient host bytes, not yet let go
 };

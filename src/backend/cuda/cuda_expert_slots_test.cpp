@@ -90,6 +90,32 @@ TEST(CudaExpertSlots, GivenUpAndTakenBackTheSlotsKeepEveryExpertsBytes) {
   cudaStreamDestroy(compute);
 }
 
+// With every slot holding a prefetch not used yet, another prefetch is
+// declined rather than evict one; an acquire still takes a slot (the wrong
+// prediction's, once the routing is known).
+TEST(CudaExpertSlots, APrefetchDoesNotEvictAnotherNotUsedYet) {
+  SKIP_WITHOUT_GPU();
+  HostExperts host;
+  cudaStream_t compute = nullptr;
+  ASSERT_EQ(cudaSuccess, cudaStreamCreate(&compute));
+  {
+    CopyQueue q({.chunk_bytes = size_t{1} << 20, .max_in_flight = 2, .max_transfers = 16, .max_pieces = 4});
+    DeviceExperts slots(kLayers, kExperts, 3 * kMatrixBytes, 2, q);
+    for (int64_t e = 0; e < 3; ++e) slots.prefetch(1, e, host.of(1, e));
+    EXPECT_EQ(slots.prefetched(), 2u);
+    EXPECT_EQ(slots.declined(), 1u);
+    const int32_t chosen[] = {0, 2};
+    slots.settle_predictions(1, chosen);  // 1 was wrong: its slot goes to the next miss
+    check_acquire(slots, host, 1, 0, compute);
+    check_acquire(slots, host, 1, 2, compute);
+    EXPECT_EQ(slots.hits(), 1u);
+    EXPECT_EQ(slots.misses(), 1u);
+    EXPECT_EQ(slots.ready(), 1u);
+    slots.finish();
+  }
+  cudaStreamDestroy(compute);
+}
+
 // The bytes of an expert's three device matrices, after the compute stream.
 std::vector<uint8_t> device_bytes(const ExpertWeights& d, cudaStream_t compute) {
   EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(compute));
