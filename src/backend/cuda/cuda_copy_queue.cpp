@@ -62,6 +62,22 @@ bool CopyQueue::fully_issued(Id id) const {
   return schedule_.fully_issued(id);
 }
 
+bool CopyQueue::done(Id id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!schedule_.fully_issued(id)) return false;
+  const int at = schedule_.record_of(id);
+  CHECK(at >= 0);
+  const Rec& rec = recs_[static_cast<size_t>(at)];
+  CHECK(rec.done_recorded);
+  const cudaError_t e = cudaEventQuery(rec.done);
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  SLUICE_CUDA_OK(e);
+  return true;
+}
+
 void CopyQueue::reprioritize(Id id, CopyClass c) {
   std::lock_guard<std::mutex> lock(mu_);
   schedule_.reprioritize(id, c);

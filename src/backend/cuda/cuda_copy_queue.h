@@ -58,6 +58,8 @@ class CopyQueue {
   void reprioritize(Id id, CopyClass c);
   // Whether every chunk of the transfer is on the stream.
   bool fully_issued(Id id) const;
+  // Whether the transfer is done (the host does not wait).
+  bool done(Id id) const;
   // The work enqueued on `stream` (unless null) from now on waits for the transfer;
   // `copied` (if set) is recorded on the copy stream after it (and perhaps
   // after chunks issued since: a host wait on it waits no less).

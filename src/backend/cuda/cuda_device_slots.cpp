@@ -113,6 +113,19 @@ bool DeviceSlots::fill_issued(int s) const {
   return id != 0 && queue_.fully_issued(id);
 }
 
+bool DeviceSlots::fill_done(int s) const {
+  const auto su = static_cast<size_t>(s);
+  if (pending_[su] != 0) return queue_.done(pending_[su]);
+  if (!filled_recorded_[su]) return true;  // compute waited for it already
+  const cudaError_t e = cudaEventQuery(filled_[su]);
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  SLUICE_CUDA_OK(e);
+  return true;
+}
+
 void DeviceSlots::raise_fill(int s) {
   const CopyQueue::Id id = pending_[static_cast<size_t>(s)];
   if (id != 0) queue_.reprioritize(id, CopyClass::kCritical);

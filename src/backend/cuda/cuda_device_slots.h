@@ -66,6 +66,8 @@ class DeviceSlots {
   bool fill_pending(int s) const { return pending_[static_cast<size_t>(s)] != 0; }
   // Whether that fill is on the copy stream whole (no chunk of it waits in the queue).
   bool fill_issued(int s) const;
+  // Whether slot s's last fill is done (the host does not wait).
+  bool fill_done(int s) const;
   void raise_fill(int s);
   void cancel_fill(int s);
   // Slot s's fill stays (its bytes will be read, later if at all) but gives

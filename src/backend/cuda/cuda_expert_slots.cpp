@@ -64,6 +64,7 @@ ExpertWeights DeviceExperts::acquire(int64_t layer, int64_t expert, const Expert
   if (f.hit) {
     std::erase(predicted_, f.slot);
     transient = std::erase(transient_, f.slot) > 0;
+    if (!slots_dev_.fill_done(f.slot)) ++late_;  // the compute waits for the copy ahead
   }
   // After a copy made here or one from transient bytes, copied_ marks when
   // its host bytes were read (finish()).

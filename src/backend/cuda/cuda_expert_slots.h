@@ -87,6 +87,9 @@ class DeviceExperts {
   uint64_t ready() const { return ready_; }
   // Prefetches not made: the slot they would take held another prefetch not used yet.
   uint64_t declined() const { return declined_; }
+  // Chosen experts found in a slot whose copy was not done yet (of hits():
+  // the compute waits for the copy stream).
+  uint64_t late() const { return late_; }
   // Predicted copies dropped before they were issued (wrong predictions).
   uint64_t cancelled() const { return cancelled_; }
   size_t slot_bytes() const { return slots_dev_.slot_bytes(); }
@@ -104,7 +107,7 @@ class DeviceExperts {
   int held_ = -1;                       // the slot of the last acquire
   bool pending_ = false;
   uint64_t bytes_copied_ = 0;
-  uint64_t hits_ = 0, misses_ = 0, prefetched_ = 0, cancelled_ = 0, ready_ = 0, declined_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, prefetched_ = 0, cancelled_ = 0, ready_ = 0, declined_ = 0, late_ = 0;
   std::vector<int> predicted_;  // slots prefetch() filled that no acquire() took yet
   std::vector<int> transient_;  // of those, the ones whose fill reads transient host bytes, not yet let go
 };

@@ -334,12 +334,12 @@ std::string CudaBackend::copy_summary() const {
     const uint64_t all = e.hits() + e.misses();
     const uint64_t ready = std::min(e.ready(), e.hits());
     s += fmt::format("{}experts in {} device slots: {} of {} chosen found there ({:.1f}%: {} kept from before, {} "
-                     "copied ahead of their use, by the router's prediction or as they landed in host memory); {} "
-                     "copied ahead in all ({} wrong ones dropped before they were copied; {} not copied ahead: "
+                     "copied ahead of their use, by the router's prediction or as they landed in host memory; {} of "
+                     "those found still copying); {} copied ahead in all ({} wrong ones dropped before they were copied; {} not copied ahead: "
                      "the slot they would take held another not used yet)",
                      s.empty() ? "" : "; ", e.n_slots(), e.hits(), all,
                      all ? 100.0 * static_cast<double>(e.hits()) / static_cast<double>(all) : 0.0, e.hits() - ready,
-                     ready, e.prefetched(), e.cancelled(), e.declined());
+                     ready, e.late(), e.prefetched(), e.cancelled(), e.declined());
   }
   if (copies_) {
     const auto b = copies_->bytes_issued();
