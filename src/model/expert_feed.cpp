@@ -32,6 +32,8 @@ ExpertFeed::ExpertFeed(Backend& be, const ModelHparams& hp, const ModelWeights& 
   ahead_sent_.resize(n_expert);
   ahead_new_.reserve(n_expert);
   ahead_views_.resize(n_expert);
+  reuse_keep_.reserve(n_expert);
+  if (source_) source_->set_expert_reuse_hook([this](int64_t l, int32_t e) { expert_reused(l, e); });
   if (options.predict) {
     pred_router_ = floats(hp.n_expert);
     pred_xn_ = floats(hp.n_embd);
@@ -40,7 +42,9 @@ ExpertFeed::ExpertFeed(Backend& be, const ModelHparams& hp, const ModelWeights& 
   }
 }
 
-ExpertFeed::~ExpertFeed() = default;
+ExpertFeed::~ExpertFeed() {
+  if (source_ && hp_.is_moe()) source_->set_expert_reuse_hook(nullptr);
+}
 
 void ExpertFeed::set_routing_counters(std::vector<Counter*> counters) {
   count_pending();
@@ -121,6 +125,17 @@ void ExpertFeed::copy_landed_predictions() {
     ahead_new_.push_back(e);
   }
   if (!ahead_new_.empty()) be_.prefetch_experts(ahead_layer_, ahead_new_, ahead_views_, /*transient=*/true);
+}
+
+void ExpertFeed::expert_reused(int64_t layer, int32_t expert) {
+  if (!copies_ahead()) return;
+  // A copy ahead of it may be the tracked prediction's, or a chosen
+  // expert's of a layer whose routing was just settled: the backend knows.
+  reuse_keep_.clear();
+  for (int32_t e = 0; e < hp_.n_expert; ++e)
+    if (e != expert) reuse_keep_.push_back(e);
+  be_.settle_expert_prefetches(layer, reuse_keep_);
+  if (layer == ahead_layer_) ahead_sent_[static_cast<size_t>(expert)] = 0;
 }
 
 void ExpertFeed::settle_ahead(std::span<const int32_t> keep) {

@@ -156,6 +156,9 @@ class ExpertFeed {
   // The device lets go of the tracked prediction but for `keep` (the
   // layer's routing), and it is tracked no more.
   void settle_ahead(std::span<const int32_t> keep);
+  // The source is about to reuse the memory of expert e of `layer` (its
+  // reuse hook): the device lets go of a copy ahead from it.
+  void expert_reused(int64_t layer, int32_t expert);
 
   Backend& be_;
   const ModelHparams& hp_;
@@ -192,6 +195,7 @@ class ExpertFeed {
   std::vector<uint8_t> ahead_sent_;          // [n_expert] copied ahead (by id)
   std::vector<int32_t> ahead_new_;           // [n_expert] scratch: the ones handed over in one call
   std::vector<ExpertWeights> ahead_views_;   // [n_expert] their views, by id
+  std::vector<int32_t> reuse_keep_;          // [n_expert] scratch: every expert but one
 };
 
 }  // namespace sluice

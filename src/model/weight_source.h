@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -128,10 +129,17 @@ class LayerWeightSource {
   // That expert was reordered in place; it stays so until it is read again.
   virtual void unpinned_expert_prepared(int64_t layer, int32_t expert) {}
   // Expert `expert` of `layer`, whole in memory now (read and landed, not
-  // necessarily chosen): where it is. Its bytes stay while the expert is
-  // predicted for `layer` (predict_experts) or pinned (begin_experts until
-  // release); false: not in memory (not read, or still reading).
+  // necessarily chosen): where it is. Its bytes stay while it is pinned
+  // (begin_experts until release); otherwise until the source reuses its
+  // memory, which it says first through the reuse hook. false: not in
+  // memory (not read, or still reading).
   virtual bool landed_expert(int64_t layer, int32_t expert, ExpertPointers* out) const { return false; }
+  // Called on the caller's thread, from within predict_experts,
+  // begin_experts or set_expert_slots, just before the memory of an expert
+  // that had landed is reused (its bytes change from then on). Null: none.
+  // The hook must not call back into the source.
+  using ExpertReuseHook = std::function<void(int64_t layer, int32_t expert)>;
+  virtual void set_expert_reuse_hook(ExpertReuseHook hook) {}
 
   // The fluid split (engine/fluid_control.h), between steps: the host bytes
   // demote(l) would free by streaming resident layer l (0: it cannot);

@@ -216,7 +216,11 @@ Status ExpertStore::set_slot_limit(int64_t n) {
     return invalid_argument("{} expert slots: between {} (one layer's experts) and {}", n, min_slots(), max_slots());
   CHECK(pinned_.empty());
   const int64_t old = cache_.n_slots();
-  for (int64_t slot = n; slot < old; ++slot) forget(slot);
+  for (int64_t slot = n; slot < old; ++slot) {
+    if (const int64_t l = cache_.slot_layer(slot); l >= 0 && reuse_hook_ && bytes_in(slot))
+      reuse_hook_(l, static_cast<int32_t>(cache_.slot_expert(slot)));
+    forget(slot);
+  }
   cache_.set_limit(n);
   const size_t kept = static_cast<size_t>(n) * slot_bytes_;
   if (n < old) release_pages(pool_.data() + kept, pool_.size() - kept);  // the slots past n
@@ -289,6 +293,9 @@ void ExpertStore::retire_landed() {
 StatusOr<bool> ExpertStore::start(int64_t layer, int64_t expert, TransferClass cls, bool predicted) {
   const ExpertCache::Placement p = cache_.insert(layer, expert);
   if (p.slot < 0) return false;
+  // Whoever reads the evicted expert's bytes where they lie lets go first.
+  if (p.evicted_layer >= 0 && reuse_hook_ && bytes_in(p.slot))
+    reuse_hook_(p.evicted_layer, static_cast<int32_t>(p.evicted_expert));
   // What this read replaces stays whole in the slot until the read begins:
   // an evicted expert that had landed, or what an evicted read that never
   // began had replaced itself.

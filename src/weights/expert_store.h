@@ -24,8 +24,10 @@
 //                           in memory while the others are still reading
 //   landed(l, e, &p)        whether (l, e) is whole in a slot now (read and
 //                           landed, chosen or not), and where: its bytes
-//                           stay while it is predicted or pinned (a device
-//                           copies predicted experts ahead from there)
+//                           stay while it is pinned, else until a read
+//                           reuses the slot, which calls the reuse hook
+//                           first (a device copies predicted experts ahead
+//                           from there, and lets go of them in the hook)
 //   mark_prepared(l, i)     the caller reordered handed-out expert i in place
 //                           (ExpertPointers::prepared says so while the slot
 //                           holds it; a new read clears it)
@@ -52,6 +54,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -133,6 +136,10 @@ class ExpertStore {
   bool unprepared(int64_t* layer, int32_t* expert, ExpertPointers* out) const;
   // false: not in a slot, or still reading.
   bool landed(int64_t layer, int32_t expert, ExpertPointers* out) const;
+  // Called with (layer, expert) just before a slot whose expert had landed
+  // is given to another or emptied (from predict, acquire or
+  // set_slot_limit, on their thread). Null: none.
+  void set_reuse_hook(std::function<void(int64_t, int32_t)> hook) { reuse_hook_ = std::move(hook); }
   void mark_prepared_expert(int64_t layer, int32_t expert);
   void release(int64_t layer);
   void end_step();
@@ -224,6 +231,7 @@ class ExpertStore {
   std::atomic<uint64_t> restored_{0};  // drop_prefetch() gave a slot back
   std::atomic<uint64_t> host_bytes_{0};
   CachePolicy policy_;
+  std::function<void(int64_t, int32_t)> reuse_hook_;
 };
 
 }  // namespace sluice::weights

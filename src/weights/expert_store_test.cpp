@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "base/test_data.h"
@@ -284,6 +286,59 @@ TEST(ExpertStore, ExpertsAreHandedOutOnceEachAsTheyLand) {
   for (size_t k = 0; k < chosen.size(); ++k) EXPECT_EQ(out[k].prepared, k == 2) << "expert " << chosen[k];
   for (size_t k = 0; k < chosen.size(); ++k) ASSERT_TRUE(store.next_expert(1, &i).ok());
   store.release(1);
+}
+
+// landed() finds an expert once its read has landed; before a slot whose
+// expert had landed takes another, the store calls the reuse hook with that
+// expert while its bytes are still whole (a device copying ahead from them
+// lets go there).
+TEST(ExpertStore, TheReuseHookNamesALandedExpertBeforeItsSlotIsReused) {
+  constexpr int64_t kExperts = 16;
+  StreamedAtHalf streamed;
+  ASSERT_NO_FATAL_FAILURE(load_streamed_at_half("expert_store_reuse.gguf", kExperts, 6, &streamed));
+  WeightStore& store = streamed.store();
+  ASSERT_TRUE(store.streams_experts());
+  const auto hp = hparams_from_metadata(streamed.file->metadata);
+  ASSERT_TRUE(hp.ok());
+  const TensorInfo* gate = streamed.file->find("blk.1.ffn_gate_exps.weight");
+  ASSERT_NE(gate, nullptr);
+  const uint64_t slice = gate->n_bytes / static_cast<uint64_t>(kExperts);
+  ExpertPointers p;
+  EXPECT_FALSE(store.landed_expert(1, 5, &p));  // never read
+  // Where each landed expert's gate lies, from landed(); the hook checks it is still whole.
+  std::map<std::pair<int64_t, int32_t>, const uint8_t*> where;
+  int reused = 0, whole = 0;
+  store.set_expert_reuse_hook([&](int64_t l, int32_t e) {
+    ++reused;
+    const auto it = where.find({l, e});
+    ASSERT_NE(it, where.end()) << l << " " << e;
+    const TensorInfo* g = streamed.file->find(fmt::format("blk.{}.ffn_gate_exps.weight", l));
+    whole += std::memcmp(it->second, g->data + static_cast<uint64_t>(e) * slice, slice) == 0;
+    where.erase(it);
+  });
+  // Every routed layer's experts four at a time, twice: more than the pool holds.
+  for (int round = 0; round < 2; ++round)
+    for (int64_t l = 0; l < hp->n_layer; ++l) {
+      if (!hp->layer_is_moe(l)) continue;
+      for (int32_t first = 0; first < kExperts; first += 4) {
+        const std::vector<int32_t> chosen = {first, first + 1, first + 2, first + 3};
+        ExpertPointers out[4];
+        ASSERT_TRUE(store.begin_experts(l, chosen, out).ok());
+        for (size_t k = 0; k < chosen.size(); ++k) {
+          int64_t i = -1;
+          ASSERT_TRUE(store.next_expert(l, &i).ok());
+        }
+        for (size_t k = 0; k < chosen.size(); ++k) {
+          ASSERT_TRUE(store.landed_expert(l, chosen[k], &p));
+          EXPECT_EQ(p.gate, out[k].gate);
+          where[{l, chosen[k]}] = p.gate;
+        }
+        store.release(l);
+      }
+    }
+  EXPECT_GT(reused, 0);
+  EXPECT_EQ(whole, reused);
+  store.set_expert_reuse_hook(nullptr);
 }
 
 // A prediction's read that the arbiter had not begun when it was dropped

@@ -52,6 +52,7 @@ class StoreWeightSource : public LayerWeightSource {
   bool landed_expert(int64_t layer, int32_t expert, ExpertPointers* out) const override {
     return store_->landed_expert(layer, expert, out);
   }
+  void set_expert_reuse_hook(ExpertReuseHook hook) override { store_->set_expert_reuse_hook(std::move(hook)); }
   void unpinned_expert_prepared(int64_t layer, int32_t expert) override {
     store_->unpinned_expert_prepared(layer, expert);
   }

@@ -168,6 +168,9 @@ class WeightStore {
   bool landed_expert(int64_t layer, int32_t expert, ExpertPointers* out) const {
     return experts_->landed(layer, expert, out);
   }
+  void set_expert_reuse_hook(std::function<void(int64_t, int32_t)> hook) {
+    if (experts_) experts_->set_reuse_hook(std::move(hook));
+  }
   // The fluid split over the expert pool (ExpertStore::set_slot_limit):
   // slots in use, the fewest and the most. Errors: no expert pool, or n
   // outside [min, max].

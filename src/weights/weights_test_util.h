@@ -137,6 +137,7 @@ class ForwardingSource : public LayerWeightSource {
   bool landed_expert(int64_t layer, int32_t expert, ExpertPointers* out) const override {
     return s_->landed_expert(layer, expert, out);
   }
+  void set_expert_reuse_hook(ExpertReuseHook hook) override { s_->set_expert_reuse_hook(std::move(hook)); }
 
  private:
   std::shared_ptr<LayerWeightSource> s_;
