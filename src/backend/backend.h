@@ -462,6 +462,9 @@ class Backend {
   // experts kept in slots and how often they were found there) and how it
   // launched the steps (graphs); "" if nothing to say.
   virtual std::string copy_summary() const { return ""; }
+  // The experts such a backend keeps in slots, counted since load
+  // (base/expert_slot_range.h). Default: none.
+  virtual ExpertSlotCounts expert_slot_counts() const { return {}; }
 
   // --- operators (shapes in the argument structs above) --------------------
   // x[t] = scale * row tokens[t] of the table.  x: [tokens.size(), table.n_in]

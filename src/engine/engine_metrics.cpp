@@ -159,6 +159,30 @@ void EngineMetrics::publish_experts(const weights::ExpertStatsSnapshot& s) {
   if (expert_host_bytes) expert_host_bytes->set(static_cast<double>(s.host_bytes));
 }
 
+void EngineMetrics::publish_device_experts(const ExpertSlotCounts& c) {
+  if (!device_experts_late) {
+    if (c.kept + c.ahead + c.missed + c.copies_ahead == 0) return;
+    MetricRegistry& r = global_metrics();
+    const char* chosen = "Chosen experts a device keeps in slots, by where they were found, since load";
+    const char* found[3] = {"kept", "ahead", "missed"};
+    for (int i = 0; i < 3; ++i)
+      device_experts_chosen[i] = r.gauge("sluice_device_experts_chosen", chosen, fmt::format("found=\"{}\"", found[i]));
+    device_experts_late = r.gauge("sluice_device_experts_late",
+                                  "Chosen experts found in a device slot whose copy ahead was still running");
+    const char* copies = "Experts copied ahead into a device's slots, by outcome, since load";
+    const char* outcome[3] = {"made", "dropped", "declined"};
+    for (int i = 0; i < 3; ++i)
+      device_expert_copies[i] = r.gauge("sluice_device_expert_copies_ahead", copies,
+                                        fmt::format("outcome=\"{}\"", outcome[i]));
+  }
+  const uint64_t chosen[3] = {c.kept, c.ahead, c.missed}, copies[3] = {c.copies_ahead, c.dropped, c.declined};
+  for (int i = 0; i < 3; ++i) {
+    device_experts_chosen[i]->set(static_cast<double>(chosen[i]));
+    device_expert_copies[i]->set(static_cast<double>(copies[i]));
+  }
+  device_experts_late->set(static_cast<double>(c.late));
+}
+
 void EngineMetrics::publish_weights(const weights::WeightCountersSnapshot& w) {
   weight_disk_bytes->set(static_cast<double>(w.disk_read_bytes));
   weight_host_bytes->set(static_cast<double>(w.host_read_bytes));

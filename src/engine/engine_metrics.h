@@ -32,6 +32,7 @@
 // Several engines in one process share these series.
 #pragma once
 
+#include "base/expert_slot_range.h"
 #include "base/metrics.h"
 #include "model/hparams.h"
 #include "sluice/engine.h"
@@ -53,6 +54,9 @@ struct EngineMetrics {
   // layers within kMaxExpertCells (once, at engine creation).
   void init_experts(const ModelHparams& hp);
   void publish_experts(const weights::ExpertStatsSnapshot& s);
+  // A device's expert slots (Backend::expert_slot_counts): its series are
+  // made at the first counts that are not all zero.
+  void publish_device_experts(const ExpertSlotCounts& c);
   // Creates sluice_expert_routed_total for every routed layer and expert;
   // returns them [n_layer * n_expert], null for dense layers (Model::set_routing_counters).
   std::vector<Counter*> init_routing(const ModelHparams& hp);
@@ -93,6 +97,9 @@ struct EngineMetrics {
   // stream within kMaxExpertCells.
   std::vector<Gauge*> expert_resident, expert_ready, expert_late, expert_missed, expert_predicted_routed,
       expert_predicted_unrouted;
+  Gauge* device_experts_chosen[3] = {};   // found: kept, ahead, missed
+  Gauge* device_experts_late = nullptr;
+  Gauge* device_expert_copies[3] = {};    // copies ahead: made, dropped, declined
   Gauge* expert_disk_bytes = nullptr;
   Gauge* expert_host_bytes = nullptr;
 };

@@ -107,6 +107,7 @@ void Engine::Impl::publish_stats() {
   st.spec_emitted = spec_emitted;
   metrics.publish(st);
   if (stream) metrics.publish_weights(stream->store().counters());
+  metrics.publish_device_experts(model->backend().expert_slot_counts());
   // Per layer and expert: a few times a second is enough, and once more when
   // the engine goes idle, so what it shows then is final.
   if (stream && stream->store().streams_experts() &&

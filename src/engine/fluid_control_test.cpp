@@ -4,6 +4,7 @@
 // every request's tokens are those of a run without any budget.
 #include "engine/fluid_control.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "backend/backend_registry.h"
+#include "base/metrics.h"
 #include "base/test_data.h"
 #include "engine/engine_test_util.h"
 #include "plan/calibrate.h"
@@ -355,6 +357,14 @@ TEST(FluidControl, OnCudaARoutedModelGivesUpDeviceExpertSlots) {
   EXPECT_LT(fluid.stats.preemptions, fixed.stats.preemptions);
   EXPECT_GE(fluid.stats.fluid_demotions, 1);
   EXPECT_EQ(fluid.stats.fluid_promotions, fluid.stats.fluid_demotions);
+  // The device's slots in the metrics: every chosen expert counted by where it was found.
+  const MetricRegistry& m = global_metrics();
+  double chosen = 0;
+  for (const char* found : {"kept", "ahead", "missed"})
+    chosen += m.value("sluice_device_experts_chosen", fmt::format("found=\"{}\"", found));
+  EXPECT_GT(chosen, 0.0);
+  EXPECT_GT(m.value("sluice_device_experts_chosen", "found=\"kept\""), 0.0);
+  EXPECT_NE(m.render_prometheus().find("sluice_device_expert_copies_ahead{outcome=\"declined\"}"), std::string::npos);
 }
 
 }  // namespace

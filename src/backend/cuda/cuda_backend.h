@@ -176,6 +176,7 @@ class CudaBackend final : public Backend {
   void unregister_host(const uint8_t* data) override;
   void finish_host_reads() override;
   std::string copy_summary() const override;
+  ExpertSlotCounts expert_slot_counts() const override;
   // Into the expert slots (DeviceExperts), experts in registered host memory.
   void prefetch_experts(int64_t layer, std::span<const int32_t> ids, std::span<const ExpertWeights> experts,
                         bool transient) override;

@@ -325,21 +325,28 @@ Status CudaBackend::set_expert_slot_count(int64_t n) {
   return Status();
 }
 
+ExpertSlotCounts CudaBackend::expert_slot_counts() const {
+  if (!experts_dev_) return {};
+  const DeviceExperts& e = *experts_dev_;
+  const uint64_t ahead = std::min(e.ready(), e.hits());
+  return {.kept = e.hits() - ahead, .ahead = ahead, .late = std::min(e.late(), ahead), .missed = e.misses(),
+          .copies_ahead = e.prefetched(), .dropped = e.cancelled(), .declined = e.declined()};
+}
+
 std::string CudaBackend::copy_summary() const {
   std::string s;
   if (const uint64_t b = bytes_streamed(); b > 0)
     s = fmt::format("gpu: {:.3f} GB of weights copied host to device", static_cast<double>(b) / 1e9);
   if (experts_dev_) {
-    const DeviceExperts& e = *experts_dev_;
-    const uint64_t all = e.hits() + e.misses();
-    const uint64_t ready = std::min(e.ready(), e.hits());
+    const ExpertSlotCounts c = expert_slot_counts();
+    const uint64_t found = c.kept + c.ahead, all = found + c.missed;
     s += fmt::format("{}experts in {} device slots: {} of {} chosen found there ({:.1f}%: {} kept from before, {} "
                      "copied ahead of their use, by the router's prediction or as they landed in host memory; {} of "
-                     "those found still copying); {} copied ahead in all ({} wrong ones dropped before they were copied; {} not copied ahead: "
-                     "the slot they would take held another not used yet)",
-                     s.empty() ? "" : "; ", e.n_slots(), e.hits(), all,
-                     all ? 100.0 * static_cast<double>(e.hits()) / static_cast<double>(all) : 0.0, e.hits() - ready,
-                     ready, e.late(), e.prefetched(), e.cancelled(), e.declined());
+                     "those found still copying); {} copied ahead in all ({} wrong ones dropped before they were "
+                     "copied; {} not copied ahead: the slot they would take held another not used yet)",
+                     s.empty() ? "" : "; ", experts_dev_->n_slots(), found, all,
+                     all ? 100.0 * static_cast<double>(found) / static_cast<double>(all) : 0.0, c.kept, c.ahead,
+                     c.late, c.copies_ahead, c.dropped, c.declined);
   }
   if (copies_) {
     const auto b = copies_->bytes_issued();
