@@ -25,11 +25,13 @@ constexpr size_t kMatrixBytes = kIn * kOut * sizeof(float);
 // its layer, expert, matrix and place.
 struct HostExperts {
   uint8_t* p = nullptr;
-  HostExperts() {
-    EXPECT_EQ(cudaSuccess, cudaMallocHost(reinterpret_cast<void**>(&p), kLayers * kExperts * 3 * kMatrixBytes));
+  void allocate() {
+    ASSERT_EQ(cudaSuccess, cudaMallocHost(reinterpret_cast<void**>(&p), kLayers * kExperts * 3 * kMatrixBytes));
     for (size_t i = 0; i < kLayers * kExperts * 3 * kMatrixBytes; ++i) p[i] = static_cast<uint8_t>(i * 7 + i / 97);
   }
-  ~HostExperts() { cudaFreeHost(p); }
+  ~HostExperts() {
+    if (p) cudaFreeHost(p);
+  }
   ExpertWeights of(int64_t l, int64_t e) const {
     const uint8_t* at = p + static_cast<size_t>((l * kExperts + e) * 3) * kMatrixBytes;
     auto view = [](const uint8_t* d) { return WeightView{.type = DType::kF32, .data = d, .n_in = kIn, .n_out = kOut}; };
@@ -50,11 +52,23 @@ void check_acquire(DeviceExperts& slots, const HostExperts& host, int64_t l, int
   slots.release(compute);
 }
 
-TEST(CudaExpertSlots, GivenUpAndTakenBackTheSlotsKeepEveryExpertsBytes) {
-  SKIP_WITHOUT_GPU();
+// Every test: the experts' pinned host bytes and a compute stream (the
+// queue and the slots are each test's, gone before the stream).
+class CudaExpertSlots : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    ASSERT_NO_FATAL_FAILURE(host.allocate());
+    ASSERT_EQ(cudaSuccess, cudaStreamCreate(&compute));
+  }
+  void TearDown() override {
+    if (compute) cudaStreamDestroy(compute);
+  }
   HostExperts host;
   cudaStream_t compute = nullptr;
-  ASSERT_EQ(cudaSuccess, cudaStreamCreate(&compute));
+};
+
+TEST_F(CudaExpertSlots, GivenUpAndTakenBackTheSlotsKeepEveryExpertsBytes) {
   {
     CopyQueue q({.chunk_bytes = size_t{1} << 20, .max_in_flight = 2, .max_transfers = 16, .max_pieces = 4});
     // 12 slots in chunks of a layer's 4: a first chunk of 4, then two of 4.
@@ -87,17 +101,12 @@ TEST(CudaExpertSlots, GivenUpAndTakenBackTheSlotsKeepEveryExpertsBytes) {
     round();  // 8 slots again: every one found
     EXPECT_EQ(slots.hits() - hits, 8u);
   }
-  cudaStreamDestroy(compute);
 }
 
 // With every slot holding a prefetch not used yet, another prefetch is
 // declined rather than evict one; an acquire still takes a slot (the wrong
 // prediction's, once the routing is known).
-TEST(CudaExpertSlots, APrefetchDoesNotEvictAnotherNotUsedYet) {
-  SKIP_WITHOUT_GPU();
-  HostExperts host;
-  cudaStream_t compute = nullptr;
-  ASSERT_EQ(cudaSuccess, cudaStreamCreate(&compute));
+TEST_F(CudaExpertSlots, APrefetchDoesNotEvictAnotherNotUsedYet) {
   {
     CopyQueue q({.chunk_bytes = size_t{1} << 20, .max_in_flight = 2, .max_transfers = 16, .max_pieces = 4});
     DeviceExperts slots(kLayers, kExperts, 3 * kMatrixBytes, 2, q);
@@ -113,7 +122,6 @@ TEST(CudaExpertSlots, APrefetchDoesNotEvictAnotherNotUsedYet) {
     EXPECT_EQ(slots.ready(), 1u);
     slots.finish();
   }
-  cudaStreamDestroy(compute);
 }
 
 // The bytes of an expert's three device matrices, after the compute stream.
@@ -134,9 +142,7 @@ std::vector<uint8_t> device_bytes(const ExpertWeights& d, cudaStream_t compute) 
 // Under the emulator's deferred copies (SLUICE_EMU_DEFER=copies) a copy that
 // nothing waited for reads the host bytes only when forced to, so a let-go
 // without the wait shows up as the overwritten bytes in a slot.
-TEST(CudaExpertSlots, TransientPrefetchesAreDoneWithTheirHostBytesOnceLetGo) {
-  SKIP_WITHOUT_GPU();
-  HostExperts host;
+TEST_F(CudaExpertSlots, TransientPrefetchesAreDoneWithTheirHostBytesOnceLetGo) {
   const size_t expert_bytes = 3 * kMatrixBytes;
   const std::vector<uint8_t> was(host.p, host.p + kLayers * kExperts * expert_bytes);
   auto bytes_was = [&](int64_t l, int64_t e) {
@@ -146,8 +152,6 @@ TEST(CudaExpertSlots, TransientPrefetchesAreDoneWithTheirHostBytesOnceLetGo) {
   auto overwrite = [&](int64_t l, int64_t e) {  // the pool's slot takes another expert
     std::memset(host.p + static_cast<size_t>(l * kExperts + e) * expert_bytes, 0xa5, expert_bytes);
   };
-  cudaStream_t compute = nullptr;
-  ASSERT_EQ(cudaSuccess, cudaStreamCreate(&compute));
   {
     CopyQueue q({.chunk_bytes = 64, .max_in_flight = 2, .max_transfers = 16, .max_pieces = 8});
     DeviceExperts slots(kLayers, kExperts, expert_bytes, 6, q);
@@ -186,7 +190,6 @@ TEST(CudaExpertSlots, TransientPrefetchesAreDoneWithTheirHostBytesOnceLetGo) {
     slots.finish();
     EXPECT_EQ(slots.prefetched() - slots.ready(), 2u);  // the wrong ones
   }
-  cudaStreamDestroy(compute);
 }
 
 }  // namespace
