@@ -421,10 +421,7 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
   pinned_layer_ = layer;
   handed_.assign(pinned_.size(), 0);
   for (size_t i = 0; i < experts.size(); ++i) {
-    const uint8_t* base = pool_.data() + static_cast<uint64_t>(cache_.slot_of(layer, experts[i])) * slot_bytes_;
-    const ExpertInfo& x = info(layer, experts[i]);
-    out[i] = ExpertPointers{base + x.offsets[0], base + x.offsets[1], base + x.offsets[2],
-                            prepared_[static_cast<size_t>(cache_.slot_of(layer, experts[i]))] != 0};
+    out[i] = pointers_in(cache_.slot_of(layer, experts[i]), layer, experts[i]);
   }
   host_bytes_.fetch_add(expert_bytes_ * experts.size(), std::memory_order_relaxed);
   counters_.add_host_read(expert_bytes_ * experts.size());
@@ -506,20 +503,22 @@ bool ExpertStore::unprepared(int64_t* layer, int32_t* expert, ExpertPointers* ou
   if (best < 0) return false;
   *layer = cache_.slot_layer(best);
   *expert = static_cast<int32_t>(cache_.slot_expert(best));
-  const uint8_t* base = pool_.data() + static_cast<uint64_t>(best) * slot_bytes_;
-  const ExpertInfo& x = experts_[static_cast<size_t>(*layer * hp_.n_expert + *expert)];
-  *out = ExpertPointers{base + x.offsets[0], base + x.offsets[1], base + x.offsets[2], false};
+  *out = pointers_in(best, *layer, *expert);  // not prepared: the loop skips those
   return true;
+}
+
+ExpertPointers ExpertStore::pointers_in(int64_t slot, int64_t layer, int64_t expert) const {
+  const uint8_t* base = pool_.data() + static_cast<uint64_t>(slot) * slot_bytes_;
+  const ExpertInfo& x = experts_[static_cast<size_t>(layer * hp_.n_expert + expert)];
+  return ExpertPointers{base + x.offsets[0], base + x.offsets[1], base + x.offsets[2],
+                        prepared_[static_cast<size_t>(slot)] != 0};
 }
 
 bool ExpertStore::landed(int64_t layer, int32_t expert, ExpertPointers* out) const {
   if (!in_share(expert)) return false;
   const int64_t slot = cache_.slot_of(layer, expert);
   if (slot < 0 || !bytes_in(slot)) return false;
-  const uint8_t* base = pool_.data() + static_cast<uint64_t>(slot) * slot_bytes_;
-  const ExpertInfo& x = experts_[static_cast<size_t>(layer * hp_.n_expert + expert)];
-  *out = ExpertPointers{base + x.offsets[0], base + x.offsets[1], base + x.offsets[2],
-                        prepared_[static_cast<size_t>(slot)] != 0};
+  *out = pointers_in(slot, layer, expert);
   return true;
 }
 

@@ -189,6 +189,8 @@ class ExpertStore {
   // Reads (l, e) into a slot the cache chooses; false if every slot is pinned.
   // Errors: no transfer record free.
   StatusOr<bool> start(int64_t layer, int64_t expert, TransferClass cls, bool predicted);
+  // Where (l, e)'s three slices lie in slot `slot`, and whether it is reordered.
+  ExpertPointers pointers_in(int64_t slot, int64_t layer, int64_t expert) const;
   // Whether a slot's bytes are in memory: no read, or its read has landed.
   bool bytes_in(int64_t slot) const;
   bool in_share(int64_t expert) const { return expert >= expert_begin_ && expert < expert_end_; }
