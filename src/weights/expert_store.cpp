@@ -383,13 +383,21 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
   c.predicted.fetch_add(n_predicted, std::memory_order_relaxed);
   c.predicted_chosen.fetch_add(n_predicted_chosen, std::memory_order_relaxed);
   c.chosen.fetch_add(experts.size(), std::memory_order_relaxed);
-  // Chosen experts: in a slot (landed, or still reading: promoted), or read now.
+  // Chosen experts: in a slot (landed, or still reading: promoted), or read
+  // now. Those in slots are pinned first: a missed one's read must not take
+  // the slot of one chosen after it, which would then be read again.
+  for (int32_t e : experts)
+    if (cache_.slot_of(layer, e) >= 0) cache_.pin(layer, e);
+  const auto unpin_chosen = [&] {
+    for (int32_t x : experts)
+      if (const int64_t s = cache_.slot_of(layer, x); s >= 0 && cache_.pinned(s)) cache_.unpin(layer, x);
+    pinned_.clear();
+  };
   const double routed_s = now_seconds();
   late_since_.clear();
   for (int32_t e : experts) {
     late_since_.push_back(-1);
-    int64_t slot = cache_.slot_of(layer, e);
-    if (slot >= 0) {
+    if (const int64_t slot = cache_.slot_of(layer, e); slot >= 0) {
       SlotIo& io = io_[static_cast<size_t>(slot)];
       if (!fresh_[static_cast<size_t>(slot)]) c.kept.fetch_add(1, std::memory_order_relaxed);
       if (bytes_in(slot)) {
@@ -407,11 +415,14 @@ Status ExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, Exp
     } else {
       c.missed.fetch_add(1, std::memory_order_relaxed);
       heat_.count_chosen(layer, e, ExpertReadiness::kMissed);
-      ASSIGN_OR_RETURN(const bool started, start(layer, e, TransferClass::kCritical, false));
-      if (!started) return resource_exhausted("no free expert slot for expert {} of layer {}", e, layer);
-      slot = cache_.slot_of(layer, e);
+      StatusOr<bool> started = start(layer, e, TransferClass::kCritical, false);
+      if (!started.ok() || !*started) {
+        unpin_chosen();
+        return started.ok() ? resource_exhausted("no free expert slot for expert {} of layer {}", e, layer)
+                            : started.status();
+      }
+      cache_.pin(layer, e);
     }
-    cache_.pin(layer, e);
     cache_.note_use(layer, e);
     pinned_.push_back(e);
   }

@@ -341,42 +341,61 @@ TEST(ExpertStore, TheReuseHookNamesALandedExpertBeforeItsSlotIsReused) {
   store.set_expert_reuse_hook(nullptr);
 }
 
+// An ExpertStore of n_slots over a synth_qwen2moe file of n_expert experts,
+// on an arbiter of its own (the store keeps references: not moved once open).
+struct OwnStore {
+  std::shared_ptr<const ModelFile> file;
+  std::unique_ptr<IoEngine> engine;
+  std::unique_ptr<BandwidthArbiter> arbiter;
+  WeightCounters counters;
+  std::unique_ptr<ExpertStore> store;
+  // acquire, every expert landed, release; ASSERTs.
+  void take(int64_t layer, std::span<const int32_t> experts) {
+    std::vector<ExpertPointers> out(experts.size());
+    ASSERT_TRUE(store->acquire(layer, experts, out.data()).ok());
+    int64_t i = 0;
+    for (size_t k = 0; k < experts.size(); ++k) ASSERT_TRUE(store->next_landed(layer, &i).ok());
+    store->release(layer);
+  }
+};
+
+// ASSERTs: call it under ASSERT_NO_FATAL_FAILURE.
+void open_own_store(const std::string& name, int64_t n_expert, int64_t n_slots, uint64_t seed, OwnStore* out) {
+  out->file = synth_qwen2moe(name, 256, n_expert, 0, seed);
+  ASSERT_NE(out->file, nullptr);
+  auto hp = hparams_from_metadata(out->file->metadata);
+  ASSERT_TRUE(hp.ok()) << hp.status().to_string();
+  auto engine = IoEngine::open({.path = out->file->source_path, .backend = IoBackend::kPread, .queue_depth = 4,
+                                .direct = testing::dir_supports_direct(testing::scratch_dir())});
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  out->engine = std::move(*engine);
+  out->arbiter = std::make_unique<BandwidthArbiter>(*out->engine, ArbiterOptions{});
+  const ExpertStoreOptions options{.n_slots = n_slots, .slot_bytes = ExpertStore::slot_bytes_for(*out->file, *hp)};
+  auto store = ExpertStore::open(*out->file, *hp, options, *out->arbiter, out->counters);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  out->store = std::move(*store);
+}
+
 // A prediction's read that the arbiter had not begun when it was dropped
 // leaves the slot to the expert it evicted: the slot's bytes were never
 // touched, so that expert is still a hit, with no read.
 TEST(ExpertStore, ADroppedPrefetchThatNeverBeganKeepsTheExpertItEvicted) {
   constexpr int64_t kExperts = 8;
-  const auto file = synth_qwen2moe("expert_store_restore.gguf", 256, kExperts, 0, 9);
-  ASSERT_NE(file, nullptr);
-  auto hp = hparams_from_metadata(file->metadata);
-  ASSERT_TRUE(hp.ok()) << hp.status().to_string();
-  auto engine = IoEngine::open({.path = file->source_path, .backend = IoBackend::kPread, .queue_depth = 4,
-                                .direct = testing::dir_supports_direct(testing::scratch_dir())});
-  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  BandwidthArbiter arbiter(**engine, {});
-  WeightCounters counters;
-  const ExpertStoreOptions options{.n_slots = kExperts, .slot_bytes = ExpertStore::slot_bytes_for(*file, *hp)};
-  auto store = ExpertStore::open(*file, *hp, options, arbiter, counters);
-  ASSERT_TRUE(store.ok()) << store.status().to_string();
-  ExpertStore& es = **store;
+  OwnStore own;
+  ASSERT_NO_FATAL_FAILURE(open_own_store("expert_store_restore.gguf", kExperts, kExperts, 9, &own));
+  ExpertStore& es = *own.store;
   // Every slot holds a landed expert of layer 1.
   std::vector<int32_t> all(kExperts);
   for (int32_t e = 0; e < kExperts; ++e) all[static_cast<size_t>(e)] = e;
-  std::vector<ExpertPointers> out(kExperts);
-  auto take_all = [&](int64_t layer, std::span<const int32_t> experts) {
-    ASSERT_TRUE(es.acquire(layer, experts, out.data()).ok());
-    int64_t i = 0;
-    for (size_t k = 0; k < experts.size(); ++k) ASSERT_TRUE(es.next_landed(layer, &i).ok());
-    es.release(layer);
-  };
+  auto take_all = [&](int64_t layer, std::span<const int32_t> experts) { own.take(layer, experts); };
   take_all(1, all);
   const uint64_t read_before = es.stats().disk_bytes;
   // With the disk held, layer 0's prediction evicts one of them for a read
   // that is queued but not issued; the refined prediction drops it.
-  arbiter.pause();
+  own.arbiter->pause();
   es.predict(0, std::vector<int32_t>{5});
   es.predict(0, std::vector<int32_t>{});
-  arbiter.resume();
+  own.arbiter->resume();
   EXPECT_EQ(es.stats().restored, 1u);
   EXPECT_EQ(es.stats().disk_bytes, read_before);
   // Layer 1 again: all of its experts are in their slots, none read.
@@ -389,6 +408,27 @@ TEST(ExpertStore, ADroppedPrefetchThatNeverBeganKeepsTheExpertItEvicted) {
   EXPECT_EQ(es.stats().layers[1].resident, kExperts);
   EXPECT_EQ(es.stats().layers[0].resident, 0);
   EXPECT_EQ(es.stats().layers[0].cancelled, 1u);
+}
+
+// A layer's chosen experts already in slots are pinned before a missed one
+// is read: its read takes another slot, not that of an expert chosen after
+// it, which would then be read again.
+TEST(ExpertStore, AMissedExpertsReadLeavesTheOtherChosenOnesInTheirSlots) {
+  OwnStore own;
+  ASSERT_NO_FATAL_FAILURE(open_own_store("expert_store_chosen_pinned.gguf", 8, 8, 10, &own));
+  ExpertStore& es = *own.store;
+  own.take(1, std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});  // every slot
+  const uint64_t one_expert = es.stats().disk_bytes / 8;
+  ASSERT_GT(one_expert, 0u);
+  own.take(0, std::vector<int32_t>{0, 1, 2, 3});  // in place of layer 1's 0-3; its 4 is now the least recent
+  own.take(1, std::vector<int32_t>{0, 4});        // 0 missed, then 4 in its slot
+  EXPECT_EQ(es.stats().disk_bytes, 13 * one_expert);
+  const ExpertLayerStats l = es.stats().layers[1];
+  EXPECT_EQ(l.missed, 9u);
+  EXPECT_EQ(l.ready, 1u);
+  own.take(1, std::vector<int32_t>{4, 0});  // both still there
+  EXPECT_EQ(es.stats().disk_bytes, 13 * one_expert);
+  EXPECT_EQ(es.stats().layers[1].ready, 3u);
 }
 
 // The model predicts a layer twice (a first guess before the previous
