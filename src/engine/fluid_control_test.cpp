@@ -152,8 +152,7 @@ TEST(FluidControl, NeedsAMemoryBudgetWithLayersThatCanMove) {
 // is not host-visible): the units are the device tier's layers, demoted to
 // the store's ring with their arenas freed, and the tokens are the reference
 // backend's.
-// Prompts of 5 tokens (and a lone one of 3): on CUDA within the batch size at
-// which its kernels give a token the same bits whatever the batch.
+// Prompts of 5 tokens (and a lone one of 3): the KV pool fills in decode.
 Workload short_prompts() {
   return {.request = [](const Tokenizer&, int i) {
     return i < 8 ? Request{.prompt = {1, 20 + i, 40 + i, 60, 80 + 2 * i}, .max_tokens = 28,
@@ -161,6 +160,20 @@ Workload short_prompts() {
                  : Request{.prompt = {1, 7, 9}, .max_tokens = 24, .sampling = {.temperature = 0},
                            .ignore_eos = true};
   }};
+}
+
+// The most tokens a step of a CUDA burst computes: the size up to which the
+// backend's kernels give a token the same bits whatever shares the call
+// (Backend::batch_invariant_tokens). A burst's intake is not a fixed batch:
+// the engine steps as soon as the first request is queued, so how the
+// prompts are grouped into calls depends on thread timing; past this size a
+// different grouping can change a token (it did under load: 8 prompts of 5
+// tokens in one call against the first one alone, a token apart at the
+// 13th). Within it every grouping gives the same bits.
+int64_t invariant_step_tokens(const std::string& backend) {
+  auto be = create_backend({.name = backend, .n_threads = 2});
+  EXPECT_TRUE(be.ok()) << be.status().to_string();
+  return be.ok() ? std::min<int64_t>(128, (*be)->batch_invariant_tokens()) : 128;
 }
 
 // An 8-layer synth model over three tiers on a device backend: `backend` (the
@@ -199,6 +212,7 @@ Burst device_burst(const std::string& backend, bool fluid, bool tiers, uint64_t 
   // On CUDA a preempted sequence is swapped, not recomputed: recomputing
   // prefills it again past the batch-invariant size, in other roundings.
   cfg.preempt_swap = !device_like;
+  if (!device_like) cfg.max_batch_tokens = invariant_step_tokens(backend);
   std::shared_ptr<testing::DeviceLike> be;
   if (tiers && device_like) cfg.shared_backend = be = std::make_shared<testing::DeviceLike>();
   Burst b = run_burst(cfg, short_prompts());
@@ -341,7 +355,8 @@ TEST(FluidControl, OnCudaARoutedModelGivesUpDeviceExpertSlots) {
                      .fluid_hold_steps = 2,
                      .check_invariants = true,
                      .calibration = &kSlowMachine};
-    cfg.preempt_swap = true;  // recomputing would prefill past the batch-invariant size
+    cfg.preempt_swap = true;
+    cfg.max_batch_tokens = invariant_step_tokens("cuda");
     Burst b = run_burst(cfg, short_prompts());
     if (fluid) {
       EXPECT_NE(b.placement.find("groups of 16 expert slots"), std::string::npos) << b.placement;
