@@ -15,6 +15,12 @@ StatusOr<TrainLayerShape> train_layer_shape(const ModelFile& file, int64_t lora_
     if (split_layer_name(t.name).first == 0 && t.ne.size() == 2) s.params += static_cast<double>(t.n_elements());
   }
   if (!(s.params > 0)) return invalid_argument("{}: no matrices in layer 0 to train through", file.source_path);
+  // A routed layer's stacked experts: the n_expert_used a token runs (P_active).
+  for (const TensorInfo& t : file.tensors) {
+    if (split_layer_name(t.name).first != 0 || t.ne.size() != 3 || hp.n_expert <= 0 || t.ne[2] != hp.n_expert) continue;
+    s.params += static_cast<double>(t.n_elements()) / static_cast<double>(hp.n_expert) *
+                static_cast<double>(hp.n_expert_used);
+  }
   for (const TensorSpec& spec : hp.spec->tensors) {
     if (!spec.per_layer || spec.kind != TensorKind::kMatrix) continue;
     const TensorInfo* t = file.find(std::string("blk.0.") + spec.gguf);

@@ -24,6 +24,11 @@
 //   loss head, once between the passes: logits and dX
 //     through W_out [n_vocab, n_embd]                    4 n_vocab n_embd
 //
+// In a routed layer P is P_active: the attention, the router, any shared
+// expert and n_expert_used of the stacked experts (a token runs those), and
+// P_down is 0: the recompute runs the chosen experts' down projections too
+// (the routing weights' gradient needs their outputs; routed_ffn_train.h).
+//
 // so a layer takes T (6 P - 2 P_down + 8 P_lora + 9 E_q (s + 1)). Essay 002
 // counts 3 x 2 P_active: a forward of 2P and a backward of twice that (dX and
 // the frozen weights' dW). This trainer takes no dW of the frozen matrices but

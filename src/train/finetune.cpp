@@ -78,7 +78,8 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
     ASSIGN_OR_RETURN(const std::vector<TensorRole> targets, parse_lora_targets(o.targets));
     ASSIGN_OR_RETURN(init, init_lora(model, {.targets = targets, .rank = o.rank, .alpha = o.alpha,
                                              .seed = to.seed,
-                                             .name = std::filesystem::path(o.out_path).stem().string()}));
+                                             .name = std::filesystem::path(o.out_path).stem().string(),
+                                             .only_present = o.targets == "all"}));
   }
   ASSIGN_OR_RETURN(LoraParams params, LoraParams::create(model.backend(), init));
   ASSIGN_OR_RETURN(std::unique_ptr<LoraTrainer> trainer, LoraTrainer::create(model, params, train, to));

@@ -1,5 +1,6 @@
 #include "train/lora_init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -63,20 +64,21 @@ StatusOr<LoraAdapter> init_lora(const Model& model, const LoraInitOptions& o) {
   ad.arch = h.arch;
   ad.alpha = o.alpha;
   uint64_t state = o.seed ^ 0x5EED10AAull;
-  for (R role : o.targets) {
-    bool any = false;
-    for (int64_t l = 0; l < h.n_layer; ++l) {
-      if (!model.weights().layers[static_cast<size_t>(l)].has_mat(role)) continue;
-      any = true;
-    }
-    if (!any) {
+  auto any_layer_has = [&](R role) {
+    return std::ranges::any_of(model.weights().layers, [&](const LayerWeights& w) { return w.has_mat(role); });
+  };
+  std::vector<R> targets = o.targets;
+  if (o.only_present) std::erase_if(targets, [&](R role) { return !any_layer_has(role); });
+  if (targets.empty()) return invalid_argument("the base has none of the matrices to adapt");
+  for (R role : targets) {
+    if (!any_layer_has(role)) {
       return invalid_argument("the base has no {} matrix to adapt ({} layers{})", tensor_role_name(role), h.n_layer,
                               h.is_moe() ? "; the FFN of a mixture-of-experts model is routed" : "");
     }
   }
   for (int64_t l = 0; l < h.n_layer; ++l) {
     const LayerWeights& w = model.weights().layers[static_cast<size_t>(l)];
-    for (R role : o.targets) {
+    for (R role : targets) {
       if (!w.has_mat(role)) continue;
       const WeightView& m = w.mat(role);
       if (o.rank > std::min(m.n_in, m.n_out)) {

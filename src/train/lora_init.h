@@ -20,6 +20,9 @@ struct LoraInitOptions {
   float alpha = 16.0f;
   uint64_t seed = 0;
   std::string name;                 // general.name of the adapter
+  // Targets no layer has are left out instead of refused ("all" on a routed
+  // model, whose FFN is its experts'), as long as one remains.
+  bool only_present = false;
 };
 
 // "q,k,v,o,gate,up,down" (also the GGUF stems: attn_q, ffn_down, ...; "all"
@@ -27,7 +30,8 @@ struct LoraInitOptions {
 StatusOr<std::vector<TensorRole>> parse_lora_targets(const std::string& list);
 
 // Errors: a rank below 1 or above a target's smaller side, a target no layer
-// of the model has (named), an alpha that is not positive.
+// of the model has (named; with only_present, none that any has), an alpha
+// that is not positive.
 StatusOr<LoraAdapter> init_lora(const Model& model, const LoraInitOptions& options);
 
 }  // namespace sluice

@@ -33,7 +33,10 @@ Status check_trainable(const Model& model) {
   auto refuse = [&](const char* what) {
     return unimplemented("fine-tuning {} models is not supported yet: {}", h.arch, what);
   };
-  if (h.is_moe()) return refuse("mixture-of-experts layers");
+  if (h.is_moe() && !model.backend().host_visible()) {
+    return unimplemented("fine-tuning a mixture-of-experts model on the {} backend is not supported yet; "
+                         "--backend cpu trains it", model.backend().name());
+  }
   if (spec.norm != NormKind::kRms) return refuse("a norm other than RMSNorm");
   if (spec.qk_norm) return refuse("per-head q/k norms");
   if (h.final_softcap > 0.0f) return refuse("soft-capped output logits");
@@ -81,6 +84,12 @@ StatusOr<std::unique_ptr<TrainStep>> TrainStep::create(Model& model, LoraParams&
   RETURN_IF_ERROR(check_t(mw.output, "output"));
   for (const LayerWeights& w : mw.layers) {
     for (R r : kAdaptable) RETURN_IF_ERROR(check_t(w.mat(r), tensor_role_name(r)));
+    for (R r : {R::kFfnRouter, R::kFfnGateShexp, R::kFfnUpShexp, R::kFfnDownShexp})
+      RETURN_IF_ERROR(check_t(w.mat(r), tensor_role_name(r)));
+    // Resident experts (streamed ones are read in GGUF rows, as the stacked tensor's type).
+    for (const ExpertWeights& x : w.experts) {
+      for (const WeightView* v : {&x.gate, &x.up, &x.down}) RETURN_IF_ERROR(check_t(*v, "expert"));
+    }
   }
   std::unique_ptr<TrainStep> st(new TrainStep(model, params, options));
   st->plan_buffers();
@@ -110,10 +119,13 @@ void TrainStep::plan_buffers() {
   logits_ = be_.alloc(static_cast<size_t>(logits_chunk_ * h.n_vocab) * sizeof(float));
   positions_.resize(static_cast<size_t>(T));
   if (!be_.host_visible()) zeros_ = floats(h.n_embd);  // alloc() zero-fills: a device-side copy, not a host upload
+  if (h.is_moe()) routed_ = std::make_unique<RoutedFfnTrain>(be_, ops_, h, T);
   loss_.resize(static_cast<size_t>(T));
-  const int64_t n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q()});
+  const int64_t n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q(), h.n_ff_expert, h.n_ff_shared});
   be_.reserve({.n_tok = T, .n_in_max = n_in_max, .n_ctx = opt_.max_seq, .n_head = h.n_head,
-               .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .max_seqs = T, .n_embd = h.n_embd});
+               .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .max_seqs = T, .n_expert = h.n_expert,
+               .n_used = h.n_expert_used, .n_ff_expert = h.n_ff_expert, .n_ff_shared = h.n_ff_shared,
+               .n_embd = h.n_embd});
   ops_.reserve({.n_tok = T, .n_ctx = opt_.max_seq, .n_head = h.n_head, .head_dim = h.head_dim,
                 .n_in_max = std::max(n_in_max, h.n_vocab)});
 }
@@ -181,7 +193,7 @@ void TrainStep::lora_backward(int64_t l, R role, const float* x, const float* dy
                       .n_out = s->n_out, .rank = s->rank, .scale = s->scale});
 }
 
-void TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_in, float* x_out, int64_t n) {
+Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_in, float* x_out, int64_t n) {
   const ModelHparams& h = model_.hparams();
   const int64_t E = h.n_embd, Eq = h.n_embd_q(), Ekv = h.n_embd_kv(), F = h.n_ff;
   float *n1 = n1_->floats(), *q = q_->floats(), *k = k_->floats(), *v = v_->floats();
@@ -214,6 +226,14 @@ void TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_i
   be_.copy_floats(x_in, m, n * E);
   be_.add(m, proj, n * E);
 
+  if (h.layer_is_moe(l)) {  // x' = m + the routed FFN of n2 (proj)
+    RETURN_IF_ERROR(routed_->forward(model_, l, w, m, n2_->floats(), proj, n));
+    if (x_out != nullptr) {
+      be_.copy_floats(m, x_out, n * E);
+      be_.add(x_out, proj, n * E);
+    }
+    return Status();
+  }
   const MatmulOut gate_up[2] = {{w.mat(R::kFfnGate), g_->floats()}, {w.mat(R::kFfnUp), u_->floats()}};
   be_.norm_matmul({.x = m, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = n2_->floats(), .n_embd = E,
                    .n_tok = n, .outs = gate_up});
@@ -224,28 +244,33 @@ void TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_i
     // Recomputing for the backward: the output is not needed, only the down
     // projection's A h (proj is scratch by now).
     lora_forward(l, R::kFfnDown, h_->floats(), proj, F, E, n);
-    return;
+    return Status();
   }
   const MatmulOut down[1] = {{w.mat(R::kFfnDown), proj}};
   be_.matmul(down, h_->floats(), F, n);
   lora_forward(l, R::kFfnDown, h_->floats(), proj, F, E, n);
   be_.copy_floats(m, x_out, n * E);
   be_.add(x_out, proj, n * E);
+  return Status();
 }
 
 void TrainStep::layer_backward(int64_t l, const LayerWeights& w, const float* x_in, float* dx, int64_t n) {
   const ModelHparams& h = model_.hparams();
   const int64_t E = h.n_embd, F = h.n_ff;
   float *dh = dh_->floats(), *dg = dg_->floats(), *du = du_->floats(), *dn = dn_->floats();
-  // FFN: x' = m + Wdown h;  h = act(g) * u;  g, u = W n2;  n2 = norm(m).
-  ops_.matmul_t({.w = w.mat(R::kFfnDown), .dy = dx, .dx = dh, .n_tok = n});
-  lora_backward(l, R::kFfnDown, h_->floats(), dx, dh, n);
-  ops_.glu_backward({.g = g_->floats(), .u = u_->floats(), .dh = dh, .dg = dg, .du = du, .n_tok = n, .n_ff = F,
-                     .act = h.spec->act});
-  ops_.matmul_t({.w = w.mat(R::kFfnGate), .dy = dg, .dx = dn, .n_tok = n});
-  ops_.matmul_t({.w = w.mat(R::kFfnUp), .dy = du, .dx = dn, .n_tok = n, .accumulate = true});
-  lora_backward(l, R::kFfnGate, n2_->floats(), dg, dn, n);
-  lora_backward(l, R::kFfnUp, n2_->floats(), du, dn, n);
+  if (h.layer_is_moe(l)) {
+    routed_->backward(w, dx, dn, n);  // x' = m + routed(n2)
+  } else {
+    // FFN: x' = m + Wdown h;  h = act(g) * u;  g, u = W n2;  n2 = norm(m).
+    ops_.matmul_t({.w = w.mat(R::kFfnDown), .dy = dx, .dx = dh, .n_tok = n});
+    lora_backward(l, R::kFfnDown, h_->floats(), dx, dh, n);
+    ops_.glu_backward({.g = g_->floats(), .u = u_->floats(), .dh = dh, .dg = dg, .du = du, .n_tok = n, .n_ff = F,
+                       .act = h.spec->act});
+    ops_.matmul_t({.w = w.mat(R::kFfnGate), .dy = dg, .dx = dn, .n_tok = n});
+    ops_.matmul_t({.w = w.mat(R::kFfnUp), .dy = du, .dx = dn, .n_tok = n, .accumulate = true});
+    lora_backward(l, R::kFfnGate, n2_->floats(), dg, dn, n);
+    lora_backward(l, R::kFfnUp, n2_->floats(), du, dn, n);
+  }
   ops_.rmsnorm_backward({.x = m_->floats(), .w = vec(w.vec(R::kFfnNorm), E), .dy = dn, .dx = dx, .n_tok = n, .n = E,
                          .eps = h.rms_eps});
   // Attention: m = x + Wo att;  att = attention(rope(q), rope(k), v);  q, k, v = W n1;  n1 = norm(x).
@@ -320,16 +345,18 @@ StatusOr<double> TrainStep::run(const TrainBatch& b, float grad_scale, bool back
   be_.embed(model_.weights().token_embd, b.tokens, h.embd_scale, x_at(0));
   for (int64_t l = 0; l < h.n_layer; ++l) {
     ASSIGN_OR_RETURN(const LayerWeights* w, model_.acquire_layer(l));
-    layer_forward(l, *w, x_at(l), x_at(l + 1), n);
+    const Status st = layer_forward(l, *w, x_at(l), x_at(l + 1), n);
     model_.release_layer(l);
+    RETURN_IF_ERROR(st);
   }
   loss_and_top_grad(b, grad_scale, backward, n);
   if (!backward) return loss_sum(n);
   for (int64_t l = h.n_layer - 1; l >= 0; --l) {
     ASSIGN_OR_RETURN(const LayerWeights* w, model_.acquire_layer(l));
-    layer_forward(l, *w, x_at(l), nullptr, n);
-    layer_backward(l, *w, x_at(l), dx_->floats(), n);
+    const Status st = layer_forward(l, *w, x_at(l), nullptr, n);
+    if (st.ok()) layer_backward(l, *w, x_at(l), dx_->floats(), n);
     model_.release_layer(l);
+    RETURN_IF_ERROR(st);
   }
   return loss_sum(n);  // read once the backward is queued: the device need not drain at the loss
 }

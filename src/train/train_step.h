@@ -23,6 +23,10 @@
 //   n2 = rmsnorm(m) * ffn_norm;  g, u = W{gate,up} n2 + lora;  h = act(g) * u
 //   x' = m + Wdown h + lora
 //
+// or in a routed (mixture-of-experts) layer x' = m + the routed FFN of n2,
+// through the chosen experts and the router, all frozen (routed_ffn_train.h;
+// host-visible backends only).
+//
 // On a backend that is not host-visible (CUDA) every buffer is device memory:
 // the norm and bias vectors (host memory in the model) get a copy in a
 // buffer on first use, and rows move between buffers with write_floats.
@@ -37,6 +41,7 @@
 #include "backend/train_ops.h"
 #include "model/model.h"
 #include "train/lora_params.h"
+#include "train/routed_ffn_train.h"
 
 namespace sluice {
 
@@ -78,8 +83,9 @@ class TrainStep {
   Status check_batch(const TrainBatch& batch) const;
   StatusOr<double> run(const TrainBatch& batch, float grad_scale, bool backward);
   // Layer l from x_in: the intermediates into the step's buffers, and
-  // x_out = the layer's output when x_out is set.
-  void layer_forward(int64_t l, const LayerWeights& w, const float* x_in, float* x_out, int64_t n);
+  // x_out = the layer's output when x_out is set. Errors: a routed layer's
+  // experts' (the weight source's).
+  Status layer_forward(int64_t l, const LayerWeights& w, const float* x_in, float* x_out, int64_t n);
   // dx: in dL/d(layer output), out dL/d(layer input); the adapters' gradients added.
   void layer_backward(int64_t l, const LayerWeights& w, const float* x_in, float* dx, int64_t n);
   // y += lora(x) for the slot adapting (l, role), keeping A x in u (when any).
@@ -126,6 +132,7 @@ class TrainStep {
   std::unordered_map<const float*, std::unique_ptr<Buffer>> vecs_;  // vec()'s copies, by host vector
   std::unique_ptr<Buffer> zeros_;                // [T, n_embd] zeros: zero()'s source where buffers are not host memory
   std::vector<int64_t> forward_order_, train_order_;  // the weight source's schedules
+  std::unique_ptr<RoutedFfnTrain> routed_;       // a routed model's FFN (null: dense)
 };
 
 }  // namespace sluice

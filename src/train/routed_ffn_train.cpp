@@ -1,0 +1,223 @@
+#include "train/routed_ffn_train.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+#include "model/model.h"
+
+namespace sluice {
+namespace {
+
+using R = TensorRole;
+
+}  // namespace
+
+RoutedFfnTrain::RoutedFfnTrain(Backend& be, TrainOps& ops, const ModelHparams& hp, int64_t max_tokens)
+    : be_(be), ops_(ops), hp_(hp), max_tokens_(max_tokens) {
+  CHECK(be.host_visible() && hp.is_moe());
+  const int64_t T = max_tokens, k = hp.n_expert_used, E = hp.n_embd;
+  auto floats = [&](int64_t n) { return be_.alloc(static_cast<size_t>(n) * sizeof(float)); };
+  logits_ = floats(T * hp.n_expert);
+  dlogits_ = floats(T * hp.n_expert);
+  for (auto* b : {&xg_, &yg_, &dyg_}) *b = floats(T * k * E);
+  for (auto* b : {&g_, &u_, &h_, &dg_, &du_, &dh_}) *b = floats(T * k * hp.n_ff_expert);
+  if (hp.n_ff_shared > 0) {
+    for (auto* b : {&gs_, &us_, &hs_, &dgs_, &dus_, &dhs_}) *b = floats(T * hp.n_ff_shared);
+    for (auto* b : {&ys_, &dys_}) *b = floats(T * E);
+  }
+  ids_.resize(static_cast<size_t>(T * k));
+  w_.resize(ids_.size());
+  dw_.resize(ids_.size());
+  sg_.resize(static_cast<size_t>(T));
+  start_.resize(static_cast<size_t>(hp.n_expert + 1));
+  fill_.resize(static_cast<size_t>(hp.n_expert));
+  row_.resize(ids_.size());
+  token_.resize(ids_.size());
+}
+
+RoutedFfnTrain::~RoutedFfnTrain() = default;
+
+void RoutedFfnTrain::group(int64_t n) {
+  const int64_t k = hp_.n_expert_used;
+  std::fill(start_.begin(), start_.end(), 0);
+  for (int64_t i = 0; i < n * k; ++i) ++start_[static_cast<size_t>(ids_[static_cast<size_t>(i)]) + 1];
+  for (size_t e = 1; e < start_.size(); ++e) start_[e] += start_[e - 1];
+  // Each expert's rows from its start, in (t, j) order: ascending tokens.
+  std::copy(start_.begin(), start_.end() - 1, fill_.begin());
+  for (int64_t i = 0; i < n * k; ++i) {
+    const int64_t r = fill_[static_cast<size_t>(ids_[static_cast<size_t>(i)])]++;
+    row_[static_cast<size_t>(i)] = r;
+    token_[static_cast<size_t>(r)] = i / k;
+  }
+}
+
+Status RoutedFfnTrain::forward(Model& model, int64_t l, const LayerWeights& w, const float* m, float* xn, float* out,
+                               int64_t n) {
+  CHECK(n <= max_tokens_);
+  const ModelHparams& h = hp_;
+  const int64_t E = h.n_embd, F = h.n_ff_expert, k = h.n_expert_used;
+  const MatmulOut router[1] = {{w.mat(R::kFfnRouter), logits_->floats()}};
+  be_.norm_matmul({.x = m, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = xn, .n_embd = E, .n_tok = n,
+                   .outs = router});
+  be_.route({.logits = logits_->floats(), .n_tok = n, .n_expert = h.n_expert, .n_used = k,
+             .renormalize = h.expert_weights_norm, .ids = ids_.data(), .weights = w_.data()});
+  ASSIGN_OR_RETURN(experts_, model.landed_experts(l, std::span(ids_.data(), static_cast<size_t>(n * k))));
+  group(n);
+  float *xg = xg_->floats(), *yg = yg_->floats(), *g = g_->floats(), *u = u_->floats(), *hh = h_->floats();
+  for (int64_t r = 0; r < n * k; ++r)
+    std::memcpy(xg + r * E, xn + token_[static_cast<size_t>(r)] * E, static_cast<size_t>(E) * sizeof(float));
+  for (int64_t e = 0; e < h.n_expert; ++e) {
+    const int64_t r0 = start_[static_cast<size_t>(e)], c = start_[static_cast<size_t>(e) + 1] - r0;
+    if (c == 0) continue;
+    const ExpertWeights& x = experts_[static_cast<size_t>(e)];
+    const MatmulOut gate_up[2] = {{x.gate, g + r0 * F}, {x.up, u + r0 * F}};
+    be_.matmul(gate_up, xg + r0 * E, E, c);
+  }
+  ops_.glu({.g = g, .u = u, .h = hh, .n_tok = n * k, .n_ff = F, .act = h.spec->act});
+  for (int64_t e = 0; e < h.n_expert; ++e) {
+    const int64_t r0 = start_[static_cast<size_t>(e)], c = start_[static_cast<size_t>(e) + 1] - r0;
+    if (c == 0) continue;
+    const MatmulOut down[1] = {{experts_[static_cast<size_t>(e)].down, yg + r0 * E}};
+    be_.matmul(down, hh + r0 * F, F, c);
+  }
+  // out[t] = sum over slots j, in slot order, of w[t][j] y[t][j].
+  for (int64_t t = 0; t < n; ++t) {
+    float* o = out + t * E;
+    std::fill(o, o + E, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const float wt = w_[static_cast<size_t>(t * k + j)];
+      const float* y = yg + row_[static_cast<size_t>(t * k + j)] * E;
+      for (int64_t i = 0; i < E; ++i) o[i] += wt * y[i];
+    }
+  }
+  if (w.has_mat(R::kFfnGateShexp)) shared_forward(w, xn, out, n);
+  return Status();
+}
+
+void RoutedFfnTrain::shared_forward(const LayerWeights& w, const float* xn, float* out, int64_t n) {
+  const ModelHparams& h = hp_;
+  const int64_t E = h.n_embd, F = h.n_ff_shared;
+  const MatmulOut gate_up[2] = {{w.mat(R::kFfnGateShexp), gs_->floats()}, {w.mat(R::kFfnUpShexp), us_->floats()}};
+  be_.matmul(gate_up, xn, E, n);
+  ops_.glu({.g = gs_->floats(), .u = us_->floats(), .h = hs_->floats(), .n_tok = n, .n_ff = F, .act = h.spec->act});
+  const MatmulOut down[1] = {{w.mat(R::kFfnDownShexp), ys_->floats()}};
+  be_.matmul(down, hs_->floats(), F, n);
+  const float* gate = w.vec(R::kFfnSharedGate);
+  for (int64_t t = 0; t < n; ++t) {
+    const float s = gate ? shared_gate_weight(gate, xn + t * E, E) : 1.0f;
+    sg_[static_cast<size_t>(t)] = s;
+    const float* y = ys_->floats() + t * E;
+    float* o = out + t * E;
+    for (int64_t i = 0; i < E; ++i) o[i] += s * y[i];
+  }
+}
+
+void RoutedFfnTrain::routing_backward(int64_t n) {
+  const int64_t X = hp_.n_expert, k = hp_.n_expert_used;
+  const float* logits = logits_->floats();
+  float* dl = dlogits_->floats();
+  std::fill(dl, dl + n * X, 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* w = w_.data() + t * k;
+    const float* dw = dw_.data() + t * k;
+    const int32_t* ids = ids_.data() + t * k;
+    double s = 0;  // sum_j w_j dw_j
+    for (int64_t j = 0; j < k; ++j) s += static_cast<double>(w[j]) * dw[j];
+    float* d = dl + t * X;
+    if (hp_.expert_weights_norm) {
+      // w_j = softmax over the k chosen logits: d l_{e_j} = w_j (dw_j - s); the others 0.
+      for (int64_t j = 0; j < k; ++j) d[ids[j]] = static_cast<float>(w[j] * (dw[j] - s));
+      continue;
+    }
+    // w_j = p_{e_j}, p = softmax over every logit: d l_i = p_i (dp_i - s), dp_i = dw_j at i = e_j.
+    const float* lg = logits + t * X;
+    const float mx = *std::max_element(lg, lg + X);
+    double sum = 0;
+    for (int64_t e = 0; e < X; ++e) sum += std::exp(static_cast<double>(lg[e] - mx));
+    for (int64_t e = 0; e < X; ++e) d[e] = static_cast<float>(std::exp(static_cast<double>(lg[e] - mx)) / sum * -s);
+    for (int64_t j = 0; j < k; ++j) {
+      const double p = std::exp(static_cast<double>(lg[ids[j]] - mx)) / sum;
+      d[ids[j]] = static_cast<float>(p * (dw[j] - s));
+    }
+  }
+}
+
+void RoutedFfnTrain::backward(const LayerWeights& w, const float* dout, float* dxn, int64_t n) {
+  const ModelHparams& h = hp_;
+  const int64_t E = h.n_embd, F = h.n_ff_expert, k = h.n_expert_used;
+  const float* yg = yg_->floats();
+  float *dyg = dyg_->floats(), *dh = dh_->floats(), *dg = dg_->floats(), *du = du_->floats();
+  // The routing weights' gradient, and each grouped row's dy = w dout.
+  for (int64_t t = 0; t < n; ++t) {
+    const float* d = dout + t * E;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t r = row_[static_cast<size_t>(t * k + j)];
+      const float* y = yg + r * E;
+      double dot = 0;
+      for (int64_t i = 0; i < E; ++i) dot += static_cast<double>(d[i]) * y[i];
+      dw_[static_cast<size_t>(t * k + j)] = static_cast<float>(dot);
+      const float wt = w_[static_cast<size_t>(t * k + j)];
+      float* dy = dyg + r * E;
+      for (int64_t i = 0; i < E; ++i) dy[i] = wt * d[i];
+    }
+  }
+  for (int64_t e = 0; e < h.n_expert; ++e) {
+    const int64_t r0 = start_[static_cast<size_t>(e)], c = start_[static_cast<size_t>(e) + 1] - r0;
+    if (c == 0) continue;
+    ops_.matmul_t({.w = experts_[static_cast<size_t>(e)].down, .dy = dyg + r0 * E, .dx = dh + r0 * F, .n_tok = c});
+  }
+  ops_.glu_backward({.g = g_->floats(), .u = u_->floats(), .dh = dh, .dg = dg, .du = du, .n_tok = n * k, .n_ff = F,
+                     .act = h.spec->act});
+  float* dxg = dyg;  // dy is spent: the grouped rows' dxn
+  for (int64_t e = 0; e < h.n_expert; ++e) {
+    const int64_t r0 = start_[static_cast<size_t>(e)], c = start_[static_cast<size_t>(e) + 1] - r0;
+    if (c == 0) continue;
+    const ExpertWeights& x = experts_[static_cast<size_t>(e)];
+    ops_.matmul_t({.w = x.gate, .dy = dg + r0 * F, .dx = dxg + r0 * E, .n_tok = c});
+    ops_.matmul_t({.w = x.up, .dy = du + r0 * F, .dx = dxg + r0 * E, .n_tok = c, .accumulate = true});
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    float* o = dxn + t * E;
+    std::fill(o, o + E, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const float* r = dxg + row_[static_cast<size_t>(t * k + j)] * E;
+      for (int64_t i = 0; i < E; ++i) o[i] += r[i];
+    }
+  }
+  routing_backward(n);
+  ops_.matmul_t({.w = w.mat(R::kFfnRouter), .dy = dlogits_->floats(), .dx = dxn, .n_tok = n, .accumulate = true});
+  if (w.has_mat(R::kFfnGateShexp)) shared_backward(w, dout, dxn, n);
+}
+
+void RoutedFfnTrain::shared_backward(const LayerWeights& w, const float* dout, float* dxn, int64_t n) {
+  const ModelHparams& h = hp_;
+  const int64_t E = h.n_embd, F = h.n_ff_shared;
+  const float* gate = w.vec(R::kFfnSharedGate);
+  float* dys = dys_->floats();
+  for (int64_t t = 0; t < n; ++t) {
+    const float s = sg_[static_cast<size_t>(t)];
+    const float* d = dout + t * E;
+    for (int64_t i = 0; i < E; ++i) dys[t * E + i] = s * d[i];
+  }
+  ops_.matmul_t({.w = w.mat(R::kFfnDownShexp), .dy = dys, .dx = dhs_->floats(), .n_tok = n});
+  ops_.glu_backward({.g = gs_->floats(), .u = us_->floats(), .dh = dhs_->floats(), .dg = dgs_->floats(),
+                     .du = dus_->floats(), .n_tok = n, .n_ff = F, .act = h.spec->act});
+  ops_.matmul_t({.w = w.mat(R::kFfnGateShexp), .dy = dgs_->floats(), .dx = dxn, .n_tok = n, .accumulate = true});
+  ops_.matmul_t({.w = w.mat(R::kFfnUpShexp), .dy = dus_->floats(), .dx = dxn, .n_tok = n, .accumulate = true});
+  if (gate == nullptr) return;
+  // g = sigmoid(gate . xn): d xn += (dout . ys) g (1 - g) gate.
+  for (int64_t t = 0; t < n; ++t) {
+    const float s = sg_[static_cast<size_t>(t)];
+    const float* d = dout + t * E;
+    const float* y = ys_->floats() + t * E;
+    double dot = 0;
+    for (int64_t i = 0; i < E; ++i) dot += static_cast<double>(d[i]) * y[i];
+    const auto dz = static_cast<float>(dot * s * (1.0f - s));
+    float* o = dxn + t * E;
+    for (int64_t i = 0; i < E; ++i) o[i] += dz * gate[i];
+  }
+}
+
+}  // namespace sluice
