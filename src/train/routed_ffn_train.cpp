@@ -35,6 +35,21 @@ RoutedFfnTrain::RoutedFfnTrain(Backend& be, TrainOps& ops, const ModelHparams& h
   fill_.resize(static_cast<size_t>(hp.n_expert));
   row_.resize(ids_.size());
   token_.resize(ids_.size());
+  layer_ids_.resize(static_cast<size_t>(hp.n_layer) * ids_.size());
+  layer_n_.assign(static_cast<size_t>(hp.n_layer), 0);
+  prefetched_.assign(static_cast<size_t>(hp.n_layer), 0);
+}
+
+void RoutedFfnTrain::new_pass() {
+  std::fill(layer_n_.begin(), layer_n_.end(), 0);
+  std::fill(prefetched_.begin(), prefetched_.end(), 0);
+}
+
+void RoutedFfnTrain::prefetch(Model& model, int64_t l) {
+  if (l < 0 || layer_n_[static_cast<size_t>(l)] == 0 || prefetched_[static_cast<size_t>(l)]) return;
+  prefetched_[static_cast<size_t>(l)] = 1;
+  const size_t n_ids = static_cast<size_t>(layer_n_[static_cast<size_t>(l)] * hp_.n_expert_used);
+  model.predict_experts(l, std::span(layer_ids_.data() + static_cast<size_t>(l) * ids_.size(), n_ids));
 }
 
 RoutedFfnTrain::~RoutedFfnTrain() = default;
@@ -54,7 +69,7 @@ void RoutedFfnTrain::group(int64_t n) {
 }
 
 Status RoutedFfnTrain::forward(Model& model, int64_t l, const LayerWeights& w, const float* m, float* xn, float* out,
-                               int64_t n) {
+                               int64_t n, int64_t then) {
   CHECK(n <= max_tokens_);
   const ModelHparams& h = hp_;
   const int64_t E = h.n_embd, F = h.n_ff_expert, k = h.n_expert_used;
@@ -63,7 +78,10 @@ Status RoutedFfnTrain::forward(Model& model, int64_t l, const LayerWeights& w, c
                    .outs = router});
   be_.route({.logits = logits_->floats(), .n_tok = n, .n_expert = h.n_expert, .n_used = k,
              .renormalize = h.expert_weights_norm, .ids = ids_.data(), .weights = w_.data()});
+  std::copy(ids_.begin(), ids_.begin() + n * k, layer_ids_.begin() + l * static_cast<int64_t>(ids_.size()));
+  layer_n_[static_cast<size_t>(l)] = n;
   ASSIGN_OR_RETURN(experts_, model.landed_experts(l, std::span(ids_.data(), static_cast<size_t>(n * k))));
+  prefetch(model, then);
   group(n);
   float *xg = xg_->floats(), *yg = yg_->floats(), *g = g_->floats(), *u = u_->floats(), *hh = h_->floats();
   for (int64_t r = 0; r < n * k; ++r)

@@ -51,10 +51,21 @@ class RoutedFfnTrain {
 
   // Routed layer l (acquired from model, w its weights): xn = norm(m), out =
   // the routed FFN of xn, keeping what backward() needs; the chosen experts
-  // come from model.landed_experts (read if they stream).
+  // come from model.landed_experts (read if they stream). Once they are in
+  // hand, routed layer `then` (>= 0) is prefetched as prefetch() does. The
+  // routing is kept per layer for prefetch().
   //   m: [n, n_embd]  xn, out: [n, n_embd] (written)
   // Errors: the weight source's.
-  Status forward(Model& model, int64_t l, const LayerWeights& w, const float* m, float* xn, float* out, int64_t n);
+  Status forward(Model& model, int64_t l, const LayerWeights& w, const float* m, float* xn, float* out, int64_t n,
+                 int64_t then = -1);
+  // The backward visits the layers in reverse, and each recomputed forward
+  // routes as the forward pass did: its experts are known exactly. Asks the
+  // model to read ahead routed layer l's experts of the last forward() of l
+  // (Model::predict_experts; nothing when they do not stream), once per
+  // new_pass(); -1 or a layer not routed since: nothing.
+  void prefetch(Model& model, int64_t l);
+  // A micro-batch begins: prefetch() may ask for every layer again.
+  void new_pass();
   // After forward() on the same layer and rows: dxn = the gradient at xn
   // from dout, the gradient at out.  dout, dxn: [n, n_embd]
   void backward(const LayerWeights& w, const float* dout, float* dxn, int64_t n);
@@ -88,6 +99,9 @@ class RoutedFfnTrain {
   std::vector<int64_t> fill_;                 // [n_expert] scratch of group()
   std::vector<int64_t> row_;                  // [T * k] the grouped row of (t, j)
   std::vector<int64_t> token_;                // [T * k] the token of a grouped row
+  std::vector<int32_t> layer_ids_;            // [n_layer, T * k] each layer's routing, as forward() left it
+  std::vector<int64_t> layer_n_;              // [n_layer] its tokens (0: not routed since new_pass())
+  std::vector<uint8_t> prefetched_;           // [n_layer] asked for since new_pass()
 };
 
 }  // namespace sluice

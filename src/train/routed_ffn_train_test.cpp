@@ -12,6 +12,7 @@
 //     weights' softmax and the shared expert's gate.
 #include "train/routed_ffn_train.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -223,7 +224,7 @@ TEST_P(RoutedFfnTrainTest, ForwardIsTheInferenceFfnAndBackwardItsDerivative) {
   mdl.release_layer(l);
   EXPECT_GT(grad_scale, 0.0);
   EXPECT_LE(err, 1e-4 * grad_scale) << checked << " elements, largest |gradient| " << grad_scale;
-  RecordProperty("gradient_error_relative", std::to_string(err / grad_scale));
+  RecordProperty("gradient_error_relative", fmt::format("{:.3g}", err / grad_scale));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RoutedFfnTrainTest,

@@ -227,7 +227,9 @@ Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x
   be_.add(m, proj, n * E);
 
   if (h.layer_is_moe(l)) {  // x' = m + the routed FFN of n2 (proj)
-    RETURN_IF_ERROR(routed_->forward(model_, l, w, m, n2_->floats(), proj, n));
+    // Recomputing for the backward: the next routed layer it visits is read meanwhile.
+    RETURN_IF_ERROR(routed_->forward(model_, l, w, m, n2_->floats(), proj, n,
+                                     x_out == nullptr ? routed_below(l) : -1));
     if (x_out != nullptr) {
       be_.copy_floats(m, x_out, n * E);
       be_.add(x_out, proj, n * E);
@@ -342,6 +344,7 @@ StatusOr<double> TrainStep::run(const TrainBatch& b, float grad_scale, bool back
   be_.rope_tables(std::span(positions_.data(), static_cast<size_t>(n)), rope.inv_freq, rope.magnitude,
                   cos_sin_->floats());
   auto x_at = [&](int64_t l) { return xs_->floats() + l * opt_.max_tokens * E; };
+  if (routed_) routed_->new_pass();
   be_.embed(model_.weights().token_embd, b.tokens, h.embd_scale, x_at(0));
   for (int64_t l = 0; l < h.n_layer; ++l) {
     ASSIGN_OR_RETURN(const LayerWeights* w, model_.acquire_layer(l));
@@ -349,16 +352,26 @@ StatusOr<double> TrainStep::run(const TrainBatch& b, float grad_scale, bool back
     model_.release_layer(l);
     RETURN_IF_ERROR(st);
   }
+  // The backward's first routed layer keeps the experts its forward just used.
+  if (backward && routed_) routed_->prefetch(model_, routed_below(h.n_layer));
   loss_and_top_grad(b, grad_scale, backward, n);
   if (!backward) return loss_sum(n);
   for (int64_t l = h.n_layer - 1; l >= 0; --l) {
     ASSIGN_OR_RETURN(const LayerWeights* w, model_.acquire_layer(l));
+    if (routed_ && !h.layer_is_moe(l)) routed_->prefetch(model_, routed_below(l));
     const Status st = layer_forward(l, *w, x_at(l), nullptr, n);
     if (st.ok()) layer_backward(l, *w, x_at(l), dx_->floats(), n);
     model_.release_layer(l);
     RETURN_IF_ERROR(st);
   }
   return loss_sum(n);  // read once the backward is queued: the device need not drain at the loss
+}
+
+int64_t TrainStep::routed_below(int64_t l) const {
+  const ModelHparams& h = model_.hparams();
+  for (int64_t b = l - 1; b >= 0; --b)
+    if (h.layer_is_moe(b)) return b;
+  return -1;
 }
 
 StatusOr<double> TrainStep::accumulate(const TrainBatch& batch, float grad_scale) {

@@ -86,6 +86,8 @@ class TrainStep {
   // x_out = the layer's output when x_out is set. Errors: a routed layer's
   // experts' (the weight source's).
   Status layer_forward(int64_t l, const LayerWeights& w, const float* x_in, float* x_out, int64_t n);
+  // The nearest routed layer below l (the next the backward visits), or -1.
+  int64_t routed_below(int64_t l) const;
   // dx: in dL/d(layer output), out dL/d(layer input); the adapters' gradients added.
   void layer_backward(int64_t l, const LayerWeights& w, const float* x_in, float* dx, int64_t n);
   // y += lora(x) for the slot adapting (l, role), keeping A x in u (when any).

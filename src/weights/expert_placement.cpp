@@ -124,6 +124,18 @@ StatusOr<PlacementPlan> plan_expert_placement(const ModelFile& file, const Place
     p.predicted_compute_s = p.experts_per_step * in.expert_compute_s;
     p.predicted_boundary_s = 0;
   }
+  if (in.training) {
+    // Per micro-batch (train/train_step.h): every layer's forward and
+    // backward visits and the loss head; each visit of a routed layer reads
+    // the chosen experts it misses (tokens_per_step of them route).
+    p.training = true;
+    p.train_backward_s = in.train_backward_s;
+    p.train_head_s = in.head_compute_s;
+    p.train.compute_s =
+        static_cast<double>(last - first) * (in.layer_compute_s + in.train_backward_s) + in.head_compute_s;
+    p.train.read_bytes = 2 * p.expert_disk_bytes_per_step;
+    p.predicted_compute_s = p.train.compute_s;
+  }
   set_disk_figures(p, in.disk_gbps);
   return p;
 }

@@ -19,9 +19,28 @@ namespace {
 // keep across a turn, twice) and the experts a step misses at `gbps`: the
 // disk's share of a step.
 double disk_s_per_step(const PlacementPlan& p, double gbps) {
-  const double layers = p.training ? p.train.read_bytes
-                                   : static_cast<double>(p.n_streamed) * static_cast<double>(p.slot_bytes);
+  if (p.training) return p.train.read_bytes / (gbps * 1e9);  // layers or experts, every visit's
+  const double layers = static_cast<double>(p.n_streamed) * static_cast<double>(p.slot_bytes);
   return (layers + p.expert_disk_bytes_per_step) / (gbps * 1e9);
+}
+
+// The step when the disk's share of it takes disk_s. In training with experts
+// read one by one (train/routed_ffn_train.h) half the reads are the forward
+// visits', read when the routing asks (nothing predicts them): all stall.
+// The backward visits route as the forward did, so each routed layer's are
+// read ahead while the layer above computes, given room in the pool for a
+// second layer's chosen experts beside the ones pinned: hidden behind the
+// backward visits' compute. Otherwise the step is the longer of compute and
+// the disk's side with its boundary.
+double step_with_disk(const PlacementPlan& p, double disk_s) {
+  if (p.training && p.n_expert_slots > 0) {
+    const double pass = disk_s / 2;
+    const double per_layer = p.n_layer_moe > 0 ? p.experts_per_step / static_cast<double>(p.n_layer_moe) : 0.0;
+    const bool ahead = static_cast<double>(p.n_expert_slots) >= 2 * per_layer;
+    const double hidden = ahead ? static_cast<double>(p.n_layer_moe) * p.train_backward_s : 0.0;
+    return p.predicted_compute_s + pass + std::max(0.0, pass - hidden);
+  }
+  return std::max(p.predicted_compute_s, disk_s + p.predicted_boundary_s);
 }
 
 // Training: resident layer l_j = 1 + floor((2j + 1)(n - 2) / 2r) for j < r,
@@ -72,7 +91,8 @@ void set_disk_figures(PlacementPlan& p, double gbps) {
   p.disk_gbps = gbps;
   p.transfer_s = static_cast<double>(p.slot_bytes) / (gbps * 1e9);
   p.predicted_disk_s = disk_s_per_step(p, gbps);
-  p.predicted_stall_s = std::max(0.0, p.predicted_disk_s + p.predicted_boundary_s - p.predicted_compute_s);
+  p.predicted_stall_s = step_with_disk(p, p.predicted_disk_s) - p.predicted_compute_s;
+  if (p.training) p.train.stall_s = p.predicted_stall_s;
 }
 
 std::string format_bytes(double bytes) {
@@ -346,14 +366,16 @@ StatusOr<PlacementPlan> plan_placement(const ModelFile& file, const PlacementInp
 
 double PlacementPlan::predicted_step_s_at(double gbps) const {
   CHECK(gbps > 0);
-  return std::max(predicted_compute_s, disk_s_per_step(*this, gbps) + predicted_boundary_s);
+  return step_with_disk(*this, disk_s_per_step(*this, gbps));
 }
 
 double PlacementPlan::predicted_step_s_given(double hit_rate, double gbps) const {
   CHECK(gbps > 0);
   const double experts = experts_per_step * (1.0 - std::clamp(hit_rate, 0.0, 1.0)) * static_cast<double>(expert_bytes);
-  const double disk = (static_cast<double>(n_streamed) * static_cast<double>(slot_bytes) + experts) / (gbps * 1e9);
-  return std::max(predicted_compute_s, disk + predicted_boundary_s);
+  const double bytes = !training          ? static_cast<double>(n_streamed) * static_cast<double>(slot_bytes) + experts
+                       : n_expert_slots > 0 ? 2 * experts  // both visits
+                                           : train.read_bytes;
+  return step_with_disk(*this, bytes / (gbps * 1e9));
 }
 
 void PlacementPlan::rerate_disk(double gbps, std::string note) {
@@ -423,13 +445,26 @@ std::string placement_map(const PlacementPlan& p) {
                           "experts; experts resident per layer start at 0 and follow use (the run's summary prints "
                           "them)\n";
     if (!p.disk_note.empty()) s += fmt::format("  disk: {:.2f} GB/s, {}\n", p.disk_gbps, p.disk_note);
-    s += fmt::format("  predicted per step ({} token(s)): hit rate {:.0f}% ({}), {} of experts read, compute {}, "
-                     "disk {} + {} at the step boundary, stall {}; smallest workable budget {} bytes\n",
-                     p.tokens_per_step, 100 * p.expected_hit_rate,
-                     "slots less one layer's read-ahead, over the other experts",
-                     mb(p.expert_disk_bytes_per_step),
-                     ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_boundary_s),
-                     ms(p.predicted_stall_s), p.min_budget_bytes);
+    if (p.training) {
+      const double per_layer = p.n_layer_moe > 0 ? p.experts_per_step / static_cast<double>(p.n_layer_moe) : 0.0;
+      s += fmt::format(
+          "  order: training; a micro-batch of {} tokens routes each layer twice, forward then in the backward's "
+          "recompute, and reads what it misses: hit rate {:.0f}%, {} of experts a visit; the forward's as the "
+          "routing asks, the backward's (the forward's routing again) one routed layer ahead{}\n"
+          "  predicted per micro-batch: compute {}, disk {}, stall {}; smallest workable budget {} bytes\n",
+          p.tokens_per_step, 100 * p.expected_hit_rate, mb(p.expert_disk_bytes_per_step),
+          static_cast<double>(p.n_expert_slots) >= 2 * per_layer
+              ? ""
+              : fmt::format(" (when the pool has room: {} slots, {:.1f} experts a layer)", p.n_expert_slots, per_layer),
+          ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_stall_s), p.min_budget_bytes);
+    } else {
+      s += fmt::format("  predicted per step ({} token(s)): hit rate {:.0f}% ({}), {} of experts read, compute {}, "
+                       "disk {} + {} at the step boundary, stall {}; smallest workable budget {} bytes\n",
+                       p.tokens_per_step, 100 * p.expected_hit_rate,
+                       "slots less one layer's read-ahead, over the other experts", mb(p.expert_disk_bytes_per_step),
+                       ms(p.predicted_compute_s), ms(p.predicted_disk_s), ms(p.predicted_boundary_s),
+                       ms(p.predicted_stall_s), p.min_budget_bytes);
+    }
   } else {
     s += fmt::format("  {:<7} {:>10} {:>8}  {} streamed layers\n", "disk", mb(static_cast<double>(disk_tensor_bytes)),
                      n_disk, p.n_streamed);

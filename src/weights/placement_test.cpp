@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "base/test_data.h"
 #include "weights/io_engine.h"
 #include "weights/placement.h"
 
@@ -212,6 +213,47 @@ TEST(Placement, TrainingKeepsResidentLayersOffTheTurns) {
 // neither read nor held by the host, the training spread runs over the host's
 // layers alone (their first and last stream), and every layer's compute
 // counts.
+
+// Training a routed model with its experts read one by one (stories-moe, 4
+// routed layers of 16): a micro-batch visits every layer twice and each visit
+// reads the chosen experts it misses. The forward's reads stall; the
+// backward's, read a layer ahead, hide behind the backward visits' compute
+// when the pool has room for a second layer's experts.
+TEST(Placement, TrainingARoutedModelReadsBothVisitsExperts) {
+  auto mf = open_model_file(sluice::testing::shipped_model_path("stories-moe-f16.gguf"));
+  ASSERT_TRUE(mf.ok()) << mf.status().to_string();
+  PlacementInputs in{.disk_gbps = 0.1, .layer_compute_s = 1e-3, .tokens_per_step = 192, .head_compute_s = 1e-3,
+                     .training = true, .train_backward_s = 2e-3};
+  in.mem_budget_bytes = 1;
+  const std::string why = plan_placement(*mf, in).status().message();
+  const size_t at = why.find("the smallest budget that works is ");
+  ASSERT_NE(at, std::string::npos) << why;
+  const uint64_t least = std::stoull(why.substr(at + std::string("the smallest budget that works is ").size()));
+  in.mem_budget_bytes = least;
+  const PlacementPlan tight = plan_placement(*mf, in).value();
+  ASSERT_EQ(tight.n_expert_slots, 16);
+  EXPECT_TRUE(tight.training);
+  EXPECT_NEAR(tight.predicted_compute_s, 4 * 3e-3 + 1e-3, 1e-12);
+  EXPECT_GT(tight.expert_disk_bytes_per_step, 0);
+  EXPECT_DOUBLE_EQ(tight.train.read_bytes, 2 * tight.expert_disk_bytes_per_step);
+  EXPECT_NEAR(tight.predicted_disk_s, tight.train.read_bytes / 0.1e9, 1e-12);
+  EXPECT_NEAR(tight.predicted_stall_s, tight.predicted_disk_s, 1e-12);  // no room to read ahead
+  const std::string map = placement_map(tight);
+  EXPECT_NE(map.find("order: training; a micro-batch of 192 tokens routes each layer twice"), std::string::npos) << map;
+  EXPECT_NE(map.find("when the pool has room"), std::string::npos) << map;
+  // Room for two layers' experts: the backward's reads hide behind its 4 x 2 ms.
+  in.mem_budget_bytes = least + 16 * tight.expert_slot_bytes;
+  const PlacementPlan roomy = plan_placement(*mf, in).value();
+  ASSERT_EQ(roomy.n_expert_slots, 32);
+  const double pass = roomy.predicted_disk_s / 2;
+  EXPECT_NEAR(roomy.predicted_stall_s, pass + std::max(0.0, pass - 4 * 2e-3), 1e-12);
+  EXPECT_LT(roomy.predicted_stall_s, roomy.predicted_disk_s);
+  EXPECT_NEAR(roomy.predicted_step_s(), roomy.predicted_compute_s + roomy.predicted_stall_s, 1e-12);
+  EXPECT_NEAR(roomy.predicted_step_s_at(0.1), roomy.predicted_step_s(), 1e-12);
+  EXPECT_EQ(placement_map(roomy).find("when the pool has room"), std::string::npos);
+  // At a hit rate of 1 nothing is read: the step is the compute.
+  EXPECT_NEAR(roomy.predicted_step_s_given(1.0, 0.1), roomy.predicted_compute_s, 1e-12);
+}
 TEST(Placement, TrainingSpreadsTheHostLayersAroundTheDeviceTier) {
   const ModelFile f = fake_model(8);
   const PlacementPlan probe = plan_placement(f, streaming(2'000'000'000, 0.5)).value();

@@ -1,0 +1,145 @@
+// Fine-tuning a mixture-of-experts model (stories-moe, 4 routed layers of 16
+// experts, top 2) end to end on the CPU:
+//   - the held-out loss falls, and `--targets all` adapts what a routed model
+//     has: its attention;
+//   - with the experts streamed one by one under --mem-budget (the smallest
+//     budget that works: one routed layer's experts in the pool), the adapter
+//     is the resident run's byte for byte, and the disk read about what the
+//     placement predicted (both visits' missed experts);
+//   - the training forward is the inference forward: the adapter applied at
+//     inference (f32 KV cache) gives the losses the training step's
+//     evaluation gives.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <unistd.h>
+
+#include "base/test_data.h"
+#include "format/model_file.h"
+#include "lora/lora_adapter.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "train/finetune.h"
+#include "train/train_step.h"
+#include "train/train_test_data.h"
+#include "weights/placement.h"
+
+namespace sluice {
+namespace {
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+const std::string kHeldout = std::string(SLUICE_SOURCE_DIR) + "/tests/data/finetune/stories-heldout.txt";
+
+TEST(RoutedFinetune, StoriesMoeLearnsAndStreamedExpertsGiveTheResidentAdapter) {
+  const std::string base = testing::shipped_model_path("stories-moe-f16.gguf");
+  auto mf = open_model_file(base);
+  ASSERT_TRUE(mf.ok()) << mf.status().to_string();
+  // The smallest budget that works: the planner says it in its refusal.
+  auto too_small = weights::plan_placement(*mf, {.mem_budget_bytes = 1, .disk_gbps = 1, .layer_compute_s = 1e-3});
+  ASSERT_FALSE(too_small.ok());
+  const std::string why = too_small.status().message();
+  const size_t at = why.find("the smallest budget that works is ");
+  ASSERT_NE(at, std::string::npos) << why;
+  const uint64_t budget = std::stoull(why.substr(at + std::string("the smallest budget that works is ").size()));
+  ASSERT_LT(budget, mf->total_tensor_bytes() / 2);
+
+  const std::string tag = std::to_string(getpid());
+  const std::string dir_a = ::testing::TempDir() + "routed_finetune_resident_" + tag + "/";
+  const std::string dir_b = ::testing::TempDir() + "routed_finetune_streamed_" + tag + "/";
+  std::filesystem::create_directories(dir_a);
+  std::filesystem::create_directories(dir_b);
+  FinetuneOptions o{.model_path = base, .data_path = testing::kFinetuneStories, .out_path = dir_a + "adapter.gguf",
+                    .val_data_path = kHeldout, .rank = 4, .alpha = 8.0f,
+                    .train = {.steps = 6, .batch = 4, .seq = 48, .lr = 3e-3f, .seed = 3},
+                    .eval_every = 100, .backend = "cpu", .n_threads = 2};
+  std::vector<std::string> lines;
+  auto log = [&](const std::string& l) { lines.push_back(l); };
+  auto resident = finetune(o, log);
+  ASSERT_TRUE(resident.ok()) << resident.status().to_string();
+  EXPECT_LT(resident->heldout_after, resident->heldout_before - 0.05);
+  auto ad = read_lora(o.out_path);
+  ASSERT_TRUE(ad.ok()) << ad.status().to_string();
+  EXPECT_EQ(ad->mats.size(), 16u);  // q, k, v, o of 4 layers
+  for (const LoraMatrix& m : ad->mats) EXPECT_EQ(m.base_name.find("ffn"), std::string::npos) << m.base_name;
+
+  o.out_path = dir_b + "adapter.gguf";
+  o.mem_budget_bytes = budget;
+  lines.clear();
+  auto streamed = finetune(o, log);
+  ASSERT_TRUE(streamed.ok()) << streamed.status().to_string();
+  std::string all;
+  for (const std::string& l : lines) all += l + "\n";
+  const std::string a = read_bytes(dir_a + "adapter.gguf");
+  ASSERT_GT(a.size(), 0u);
+  EXPECT_TRUE(a == read_bytes(dir_b + "adapter.gguf")) << "the streamed run's adapter differs from the resident run's";
+  EXPECT_EQ(resident->last_loss, streamed->last_loss);
+  EXPECT_NE(all.find("experts: a pool of 16 slots"), std::string::npos) << all;
+  EXPECT_NE(all.find("order: training; a micro-batch of 192 tokens routes each layer twice"), std::string::npos)
+      << all;
+  // 192 tokens choose nearly every expert of a layer, and the pool holds one
+  // layer's: about all of them read at each visit, twice a micro-batch
+  // (read in whole aligned extents, a little over the experts' bytes; the
+  // backward's first layer finds some of the forward's still in place).
+  const StepFigures& t = streamed->timing;
+  ASSERT_TRUE(t.streamed);
+  EXPECT_GT(t.predicted_read_bytes, 0) << all;
+  EXPECT_GT(t.measured_read_bytes, 0.75 * t.predicted_read_bytes) << all;
+  EXPECT_LT(t.measured_read_bytes, 1.35 * t.predicted_read_bytes) << all;
+
+  // The trained adapter at inference: each held-out sequence's mean loss from
+  // the logits equals the training step's evaluation of it.
+  auto tok = Tokenizer::from_metadata(mf->metadata);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto be = create_backend({.name = "cpu", .n_threads = 2});
+  ASSERT_TRUE(be.ok());
+  auto model = Model::load(std::make_shared<const ModelFile>(std::move(*mf)),
+                           {.n_batch = 1, .max_seqs = 1, .backend = *be, .repack = false});
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  Model& m = **model;
+  auto params = LoraParams::create(m.backend(), *ad);
+  ASSERT_TRUE(params.ok()) << params.status().to_string();
+  auto step = TrainStep::create(m, *params, {.max_tokens = 64, .max_seq = 64});
+  ASSERT_TRUE(step.ok()) << step.status().to_string();
+  ASSERT_TRUE(m.add_lora(*ad).ok());
+  const int64_t n_vocab = m.hparams().n_vocab;
+  const std::vector<std::vector<int32_t>> seqs = {
+      (*tok)->encode("Once upon a time, there was a little dog named Max. Max liked to run in the park.", true),
+      (*tok)->encode("Lily and Tom went to the beach. They built a big castle and found a shell.", true)};
+  double worst = 0;
+  for (const std::vector<int32_t>& ids : seqs) {
+    const auto n = static_cast<int64_t>(ids.size()) - 1;
+    ASSERT_GT(n, 8);
+    TrainBatch b{.tokens = std::vector<int32_t>(ids.begin(), ids.end() - 1),
+                 .targets = std::vector<int32_t>(ids.begin() + 1, ids.end()), .seqs = {{0, n}}};
+    auto train_loss = (*step)->evaluate(b);
+    ASSERT_TRUE(train_loss.ok()) << train_loss.status().to_string();
+    KvCache kv = m.make_kv_cache(n, KvDtype::kF32).value();
+    std::vector<float> logits(static_cast<size_t>(n * n_vocab));
+    ASSERT_TRUE(m.forward(b.tokens, kv, logits.data(), /*all_logits=*/true, /*loras=*/1).ok());
+    double loss = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* z = logits.data() + t * n_vocab;
+      double mx = z[0], sum = 0;
+      for (int64_t v = 1; v < n_vocab; ++v) mx = std::max(mx, static_cast<double>(z[v]));
+      for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(z[v] - mx);
+      loss += mx + std::log(sum) - z[b.targets[static_cast<size_t>(t)]];
+    }
+    worst = std::max(worst, std::abs(loss - *train_loss) / std::abs(loss));
+  }
+  EXPECT_LT(worst, 1e-4);
+  RecordProperty("loss_max_rel_err", fmt::format("{:.3g}", worst));
+  std::filesystem::remove_all(dir_a);
+  std::filesystem::remove_all(dir_b);
+}
+
+}  // namespace
+}  // namespace sluice
