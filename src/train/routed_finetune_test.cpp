@@ -8,7 +8,8 @@
 //     placement predicted (both visits' missed experts);
 //   - the training forward is the inference forward: the adapter applied at
 //     inference (f32 KV cache) gives the losses the training step's
-//     evaluation gives.
+//     evaluation gives;
+//   - cuda refuses a routed model by name.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -139,6 +140,22 @@ TEST(RoutedFinetune, StoriesMoeLearnsAndStreamedExpertsGiveTheResidentAdapter) {
   RecordProperty("loss_max_rel_err", fmt::format("{:.3g}", worst));
   std::filesystem::remove_all(dir_a);
   std::filesystem::remove_all(dir_b);
+}
+
+// A backend that is not host-visible (cuda, where it can be created: a GPU or
+// the emulator) refuses a routed model by name and writes nothing.
+TEST(RoutedFinetune, CudaRefusesARoutedModelByName) {
+  if (auto be = create_backend({.name = "cuda", .n_threads = 2}); !be.ok()) GTEST_SKIP() << be.status().to_string();
+  const std::string out = ::testing::TempDir() + "routed_finetune_cuda_" + std::to_string(getpid()) + ".gguf";
+  auto r = finetune({.model_path = testing::shipped_model_path("stories-moe-f16.gguf"),
+                     .data_path = testing::kFinetuneStories, .out_path = out, .val_split = 0,
+                     .train = {.steps = 1, .batch = 1, .seq = 16}, .backend = "cuda", .n_threads = 2},
+                    [](const std::string&) {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(r.status().message().find("mixture-of-experts model on the cuda backend"), std::string::npos)
+      << r.status().to_string();
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 }  // namespace
