@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "base/test_data.h"
+#include "format/model_file.h"
 #include "plan/stream_plan.h"
 #include "plan/train_plan.h"
 
@@ -186,6 +188,29 @@ TEST(Essay002, TrainerFlopsPerToken) {
   const TrainVisitFlops h = train_visit_flops(lora, 10, 511);
   EXPECT_DOUBLE_EQ(h.forward + h.backward, 10 * (8 * 1000.0 + 9 * 64 * 512.0));
   EXPECT_DOUBLE_EQ(train_head_flops(32000.0 * 2048, 3), 4 * 32000.0 * 2048 * 3);
+}
+
+// The essay's MoE rule: P_active is what a token runs, the attention, the
+// router and n_expert_used of the experts (stories-moe: 2 of 16), while the
+// bytes a layer moves are every expert's. The recompute runs the chosen
+// experts' down projections too (their outputs give the routing weights'
+// gradient), so P_down is 0.
+TEST(Essay002, ARoutedLayerCountsItsActiveExperts) {
+  auto f = open_model_file(sluice::testing::shipped_model_path("stories-moe-f16.gguf"));
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  double dense = 0, experts = 0;
+  for (const TensorInfo& t : f->tensors) {
+    if (t.name.rfind("blk.0.", 0) != 0) continue;
+    if (t.ne.size() == 2) dense += static_cast<double>(t.n_elements());
+    if (t.ne.size() == 3) experts += static_cast<double>(t.n_elements());
+  }
+  ASSERT_GT(experts, 0);
+  const std::vector<TensorRole> attention = {TensorRole::kAttnQ, TensorRole::kAttnK, TensorRole::kAttnV,
+                                             TensorRole::kAttnOutput};
+  const TrainLayerShape s = train_layer_shape(*f, 8, attention).value();
+  EXPECT_DOUBLE_EQ(s.params, dense + experts * 2 / 16);
+  EXPECT_EQ(s.down_params, 0);
+  EXPECT_GT(s.lora_params, 0);
 }
 
 TEST(Essay002, TrainingOrderOnTheEssaysPipeline) {
