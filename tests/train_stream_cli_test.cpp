@@ -123,6 +123,47 @@ TEST(TrainStreamCli, PlanTrainGivesThePlacementPerMicroBatchAndTheCrossover) {
   EXPECT_NE(t.out.find("crossover"), std::string::npos) << t.out;
 }
 
+// A routed model (stories-moe, 4 routed layers of 16 experts) keeps its
+// layers and reads its experts one by one: each micro-batch reads both visits'
+// missed experts, more with more tokens until a visit chooses them all; the
+// forward's reads always stall, so the overhead falls as compute grows but is
+// never nil, and the 5% crossover is searched plan by plan: the plan at it is
+// under 5%, the one a token before over.
+TEST(TrainStreamCli, PlanTrainOnARoutedModelSearchesTheCrossover) {
+  const std::string moe = std::string(SLUICE_SOURCE_DIR) + "/models/stories-moe-f16.gguf";
+  const std::string rates = " --budget-fraction 0.5 --tflops 0.05 --disk-gbps 0.5 --seq 64 --json";
+  CliResult r = run_cli("plan train -m " + moe + rates + " --tokens 8,256,4096");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["n_expert_slots"].get<int>(), 16);
+  EXPECT_EQ(j["layers"], "RRRR");
+  ASSERT_EQ(j["rows"].size(), 3u);
+  const nlohmann::json& few = j["rows"][0];
+  const nlohmann::json& more = j["rows"][1];
+  const nlohmann::json& many = j["rows"][2];
+  EXPECT_EQ(few["layer_reads"], 0);
+  EXPECT_GT(few["read_bytes"].get<double>(), 0);
+  EXPECT_LT(few["read_bytes"].get<double>(), more["read_bytes"].get<double>());
+  // Every expert chosen at each visit, near enough.
+  EXPECT_NEAR(more["read_bytes"].get<double>(), many["read_bytes"].get<double>(), 1e-6 * many["read_bytes"].get<double>());
+  EXPECT_GT(few["overhead"].get<double>(), more["overhead"].get<double>());
+  EXPECT_GT(more["overhead"].get<double>(), many["overhead"].get<double>());
+  EXPECT_GT(many["overhead"].get<double>(), 0.0);
+  EXPECT_TRUE(j["tokens_no_overhead"].is_null());
+  const auto five = static_cast<int64_t>(j["tokens_overhead_5pct"].get<double>());
+  ASSERT_GT(five, 256);
+  CliResult at = run_cli("plan train -m " + moe + rates + " --tokens " + std::to_string(five - 1) + "," +
+                         std::to_string(five));
+  ASSERT_EQ(at.exit_code, 0) << at.err;
+  const nlohmann::json k = nlohmann::json::parse(at.out);
+  EXPECT_GT(k["rows"][0]["overhead"].get<double>(), 0.05);
+  EXPECT_LE(k["rows"][1]["overhead"].get<double>(), 0.05);
+  CliResult text = run_cli("plan train -m " + moe + " --budget-fraction 0.5 --tflops 0.05 --disk-gbps 0.5 --seq 64");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("read one by one into a pool of"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("transfers wholly hidden never"), std::string::npos) << text.out;
+}
+
 TEST(TrainStreamCli, BadRequestsFailCleanly) {
   // No budget, both budgets, no rates, not a GGUF, a budget too small.
   for (const char* args :

@@ -81,26 +81,32 @@ int run_train(const PlanArgs& a) {
   json rows = json::array();
   weights::PlacementPlan last;
   int64_t last_tokens = 0;
-  for (int64_t n : a.train_tokens) {
+  // The placement finetune would make for micro-batches of n tokens.
+  auto plan_at = [&](int64_t n, pl::TrainVisitTimes* times) -> StatusOr<weights::PlacementPlan> {
     pl::TrainWorkload w = *work;
     w.seq_len = std::min(a.seq, n);
-    auto times = pl::train_visit_times(file, w, n, tflops);
-    if (!times.ok()) return fail(times.status());
-    auto p = weights::plan_placement(file, {.mem_budget_bytes = budget,
-                                            .disk_gbps = disk_gbps,
-                                            .layer_compute_s = times->forward_s,
-                                            .tokens_per_step = n,
-                                            .head_compute_s = times->head_s,
-                                            .training = true,
-                                            .train_backward_s = times->backward_s});
+    ASSIGN_OR_RETURN(*times, pl::train_visit_times(file, w, n, tflops));
+    return weights::plan_placement(file, {.mem_budget_bytes = budget,
+                                          .disk_gbps = disk_gbps,
+                                          .layer_compute_s = times->forward_s,
+                                          .tokens_per_step = n,
+                                          .head_compute_s = times->head_s,
+                                          .training = true,
+                                          .train_backward_s = times->backward_s});
+  };
+  for (int64_t n : a.train_tokens) {
+    pl::TrainVisitTimes visit;
+    const pl::TrainVisitTimes* times = &visit;
+    auto p = plan_at(n, &visit);
     if (!p.ok()) return fail(p.status());
+    const int64_t seq_len = std::min(a.seq, n);
     const pl::TrainStreamPlan& tp = p->train;
     t += fmt::format("{:>7} {:>3} {:>9} {:>6} {:>10} {:>11} {:>9} {:>9} {:>10} {:>8.1f}%  {}\n", n, p->n_ring_slots,
                      fmt::format("{}/{}", p->n_layer - p->n_streamed, p->n_layer), tp.layer_reads,
                      weights::format_bytes(tp.read_bytes), weights::format_seconds(tp.compute_s),
                      weights::format_seconds(tp.disk_s), weights::format_seconds(tp.boundary_s),
                      weights::format_seconds(tp.step_s), 100 * tp.overhead, pl::stream_bound_name(tp.bound));
-    rows.push_back({{"tokens", n}, {"seq", w.seq_len}, {"n_ring_slots", p->n_ring_slots},
+    rows.push_back({{"tokens", n}, {"seq", seq_len}, {"n_ring_slots", p->n_ring_slots},
                     {"n_ring_slots_planned", p->n_ring_slots_planned}, {"n_streamed", p->n_streamed},
                     {"n_layer", p->n_layer}, {"layer_reads", tp.layer_reads}, {"read_bytes", tp.read_bytes},
                     {"forward_s", times->forward_s}, {"backward_s", times->backward_s}, {"head_s", times->head_s},
@@ -111,28 +117,61 @@ int run_train(const PlanArgs& a) {
     last_tokens = n;
   }
   // The crossover, from the largest micro-batch's plan (compute and the turns
-  // scale with the tokens, the reads do not).
-  const std::optional<double> hide = pl::tokens_for_overhead(last.train, last_tokens, 0.0);
-  const std::optional<double> five = pl::tokens_for_overhead(last.train, last_tokens, 0.05);
-  auto tokens_text = [](const std::optional<double>& x) {
-    return x ? fmt::format("{:.0f}", std::ceil(*x)) : std::string("never (the turns alone exceed it)");
+  // scale with the tokens, the reads do not). A routed model's reads grow
+  // with the tokens until each visit chooses every expert: searched, plan by
+  // plan, for the fewest tokens at or under the overhead.
+  const bool routed = last.n_expert_slots > 0;
+  auto search = [&](double max_overhead) -> std::optional<double> {
+    pl::TrainVisitTimes unused;
+    auto over = [&](int64_t n) {
+      auto p = plan_at(n, &unused);
+      return p.ok() ? p->train.overhead : 1e30;
+    };
+    int64_t hi = 1;
+    while (over(hi) > max_overhead) {
+      if (hi > (int64_t{1} << 24)) return std::nullopt;
+      hi *= 2;
+    }
+    int64_t lo = hi / 2;  // over(lo) > max_overhead, or lo == 0
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (over(mid) > max_overhead ? lo : hi) = mid;
+    }
+    return static_cast<double>(hi);
+  };
+  const std::optional<double> hide = routed ? search(0.0) : pl::tokens_for_overhead(last.train, last_tokens, 0.0);
+  const std::optional<double> five = routed ? search(0.05) : pl::tokens_for_overhead(last.train, last_tokens, 0.05);
+  auto tokens_text = [&](const std::optional<double>& x) {
+    return x        ? fmt::format("{:.0f}", std::ceil(*x))
+           : routed ? std::string("never (the forward visits' expert reads are not read ahead)")
+                    : std::string("never (the turns alone exceed it)");
   };
   std::string row;
   for (const weights::LayerPlacement& l : last.layers) row += l.streamed ? 'S' : 'R';
-  t += fmt::format("\nlayers    {} (R resident, S streamed), ring K = {} slots of {} (plan_stream on a forward "
-                   "visit: K = {}); host buffer: none, the ring in RAM is the staging\n",
-                   row, last.n_ring_slots, weights::format_bytes(static_cast<double>(last.slot_bytes)),
-                   last.n_ring_slots_planned);
-  t += fmt::format("reads     forward then backward: 2 x (S - K) = {} layer reads a micro-batch at any size "
-                   "(the K streamed layers nearest each turn serve both passes)\n",
-                   last.train.layer_reads);
-  t += fmt::format("crossover overhead below 5% from {} tokens a micro-batch; transfers wholly hidden from {} "
-                   "(sequences of {})\n",
-                   tokens_text(five), tokens_text(hide), std::min(a.seq, last_tokens));
+  if (routed) {
+    t += fmt::format("\nexperts   {} layers resident but their experts, read one by one into a pool of {} slots "
+                     "of {} ({} experts in {} routed layers)\n",
+                     row, last.n_expert_slots, weights::format_bytes(static_cast<double>(last.expert_slot_bytes)),
+                     last.n_experts_total, last.n_layer_moe);
+    t += "reads     each visit of a routed layer, forward and in the backward's recompute, reads the chosen experts "
+         "it misses; the forward's stall, the backward's are read a routed layer ahead and hide behind its compute "
+         "when the pool holds two layers' choices\n";
+  } else {
+    t += fmt::format("\nlayers    {} (R resident, S streamed), ring K = {} slots of {} (plan_stream on a forward "
+                     "visit: K = {}); host buffer: none, the ring in RAM is the staging\n",
+                     row, last.n_ring_slots, weights::format_bytes(static_cast<double>(last.slot_bytes)),
+                     last.n_ring_slots_planned);
+    t += fmt::format("reads     forward then backward: 2 x (S - K) = {} layer reads a micro-batch at any size "
+                     "(the K streamed layers nearest each turn serve both passes)\n",
+                     last.train.layer_reads);
+  }
+  t += fmt::format("crossover overhead below 5% {}; transfers wholly hidden {} (sequences of {})\n",
+                   five ? "from " + tokens_text(five) + " tokens a micro-batch" : tokens_text(five),
+                   hide ? "from " + tokens_text(hide) : tokens_text(hide), std::min(a.seq, last_tokens));
   auto opt = [](const std::optional<double>& x) { return x ? json(*x) : json(nullptr); };
   emit(a, json{{"model", a.model}, {"budget_bytes", budget}, {"compute_tflops", tflops}, {"disk_gbps", disk_gbps},
                {"disk_rate_cap_bytes_per_s", a.disk_rate_cap},
-               {"layers", row}, {"rows", rows}, {"tokens_overhead_5pct", opt(five)}, {"tokens_no_overhead", opt(hide)}},
+               {"layers", row}, {"n_expert_slots", last.n_expert_slots}, {"rows", rows}, {"tokens_overhead_5pct", opt(five)}, {"tokens_no_overhead", opt(hide)}},
        t);
   return 0;
 }

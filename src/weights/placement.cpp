@@ -93,6 +93,12 @@ void set_disk_figures(PlacementPlan& p, double gbps) {
   p.predicted_disk_s = disk_s_per_step(p, gbps);
   p.predicted_stall_s = step_with_disk(p, p.predicted_disk_s) - p.predicted_compute_s;
   if (p.training) p.train.stall_s = p.predicted_stall_s;
+  if (p.training && p.n_expert_slots > 0) {  // the rest of the training figures, as plan_train_stream gives a ring's
+    p.train.disk_s = p.predicted_disk_s;
+    p.train.step_s = p.predicted_compute_s + p.predicted_stall_s;
+    p.train.overhead = p.predicted_compute_s > 0 ? p.train.step_s / p.predicted_compute_s - 1 : 0.0;
+    p.train.bound = p.predicted_stall_s > 0 ? plan::StreamBound::kDisk : plan::StreamBound::kCompute;
+  }
 }
 
 std::string format_bytes(double bytes) {
