@@ -22,7 +22,9 @@ Runner add_finetune(CLI::App& app) {
   c->add_option("-o,--output", o->out_path, "the adapter to write (llama.cpp's LoRA GGUF)")->required();
   c->add_option("--rank", o->rank, "LoRA rank")->capture_default_str();
   c->add_option("--alpha", o->alpha, "LoRA alpha (the update is scaled by alpha / rank)")->capture_default_str();
-  c->add_option("--targets", o->targets, "matrices to adapt: q,k,v,o,gate,up,down or all")->capture_default_str();
+  c->add_option("--targets", o->targets,
+                "matrices to adapt: q,k,v,o,gate,up,down, or all (those the base has: a routed model's attention)")
+      ->capture_default_str();
   c->add_option("--init-adapter", o->init_adapter, "start from this adapter's factors (its rank and targets)");
   c->add_option("--steps", o->train.steps, "optimizer steps (0: --epochs over the data)")->capture_default_str();
   c->add_option("--epochs", o->train.epochs, "passes over the data when --steps is 0")->capture_default_str();
