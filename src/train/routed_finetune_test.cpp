@@ -33,13 +33,6 @@
 namespace sluice {
 namespace {
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-const std::string kHeldout = std::string(SLUICE_SOURCE_DIR) + "/tests/data/finetune/stories-heldout.txt";
-
 TEST(RoutedFinetune, StoriesMoeLearnsAndStreamedExpertsGiveTheResidentAdapter) {
   const std::string base = testing::shipped_model_path("stories-moe-f16.gguf");
   auto mf = open_model_file(base);
@@ -59,7 +52,7 @@ TEST(RoutedFinetune, StoriesMoeLearnsAndStreamedExpertsGiveTheResidentAdapter) {
   std::filesystem::create_directories(dir_a);
   std::filesystem::create_directories(dir_b);
   FinetuneOptions o{.model_path = base, .data_path = testing::kFinetuneStories, .out_path = dir_a + "adapter.gguf",
-                    .val_data_path = kHeldout, .rank = 4, .alpha = 8.0f,
+                    .val_data_path = testing::kFinetuneHeldout, .rank = 4, .alpha = 8.0f,
                     .train = {.steps = 6, .batch = 4, .seq = 48, .lr = 3e-3f, .seed = 3},
                     .eval_every = 100, .backend = "cpu", .n_threads = 2};
   std::vector<std::string> lines;
@@ -79,9 +72,9 @@ TEST(RoutedFinetune, StoriesMoeLearnsAndStreamedExpertsGiveTheResidentAdapter) {
   ASSERT_TRUE(streamed.ok()) << streamed.status().to_string();
   std::string all;
   for (const std::string& l : lines) all += l + "\n";
-  const std::string a = read_bytes(dir_a + "adapter.gguf");
+  const std::string a = testing::file_bytes(dir_a + "adapter.gguf");
   ASSERT_GT(a.size(), 0u);
-  EXPECT_TRUE(a == read_bytes(dir_b + "adapter.gguf")) << "the streamed run's adapter differs from the resident run's";
+  EXPECT_TRUE(a == testing::file_bytes(dir_b + "adapter.gguf")) << "the streamed run's adapter differs from the resident run's";
   EXPECT_EQ(resident->last_loss, streamed->last_loss);
   EXPECT_NE(all.find("experts: a pool of 16 slots"), std::string::npos) << all;
   EXPECT_NE(all.find("order: training; a micro-batch of 192 tokens routes each layer twice"), std::string::npos)

@@ -26,12 +26,6 @@
 namespace sluice {
 namespace {
 
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // An 8-layer model at the tiny preset's layer shape (n_embd 256, n_ff 768) in
 // Q8_0 with a 512-token vocabulary, so the layers are most of its bytes.
 const std::string& synth_base() {
@@ -94,8 +88,8 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
   ASSERT_TRUE(streamed.ok()) << streamed.status().to_string();
 
   // The same adapter, byte for byte, and the same losses.
-  const std::string a = read_bytes(dir_a + "adapter.gguf");
-  const std::string b = read_bytes(dir_b + "adapter.gguf");
+  const std::string a = testing::file_bytes(dir_a + "adapter.gguf");
+  const std::string b = testing::file_bytes(dir_b + "adapter.gguf");
   ASSERT_GT(a.size(), 0u);
   EXPECT_TRUE(a == b) << "the streamed run's adapter differs from the resident run's";
   EXPECT_EQ(resident->last_loss, streamed->last_loss);
@@ -141,7 +135,7 @@ TEST_P(StreamedFinetune, AThirdOfTheBaseGivesTheResidentAdapterBitForBit) {
   lines.clear();
   auto capped = finetune(o, log);
   ASSERT_TRUE(capped.ok()) << capped.status().to_string();
-  EXPECT_TRUE(read_bytes(dir_c + "adapter.gguf") == a) << "the capped run's adapter differs from the resident run's";
+  EXPECT_TRUE(testing::file_bytes(dir_c + "adapter.gguf") == a) << "the capped run's adapter differs from the resident run's";
   all.clear();
   for (const std::string& l : lines) all += l + "\n";
   EXPECT_NE(all.find("reads capped at 50 MB/s"), std::string::npos) << all;
@@ -198,7 +192,7 @@ TEST(CudaFinetuneUnderBudgets, TheDeviceCopiesWhatWasPredictedAndTheAdapterIsThe
   ASSERT_TRUE(resident.ok()) << resident.status().to_string();
   EXPECT_EQ(resident->timing.predicted_copy_bytes, 0);
   EXPECT_EQ(resident->timing.measured_copy_bytes, 0);
-  const std::string want = read_bytes(dir + "resident/adapter.gguf");
+  const std::string want = testing::file_bytes(dir + "resident/adapter.gguf");
   ASSERT_GT(want.size(), 0u);
 
   // The ring.
@@ -207,7 +201,7 @@ TEST(CudaFinetuneUnderBudgets, TheDeviceCopiesWhatWasPredictedAndTheAdapterIsThe
   lines.clear();
   auto ring = finetune(o, log);
   ASSERT_TRUE(ring.ok()) << ring.status().to_string();
-  EXPECT_TRUE(read_bytes(o.out_path) == want) << "the ring's adapter differs from the resident run's\n" << joined();
+  EXPECT_TRUE(testing::file_bytes(o.out_path) == want) << "the ring's adapter differs from the resident run's\n" << joined();
   EXPECT_EQ(resident->last_loss, ring->last_loss);
   const StepFigures& r = ring->timing;
   EXPECT_FALSE(r.streamed);
@@ -228,7 +222,7 @@ TEST(CudaFinetuneUnderBudgets, TheDeviceCopiesWhatWasPredictedAndTheAdapterIsThe
   lines.clear();
   auto tiers = finetune(o, log);
   ASSERT_TRUE(tiers.ok()) << tiers.status().to_string();
-  EXPECT_TRUE(read_bytes(o.out_path) == want) << "the three tiers' adapter differs from the resident run's\n"
+  EXPECT_TRUE(testing::file_bytes(o.out_path) == want) << "the three tiers' adapter differs from the resident run's\n"
                                               << joined();
   const std::string all = joined();
   const size_t at = all.find("the device tier's ");

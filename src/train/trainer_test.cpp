@@ -21,7 +21,6 @@ namespace sluice {
 namespace {
 
 
-const std::string kHeldout = std::string(SLUICE_SOURCE_DIR) + "/tests/data/finetune/stories-heldout.txt";
 
 std::unique_ptr<Model> load_base() {
   auto mf = open_model_file(testing::kFinetuneBase);
@@ -126,7 +125,7 @@ TEST(Finetune, LowersTheHeldOutLossAndWritesTheAdapter) {
   const std::string out = ::testing::TempDir() + "finetune_test.gguf";
   std::filesystem::remove(out);
   std::vector<std::string> lines;
-  auto res = finetune({.model_path = testing::kFinetuneBase, .data_path = testing::kFinetuneStories, .out_path = out, .val_data_path = kHeldout,
+  auto res = finetune({.model_path = testing::kFinetuneBase, .data_path = testing::kFinetuneStories, .out_path = out, .val_data_path = testing::kFinetuneHeldout,
                        .rank = 4, .alpha = 8.0f,
                        .train = {.steps = 8, .batch = 2, .seq = 32, .lr = 3e-3f, .seed = 1},
                        .eval_every = 100, .backend = "reference"},
