@@ -9,7 +9,7 @@
 //   - the training forward is the inference forward: the adapter applied at
 //     inference (f32 KV cache) gives the losses the training step's
 //     evaluation gives;
-//   - cuda refuses a routed model by name.
+//   - an FFN target, and cuda, are refused by name.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -133,6 +133,22 @@ TEST(RoutedFinetune, StoriesMoeLearnsAndStreamedExpertsGiveTheResidentAdapter) {
   RecordProperty("loss_max_rel_err", fmt::format("{:.3g}", worst));
   std::filesystem::remove_all(dir_a);
   std::filesystem::remove_all(dir_b);
+}
+
+// An FFN target named on a routed model is refused by name (its FFN is the
+// experts'), and nothing is written.
+TEST(RoutedFinetune, AnFfnTargetOnARoutedModelIsRefusedByName) {
+  const std::string out = ::testing::TempDir() + "routed_finetune_gate_" + std::to_string(getpid()) + ".gguf";
+  auto r = finetune({.model_path = testing::shipped_model_path("stories-moe-f16.gguf"),
+                     .data_path = testing::kFinetuneStories, .out_path = out, .val_split = 0, .targets = "q,gate",
+                     .train = {.steps = 1, .batch = 1, .seq = 16}, .backend = "cpu", .n_threads = 2},
+                    [](const std::string&) {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("no ffn_gate matrix to adapt"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("mixture-of-experts model is routed"), std::string::npos)
+      << r.status().to_string();
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 // A backend that is not host-visible (cuda, where it can be created: a GPU or
