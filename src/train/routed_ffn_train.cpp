@@ -27,15 +27,15 @@ RoutedFfnTrain::RoutedFfnTrain(Backend& be, TrainOps& ops, const ModelHparams& h
     for (auto* b : {&gs_, &us_, &hs_, &dgs_, &dus_, &dhs_}) *b = floats(T * hp.n_ff_shared);
     for (auto* b : {&ys_, &dys_}) *b = floats(T * E);
   }
-  ids_.resize(static_cast<size_t>(T * k));
-  w_.resize(ids_.size());
-  dw_.resize(ids_.size());
+  stride_ = T * k;
+  w_.resize(static_cast<size_t>(stride_));
+  dw_.resize(w_.size());
   sg_.resize(static_cast<size_t>(T));
   start_.resize(static_cast<size_t>(hp.n_expert + 1));
   fill_.resize(static_cast<size_t>(hp.n_expert));
-  row_.resize(ids_.size());
-  token_.resize(ids_.size());
-  layer_ids_.resize(static_cast<size_t>(hp.n_layer) * ids_.size());
+  row_.resize(w_.size());
+  token_.resize(w_.size());
+  layer_ids_.resize(static_cast<size_t>(hp.n_layer) * w_.size());
   layer_n_.assign(static_cast<size_t>(hp.n_layer), 0);
   prefetched_.assign(static_cast<size_t>(hp.n_layer), 0);
 }
@@ -49,7 +49,7 @@ void RoutedFfnTrain::prefetch(Model& model, int64_t l) {
   if (l < 0 || layer_n_[static_cast<size_t>(l)] == 0 || prefetched_[static_cast<size_t>(l)]) return;
   prefetched_[static_cast<size_t>(l)] = 1;
   const size_t n_ids = static_cast<size_t>(layer_n_[static_cast<size_t>(l)] * hp_.n_expert_used);
-  model.predict_experts(l, std::span(layer_ids_.data() + static_cast<size_t>(l) * ids_.size(), n_ids));
+  model.predict_experts(l, std::span(layer_ids_.data() + l * stride_, n_ids));
 }
 
 RoutedFfnTrain::~RoutedFfnTrain() = default;
@@ -57,12 +57,12 @@ RoutedFfnTrain::~RoutedFfnTrain() = default;
 void RoutedFfnTrain::group(int64_t n) {
   const int64_t k = hp_.n_expert_used;
   std::fill(start_.begin(), start_.end(), 0);
-  for (int64_t i = 0; i < n * k; ++i) ++start_[static_cast<size_t>(ids_[static_cast<size_t>(i)]) + 1];
+  for (int64_t i = 0; i < n * k; ++i) ++start_[static_cast<size_t>(ids_[i]) + 1];
   for (size_t e = 1; e < start_.size(); ++e) start_[e] += start_[e - 1];
   // Each expert's rows from its start, in (t, j) order: ascending tokens.
   std::copy(start_.begin(), start_.end() - 1, fill_.begin());
   for (int64_t i = 0; i < n * k; ++i) {
-    const int64_t r = fill_[static_cast<size_t>(ids_[static_cast<size_t>(i)])]++;
+    const int64_t r = fill_[static_cast<size_t>(ids_[i])]++;
     row_[static_cast<size_t>(i)] = r;
     token_[static_cast<size_t>(r)] = i / k;
   }
@@ -76,11 +76,11 @@ Status RoutedFfnTrain::forward(Model& model, int64_t l, const LayerWeights& w, c
   const MatmulOut router[1] = {{w.mat(R::kFfnRouter), logits_->floats()}};
   be_.norm_matmul({.x = m, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = xn, .n_embd = E, .n_tok = n,
                    .outs = router});
+  ids_ = layer_ids_.data() + l * stride_;  // kept for prefetch()
   be_.route({.logits = logits_->floats(), .n_tok = n, .n_expert = h.n_expert, .n_used = k,
-             .renormalize = h.expert_weights_norm, .ids = ids_.data(), .weights = w_.data()});
-  std::copy(ids_.begin(), ids_.begin() + n * k, layer_ids_.begin() + l * static_cast<int64_t>(ids_.size()));
+             .renormalize = h.expert_weights_norm, .ids = ids_, .weights = w_.data()});
   layer_n_[static_cast<size_t>(l)] = n;
-  ASSIGN_OR_RETURN(experts_, model.landed_experts(l, std::span(ids_.data(), static_cast<size_t>(n * k))));
+  ASSIGN_OR_RETURN(experts_, model.landed_experts(l, std::span(ids_, static_cast<size_t>(n * k))));
   prefetch(model, then);
   group(n);
   float *xg = xg_->floats(), *yg = yg_->floats(), *g = g_->floats(), *u = u_->floats(), *hh = h_->floats();
@@ -140,7 +140,7 @@ void RoutedFfnTrain::routing_backward(int64_t n) {
   for (int64_t t = 0; t < n; ++t) {
     const float* w = w_.data() + t * k;
     const float* dw = dw_.data() + t * k;
-    const int32_t* ids = ids_.data() + t * k;
+    const int32_t* ids = ids_ + t * k;
     double s = 0;  // sum_j w_j dw_j
     for (int64_t j = 0; j < k; ++j) s += static_cast<double>(w[j]) * dw[j];
     float* d = dl + t * X;

@@ -92,7 +92,8 @@ class RoutedFfnTrain {
   std::unique_ptr<Buffer> gs_, us_, hs_;      // [T, n_ff_shared] (the shared expert, if any)
   std::unique_ptr<Buffer> dgs_, dus_, dhs_;   // [T, n_ff_shared]
   std::unique_ptr<Buffer> ys_, dys_;          // [T, n_embd]
-  std::vector<int32_t> ids_;                  // [T, k]
+  int64_t stride_ = 0;                        // T * k: a layer's routing in layer_ids_
+  int32_t* ids_ = nullptr;                    // [T, k] the last forward()'s routing, in layer_ids_
   std::vector<float> w_, dw_;                 // [T, k]
   std::vector<float> sg_;                     // [T] the shared expert's gate
   std::vector<int64_t> start_;                // [n_expert + 1] each expert's first grouped row
