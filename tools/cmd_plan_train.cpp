@@ -96,7 +96,6 @@ int run_train(const PlanArgs& a) {
   };
   for (int64_t n : a.train_tokens) {
     pl::TrainVisitTimes visit;
-    const pl::TrainVisitTimes* times = &visit;
     auto p = plan_at(n, &visit);
     if (!p.ok()) return fail(p.status());
     const int64_t seq_len = std::min(a.seq, n);
@@ -109,7 +108,7 @@ int run_train(const PlanArgs& a) {
     rows.push_back({{"tokens", n}, {"seq", seq_len}, {"n_ring_slots", p->n_ring_slots},
                     {"n_ring_slots_planned", p->n_ring_slots_planned}, {"n_streamed", p->n_streamed},
                     {"n_layer", p->n_layer}, {"layer_reads", tp.layer_reads}, {"read_bytes", tp.read_bytes},
-                    {"forward_s", times->forward_s}, {"backward_s", times->backward_s}, {"head_s", times->head_s},
+                    {"forward_s", visit.forward_s}, {"backward_s", visit.backward_s}, {"head_s", visit.head_s},
                     {"compute_s", tp.compute_s}, {"disk_s", tp.disk_s}, {"boundary_s", tp.boundary_s},
                     {"step_s", tp.step_s}, {"stall_s", tp.stall_s}, {"overhead", tp.overhead},
                     {"bound", pl::stream_bound_name(tp.bound)}});
