@@ -387,8 +387,7 @@ TEST(ExpertStore, ADroppedPrefetchThatNeverBeganKeepsTheExpertItEvicted) {
   // Every slot holds a landed expert of layer 1.
   std::vector<int32_t> all(kExperts);
   for (int32_t e = 0; e < kExperts; ++e) all[static_cast<size_t>(e)] = e;
-  auto take_all = [&](int64_t layer, std::span<const int32_t> experts) { own.take(layer, experts); };
-  take_all(1, all);
+  ASSERT_NO_FATAL_FAILURE(own.take(1, all));
   const uint64_t read_before = es.stats().disk_bytes;
   // With the disk held, layer 0's prediction evicts one of them for a read
   // that is queued but not issued; the refined prediction drops it.
@@ -399,7 +398,7 @@ TEST(ExpertStore, ADroppedPrefetchThatNeverBeganKeepsTheExpertItEvicted) {
   EXPECT_EQ(es.stats().restored, 1u);
   EXPECT_EQ(es.stats().disk_bytes, read_before);
   // Layer 1 again: all of its experts are in their slots, none read.
-  take_all(1, all);
+  ASSERT_NO_FATAL_FAILURE(own.take(1, all));
   const ExpertLayerStats l1 = es.stats().layers[1];
   EXPECT_EQ(l1.ready, static_cast<uint64_t>(kExperts));
   EXPECT_EQ(l1.missed, static_cast<uint64_t>(kExperts));  // the first time only
