@@ -35,6 +35,11 @@ const char* op_name(Op op) {
     case Op::kLoraBackward: return "LoRA backward";
     case Op::kAdamW: return "AdamW";
     case Op::kAddRows: return "bias on rows (training)";
+    case Op::kGatherRows: return "gather rows (training)";
+    case Op::kSlotSum: return "routed slot sum (training)";
+    case Op::kSlotSumBackward: return "routed slot sum backward";
+    case Op::kGatedAdd: return "gated add (training)";
+    case Op::kGatedAddBackward: return "gated add backward";
   }
   return "?";
 }

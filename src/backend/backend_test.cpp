@@ -53,6 +53,7 @@ const OpCaseList& op_case_list() {
     add_norm_cases(l);
     add_train_cases(l);
     add_train_attention_cases(l);
+    add_train_moe_cases(l);
     return l;
   }();
   return list;

@@ -204,6 +204,7 @@ void add_moe_cases(OpCaseList& list);        // route, expert_ffn
 void add_norm_cases(OpCaseList& list);       // add, rmsnorm
 void add_train_cases(OpCaseList& list);      // TrainOps but attention: matmul_t, backward ops, cross-entropy, AdamW
 void add_train_attention_cases(OpCaseList& list);  // TrainOps' attention and its backward
+void add_train_moe_cases(OpCaseList& list);        // TrainOps' routed rows: gather_rows, slot_sum, gated_add
 const OpCaseList& op_case_list();
 
 // The harness, for tests that run cases in other ways (cpu/cpu_levels_test.cpp:

@@ -283,4 +283,24 @@ void ReferenceTrainOps::adamw(const AdamWArgs& a) {
   for (int64_t i = 0; i < a.n; ++i) adamw_update(a, bias, i);
 }
 
+void ReferenceTrainOps::gather_rows(const GatherRowsArgs& a) {
+  for (int64_t r = 0; r < a.n_rows; ++r) gather_row(a, r);
+}
+
+void ReferenceTrainOps::slot_sum(const SlotSumArgs& a) {
+  for (int64_t t = 0; t < a.n_tok; ++t) slot_sum_row(a, t);
+}
+
+void ReferenceTrainOps::slot_sum_backward(const SlotSumBackArgs& a) {
+  for (int64_t t = 0; t < a.fwd.n_tok; ++t) slot_sum_backward_row(a, t);
+}
+
+void ReferenceTrainOps::gated_add(const GatedAddArgs& a) {
+  for (int64_t t = 0; t < a.n_tok; ++t) gated_add_row(a, t);
+}
+
+void ReferenceTrainOps::gated_add_backward(const GatedAddBackArgs& a) {
+  for (int64_t t = 0; t < a.fwd.n_tok; ++t) gated_add_backward_row(a, t);
+}
+
 }  // namespace sluice

@@ -28,6 +28,11 @@ class ReferenceTrainOps final : public TrainOps {
   void lora_backward(const LoraBackArgs& a) override;
   void adamw(const AdamWArgs& a) override;
   void add_rows(const AddRowsArgs& a) override;
+  void gather_rows(const GatherRowsArgs& a) override;
+  void slot_sum(const SlotSumArgs& a) override;
+  void slot_sum_backward(const SlotSumBackArgs& a) override;
+  void gated_add(const GatedAddArgs& a) override;
+  void gated_add_backward(const GatedAddBackArgs& a) override;
 
  private:
   std::vector<float> row_;     // [n_in_max] one dequantized weight row

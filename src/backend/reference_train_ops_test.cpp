@@ -258,5 +258,60 @@ TEST(ReferenceTrainOps, AdamWFollowsTorch) {
   EXPECT_NEAR(p, pe, 1e-6);
 }
 
+// slot_sum's backward: dw and the grouped rows' dy are the gradient of
+// c . slot_sum(y, w) in w and y; the unweighted sum moves rows unchanged.
+TEST(ReferenceTrainOps, SlotSumBackwardIsTheGradient) {
+  ReferenceBackend be;
+  TrainOps& ops = *be.train_ops();
+  const int64_t n_tok = 3, k = 2, n = 5;
+  std::vector<float> y = random_floats(static_cast<size_t>(n_tok * k * n), 30);
+  std::vector<float> w = random_floats(static_cast<size_t>(n_tok * k), 31);
+  const std::vector<float> c = random_floats(static_cast<size_t>(n_tok * n), 32);
+  const std::vector<int32_t> row = {4, 1, 0, 5, 3, 2};
+  std::vector<float> out(c.size());
+  auto f = [&] {
+    ops.slot_sum({.y = y.data(), .row = row.data(), .w = w.data(), .out = out.data(), .n_tok = n_tok, .k = k, .n = n});
+    return dot(out, c);
+  };
+  std::vector<float> dy(y.size()), dw(w.size());
+  ops.slot_sum_backward({.fwd = {.y = y.data(), .row = row.data(), .w = w.data(), .n_tok = n_tok, .k = k, .n = n},
+                         .dout = c.data(), .dy = dy.data(), .dw = dw.data()});
+  expect_gradient(y, dy, f, 1e-2, 1e-5);
+  expect_gradient(w, dw, f, 1e-2, 1e-5);
+  // Unweighted: out[t] = sum of its slots' rows.
+  ops.slot_sum({.y = y.data(), .row = row.data(), .out = out.data(), .n_tok = n_tok, .k = k, .n = n});
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(out[t * n + i], 0.0f + y[row[t * k] * n + i] + y[row[t * k + 1] * n + i]);
+}
+
+// gated_add's backward: dy and dx are the gradient of c . out in y and x
+// (s = sigmoid(gate . x)); without a gate, dy = dout.
+TEST(ReferenceTrainOps, GatedAddBackwardIsTheGradient) {
+  ReferenceBackend be;
+  TrainOps& ops = *be.train_ops();
+  const int64_t n_tok = 2, n = 6;
+  for (bool gated : {true, false}) {
+    std::vector<float> x = random_floats(static_cast<size_t>(n_tok * n), 33);
+    std::vector<float> y = random_floats(x.size(), 34);
+    const std::vector<float> gate = random_floats(static_cast<size_t>(n), 35);
+    const std::vector<float> c = random_floats(x.size(), 36);
+    std::vector<float> out(x.size()), s(static_cast<size_t>(n_tok));
+    const float* g = gated ? gate.data() : nullptr;
+    auto f = [&] {
+      std::fill(out.begin(), out.end(), 0.0f);
+      ops.gated_add({.x = x.data(), .gate = g, .y = y.data(), .out = out.data(), .s = s.data(), .n_tok = n_tok, .n = n});
+      return dot(out, c);
+    };
+    f();
+    std::vector<float> dy(y.size()), dx(x.size(), 0.0f);
+    ops.gated_add_backward({.fwd = {.gate = g, .y = y.data(), .s = s.data(), .n_tok = n_tok, .n = n},
+                            .dout = c.data(), .dy = dy.data(), .dx = dx.data()});
+    expect_gradient(y, dy, f, 1e-2, 1e-4);
+    if (gated) expect_gradient(x, dx, f, 1e-2, 1e-3);
+    if (!gated) EXPECT_EQ(dy, c);
+  }
+}
+
 }  // namespace
 }  // namespace sluice

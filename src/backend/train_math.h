@@ -1,8 +1,9 @@
 // What the reference (reference_train_ops.cpp) and the CPU backend
-// (cpu/train_ops.cpp) do alike in three training operators, written once:
-// rmsnorm_backward's row factors and adamw's update, where the two differ only
-// in how they split rows and elements among threads, and cross_entropy's rule
-// for ignored rows. The reference is itself held to finite differences and to
+// (cpu/train_ops.cpp) do alike in training operators, written once:
+// rmsnorm_backward's row factors, adamw's update and the routed FFN's row
+// operators (gather_rows, slot_sum, gated_add and their backwards), where the
+// two differ only in how they split rows and elements among threads, and
+// cross_entropy's rule for ignored rows. The reference is itself held to finite differences and to
 // torch (reference_train_ops_test.cpp), so the CPU's arithmetic stays tested
 // through it; the op cases then check the CPU's split. No state: calls on
 // disjoint rows or elements may run on different threads.
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/backend.h"  // shared_gate_weight
 #include "backend/train_ops.h"
 #include "base/check.h"
 
@@ -73,6 +75,66 @@ inline bool cross_entropy_ignored_row(const CrossEntropyArgs& a, int64_t t) {
   a.loss[t] = 0;
   std::fill(a.logits + t * a.n_vocab, a.logits + (t + 1) * a.n_vocab, 0.0f);
   return true;
+}
+
+// ---- the routed FFN's rows: one output row each (GatherRowsArgs .. GatedAddBackArgs) ----
+
+// Row r of gather_rows.
+inline void gather_row(const GatherRowsArgs& a, int64_t r) {
+  std::copy_n(a.src + int64_t{a.idx[r]} * a.n, a.n, a.dst + r * a.n);
+}
+
+// Token t of slot_sum: its slots in order, from 0.
+inline void slot_sum_row(const SlotSumArgs& a, int64_t t) {
+  float* o = a.out + t * a.n;
+  std::fill(o, o + a.n, 0.0f);
+  for (int64_t j = 0; j < a.k; ++j) {
+    const float wt = a.w != nullptr ? a.w[t * a.k + j] : 1.0f;
+    const float* y = a.y + int64_t{a.row[t * a.k + j]} * a.n;
+    for (int64_t i = 0; i < a.n; ++i) o[i] += wt * y[i];
+  }
+}
+
+// Token t of slot_sum_backward: dw[t][j] and the rows dy[row[t * k + j]].
+inline void slot_sum_backward_row(const SlotSumBackArgs& a, int64_t t) {
+  const SlotSumArgs& f = a.fwd;
+  const float* d = a.dout + t * f.n;
+  for (int64_t j = 0; j < f.k; ++j) {
+    const int64_t r = f.row[t * f.k + j];
+    const float* y = f.y + r * f.n;
+    double dot = 0;
+    for (int64_t i = 0; i < f.n; ++i) dot += static_cast<double>(d[i]) * y[i];
+    a.dw[t * f.k + j] = static_cast<float>(dot);
+    const float wt = f.w[t * f.k + j];
+    float* dy = a.dy + r * f.n;
+    for (int64_t i = 0; i < f.n; ++i) dy[i] = wt * d[i];
+  }
+}
+
+// Token t of gated_add.
+inline void gated_add_row(const GatedAddArgs& a, int64_t t) {
+  const float s = a.gate != nullptr ? shared_gate_weight(a.gate, a.x + t * a.n, a.n) : 1.0f;
+  a.s[t] = s;
+  const float* y = a.y + t * a.n;
+  float* o = a.out + t * a.n;
+  for (int64_t i = 0; i < a.n; ++i) o[i] += s * y[i];
+}
+
+// Token t of gated_add_backward.
+inline void gated_add_backward_row(const GatedAddBackArgs& a, int64_t t) {
+  const GatedAddArgs& f = a.fwd;
+  const float s = f.s[t];
+  const float* d = a.dout + t * f.n;
+  float* dy = a.dy + t * f.n;
+  for (int64_t i = 0; i < f.n; ++i) dy[i] = s * d[i];
+  if (f.gate == nullptr) return;
+  // s = sigmoid(z), z = gate . x:  dx += (dout . y) s (1 - s) gate
+  const float* y = f.y + t * f.n;
+  double dot = 0;
+  for (int64_t i = 0; i < f.n; ++i) dot += static_cast<double>(d[i]) * y[i];
+  const auto dz = static_cast<float>(dot * s * (1.0f - s));
+  float* dx = a.dx + t * f.n;
+  for (int64_t i = 0; i < f.n; ++i) dx[i] += dz * f.gate[i];
 }
 
 }  // namespace sluice

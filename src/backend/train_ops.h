@@ -192,6 +192,66 @@ struct AdamWArgs {
   float weight_decay = 0.0f;
 };
 
+// The routed FFN in training (train/routed_ffn_train.h) works on its
+// (token, slot) pairs grouped by expert: n_tok tokens of k slots each become
+// n_tok * k rows, row[t * k + j] the grouped row of slot j of token t (a
+// permutation of 0 .. n_tok * k - 1). Index and routing-weight arrays are
+// host memory (the host grouped them), as cross_entropy's targets are.
+
+// dst[r] = src[idx[r]] for r < n_rows: the grouped rows' inputs.
+struct GatherRowsArgs {
+  const float* src = nullptr;    // [.., n]
+  const int32_t* idx = nullptr;  // [n_rows] host memory, each a row of src
+  float* dst = nullptr;          // [n_rows, n]
+  int64_t n_rows = 0;
+  int64_t n = 0;
+};
+
+// out[t] = sum over j < k, in slot order, of w[t][j] * y[row[t * k + j]]
+// (float products and sums; w null: weights of 1): the routed output from
+// the grouped rows, and the backward's input gradient from theirs.
+struct SlotSumArgs {
+  const float* y = nullptr;      // [n_tok * k, n] grouped rows
+  const int32_t* row = nullptr;  // [n_tok * k] host memory
+  const float* w = nullptr;      // [n_tok * k] host memory, or null
+  float* out = nullptr;          // [n_tok, n]
+  int64_t n_tok = 0;
+  int64_t k = 0;
+  int64_t n = 0;
+};
+
+// The backward of SlotSumArgs (w set) from dout:
+//   dw[t][j] = dout[t] . y[row[t * k + j]]   (a double sum: the routing weights' gradient)
+//   dy[row[t * k + j]] = w[t][j] * dout[t]
+struct SlotSumBackArgs {
+  SlotSumArgs fwd;              // y, row, w and the shape as the forward had them (out unused)
+  const float* dout = nullptr;  // [n_tok, n]
+  float* dy = nullptr;          // [n_tok * k, n]
+  float* dw = nullptr;          // [n_tok * k] host memory, written on return
+};
+
+// out[t] += s[t] * y[t],  s[t] = sigmoid(gate . x[t]) (gate null: 1; as the
+// forward's expert_ffn weighs its shared expert, Backend's shared_gate_weight),
+// s kept for the backward: a shared expert's output under its gate.
+struct GatedAddArgs {
+  const float* x = nullptr;     // [n_tok, n]
+  const float* gate = nullptr;  // [n] (a frozen vector), or null
+  const float* y = nullptr;     // [n_tok, n]
+  float* out = nullptr;         // [n_tok, n] (+=)
+  float* s = nullptr;           // [n_tok] (written)
+  int64_t n_tok = 0;
+  int64_t n = 0;
+};
+
+// The backward of GatedAddArgs from dout:
+//   dy[t] = s[t] * dout[t];  with a gate, dx[t] += (dout[t] . y[t]) s[t] (1 - s[t]) gate
+struct GatedAddBackArgs {
+  GatedAddArgs fwd;             // gate, y, s and the shape as the forward left them (x, out unused)
+  const float* dout = nullptr;  // [n_tok, n]
+  float* dy = nullptr;          // [n_tok, n]
+  float* dx = nullptr;          // [n_tok, n] (+=), with a gate
+};
+
 // What a training step's scratch needs, for reserve().
 struct TrainScratchNeeds {
   int64_t n_tok = 0;     // tokens per call
@@ -227,6 +287,11 @@ class TrainOps {
   virtual void finish_losses() {}
   virtual void lora_backward(const LoraBackArgs& a) = 0;
   virtual void adamw(const AdamWArgs& a) = 0;
+  virtual void gather_rows(const GatherRowsArgs& a) = 0;
+  virtual void slot_sum(const SlotSumArgs& a) = 0;
+  virtual void slot_sum_backward(const SlotSumBackArgs& a) = 0;
+  virtual void gated_add(const GatedAddArgs& a) = 0;
+  virtual void gated_add_backward(const GatedAddBackArgs& a) = 0;
 };
 
 }  // namespace sluice

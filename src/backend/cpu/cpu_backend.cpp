@@ -101,6 +101,11 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
     case Op::kLoraBackward:
     case Op::kAdamW:
     case Op::kAddRows:
+    case Op::kGatherRows:
+    case Op::kSlotSum:
+    case Op::kSlotSumBackward:
+    case Op::kGatedAdd:
+    case Op::kGatedAddBackward:
       return true;  // CpuTrainOps
   }
   return false;

@@ -164,4 +164,35 @@ void CpuTrainOps::adamw(const AdamWArgs& a) {
   });
 }
 
+// The routed FFN's row operators: each thread a contiguous run of output rows.
+void CpuTrainOps::gather_rows(const GatherRowsArgs& a) {
+  pool_.parallel_for(a.n_rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) gather_row(a, r);
+  });
+}
+
+void CpuTrainOps::slot_sum(const SlotSumArgs& a) {
+  pool_.parallel_for(a.n_tok, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) slot_sum_row(a, t);
+  });
+}
+
+void CpuTrainOps::slot_sum_backward(const SlotSumBackArgs& a) {
+  pool_.parallel_for(a.fwd.n_tok, [&](int64_t t0, int64_t t1) {  // token t writes only its own slots' rows
+    for (int64_t t = t0; t < t1; ++t) slot_sum_backward_row(a, t);
+  });
+}
+
+void CpuTrainOps::gated_add(const GatedAddArgs& a) {
+  pool_.parallel_for(a.n_tok, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) gated_add_row(a, t);
+  });
+}
+
+void CpuTrainOps::gated_add_backward(const GatedAddBackArgs& a) {
+  pool_.parallel_for(a.fwd.n_tok, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) gated_add_backward_row(a, t);
+  });
+}
+
 }  // namespace sluice::cpu

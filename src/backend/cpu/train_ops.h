@@ -7,12 +7,13 @@
 //                       dB += s dy^T u, dA += du^T x, dx += du A
 //   cross_entropy       rows claimed by the threads; max, e^(z - max) and its
 //                       sum (double) in vectors, one pass to scale
-//   rmsnorm_backward, rope, glu, glu_backward, adamw
+//   rmsnorm_backward, rope, glu, glu_backward, adamw, and the routed FFN's
+//   gather_rows, slot_sum, gated_add (and backwards)
 //                       per row or per element, contiguous chunks per thread;
 //                       rope and glu are the forward pass's own kernels
 //                       (fast_ops.h), the inverse rotation by the negated sines;
-//                       rmsnorm_backward's row sums and adamw's update are the
-//                       reference's own (train_math.h)
+//                       rmsnorm_backward's row sums, adamw's update and the
+//                       routed FFN's rows are the reference's own (train_math.h)
 //
 // Every result is bit-identical from run to run and for any thread count:
 // each output element is computed by one thread in a fixed order (sums over
@@ -48,6 +49,11 @@ class CpuTrainOps final : public TrainOps {
   void lora_backward(const LoraBackArgs& a) override;
   void adamw(const AdamWArgs& a) override;
   void add_rows(const AddRowsArgs& a) override;
+  void gather_rows(const GatherRowsArgs& a) override;
+  void slot_sum(const SlotSumArgs& a) override;
+  void slot_sum_backward(const SlotSumBackArgs& a) override;
+  void gated_add(const GatedAddArgs& a) override;
+  void gated_add_backward(const GatedAddBackArgs& a) override;
 
  private:
   float* gemm_scratch();

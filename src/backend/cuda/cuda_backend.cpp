@@ -189,6 +189,11 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
     case Op::kLoraBackward:
     case Op::kAdamW:
     case Op::kAddRows:
+    case Op::kGatherRows:
+    case Op::kSlotSum:
+    case Op::kSlotSumBackward:
+    case Op::kGatedAdd:
+    case Op::kGatedAddBackward:
       return true;  // CudaTrainOps (cuda_train_ops.h)
   }
   return false;

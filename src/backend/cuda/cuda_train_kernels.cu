@@ -146,6 +146,70 @@ __global__ void adamw(float* p, const float* g, float* m, float* v, int64_t n, d
   }
 }
 
+// ---- the routed FFN's rows ----
+
+__global__ void slot_sum(const float* y, const int32_t* row, const float* w, float* out, int64_t n_items, int64_t k,
+                         int64_t n) {
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < n_items; e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = e / n, i = e % n;
+    float o = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      const float v = y[int64_t{row[t * k + j]} * n + i];
+      o = __fadd_rn(o, w ? __fmul_rn(w[t * k + j], v) : v);
+    }
+    out[e] = o;
+  }
+}
+
+__global__ void slot_dw(const float* y, const int32_t* row, const float* dout, float* dw, int64_t n_slots, int64_t k,
+                        int64_t n) {
+  const int64_t warp = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= n_slots) return;  // whole warps leave together
+  const float* yr = y + int64_t{row[warp]} * n;
+  const float* d = dout + (warp / k) * n;
+  double acc = 0;
+  for (int64_t i = lane; i < n; i += 32) acc += static_cast<double>(d[i]) * yr[i];
+  acc = warp_sum(acc);
+  if (lane == 0) dw[warp] = static_cast<float>(acc);
+}
+
+__global__ void slot_dy(const int32_t* row, const float* w, const float* dout, float* dy, int64_t n_items, int64_t k,
+                        int64_t n) {
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < n_items; e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t slot = e / n, i = e % n;  // slot = t * k + j
+    dy[int64_t{row[slot]} * n + i] = __fmul_rn(w[slot], dout[(slot / k) * n + i]);
+  }
+}
+
+__global__ void gated_add(const float* x, const float* gate, const float* y, float* out, float* s_out, int64_t n) {
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  float g = 1.0f;
+  if (gate) {
+    float dot = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dot += gate[i] * x[t * n + i];
+    g = 1.0f / (1.0f + expf(-block_sum(dot, red)));
+  }
+  if (threadIdx.x == 0) s_out[t] = g;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[t * n + i] = __fadd_rn(out[t * n + i], __fmul_rn(g, y[t * n + i]));
+}
+
+__global__ void gated_add_backward(const float* gate, const float* y, const float* s_in, const float* dout, float* dy,
+                                   float* dx, int64_t n) {
+  __shared__ double red[32];
+  const int64_t t = blockIdx.x;
+  const float s = s_in[t];
+  const float* d = dout + t * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dy[t * n + i] = __fmul_rn(s, d[i]);
+  if (!gate) return;  // the same for the whole block
+  double dot = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dot += static_cast<double>(d[i]) * y[t * n + i];
+  dot = block_sum(dot, red);
+  const auto dz = static_cast<float>(dot * s * (1.0f - s));
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dx[t * n + i] = __fadd_rn(dx[t * n + i], __fmul_rn(dz, gate[i]));
+}
+
 // ---- lora_backward ----
 
 __global__ void lora_du(const float* b, const float* dy, double* du, int64_t n_tok, int64_t n_out, int64_t rank,
@@ -314,6 +378,39 @@ void launch_lora_da(const double* du, const float* x, float* da, int64_t n_tok, 
 void launch_lora_dx(const double* du, const float* a, float* dx, int64_t n_tok, int64_t n_in, int64_t rank,
                     cudaStream_t s) {
   launch_add_du_times(du, rank, 1, a, dx, n_tok, n_in, rank, s);
+}
+
+void launch_slot_sum(const float* y, const int32_t* row, const float* w, float* out, int64_t n_tok, int64_t k, int64_t n,
+                     cudaStream_t s) {
+  const int64_t items = n_tok * n;
+  if (items == 0) return;
+  slot_sum<<<grid_for(items), kThreads, 0, s>>>(y, row, w, out, items, k, n);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_slot_sum_backward(const float* y, const int32_t* row, const float* w, const float* dout, float* dy,
+                              float* dw, int64_t n_tok, int64_t k, int64_t n, cudaStream_t s) {
+  const int64_t slots = n_tok * k;
+  if (slots == 0 || n == 0) return;
+  slot_dw<<<static_cast<unsigned>((slots * 32 + kThreads - 1) / kThreads), kThreads, 0, s>>>(y, row, dout, dw, slots,
+                                                                                            k, n);
+  SLUICE_CUDA_LAUNCHED();
+  slot_dy<<<grid_for(slots * n), kThreads, 0, s>>>(row, w, dout, dy, slots * n, k, n);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_gated_add(const float* x, const float* gate, const float* y, float* out, float* s_out, int64_t n_tok,
+                      int64_t n, cudaStream_t s) {
+  if (n_tok == 0) return;
+  gated_add<<<static_cast<unsigned>(n_tok), kThreads, 0, s>>>(x, gate, y, out, s_out, n);
+  SLUICE_CUDA_LAUNCHED();
+}
+
+void launch_gated_add_backward(const float* gate, const float* y, const float* s_in, const float* dout, float* dy,
+                               float* dx, int64_t n_tok, int64_t n, cudaStream_t s) {
+  if (n_tok == 0) return;
+  gated_add_backward<<<static_cast<unsigned>(n_tok), kThreads, 0, s>>>(gate, y, s_in, dout, dy, dx, n);
+  SLUICE_CUDA_LAUNCHED();
 }
 
 }  // namespace sluice::cuda

@@ -58,6 +58,24 @@ void launch_cross_entropy(float* logits, const int32_t* targets, double* loss, i
 void launch_adamw(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1, double beta2,
                   double eps, double weight_decay, double bc1, double bc2, cudaStream_t s);
 
+// ---- the routed FFN's rows (GatherRowsArgs .. GatedAddBackArgs) -----------------
+// (gather_rows is cuda_kernels.cuh's launch_gather_rows.) row, w, dw: device
+// copies of the host arrays.
+
+// SlotSumArgs: one thread per output element, the slots in order, products
+// and sums rounded as the reference's (no fused multiply-add); w null: 1.
+void launch_slot_sum(const float* y, const int32_t* row, const float* w, float* out, int64_t n_tok, int64_t k, int64_t n,
+                     cudaStream_t s);
+// SlotSumBackArgs: dw[t * k + j] (one warp per slot, a double sum), then
+// dy[row[t * k + j]] = w[t * k + j] * dout[t] (one thread per element).
+void launch_slot_sum_backward(const float* y, const int32_t* row, const float* w, const float* dout, float* dy,
+                              float* dw, int64_t n_tok, int64_t k, int64_t n, cudaStream_t s);
+// GatedAddArgs and GatedAddBackArgs, one block per row (gate null: s = 1).
+void launch_gated_add(const float* x, const float* gate, const float* y, float* out, float* s_out, int64_t n_tok,
+                      int64_t n, cudaStream_t s);
+void launch_gated_add_backward(const float* gate, const float* y, const float* s_in, const float* dout, float* dy,
+                               float* dx, int64_t n_tok, int64_t n, cudaStream_t s);
+
 // ---- lora_backward: four steps --------------------------------------------------
 
 // du[t][r] = scale * sum_o b[o][r] dy[t][o] (one warp per (t, r)).  du: [n_tok, rank] doubles

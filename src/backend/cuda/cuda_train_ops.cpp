@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_prefill.h"
 #include "base/check.h"
 
@@ -63,6 +64,25 @@ void* CudaTrainOps::pinned(size_t bytes) {
     SLUICE_CUDA_OK(cudaMallocHost(&pinned_, pinned_cap_));
   }
   return pinned_;
+}
+
+void CudaTrainOps::stage(std::initializer_list<std::pair<const void*, size_t>> parts, const void** dev) {
+  auto padded = [](size_t b) { return (b + 255) / 256 * 256; };
+  size_t total = 0;
+  for (const auto& [p, b] : parts) total += p ? padded(b) : 0;
+  auto* d = static_cast<uint8_t*>(area(kStaged, std::max<size_t>(total, 1)));
+  auto* h = static_cast<uint8_t*>(pinned(std::max<size_t>(total, 1)));
+  size_t at = 0;
+  for (const auto& [p, b] : parts) {
+    *dev++ = p ? d + at : nullptr;
+    if (p == nullptr) continue;
+    std::memcpy(h + at, p, b);
+    at += padded(b);
+  }
+  if (total == 0) return;
+  SLUICE_CUDA_OK(cudaMemcpyAsync(d, h, total, cudaMemcpyHostToDevice, stream()));
+  if (!sent_) SLUICE_CUDA_OK(cudaEventCreateWithFlags(&sent_, cudaEventDisableTiming));
+  SLUICE_CUDA_OK(cudaEventRecord(sent_, stream()));
 }
 
 void CudaTrainOps::reserve(const TrainScratchNeeds& n) {
@@ -274,6 +294,50 @@ void CudaTrainOps::adamw(const AdamWArgs& a) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(a.step));
   launch_adamw(a.p, a.g, a.m, a.v, a.n, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, bc1, bc2, stream());
+}
+
+void CudaTrainOps::gather_rows(const GatherRowsArgs& a) {
+  be_.flush_pending();
+  if (a.n_rows == 0 || a.n == 0) return;
+  const void* idx = nullptr;
+  stage({{a.idx, static_cast<size_t>(a.n_rows) * sizeof(int32_t)}}, &idx);
+  launch_gather_rows(a.src, static_cast<const int32_t*>(idx), a.dst, a.n_rows, a.n, stream());
+}
+
+void CudaTrainOps::slot_sum(const SlotSumArgs& a) {
+  be_.flush_pending();
+  const auto slots = static_cast<size_t>(a.n_tok * a.k);
+  if (slots == 0 || a.n == 0) return;
+  const void* dev[2];
+  stage({{a.row, slots * sizeof(int32_t)}, {a.w, slots * sizeof(float)}}, dev);
+  launch_slot_sum(a.y, static_cast<const int32_t*>(dev[0]), static_cast<const float*>(dev[1]), a.out, a.n_tok, a.k,
+                  a.n, stream());
+}
+
+void CudaTrainOps::slot_sum_backward(const SlotSumBackArgs& a) {
+  be_.flush_pending();
+  const SlotSumArgs& f = a.fwd;
+  const auto slots = static_cast<size_t>(f.n_tok * f.k);
+  if (slots == 0) return;
+  CHECK(f.w != nullptr);
+  const void* dev[2];
+  stage({{f.row, slots * sizeof(int32_t)}, {f.w, slots * sizeof(float)}}, dev);
+  auto* dw = static_cast<float*>(area(kDw, slots * sizeof(float)));
+  launch_slot_sum_backward(f.y, static_cast<const int32_t*>(dev[0]), static_cast<const float*>(dev[1]), a.dout, a.dy,
+                           dw, f.n_tok, f.k, f.n, stream());
+  SLUICE_CUDA_OK(cudaMemcpyAsync(a.dw, dw, slots * sizeof(float), cudaMemcpyDeviceToHost, stream()));
+  SLUICE_CUDA_OK(cudaStreamSynchronize(stream()));  // dw is the caller's on return
+}
+
+void CudaTrainOps::gated_add(const GatedAddArgs& a) {
+  be_.flush_pending();
+  launch_gated_add(a.x, a.gate, a.y, a.out, a.s, a.n_tok, a.n, stream());
+}
+
+void CudaTrainOps::gated_add_backward(const GatedAddBackArgs& a) {
+  be_.flush_pending();
+  const GatedAddArgs& f = a.fwd;
+  launch_gated_add_backward(f.gate, f.y, f.s, a.dout, a.dy, a.dx, f.n_tok, f.n, stream());
 }
 
 }  // namespace sluice::cuda

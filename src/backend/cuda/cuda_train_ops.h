@@ -14,11 +14,16 @@
 //                       a sum in one thread per output element
 //   cross_entropy       one block per row; targets sent from and losses
 //                       returned to host memory (the call waits for them)
+//   gather_rows, slot_sum (+ back), gated_add (+ back)
+//                       the routed FFN's rows: their host index and weight
+//                       arrays staged in one copy a call; slot_sum_backward
+//                       returns dw to host memory (the call waits for it)
 //   rmsnorm_backward, rope, glu, glu_backward, adamw
 //                       per row or per element
 //
 // Every sum is taken in an order fixed by the shapes alone, so results repeat
-// bit for bit. Pointers (but cross_entropy's targets and loss) are device
+// bit for bit. Pointers (but cross_entropy's targets and loss, and the routed
+// rows' index, weight and dw arrays) are device
 // memory from CudaBackend::alloc. Operators return once their work is
 // enqueued, after the backend's deferred add (CudaBackend::flush_pending).
 // reserve() sizes the scratch; a call past it grows the scratch once.
@@ -66,13 +71,22 @@ class CudaTrainOps final : public TrainOps {
   void lora_backward(const LoraBackArgs& a) override;
   void adamw(const AdamWArgs& a) override;
   void add_rows(const AddRowsArgs& a) override;
+  void gather_rows(const GatherRowsArgs& a) override;
+  void slot_sum(const SlotSumArgs& a) override;
+  void slot_sum_backward(const SlotSumBackArgs& a) override;
+  void gated_add(const GatedAddArgs& a) override;
+  void gated_add_backward(const GatedAddBackArgs& a) override;
 
  private:
   // Device scratch of at least `bytes` (grows; `which` names it).
-  enum Area { kPanel, kDu, kDsum, kRows, kTargets, kLoss, kNumAreas };
+  enum Area { kPanel, kDu, kDsum, kRows, kTargets, kLoss, kStaged, kDw, kNumAreas };
   void* area(int which, size_t bytes);
   // Pinned host memory of at least `bytes`, free to write (the last copy from it done).
   void* pinned(size_t bytes);
+  // Host arrays (pointer, bytes) copied to the device in one stream-ordered
+  // copy through pinned(), into kStaged; dev[i] is where part i landed (null
+  // for a null part). Kernels queued before still read what they read.
+  void stage(std::initializer_list<std::pair<const void*, size_t>> parts, const void** dev);
   // Room for `rows` targets and losses of cross_entropy calls (pinned and on
   // the device); only while none is pending.
   void reserve_losses(int64_t rows);
