@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <utility>
 
 #include "base/check.h"
 #include "model/model.h"
@@ -14,9 +14,9 @@ using R = TensorRole;
 
 }  // namespace
 
-RoutedFfnTrain::RoutedFfnTrain(Backend& be, TrainOps& ops, const ModelHparams& hp, int64_t max_tokens)
-    : be_(be), ops_(ops), hp_(hp), max_tokens_(max_tokens) {
-  CHECK(be.host_visible() && hp.is_moe());
+RoutedFfnTrain::RoutedFfnTrain(Backend& be, TrainOps& ops, const ModelHparams& hp, int64_t max_tokens, VecFn vec)
+    : be_(be), ops_(ops), hp_(hp), max_tokens_(max_tokens), vec_(std::move(vec)) {
+  CHECK(hp.is_moe());
   const int64_t T = max_tokens, k = hp.n_expert_used, E = hp.n_embd;
   auto floats = [&](int64_t n) { return be_.alloc(static_cast<size_t>(n) * sizeof(float)); };
   logits_ = floats(T * hp.n_expert);
@@ -26,11 +26,15 @@ RoutedFfnTrain::RoutedFfnTrain(Backend& be, TrainOps& ops, const ModelHparams& h
   if (hp.n_ff_shared > 0) {
     for (auto* b : {&gs_, &us_, &hs_, &dgs_, &dus_, &dhs_}) *b = floats(T * hp.n_ff_shared);
     for (auto* b : {&ys_, &dys_}) *b = floats(T * E);
+    sg_ = floats(T);
   }
   stride_ = T * k;
   w_.resize(static_cast<size_t>(stride_));
   dw_.resize(w_.size());
-  sg_.resize(static_cast<size_t>(T));
+  if (!be.host_visible()) {
+    host_logits_.resize(static_cast<size_t>(T * hp.n_expert));
+    host_dlogits_.resize(host_logits_.size());
+  }
   start_.resize(static_cast<size_t>(hp.n_expert + 1));
   fill_.resize(static_cast<size_t>(hp.n_expert));
   row_.resize(w_.size());
@@ -63,8 +67,8 @@ void RoutedFfnTrain::group(int64_t n) {
   std::copy(start_.begin(), start_.end() - 1, fill_.begin());
   for (int64_t i = 0; i < n * k; ++i) {
     const int64_t r = fill_[static_cast<size_t>(ids_[i])]++;
-    row_[static_cast<size_t>(i)] = r;
-    token_[static_cast<size_t>(r)] = i / k;
+    row_[static_cast<size_t>(i)] = static_cast<int32_t>(r);
+    token_[static_cast<size_t>(r)] = static_cast<int32_t>(i / k);
   }
 }
 
@@ -84,8 +88,7 @@ Status RoutedFfnTrain::forward(Model& model, int64_t l, const LayerWeights& w, c
   prefetch(model, then);
   group(n);
   float *xg = xg_->floats(), *yg = yg_->floats(), *g = g_->floats(), *u = u_->floats(), *hh = h_->floats();
-  for (int64_t r = 0; r < n * k; ++r)
-    std::memcpy(xg + r * E, xn + token_[static_cast<size_t>(r)] * E, static_cast<size_t>(E) * sizeof(float));
+  ops_.gather_rows({.src = xn, .idx = token_.data(), .dst = xg, .n_rows = n * k, .n = E});
   for (int64_t e = 0; e < h.n_expert; ++e) {
     const int64_t r0 = start_[static_cast<size_t>(e)], c = start_[static_cast<size_t>(e) + 1] - r0;
     if (c == 0) continue;
@@ -101,15 +104,7 @@ Status RoutedFfnTrain::forward(Model& model, int64_t l, const LayerWeights& w, c
     be_.matmul(down, hh + r0 * F, F, c);
   }
   // out[t] = sum over slots j, in slot order, of w[t][j] y[t][j].
-  for (int64_t t = 0; t < n; ++t) {
-    float* o = out + t * E;
-    std::fill(o, o + E, 0.0f);
-    for (int64_t j = 0; j < k; ++j) {
-      const float wt = w_[static_cast<size_t>(t * k + j)];
-      const float* y = yg + row_[static_cast<size_t>(t * k + j)] * E;
-      for (int64_t i = 0; i < E; ++i) o[i] += wt * y[i];
-    }
-  }
+  ops_.slot_sum({.y = yg, .row = row_.data(), .w = w_.data(), .out = out, .n_tok = n, .k = k, .n = E});
   if (w.has_mat(R::kFfnGateShexp)) shared_forward(w, xn, out, n);
   return Status();
 }
@@ -122,20 +117,19 @@ void RoutedFfnTrain::shared_forward(const LayerWeights& w, const float* xn, floa
   ops_.glu({.g = gs_->floats(), .u = us_->floats(), .h = hs_->floats(), .n_tok = n, .n_ff = F, .act = h.spec->act});
   const MatmulOut down[1] = {{w.mat(R::kFfnDownShexp), ys_->floats()}};
   be_.matmul(down, hs_->floats(), F, n);
-  const float* gate = w.vec(R::kFfnSharedGate);
-  for (int64_t t = 0; t < n; ++t) {
-    const float s = gate ? shared_gate_weight(gate, xn + t * E, E) : 1.0f;
-    sg_[static_cast<size_t>(t)] = s;
-    const float* y = ys_->floats() + t * E;
-    float* o = out + t * E;
-    for (int64_t i = 0; i < E; ++i) o[i] += s * y[i];
-  }
+  ops_.gated_add({.x = xn, .gate = vec_(w.vec(R::kFfnSharedGate), E), .y = ys_->floats(), .out = out,
+                  .s = sg_->floats(), .n_tok = n, .n = E});
 }
 
 void RoutedFfnTrain::routing_backward(int64_t n) {
   const int64_t X = hp_.n_expert, k = hp_.n_expert_used;
-  const float* logits = logits_->floats();
-  float* dl = dlogits_->floats();
+  const bool host = be_.host_visible();
+  const float* logits = logits_->floats();  // read only without renormalization
+  if (!host && !hp_.expert_weights_norm) {
+    be_.read_floats(logits, host_logits_.data(), n * X);
+    logits = host_logits_.data();
+  }
+  float* dl = host ? dlogits_->floats() : host_dlogits_.data();
   std::fill(dl, dl + n * X, 0.0f);
   for (int64_t t = 0; t < n; ++t) {
     const float* w = w_.data() + t * k;
@@ -160,6 +154,7 @@ void RoutedFfnTrain::routing_backward(int64_t n) {
       d[ids[j]] = static_cast<float>(p * (dw[j] - s));
     }
   }
+  if (!host) be_.write_floats(dl, dlogits_->floats(), n * X);
 }
 
 void RoutedFfnTrain::backward(const LayerWeights& w, const float* dout, float* dxn, int64_t n) {
@@ -168,19 +163,8 @@ void RoutedFfnTrain::backward(const LayerWeights& w, const float* dout, float* d
   const float* yg = yg_->floats();
   float *dyg = dyg_->floats(), *dh = dh_->floats(), *dg = dg_->floats(), *du = du_->floats();
   // The routing weights' gradient, and each grouped row's dy = w dout.
-  for (int64_t t = 0; t < n; ++t) {
-    const float* d = dout + t * E;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t r = row_[static_cast<size_t>(t * k + j)];
-      const float* y = yg + r * E;
-      double dot = 0;
-      for (int64_t i = 0; i < E; ++i) dot += static_cast<double>(d[i]) * y[i];
-      dw_[static_cast<size_t>(t * k + j)] = static_cast<float>(dot);
-      const float wt = w_[static_cast<size_t>(t * k + j)];
-      float* dy = dyg + r * E;
-      for (int64_t i = 0; i < E; ++i) dy[i] = wt * d[i];
-    }
-  }
+  ops_.slot_sum_backward({.fwd = {.y = yg, .row = row_.data(), .w = w_.data(), .n_tok = n, .k = k, .n = E},
+                          .dout = dout, .dy = dyg, .dw = dw_.data()});
   for (int64_t e = 0; e < h.n_expert; ++e) {
     const int64_t r0 = start_[static_cast<size_t>(e)], c = start_[static_cast<size_t>(e) + 1] - r0;
     if (c == 0) continue;
@@ -196,14 +180,7 @@ void RoutedFfnTrain::backward(const LayerWeights& w, const float* dout, float* d
     ops_.matmul_t({.w = x.gate, .dy = dg + r0 * F, .dx = dxg + r0 * E, .n_tok = c});
     ops_.matmul_t({.w = x.up, .dy = du + r0 * F, .dx = dxg + r0 * E, .n_tok = c, .accumulate = true});
   }
-  for (int64_t t = 0; t < n; ++t) {
-    float* o = dxn + t * E;
-    std::fill(o, o + E, 0.0f);
-    for (int64_t j = 0; j < k; ++j) {
-      const float* r = dxg + row_[static_cast<size_t>(t * k + j)] * E;
-      for (int64_t i = 0; i < E; ++i) o[i] += r[i];
-    }
-  }
+  ops_.slot_sum({.y = dxg, .row = row_.data(), .out = dxn, .n_tok = n, .k = k, .n = E});
   routing_backward(n);
   ops_.matmul_t({.w = w.mat(R::kFfnRouter), .dy = dlogits_->floats(), .dx = dxn, .n_tok = n, .accumulate = true});
   if (w.has_mat(R::kFfnGateShexp)) shared_backward(w, dout, dxn, n);
@@ -212,30 +189,15 @@ void RoutedFfnTrain::backward(const LayerWeights& w, const float* dout, float* d
 void RoutedFfnTrain::shared_backward(const LayerWeights& w, const float* dout, float* dxn, int64_t n) {
   const ModelHparams& h = hp_;
   const int64_t E = h.n_embd, F = h.n_ff_shared;
-  const float* gate = w.vec(R::kFfnSharedGate);
-  float* dys = dys_->floats();
-  for (int64_t t = 0; t < n; ++t) {
-    const float s = sg_[static_cast<size_t>(t)];
-    const float* d = dout + t * E;
-    for (int64_t i = 0; i < E; ++i) dys[t * E + i] = s * d[i];
-  }
-  ops_.matmul_t({.w = w.mat(R::kFfnDownShexp), .dy = dys, .dx = dhs_->floats(), .n_tok = n});
+  // dys = g dout, and through the gate g = sigmoid(gate . xn): dxn += (dout . ys) g (1 - g) gate.
+  ops_.gated_add_backward({.fwd = {.gate = vec_(w.vec(R::kFfnSharedGate), E), .y = ys_->floats(), .s = sg_->floats(),
+                                   .n_tok = n, .n = E},
+                           .dout = dout, .dy = dys_->floats(), .dx = dxn});
+  ops_.matmul_t({.w = w.mat(R::kFfnDownShexp), .dy = dys_->floats(), .dx = dhs_->floats(), .n_tok = n});
   ops_.glu_backward({.g = gs_->floats(), .u = us_->floats(), .dh = dhs_->floats(), .dg = dgs_->floats(),
                      .du = dus_->floats(), .n_tok = n, .n_ff = F, .act = h.spec->act});
   ops_.matmul_t({.w = w.mat(R::kFfnGateShexp), .dy = dgs_->floats(), .dx = dxn, .n_tok = n, .accumulate = true});
   ops_.matmul_t({.w = w.mat(R::kFfnUpShexp), .dy = dus_->floats(), .dx = dxn, .n_tok = n, .accumulate = true});
-  if (gate == nullptr) return;
-  // g = sigmoid(gate . xn): d xn += (dout . ys) g (1 - g) gate.
-  for (int64_t t = 0; t < n; ++t) {
-    const float s = sg_[static_cast<size_t>(t)];
-    const float* d = dout + t * E;
-    const float* y = ys_->floats() + t * E;
-    double dot = 0;
-    for (int64_t i = 0; i < E; ++i) dot += static_cast<double>(d[i]) * y[i];
-    const auto dz = static_cast<float>(dot * s * (1.0f - s));
-    float* o = dxn + t * E;
-    for (int64_t i = 0; i < E; ++i) o[i] += dz * gate[i];
-  }
 }
 
 }  // namespace sluice

@@ -21,12 +21,17 @@
 // choices are discrete: their gradient is that of the weights, not of which
 // experts were picked (as PyTorch's top-k gives it).
 //
-// The grouping, the routing weights and the shared expert's gate are worked
-// on the host: the backend must be host-visible. Buffers are planned at
+// The routing (Backend::route: ids and weights in host memory), the grouping
+// and the routing weights' softmax backward are worked on the host; the rows
+// move on the backend (TrainOps' gather_rows, slot_sum, gated_add and their
+// backwards), so any backend with TrainOps runs it. On a device that is a
+// wait per routed layer each way (the routing read back going forward, dw
+// coming back): n_tok x k numbers, not rows. Buffers are planned at
 // construction for max_tokens; forward() and backward() allocate nothing.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -43,8 +48,10 @@ class Model;
 
 class RoutedFfnTrain {
  public:
-  // be must be host-visible (CHECKed); be, ops and hp outlive this.
-  RoutedFfnTrain(Backend& be, TrainOps& ops, const ModelHparams& hp, int64_t max_tokens);
+  // A host vector's copy in a buffer of the backend (TrainStep::vec).
+  using VecFn = std::function<const float*(const float* host, int64_t n)>;
+  // be, ops and hp outlive this.
+  RoutedFfnTrain(Backend& be, TrainOps& ops, const ModelHparams& hp, int64_t max_tokens, VecFn vec);
   ~RoutedFfnTrain();
   RoutedFfnTrain(const RoutedFfnTrain&) = delete;
   RoutedFfnTrain& operator=(const RoutedFfnTrain&) = delete;
@@ -76,13 +83,14 @@ class RoutedFfnTrain {
   // The shared expert (with its gate) over xn, added to out.
   void shared_forward(const LayerWeights& w, const float* xn, float* out, int64_t n);
   void shared_backward(const LayerWeights& w, const float* dout, float* dxn, int64_t n);
-  // dlogits from dw: the routing weights' softmax backward.
+  // dlogits from dw: the routing weights' softmax backward (on the host).
   void routing_backward(int64_t n);
 
   Backend& be_;
   TrainOps& ops_;
   const ModelHparams& hp_;
   const int64_t max_tokens_;
+  VecFn vec_;
   std::span<const ExpertWeights> experts_;  // forward()'s, valid until the layer is released
 
   std::unique_ptr<Buffer> logits_, dlogits_;  // [T, n_expert]
@@ -92,14 +100,15 @@ class RoutedFfnTrain {
   std::unique_ptr<Buffer> gs_, us_, hs_;      // [T, n_ff_shared] (the shared expert, if any)
   std::unique_ptr<Buffer> dgs_, dus_, dhs_;   // [T, n_ff_shared]
   std::unique_ptr<Buffer> ys_, dys_;          // [T, n_embd]
+  std::unique_ptr<Buffer> sg_;                // [T] the shared expert's gate
   int64_t stride_ = 0;                        // T * k: a layer's routing in layer_ids_
   int32_t* ids_ = nullptr;                    // [T, k] the last forward()'s routing, in layer_ids_
   std::vector<float> w_, dw_;                 // [T, k]
-  std::vector<float> sg_;                     // [T] the shared expert's gate
+  std::vector<float> host_logits_, host_dlogits_;  // [T, n_expert] where the backend's buffers are not host memory
   std::vector<int64_t> start_;                // [n_expert + 1] each expert's first grouped row
   std::vector<int64_t> fill_;                 // [n_expert] scratch of group()
-  std::vector<int64_t> row_;                  // [T * k] the grouped row of (t, j)
-  std::vector<int64_t> token_;                // [T * k] the token of a grouped row
+  std::vector<int32_t> row_;                  // [T * k] the grouped row of (t, j)
+  std::vector<int32_t> token_;                // [T * k] the token of a grouped row
   std::vector<int32_t> layer_ids_;            // [n_layer, T * k] each layer's routing, as forward() left it
   std::vector<int64_t> layer_n_;              // [n_layer] its tokens (0: not routed since new_pass())
   std::vector<uint8_t> prefetched_;           // [n_layer] asked for since new_pass()

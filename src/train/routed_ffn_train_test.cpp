@@ -3,7 +3,8 @@
 // shared expert) and a synth qwen2moe (routing over all experts, a gated
 // shared expert; F16, as the CPU's Q8_0 kernels round activations to int8
 // blocks, which a float64 derivative would count as error), on the
-// reference and CPU backends:
+// reference and CPU backends and on cuda where it can be created (a GPU, or
+// the emulator of tests/cuda_emu):
 //   - its forward is the inference routed FFN (the same experts, weights and
 //     sums within float rounding);
 //   - its backward is the derivative of that function at fixed choices,
@@ -17,6 +18,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <random>
 
 #include "backend/backend.h"
@@ -114,7 +117,19 @@ struct Float64Ffn {
 
 struct Case {
   const char* model;    // "stories-moe" or "qwen2moe"
-  const char* backend;  // "reference" or "cpu"
+  const char* backend;  // "reference", "cpu" or "cuda"
+};
+
+// Host vectors' copies in buffers of a backend (RoutedFfnTrain::VecFn), as a training step keeps them.
+struct VecCopies {
+  Backend& be;
+  std::vector<std::unique_ptr<Buffer>> held;
+  const float* operator()(const float* host, int64_t n) {
+    if (host == nullptr || be.host_visible()) return host;
+    held.push_back(be.alloc(static_cast<size_t>(n) * sizeof(float)));
+    be.write_floats(host, held.back()->floats(), n);
+    return held.back()->floats();
+  }
 };
 
 class RoutedFfnTrainTest : public ::testing::TestWithParam<Case> {};
@@ -125,6 +140,7 @@ TEST_P(RoutedFfnTrainTest, ForwardIsTheInferenceFfnAndBackwardItsDerivative) {
   auto file = real ? open_file(testing::shipped_model_path("stories-moe-f16.gguf")) : synth_qwen2moe();
   ASSERT_NE(file, nullptr);
   auto be = create_backend({.name = c.backend, .n_threads = 2});
+  if (!be.ok() && std::string(c.backend) == "cuda") GTEST_SKIP() << be.status().to_string();
   ASSERT_TRUE(be.ok()) << be.status().to_string();
   auto model = Model::load(file, {.n_batch = 1, .max_seqs = 1, .backend = *be, .repack = false});
   ASSERT_TRUE(model.ok()) << model.status().to_string();
@@ -145,16 +161,26 @@ TEST_P(RoutedFfnTrainTest, ForwardIsTheInferenceFfnAndBackwardItsDerivative) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   auto floats = [&](int64_t count) { return b.alloc(static_cast<size_t>(count) * sizeof(float)); };
   auto m = floats(n * E), xn = floats(n * E), out = floats(n * E), dout = floats(n * E), dxn = floats(n * E);
+  std::vector<float> hm(static_cast<size_t>(n * E)), hdout(hm.size());
   for (int64_t i = 0; i < n * E; ++i) {
-    m->floats()[i] = normal(rng);
-    dout->floats()[i] = normal(rng);
+    hm[i] = normal(rng);
+    hdout[i] = normal(rng);
   }
+  b.write_floats(hm.data(), m->floats(), n * E);
+  b.write_floats(hdout.data(), dout->floats(), n * E);
+  // A buffer's floats in host memory.
+  auto host = [&](const std::unique_ptr<Buffer>& buf, int64_t count) {
+    std::vector<float> v(static_cast<size_t>(count));
+    b.read_floats(buf->floats(), v.data(), count);
+    return v;
+  };
   const int64_t n_in_max = std::max({E, hp.n_ff_expert, hp.n_ff_shared});
   b.reserve({.n_tok = n, .n_in_max = n_in_max, .n_ctx = n, .n_head = hp.n_head, .n_head_kv = hp.n_head_kv,
              .head_dim = hp.head_dim, .max_seqs = 1, .n_expert = hp.n_expert, .n_used = k,
              .n_ff_expert = hp.n_ff_expert, .n_ff_shared = hp.n_ff_shared, .n_embd = E});
   b.train_ops()->reserve({.n_tok = n, .n_ctx = n, .n_head = hp.n_head, .head_dim = hp.head_dim, .n_in_max = n_in_max});
-  RoutedFfnTrain routed(b, *b.train_ops(), hp, n);
+  VecCopies vecs{.be = b};
+  RoutedFfnTrain routed(b, *b.train_ops(), hp, n, std::ref(vecs));
   ASSERT_TRUE(routed.forward(mdl, l, **w, m->floats(), xn->floats(), out->floats(), n).ok());
 
   // The inference routed FFN over the same rows.
@@ -171,34 +197,52 @@ TEST_P(RoutedFfnTrainTest, ForwardIsTheInferenceFfnAndBackwardItsDerivative) {
                 .n_used = k, .n_embd = E, .n_ff = hp.n_ff_expert, .act = hp.spec->act, .experts = (*w)->experts,
                 .shared = real ? nullptr : &shared, .n_ff_shared = hp.n_ff_shared,
                 .shared_gate = (*w)->vec(R::kFfnSharedGate)});
+  const std::vector<float> hxn = host(xn, n * E), hout = host(out, n * E), hxn2 = host(xn2, n * E),
+                           hout2 = host(out2, n * E);
   float scale = 0, diff = 0;
   for (int64_t i = 0; i < n * E; ++i) {
-    scale = std::max(scale, std::abs(out2->floats()[i]));
-    diff = std::max(diff, std::abs(out->floats()[i] - out2->floats()[i]));
-    ASSERT_EQ(xn->floats()[i], xn2->floats()[i]) << i;
+    scale = std::max(scale, std::abs(hout2[i]));
+    diff = std::max(diff, std::abs(hout[i] - hout2[i]));
+    ASSERT_EQ(hxn[i], hxn2[i]) << i;
   }
   EXPECT_GT(scale, 0.0f);
   EXPECT_LE(diff, 1e-5f * scale) << "largest |out| " << scale;
 
   routed.backward(**w, dout->floats(), dxn->floats(), n);
+  const std::vector<float> hdxn = host(dxn, n * E);
 
-  // Central differences of the float64 function at the same choices.
-  Float64Ffn f{.hp = hp, .router = dequantized((*w)->mat(R::kFfnRouter))};
+  // Central differences of the float64 function at the same choices, the
+  // weights read on the host (a device's matrices are in device memory: from
+  // the same file on the reference backend).
+  const LayerWeights* hw = *w;
+  std::unique_ptr<Model> ref;
+  if (!b.host_visible()) {
+    auto rb = create_backend({.name = "reference", .n_threads = 1});
+    ASSERT_TRUE(rb.ok()) << rb.status().to_string();
+    auto rm = Model::load(file, {.n_batch = 1, .max_seqs = 1, .backend = *rb, .repack = false});
+    ASSERT_TRUE(rm.ok()) << rm.status().to_string();
+    ref = std::move(*rm);
+    auto rw = ref->acquire_layer(l);
+    ASSERT_TRUE(rw.ok()) << rw.status().to_string();
+    hw = *rw;
+  }
+  const ExpertWeights host_shared{hw->mat(R::kFfnGateShexp), hw->mat(R::kFfnUpShexp), hw->mat(R::kFfnDownShexp)};
+  Float64Ffn f{.hp = hp, .router = dequantized(hw->mat(R::kFfnRouter))};
   f.gate.resize(static_cast<size_t>(hp.n_expert));
   f.up.resize(f.gate.size());
   f.down.resize(f.gate.size());
   for (int32_t e : ids) {
-    const ExpertWeights& x = (*w)->experts[static_cast<size_t>(e)];
+    const ExpertWeights& x = hw->experts[static_cast<size_t>(e)];
     if (!f.gate[e].empty()) continue;
     f.gate[e] = dequantized(x.gate);
     f.up[e] = dequantized(x.up);
     f.down[e] = dequantized(x.down);
   }
   if (!real) {
-    f.gate_s = dequantized(shared.gate);
-    f.up_s = dequantized(shared.up);
-    f.down_s = dequantized(shared.down);
-    const float* g = (*w)->vec(R::kFfnSharedGate);
+    f.gate_s = dequantized(host_shared.gate);
+    f.up_s = dequantized(host_shared.up);
+    f.down_s = dequantized(host_shared.down);
+    const float* g = hw->vec(R::kFfnSharedGate);
     ASSERT_NE(g, nullptr);
     f.shared_gate.assign(g, g + E);
   }
@@ -206,18 +250,18 @@ TEST_P(RoutedFfnTrainTest, ForwardIsTheInferenceFfnAndBackwardItsDerivative) {
   double grad_scale = 0, err = 0;
   int checked = 0;
   for (int64_t t = 0; t < n; ++t) {
-    std::vector<double> x(xn->floats() + t * E, xn->floats() + (t + 1) * E);
+    std::vector<double> x(hxn.begin() + t * E, hxn.begin() + (t + 1) * E);
     for (int s = 0; s < 24; ++s) {
       const int64_t i = dim(rng);
       const double h = 1e-4, x0 = x[i];
       x[i] = x0 + h;
-      const double up = f.value(x.data(), ids.data() + t * k, dout->floats() + t * E);
+      const double up = f.value(x.data(), ids.data() + t * k, hdout.data() + t * E);
       x[i] = x0 - h;
-      const double dn = f.value(x.data(), ids.data() + t * k, dout->floats() + t * E);
+      const double dn = f.value(x.data(), ids.data() + t * k, hdout.data() + t * E);
       x[i] = x0;
       const double fd = (up - dn) / (2 * h);
       grad_scale = std::max(grad_scale, std::abs(fd));
-      err = std::max(err, std::abs(fd - dxn->floats()[t * E + i]));
+      err = std::max(err, std::abs(fd - hdxn[t * E + i]));
       ++checked;
     }
   }
@@ -229,7 +273,8 @@ TEST_P(RoutedFfnTrainTest, ForwardIsTheInferenceFfnAndBackwardItsDerivative) {
 
 INSTANTIATE_TEST_SUITE_P(Models, RoutedFfnTrainTest,
                          ::testing::Values(Case{"stories-moe", "reference"}, Case{"stories-moe", "cpu"},
-                                           Case{"qwen2moe", "reference"}, Case{"qwen2moe", "cpu"}),
+                                           Case{"stories-moe", "cuda"}, Case{"qwen2moe", "reference"},
+                                           Case{"qwen2moe", "cpu"}, Case{"qwen2moe", "cuda"}),
                          [](const auto& info) { return std::string(info.param.model == std::string("stories-moe")
                                                                         ? "stories_moe_"
                                                                         : "qwen2moe_") +

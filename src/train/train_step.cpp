@@ -33,10 +33,6 @@ Status check_trainable(const Model& model) {
   auto refuse = [&](const char* what) {
     return unimplemented("fine-tuning {} models is not supported yet: {}", h.arch, what);
   };
-  if (h.is_moe() && !model.backend().host_visible()) {
-    return unimplemented("fine-tuning a mixture-of-experts model on the {} backend is not supported yet; "
-                         "--backend cpu trains it", model.backend().name());
-  }
   if (spec.norm != NormKind::kRms) return refuse("a norm other than RMSNorm");
   if (spec.qk_norm) return refuse("per-head q/k norms");
   if (h.final_softcap > 0.0f) return refuse("soft-capped output logits");
@@ -119,7 +115,10 @@ void TrainStep::plan_buffers() {
   logits_ = be_.alloc(static_cast<size_t>(logits_chunk_ * h.n_vocab) * sizeof(float));
   positions_.resize(static_cast<size_t>(T));
   if (!be_.host_visible()) zeros_ = floats(h.n_embd);  // alloc() zero-fills: a device-side copy, not a host upload
-  if (h.is_moe()) routed_ = std::make_unique<RoutedFfnTrain>(be_, ops_, h, T);
+  if (h.is_moe()) {
+    routed_ = std::make_unique<RoutedFfnTrain>(be_, ops_, h, T,
+                                               [this](const float* host, int64_t n) { return vec(host, n); });
+  }
   loss_.resize(static_cast<size_t>(T));
   const int64_t n_in_max = std::max({h.n_embd, h.n_ff, h.n_embd_q(), h.n_ff_expert, h.n_ff_shared});
   be_.reserve({.n_tok = T, .n_in_max = n_in_max, .n_ctx = opt_.max_seq, .n_head = h.n_head,

@@ -24,8 +24,7 @@
 //   x' = m + Wdown h + lora
 //
 // or in a routed (mixture-of-experts) layer x' = m + the routed FFN of n2,
-// through the chosen experts and the router, all frozen (routed_ffn_train.h;
-// host-visible backends only).
+// through the chosen experts and the router, all frozen (routed_ffn_train.h).
 //
 // On a backend that is not host-visible (CUDA) every buffer is device memory:
 // the norm and bias vectors (host memory in the model) get a copy in a
