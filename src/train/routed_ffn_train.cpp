@@ -31,6 +31,7 @@ RoutedFfnTrain::RoutedFfnTrain(Backend& be, TrainOps& ops, const ModelHparams& h
   stride_ = T * k;
   w_.resize(static_cast<size_t>(stride_));
   dw_.resize(w_.size());
+  guess_ids_.resize(w_.size());
   if (!be.host_visible()) {
     host_logits_.resize(static_cast<size_t>(T * hp.n_expert));
     host_dlogits_.resize(host_logits_.size());
@@ -72,8 +73,23 @@ void RoutedFfnTrain::group(int64_t n) {
   }
 }
 
+void RoutedFfnTrain::guess(Model& model, int64_t l, const float* m, int64_t n) {
+  const LayerWeightSource* source = model.weight_source();
+  if (source == nullptr || !source->streams_experts() || l < 0 || !hp_.layer_is_moe(l)) return;
+  // Streamed experts keep every layer's dense tensors resident: l's router and norm are bound.
+  const LayerWeights& w = model.weights().layers[static_cast<size_t>(l)];
+  const ModelHparams& h = hp_;
+  // Scratch free in a forward: dlogits_ is the backward's, xg_ is written by the gather next.
+  const MatmulOut router[1] = {{w.mat(R::kFfnRouter), dlogits_->floats()}};
+  be_.norm_matmul({.x = m, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = xg_->floats(), .n_embd = h.n_embd,
+                   .n_tok = n, .outs = router});
+  be_.route({.logits = dlogits_->floats(), .n_tok = n, .n_expert = h.n_expert, .n_used = h.n_expert_used,
+             .renormalize = false, .ids = guess_ids_.data(), .weights = dw_.data()});
+  model.predict_experts(l, std::span(guess_ids_.data(), static_cast<size_t>(n * h.n_expert_used)));
+}
+
 Status RoutedFfnTrain::forward(Model& model, int64_t l, const LayerWeights& w, const float* m, float* xn, float* out,
-                               int64_t n, int64_t then) {
+                               int64_t n, int64_t then, int64_t guess_layer) {
   CHECK(n <= max_tokens_);
   const ModelHparams& h = hp_;
   const int64_t E = h.n_embd, F = h.n_ff_expert, k = h.n_expert_used;
@@ -86,6 +102,7 @@ Status RoutedFfnTrain::forward(Model& model, int64_t l, const LayerWeights& w, c
   layer_n_[static_cast<size_t>(l)] = n;
   ASSIGN_OR_RETURN(experts_, model.landed_experts(l, std::span(ids_, static_cast<size_t>(n * k))));
   prefetch(model, then);
+  guess(model, guess_layer, m, n);
   group(n);
   float *xg = xg_->floats(), *yg = yg_->floats(), *g = g_->floats(), *u = u_->floats(), *hh = h_->floats();
   ops_.gather_rows({.src = xn, .idx = token_.data(), .dst = xg, .n_rows = n * k, .n = E});

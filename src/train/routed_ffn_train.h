@@ -59,12 +59,13 @@ class RoutedFfnTrain {
   // Routed layer l (acquired from model, w its weights): xn = norm(m), out =
   // the routed FFN of xn, keeping what backward() needs; the chosen experts
   // come from model.landed_experts (read if they stream). Once they are in
-  // hand, routed layer `then` (>= 0) is prefetched as prefetch() does. The
-  // routing is kept per layer for prefetch().
+  // hand, routed layer `then` (>= 0) is prefetched as prefetch() does, or
+  // routed layer `guess_layer` (>= 0) guessed as guess() does. The routing is kept
+  // per layer for prefetch().
   //   m: [n, n_embd]  xn, out: [n, n_embd] (written)
   // Errors: the weight source's.
   Status forward(Model& model, int64_t l, const LayerWeights& w, const float* m, float* xn, float* out, int64_t n,
-                 int64_t then = -1);
+                 int64_t then = -1, int64_t guess_layer = -1);
   // The backward visits the layers in reverse, and each recomputed forward
   // routes as the forward pass did: its experts are known exactly. Asks the
   // model to read ahead routed layer l's experts of the last forward() of l
@@ -73,6 +74,14 @@ class RoutedFfnTrain {
   void prefetch(Model& model, int64_t l);
   // A micro-batch begins: prefetch() may ask for every layer again.
   void new_pass();
+  // The forward pass cannot know a routed layer's experts before the rows
+  // reach it. With experts streamed, routed layer l's are guessed from m,
+  // the rows of the layer below before its FFN is added (inference's early
+  // guess, ExpertFeed): l's own norm and router over them, the top k a token
+  // read ahead (Model::predict_experts) while the layer below computes its
+  // experts and l its attention. Nothing when the experts do not stream.
+  //   m: [n, n_embd]
+  void guess(Model& model, int64_t l, const float* m, int64_t n);
   // After forward() on the same layer and rows: dxn = the gradient at xn
   // from dout, the gradient at out.  dout, dxn: [n, n_embd]
   void backward(const LayerWeights& w, const float* dout, float* dxn, int64_t n);
@@ -103,7 +112,8 @@ class RoutedFfnTrain {
   std::unique_ptr<Buffer> sg_;                // [T] the shared expert's gate
   int64_t stride_ = 0;                        // T * k: a layer's routing in layer_ids_
   int32_t* ids_ = nullptr;                    // [T, k] the last forward()'s routing, in layer_ids_
-  std::vector<float> w_, dw_;                 // [T, k]
+  std::vector<float> w_, dw_;                 // [T, k] (dw_ also guess()'s routing weights)
+  std::vector<int32_t> guess_ids_;            // [T, k] guess()'s routing
   std::vector<float> host_logits_, host_dlogits_;  // [T, n_expert] where the backend's buffers are not host memory
   std::vector<int64_t> start_;                // [n_expert + 1] each expert's first grouped row
   std::vector<int64_t> fill_;                 // [n_expert] scratch of group()

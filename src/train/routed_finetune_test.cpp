@@ -9,6 +9,9 @@
 //   - the training forward is the inference forward: the adapter applied at
 //     inference (f32 KV cache) gives the losses the training step's
 //     evaluation gives;
+//   - going forward, each routed layer above the first has its experts
+//     guessed (read ahead) from the rows below it, and the guess mostly
+//     holds;
 //   - an FFN target is refused by name;
 //   - on cuda it trains as on the CPU.
 #include <fmt/format.h>
@@ -26,10 +29,15 @@
 #include "lora/lora_adapter.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "runtime/load_model.h"
 #include "train/finetune.h"
+#include "train/lora_init.h"
+#include "train/lora_params.h"
+#include "train/step_meter.h"
 #include "train/train_step.h"
 #include "train/train_test_data.h"
 #include "weights/placement.h"
+#include "weights/store_source.h"
 
 namespace sluice {
 namespace {
@@ -134,6 +142,59 @@ TEST(RoutedFinetune, StoriesMoeLearnsAndStreamedExpertsGiveTheResidentAdapter) {
   RecordProperty("loss_max_rel_err", fmt::format("{:.3g}", worst));
   std::filesystem::remove_all(dir_a);
   std::filesystem::remove_all(dir_b);
+}
+
+// With experts streamed and room in the pool for two routed layers' worth, a
+// forward pass (evaluate(): no backward, so nothing else predicts) guesses
+// each routed layer's experts from the rows of the layer below before they
+// reach it. The first routed layer has no layer below to guess from.
+TEST(RoutedFinetune, TheForwardGuessesTheNextRoutedLayersExperts) {
+  const std::string base = testing::shipped_model_path("stories-moe-f16.gguf");
+  auto mf = open_model_file(base);
+  ASSERT_TRUE(mf.ok()) << mf.status().to_string();
+  auto too_small = weights::plan_placement(*mf, {.mem_budget_bytes = 1, .disk_gbps = 1, .layer_compute_s = 1e-3});
+  ASSERT_FALSE(too_small.ok());
+  const std::string why = too_small.status().message();
+  const size_t at = why.find("the smallest budget that works is ");
+  ASSERT_NE(at, std::string::npos) << why;
+  const uint64_t least = std::stoull(why.substr(at + std::string("the smallest budget that works is ").size()));
+  const int64_t seq = 64;
+  auto work = train_workload(seq, 4, "q,k,v,o", "");
+  ASSERT_TRUE(work.ok()) << work.status().to_string();
+  auto lm = load_model(base, {.n_threads = 2, .n_batch = 1, .max_seqs = 1, .repack = false, .backend = "cpu",
+                              .mem_budget_bytes = least + (1 << 20), .tokens_per_step = seq, .training = *work});
+  ASSERT_TRUE(lm.ok()) << lm.status().to_string();
+  ASSERT_NE(lm->stream, nullptr);
+  ASSERT_GE(lm->stream->store().expert_stats().n_slots, 32) << lm->placement_report;
+  Model& m = *lm->model;
+  auto targets = parse_lora_targets("q,k,v,o");
+  ASSERT_TRUE(targets.ok());
+  auto ad = init_lora(m, {.targets = *targets, .rank = 4, .alpha = 8.0f, .seed = 1, .name = "guess"});
+  ASSERT_TRUE(ad.ok()) << ad.status().to_string();
+  auto params = LoraParams::create(m.backend(), *ad);
+  ASSERT_TRUE(params.ok()) << params.status().to_string();
+  auto step = TrainStep::create(m, *params, {.max_tokens = seq, .max_seq = seq});
+  ASSERT_TRUE(step.ok()) << step.status().to_string();
+  std::vector<int32_t> ids = lm->tokenizer->encode(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun with her big red "
+      "ball. One day, her mom said they could go to the park, and Lily was very happy.",
+      true);
+  ASSERT_GT(ids.size(), 40u);
+  const auto n = static_cast<int64_t>(ids.size()) - 1;
+  TrainBatch b{.tokens = std::vector<int32_t>(ids.begin(), ids.end() - 1),
+               .targets = std::vector<int32_t>(ids.begin() + 1, ids.end()), .seqs = {{0, n}}};
+  auto loss = (*step)->evaluate(b);
+  ASSERT_TRUE(loss.ok()) << loss.status().to_string();
+  const weights::ExpertStatsSnapshot s = lm->stream->store().expert_stats();
+  ASSERT_EQ(s.layers.size(), 4u);
+  EXPECT_EQ(s.layers[0].predicted, 0u);
+  for (size_t l = 1; l < 4; ++l) {
+    const weights::ExpertLayerStats& x = s.layers[l];
+    EXPECT_GT(x.chosen, 0u) << "layer " << l;
+    EXPECT_GT(x.predicted, 0u) << "layer " << l;
+    // The layer below's rows are close to the layer's own: most chosen experts were guessed.
+    EXPECT_GT(x.recall(), 0.5) << "layer " << l << ": " << s.table();
+  }
 }
 
 // An FFN target named on a routed model is refused by name (its FFN is the

@@ -226,9 +226,11 @@ Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x
   be_.add(m, proj, n * E);
 
   if (h.layer_is_moe(l)) {  // x' = m + the routed FFN of n2 (proj)
-    // Recomputing for the backward: the next routed layer it visits is read meanwhile.
-    RETURN_IF_ERROR(routed_->forward(model_, l, w, m, n2_->floats(), proj, n,
-                                     x_out == nullptr ? routed_below(l) : -1));
+    // Recomputing for the backward: the next routed layer it visits is read
+    // meanwhile; going forward, the layer above's experts are guessed.
+    const bool recompute = x_out == nullptr;
+    RETURN_IF_ERROR(routed_->forward(model_, l, w, m, n2_->floats(), proj, n, recompute ? routed_below(l) : -1,
+                                     !recompute && l + 1 < h.n_layer ? l + 1 : -1));
     if (x_out != nullptr) {
       be_.copy_floats(m, x_out, n * E);
       be_.add(x_out, proj, n * E);

@@ -26,19 +26,24 @@ double disk_s_per_step(const PlacementPlan& p, double gbps) {
 
 // The step when the disk's share of it takes disk_s. In training with experts
 // read one by one (train/routed_ffn_train.h) half the reads are the forward
-// visits', read when the routing asks (nothing predicts them): all stall.
-// The backward visits route as the forward did, so each routed layer's are
-// read ahead while the layer above computes, given room in the pool for a
-// second layer's chosen experts beside the ones pinned: hidden behind the
-// backward visits' compute. Otherwise the step is the longer of compute and
-// the disk's side with its boundary.
+// visits', half the backward's. The backward visits route as the forward did,
+// so each routed layer's are read ahead while the layer above computes; the
+// forward guesses the next routed layer's from the rows below it (as
+// inference does) and reads them while the layer below computes. Given room in
+// the pool for a second layer's chosen experts beside the ones pinned, each
+// pass's reads hide behind its visits' compute (the guess's misses, a few
+// percent of the bytes, are not modelled); without it every read stalls.
+// Otherwise the step is the longer of compute and the disk's side with its
+// boundary.
 double step_with_disk(const PlacementPlan& p, double disk_s) {
   if (p.training && p.n_expert_slots > 0) {
     const double pass = disk_s / 2;
     const double per_layer = p.n_layer_moe > 0 ? p.experts_per_step / static_cast<double>(p.n_layer_moe) : 0.0;
     const bool ahead = static_cast<double>(p.n_expert_slots) >= 2 * per_layer;
-    const double hidden = ahead ? static_cast<double>(p.n_layer_moe) * p.train_backward_s : 0.0;
-    return p.predicted_compute_s + pass + std::max(0.0, pass - hidden);
+    const double layers = static_cast<double>(p.n_layer_moe);
+    const double forward_hidden = ahead ? layers * p.layer_compute_s : 0.0;
+    const double backward_hidden = ahead ? layers * p.train_backward_s : 0.0;
+    return p.predicted_compute_s + std::max(0.0, pass - forward_hidden) + std::max(0.0, pass - backward_hidden);
   }
   return std::max(p.predicted_compute_s, disk_s + p.predicted_boundary_s);
 }
@@ -455,8 +460,8 @@ std::string placement_map(const PlacementPlan& p) {
       const double per_layer = p.n_layer_moe > 0 ? p.experts_per_step / static_cast<double>(p.n_layer_moe) : 0.0;
       s += fmt::format(
           "  order: training; a micro-batch of {} tokens routes each layer twice, forward then in the backward's "
-          "recompute, and reads what it misses: hit rate {:.0f}%, {} of experts a visit; the forward's as the "
-          "routing asks, the backward's (the forward's routing again) one routed layer ahead{}\n"
+          "recompute, and reads what it misses: hit rate {:.0f}%, {} of experts a visit; the forward's guessed "
+          "from the rows below, the backward's (the forward's routing again) one routed layer ahead{}\n"
           "  predicted per micro-batch: compute {}, disk {}, stall {}; smallest workable budget {} bytes\n",
           p.tokens_per_step, 100 * p.expected_hit_rate, mb(p.expert_disk_bytes_per_step),
           static_cast<double>(p.n_expert_slots) >= 2 * per_layer
