@@ -125,10 +125,12 @@ TEST(TrainStreamCli, PlanTrainGivesThePlacementPerMicroBatchAndTheCrossover) {
 
 // A routed model (stories-moe, 4 routed layers of 16 experts) keeps its
 // layers and reads its experts one by one: each micro-batch reads both visits'
-// missed experts, more with more tokens until a visit chooses them all; the
-// forward's reads always stall, so the overhead falls as compute grows but is
-// never nil, and the 5% crossover is searched plan by plan: the plan at it is
-// under 5%, the one a token before over.
+// missed experts, more with more tokens until a visit chooses them all. With
+// half the file the pool cannot hold two layers' choices, so every read
+// stalls: the overhead falls as compute grows but is never nil, and the 5%
+// crossover is searched plan by plan (the plan at it is under 5%, the one a
+// token before over). With 90% it can: both passes' reads, read a layer ahead,
+// hide behind their compute from some number of tokens on.
 TEST(TrainStreamCli, PlanTrainOnARoutedModelSearchesTheCrossover) {
   const std::string moe = std::string(SLUICE_SOURCE_DIR) + "/models/stories-moe-f16.gguf";
   const std::string rates = " --budget-fraction 0.5 --tflops 0.05 --disk-gbps 0.5 --seq 64 --json";
@@ -162,6 +164,16 @@ TEST(TrainStreamCli, PlanTrainOnARoutedModelSearchesTheCrossover) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("read one by one into a pool of"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("transfers wholly hidden never"), std::string::npos) << text.out;
+
+  CliResult roomy = run_cli("plan train -m " + moe + " --budget-fraction 0.9 --tflops 0.05 --disk-gbps 0.5 --seq 64" +
+                            " --tokens 8,4096 --json");
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  const nlohmann::json g = nlohmann::json::parse(roomy.out);
+  EXPECT_GT(g["rows"][0]["overhead"].get<double>(), 0.05);  // 8 tokens compute too little to hide a read
+  EXPECT_EQ(g["rows"][1]["overhead"].get<double>(), 0.0);
+  ASSERT_FALSE(g["tokens_no_overhead"].is_null());
+  EXPECT_GT(g["tokens_no_overhead"].get<double>(), 8);
+  EXPECT_LE(g["tokens_no_overhead"].get<double>(), 4096);
 }
 
 TEST(TrainStreamCli, BadRequestsFailCleanly) {

@@ -142,7 +142,7 @@ int run_train(const PlanArgs& a) {
   const std::optional<double> five = routed ? search(0.05) : pl::tokens_for_overhead(last.train, last_tokens, 0.05);
   auto tokens_text = [&](const std::optional<double>& x) {
     return x        ? fmt::format("{:.0f}", std::ceil(*x))
-           : routed ? std::string("never (the forward visits' expert reads are not read ahead)")
+           : routed ? std::string("never (the pool cannot hold two layers' choices: every expert read stalls)")
                     : std::string("never (the turns alone exceed it)");
   };
   std::string row;
@@ -153,8 +153,8 @@ int run_train(const PlanArgs& a) {
                      row, last.n_expert_slots, weights::format_bytes(static_cast<double>(last.expert_slot_bytes)),
                      last.n_experts_total, last.n_layer_moe);
     t += "reads     each visit of a routed layer, forward and in the backward's recompute, reads the chosen experts "
-         "it misses; the forward's stall, the backward's are read a routed layer ahead and hide behind its compute "
-         "when the pool holds two layers' choices\n";
+         "it misses, a routed layer ahead (the forward's guessed from the rows below, the backward's as the forward "
+         "routed): they hide behind their pass's compute when the pool holds two layers' choices, else they stall\n";
   } else {
     t += fmt::format("\nlayers    {} (R resident, S streamed), ring K = {} slots of {} (plan_stream on a forward "
                      "visit: K = {}); host buffer: none, the ring in RAM is the staging\n",
