@@ -100,6 +100,36 @@ TEST(FinetuneCli, OnTheCpuBackendAResumedRunWritesTheSameAdapter) {
 // The README's mixture-of-experts example: stories-moe's attention adapted
 // (its experts routed, frozen), the held-out loss down, and the adapter
 // changes the greedy text.
+// --recompute: keeping the activations (auto picks it for a small resident
+// base) or rerunning each layer's forward writes the same adapter; the run
+// says which it did, and a bad value is refused before any work.
+TEST(FinetuneCli, KeptOrRecomputedActivationsWriteTheSameAdapter) {
+  SKIP_UNLESS_EXISTS(kBase);
+  std::string bytes[3];
+  const char* modes[3] = {"on", "off", "auto"};
+  const char* says[3] = {"activations: recomputed in the backward (--recompute on)",
+                         "activations: kept", "activations: kept"};
+  for (int i = 0; i < 3; ++i) {
+    // One file name in three folders: the adapter is named after its file's stem.
+    const std::string dir = cli_temp_path(std::string("finetune_recompute_") + modes[i]);
+    std::filesystem::create_directories(dir);
+    const std::string out = dir + "/adapter.gguf";
+    CliResult r = run_cli(finetune(out, std::string("--steps 3 --recompute ") + modes[i]));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find(says[i]), std::string::npos) << r.err;
+    bytes[i] = read_bytes(out);
+    std::filesystem::remove_all(dir);
+    ASSERT_FALSE(bytes[i].empty());
+  }
+  EXPECT_TRUE(bytes[0] == bytes[1]);
+  EXPECT_TRUE(bytes[0] == bytes[2]);
+  const std::string bad = cli_temp_path("finetune_recompute_bad.gguf");
+  CliResult r = run_cli(finetune(bad, "--steps 3 --recompute sometimes"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--recompute"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(bad));
+}
+
 TEST(FinetuneCli, AMixtureOfExpertsBaseTrainsItsAttentionAndTheAdapterRuns) {
   const std::string moe = model_path("stories-moe/stories-moe.gguf");
   SKIP_UNLESS_EXISTS(moe);

@@ -49,6 +49,12 @@ Runner add_finetune(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--checkpoint", o->checkpoint_path, "checkpoint file (default: OUTPUT.ckpt)");
   c->add_option("--resume", o->resume, "continue from this checkpoint (same data and settings)");
+  c->add_option("--recompute", o->recompute,
+                "rerun each layer's forward in the backward (on: least memory), keep every layer's "
+                "activations (off: a third fewer matrix products), or auto (off when the base is resident in host "
+                "memory and they take under a quarter of the available memory)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   c->add_option("--chat-template", o->chat_template, "Jinja chat template for chat data (default: the model's)");
   c->add_flag("--json", *json, "print a summary object to stdout at the end");
   return [o, m, json] {

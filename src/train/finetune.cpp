@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "base/meminfo.h"
 #include "model/model_weights.h"
 #include "runtime/load_model.h"
 #include "server/chat_template.h"
 #include "train/lora_init.h"
 #include "train/step_meter.h"
+#include "train/train_step.h"
 
 namespace sluice {
 namespace {
@@ -32,6 +34,37 @@ StatusOr<std::optional<server::ChatTemplate>> chat_template_for(const LoadedMode
   if (!source) return std::optional<server::ChatTemplate>();
   ASSIGN_OR_RETURN(server::ChatTemplate t, server::ChatTemplate::create(*source, bos, eos));
   return std::optional<server::ChatTemplate>(std::move(t));
+}
+
+// Whether the step keeps every layer's intermediates (--recompute), and the
+// line that says so.
+StatusOr<std::pair<bool, std::string>> keep_activations(const FinetuneOptions& o, const Model& model,
+                                                        int64_t max_rank) {
+  const uint64_t bytes =
+      TrainStep::kept_activation_bytes(model.hparams(), o.train.batch * o.train.seq, max_rank);
+  const auto b = static_cast<double>(bytes);
+  const std::string size = b >= 1e9 ? fmt::format("{:.2f} GB", b / 1e9) : fmt::format("{:.1f} MB", b / 1e6);
+  if (o.recompute == "on") {
+    return std::pair{false, std::string("activations: recomputed in the backward (--recompute on)")};
+  }
+  if (o.recompute == "off") {
+    return std::pair{true, fmt::format("activations: kept, {} more memory (--recompute off{})", size,
+                                       o.mem_budget_bytes > 0 ? "; the plan's compute counts the rerun" : "")};
+  }
+  if (o.recompute != "auto") return invalid_argument("--recompute takes auto, on or off, not '{}'", o.recompute);
+  if (!model.backend().host_visible() || o.mem_budget_bytes > 0) {
+    return std::pair{false, fmt::format("activations: recomputed in the backward (--recompute auto: {})",
+                                        o.mem_budget_bytes > 0 ? "the base streams under --mem-budget"
+                                                               : "the backend's memory is not the host's")};
+  }
+  const uint64_t available = meminfo_bytes("MemAvailable").value_or(0);
+  if (bytes > available / 4) {
+    return std::pair{false, fmt::format("activations: recomputed in the backward (--recompute auto: keeping them "
+                                        "takes {}, over a quarter of the {:.2f} GB available)",
+                                        size, static_cast<double>(available) / 1e9)};
+  }
+  return std::pair{true, fmt::format("activations: kept, {} more memory (--recompute auto; the backward does not "
+                                     "rerun the forward)", size)};
 }
 
 }  // namespace
@@ -82,7 +115,11 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
                                              .only_present = o.targets == "all"}));
   }
   ASSIGN_OR_RETURN(LoraParams params, LoraParams::create(model.backend(), init));
-  ASSIGN_OR_RETURN(std::unique_ptr<LoraTrainer> trainer, LoraTrainer::create(model, params, train, to));
+  ASSIGN_OR_RETURN(const auto keep, keep_activations(o, model, params.max_rank()));
+  log(keep.second);
+  TrainerOptions step_opt = to;
+  step_opt.keep_activations = keep.first;
+  ASSIGN_OR_RETURN(std::unique_ptr<LoraTrainer> trainer, LoraTrainer::create(model, params, train, step_opt));
   const std::string ckpt = o.checkpoint_path.empty() ? o.out_path + ".ckpt" : o.checkpoint_path;
   if (!o.resume.empty()) {
     RETURN_IF_ERROR(trainer->load_checkpoint(o.resume));

@@ -36,6 +36,10 @@ struct FinetuneOptions {
   uint64_t mem_budget_bytes = 0;
   double disk_rate_cap_bytes_per_s = 0;  // under mem_budget_bytes: the disk capped (LoadOptions)
   uint64_t gpu_budget_bytes = 0;
+  // "on": the backward reruns each layer's forward (memory bounded); "off":
+  // the forward keeps every layer's intermediates; "auto": off where the base
+  // is resident in host memory and they take under a quarter of MemAvailable.
+  std::string recompute = "auto";
 };
 
 struct FinetuneResult {

@@ -97,13 +97,20 @@ void TrainStep::plan_buffers() {
   const int64_t T = opt_.max_tokens;
   auto floats = [&](int64_t n) { return be_.alloc(static_cast<size_t>(T * n) * sizeof(float)); };
   xs_ = floats((h.n_layer + 1) * h.n_embd);
-  // The activations and their gradients, by row width.
-  for (auto* b : {&n1_, &m_, &n2_, &proj_, &dx_, &dn_}) *b = floats(h.n_embd);
-  for (auto* b : {&q_, &att_, &dq_, &datt_}) *b = floats(h.n_embd_q());
-  for (auto* b : {&k_, &v_, &dk_, &dv_}) *b = floats(h.n_embd_kv());
-  for (auto* b : {&g_, &u_, &h_, &dh_, &dg_, &du_}) *b = floats(h.n_ff);
-  lse_ = floats(h.n_head);
-  lora_u_ = floats(7 * std::max<int64_t>(1, params_.max_rank()));
+  // The intermediates (a set a layer when kept), then the scratch and the
+  // gradients, by row width.
+  n_sets_ = opt_.keep_activations ? h.n_layer : 1;
+  const int64_t S = n_sets_;
+  for (auto* b : {&n1_, &m_, &n2_}) *b = floats(S * h.n_embd);
+  for (auto* b : {&q_, &att_}) *b = floats(S * h.n_embd_q());
+  for (auto* b : {&k_, &v_}) *b = floats(S * h.n_embd_kv());
+  for (auto* b : {&g_, &u_, &h_}) *b = floats(S * h.n_ff);
+  lse_ = floats(S * h.n_head);
+  lora_u_ = floats(S * 7 * std::max<int64_t>(1, params_.max_rank()));
+  for (auto* b : {&proj_, &dx_, &dn_}) *b = floats(h.n_embd);
+  for (auto* b : {&dq_, &datt_}) *b = floats(h.n_embd_q());
+  for (auto* b : {&dk_, &dv_}) *b = floats(h.n_embd_kv());
+  for (auto* b : {&dh_, &dg_, &du_}) *b = floats(h.n_ff);
   cos_sin_ = floats(h.n_rot);
   // Logits a chunk of rows at a time, and the output head read again for
   // each chunk (forward and back): about 32 MiB of them in host memory; on a
@@ -171,8 +178,24 @@ void TrainStep::zero(float* dst, int64_t n) {
   be_.copy_floats(zeros_->floats(), dst, n);
 }
 
-float* TrainStep::u_of(R role) {
-  return lora_u_->floats() + adaptable_index(role) * opt_.max_tokens * std::max<int64_t>(1, params_.max_rank());
+uint64_t TrainStep::kept_activation_bytes(const ModelHparams& h, int64_t max_tokens, int64_t max_rank) {
+  const int64_t per_token = 3 * h.n_embd + 2 * h.n_embd_q() + 2 * h.n_embd_kv() + h.n_head + 3 * h.n_ff +
+                            7 * std::max<int64_t>(1, max_rank);
+  return static_cast<uint64_t>(std::max<int64_t>(0, h.n_layer - 1) * max_tokens * per_token) * sizeof(float);
+}
+
+TrainStep::Acts TrainStep::acts(int64_t l) const {
+  const ModelHparams& h = model_.hparams();
+  const int64_t T = opt_.max_tokens, set = n_sets_ > 1 ? l : 0;
+  auto at = [&](const std::unique_ptr<Buffer>& b, int64_t width) { return b->floats() + set * T * width; };
+  return Acts{.n1 = at(n1_, h.n_embd), .m = at(m_, h.n_embd), .n2 = at(n2_, h.n_embd),
+              .q = at(q_, h.n_embd_q()), .att = at(att_, h.n_embd_q()), .k = at(k_, h.n_embd_kv()),
+              .v = at(v_, h.n_embd_kv()), .lse = at(lse_, h.n_head), .g = at(g_, h.n_ff), .u = at(u_, h.n_ff),
+              .h = at(h_, h.n_ff), .lora_u = at(lora_u_, 7 * std::max<int64_t>(1, params_.max_rank()))};
+}
+
+float* TrainStep::u_of(int64_t l, R role) {
+  return acts(l).lora_u + adaptable_index(role) * opt_.max_tokens * std::max<int64_t>(1, params_.max_rank());
 }
 
 void TrainStep::lora_forward(int64_t l, R role, const float* x, float* y, int64_t n_in, int64_t n_out, int64_t n) {
@@ -180,14 +203,14 @@ void TrainStep::lora_forward(int64_t l, R role, const float* x, float* y, int64_
   if (s == nullptr) return;
   const LoraSegment seg{.tok0 = 0, .n_tok = n, .a = params_.a(*s), .b = params_.b(*s), .rank = s->rank,
                         .scale = s->scale};
-  be_.lora({.x = x, .y = y, .n_in = n_in, .n_out = n_out, .segs = {&seg, 1}, .u = u_of(role),
+  be_.lora({.x = x, .y = y, .n_in = n_in, .n_out = n_out, .segs = {&seg, 1}, .u = u_of(l, role),
             .u_stride = s->rank});
 }
 
 void TrainStep::lora_backward(int64_t l, R role, const float* x, const float* dy, float* dx, int64_t n) {
   const LoraSlot* s = params_.find(l, role);
   if (s == nullptr) return;
-  ops_.lora_backward({.x = x, .u = u_of(role), .dy = dy, .a = params_.a(*s), .b = params_.b(*s),
+  ops_.lora_backward({.x = x, .u = u_of(l, role), .dy = dy, .a = params_.a(*s), .b = params_.b(*s),
                       .da = params_.grad_a(*s), .db = params_.grad_b(*s), .dx = dx, .n_tok = n, .n_in = s->n_in,
                       .n_out = s->n_out, .rank = s->rank, .scale = s->scale});
 }
@@ -195,7 +218,8 @@ void TrainStep::lora_backward(int64_t l, R role, const float* x, const float* dy
 Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x_in, float* x_out, int64_t n) {
   const ModelHparams& h = model_.hparams();
   const int64_t E = h.n_embd, Eq = h.n_embd_q(), Ekv = h.n_embd_kv(), F = h.n_ff;
-  float *n1 = n1_->floats(), *q = q_->floats(), *k = k_->floats(), *v = v_->floats();
+  const Acts a = acts(l);
+  float *n1 = a.n1, *q = a.q, *k = a.k, *v = a.v;
   const MatmulOut qkv[3] = {{w.mat(R::kAttnQ), q}, {w.mat(R::kAttnK), k}, {w.mat(R::kAttnV), v}};
   be_.norm_matmul({.x = x_in, .norm = w.vec(R::kAttnNorm), .eps = h.rms_eps, .xn = n1, .n_embd = E, .n_tok = n,
                    .outs = qkv});
@@ -214,14 +238,14 @@ Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x
   rope.x = k;
   rope.n_head = h.n_head_kv;
   ops_.rope(rope);
-  ops_.attention({.q = q, .k = k, .v = v, .out = att_->floats(), .lse = lse_->floats(), .seqs = seqs_,
+  ops_.attention({.q = q, .k = k, .v = v, .out = a.att, .lse = a.lse, .seqs = seqs_,
                   .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .scale = h.attn_scale,
                   .window = h.layer_is_swa(l) ? h.n_swa : 0, .softcap = h.attn_softcap});
   float* proj = proj_->floats();
   const MatmulOut wo[1] = {{w.mat(R::kAttnOutput), proj}};
-  be_.matmul(wo, att_->floats(), Eq, n);
-  lora_forward(l, R::kAttnOutput, att_->floats(), proj, Eq, E, n);
-  float* m = m_->floats();
+  be_.matmul(wo, a.att, Eq, n);
+  lora_forward(l, R::kAttnOutput, a.att, proj, Eq, E, n);
+  float* m = a.m;
   be_.copy_floats(x_in, m, n * E);
   be_.add(m, proj, n * E);
 
@@ -229,7 +253,7 @@ Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x
     // Recomputing for the backward: the next routed layer it visits is read
     // meanwhile; going forward, the layer above's experts are guessed.
     const bool recompute = x_out == nullptr;
-    RETURN_IF_ERROR(routed_->forward(model_, l, w, m, n2_->floats(), proj, n, recompute ? routed_below(l) : -1,
+    RETURN_IF_ERROR(routed_->forward(model_, l, w, m, a.n2, proj, n, recompute ? routed_below(l) : -1,
                                      !recompute && l + 1 < h.n_layer ? l + 1 : -1));
     if (x_out != nullptr) {
       be_.copy_floats(m, x_out, n * E);
@@ -237,21 +261,21 @@ Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x
     }
     return Status();
   }
-  const MatmulOut gate_up[2] = {{w.mat(R::kFfnGate), g_->floats()}, {w.mat(R::kFfnUp), u_->floats()}};
-  be_.norm_matmul({.x = m, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = n2_->floats(), .n_embd = E,
-                   .n_tok = n, .outs = gate_up});
-  lora_forward(l, R::kFfnGate, n2_->floats(), g_->floats(), E, F, n);
-  lora_forward(l, R::kFfnUp, n2_->floats(), u_->floats(), E, F, n);
-  ops_.glu({.g = g_->floats(), .u = u_->floats(), .h = h_->floats(), .n_tok = n, .n_ff = F, .act = h.spec->act});
+  const MatmulOut gate_up[2] = {{w.mat(R::kFfnGate), a.g}, {w.mat(R::kFfnUp), a.u}};
+  be_.norm_matmul({.x = m, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = a.n2, .n_embd = E, .n_tok = n,
+                   .outs = gate_up});
+  lora_forward(l, R::kFfnGate, a.n2, a.g, E, F, n);
+  lora_forward(l, R::kFfnUp, a.n2, a.u, E, F, n);
+  ops_.glu({.g = a.g, .u = a.u, .h = a.h, .n_tok = n, .n_ff = F, .act = h.spec->act});
   if (x_out == nullptr) {
     // Recomputing for the backward: the output is not needed, only the down
     // projection's A h (proj is scratch by now).
-    lora_forward(l, R::kFfnDown, h_->floats(), proj, F, E, n);
+    lora_forward(l, R::kFfnDown, a.h, proj, F, E, n);
     return Status();
   }
   const MatmulOut down[1] = {{w.mat(R::kFfnDown), proj}};
-  be_.matmul(down, h_->floats(), F, n);
-  lora_forward(l, R::kFfnDown, h_->floats(), proj, F, E, n);
+  be_.matmul(down, a.h, F, n);
+  lora_forward(l, R::kFfnDown, a.h, proj, F, E, n);
   be_.copy_floats(m, x_out, n * E);
   be_.add(x_out, proj, n * E);
   return Status();
@@ -260,30 +284,31 @@ Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x
 void TrainStep::layer_backward(int64_t l, const LayerWeights& w, const float* x_in, float* dx, int64_t n) {
   const ModelHparams& h = model_.hparams();
   const int64_t E = h.n_embd, F = h.n_ff;
+  const Acts a = acts(l);
   float *dh = dh_->floats(), *dg = dg_->floats(), *du = du_->floats(), *dn = dn_->floats();
   if (h.layer_is_moe(l)) {
     routed_->backward(w, dx, dn, n);  // x' = m + routed(n2)
   } else {
     // FFN: x' = m + Wdown h;  h = act(g) * u;  g, u = W n2;  n2 = norm(m).
     ops_.matmul_t({.w = w.mat(R::kFfnDown), .dy = dx, .dx = dh, .n_tok = n});
-    lora_backward(l, R::kFfnDown, h_->floats(), dx, dh, n);
-    ops_.glu_backward({.g = g_->floats(), .u = u_->floats(), .dh = dh, .dg = dg, .du = du, .n_tok = n, .n_ff = F,
+    lora_backward(l, R::kFfnDown, a.h, dx, dh, n);
+    ops_.glu_backward({.g = a.g, .u = a.u, .dh = dh, .dg = dg, .du = du, .n_tok = n, .n_ff = F,
                        .act = h.spec->act});
     ops_.matmul_t({.w = w.mat(R::kFfnGate), .dy = dg, .dx = dn, .n_tok = n});
     ops_.matmul_t({.w = w.mat(R::kFfnUp), .dy = du, .dx = dn, .n_tok = n, .accumulate = true});
-    lora_backward(l, R::kFfnGate, n2_->floats(), dg, dn, n);
-    lora_backward(l, R::kFfnUp, n2_->floats(), du, dn, n);
+    lora_backward(l, R::kFfnGate, a.n2, dg, dn, n);
+    lora_backward(l, R::kFfnUp, a.n2, du, dn, n);
   }
-  ops_.rmsnorm_backward({.x = m_->floats(), .w = vec(w.vec(R::kFfnNorm), E), .dy = dn, .dx = dx, .n_tok = n, .n = E,
+  ops_.rmsnorm_backward({.x = a.m, .w = vec(w.vec(R::kFfnNorm), E), .dy = dn, .dx = dx, .n_tok = n, .n = E,
                          .eps = h.rms_eps});
   // Attention: m = x + Wo att;  att = attention(rope(q), rope(k), v);  q, k, v = W n1;  n1 = norm(x).
   float *datt = datt_->floats(), *dq = dq_->floats(), *dk = dk_->floats(), *dv = dv_->floats();
   ops_.matmul_t({.w = w.mat(R::kAttnOutput), .dy = dx, .dx = datt, .n_tok = n});
-  lora_backward(l, R::kAttnOutput, att_->floats(), dx, datt, n);
-  const TrainAttentionArgs fwd{.q = q_->floats(), .k = k_->floats(), .v = v_->floats(), .out = att_->floats(),
-                               .lse = lse_->floats(), .seqs = seqs_, .n_head = h.n_head,
-                               .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .scale = h.attn_scale,
-                               .window = h.layer_is_swa(l) ? h.n_swa : 0, .softcap = h.attn_softcap};
+  lora_backward(l, R::kAttnOutput, a.att, dx, datt, n);
+  const TrainAttentionArgs fwd{.q = a.q, .k = a.k, .v = a.v, .out = a.att, .lse = a.lse, .seqs = seqs_,
+                               .n_head = h.n_head, .n_head_kv = h.n_head_kv, .head_dim = h.head_dim,
+                               .scale = h.attn_scale, .window = h.layer_is_swa(l) ? h.n_swa : 0,
+                               .softcap = h.attn_softcap};
   ops_.attention_backward({.fwd = fwd, .dout = datt, .dq = dq, .dk = dk, .dv = dv});
   RopeArgs rope{.x = dq, .cos_sin = cos_sin_->floats(), .n_tok = n, .n_head = h.n_head, .head_dim = h.head_dim,
                 .n_rot = h.n_rot, .layout = h.rope_layout, .inverse = true};
@@ -294,9 +319,9 @@ void TrainStep::layer_backward(int64_t l, const LayerWeights& w, const float* x_
   ops_.matmul_t({.w = w.mat(R::kAttnQ), .dy = dq, .dx = dn, .n_tok = n});
   ops_.matmul_t({.w = w.mat(R::kAttnK), .dy = dk, .dx = dn, .n_tok = n, .accumulate = true});
   ops_.matmul_t({.w = w.mat(R::kAttnV), .dy = dv, .dx = dn, .n_tok = n, .accumulate = true});
-  lora_backward(l, R::kAttnQ, n1_->floats(), dq, dn, n);
-  lora_backward(l, R::kAttnK, n1_->floats(), dk, dn, n);
-  lora_backward(l, R::kAttnV, n1_->floats(), dv, dn, n);
+  lora_backward(l, R::kAttnQ, a.n1, dq, dn, n);
+  lora_backward(l, R::kAttnK, a.n1, dk, dn, n);
+  lora_backward(l, R::kAttnV, a.n1, dv, dn, n);
   ops_.rmsnorm_backward({.x = x_in, .w = vec(w.vec(R::kAttnNorm), E), .dy = dn, .dx = dx, .n_tok = n, .n = E,
                          .eps = h.rms_eps});
 }
@@ -312,7 +337,7 @@ void TrainStep::loss_and_top_grad(const TrainBatch& b, float grad_scale, bool ba
     const int64_t c = std::min(logits_chunk_, n - r0);
     const MatmulOut out[1] = {{mw.output, logits_->floats()}};
     be_.norm_matmul({.x = x_top + r0 * E, .norm = mw.output_norm.data(), .eps = h.rms_eps,
-                     .xn = n1_->floats() + r0 * E, .n_embd = E, .n_tok = c, .outs = out});
+                     .xn = proj_->floats() + r0 * E, .n_embd = E, .n_tok = c, .outs = out});
     ops_.cross_entropy({.logits = logits_->floats(), .targets = b.targets.data() + r0, .loss = loss_.data() + r0,
                         .n_tok = c, .n_vocab = h.n_vocab, .grad_scale = grad_scale, .deferred = true});
     if (!backward) continue;
@@ -360,7 +385,9 @@ StatusOr<double> TrainStep::run(const TrainBatch& b, float grad_scale, bool back
   for (int64_t l = h.n_layer - 1; l >= 0; --l) {
     ASSIGN_OR_RETURN(const LayerWeights* w, model_.acquire_layer(l));
     if (routed_ && !h.layer_is_moe(l)) routed_->prefetch(model_, routed_below(l));
-    const Status st = layer_forward(l, *w, x_at(l), nullptr, n);
+    // A dense layer's kept intermediates are what the rerun would compute.
+    const bool kept = n_sets_ > 1 && !h.layer_is_moe(l);
+    const Status st = kept ? Status() : layer_forward(l, *w, x_at(l), nullptr, n);
     if (st.ok()) layer_backward(l, *w, x_at(l), dx_->floats(), n);
     model_.release_layer(l);
     RETURN_IF_ERROR(st);

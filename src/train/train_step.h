@@ -5,7 +5,12 @@
 // Memory is bounded by recomputation: the forward keeps only each layer's
 // input (the residual stream, n_layer + 1 rows of [n_tok, n_embd]); the
 // backward reruns one layer's forward from its input to get the
-// intermediates, then takes that layer's gradients, last layer first:
+// intermediates, then takes that layer's gradients, last layer first.
+// With keep_activations the forward keeps every dense layer's intermediates
+// instead (kept_activation_bytes() more memory) and the backward skips the
+// rerun: a third fewer matrix products a step and the same bits (the rerun
+// computes what the forward did). A routed layer is always rerun (its
+// routing's intermediates are one layer's).
 //
 //   forward   x_0 = embed(tokens) -> layer 0 -> x_1 -> ... -> x_L       (keep x_l)
 //   loss      logits = W_out norm(x_L), chunk by chunk -> cross-entropy -> dx_L
@@ -56,6 +61,7 @@ struct TrainBatch {
 struct TrainStepOptions {
   int64_t max_tokens = 512;  // most tokens in a micro-batch (sizes every buffer)
   int64_t max_seq = 512;     // longest sequence
+  bool keep_activations = false;  // keep each dense layer's intermediates instead of rerunning its forward
 };
 
 // Why this model cannot be trained (features the training forward lacks), or OK.
@@ -76,6 +82,10 @@ class TrainStep {
   // The forward alone: the sum of counted losses (held-out evaluation).
   StatusOr<double> evaluate(const TrainBatch& batch);
 
+  // The bytes keep_activations adds: the intermediates of every layer but
+  // one, at max_tokens tokens and adapters of up to max_rank.
+  static uint64_t kept_activation_bytes(const ModelHparams& h, int64_t max_tokens, int64_t max_rank);
+
  private:
   TrainStep(Model& model, LoraParams& params, const TrainStepOptions& options);
   void plan_buffers();
@@ -90,10 +100,15 @@ class TrainStep {
   // dx: in dL/d(layer output), out dL/d(layer input); the adapters' gradients added.
   void layer_backward(int64_t l, const LayerWeights& w, const float* x_in, float* dx, int64_t n);
   // y += lora(x) for the slot adapting (l, role), keeping A x in u (when any).
+  // One layer's intermediates: its own with keep_activations, else the one set.
+  struct Acts {
+    float *n1, *m, *n2, *q, *att, *k, *v, *lse, *g, *u, *h, *lora_u;
+  };
+  Acts acts(int64_t l) const;
   void lora_forward(int64_t l, TensorRole role, const float* x, float* y, int64_t n_in, int64_t n_out, int64_t n);
   // The slot's gradients from dy; dx += its input gradient.
   void lora_backward(int64_t l, TensorRole role, const float* x, const float* dy, float* dx, int64_t n);
-  float* u_of(TensorRole role);
+  float* u_of(int64_t l, TensorRole role);
   // host (a model vector of n floats) as the operators read it: itself on a
   // host-visible backend, else its copy in a buffer (made on first use).
   const float* vec(const float* host, int64_t n);
@@ -112,15 +127,17 @@ class TrainStep {
   TrainOps& ops_;
   int64_t logits_chunk_ = 0;
 
-  // Buffers of the backend, [max_tokens, ...] unless said.
+  // Buffers of the backend, [max_tokens, ...] unless said. The intermediates
+  // (n1_ .. lora_u_) hold n_sets_ layers' one after another (acts()).
+  int64_t n_sets_ = 1;                           // n_layer with keep_activations, else 1
   std::unique_ptr<Buffer> xs_;       // [n_layer + 1, max_tokens, n_embd] each layer's input, then x_L
-  std::unique_ptr<Buffer> n1_, m_, n2_;          // [., n_embd]
-  std::unique_ptr<Buffer> q_, att_;              // [., n_embd_q]
-  std::unique_ptr<Buffer> k_, v_;                // [., n_embd_kv]
-  std::unique_ptr<Buffer> lse_;                  // [., n_head]
-  std::unique_ptr<Buffer> proj_;                 // [., n_embd]
-  std::unique_ptr<Buffer> g_, u_, h_;            // [., n_ff]
-  std::unique_ptr<Buffer> lora_u_;               // [7, ., max_rank] A x of each adapted matrix
+  std::unique_ptr<Buffer> n1_, m_, n2_;          // [sets, ., n_embd]
+  std::unique_ptr<Buffer> q_, att_;              // [sets, ., n_embd_q]
+  std::unique_ptr<Buffer> k_, v_;                // [sets, ., n_embd_kv]
+  std::unique_ptr<Buffer> lse_;                  // [sets, ., n_head]
+  std::unique_ptr<Buffer> proj_;                 // [., n_embd] scratch (also the loss head's normed rows)
+  std::unique_ptr<Buffer> g_, u_, h_;            // [sets, ., n_ff]
+  std::unique_ptr<Buffer> lora_u_;               // [sets, 7, ., max_rank] A x of each adapted matrix
   std::unique_ptr<Buffer> dx_, dn_;              // [., n_embd]
   std::unique_ptr<Buffer> dq_, datt_;            // [., n_embd_q]
   std::unique_ptr<Buffer> dk_, dv_;              // [., n_embd_kv]

@@ -48,7 +48,9 @@ StatusOr<std::unique_ptr<LoraTrainer>> LoraTrainer::create(Model& model, LoraPar
                             : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
                                                        o.epochs * static_cast<double>(train.examples.size()) /
                                                        static_cast<double>(per_step))));
-  ASSIGN_OR_RETURN(t->step_fn_, TrainStep::create(model, params, {.max_tokens = o.batch * o.seq, .max_seq = o.seq}));
+  ASSIGN_OR_RETURN(t->step_fn_, TrainStep::create(model, params,
+                                                     {.max_tokens = o.batch * o.seq, .max_seq = o.seq,
+                                                      .keep_activations = o.keep_activations}));
   return t;
 }
 

@@ -43,6 +43,7 @@ struct TrainerOptions {
   float adam_eps = 1e-8f;
   float grad_clip = 1.0f;   // max global gradient norm (0: none)
   uint64_t seed = 0;
+  bool keep_activations = false;  // TrainStepOptions::keep_activations
 };
 
 // What one optimizer step did, for progress lines.
