@@ -4,7 +4,13 @@
 #
 #   speed    sluice finetune on the CPU against bench/train_torch.py (PyTorch,
 #            same synth shape, f32 base, same rank, targets, batch, sequence
-#            and threads): the median step time and tokens/s of each
+#            and threads): the median step time and tokens/s of each. PyTorch's
+#            products go through the BLAS Debian's alternatives name: it must be
+#            OpenBLAS (libopenblas0-pthread; the netlib reference BLAS that
+#            python3-torch pulls in alone is many times slower and no anchor),
+#            and the kernels OpenBLAS picks for the CPU (printed; OPENBLAS_CORETYPE
+#            chooses them, and an environment may set it) change its speed by up
+#            to 1.5x on AVX-512 machines: compare against its fastest core
 #   stream   the base streamed from disk under --mem-budget (a third of the
 #            file) against the same run resident, per tokens a step (--batch
 #            sequences of --seq tokens); plan train's predicted overhead beside
@@ -19,7 +25,8 @@
 #
 # Usage: bench/train_bench.sh speed|stream|gpu
 # env: SLUICE=build/sluice WORK=/tmp/sluice-train-bench THREADS=2 PYTHON=/usr/bin/python3
-#      speed:  PRESET=110m RANK=8 BATCH=4 SEQ=512 STEPS=5
+#      speed:  PRESET=110m RANK=8 BATCH=4 SEQ=512 STEPS=5 TORCH_WARMUP=1
+#              ANY_BLAS=1 (run against a PyTorch whose BLAS is not OpenBLAS)
 #      stream: PRESET=110m TYPE=q8_0 SEQ=128 BATCHES="1 2 3 4 6 8" STEPS=4 DISK_RATE=100M
 #      gpu:    LAYERS=8 RANK=8 BATCH=4 SEQ=512 STEPS=3 BATCHES="1 4 16"
 #              LAYERS=(the preset's)
@@ -39,6 +46,15 @@ field() { python3 -c "import json,math,sys; d=json.load(sys.stdin); print($1)"; 
 case "$what" in
 speed)
   rank=${RANK:-8} batch=${BATCH:-4} seq=${SEQ:-512} steps=${STEPS:-5}
+  "$python" bench/train_torch.py --blas > "$work/blas.json"
+  core=$(field 'd["blas"].get("openblas_core", "")' < "$work/blas.json")
+  if [ -z "$core" ]; then
+    echo "PyTorch's BLAS is not OpenBLAS ($(field '" ".join(d["blas"]["libraries"]) or "none found"' < "$work/blas.json")):" \
+      "the netlib reference BLAS is no anchor; install libopenblas0-pthread (or set ANY_BLAS=1)" >&2
+    [ -n "${ANY_BLAS:-}" ] || exit 1
+  else
+    echo "PyTorch's BLAS: OpenBLAS, kernels for $core (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-unset})"
+  fi
   model=$work/$preset-f32.gguf
   [ -f "$model" ] || $sluice synth --preset "$preset" --type f32 -o "$model"
   # sluice's first step is not timed (median_timed_step_s); PyTorch's warm-up step neither.
@@ -46,7 +62,8 @@ speed)
     --targets all --batch "$batch" --seq "$seq" --steps $((steps + 1)) --val-split 0 --backend cpu \
     -t "$threads" --json > "$work/sluice.json" 2> "$work/sluice.err"
   "$python" bench/train_torch.py --preset "$preset" --rank "$rank" --alpha $((2 * rank)) --targets all \
-    --batch "$batch" --seq "$seq" --threads "$threads" --steps "$steps" --warmup-steps 1 > "$work/torch.json"
+    --batch "$batch" --seq "$seq" --threads "$threads" --steps "$steps" --warmup-steps "${TORCH_WARMUP:-1}" \
+    > "$work/torch.json"
   cat "$work/sluice.json" "$work/torch.json"
   s=$(field 'd["median_timed_step_s"]' < "$work/sluice.json")
   p=$(field 'd["median_step_s"]' < "$work/torch.json")

@@ -6,8 +6,10 @@ Random weights and tokens: only the speed is measured. Prints one JSON object.
 
 usage: train_torch.py --preset 110m|1b [--rank 8] [--targets all] [--batch 4] [--seq 512]
                       [--threads 2] [--steps 5] [--warmup-steps 1]
+       train_torch.py --blas     (the BLAS torch's products go through, as JSON)
 """
 import argparse
+import ctypes
 import json
 import math
 import statistics
@@ -84,6 +86,25 @@ class Block(torch.nn.Module):
         return x + self.down(torch.nn.functional.silu(self.gate(n)) * self.up(n))
 
 
+def blas_info():
+    """The BLAS this process loaded (torch's matrix products go through it) and, for
+    OpenBLAS, the core its kernels were chosen for (OPENBLAS_CORETYPE overrides it)."""
+    libs = sorted({line.split()[-1] for line in open("/proc/self/maps")
+                   if "blas" in line.rsplit("/", 1)[-1].lower() and line.split()[-1].startswith("/")})
+    info = {"libraries": libs}
+    for lib in libs:
+        try:
+            h = ctypes.CDLL(lib)
+            h.openblas_get_corename.restype = ctypes.c_char_p
+            h.openblas_get_config.restype = ctypes.c_char_p
+        except (OSError, AttributeError):
+            continue
+        info["openblas_core"] = h.openblas_get_corename().decode()
+        info["openblas_config"] = h.openblas_get_config().decode().strip()
+        break
+    return info
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="110m", choices=PRESETS)
@@ -95,7 +116,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup-steps", type=int, default=1)
+    ap.add_argument("--blas", action="store_true", help="print the BLAS torch loaded and exit")
     a = ap.parse_args()
+    if a.blas:
+        torch.ones(2, 2) @ torch.ones(2, 2)  # a product loads the BLAS where torch loads it lazily
+        print(json.dumps({"blas": blas_info()}))
+        return
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     vocab, e, L, h, hkv, f = PRESETS[a.preset]
@@ -132,7 +158,7 @@ def main():
     print(json.dumps({"engine": "pytorch", "torch": torch.__version__, "preset": a.preset, "threads": a.threads,
                       "batch": a.batch, "seq": a.seq, "rank": a.rank, "targets": a.targets,
                       "lora_params": sum(p.numel() for p in params), "step_s": times, "median_step_s": med,
-                      "tokens_per_s": a.batch * a.seq / med}))
+                      "tokens_per_s": a.batch * a.seq / med, "blas": blas_info()}))
 
 
 if __name__ == "__main__":
