@@ -1,6 +1,7 @@
 #include "train/train_step.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "base/check.h"
@@ -100,13 +101,7 @@ void TrainStep::plan_buffers() {
   // The intermediates (a set a layer when kept), then the scratch and the
   // gradients, by row width.
   n_sets_ = opt_.keep_activations ? h.n_layer : 1;
-  const int64_t S = n_sets_;
-  for (auto* b : {&n1_, &m_, &n2_}) *b = floats(S * h.n_embd);
-  for (auto* b : {&q_, &att_}) *b = floats(S * h.n_embd_q());
-  for (auto* b : {&k_, &v_}) *b = floats(S * h.n_embd_kv());
-  for (auto* b : {&g_, &u_, &h_}) *b = floats(S * h.n_ff);
-  lse_ = floats(S * h.n_head);
-  lora_u_ = floats(S * 7 * std::max<int64_t>(1, params_.max_rank()));
+  acts_ = be_.alloc(static_cast<size_t>(n_sets_) * act_set_floats(h, T, params_.max_rank()) * sizeof(float));
   for (auto* b : {&proj_, &dx_, &dn_}) *b = floats(h.n_embd);
   for (auto* b : {&dq_, &datt_}) *b = floats(h.n_embd_q());
   for (auto* b : {&dk_, &dv_}) *b = floats(h.n_embd_kv());
@@ -178,20 +173,43 @@ void TrainStep::zero(float* dst, int64_t n) {
   be_.copy_floats(zeros_->floats(), dst, n);
 }
 
+namespace {
+
+// One layer's intermediates, in TrainStep::Acts' order: the floats a token of
+// each takes.
+std::array<int64_t, 12> act_widths(const ModelHparams& h, int64_t max_rank) {
+  const int64_t E = h.n_embd, Eq = h.n_embd_q(), Ekv = h.n_embd_kv(), F = h.n_ff;
+  return {E, E, E, Eq, Eq, Ekv, Ekv, h.n_head, F, F, F, 7 * std::max<int64_t>(1, max_rank)};
+}
+
+// Floats of one of them at max_tokens tokens, rounded up so that each starts
+// 256 bytes after the one before (the kernels' vector loads stay aligned).
+int64_t act_floats(int64_t width, int64_t max_tokens) { return (width * max_tokens + 63) / 64 * 64; }
+
+}  // namespace
+
+int64_t TrainStep::act_set_floats(const ModelHparams& h, int64_t max_tokens, int64_t max_rank) {
+  int64_t n = 0;
+  for (const int64_t w : act_widths(h, max_rank)) n += act_floats(w, max_tokens);
+  return n;
+}
+
 uint64_t TrainStep::kept_activation_bytes(const ModelHparams& h, int64_t max_tokens, int64_t max_rank) {
-  const int64_t per_token = 3 * h.n_embd + 2 * h.n_embd_q() + 2 * h.n_embd_kv() + h.n_head + 3 * h.n_ff +
-                            7 * std::max<int64_t>(1, max_rank);
-  return static_cast<uint64_t>(std::max<int64_t>(0, h.n_layer - 1) * max_tokens * per_token) * sizeof(float);
+  return static_cast<uint64_t>(std::max<int64_t>(0, h.n_layer - 1) * act_set_floats(h, max_tokens, max_rank)) *
+         sizeof(float);
 }
 
 TrainStep::Acts TrainStep::acts(int64_t l) const {
-  const ModelHparams& h = model_.hparams();
-  const int64_t T = opt_.max_tokens, set = n_sets_ > 1 ? l : 0;
-  auto at = [&](const std::unique_ptr<Buffer>& b, int64_t width) { return b->floats() + set * T * width; };
-  return Acts{.n1 = at(n1_, h.n_embd), .m = at(m_, h.n_embd), .n2 = at(n2_, h.n_embd),
-              .q = at(q_, h.n_embd_q()), .att = at(att_, h.n_embd_q()), .k = at(k_, h.n_embd_kv()),
-              .v = at(v_, h.n_embd_kv()), .lse = at(lse_, h.n_head), .g = at(g_, h.n_ff), .u = at(u_, h.n_ff),
-              .h = at(h_, h.n_ff), .lora_u = at(lora_u_, 7 * std::max<int64_t>(1, params_.max_rank()))};
+  const int64_t T = opt_.max_tokens, rank = params_.max_rank();
+  float* p = acts_->floats() + (n_sets_ > 1 ? l : 0) * act_set_floats(model_.hparams(), T, rank);
+  float* at[12];
+  const std::array<int64_t, 12> widths = act_widths(model_.hparams(), rank);
+  for (size_t i = 0; i < widths.size(); ++i) {
+    at[i] = p;
+    p += act_floats(widths[i], T);
+  }
+  return Acts{.n1 = at[0], .m = at[1], .n2 = at[2], .q = at[3], .att = at[4], .k = at[5], .v = at[6],
+              .lse = at[7], .g = at[8], .u = at[9], .h = at[10], .lora_u = at[11]};
 }
 
 float* TrainStep::u_of(int64_t l, R role) {

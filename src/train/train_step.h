@@ -85,6 +85,8 @@ class TrainStep {
   // The bytes keep_activations adds: the intermediates of every layer but
   // one, at max_tokens tokens and adapters of up to max_rank.
   static uint64_t kept_activation_bytes(const ModelHparams& h, int64_t max_tokens, int64_t max_rank);
+  // Floats of one layer's set of intermediates (acts()).
+  static int64_t act_set_floats(const ModelHparams& h, int64_t max_tokens, int64_t max_rank);
 
  private:
   TrainStep(Model& model, LoraParams& params, const TrainStepOptions& options);
@@ -127,17 +129,14 @@ class TrainStep {
   TrainOps& ops_;
   int64_t logits_chunk_ = 0;
 
-  // Buffers of the backend, [max_tokens, ...] unless said. The intermediates
-  // (n1_ .. lora_u_) hold n_sets_ layers' one after another (acts()).
+  // Buffers of the backend, [max_tokens, ...] unless said.
   int64_t n_sets_ = 1;                           // n_layer with keep_activations, else 1
   std::unique_ptr<Buffer> xs_;       // [n_layer + 1, max_tokens, n_embd] each layer's input, then x_L
-  std::unique_ptr<Buffer> n1_, m_, n2_;          // [sets, ., n_embd]
-  std::unique_ptr<Buffer> q_, att_;              // [sets, ., n_embd_q]
-  std::unique_ptr<Buffer> k_, v_;                // [sets, ., n_embd_kv]
-  std::unique_ptr<Buffer> lse_;                  // [sets, ., n_head]
+  // [n_sets_ x act_set_floats] each set Acts' buffers one after another:
+  // n1, m, n2 [., n_embd]; q, att [., n_embd_q]; k, v [., n_embd_kv];
+  // lse [., n_head]; g, u, h [., n_ff]; lora_u [7, ., max_rank] (A x of each adapted matrix)
+  std::unique_ptr<Buffer> acts_;
   std::unique_ptr<Buffer> proj_;                 // [., n_embd] scratch (also the loss head's normed rows)
-  std::unique_ptr<Buffer> g_, u_, h_;            // [sets, ., n_ff]
-  std::unique_ptr<Buffer> lora_u_;               // [sets, 7, ., max_rank] A x of each adapted matrix
   std::unique_ptr<Buffer> dx_, dn_;              // [., n_embd]
   std::unique_ptr<Buffer> dq_, datt_;            // [., n_embd_q]
   std::unique_ptr<Buffer> dk_, dv_;              // [., n_embd_kv]
