@@ -4,7 +4,7 @@
 // defines and compiles for its own level:
 //
 //   L::F, L::kLanes       the f32 vector and its lane count
-//   L::zero() load(p) fma(a, b, c) add(a, b) hsum(v)
+//   L::zero() load(p) store(p, v) fma(a, b, c) add(a, b) hsum(v)
 //   L::Tail, L::tail(k)   what a weight loader's tail() takes for the row's
 //                         last k < kLanes elements (a count or a lane mask)
 //   L::kActFirst          the full-vector step loads the T activation vectors
@@ -14,11 +14,22 @@
 //   L::kBlock             elements per partial sum (see the level's file)
 //   L::kActBlockBytes, kMinBlockTokens  activations per token block, and the
 //                         fewest tokens a block has
+//   L::kPackBytes         stack bytes for a block's packed activations (below;
+//                         0: the level does not pack)
 //   L::kGemvMultiMinIn    decode (n_tok == 1) takes R-row tiles from this n_in
 //
 // A weight loader W has W::full(row, i) (kLanes weights at element i as
 // floats) and W::tail(row, i, L::Tail). A kernel K (F32Tile<L, W> or a level's
-// own) has K::tile<R, T>(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, t).
+// own) has K::tile<R, T>(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, t);
+// one with K::kPacksActs also has K::tile_packed<R, T>(w, w_row_bytes, n_in, xp,
+// y, y_stride, r, t) over T tokens' activations packed by pack_acts.
+//
+// Packed activations: the driver copies a token block's f32 activations, T
+// tokens at a time, into [vector v][token b][kLanes] on its stack, so a GEMM
+// tile reads one sequential stream of activations instead of T rows kLanes
+// floats apart (6 strided streams ran at 0.65-0.9x of one: kernel benchmark,
+// Zen 5, rows of 768-5632 floats). Only where the data comes from changes: each
+// chain takes the same values in the same order, so the bits do not.
 //
 // Include it only from those two files: everything here has internal linkage,
 // so each file gets its own instantiations, compiled for its level.
@@ -37,17 +48,45 @@ namespace {
 // chains of the accumulation order float_matmul.h states for the level.
 template <class L, class W>
 struct F32Tile {
+  static constexpr bool kPacksActs = true;
+
+  // T tokens' activation rows, xa_stride bytes apart.
+  template <int T>
+  struct RowActs {
+    const float* xt[T];
+    [[gnu::always_inline]] typename L::F at(int b, int64_t i) const { return L::load(xt[b] + i); }
+  };
+  // T tokens packed by pack_acts: [i / kLanes][b][kLanes].
+  template <int T>
+  struct PackedActs {
+    const float* xp;
+    [[gnu::always_inline]] typename L::F at(int b, int64_t i) const { return L::load(xp + i * T + b * L::kLanes); }
+  };
+
   template <int R, int T>
   static void tile(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride, float* y,
                    int64_t y_stride, int64_t r, int64_t t) {
+    RowActs<T> x;
+#pragma GCC unroll 8
+    for (int b = 0; b < T; ++b) x.xt[b] = reinterpret_cast<const float*>(xa + static_cast<size_t>(t + b) * xa_stride);
+    chains<R, T>(w, w_row_bytes, n_in, x, y, y_stride, r, t);
+  }
+
+  template <int R, int T>
+  static void tile_packed(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const float* xp, float* y,
+                          int64_t y_stride, int64_t r, int64_t t) {
+    chains<R, T>(w, w_row_bytes, n_in, PackedActs<T>{xp}, y, y_stride, r, t);
+  }
+
+  // The R*T chains of rows r.. and tokens t.., activations from x (RowActs or PackedActs).
+  template <int R, int T, class X>
+  [[gnu::always_inline]] static inline void chains(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const X& x,
+                                                   float* y, int64_t y_stride, int64_t r, int64_t t) {
     using F = typename L::F;
     const uint8_t* wr[R];
-    const float* xt[T];
     F acc[R][T], total[R][T];
 #pragma GCC unroll 8
     for (int a = 0; a < R; ++a) wr[a] = w + static_cast<size_t>(r + a) * w_row_bytes;
-#pragma GCC unroll 8
-    for (int b = 0; b < T; ++b) xt[b] = reinterpret_cast<const float*>(xa + static_cast<size_t>(t + b) * xa_stride);
 #pragma GCC unroll 8
     for (int a = 0; a < R; ++a)
 #pragma GCC unroll 8
@@ -63,7 +102,7 @@ struct F32Tile {
         if constexpr (L::kActFirst) {
           F xv[T];
 #pragma GCC unroll 8
-          for (int b = 0; b < T; ++b) xv[b] = L::load(xt[b] + i);
+          for (int b = 0; b < T; ++b) xv[b] = x.at(b, i);
 #pragma GCC unroll 8
           for (int a = 0; a < R; ++a) {
             const F wv = W::full(wr[a], i);
@@ -71,12 +110,12 @@ struct F32Tile {
             for (int b = 0; b < T; ++b) acc[a][b] = L::fma(wv, xv[b], acc[a][b]);
           }
         } else {
-          step(wr, xt, i, acc, [](const uint8_t* row, int64_t at) { return W::full(row, at); });
+          step(wr, x, i, acc, [](const uint8_t* row, int64_t at) { return W::full(row, at); });
         }
       }
       if (i < kend) {
         const typename L::Tail k = L::tail(kend - i);
-        step(wr, xt, i, acc, [k](const uint8_t* row, int64_t at) { return W::tail(row, at, k); });
+        step(wr, x, i, acc, [k](const uint8_t* row, int64_t at) { return W::tail(row, at, k); });
       }
 #pragma GCC unroll 8
       for (int a = 0; a < R; ++a)
@@ -90,15 +129,15 @@ struct F32Tile {
   }
 
   // The R weight vectors at element i (by load), then one activation vector at a time.
-  template <int R, int T, class Load>
-  [[gnu::always_inline]] static inline void step(const uint8_t* const (&wr)[R], const float* const (&xt)[T], int64_t i,
+  template <int R, int T, class X, class Load>
+  [[gnu::always_inline]] static inline void step(const uint8_t* const (&wr)[R], const X& x, int64_t i,
                                                  typename L::F (&acc)[R][T], Load load) {
     typename L::F wv[R];
 #pragma GCC unroll 8
     for (int a = 0; a < R; ++a) wv[a] = load(wr[a], i);
 #pragma GCC unroll 8
     for (int b = 0; b < T; ++b) {
-      const typename L::F xv = L::load(xt[b] + i);
+      const typename L::F xv = x.at(b, i);
 #pragma GCC unroll 8
       for (int a = 0; a < R; ++a) acc[a][b] = L::fma(wv[a], xv, acc[a][b]);
     }
@@ -135,8 +174,64 @@ void sweep_tokens(const FloatTileSet<L>& set, const uint8_t* w, size_t w_row_byt
   if (t < t1) set.by_tokens[t1 - t](w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, t);
 }
 
+// Whether kernel K has tile_packed (F32Tile; not a level's own kernel) and
+// level L packs (L::kPackBytes > 0).
+template <class L, class K>
+concept PacksActs = L::kPackBytes > 0 && requires { requires K::kPacksActs; };
+
+// Tokens [t0, t1) (whole tiles of L::kTileTokens) of f32 activation rows into
+// xp as pack_acts lays them out: for each tile, [vector v < nv][b][kLanes].
+template <class L>
+void pack_acts(const uint8_t* xa, size_t xa_stride, int64_t nv, int64_t t0, int64_t t1, float* xp) {
+  constexpr int T = L::kTileTokens;
+  for (int64_t t = t0; t < t1; t += T, xp += nv * L::kLanes * T) {
+    const float* xt[T];
+#pragma GCC unroll 8
+    for (int b = 0; b < T; ++b) xt[b] = reinterpret_cast<const float*>(xa + static_cast<size_t>(t + b) * xa_stride);
+    float* d = xp;
+    for (int64_t v = 0; v < nv; ++v)
+#pragma GCC unroll 8
+      for (int b = 0; b < T; ++b, d += L::kLanes) L::store(d, L::load(xt[b] + v * L::kLanes));
+  }
+}
+
+// Rows [r0, r1) x tokens [tb, te) through packed activations, as many tokens a
+// pack as L::kPackBytes holds (whole tiles); tokens past the last whole tile
+// from their rows. False (nothing done) if not one tile fits.
+template <class L, class K>
+bool sweep_packed(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride, float* y,
+                  int64_t y_stride, int64_t r0, int64_t r1, int64_t tb, int64_t te,
+                  const FloatTileSet<L>& multi, const FloatTileSet<L>& single) {
+  constexpr int R = L::kTileRows, T = L::kTileTokens;
+  // Act rows hold whole vectors (padded by convert_act), so nv vectors stay inside one.
+  const int64_t nv = (n_in + L::kLanes - 1) / L::kLanes;
+  const int64_t tile_floats = nv * L::kLanes * T;
+  const int64_t per_pack = static_cast<int64_t>(L::kPackBytes / sizeof(float)) / tile_floats * T;
+  if (per_pack == 0) return false;
+  alignas(64) float xp[L::kPackBytes / sizeof(float)];
+  for (int64_t t0 = tb; t0 < te; t0 += per_pack) {
+    const int64_t t1 = t0 + per_pack < te ? t0 + per_pack : te;
+    const int64_t whole = t0 + (t1 - t0) / T * T;
+    pack_acts<L>(xa, xa_stride, nv, t0, whole, xp);
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) {
+      for (int64_t t = t0; t < whole; t += T)
+        K::template tile_packed<R, T>(w, w_row_bytes, n_in, xp + (t - t0) / T * tile_floats, y, y_stride, r, t);
+      if (whole < t1) multi.by_tokens[t1 - whole](w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, whole);
+    }
+    for (; r < r1; ++r) {
+      for (int64_t t = t0; t < whole; t += T)
+        K::template tile_packed<1, T>(w, w_row_bytes, n_in, xp + (t - t0) / T * tile_floats, y, y_stride, r, t);
+      if (whole < t1) single.by_tokens[t1 - whole](w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, whole);
+    }
+  }
+  return true;
+}
+
 // rows() of kernel K (a RowsFn) over rows [r0, r1) x all tokens, activation
-// rows of ActBytes(n_in) bytes: tiles of L::kTileRows rows, then of one row.
+// rows of ActBytes(n_in) bytes: tiles of L::kTileRows rows, then of one row;
+// a block of L::kTileTokens or more tokens through packed activations where K
+// takes them.
 template <class L, class K, size_t (*ActBytes)(int64_t)>
 void float_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
                 int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
@@ -154,6 +249,11 @@ void float_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_
   block = block < L::kMinBlockTokens ? L::kMinBlockTokens : block / L::kTileTokens * L::kTileTokens;
   for (int64_t tb = 0; tb < n_tok; tb += block) {
     const int64_t te = tb + block < n_tok ? tb + block : n_tok;
+    if constexpr (PacksActs<L, K>) {
+      if (te - tb >= L::kTileTokens &&
+          sweep_packed<L, K>(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r0, r1, tb, te, kMulti, kSingle))
+        continue;
+    }
     int64_t r = r0;
     for (; r + L::kTileRows <= r1; r += L::kTileRows)
       sweep_tokens<L>(kMulti, w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, tb, te);

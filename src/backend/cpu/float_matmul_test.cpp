@@ -154,13 +154,15 @@ TEST(FloatMatmul, EveryTypeAndIsaMatchesDoubleReferenceAndIsBitStable) {
 
 // Long rows take other paths: the GEMV tiles several rows at once from n_in =
 // 1024 (AVX2), and a batch is cut into token blocks (at least 48 tokens each at
-// AVX2), so 100 tokens of 1100 or 4000 elements cross block boundaries. Every
-// token alone and every prefix give the bits of the whole batch.
+// AVX2), so 100 tokens of 1100 or 4000 elements cross block boundaries; at
+// AVX-512 a block's activations are packed unless one tile of 6 tokens is more
+// than the level's stack buffer holds (22000 elements). Every token alone and
+// every prefix give the bits of the whole batch.
 TEST(FloatMatmul, LongRowsAndManyTokensKeepTheBits) {
   for (int level = 0; level <= static_cast<int>(max_supported_isa()); ++level) {
     for (DType type : kTypes) {
       const MatmulKernel k = float_matmul_kernel(type, static_cast<Isa>(level));
-      for (int64_t n_in : {1100, 4000}) {
+      for (int64_t n_in : {1100, 4000, 22000}) {
         SCOPED_TRACE(::testing::Message() << k.name << " n_in=" << n_in);
         const int64_t n_out = 13, n_tok = 100;
         const Problem p = make_problem(k, type, n_in, n_out, n_tok, static_cast<uint32_t>(n_in + 17));
