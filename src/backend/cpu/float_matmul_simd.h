@@ -21,11 +21,13 @@
 // A weight loader W has W::full(row, i) (kLanes weights at element i as
 // floats) and W::tail(row, i, L::Tail). A kernel K (F32Tile<L, W> or a level's
 // own) has K::tile<R, T>(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, t);
-// one with K::kPacksActs also has K::tile_packed<R, T>(w, w_row_bytes, n_in, xp,
-// y, y_stride, r, t) over T tokens' activations packed by pack_acts.
+// one with K::kPacksActs also has K::act_vectors(n_in) (L::F vectors in one
+// token's activation row) and K::tile_packed<R, T>(w, w_row_bytes, n_in, xp, y,
+// y_stride, r, t) over T tokens' activations packed by pack_acts.
 //
-// Packed activations: the driver copies a token block's f32 activations, T
-// tokens at a time, into [vector v][token b][kLanes] on its stack, so a GEMM
+// Packed activations: the driver copies a token block's activations, T tokens
+// at a time, into [vector v][token b][one L::F] on its stack (the bits of f32 or
+// bf16 activations alike, moved as vectors), so a GEMM
 // tile reads one sequential stream of activations instead of T rows kLanes
 // floats apart (6 strided streams ran at 0.65-0.9x of one: kernel benchmark,
 // Zen 5, rows of 768-5632 floats). Only where the data comes from changes: each
@@ -49,6 +51,8 @@ namespace {
 template <class L, class W>
 struct F32Tile {
   static constexpr bool kPacksActs = true;
+  // f32 activation rows are padded to whole vectors (convert_act).
+  static int64_t act_vectors(int64_t n_in) { return (n_in + L::kLanes - 1) / L::kLanes; }
 
   // T tokens' activation rows, xa_stride bytes apart.
   template <int T>
@@ -179,8 +183,8 @@ void sweep_tokens(const FloatTileSet<L>& set, const uint8_t* w, size_t w_row_byt
 template <class L, class K>
 concept PacksActs = L::kPackBytes > 0 && requires { requires K::kPacksActs; };
 
-// Tokens [t0, t1) (whole tiles of L::kTileTokens) of f32 activation rows into
-// xp as pack_acts lays them out: for each tile, [vector v < nv][b][kLanes].
+// Tokens [t0, t1) (whole tiles of L::kTileTokens) of activation rows of nv
+// vectors into xp: for each tile, [vector v < nv][b][kLanes floats].
 template <class L>
 void pack_acts(const uint8_t* xa, size_t xa_stride, int64_t nv, int64_t t0, int64_t t1, float* xp) {
   constexpr int T = L::kTileTokens;
@@ -203,8 +207,7 @@ bool sweep_packed(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint
                   int64_t y_stride, int64_t r0, int64_t r1, int64_t tb, int64_t te,
                   const FloatTileSet<L>& multi, const FloatTileSet<L>& single) {
   constexpr int R = L::kTileRows, T = L::kTileTokens;
-  // Act rows hold whole vectors (padded by convert_act), so nv vectors stay inside one.
-  const int64_t nv = (n_in + L::kLanes - 1) / L::kLanes;
+  const int64_t nv = K::act_vectors(n_in);
   const int64_t tile_floats = nv * L::kLanes * T;
   const int64_t per_pack = static_cast<int64_t>(L::kPackBytes / sizeof(float)) / tile_floats * T;
   if (per_pack == 0) return false;
