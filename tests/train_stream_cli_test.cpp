@@ -4,6 +4,8 @@
 // crossover, and bad requests fail cleanly. --disk-rate-cap: the streamed
 // run's reads no faster than the cap, plan train planning for that disk.
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -121,6 +123,59 @@ TEST(TrainStreamCli, PlanTrainGivesThePlacementPerMicroBatchAndTheCrossover) {
   CliResult t = run_cli("plan train -m " + base() + " --budget-gb 0.0024 --tflops 0.002 --disk-gbps 0.1 --seq 16");
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_NE(t.out.find("crossover"), std::string::npos) << t.out;
+}
+
+// --recompute off plans finetune --recompute off: the same forward visit, a
+// backward without the rerun, the intermediates' memory per micro-batch (one
+// set a layer but the last, growing with the tokens), so less compute a token
+// and a later crossover. finetune under --mem-budget plans its step the same
+// way: its predicted compute is the smaller one with off, the adapter the same.
+TEST(TrainStreamCli, PlanTrainWithKeptActivations) {
+  const std::string args = " --budget-fraction 0.34 --tflops 0.002 --disk-gbps 0.1 --tokens 64,1024 --seq 16 --json";
+  CliResult on = run_cli("plan train -m " + base() + args);
+  CliResult off = run_cli("plan train -m " + base() + args + " --recompute off");
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  const nlohmann::json a = nlohmann::json::parse(on.out), b = nlohmann::json::parse(off.out);
+  EXPECT_EQ(a["recompute"], "on");
+  EXPECT_EQ(b["recompute"], "off");
+  for (size_t i = 0; i < 2; ++i) {
+    const nlohmann::json &x = a["rows"][i], &y = b["rows"][i];
+    EXPECT_DOUBLE_EQ(x["forward_s"].get<double>(), y["forward_s"].get<double>());
+    EXPECT_LT(y["backward_s"].get<double>(), 0.8 * x["backward_s"].get<double>());
+    EXPECT_LT(y["compute_s"].get<double>(), x["compute_s"].get<double>());
+    EXPECT_EQ(x["kept_activation_bytes"].get<double>(), 0.0);
+    EXPECT_GT(y["kept_activation_bytes"].get<double>(), 0.0);
+  }
+  EXPECT_NEAR(b["rows"][1]["kept_activation_bytes"].get<double>() / b["rows"][0]["kept_activation_bytes"].get<double>(),
+              16.0, 16 * 0.1);
+  EXPECT_GT(b["tokens_overhead_5pct"].get<double>(), a["tokens_overhead_5pct"].get<double>());
+  CliResult text = run_cli("plan train -m " + base() +
+                           " --budget-fraction 0.34 --tflops 0.002 --disk-gbps 0.1 --seq 16 --recompute off");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("intermediates kept (--recompute off)"), std::string::npos) << text.out;
+  CliResult bad = run_cli("plan train -m " + base() + " --budget-fraction 0.34 --tflops 1 --disk-gbps 1 --recompute x");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--recompute"), std::string::npos) << bad.err;
+
+  nlohmann::json step[2];
+  std::string adapter[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::string dir = ::sluice::testing::cli_temp_path(k ? "train_stream_kept" : "train_stream_rerun");
+    std::filesystem::create_directories(dir);
+    CliResult r = run_cli("finetune -m " + base() + " -d " + kStories + " -o " + dir + "/adapter.gguf" +
+                          " --steps 2 --batch 2 --seq 16 --rank 4 --val-split 0 --backend reference -t 2"
+                          " --mem-budget 2.4M --json --recompute " + (k ? "off" : "on"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find(k ? "activations: kept" : "activations: recomputed"), std::string::npos) << r.err;
+    step[k] = nlohmann::json::parse(r.out)["stream"];
+    std::ifstream in(dir + "/adapter.gguf", std::ios::binary);
+    adapter[k].assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    std::filesystem::remove_all(dir);
+  }
+  EXPECT_LT(step[1]["predicted_compute_s"].get<double>(), step[0]["predicted_compute_s"].get<double>());
+  ASSERT_FALSE(adapter[0].empty());
+  EXPECT_EQ(adapter[0], adapter[1]);
 }
 
 // A routed model (stories-moe, 4 routed layers of 16 experts) keeps its

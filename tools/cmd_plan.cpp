@@ -486,6 +486,11 @@ Runner add_plan(CLI::App& app) {
   train->add_option("--seq", a->seq, "tokens per sequence (attention)")->capture_default_str();
   train->add_option("--rank", a->rank, "LoRA rank")->capture_default_str();
   train->add_option("--targets", a->targets, "adapted matrices: q,k,v,o,gate,up,down or all")->capture_default_str();
+  train->add_option("--recompute", a->recompute,
+                    "on: the backward reruns each layer's forward (finetune under --mem-budget); off: the dense "
+                    "layers' intermediates are kept (finetune --recompute off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   train->add_option("--budget-fraction", a->budget_fraction, "weight memory budget as a share of the model");
   train->add_option("--tflops", a->tflops, "compute rate, TFLOP/s (default with --calibrate: the matmul probe)");
   train->add_option("--disk-gbps", a->disk_gbps, "disk read rate, GB/s (default with --calibrate: the probe)");

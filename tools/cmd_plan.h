@@ -71,6 +71,7 @@ struct PlanArgs {
   int64_t seq = 512;
   int64_t rank = 8;
   std::string targets = "all";
+  std::string recompute = "on";  // plan train: as finetune's --recompute (off keeps the activations)
   double budget_fraction = 0;
   double disk_gbps = 0;
   double disk_rate_cap = 0;  // --disk-rate-cap: bytes/s (0: none), as finetune's

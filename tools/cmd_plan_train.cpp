@@ -5,6 +5,8 @@
 // compute, layer reads, stall, overhead against the base resident; then the
 // crossover past which the overhead stays below 5%. --disk-rate-cap plans
 // for the disk finetune's reads are capped to (the smaller of it and the rate).
+// --recompute off plans finetune --recompute off: the dense layers' backward
+// without the rerun, and the intermediates' memory per micro-batch.
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +20,9 @@
 #include "cli.h"
 #include "cmd_plan.h"
 #include "plan/train_plan.h"
+#include "model/hparams.h"
 #include "train/step_meter.h"
+#include "train/train_step.h"
 #include "weights/placement.h"
 #include "weights/store_source.h"
 
@@ -70,14 +74,22 @@ int run_train(const PlanArgs& a) {
   }
   auto work = train_workload(a.seq, a.rank, a.targets, "");
   if (!work.ok()) return fail(work.status());
+  work->keep_activations = a.recompute == "off";
+  auto hp = hparams_from_metadata(file.metadata);
+  if (!hp.ok()) return fail(hp.status());
 
   std::string t = fmt::format("model     {}: {} of tensors\n", a.model, weights::format_bytes(total));
   t += fmt::format("rates     matmul {:.1f} GFLOP/s, disk {:.2f} GB/s ({})\n", tflops * 1e3, disk_gbps, rates_note);
   t += fmt::format("run       budget {} ({:.0f}% of the model); sequences of up to {} tokens, LoRA rank {} on {}\n",
                    weights::format_bytes(static_cast<double>(budget)), 100.0 * static_cast<double>(budget) / total,
                    a.seq, a.rank, a.targets);
-  t += fmt::format("\n{:>7} {:>3} {:>9} {:>6} {:>10} {:>11} {:>9} {:>9} {:>10} {:>9}  {}\n", "tokens", "K", "resident",
-                   "reads", "read", "compute", "disk", "turns", "step", "overhead", "bound");
+  t += work->keep_activations
+           ? "backward  the dense layers' intermediates kept (--recompute off): no rerun of their forward; memory "
+             "beside the budget in the last column\n"
+           : "backward  reruns each layer's forward from its input (--recompute on): no intermediates kept\n";
+  t += fmt::format("\n{:>7} {:>3} {:>9} {:>6} {:>10} {:>11} {:>9} {:>9} {:>10} {:>9}  {:<7}{}\n", "tokens", "K",
+                   "resident", "reads", "read", "compute", "disk", "turns", "step", "overhead", "bound",
+                   work->keep_activations ? " kept" : "");
   json rows = json::array();
   weights::PlacementPlan last;
   int64_t last_tokens = 0;
@@ -100,18 +112,23 @@ int run_train(const PlanArgs& a) {
     if (!p.ok()) return fail(p.status());
     const int64_t seq_len = std::min(a.seq, n);
     const pl::TrainStreamPlan& tp = p->train;
-    t += fmt::format("{:>7} {:>3} {:>9} {:>6} {:>10} {:>11} {:>9} {:>9} {:>10} {:>8.1f}%  {}\n", n, p->n_ring_slots,
-                     fmt::format("{}/{}", p->n_layer - p->n_streamed, p->n_layer), tp.layer_reads,
+    // finetune keeps one set of intermediates a layer for the micro-batch's tokens.
+    const double kept = work->keep_activations
+                            ? static_cast<double>(TrainStep::kept_activation_bytes(*hp, n, std::max<int64_t>(1, a.rank)))
+                            : 0.0;
+    t += fmt::format("{:>7} {:>3} {:>9} {:>6} {:>10} {:>11} {:>9} {:>9} {:>10} {:>8.1f}%  {:<7}{}\n", n,
+                     p->n_ring_slots, fmt::format("{}/{}", p->n_layer - p->n_streamed, p->n_layer), tp.layer_reads,
                      weights::format_bytes(tp.read_bytes), weights::format_seconds(tp.compute_s),
                      weights::format_seconds(tp.disk_s), weights::format_seconds(tp.boundary_s),
-                     weights::format_seconds(tp.step_s), 100 * tp.overhead, pl::stream_bound_name(tp.bound));
+                     weights::format_seconds(tp.step_s), 100 * tp.overhead, pl::stream_bound_name(tp.bound),
+                     work->keep_activations ? " " + weights::format_bytes(kept) : "");
     rows.push_back({{"tokens", n}, {"seq", seq_len}, {"n_ring_slots", p->n_ring_slots},
                     {"n_ring_slots_planned", p->n_ring_slots_planned}, {"n_streamed", p->n_streamed},
                     {"n_layer", p->n_layer}, {"layer_reads", tp.layer_reads}, {"read_bytes", tp.read_bytes},
                     {"forward_s", visit.forward_s}, {"backward_s", visit.backward_s}, {"head_s", visit.head_s},
                     {"compute_s", tp.compute_s}, {"disk_s", tp.disk_s}, {"boundary_s", tp.boundary_s},
                     {"step_s", tp.step_s}, {"stall_s", tp.stall_s}, {"overhead", tp.overhead},
-                    {"bound", pl::stream_bound_name(tp.bound)}});
+                    {"bound", pl::stream_bound_name(tp.bound)}, {"kept_activation_bytes", kept}});
     last = std::move(*p);
     last_tokens = n;
   }
@@ -169,6 +186,7 @@ int run_train(const PlanArgs& a) {
                    hide ? "from " + tokens_text(hide) : tokens_text(hide), std::min(a.seq, last_tokens));
   auto opt = [](const std::optional<double>& x) { return x ? json(*x) : json(nullptr); };
   emit(a, json{{"model", a.model}, {"budget_bytes", budget}, {"compute_tflops", tflops}, {"disk_gbps", disk_gbps},
+               {"recompute", a.recompute},
                {"disk_rate_cap_bytes_per_s", a.disk_rate_cap},
                {"layers", row}, {"n_expert_slots", last.n_expert_slots}, {"rows", rows}, {"tokens_overhead_5pct", opt(five)}, {"tokens_no_overhead", opt(hide)}},
        t);

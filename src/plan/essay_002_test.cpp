@@ -190,6 +190,26 @@ TEST(Essay002, TrainerFlopsPerToken) {
   EXPECT_DOUBLE_EQ(train_head_flops(32000.0 * 2048, 3), 4 * 32000.0 * 2048 * 3);
 }
 
+// Kept activations (finetune --recompute off): a dense layer's backward is the
+// gradients alone, 2P + 4 P_lora + 5 E_q (s + 1), so a layer costs 4P, under
+// the essay's 6P (no dW); a routed layer reruns its forward all the same.
+TEST(Essay002, KeptActivationsDropTheDenseRecompute) {
+  const TrainLayerShape l70 = llama70b_layer();
+  const TrainVisitFlops kept = train_visit_flops(l70, 1, 0, true);
+  EXPECT_DOUBLE_EQ(kept.forward, 2 * l70.params);
+  EXPECT_DOUBLE_EQ(kept.backward, 2 * l70.params);
+  EXPECT_EQ(fmt::format("{:.2f}", (kept.forward + kept.backward) / l70.params), "4.00");
+  const TrainLayerShape lora{.lora_params = 1000, .n_embd_q = 64};
+  const TrainVisitFlops h = train_visit_flops(lora, 10, 511, true);
+  EXPECT_DOUBLE_EQ(h.forward + h.backward, 10 * (6 * 1000.0 + 7 * 64 * 512.0));
+  TrainLayerShape routed = l70;
+  routed.routed = true;
+  routed.down_params = 0;
+  const TrainVisitFlops r = train_visit_flops(routed, 1, 0, true);
+  EXPECT_DOUBLE_EQ(r.backward, train_visit_flops(routed, 1, 0, false).backward);
+  EXPECT_DOUBLE_EQ(r.backward, 4 * routed.params);
+}
+
 // The essay's MoE rule: P_active is what a token runs, the attention, the
 // router and n_expert_used of the experts (stories-moe: 2 of 16), while the
 // bytes a layer moves are every expert's. The recompute runs the chosen
@@ -209,6 +229,7 @@ TEST(Essay002, ARoutedLayerCountsItsActiveExperts) {
                                              TensorRole::kAttnOutput};
   const TrainLayerShape s = train_layer_shape(*f, 8, attention).value();
   EXPECT_DOUBLE_EQ(s.params, dense + experts * 2 / 16);
+  EXPECT_TRUE(s.routed);
   EXPECT_EQ(s.down_params, 0);
   EXPECT_GT(s.lora_params, 0);
 }

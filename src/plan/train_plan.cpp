@@ -18,6 +18,7 @@ StatusOr<TrainLayerShape> train_layer_shape(const ModelFile& file, int64_t lora_
   // A routed layer's stacked experts: the n_expert_used a token runs (P_active).
   for (const TensorInfo& t : file.tensors) {
     if (split_layer_name(t.name).first != 0 || t.ne.size() != 3 || hp.n_expert <= 0 || t.ne[2] != hp.n_expert) continue;
+    s.routed = true;
     s.params += static_cast<double>(t.n_elements()) / static_cast<double>(hp.n_expert) *
                 static_cast<double>(hp.n_expert_used);
   }
@@ -33,13 +34,15 @@ StatusOr<TrainLayerShape> train_layer_shape(const ModelFile& file, int64_t lora_
   return s;
 }
 
-TrainVisitFlops train_visit_flops(const TrainLayerShape& l, int64_t n_tokens, int64_t seq_len) {
+TrainVisitFlops train_visit_flops(const TrainLayerShape& l, int64_t n_tokens, int64_t seq_len,
+                                  bool keep_activations) {
   const auto t = static_cast<double>(n_tokens);
   const double attention = static_cast<double>(l.n_embd_q) * static_cast<double>(seq_len + 1);  // per token, one q k^T or p v
+  const bool rerun = !keep_activations || l.routed;
   TrainVisitFlops f;
   f.forward = t * (2 * l.params + 2 * l.lora_params + 2 * attention);
-  f.backward = t * (2 * (l.params - l.down_params) + 2 * l.lora_params + 2 * attention  // recompute
-                    + 2 * l.params + 4 * l.lora_params + 5 * attention);                // gradients
+  f.backward = t * ((rerun ? 2 * (l.params - l.down_params) + 2 * l.lora_params + 2 * attention : 0.0)  // recompute
+                    + 2 * l.params + 4 * l.lora_params + 5 * attention);                                // gradients
   return f;
 }
 
@@ -50,7 +53,7 @@ StatusOr<TrainVisitTimes> train_visit_times(const ModelFile& file, const TrainWo
   if (!(compute_tflops > 0)) return invalid_argument("the compute rate must be positive");
   if (n_tokens < 1 || w.seq_len < 1) return invalid_argument("a micro-batch needs tokens and a sequence length");
   ASSIGN_OR_RETURN(const TrainLayerShape shape, train_layer_shape(file, w.lora_rank, w.lora_targets));
-  const TrainVisitFlops f = train_visit_flops(shape, n_tokens, std::min(w.seq_len, n_tokens));
+  const TrainVisitFlops f = train_visit_flops(shape, n_tokens, std::min(w.seq_len, n_tokens), w.keep_activations);
   const TensorInfo* head = file.find(TensorRole::kOutput);
   if (head == nullptr) head = file.find(TensorRole::kTokenEmbd);
   const double rate = compute_tflops * 1e12;

@@ -24,6 +24,12 @@
 //   loss head, once between the passes: logits and dX
 //     through W_out [n_vocab, n_embd]                    4 n_vocab n_embd
 //
+// With the activations kept (finetune --recompute off, and auto where it keeps
+// them), a dense layer's backward visit skips the recompute: 2 P + 4 P_lora +
+// 5 E_q (s + 1), so a layer takes T (4 P + 6 P_lora + 7 E_q (s + 1)), a factor
+// of 4 where essay 002 counts 6 (no dW of the frozen matrices). A routed layer
+// reruns its forward either way (its routing is held for one layer at a time).
+//
 // In a routed layer P is P_active: the attention, the router, any shared
 // expert and n_expert_used of the stacked experts (a token runs those), and
 // P_down is 0: the recompute runs the chosen experts' down projections too
@@ -71,6 +77,7 @@ struct TrainLayerShape {
   double down_params = 0;  // of those, ffn_down's
   double lora_params = 0;  // the adapters' factors on the layer
   int64_t n_embd_q = 0;    // n_head x head_dim
+  bool routed = false;     // stacked experts (params counts the n_expert_used a token runs)
 };
 
 // Layer 0 of `file` with an adapter of `lora_rank` on `lora_targets` (roles
@@ -83,8 +90,10 @@ struct TrainVisitFlops {
   double forward = 0;   // one layer's forward visit
   double backward = 0;  // its backward visit: recompute + gradients
 };
-// Per micro-batch of n_tokens tokens in sequences of seq_len (see above).
-TrainVisitFlops train_visit_flops(const TrainLayerShape& layer, int64_t n_tokens, int64_t seq_len);
+// Per micro-batch of n_tokens tokens in sequences of seq_len (see above);
+// keep_activations: the backward of a dense layer does not recompute.
+TrainVisitFlops train_visit_flops(const TrainLayerShape& layer, int64_t n_tokens, int64_t seq_len,
+                                  bool keep_activations = false);
 // The loss head: logits and their dX through [n_vocab, n_embd] (4 n_vocab n_embd per token).
 double train_head_flops(double head_params, int64_t n_tokens);
 
@@ -93,6 +102,7 @@ struct TrainWorkload {
   int64_t seq_len = 0;                   // tokens per sequence (--seq)
   int64_t lora_rank = 0;
   std::vector<TensorRole> lora_targets;  // the adapted matrices' roles
+  bool keep_activations = false;         // --recompute off: no rerun in a dense layer's backward
 };
 
 // A micro-batch's compute on `file` at `compute_tflops`: a layer's forward

@@ -48,8 +48,7 @@ StatusOr<std::pair<bool, std::string>> keep_activations(const FinetuneOptions& o
     return std::pair{false, std::string("activations: recomputed in the backward (--recompute on)")};
   }
   if (o.recompute == "off") {
-    return std::pair{true, fmt::format("activations: kept, {} more memory (--recompute off{})", size,
-                                       o.mem_budget_bytes > 0 ? "; the plan's compute counts the rerun" : "")};
+    return std::pair{true, fmt::format("activations: kept, {} more memory (--recompute off)", size)};
   }
   if (o.recompute != "auto") return invalid_argument("--recompute takes auto, on or off, not '{}'", o.recompute);
   if (!model.backend().host_visible() || o.mem_budget_bytes > 0) {
@@ -76,6 +75,8 @@ StatusOr<FinetuneResult> finetune(const FinetuneOptions& o, const LogFn& log) {
   std::optional<plan::TrainWorkload> work;
   if (o.mem_budget_bytes > 0) {
     ASSIGN_OR_RETURN(work, train_workload(to.seq, o.rank, o.targets, o.init_adapter));
+    // Under --mem-budget auto recomputes (keep_activations): only off keeps.
+    work->keep_activations = o.recompute == "off";
   }
   ASSIGN_OR_RETURN(LoadedModel lm,
                    load_model(o.model_path, {.n_threads = o.n_threads, .n_batch = 1, .max_seqs = 1, .repack = false,
