@@ -102,42 +102,10 @@ struct LoadBF16 {
 };
 
 // Tile of R rows x T tokens, bf16 activations, vdpbf16ps (32 elements a step).
-struct Bf16dpTile {
-  static constexpr bool kPacksActs = true;
-  // bf16 activation rows are padded to whole vectors of 32 (convert_act).
-  static int64_t act_vectors(int64_t n_in) { return (n_in + 31) / 32; }
-
-  // T tokens' activation rows, xa_stride bytes apart.
-  template <int T>
-  struct RowActs {
-    const uint8_t* xt[T];
-    [[gnu::always_inline]] __m512i at(int b, int64_t i) const {
-      return _mm512_loadu_si512(xt[b] + static_cast<size_t>(i) * 2);
-    }
-  };
-  // T tokens packed by pack_acts: [i / 32][b][32 bf16].
-  template <int T>
-  struct PackedActs {
-    const float* xp;
-    [[gnu::always_inline]] __m512i at(int b, int64_t i) const {
-      return _mm512_loadu_si512(xp + (i / 32 * T + b) * 16);
-    }
-  };
-
-  template <int R, int T>
-  static void tile(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride, float* y,
-                   int64_t y_stride, int64_t r, int64_t t) {
-    RowActs<T> x;
-#pragma GCC unroll 8
-    for (int b = 0; b < T; ++b) x.xt[b] = xa + static_cast<size_t>(t + b) * xa_stride;
-    chains<R, T>(w, w_row_bytes, n_in, x, y, y_stride, r, t);
-  }
-
-  template <int R, int T>
-  static void tile_packed(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const float* xp, float* y,
-                          int64_t y_stride, int64_t r, int64_t t) {
-    chains<R, T>(w, w_row_bytes, n_in, PackedActs<T>{xp}, y, y_stride, r, t);
-  }
+struct Bf16dpTile : ActTiles<Bf16dpTile> {
+  static constexpr int kActElemBytes = 2;
+  static constexpr int kActVecElems = 32;
+  [[gnu::always_inline]] static __m512i load_act(const uint8_t* p) { return _mm512_loadu_si512(p); }
 
   template <int R, int T, class X>
   [[gnu::always_inline]] static inline void chains(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const X& x,

@@ -21,9 +21,9 @@
 // A weight loader W has W::full(row, i) (kLanes weights at element i as
 // floats) and W::tail(row, i, L::Tail). A kernel K (F32Tile<L, W> or a level's
 // own) has K::tile<R, T>(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, t);
-// one with K::kPacksActs also has K::act_vectors(n_in) (L::F vectors in one
-// token's activation row) and K::tile_packed<R, T>(w, w_row_bytes, n_in, xp, y,
-// y_stride, r, t) over T tokens' activations packed by pack_acts.
+// one with K::kPacksActs (ActTiles<K>) also has K::act_vectors(n_in) (vectors
+// in one token's activation row) and K::tile_packed<R, T>(w, w_row_bytes, n_in,
+// xp, y, y_stride, r, t) over T tokens' activations packed by pack_acts.
 //
 // Packed activations: the driver copies a token block's activations, T tokens
 // at a time, into [vector v][token b][one L::F] on its stack (the bits of f32 or
@@ -46,25 +46,34 @@
 namespace sluice::cpu {
 namespace {
 
-// Tile of R rows starting at r x T tokens starting at t, f32 activations: R*T
-// chains of the accumulation order float_matmul.h states for the level.
-template <class L, class W>
-struct F32Tile {
+// The activation side of a tile kernel K (derived from it): T tokens'
+// activations from their rows or packed by pack_acts, and the entry points
+// tile / tile_packed over K::chains<R, T>(w, w_row_bytes, n_in, x, y, y_stride,
+// r, t), which reads x.at(b, i), the vector of token b's activations from
+// element i (a multiple of K::kActVecElems). K gives an activation element's
+// bytes (kActElemBytes), the elements a vector holds (kActVecElems, 64 bytes'
+// worth at AVX-512) and load_act(p), the vector at p.
+template <class K>
+struct ActTiles {
   static constexpr bool kPacksActs = true;
-  // f32 activation rows are padded to whole vectors (convert_act).
-  static int64_t act_vectors(int64_t n_in) { return (n_in + L::kLanes - 1) / L::kLanes; }
+  // Activation rows are padded to whole vectors (convert_act).
+  static int64_t act_vectors(int64_t n_in) { return (n_in + K::kActVecElems - 1) / K::kActVecElems; }
 
   // T tokens' activation rows, xa_stride bytes apart.
   template <int T>
   struct RowActs {
-    const float* xt[T];
-    [[gnu::always_inline]] typename L::F at(int b, int64_t i) const { return L::load(xt[b] + i); }
+    const uint8_t* xt[T];
+    [[gnu::always_inline]] auto at(int b, int64_t i) const {
+      return K::load_act(xt[b] + static_cast<size_t>(i) * K::kActElemBytes);
+    }
   };
-  // T tokens packed by pack_acts: [i / kLanes][b][kLanes].
+  // T tokens packed by pack_acts: [i / kActVecElems][b][kActVecElems].
   template <int T>
   struct PackedActs {
-    const float* xp;
-    [[gnu::always_inline]] typename L::F at(int b, int64_t i) const { return L::load(xp + i * T + b * L::kLanes); }
+    const uint8_t* xp;
+    [[gnu::always_inline]] auto at(int b, int64_t i) const {
+      return K::load_act(xp + static_cast<size_t>(i * T + b * K::kActVecElems) * K::kActElemBytes);
+    }
   };
 
   template <int R, int T>
@@ -72,14 +81,26 @@ struct F32Tile {
                    int64_t y_stride, int64_t r, int64_t t) {
     RowActs<T> x;
 #pragma GCC unroll 8
-    for (int b = 0; b < T; ++b) x.xt[b] = reinterpret_cast<const float*>(xa + static_cast<size_t>(t + b) * xa_stride);
-    chains<R, T>(w, w_row_bytes, n_in, x, y, y_stride, r, t);
+    for (int b = 0; b < T; ++b) x.xt[b] = xa + static_cast<size_t>(t + b) * xa_stride;
+    K::template chains<R, T>(w, w_row_bytes, n_in, x, y, y_stride, r, t);
   }
 
   template <int R, int T>
   static void tile_packed(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const float* xp, float* y,
                           int64_t y_stride, int64_t r, int64_t t) {
-    chains<R, T>(w, w_row_bytes, n_in, PackedActs<T>{xp}, y, y_stride, r, t);
+    K::template chains<R, T>(w, w_row_bytes, n_in, PackedActs<T>{reinterpret_cast<const uint8_t*>(xp)}, y, y_stride,
+                             r, t);
+  }
+};
+
+// Tile of R rows starting at r x T tokens starting at t, f32 activations: R*T
+// chains of the accumulation order float_matmul.h states for the level.
+template <class L, class W>
+struct F32Tile : ActTiles<F32Tile<L, W>> {
+  static constexpr int kActElemBytes = 4;
+  static constexpr int kActVecElems = L::kLanes;
+  [[gnu::always_inline]] static typename L::F load_act(const uint8_t* p) {
+    return L::load(reinterpret_cast<const float*>(p));
   }
 
   // The R*T chains of rows r.. and tokens t.., activations from x (RowActs or PackedActs).
