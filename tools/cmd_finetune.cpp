@@ -84,7 +84,10 @@ Runner add_finetune(CLI::App& app) {
                        {"streamed", t.streamed}};
       if (t.streamed) {
         j["stream"] = {{"micro_batches", t.micro_batches}, {"predicted_step_s", t.predicted_step_s},
-                       {"predicted_compute_s", t.predicted_compute_s}, {"predicted_stall_s", t.predicted_stall_s},
+                       {"predicted_compute_s", t.predicted_compute_s},
+                       {"predicted_layer_forward_s", t.predicted_layer_forward_s},
+                       {"predicted_layer_backward_s", t.predicted_layer_backward_s},
+                       {"predicted_stall_s", t.predicted_stall_s},
                        {"predicted_read_bytes", t.predicted_read_bytes},
                        {"predicted_step_at_run_disk_s", t.predicted_step_at_run_disk_s},
                        {"measured_stall_s", t.measured_stall_s}, {"measured_read_bytes", t.measured_read_bytes},

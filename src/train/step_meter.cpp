@@ -64,6 +64,8 @@ StepFigures StepMeter::figures() const {
   f.micro_batches = micro_batches_;
   f.predicted_step_s = m * p.predicted_step_s();
   f.predicted_compute_s = m * p.predicted_compute_s;
+  f.predicted_layer_forward_s = p.layer_compute_s;
+  f.predicted_layer_backward_s = p.train_backward_s;
   f.predicted_stall_s = m * p.predicted_stall_s;
   f.predicted_read_bytes = m * p.train.read_bytes;
   if (f.n_steps > 0) {

@@ -31,6 +31,8 @@ struct StepFigures {
   int64_t micro_batches = 0;      // per step
   double predicted_step_s = 0;
   double predicted_compute_s = 0;
+  double predicted_layer_forward_s = 0;   // one layer's forward visit, per micro-batch
+  double predicted_layer_backward_s = 0;  // its backward visit (no rerun with the activations kept)
   double predicted_stall_s = 0;
   double predicted_read_bytes = 0;
   double predicted_step_at_run_disk_s = 0;  // the same plan at the disk rate the steps got
