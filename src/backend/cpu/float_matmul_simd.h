@@ -20,10 +20,10 @@
 //
 // A weight loader W has W::full(row, i) (kLanes weights at element i as
 // floats) and W::tail(row, i, L::Tail). A kernel K (F32Tile<L, W> or a level's
-// own) has K::tile<R, T>(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, t);
-// one with K::kPacksActs (ActTiles<K>) also has K::act_vectors(n_in) (vectors
-// in one token's activation row) and K::tile_packed<R, T>(w, w_row_bytes, n_in,
-// xp, y, y_stride, r, t) over T tokens' activations packed by pack_acts.
+// own) derives ActTiles<K>, which gives it K::tile<R, T>(w, w_row_bytes, n_in,
+// xa, xa_stride, y, y_stride, r, t), K::act_vectors(n_in) (vectors in one
+// token's activation row) and K::tile_packed<R, T>(w, w_row_bytes, n_in, xp, y,
+// y_stride, r, t) over T tokens' activations packed by pack_acts.
 //
 // Packed activations: the driver copies a token block's activations, T tokens
 // at a time, into [vector v][token b][one L::F] on its stack (the bits of f32 or
@@ -55,7 +55,6 @@ namespace {
 // worth at AVX-512) and load_act(p), the vector at p.
 template <class K>
 struct ActTiles {
-  static constexpr bool kPacksActs = true;
   // Activation rows are padded to whole vectors (convert_act).
   static int64_t act_vectors(int64_t n_in) { return (n_in + K::kActVecElems - 1) / K::kActVecElems; }
 
@@ -199,11 +198,6 @@ void sweep_tokens(const FloatTileSet<L>& set, const uint8_t* w, size_t w_row_byt
   if (t < t1) set.by_tokens[t1 - t](w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r, t);
 }
 
-// Whether kernel K has tile_packed (F32Tile; not a level's own kernel) and
-// level L packs (L::kPackBytes > 0).
-template <class L, class K>
-concept PacksActs = L::kPackBytes > 0 && requires { requires K::kPacksActs; };
-
 // Tokens [t0, t1) (whole tiles of L::kTileTokens) of activation rows of nv
 // vectors into xp: for each tile, [vector v < nv][b][kLanes floats].
 template <class L>
@@ -228,6 +222,7 @@ bool sweep_packed(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint
                   int64_t y_stride, int64_t r0, int64_t r1, int64_t tb, int64_t te,
                   const FloatTileSet<L>& multi, const FloatTileSet<L>& single) {
   constexpr int R = L::kTileRows, T = L::kTileTokens;
+  static_assert(K::kActVecElems * K::kActElemBytes == L::kLanes * sizeof(float), "pack_acts moves L::F vectors");
   const int64_t nv = K::act_vectors(n_in);
   const int64_t tile_floats = nv * L::kLanes * T;
   const int64_t per_pack = static_cast<int64_t>(L::kPackBytes / sizeof(float)) / tile_floats * T;
@@ -254,8 +249,8 @@ bool sweep_packed(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint
 
 // rows() of kernel K (a RowsFn) over rows [r0, r1) x all tokens, activation
 // rows of ActBytes(n_in) bytes: tiles of L::kTileRows rows, then of one row;
-// a block of L::kTileTokens or more tokens through packed activations where K
-// takes them.
+// a block of L::kTileTokens or more tokens through packed activations where
+// the level packs (L::kPackBytes > 0).
 template <class L, class K, size_t (*ActBytes)(int64_t)>
 void float_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_t* xa, size_t xa_stride,
                 int64_t n_tok, float* y, int64_t y_stride, int64_t r0, int64_t r1) {
@@ -273,7 +268,7 @@ void float_rows(const uint8_t* w, size_t w_row_bytes, int64_t n_in, const uint8_
   block = block < L::kMinBlockTokens ? L::kMinBlockTokens : block / L::kTileTokens * L::kTileTokens;
   for (int64_t tb = 0; tb < n_tok; tb += block) {
     const int64_t te = tb + block < n_tok ? tb + block : n_tok;
-    if constexpr (PacksActs<L, K>) {
+    if constexpr (L::kPackBytes > 0) {
       if (te - tb >= L::kTileTokens &&
           sweep_packed<L, K>(w, w_row_bytes, n_in, xa, xa_stride, y, y_stride, r0, r1, tb, te, kMulti, kSingle))
         continue;
