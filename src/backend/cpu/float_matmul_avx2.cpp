@@ -65,7 +65,11 @@ struct Avx2 {
   static constexpr int64_t kActBlockBytes = 128 * 1024;
   static constexpr int64_t kMinBlockTokens = 48;
   // No packed activations (float_matmul_simd.h): 3 strided rows a tile, and
-  // packing ran this tile at 0.88-1.08x (Zen 5 at AVX2, rows of 768-5632).
+  // packing ran this tile at 0.88-1.08x (Zen 5 at AVX2, rows of 768-5632) and
+  // 0.8-1.2x on Zen 3 with 512 KB packs (behind at n_in 5632, where a pack
+  // holds fewer tokens than a block; 128 KB packs: 0.4-0.8x). Taking a tile's
+  // chains 512 elements at a time over every token tile, accumulators parked
+  // in memory (the same bits, the tile's weights kept in L1), ran 0.85-0.9x.
   static constexpr size_t kPackBytes = 0;
 
   static F zero() { return _mm256_setzero_ps(); }
