@@ -25,6 +25,7 @@ const char* op_name(Op op) {
     case Op::kRmsnorm: return "RMSNorm";
     case Op::kLora: return "LoRA";
     case Op::kMatmulT: return "matmul_t (training)";
+    case Op::kForwardMatmul: return "matmul over a micro-batch (training)";
     case Op::kRmsnormBackward: return "RMSNorm backward";
     case Op::kRope: return "RoPE on rows (training)";
     case Op::kGlu: return "GLU (training)";

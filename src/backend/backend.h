@@ -260,7 +260,7 @@ enum class Op {
   // TrainOps: supports() says yes only where train_ops() is not null.
   kMatmulT, kRmsnormBackward, kRope, kGlu, kGluBackward, kTrainAttention, kTrainAttentionBackward,
   kCrossEntropy, kLoraBackward, kAdamW, kAddRows, kGatherRows, kSlotSum, kSlotSumBackward, kGatedAdd,
-  kGatedAddBackward,
+  kGatedAddBackward, kForwardMatmul,
 };
 // Every Op (a new one goes here too: the op-case list checks each has cases).
 inline constexpr Op kAllOps[] = {
@@ -269,7 +269,7 @@ inline constexpr Op kAllOps[] = {
     Op::kAdd,           Op::kRmsnorm,         Op::kLora,      Op::kMatmulT,        Op::kRmsnormBackward,
     Op::kRope,          Op::kGlu,             Op::kGluBackward, Op::kTrainAttention, Op::kTrainAttentionBackward,
     Op::kCrossEntropy,  Op::kLoraBackward,    Op::kAdamW, Op::kAddRows, Op::kGatherRows, Op::kSlotSum,
-    Op::kSlotSumBackward, Op::kGatedAdd, Op::kGatedAddBackward};
+    Op::kSlotSumBackward, Op::kGatedAdd, Op::kGatedAddBackward, Op::kForwardMatmul};
 // Whether op is one of TrainOps' (kMatmulT and after).
 constexpr bool is_train_op(Op op) { return static_cast<int>(op) >= static_cast<int>(Op::kMatmulT); }
 const char* op_name(Op op);

@@ -1,5 +1,6 @@
 // Op cases of the training operators (TrainOps, backend/train_ops.h) but
 // attention: a bias added to rows (bit for bit: one float add each),
+// forward_matmul (the products over a micro-batch where a backend has them),
 // matmul_t for every weight type (odd n_in, past a 256-column
 // block, a 256-row chunk and a 2048-row span, tokens past a 96-row block; one
 // token and many; overwrite and accumulate), RMSNorm backward, RoPE on rows
@@ -14,6 +15,7 @@
 // the bounds leave two orders of magnitude or more. The forward GLU's scalar
 // GELU takes 0.5 x (1 + tanh u) in f32: ~1e-5 relative where tanh u is near
 // -1, which a one-element case sees whole (1e-8).
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -56,6 +58,29 @@ class MatmulTCase final : public OpCase {
   bool accumulate_;
   Matrix w_;
   std::vector<float> dy_, init_;
+};
+
+// y = W x over a micro-batch (forward_matmul), W in GGUF rows.
+class ForwardMatmulCase final : public OpCase {
+ public:
+  ForwardMatmulCase(DType type, int64_t n_in, int64_t n_out, int64_t n_tok)
+      : type_(type), n_in_(n_in), n_out_(n_out), n_tok_(n_tok), w_(type, n_in, n_out, 14, 0.1f),
+        x_(random_floats(sz(n_tok * n_in), 15)) {}
+  static constexpr Op kOps[] = {Op::kForwardMatmul};
+  std::span<const Op> ops() const override { return kOps; }
+  OpTypes types() const override { return {.weight = type_}; }
+  int64_t n_tok() const override { return n_tok_; }
+  void run(OpRun& r, int64_t t0, int64_t n) override {
+    train(r).reserve({.n_tok = n, .n_ctx = 1, .n_head = 1, .head_dim = 1, .n_in_max = n_in_});
+    train(r).forward_matmul({.w = r.weights({w_.view})[0], .x = r.in(rows(x_, t0, n, n_in_)),
+                             .y = r.out("y", n, n_out_, Tol::nmse(1e-9)), .n_tok = n});
+  }
+
+ private:
+  DType type_;
+  int64_t n_in_, n_out_, n_tok_;
+  Matrix w_;
+  std::vector<float> x_;
 };
 
 // dx += the input gradient of RMSNorm with weights w.
@@ -269,6 +294,14 @@ void add_train_cases(OpCaseList& list) {
   add_matmul_t(list, DType::kQ8_0, 128, 24, 33);
   add_matmul_t(list, DType::kQ4_K, 512, 24, 33, true);
   add_matmul_t(list, DType::kQ6_K, 256, 16, 64);
+
+  // forward_matmul: odd n_in, one token, past a 96-row block, a 256-column
+  // block and a 2048-row span of k.
+  for (auto [n_in, n_out, n_tok] : {std::array<int64_t, 3>{37, 45, 7}, {300, 300, 1}, {517, 19, 97}, {64, 300, 100},
+                                    {2100, 40, 13}}) {
+    add<ForwardMatmulCase>(list, "forward_matmul_f32_" + dims(n_in, n_out) + "_t" + std::to_string(n_tok), DType::kF32,
+                           n_in, n_out, n_tok);
+  }
 
   add<AddRowsCase>(list, "add_rows_1x1", int64_t{1}, int64_t{1});
   add<AddRowsCase>(list, "add_rows_70x300", int64_t{70}, int64_t{300});

@@ -24,15 +24,6 @@ class VectorBuffer final : public Buffer {
   std::vector<float> bytes_;  // floats keep the data aligned for float access
 };
 
-// y[t][r] = dot_row(row r, x[t]).
-void matmul_rows(const WeightView& w, const float* x, float* y, int64_t n_tok) {
-  CHECK(w.layout == WeightLayout::kRows);
-  const size_t rb = row_bytes(w.type, w.n_in);
-  for (int64_t t = 0; t < n_tok; ++t)
-    for (int64_t r = 0; r < w.n_out; ++r)
-      y[t * w.n_out + r] = dot_row(w.type, w.data + static_cast<size_t>(r) * rb, x + t * w.n_in, w.n_in);
-}
-
 float silu(float g) { return g / (1.0f + std::exp(-g)); }
 
 }  // namespace
@@ -84,7 +75,7 @@ void ReferenceBackend::rope_tables(std::span<const int64_t> positions, std::span
 void ReferenceBackend::matmul(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok) {
   for (const MatmulOut& o : outs) {
     CHECK(o.w.n_in == n_in);
-    matmul_rows(o.w, x, o.y, n_tok);
+    reference_matmul_rows(o.w, x, o.y, n_tok);
   }
 }
 
@@ -96,7 +87,7 @@ void ReferenceBackend::norm_matmul(const NormMatmulArgs& a) {
 void ReferenceBackend::glu_matmul(const GluMatmulArgs& a) {
   if (a.act == Activation::kGelu) ref::geglu(a.gate, a.up, a.gate, a.n_tok * a.n_ff);
   else ref::swiglu(a.gate, a.up, a.gate, a.n_tok * a.n_ff);
-  matmul_rows(a.out.w, a.gate, a.out.y, a.n_tok);
+  reference_matmul_rows(a.out.w, a.gate, a.out.y, a.n_tok);
 }
 
 void ReferenceBackend::qkv_store(const QkvStoreArgs& a) {
@@ -171,10 +162,10 @@ void ReferenceBackend::expert_ffn(const ExpertFfnArgs& a) {
   auto ffn = [&](const ExpertWeights& w, const float* x, int64_t n_ff) {
     float* g = hidden_.data();
     float* u = hidden_.data() + n_ff;
-    matmul_rows(w.gate, x, g, 1);
-    matmul_rows(w.up, x, u, 1);
+    reference_matmul_rows(w.gate, x, g, 1);
+    reference_matmul_rows(w.up, x, u, 1);
     for (int64_t i = 0; i < n_ff; ++i) g[i] = silu(g[i]) * u[i];
-    matmul_rows(w.down, g, y_.data(), 1);
+    reference_matmul_rows(w.down, g, y_.data(), 1);
   };
   if (a.next)  // every selected expert handed out (landed) before any is read
     while ((*a.next)() >= 0) {
@@ -208,7 +199,7 @@ void ReferenceBackend::logits(const LogitsArgs& a) {
   for (int64_t i = 0; i < a.n_out; ++i) {
     ref::rmsnorm(a.x + a.rows[i] * a.n_embd, a.norm, a.xn + i * a.n_embd, 1, a.n_embd, a.eps);
   }
-  matmul_rows(a.output, a.xn, a.logits, a.n_out);
+  reference_matmul_rows(a.output, a.xn, a.logits, a.n_out);
 }
 
 }  // namespace sluice

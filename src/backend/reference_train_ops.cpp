@@ -69,6 +69,20 @@ bool ReferenceTrainOps::supports_matmul_t(DType type, WeightLayout layout) const
   return layout == WeightLayout::kRows;  // dequantize_row covers every type
 }
 
+bool ReferenceTrainOps::supports_forward_matmul(DType, WeightLayout layout) const {
+  return layout == WeightLayout::kRows;
+}
+
+void reference_matmul_rows(const WeightView& w, const float* x, float* y, int64_t n_tok) {
+  CHECK(w.layout == WeightLayout::kRows);
+  const size_t rb = row_bytes(w.type, w.n_in);
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t r = 0; r < w.n_out; ++r)
+      y[t * w.n_out + r] = dot_row(w.type, w.data + static_cast<size_t>(r) * rb, x + t * w.n_in, w.n_in);
+}
+
+void ReferenceTrainOps::forward_matmul(const ForwardMatmulArgs& a) { reference_matmul_rows(a.w, a.x, a.y, a.n_tok); }
+
 void ReferenceTrainOps::reserve(const TrainScratchNeeds& n) {
   const auto width = static_cast<size_t>(std::max(n.n_in_max, n.n_ctx));
   if (row_.size() < static_cast<size_t>(n.n_in_max)) row_.resize(static_cast<size_t>(n.n_in_max));

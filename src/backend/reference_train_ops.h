@@ -15,8 +15,11 @@ namespace sluice {
 class ReferenceTrainOps final : public TrainOps {
  public:
   bool supports_matmul_t(DType type, WeightLayout layout) const override;
+  // GGUF rows of every type: the same dot_row loop as ReferenceBackend::matmul.
+  bool supports_forward_matmul(DType type, WeightLayout layout) const override;
   void reserve(const TrainScratchNeeds& needs) override;
 
+  void forward_matmul(const ForwardMatmulArgs& a) override;
   void matmul_t(const MatmulTArgs& a) override;
   void rmsnorm_backward(const RmsNormBackArgs& a) override;
   void rope(const RopeArgs& a) override;
@@ -39,6 +42,10 @@ class ReferenceTrainOps final : public TrainOps {
   std::vector<double> acc_;    // [max(n_in_max, n_ctx)] accumulators
   std::vector<double> probs_;  // [n_ctx] one query's attention probabilities
 };
+
+// y[t][r] = dot_row(row r of w, x[t]) (quant/quant.h): the reference's matmul,
+// going forward and in training's forward_matmul.  w in GGUF rows.
+void reference_matmul_rows(const WeightView& w, const float* x, float* y, int64_t n_tok);
 
 // y[t] += scale * B (A x[t]) per segment, u[t] = A x[t] when asked: the
 // reference of Backend::lora (LoraArgs), shared by backends' tests.

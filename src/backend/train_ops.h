@@ -3,8 +3,9 @@
 // Fine-tuning (LoRA over frozen base weights, train/) runs a layer forward
 // over whole sequences held in plain rows (no KV cache), then the backward
 // through the same layer. The frozen matrices are multiplied with the
-// Backend's own matmul going forward and with matmul_t going back; the
-// adapters' factors are trained, the base never changes. A backend that can
+// Backend's own matmul going forward (or with forward_matmul, a product over
+// the micro-batch, where the backend has a faster one) and with matmul_t going
+// back; the adapters' factors are trained, the base never changes. A backend that can
 // train returns its TrainOps from Backend::train_ops(); the reference backend's
 // plain loops are the yardstick every other implementation is tested against
 // (the op-case list), and a whole training step on them reproduces the
@@ -28,8 +29,21 @@
 #include <span>
 
 #include "backend/op_types.h"
+#include "base/check.h"
 
 namespace sluice {
+
+// y[t] = W x[t] for a micro-batch: the frozen matrix's product going forward,
+// where the backend multiplies many rows faster than through its matmul. Row
+// t depends only on row t (and not on n_tok), in a fixed order of sums that
+// may differ from Backend::matmul's.  w: [n_out, n_in], a type and layout
+// supports_forward_matmul() accepts.
+struct ForwardMatmulArgs {
+  WeightView w;
+  const float* x = nullptr;  // [n_tok, w.n_in]
+  float* y = nullptr;        // [n_tok, w.n_out]
+  int64_t n_tok = 0;
+};
 
 // dx[t] = W^T dy[t] (or += with accumulate): the input gradient of y = W x
 // through a frozen matrix.  w: [n_out, n_in] in any type and layout the
@@ -271,8 +285,15 @@ class TrainOps {
   // of as many tokens rounds x; a shape it cannot take rounds nothing).
   // Default: it rounds nothing.
   virtual bool matmul_t_rounds_to_bf16(DType type, int64_t n_tok) const { return false; }
+  // Whether forward_matmul runs on this matrix type and layout; where it does
+  // not, a training step multiplies going forward through the Backend's
+  // matmul. Default: it never does.
+  virtual bool supports_forward_matmul(DType type, WeightLayout layout) const { return false; }
   virtual void reserve(const TrainScratchNeeds& needs) = 0;
 
+  virtual void forward_matmul(const ForwardMatmulArgs&) {
+    CHECK(false && "forward_matmul on a type supports_forward_matmul() refused");
+  }
   virtual void matmul_t(const MatmulTArgs& a) = 0;
   virtual void rmsnorm_backward(const RmsNormBackArgs& a) = 0;
   virtual void rope(const RopeArgs& a) = 0;

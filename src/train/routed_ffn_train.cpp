@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "model/model.h"
+#include "train/base_matmul.h"
 
 namespace sluice {
 namespace {
@@ -93,6 +94,8 @@ Status RoutedFfnTrain::forward(Model& model, int64_t l, const LayerWeights& w, c
   CHECK(n <= max_tokens_);
   const ModelHparams& h = hp_;
   const int64_t E = h.n_embd, F = h.n_ff_expert, k = h.n_expert_used;
+  // The router through the Backend's matmul (not base_matmul): the experts
+  // chosen in training are the ones inference chooses, bit for bit.
   const MatmulOut router[1] = {{w.mat(R::kFfnRouter), logits_->floats()}};
   be_.norm_matmul({.x = m, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = xn, .n_embd = E, .n_tok = n,
                    .outs = router});
@@ -111,14 +114,14 @@ Status RoutedFfnTrain::forward(Model& model, int64_t l, const LayerWeights& w, c
     if (c == 0) continue;
     const ExpertWeights& x = experts_[static_cast<size_t>(e)];
     const MatmulOut gate_up[2] = {{x.gate, g + r0 * F}, {x.up, u + r0 * F}};
-    be_.matmul(gate_up, xg + r0 * E, E, c);
+    base_matmul(be_, ops_, gate_up, xg + r0 * E, E, c);
   }
   ops_.glu({.g = g, .u = u, .h = hh, .n_tok = n * k, .n_ff = F, .act = h.spec->act});
   for (int64_t e = 0; e < h.n_expert; ++e) {
     const int64_t r0 = start_[static_cast<size_t>(e)], c = start_[static_cast<size_t>(e) + 1] - r0;
     if (c == 0) continue;
     const MatmulOut down[1] = {{experts_[static_cast<size_t>(e)].down, yg + r0 * E}};
-    be_.matmul(down, hh + r0 * F, F, c);
+    base_matmul(be_, ops_, down, hh + r0 * F, F, c);
   }
   // out[t] = sum over slots j, in slot order, of w[t][j] y[t][j].
   ops_.slot_sum({.y = yg, .row = row_.data(), .w = w_.data(), .out = out, .n_tok = n, .k = k, .n = E});
@@ -130,10 +133,10 @@ void RoutedFfnTrain::shared_forward(const LayerWeights& w, const float* xn, floa
   const ModelHparams& h = hp_;
   const int64_t E = h.n_embd, F = h.n_ff_shared;
   const MatmulOut gate_up[2] = {{w.mat(R::kFfnGateShexp), gs_->floats()}, {w.mat(R::kFfnUpShexp), us_->floats()}};
-  be_.matmul(gate_up, xn, E, n);
+  base_matmul(be_, ops_, gate_up, xn, E, n);
   ops_.glu({.g = gs_->floats(), .u = us_->floats(), .h = hs_->floats(), .n_tok = n, .n_ff = F, .act = h.spec->act});
   const MatmulOut down[1] = {{w.mat(R::kFfnDownShexp), ys_->floats()}};
-  be_.matmul(down, hs_->floats(), F, n);
+  base_matmul(be_, ops_, down, hs_->floats(), F, n);
   ops_.gated_add({.x = xn, .gate = vec_(w.vec(R::kFfnSharedGate), E), .y = ys_->floats(), .out = out,
                   .s = sg_->floats(), .n_tok = n, .n = E});
 }

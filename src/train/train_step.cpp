@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "model/weight_source.h"
+#include "train/base_matmul.h"
 
 namespace sluice {
 namespace {
@@ -239,8 +240,8 @@ Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x
   const Acts a = acts(l);
   float *n1 = a.n1, *q = a.q, *k = a.k, *v = a.v;
   const MatmulOut qkv[3] = {{w.mat(R::kAttnQ), q}, {w.mat(R::kAttnK), k}, {w.mat(R::kAttnV), v}};
-  be_.norm_matmul({.x = x_in, .norm = w.vec(R::kAttnNorm), .eps = h.rms_eps, .xn = n1, .n_embd = E, .n_tok = n,
-                   .outs = qkv});
+  base_norm_matmul(be_, ops_, {.x = x_in, .norm = w.vec(R::kAttnNorm), .eps = h.rms_eps, .xn = n1, .n_embd = E,
+                               .n_tok = n, .outs = qkv});
   lora_forward(l, R::kAttnQ, n1, q, E, Eq, n);
   lora_forward(l, R::kAttnK, n1, k, E, Ekv, n);
   lora_forward(l, R::kAttnV, n1, v, E, Ekv, n);
@@ -261,7 +262,7 @@ Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x
                   .window = h.layer_is_swa(l) ? h.n_swa : 0, .softcap = h.attn_softcap});
   float* proj = proj_->floats();
   const MatmulOut wo[1] = {{w.mat(R::kAttnOutput), proj}};
-  be_.matmul(wo, a.att, Eq, n);
+  base_matmul(be_, ops_, wo, a.att, Eq, n);
   lora_forward(l, R::kAttnOutput, a.att, proj, Eq, E, n);
   float* m = a.m;
   be_.copy_floats(x_in, m, n * E);
@@ -280,8 +281,8 @@ Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x
     return Status();
   }
   const MatmulOut gate_up[2] = {{w.mat(R::kFfnGate), a.g}, {w.mat(R::kFfnUp), a.u}};
-  be_.norm_matmul({.x = m, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = a.n2, .n_embd = E, .n_tok = n,
-                   .outs = gate_up});
+  base_norm_matmul(be_, ops_, {.x = m, .norm = w.vec(R::kFfnNorm), .eps = h.rms_eps, .xn = a.n2, .n_embd = E,
+                               .n_tok = n, .outs = gate_up});
   lora_forward(l, R::kFfnGate, a.n2, a.g, E, F, n);
   lora_forward(l, R::kFfnUp, a.n2, a.u, E, F, n);
   ops_.glu({.g = a.g, .u = a.u, .h = a.h, .n_tok = n, .n_ff = F, .act = h.spec->act});
@@ -292,7 +293,7 @@ Status TrainStep::layer_forward(int64_t l, const LayerWeights& w, const float* x
     return Status();
   }
   const MatmulOut down[1] = {{w.mat(R::kFfnDown), proj}};
-  be_.matmul(down, a.h, F, n);
+  base_matmul(be_, ops_, down, a.h, F, n);
   lora_forward(l, R::kFfnDown, a.h, proj, F, E, n);
   be_.copy_floats(m, x_out, n * E);
   be_.add(x_out, proj, n * E);
@@ -354,8 +355,8 @@ void TrainStep::loss_and_top_grad(const TrainBatch& b, float grad_scale, bool ba
   for (int64_t r0 = 0; r0 < n; r0 += logits_chunk_) {
     const int64_t c = std::min(logits_chunk_, n - r0);
     const MatmulOut out[1] = {{mw.output, logits_->floats()}};
-    be_.norm_matmul({.x = x_top + r0 * E, .norm = mw.output_norm.data(), .eps = h.rms_eps,
-                     .xn = proj_->floats() + r0 * E, .n_embd = E, .n_tok = c, .outs = out});
+    base_norm_matmul(be_, ops_, {.x = x_top + r0 * E, .norm = mw.output_norm.data(), .eps = h.rms_eps,
+                                 .xn = proj_->floats() + r0 * E, .n_embd = E, .n_tok = c, .outs = out});
     ops_.cross_entropy({.logits = logits_->floats(), .targets = b.targets.data() + r0, .loss = loss_.data() + r0,
                         .n_tok = c, .n_vocab = h.n_vocab, .grad_scale = grad_scale, .deferred = true});
     if (!backward) continue;

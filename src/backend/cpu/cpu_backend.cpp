@@ -91,6 +91,8 @@ bool CpuBackend::supports(Op op, const OpTypes& types) const {
       return true;  // f32 factors
     case Op::kMatmulT:
       return train_ops_.supports_matmul_t(types.weight, WeightLayout::kRows);  // and the repacked layouts
+    case Op::kForwardMatmul:
+      return train_ops_.supports_forward_matmul(types.weight, WeightLayout::kRows);
     case Op::kRmsnormBackward:
     case Op::kRope:
     case Op::kGlu:

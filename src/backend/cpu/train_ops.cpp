@@ -47,6 +47,18 @@ float* CpuTrainOps::gemm_scratch() {
   return floats(gemm_);
 }
 
+bool CpuTrainOps::supports_forward_matmul(DType type, WeightLayout layout) const {
+  return type == DType::kF32 && layout == WeightLayout::kRows;
+}
+
+void CpuTrainOps::forward_matmul(const ForwardMatmulArgs& a) {
+  CHECK(supports_forward_matmul(a.w.type, a.w.layout));
+  // y = x W^T: B is W^T, read down W's rows (pack_b_t transposes them in vectors).
+  const auto* w = reinterpret_cast<const float*>(a.w.data);
+  gemm_parallel(kn_, pool_, a.n_tok, a.w.n_out, a.w.n_in, StridedMatrix{.p = a.x, .rs = a.w.n_in},
+                StridedMatrix{.p = w, .rs = 1, .cs = a.w.n_in}, a.y, a.w.n_out, false, gemm_scratch());
+}
+
 void CpuTrainOps::matmul_t(const MatmulTArgs& a) { cpu::matmul_t(kn_, pool_, a, gemm_scratch()); }
 
 void CpuTrainOps::rmsnorm_backward(const RmsNormBackArgs& a) {

@@ -179,6 +179,8 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
       return true;  // launch_lora; the op cases hold it to the reference where a device runs them
     case Op::kMatmulT:
       return t.weight == DType::kF32 || weights_to_f32_type(t.weight, WeightLayout::kRows);
+    case Op::kForwardMatmul:
+      return false;  // the Backend's matmul of many tokens is cuBLASLt's already
     case Op::kRmsnormBackward:
     case Op::kRope:
     case Op::kGlu:
