@@ -203,7 +203,8 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
 
 ActRounding CudaBackend::matmul_act_rounding(DType weight, int64_t n_tok) const {
   if (prefill_->takes_type(weight, n_tok)) return ActRounding::kBF16;  // the tensor-core path (cuda_prefill.h)
-  return weight == DType::kQ4_0 || weight == DType::kQ8_0 ? ActRounding::kInt8Blocks32 : ActRounding::kNone;
+  const bool dp4a = weight == DType::kQ4_0 || weight == DType::kQ8_0 || weight == DType::kQ4_K;  // matmul_q8_takes
+  return dp4a ? ActRounding::kInt8Blocks32 : ActRounding::kNone;
 }
 
 AttnRounding CudaBackend::attention_rounding(int64_t head_dim, int64_t n_query) const {
@@ -418,7 +419,8 @@ void CudaBackend::launch_q8(std::span<const MatmulOut> outs, const QuantizedX& q
   for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].w, ys[i] = outs[i].y;
   const std::span<const WeightView> wspan(ws, outs.size());
   const std::span<float* const> yspan(ys, outs.size());
-  if (n_tok >= kMmqMinTokens && mmq_on()) {  // batches: the tensor cores, one pass over the weights per 32 tokens
+  // Q4_0 / Q8_0 batches: the tensor cores, one pass over the weights per 32 tokens (Q4_K: dp4a, 8 a pass)
+  if (n_tok >= kMmqMinTokens && mmq_on() && matmul_mmq_takes(ws[0])) {
     launch_matmul_mmq(wspan, yspan, qx, n_tok, stream_);
     return;
   }

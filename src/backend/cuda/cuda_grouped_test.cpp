@@ -148,8 +148,9 @@ TEST(CudaGroupedMatmul, FloatKernelsGiveEachRowsOwnLaunchBits) {
 
 TEST(CudaGroupedMatmul, EightBitKernelsGiveEachRowsOwnLaunchBits) {
   SKIP_WITHOUT_GPU();
-  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K}) {
     for (WeightLayout layout : {WeightLayout::kRows, WeightLayout::kSplitScales}) {
+      if (type == DType::kQ4_K && layout == WeightLayout::kSplitScales) continue;  // GGUF rows only
       check_grouped({.type = type, .layout = layout}, true);
       check_grouped({.type = type, .layout = layout, .parts = 1, .counts = {1}}, true);
     }

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.cuh"
+#include "backend/cuda/cuda_dp4a_formats.cuh"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_q8_blocks.cuh"
@@ -70,114 +71,53 @@ __global__ void glu_quantize_kernel(float* gate, const float* up, int64_t n, int
   quantize_lane(h, t, b, lane, qx);
 }
 
-// One 32-weight block's raw bytes: d and 4 (Q4_0) or 8 (Q8_0) words of quants.
-template <bool Q8>
-struct Block {
-  uint32_t d;
-  int w[Q8 ? 8 : 4];
-};
-
-template <bool Q8, bool Split>
-__device__ __forceinline__ Block<Q8> load_block(const RowAt& r, int b) {
-  Block<Q8> blk;
-  if constexpr (Split) {
-    const uint4* p = reinterpret_cast<const uint4*>(r.q + static_cast<int64_t>(b) * (Q8 ? 32 : 16));
-    const uint4 a = __ldg(p);
-    blk.w[0] = static_cast<int>(a.x), blk.w[1] = static_cast<int>(a.y);
-    blk.w[2] = static_cast<int>(a.z), blk.w[3] = static_cast<int>(a.w);
-    if constexpr (Q8) {
-      const uint4 c = __ldg(p + 1);
-      blk.w[4] = static_cast<int>(c.x), blk.w[5] = static_cast<int>(c.y);
-      blk.w[6] = static_cast<int>(c.z), blk.w[7] = static_cast<int>(c.w);
-    }
-    blk.d = __ldg(r.d + b);
-  } else {
-    const uint8_t* p = r.q + static_cast<int64_t>(b) * (Q8 ? 34 : 18);
-    blk.d = ld16(p);
-#pragma unroll
-    for (int i = 0; i < (Q8 ? 8 : 4); ++i) blk.w[i] = ld32_a2(p + 2 + 4 * i);
-  }
-  return blk;
-}
-
-// d_w * (d * sum q_w q - [8 s]) for one block and one token's x block.
-template <bool Q8>
-__device__ __forceinline__ float block_dot(const Block<Q8>& b, const int4 xa, const int4 xb, float d, float s) {
-  int sumi = 0;
-  if constexpr (Q8) {
-    sumi = __dp4a(b.w[0], xa.x, sumi);
-    sumi = __dp4a(b.w[1], xa.y, sumi);
-    sumi = __dp4a(b.w[2], xa.z, sumi);
-    sumi = __dp4a(b.w[3], xa.w, sumi);
-    sumi = __dp4a(b.w[4], xb.x, sumi);
-    sumi = __dp4a(b.w[5], xb.y, sumi);
-    sumi = __dp4a(b.w[6], xb.z, sumi);
-    sumi = __dp4a(b.w[7], xb.w, sumi);
-    return f16(b.d) * d * static_cast<float>(sumi);
-  } else {
-    // qs[j] = q[j] | q[j + 16] << 4: word i holds elements 4i..4i+3 (low
-    // nibbles) and 16+4i..16+4i+3 (high nibbles).
-    const int xs_lo[4] = {xa.x, xa.y, xa.z, xa.w};
-    const int xs_hi[4] = {xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      sumi = __dp4a(b.w[i] & 0x0f0f0f0f, xs_lo[i], sumi);
-      sumi = __dp4a((b.w[i] >> 4) & 0x0f0f0f0f, xs_hi[i], sumi);
-    }
-    return f16(b.d) * (d * static_cast<float>(sumi) - 8.0f * s);
-  }
-}
-
 // This lane's share of R weight rows times NT tokens' quantized x (rows
-// x_row[t] of qx): the first weight loads, pdl_wait, then the blocks in
+// x_row[t] of qx): the first weight loads, pdl_wait, then the units in
 // order (the same order whatever NT, so a token's sums do not depend on it).
-template <bool Q8, bool Split, int R, int NT, int kUnroll>
+template <class F, int R, int NT, int kUnroll>
 __device__ __forceinline__ void q8_row_dots(const RowAt (&wr)[R], const int64_t (&x_row)[NT], const QuantizedX& qx,
-                                            int n_blocks, float (&acc)[R][NT]) {
+                                            int n_units, float (&acc)[R][NT]) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-  const int64_t nb_x = qx.n_in / 32;
-  Block<Q8> blk[kUnroll][R];
-  auto load = [&](int b0) {
+  typename F::Raw raw[kUnroll][R];
+  auto load = [&](int u0) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int b = b0 + 32 * u;
-      if (b < n_blocks)
+    for (int k = 0; k < kUnroll; ++k) {
+      const int u = u0 + 32 * k;
+      if (u < n_units)
 #pragma unroll
-        for (int r = 0; r < R; ++r) blk[u][r] = load_block<Q8, Split>(wr[r], b);
+        for (int r = 0; r < R; ++r) raw[k][r] = F::load(wr[r], u);
     }
   };
   load(lane);  // the first weights, before the kernel this one follows is done (cuda_pdl.cuh)
   pdl_wait();
-  for (int b0 = lane; b0 < n_blocks; b0 += 32 * kUnroll) {
-    if (b0 != lane) load(b0);
+  for (int u0 = lane; u0 < n_units; u0 += 32 * kUnroll) {
+    if (u0 != lane) load(u0);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int b = b0 + 32 * u;
-      if (b >= n_blocks) break;
+    for (int k = 0; k < kUnroll; ++k) {
+      const int u = u0 + 32 * k;
+      if (u >= n_units) break;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const int4* xq = reinterpret_cast<const int4*>(qx.q + x_row[t] * qx.n_in + static_cast<int64_t>(b) * 32);
-        const int4 xa = __ldg(xq), xb = __ldg(xq + 1);
-        const float d = __ldg(qx.d + x_row[t] * nb_x + b), s = Q8 ? 0.0f : __ldg(qx.s + x_row[t] * nb_x + b);
+        const typename F::X x = F::load_x(x_row_of(qx, x_row[t]), u);
 #pragma unroll
-        for (int r = 0; r < R; ++r) acc[r][t] += block_dot<Q8>(blk[u][r], xa, xb, d, s);
+        for (int r = 0; r < R; ++r) acc[r][t] += F::dot(raw[k][r], x, u);
       }
     }
   }
 }
 
-// Warp w of a thread block owns rows row0 .. row0 + R - 1; lane l takes quant
-// blocks l, l + 32, ... of those rows, kUnroll of them loaded before use.
-// kUnroll: blocks a lane loads before using them (fewer with more tokens,
+// Warp w of a thread block owns rows row0 .. row0 + R - 1; lane l takes the
+// format's units l, l + 32, ... of those rows (cuda_dp4a_formats.cuh), kUnroll
+// of them loaded before use. kUnroll: units a lane loads before using them (fewer with more tokens,
 // whose x takes registers). 8 for one token and one row was slower on an
 // H200 (the down projection 17.7 against 15.0 us): its registers cost a
 // third of the warps, so the rows took two waves.
-template <bool Q8, bool Split, int R, int NT, int kUnroll>
-__global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int n_blocks, int64_t n_out, QuantizedX qx) {
+template <class F, int R, int NT, int kUnroll>
+__global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int64_t n_in, int64_t n_out, QuantizedX qx) {
   pdl_trigger();
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
@@ -190,7 +130,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int
     const int64_t g = row0 + r < n_out ? row0 + r : n_out - 1;
     const int p = part_of(parts, g);
     const int64_t start = p == 0 ? 0 : parts.end[p - 1];
-    wr[r] = row_at<Q8, Split>(parts.w[p], g - start, parts.end[p] - start, n_blocks);
+    wr[r] = F::row(parts.w[p], g - start, parts.end[p] - start, n_in);
     yr[r] = parts.y[p] + (g - start);
     ys[r] = parts.stride[p];
   }
@@ -198,7 +138,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int
 #pragma unroll
   for (int t = 0; t < NT; ++t) x_row[t] = t;
   float acc[R][NT];
-  q8_row_dots<Q8, Split, R, NT, kUnroll>(wr, x_row, qx, n_blocks, acc);
+  q8_row_dots<F, R, NT, kUnroll>(wr, x_row, qx, static_cast<int>(n_in / F::kElems), acc);
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -208,9 +148,8 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int
     }
 }
 
-template <bool Q8, bool Split, int R>
+template <class F, int R>
 void launch_rows(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx, int64_t n_tok, cudaStream_t s) {
-  const int n_blocks = static_cast<int>(n_in / 32);
   const dim3 grid(static_cast<unsigned>((n_out + kWarps * R - 1) / (kWarps * R)));
   for (int64_t t0 = 0; t0 < n_tok;) {
     const QuantizedX c = from_token(qx, t0);
@@ -218,10 +157,10 @@ void launch_rows(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx,
     const int64_t left = n_tok - t0;
     const int nt = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
     switch (nt) {
-      case 8: launch_pdl(matmul_q8_kernel<Q8, Split, R, 8, 2>, grid, kWarps * 32, s, pc, n_blocks, n_out, c); break;
-      case 4: launch_pdl(matmul_q8_kernel<Q8, Split, R, 4, 2>, grid, kWarps * 32, s, pc, n_blocks, n_out, c); break;
-      case 2: launch_pdl(matmul_q8_kernel<Q8, Split, R, 2, 4>, grid, kWarps * 32, s, pc, n_blocks, n_out, c); break;
-      default: launch_pdl(matmul_q8_kernel<Q8, Split, R, 1, 4>, grid, kWarps * 32, s, pc, n_blocks, n_out, c); break;
+      case 8: launch_pdl(matmul_q8_kernel<F, R, 8, 2>, grid, kWarps * 32, s, pc, n_in, n_out, c); break;
+      case 4: launch_pdl(matmul_q8_kernel<F, R, 4, 2>, grid, kWarps * 32, s, pc, n_in, n_out, c); break;
+      case 2: launch_pdl(matmul_q8_kernel<F, R, 2, 4>, grid, kWarps * 32, s, pc, n_in, n_out, c); break;
+      default: launch_pdl(matmul_q8_kernel<F, R, 1, 4>, grid, kWarps * 32, s, pc, n_in, n_out, c); break;
     }
     SLUICE_CUDA_LAUNCHED();
     t0 += nt;
@@ -242,8 +181,8 @@ struct GroupedQ8 {
   int64_t y_stride = 0;
 };
 
-template <bool Q8, bool Split, int R, int NT, int kUnroll>
-__global__ void __launch_bounds__(kWarps * 32) matmul_q8_grouped_kernel(GroupedQ8 a, int n_blocks, QuantizedX qx) {
+template <class F, int R, int NT, int kUnroll>
+__global__ void __launch_bounds__(kWarps * 32) matmul_q8_grouped_kernel(GroupedQ8 a, int64_t n_in, QuantizedX qx) {
   pdl_trigger();
   const MatmulGroup grp = a.groups[blockIdx.y];  // written by a copy the launch follows, not by a kernel
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -256,7 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_q8_grouped_kernel(GroupedQ
   for (int r = 0; r < R; ++r) {
     const int64_t g = row0 + r < rows ? row0 + r : rows - 1;
     const int p = g >= a.n_out ? 1 : 0;
-    wr[r] = row_at<Q8, Split>(grp.w[p], g - p * a.n_out, a.n_out, n_blocks);
+    wr[r] = F::row(grp.w[p], g - p * a.n_out, a.n_out, n_in);
     yr[r] = a.y[p] + (g - p * a.n_out);
   }
   for (int t0 = 0; t0 < grp.count; t0 += NT) {
@@ -267,7 +206,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_q8_grouped_kernel(GroupedQ
       x_row[t] = a.x_rows ? __ldg(a.x_rows + i) : i;
     }
     float acc[R][NT];
-    q8_row_dots<Q8, Split, R, NT, kUnroll>(wr, x_row, qx, n_blocks, acc);
+    q8_row_dots<F, R, NT, kUnroll>(wr, x_row, qx, static_cast<int>(n_in / F::kElems), acc);
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -281,32 +220,37 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_q8_grouped_kernel(GroupedQ
   }
 }
 
-template <bool Q8, bool Split>
+template <class F>
 void launch_grouped(const GroupedQ8& a, int64_t n_in, const GroupedRows& g, QuantizedX qx, cudaStream_t s) {
-  const int n_blocks = static_cast<int>(n_in / 32);
   const int64_t rows = a.n_parts * a.n_out;
   const dim3 grid(static_cast<unsigned>((rows + kWarps - 1) / kWarps), static_cast<unsigned>(g.n_groups));
   const int64_t m = g.max_count;
-  if (m >= 8) launch_pdl(matmul_q8_grouped_kernel<Q8, Split, 1, 8, 2>, grid, kWarps * 32, s, a, n_blocks, qx);
-  else if (m >= 4) launch_pdl(matmul_q8_grouped_kernel<Q8, Split, 1, 4, 2>, grid, kWarps * 32, s, a, n_blocks, qx);
-  else if (m >= 2) launch_pdl(matmul_q8_grouped_kernel<Q8, Split, 1, 2, 4>, grid, kWarps * 32, s, a, n_blocks, qx);
-  else launch_pdl(matmul_q8_grouped_kernel<Q8, Split, 1, 1, 4>, grid, kWarps * 32, s, a, n_blocks, qx);
+  if (m >= 8) launch_pdl(matmul_q8_grouped_kernel<F, 1, 8, 2>, grid, kWarps * 32, s, a, n_in, qx);
+  else if (m >= 4) launch_pdl(matmul_q8_grouped_kernel<F, 1, 4, 2>, grid, kWarps * 32, s, a, n_in, qx);
+  else if (m >= 2) launch_pdl(matmul_q8_grouped_kernel<F, 1, 2, 4>, grid, kWarps * 32, s, a, n_in, qx);
+  else launch_pdl(matmul_q8_grouped_kernel<F, 1, 1, 4>, grid, kWarps * 32, s, a, n_in, qx);
   SLUICE_CUDA_LAUNCHED();
 }
 
-template <bool Q8, bool Split>
+template <class F>
 void launch_type(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx, int64_t n_tok, cudaStream_t s) {
   // Two rows a warp halve the x reads where rows are many; one where few
   // rows must still spread over every SM.
-  if (n_out >= 8192) launch_rows<Q8, Split, 2>(parts, n_in, n_out, qx, n_tok, s);
-  else launch_rows<Q8, Split, 1>(parts, n_in, n_out, qx, n_tok, s);
+  if (n_out >= 8192) launch_rows<F, 2>(parts, n_in, n_out, qx, n_tok, s);
+  else launch_rows<F, 1>(parts, n_in, n_out, qx, n_tok, s);
 }
 
 }  // namespace
 
-bool matmul_q8_takes(const WeightView& w) {
+bool matmul_mmq_takes(const WeightView& w) {
   return (w.type == DType::kQ4_0 || w.type == DType::kQ8_0) && w.n_in % 32 == 0 &&
          (w.layout == WeightLayout::kRows || w.layout == WeightLayout::kSplitScales);
+}
+
+bool matmul_q8_takes(const WeightView& w) {
+  if (w.type == DType::kQ4_K)  // 16-byte loads: the matrix 16-byte aligned, its rows then too (144 = 9 x 16)
+    return w.n_in % 256 == 0 && w.layout == WeightLayout::kRows && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  return matmul_mmq_takes(w);
 }
 
 void quantize_x(const float* x, int64_t x_stride, int64_t n_in, int64_t n_tok, const QuantizedX& qx, cudaStream_t s) {
@@ -352,14 +296,16 @@ void launch_matmul_q8_grouped(DType type, WeightLayout layout, int64_t n_in, int
   GroupedQ8 a{.groups = g.groups, .x_rows = g.x_rows, .y_rows = g.y_rows, .n_parts = static_cast<int>(ys.size()),
               .n_out = n_out, .y_stride = y_stride};
   for (size_t p = 0; p < ys.size(); ++p) a.y[p] = ys[p];
-  with_q8_layout(type, layout, [&]<bool Q8, bool Split>() { launch_grouped<Q8, Split>(a, n_in, g, qx, s); });
+  with_dp4a_format(type, layout, [&]<class F>() { launch_grouped<F>(a, n_in, g, qx, s); });
 }
 
 void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
                       cudaStream_t s) {
-  with_q8_launch(ws, ys, qx, n_tok, [&]<bool Q8, bool Split>(const Parts& parts, int64_t n_in, int64_t n_out) {
-    launch_type<Q8, Split>(parts, n_in, n_out, qx, n_tok, s);
-  });
+  Parts parts;
+  const int64_t n_out = q8_parts(ws, ys, qx.n_in, &parts);
+  if (n_out == 0 || n_tok == 0) return;
+  const int64_t n_in = ws[0].n_in;
+  with_dp4a_format(ws[0].type, ws[0].layout, [&]<class F>() { launch_type<F>(parts, n_in, n_out, qx, n_tok, s); });
 }
 
 }  // namespace sluice::cuda

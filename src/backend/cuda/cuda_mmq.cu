@@ -198,6 +198,7 @@ void launch_type(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx,
 
 void launch_matmul_mmq(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
                        cudaStream_t s) {
+  for (const WeightView& w : ws) CHECK(matmul_mmq_takes(w));
   with_q8_launch(ws, ys, qx, n_tok, [&]<bool Q8, bool Split>(const Parts& parts, int64_t n_in, int64_t n_out) {
     launch_type<Q8, Split>(parts, n_in, n_out, qx, n_tok, s);
   });

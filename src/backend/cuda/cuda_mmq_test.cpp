@@ -21,17 +21,6 @@
 namespace sluice::cuda::testing {
 namespace {
 
-struct DevMem {
-  void* p;
-  size_t n;
-  explicit DevMem(size_t bytes) : p(device_alloc(bytes)), n(bytes) {}
-  ~DevMem() { device_free(p); }
-  DevMem(const DevMem&) = delete;
-  DevMem& operator=(const DevMem&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
 // A matrix [n_out, n_in] of `type` in `layout`, on the device.
 std::unique_ptr<DevMem> matrix(DType type, WeightLayout layout, int64_t n_in, int64_t n_out, uint32_t seed) {
   const auto f = random_floats(static_cast<size_t>(n_in * n_out), seed, 0.05f);

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/cuda/cuda_matmul_q8.cuh"
 #include "backend/cuda/cuda_prefill.h"
 #include "backend/cuda/cuda_test_util.h"
 #include "backend/reference_backend.h"
@@ -35,7 +36,8 @@ double bound(DType t, int64_t n_tok) {
   const int64_t min_tok =
       t == DType::kBF16 ? cuda::PrefillMatmul::kMinTokensBf16 : cuda::PrefillMatmul::kMinTokensDecoded;
   if (t != DType::kF32 && n_tok >= min_tok) return kTensorCoreNmse;
-  return t == DType::kQ4_0 || t == DType::kQ8_0 ? 4e-4 : 1e-9;  // as cuda_backend_test.cpp
+  // The dp4a kernels' 8-bit x (cuda_matmul_q8.cuh), or float x.
+  return matmul_q8_takes({.type = t, .n_in = 512, .n_out = 1}) ? 4e-4 : 1e-9;
 }
 
 class CudaPrefill : public ::testing::TestWithParam<DType> {};

@@ -50,6 +50,18 @@ struct Dev {
   }
 };
 
+// Raw device memory, for the tests that call kernels directly.
+struct DevMem {
+  void* p;
+  size_t n;
+  explicit DevMem(size_t bytes) : p(device_alloc(bytes)), n(bytes) {}
+  ~DevMem() { device_free(p); }
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
 // A quantized matrix [n_out, n_in], its host view and (after to()) its device view.
 struct Matrix {
   std::vector<uint8_t> bytes;

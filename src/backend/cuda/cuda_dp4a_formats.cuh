@@ -1,0 +1,187 @@
+// How the dp4a kernels (cuda_matmul_q8.cu) read each weight type they take.
+// A format cuts a row into units, one lane's share at a time; it loads a
+// unit's raw bytes and multiplies them with the matching x blocks of
+// QuantizedX (32 int8 with d, s = d * sum q; cuda_matmul_q8.cuh):
+//
+//   format            unit (weights)               loads per unit                     x blocks
+//   Q8_0 rows/split   one block (32)               17 x 2 B / 2 x 16 B + scale        1
+//   Q4_0 rows/split   one block (32)               9 x 2 B / 16 B + scale             1
+//   Q4_K rows         64: sub-blocks 2c, 2c + 1    16 B header + 2 x 16 B of qs       2
+//                     of a super-block (c < 4)
+//
+// Q4_K's 144-byte super-blocks start 16-byte aligned in a row (144 = 9 x 16),
+// so with the matrix 16-byte aligned every load is a 16-byte one; the header
+// (d, dmin, the 12 bytes of 6-bit scales and mins) is the same address for the
+// super-block's 4 lanes and costs one transaction. Its dequantization is
+// w = d * sc * q - dmin * m per 32-element sub-block, so with x = dx * qx:
+//   sum w x = d * sc * dx * sum(q qx) - dmin * m * (dx * sum qx)      (the last factor is QuantizedX's s)
+// A lane's sum depends only on its unit and the token's x: the kernels add
+// the units in one order whatever the batch. Included by .cu files only.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_matmul_q8.cuh"
+#include "backend/cuda/cuda_q8_blocks.cuh"
+#include "quant/blocks.h"
+
+namespace sluice::cuda {
+
+// A token's quantized x: its int8 row and its blocks' d and s.
+struct XRow {
+  const int8_t* q;
+  const float* d;
+  const float* s;
+};
+
+__device__ __forceinline__ XRow x_row_of(const QuantizedX& qx, int64_t row) {
+  const int64_t nb = qx.n_in / 32;
+  return {qx.q + row * qx.n_in, qx.d + row * nb, qx.s + row * nb};
+}
+
+// Q4_0 / Q8_0 in GGUF rows (Split false) or with the scales split off
+// (quant/split_scales.h): a unit is one block of 32.
+template <bool Q8, bool Split>
+struct Dp4aLegacy {
+  static constexpr int kElems = 32;
+  struct Raw {
+    uint32_t d;
+    int w[Q8 ? 8 : 4];
+  };
+
+  __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t n_rows, int64_t n_in) {
+    return row_at<Q8, Split>(w, local, n_rows, static_cast<int>(n_in / 32));
+  }
+
+  __device__ __forceinline__ static Raw load(const RowAt& r, int b) {
+    Raw blk;
+    if constexpr (Split) {
+      const uint4* p = reinterpret_cast<const uint4*>(r.q + static_cast<int64_t>(b) * (Q8 ? 32 : 16));
+      const uint4 a = __ldg(p);
+      blk.w[0] = static_cast<int>(a.x), blk.w[1] = static_cast<int>(a.y);
+      blk.w[2] = static_cast<int>(a.z), blk.w[3] = static_cast<int>(a.w);
+      if constexpr (Q8) {
+        const uint4 c = __ldg(p + 1);
+        blk.w[4] = static_cast<int>(c.x), blk.w[5] = static_cast<int>(c.y);
+        blk.w[6] = static_cast<int>(c.z), blk.w[7] = static_cast<int>(c.w);
+      }
+      blk.d = __ldg(r.d + b);
+    } else {
+      const uint8_t* p = r.q + static_cast<int64_t>(b) * (Q8 ? 34 : 18);
+      blk.d = ld16(p);
+#pragma unroll
+      for (int i = 0; i < (Q8 ? 8 : 4); ++i) blk.w[i] = ld32_a2(p + 2 + 4 * i);
+    }
+    return blk;
+  }
+
+  // The token's x block b.
+  struct X {
+    int4 a, b;
+    float d, s;
+  };
+  __device__ __forceinline__ static X load_x(const XRow& x, int b) {
+    const int4* xq = reinterpret_cast<const int4*>(x.q + static_cast<int64_t>(b) * 32);
+    return {__ldg(xq), __ldg(xq + 1), __ldg(x.d + b), Q8 ? 0.0f : __ldg(x.s + b)};
+  }
+
+  // d_w * (d * sum q_w q - [8 s]) for block b and the token's x block b.
+  __device__ __forceinline__ static float dot(const Raw& blk, const X& x, int) {
+    const int4 xa = x.a, xb = x.b;
+    const float d = x.d;
+    int sumi = 0;
+    if constexpr (Q8) {
+      sumi = __dp4a(blk.w[0], xa.x, sumi);
+      sumi = __dp4a(blk.w[1], xa.y, sumi);
+      sumi = __dp4a(blk.w[2], xa.z, sumi);
+      sumi = __dp4a(blk.w[3], xa.w, sumi);
+      sumi = __dp4a(blk.w[4], xb.x, sumi);
+      sumi = __dp4a(blk.w[5], xb.y, sumi);
+      sumi = __dp4a(blk.w[6], xb.z, sumi);
+      sumi = __dp4a(blk.w[7], xb.w, sumi);
+      return f16(blk.d) * d * static_cast<float>(sumi);
+    } else {
+      // qs[j] = q[j] | q[j + 16] << 4: word i holds elements 4i..4i+3 (low
+      // nibbles) and 16+4i..16+4i+3 (high nibbles).
+      const int xs_lo[4] = {xa.x, xa.y, xa.z, xa.w};
+      const int xs_hi[4] = {xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sumi = __dp4a(blk.w[i] & 0x0f0f0f0f, xs_lo[i], sumi);
+        sumi = __dp4a((blk.w[i] >> 4) & 0x0f0f0f0f, xs_hi[i], sumi);
+      }
+      return f16(blk.d) * (d * static_cast<float>(sumi) - 8.0f * x.s);
+    }
+  }
+};
+
+// Q4_K in GGUF rows: unit u is part c = u % 4 of super-block u / 4, its
+// elements 64c .. 64c + 63 (sub-blocks 2c and 2c + 1), whose quants are
+// qs[32c .. 32c + 31]: low nibbles sub-block 2c, high nibbles 2c + 1.
+struct Dp4aQ4K {
+  static constexpr int kElems = 64;
+  static constexpr int kBytes = sizeof(BlockQ4_K);  // 144
+  struct Raw {
+    uint4 head;    // d | dmin << 16, scales[0..3], scales[4..7], scales[8..11]
+    uint4 q0, q1;  // qs[32c .. 32c + 15], qs[32c + 16 .. 32c + 31]
+  };
+
+  __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
+    return {w + local * (n_in / 256) * kBytes, nullptr};
+  }
+
+  __device__ __forceinline__ static Raw load(const RowAt& r, int u) {
+    const uint8_t* p = r.q + static_cast<int64_t>(u / 4) * kBytes;
+    const uint4* qs = reinterpret_cast<const uint4*>(p + offsetof(BlockQ4_K, qs) + 32 * (u % 4));
+    return {__ldg(reinterpret_cast<const uint4*>(p)), __ldg(qs), __ldg(qs + 1)};
+  }
+
+  // The token's x blocks 2u, 2u + 1 (sub-blocks 2c, 2c + 1).
+  struct X {
+    int4 q[4];
+    float d[2], s[2];
+  };
+  __device__ __forceinline__ static X load_x(const XRow& x, int u) {
+    const int4* xq = reinterpret_cast<const int4*>(x.q + static_cast<int64_t>(u) * 64);
+    const int64_t b = 2 * static_cast<int64_t>(u);
+    return {{__ldg(xq), __ldg(xq + 1), __ldg(xq + 2), __ldg(xq + 3)},
+            {__ldg(x.d + b), __ldg(x.d + b + 1)},
+            {__ldg(x.s + b), __ldg(x.s + b + 1)}};
+  }
+
+  // d * (sc0 * d0 * sum0 + sc1 * d1 * sum1) - dmin * (m0 * s0 + m1 * s1) for unit u.
+  __device__ __forceinline__ static float dot(const Raw& r, const X& x, int u) {
+    const int c = u % 4;
+    // Bytes 2c and 2c + 1 of the 8 scales and of the 8 mins (quant/blocks.h: q4_k_scales_mins).
+    const uint32_t sc = c < 2 ? r.head.y & 0x3f3f3f3fu : (r.head.w & 0x0f0f0f0fu) | ((r.head.y >> 2) & 0x30303030u);
+    const uint32_t m =
+        c < 2 ? r.head.z & 0x3f3f3f3fu : ((r.head.w >> 4) & 0x0f0f0f0fu) | ((r.head.z >> 2) & 0x30303030u);
+    const int sh = 16 * (c % 2);
+    const float sc0 = static_cast<float>((sc >> sh) & 0xff), sc1 = static_cast<float>((sc >> (sh + 8)) & 0xff);
+    const float m0 = static_cast<float>((m >> sh) & 0xff), m1 = static_cast<float>((m >> (sh + 8)) & 0xff);
+    const uint32_t w[8] = {r.q0.x, r.q0.y, r.q0.z, r.q0.w, r.q1.x, r.q1.y, r.q1.z, r.q1.w};
+    const int x0[8] = {x.q[0].x, x.q[0].y, x.q[0].z, x.q[0].w, x.q[1].x, x.q[1].y, x.q[1].z, x.q[1].w};
+    const int x1[8] = {x.q[2].x, x.q[2].y, x.q[2].z, x.q[2].w, x.q[3].x, x.q[3].y, x.q[3].z, x.q[3].w};
+    int sum0 = 0, sum1 = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      sum0 = __dp4a(static_cast<int>(w[i] & 0x0f0f0f0fu), x0[i], sum0);
+      sum1 = __dp4a(static_cast<int>((w[i] >> 4) & 0x0f0f0f0fu), x1[i], sum1);
+    }
+    const float d = f16(r.head.x & 0xffffu), dmin = f16(r.head.x >> 16);
+    return d * (sc0 * x.d[0] * static_cast<float>(sum0) + sc1 * x.d[1] * static_cast<float>(sum1)) -
+           dmin * (m0 * x.s[0] + m1 * x.s[1]);
+  }
+};
+
+// f.template operator()<Format>() for a matrix that matmul_q8_takes.
+template <class F>
+void with_dp4a_format(DType type, WeightLayout layout, F&& f) {
+  if (type == DType::kQ4_K) {
+    f.template operator()<Dp4aQ4K>();
+    return;
+  }
+  with_q8_layout(type, layout, [&]<bool Q8, bool Split>() { f.template operator()<Dp4aLegacy<Q8, Split>>(); });
+}
+
+}  // namespace sluice::cuda
