@@ -8,6 +8,8 @@
 //   Q4_0 rows/split   one block (32)               9 x 2 B / 16 B + scale             1
 //   Q4_K rows         64: sub-blocks 2c, 2c + 1    16 B header + 2 x 16 B of qs       2
 //                     of a super-block (c < 4)
+//   Q6_K rows         64: 16 of each of the 4      3 x 16 B (as 5 aligned 4 B words   4 halves
+//                     sub-block rows of a half     each) + 8 B of scales + d
 //
 // Q4_K's 144-byte super-blocks start 16-byte aligned in a row (144 = 9 x 16),
 // so with the matrix 16-byte aligned every load is a 16-byte one; the header
@@ -15,6 +17,10 @@
 // super-block's 4 lanes and costs one transaction. Its dequantization is
 // w = d * sc * q - dmin * m per 32-element sub-block, so with x = dx * qx:
 //   sum w x = d * sc * dx * sum(q qx) - dmin * m * (dx * sum qx)      (the last factor is QuantizedX's s)
+// Q6_K's 210-byte super-blocks are only 2-byte aligned (every other one 4),
+// so its 16-byte spans are read as five aligned 4-byte words and shifted by
+// 0 or 2 bytes (__byte_perm); its 16-element sub-blocks take half an x block
+// each, and the -32 offset is a dp4a of -32 per byte with x.
 // A lane's sum depends only on its unit and the token's x: the kernels add
 // the units in one order whatever the batch. Included by .cu files only.
 #pragma once
@@ -44,6 +50,7 @@ __device__ __forceinline__ XRow x_row_of(const QuantizedX& qx, int64_t row) {
 template <bool Q8, bool Split>
 struct Dp4aLegacy {
   static constexpr int kElems = 32;
+  static constexpr int kMaxUnroll = 4;  // units a lane may load ahead
   struct Raw {
     uint32_t d;
     int w[Q8 ? 8 : 4];
@@ -120,6 +127,7 @@ struct Dp4aLegacy {
 // qs[32c .. 32c + 31]: low nibbles sub-block 2c, high nibbles 2c + 1.
 struct Dp4aQ4K {
   static constexpr int kElems = 64;
+  static constexpr int kMaxUnroll = 4;
   static constexpr int kBytes = sizeof(BlockQ4_K);  // 144
   struct Raw {
     uint4 head;    // d | dmin << 16, scales[0..3], scales[4..7], scales[8..11]
@@ -174,11 +182,101 @@ struct Dp4aQ4K {
   }
 };
 
+// Q6_K in GGUF rows: unit u is part (h, j) = ((u % 4) / 2, u % 2) of
+// super-block u / 4: for k < 4, elements 128h + 32k + 16j + (0..15), sub-block
+// 8h + 2k + j. Their low 4 bits are bytes 16j.. of ql[64h ..] (k even: low
+// nibbles, k = 0, 2) and of ql[64h + 32 ..] (k = 1, 3), their high 2 bits bits
+// 2k of qh[32h + 16j ..] (quant/blocks.h's diagram).
+struct Dp4aQ6K {
+  static constexpr int kElems = 64;
+  static constexpr int kMaxUnroll = 2;  // a unit's raw words take 19 registers
+  static constexpr int kBytes = sizeof(BlockQ6_K);  // 210
+  // 16 bytes at a 2-byte aligned address: the five aligned words around them.
+  struct Span {
+    uint32_t w[5];
+  };
+  struct Raw {
+    Span lo0, lo1, hi;  // ql[64h + 16j ..], ql[64h + 32 + 16j ..], qh[32h + 16j ..]
+    uint32_t sc[2];     // scales[8h .. 8h + 7]
+    uint32_t d;
+    uint32_t sel;       // __byte_perm selector: 0x3210 at a 4-aligned super-block, 0x5432 at 2 past
+  };
+
+  __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
+    return {w + local * (n_in / 256) * kBytes, nullptr};
+  }
+
+  __device__ __forceinline__ static Span span(const uint8_t* p) {  // p: 2 past a 4-aligned address or on one
+    const uint32_t* a = reinterpret_cast<const uint32_t*>(p - (reinterpret_cast<uintptr_t>(p) & 2));
+    return {{__ldg(a), __ldg(a + 1), __ldg(a + 2), __ldg(a + 3), __ldg(a + 4)}};
+  }
+
+  __device__ __forceinline__ static Raw load(const RowAt& r, int u) {
+    const uint8_t* p = r.q + static_cast<int64_t>(u / 4) * kBytes;
+    const int h = (u % 4) / 2, j = u % 2;
+    const uint8_t* sc = p + offsetof(BlockQ6_K, scales) + 8 * h;
+    return {span(p + 64 * h + 16 * j), span(p + 64 * h + 32 + 16 * j),
+            span(p + offsetof(BlockQ6_K, qh) + 32 * h + 16 * j),
+            {static_cast<uint32_t>(ld32_a2(sc)), static_cast<uint32_t>(ld32_a2(sc + 4))},
+            ld16(p + offsetof(BlockQ6_K, d)), (reinterpret_cast<uintptr_t>(p) & 2) ? 0x5432u : 0x3210u};
+  }
+
+  // The token's x: for k < 4, bytes 16j.. of block 8 (u / 4) + 4h + k, and its d.
+  struct X {
+    int4 q[4];
+    float d[4];
+  };
+  __device__ __forceinline__ static X load_x(const XRow& x, int u) {
+    const int64_t b = 8 * static_cast<int64_t>(u / 4) + 4 * ((u % 4) / 2);
+    const int j = u % 2;
+    X r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      r.q[k] = __ldg(reinterpret_cast<const int4*>(x.q + (b + k) * 32 + 16 * j));
+      r.d[k] = __ldg(x.d + b + k);
+    }
+    return r;
+  }
+
+  // d * sum_k sc_k * d_k * sum (q - 32) q_x over the unit's 4 runs of 16.
+  __device__ __forceinline__ static float dot(const Raw& r, const X& x, int u) {
+    const int j = u % 2;
+    int sum[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t a = __byte_perm(r.lo0.w[i], r.lo0.w[i + 1], r.sel);
+      const uint32_t b = __byte_perm(r.lo1.w[i], r.lo1.w[i + 1], r.sel);
+      const uint32_t hb = __byte_perm(r.hi.w[i], r.hi.w[i + 1], r.sel);
+      const uint32_t q[4] = {(a & 0x0f0f0f0fu) | ((hb << 4) & 0x30303030u),
+                             (b & 0x0f0f0f0fu) | ((hb << 2) & 0x30303030u),
+                             ((a >> 4) & 0x0f0f0f0fu) | (hb & 0x30303030u),
+                             ((b >> 4) & 0x0f0f0f0fu) | ((hb >> 2) & 0x30303030u)};
+      const int xs[4] = {(&x.q[0].x)[i], (&x.q[1].x)[i], (&x.q[2].x)[i], (&x.q[3].x)[i]};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        sum[k] = __dp4a(static_cast<int>(q[k]), xs[k], sum[k]);
+        sum[k] = __dp4a(static_cast<int>(0xe0e0e0e0u), xs[k], sum[k]);  // -32 per byte
+      }
+    }
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // scale of sub-block 8h + 2k + j: byte j + 2k of scales[8h ..]
+      const int sc = static_cast<int8_t>(r.sc[k / 2] >> (8 * (j + 2 * (k % 2))));
+      acc += static_cast<float>(sc) * x.d[k] * static_cast<float>(sum[k]);
+    }
+    return f16(r.d) * acc;
+  }
+};
+
 // f.template operator()<Format>() for a matrix that matmul_q8_takes.
 template <class F>
 void with_dp4a_format(DType type, WeightLayout layout, F&& f) {
   if (type == DType::kQ4_K) {
     f.template operator()<Dp4aQ4K>();
+    return;
+  }
+  if (type == DType::kQ6_K) {
+    f.template operator()<Dp4aQ6K>();
     return;
   }
   with_q8_layout(type, layout, [&]<bool Q8, bool Split>() { f.template operator()<Dp4aLegacy<Q8, Split>>(); });

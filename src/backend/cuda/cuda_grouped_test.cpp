@@ -148,9 +148,10 @@ TEST(CudaGroupedMatmul, FloatKernelsGiveEachRowsOwnLaunchBits) {
 
 TEST(CudaGroupedMatmul, EightBitKernelsGiveEachRowsOwnLaunchBits) {
   SKIP_WITHOUT_GPU();
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K}) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
     for (WeightLayout layout : {WeightLayout::kRows, WeightLayout::kSplitScales}) {
-      if (type == DType::kQ4_K && layout == WeightLayout::kSplitScales) continue;  // GGUF rows only
+      const bool k_quant = type == DType::kQ4_K || type == DType::kQ6_K;
+      if (k_quant && layout == WeightLayout::kSplitScales) continue;  // GGUF rows only
       check_grouped({.type = type, .layout = layout}, true);
       check_grouped({.type = type, .layout = layout, .parts = 1, .counts = {1}}, true);
     }

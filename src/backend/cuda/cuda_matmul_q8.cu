@@ -74,9 +74,10 @@ __global__ void glu_quantize_kernel(float* gate, const float* up, int64_t n, int
 // This lane's share of R weight rows times NT tokens' quantized x (rows
 // x_row[t] of qx): the first weight loads, pdl_wait, then the units in
 // order (the same order whatever NT, so a token's sums do not depend on it).
-template <class F, int R, int NT, int kUnroll>
+template <class F, int R, int NT, int kUnrollAsked>
 __device__ __forceinline__ void q8_row_dots(const RowAt (&wr)[R], const int64_t (&x_row)[NT], const QuantizedX& qx,
                                             int n_units, float (&acc)[R][NT]) {
+  constexpr int kUnroll = kUnrollAsked < F::kMaxUnroll ? kUnrollAsked : F::kMaxUnroll;
   const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -112,12 +113,14 @@ __device__ __forceinline__ void q8_row_dots(const RowAt (&wr)[R], const int64_t 
 
 // Warp w of a thread block owns rows row0 .. row0 + R - 1; lane l takes the
 // format's units l, l + 32, ... of those rows (cuda_dp4a_formats.cuh), kUnroll
-// of them loaded before use. kUnroll: units a lane loads before using them (fewer with more tokens,
-// whose x takes registers). 8 for one token and one row was slower on an
+// of them loaded before use (at most the format's kMaxUnroll). kUnroll: units
+// a lane loads before using them (fewer with more tokens, whose x takes
+// registers). 8 for one token and one row was slower on an
 // H200 (the down projection 17.7 against 15.0 us): its registers cost a
 // third of the warps, so the rows took two waves.
 template <class F, int R, int NT, int kUnroll>
-__global__ void __launch_bounds__(kWarps * 32) matmul_q8_kernel(Parts parts, int64_t n_in, int64_t n_out, QuantizedX qx) {
+__global__ void __launch_bounds__(kWarps * 32)
+    matmul_q8_kernel(Parts parts, int64_t n_in, int64_t n_out, QuantizedX qx) {
   pdl_trigger();
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * R;
@@ -248,8 +251,10 @@ bool matmul_mmq_takes(const WeightView& w) {
 }
 
 bool matmul_q8_takes(const WeightView& w) {
-  if (w.type == DType::kQ4_K)  // 16-byte loads: the matrix 16-byte aligned, its rows then too (144 = 9 x 16)
-    return w.n_in % 256 == 0 && w.layout == WeightLayout::kRows && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  const auto at = reinterpret_cast<uintptr_t>(w.data);
+  const bool k_rows = w.n_in % 256 == 0 && w.layout == WeightLayout::kRows;
+  if (w.type == DType::kQ4_K) return k_rows && at % 16 == 0;  // 16-byte loads; its rows then aligned too (144 = 9 x 16)
+  if (w.type == DType::kQ6_K) return k_rows && at % 4 == 0;   // aligned words, none before the matrix
   return matmul_mmq_takes(w);
 }
 

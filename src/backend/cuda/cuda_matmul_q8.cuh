@@ -1,4 +1,4 @@
-// Matmuls of Q4_0, Q8_0 and Q4_K weights against 8-bit activations, with
+// Matmuls of Q4_0, Q8_0, Q4_K and Q6_K weights against 8-bit activations, with
 // integer dot products (dp4a): the decode path for the most used block types.
 //
 // The float kernels of cuda_matmul.cuh decode every weight to float and read
@@ -13,6 +13,7 @@
 //   Q8_0 . x = d_w * d * sum(q_w * q)
 //   Q4_0 . x = d_w * (d * sum(q_w * q) - 8 * s)
 //   Q4_K . x = sum over sub-blocks: d_w * sc * d * sum(q_w * q) - dmin_w * m * s
+//   Q6_K . x = sum over sub-blocks of 16: d_w * sc * d * sum((q_w - 32) * q)
 // (cuda_dp4a_formats.cuh: how each type's blocks are cut among the lanes).
 //
 // Like the CPU backend's 8-bit activations, this is not the float reference
@@ -42,7 +43,8 @@ struct QuantizedX {
 // 32, as GGUF rows or with the scales split off (quant/split_scales.h; the
 // layout prepare_weights gives them: each block's quants one or two 16-byte
 // loads instead of nine or seventeen 2-byte ones); Q4_K in GGUF rows with
-// w.data 16-byte aligned (its super-blocks are read with 16-byte loads).
+// w.data 16-byte aligned (its super-blocks are read with 16-byte loads), Q6_K
+// in GGUF rows with w.data 4-byte aligned (aligned 4-byte words).
 bool matmul_q8_takes(const WeightView& w);
 // Whether launch_matmul_mmq takes it: the Q4_0 / Q8_0 share of matmul_q8_takes.
 bool matmul_mmq_takes(const WeightView& w);
@@ -76,8 +78,8 @@ inline constexpr int64_t kMmqMinTokens = 9;
 // launch_matmul_grouped's grouped matmul (cuda_matmul.cuh) with x as
 // quantized: group g's rows read rows x_row(i) of qx. Every group's w[p] is a
 // matrix of (type, layout, n_in, n_out) that matmul_q8_takes, 2-byte aligned
-// for Q4_0 / Q8_0 GGUF rows and 16-byte for split scales and Q4_K (as
-// launch_matmul_q8 reads them).
+// for Q4_0 / Q8_0 GGUF rows, 4-byte for Q6_K and 16-byte for split scales and
+// Q4_K (as launch_matmul_q8 reads them).
 void launch_matmul_q8_grouped(DType type, WeightLayout layout, int64_t n_in, int64_t n_out, const GroupedRows& g,
                               const QuantizedX& qx, std::span<float* const> ys, int64_t y_stride, cudaStream_t s);
 

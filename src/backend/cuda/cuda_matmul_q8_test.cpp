@@ -3,10 +3,11 @@
 // the kernels read (x quantized on the device, then read back: x_i = d_b *
 // q_i), added in double. What is left is float rounding, so a unit cut wrong
 // (a nibble, a 6-bit scale or min, an x block of Q4_K's super-block) fails by
-// orders of magnitude. For Q4_0, Q8_0 and Q4_K in GGUF rows: 1 to 11 tokens
-// (every pass width and a last short pass), three parts in one launch, rows
-// past 8192 (two a warp); a token's outputs do not depend on the batch; Q4_K
-// not 16-byte aligned is not taken. Outputs are NaN-poisoned, so a row or
+// orders of magnitude. For Q4_0, Q8_0, Q4_K and Q6_K in GGUF rows: 1 to 11
+// tokens (every pass width and a last short pass), three parts in one launch,
+// rows past 8192 (two a warp), Q6_K rows of an odd count of super-blocks (every
+// other one 2 bytes past a 4-byte boundary); a token's outputs do not depend on
+// the batch; Q4_K not 16-byte aligned and Q6_K not 4-byte aligned are not taken. Outputs are NaN-poisoned, so a row or
 // token a launch skips fails. Without a usable GPU every test skips.
 #ifdef SLUICE_HAVE_CUDA
 
@@ -24,7 +25,7 @@
 namespace sluice::cuda::testing {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K};
+constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
 
 // x of n_tok rows quantized on the device, and its host copy.
 struct QX {
@@ -119,7 +120,7 @@ void expect_matches_host(const std::vector<Mat>& ms, const QX& x, int64_t n_tok)
 
 TEST(CudaMatmulQ8, EveryTypeMatchesTheHostOnTheSameQuantizedX) {
   SKIP_WITHOUT_GPU();
-  constexpr int64_t kIn = 768;  // Q4_K: 3 super-blocks, 12 units, fewer than a warp's lanes
+  constexpr int64_t kIn = 768;  // K-quants: 3 super-blocks, 12 units (fewer than a warp's lanes); Q6_K rows 630 bytes
   for (DType type : kTypes) {
     std::vector<Mat> ms;
     for (int64_t n_out : {300, 64, 37}) ms.push_back(matrix(type, kIn, n_out, 7 + static_cast<uint32_t>(n_out)));
@@ -164,7 +165,7 @@ TEST(CudaMatmulQ8, ATokensOutputsDoNotDependOnTheBatch) {
   }
 }
 
-TEST(CudaMatmulQ8, TakesQ4KOnlySixteenByteAligned) {
+TEST(CudaMatmulQ8, TakesKQuantsOnlyAlignedForTheirLoads) {
   alignas(16) static const uint8_t kBytes[32] = {};
   const WeightView aligned{.type = DType::kQ4_K, .data = kBytes, .n_in = 256, .n_out = 1};
   EXPECT_TRUE(matmul_q8_takes(aligned));
@@ -176,7 +177,9 @@ TEST(CudaMatmulQ8, TakesQ4KOnlySixteenByteAligned) {
   off.layout = WeightLayout::kSplitScales;
   EXPECT_FALSE(matmul_q8_takes(off));
   EXPECT_TRUE(matmul_q8_takes({.type = DType::kQ4_0, .data = kBytes + 2, .n_in = 32, .n_out = 1}));
-  EXPECT_FALSE(matmul_q8_takes({.type = DType::kQ6_K, .data = kBytes, .n_in = 256, .n_out = 1}));
+  EXPECT_TRUE(matmul_q8_takes({.type = DType::kQ6_K, .data = kBytes + 4, .n_in = 256, .n_out = 1}));
+  EXPECT_FALSE(matmul_q8_takes({.type = DType::kQ6_K, .data = kBytes + 2, .n_in = 256, .n_out = 1}));
+  EXPECT_FALSE(matmul_q8_takes({.type = DType::kQ5_K, .data = kBytes, .n_in = 256, .n_out = 1}));
 }
 
 }  // namespace
