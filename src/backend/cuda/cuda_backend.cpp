@@ -203,8 +203,8 @@ bool CudaBackend::supports(Op op, const OpTypes& t) const {
 
 ActRounding CudaBackend::matmul_act_rounding(DType weight, int64_t n_tok) const {
   if (prefill_->takes_type(weight, n_tok)) return ActRounding::kBF16;  // the tensor-core path (cuda_prefill.h)
-  const bool dp4a = weight == DType::kQ4_0 || weight == DType::kQ8_0 || weight == DType::kQ4_K ||
-                    weight == DType::kQ6_K;  // matmul_q8_takes
+  // The dp4a kernels' 8-bit x (any width of the type's blocks, aligned data), or float x.
+  const bool dp4a = matmul_q8_takes({.type = weight, .n_in = 256, .n_out = 1});
   return dp4a ? ActRounding::kInt8Blocks32 : ActRounding::kNone;
 }
 

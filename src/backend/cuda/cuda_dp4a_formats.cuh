@@ -8,14 +8,16 @@
 //   Q4_0 rows/split   one block (32)               9 x 2 B / 16 B + scale             1
 //   Q4_K rows         64: sub-blocks 2c, 2c + 1    16 B header + 2 x 16 B of qs       2
 //                     of a super-block (c < 4)
+//   Q5_K rows         as Q4_K                      as Q4_K + 2 x 16 B of qh           2
 //   Q6_K rows         64: 16 of each of the 4      3 x 16 B (as 5 aligned 4 B words   4 halves
 //                     sub-block rows of a half     each) + 8 B of scales + d
 //
-// Q4_K's 144-byte super-blocks start 16-byte aligned in a row (144 = 9 x 16),
-// so with the matrix 16-byte aligned every load is a 16-byte one; the header
-// (d, dmin, the 12 bytes of 6-bit scales and mins) is the same address for the
-// super-block's 4 lanes and costs one transaction. Its dequantization is
-// w = d * sc * q - dmin * m per 32-element sub-block, so with x = dx * qx:
+// Q4_K's 144-byte and Q5_K's 176-byte super-blocks start 16-byte aligned in a
+// row (9 and 11 x 16), so with the matrix 16-byte aligned every load is a
+// 16-byte one; the header (d, dmin, the 12 bytes of 6-bit scales and mins) and
+// Q5_K's qh are the same addresses for the super-block's 4 lanes and cost one
+// transaction. The dequantization is w = d * sc * q - dmin * m per 32-element
+// sub-block, so with x = dx * qx:
 //   sum w x = d * sc * dx * sum(q qx) - dmin * m * (dx * sum qx)      (the last factor is QuantizedX's s)
 // Q6_K's 210-byte super-blocks are only 2-byte aligned (every other one 4),
 // so its 16-byte spans are read as five aligned 4-byte words and shifted by
@@ -30,6 +32,7 @@
 #include "backend/cuda/cuda_matmul_q8.cuh"
 #include "backend/cuda/cuda_q8_blocks.cuh"
 #include "quant/blocks.h"
+#include "quant/blocks_more.h"
 
 namespace sluice::cuda {
 
@@ -122,16 +125,21 @@ struct Dp4aLegacy {
   }
 };
 
-// Q4_K in GGUF rows: unit u is part c = u % 4 of super-block u / 4, its
-// elements 64c .. 64c + 63 (sub-blocks 2c and 2c + 1), whose quants are
-// qs[32c .. 32c + 31]: low nibbles sub-block 2c, high nibbles 2c + 1.
-struct Dp4aQ4K {
+// Q4_K (Q5 false) and Q5_K in GGUF rows: unit u is part c = u % 4 of
+// super-block u / 4, its elements 64c .. 64c + 63 (sub-blocks 2c and 2c + 1),
+// whose quants are qs[32c .. 32c + 31]: low nibbles sub-block 2c, high
+// nibbles 2c + 1. Q5_K's fifth bit of element 64c + 32v + l is bit 2c + v of
+// qh[l] (quant/blocks_more.h), the 32 bytes of qh read by each of the 4 lanes.
+template <bool Q5>
+struct Dp4aKMin {
   static constexpr int kElems = 64;
-  static constexpr int kMaxUnroll = 4;
-  static constexpr int kBytes = sizeof(BlockQ4_K);  // 144
+  static constexpr int kMaxUnroll = Q5 ? 2 : 4;  // Q5_K's raw words take 20 registers
+  static constexpr int kBytes = Q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);  // 176, 144: 16-byte multiples
+  static constexpr int kQs = Q5 ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs);
   struct Raw {
-    uint4 head;    // d | dmin << 16, scales[0..3], scales[4..7], scales[8..11]
-    uint4 q0, q1;  // qs[32c .. 32c + 15], qs[32c + 16 .. 32c + 31]
+    uint4 head;     // d | dmin << 16, scales[0..3], scales[4..7], scales[8..11]
+    uint4 q0, q1;   // qs[32c .. 32c + 15], qs[32c + 16 .. 32c + 31]
+    uint4 h[Q5 ? 2 : 1];  // Q5_K: qh[0 .. 15], qh[16 .. 31] (Q4_K: unused)
   };
 
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
@@ -140,8 +148,17 @@ struct Dp4aQ4K {
 
   __device__ __forceinline__ static Raw load(const RowAt& r, int u) {
     const uint8_t* p = r.q + static_cast<int64_t>(u / 4) * kBytes;
-    const uint4* qs = reinterpret_cast<const uint4*>(p + offsetof(BlockQ4_K, qs) + 32 * (u % 4));
-    return {__ldg(reinterpret_cast<const uint4*>(p)), __ldg(qs), __ldg(qs + 1)};
+    const uint4* qs = reinterpret_cast<const uint4*>(p + kQs + 32 * (u % 4));
+    Raw raw;
+    raw.head = __ldg(reinterpret_cast<const uint4*>(p));
+    raw.q0 = __ldg(qs);
+    raw.q1 = __ldg(qs + 1);
+    if constexpr (Q5) {
+      const uint4* qh = reinterpret_cast<const uint4*>(p + offsetof(BlockQ5_K, qh));
+      raw.h[0] = __ldg(qh);
+      raw.h[1] = __ldg(qh + 1);
+    }
+    return raw;
   }
 
   // The token's x blocks 2u, 2u + 1 (sub-blocks 2c, 2c + 1).
@@ -173,8 +190,15 @@ struct Dp4aQ4K {
     int sum0 = 0, sum1 = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      sum0 = __dp4a(static_cast<int>(w[i] & 0x0f0f0f0fu), x0[i], sum0);
-      sum1 = __dp4a(static_cast<int>((w[i] >> 4) & 0x0f0f0f0fu), x1[i], sum1);
+      uint32_t lo = w[i] & 0x0f0f0f0fu, hi = (w[i] >> 4) & 0x0f0f0f0fu;
+      if constexpr (Q5) {  // qh word i: bytes 4i .. 4i + 3 of qh, as w[i] of qs
+        const uint4& hv = r.h[i / 4];
+        const uint32_t qh = i % 4 == 0 ? hv.x : i % 4 == 1 ? hv.y : i % 4 == 2 ? hv.z : hv.w;
+        lo |= ((qh >> (2 * c)) & 0x01010101u) << 4;
+        hi |= ((qh >> (2 * c + 1)) & 0x01010101u) << 4;
+      }
+      sum0 = __dp4a(static_cast<int>(lo), x0[i], sum0);
+      sum1 = __dp4a(static_cast<int>(hi), x1[i], sum1);
     }
     const float d = f16(r.head.x & 0xffffu), dmin = f16(r.head.x >> 16);
     return d * (sc0 * x.d[0] * static_cast<float>(sum0) + sc1 * x.d[1] * static_cast<float>(sum1)) -
@@ -271,8 +295,9 @@ struct Dp4aQ6K {
 // f.template operator()<Format>() for a matrix that matmul_q8_takes.
 template <class F>
 void with_dp4a_format(DType type, WeightLayout layout, F&& f) {
-  if (type == DType::kQ4_K) {
-    f.template operator()<Dp4aQ4K>();
+  if (type == DType::kQ4_K || type == DType::kQ5_K) {
+    if (type == DType::kQ4_K) f.template operator()<Dp4aKMin<false>>();
+    else f.template operator()<Dp4aKMin<true>>();
     return;
   }
   if (type == DType::kQ6_K) {

@@ -1,5 +1,8 @@
 #include "backend/cuda/cuda_matmul_q8.cuh"
 
+#include <cstdlib>
+#include <cstring>
+
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.cuh"
@@ -251,9 +254,15 @@ bool matmul_mmq_takes(const WeightView& w) {
 }
 
 bool matmul_q8_takes(const WeightView& w) {
+  static const bool k_quants = [] {  // SLUICE_CUDA_DP4A_K=0: the K-quants on the float-x kernels (an A/B)
+    const char* e = std::getenv("SLUICE_CUDA_DP4A_K");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  if (!k_quants && w.type != DType::kQ4_0 && w.type != DType::kQ8_0) return false;
   const auto at = reinterpret_cast<uintptr_t>(w.data);
   const bool k_rows = w.n_in % 256 == 0 && w.layout == WeightLayout::kRows;
-  if (w.type == DType::kQ4_K) return k_rows && at % 16 == 0;  // 16-byte loads; its rows then aligned too (144 = 9 x 16)
+  // 16-byte loads; the rows then aligned too (144 = 9 x 16, 176 = 11 x 16)
+  if (w.type == DType::kQ4_K || w.type == DType::kQ5_K) return k_rows && at % 16 == 0;
   if (w.type == DType::kQ6_K) return k_rows && at % 4 == 0;   // aligned words, none before the matrix
   return matmul_mmq_takes(w);
 }

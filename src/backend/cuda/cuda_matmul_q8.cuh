@@ -1,5 +1,6 @@
-// Matmuls of Q4_0, Q8_0, Q4_K and Q6_K weights against 8-bit activations, with
-// integer dot products (dp4a): the decode path for the most used block types.
+// Matmuls of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K weights against 8-bit
+// activations, with integer dot products (dp4a): the decode path for the most
+// used block types.
 //
 // The float kernels of cuda_matmul.cuh decode every weight to float and read
 // x as floats: per 32 weights ~160 instructions and 128 bytes of x from L1
@@ -12,7 +13,7 @@
 //                          s = d * sum(q)      (Q4_0's -8 offset: sum (q_w - 8) q_x = sum q_w q_x - 8 sum q_x)
 //   Q8_0 . x = d_w * d * sum(q_w * q)
 //   Q4_0 . x = d_w * (d * sum(q_w * q) - 8 * s)
-//   Q4_K . x = sum over sub-blocks: d_w * sc * d * sum(q_w * q) - dmin_w * m * s
+//   Q4_K, Q5_K . x = sum over sub-blocks: d_w * sc * d * sum(q_w * q) - dmin_w * m * s
 //   Q6_K . x = sum over sub-blocks of 16: d_w * sc * d * sum((q_w - 32) * q)
 // (cuda_dp4a_formats.cuh: how each type's blocks are cut among the lanes).
 //
@@ -42,9 +43,10 @@ struct QuantizedX {
 // Whether launch_matmul_q8 takes this matrix: Q4_0 / Q8_0, n_in a multiple of
 // 32, as GGUF rows or with the scales split off (quant/split_scales.h; the
 // layout prepare_weights gives them: each block's quants one or two 16-byte
-// loads instead of nine or seventeen 2-byte ones); Q4_K in GGUF rows with
-// w.data 16-byte aligned (its super-blocks are read with 16-byte loads), Q6_K
+// loads instead of nine or seventeen 2-byte ones); Q4_K and Q5_K in GGUF rows
+// with w.data 16-byte aligned (their super-blocks are read with 16-byte loads), Q6_K
 // in GGUF rows with w.data 4-byte aligned (aligned 4-byte words).
+// SLUICE_CUDA_DP4A_K=0 leaves the K-quants to the float-x kernels (an A/B).
 bool matmul_q8_takes(const WeightView& w);
 // Whether launch_matmul_mmq takes it: the Q4_0 / Q8_0 share of matmul_q8_takes.
 bool matmul_mmq_takes(const WeightView& w);
@@ -78,8 +80,8 @@ inline constexpr int64_t kMmqMinTokens = 9;
 // launch_matmul_grouped's grouped matmul (cuda_matmul.cuh) with x as
 // quantized: group g's rows read rows x_row(i) of qx. Every group's w[p] is a
 // matrix of (type, layout, n_in, n_out) that matmul_q8_takes, 2-byte aligned
-// for Q4_0 / Q8_0 GGUF rows, 4-byte for Q6_K and 16-byte for split scales and
-// Q4_K (as launch_matmul_q8 reads them).
+// for Q4_0 / Q8_0 GGUF rows, 4-byte for Q6_K and 16-byte for split scales,
+// Q4_K and Q5_K (as launch_matmul_q8 reads them).
 void launch_matmul_q8_grouped(DType type, WeightLayout layout, int64_t n_in, int64_t n_out, const GroupedRows& g,
                               const QuantizedX& qx, std::span<float* const> ys, int64_t y_stride, cudaStream_t s);
 

@@ -3,11 +3,12 @@
 // the kernels read (x quantized on the device, then read back: x_i = d_b *
 // q_i), added in double. What is left is float rounding, so a unit cut wrong
 // (a nibble, a 6-bit scale or min, an x block of Q4_K's super-block) fails by
-// orders of magnitude. For Q4_0, Q8_0, Q4_K and Q6_K in GGUF rows: 1 to 11
+// orders of magnitude. For Q4_0, Q8_0, Q4_K, Q5_K and Q6_K in GGUF rows: 1 to 11
 // tokens (every pass width and a last short pass), three parts in one launch,
 // rows past 8192 (two a warp), Q6_K rows of an odd count of super-blocks (every
 // other one 2 bytes past a 4-byte boundary); a token's outputs do not depend on
-// the batch; Q4_K not 16-byte aligned and Q6_K not 4-byte aligned are not taken. Outputs are NaN-poisoned, so a row or
+// the batch; Q4_K / Q5_K not 16-byte aligned and Q6_K not 4-byte aligned are
+// not taken. Outputs are NaN-poisoned, so a row or
 // token a launch skips fails. Without a usable GPU every test skips.
 #ifdef SLUICE_HAVE_CUDA
 
@@ -25,7 +26,7 @@
 namespace sluice::cuda::testing {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 // x of n_tok rows quantized on the device, and its host copy.
 struct QX {
@@ -179,7 +180,9 @@ TEST(CudaMatmulQ8, TakesKQuantsOnlyAlignedForTheirLoads) {
   EXPECT_TRUE(matmul_q8_takes({.type = DType::kQ4_0, .data = kBytes + 2, .n_in = 32, .n_out = 1}));
   EXPECT_TRUE(matmul_q8_takes({.type = DType::kQ6_K, .data = kBytes + 4, .n_in = 256, .n_out = 1}));
   EXPECT_FALSE(matmul_q8_takes({.type = DType::kQ6_K, .data = kBytes + 2, .n_in = 256, .n_out = 1}));
-  EXPECT_FALSE(matmul_q8_takes({.type = DType::kQ5_K, .data = kBytes, .n_in = 256, .n_out = 1}));
+  EXPECT_TRUE(matmul_q8_takes({.type = DType::kQ5_K, .data = kBytes, .n_in = 256, .n_out = 1}));
+  EXPECT_FALSE(matmul_q8_takes({.type = DType::kQ5_K, .data = kBytes + 4, .n_in = 256, .n_out = 1}));
+  EXPECT_FALSE(matmul_q8_takes({.type = DType::kQ3_K, .data = kBytes, .n_in = 256, .n_out = 1}));
 }
 
 }  // namespace
