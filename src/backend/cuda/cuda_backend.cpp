@@ -420,7 +420,7 @@ void CudaBackend::launch_q8(std::span<const MatmulOut> outs, const QuantizedX& q
   for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].w, ys[i] = outs[i].y;
   const std::span<const WeightView> wspan(ws, outs.size());
   const std::span<float* const> yspan(ys, outs.size());
-  // Q4_0 / Q8_0 batches: the tensor cores, one pass over the weights per 32 tokens (Q4_K: dp4a, 8 a pass)
+  // Q4_0 / Q8_0 batches: the tensor cores, one pass over the weights per 32 tokens (K-quants: dp4a, 8 a pass)
   if (n_tok >= kMmqMinTokens && mmq_on() && matmul_mmq_takes(ws[0])) {
     launch_matmul_mmq(wspan, yspan, qx, n_tok, stream_);
     return;

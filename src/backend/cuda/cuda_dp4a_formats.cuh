@@ -22,7 +22,8 @@
 // Q6_K's 210-byte super-blocks are only 2-byte aligned (every other one 4),
 // so its 16-byte spans are read as five aligned 4-byte words and shifted by
 // 0 or 2 bytes (__byte_perm); its 16-element sub-blocks take half an x block
-// each, and the -32 offset is a dp4a of -32 per byte with x.
+// each, and the -32 offset is a dp4a of -32 per byte with x (per token, in
+// load_x).
 // A lane's sum depends only on its unit and the token's x: the kernels add
 // the units in one order whatever the batch. Included by .cu files only.
 #pragma once
@@ -245,19 +246,25 @@ struct Dp4aQ6K {
             ld16(p + offsetof(BlockQ6_K, d)), (reinterpret_cast<uintptr_t>(p) & 2) ? 0x5432u : 0x3210u};
   }
 
-  // The token's x: for k < 4, bytes 16j.. of block 8 (u / 4) + 4h + k, and its d.
+  // The token's x: for k < 4, bytes 16j.. of block 8 (u / 4) + 4h + k, its d,
+  // and -32 times the sum of those 16 bytes (the weights' offset, once per
+  // token rather than per weight row).
   struct X {
     int4 q[4];
     float d[4];
+    int off[4];
   };
   __device__ __forceinline__ static X load_x(const XRow& x, int u) {
     const int64_t b = 8 * static_cast<int64_t>(u / 4) + 4 * ((u % 4) / 2);
     const int j = u % 2;
+    constexpr int kMinus32 = static_cast<int>(0xe0e0e0e0u);  // -32 per byte
     X r;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       r.q[k] = __ldg(reinterpret_cast<const int4*>(x.q + (b + k) * 32 + 16 * j));
       r.d[k] = __ldg(x.d + b + k);
+      r.off[k] = __dp4a(kMinus32, r.q[k].w, __dp4a(kMinus32, r.q[k].z, __dp4a(kMinus32, r.q[k].y,
+                        __dp4a(kMinus32, r.q[k].x, 0))));
     }
     return r;
   }
@@ -265,7 +272,7 @@ struct Dp4aQ6K {
   // d * sum_k sc_k * d_k * sum (q - 32) q_x over the unit's 4 runs of 16.
   __device__ __forceinline__ static float dot(const Raw& r, const X& x, int u) {
     const int j = u % 2;
-    int sum[4] = {0, 0, 0, 0};
+    int sum[4] = {x.off[0], x.off[1], x.off[2], x.off[3]};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t a = __byte_perm(r.lo0.w[i], r.lo0.w[i + 1], r.sel);
@@ -277,10 +284,7 @@ struct Dp4aQ6K {
                              ((b >> 4) & 0x0f0f0f0fu) | ((hb >> 2) & 0x30303030u)};
       const int xs[4] = {(&x.q[0].x)[i], (&x.q[1].x)[i], (&x.q[2].x)[i], (&x.q[3].x)[i]};
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        sum[k] = __dp4a(static_cast<int>(q[k]), xs[k], sum[k]);
-        sum[k] = __dp4a(static_cast<int>(0xe0e0e0e0u), xs[k], sum[k]);  // -32 per byte
-      }
+      for (int k = 0; k < 4; ++k) sum[k] = __dp4a(static_cast<int>(q[k]), xs[k], sum[k]);
     }
     float acc = 0.0f;
 #pragma unroll

@@ -315,11 +315,9 @@ void launch_matmul_q8_grouped(DType type, WeightLayout layout, int64_t n_in, int
 
 void launch_matmul_q8(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
                       cudaStream_t s) {
-  Parts parts;
-  const int64_t n_out = q8_parts(ws, ys, qx.n_in, &parts);
-  if (n_out == 0 || n_tok == 0) return;
-  const int64_t n_in = ws[0].n_in;
-  with_dp4a_format(ws[0].type, ws[0].layout, [&]<class F>() { launch_type<F>(parts, n_in, n_out, qx, n_tok, s); });
+  with_q8_parts(ws, ys, qx, n_tok, [&](const Parts& parts, int64_t n_in, int64_t n_out) {
+    with_dp4a_format(ws[0].type, ws[0].layout, [&]<class F>() { launch_type<F>(parts, n_in, n_out, qx, n_tok, s); });
+  });
 }
 
 }  // namespace sluice::cuda

@@ -199,8 +199,9 @@ void launch_type(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx,
 void launch_matmul_mmq(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
                        cudaStream_t s) {
   for (const WeightView& w : ws) CHECK(matmul_mmq_takes(w));
-  with_q8_launch(ws, ys, qx, n_tok, [&]<bool Q8, bool Split>(const Parts& parts, int64_t n_in, int64_t n_out) {
-    launch_type<Q8, Split>(parts, n_in, n_out, qx, n_tok, s);
+  with_q8_parts(ws, ys, qx, n_tok, [&](const Parts& parts, int64_t n_in, int64_t n_out) {
+    with_q8_layout(ws[0].type, ws[0].layout,
+                   [&]<bool Q8, bool Split>() { launch_type<Q8, Split>(parts, n_in, n_out, qx, n_tok, s); });
   });
 }
 

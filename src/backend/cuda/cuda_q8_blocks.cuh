@@ -101,16 +101,14 @@ void with_q8_layout(DType type, WeightLayout layout, F&& f) {
 }
 
 // An 8-bit launch over ws (q8_parts) against x as quantized:
-// f.template operator()<Q8, Split>(parts, n_in, n_out), unless there is
-// nothing to compute.
+// f(parts, n_in, n_out), unless there is nothing to compute.
 template <class F>
-void with_q8_launch(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
-                    F&& f) {
+void with_q8_parts(std::span<const WeightView> ws, std::span<float* const> ys, const QuantizedX& qx, int64_t n_tok,
+                   F&& f) {
   Parts parts;
   const int64_t n_out = q8_parts(ws, ys, qx.n_in, &parts);
   if (n_out == 0 || n_tok == 0) return;
-  with_q8_layout(ws[0].type, ws[0].layout,
-                 [&]<bool Q8, bool Split>() { f.template operator()<Q8, Split>(parts, ws[0].n_in, n_out); });
+  f(parts, ws[0].n_in, n_out);
 }
 
 }  // namespace sluice::cuda
