@@ -216,7 +216,7 @@ AttnRounding CudaBackend::attention_rounding(int64_t head_dim, int64_t n_query) 
 int64_t CudaBackend::batch_invariant_tokens() const {
   int64_t n = kFlashMinQueries - 1;  // fewer query tokens of a sequence stay on launch_attention
   if (prefill_->on()) n = std::min(n, prefill_->min_tokens() - 1);
-  // Q4_0 / Q8_0 batches past the dp4a kernels' 8 tokens take the tensor cores (cuda_mmq.cu).
+  // Quantized batches past the dp4a kernels' 8 tokens take the tensor cores (cuda_mmq.cu).
   return mmq_on() ? std::min(n, kMmqMinTokens - 1) : n;
 }
 
@@ -375,7 +375,7 @@ void CudaBackend::matmul_bound(std::span<const MatmulOut> outs, const float* x, 
     settle();
     if (prefill_->run(outs, x, n_in, n_tok, stream_)) return;
   }
-  // Q4_0 / Q8_0 matrices take x quantized to 8 bits, once for the call.
+  // Quantized matrices (matmul_q8_takes) take x quantized to 8 bits, once for the call.
   std::optional<QuantizedX> qx;
   auto quantized = [&] {
     if (!qx) {
@@ -420,8 +420,8 @@ void CudaBackend::launch_q8(std::span<const MatmulOut> outs, const QuantizedX& q
   for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].w, ys[i] = outs[i].y;
   const std::span<const WeightView> wspan(ws, outs.size());
   const std::span<float* const> yspan(ys, outs.size());
-  // Q4_0 / Q8_0 batches: the tensor cores, one pass over the weights per 32 tokens (K-quants: dp4a, 8 a pass)
-  if (n_tok >= kMmqMinTokens && mmq_on() && matmul_mmq_takes(ws[0])) {
+  // Batches: the tensor cores, one pass over the weights per 32 tokens (the dp4a kernels: 8 a pass)
+  if (n_tok >= kMmqMinTokens && mmq_on()) {
     launch_matmul_mmq(wspan, yspan, qx, n_tok, stream_);
     return;
   }

@@ -136,7 +136,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   int n_threads() const override { return 1; }
   bool supports(Op op, const OpTypes& types) const override;
-  // Q4_0 / Q8_0: 8-bit activations in blocks of 32 (cuda_matmul_q8.cuh); the rest read floats.
+  // Quantized types: 8-bit activations in blocks of 32 (cuda_matmul_q8.cuh); the rest read floats.
   ActRounding matmul_act_rounding(DType weight, int64_t n_tok) const override;
   AttnRounding attention_rounding(int64_t head_dim, int64_t n_query) const override;
   // Below the tensor-core matmuls' and flash attention's thresholds
@@ -253,13 +253,13 @@ class CudaBackend final : public Backend {
   // The device copy of a host vector of n floats (norms, biases), copied on
   // its first use; null for null.
   const float* vec(const float* host, int64_t n);
-  // Whether the matrices go as one 8-bit-activation launch (Q4_0 / Q8_0 /
-  // Q4_K, one type: matmul_q8_takes) at n_tok tokens: not when the tensor-core path takes them.
+  // Whether the matrices go as one 8-bit-activation launch (one quantized
+  // type: matmul_q8_takes) at n_tok tokens: not when the tensor-core path takes them.
   bool one_q8_launch(std::span<const MatmulOut> outs, int64_t n_tok) const;
   // The scratch for x quantized to 8 bits, n_tok rows of n_in.
   QuantizedX quantized_x(int64_t n_in, int64_t n_tok);
   // The 8-bit launch of outs: the dp4a kernels, or from kMmqMinTokens tokens
-  // the int8 tensor cores for Q4_0 / Q8_0 (SLUICE_CUDA_MMQ=0: never).
+  // the int8 tensor cores (SLUICE_CUDA_MMQ=0: never).
   void launch_q8(std::span<const MatmulOut> outs, const QuantizedX& qx, int64_t n_tok);
   static bool mmq_on();
   // add() is deferred to the next call: a norm over the same rows takes it

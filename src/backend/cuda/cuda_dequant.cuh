@@ -22,16 +22,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cuda_loads.cuh"
 #include "quant/blocks_more.h"
 #include "quant/dtype.h"
 
 namespace sluice::cuda {
 
-__device__ __forceinline__ uint32_t ld8(const uint8_t* p) { return __ldg(p); }
-__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint16_t*>(p)); }
-__device__ __forceinline__ uint32_t ld32(const uint8_t* p) { return __ldg(reinterpret_cast<const uint32_t*>(p)); }
-// 4 bytes at a 2-aligned address.
-__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) { return ld16(p) | ld16(p + 2) << 16; }
 // 16 bytes read once: not kept in L1, which is left to x.
 __device__ __forceinline__ uint4 ld128_stream(const uint8_t* p) {
 #ifdef SLUICE_CUDA_EMU  // the CPU emulator (tests/cuda_emu): a plain load
@@ -45,32 +41,8 @@ __device__ __forceinline__ uint4 ld128_stream(const uint8_t* p) {
 #endif
 }
 
-__device__ __forceinline__ float f16(uint32_t bits) { return __half2float(__ushort_as_half(static_cast<uint16_t>(bits))); }
 __device__ __forceinline__ float nib(uint32_t q, int k) { return static_cast<float>((q >> (8 * k)) & 15); }
-// Byte i (0..11) of the 12 bytes w0 w1 w2 (little-endian).
-__device__ __forceinline__ uint32_t byte12(uint32_t w0, uint32_t w1, uint32_t w2, int i) {
-  return __byte_perm(i < 4 ? w0 : (i < 8 ? w1 : w2), 0, 0x4440 | (i & 3));
-}
 
-// kIq4NlValues as 4 little-endian words of int8.
-constexpr uint32_t iq4_word(int i) {
-  uint32_t w = 0;
-  for (int k = 0; k < 4; ++k) w |= static_cast<uint32_t>(static_cast<uint8_t>(kIq4NlValues[4 * i + k])) << (8 * k);
-  return w;
-}
-// Codebook values of 4 indices (the low nibble of each byte of idx, high nibbles
-// zero), as 4 int8 in a word: two byte permutes over the 16-byte table, picked
-// per byte by bit 3 of the index. No memory access.
-__device__ __forceinline__ uint32_t iq4_lookup4(uint32_t idx) {
-  const uint32_t t = idx & 0x07070707u;
-  const uint32_t u = t | (t >> 4);                  // byte 0: i0 | i1 << 4, byte 2: i2 | i3 << 4
-  const uint32_t sel = (u & 0xffu) | ((u >> 8) & 0xff00u);  // 4 selector nibbles, bit 3 clear
-  const uint32_t lo = __byte_perm(iq4_word(0), iq4_word(1), sel);
-  const uint32_t hi = __byte_perm(iq4_word(2), iq4_word(3), sel);
-  const uint32_t mask = ((idx >> 3) & 0x01010101u) * 0xffu;
-  return (lo & ~mask) | (hi & mask);
-}
-__device__ __forceinline__ float s8(uint32_t w, int k) { return static_cast<float>(static_cast<int8_t>(w >> (8 * k))); }
 
 // ---- float types: a "block" is 8 consecutive elements, one lane each ----
 
@@ -245,19 +217,9 @@ __device__ __forceinline__ KScales k_scales(uint32_t dm, uint32_t w0, uint32_t w
   KScales r;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    const int s = 2 * g + j;  // q4_k_scale_min (quant/blocks.h)
-    const uint32_t a = byte12(w0, w1, w2, s), b = byte12(w0, w1, w2, s ^ 4);
-    uint32_t sc, m;
-    if (s < 4) {
-      sc = a & 63;
-      m = b & 63;
-    } else {
-      const uint32_t e = byte12(w0, w1, w2, 8 + (s & 3));
-      sc = (e & 15) | ((b >> 6) << 4);
-      m = (e >> 4) | ((a >> 6) << 4);
-    }
-    r.scale[j] = d * static_cast<float>(sc);
-    r.min[j] = dmin * static_cast<float>(m);
+    const uint2 sm = k_scale_min(w0, w1, w2, 2 * g + j);
+    r.scale[j] = d * static_cast<float>(sm.x);
+    r.min[j] = dmin * static_cast<float>(sm.y);
   }
   return r;
 }

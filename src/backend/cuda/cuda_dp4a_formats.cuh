@@ -20,10 +20,11 @@
 // sub-block, so with x = dx * qx:
 //   sum w x = d * sc * dx * sum(q qx) - dmin * m * (dx * sum qx)      (the last factor is QuantizedX's s)
 // Q6_K's 210-byte super-blocks are only 2-byte aligned (every other one 4),
-// so its 16-byte spans are read as five aligned 4-byte words and shifted by
-// 0 or 2 bytes (__byte_perm); its 16-element sub-blocks take half an x block
-// each, and the -32 offset is a dp4a of -32 per byte with x (per token, in
-// load_x).
+// so its 16-byte spans are read as the aligned words around them, shifted by
+// 0 or 2 bytes (cuda_loads.cuh's WordsA2); its 16-element sub-blocks take half
+// an x block each, and the -32 offset is -32 times the sum of those 16 x bytes
+// (summed once per token, in load_x16).
+// The other types' formats: cuda_dp4a_formats_more.cuh.
 // A lane's sum depends only on its unit and the token's x: the kernels add
 // the units in one order whatever the batch. Included by .cu files only.
 #pragma once
@@ -47,6 +48,41 @@ struct XRow {
 __device__ __forceinline__ XRow x_row_of(const QuantizedX& qx, int64_t row) {
   const int64_t nb = qx.n_in / 32;
   return {qx.q + row * qx.n_in, qx.d + row * nb, qx.s + row * nb};
+}
+
+// A token's x block b, for units of one 32-element block: its 32 int8 (a:
+// elements 0..15, b: 16..31), d, and s when kSum (the formats whose weights
+// have an offset or a min).
+struct X32 {
+  int4 a, b;
+  float d, s;
+};
+template <bool kSum>
+__device__ __forceinline__ X32 load_x32(const XRow& x, int b) {
+  const int4* xq = reinterpret_cast<const int4*>(x.q + static_cast<int64_t>(b) * 32);
+  return {__ldg(xq), __ldg(xq + 1), __ldg(x.d + b), kSum ? __ldg(x.s + b) : 0.0f};
+}
+
+// A token's x for units of 4 runs of 16 (Q6_K, Q3_K, Q2_K): for k < 4, the 16
+// bytes at 16j of x block b + k, that block's d, and off = kByte times the sum
+// of the 16 bytes (the weights' offset, or Q2_K's min term, summed once per
+// token rather than per weight row).
+struct X16 {
+  int4 q[4];
+  float d[4];
+  int off[4];
+};
+template <int kByte>
+__device__ __forceinline__ X16 load_x16(const XRow& x, int64_t b, int j) {
+  constexpr int kW = static_cast<int>((static_cast<uint32_t>(kByte) & 0xffu) * 0x01010101u);  // kByte per byte
+  X16 r;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    r.q[k] = __ldg(reinterpret_cast<const int4*>(x.q + (b + k) * 32 + 16 * j));
+    r.d[k] = __ldg(x.d + b + k);
+    r.off[k] = __dp4a(kW, r.q[k].w, __dp4a(kW, r.q[k].z, __dp4a(kW, r.q[k].y, __dp4a(kW, r.q[k].x, 0))));
+  }
+  return r;
 }
 
 // Q4_0 / Q8_0 in GGUF rows (Split false) or with the scales split off
@@ -81,20 +117,13 @@ struct Dp4aLegacy {
       const uint8_t* p = r.q + static_cast<int64_t>(b) * (Q8 ? 34 : 18);
       blk.d = ld16(p);
 #pragma unroll
-      for (int i = 0; i < (Q8 ? 8 : 4); ++i) blk.w[i] = ld32_a2(p + 2 + 4 * i);
+      for (int i = 0; i < (Q8 ? 8 : 4); ++i) blk.w[i] = static_cast<int>(ld32_a2(p + 2 + 4 * i));
     }
     return blk;
   }
 
-  // The token's x block b.
-  struct X {
-    int4 a, b;
-    float d, s;
-  };
-  __device__ __forceinline__ static X load_x(const XRow& x, int b) {
-    const int4* xq = reinterpret_cast<const int4*>(x.q + static_cast<int64_t>(b) * 32);
-    return {__ldg(xq), __ldg(xq + 1), __ldg(x.d + b), Q8 ? 0.0f : __ldg(x.s + b)};
-  }
+  using X = X32;
+  __device__ __forceinline__ static X load_x(const XRow& x, int b) { return load_x32<!Q8>(x, b); }
 
   // d_w * (d * sum q_w q - [8 s]) for block b and the token's x block b.
   __device__ __forceinline__ static float dot(const Raw& blk, const X& x, int) {
@@ -216,68 +245,39 @@ struct Dp4aQ6K {
   static constexpr int kElems = 64;
   static constexpr int kMaxUnroll = 2;  // a unit's raw words take 19 registers
   static constexpr int kBytes = sizeof(BlockQ6_K);  // 210
-  // 16 bytes at a 2-byte aligned address: the five aligned words around them.
-  struct Span {
-    uint32_t w[5];
-  };
   struct Raw {
-    Span lo0, lo1, hi;  // ql[64h + 16j ..], ql[64h + 32 + 16j ..], qh[32h + 16j ..]
-    uint32_t sc[2];     // scales[8h .. 8h + 7]
+    WordsA2<4> lo0, lo1, hi;  // ql[64h + 16j ..], ql[64h + 32 + 16j ..], qh[32h + 16j ..]
+    uint32_t sc[2];           // scales[8h .. 8h + 7]
     uint32_t d;
-    uint32_t sel;       // __byte_perm selector: 0x3210 at a 4-aligned super-block, 0x5432 at 2 past
+    uint32_t sel;  // a2_sel of the super-block
   };
 
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
     return {w + local * (n_in / 256) * kBytes, nullptr};
   }
 
-  __device__ __forceinline__ static Span span(const uint8_t* p) {  // p: 2 past a 4-aligned address or on one
-    const uint32_t* a = reinterpret_cast<const uint32_t*>(p - (reinterpret_cast<uintptr_t>(p) & 2));
-    return {{__ldg(a), __ldg(a + 1), __ldg(a + 2), __ldg(a + 3), __ldg(a + 4)}};
-  }
-
   __device__ __forceinline__ static Raw load(const RowAt& r, int u) {
     const uint8_t* p = r.q + static_cast<int64_t>(u / 4) * kBytes;
     const int h = (u % 4) / 2, j = u % 2;
     const uint8_t* sc = p + offsetof(BlockQ6_K, scales) + 8 * h;
-    return {span(p + 64 * h + 16 * j), span(p + 64 * h + 32 + 16 * j),
-            span(p + offsetof(BlockQ6_K, qh) + 32 * h + 16 * j),
-            {static_cast<uint32_t>(ld32_a2(sc)), static_cast<uint32_t>(ld32_a2(sc + 4))},
-            ld16(p + offsetof(BlockQ6_K, d)), (reinterpret_cast<uintptr_t>(p) & 2) ? 0x5432u : 0x3210u};
+    return {load_words_a2<4>(p + 64 * h + 16 * j), load_words_a2<4>(p + 64 * h + 32 + 16 * j),
+            load_words_a2<4>(p + offsetof(BlockQ6_K, qh) + 32 * h + 16 * j), {ld32_a2(sc), ld32_a2(sc + 4)},
+            ld16(p + offsetof(BlockQ6_K, d)), a2_sel(p)};
   }
 
-  // The token's x: for k < 4, bytes 16j.. of block 8 (u / 4) + 4h + k, its d,
-  // and -32 times the sum of those 16 bytes (the weights' offset, once per
-  // token rather than per weight row).
-  struct X {
-    int4 q[4];
-    float d[4];
-    int off[4];
-  };
+  // The token's x: for k < 4, bytes 16j.. of block 8 (u / 4) + 4h + k, with -32 times their sum.
+  using X = X16;
   __device__ __forceinline__ static X load_x(const XRow& x, int u) {
-    const int64_t b = 8 * static_cast<int64_t>(u / 4) + 4 * ((u % 4) / 2);
-    const int j = u % 2;
-    constexpr int kMinus32 = static_cast<int>(0xe0e0e0e0u);  // -32 per byte
-    X r;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      r.q[k] = __ldg(reinterpret_cast<const int4*>(x.q + (b + k) * 32 + 16 * j));
-      r.d[k] = __ldg(x.d + b + k);
-      r.off[k] = __dp4a(kMinus32, r.q[k].w, __dp4a(kMinus32, r.q[k].z, __dp4a(kMinus32, r.q[k].y,
-                        __dp4a(kMinus32, r.q[k].x, 0))));
-    }
-    return r;
+    return load_x16<-32>(x, 8 * static_cast<int64_t>(u / 4) + 4 * ((u % 4) / 2), u % 2);
   }
 
   // d * sum_k sc_k * d_k * sum (q - 32) q_x over the unit's 4 runs of 16.
   __device__ __forceinline__ static float dot(const Raw& r, const X& x, int u) {
     const int j = u % 2;
-    int sum[4] = {x.off[0], x.off[1], x.off[2], x.off[3]};
+    int sum[4] = {x.off[0], x.off[1], x.off[2], x.off[3]};  // the weights' -32
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint32_t a = __byte_perm(r.lo0.w[i], r.lo0.w[i + 1], r.sel);
-      const uint32_t b = __byte_perm(r.lo1.w[i], r.lo1.w[i + 1], r.sel);
-      const uint32_t hb = __byte_perm(r.hi.w[i], r.hi.w[i + 1], r.sel);
+      const uint32_t a = r.lo0.word(i, r.sel), b = r.lo1.word(i, r.sel), hb = r.hi.word(i, r.sel);
       const uint32_t q[4] = {(a & 0x0f0f0f0fu) | ((hb << 4) & 0x30303030u),
                              (b & 0x0f0f0f0fu) | ((hb << 2) & 0x30303030u),
                              ((a >> 4) & 0x0f0f0f0fu) | (hb & 0x30303030u),
@@ -295,20 +295,5 @@ struct Dp4aQ6K {
     return f16(r.d) * acc;
   }
 };
-
-// f.template operator()<Format>() for a matrix that matmul_q8_takes.
-template <class F>
-void with_dp4a_format(DType type, WeightLayout layout, F&& f) {
-  if (type == DType::kQ4_K || type == DType::kQ5_K) {
-    if (type == DType::kQ4_K) f.template operator()<Dp4aKMin<false>>();
-    else f.template operator()<Dp4aKMin<true>>();
-    return;
-  }
-  if (type == DType::kQ6_K) {
-    f.template operator()<Dp4aQ6K>();
-    return;
-  }
-  with_q8_layout(type, layout, [&]<bool Q8, bool Split>() { f.template operator()<Dp4aLegacy<Q8, Split>>(); });
-}
 
 }  // namespace sluice::cuda

@@ -148,10 +148,11 @@ TEST(CudaGroupedMatmul, FloatKernelsGiveEachRowsOwnLaunchBits) {
 
 TEST(CudaGroupedMatmul, EightBitKernelsGiveEachRowsOwnLaunchBits) {
   SKIP_WITHOUT_GPU();
-  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ4_1, DType::kQ5_0,
+                     DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K, DType::kQ3_K}) {
     for (WeightLayout layout : {WeightLayout::kRows, WeightLayout::kSplitScales}) {
-      const bool k_quant = type != DType::kQ4_0 && type != DType::kQ8_0;
-      if (k_quant && layout == WeightLayout::kSplitScales) continue;  // GGUF rows only
+      const bool split = type == DType::kQ4_0 || type == DType::kQ8_0;
+      if (!split && layout == WeightLayout::kSplitScales) continue;  // GGUF rows only
       check_grouped({.type = type, .layout = layout}, true);
       check_grouped({.type = type, .layout = layout, .parts = 1, .counts = {1}}, true);
     }

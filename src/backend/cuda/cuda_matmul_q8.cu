@@ -6,7 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.cuh"
-#include "backend/cuda/cuda_dp4a_formats.cuh"
+#include "backend/cuda/cuda_dp4a_formats_more.cuh"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_q8_blocks.cuh"
@@ -248,23 +248,34 @@ void launch_type(const Parts& parts, int64_t n_in, int64_t n_out, QuantizedX qx,
 
 }  // namespace
 
-bool matmul_mmq_takes(const WeightView& w) {
-  return (w.type == DType::kQ4_0 || w.type == DType::kQ8_0) && w.n_in % 32 == 0 &&
-         (w.layout == WeightLayout::kRows || w.layout == WeightLayout::kSplitScales);
-}
-
 bool matmul_q8_takes(const WeightView& w) {
-  static const bool k_quants = [] {  // SLUICE_CUDA_DP4A_K=0: the K-quants on the float-x kernels (an A/B)
-    const char* e = std::getenv("SLUICE_CUDA_DP4A_K");
+  static const bool all_types = [] {  // SLUICE_CUDA_DP4A_ALL=0: Q4_0 / Q8_0 only, the rest on float x (an A/B)
+    const char* e = std::getenv("SLUICE_CUDA_DP4A_ALL");
     return !(e && std::strcmp(e, "0") == 0);
   }();
-  if (!k_quants && w.type != DType::kQ4_0 && w.type != DType::kQ8_0) return false;
-  const auto at = reinterpret_cast<uintptr_t>(w.data);
-  const bool k_rows = w.n_in % 256 == 0 && w.layout == WeightLayout::kRows;
-  // 16-byte loads; the rows then aligned too (144 = 9 x 16, 176 = 11 x 16)
-  if (w.type == DType::kQ4_K || w.type == DType::kQ5_K) return k_rows && at % 16 == 0;
-  if (w.type == DType::kQ6_K) return k_rows && at % 4 == 0;   // aligned words, none before the matrix
-  return matmul_mmq_takes(w);
+  const bool legacy = w.type == DType::kQ4_0 || w.type == DType::kQ8_0;
+  if (w.layout == WeightLayout::kSplitScales) {  // 16-byte loads of the quants
+    return legacy && w.n_in % 32 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  }
+  if (w.layout != WeightLayout::kRows || (!all_types && !legacy)) return false;
+  // Each format's block and the alignment its loads need (cuda_dp4a_formats*.cuh, cuda_mmq_formats.cuh).
+  int64_t block = 256, align = 4;
+  switch (w.type) {
+    case DType::kQ4_K:
+    case DType::kQ5_K: align = 16; break;  // 16-byte loads; the rows then aligned too (144 = 9 x 16, 176 = 11 x 16)
+    case DType::kIQ4_XS: align = 8; break;  // 8-byte loads (136 = 17 x 8)
+    case DType::kQ2_K: break;               // 4-byte loads (84)
+    case DType::kQ6_K:
+    case DType::kQ3_K: break;  // aligned words around 2-aligned spans, none before the matrix
+    case DType::kQ5_1: block = 32, align = 8; break;  // 24
+    case DType::kQ4_1: block = 32; break;             // 20
+    case DType::kQ4_0:
+    case DType::kQ8_0:
+    case DType::kQ5_0:
+    case DType::kIQ4_NL: block = 32, align = 2; break;  // 2-byte loads (18, 34, 22, 18)
+    default: return false;
+  }
+  return w.n_in % block == 0 && reinterpret_cast<uintptr_t>(w.data) % align == 0;
 }
 
 void quantize_x(const float* x, int64_t x_stride, int64_t n_in, int64_t n_tok, const QuantizedX& qx, cudaStream_t s) {

@@ -2,14 +2,15 @@
 // dequantized weights (quant/quant.h's dequantize_row) times the very 8-bit x
 // the kernels read (x quantized on the device, then read back: x_i = d_b *
 // q_i), added in double. What is left is float rounding, so a unit cut wrong
-// (a nibble, a 6-bit scale or min, an x block of Q4_K's super-block) fails by
-// orders of magnitude. For Q4_0, Q8_0, Q4_K, Q5_K and Q6_K in GGUF rows: 1 to 11
-// tokens (every pass width and a last short pass), three parts in one launch,
-// rows past 8192 (two a warp), Q6_K rows of an odd count of super-blocks (every
-// other one 2 bytes past a 4-byte boundary); a token's outputs do not depend on
-// the batch; Q4_K / Q5_K not 16-byte aligned and Q6_K not 4-byte aligned are
-// not taken. Outputs are NaN-poisoned, so a row or
-// token a launch skips fails. Without a usable GPU every test skips.
+// (a nibble, a fifth bit, a codebook value, a 6-bit scale or min, an x block
+// of a super-block) fails by orders of magnitude. For every type the kernels
+// take, in GGUF rows: 1 to 11 tokens (every pass width and a last short pass),
+// three parts in one launch, rows past 8192 (two a warp), rows of an odd count
+// of super-blocks (Q6_K's and Q3_K's every other one 2 bytes past a 4-byte
+// boundary, as Q5_0's and IQ4_NL's every other block); a token's outputs do not
+// depend on the batch; matrices not aligned for a format's loads are not
+// taken. Outputs are NaN-poisoned, so a row or token a launch skips fails.
+// Without a usable GPU every test skips.
 #ifdef SLUICE_HAVE_CUDA
 
 #include <cmath>
@@ -26,7 +27,9 @@
 namespace sluice::cuda::testing {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ8_0,  DType::kQ4_K,   DType::kQ5_K,  DType::kQ6_K,
+                            DType::kQ4_1, DType::kQ5_0,  DType::kQ5_1,   DType::kIQ4_NL, DType::kIQ4_XS,
+                            DType::kQ2_K, DType::kQ3_K};
 
 // x of n_tok rows quantized on the device, and its host copy.
 struct QX {
@@ -166,23 +169,35 @@ TEST(CudaMatmulQ8, ATokensOutputsDoNotDependOnTheBatch) {
   }
 }
 
-TEST(CudaMatmulQ8, TakesKQuantsOnlyAlignedForTheirLoads) {
+TEST(CudaMatmulQ8, TakesEachTypeOnlyAlignedForItsLoads) {
   alignas(16) static const uint8_t kBytes[32] = {};
   const WeightView aligned{.type = DType::kQ4_K, .data = kBytes, .n_in = 256, .n_out = 1};
   EXPECT_TRUE(matmul_q8_takes(aligned));
-  EXPECT_FALSE(matmul_mmq_takes(aligned));  // dp4a only
-  WeightView off = aligned;
-  off.data = kBytes + 2;
-  EXPECT_FALSE(matmul_q8_takes(off));
-  off = aligned;
-  off.layout = WeightLayout::kSplitScales;
-  EXPECT_FALSE(matmul_q8_takes(off));
-  EXPECT_TRUE(matmul_q8_takes({.type = DType::kQ4_0, .data = kBytes + 2, .n_in = 32, .n_out = 1}));
-  EXPECT_TRUE(matmul_q8_takes({.type = DType::kQ6_K, .data = kBytes + 4, .n_in = 256, .n_out = 1}));
-  EXPECT_FALSE(matmul_q8_takes({.type = DType::kQ6_K, .data = kBytes + 2, .n_in = 256, .n_out = 1}));
-  EXPECT_TRUE(matmul_q8_takes({.type = DType::kQ5_K, .data = kBytes, .n_in = 256, .n_out = 1}));
-  EXPECT_FALSE(matmul_q8_takes({.type = DType::kQ5_K, .data = kBytes + 4, .n_in = 256, .n_out = 1}));
-  EXPECT_FALSE(matmul_q8_takes({.type = DType::kQ3_K, .data = kBytes, .n_in = 256, .n_out = 1}));
+  WeightView split = aligned;
+  split.layout = WeightLayout::kSplitScales;
+  EXPECT_FALSE(matmul_q8_takes(split));  // split scales: Q4_0 / Q8_0 only, 16-byte aligned
+  split.type = DType::kQ4_0;
+  EXPECT_TRUE(matmul_q8_takes(split));
+  split.data = kBytes + 8;
+  EXPECT_FALSE(matmul_q8_takes(split));
+  // The alignment each format needs, and the one just short of it.
+  const struct {
+    DType type;
+    int64_t n_in;
+    int need;
+  } kCases[] = {{DType::kQ4_0, 32, 2},   {DType::kQ8_0, 32, 2},  {DType::kQ4_K, 256, 16}, {DType::kQ5_K, 256, 16},
+                {DType::kQ6_K, 256, 4},  {DType::kQ3_K, 256, 4}, {DType::kQ2_K, 256, 4},  {DType::kQ4_1, 32, 4},
+                {DType::kQ5_1, 32, 8},   {DType::kIQ4_XS, 256, 8}, {DType::kQ5_0, 32, 2}, {DType::kIQ4_NL, 32, 2}};
+  for (const auto& c : kCases) {
+    SCOPED_TRACE(dtype_name(c.type));
+    EXPECT_TRUE(matmul_q8_takes({.type = c.type, .data = kBytes + c.need, .n_in = c.n_in, .n_out = 1}));
+    EXPECT_FALSE(matmul_q8_takes({.type = c.type, .data = kBytes + c.need / 2, .n_in = c.n_in, .n_out = 1}));
+    if (c.n_in == 256) {
+      EXPECT_FALSE(matmul_q8_takes({.type = c.type, .data = kBytes, .n_in = 288, .n_out = 1}));
+    }
+  }
+  EXPECT_FALSE(matmul_q8_takes({.type = DType::kF16, .data = kBytes, .n_in = 256, .n_out = 1}));
+  EXPECT_FALSE(matmul_q8_takes({.type = DType::kBF16, .data = kBytes, .n_in = 256, .n_out = 1}));
 }
 
 }  // namespace

@@ -1,15 +1,18 @@
-// The int8 tensor-core matmul (cuda_mmq.cu) against the dp4a kernels it
-// stands in for past 8 tokens: the same block dot products, added in another
-// order, so every output within float rounding of the dp4a one; for Q4_0 and
-// Q8_0, GGUF rows and split scales, 9 to 40 tokens (one and two passes), rows
-// not a multiple of a block's 16, two parts in one launch. A token's outputs
-// do not depend on the batch around it. Outputs are NaN-poisoned, so a row or
-// token a launch skips fails. Without a usable GPU every test skips.
+// The int8 tensor-core matmul (cuda_mmq.cu, cuda_mmq_formats.cuh) against
+// the dp4a kernels it stands in for past 8 tokens: the same block dot
+// products, added in another order, so every output within float rounding of
+// the dp4a one (which CudaMatmulQ8 holds to the host); for every type they
+// take (Q4_0 and Q8_0 also with split scales), 9 to 40 tokens (one and two
+// passes), rows not a multiple of a block's 16, two parts in one launch. A
+// token's outputs do not depend on the batch around it. Outputs are
+// NaN-poisoned, so a row or token a launch skips fails. Without a usable GPU
+// every test skips.
 #ifdef SLUICE_HAVE_CUDA
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -78,9 +81,12 @@ Outputs run_both(DType type, WeightLayout layout, int64_t n_in, const std::vecto
 
 TEST(CudaMmq, MatchesTheDp4aKernelsWithinFloatRounding) {
   SKIP_WITHOUT_GPU();
-  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ4_1, DType::kQ5_0,
+                     DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kQ2_K, DType::kQ3_K}) {
+    const bool legacy = type == DType::kQ4_0 || type == DType::kQ8_0;
     for (WeightLayout layout : {WeightLayout::kRows, WeightLayout::kSplitScales}) {
-      for (int64_t n_tok : {9, 16, 23, 32, 40}) {
+      if (!legacy && layout == WeightLayout::kSplitScales) continue;  // GGUF rows only
+      for (int64_t n_tok : legacy ? std::vector<int64_t>{9, 16, 23, 32, 40} : std::vector<int64_t>{9, 23, 40}) {
         for (int64_t n_in : {256, 2048}) {
           SCOPED_TRACE(std::string(dtype_name(type)) + (layout == WeightLayout::kRows ? " rows" : " split") +
                        " n_tok=" + std::to_string(n_tok) + " n_in=" + std::to_string(n_in));
@@ -107,9 +113,14 @@ TEST(CudaMmq, ATokensOutputsDoNotDependOnTheBatch) {
   const auto all = random_floats(static_cast<size_t>(30 * kIn), 4);
   // Tokens 5..14 inside a batch of 30 and inside one of 10.
   const std::vector<float> sub(all.begin() + 5 * kIn, all.begin() + 15 * kIn);
-  const Outputs big = run_both(DType::kQ4_0, WeightLayout::kSplitScales, kIn, {100}, all, 30);
-  const Outputs small = run_both(DType::kQ4_0, WeightLayout::kSplitScales, kIn, {100}, sub, 10);
-  EXPECT_EQ(0, std::memcmp(small.mmq[0].data(), big.mmq[0].data() + 5 * 100, 10 * 100 * sizeof(float)));
+  for (const auto& [type, layout] : {std::pair{DType::kQ4_0, WeightLayout::kSplitScales},
+                                     std::pair{DType::kQ4_K, WeightLayout::kRows},
+                                     std::pair{DType::kQ2_K, WeightLayout::kRows}}) {
+    SCOPED_TRACE(dtype_name(type));
+    const Outputs big = run_both(type, layout, kIn, {100}, all, 30);
+    const Outputs small = run_both(type, layout, kIn, {100}, sub, 10);
+    EXPECT_EQ(0, std::memcmp(small.mmq[0].data(), big.mmq[0].data() + 5 * 100, 10 * 100 * sizeof(float)));
+  }
 }
 
 }  // namespace

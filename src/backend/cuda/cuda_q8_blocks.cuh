@@ -8,15 +8,12 @@
 
 #include <cuda_fp16.h>
 
+#include "backend/cuda/cuda_loads.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
 #include "backend/op_types.h"
 #include "base/check.h"
 
 namespace sluice::cuda {
-
-__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return __ldg(reinterpret_cast<const uint16_t*>(p)); }
-__device__ __forceinline__ int ld32_a2(const uint8_t* p) { return static_cast<int>(ld16(p) | ld16(p + 2) << 16); }
-__device__ __forceinline__ float f16(uint32_t bits) { return __half2float(__ushort_as_half(static_cast<uint16_t>(bits))); }
 
 // Where a row's blocks are. GGUF rows: block b at q + b * (2 + QB), its scale
 // first. Split scales: its quants at q + b * QB (16-byte aligned), its scale at d[b].
