@@ -173,7 +173,7 @@ struct Dp4aKMin {
   };
 
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return {w + local * (n_in / 256) * kBytes, nullptr};
+    return block_row<256, kBytes>(w, local, n_in);
   }
 
   __device__ __forceinline__ static Raw load(const RowAt& r, int u) {
@@ -253,7 +253,7 @@ struct Dp4aQ6K {
   };
 
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return {w + local * (n_in / 256) * kBytes, nullptr};
+    return block_row<256, kBytes>(w, local, n_in);
   }
 
   __device__ __forceinline__ static Raw load(const RowAt& r, int u) {

@@ -66,7 +66,7 @@ struct Dp4aBlock32 {
     uint32_t d, qh, q[4];  // d: Q4_1 / Q5_1's d | m << 16
   };
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return {w + local * (n_in / 32) * kBytes, nullptr};
+    return block_row<32, kBytes>(w, local, n_in);
   }
   __device__ __forceinline__ static Raw load(const RowAt& r, int b) {
     const uint8_t* p = r.q + static_cast<int64_t>(b) * kBytes;
@@ -121,7 +121,7 @@ struct Dp4aIq4Xs {
     uint2 q0, q1;
   };
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return {w + local * (n_in / 256) * kBytes, nullptr};
+    return block_row<256, kBytes>(w, local, n_in);
   }
   __device__ __forceinline__ static Raw load(const RowAt& r, int u) {
     const uint8_t* p = r.q + static_cast<int64_t>(u / 8) * kBytes;
@@ -151,7 +151,7 @@ struct Dp4aHalves16 {
   static constexpr int kElems = 64;
   static constexpr int kBytes = kSuperBytes;
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return {w + local * (n_in / 256) * kBytes, nullptr};
+    return block_row<256, kBytes>(w, local, n_in);
   }
   __device__ __forceinline__ static const uint8_t* at(const RowAt& r, int u) {
     return r.q + static_cast<int64_t>(u / 4) * kBytes;

@@ -53,12 +53,6 @@ __device__ __forceinline__ uint32_t mmq_minus_half(uint32_t q) {
   return (q ^ kB) | ((~q & kB) * kAbove);
 }
 
-// Row `local` of a matrix of 256-element super-blocks of kBytes.
-template <int kBytes>
-__device__ __forceinline__ RowAt super_row(const uint8_t* w, int64_t local, int64_t n_in) {
-  return {w + local * (n_in / 256) * kBytes, nullptr};
-}
-
 // Q4_0 / Q8_0, GGUF rows or split scales.
 template <bool Q8, bool Split>
 struct MmqLegacy {
@@ -109,7 +103,7 @@ struct MmqBlock32 {
     uint32_t d, qh, q;  // q: qs[4t .. 4t + 3]
   };
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return {w + local * (n_in / 32) * kBytes, nullptr};
+    return block_row<32, kBytes>(w, local, n_in);
   }
   __device__ __forceinline__ static Raw load(const RowAt& r, int b, int t) {
     const uint8_t* p = r.q + static_cast<int64_t>(b) * kBytes;
@@ -152,7 +146,7 @@ struct MmqKMin {
     uint32_t q_lo, q_hi, h_lo, h_hi;
   };
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return super_row<kBytes>(w, local, n_in);
+    return block_row<256, kBytes>(w, local, n_in);
   }
   __device__ __forceinline__ static Raw load(const RowAt& r, int b, int t) {
     const uint8_t* p = r.q + static_cast<int64_t>(b / 8) * kBytes;
@@ -190,7 +184,7 @@ struct MmqIq4Xs {
     uint32_t q;
   };
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return super_row<sizeof(BlockIq4Xs)>(w, local, n_in);
+    return block_row<256, sizeof(BlockIq4Xs)>(w, local, n_in);
   }
   __device__ __forceinline__ static Raw load(const RowAt& r, int b, int t) {
     const uint8_t* p = r.q + static_cast<int64_t>(b / 8) * sizeof(BlockIq4Xs);
@@ -215,7 +209,7 @@ struct MmqQ6K {
     uint32_t ql_lo, ql_hi, qh_lo, qh_hi, sc, d;
   };
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return super_row<sizeof(BlockQ6_K)>(w, local, n_in);
+    return block_row<256, sizeof(BlockQ6_K)>(w, local, n_in);
   }
   __device__ __forceinline__ static Raw load(const RowAt& r, int b, int t) {
     const uint8_t* p = r.q + static_cast<int64_t>(b / 8) * sizeof(BlockQ6_K);
@@ -249,7 +243,7 @@ struct MmqQ3K {
     uint32_t q_lo, q_hi, m_lo, m_hi, sc_lo, sc_hi, d;
   };
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return super_row<sizeof(BlockQ3_K)>(w, local, n_in);
+    return block_row<256, sizeof(BlockQ3_K)>(w, local, n_in);
   }
   __device__ __forceinline__ static Raw load(const RowAt& r, int b, int t) {
     const uint8_t* p = r.q + static_cast<int64_t>(b / 8) * sizeof(BlockQ3_K);
@@ -288,7 +282,7 @@ struct MmqQ2K {
     uint32_t q_lo, q_hi, sc, dm;
   };
   __device__ __forceinline__ static RowAt row(const uint8_t* w, int64_t local, int64_t, int64_t n_in) {
-    return super_row<sizeof(BlockQ2_K)>(w, local, n_in);
+    return block_row<256, sizeof(BlockQ2_K)>(w, local, n_in);
   }
   __device__ __forceinline__ static Raw load(const RowAt& r, int b, int t) {
     const uint8_t* p = r.q + static_cast<int64_t>(b / 8) * sizeof(BlockQ2_K);

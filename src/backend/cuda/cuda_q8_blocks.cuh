@@ -22,6 +22,12 @@ struct RowAt {
   const uint16_t* d;
 };
 
+// Row `local` of a matrix in GGUF rows of n_in / kElems blocks of kBytes each.
+template <int kElems, int kBytes>
+__device__ __forceinline__ RowAt block_row(const uint8_t* w, int64_t local, int64_t n_in) {
+  return {w + local * (n_in / kElems) * kBytes, nullptr};
+}
+
 template <bool Q8>
 constexpr int kQuantBytes = Q8 ? 32 : 16;  // quant bytes of a block
 
