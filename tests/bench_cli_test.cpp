@@ -2,6 +2,7 @@
 // key, positive figures that agree with each other, and bad arguments fail
 // cleanly. Speed itself is never asserted (it depends on the machine).
 #include <cmath>
+#include <map>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -98,6 +99,59 @@ TEST_F(BenchCli, TableNamesBothTests) {
   EXPECT_NE(r.out.find(" tg4 |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("GB/s"), std::string::npos) << r.out;
 }
+
+// --op-times on one backend: each test's operators, in the forward pass's
+// order, with calls and work that follow from the model's shape, times whose
+// sum lies within the pass's wall time, and a table.
+void expect_op_times(const std::string& model, const std::string& backend) {
+  const std::string args = "bench -m " + model + " -p 16 -n 4 -r 2 -t 1 --no-probe --op-times --backend " + backend;
+  const CliResult r = run_cli(args + " --json");
+  if (backend != "cpu" && r.exit_code != 0) GTEST_SKIP() << "no " << backend << " here: " << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const auto& [test, steps] : {std::pair<std::string, int>{"pp", 1}, {"tg", 4}}) {
+    SCOPED_TRACE(backend + " " + test);
+    const nlohmann::json& t = j["op_times"][test];
+    std::vector<std::string> ops;
+    double sum = 0;
+    std::map<std::string, nlohmann::json> by_op;
+    for (const nlohmann::json& o : t["ops"]) {
+      ops.push_back(o["op"]);
+      by_op[o["op"]] = o;
+      EXPECT_GE(o["seconds"].get<double>(), 0) << o["op"];
+      sum += o["seconds"].get<double>();
+    }
+    const std::vector<std::string> want = {"embed", "rope tables", "attn norm + q/k/v", "bias + rope + kv store",
+                                           "attention", "attn output", "residual add", "ffn norm + gate/up",
+                                           "ffn act + down", "output norm + logits"};
+    EXPECT_EQ(ops, want);
+    for (const std::string& op : want) EXPECT_EQ(by_op[op]["calls"], op == "residual add" ? 2 * steps : steps) << op;
+    const double pass = t["pass_seconds"].get<double>();
+    EXPECT_GT(sum, 0);
+    EXPECT_LE(sum, 1.5 * pass);  // the ops' time lies within the pass (up to the passes' spread)
+    // gate/up is two n_embd x n_ff matrices, down one: twice the FLOPs and bytes.
+    const double tok = test == "pp" ? 16 : 4;
+    EXPECT_DOUBLE_EQ(by_op["ffn norm + gate/up"]["flops"].get<double>(),
+                     2 * by_op["ffn act + down"]["flops"].get<double>());
+    EXPECT_DOUBLE_EQ(by_op["ffn norm + gate/up"]["bytes"].get<double>(),
+                     2 * by_op["ffn act + down"]["bytes"].get<double>());
+    EXPECT_GT(by_op["ffn act + down"]["flops"].get<double>(), 0);
+    // Wo: 2 FLOPs a weight a token, and its Q8_0 bytes (34 for 32 weights) once a step.
+    expect_close(by_op["attn output"]["flops"].get<double>() / tok,
+                 2 * by_op["attn output"]["bytes"].get<double>() / steps * 32 / 34, "attn output");
+    EXPECT_GT(by_op["attention"]["flops"].get<double>(), 0);
+    EXPECT_EQ(by_op["embed"]["flops"].get<double>(), 0);
+  }
+  const CliResult table = run_cli(args);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("op times, pp16: median of 2 profiled passes"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("op times, tg4:"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("| attention "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("| sum of the ops "), std::string::npos) << table.out;
+}
+
+TEST_F(BenchCli, OpTimesOnTheCpu) { expect_op_times(*model_, "cpu"); }
+TEST_F(BenchCli, OpTimesOnCudaOrSkips) { expect_op_times(*model_, "cuda"); }
 
 TEST_F(BenchCli, BadArgumentsFailCleanly) {
   const std::vector<std::pair<std::string, std::string>> cases = {

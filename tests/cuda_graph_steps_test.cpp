@@ -27,6 +27,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_step_graph.h"
 #include "model/model.h"
+#include "model/op_profile.h"
 #include "model/synth.h"
 
 namespace sluice::graph_steps_test {
@@ -64,7 +65,8 @@ struct Decoded {
   std::string summary;        // the backend's copy_summary()
 };
 
-Decoded decode(const Model1& m1, const Case& c, bool graphs) {
+// profiled: every operator timed (model/op_profile.h) while it decodes, its rows here.
+Decoded decode(const Model1& m1, const Case& c, bool graphs, std::vector<OpProfile::Row>* profiled = nullptr) {
   cuda::StepGraph::set_enabled(graphs);
   Decoded r;
   if (c.graph_layers > 0) setenv("SLUICE_CUDA_GRAPH_LAYERS", std::to_string(c.graph_layers).c_str(), 1);
@@ -77,6 +79,16 @@ Decoded decode(const Model1& m1, const Case& c, bool graphs) {
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   if (!m.ok()) return r;
   Model& model = **m;
+  std::unique_ptr<OpProfile> profile;  // destroyed before the backend its clock is of
+  if (profiled) {
+    profile = std::make_unique<OpProfile>((*be)->op_clock());
+    model.set_op_profile(profile.get());
+  }
+  auto finish = [&] {
+    if (profiled) *profiled = profile->rows();
+    model.set_op_profile(nullptr);
+    return r;
+  };
   const int64_t n_vocab = model.hparams().n_vocab;
   const KvLayout layout = model.kv_layout(KvDtype::kF32);
   const int64_t bs = layout.block_size, per_seq = (128 + bs - 1) / bs;
@@ -104,7 +116,7 @@ Decoded decode(const Model1& m1, const Case& c, bool graphs) {
     if (seqs.empty()) break;
     const Status st = model.forward(seqs, *kv, out.data());
     EXPECT_TRUE(st.ok()) << st.to_string();
-    if (!st.ok()) return r;
+    if (!st.ok()) return finish();
     r.logits.insert(r.logits.end(), out.begin(), out.begin() + static_cast<int64_t>(seqs.size()) * n_vocab);
     for (size_t j = 0; j < who.size(); ++j) {  // the greedy token joins the sequence
       const int i = who[j];
@@ -114,7 +126,7 @@ Decoded decode(const Model1& m1, const Case& c, bool graphs) {
     }
   }
   r.summary = (*be)->copy_summary();
-  return r;
+  return finish();
 }
 
 // The number just before `what` in a summary line; 0 when `what` is not there.
@@ -159,6 +171,36 @@ TEST_P(CudaGraphSteps, RecordedStepsGiveTheBitsOfKernelByKernelLaunches) {
   } else {
     EXPECT_LE(count_before(s, " only up to a wait"), 3) << s;
   }
+}
+
+// While a step is profiled, its marks are timed events on the stream, so it is
+// not recorded: the same bits, no graph, and every operator timed.
+TEST(CudaGraphStepsProfiled, ProfiledStepsRunUnrecordedWithTheSameBits) {
+  if (auto be = create_backend({.name = "cuda"}); !be.ok()) GTEST_SKIP() << be.status().to_string();
+  const Case c{"tiny-mistral", "q4_0"};
+  const Model1 m1 = synth(c);
+  std::vector<OpProfile::Row> rows;
+  const Decoded eager = decode(m1, c, false), profiled = decode(m1, c, true, &rows);
+  cuda::StepGraph::set_enabled(true);
+  ASSERT_FALSE(eager.logits.empty());
+  ASSERT_EQ(eager.logits.size(), profiled.logits.size());
+  EXPECT_EQ(std::memcmp(eager.logits.data(), profiled.logits.data(), eager.logits.size() * sizeof(float)), 0);
+  EXPECT_EQ(profiled.summary.find("CUDA graphs"), std::string::npos) << profiled.summary;
+  std::vector<std::string> ops;
+  double seconds = 0;
+  for (const OpProfile::Row& r : rows) {
+    ops.push_back(r.label);
+    EXPECT_EQ(r.calls, 37 * (r.label == "embed" || r.label == "rope tables" || r.label == "output norm + logits"
+                                 ? 1
+                                 : r.label == "residual add" ? 2 * c.n_layer : c.n_layer))
+        << r.label;
+    EXPECT_GE(r.seconds, 0) << r.label;
+    seconds += r.seconds;
+  }
+  EXPECT_GT(seconds, 0);
+  EXPECT_EQ(ops, (std::vector<std::string>{"embed", "rope tables", "attn norm + q/k/v", "bias + rope + kv store",
+                                           "attention", "attn output", "residual add", "ffn norm + gate/up",
+                                           "ffn act + down", "output norm + logits"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphSteps,

@@ -39,8 +39,10 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "base/timer.h"
+#include "bench/op_times.h"
 #include "bench/stats.h"
 #include "cli.h"
+#include "model/op_profile.h"
 #include "model_flags.h"
 #include "plan/calibrate.h"
 
@@ -59,6 +61,7 @@ struct BenchArgs {
   bool json = false;
   bool no_repack = false;
   bool no_probe = false;
+  bool op_times = false;
 };
 
 std::vector<int32_t> bench_tokens(int64_t n, int64_t n_vocab, uint64_t seed) {
@@ -83,6 +86,41 @@ StatusOr<double> time_generate(Model& model, KvCache& kv, std::span<const int32_
   for (const int32_t& id : ids)
     RETURN_IF_ERROR(model.forward(std::span<const int32_t>(&id, 1), kv, logits, false, model.adapters().all()));
   return sw.seconds();
+}
+
+// One test's operators (--op-times): n more passes with every operator timed
+// (model/op_profile.h), merged by median, and the passes' median seconds.
+struct OpTimes {
+  std::vector<bench::OpTime> rows;
+  double pass_seconds = 0;
+};
+template <class Pass>
+StatusOr<OpTimes> profile_passes(Model& model, OpProfile& profile, int n, Pass pass) {
+  std::vector<std::vector<bench::OpTime>> passes;
+  std::vector<double> seconds;
+  model.set_op_profile(&profile);
+  for (int i = 0; i < n; ++i) {
+    profile.clear();
+    StatusOr<double> s = pass();
+    if (!s.ok()) {
+      model.set_op_profile(nullptr);
+      return s.status();
+    }
+    seconds.push_back(*s);
+    std::vector<bench::OpTime>& rows = passes.emplace_back();
+    for (const OpProfile::Row& r : profile.rows())
+      rows.push_back({.op = r.label, .calls = r.calls, .seconds = r.seconds, .flops = r.work.flops,
+                      .bytes = r.work.bytes});
+  }
+  model.set_op_profile(nullptr);
+  return OpTimes{.rows = bench::median_op_times(passes), .pass_seconds = bench::median(seconds)};
+}
+
+ordered_json op_times_json(const OpTimes& t) {
+  ordered_json rows = ordered_json::array();
+  for (const bench::OpTime& r : t.rows)
+    rows.push_back({{"op", r.op}, {"calls", r.calls}, {"seconds", r.seconds}, {"flops", r.flops}, {"bytes", r.bytes}});
+  return {{"pass_seconds", t.pass_seconds}, {"ops", rows}};
 }
 
 // llama.cpp's label for general.file_type, so the table reads like llama-bench's.
@@ -172,6 +210,21 @@ int run(const BenchArgs& a) {
   const bench::Spread pp = bench::spread_of(pp_tps);
   const bench::Spread tg = bench::spread_of(tg_tps);
   const bool has_tg = a.n_gen > 0;
+
+  OpTimes pp_ops, tg_ops;  // --op-times: after the timed repetitions, so that they are not slowed
+  if (a.op_times) {
+    OpProfile profile(model.backend().op_clock());
+    auto p_ops = profile_passes(model, profile, a.n_reps,
+                                [&] { return time_prefill(model, kv, prompt, logits.data()); });
+    if (!p_ops.ok()) return fail(p_ops.status());
+    pp_ops = *p_ops;
+    if (has_tg) {
+      auto t_ops = profile_passes(model, profile, a.n_reps,
+                                  [&] { return time_generate(model, kv, gen, logits.data()); });
+      if (!t_ops.ok()) return fail(t_ops.status());
+      tg_ops = *t_ops;
+    }
+  }
 
   // Bytes per generated token and prefill FLOPs (see the top of this file).
   const double avg_ctx = has_tg ? 0.5 * static_cast<double>(a.n_gen + 1) : 0.0;
@@ -265,6 +318,10 @@ int run(const BenchArgs& a) {
     j["machine_matmul_gflops"] = or_null(cal.has_value(), machine_gflops);
     j["bw_fraction"] = or_null(machine_gbps > 0 && has_tg, achieved_gbps / machine_gbps);
     j["flops_fraction"] = or_null(cal.has_value(), pp_gflops / machine_gflops);
+    if (a.op_times) {
+      j["op_times"]["pp"] = op_times_json(pp_ops);
+      if (has_tg) j["op_times"]["tg"] = op_times_json(tg_ops);
+    }
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -323,6 +380,23 @@ int run(const BenchArgs& a) {
                dtype_name(cal->matmul_type));
   }
   fmt::print("\n");
+  if (a.op_times) {
+    const std::string clock = model.backend().host_visible() ? "the host's clock" : "the device's clock";
+    const char* graphs = model.backend().host_visible() ? "" : ", no CUDA graphs while profiled";
+    auto title = [&](const std::string& test) {
+      return fmt::format("op times, {}: median of {} profiled passes, {}{}", test, a.n_reps, clock, graphs);
+    };
+    fmt::print("\n{}", bench::op_times_table(pp_ops.rows, {.title = title(fmt::format("pp{}", a.n_prompt)),
+                                                          .per_label = "ms", .pass_seconds = pp_ops.pass_seconds,
+                                                          .roof_gflops = machine_gflops}));
+    if (has_tg) {
+      fmt::print("\n{}", bench::op_times_table(tg_ops.rows, {.title = title(fmt::format("tg{}", a.n_gen)),
+                                                            .per = static_cast<double>(a.n_gen),
+                                                            .per_label = "ms/token",
+                                                            .pass_seconds = tg_ops.pass_seconds,
+                                                            .roof_gbps = machine_gbps}));
+    }
+  }
   if (stream) {
     const weights::WeightCountersSnapshot w = stream->store().counters();
     fmt::print("{}\n", w.summary());
@@ -348,6 +422,9 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--seed", a->seed, "seed of the pseudo-random token ids")->capture_default_str();
   c->add_flag("--json", a->json, "print one JSON object instead of the table");
   c->add_flag("--no-probe", a->no_probe, "skip the machine probes (read GB/s, matmul FLOP/s)");
+  c->add_flag("--op-times", a->op_times,
+              "after the timed tests, -r more passes of each with every operator timed (on a GPU by its own clock): "
+              "a table of each operator's time, share and rates against the roofs");
   c->add_flag("--no-repack", a->no_repack, "keep Q4_0/Q8_0 matrices in GGUF row order (no interleaved repack at load, nor of streamed experts as they land)");
   return [a] { return run(*a); };
 }

@@ -49,6 +49,8 @@ void Backend::lora(const LoraArgs& a) {
   CHECK(false && "this backend has no LoRA operator: Model::load refuses adapters on it");
 }
 
+std::unique_ptr<OpClock> Backend::op_clock() { return std::make_unique<HostOpClock>(); }
+
 StatusOr<KvStore> Backend::create_kv_reserved(const KvLayout& layout, int64_t n_blocks, int64_t n_backed) {
   return create_kv(layout, n_blocks);
 }

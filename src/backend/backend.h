@@ -35,6 +35,7 @@
 #include <span>
 #include <string>
 
+#include "backend/op_clock.h"
 #include "backend/op_types.h"
 #include "backend/train_ops.h"
 #include "base/expert_slot_range.h"
@@ -512,6 +513,13 @@ class Backend {
   // The training operators (backend/train_ops.h), or null when this backend
   // cannot train.
   virtual TrainOps* train_ops() { return nullptr; }
+
+  // A clock for timing this backend's operators (backend/op_clock.h), used
+  // by one thread and destroyed before the backend. Default: the host's
+  // clock, for backends whose operators are done on return. A backend that
+  // records steps to launch later (CUDA graphs) runs them as called while
+  // one of its clocks exists, so that each mark times the work before it.
+  virtual std::unique_ptr<OpClock> op_clock();
 };
 
 // The routing rule of RouteArgs in plain loops: both backends in this tree run

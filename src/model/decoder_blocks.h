@@ -31,6 +31,7 @@
 #include "model/hparams.h"
 #include "model/model_adapters.h"
 #include "model/model_weights.h"
+#include "model/op_profile.h"
 
 namespace sluice {
 
@@ -67,6 +68,7 @@ struct LayerStep {
   const int64_t* kv_rows;  // [n_tok]
   EmitFn emit;
   ModelAdapters* lora = nullptr;  // the step's LoRA adapters (planned), or null: none this step
+  OpProfile* profile = nullptr;   // marks each operator's end (model/op_profile.h), or null
 };
 
 // Where a routed layer's routing goes.

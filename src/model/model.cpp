@@ -391,6 +391,7 @@ Status Model::begin_step(std::span<const ForwardSeq> seqs, KvStore& kv, bool emb
   step_n_out_ = n_out;
   step_n_seqs_ = static_cast<int64_t>(seqs.size());
   Backend& be = *backend_;
+  if (profile_) profile_->begin();
   if (embed) {
     be.begin_step(n, this);  // finish_step (or a failing stage) ends it
     int64_t t = 0;
@@ -398,11 +399,13 @@ Status Model::begin_step(std::span<const ForwardSeq> seqs, KvStore& kv, bool emb
       be.embed(weights_.token_embd, s.tokens, h.embd_scale, x_->floats() + t * h.n_embd);
       t += static_cast<int64_t>(s.tokens.size());
     }
+    if (profile_) profile_->mark("embed");
     emit("embd", -1, x_->floats(), n, h.n_embd);
   }
   const std::span<const int64_t> positions(positions_.data(), static_cast<size_t>(n));
   be.rope_tables(positions, rope_.inv_freq, rope_.magnitude, cos_sin_->floats());
   if (cos_sin_swa_) be.rope_tables(positions, rope_swa_.inv_freq, rope_swa_.magnitude, cos_sin_swa_->floats());
+  if (profile_) profile_->mark("rope tables");
   return Status();
 }
 
@@ -418,6 +421,10 @@ Status Model::finish_step(float* logits) {
   backend_->logits({.x = x_->floats(), .rows = logit_rows_.data(), .n_out = n_out,
                     .norm = weights_.output_norm.data(), .eps = h.rms_eps, .n_embd = h.n_embd, .xn = xn_->floats(),
                     .output = weights_.output, .logits = logits});
+  if (profile_) {
+    const MatmulOut head[1] = {{weights_.output, nullptr}};
+    profile_->mark("output norm + logits", matmul_work(head, n_out));
+  }
   backend_->end_step();
   experts_->end_step();  // what a device kept of the routing: read with the logits, counted now
   if (h.final_softcap > 0.0f) {  // gemma2: cap * tanh(logit / cap)
@@ -452,6 +459,7 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
       LayerWeightPointers p;
       if (Status st = source_->acquire(l, &p); !st.ok()) return st;
       if (!on_device(l)) bind_layer(w, p);
+      if (profile_) profile_->mark("weights wait");  // the layer's streamed bytes
     }
     const LayerStep step{.be = *backend_, .hp = hp_, .w = w, .layer = l, .n_tok = n,
                          .x = x, .xn = xn_->floats() + t0 * hp_.n_embd, .q = q_->floats() + t0 * hp_.n_embd_q(),
@@ -461,7 +469,7 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
                          .cos_sin = hp_.layer_has_own_rope(l) ? cos_sin_swa : cos_sin,
                          .seqs = std::span(attn_seqs_.data() + seq_begin, seq_end - seq_begin), .kv = kv,
                          .kv_rows = kv_rows_.data() + t0, .emit = emit_fn,
-                         .lora = adapted ? &adapters_ : nullptr};
+                         .lora = adapted ? &adapters_ : nullptr, .profile = profile_};
     attention_block(step);
     if (!hp_.layer_is_moe(l)) {
       dense_ffn_block(step);
@@ -470,6 +478,7 @@ Status Model::run_stage(size_t seq_begin, size_t seq_end, int64_t t0, int64_t n,
       return st;
     }
     experts_->predict(l + 1, x, n);  // the next routed layer's, from the state entering it
+    if (profile_ && hp_.is_moe()) profile_->mark("expert prediction");
     emit("l_out", l, x, n, hp_.n_embd);
     release_layer(l);
   }

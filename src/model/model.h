@@ -205,6 +205,9 @@ class Model {
   Status forward(std::span<const int32_t> tokens, KvCache& kv, float* logits, bool all_logits, LoraMask loras = 0);
 
   void set_activation_hook(ActivationHook hook) { hook_ = std::move(hook); }
+  // Times each operator of the steps that follow on `profile` (model/op_profile.h;
+  // null: none, the default). The profile outlives its use here.
+  void set_op_profile(OpProfile* profile) { profile_ = profile; }
   // Routed models: counters of token-to-expert assignments, [n_layer * n_expert]
   // (null for dense layers), each routed layer adding its step's counts (once
   // per expert and step). Empty: not counted. Set before the first forward().
@@ -367,6 +370,7 @@ class Model {
   int64_t step_n_seqs_ = 0;
 
   ActivationHook hook_;
+  OpProfile* profile_ = nullptr;  // set_op_profile's
   mutable std::vector<float> hook_copy_;  // emit(): a device buffer's floats on the host
 };
 

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_matmul.cuh"
 #include "backend/cuda/cuda_matmul_q8.cuh"
+#include "backend/cuda/cuda_op_clock.h"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_train_ops.h"
 #include "backend/rope_tables.h"
@@ -528,7 +529,12 @@ void CudaBackend::logits(const LogitsArgs& a) {
 
 void CudaBackend::begin_step(int64_t n_tok, const void* who) {
   flush_add();
-  graph_->begin(n_tok, who);
+  if (op_clocks_ == 0) graph_->begin(n_tok, who);  // a clock's events would be captured, not timed
+}
+
+std::unique_ptr<OpClock> CudaBackend::op_clock() {
+  settle();  // a step recorded so far runs as it was recorded
+  return std::make_unique<CudaOpClock>(stream_, &op_clocks_);
 }
 
 void CudaBackend::end_step() {

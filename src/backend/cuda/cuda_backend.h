@@ -220,6 +220,8 @@ class CudaBackend final : public Backend {
   }
   // The training operators (cuda_train_ops.h).
   TrainOps* train_ops() override;
+  // Timed events on the stream (cuda_op_clock.h); no step is recorded as a graph while one exists.
+  std::unique_ptr<OpClock> op_clock() override;
   cudaStream_t stream() const { return stream_; }
   // Launches the deferred add(), if any: for operators outside this class
   // (CudaTrainOps) that read what it writes.
@@ -349,6 +351,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<const uint8_t*, StreamedAt> streamed_;  // by the view's (pinned host) data
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<StepGraph> graph_;  // decode steps recorded on stream_
+  int op_clocks_ = 0;                 // op_clock()'s clocks alive: steps not recorded then
   std::unique_ptr<ThreadPool> pool_;
   std::unordered_map<const float*, float*> vecs_;  // host vector -> device copy
   std::vector<void*> vec_blocks_;                  // device memory of the copies
