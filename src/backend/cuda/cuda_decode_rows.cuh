@@ -68,32 +68,33 @@ __global__ void decode_rows(const uint8_t* w, int64_t row_bytes, int64_t n_block
   }
 }
 
-// Split layout: block i (rows one after the other) has its quants at
-// quants + i * kQ and its f16 scale at scales[i].  Q4_0: (q - 8) * d, element
-// j < 16 the low nibble of byte j, j + 16 its high nibble.  Q8_0: q * d.
+// Split layout: block b (rows one after the other) has its quants at
+// quants + b * kQ and its f16 scale at scales[b]. Four threads a block, thread
+// c writing elements 8c .. 8c + 7 from 8 bytes of quants, so a warp's stores
+// cover 8 blocks' outputs end to end (bf16: one 16-byte store a thread, 512
+// bytes a warp, every line whole):
+//   Q8_0: q[8c .. 8c + 7] * d                 (bytes 8c .. 8c + 7)
+//   Q4_0: (nibble - 8) * d, element j < 16 the low nibble of byte j and j + 16
+//         its high one: thread c reads bytes 8 (c % 2) .. + 7, low nibbles for c < 2
 template <bool kQ8, class Out>
 __global__ void decode_split(const uint8_t* quants, const uint16_t* scales, int64_t n_items, Out* out) {
   constexpr int kQ = kQ8 ? 32 : 16;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n_items; i += int64_t{gridDim.x} * blockDim.x) {
-    const float d = __half2float(__ushort_as_half(__ldg(scales + i)));
-    uint32_t q[kQ / 4];
+    const int64_t b = i / 4;
+    const int c = static_cast<int>(i % 4);
+    const float d = __half2float(__ushort_as_half(__ldg(scales + b)));
+    const uint2 u = __ldg(reinterpret_cast<const uint2*>(quants + b * kQ + 8 * (kQ8 ? c : c % 2)));
+    float v[8];
 #pragma unroll
-    for (int k = 0; k < kQ / 16; ++k) {
-      const uint4 u = ld128_stream(quants + i * kQ + 16 * k);
-      q[4 * k] = u.x, q[4 * k + 1] = u.y, q[4 * k + 2] = u.z, q[4 * k + 3] = u.w;
-    }
-    float v[32];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t byte = ((k < 4 ? u.x : u.y) >> (8 * (k % 4))) & 0xffu;
       if constexpr (kQ8) {
-        v[j] = s8(q[j / 4], j % 4) * d;
+        v[k] = static_cast<float>(static_cast<int8_t>(byte)) * d;
       } else {
-        const uint32_t byte = (q[(j % 16) / 4] >> (8 * (j % 4))) & 0xffu;
-        v[j] = (static_cast<float>(j < 16 ? byte & 15u : byte >> 4) - 8.0f) * d;
+        v[k] = (static_cast<float>(c < 2 ? byte & 15u : byte >> 4) - 8.0f) * d;
       }
     }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) store8(out + i * 32 + 8 * k, v + 8 * k);
+    store8(out + b * 32 + 8 * c, v);
   }
 }
 
@@ -123,7 +124,7 @@ void launch_decode_rows(const WeightView& w, int64_t row0, int64_t n_rows, Out* 
   constexpr int kThreads = 256;
   if (w.layout == WeightLayout::kSplitScales) {
     const bool q8 = w.type == DType::kQ8_0;
-    const int64_t qb = q8 ? 32 : 16, n_b = w.n_in / 32, items = n_rows * n_b;
+    const int64_t qb = q8 ? 32 : 16, n_b = w.n_in / 32, items = n_rows * n_b * 4;  // 4 threads a block
     const uint8_t* quants = w.data + row0 * n_b * qb;
     const auto* scales = reinterpret_cast<const uint16_t*>(w.data + w.n_out * n_b * qb) + row0 * n_b;
     if (q8) decode_split<true><<<grid_for(items, kThreads), kThreads, 0, s>>>(quants, scales, items, out);

@@ -4,8 +4,9 @@
 // decoders' order (cuda_dequant.cuh), so the lanes of a warp read one
 // contiguous span of blocks; a piece lands as two runs of 4 BF16 (8-byte
 // stores) at the decoder's x_off positions, and a warp's stores cover whole
-// blocks of the output row. Split Q4_0 / Q8_0: one thread per block, 16 or
-// 32 quant bytes in 16-byte loads, 64 bytes of BF16 out in 16-byte stores.
+// blocks of the output row. Split Q4_0 / Q8_0: four threads a block, each 8
+// quant bytes in and 8 BF16 out in one 16-byte store, so a warp's stores are
+// 512 contiguous bytes (cuda_decode_rows.cuh).
 #include <cstdint>
 
 #include <cuda_bf16.h>
