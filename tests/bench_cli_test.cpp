@@ -153,6 +153,27 @@ void expect_op_times(const std::string& model, const std::string& backend) {
 TEST_F(BenchCli, OpTimesOnTheCpu) { expect_op_times(*model_, "cpu"); }
 TEST_F(BenchCli, OpTimesOnCudaOrSkips) { expect_op_times(*model_, "cuda"); }
 
+// Under --mem-budget the layers stream from the file: each layer's wait for
+// its weights is a row of its own, once a layer a step, before the layer's
+// first operator.
+TEST_F(BenchCli, OpTimesShowTheStreamedWeightsWait) {
+  const std::string model = cli_temp_path("tiny6_q8_0.gguf");
+  const CliResult s = run_cli("synth --preset tiny --type q8_0 --layers 6 -o " + model);
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  const CliResult r =
+      run_cli("bench -m " + model + " -p 16 -n 4 -r 1 -t 1 --no-probe --op-times --mem-budget 4200K --json");
+  std::remove(model.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const auto& [test, steps] : {std::pair<std::string, int>{"pp", 1}, {"tg", 4}}) {
+    const nlohmann::json& ops = j["op_times"][test]["ops"];
+    ASSERT_GE(ops.size(), 4u) << test;
+    EXPECT_EQ(ops[2]["op"], "weights wait") << test;
+    EXPECT_EQ(ops[2]["calls"], 6 * steps) << test;
+    EXPECT_EQ(ops[3]["op"], "attn norm + q/k/v") << test;
+  }
+}
+
 TEST_F(BenchCli, BadArgumentsFailCleanly) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"bench -m /nonexistent/model.gguf --no-probe", "error:"},
