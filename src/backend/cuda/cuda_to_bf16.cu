@@ -7,6 +7,7 @@
 // blocks of the output row. Split Q4_0 / Q8_0: four threads a block, each 8
 // quant bytes in and 8 BF16 out in one 16-byte store, so a warp's stores are
 // 512 contiguous bytes (cuda_decode_rows.cuh).
+#include <algorithm>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -35,14 +36,26 @@ __global__ void floats_to_bf16_tail(const float* x, int64_t from, int64_t n, uin
   if (i < n) out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
 }
 
-__global__ void split_columns(const float* y, int64_t n, ColumnParts parts) {
-  const int64_t width = parts.end[parts.n_parts - 1];
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t t = i / width, c = i % width;
-    int p = 0;
-    while (c >= parts.end[p]) ++p;
-    const int64_t start = p == 0 ? 0 : parts.end[p - 1];
-    parts.y[p][t * (parts.end[p] - start) + (c - start)] = y[i];
+// Grid: x over a row's columns, y over tokens (a stride past 65535); no
+// division per element, and the part picked with fixed indices, so the
+// parameters stay in registers.
+__global__ void split_columns(const float* y, int n_tok, int width, ColumnParts parts) {
+  for (int t = static_cast<int>(blockIdx.y); t < n_tok; t += static_cast<int>(gridDim.y)) {
+    const float* row = y + static_cast<int64_t>(t) * width;
+    for (int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); c < width;
+         c += static_cast<int>(gridDim.x * blockDim.x)) {
+      float* out = parts.y[0];
+      int start = 0, part_width = static_cast<int>(parts.end[0]);
+#pragma unroll
+      for (int k = 1; k < 4; ++k) {
+        if (k < parts.n_parts && c >= parts.end[k - 1]) {
+          out = parts.y[k];
+          start = static_cast<int>(parts.end[k - 1]);
+          part_width = static_cast<int>(parts.end[k] - parts.end[k - 1]);
+        }
+      }
+      out[static_cast<int64_t>(t) * part_width + (c - start)] = row[c];
+    }
   }
 }
 
@@ -57,9 +70,12 @@ void launch_weights_to_bf16(const WeightView& w, int64_t row0, int64_t n_rows, u
 
 void launch_split_columns(const float* y, int64_t n_tok, const ColumnParts& parts, cudaStream_t s) {
   CHECK(parts.n_parts >= 1 && parts.n_parts <= 4);
-  const int64_t n = n_tok * parts.end[parts.n_parts - 1];
-  if (n == 0) return;
-  split_columns<<<grid_for(n), kThreads, 0, s>>>(y, n, parts);
+  const int64_t width = parts.end[parts.n_parts - 1];
+  CHECK(width < (int64_t{1} << 31) && n_tok < (int64_t{1} << 31));
+  if (n_tok == 0 || width == 0) return;
+  const dim3 grid(static_cast<unsigned>((width + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(std::min<int64_t>(n_tok, 65535)));
+  split_columns<<<grid, kThreads, 0, s>>>(y, static_cast<int>(n_tok), static_cast<int>(width), parts);
   SLUICE_CUDA_LAUNCHED();
 }
 
@@ -67,7 +83,8 @@ void launch_floats_to_bf16(const float* x, int64_t n, uint16_t* out, cudaStream_
   CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0);
   const int64_t n4 = n / 4;
   if (n4 > 0)
-    floats_to_bf16<<<grid_for(n4), kThreads, 0, s>>>(reinterpret_cast<const float4*>(x), n4, reinterpret_cast<uint2*>(out));
+    floats_to_bf16<<<grid_for(n4), kThreads, 0, s>>>(reinterpret_cast<const float4*>(x), n4,
+                                                     reinterpret_cast<uint2*>(out));
   if (n % 4 != 0) floats_to_bf16_tail<<<1, 4, 0, s>>>(x, 4 * n4, n, out);
   SLUICE_CUDA_LAUNCHED();
 }
