@@ -52,13 +52,13 @@ void attention_block(const LayerStep& s) {
   s.emit("q", s.layer, s.q, s.n_tok, h.n_embd_q());
   s.emit("k", s.layer, s.k, s.n_tok, h.n_embd_kv());
   s.emit("v", s.layer, s.v, s.n_tok, h.n_embd_kv());
+  const int64_t window = h.layer_is_swa(s.layer) ? h.n_swa : 0;
   s.be.attention({.seqs = s.seqs, .kv = &s.kv, .layer = s.layer, .n_head = h.n_head, .n_head_kv = h.n_head_kv,
-                  .head_dim = h.head_dim, .scale = h.attn_scale,
-                  .window = h.layer_is_swa(s.layer) ? h.n_swa : 0, .softcap = h.attn_softcap});
+                  .head_dim = h.head_dim, .scale = h.attn_scale, .window = window, .softcap = h.attn_softcap});
   if (s.profile) {
     const StatusOr<int64_t> row = kv_row_bytes(s.kv.layout().dtype, h.n_embd_kv());
-    mark(s, "attention", attention_work(s.seqs, h.n_head, h.head_dim, h.layer_is_swa(s.layer) ? h.n_swa : 0,
-                                        row.ok() ? static_cast<double>(*row) : 0.0));
+    mark(s, "attention",
+         attention_work(s.seqs, h.n_head, h.head_dim, window, row.ok() ? static_cast<double>(*row) : 0.0));
   }
   s.emit("attn_out", s.layer, s.att, s.n_tok, h.n_embd_q());
   const MatmulOut wo[1] = {{w.mat(R::kAttnOutput), s.proj}};
