@@ -56,9 +56,11 @@ StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_
   const std::unique_ptr<Model>& model = lm.model;
   const int64_t n = std::max<int64_t>(4, a.measure_decode / 4);
   KvCache kv = model->make_kv_cache(n + 2);
-  std::vector<float> logits(static_cast<size_t>(model->hparams().n_vocab));
+  const std::unique_ptr<Buffer> logits_buf =
+      model->backend().alloc_host(static_cast<size_t>(model->hparams().n_vocab) * sizeof(float));
+  float* logits = logits_buf->floats();
   const int32_t first[1] = {1};
-  RETURN_IF_ERROR(model->forward(first, kv, logits.data(), false));  // fills the ring
+  RETURN_IF_ERROR(model->forward(first, kv, logits, false));  // fills the ring
   std::vector<double> per_token;
   const weights::ArbiterStats before = stream->store().arbiter_stats();
   const weights::ExpertLayerStats experts_before = stream->store().expert_stats().total();
@@ -66,7 +68,7 @@ StatusOr<StreamedDecode> measure_streamed_decode(const PlanArgs& a, std::shared_
   for (int64_t i = 0; i < n; ++i) {
     const int32_t tok[1] = {static_cast<int32_t>((i * 7919 + 11) % model->hparams().n_vocab)};
     Stopwatch sw;
-    RETURN_IF_ERROR(model->forward(tok, kv, logits.data(), false));
+    RETURN_IF_ERROR(model->forward(tok, kv, logits, false));
     per_token.push_back(sw.seconds());
     wall_s += per_token.back();
   }

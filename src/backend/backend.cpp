@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/host_buffer.h"
 #include "base/check.h"
 
 namespace sluice {
@@ -48,6 +49,8 @@ const char* op_name(Op op) {
 void Backend::lora(const LoraArgs& a) {
   CHECK(false && "this backend has no LoRA operator: Model::load refuses adapters on it");
 }
+
+std::unique_ptr<Buffer> Backend::alloc_host(size_t bytes) { return std::make_unique<HostBuffer>(bytes); }
 
 std::unique_ptr<OpClock> Backend::op_clock() { return std::make_unique<HostOpClock>(); }
 

@@ -344,6 +344,11 @@ class Backend {
   // --- memory -------------------------------------------------------------
   // A zero-filled buffer for activations.
   virtual std::unique_ptr<Buffer> alloc(size_t bytes) = 0;
+  // Zero-filled host memory for what the host reads back after every step
+  // (the logits): page-locked where that makes the backend's copies faster (a
+  // GPU then writes it at the bus's rate, without a staging copy), else plain
+  // host memory (the default: HostBuffer). Destroy it before the backend.
+  virtual std::unique_ptr<Buffer> alloc_host(size_t bytes);
   // True when buffers from alloc() are ordinary host memory (the activation
   // hook reads them in place).
   virtual bool host_visible() const = 0;

@@ -431,5 +431,30 @@ TEST_P(BackendKv, BlocksCopyAndSwapThroughTheHost) {
 INSTANTIATE_TEST_SUITE_P(Backends, BackendKv, ::testing::ValuesIn(all_backends()),
                          [](const auto& info) { return info.param; });
 
+// alloc_host: zero-filled host memory of the size asked, 64-byte aligned at
+// least, that the host writes and reads and read_floats fills from a buffer
+// of alloc() (where the logits land each step).
+class BackendMemory : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BackendMemory, HostMemoryTakesReadsFromBuffers) {
+  std::string why;
+  std::shared_ptr<Backend> be = backend_or_skip_reason(GetParam(), &why);
+  if (!be) GTEST_SKIP() << GetParam() << " cannot run here: " << why;
+  constexpr int64_t kN = 1000;
+  std::unique_ptr<Buffer> host = be->alloc_host(kN * sizeof(float));
+  ASSERT_EQ(host->size(), kN * sizeof(float));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(host->data()) % 64, 0u);
+  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(host->floats()[i], 0.0f) << i;
+  const std::vector<float> want = random_floats(static_cast<size_t>(kN), 9);
+  std::unique_ptr<Buffer> buf = be->alloc(kN * sizeof(float));
+  be->write_floats(want.data(), buf->floats(), kN);
+  be->read_floats(buf->floats(), host->floats(), kN);
+  EXPECT_EQ(std::vector<float>(host->floats(), host->floats() + kN), want);
+  EXPECT_EQ(be->alloc_host(0)->size(), 0u);  // an empty request is an empty buffer, not a failure
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, BackendMemory, ::testing::ValuesIn(all_backends()),
+                         [](const auto& info) { return info.param; });
+
 }  // namespace
 }  // namespace sluice::op_cases

@@ -8,7 +8,7 @@ namespace sluice {
 
 ModelRunner::ModelRunner(Model& model, KvStore& kv, KvStore* host_kv, const RunnerConfig& config)
     : model_(model), kv_(kv), host_kv_(host_kv), n_vocab_(model.hparams().n_vocab) {
-  logits_.resize(static_cast<size_t>(config.max_logits * n_vocab_));
+  logits_ = model.backend().alloc_host(static_cast<size_t>(config.max_logits * n_vocab_) * sizeof(float));
   verify_scratch_.resize(static_cast<size_t>(n_vocab_));
   fseqs_.reserve(static_cast<size_t>(config.max_seqs));
   draws_.reserve(static_cast<size_t>(config.max_seqs));
@@ -32,7 +32,7 @@ Status ModelRunner::run(const StepPlan& plan, std::span<const SeqSampling> sampl
                                 .n_logits = s.sample ? 1 + s.n_draft : 0, .loras = s.loras});
   }
   Stopwatch sw;
-  const Status st = model_.forward(fseqs_, kv_, logits_.data());
+  const Status st = model_.forward(fseqs_, kv_, logits_->floats());
   last_forward_s_ = sw.seconds();
   RETURN_IF_ERROR(st);
 
@@ -43,7 +43,7 @@ Status ModelRunner::run(const StepPlan& plan, std::span<const SeqSampling> sampl
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& s = plan.seqs[i];
     if (!s.sample) continue;
-    const float* lg = logits_.data() + row * n_vocab_;
+    const float* lg = logits_->floats() + row * n_vocab_;
     row += 1 + s.n_draft;
     if (sampling[i].sampler && s.n_draft == 0) draws_.push_back(Draw{sampling[i].sampler, lg, -1});
   }
@@ -64,7 +64,7 @@ Status ModelRunner::run(const StepPlan& plan, std::span<const SeqSampling> sampl
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq& s = plan.seqs[i];
     if (!s.sample) continue;
-    const float* lg = logits_.data() + row * n_vocab_;
+    const float* lg = logits_->floats() + row * n_vocab_;
     row += 1 + s.n_draft;
     if (!sampling[i].sampler) continue;
     SeqOutput so{.id = s.id, .logits = lg};

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -58,7 +59,7 @@ class ModelRunner {
   KvStore& kv_;
   KvStore* host_kv_;
   int64_t n_vocab_;
-  std::vector<float> logits_;        // [max_logits, n_vocab]
+  std::unique_ptr<Buffer> logits_;     // [max_logits, n_vocab] floats, from Backend::alloc_host
   std::vector<float> verify_scratch_;  // [n_vocab]
   std::vector<ForwardSeq> fseqs_;
   struct Draw {

@@ -15,15 +15,16 @@ StatusOr<GenerateResult> generate(Model& model, KvCache& kv, const std::vector<i
   GenerateResult result;
   result.n_prompt = static_cast<int64_t>(prompt.size());
   const int64_t n_vocab = model.hparams().n_vocab;
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  const std::unique_ptr<Buffer> logits_buf = model.backend().alloc_host(static_cast<size_t>(n_vocab) * sizeof(float));
+  float* logits = logits_buf->floats();
   kv.clear();
   for (int32_t t : prompt) sampler.accept(t);
 
   Stopwatch sw;
-  RETURN_IF_ERROR(model.forward(prompt, kv, logits.data(), /*all_logits=*/false, params.loras));
+  RETURN_IF_ERROR(model.forward(prompt, kv, logits, /*all_logits=*/false, params.loras));
   bool first = true;
   while (static_cast<int64_t>(result.tokens.size()) < stop.max_tokens) {
-    const int32_t tok = sampler.sample(logits.data());
+    const int32_t tok = sampler.sample(logits);
     sampler.accept(tok);
     if (first) {
       result.prompt_seconds = sw.seconds();
@@ -42,7 +43,7 @@ StatusOr<GenerateResult> generate(Model& model, KvCache& kv, const std::vector<i
     }
     if (kv.n_past() >= kv.n_ctx()) break;  // the context is full: kLength
     const int32_t next[1] = {tok};
-    RETURN_IF_ERROR(model.forward(next, kv, logits.data(), /*all_logits=*/false, params.loras));
+    RETURN_IF_ERROR(model.forward(next, kv, logits, /*all_logits=*/false, params.loras));
   }
   result.decode_seconds = first ? 0.0 : sw.seconds();
   if (first) result.prompt_seconds = sw.seconds();

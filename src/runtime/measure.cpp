@@ -40,14 +40,15 @@ StatusOr<MeasureResult> measure_loaded(MeasuredModel& m, const Calibration& cal)
   std::vector<int32_t> prompt(static_cast<size_t>(o.n_prompt));
   const int64_t n_vocab = model->hparams().n_vocab;
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(n_vocab));
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  const std::unique_ptr<Buffer> logits_buf = model->backend().alloc_host(static_cast<size_t>(n_vocab) * sizeof(float));
+  float* logits = logits_buf->floats();
   KvCache kv = model->make_kv_cache(o.n_prompt + o.n_decode + 1);
 
   // A first pass pages the weights in; the second is the timed prefill.
-  RETURN_IF_ERROR(model->forward(prompt, kv, logits.data(), false));
+  RETURN_IF_ERROR(model->forward(prompt, kv, logits, false));
   kv.clear();
   Stopwatch sw;
-  RETURN_IF_ERROR(model->forward(prompt, kv, logits.data(), false));
+  RETURN_IF_ERROR(model->forward(prompt, kv, logits, false));
   const double prefill_s = sw.seconds();
   r.prefill_measured_tps = static_cast<double>(o.n_prompt) / prefill_s;
   r.prefill_predicted = prefill_step(cost, r.hw, o.n_prompt);
@@ -57,9 +58,9 @@ StatusOr<MeasureResult> measure_loaded(MeasuredModel& m, const Calibration& cal)
   int32_t token = prompt.back();
   for (int64_t i = 0; i < o.n_decode; ++i) {
     sw.reset();
-    RETURN_IF_ERROR(model->forward(std::span<const int32_t>(&token, 1), kv, logits.data(), false));
+    RETURN_IF_ERROR(model->forward(std::span<const int32_t>(&token, 1), kv, logits, false));
     step_s.push_back(sw.seconds());
-    token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    token = static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
   }
   r.decode_measured_tps = 1.0 / median(step_s);
   r.decode_ctx = o.n_prompt + o.n_decode / 2;

@@ -61,7 +61,8 @@ StatusOr<std::unique_ptr<DraftModel>> DraftModel::create(const DraftModelConfig&
                                                                  .block_size = layout.block_size,
                                                                  .enable_prefix_caching = false,
                                                                  .window = d->model_->hparams().kv_window()});
-  d->logits_.resize(static_cast<size_t>(config.max_seqs * d->model_->hparams().n_vocab));
+  d->logits_ = d->model_->backend().alloc_host(static_cast<size_t>(config.max_seqs * d->model_->hparams().n_vocab) *
+                                               sizeof(float));
   d->fseqs_.reserve(static_cast<size_t>(config.max_seqs));
   d->owner_.reserve(static_cast<size_t>(config.max_seqs));
   d->one_.resize(static_cast<size_t>(config.max_seqs));
@@ -163,12 +164,12 @@ Status DraftModel::propose(std::span<DraftTask> tasks) {
   int64_t n_in_pass = 0;
   auto run_pass = [&]() -> Status {
     if (fseqs_.empty()) return Status::ok_status();
-    RETURN_IF_ERROR(model_->forward(fseqs_, kv_, logits_.data()));
+    RETURN_IF_ERROR(model_->forward(fseqs_, kv_, logits_->floats()));
     int64_t row = 0;
     for (size_t i = 0; i < fseqs_.size(); ++i) {
       if (fseqs_[i].n_logits == 0) continue;
       DraftTask& t = tasks[static_cast<size_t>(owner_[i])];
-      t.draft->push_back(pick(t, 0, logits_.data() + row++ * n_vocab));
+      t.draft->push_back(pick(t, 0, logits_->floats() + row++ * n_vocab));
     }
     fseqs_.clear();
     owner_.clear();
@@ -229,10 +230,10 @@ Status DraftModel::propose(std::span<DraftTask> tasks) {
                              .block_table = blocks_->block_table(t.seq),
                              .n_logits = 1};
     }
-    RETURN_IF_ERROR(model_->forward(fseqs_, kv_, logits_.data()));
+    RETURN_IF_ERROR(model_->forward(fseqs_, kv_, logits_->floats()));
     for (size_t i = 0; i < fseqs_.size(); ++i) {
       DraftTask& t = tasks[static_cast<size_t>(owner_[i])];
-      t.draft->push_back(pick(t, r, logits_.data() + static_cast<int64_t>(i) * n_vocab));
+      t.draft->push_back(pick(t, r, logits_->floats() + static_cast<int64_t>(i) * n_vocab));
     }
     ++cost_.n_steps;
   }

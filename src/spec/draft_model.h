@@ -79,7 +79,7 @@ class DraftModel : public Proposer {
   KvStore kv_;
   std::unique_ptr<BlockManager> blocks_;
   std::unordered_map<SeqId, SeqState> seqs_;
-  std::vector<float> logits_;     // [max_seqs, n_vocab]
+  std::unique_ptr<Buffer> logits_;  // [max_seqs, n_vocab] floats, from Backend::alloc_host
   std::vector<ForwardSeq> fseqs_;
   std::vector<int32_t> owner_;    // task index of each fseq
   std::vector<int32_t> one_;      // [max_seqs] the single token each task feeds in a step

@@ -215,6 +215,17 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
   m.host[static_cast<const char*>(*p)] = bytes;
   return cudaSuccess;
 }
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  if (a == nullptr) return fail(cudaErrorInvalidValue);
+  *a = cudaPointerAttributes{};
+  void* q = const_cast<void*>(p);
+  if (sluice_emu::is_device_pointer(p)) {
+    *a = {.type = cudaMemoryTypeDevice, .device = 0, .devicePointer = q, .hostPointer = nullptr};
+  } else if (sluice_emu::is_pinned(p)) {
+    *a = {.type = cudaMemoryTypeHost, .device = 0, .devicePointer = q, .hostPointer = q};
+  }
+  return cudaSuccess;
+}
 cudaError_t cudaFreeHost(void* p) {
   if (p == nullptr) return cudaSuccess;
   if (cudaError_t e = sluice_emu::sync_all()) return fail(e);

@@ -12,6 +12,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/repack.h"
 #include "backend/rope_tables.h"
+#include "backend/host_buffer.h"
 #include "base/check.h"
 #include "base/huge_buffer.h"
 #include "kv/kv_store.h"
@@ -19,21 +20,6 @@
 
 namespace sluice::cpu {
 namespace {
-
-// Activations: 64-byte aligned, zero-filled host memory.
-class HostBuffer final : public Buffer {
- public:
-  explicit HostBuffer(size_t bytes) : bytes_(bytes), data_(new (std::align_val_t{64}) uint8_t[std::max<size_t>(bytes, 1)]) {
-    std::memset(data_, 0, bytes_);
-  }
-  ~HostBuffer() override { ::operator delete[](data_, std::align_val_t{64}); }
-  uint8_t* data() override { return data_; }
-  size_t size() const override { return bytes_; }
-
- private:
-  size_t bytes_;
-  uint8_t* data_;
-};
 
 // Prepared weights: one arena on huge pages.
 class ArenaBuffer final : public Buffer {

@@ -232,6 +232,35 @@ std::unique_ptr<Buffer> CudaBackend::alloc(size_t bytes) {
   return std::make_unique<DeviceBuffer>(bytes);
 }
 
+namespace {
+
+// Page-locked host memory (cudaMallocHost): the device's copies into it run
+// at the bus's rate, with no staging copy through the driver's own buffer.
+class PinnedBuffer final : public sluice::Buffer {
+ public:
+  PinnedBuffer(void* p, size_t bytes) : data_(static_cast<uint8_t*>(p)), size_(bytes) { std::memset(p, 0, bytes); }
+  ~PinnedBuffer() override { cudaFreeHost(data_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  uint8_t* data() override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  uint8_t* data_;
+  size_t size_;
+};
+
+}  // namespace
+
+std::unique_ptr<sluice::Buffer> CudaBackend::alloc_host(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMallocHost(&p, std::max<size_t>(bytes, 4)) == cudaSuccess) return std::make_unique<PinnedBuffer>(p, bytes);
+  cudaGetLastError();  // clears the failure: pageable memory still works, only slower
+  fmt::print(stderr, "[sluice] cuda: could not page-lock {:.1f} MiB of host memory; the logits go to pageable memory\n",
+             static_cast<double>(bytes) / (1 << 20));
+  return Backend::alloc_host(bytes);
+}
+
 void CudaBackend::read_floats(const float* src, float* dst, int64_t n) {
   flush_add();
   settle();
@@ -520,7 +549,8 @@ void CudaBackend::logits(const LogitsArgs& a) {
   float* dev = scratch(kLogits, a.n_out * n_vocab);
   const MatmulOut out{a.output, dev};
   matmul(std::span(&out, 1), a.xn, a.n_embd, a.n_out);
-  graph_->end();  // the step's graph runs (its last work is above); the logits go to pageable memory after it
+  graph_->end();  // the step's graph runs (its last work is above); the logits go to the host after it
+  // (page-locked when the caller took the memory from alloc_host: then at the bus's rate)
   SLUICE_CUDA_OK(cudaMemcpyAsync(a.logits, dev, static_cast<size_t>(a.n_out * n_vocab) * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream_));
   SLUICE_CUDA_OK(cudaStreamSynchronize(stream_));

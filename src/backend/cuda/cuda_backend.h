@@ -146,6 +146,7 @@ class CudaBackend final : public Backend {
   ThreadPool& host_pool() override { return *pool_; }
 
   std::unique_ptr<Buffer> alloc(size_t bytes) override;
+  std::unique_ptr<sluice::Buffer> alloc_host(size_t bytes) override;  // page-locked
   bool host_visible() const override { return false; }
   void read_floats(const float* src, float* dst, int64_t n) override;
   void write_floats(const float* src, float* dst, int64_t n) override;

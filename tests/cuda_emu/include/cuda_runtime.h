@@ -137,6 +137,21 @@ cudaError_t cudaMallocHost(void** p, size_t bytes);
 template <class T>
 cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMallocHost(reinterpret_cast<void**>(p), bytes); }
 cudaError_t cudaFreeHost(void* p);
+// What a pointer is: device memory, page-locked host memory (cudaMallocHost,
+// cudaHostRegister) or ordinary host memory (unregistered).
+enum cudaMemoryType : int {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3,
+};
+struct cudaPointerAttributes {
+  cudaMemoryType type = cudaMemoryTypeUnregistered;
+  int device = 0;
+  void* devicePointer = nullptr;
+  void* hostPointer = nullptr;
+};
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p);
 cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned flags);
 cudaError_t cudaHostUnregister(void* p);
 
