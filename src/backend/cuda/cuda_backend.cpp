@@ -486,6 +486,11 @@ void CudaBackend::norm_matmul(const NormMatmulArgs& a) {
       const QuantizedX qx = quantized_x(a.n_embd, a.n_tok);
       rmsnorm_quantize_x(x, add, norm, a.eps, a.xn, a.n_tok, a.n_embd, qx, stream_);
       launch_q8(outs, qx, a.n_tok);
+    } else if (prefill_->takes(outs, a.n_tok)) {  // the norm writes xn and its BF16 copy: no conversion pass
+      settle();  // cuBLASLt's calls are not recorded in a step's graph
+      uint16_t* xb = prefill_->x_bf16(a.n_tok * a.n_embd, stream_);
+      launch_rmsnorm(x, nullptr, norm, a.eps, a.xn, a.n_tok, a.n_embd, stream_, add, xb);
+      if (!prefill_->run_bf16(outs, xb, a.n_embd, a.n_tok, stream_)) matmul_bound(outs, a.xn, a.n_embd, a.n_tok);
     } else {
       launch_rmsnorm(x, nullptr, norm, a.eps, a.xn, a.n_tok, a.n_embd, stream_, add);
       matmul_bound(outs, a.xn, a.n_embd, a.n_tok);
@@ -506,6 +511,12 @@ void CudaBackend::glu_matmul(const GluMatmulArgs& a) {
       const QuantizedX qx = quantized_x(a.n_ff, a.n_tok);
       glu_quantize_x(a.gate, a.up, a.n_tok, a.n_ff, a.act, qx, stream_);
       launch_q8(std::span(bound, 1), qx, a.n_tok);
+    } else if (prefill_->takes(std::span(bound, 1), a.n_tok)) {  // the activation writes h and its BF16 copy
+      settle();
+      uint16_t* xb = prefill_->x_bf16(a.n_tok * a.n_ff, stream_);
+      launch_glu(a.gate, a.up, a.n_tok * a.n_ff, a.act, stream_, xb);
+      if (!prefill_->run_bf16(std::span(bound, 1), xb, a.n_ff, a.n_tok, stream_))
+        matmul_bound(std::span(bound, 1), a.gate, a.n_ff, a.n_tok);
     } else {
       launch_glu(a.gate, a.up, a.n_tok * a.n_ff, a.act, stream_);
       matmul_bound(std::span(bound, 1), a.gate, a.n_ff, a.n_tok);

@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_kernels.cuh"
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -17,12 +18,15 @@ int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kBloc
 
 // ---- norms, activations, add ------------------------------------------------
 
+__device__ __forceinline__ uint16_t bf16_rn(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+
 // Row t: x_t = x + (rows ? rows[t] : t) * n; with `add` (rows null), x_t +=
-// add_t is written back first. out[t] = x_t * inv_rms * w. K > 0: the row is
-// read once into registers (cuda_rows.cuh); K == 0: long rows, read twice.
+// add_t is written back first. out[t] = x_t * inv_rms * w, and its BF16
+// rounding in out16 when set. K > 0: the row is read once into registers
+// (cuda_rows.cuh); K == 0: long rows, read twice.
 template <int K>
 __global__ void rmsnorm_kernel(const float* x, const int64_t* rows, const float* add, const float* w, float eps,
-                               float* out, int64_t n) {
+                               float* out, int64_t n, uint16_t* out16) {
   pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
@@ -30,6 +34,7 @@ __global__ void rmsnorm_kernel(const float* x, const int64_t* rows, const float*
   float* xs = const_cast<float*>(xt);  // written only with `add`, when x is the caller's writable rows
   const float* at = add ? add + t * n : nullptr;
   float* ot = out + t * n;
+  uint16_t* o16 = out16 ? out16 + t * n : nullptr;
   if constexpr (K > 0) {
     float v[K], wv[K];
     const float ss = load_row<K>(xt, at, xs, w, n, v, wv, red);
@@ -37,7 +42,10 @@ __global__ void rmsnorm_kernel(const float* x, const int64_t* rows, const float*
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int64_t i = row_elem(k);
-      if (i < n) ot[i] = v[k] * inv * wv[k];
+      if (i >= n) continue;
+      const float y = v[k] * inv * wv[k];
+      ot[i] = y;
+      if (o16) o16[i] = bf16_rn(y);
     }
   } else {
     float ss = 0;
@@ -48,7 +56,11 @@ __global__ void rmsnorm_kernel(const float* x, const int64_t* rows, const float*
     }
     ss = block_sum(ss, red);  // its barrier also orders the writes to xs before the reads below
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ot[i] = xt[i] * inv * w[i];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float y = xt[i] * inv * w[i];
+      ot[i] = y;
+      if (o16) o16[i] = bf16_rn(y);
+    }
   }
 }
 
@@ -57,11 +69,13 @@ __device__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
-__global__ void glu_kernel(float* gate, const float* up, int64_t n, int gelu) {
+__global__ void glu_kernel(float* gate, const float* up, int64_t n, int gelu, uint16_t* out16) {
   pdl_trigger();  // cuda_pdl.cuh: a matmul after this one may start
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
-    gate[i] = (gelu ? gelu_tanh(g) : g / (1.0f + expf(-g))) * up[i];
+    const float h = (gelu ? gelu_tanh(g) : g / (1.0f + expf(-g))) * up[i];
+    gate[i] = h;
+    if (out16) out16[i] = bf16_rn(h);
   }
 }
 
@@ -340,20 +354,20 @@ void launch_lora(const LoraSegs& segs, int64_t n_tok_total, const float* x, floa
 }
 
 void launch_rmsnorm(const float* x, const int64_t* rows, const float* w, float eps, float* out, int64_t n_tok, int64_t n,
-                    cudaStream_t s, const float* add) {
+                    cudaStream_t s, const float* add, uint16_t* out16) {
   if (n_tok == 0) return;
   const RowShape rs = row_shape(n);
   const unsigned grid = static_cast<unsigned>(n_tok);
   const bool in_regs = with_row_regs(rs, [&](auto k) {
-    rmsnorm_kernel<decltype(k)::value><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n);
+    rmsnorm_kernel<decltype(k)::value><<<grid, rs.threads, 0, s>>>(x, rows, add, w, eps, out, n, out16);
   });
-  if (!in_regs) rmsnorm_kernel<0><<<grid, 1024, 0, s>>>(x, rows, add, w, eps, out, n);
+  if (!in_regs) rmsnorm_kernel<0><<<grid, 1024, 0, s>>>(x, rows, add, w, eps, out, n, out16);
   SLUICE_CUDA_LAUNCHED();
 }
 
-void launch_glu(float* gate, const float* up, int64_t n, Activation act, cudaStream_t s) {
+void launch_glu(float* gate, const float* up, int64_t n, Activation act, cudaStream_t s, uint16_t* out16) {
   if (n == 0) return;
-  glu_kernel<<<blocks_for(n), kBlock, 0, s>>>(gate, up, n, act == Activation::kGelu);
+  glu_kernel<<<blocks_for(n), kBlock, 0, s>>>(gate, up, n, act == Activation::kGelu, out16);
   SLUICE_CUDA_LAUNCHED();
 }
 

@@ -18,10 +18,12 @@ namespace sluice::cuda {
 // when rows is set (a device array), else x + t * n.  x, out: [.., n] (may alias)
 // With `add` (rows null; [n_tok, n]), x[t] += add[t] is done first and
 // written back: the residual add fused into the norm that follows it.
+// With out16 ([n_tok, n]), out[t][i] rounded to BF16 goes there too (the
+// tensor-core matmul's x: cuda_prefill.h), as launch_floats_to_bf16 rounds.
 void launch_rmsnorm(const float* x, const int64_t* rows, const float* w, float eps, float* out, int64_t n_tok, int64_t n,
-                    cudaStream_t s, const float* add = nullptr);
-// gate[i] = act(gate[i]) * up[i] over n floats.
-void launch_glu(float* gate, const float* up, int64_t n, Activation act, cudaStream_t s);
+                    cudaStream_t s, const float* add = nullptr, uint16_t* out16 = nullptr);
+// gate[i] = act(gate[i]) * up[i] over n floats; with out16, also its BF16 rounding there.
+void launch_glu(float* gate, const float* up, int64_t n, Activation act, cudaStream_t s, uint16_t* out16 = nullptr);
 // x[i] += y[i] over n floats.
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t s);
 

@@ -86,10 +86,18 @@ T* PrefillMatmul::grow(T** p, int64_t* cap, int64_t n, cudaStream_t s) {
   return *p;
 }
 
+uint16_t* PrefillMatmul::x_bf16(int64_t n, cudaStream_t s) { return grow(&x16_, &x16_cap_, n, s); }
+
 bool PrefillMatmul::run(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok, cudaStream_t s) {
   CHECK(takes(outs, n_tok) && reinterpret_cast<uintptr_t>(x) % 16 == 0);
-  uint16_t* xb = grow(&x16_, &x16_cap_, n_tok * n_in, s);
+  uint16_t* xb = x_bf16(n_tok * n_in, s);
   launch_floats_to_bf16(x, n_tok * n_in, xb, s);
+  return run_bf16(outs, xb, n_in, n_tok, s);
+}
+
+bool PrefillMatmul::run_bf16(std::span<const MatmulOut> outs, const uint16_t* xb, int64_t n_in, int64_t n_tok,
+                             cudaStream_t s) {
+  CHECK(takes(outs, n_tok) && reinterpret_cast<uintptr_t>(xb) % 16 == 0);
   if (const int64_t total = merged_rows(outs, n_in); total > 0) {
     const Status st = run_merged(outs, xb, total, n_in, n_tok, s);
     if (st.ok()) return true;

@@ -19,7 +19,8 @@
 // lie so in memory), into a float scratch [n_tok, rows of all], then split
 // into each part's y (cuda_to_bf16.cuh).
 //
-// Scratch (device): x in BF16 [n_tok, n_in], and one decoded matrix of at most
+// Scratch (device): x in BF16 [n_tok, n_in] (converted here, or written by
+// the kernel before: run_bf16), and one decoded matrix of at most
 // kMaxScratchElems (a larger matrix, the output head, goes in slices of rows),
 // and the merged output.
 // Both grow to the largest call seen and are kept; growing waits for the
@@ -73,6 +74,14 @@ class PrefillMatmul {
   // Returns false when cuBLASLt failed (said once; the path is off from then
   // on): the caller computes every out again on the GEMV kernels.
   bool run(std::span<const MatmulOut> outs, const float* x, int64_t n_in, int64_t n_tok, cudaStream_t s);
+  // The same with x already in BF16: a kernel before the matmul (the norm, the
+  // activation) writes x_bf16(n_tok * n_in, s) as it writes its float output,
+  // and run_bf16 reads it there, so no conversion pass is left between them.
+  // x_bf16 grows the scratch (after a stream sync) and returns it: valid until
+  // the next call of run, run_bf16 or run_t.
+  uint16_t* x_bf16(int64_t n, cudaStream_t s);
+  //   xb: [n_tok, n_in] BF16, what x_bf16 returned; otherwise as run().
+  bool run_bf16(std::span<const MatmulOut> outs, const uint16_t* xb, int64_t n_in, int64_t n_tok, cudaStream_t s);
 
   // Training's input gradient through a frozen matrix on the tensor cores
   // (TrainOps::matmul_t), with dy and the weights rounded to BF16 as the

@@ -137,6 +137,45 @@ TEST_P(CudaPrefill, PartsSharingXMatchTheReference) {
   }
 }
 
+// The norm and the activation write the tensor-core matmul's BF16 x as they
+// write their float output (no conversion pass between them): the same bits
+// as the unfused calls, rmsnorm then matmul, and matmul over the activation's
+// float output, which convert that output to BF16 themselves.
+TEST_P(CudaPrefill, FusedBf16InputGivesTheBitsOfTheUnfusedCalls) {
+  SKIP_WITHOUT_GPU();
+  auto be = gpu();
+  const DType type = GetParam();
+  const int64_t n_embd = 512, n_ff = 768, n_tok = 48;
+  if (be->matmul_act_rounding(type, n_tok) != ActRounding::kBF16) {
+    GTEST_SKIP() << dtype_name(type) << " does not take the tensor cores";  // F32: the exact float kernels
+  }
+  Matrix gate(type, n_embd, n_ff, 51), up(type, n_embd, n_ff, 52), down(type, n_ff, n_embd, 53);
+  auto prepared = to_device(*be, {&gate.dev, &up.dev, &down.dev});
+  be->reserve({.n_tok = n_tok, .n_in_max = n_ff});
+  const auto norm = random_floats(static_cast<size_t>(n_embd), 54);
+  const auto x = random_floats(static_cast<size_t>(n_tok * n_embd), 55);
+  Dev dx(*be, x), xn(*be, n_tok * n_embd), g(*be, n_tok * n_ff), u(*be, n_tok * n_ff), y(*be, n_tok * n_embd);
+  Dev xn2(*be, n_tok * n_embd), g2(*be, n_tok * n_ff), u2(*be, n_tok * n_ff), y2(*be, n_tok * n_embd);
+  const MatmulOut gu[2] = {{gate.dev, g.p()}, {up.dev, u.p()}}, gu2[2] = {{gate.dev, g2.p()}, {up.dev, u2.p()}};
+  be->norm_matmul({.x = dx.p(), .norm = norm.data(), .eps = 1e-5f, .xn = xn.p(), .n_embd = n_embd, .n_tok = n_tok,
+                   .outs = gu});
+  be->rmsnorm(dx.p(), norm.data(), 1e-5f, xn2.p(), n_tok, n_embd);
+  be->matmul(gu2, xn2.p(), n_embd, n_tok);
+  EXPECT_EQ(xn.host(*be), xn2.host(*be));
+  const auto gate_out = g.host(*be);
+  ASSERT_TRUE(all_finite(gate_out));
+  EXPECT_EQ(gate_out, g2.host(*be));
+  EXPECT_EQ(u.host(*be), u2.host(*be));
+  // glu_matmul leaves act(gate) * up in gate: the unfused side multiplies that.
+  be->glu_matmul({.gate = g.p(), .up = u.p(), .n_ff = n_ff, .n_tok = n_tok, .act = Activation::kSilu,
+                  .out = {down.dev, y.p()}});
+  const MatmulOut d2[1] = {{down.dev, y2.p()}};
+  be->matmul(d2, g.p(), n_ff, n_tok);
+  const auto yf = y.host(*be);
+  ASSERT_TRUE(all_finite(yf));
+  EXPECT_EQ(yf, y2.host(*be));
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, CudaPrefill,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                                            DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
